@@ -1,0 +1,73 @@
+"""What a sub-call produced, as the program will see it.
+
+An :class:`Outcome` is either ``ok`` with a JSON-shaped ``value`` or not, with a
+:class:`SubCallError` of exactly two strings. The two strings are all a program
+ever learns about a failure: model-authored code is one prompt-injection hop
+from the transcript, so the operator's ``logging`` gets the traceback and the
+program gets ``{"tool": name, "message": message}``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import attrs
+
+from .errors import ToolError
+
+__all__ = ["Outcome", "SubCallError", "clamp", "MAX_MESSAGE", "TRUNCATION_MARK"]
+
+MAX_MESSAGE = 2000
+TRUNCATION_MARK = "… (truncated)"
+
+GONE = "code run is over; scheduler is gone"
+ABANDONED = "code run is over; tool call abandoned"
+AWAIT_TIMEOUT = "timed out waiting for the sub-call to commit"
+NO_ANSWER = "the scheduler did not answer within {s:g}s (a concurrency_safe predicate may be stuck)"
+FAILED = "tool call failed"
+DID_NOT_COMPLETE = "tool call did not complete"
+
+
+def clamp(message: str) -> str:
+    """``message`` cut to :data:`MAX_MESSAGE` characters plus a marker if longer."""
+    if len(message) > MAX_MESSAGE:
+        return message[:MAX_MESSAGE] + TRUNCATION_MARK
+    return message
+
+
+@attrs.frozen
+class SubCallError:
+    """A failed sub-call: the tool's name and a clamped message."""
+
+    tool: str
+    message: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"tool": self.tool, "message": self.message}
+
+
+@attrs.frozen
+class Outcome:
+    """The committed result of one sub-call.
+
+    Exactly one of ``value`` (when ``ok``) and ``error`` is meaningful.
+    """
+
+    ok: bool
+    value: Any = None
+    error: Optional[SubCallError] = None
+
+    @classmethod
+    def success(cls, value: Any) -> "Outcome":
+        return cls(True, value, None)
+
+    @classmethod
+    def failure(cls, tool: str, message: str) -> "Outcome":
+        return cls(False, None, SubCallError(str(tool), clamp(str(message))))
+
+    def unwrap(self) -> Any:
+        """The value, or raise :class:`ToolError` carrying the two strings."""
+        if self.ok:
+            return self.value
+        assert self.error is not None
+        raise ToolError(self.error.message, tool=self.error.tool)

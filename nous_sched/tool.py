@@ -1,0 +1,101 @@
+"""The :class:`Tool` value and the rule that classifies one call of it.
+
+A call is *parallel* only when its tool declares a ``concurrency_safe``
+predicate and that predicate returns exactly ``True`` for the call's arguments.
+Everything else - no predicate, a predicate that raises, one that returns a
+truthy value that is not ``True`` - is *exclusive*. Guessing wrong the other way
+interleaves side effects on someone else's data, so the rule fails safe.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, Literal, Mapping, Optional
+
+import attrs
+
+from .errors import ConfigError
+
+__all__ = ["Tool", "Mode", "PARALLEL", "EXCLUSIVE", "concurrency_mode"]
+
+log = logging.getLogger("nous_sched")
+
+Mode = Literal["parallel", "exclusive"]
+PARALLEL: Mode = "parallel"
+EXCLUSIVE: Mode = "exclusive"
+
+
+def _check_name(_inst: Any, _attr: Any, value: Any) -> None:
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"Tool: `name` must be a non-empty string, got {value!r}")
+
+
+def _check_callable(inst: Any, attr: attrs.Attribute, value: Any) -> None:
+    if not callable(value):
+        raise ConfigError(f"Tool {getattr(inst, 'name', '?')!r}: `{attr.name}` must be callable, got {value!r}")
+
+
+def _check_optional_callable(inst: Any, attr: attrs.Attribute, value: Any) -> None:
+    if value is not None:
+        _check_callable(inst, attr, value)
+
+
+def _check_parameters(inst: Any, _attr: Any, value: Any) -> None:
+    if value is not None and not isinstance(value, Mapping):
+        raise ConfigError(
+            f"Tool {inst.name!r}: `parameters` must be a JSON Schema mapping or None, got {type(value).__name__}"
+        )
+
+
+@attrs.frozen
+class Tool:
+    """A tool a program may call.
+
+    ``function(args)`` receives the call's arguments as a fresh JSON-shaped
+    ``dict`` (its own copy: mutating it changes neither the audit record nor
+    any other call) and returns a JSON-shaped value. To fail with a chosen
+    message, raise :class:`~nous_sched.ToolError`.
+
+    ``concurrency_safe(args) -> bool`` opts a call into running beside others;
+    see :func:`concurrency_mode`. ``parameters`` is the JSON Schema of the
+    arguments object, rendered into the program's SDK. ``requires_approval``
+    makes every call of this tool ask the run's approval handler first.
+    """
+
+    name: str = attrs.field(validator=_check_name)
+    function: Callable[[dict], Any] = attrs.field(validator=_check_callable)
+    description: str = attrs.field(default="", validator=attrs.validators.instance_of(str))
+    parameters: Optional[Mapping[str, Any]] = attrs.field(default=None, validator=_check_parameters)
+    requires_approval: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
+    category: str = attrs.field(default="read", validator=attrs.validators.instance_of(str))
+    concurrency_safe: Optional[Callable[[dict], Any]] = attrs.field(
+        default=None, validator=_check_optional_callable
+    )
+
+
+def concurrency_mode(tool: Any, args: Any) -> Mode:
+    """``"parallel"`` if ``tool.concurrency_safe(args) is True``, else ``"exclusive"``.
+
+    Never raises. A predicate that raises, or returns anything but ``True``
+    (``1``, ``"yes"``, a mock), logs a warning on the ``nous_sched`` logger and
+    classifies the call exclusive. ``tool`` may be any object; one without a
+    predicate is exclusive.
+    """
+    predicate = getattr(tool, "concurrency_safe", None)
+    if predicate is None:
+        return EXCLUSIVE
+    name = getattr(tool, "name", "?")
+    try:
+        verdict = predicate(args)
+    except Exception:
+        log.warning("concurrency_safe for tool %r failed; treating it as exclusive", name, exc_info=True)
+        return EXCLUSIVE
+    if verdict is True:
+        return PARALLEL
+    if verdict is not False:
+        log.warning(
+            "concurrency_safe for tool %r returned %s, not True or False; treating it as exclusive",
+            name,
+            type(verdict).__name__,
+        )
+    return EXCLUSIVE
