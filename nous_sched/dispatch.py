@@ -10,6 +10,7 @@ execution; it keeps the same contract: return a JSON-shaped value (or an
 from __future__ import annotations
 
 import contextvars
+import json
 from typing import Any, Callable, Optional
 
 import attrs
@@ -76,7 +77,11 @@ def direct_dispatch(tool: Any, args: dict, run_ctx: Any) -> Any:
     if needs_approval(tool, run_ctx):
         handler = getattr(run_ctx, "approval_handler", None)
         if handler is None:
-            raise ToolError(f"tool {tool.name!r} requires approval and no approval handler is configured", tool.name)
+            raise ToolError(f"tool {_q(tool.name)} requires approval and no approval handler is configured", tool.name)
         if handler(ApprovalRequest(tool.name, args, getattr(tool, "description", ""))) is not True:
-            raise ToolError(f"tool {tool.name!r} was rejected by the approval handler", tool.name)
+            raise ToolError(f"tool {_q(tool.name)} was rejected by the approval handler", tool.name)
     return tool.function(args)
+
+
+def _q(name: str) -> str:
+    return json.dumps(name, ensure_ascii=False)

@@ -1,0 +1,57 @@
+"""Which tools a program may call, and which calls need a human first.
+
+The same policy that governs a model's direct tool calls governs the calls its
+program makes: a denied tool is still *declared* to the program (so it gets a
+clear refusal, not a ``TypeError``) but its calls never reach the scheduler;
+an approval-gated tool asks the run's approval handler on every call, with
+the real name and arguments.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Iterable, Optional
+
+import attrs
+
+__all__ = ["PermissionPolicy", "denied_message"]
+
+
+def _names(value: Optional[Iterable[str]]) -> Optional[frozenset]:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return frozenset([value])
+    return frozenset(value)
+
+
+@attrs.frozen
+class PermissionPolicy:
+    """``allow`` (``None``: every tool) minus ``deny``; approval by name or category.
+
+    ``require_approval`` names tools whose every call needs approval;
+    ``approval_categories`` does the same by ``Tool.category`` (``"execute"``,
+    say). A tool's own ``requires_approval=True`` always applies.
+    """
+
+    allow: Optional[frozenset] = attrs.field(default=None, converter=_names)
+    deny: frozenset = attrs.field(default=frozenset(), converter=lambda v: _names(v) or frozenset())
+    require_approval: frozenset = attrs.field(default=frozenset(), converter=lambda v: _names(v) or frozenset())
+    approval_categories: frozenset = attrs.field(default=frozenset(), converter=lambda v: _names(v) or frozenset())
+
+    def permits(self, tool: Any) -> bool:
+        name = tool.name
+        if name in self.deny:
+            return False
+        return self.allow is None or name in self.allow
+
+    def needs_approval(self, tool: Any) -> bool:
+        return (
+            bool(getattr(tool, "requires_approval", False))
+            or tool.name in self.require_approval
+            or getattr(tool, "category", None) in self.approval_categories
+        )
+
+
+def denied_message(name: str) -> str:
+    return f"tool {json.dumps(name, ensure_ascii=False)} is denied by the permission policy"

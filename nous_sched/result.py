@@ -1,0 +1,67 @@
+"""The result of running one program: data, whatever happened."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import attrs
+
+from .events import ContextUpdate, ToolCallEvent
+from .scheduler import CallRecord
+
+__all__ = ["RunResult", "RunError", "ERROR_KINDS"]
+
+#: Every ``error.kind`` a run can end with.
+ERROR_KINDS = ("exception", "timeout", "abort", "invalid_output", "output_limit")
+
+
+@attrs.frozen
+class RunError:
+    """Why a run failed. ``kind`` is one of :data:`ERROR_KINDS`:
+
+    * ``exception`` - the program threw (or awaited something nothing will
+      ever settle, or had a syntax error); ``message`` is ``"Name: message"``
+      with the program's stack when it has one.
+    * ``timeout`` - the run's deadline passed (a runaway loop, a hung tool).
+    * ``abort`` - the engine stopped the program: memory or stack limit.
+    * ``invalid_output`` - the returned value has no JSON form (a function, a
+      symbol, a BigInt, a cycle).
+    * ``output_limit`` - the returned value's JSON exceeds the byte limit.
+    """
+
+    kind: str = attrs.field(validator=attrs.validators.in_(ERROR_KINDS))
+    message: str = attrs.field(validator=attrs.validators.instance_of(str))
+
+    def as_dict(self) -> dict[str, str]:
+        return {"kind": self.kind, "message": self.message}
+
+
+@attrs.frozen
+class RunResult:
+    """What a run produced. Logs are kept whether it succeeded or not.
+
+    ``events`` is the audit trail (one ``tool_call`` per started sub-call, in
+    submission order) and ``trail`` the timeline of those calls; neither is
+    part of what the model reads (:meth:`to_dict`).
+    """
+
+    logs: tuple[str, ...] = ()
+    result: Any = None
+    error: Optional[RunError] = None
+    events: tuple[ToolCallEvent, ...] = ()
+    trail: tuple[CallRecord, ...] = ()
+    elapsed: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The model-facing shape: ``{"logs", "result"}`` or ``{"logs", "error": {kind, message}}``."""
+        if self.error is None:
+            return {"logs": list(self.logs), "result": self.result}
+        return {"logs": list(self.logs), "error": self.error.as_dict()}
+
+    def context_update(self) -> ContextUpdate:
+        """The audit events as ``log_event`` operations for the caller's own log."""
+        return ContextUpdate.log_events(self.events)

@@ -1,0 +1,219 @@
+// The in-sandbox half of the bridge. Evaluated once per run, before the
+// program, as one expression whose value (the `bridge` function) goes only to
+// the host: no global names it, so a program cannot call it to settle its own
+// calls, drain the outbox or fake its result.
+//
+// The host substitutes __NAMES__ (a JSON array of tool names) and the numeric
+// limits before evaluation.
+//
+// Everything here uses intrinsics captured before the program runs, and
+// null-prototype records, so a program that pollutes Object.prototype,
+// Array.prototype, JSON or Promise changes only what it sees itself, never
+// what crosses to the host.
+(function () {
+  "use strict";
+  const JSONstringify = JSON.stringify;
+  const JSONparse = JSON.parse;
+  const create = Object.create;
+  const freeze = Object.freeze;
+  const defineProperty = Object.defineProperty;
+  const apply = Reflect.apply;
+  const PromiseCtor = Promise;
+  const promiseThen = Promise.prototype.then;
+  const promiseReject = Promise.reject;
+  const strSlice = String.prototype.slice;
+  const StringCtor = String;
+  const ErrorCtor = Error;
+
+  const NAMES = __NAMES__;
+  const MAX_LOG_UNITS = __MAX_LOG_UNITS__;
+  const MAX_OUTPUT_UNITS = __MAX_OUTPUT_UNITS__;
+
+  let nextId = 0;
+  const outbox = create(null);
+  let outHead = 0;
+  let outTail = 0;
+  const waiting = create(null);
+  let logs = create(null);
+  let logCount = 0;
+  let logUnits = 0;
+  let logDropped = 0;
+  let mainJson = "null";
+
+  class ToolError extends ErrorCtor {
+    constructor(tool, message) {
+      super(message);
+      defineProperty(this, "tool", { value: tool, enumerable: true });
+    }
+  }
+  defineProperty(ToolError.prototype, "name", { value: "ToolError" });
+
+  function describe(e) {
+    try {
+      if (e !== null && (typeof e === "object" || typeof e === "function")) {
+        const message = e.message;
+        if (typeof message === "string") {
+          const name = e.name;
+          let text = (typeof name === "string" && name ? name : "Error") + ": " + message;
+          const stack = e.stack;
+          if (!(e instanceof ToolError) && typeof stack === "string" && stack) text += "\n" + stack;
+          return text;
+        }
+        const json = JSONstringify(e);
+        return "Uncaught " + (json === undefined ? "object" : json);
+      }
+      if (typeof e === "string") return "Uncaught " + JSONstringify(e);
+      return "Uncaught " + StringCtor(e) + (typeof e === "bigint" ? "n" : "");
+    } catch (_) {
+      return "Uncaught exception (its value could not be described)";
+    }
+  }
+
+  function brief(e) {
+    try {
+      return StringCtor(e.name) + ": " + StringCtor(e.message);
+    } catch (_) {
+      return "(an exception that could not be described)";
+    }
+  }
+
+  function call(name, args) {
+    let json;
+    try {
+      json = JSONstringify(args === undefined ? null : args);
+    } catch (e) {
+      return apply(promiseReject, PromiseCtor, [new ToolError(name, "arguments are not JSON: " + brief(e))]);
+    }
+    const id = ++nextId;
+    outbox[outTail++] = [id, name, json === undefined ? "null" : json];
+    return new PromiseCtor(function (res, rej) {
+      waiting[id] = { res: res, rej: rej };
+    });
+  }
+
+  function __nous_settle(id, ok, payload) {
+    const w = waiting[id];
+    if (w === undefined) return;
+    delete waiting[id];
+    const value = JSONparse(payload);
+    if (ok) w.res(value);
+    else w.rej(new ToolError(value.tool, value.message));
+  }
+
+  function format(args) {
+    let line = "";
+    for (let i = 0; i < args.length; i++) {
+      const v = args[i];
+      let text;
+      if (typeof v === "string") text = v;
+      else if (v instanceof ErrorCtor) text = describe(v);
+      else {
+        try {
+          text = JSONstringify(v);
+        } catch (_) {
+          text = undefined;
+        }
+        if (text === undefined) {
+          try {
+            text = StringCtor(v);
+          } catch (_) {
+            text = "[unprintable]";
+          }
+        }
+      }
+      line += (i ? " " : "") + text;
+    }
+    return line;
+  }
+
+  function emit(prefix, args) {
+    if (logUnits >= MAX_LOG_UNITS) {
+      logDropped++;
+      return;
+    }
+    let line = prefix + format(args);
+    if (logUnits + line.length > MAX_LOG_UNITS) line = apply(strSlice, line, [0, MAX_LOG_UNITS - logUnits]);
+    logUnits += line.length;
+    logs[logCount++] = line;
+  }
+
+  function drain() {
+    let out = '{"calls":[';
+    for (let first = true; outHead < outTail; first = false) {
+      const c = outbox[outHead];
+      delete outbox[outHead++];
+      out += (first ? "[" : ",[") + c[0] + "," + JSONstringify(c[1]) + "," + c[2] + "]";
+    }
+    out += '],"logs":[';
+    for (let i = 0; i < logCount; i++) out += (i ? "," : "") + JSONstringify(logs[i]);
+    logs = create(null);
+    logCount = 0;
+    out += '],"dropped":' + logDropped + ',"main":' + mainJson + "}";
+    // Concatenation builds a rope string, which the binding cannot convert: flatten it.
+    return apply(strSlice, out, [0]);
+  }
+
+  function onFulfilled(v) {
+    const kind = typeof v;
+    if (kind === "function" || kind === "symbol") {
+      mainJson = '{"state":"invalid","error":' + JSONstringify("the program returned a " + kind + ", which has no JSON form") + "}";
+      return;
+    }
+    let json;
+    try {
+      json = JSONstringify(v === undefined ? null : v);
+    } catch (e) {
+      mainJson = '{"state":"invalid","error":' + JSONstringify("the program's result has no JSON form: " + brief(e)) + "}";
+      return;
+    }
+    if (json === undefined) json = "null";
+    if (json.length > MAX_OUTPUT_UNITS) {
+      mainJson = '{"state":"output_limit","size":' + json.length + "}";
+      return;
+    }
+    mainJson = '{"state":"fulfilled","value":' + json + "}";
+  }
+
+  function onRejected(e) {
+    mainJson = '{"state":"rejected","error":' + JSONstringify(describe(e)) + "}";
+  }
+
+  function __nous_start(main) {
+    apply(promiseThen, main(), [onFulfilled, onRejected]);
+  }
+
+  function makeTool(name) {
+    return freeze(function (args) {
+      return call(name, args);
+    });
+  }
+
+  const tools = create(null);
+  for (let i = 0; i < NAMES.length; i++) {
+    defineProperty(tools, NAMES[i], { value: makeTool(NAMES[i]), enumerable: true });
+  }
+  const logger = function (prefix) {
+    return freeze(function () {
+      emit(prefix, arguments);
+    });
+  };
+  const consoleObject = freeze({
+    log: logger(""),
+    info: logger(""),
+    debug: logger(""),
+    warn: logger("[warn] "),
+    error: logger("[error] "),
+  });
+  freeze(ToolError.prototype);
+  freeze(ToolError);
+  defineProperty(globalThis, "tools", { value: freeze(tools) });
+  defineProperty(globalThis, "console", { value: consoleObject });
+  defineProperty(globalThis, "ToolError", { value: ToolError });
+
+  return function __nous_bridge(op, a, b, c) {
+    if (op === "drain") return drain();
+    if (op === "settle") return __nous_settle(a, b, c);
+    if (op === "start") return __nous_start(a);
+    return undefined;
+  };
+})()
