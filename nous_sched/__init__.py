@@ -9,36 +9,56 @@ from .dispatch import ApprovalRequest, CallInfo, RunContext, current_call, direc
 from .errors import ConfigError, RunCodeError, SnapshotError, ToolError
 from .events import ContextUpdate, Event, LogEvent, SessionLog, ToolCallEvent
 from .outcome import Outcome, SubCallError
+from .policy import PermissionPolicy
+from .result import ERROR_KINDS, RunError, RunResult
+from .run_code import MODES, WithContextUpdate, run_code, run_code_tool, visible_tools
+from .runtime import CodeRuntime, Limits, RuntimeOutcome
 from .scheduler import CallRecord, LaneState, Scheduler, Ticket
 from .snapshot import snapshot
 from .tool import EXCLUSIVE, PARALLEL, Tool, concurrency_mode
+from .adapters import anthropic_tool, call_tool, openai_tool
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "anthropic_tool",
     "ApprovalRequest",
+    "call_tool",
     "CallInfo",
     "CallRecord",
+    "CodeRuntime",
+    "concurrency_mode",
     "ConfigError",
     "ContextUpdate",
-    "EXCLUSIVE",
+    "current_call",
+    "direct_dispatch",
+    "ERROR_KINDS",
     "Event",
+    "EXCLUSIVE",
     "LaneState",
+    "Limits",
     "LogEvent",
+    "MODES",
+    "openai_tool",
     "Outcome",
     "PARALLEL",
+    "PermissionPolicy",
+    "run_code",
+    "run_code_tool",
     "RunCodeError",
     "RunContext",
+    "RunError",
+    "RunResult",
+    "RuntimeOutcome",
     "Scheduler",
     "SessionLog",
+    "snapshot",
     "SnapshotError",
     "SubCallError",
     "Ticket",
     "Tool",
     "ToolCallEvent",
     "ToolError",
-    "concurrency_mode",
-    "current_call",
-    "direct_dispatch",
-    "snapshot",
+    "visible_tools",
+    "WithContextUpdate",
 ]
