@@ -36,7 +36,8 @@ from __future__ import annotations
 import json
 import math
 import re
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from .errors import ConfigError
 
@@ -220,7 +221,7 @@ def _ts_literal(value: Any) -> str | None:
     if isinstance(value, str):
         return _literal(value)
     if isinstance(value, bool) or value is None:
-        return {True: "true", False: "false", None: "null"}[value]
+        return json.dumps(value)
     if isinstance(value, int):
         return _int_literal(value)
     if isinstance(value, float) and math.isfinite(value):

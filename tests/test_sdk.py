@@ -185,6 +185,9 @@ def test_arrays_and_draft4_tuples():
     assert sdk.json_schema_to_type(tuple_schema) == "[string, number]"
     assert sdk.json_schema_to_type({"type": "array", "items": {"type": "string"}}, "python") == "list[str]"
     assert sdk.json_schema_to_type(tuple_schema, "python") == "tuple[str, int]"
+    # An empty tuple: `[]` in TypeScript, and `tuple[()]` since `tuple[]` is not Python.
+    assert sdk.json_schema_to_type({"type": "array", "items": []}) == "[]"
+    assert sdk.json_schema_to_type({"type": "array", "items": []}, "python") == "tuple[()]"
 
 
 def test_enums_become_literal_unions():

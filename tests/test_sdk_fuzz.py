@@ -195,7 +195,7 @@ def test_json_schema_to_type_is_total(schema):
     check_typescript(wrapped)
     assert sdk.json_schema_to_type(schema) in wrapped
     py_type = sdk.json_schema_to_type(schema, "python")
-    compile(f"from typing import *\nx: {py_type}", "<type>", "exec")
+    compile(f"x: {py_type}", "<type>", "exec")
 
 
 @FUZZ
