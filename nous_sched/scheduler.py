@@ -57,6 +57,7 @@ log = logging.getLogger("nous_sched")
 
 DEFAULT_MAX_PARALLEL = 10
 DEFAULT_TIMEOUT = 120.0
+_STOP_JOIN = 2.0
 
 _ids = itertools.count(1)
 
@@ -332,7 +333,12 @@ class Scheduler:
         return self._read(self._state)
 
     def stop(self, timeout: Optional[float] = None) -> None:
-        """End the lane. Idempotent; returns within ``timeout`` (default: the scheduler's).
+        """End the lane. Idempotent; returns within ``timeout`` seconds.
+
+        ``timeout`` bounds the wait for the driver to wind down: a healthy one
+        answers in microseconds, so the default is the smaller of 2 s and the
+        scheduler's own timeout; a driver stuck in a predicate is left to exit
+        when the predicate returns.
 
         Queued calls are released with ``"code run is over; tool call
         abandoned"`` and never start; running ones get the same error (their
@@ -341,12 +347,14 @@ class Scheduler:
         Callers blocked in :meth:`wait` return at once. A private executor is
         shut down; a caller's executor is left alone.
         """
-        limit = self._timeout if timeout is None else timeout
+        limit = min(self._timeout, _STOP_JOIN) if timeout is None else timeout
         with self._open_lock:
             first = not self._closed
             self._closed = True
         if first:
             self._queue.put((_STOP,))
+        if threading.current_thread() is self._driver:
+            return  # an observer stopping its own lane: the driver exits after this callback
         self._driver.join(limit)
         if self._driver.is_alive():
             log.warning(
