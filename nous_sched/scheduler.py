@@ -292,17 +292,21 @@ class Scheduler:
         Never raises for a failed call. Waits at most ``timeout`` seconds (the
         scheduler's own ``timeout`` by default); then the outcome is an error
         ``"timed out waiting for the sub-call to commit"``, or, if the driver
-        never even accepted the call, ``"the scheduler did not answer ..."``,
-        after which every later submit fails the same way.
+        never even accepted the call, ``"the scheduler did not answer ..."``.
+        After such a silence lasting the scheduler's whole ``timeout``, later
+        submits fail the same way at once, until the driver answers again.
         """
         if not isinstance(ticket, Ticket):
             raise ConfigError(f"Scheduler.wait: expected a Ticket from submit(), got {type(ticket).__name__}")
+        limit = self._timeout if timeout is None else timeout
         try:
-            return ticket._future.result(self._timeout if timeout is None else timeout)
+            return ticket._future.result(limit)
         except concurrent.futures.TimeoutError:
             if ticket.seq is None and not ticket.done():
-                self._wedged = True
-                return Outcome.failure(ticket.tool, _msg.NO_ANSWER.format(s=self._timeout))
+                # Only a full-timeout silence condemns the lane; a short poll does not.
+                if limit >= self._timeout:
+                    self._wedged = True
+                return Outcome.failure(ticket.tool, _msg.NO_ANSWER.format(s=limit))
             return Outcome.failure(ticket.tool, _msg.AWAIT_TIMEOUT)
 
     def call(self, tool: Any, args: Any, run_ctx: Any = None) -> Outcome:
@@ -417,10 +421,16 @@ class Scheduler:
                 self._drive()
         except BaseException:
             log.critical("%s crashed; releasing every caller", self._driver.name, exc_info=True)
+            with self._open_lock:
+                self._closed = True
             self._terminate()
+            with self._open_lock:
+                leftovers, self._open = list(self._open), set()
+            for ticket in leftovers:
+                _release(ticket, Outcome.failure(ticket.tool, _msg.GONE))
             raise
         finally:
-            self._cancel_queries()
+            self._drain_after_stop()
 
     def _handle(self, msg: tuple) -> None:
         kind = msg[0]
@@ -436,6 +446,8 @@ class Scheduler:
             # Classification runs here, on the dispatched snapshot, in submission order.
             entry.mode = ctx.run(concurrency_mode, tool, dispatched)
             ticket.seq = entry.seq
+            if self._wedged:
+                self._wedged = False  # it answered after all
             self._pending.append(entry)
         elif kind == _QUERY:
             _, fn, reply = msg
@@ -552,9 +564,11 @@ class Scheduler:
             self._deliver(entry, Outcome.failure(entry.tool.name, _msg.ABANDONED))
         for seq in sorted(self._settled):
             entry = self._settled.pop(seq)
+            self._cursor = max(self._cursor, seq + 1)
             entry.record[5] = time.perf_counter() - self._t0
             entry.record[6] = entry.outcome.ok
             self._deliver(entry, entry.outcome)
+            self._notify(entry, "commit")
         self._exclusive = None
         # Submits that raced stop() into the queue.
         self._drain_after_stop()
@@ -570,9 +584,6 @@ class Scheduler:
             elif msg[0] == _QUERY:
                 msg[2].cancel()
 
-    def _cancel_queries(self) -> None:
-        self._drain_after_stop()
-
 
 def _run_call(dispatch: Callable, tool: Any, args: dict, run_ctx: Any, info: CallInfo, t0: float) -> tuple[Outcome, float]:
     """Run one call on an executor thread; always returns an Outcome, never raises."""
@@ -580,13 +591,14 @@ def _run_call(dispatch: Callable, tool: Any, args: dict, run_ctx: Any, info: Cal
     token = current_call.set(info)
     try:
         value = dispatch(tool, args, run_ctx)
-        if isinstance(value, Outcome):
-            result = value if value.ok else Outcome.failure(name, value.error.message)
+        if isinstance(value, Outcome) and not value.ok:
+            message = value.error.message if value.error is not None else _msg.FAILED
+            result = Outcome.failure(name, message)
         else:
+            if isinstance(value, Outcome):
+                value = value.value
             try:
                 result = Outcome.success(snapshot(value))
-            except ToolError:
-                raise
             except Exception as exc:
                 log.error("code-mode sub-call %s (tool %r) returned a value that is not JSON: %s", info.id, name, exc)
                 result = Outcome.failure(name, f"tool returned a value that is not JSON: {exc}")

@@ -15,7 +15,8 @@ finite ``float``                            itself
 ``dict`` / any ``Mapping``                  a new ``dict``; ``str`` keys kept, ``int``,
                                             ``float``, ``bool`` and ``None`` keys
                                             spelled as JSON spells them (``1`` →
-                                            ``"1"``, ``True`` → ``"true"``)
+                                            ``"1"``, ``True`` → ``"true"``); two keys
+                                            that spell the same are refused
 ``list``, ``tuple``                         a new ``list``
 ``set``, ``frozenset``                      a ``list`` sorted by each element's JSON
                                             text, so the order is reproducible
@@ -85,13 +86,14 @@ def _snap(value: Any, path: str, depth: int, active: set[int]) -> Any:
             active.discard(marker)
     if isinstance(value, enum.Enum):
         return _snap(value.value, path, depth + 1, active)
-    # Subclasses (a str subclass, numpy-free IntFlag...) are copied down to the base type.
+    # Subclasses are copied down to the base type, by content: an overridden
+    # __str__ or __int__ must not change what the tool or the log sees.
     if isinstance(value, bool):
         return bool(value)
     if isinstance(value, int):
-        return int(value)
+        return int.__int__(value)
     if isinstance(value, str):
-        return str(value)
+        return str.__str__(value)
     if isinstance(value, float):
         return _snap(float(value), path, depth, active)
     if isinstance(value, _ISO):
@@ -108,6 +110,8 @@ def _container(value: Any, path: str, depth: int, active: set[int]) -> Any:
         out = {}
         for key, item in value.items():
             name = _key(key, path)
+            if name in out:
+                raise SnapshotError(f"{path}: two keys both spell {name!r} in JSON (e.g. 1 and '1'); keep one")
             out[name] = _snap(item, f"{path}.{name}" if name.isidentifier() else f"{path}[{name!r}]", depth, active)
         return out
     if isinstance(value, (set, frozenset)):
@@ -117,12 +121,10 @@ def _container(value: Any, path: str, depth: int, active: set[int]) -> Any:
 
 
 def _key(key: Any, path: str) -> str:
-    if isinstance(key, str):
-        return str(key)
-    if isinstance(key, enum.Enum):
+    if isinstance(key, enum.Enum):  # before str: a (str, Enum) key is its value, as it is as a value
         key = key.value
-        if isinstance(key, str):
-            return str(key)
+    if isinstance(key, str):
+        return str.__str__(key)
     if key is None or isinstance(key, (bool, int)) or (isinstance(key, float) and math.isfinite(key)):
         return json.dumps(key)
     raise SnapshotError(f"{path}: a key of type {type(key).__name__} is not JSON (keys must be strings)")

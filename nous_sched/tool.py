@@ -76,7 +76,7 @@ class Tool:
 def concurrency_mode(tool: Any, args: Any) -> Mode:
     """``"parallel"`` if ``tool.concurrency_safe(args) is True``, else ``"exclusive"``.
 
-    Never raises. A predicate that raises, or returns anything but ``True``
+    Never raises. A predicate that raises (even ``SystemExit``), or returns anything but ``True``
     (``1``, ``"yes"``, a mock), logs a warning on the ``nous_sched`` logger and
     classifies the call exclusive. ``tool`` may be any object; one without a
     predicate is exclusive.
@@ -87,7 +87,7 @@ def concurrency_mode(tool: Any, args: Any) -> Mode:
     name = getattr(tool, "name", "?")
     try:
         verdict = predicate(args)
-    except Exception:
+    except BaseException:  # raise, exit, anything: fail safe, and keep the lane alive
         log.warning("concurrency_safe for tool %r failed; treating it as exclusive", name, exc_info=True)
         return EXCLUSIVE
     if verdict is True:
