@@ -1,0 +1,332 @@
+"""The examples run and say what they claim; the README's code blocks run; its commands match CI."""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import json
+import re
+import shlex
+import sys
+import textwrap
+import types
+from pathlib import Path
+
+import pytest
+
+from nous_sched import ToolError, run_code
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+README = ROOT / "README.rst"
+
+
+def _load(name: str, path: Path) -> types.ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def example_tools():
+    return _load("nous_sched_test_example_tools", EXAMPLES / "tools.py")
+
+
+def _peak(trail) -> int:
+    """Most calls running at one instant."""
+    return max(sum(1 for r in trail if r.started <= t.started < r.finished) for t in trail)
+
+
+def _run(example_tools, name: str, **options):
+    program = (EXAMPLES / name).read_text(encoding="utf-8")
+    result = run_code(program, example_tools.make_tools(), timeout=20, **options)
+    assert result.ok, result.error
+    return result
+
+
+# -- the JavaScript examples -------------------------------------------------------
+
+
+def test_fanout(example_tools):
+    result = _run(example_tools, "fanout.js")
+    assert result.result == {
+        "cities": 12,
+        "total_population": 151216015,
+        "largest": "Shanghai",
+        "by_country": {
+            "Japan": 16712412,
+            "India": 29230314,
+            "China": 46763990,
+            "Brazil": 12325232,
+            "Mexico": 9209944,
+            "Egypt": 9539673,
+            "Nigeria": 15388000,
+            "France": 2102650,
+            "Peru": 9943800,
+        },
+    }
+    assert result.logs == ("looked up 12 cities in 9 countries", "largest: Shanghai, China (24870895)")
+    assert [(r.seq, r.tool, r.mode, r.ok) for r in result.trail] == [(i, "lookup_city", "parallel", True) for i in range(12)]
+    assert [e.arguments["name"] for e in result.events][:3] == ["Tokyo", "Delhi", "Shanghai"]
+    # A real fan-out: lookups ran side by side (all twelve were submitted at
+    # once; how many overlap depends on the machine's load, but not one at a time).
+    assert _peak(result.trail) >= 2
+
+
+def test_fanout_respects_max_parallel(example_tools):
+    result = _run(example_tools, "fanout.js", max_parallel=3)
+    assert result.result["cities"] == 12
+    assert _peak(result.trail) <= 3
+
+
+def test_notes_shows_the_barrier(example_tools):
+    result = _run(example_tools, "notes.js")
+    assert result.result == {
+        "words": 42,
+        "trip_lines": 2,
+        "stops": ["Lisbon, Portugal", "Osaka, Japan", "Nairobi, Kenya"],
+        "notes": ["spring trip"],
+    }
+    assert result.logs == ("travel.txt: 42 words; 2 lines mention a trip", "saved note 1: spring trip")
+    trail = result.trail
+    assert [(r.tool, r.mode) for r in trail] == [
+        ("read_file", "parallel"),
+        ("word_count", "parallel"),
+        ("search_files", "parallel"),
+        ("lookup_city", "parallel"),
+        ("lookup_city", "parallel"),
+        ("add_note", "exclusive"),
+        ("lookup_city", "parallel"),
+        ("list_notes", "parallel"),
+    ]
+    assert all(r.ok for r in trail)
+    # The two lookups before the note overlapped; the note waited for both to
+    # commit; the calls after it started only once it had committed.
+    assert trail[4].started < trail[3].finished
+    assert trail[5].started >= max(trail[3].committed, trail[4].committed)
+    assert min(trail[6].started, trail[7].started) >= trail[5].committed
+    # Commits are in submission order.
+    commits = [r.committed for r in trail]
+    assert commits == sorted(commits)
+
+
+def test_errors_catches_and_continues(example_tools):
+    result = _run(example_tools, "errors.js")
+    assert result.result == {"found": ["Lisbon", "Nairobi"], "missing": ["Atlantis"], "reads": ["fulfilled", "rejected"]}
+    assert result.logs == (
+        "skipping Atlantis: lookup_city failed",
+        "refused: '../../setup.cfg' is outside the data folder",
+    )
+    assert [r.ok for r in result.trail] == [True, False, True, True, False]
+
+
+def test_notes_are_per_tool_set(example_tools):
+    # make_tools() gives each run its own database: running twice saves note 1 twice.
+    for _ in range(2):
+        assert _run(example_tools, "notes.js").logs[-1] == "saved note 1: spring trip"
+
+
+# -- the example tools themselves ----------------------------------------------------
+
+
+def _tool(example_tools, name, **kwargs):
+    return next(t for t in example_tools.make_tools(**kwargs) if t.name == name)
+
+
+def test_example_tools_behave(example_tools, tmp_path):
+    assert [t.name for t in example_tools.TOOLS] == [
+        "search_files", "read_file", "word_count", "lookup_city", "list_notes", "add_note",
+    ]
+    for tool in example_tools.TOOLS:
+        assert tool.description and tool.parameters["type"] == "object"
+        assert (tool.concurrency_safe is None) == (tool.name == "add_note")
+
+    lookup = _tool(example_tools, "lookup_city", latency=0)
+    assert lookup.function({"name": "lisbon"}) == {
+        "name": "Lisbon", "country": "Portugal", "population": 545796, "lat": 38.7223, "lon": -9.1393,
+    }
+    with pytest.raises(ToolError, match="no city named 'Atlantis'; known cities: Beijing, Berlin"):
+        lookup.function({"name": "Atlantis"})
+    with pytest.raises(ToolError, match="`name` must be a non-empty string"):
+        lookup.function({})
+
+    read = _tool(example_tools, "read_file")
+    assert read.function({"path": "travel.txt"})["text"].startswith("Trip ideas for the spring.")
+    for outside in ("../tools.py", "/etc/passwd", "data/../../setup.cfg"):
+        with pytest.raises(ToolError, match="outside the data folder|no file"):
+            read.function({"path": outside})
+
+    search = _tool(example_tools, "search_files")
+    hits = search.function({"query": "COMMIT"})
+    assert {m["file"] for m in hits["matches"]} == {"scheduler.txt"}
+    assert hits["matches"][0] == {"file": "scheduler.txt", "line": 2, "text": "Calls commit strictly in submission order, however the work raced."}
+    assert search.function({"query": "Lisbon", "glob": "*.csv"})["matches"][0]["line"] == 15
+    assert search.function({"query": "e", "max_results": 2})["truncated"] is True
+    assert search.function({"query": "root", "glob": "../../*"})["matches"] == []
+
+    assert _tool(example_tools, "word_count").function({"text": "a b\nc"}) == {"words": 3, "lines": 2, "chars": 5}
+
+    # Another data folder and a file database.
+    (tmp_path / "cities.csv").write_text("name,country,population,lat,lon\nAtlantis,Sea,1,0,0\n")
+    tools = {t.name: t for t in example_tools.make_tools(tmp_path, notes_db=str(tmp_path / "notes.db"), latency=0)}
+    assert tools["lookup_city"].function({"name": "Atlantis"})["country"] == "Sea"
+    assert tools["add_note"].function({"title": "x", "text": "y"}) == {"id": 1, "title": "x"}
+    again = {t.name: t for t in example_tools.make_tools(tmp_path, notes_db=str(tmp_path / "notes.db"), latency=0)}
+    assert again["list_notes"].function({}) == [{"id": 1, "title": "x", "text": "y"}]
+
+
+# -- the agent loop -----------------------------------------------------------------
+
+
+def test_agent_loop(capsys):
+    agent = _load("nous_sched_test_agent_loop", EXAMPLES / "agent_loop.py")
+    outcome = agent.run_agent("How many people?")
+    assert outcome["answer"] == "Those 12 cities have 151,216,015 people; the largest is Shanghai."
+    roles = [m["role"] for m in outcome["messages"]]
+    assert roles == ["user", "assistant", "tool", "assistant"]
+    tool_message = json.loads(outcome["messages"][2]["content"])
+    assert tool_message["result"]["cities"] == 12 and len(tool_message["logs"]) == 2
+    # The sub-calls are audit events in the session, not messages.
+    events = outcome["session"].events
+    assert [e.type for e in events] == ["tool_call"] * 12
+    assert outcome["session"].messages() == []
+
+    assert agent.main() == 0
+    out = capsys.readouterr().out
+    assert "assistant -> run_code(...)" in out
+    assert "audit log: 12 tool_call events" in out
+
+
+def test_agent_loop_offers_run_code_with_the_sdk():
+    agent = _load("nous_sched_test_agent_loop2", EXAMPLES / "agent_loop.py")
+    model = agent.ScriptedModel("return { cities: 1, total_population: 2, largest: (await tools.lookup_city({name: 'Lima'})).name }")
+    assert agent.run_agent("q", model)["answer"] == "Those 1 cities have 2 people; the largest is Lima."
+    failing = agent.ScriptedModel("throw new Error('bad program')")
+    assert agent.run_agent("q", failing)["answer"] == "The program failed (exception)."
+    tools = model.requests[0]["tools"]
+    assert [t["function"]["name"] for t in tools] == ["run_code"]
+    description = tools[0]["function"]["description"]
+    for name in ("lookup_city", "add_note", "search_files"):
+        assert name in description
+
+
+# -- README ---------------------------------------------------------------------------
+
+
+def readme_blocks(language: str) -> list[str]:
+    """The bodies of the README's ``.. code-block:: <language>`` directives, dedented."""
+    lines = README.read_text(encoding="utf-8").split("\n")
+    blocks, i = [], 0
+    while i < len(lines):
+        if lines[i].strip() == f".. code-block:: {language}":
+            i += 1
+            body = []
+            while i < len(lines) and (not lines[i].strip() or lines[i].startswith("   ")):
+                body.append(lines[i])
+                i += 1
+            blocks.append(textwrap.dedent("\n".join(body)).strip("\n") + "\n")
+        else:
+            i += 1
+    return blocks
+
+
+PYTHON_BLOCKS = readme_blocks("python")
+
+
+def test_readme_has_python_blocks():
+    assert len(PYTHON_BLOCKS) >= 4
+    assert any("Scheduler(" in b for b in PYTHON_BLOCKS)
+    assert any("run_code(" in b for b in PYTHON_BLOCKS)
+
+
+@pytest.mark.parametrize(
+    "block", [b for b in PYTHON_BLOCKS if "django" not in b], ids=lambda b: b.strip().splitlines()[-1][:40]
+)
+def test_readme_python_block_runs(block, capsys):
+    exec(compile(block, str(README), "exec"), {"__name__": "readme_example"})
+
+
+class _JsonResponse:
+    def __init__(self, data, status=200):
+        self.data = data
+        self.status_code = status
+
+
+def test_readme_django_view(monkeypatch):
+    (block,) = [b for b in PYTHON_BLOCKS if "django" in b]
+    http = types.ModuleType("django.http")
+    http.JsonResponse = _JsonResponse
+    decorators = types.ModuleType("django.views.decorators.http")
+    decorators.require_POST = lambda view: view
+    for name, module in {
+        "django": types.ModuleType("django"),
+        "django.http": http,
+        "django.views": types.ModuleType("django.views"),
+        "django.views.decorators": types.ModuleType("django.views.decorators"),
+        "django.views.decorators.http": decorators,
+    }.items():
+        monkeypatch.setitem(sys.modules, name, module)
+    namespace: dict = {"__name__": "readme_django"}
+    exec(compile(block, str(README), "exec"), namespace)
+    view = namespace["run_program"]
+
+    def post(body):
+        return view(types.SimpleNamespace(method="POST", body=json.dumps(body).encode()))
+
+    ok = post({"code": "const [a, b] = await Promise.all([tools.get_order({id: 'A1'}), tools.get_order({id: 'B2'})]);"
+                       " return a.total + b.total", "description": "Sum two orders"})
+    assert (ok.status_code, ok.data) == (200, {"logs": [], "result": 42})
+    failed = post({"code": "return (await tools.get_order({id: 'ZZ'})).total", "description": "A missing order"})
+    assert failed.status_code == 200 and failed.data["error"]["kind"] == "exception"
+    nothing = post({"description": "no code"})
+    assert nothing.status_code == 400 and "code" in nothing.data["error"]
+
+
+def _console_commands() -> list[str]:
+    return [line.strip() for b in readme_blocks("console") for line in b.splitlines() if line.strip()]
+
+
+def test_readme_commands():
+    commands = _console_commands()
+    assert "pip install -e . && nous-sched run examples/fanout.js --tools examples/tools.py" in commands
+    assert "pip install -e '.[test]' && python -m pytest" in commands
+
+
+def test_readme_test_command_is_what_ci_runs():
+    readme_command = "pip install -e '.[test]' && python -m pytest"
+    assert readme_command in README.read_text(encoding="utf-8")
+    ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
+    commands = [line for line in ci if line and not line.startswith(("#", "set ", "cd "))]
+    assert commands == [readme_command]
+
+
+def test_readme_mentions_what_it_promises():
+    text = README.read_text(encoding="utf-8")
+    for needle in (
+        "examples/flask_app.py",
+        "See benchmarks/README.rst.",
+        "nous-sched-driver-",
+        "nous-sched-tool-",
+        "exception",
+        "timeout",
+        "abort",
+        "invalid_output",
+        "output_limit",
+    ):
+        assert needle in text, needle
+    from nous_sched import ERROR_KINDS
+
+    for kind in ERROR_KINDS:
+        assert f"``{kind}``" in text
+
+
+def test_readme_renders_cleanly():
+    docutils_core = pytest.importorskip("docutils.core")
+    warnings = io.StringIO()
+    docutils_core.publish_doctree(
+        README.read_text(encoding="utf-8"),
+        settings_overrides={"warning_stream": warnings, "report_level": 2, "halt_level": 5},
+    )
+    assert warnings.getvalue() == ""
