@@ -166,7 +166,6 @@ def run_code(
         timeout=limits.timeout,
         observer=observer,
     )
-    started = time.perf_counter()
     try:
         if description:
             log.info("run_code %s: %s", scheduler.call_id, description)
@@ -175,7 +174,7 @@ def run_code(
         # The driver winds down in microseconds unless a predicate is stuck;
         # then waiting longer would only delay this run's answer.
         scheduler.stop(timeout=1.0)
-    elapsed = time.perf_counter() - started
+    elapsed = time.perf_counter() - scheduler.epoch  # the trail's origin too
     return RunResult(
         logs=tuple(outcome.logs),
         result=outcome.result,

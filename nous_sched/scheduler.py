@@ -252,6 +252,11 @@ class Scheduler:
     def call_id(self) -> Optional[str]:
         return self._call_id
 
+    @property
+    def epoch(self) -> float:
+        """The ``time.perf_counter()`` value that :class:`CallRecord` times count from."""
+        return self._t0
+
     def submit(self, tool: Any, args: Any, run_ctx: Any = None) -> Ticket:
         """Queue one call of ``tool`` with ``args``; returns at once.
 

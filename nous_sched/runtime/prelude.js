@@ -132,7 +132,10 @@
       return;
     }
     let line = prefix + format(args);
-    if (logUnits + line.length > MAX_LOG_UNITS) line = apply(strSlice, line, [0, MAX_LOG_UNITS - logUnits]);
+    if (logUnits + line.length > MAX_LOG_UNITS) {
+      line = apply(strSlice, line, [0, MAX_LOG_UNITS - logUnits]);
+      logDropped++; // a cut line counts as lost, so the host adds the marker
+    }
     logUnits += line.length;
     logs[logCount++] = line;
   }
