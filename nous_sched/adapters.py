@@ -7,6 +7,7 @@ back, so a loop needs no knowledge of nous_sched beyond these two.
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any, Optional
 
@@ -16,7 +17,13 @@ from .tool import Tool
 
 __all__ = ["openai_tool", "anthropic_tool", "call_tool"]
 
-_EMPTY = {"type": "object", "properties": {}}
+
+
+def _schema(tool: Tool) -> dict[str, Any]:
+    # A fresh copy each time: callers may edit what they get.
+    if tool.parameters is None:
+        return {"type": "object", "properties": {}}
+    return copy.deepcopy(dict(tool.parameters))
 
 
 def openai_tool(tool: Tool) -> dict[str, Any]:
@@ -26,14 +33,14 @@ def openai_tool(tool: Tool) -> dict[str, Any]:
         "function": {
             "name": tool.name,
             "description": tool.description,
-            "parameters": dict(tool.parameters or _EMPTY),
+            "parameters": _schema(tool),
         },
     }
 
 
 def anthropic_tool(tool: Tool) -> dict[str, Any]:
     """Anthropic Messages API ``tools`` entry."""
-    return {"name": tool.name, "description": tool.description, "input_schema": dict(tool.parameters or _EMPTY)}
+    return {"name": tool.name, "description": tool.description, "input_schema": _schema(tool)}
 
 
 def call_tool(tool: Tool, arguments: Any, session: Optional[SessionLog] = None) -> str:

@@ -25,7 +25,8 @@ import json
 import logging
 import secrets
 import time
-from typing import Any, Callable, Iterable, Optional, Sequence
+from collections.abc import Mapping
+from typing import Any, Callable, Iterable, Optional
 
 import attrs
 
@@ -36,7 +37,7 @@ from .events import ContextUpdate, SessionLog
 from .outcome import Outcome
 from .policy import PermissionPolicy, denied_message
 from .result import RunResult
-from .runtime import CodeRuntime, Limits
+from .runtime import CodeRuntime, Limits, RuntimeOutcome
 from .scheduler import Scheduler, Ticket
 from .tool import Tool
 
@@ -100,6 +101,11 @@ def resolve_runtime(runtime: Any = None) -> CodeRuntime:
         except ImportError:
             raise RunCodeError(_NO_RUNTIME) from None
         return QuickJSRuntime()
+    if isinstance(runtime, type):
+        raise RunCodeError(
+            f"code runtime {runtime.__name__} is a class and does not implement nous_sched.CodeRuntime "
+            f"as passed; pass an instance, e.g. runtime={runtime.__name__}()"
+        )
     if not callable(getattr(runtime, "run", None)):
         raise RunCodeError(
             f"code runtime {runtime!r} does not implement nous_sched.CodeRuntime "
@@ -170,6 +176,8 @@ def run_code(
         if description:
             log.info("run_code %s: %s", scheduler.call_id, description)
         outcome = rt.run(code, _Host(scheduler, granted, denied, run_ctx), limits)
+        if not isinstance(outcome, RuntimeOutcome):
+            raise RunCodeError(f"code runtime {rt!r} returned {outcome!r} from run(); expected a nous_sched.RuntimeOutcome")
     finally:
         # The driver winds down in microseconds unless a predicate is stuck;
         # then waiting longer would only delay this run's answer.
@@ -207,7 +215,9 @@ def run_code_tool(
     rt = resolve_runtime(runtime)
     description = RUN_CODE_DESCRIPTION + "\n\n" + sdk.render(granted.values(), "typescript")
 
-    def function(args: dict) -> Any:
+    def function(args: Any) -> Any:
+        if not isinstance(args, Mapping):
+            raise RunCodeError(_NO_CODE)
         code = args.get("code")
         if not isinstance(code, str):
             raise RunCodeError(_NO_CODE)

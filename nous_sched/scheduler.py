@@ -462,7 +462,7 @@ class Scheduler:
                 reply.set_exception(exc)
 
     def _drive(self) -> None:
-        pending, inflight, settled = self._pending, self._inflight, self._settled
+        pending, settled = self._pending, self._settled
         while True:
             if self._cursor in settled:
                 self._commit(settled.pop(self._cursor))

@@ -24,6 +24,10 @@
   const strSlice = String.prototype.slice;
   const StringCtor = String;
   const ErrorCtor = Error;
+  const getPrototypeOf = Object.getPrototypeOf;
+  const AsyncFunctionPrototype = getPrototypeOf(async function () {});
+  const strSplit = String.prototype.split;
+  const strIndexOf = String.prototype.indexOf;
 
   const NAMES = __NAMES__;
   const MAX_LOG_UNITS = __MAX_LOG_UNITS__;
@@ -56,7 +60,7 @@
           const name = e.name;
           let text = (typeof name === "string" && name ? name : "Error") + ": " + message;
           const stack = e.stack;
-          if (!(e instanceof ToolError) && typeof stack === "string" && stack) text += "\n" + stack;
+          if (!(e instanceof ToolError) && typeof stack === "string" && stack) text += "\n" + programFrames(stack);
           return text;
         }
         const json = JSONstringify(e);
@@ -67,6 +71,18 @@
     } catch (_) {
       return "Uncaught exception (its value could not be described)";
     }
+  }
+
+  // The bridge's own frames (named __nous_*) are noise to the program's author.
+  function programFrames(stack) {
+    const lines = apply(strSplit, stack, ["\n"]);
+    let out = "";
+    for (let i = 0; i < lines.length; i++) {
+      const line = lines[i];
+      if (line === "" || apply(strIndexOf, line, ["__nous_"]) !== -1) continue;
+      out += (out ? "\n" : "") + line;
+    }
+    return out;
   }
 
   function brief(e) {
@@ -182,6 +198,12 @@
   }
 
   function __nous_start(main) {
+    // The host wraps the program as `(async function program() {<code>\n})`;
+    // anything else means the code closed that function early.
+    if (typeof main !== "function" || getPrototypeOf(main) !== AsyncFunctionPrototype) {
+      onRejected(new SyntaxError("unbalanced braces: the program closes the function it runs in"));
+      return;
+    }
     apply(promiseThen, main(), [onFulfilled, onRejected]);
   }
 

@@ -18,18 +18,21 @@ bits and strings at NUL, so every value travels as JSON text. No Python
 callable is ever exposed to JS (the binding refuses them while a time limit
 is set, and a raising one corrupts the context).
 
-Limits. ``set_time_limit`` is a per-call slice of *process* CPU time, so the
-host re-arms it with the run's remaining time before each step and checks the
-wall-clock deadline between jobs; under heavy CPU load from other threads a
-runaway program can be stopped before its wall deadline, never after it. A
-context whose limit tripped is discarded, after one bounded attempt to
-collect the log lines it still held.
+Limits. The wall-clock deadline is exact while the host waits for tools and
+between JS jobs. *Inside* one long JS step the only interrupt the binding has
+is ``set_time_limit``, a slice of *process* CPU time, which the host re-arms
+with the run's remaining time before each step. So a runaway loop is stopped
+after that much CPU time: early if other threads of this process burn CPU
+alongside it, late if other processes starve it of CPU (on a saturated core a
+0.5 s deadline was seen to stretch to 2 s). A context whose limit tripped is
+discarded, after one bounded attempt to collect the log lines it still held.
 """
 
 from __future__ import annotations
 
 import collections
 import json
+import re
 import time
 from importlib import resources
 from typing import Any, Optional
@@ -44,6 +47,7 @@ __all__ = ["QuickJSRuntime"]
 
 _PRELUDE = resources.files(__package__).joinpath("prelude.js").read_text(encoding="utf-8")
 _TRUNCATED = "[output truncated at {n} bytes]"
+_PLACEHOLDER = re.compile("__NAMES__|__MAX_LOG_UNITS__|__MAX_OUTPUT_UNITS__")
 
 
 class QuickJSRuntime:
@@ -95,11 +99,13 @@ class _Run:
         ctx = self.ctx = quickjs.Context()
         ctx.set_memory_limit(limits.memory_bytes)
         ctx.set_max_stack_size(limits.stack_bytes)
-        prelude = (
-            _PRELUDE.replace("__NAMES__", json.dumps(list(self.host.names)))
-            .replace("__MAX_LOG_UNITS__", str(limits.max_log_bytes))
-            .replace("__MAX_OUTPUT_UNITS__", str(limits.max_output_bytes))
-        )
+        values = {
+            "__NAMES__": json.dumps(list(self.host.names)),
+            "__MAX_LOG_UNITS__": str(limits.max_log_bytes),
+            "__MAX_OUTPUT_UNITS__": str(limits.max_output_bytes),
+        }
+        # One pass, so a tool *named* like a placeholder is not substituted again.
+        prelude = _PLACEHOLDER.sub(lambda m: values[m.group(0)], _PRELUDE)
         self._arm()
         self.bridge = self._guard(ctx.eval, prelude)
         try:
@@ -110,16 +116,21 @@ class _Run:
         self._guard(self.bridge, "start", main)
         del main
 
+        # A run ends when the program has settled *and* every call it started
+        # has committed, so a call fired without `await` before `return` still
+        # runs and is audited; its continuations may still log.
         outstanding: collections.OrderedDict[int, Any] = collections.OrderedDict()
+        state = None
         while True:
             self._pump()
             envelope = self._drain()
             for call_id, name, args in envelope["calls"]:
                 outstanding[call_id] = self.host.call(name, args)
-            state = envelope["main"]
-            if state is not None:
-                return self._finish(state)
+            if state is None:
+                state = envelope["main"]
             if not outstanding:
+                if state is not None:
+                    return self._finish(state)
                 return RuntimeOutcome(
                     self.logs.lines(),
                     error=RunError(
@@ -131,6 +142,9 @@ class _Run:
             call_id, pending = outstanding.popitem(last=False)
             outcome = pending.wait(max(self.deadline - time.monotonic(), 0.0))
             if outcome is None:
+                if state is not None:
+                    self.logs.note(f"[{len(outstanding) + 1} tool call(s) started without await were abandoned at the deadline]")
+                    return self._finish(state)
                 return RuntimeOutcome(self.logs.lines(), error=self._timeout_error("waiting for a tool call"))
             self._settle(call_id, outcome)
 
@@ -139,7 +153,7 @@ class _Run:
         kind = state["state"]
         if kind == "fulfilled":
             value = state["value"]
-            size = len(json.dumps(value, ensure_ascii=False).encode("utf-8"))
+            size = len(json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass"))
             if size > self.limits.max_output_bytes:
                 return self._output_limit(logs, size)
             return RuntimeOutcome(logs, result=value)
@@ -147,10 +161,14 @@ class _Run:
             error = _strip_bridge_frames(state["error"])
             if _is_stack_overflow(error):
                 return RuntimeOutcome(logs, error=RunError("abort", _stack_message(self.limits)))
-            if error.startswith("InternalError: out of memory") or (error == "Uncaught null" and "null" not in self.program):
-                # QuickJS throws a bare null when it cannot even allocate the
-                # out-of-memory error; a program that never says null did not throw it.
+            if error.startswith("InternalError: out of memory"):
                 return RuntimeOutcome(logs, error=self._memory_error())
+            if error == "Uncaught null":
+                # QuickJS throws a bare null when it cannot even allocate the
+                # out-of-memory error, and by now the memory is freed: nothing
+                # tells that apart from a literal `throw null`, so say both.
+                return RuntimeOutcome(logs, error=self._memory_error(
+                    " (or it threw a bare null, which QuickJS also raises when it runs out of memory)"))
             return RuntimeOutcome(logs, error=RunError("exception", _clip(error)))
         if kind == "output_limit":
             return self._output_limit(logs, state["size"])
@@ -183,10 +201,11 @@ class _Run:
         return envelope
 
     def _settle(self, call_id: int, outcome: Outcome) -> None:
+        # ASCII JSON: escapes lone surrogates (the binding cannot pass them) and NUL.
         if outcome.ok:
-            payload = json.dumps(outcome.value, ensure_ascii=False, allow_nan=False)
+            payload = json.dumps(outcome.value, allow_nan=False)
         else:
-            payload = json.dumps(outcome.error.as_dict(), ensure_ascii=False)
+            payload = json.dumps(outcome.error.as_dict())
         self._arm()
         self._guard(self.bridge, "settle", call_id, outcome.ok, payload)
 
@@ -221,9 +240,9 @@ class _Run:
         except Exception:
             pass
 
-    def _memory_error(self) -> RunError:
+    def _memory_error(self, detail: str = "") -> RunError:
         mib = self.limits.memory_bytes / (1024 * 1024)
-        return RunError("abort", f"the program exceeded its {mib:g} MiB memory limit and was stopped")
+        return RunError("abort", f"the program exceeded its {mib:g} MiB memory limit and was stopped{detail}")
 
     def _timeout_error(self, doing: str) -> RunError:
         return RunError(
@@ -244,6 +263,7 @@ class _LogBook:
         self.used = 0
         self.full = False
         self._lines: list[str] = []
+        self._notes: list[str] = []
         self._dropped = 0
 
     def extend(self, lines: list[str], dropped: int) -> None:
@@ -263,7 +283,16 @@ class _LogBook:
             self.used += len(data)
             self._lines.append(line)
 
+    def note(self, line: str) -> None:
+        """A line from the host itself: always kept, outside the budget."""
+        self._notes.append(line)
+
     def lines(self) -> tuple[str, ...]:
+        if self._notes:
+            return (*self._lines_with_marker(), *self._notes)
+        return self._lines_with_marker()
+
+    def _lines_with_marker(self) -> tuple[str, ...]:
         if self._dropped and not self.full:
             return (*self._lines, _TRUNCATED.format(n=self.max_bytes))
         return tuple(self._lines)
