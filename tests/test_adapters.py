@@ -1,0 +1,175 @@
+"""Handing ``run_code`` to agent loops: provider tool shapes and ``call_tool``."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from nous_sched import (
+    Event,
+    RunCodeError,
+    SessionLog,
+    Tool,
+    WithContextUpdate,
+    anthropic_tool,
+    call_tool,
+    openai_tool,
+    run_code_tool,
+)
+
+
+def echo(name="echo"):
+    return Tool(name=name, function=lambda args: args)
+
+
+def rc(*tools, **options):
+    return run_code_tool(list(tools) or [echo()], **options)
+
+
+def args(code, description="test program"):
+    return {"code": code, "description": description}
+
+
+# --- tool shapes -----------------------------------------------------------------------
+
+
+def test_openai_tool_shape_for_run_code():
+    tool = rc()
+    shape = openai_tool(tool)
+    assert shape == {
+        "type": "function",
+        "function": {"name": "run_code", "description": tool.description, "parameters": dict(tool.parameters)},
+    }
+    params = shape["function"]["parameters"]
+    assert params["required"] == ["code", "description"]
+    assert params["properties"]["code"]["type"] == "string"
+    assert params["properties"]["description"]["type"] == "string"
+    assert "declare const tools" in shape["function"]["description"]
+    json.dumps(shape)  # ready to send
+
+
+def test_anthropic_tool_shape_for_run_code():
+    tool = rc()
+    shape = anthropic_tool(tool)
+    assert shape == {"name": "run_code", "description": tool.description, "input_schema": dict(tool.parameters)}
+    assert set(shape) == {"name", "description", "input_schema"}
+    assert shape["input_schema"]["required"] == ["code", "description"]
+    json.dumps(shape)
+
+
+def test_shapes_hand_out_a_copy_of_the_top_level_schema():
+    tool = rc()
+    before = copy.deepcopy(dict(tool.parameters))
+    openai_tool(tool)["function"]["parameters"]["strict"] = True
+    anthropic_tool(tool)["input_schema"]["extra"] = 1
+    assert dict(tool.parameters) == before
+
+
+def test_tool_without_parameters_gets_an_empty_object_schema():
+    plain = echo("plain")
+    assert openai_tool(plain)["function"]["parameters"] == {"type": "object", "properties": {}}
+    assert anthropic_tool(plain)["input_schema"] == {"type": "object", "properties": {}}
+    assert openai_tool(plain)["function"]["description"] == ""
+
+
+def test_empty_schemas_are_not_shared_between_tools():
+    first = openai_tool(echo("first"))
+    properties = first["function"]["parameters"]["properties"]
+    properties["injected"] = {"type": "string"}
+    try:
+        assert anthropic_tool(echo("second"))["input_schema"] == {"type": "object", "properties": {}}
+    finally:
+        properties.pop("injected", None)  # undo the leak for every later test
+
+
+# --- call_tool ---------------------------------------------------------------------------
+
+
+def test_call_tool_returns_json_text_for_a_json_string_argument():
+    text = call_tool(rc(), json.dumps(args("console.log('hi'); return await tools.echo({a: 1})")))
+    assert isinstance(text, str)
+    assert json.loads(text) == {"logs": ["hi"], "result": {"a": 1}}
+
+
+def test_call_tool_accepts_dicts_and_bytes():
+    assert json.loads(call_tool(rc(), args("return 1"))) == {"logs": [], "result": 1}
+    assert json.loads(call_tool(rc(), json.dumps(args("return 2")).encode())) == {"logs": [], "result": 2}
+
+
+def test_call_tool_keeps_non_ascii_text():
+    text = call_tool(rc(), args("return 'é😀'"))
+    assert "é😀" in text
+    assert json.loads(text)["result"] == "é😀"
+
+
+def test_call_tool_applies_the_context_update_to_the_session():
+    session = SessionLog([Event("system_message", {"content": "be brief"}), Event("user_message", {"content": "go"})])
+    before = session.messages()
+    code = "const a = await tools.alpha({n: 1}); const b = await tools.beta({n: 2}); return [a, b]"
+    text = call_tool(rc(echo("alpha"), echo("beta"), call_id="turn-1"), json.dumps(args(code)), session)
+    # Only the value goes back to the model...
+    assert json.loads(text) == {"logs": [], "result": [{"n": 1}, {"n": 2}]}
+    # ...the audit events land in the session, in submission order...
+    added = session.events[2:]
+    assert [e.type for e in added] == ["tool_call", "tool_call"]
+    assert [(e.data["id"], e.data["name"], e.data["arguments"], e.data["seq"]) for e in added] == [
+        ("turn-1:code:0", "alpha", {"n": 1}, 0),
+        ("turn-1:code:1", "beta", {"n": 2}, 1),
+    ]
+    assert all(e.data["source"] == "code_mode" and not e.surface for e in added)
+    # ...and the model-visible history is unchanged.
+    assert session.messages() == before == [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "go"},
+    ]
+
+
+def test_call_tool_without_a_session_returns_only_the_value():
+    text = call_tool(rc(), args("return await tools.echo({x: 1})"))
+    assert json.loads(text) == {"logs": [], "result": {"x": 1}}
+    # The raw function returns the update; call_tool never leaks it into the text.
+    raw = rc().function(args("return await tools.echo({x: 1})"))
+    assert isinstance(raw, WithContextUpdate)
+    assert "tool_call" not in text
+
+
+def test_call_tool_with_no_sub_calls_leaves_the_session_alone():
+    session = SessionLog()
+    assert json.loads(call_tool(rc(), args("return 'none'"), session)) == {"logs": [], "result": "none"}
+    assert len(session) == 0
+
+
+def test_call_tool_failed_run_returns_the_error_and_still_audits():
+    session = SessionLog()
+    text = call_tool(rc(), args("await tools.echo({}); throw new Error('late')"), session)
+    body = json.loads(text)
+    assert set(body) == {"logs", "error"}
+    assert body["error"]["kind"] == "exception" and "late" in body["error"]["message"]
+    assert [e.data["name"] for e in session.events] == ["echo"]
+    assert session.messages() == []
+
+
+def test_call_tool_nothing_ran_raises_and_leaves_the_session_alone():
+    session = SessionLog()
+    with pytest.raises(RunCodeError, match="non-empty `description`"):
+        call_tool(rc(), json.dumps(args("return 1", "  ")), session)
+    with pytest.raises(RunCodeError, match="`code` parameter"):
+        call_tool(rc(), "null", session)  # null arguments become {}
+    with pytest.raises(RunCodeError, match="`code` parameter"):
+        call_tool(rc(), None, session)
+    assert len(session) == 0
+
+
+def test_call_tool_with_a_plain_tool():
+    got = []
+    plain = Tool("plain", lambda a: got.append(a) or {"ok": True, "n": a.get("n")})
+    assert json.loads(call_tool(plain, '{"n": 3}')) == {"ok": True, "n": 3}
+    assert json.loads(call_tool(plain, None)) == {"ok": True, "n": None}
+    assert got == [{"n": 3}, {}]
+
+
+def test_call_tool_bad_json_arguments_raise():
+    with pytest.raises(json.JSONDecodeError):
+        call_tool(rc(), "{not json")
