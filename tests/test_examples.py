@@ -5,8 +5,6 @@ from __future__ import annotations
 import importlib.util
 import io
 import json
-import re
-import shlex
 import sys
 import textwrap
 import types

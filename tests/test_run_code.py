@@ -40,7 +40,6 @@ from nous_sched import (
     RunError,
     RuntimeOutcome,
     Tool,
-    ToolError,
     WithContextUpdate,
     current_call,
     run_code,
