@@ -501,7 +501,7 @@ class Scheduler:
                 self._executor = concurrent.futures.ThreadPoolExecutor(
                     self._max_parallel, thread_name_prefix=f"nous-sched-tool-{self._n}"
                 )
-            future = self._executor.submit(entry.ctx.run, _run_call, self._dispatch, entry.tool, entry.args, entry.run_ctx, info, self._t0)
+            future = self._executor.submit(_InContext(entry.ctx), _run_call, self._dispatch, entry.tool, entry.args, entry.run_ctx, info, self._t0)
         except Exception:
             log.error("code-mode sub-call %s could not be handed to the executor", event.id, exc_info=True)
             future = concurrent.futures.Future()
@@ -588,6 +588,33 @@ class Scheduler:
                 _release(msg[1], Outcome.failure(msg[1].tool, _msg.GONE))
             elif msg[0] == _QUERY:
                 msg[2].cancel()
+
+
+class _InContext:
+    """What the executor is handed in place of ``ctx.run``: ``fn(*args)`` inside ``ctx``.
+
+    Unlike ``ctx.run`` it pickles, for executors that serialize their tasks
+    (Dask, even with ``processes=False``; process pools). It pickles *without*
+    the context: a ``contextvars.Context`` cannot be pickled, and its values
+    would mean nothing in another process. There, tools see the worker's own
+    context; ``current_call`` is still set, by ``_run_call``.
+    """
+
+    __slots__ = ("ctx",)
+
+    def __init__(self, ctx: Optional[contextvars.Context]) -> None:
+        self.ctx = ctx
+
+    def __call__(self, fn: Callable, /, *args: Any) -> Any:
+        if self.ctx is None:
+            return fn(*args)
+        return self.ctx.run(fn, *args)
+
+    def __reduce__(self) -> tuple:
+        return (_InContext, (None,))
+
+    def __repr__(self) -> str:
+        return "nous_sched.call"  # Dask names tasks after it: one stable prefix, not an address
 
 
 def _run_call(dispatch: Callable, tool: Any, args: dict, run_ctx: Any, info: CallInfo, t0: float) -> tuple[Outcome, float]:
