@@ -76,17 +76,24 @@ def _city(args: dict) -> dict:
 
 
 _notes_lock = threading.Lock()
-_notes: list = []
+_notes: list = []  # the last 100 notes
+_notes_made = 0
 
 
 def _note(args: dict) -> int:
-    """A tool with a side effect: exclusive (no concurrency_safe), so notes never interleave."""
+    """A tool with a side effect: exclusive (no concurrency_safe), so one run's notes never interleave.
+
+    Returns the note's number (1, 2, ...), counted across all requests.
+    """
+    global _notes_made
     text = args.get("text")
     if not isinstance(text, str):
         raise ToolError("note needs a string `text`", "note")
     with _notes_lock:
-        _notes.append({"user": request_user.get(), "text": text})
-        return len(_notes)
+        _notes_made += 1
+        _notes.append({"n": _notes_made, "user": request_user.get(), "text": text[:200]})
+        del _notes[:-100]
+        return _notes_made
 
 
 def _read_only(args: dict) -> bool:
@@ -122,7 +129,7 @@ TOOLS = [
     Tool(
         "note",
         _note,
-        description="Append a note; returns how many notes there are.",
+        description="Append a note; returns its number.",
         parameters={"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
         category="write",
     ),

@@ -1,0 +1,303 @@
+"""OpenTelemetry spans for code-mode runs: one for the run, one for each sub-call.
+
+Needs the ``otel`` extra (``pip install 'nous_sched[otel]'``)::
+
+    from nous_sched.otel import traced_run_code
+
+    result = traced_run_code(code, tools, description="...", tracer=tracer)
+
+What is recorded (attribute names are the ``ATTR_*`` constants below):
+
+* ``nous_sched.run_code``, the run's span, current while the program runs.
+  Attributes: ``nous_sched.call_id``; when the run ends, ``nous_sched.calls``
+  (how many sub-calls started), ``nous_sched.logs`` (how many log lines) and
+  ``nous_sched.ok``; for a failed program ``nous_sched.error.kind`` and
+  ``error.type`` (one of :data:`~nous_sched.ERROR_KINDS`) with status ERROR.
+  The program's text, its description, arguments, results and error messages
+  are *not* recorded: they are model-written or tool data.
+* ``nous_sched.tool/<name>``, one per started sub-call, a child of the run span
+  although the scheduler creates it on its driver thread (the run span's
+  context is passed explicitly). It runs from the call's start to its commit,
+  timed from the scheduler's own clock (:class:`~nous_sched.CallRecord`), with
+  an event ``nous_sched.finished`` when the tool returned (a call may wait
+  after that for its predecessors to commit). Attributes: ``nous_sched.seq``,
+  ``nous_sched.tool``, ``nous_sched.mode`` and ``nous_sched.outcome``:
+  ``"ok"``, ``"error"`` (status ERROR) or ``"abandoned"`` (status ERROR; the
+  run ended while the call was queued behind a commit or still running).
+* Spans that a tool itself creates (an instrumented HTTP client, say) are
+  children of its sub-call's span, because the tool runs with that span
+  current. That holds on executors that run calls in process without
+  serializing them (thread pools). On one that pickles its tasks (Dask, a
+  process pool) the tool runs without it, and its own spans have no parent
+  from here; the run and sub-call spans are recorded all the same.
+
+:class:`SpanObserver` is the piece that does the sub-call spans; use it as a
+:class:`~nous_sched.Scheduler` ``observer`` directly when you drive a
+scheduler yourself.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import threading
+import time
+from typing import Any, Callable, Iterable, Optional
+
+try:
+    from opentelemetry import context as otel_context
+    from opentelemetry import trace
+    from opentelemetry.trace import SpanKind, Status, StatusCode
+except ImportError as exc:  # pragma: no cover - tested by hiding the package
+    raise ImportError(
+        "nous_sched.otel needs OpenTelemetry, which is not installed; "
+        "install it with: pip install 'nous_sched[otel]'"
+    ) from exc
+
+from .dispatch import current_call, direct_dispatch
+from .result import RunResult
+from .run_code import run_code
+from .scheduler import CallRecord
+from .tool import Tool
+
+__all__ = [
+    "traced_run_code",
+    "SpanObserver",
+    "RUN_SPAN",
+    "TOOL_SPAN_PREFIX",
+    "FINISHED_EVENT",
+    "ATTR_CALL_ID",
+    "ATTR_CALLS",
+    "ATTR_LOGS",
+    "ATTR_OK",
+    "ATTR_ERROR_KIND",
+    "ATTR_ERROR_TYPE",
+    "ATTR_SEQ",
+    "ATTR_TOOL",
+    "ATTR_MODE",
+    "ATTR_OUTCOME",
+]
+
+log = logging.getLogger("nous_sched")
+
+RUN_SPAN = "nous_sched.run_code"
+TOOL_SPAN_PREFIX = "nous_sched.tool/"
+FINISHED_EVENT = "nous_sched.finished"
+
+ATTR_CALL_ID = "nous_sched.call_id"
+ATTR_CALLS = "nous_sched.calls"
+ATTR_LOGS = "nous_sched.logs"
+ATTR_OK = "nous_sched.ok"
+ATTR_ERROR_KIND = "nous_sched.error.kind"
+ATTR_ERROR_TYPE = "error.type"  # the semantic-conventions name, for backends that group on it
+ATTR_SEQ = "nous_sched.seq"
+ATTR_TOOL = "nous_sched.tool"
+ATTR_MODE = "nous_sched.mode"
+ATTR_OUTCOME = "nous_sched.outcome"
+
+_INSTRUMENTATION = "nous_sched"
+
+
+def _tracer(tracer: Optional[trace.Tracer]) -> trace.Tracer:
+    if tracer is not None:
+        return tracer
+    from . import __version__
+
+    return trace.get_tracer(_INSTRUMENTATION, __version__)
+
+
+class SpanObserver:
+    """A scheduler ``observer`` that records every sub-call as a span.
+
+    :param tracer: where spans go (the global tracer provider's ``nous_sched``
+        tracer by default).
+    :param context: the parent of every sub-call span, an OpenTelemetry
+        ``Context``. Pass it: the observer runs on the scheduler's driver
+        thread, whose current context is not the caller's. ``None`` makes
+        each sub-call span a root.
+    :param then: another ``observer(record, phase)`` to call after this one;
+        its exceptions are the scheduler's to log, as usual.
+
+    One instance per scheduler (spans are keyed by ``seq``). Call
+    :meth:`close` when the run is over: it ends the spans of calls that never
+    committed.
+    """
+
+    def __init__(
+        self,
+        tracer: Optional[trace.Tracer] = None,
+        context: Optional[otel_context.Context] = None,
+        then: Optional[Callable[[CallRecord, str], Any]] = None,
+    ) -> None:
+        if then is not None and not callable(then):
+            raise TypeError(f"SpanObserver: `then` must be callable, got {then!r}")
+        self._tracer = _tracer(tracer)
+        self._context = context
+        self._then = then
+        self._lock = threading.Lock()
+        self._open: dict[int, trace.Span] = {}
+        self._origin: Optional[int] = None  # the scheduler's clock zero, in epoch nanoseconds
+        self._closed = False
+        self.started = 0  #: how many sub-call spans were started
+
+    def __call__(self, record: CallRecord, phase: str) -> None:
+        try:
+            if phase == "start":
+                self._start(record)
+            elif phase == "commit":
+                with self._lock:
+                    span = self._open.pop(record.seq, None)
+                if span is not None:
+                    self._end(span, record)
+        except Exception:  # telemetry must never cost the run anything
+            log.warning("nous_sched.otel: could not record sub-call %s", record.seq, exc_info=True)
+        if self._then is not None:
+            self._then(record, phase)
+
+    def span_for(self, seq: int) -> Optional[trace.Span]:
+        """The open span of sub-call ``seq``, if it has one."""
+        with self._lock:
+            return self._open.get(seq)
+
+    def wrap_dispatch(self, dispatch: Callable[[Any, dict, Any], Any] = direct_dispatch) -> Callable:
+        """``dispatch`` running each call with its sub-call span current.
+
+        Spans the tool creates are then children of its sub-call span. The
+        span exists before the call reaches the executor (the scheduler
+        notifies ``"start"`` first). An executor that pickles its tasks (Dask,
+        a process pool) gets plain ``dispatch`` instead: spans cannot cross.
+        """
+        return _TracedDispatch(self, dispatch)
+
+    def close(self, trail: Iterable[CallRecord] = ()) -> None:
+        """End every span still open, with the final records in ``trail`` if given.
+
+        Idempotent; a call reported after this is ignored.
+        """
+        final = {r.seq: r for r in trail}
+        with self._lock:
+            self._closed = True
+            leftovers, self._open = sorted(self._open.items()), {}
+        for seq, span in leftovers:
+            try:
+                self._end(span, final.get(seq), abandoned=True)
+            except Exception:
+                log.warning("nous_sched.otel: could not end the span of sub-call %s", seq, exc_info=True)
+
+    # -- internals ------------------------------------------------------------
+
+    def _ns(self, seconds: float) -> int:
+        return self._origin + int(seconds * 1e9)
+
+    def _start(self, record: CallRecord) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            if self._origin is None:
+                # The record was stamped an instant ago on the scheduler's clock: anchor that clock to epoch time.
+                self._origin = time.time_ns() - int(record.started * 1e9)
+            span = self._tracer.start_span(
+                TOOL_SPAN_PREFIX + record.tool,
+                context=self._context,
+                kind=SpanKind.INTERNAL,
+                attributes={ATTR_SEQ: record.seq, ATTR_TOOL: record.tool, ATTR_MODE: record.mode},
+                start_time=self._ns(record.started),
+            )
+            self._open[record.seq] = span
+            self.started += 1
+
+    def _end(self, span: trace.Span, record: Optional[CallRecord], abandoned: bool = False) -> None:
+        finished = None if record is None else record.finished
+        if finished is not None:
+            span.add_event(FINISHED_EVENT, timestamp=self._ns(finished))
+        if abandoned and (record is None or record.committed is None or record.ok is None):
+            outcome = "abandoned"
+        else:
+            outcome = "ok" if record.ok else "error"
+        span.set_attribute(ATTR_OUTCOME, outcome)
+        if outcome == "error":
+            span.set_status(Status(StatusCode.ERROR, "sub-call failed"))
+        elif outcome == "abandoned":
+            span.set_status(Status(StatusCode.ERROR, "sub-call abandoned: the run ended first"))
+        end = None
+        if record is not None:
+            last = record.committed if record.committed is not None else record.finished
+            if last is not None:
+                end = self._ns(last)
+        span.end(end_time=end if end is not None else time.time_ns())
+
+
+class _TracedDispatch:
+    """See :meth:`SpanObserver.wrap_dispatch`."""
+
+    __slots__ = ("observer", "dispatch")
+
+    def __init__(self, observer: SpanObserver, dispatch: Callable[[Any, dict, Any], Any]) -> None:
+        self.observer = observer
+        self.dispatch = dispatch
+
+    def __call__(self, tool: Any, args: dict, run_ctx: Any) -> Any:
+        info = current_call.get()
+        span = None if info is None else self.observer.span_for(info.seq)
+        if span is None:
+            return self.dispatch(tool, args, run_ctx)
+        token = otel_context.attach(trace.set_span_in_context(span))
+        try:
+            return self.dispatch(tool, args, run_ctx)
+        finally:
+            otel_context.detach(token)
+
+    def __reduce__(self) -> tuple:
+        return (_same, (self.dispatch,))  # pickled, it is the dispatch it wraps
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def traced_run_code(
+    code: Any,
+    tools: Iterable[Tool] = (),
+    *,
+    tracer: Optional[trace.Tracer] = None,
+    call_id: Optional[str] = None,
+    observer: Optional[Callable[[CallRecord, str], Any]] = None,
+    dispatch: Callable[[Any, dict, Any], Any] = direct_dispatch,
+    tool_context: bool = True,
+    **run_options: Any,
+) -> RunResult:
+    """:func:`~nous_sched.run_code` inside a ``nous_sched.run_code`` span, sub-calls as child spans.
+
+    Takes every :func:`~nous_sched.run_code` option. ``tracer`` defaults to the
+    global provider's; ``call_id`` to a fresh ``"run_code-…"`` (it is the
+    span's ``nous_sched.call_id``). Your ``observer`` is called after the
+    span bookkeeping, your ``dispatch`` inside it (``tool_context=False``
+    leaves ``dispatch`` unwrapped: tools then run with the run span
+    current, not their sub-call's). Returns and raises exactly what
+    ``run_code`` does; an exception is recorded on the run span.
+    """
+    tracer = _tracer(tracer)
+    if call_id is None:
+        call_id = "run_code-" + secrets.token_urlsafe(6)
+    with tracer.start_as_current_span(RUN_SPAN, kind=SpanKind.INTERNAL, attributes={ATTR_CALL_ID: call_id}) as run_span:
+        spans = SpanObserver(tracer, context=trace.set_span_in_context(run_span), then=observer)
+        result = None
+        try:
+            result = run_code(
+                code,
+                tools,
+                call_id=call_id,
+                observer=spans,
+                dispatch=spans.wrap_dispatch(dispatch) if tool_context else dispatch,
+                **run_options,
+            )
+        finally:
+            spans.close(result.trail if result is not None else ())
+            run_span.set_attribute(ATTR_CALLS, spans.started)
+        run_span.set_attribute(ATTR_LOGS, len(result.logs))
+        run_span.set_attribute(ATTR_OK, result.ok)
+        if result.error is not None:
+            run_span.set_attribute(ATTR_ERROR_KIND, result.error.kind)
+            run_span.set_attribute(ATTR_ERROR_TYPE, result.error.kind)
+            run_span.set_status(Status(StatusCode.ERROR, f"program failed: {result.error.kind}"))
+    return result
