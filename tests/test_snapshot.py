@@ -323,3 +323,44 @@ def test_json_values_snapshot_to_themselves(value):
     assert json.loads(json.dumps(out)) == value
     if isinstance(value, (dict, list)):
         assert not {id(c) for c in _containers(out, [])} & {id(c) for c in _containers(value, [])}
+
+
+class _Color(enum.Enum):
+    RED = "red"
+    ONE = 1
+
+
+_leaves = (
+    json_values
+    | st.floats()  # NaN and the infinities too
+    | st.binary(max_size=4)
+    | st.tuples(st.integers(), st.text(max_size=3))
+    | st.frozensets(st.integers(), max_size=4)
+    | st.sampled_from(list(_Color))
+    | st.dates()
+    | st.datetimes()
+    | st.uuids()
+    | st.decimals(allow_nan=False)
+    | st.builds(object)
+    | st.just(len)
+)
+_any_values = st.recursive(
+    _leaves,
+    lambda children: st.lists(children, max_size=4)
+    | st.dictionaries(st.one_of(st.text(max_size=4), st.integers(), st.booleans(), st.none()), children, max_size=4)
+    | st.sets(st.integers(), max_size=4),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_any_values)
+def test_any_value_snapshots_to_strict_json_or_is_refused_by_path(value):
+    try:
+        out = snapshot(value)
+    except SnapshotError as exc:
+        assert str(exc).startswith("$"), "the refusal names the path of the offending value"
+        return
+    text = json.dumps(out, allow_nan=False)  # strict JSON: no NaN, no Infinity, str keys
+    assert json.loads(text) == out
+    assert snapshot(out) == out, "a snapshot is a fixed point"
