@@ -181,7 +181,7 @@ def run_code(
     finally:
         # The driver winds down in microseconds unless a predicate is stuck;
         # then waiting longer would only delay this run's answer.
-        scheduler.stop(timeout=1.0)
+        scheduler.stop(timeout=0.5)
     elapsed = time.perf_counter() - scheduler.epoch  # the trail's origin too
     return RunResult(
         logs=tuple(outcome.logs),
@@ -342,7 +342,9 @@ class _Host:
         self.run_ctx = run_ctx
         self.names = tuple(sorted({*granted, *denied}))
 
-    def call(self, name: str, args: Any) -> Any:
+    def call(self, name: Any, args: Any) -> Any:
+        if not isinstance(name, str):
+            return _Settled(Outcome.failure(str(name), "a tool name must be a string"))
         tool = self.granted.get(name)
         if tool is None:
             message = denied_message(name) if name in self.denied else f"unknown tool {json.dumps(name)}"

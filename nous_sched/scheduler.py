@@ -224,6 +224,7 @@ class Scheduler:
         self._open: set[Ticket] = set()
         self._closed = False
         self._wedged = False
+        self._stuck = False  # stop() gave up waiting for the driver
 
         # Driver-owned from here on.
         self._pending: collections.deque[_Entry] = collections.deque()
@@ -366,6 +367,7 @@ class Scheduler:
             return  # an observer stopping its own lane: the driver exits after this callback
         self._driver.join(limit)
         if self._driver.is_alive():
+            self._stuck = True
             log.warning(
                 "%s did not stop within %.3gs (a tool's concurrency_safe predicate may be stuck); "
                 "its callers are released and the thread will exit when the predicate returns",
@@ -393,8 +395,10 @@ class Scheduler:
     # -- reading driver state from other threads --------------------------
 
     def _read(self, fn: Callable[[], Any]) -> Any:
-        if not self._driver.is_alive():
-            return fn()  # the driver has exited: its state is final and unshared
+        if not self._driver.is_alive() or self._stuck:
+            # Exited: the state is final. Stuck in a predicate after stop(): it
+            # writes nothing more until the predicate returns, so read it as is.
+            return fn()
         reply: concurrent.futures.Future = concurrent.futures.Future()
         self._queue.put((_QUERY, fn, reply))
         try:

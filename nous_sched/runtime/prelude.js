@@ -29,6 +29,12 @@
   const strSplit = String.prototype.split;
   const strIndexOf = String.prototype.indexOf;
 
+  // quickjs-ng implements V8's Error.prepareStackTrace: an accessor that stores
+  // one hook per context, set through *any* error constructor, whose CallSites
+  // hand out every frame's function, the bridge's included. Replace it with a
+  // locked undefined before the program exists, so no hook can ever be set.
+  defineProperty(ErrorCtor, "prepareStackTrace", { value: undefined, writable: false, configurable: false });
+
   const NAMES = __NAMES__;
   const MAX_LOG_UNITS = __MAX_LOG_UNITS__;
   const MAX_OUTPUT_UNITS = __MAX_OUTPUT_UNITS__;

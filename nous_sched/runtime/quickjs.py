@@ -196,7 +196,11 @@ class _Run:
                 raise _Killed(self._timeout_error("running JavaScript"))
 
     def _drain(self) -> dict:
-        envelope = json.loads(self._guard(self.bridge, "drain"))
+        envelope = _checked(self._guard(self.bridge, "drain"))
+        if envelope is None:
+            # Only the prelude writes envelopes; a malformed one means the
+            # program reached the bridge. Trust nothing more from this context.
+            raise _Killed(RunError("abort", "the sandbox bridge was tampered with; the run was stopped"))
         self.logs.extend(envelope["logs"], envelope["dropped"])
         return envelope
 
@@ -221,7 +225,7 @@ class _Run:
                 raise _Killed(self._timeout_error("running JavaScript")) from None
             if "out of memory" in text or text.strip() in ("", "null"):
                 raise _Killed(self._memory_error()) from None
-            if _is_stack_overflow(text):
+            if "stack overflow" in text or "Maximum call stack size exceeded" in text:
                 raise _Killed(RunError("abort", _stack_message(self.limits))) from None
             if fn is not self.bridge and fn != self.ctx.execute_pending_job:
                 raise _Syntax(_clip(text.strip())) from None
@@ -235,8 +239,9 @@ class _Run:
         try:
             self.ctx.set_memory_limit(self.limits.memory_bytes + 16 * 1024 * 1024)
             self.ctx.set_time_limit(0.5)
-            envelope = json.loads(self.bridge("drain"))
-            self.logs.extend(envelope["logs"], envelope["dropped"])
+            envelope = _checked(self.bridge("drain"))
+            if envelope is not None:
+                self.logs.extend(envelope["logs"], envelope["dropped"])
         except Exception:
             pass
 
@@ -298,13 +303,36 @@ class _LogBook:
         return tuple(self._lines)
 
 
+def _checked(text: Any) -> Optional[dict]:
+    """The drained envelope, or ``None`` unless it has exactly the prelude's shape."""
+    try:
+        envelope = json.loads(text)
+        calls, logs, dropped, main = envelope["calls"], envelope["logs"], envelope["dropped"], envelope["main"]
+    except (TypeError, ValueError, KeyError):
+        return None
+    if not (isinstance(calls, list) and isinstance(logs, list) and type(dropped) is int):
+        return None
+    if not all(isinstance(c, list) and len(c) == 3 and type(c[0]) is int and isinstance(c[1], str) for c in calls):
+        return None
+    if not all(isinstance(line, str) for line in logs):
+        return None
+    if main is not None and not (isinstance(main, dict) and main.get("state") in _STATES):
+        return None
+    return envelope
+
+
+_STATES = frozenset({"fulfilled", "rejected", "invalid", "output_limit"})
+
+
 def _strip_bridge_frames(text: str) -> str:
     # The prelude's own frames (named __nous_*) are noise to the program's author.
     return "\n".join(line for line in text.split("\n") if "__nous_" not in line).rstrip("\n")
 
 
 def _is_stack_overflow(text: str) -> bool:
-    return "stack overflow" in text or "Maximum call stack size exceeded" in text
+    # The engine's own wording, at the start: a ToolError that merely mentions
+    # "stack overflow" in its message is the program's exception, not an abort.
+    return text.startswith(("RangeError: Maximum call stack size exceeded", "InternalError: stack overflow"))
 
 
 def _stack_message(limits: Limits) -> str:
