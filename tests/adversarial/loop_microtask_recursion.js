@@ -1,0 +1,4 @@
+// setTimeout-less recursion: each microtask queues the next one, forever.
+function again() { queueMicrotask(again); }
+again();
+await new Promise(() => {});

@@ -1,0 +1,2 @@
+// A plain infinite loop at top level.
+while (true) {}

@@ -1,0 +1,3 @@
+// Grow an array without bound.
+const a = [];
+while (true) a.push([1, 2, 3, 4]);

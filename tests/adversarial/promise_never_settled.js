@@ -1,0 +1,2 @@
+// Await something nothing will ever settle.
+await new Promise(() => {});

@@ -1,0 +1,2 @@
+const o = { get x() { return this.x; } };
+return o.x;

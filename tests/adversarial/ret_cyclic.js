@@ -1,0 +1,2 @@
+const o = {a: 1}; o.self = o;
+return o;

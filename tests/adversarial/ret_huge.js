@@ -1,0 +1,1 @@
+return "z".repeat(2000000);

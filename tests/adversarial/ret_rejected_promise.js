@@ -1,0 +1,1 @@
+return Promise.reject(new RangeError("rejected result"));

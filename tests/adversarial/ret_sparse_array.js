@@ -1,0 +1,3 @@
+const a = [1];
+a[5] = 6;
+return a;

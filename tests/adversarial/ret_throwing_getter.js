@@ -1,0 +1,1 @@
+return { fine: 1, get boom() { throw new Error("getter threw"); } };

@@ -1,0 +1,1 @@
+return new Proxy({}, { ownKeys() { throw new Error("ownKeys trap"); } });

@@ -1,0 +1,2 @@
+const o = {}; o.self = o;
+throw o;

@@ -1,0 +1,2 @@
+// A failing tool call nobody catches.
+await tools.fail({message: "nope"});

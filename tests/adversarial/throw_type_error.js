@@ -1,0 +1,2 @@
+const e = new TypeError("typed");
+throw e;
