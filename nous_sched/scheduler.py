@@ -39,6 +39,7 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Mapping
 from typing import Any, Callable, Optional
 
 import attrs
@@ -275,11 +276,8 @@ class Scheduler:
         name = getattr(tool, "name", None)
         if not isinstance(name, str):
             raise ConfigError(f"Scheduler.submit: `tool` must have a str `name`, got {tool!r}")
-        if not isinstance(args, dict):
-            from collections.abc import Mapping
-
-            if not isinstance(args, Mapping):
-                raise ConfigError(f"Scheduler.submit: `args` must be a mapping (a JSON object), got {type(args).__name__}")
+        if not isinstance(args, Mapping):
+            raise ConfigError(f"Scheduler.submit: `args` must be a mapping (a JSON object), got {type(args).__name__}")
         dispatched = snapshot(args)
         logged = snapshot(args)
         ticket = Ticket(name)
