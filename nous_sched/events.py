@@ -69,7 +69,22 @@ class ToolCallEvent:
     type = "tool_call"
 
     def as_event(self) -> Event:
-        return Event(self.type, attrs.asdict(self))
+        """This record as a session :class:`Event`; its data shares no container with it."""
+        # Not attrs.asdict: this runs on the driver for every call, and the
+        # fields are plain JSON, so a direct copy is the same and far cheaper.
+        return Event(self.type, {name: _json_copy(getattr(self, name)) for name in _TOOL_CALL_FIELDS})
+
+
+_TOOL_CALL_FIELDS = tuple(field.name for field in attrs.fields(ToolCallEvent))
+
+
+def _json_copy(value: Any) -> Any:
+    kind = type(value)
+    if kind is dict:
+        return {key: _json_copy(item) for key, item in value.items()}
+    if kind is list:
+        return [_json_copy(item) for item in value]
+    return value
 
 
 class SessionLog:
@@ -124,7 +139,7 @@ class ContextUpdate:
 
     @classmethod
     def log_events(cls, events: Iterable[ToolCallEvent]) -> "ContextUpdate":
-        return cls(tuple(LogEvent(e.type, attrs.asdict(e)) for e in events))
+        return cls(tuple(LogEvent(e.type, e.as_event().data) for e in events))
 
     def apply_to(self, log: SessionLog) -> None:
         """Append every ``log_event`` operation to ``log``, in order."""

@@ -513,14 +513,12 @@ class Scheduler:
         future.add_done_callback(lambda f, seq=seq: put((_DONE, seq, f)))
 
     def _collect(self, entry: _Entry, future: concurrent.futures.Future) -> tuple[Outcome, float]:
-        if not future.cancelled() and future.exception() is None:
-            return future.result()
-        log.warning(
-            "code-mode sub-call %s (tool %r) did not complete: %r",
-            entry.seq,
-            entry.tool.name,
-            None if future.cancelled() else future.exception(),
-        )
+        # One look at the settled future (each accessor takes its lock).
+        try:
+            return future.result(0)
+        except BaseException as exc:  # CancelledError, or whatever the executor raised
+            problem = None if future.cancelled() else exc
+        log.warning("code-mode sub-call %s (tool %r) did not complete: %r", entry.seq, entry.tool.name, problem)
         return Outcome.failure(entry.tool.name, _msg.DID_NOT_COMPLETE), time.perf_counter() - self._t0
 
     def _commit(self, entry: _Entry) -> None:

@@ -43,7 +43,8 @@ import json
 import math
 import pathlib
 import uuid
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from .errors import SnapshotError
 

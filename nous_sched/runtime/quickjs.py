@@ -48,6 +48,10 @@ __all__ = ["QuickJSRuntime"]
 _PRELUDE = resources.files(__package__).joinpath("prelude.js").read_text(encoding="utf-8")
 _TRUNCATED = "[output truncated at {n} bytes]"
 _PLACEHOLDER = re.compile("__NAMES__|__MAX_LOG_UNITS__|__MAX_OUTPUT_UNITS__")
+# Made once: json.dumps(v, allow_nan=False) builds a new encoder on every call.
+# Both are ASCII (ensure_ascii), as the bridge needs.
+_encode_value = json.JSONEncoder(allow_nan=False).encode
+_encode = json.JSONEncoder().encode
 
 
 class QuickJSRuntime:
@@ -121,8 +125,9 @@ class _Run:
         # runs and is audited; its continuations may still log.
         outstanding: collections.OrderedDict[int, Any] = collections.OrderedDict()
         state = None
+        armed = False  # after a settle, the limit it armed covers the pump that follows
         while True:
-            self._pump()
+            self._pump(armed)
             envelope = self._drain()
             for call_id, name, args in envelope["calls"]:
                 outstanding[call_id] = self.host.call(name, args)
@@ -147,6 +152,7 @@ class _Run:
                     return self._finish(state)
                 return RuntimeOutcome(self.logs.lines(), error=self._timeout_error("waiting for a tool call"))
             self._settle(call_id, outcome)
+            armed = True
 
     def _finish(self, state: dict) -> RuntimeOutcome:
         logs = self.logs.lines()
@@ -186,50 +192,70 @@ class _Run:
             raise _Killed(self._timeout_error("running JavaScript"))
         self.ctx.set_time_limit(remaining)
 
-    def _pump(self) -> None:
-        self._arm()
+    # _pump, _drain and _settle run once per tool call: each calls the engine
+    # inside its own ``try`` (what ``_guard`` does, without the extra frame).
+
+    def _pump(self, armed: bool = False) -> None:
+        if not armed:
+            self._arm()
         execute = self.ctx.execute_pending_job
         deadline = self.deadline
-        # A promise chain that never ends is many short jobs: check between them.
-        while self._guard(execute):
-            if time.monotonic() > deadline:
-                raise _Killed(self._timeout_error("running JavaScript"))
+        monotonic = time.monotonic
+        try:
+            # A promise chain that never ends is many short jobs: check between them.
+            while execute():
+                if monotonic() > deadline:
+                    raise _Killed(self._timeout_error("running JavaScript"))
+        except quickjs.JSException as exc:
+            self._stopped(execute, exc)
 
     def _drain(self) -> dict:
-        envelope = _checked(self._guard(self.bridge, "drain"))
+        try:
+            text = self.bridge("drain")
+        except quickjs.JSException as exc:
+            self._stopped(self.bridge, exc)
+        envelope = _checked(text)
         if envelope is None:
             # Only the prelude writes envelopes; a malformed one means the
             # program reached the bridge. Trust nothing more from this context.
             raise _Killed(RunError("abort", "the sandbox bridge was tampered with; the run was stopped"))
-        self.logs.extend(envelope["logs"], envelope["dropped"])
+        if envelope["logs"] or envelope["dropped"]:
+            self.logs.extend(envelope["logs"], envelope["dropped"])
         return envelope
 
     def _settle(self, call_id: int, outcome: Outcome) -> None:
         # ASCII JSON: escapes lone surrogates (the binding cannot pass them) and NUL.
         if outcome.ok:
-            payload = json.dumps(outcome.value, allow_nan=False)
+            payload = _encode_value(outcome.value)
         else:
-            payload = json.dumps(outcome.error.as_dict())
+            payload = _encode(outcome.error.as_dict())
         self._arm()
-        self._guard(self.bridge, "settle", call_id, outcome.ok, payload)
+        try:
+            self.bridge("settle", call_id, outcome.ok, payload)
+        except quickjs.JSException as exc:
+            self._stopped(self.bridge, exc)
 
     def _guard(self, fn: Any, *args: Any) -> Any:
         """Call into the engine, turning an engine-level stop into :class:`_Killed`."""
         try:
             return fn(*args)
-        except quickjs.StackOverflow:
-            raise _Killed(RunError("abort", _stack_message(self.limits))) from None
         except quickjs.JSException as exc:
-            text = str(exc)
-            if "interrupted" in text:
-                raise _Killed(self._timeout_error("running JavaScript")) from None
-            if "out of memory" in text or text.strip() in ("", "null"):
-                raise _Killed(self._memory_error()) from None
-            if "stack overflow" in text or "Maximum call stack size exceeded" in text:
-                raise _Killed(RunError("abort", _stack_message(self.limits))) from None
-            if fn is not self.bridge and fn != self.ctx.execute_pending_job:
-                raise _Syntax(_clip(text.strip())) from None
-            raise _Killed(RunError("abort", "the engine stopped the program: " + _clip(text.strip()))) from None
+            self._stopped(fn, exc)
+
+    def _stopped(self, fn: Any, exc: Exception) -> None:
+        """Raise what ``exc``, raised by calling ``fn`` in the engine, means for the run."""
+        if isinstance(exc, quickjs.StackOverflow):
+            raise _Killed(RunError("abort", _stack_message(self.limits))) from None
+        text = str(exc)
+        if "interrupted" in text:
+            raise _Killed(self._timeout_error("running JavaScript")) from None
+        if "out of memory" in text or text.strip() in ("", "null"):
+            raise _Killed(self._memory_error()) from None
+        if "stack overflow" in text or "Maximum call stack size exceeded" in text:
+            raise _Killed(RunError("abort", _stack_message(self.limits))) from None
+        if fn is not self.bridge and fn != self.ctx.execute_pending_job:
+            raise _Syntax(_clip(text.strip())) from None
+        raise _Killed(RunError("abort", "the engine stopped the program: " + _clip(text.strip()))) from None
 
     def _salvage_logs(self) -> None:
         # After an interrupt or OOM the context may still answer one drain: try,
@@ -312,10 +338,13 @@ def _checked(text: Any) -> Optional[dict]:
         return None
     if not (isinstance(calls, list) and isinstance(logs, list) and type(dropped) is int):
         return None
-    if not all(isinstance(c, list) and len(c) == 3 and type(c[0]) is int and isinstance(c[1], str) for c in calls):
-        return None
-    if not all(isinstance(line, str) for line in logs):
-        return None
+    # Plain loops: all(<generator>) costs a generator per call on the hot path.
+    for c in calls:
+        if not (isinstance(c, list) and len(c) == 3 and type(c[0]) is int and isinstance(c[1], str)):
+            return None
+    for line in logs:
+        if not isinstance(line, str):
+            return None
     if main is not None and not (isinstance(main, dict) and main.get("state") in _STATES):
         return None
     return envelope
