@@ -68,18 +68,9 @@ def threads_released():
 
 
 @pytest.fixture
-def event():
-    """``event()``: a threading.Event set at teardown, so no tool is left blocked."""
-    made = []
-
-    def make() -> threading.Event:
-        e = threading.Event()
-        made.append(e)
-        return e
-
-    yield make
-    for e in made:
-        e.set()
+def event(make_event):
+    """``event()``: conftest's ``make_event``: set at teardown, so no tool is left blocked."""
+    return make_event
 
 
 def canary() -> None:
