@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nous_sched import Limits, PermissionPolicy, Tool, ToolError, run_code
+from nous_sched import ConfigError, Limits, PermissionPolicy, Tool, ToolError, run_code
 
 WAIT = 10.0
 MIB = 1024 * 1024
@@ -850,3 +850,24 @@ def test_json_values_round_trip_through_program_and_tool(value):
     assert result.ok, result.error
     assert result.result == value
     assert result.events[0].arguments == {"v": value}
+
+
+def test_oversized_arguments_are_refused_in_the_sandbox_and_never_reach_the_host():
+    seen = []
+    echo = Tool("echo", lambda args: seen.append(len(args["s"])) or len(args["s"]))
+    program = """
+    try { await tools.echo({s: "x".repeat(2000)}); }
+    catch (e) { console.log(e instanceof ToolError, e.tool, e.message); }
+    return await tools.echo({s: "ok"});
+    """
+    result = run_code(program, [echo], limits=Limits(max_args_bytes=1000))
+    assert result.result == 2
+    assert result.logs == ("true echo arguments are 2008 characters of JSON, over the run's limit of 1000",)
+    assert seen == [2], "the refused call never reached the tool"
+    assert [e.name for e in result.events] == ["echo"], "nor the scheduler: one audit event, for the call that ran"
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True])
+def test_max_args_bytes_is_validated(bad):
+    with pytest.raises(ConfigError, match="max_args_bytes"):
+        Limits(max_args_bytes=bad)

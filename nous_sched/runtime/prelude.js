@@ -38,6 +38,7 @@
   const NAMES = __NAMES__;
   const MAX_LOG_UNITS = __MAX_LOG_UNITS__;
   const MAX_OUTPUT_UNITS = __MAX_OUTPUT_UNITS__;
+  const MAX_ARGS_UNITS = __MAX_ARGS_UNITS__;
 
   let nextId = 0;
   const outbox = create(null);
@@ -105,6 +106,12 @@
       json = JSONstringify(args === undefined ? null : args);
     } catch (e) {
       return apply(promiseReject, PromiseCtor, [new ToolError(name, "arguments are not JSON: " + brief(e))]);
+    }
+    if (json !== undefined && json.length > MAX_ARGS_UNITS) {
+      // Refused here, before anything crosses: the host never parses it.
+      return apply(promiseReject, PromiseCtor, [
+        new ToolError(name, "arguments are " + json.length + " characters of JSON, over the run's limit of " + MAX_ARGS_UNITS),
+      ]);
     }
     const id = ++nextId;
     outbox[outTail++] = [id, name, json === undefined ? "null" : json];

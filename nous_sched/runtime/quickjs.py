@@ -47,7 +47,7 @@ __all__ = ["QuickJSRuntime"]
 
 _PRELUDE = resources.files(__package__).joinpath("prelude.js").read_text(encoding="utf-8")
 _TRUNCATED = "[output truncated at {n} bytes]"
-_PLACEHOLDER = re.compile("__NAMES__|__MAX_LOG_UNITS__|__MAX_OUTPUT_UNITS__")
+_PLACEHOLDER = re.compile("__NAMES__|__MAX_LOG_UNITS__|__MAX_OUTPUT_UNITS__|__MAX_ARGS_UNITS__")
 # Made once: json.dumps(v, allow_nan=False) builds a new encoder on every call.
 # Both are ASCII (ensure_ascii), as the bridge needs.
 _encode_value = json.JSONEncoder(allow_nan=False).encode
@@ -107,6 +107,7 @@ class _Run:
             "__NAMES__": json.dumps(list(self.host.names)),
             "__MAX_LOG_UNITS__": str(limits.max_log_bytes),
             "__MAX_OUTPUT_UNITS__": str(limits.max_output_bytes),
+            "__MAX_ARGS_UNITS__": str(limits.max_args_bytes),
         }
         # One pass, so a tool *named* like a placeholder is not substituted again.
         prelude = _PLACEHOLDER.sub(lambda m: values[m.group(0)], _PRELUDE)
