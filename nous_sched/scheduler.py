@@ -372,10 +372,7 @@ class Scheduler:
                 self._driver.name,
                 limit,
             )
-        with self._open_lock:
-            leftovers, self._open = list(self._open), set()
-        for ticket in leftovers:
-            _release(ticket, Outcome.failure(ticket.tool, _msg.ABANDONED))
+        self._release_open(_msg.ABANDONED)
         if first and self._owns_executor and self._executor is not None:
             # Joining workers is only safe when none is stuck in a tool.
             self._executor.shutdown(wait=self._still_running == 0 and not self._driver.is_alive(), cancel_futures=True)
@@ -389,6 +386,13 @@ class Scheduler:
     def __repr__(self) -> str:
         state = "stopped" if self._closed else "running"
         return f"<Scheduler {self._driver.name} {state} max_parallel={self._max_parallel}>"
+
+    def _release_open(self, message: str) -> None:
+        """Release every ticket not yet delivered with ``message`` (any thread)."""
+        with self._open_lock:
+            leftovers, self._open = list(self._open), set()
+        for ticket in leftovers:
+            _release(ticket, Outcome.failure(ticket.tool, message))
 
     # -- reading driver state from other threads --------------------------
 
@@ -431,13 +435,10 @@ class Scheduler:
             with self._open_lock:
                 self._closed = True
             self._terminate()
-            with self._open_lock:
-                leftovers, self._open = list(self._open), set()
-            for ticket in leftovers:
-                _release(ticket, Outcome.failure(ticket.tool, _msg.GONE))
+            self._release_open(_msg.GONE)
             raise
         finally:
-            self._drain_after_stop()
+            self._drain_after_stop()  # submits and queries that raced stop() into the queue
 
     def _handle(self, msg: tuple) -> None:
         kind = msg[0]
@@ -568,15 +569,8 @@ class Scheduler:
                 self._still_running += 1
             self._deliver(entry, Outcome.failure(entry.tool.name, _msg.ABANDONED))
         for seq in sorted(self._settled):
-            entry = self._settled.pop(seq)
-            self._cursor = max(self._cursor, seq + 1)
-            entry.record[5] = time.perf_counter() - self._t0
-            entry.record[6] = entry.outcome.ok
-            self._deliver(entry, entry.outcome)
-            self._notify(entry, "commit")
+            self._commit(self._settled.pop(seq))  # every settled seq is past the cursor
         self._exclusive = None
-        # Submits that raced stop() into the queue.
-        self._drain_after_stop()
 
     def _drain_after_stop(self) -> None:
         while True:
