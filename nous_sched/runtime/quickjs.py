@@ -266,10 +266,8 @@ class _Run:
         try:
             self.ctx.set_memory_limit(self.limits.memory_bytes + 16 * 1024 * 1024)
             self.ctx.set_time_limit(0.5)
-            envelope = _checked(self.bridge("drain"))
-            if envelope is not None:
-                self.logs.extend(envelope["logs"], envelope["dropped"])
-        except Exception:
+            self._drain()
+        except Exception:  # _Killed included: the run's verdict is already made
             pass
 
     def _memory_error(self, detail: str = "") -> RunError:
