@@ -182,7 +182,9 @@ class Options:
 def options(description: str, default_reps: int, quick_reps: int = 3) -> Options:
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--quick", action="store_true", help="fast smoke run: smaller N, fewer repetitions")
-    p.add_argument("--reps", type=int, default=None, help=f"repetitions (default {default_reps}, {quick_reps} with --quick)")
+    p.add_argument(
+        "--reps", type=int, default=None, help=f"repetitions (default {default_reps}, {quick_reps} with --quick)"
+    )
     p.add_argument("--json", action="store_true", help=f"also print the rows as one JSON line prefixed {MARK}")
     a = p.parse_args()
     reps = a.reps if a.reps is not None else (quick_reps if a.quick else default_reps)

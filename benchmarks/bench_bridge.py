@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 
 import _common as c
+
 from nous_sched import Outcome, Scheduler, Tool, run_code
 
 TARGET = 1.5

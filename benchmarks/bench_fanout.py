@@ -18,6 +18,7 @@ import math
 import time
 
 import _common as c
+
 from nous_sched import Scheduler, Tool
 
 CALLS = 200

@@ -15,6 +15,7 @@ import threading
 import time
 
 import _common as c
+
 from nous_sched import Scheduler, Tool
 
 TARGET = 2.0

@@ -21,6 +21,7 @@ import threading
 import time
 
 import _common as c
+
 from nous_sched import Tool, run_code
 
 RUNS = 200
@@ -150,26 +151,55 @@ def main() -> None:
         return c.Stats.of([r[field] * scale for r in results[k]])
 
     ms = 1000.0
-    leaks = [r["threads"] for r in results["ours"] + results["shared"] if r["threads"][0] != r["threads"][1] or r["threads"][2] != r["threads"][3]]
+    leaks = [
+        r["threads"]
+        for r in results["ours"] + results["shared"]
+        if r["threads"][0] != r["threads"][1] or r["threads"][2] != r["threads"][3]
+    ]
     first = results["ours"][0]["threads"]
     rows = [
-        c.Row(f"{runs} runs / {HANDLERS} threads: throughput", stats("ours", "throughput"), stats("base", "throughput"),
-              unit="runs/s", target="report (ratio = throughput ratio)", base_name="py pool/run"),
+        c.Row(
+            f"{runs} runs / {HANDLERS} threads: throughput",
+            stats("ours", "throughput"),
+            stats("base", "throughput"),
+            unit="runs/s",
+            target="report (ratio = throughput ratio)",
+            base_name="py pool/run",
+        ),
         c.Row("  latency p50", stats("ours", "p50", ms), stats("base", "p50", ms), unit="ms", base_name="py pool/run"),
         c.Row("  latency p99", stats("ours", "p99", ms), stats("base", "p99", ms), unit="ms", base_name="py pool/run"),
-        c.Row("  peak RSS during phase", stats("ours", "rss"), stats("base", "rss"), unit="MiB", base_name="py pool/run",
-              note="" if results["ours"][0]["rss_reset"] else "VmHWM could not be reset: process peak"),
+        c.Row(
+            "  peak RSS during phase",
+            stats("ours", "rss"),
+            stats("base", "rss"),
+            unit="MiB",
+            base_name="py pool/run",
+            note="" if results["ours"][0]["rss_reset"] else "VmHWM could not be reset: process peak",
+        ),
         c.Row(
             "  threads alive after == before",
             None,
             None,
             target="equal (python and OS threads)",
             status=c.check(not leaks),
-            note=f"before/after: py {first[0]}/{first[1]}, os {first[2]}/{first[3]}" + (f"; leaks {leaks}" if leaks else ""),
+            note=f"before/after: py {first[0]}/{first[1]}, os {first[2]}/{first[3]}"
+            + (f"; leaks {leaks}" if leaks else ""),
         ),
-        c.Row("  shared executor: throughput", stats("shared", "throughput"), stats("base", "throughput"),
-              unit="runs/s", target="report (ratio = throughput ratio)", base_name="py pool/run"),
-        c.Row("  shared executor: latency p99", stats("shared", "p99", ms), stats("base", "p99", ms), unit="ms", base_name="py pool/run"),
+        c.Row(
+            "  shared executor: throughput",
+            stats("shared", "throughput"),
+            stats("base", "throughput"),
+            unit="runs/s",
+            target="report (ratio = throughput ratio)",
+            base_name="py pool/run",
+        ),
+        c.Row(
+            "  shared executor: latency p99",
+            stats("shared", "p99", ms),
+            stats("base", "p99", ms),
+            unit="ms",
+            base_name="py pool/run",
+        ),
     ]
     c.emit(f"5. many runs at once ({runs} runs, {HANDLERS} handler threads, {FAN} x 2 ms calls each)", rows, opts)
 

@@ -28,6 +28,7 @@ import time
 import warnings
 
 import _common as c
+
 from nous_sched import Tool, run_code
 
 CALLS = 50
@@ -226,14 +227,19 @@ def main() -> None:
         for p in peers:
             p.close()
     o, osh, ps, pa, pn = (c.Stats.of([x * ms for x in s]) for s in (o, osh, ps, pa, pn))
-    import langchain_quickjs as lq
     from importlib.metadata import version
+
+    import langchain_quickjs as lq
 
     arun_us = c.Stats.of([tool_layer_us() for _ in range(5)])
     rows = [
         c.Row("nous_sched run_code fan-out 50 x 5 ms", o, ideal, unit="ms", base_name="ideal (p=10)"),
-        c.Row("vs peer eval (sync), same blocking tool", o, ps, unit="ms", base_name="langchain-quickjs", target="report"),
-        c.Row("vs peer eval (async), same blocking tool", o, pa, unit="ms", base_name="langchain-quickjs", target="report"),
+        c.Row(
+            "vs peer eval (sync), same blocking tool", o, ps, unit="ms", base_name="langchain-quickjs", target="report"
+        ),
+        c.Row(
+            "vs peer eval (async), same blocking tool", o, pa, unit="ms", base_name="langchain-quickjs", target="report"
+        ),
         c.Row("vs peer eval (async), async tool", o, pn, unit="ms", base_name="langchain-quickjs", target="report"),
         c.Row(
             "nous_sched, shared executor, vs peer (sync)",

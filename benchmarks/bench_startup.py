@@ -13,6 +13,7 @@ import time
 
 import _common as c
 import quickjs
+
 from nous_sched import Limits, Scheduler, run_code
 from nous_sched.runtime.quickjs import _PRELUDE
 

@@ -43,7 +43,7 @@ def run_one(script: str, args: list[str], timeout: float) -> tuple[str, list[c.R
         return script, [], f"timed out after {timeout:.0f}s"
     for line in proc.stdout.splitlines():
         if line.startswith(c.MARK):
-            title, rows = c.rows_from_json(json.loads(line[len(c.MARK):]))
+            title, rows = c.rows_from_json(json.loads(line[len(c.MARK) :]))
             return title, rows, "" if proc.returncode == 0 else f"exit {proc.returncode}"
     tail = (proc.stderr or proc.stdout).strip().splitlines()[-15:]
     return script, [], f"exit {proc.returncode}:\n    " + "\n    ".join(tail)

@@ -65,7 +65,10 @@ class ScriptedModel:
                         "function": {
                             "name": "run_code",
                             "arguments": json.dumps(
-                                {"code": self.program, "description": "Look up twelve cities and total their populations."}
+                                {
+                                    "code": self.program,
+                                    "description": "Look up twelve cities and total their populations.",
+                                }
                             ),
                         },
                     }
@@ -125,8 +128,9 @@ def main() -> int:
         else:
             print(f"{message['role']:<9} : {message['content']}")
     audit = outcome["session"].events
-    print(f"\naudit log: {len(audit)} {audit[0].type if audit else 'tool_call'} events "
-          f"(none of them in the conversation)")
+    print(
+        f"\naudit log: {len(audit)} {audit[0].type if audit else 'tool_call'} events (none of them in the conversation)"
+    )
     return 0
 
 

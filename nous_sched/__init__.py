@@ -5,6 +5,7 @@ QuickJS sandbox and routes every tool call through one :class:`Scheduler`
 that decides how the calls interleave and commits them in submission order.
 """
 
+from .adapters import anthropic_tool, call_tool, openai_tool
 from .dispatch import ApprovalRequest, CallInfo, RunContext, current_call, direct_dispatch
 from .errors import ConfigError, RunCodeError, SnapshotError, ToolError
 from .events import ContextUpdate, Event, LogEvent, SessionLog, ToolCallEvent
@@ -16,7 +17,6 @@ from .runtime import CodeRuntime, Limits, RuntimeOutcome
 from .scheduler import CallRecord, LaneState, Scheduler, Ticket
 from .snapshot import snapshot
 from .tool import EXCLUSIVE, PARALLEL, Tool, concurrency_mode
-from .adapters import anthropic_tool, call_tool, openai_tool
 
 __version__ = "0.1.0"
 

@@ -18,7 +18,6 @@ from .tool import Tool
 __all__ = ["openai_tool", "anthropic_tool", "call_tool"]
 
 
-
 def _schema(tool: Tool) -> dict[str, Any]:
     # A fresh copy each time: callers may edit what they get.
     if tool.parameters is None:

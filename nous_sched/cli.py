@@ -96,9 +96,7 @@ def _import_path(spec: str) -> Any:
         raise UsageError(f"--tools {spec}: syntax error at line {exc.lineno}: {exc.msg}") from None
     except Exception as exc:
         sys.modules.pop(name, None)
-        raise UsageError(
-            f"--tools {spec}: importing it raised {type(exc).__name__}: {exc}{_where(exc)}"
-        ) from None
+        raise UsageError(f"--tools {spec}: importing it raised {type(exc).__name__}: {exc}{_where(exc)}") from None
     finally:
         if added:
             try:
@@ -155,9 +153,7 @@ def load_tools(spec: str) -> list[Tool]:
     seen: set[str] = set()
     for i, tool in enumerate(tools):
         if not isinstance(tool, Tool):
-            raise UsageError(
-                f"--tools {spec}: {source}[{i}] is a {type(tool).__name__}, not a nous_sched.Tool"
-            )
+            raise UsageError(f"--tools {spec}: {source}[{i}] is a {type(tool).__name__}, not a nous_sched.Tool")
         if tool.name in seen:
             raise UsageError(f"--tools {spec}: {source} has two tools named {tool.name!r}; names must be distinct")
         seen.add(tool.name)
@@ -308,10 +304,7 @@ def format_trail(trail: Sequence[Any], *, width: int = BAR_WIDTH, span: Optional
             f"{r.seq:>4}  {tool:<{tool_w}}  {r.mode:<9}  {_ms(r.started):>8}  {_ms(r.finished):>8}  "
             f"{_ms(r.committed):>8}  {status:<5}  |{''.join(bar)}|"
         )
-    lines.append(
-        f"{'':>4}  {'':<{tool_w}}  {'':<9}  {'':>8}  {'':>8}  {'':>8}  {'':<5}  "
-        f"0{_ms(span).rjust(width + 1)}"
-    )
+    lines.append(f"{'':>4}  {'':<{tool_w}}  {'':<9}  {'':>8}  {'':>8}  {'':>8}  {'':<5}  0{_ms(span).rjust(width + 1)}")
     lines.append("# running   . finished, waiting for earlier calls to commit   ? abandoned at stop")
     return lines
 
@@ -418,9 +411,23 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="MODULE",
         help="dotted module name or path to a .py file defining TOOLS (an iterable of nous_sched.Tool) or tools()",
     )
-    run.add_argument("--max-parallel", type=_positive_int, default=10, metavar="N", help="most tool calls running at once (default 10)")
-    run.add_argument("--timeout", type=_positive_float, default=30.0, metavar="S", help="the run's wall-clock deadline in seconds (default 30)")
-    run.add_argument("--trace", metavar="FILE", help="also write the trail as Chrome trace-event JSON (Perfetto, chrome://tracing)")
+    run.add_argument(
+        "--max-parallel",
+        type=_positive_int,
+        default=10,
+        metavar="N",
+        help="most tool calls running at once (default 10)",
+    )
+    run.add_argument(
+        "--timeout",
+        type=_positive_float,
+        default=30.0,
+        metavar="S",
+        help="the run's wall-clock deadline in seconds (default 30)",
+    )
+    run.add_argument(
+        "--trace", metavar="FILE", help="also write the trail as Chrome trace-event JSON (Perfetto, chrome://tracing)"
+    )
     run.add_argument("--json", action="store_true", help="print one JSON object: result|error, logs, trail, events")
     run.add_argument(
         "--progress",

@@ -50,8 +50,7 @@ try:
     from opentelemetry.trace import SpanKind, Status, StatusCode
 except ImportError as exc:  # pragma: no cover - tested by hiding the package
     raise ImportError(
-        "nous_sched.otel needs OpenTelemetry, which is not installed; "
-        "install it with: pip install 'nous_sched[otel]'"
+        "nous_sched.otel needs OpenTelemetry, which is not installed; install it with: pip install 'nous_sched[otel]'"
     ) from exc
 
 from .dispatch import current_call, direct_dispatch

@@ -177,7 +177,9 @@ def run_code(
             log.info("run_code %s: %s", scheduler.call_id, description)
         outcome = rt.run(code, _Host(scheduler, granted, denied, run_ctx), limits)
         if not isinstance(outcome, RuntimeOutcome):
-            raise RunCodeError(f"code runtime {rt!r} returned {outcome!r} from run(); expected a nous_sched.RuntimeOutcome")
+            raise RunCodeError(
+                f"code runtime {rt!r} returned {outcome!r} from run(); expected a nous_sched.RuntimeOutcome"
+            )
     finally:
         # The driver winds down in microseconds unless a predicate is stuck;
         # then waiting longer would only delay this run's answer.

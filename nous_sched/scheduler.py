@@ -150,8 +150,7 @@ def _check_dispatch(dispatch: Any) -> None:
         inspect.signature(dispatch).bind(None, None, None)
     except TypeError:
         raise ConfigError(
-            f"Scheduler: `dispatch` must accept three positional arguments (tool, args, run_ctx); "
-            f"{dispatch!r} does not"
+            f"Scheduler: `dispatch` must accept three positional arguments (tool, args, run_ctx); {dispatch!r} does not"
         ) from None
     except ValueError:
         pass  # no introspectable signature (some builtins): trust the caller
@@ -504,7 +503,9 @@ class Scheduler:
                 self._executor = concurrent.futures.ThreadPoolExecutor(
                     self._max_parallel, thread_name_prefix=f"nous-sched-tool-{self._n}"
                 )
-            future = self._executor.submit(_InContext(entry.ctx), _run_call, self._dispatch, entry.tool, entry.args, entry.run_ctx, info, self._t0)
+            future = self._executor.submit(
+                _InContext(entry.ctx), _run_call, self._dispatch, entry.tool, entry.args, entry.run_ctx, info, self._t0
+            )
         except Exception:
             log.error("code-mode sub-call %s could not be handed to the executor", event.id, exc_info=True)
             future = concurrent.futures.Future()
@@ -611,7 +612,9 @@ class _InContext:
         return "nous_sched.call"  # Dask names tasks after it: one stable prefix, not an address
 
 
-def _run_call(dispatch: Callable, tool: Any, args: dict, run_ctx: Any, info: CallInfo, t0: float) -> tuple[Outcome, float]:
+def _run_call(
+    dispatch: Callable, tool: Any, args: dict, run_ctx: Any, info: CallInfo, t0: float
+) -> tuple[Outcome, float]:
     """Run one call on an executor thread; always returns an Outcome, never raises."""
     name = tool.name
     token = current_call.set(info)

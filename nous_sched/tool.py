@@ -68,9 +68,7 @@ class Tool:
     parameters: Optional[Mapping[str, Any]] = attrs.field(default=None, validator=_check_parameters)
     requires_approval: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
     category: str = attrs.field(default="read", validator=attrs.validators.instance_of(str))
-    concurrency_safe: Optional[Callable[[dict], Any]] = attrs.field(
-        default=None, validator=_check_optional_callable
-    )
+    concurrency_safe: Optional[Callable[[dict], Any]] = attrs.field(default=None, validator=_check_optional_callable)
 
 
 def concurrency_mode(tool: Any, args: Any) -> Mode:

@@ -184,9 +184,7 @@ def _complete(name: str, cat: str, start: float, end: float, tid: int, args: dic
     }
 
 
-def write_chrome_trace(
-    result: RunResult, path: Union[str, "os.PathLike[str]"], *, name: str = "run_code"
-) -> str:
+def write_chrome_trace(result: RunResult, path: Union[str, "os.PathLike[str]"], *, name: str = "run_code") -> str:
     """Write :func:`chrome_trace` of ``result`` to ``path`` as UTF-8 JSON; return the path.
 
     :raises OSError: the file cannot be written.

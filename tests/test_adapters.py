@@ -120,10 +120,14 @@ def test_call_tool_applies_the_context_update_to_the_session():
     ]
     assert all(e.data["source"] == "code_mode" and not e.surface for e in added)
     # ...and the model-visible history is unchanged.
-    assert session.messages() == before == [
-        {"role": "system", "content": "be brief"},
-        {"role": "user", "content": "go"},
-    ]
+    assert (
+        session.messages()
+        == before
+        == [
+            {"role": "system", "content": "be brief"},
+            {"role": "user", "content": "go"},
+        ]
+    )
 
 
 def test_call_tool_without_a_session_returns_only_the_value():

@@ -14,14 +14,16 @@ from pathlib import Path
 import pytest
 
 from nous_sched import CallRecord
-from nous_sched.cli import Progress, format_trail, load_tools, main, UsageError
+from nous_sched.cli import Progress, UsageError, format_trail, load_tools, main
 
 ROOT = Path(__file__).resolve().parent.parent
 FANOUT = str(ROOT / "examples" / "fanout.js")
 NOTES = str(ROOT / "examples" / "notes.js")
 TOOLS = str(ROOT / "examples" / "tools.py")
 
-ROW = re.compile(r"^\s+(\d+)\s+(\S+)\s+(parallel|exclusive)\s+([\d.]+)\s+([\d.-]+)\s+([\d.-]+)\s+(ok|error|-)\s+\|(.*)\|$")
+ROW = re.compile(
+    r"^\s+(\d+)\s+(\S+)\s+(parallel|exclusive)\s+([\d.]+)\s+([\d.-]+)\s+([\d.-]+)\s+(ok|error|-)\s+\|(.*)\|$"
+)
 
 
 def rows(stdout: str) -> list[re.Match]:
@@ -109,7 +111,9 @@ def test_exclusive_barrier_shows_in_the_timeline(capsys):
 
 
 def test_program_from_stdin(capsys, monkeypatch):
-    monkeypatch.setattr(sys, "stdin", io.StringIO("console.log('hi'); return (await tools.word_count({text: 'a b c'})).words"))
+    monkeypatch.setattr(
+        sys, "stdin", io.StringIO("console.log('hi'); return (await tools.word_count({text: 'a b c'})).words")
+    )
     assert main(["run", "-", "--tools", TOOLS]) == 0
     out, _ = capsys.readouterr()
     assert out.startswith("result:\n  3\n")
@@ -218,10 +222,14 @@ def test_progress_observer_never_writes():
 
 
 def test_program_failure_exits_1_with_the_kind(capsys, tmp_path):
-    program = write(tmp_path, "throws.js", """\
+    program = write(
+        tmp_path,
+        "throws.js",
+        """\
         console.log("about to fail");
         await tools.lookup_city({ name: "Atlantis" });
-    """)
+    """,
+    )
     assert main(["run", program, "--tools", TOOLS]) == 1
     out, err = capsys.readouterr()
     assert out.startswith("error (exception):\n  ToolError: no city named 'Atlantis'")
@@ -275,10 +283,14 @@ def test_tools_that_are_not_tools(capsys, tmp_path):
 
 
 def test_duplicate_tool_names(capsys, tmp_path):
-    module = write(tmp_path, "dup_tools.py", """\
+    module = write(
+        tmp_path,
+        "dup_tools.py",
+        """\
         from nous_sched import Tool
         TOOLS = [Tool("a", lambda args: 1), Tool("a", lambda args: 2)]
-    """)
+    """,
+    )
     err = _usage_error(capsys, ["run", FANOUT, "--tools", module])
     assert "two tools named 'a'" in err
 
@@ -294,11 +306,15 @@ def test_module_that_raises_on_import(capsys, tmp_path):
 
 
 def test_tools_function(capsys, tmp_path):
-    module = write(tmp_path, "factory_tools.py", """\
+    module = write(
+        tmp_path,
+        "factory_tools.py",
+        """\
         from nous_sched import Tool
         def tools():
             return (Tool("double", lambda args: args["n"] * 2, concurrency_safe=lambda a: True),)
-    """)
+    """,
+    )
     program = write(tmp_path, "double.js", "return await Promise.all([1, 2, 3].map((n) => tools.double({ n })))")
     assert main(["run", program, "--tools", module, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["result"] == [2, 4, 6]
@@ -310,11 +326,15 @@ def test_tools_function(capsys, tmp_path):
 
 def test_sibling_imports_work_for_a_path(capsys, tmp_path):
     write(tmp_path, "helpers_for_tools.py", "def triple(n):\n    return 3 * n\n")
-    module = write(tmp_path, "sibling_tools.py", """\
+    module = write(
+        tmp_path,
+        "sibling_tools.py",
+        """\
         from nous_sched import Tool
         from helpers_for_tools import triple
         TOOLS = [Tool("triple", lambda args: triple(args["n"]))]
-    """)
+    """,
+    )
     program = write(tmp_path, "triple.js", "return await tools.triple({ n: 5 })")
     assert main(["run", program, "--tools", module, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["result"] == 15

@@ -66,7 +66,9 @@ def test_fanout(example_tools):
         },
     }
     assert result.logs == ("looked up 12 cities in 9 countries", "largest: Shanghai, China (24870895)")
-    assert [(r.seq, r.tool, r.mode, r.ok) for r in result.trail] == [(i, "lookup_city", "parallel", True) for i in range(12)]
+    assert [(r.seq, r.tool, r.mode, r.ok) for r in result.trail] == [
+        (i, "lookup_city", "parallel", True) for i in range(12)
+    ]
     assert [e.arguments["name"] for e in result.events][:3] == ["Tokyo", "Delhi", "Shanghai"]
     # A real fan-out: lookups ran side by side (all twelve were submitted at
     # once; how many overlap depends on the machine's load, but not one at a time).
@@ -112,7 +114,11 @@ def test_notes_shows_the_barrier(example_tools):
 
 def test_errors_catches_and_continues(example_tools):
     result = _run(example_tools, "errors.js")
-    assert result.result == {"found": ["Lisbon", "Nairobi"], "missing": ["Atlantis"], "reads": ["fulfilled", "rejected"]}
+    assert result.result == {
+        "found": ["Lisbon", "Nairobi"],
+        "missing": ["Atlantis"],
+        "reads": ["fulfilled", "rejected"],
+    }
     assert result.logs == (
         "skipping Atlantis: lookup_city failed",
         "refused: '../../setup.cfg' is outside the data folder",
@@ -135,7 +141,12 @@ def _tool(example_tools, name, **kwargs):
 
 def test_example_tools_behave(example_tools, tmp_path):
     assert [t.name for t in example_tools.TOOLS] == [
-        "search_files", "read_file", "word_count", "lookup_city", "list_notes", "add_note",
+        "search_files",
+        "read_file",
+        "word_count",
+        "lookup_city",
+        "list_notes",
+        "add_note",
     ]
     for tool in example_tools.TOOLS:
         assert tool.description and tool.parameters["type"] == "object"
@@ -143,7 +154,11 @@ def test_example_tools_behave(example_tools, tmp_path):
 
     lookup = _tool(example_tools, "lookup_city", latency=0)
     assert lookup.function({"name": "lisbon"}) == {
-        "name": "Lisbon", "country": "Portugal", "population": 545796, "lat": 38.7223, "lon": -9.1393,
+        "name": "Lisbon",
+        "country": "Portugal",
+        "population": 545796,
+        "lat": 38.7223,
+        "lon": -9.1393,
     }
     with pytest.raises(ToolError, match="no city named 'Atlantis'; known cities: Beijing, Berlin"):
         lookup.function({"name": "Atlantis"})
@@ -159,7 +174,11 @@ def test_example_tools_behave(example_tools, tmp_path):
     search = _tool(example_tools, "search_files")
     hits = search.function({"query": "COMMIT"})
     assert {m["file"] for m in hits["matches"]} == {"scheduler.txt"}
-    assert hits["matches"][0] == {"file": "scheduler.txt", "line": 2, "text": "Calls commit strictly in submission order, however the work raced."}
+    assert hits["matches"][0] == {
+        "file": "scheduler.txt",
+        "line": 2,
+        "text": "Calls commit strictly in submission order, however the work raced.",
+    }
     assert search.function({"query": "Lisbon", "glob": "*.csv"})["matches"][0]["line"] == 15
     assert search.function({"query": "e", "max_results": 2})["truncated"] is True
     assert search.function({"query": "root", "glob": "../../*"})["matches"] == []
@@ -199,7 +218,9 @@ def test_agent_loop(capsys):
 
 def test_agent_loop_offers_run_code_with_the_sdk():
     agent = _load("nous_sched_test_agent_loop2", EXAMPLES / "agent_loop.py")
-    model = agent.ScriptedModel("return { cities: 1, total_population: 2, largest: (await tools.lookup_city({name: 'Lima'})).name }")
+    model = agent.ScriptedModel(
+        "return { cities: 1, total_population: 2, largest: (await tools.lookup_city({name: 'Lima'})).name }"
+    )
     assert agent.run_agent("q", model)["answer"] == "Those 1 cities have 2 people; the largest is Lima."
     failing = agent.ScriptedModel("throw new Error('bad program')")
     assert agent.run_agent("q", failing)["answer"] == "The program failed (exception)."
@@ -273,8 +294,13 @@ def test_readme_django_view(monkeypatch):
     def post(body):
         return view(types.SimpleNamespace(method="POST", body=json.dumps(body).encode()))
 
-    ok = post({"code": "const [a, b] = await Promise.all([tools.get_order({id: 'A1'}), tools.get_order({id: 'B2'})]);"
-                       " return a.total + b.total", "description": "Sum two orders"})
+    ok = post(
+        {
+            "code": "const [a, b] = await Promise.all([tools.get_order({id: 'A1'}), tools.get_order({id: 'B2'})]);"
+            " return a.total + b.total",
+            "description": "Sum two orders",
+        }
+    )
     assert (ok.status_code, ok.data) == (200, {"logs": [], "result": 42})
     failed = post({"code": "return (await tools.get_order({id: 'ZZ'})).total", "description": "A missing order"})
     assert failed.status_code == 200 and failed.data["error"]["kind"] == "exception"

@@ -74,7 +74,9 @@ def event(make_event):
 
 
 def canary() -> None:
-    r = run_code("return await tools.add({x: 2, y: 3});", [Tool("add", lambda a: a["x"] + a["y"])], limits=Limits(timeout=10))
+    r = run_code(
+        "return await tools.add({x: 2, y: 3});", [Tool("add", lambda a: a["x"] + a["y"])], limits=Limits(timeout=10)
+    )
     assert r.error is None and r.result == 5
 
 
@@ -202,7 +204,9 @@ def test_unawaited_call_to_a_hung_tool_keeps_the_result(event):
 
     before = sched_threads()
     started = time.perf_counter()
-    r = run_code('tools.hang({}); console.log("bye"); return "returned";', [Tool("hang", hang)], limits=Limits(timeout=1.0))
+    r = run_code(
+        'tools.hang({}); console.log("bye"); return "returned";', [Tool("hang", hang)], limits=Limits(timeout=1.0)
+    )
     assert time.perf_counter() - started < 1.0 + SLACK
     assert r.error is None and r.result == "returned"
     assert r.logs == ("bye", "[1 tool call(s) started without await were abandoned at the deadline]")
@@ -220,7 +224,9 @@ def test_parallel_fan_out_with_one_hung_call(event):
 
     safe = lambda args: True  # noqa: E731
     tools = [Tool("hang", hang, concurrency_safe=safe), Tool("quick", lambda a: a["i"], concurrency_safe=safe)]
-    program = "return await Promise.all([tools.quick({i: 0}), tools.hang({}), tools.quick({i: 2}), tools.quick({i: 3})]);"
+    program = (
+        "return await Promise.all([tools.quick({i: 0}), tools.hang({}), tools.quick({i: 2}), tools.quick({i: 3})]);"
+    )
     before = sched_threads()
     started = time.perf_counter()
     r = run_code(program, tools, limits=Limits(timeout=1.0))
@@ -247,16 +253,40 @@ for _ in range(250):
 
 RETURNS = {
     "object": (object(), "err", "tool returned a value that is not JSON: $: a value of type object is not JSON"),
-    "bytes": (b"\x00\xff", "err", "tool returned a value that is not JSON: $: bytes are not JSON; decode them to str or base64-encode them first"),
-    "nan": (float("nan"), "err", "tool returned a value that is not JSON: $: nan is not JSON (JSON has no NaN or Infinity)"),
-    "nested_inf": ({"a": [1, float("-inf")]}, "err", "tool returned a value that is not JSON: $.a[1]: -inf is not JSON (JSON has no NaN or Infinity)"),
-    "cyclic": (_cyclic, "err", "tool returned a value that is not JSON: $[0]: cyclic reference (a container that contains itself)"),
+    "bytes": (
+        b"\x00\xff",
+        "err",
+        "tool returned a value that is not JSON: $: bytes are not JSON; decode them to str or base64-encode them first",
+    ),
+    "nan": (
+        float("nan"),
+        "err",
+        "tool returned a value that is not JSON: $: nan is not JSON (JSON has no NaN or Infinity)",
+    ),
+    "nested_inf": (
+        {"a": [1, float("-inf")]},
+        "err",
+        "tool returned a value that is not JSON: $.a[1]: -inf is not JSON (JSON has no NaN or Infinity)",
+    ),
+    "cyclic": (
+        _cyclic,
+        "err",
+        "tool returned a value that is not JSON: $[0]: cyclic reference (a container that contains itself)",
+    ),
     "too_deep": (_deep, "err", None),
-    "tuple_key": ({(1, 2): "v"}, "err", "tool returned a value that is not JSON: $: a key of type tuple is not JSON (keys must be strings)"),
+    "tuple_key": (
+        {(1, 2): "v"},
+        "err",
+        "tool returned a value that is not JSON: $: a key of type tuple is not JSON (keys must be strings)",
+    ),
     "set": ({3, 1, 2}, "ok", [1, 2, 3]),
     "frozenset_mixed": (frozenset({"b", 1}), "ok", ["b", 1]),  # sorted by JSON text: '"b"' < '1'
     "scalar_keys": ({1: "a", None: "c", 2.5: "f", False: "b"}, "ok", {"1": "a", "null": "c", "2.5": "f", "false": "b"}),
-    "clashing_keys": ({1: "a", "1": "b"}, "err", "tool returned a value that is not JSON: $: two keys both spell '1' in JSON (e.g. 1 and '1'); keep one"),
+    "clashing_keys": (
+        {1: "a", "1": "b"},
+        "err",
+        "tool returned a value that is not JSON: $: two keys both spell '1' in JSON (e.g. 1 and '1'); keep one",
+    ),
     "enum": (Color.RED, "ok", "red"),
     "date": (datetime.date(2020, 1, 2), "ok", "2020-01-02"),
     "big_int": (2**70, "ok", 1.1805916207174113e21),
@@ -282,7 +312,10 @@ def test_non_json_tool_results_follow_the_snapshot_rules(threads_released):
         if expected is not None:
             assert got == expected, name
         else:
-            assert got.startswith("tool returned a value that is not JSON: $[0][0]") and "nested deeper than 200 levels" in got
+            assert (
+                got.startswith("tool returned a value that is not JSON: $[0][0]")
+                and "nested deeper than 200 levels" in got
+            )
     assert_audit(r.events)
     assert len(r.events) == len(RETURNS)
 
@@ -290,14 +323,18 @@ def test_non_json_tool_results_follow_the_snapshot_rules(threads_released):
 def test_tool_result_with_a_lone_surrogate_reaches_the_program(threads_released):
     """A str with a lone surrogate (a surrogateescape'd filename, say) is valid JSON text once escaped."""
     tool = Tool("listdir", lambda args: ["ok.txt", "bad-\udcff.txt"])
-    r = run_code("const names = await tools.listdir({}); return names.map((n) => n.length);", [tool], limits=Limits(timeout=10))
+    r = run_code(
+        "const names = await tools.listdir({}); return names.map((n) => n.length);", [tool], limits=Limits(timeout=10)
+    )
     assert r.error is None, r.error
     assert r.result == [6, 9]
 
 
 def test_tool_result_larger_than_the_sandbox_memory_aborts_the_run(threads_released):
     tool = Tool("huge", lambda args: "h" * (40 * 1024 * 1024))
-    r = run_code("return (await tools.huge({})).length;", [tool], limits=Limits(timeout=10, memory_bytes=32 * 1024 * 1024))
+    r = run_code(
+        "return (await tools.huge({})).length;", [tool], limits=Limits(timeout=10, memory_bytes=32 * 1024 * 1024)
+    )
     assert r.error is not None and r.error.kind == "abort"
     assert "32 MiB memory limit" in r.error.message
     assert_audit(r.events, ["huge"])

@@ -173,7 +173,6 @@ def test_a_failed_program_is_data_with_status_200(server):
     assert status == 200 and body["result"].startswith("unknown city 'Atlantis'")
 
 
-
 def test_a_runaway_program_times_out_as_data(serve):
     base, _ = serve(timeout=0.5)
     status, body = _post(base, {"code": "while (true) {}", "description": "loops", "max_parallel": 1})
@@ -221,7 +220,9 @@ def test_the_app_makes_its_own_pool_when_given_none():
         assert state["owns_executor"] is True
         client = app.test_client()
         answer = client.post(
-            "/run", json={"code": "return await tools.add({a: 2, b: 3})", "description": "adds"}, headers={"X-User": "bo"}
+            "/run",
+            json={"code": "return await tools.add({a: 2, b: 3})", "description": "adds"},
+            headers={"X-User": "bo"},
         )
         assert answer.status_code == 200 and answer.get_json() == {"logs": [], "result": 5}
         assert any(t.name.startswith("flask-run-tools") for t in state["executor"]._threads)

@@ -82,7 +82,12 @@ def test_a_run_and_its_calls_become_parented_spans(otel):
 
     spans = exporter.get_finished_spans()
     names = _by_name(spans)
-    assert sorted(names) == ["nous_sched.run_code", "nous_sched.tool/boom", "nous_sched.tool/echo", "nous_sched.tool/write"]
+    assert sorted(names) == [
+        "nous_sched.run_code",
+        "nous_sched.tool/boom",
+        "nous_sched.tool/echo",
+        "nous_sched.tool/write",
+    ]
     (run,) = names["nous_sched.run_code"]
     calls = sorted((s for s in spans if s is not run), key=lambda s: s.attributes["nous_sched.seq"])
 
@@ -137,7 +142,9 @@ def test_a_run_and_its_calls_become_parented_spans(otel):
 
 def test_a_failed_program_marks_the_run_span(otel):
     module, tracer, exporter = otel
-    result = module.traced_run_code("await tools.echo({v: 1}); throw new Error('no')", [ECHO], tracer=tracer, timeout=WAIT)
+    result = module.traced_run_code(
+        "await tools.echo({v: 1}); throw new Error('no')", [ECHO], tracer=tracer, timeout=WAIT
+    )
     assert result.error.kind == "exception"
     names = _by_name(exporter.get_finished_spans())
     (run,) = names["nous_sched.run_code"]

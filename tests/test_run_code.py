@@ -268,7 +268,7 @@ def test_rc_08_no_runtime_option_uses_the_default_provider():
 
 
 def test_rc_09_success_returns_exactly_logs_and_result():
-    tool = run_code_tool([], runtime=FakeRuntime(lambda p, h, l: RuntimeOutcome(("a", "b"), result={"x": [1]})))
+    tool = run_code_tool([], runtime=FakeRuntime(lambda p, h, lim: RuntimeOutcome(("a", "b"), result={"x": [1]})))
     out = call_rc(tool, "whatever")
     assert out == {"logs": ["a", "b"], "result": {"x": [1]}}
     assert set(out) == {"logs", "result"}
@@ -292,7 +292,7 @@ def test_rc_11_every_failure_kind_survives_the_round_trip():
     with pytest.raises(ValueError):
         RunError("substrate_exit", "x")
     for kind in nous_sched.ERROR_KINDS:
-        rt = FakeRuntime(lambda p, h, l, kind=kind: RuntimeOutcome(("log",), error=RunError(kind, f"m-{kind}")))
+        rt = FakeRuntime(lambda p, h, lim, kind=kind: RuntimeOutcome(("log",), error=RunError(kind, f"m-{kind}")))
         out = call_rc(run_code_tool([], runtime=rt), "x")
         assert out == {"logs": ["log"], "error": {"kind": kind, "message": f"m-{kind}"}}
         assert isinstance(out["error"]["kind"], str)
@@ -340,7 +340,7 @@ def test_rc_13_runtime_refusing_the_request_propagates_unchanged():
 
 def test_rc_14_runtime_returning_garbage_is_a_clear_error():
     # Elixir: "code runtime M returned :whatever from start_run/2; expected ...".
-    rt = FakeRuntime(lambda p, h, l: "whatever")
+    rt = FakeRuntime(lambda p, h, lim: "whatever")
     with pytest.raises(RunCodeError) as err:
         run_code("return 1", runtime=rt)
     assert "whatever" in str(err.value) and "RuntimeOutcome" in str(err.value)
@@ -348,7 +348,7 @@ def test_rc_14_runtime_returning_garbage_is_a_clear_error():
 
 def test_rc_14b_runtime_returning_garbage_still_stops_the_lane():
     # The part of test 14 that holds today: whatever the runtime returns, the lane ends.
-    rt = FakeRuntime(lambda p, h, l: "whatever")
+    rt = FakeRuntime(lambda p, h, lim: "whatever")
     before = drivers()
     with pytest.raises(Exception):
         run_code("return 1", runtime=rt)
@@ -494,7 +494,7 @@ def test_rc_21_failure_after_a_sub_call_keeps_its_audit_event():
 
 
 def test_rc_22_scheduler_is_dead_after_a_successful_run():
-    rt = FakeRuntime(lambda p, h, l: RuntimeOutcome((), result=fake_call(h, "echo", {"a": 1}).value))
+    rt = FakeRuntime(lambda p, h, lim: RuntimeOutcome((), result=fake_call(h, "echo", {"a": 1}).value))
     before = drivers()
     result = run_code("x", [echo_tool()], runtime=rt)
     assert result.ok and result.result == {"a": 1}
@@ -686,9 +686,7 @@ def test_denied_tool_answers_exactly_and_never_reaches_the_scheduler():
 def test_denied_wins_over_approval_and_never_asks():
     asked = []
     tools = [Tool("pay", lambda a: "paid", requires_approval=True)]
-    result = run_code(
-        catch_program("pay"), tools, policy=PermissionPolicy(deny=["pay"]), approval_handler=asked.append
-    )
+    result = run_code(catch_program("pay"), tools, policy=PermissionPolicy(deny=["pay"]), approval_handler=asked.append)
     assert result.result == [True, "pay", 'tool "pay" is denied by the permission policy']
     assert asked == []
 
@@ -771,7 +769,9 @@ def test_policy_require_approval_by_name():
     tools = [const_tool("write", "written"), const_tool("read", "read it")]
     policy = PermissionPolicy(require_approval=["write"])
     result = run_code(
-        "return [await tools.read({}), await tools.write({path: 'a'})]", tools, policy=policy,
+        "return [await tools.read({}), await tools.write({path: 'a'})]",
+        tools,
+        policy=policy,
         approval_handler=handler,
     )
     assert result.result == ["read it", "written"]
@@ -779,7 +779,8 @@ def test_policy_require_approval_by_name():
     # Without a handler the same policy refuses the gated tool and only it.
     result = run_code(
         "const r = await tools.read({}); try { await tools.write({}) } catch (e) { return [r, e.message] }",
-        tools, policy=policy,
+        tools,
+        policy=policy,
     )
     assert result.result == ["read it", 'tool "write" requires approval and no approval handler is configured']
 
@@ -801,11 +802,16 @@ def test_run_code_tool_applies_the_policy_to_every_sub_call():
     handler = Approvals(True)
     tools = [const_tool("a", 1), const_tool("b", 2, requires_approval=True), const_tool("c", 3)]
     tool = run_code_tool(tools, policy=PermissionPolicy(deny=["c"]), approval_handler=handler)
-    out, update = unwrap(call_rc(tool, """
+    out, update = unwrap(
+        call_rc(
+            tool,
+            """
         const r = [await tools.a({}), await tools.b({})];
         try { await tools.c({}) } catch (e) { r.push(e.message) }
         return r;
-    """))
+    """,
+        )
+    )
     assert out["result"] == [1, 2, 'tool "c" is denied by the permission policy']
     assert [r.tool for r in handler.requests] == ["b"]
     assert [op.data["name"] for op in update.operations] == ["a", "b"]
@@ -885,8 +891,12 @@ def test_visible_tools_passes_run_options_through():
 
 def test_run_code_tool_description_declares_granted_tools_only():
     tools = [
-        Tool("search_docs", lambda a: a, description="Search the docs.",
-             parameters={"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}),
+        Tool(
+            "search_docs",
+            lambda a: a,
+            description="Search the docs.",
+            parameters={"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]},
+        ),
         Tool("secret_admin", lambda a: a),
     ]
     tool = run_code_tool(tools, policy=PermissionPolicy(deny=["secret_admin"]))

@@ -255,8 +255,14 @@ def test_tool_returning_non_json_is_a_tool_error_mentioning_json():
 
 
 def test_tool_values_round_trip_exactly():
-    values = {"big": 2**40, "max_safe": 2**53, "neg": -(2**31) - 1, "f": 0.1, "s": "é\x00\u2028😀",
-              "nested": {"a": [1, None, True, {"b": []}]}}
+    values = {
+        "big": 2**40,
+        "max_safe": 2**53,
+        "neg": -(2**31) - 1,
+        "f": 0.1,
+        "s": "é\x00\u2028😀",
+        "nested": {"a": [1, None, True, {"b": []}]},
+    }
     tools = [Tool("v", lambda a: values)]
     result = run_code("const v = await tools.v({}); return [v, v.s.length]", tools)
     assert result.result == [values, 5]  # "😀" is two UTF-16 units
@@ -713,7 +719,9 @@ def test_tool_named_like_a_prelude_placeholder_is_reachable():
 
 def test_undefined_or_null_args_become_an_empty_object():
     rec = Recorder()
-    result = run_code("await tools.t(); await tools.t(undefined); await tools.t(null); await tools.t({});", [Tool("t", rec)])
+    result = run_code(
+        "await tools.t(); await tools.t(undefined); await tools.t(null); await tools.t({});", [Tool("t", rec)]
+    )
     assert result.ok, result.error
     assert rec.calls == [{}, {}, {}, {}]
     assert [e.arguments for e in result.events] == [{}, {}, {}, {}]
@@ -749,9 +757,7 @@ def test_each_call_gets_its_own_copy_of_the_arguments():
         args["mutated"] = True
         return args
 
-    result = run_code(
-        "const a = {n: 1}; const r = await tools.m(a); return [a, r];", [Tool("m", mutate)]
-    )
+    result = run_code("const a = {n: 1}; const r = await tools.m(a); return [a, r];", [Tool("m", mutate)])
     assert result.result == [{"n": 1}, {"n": 1, "mutated": True}]
     assert result.events[0].arguments == {"n": 1}
 
@@ -817,15 +823,42 @@ def test_mixed_program_is_deterministic_under_random_finish_orders():
         outputs.append((result.result, result.logs, [(e.seq, e.arguments) for e in result.events]))
     assert all(o == outputs[0] for o in outputs)
     result, logs, events = outputs[0]
-    assert result == {"a": "A", "fan": ["B1", "B2", "B3", "B4", "B5", "B6"], "c": "C", "more": ["D1", "D2"], "race": "R1"}
+    assert result == {
+        "a": "A",
+        "fan": ["B1", "B2", "B3", "B4", "B5", "B6"],
+        "c": "C",
+        "more": ["D1", "D2"],
+        "race": "R1",
+    }
     assert logs == (
         "first A",
-        "then B1", "then B2", "then B3", "then B4", "then B5", "then B6",
+        "then B1",
+        "then B2",
+        "then B3",
+        "then B4",
+        "then B5",
+        "then B6",
         "fan B1,B2,B3,B4,B5,B6",
         "race R1",
         "settled fulfilled,rejected,fulfilled",
     )
-    assert [a["n"] for _, a in events] == ["a", "b1", "b2", "b3", "b4", "b5", "b6", "c", "d1", "d2", "r1", "r2", "e1", "fail", "e2"]
+    assert [a["n"] for _, a in events] == [
+        "a",
+        "b1",
+        "b2",
+        "b3",
+        "b4",
+        "b5",
+        "b6",
+        "c",
+        "d1",
+        "d2",
+        "r1",
+        "r2",
+        "e1",
+        "fail",
+        "e2",
+    ]
 
 
 # === values round-trip (property) ==========================================================

@@ -105,7 +105,9 @@ class Probe:
 
     def wait_for(self, predicate, what: str) -> None:
         with self.cond:
-            assert self.cond.wait_for(predicate, WAIT), f"timed out waiting for {what}; started={self.started} finished={self.finished}"
+            assert self.cond.wait_for(predicate, WAIT), (
+                f"timed out waiting for {what}; started={self.started} finished={self.finished}"
+            )
 
     def wait_started(self, n: int) -> None:
         self.wait_for(lambda: len(self.started) >= n, f"{n} calls to start")
@@ -362,7 +364,11 @@ def test_08_classification_is_exclusive_unless_exactly_true(make_scheduler, capl
     assert outcome == Outcome.success("ran"), "classification never fails the call"
     assert [e.mode for e in s.logged_events()] == [mode]
 
-    warnings = [r for r in caplog.records if r.name == "nous_sched" and r.levelno == logging.WARNING and "concurrency_safe" in r.getMessage()]
+    warnings = [
+        r
+        for r in caplog.records
+        if r.name == "nous_sched" and r.levelno == logging.WARNING and "concurrency_safe" in r.getMessage()
+    ]
     if warning is None:
         assert warnings == []
     else:
@@ -501,7 +507,10 @@ def test_13_dispatch_rewriting_its_args_leaves_the_event_alone(make_scheduler):
     assert s.call(tool, first).value == 1
     assert s.call(tool, {"path": "/tmp/b", "nested": {"x": 2}}).value == 2
     events = s.logged_events()
-    assert [e.arguments for e in events] == [{"path": "/tmp/a", "nested": {"x": 1}}, {"path": "/tmp/b", "nested": {"x": 2}}]
+    assert [e.arguments for e in events] == [
+        {"path": "/tmp/a", "nested": {"x": 1}},
+        {"path": "/tmp/b", "nested": {"x": 2}},
+    ]
     assert first == {"path": "/tmp/a", "nested": {"x": 1}}, "the caller's dict is never touched"
     assert counter["n"] == 2
 
@@ -585,7 +594,14 @@ def test_15_events_for_each_started_call_stay_out_of_the_transcript(make_schedul
     assert len(logged) == 6
     assert [e.surface for e in logged].count(True) == 1
     assert [e.type for e in logged[1:]] == ["tool_call"] * 5
-    assert logged[1].data == {"id": "call_42:code:0", "name": "t1", "arguments": {"i": 0}, "mode": "exclusive", "seq": 0, "source": "code_mode"}
+    assert logged[1].data == {
+        "id": "call_42:code:0",
+        "name": "t1",
+        "arguments": {"i": 0},
+        "mode": "exclusive",
+        "seq": 0,
+        "source": "code_mode",
+    }
 
 
 def test_16_failed_sub_call_is_logged_once(make_scheduler):
@@ -624,7 +640,10 @@ def test_18_tool_error_gives_exactly_two_strings(make_scheduler):
 
     # The same through a dispatch returning a failed Outcome.
     s2 = make_scheduler(dispatch=lambda tool, args, ctx: Outcome.failure("write_file", "disk is full"))
-    assert s2.call(Tool("write_file", write_file), {}).error.as_dict() == {"tool": "write_file", "message": "disk is full"}
+    assert s2.call(Tool("write_file", write_file), {}).error.as_dict() == {
+        "tool": "write_file",
+        "message": "disk is full",
+    }
 
 
 def test_19_raise_gives_the_message_and_nothing_else(make_scheduler, caplog):
@@ -850,7 +869,7 @@ def test_27_dispatch_fun_passes_tool_args_and_run_ctx(make_scheduler):
     signature.bind(tool, {"a": 1}, ctx)
     outcome = fun(tool, {"a": 1}, ctx)
     assert outcome == Outcome.success({"echo": {"a": 1}})
-    (t, args, run_ctx), = got
+    ((t, args, run_ctx),) = got
     assert t is tool and args == {"a": 1} and run_ctx is ctx
 
 
@@ -960,7 +979,11 @@ def _four(tool, args, run_ctx, extra):
     return None
 
 
-@pytest.mark.parametrize("dispatch", [None, 42, "direct", _two, _four, lambda: None], ids=["None", "int", "str", "2-arity", "4-arity", "0-arity"])
+@pytest.mark.parametrize(
+    "dispatch",
+    [None, 42, "direct", _two, _four, lambda: None],
+    ids=["None", "int", "str", "2-arity", "4-arity", "0-arity"],
+)
 def test_32_bad_dispatch_is_a_config_error(dispatch):
     with pytest.raises(ConfigError, match="`dispatch`"):
         Scheduler(dispatch=dispatch)

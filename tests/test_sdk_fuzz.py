@@ -40,7 +40,7 @@ def check_typescript(text: str) -> None:
             end = text.find("*/", i + 3)
             assert end != -1, "unclosed doc comment"
             body = text[i + 3 : end]
-            assert text[end + 2] == "\n", f"text after a doc comment: {text[end:end + 30]!r}"
+            assert text[end + 2] == "\n", f"text after a doc comment: {text[end : end + 30]!r}"
             if "\n" in body:
                 assert body.startswith("\n") and body.rsplit("\n", 1)[1] == "   ", repr(body)
                 assert all(row.startswith("   * ") for row in body.split("\n")[1:-1]), repr(body)
@@ -67,7 +67,7 @@ def check_typescript(text: str) -> None:
             elif char in _CLOSERS:
                 assert stack and stack.pop() == _CLOSERS[char], f"unbalanced {char!r} at {i}"
             else:
-                assert _PLAIN.fullmatch(char), f"unexpected {char!r} in code at {i}: {text[i - 40:i + 40]!r}"
+                assert _PLAIN.fullmatch(char), f"unexpected {char!r} in code at {i}: {text[i - 40 : i + 40]!r}"
             line.append(char)
             i += 1
     assert not stack, f"unclosed {stack}"
@@ -92,7 +92,9 @@ def check_python(text: str) -> None:
 nasty_text = st.lists(
     st.one_of(
         st.text(max_size=6),
-        st.sampled_from(["*/", "/*", "**/", "*", "/", '"', "\\", "\n", "\r\n", "\r", "\u2028", "\x00", "日本", "🙂", "'"]),
+        st.sampled_from(
+            ["*/", "/*", "**/", "*", "/", '"', "\\", "\n", "\r\n", "\r", "\u2028", "\x00", "日本", "🙂", "'"]
+        ),
     ),
     max_size=5,
 ).map("".join)
@@ -114,7 +116,9 @@ def or_junk(strategy):
 
 SCALARS = ["string", "number", "integer", "boolean", "null"]
 type_name = or_junk(st.sampled_from([*SCALARS, "object", "array", "frobnicate"]))
-enum_member = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), nasty_text, st.dictionaries(st.text(), st.integers()))
+enum_member = st.one_of(
+    st.none(), st.booleans(), st.integers(), st.floats(), nasty_text, st.dictionaries(st.text(), st.integers())
+)
 # A small pool of property names, so that `required` often names a real one.
 prop_name = st.one_of(st.sampled_from(["a", "b", "c"]), nasty_text)
 
@@ -144,7 +148,10 @@ def _node(children=None):
                 {"items": or_junk(st.one_of(children, st.lists(children, max_size=3)))},
                 optional={"type": st.sampled_from(["array", ["array", "string", "array"]])},
             ),
-            *(st.fixed_dictionaries({key: or_junk(st.lists(children, max_size=3))}) for key in ("oneOf", "anyOf", "allOf")),
+            *(
+                st.fixed_dictionaries({key: or_junk(st.lists(children, max_size=3))})
+                for key in ("oneOf", "anyOf", "allOf")
+            ),
         ]
     noise = st.fixed_dictionaries(
         {},

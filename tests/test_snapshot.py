@@ -172,7 +172,9 @@ def test_nan_and_infinities_are_refused(value):
     assert repr(value) in message
 
 
-@pytest.mark.parametrize("value", [b"raw", bytearray(b"raw"), memoryview(b"raw")], ids=["bytes", "bytearray", "memoryview"])
+@pytest.mark.parametrize(
+    "value", [b"raw", bytearray(b"raw"), memoryview(b"raw")], ids=["bytes", "bytearray", "memoryview"]
+)
 def test_bytes_are_refused(value):
     refused({"blob": value}, "$.blob", "bytes are not JSON")
 
@@ -346,9 +348,11 @@ _leaves = (
 )
 _any_values = st.recursive(
     _leaves,
-    lambda children: st.lists(children, max_size=4)
-    | st.dictionaries(st.one_of(st.text(max_size=4), st.integers(), st.booleans(), st.none()), children, max_size=4)
-    | st.sets(st.integers(), max_size=4),
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.dictionaries(st.one_of(st.text(max_size=4), st.integers(), st.booleans(), st.none()), children, max_size=4)
+        | st.sets(st.integers(), max_size=4)
+    ),
     max_leaves=20,
 )
 

@@ -149,7 +149,9 @@ class _Run:
             outcome = pending.wait(max(self.deadline - time.monotonic(), 0.0))
             if outcome is None:
                 if state is not None:
-                    self.logs.note(f"[{len(outstanding) + 1} tool call(s) started without await were abandoned at the deadline]")
+                    self.logs.note(
+                        f"[{len(outstanding) + 1} tool call(s) started without await were abandoned at the deadline]"
+                    )
                     return self._finish(state)
                 return RuntimeOutcome(self.logs.lines(), error=self._timeout_error("waiting for a tool call"))
             self._settle(call_id, outcome)
@@ -174,8 +176,12 @@ class _Run:
                 # QuickJS throws a bare null when it cannot even allocate the
                 # out-of-memory error, and by now the memory is freed: nothing
                 # tells that apart from a literal `throw null`, so say both.
-                return RuntimeOutcome(logs, error=self._memory_error(
-                    " (or it threw a bare null, which QuickJS also raises when it runs out of memory)"))
+                return RuntimeOutcome(
+                    logs,
+                    error=self._memory_error(
+                        " (or it threw a bare null, which QuickJS also raises when it runs out of memory)"
+                    ),
+                )
             return RuntimeOutcome(logs, error=RunError("exception", _clip(error)))
         if kind == "output_limit":
             return self._output_limit(logs, state["size"])
