@@ -40,10 +40,10 @@ def _check_optional_callable(inst: Any, attr: attrs.Attribute, value: Any) -> No
         _check_callable(inst, attr, value)
 
 
-def _check_parameters(inst: Any, _attr: Any, value: Any) -> None:
+def _check_schema(inst: Any, attr: attrs.Attribute, value: Any) -> None:
     if value is not None and not isinstance(value, Mapping):
         raise ConfigError(
-            f"Tool {inst.name!r}: `parameters` must be a JSON Schema mapping or None, got {type(value).__name__}"
+            f"Tool {inst.name!r}: `{attr.name}` must be a JSON Schema mapping or None, got {type(value).__name__}"
         )
 
 
@@ -58,17 +58,19 @@ class Tool:
 
     ``concurrency_safe(args) -> bool`` opts a call into running beside others;
     see :func:`concurrency_mode`. ``parameters`` is the JSON Schema of the
-    arguments object, rendered into the program's SDK. ``requires_approval``
+    arguments object, rendered into the program's SDK; ``returns`` is the JSON
+    Schema of what the tool returns, when it has one. ``requires_approval``
     makes every call of this tool ask the run's approval handler first.
     """
 
     name: str = attrs.field(validator=_check_name)
     function: Callable[[dict], Any] = attrs.field(validator=_check_callable)
     description: str = attrs.field(default="", validator=attrs.validators.instance_of(str))
-    parameters: Optional[Mapping[str, Any]] = attrs.field(default=None, validator=_check_parameters)
+    parameters: Optional[Mapping[str, Any]] = attrs.field(default=None, validator=_check_schema)
     requires_approval: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
     category: str = attrs.field(default="read", validator=attrs.validators.instance_of(str))
     concurrency_safe: Optional[Callable[[dict], Any]] = attrs.field(default=None, validator=_check_optional_callable)
+    returns: Optional[Mapping[str, Any]] = attrs.field(default=None, validator=_check_schema)
 
 
 def concurrency_mode(tool: Any, args: Any) -> Mode:
