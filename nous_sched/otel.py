@@ -54,9 +54,9 @@ except ImportError as exc:  # pragma: no cover - tested by hiding the package
     ) from exc
 
 from .dispatch import current_call, direct_dispatch
+from .records import CallRecord
 from .result import RunResult
 from .run_code import run_code
-from .scheduler import CallRecord
 from .tool import Tool
 
 __all__ = [

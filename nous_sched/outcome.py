@@ -20,13 +20,6 @@ __all__ = ["Outcome", "SubCallError", "clamp", "MAX_MESSAGE", "TRUNCATION_MARK"]
 MAX_MESSAGE = 2000
 TRUNCATION_MARK = "… (truncated)"
 
-GONE = "code run is over; scheduler is gone"
-ABANDONED = "code run is over; tool call abandoned"
-AWAIT_TIMEOUT = "timed out waiting for the sub-call to commit"
-NO_ANSWER = "the scheduler did not answer within {s:g}s (a concurrency_safe predicate may be stuck)"
-FAILED = "tool call failed"
-DID_NOT_COMPLETE = "tool call did not complete"
-
 
 def clamp(message: str) -> str:
     """``message`` cut to :data:`MAX_MESSAGE` characters plus a marker if longer."""

@@ -7,7 +7,7 @@ from typing import Any, Optional
 import attrs
 
 from .events import ContextUpdate, ToolCallEvent
-from .scheduler import CallRecord
+from .records import CallRecord
 
 __all__ = ["RunResult", "RunError", "ERROR_KINDS"]
 

@@ -42,17 +42,15 @@ import time
 from collections.abc import Mapping
 from typing import Any, Callable, Optional
 
-import attrs
-
-from . import outcome as _msg
 from .dispatch import CallInfo, current_call, direct_dispatch
 from .errors import ConfigError, ToolError
 from .events import SessionLog, ToolCallEvent
 from .outcome import Outcome
+from .records import CallRecord, LaneState
 from .snapshot import snapshot
 from .tool import EXCLUSIVE, concurrency_mode
 
-__all__ = ["Scheduler", "Ticket", "LaneState", "CallRecord"]
+__all__ = ["Scheduler", "Ticket"]
 
 log = logging.getLogger("nous_sched")
 
@@ -61,6 +59,14 @@ DEFAULT_TIMEOUT = 120.0
 _STOP_JOIN = 2.0
 
 _ids = itertools.count(1)
+
+# What a program reads when the lane, not the tool, ends a call.
+GONE = "code run is over; scheduler is gone"
+ABANDONED = "code run is over; tool call abandoned"
+AWAIT_TIMEOUT = "timed out waiting for the sub-call to commit"
+NO_ANSWER = "the scheduler did not answer within {s:g}s (a concurrency_safe predicate may be stuck)"
+FAILED = "tool call failed"
+DID_NOT_COMPLETE = "tool call did not complete"
 
 # Driver commands. Tuples, not classes: one is built per sub-call on the hot path.
 _SUBMIT, _DONE, _QUERY, _STOP = range(4)
@@ -84,37 +90,20 @@ class Ticket:
         """True once the call has committed (or been released with an error)."""
         return self._future.done()
 
+    def wait(self, timeout: Optional[float] = None) -> Optional[Outcome]:
+        """The call's committed :class:`Outcome`, or ``None`` if ``timeout`` seconds pass first.
+
+        ``timeout=None`` waits until the call commits or the scheduler
+        releases it. Unlike :meth:`Scheduler.wait`, a timeout here says nothing
+        about the lane: it is the runtime seam's ``PendingCall.wait``.
+        """
+        try:
+            return self._future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            return None
+
     def __repr__(self) -> str:
         return f"<Ticket {self.tool!r} seq={self.seq} done={self.done()}>"
-
-
-@attrs.frozen
-class CallRecord:
-    """Timeline of one started call, in seconds since the scheduler started.
-
-    ``finished`` and ``committed`` are ``None`` for a call abandoned at stop.
-    """
-
-    seq: int
-    tool: str
-    mode: str
-    started: float
-    finished: Optional[float] = None
-    committed: Optional[float] = None
-    ok: Optional[bool] = None
-
-
-@attrs.frozen
-class LaneState:
-    """A consistent view of the lane, read on the driver (for tests and progress)."""
-
-    pending: tuple[int, ...]
-    inflight: tuple[int, ...]
-    settled: tuple[int, ...]
-    cursor: int
-    exclusive: Optional[int]
-    submitted: int
-    stopped: bool
 
 
 class _Entry:
@@ -282,7 +271,7 @@ class Scheduler:
         ticket = Ticket(name)
         with self._open_lock:
             if self._closed or self._wedged:
-                message = _msg.NO_ANSWER.format(s=self._timeout) if self._wedged and not self._closed else _msg.GONE
+                message = NO_ANSWER.format(s=self._timeout) if self._wedged and not self._closed else GONE
                 _release(ticket, Outcome.failure(name, message))
                 return ticket
             self._open.add(ticket)
@@ -309,8 +298,8 @@ class Scheduler:
                 # Only a full-timeout silence condemns the lane; a short poll does not.
                 if limit >= self._timeout:
                     self._wedged = True
-                return Outcome.failure(ticket.tool, _msg.NO_ANSWER.format(s=limit))
-            return Outcome.failure(ticket.tool, _msg.AWAIT_TIMEOUT)
+                return Outcome.failure(ticket.tool, NO_ANSWER.format(s=limit))
+            return Outcome.failure(ticket.tool, AWAIT_TIMEOUT)
 
     def call(self, tool: Any, args: Any, run_ctx: Any = None) -> Outcome:
         """``wait(submit(tool, args, run_ctx))``."""
@@ -371,7 +360,7 @@ class Scheduler:
                 self._driver.name,
                 limit,
             )
-        self._release_open(_msg.ABANDONED)
+        self._release_open(ABANDONED)
         if first and self._owns_executor and self._executor is not None:
             # Joining workers is only safe when none is stuck in a tool.
             self._executor.shutdown(wait=self._still_running == 0 and not self._driver.is_alive(), cancel_futures=True)
@@ -434,7 +423,7 @@ class Scheduler:
             with self._open_lock:
                 self._closed = True
             self._terminate()
-            self._release_open(_msg.GONE)
+            self._release_open(GONE)
             raise
         finally:
             self._drain_after_stop()  # submits and queries that raced stop() into the queue
@@ -521,7 +510,7 @@ class Scheduler:
         except BaseException as exc:  # CancelledError, or whatever the executor raised
             problem = None if future.cancelled() else exc
         log.warning("code-mode sub-call %s (tool %r) did not complete: %r", entry.seq, entry.tool.name, problem)
-        return Outcome.failure(entry.tool.name, _msg.DID_NOT_COMPLETE), time.perf_counter() - self._t0
+        return Outcome.failure(entry.tool.name, DID_NOT_COMPLETE), time.perf_counter() - self._t0
 
     def _commit(self, entry: _Entry) -> None:
         seq = entry.seq
@@ -563,12 +552,12 @@ class Scheduler:
         # finished-but-uncommitted ones with their real outcome, by seq.
         while self._pending:
             entry = self._pending.popleft()
-            self._deliver(entry, Outcome.failure(entry.tool.name, _msg.ABANDONED))
+            self._deliver(entry, Outcome.failure(entry.tool.name, ABANDONED))
         for seq in sorted(self._inflight):
             entry = self._inflight.pop(seq)
             if entry.future is not None and not entry.future.cancel():
                 self._still_running += 1
-            self._deliver(entry, Outcome.failure(entry.tool.name, _msg.ABANDONED))
+            self._deliver(entry, Outcome.failure(entry.tool.name, ABANDONED))
         for seq in sorted(self._settled):
             self._commit(self._settled.pop(seq))  # every settled seq is past the cursor
         self._exclusive = None
@@ -580,7 +569,7 @@ class Scheduler:
             except queue.Empty:
                 return
             if msg[0] == _SUBMIT:
-                _release(msg[1], Outcome.failure(msg[1].tool, _msg.GONE))
+                _release(msg[1], Outcome.failure(msg[1].tool, GONE))
             elif msg[0] == _QUERY:
                 msg[2].cancel()
 
@@ -621,7 +610,7 @@ def _run_call(
     try:
         value = dispatch(tool, args, run_ctx)
         if isinstance(value, Outcome) and not value.ok:
-            message = value.error.message if value.error is not None else _msg.FAILED
+            message = value.error.message if value.error is not None else FAILED
             result = Outcome.failure(name, message)
         else:
             if isinstance(value, Outcome):
@@ -645,5 +634,5 @@ def _safe_str(exc: BaseException) -> str:
     try:
         text = str(exc)
     except Exception:
-        return _msg.FAILED
-    return text if text else _msg.FAILED
+        return FAILED
+    return text if text else FAILED
