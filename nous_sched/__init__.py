@@ -6,15 +6,17 @@ that decides how the calls interleave and commits them in submission order.
 """
 
 from .adapters import anthropic_tool, call_tool, openai_tool
+from .agent import MODES, WithContextUpdate, run_code_tool, visible_tools
 from .dispatch import ApprovalRequest, CallInfo, RunContext, current_call, direct_dispatch
 from .errors import ConfigError, RunCodeError, SnapshotError, ToolError
 from .events import ContextUpdate, Event, LogEvent, SessionLog, ToolCallEvent
 from .outcome import Outcome, SubCallError
 from .policy import PermissionPolicy
+from .records import CallRecord, LaneState
 from .result import ERROR_KINDS, RunError, RunResult
-from .run_code import MODES, WithContextUpdate, run_code, run_code_tool, visible_tools
+from .run_code import run_code
 from .runtime import CodeRuntime, Limits, RuntimeOutcome
-from .scheduler import CallRecord, LaneState, Scheduler, Ticket
+from .scheduler import Scheduler, Ticket
 from .snapshot import snapshot
 from .tool import EXCLUSIVE, PARALLEL, Tool, concurrency_mode
 

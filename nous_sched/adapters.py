@@ -11,8 +11,8 @@ import copy
 import json
 from typing import Any, Optional
 
+from .agent import WithContextUpdate
 from .events import SessionLog
-from .run_code import WithContextUpdate
 from .tool import Tool
 
 __all__ = ["openai_tool", "anthropic_tool", "call_tool"]
@@ -46,7 +46,7 @@ def call_tool(tool: Tool, arguments: Any, session: Optional[SessionLog] = None) 
     """Run ``tool`` on a model's ``arguments`` (a JSON string or a dict) and
     return the JSON text to send back as the tool result.
 
-    A :class:`~nous_sched.run_code.WithContextUpdate` result has its audit
+    A :class:`~nous_sched.WithContextUpdate` result has its audit
     events appended to ``session`` (when given) and only its value returned.
     """
     args = json.loads(arguments) if isinstance(arguments, (str, bytes)) else arguments

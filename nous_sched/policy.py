@@ -14,7 +14,10 @@ from typing import Any, Iterable, Optional
 
 import attrs
 
-__all__ = ["PermissionPolicy", "denied_message"]
+from .errors import ConfigError
+from .tool import Tool
+
+__all__ = ["PermissionPolicy", "denied_message", "partition"]
 
 
 def _names(value: Optional[Iterable[str]]) -> Optional[frozenset]:
@@ -55,3 +58,21 @@ class PermissionPolicy:
 
 def denied_message(name: str) -> str:
     return f"tool {json.dumps(name, ensure_ascii=False)} is denied by the permission policy"
+
+
+def partition(tools: Iterable[Any], policy: Optional[PermissionPolicy]) -> tuple[dict[str, Tool], dict[str, Tool]]:
+    """Granted and denied tools by name; first occurrence of a name wins."""
+    if isinstance(tools, (str, bytes)) or not isinstance(tools, Iterable):
+        raise ConfigError(f"`tools` must be an iterable of nous_sched.Tool, got {type(tools).__name__}")
+    granted: dict[str, Tool] = {}
+    denied: dict[str, Tool] = {}
+    for tool in tools:
+        if not isinstance(tool, Tool):
+            raise ConfigError(f"`tools` must contain only nous_sched.Tool values, got {type(tool).__name__}")
+        if tool.name in granted or tool.name in denied:
+            continue
+        if policy is None or policy.permits(tool):
+            granted[tool.name] = tool
+        else:
+            denied[tool.name] = tool
+    return granted, denied

@@ -25,68 +25,28 @@ import json
 import logging
 import secrets
 import time
-from collections.abc import Mapping
 from typing import Any, Callable, Iterable, Optional
 
-import attrs
-
-from . import sdk
 from .dispatch import ApprovalRequest, RunContext, direct_dispatch
 from .errors import ConfigError, RunCodeError
-from .events import ContextUpdate, SessionLog
+from .events import SessionLog
 from .outcome import Outcome
-from .policy import PermissionPolicy, denied_message
+from .policy import PermissionPolicy, denied_message, partition
 from .result import RunResult
 from .runtime import CodeRuntime, Limits, RuntimeOutcome
-from .scheduler import Scheduler, Ticket
+from .scheduler import Scheduler
 from .tool import Tool
 
-__all__ = [
-    "run_code",
-    "run_code_tool",
-    "visible_tools",
-    "resolve_runtime",
-    "WithContextUpdate",
-    "MODES",
-    "RUN_CODE_NAME",
-    "RUN_CODE_DESCRIPTION",
-]
+__all__ = ["run_code", "resolve_runtime"]
 
 log = logging.getLogger("nous_sched")
 
-RUN_CODE_NAME = "run_code"
-MODES = ("native", "code", "both")
-RUN_CODE_DESCRIPTION = (
-    "Run a program that calls tools. Prefer this over a chain of individual tool calls when the work "
-    "loops, branches, or fans out: the whole program runs in one round trip and only what it logs or "
-    "returns comes back. Tools are called through the `tools` object declared below."
-)
-_NO_CODE = "run_code requires a `code` parameter containing the program to run."
-_BLANK_DESCRIPTION = (
-    "run_code requires a non-empty `description`: one sentence describing what the program does, "
-    "for the approval prompt and the audit log."
-)
-_NO_DESCRIPTION = (
-    "run_code requires a `description` parameter: one sentence describing what the program does, "
-    "for the approval prompt and the audit log."
-)
+NO_CODE = "run_code requires a `code` parameter containing the program to run."
 _NO_RUNTIME = (
     "no code runtime is configured. Install quickjs-ng (`pip install quickjs-ng`) for the default "
     "runtime, or pass runtime=<an object implementing nous_sched.CodeRuntime>; or run this agent in "
     "mode 'native' and call tools directly."
 )
-
-
-@attrs.frozen
-class WithContextUpdate:
-    """A tool result plus operations for the caller to apply to its session log.
-
-    ``run_code``'s third return shape: the model reads ``value``; ``update``
-    carries one ``log_event`` per sub-call for the caller's own log.
-    """
-
-    value: Any
-    update: ContextUpdate
 
 
 def resolve_runtime(runtime: Any = None) -> CodeRuntime:
@@ -147,7 +107,7 @@ def run_code(
     :raises ConfigError: a bad option, named in the message.
     """
     if not isinstance(code, str):
-        raise RunCodeError(_NO_CODE)
+        raise RunCodeError(NO_CODE)
     rt = resolve_runtime(runtime)
     if limits is None:
         limits = Limits(timeout=timeout)
@@ -157,7 +117,7 @@ def run_code(
         raise ConfigError(f"run_code: `policy` must be a nous_sched.PermissionPolicy, got {type(policy).__name__}")
     if approval_handler is not None and not callable(approval_handler):
         raise ConfigError(f"run_code: `approval_handler` must be callable, got {approval_handler!r}")
-    granted, denied = _bindings(tools, policy)
+    granted, denied = partition(tools, policy)
     run_ctx = RunContext(
         approval_handler=approval_handler,
         deps=deps,
@@ -195,120 +155,7 @@ def run_code(
     )
 
 
-def run_code_tool(
-    tools: Iterable[Tool],
-    *,
-    policy: Optional[PermissionPolicy] = None,
-    runtime: Optional[CodeRuntime] = None,
-    **run_options: Any,
-) -> Tool:
-    """The ``run_code`` :class:`~nous_sched.Tool` for an agent loop.
-
-    Its description is :data:`RUN_CODE_DESCRIPTION` plus the SDK of the tools
-    the policy grants. Its parameters are ``code`` and ``description``, both
-    required strings. Called with ``{"code", "description"}`` it returns
-    ``{"logs", "result"}`` or ``{"logs", "error": {kind, message}}``, wrapped
-    in :class:`WithContextUpdate` when sub-calls were made; it raises
-    :class:`RunCodeError` when nothing ran. ``run_options`` go to
-    :func:`run_code` on every call.
-    """
-    tools = list(tools)
-    granted, _ = _bindings(tools, policy)
-    rt = resolve_runtime(runtime)
-    description = RUN_CODE_DESCRIPTION + "\n\n" + sdk.render(granted.values(), "typescript")
-
-    def function(args: Any) -> Any:
-        if not isinstance(args, Mapping):
-            raise RunCodeError(_NO_CODE)
-        code = args.get("code")
-        if not isinstance(code, str):
-            raise RunCodeError(_NO_CODE)
-        what = args.get("description")
-        if not isinstance(what, str):
-            raise RunCodeError(_NO_DESCRIPTION)
-        if not what.strip():
-            raise RunCodeError(_BLANK_DESCRIPTION)
-        result = run_code(code, tools, description=what, policy=policy, runtime=rt, **run_options)
-        if not result.events:
-            return result.to_dict()
-        return WithContextUpdate(result.to_dict(), result.context_update())
-
-    return Tool(
-        name=RUN_CODE_NAME,
-        function=function,
-        description=description,
-        parameters={
-            "type": "object",
-            "properties": {
-                "code": {
-                    "type": "string",
-                    "description": "The JavaScript program: the body of an async function; "
-                    "`await` and `return` work at top level.",
-                },
-                "description": {
-                    "type": "string",
-                    "description": "One sentence saying what the program does, for approval and audit.",
-                },
-            },
-            "required": ["code", "description"],
-            "additionalProperties": False,
-        },
-        category="execute",
-        requires_approval=False,
-    )
-
-
-def visible_tools(
-    mode: str,
-    tools: Iterable[Tool],
-    *,
-    policy: Optional[PermissionPolicy] = None,
-    runtime: Optional[CodeRuntime] = None,
-    **run_options: Any,
-) -> list[Tool]:
-    """The tools a model should be offered in ``mode``.
-
-    ``"native"``: the granted tools. ``"code"``: only ``run_code``.
-    ``"both"``: the granted tools plus ``run_code``, or just the granted tools
-    when no runtime is available (so ``"code"`` is the only mode that can fail
-    for want of one). ``run_code`` is added after the policy filter: a
-    deny-all policy still leaves it reachable, and every call it makes is
-    filtered again.
-    """
-    if mode not in MODES:
-        raise ConfigError(f"invalid code mode {mode!r}; expected one of {', '.join(MODES)}")
-    tools = list(tools)
-    granted = list(_bindings(tools, policy)[0].values())
-    if mode == "native":
-        return granted
-    if mode == "both":
-        try:
-            rt = resolve_runtime(runtime)
-        except RunCodeError:
-            return granted
-        return granted + [run_code_tool(tools, policy=policy, runtime=rt, **run_options)]
-    return [run_code_tool(tools, policy=policy, runtime=runtime, **run_options)]
-
-
-# -- bindings: the host side of `tools` ------------------------------------
-
-
-def _bindings(tools: Iterable[Any], policy: Optional[PermissionPolicy]) -> tuple[dict[str, Tool], dict[str, Tool]]:
-    """Granted and denied tools by name; first occurrence of a name wins."""
-    if isinstance(tools, (str, bytes)) or not isinstance(tools, Iterable):
-        raise ConfigError(f"`tools` must be an iterable of nous_sched.Tool, got {type(tools).__name__}")
-    granted: dict[str, Tool] = {}
-    denied: dict[str, Tool] = {}
-    for tool in tools:
-        if not isinstance(tool, Tool):
-            raise ConfigError(f"`tools` must contain only nous_sched.Tool values, got {type(tool).__name__}")
-        if tool.name in granted or tool.name in denied:
-            continue
-        if policy is None or policy.permits(tool):
-            granted[tool.name] = tool
-        else:
-            denied[tool.name] = tool
-    return granted, denied
+# -- the host side of `tools` ---------------------------------------------
 
 
 class _Settled:
@@ -319,19 +166,6 @@ class _Settled:
 
     def wait(self, timeout: float) -> Outcome:
         return self.outcome
-
-
-class _Queued:
-    __slots__ = ("ticket",)
-
-    def __init__(self, ticket: Ticket) -> None:
-        self.ticket = ticket
-
-    def wait(self, timeout: float) -> Optional[Outcome]:
-        try:
-            return self.ticket._future.result(timeout)
-        except concurrent.futures.TimeoutError:
-            return None
 
 
 class _Host:
@@ -357,4 +191,4 @@ class _Host:
             shown = json.dumps(args, ensure_ascii=False)
             shown = shown if len(shown) <= 200 else shown[:200] + "…"
             return _Settled(Outcome.failure(name, f"arguments must be an object, got {shown}"))
-        return _Queued(self.scheduler.submit(tool, args, self.run_ctx))
+        return self.scheduler.submit(tool, args, self.run_ctx)

@@ -46,7 +46,8 @@ from nous_sched import (
     run_code_tool,
     visible_tools,
 )
-from nous_sched.run_code import RUN_CODE_DESCRIPTION, resolve_runtime
+from nous_sched.agent import RUN_CODE_DESCRIPTION
+from nous_sched.run_code import resolve_runtime
 from nous_sched.runtime.quickjs import QuickJSRuntime
 
 WAIT = 10.0  # bound on every wait for something that must happen

@@ -1,0 +1,153 @@
+"""The agent-facing ``run_code`` tool, and which tools a model is offered.
+
+:func:`run_code_tool` packages :func:`~nous_sched.run_code` as a
+:class:`~nous_sched.Tool` an agent loop can offer a model; :func:`visible_tools`
+chooses, per code mode, between the granted tools, ``run_code`` alone, or both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Iterable, Optional
+
+import attrs
+
+from . import sdk
+from .errors import ConfigError, RunCodeError
+from .events import ContextUpdate
+from .policy import PermissionPolicy, partition
+from .run_code import NO_CODE, resolve_runtime, run_code
+from .runtime import CodeRuntime
+from .tool import Tool
+
+__all__ = [
+    "run_code_tool",
+    "visible_tools",
+    "WithContextUpdate",
+    "MODES",
+    "RUN_CODE_NAME",
+    "RUN_CODE_DESCRIPTION",
+]
+
+RUN_CODE_NAME = "run_code"
+MODES = ("native", "code", "both")
+RUN_CODE_DESCRIPTION = (
+    "Run a program that calls tools. Prefer this over a chain of individual tool calls when the work "
+    "loops, branches, or fans out: the whole program runs in one round trip and only what it logs or "
+    "returns comes back. Tools are called through the `tools` object declared below."
+)
+_BLANK_DESCRIPTION = (
+    "run_code requires a non-empty `description`: one sentence describing what the program does, "
+    "for the approval prompt and the audit log."
+)
+_NO_DESCRIPTION = (
+    "run_code requires a `description` parameter: one sentence describing what the program does, "
+    "for the approval prompt and the audit log."
+)
+
+
+@attrs.frozen
+class WithContextUpdate:
+    """A tool result plus operations for the caller to apply to its session log.
+
+    ``run_code``'s third return shape: the model reads ``value``; ``update``
+    carries one ``log_event`` per sub-call for the caller's own log.
+    """
+
+    value: Any
+    update: ContextUpdate
+
+
+def run_code_tool(
+    tools: Iterable[Tool],
+    *,
+    policy: Optional[PermissionPolicy] = None,
+    runtime: Optional[CodeRuntime] = None,
+    **run_options: Any,
+) -> Tool:
+    """The ``run_code`` :class:`~nous_sched.Tool` for an agent loop.
+
+    Its description is :data:`RUN_CODE_DESCRIPTION` plus the SDK of the tools
+    the policy grants. Its parameters are ``code`` and ``description``, both
+    required strings. Called with ``{"code", "description"}`` it returns
+    ``{"logs", "result"}`` or ``{"logs", "error": {kind, message}}``, wrapped
+    in :class:`WithContextUpdate` when sub-calls were made; it raises
+    :class:`RunCodeError` when nothing ran. ``run_options`` go to
+    :func:`run_code` on every call.
+    """
+    tools = list(tools)
+    granted, _ = partition(tools, policy)
+    rt = resolve_runtime(runtime)
+    description = RUN_CODE_DESCRIPTION + "\n\n" + sdk.render(granted.values(), "typescript")
+
+    def function(args: Any) -> Any:
+        if not isinstance(args, Mapping):
+            raise RunCodeError(NO_CODE)
+        code = args.get("code")
+        if not isinstance(code, str):
+            raise RunCodeError(NO_CODE)
+        what = args.get("description")
+        if not isinstance(what, str):
+            raise RunCodeError(_NO_DESCRIPTION)
+        if not what.strip():
+            raise RunCodeError(_BLANK_DESCRIPTION)
+        result = run_code(code, tools, description=what, policy=policy, runtime=rt, **run_options)
+        if not result.events:
+            return result.to_dict()
+        return WithContextUpdate(result.to_dict(), result.context_update())
+
+    return Tool(
+        name=RUN_CODE_NAME,
+        function=function,
+        description=description,
+        parameters={
+            "type": "object",
+            "properties": {
+                "code": {
+                    "type": "string",
+                    "description": "The JavaScript program: the body of an async function; "
+                    "`await` and `return` work at top level.",
+                },
+                "description": {
+                    "type": "string",
+                    "description": "One sentence saying what the program does, for approval and audit.",
+                },
+            },
+            "required": ["code", "description"],
+            "additionalProperties": False,
+        },
+        category="execute",
+        requires_approval=False,
+    )
+
+
+def visible_tools(
+    mode: str,
+    tools: Iterable[Tool],
+    *,
+    policy: Optional[PermissionPolicy] = None,
+    runtime: Optional[CodeRuntime] = None,
+    **run_options: Any,
+) -> list[Tool]:
+    """The tools a model should be offered in ``mode``.
+
+    ``"native"``: the granted tools. ``"code"``: only ``run_code``.
+    ``"both"``: the granted tools plus ``run_code``, or just the granted tools
+    when no runtime is available (so ``"code"`` is the only mode that can fail
+    for want of one). ``run_code`` is added after the policy filter: a
+    deny-all policy still leaves it reachable, and every call it makes is
+    filtered again.
+    """
+    if mode not in MODES:
+        raise ConfigError(f"invalid code mode {mode!r}; expected one of {', '.join(MODES)}")
+    tools = list(tools)
+    granted = list(partition(tools, policy)[0].values())
+    if mode == "native":
+        return granted
+    if mode == "both":
+        try:
+            rt = resolve_runtime(runtime)
+        except RunCodeError:
+            return granted
+        return granted + [run_code_tool(tools, policy=policy, runtime=rt, **run_options)]
+    return [run_code_tool(tools, policy=policy, runtime=runtime, **run_options)]
