@@ -1,0 +1,162 @@
+"""The ``nous-sched`` entry point: arguments, exit status, and one run."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from pathlib import Path
+from typing import Optional, Sequence, TextIO
+
+from ..errors import ConfigError
+from .loading import UsageError, load_tools, read_program
+from .progress import Progress, isatty
+from .render import human, result_json
+
+__all__ = ["main", "build_parser", "PROG"]
+
+PROG = "nous-sched"
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_BROKEN_PIPE = 0, 1, 2, 130, 141
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse's own usage errors: exit 2, no traceback
+        self.print_usage(sys.stderr)
+        raise UsageError(message)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog=PROG,
+        description="Run a model-written JavaScript program whose every tool call goes through one nous_sched Scheduler.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+    run = sub.add_parser(
+        "run",
+        help="run PROGRAM.js against the tools of MODULE",
+        description="Run PROGRAM.js in QuickJS with the tools of MODULE bound as `tools.<name>(args)`. "
+        "Exit status: 0 success, 1 the program failed, 2 usage or configuration error.",
+    )
+    run.add_argument("program", metavar="PROGRAM.js", help="the program to run, or - to read it from standard input")
+    run.add_argument(
+        "--tools",
+        required=True,
+        metavar="MODULE",
+        help="dotted module name or path to a .py file defining TOOLS (an iterable of nous_sched.Tool) or tools()",
+    )
+    run.add_argument(
+        "--max-parallel",
+        type=_positive_int,
+        default=10,
+        metavar="N",
+        help="most tool calls running at once (default 10)",
+    )
+    run.add_argument(
+        "--timeout",
+        type=_positive_float,
+        default=30.0,
+        metavar="S",
+        help="the run's wall-clock deadline in seconds (default 30)",
+    )
+    run.add_argument(
+        "--trace", metavar="FILE", help="also write the trail as Chrome trace-event JSON (Perfetto, chrome://tracing)"
+    )
+    run.add_argument("--json", action="store_true", help="print one JSON object: result|error, logs, trail, events")
+    run.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="show live call counts on standard error (default: when standard error is a terminal)",
+    )
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Run the command line; return the exit status (never raises SystemExit for usage errors)."""
+    stdout, stderr = sys.stdout, sys.stderr
+    try:
+        try:
+            args = build_parser().parse_args(argv)
+        except SystemExit as exc:  # --help / --version
+            return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_USAGE)
+        return _run(args, stdout, stderr)
+    except UsageError as exc:
+        stderr.write(f"{PROG}: {exc}\n")
+        stderr.flush()
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        stderr.write(f"\n{PROG}: interrupted\n")
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:  # `nous-sched run ... | head`: the reader left; say nothing more
+        try:
+            sys.stdout = open(os.devnull, "w")  # so the interpreter's final flush does not complain
+        except OSError:
+            pass
+        return EXIT_BROKEN_PIPE
+
+
+def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from ..run_code import run_code  # lazily: `--help` works without the runtime
+
+    tools = load_tools(args.tools)
+    program = read_program(args.program, sys.stdin)
+    if args.trace:
+        folder = Path(args.trace).resolve().parent
+        if not folder.is_dir():
+            raise UsageError(f"--trace {args.trace}: folder {folder} does not exist")
+    show_progress = isatty(err) if args.progress is None else args.progress
+    progress = Progress(err) if show_progress else None
+    try:
+        if progress is None:
+            result = run_code(program, tools, max_parallel=args.max_parallel, timeout=args.timeout)
+        else:
+            with progress:
+                result = run_code(
+                    program, tools, max_parallel=args.max_parallel, timeout=args.timeout, observer=progress.observe
+                )
+    except ConfigError as exc:  # RunCodeError included: nothing ran
+        raise UsageError(str(exc)) from None
+
+    if args.json:
+        out.write(json.dumps(result_json(result), indent=2, ensure_ascii=False) + "\n")
+    else:
+        human(result, out)
+    out.flush()
+
+    if args.trace:
+        from ..trace import write_chrome_trace
+
+        try:
+            write_chrome_trace(result, args.trace, name=Path(args.program).name if args.program != "-" else "run_code")
+        except OSError as exc:
+            raise UsageError(f"--trace {args.trace}: cannot write it: {exc.strerror or exc}") from None
+        if not args.json:
+            out.write(f"\ntrace written to {args.trace} (open it in https://ui.perfetto.dev or chrome://tracing)\n")
+    return EXIT_OK if result.error is None else EXIT_FAILED
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,122 @@
+"""What the command prints: the result, the logs and the trail as a timeline, or one JSON document."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Optional, Sequence, TextIO
+
+import attrs
+
+from ..result import RunResult
+
+__all__ = ["format_trail", "human", "result_json", "BAR_WIDTH"]
+
+BAR_WIDTH = 40
+
+
+def _ms(seconds: Optional[float]) -> str:
+    return "-" if seconds is None else f"{seconds * 1000:.1f}"
+
+
+def format_trail(trail: Sequence[Any], *, width: int = BAR_WIDTH, span: Optional[float] = None) -> list[str]:
+    """The trail as a text timeline: a header, one row per call in ``seq`` order, a legend.
+
+    Each row shows seq, tool, mode, start/finish/commit in ms since the
+    scheduler started, ok or error, and a bar of ``width`` columns scaled to
+    ``span`` (default: the last instant in the trail): ``#`` while the call
+    ran, ``.`` while it waited for earlier calls to commit, ``?`` for a call
+    abandoned when the run stopped.
+    """
+    records = sorted(trail, key=lambda r: r.seq)
+    if not records:
+        return ["(no tool calls)"]
+    latest = max(v for r in records for v in (r.started, r.finished, r.committed) if v is not None)
+    span = max(latest, span or 0.0) or 1e-9
+    tool_w = max(4, *(len(r.tool) for r in records))
+    tool_w = min(tool_w, 24)
+
+    # Column i covers [i, i + 1) * span / width; a call fills every column its interval overlaps.
+    def first(t: float) -> int:
+        return min(width - 1, max(0, int(math.floor(t / span * width))))
+
+    def last(t: float) -> int:
+        return min(width - 1, max(0, int(math.ceil(t / span * width)) - 1))
+
+    header = f"{'seq':>4}  {'tool':<{tool_w}}  {'mode':<9}  {'start':>8}  {'finish':>8}  {'commit':>8}  {'':<5}  timeline (ms)"
+    lines = [header]
+    for r in records:
+        bar = [" "] * width
+        s = first(r.started)
+        if r.finished is None:
+            for i in range(s, width):
+                bar[i] = "?"
+        else:
+            f = max(last(r.finished), s)
+            for i in range(s, f + 1):
+                bar[i] = "#"
+            if r.committed is not None:
+                for i in range(f + 1, last(r.committed) + 1):
+                    bar[i] = "."
+        status = "ok" if r.ok else ("error" if r.ok is False else "-")
+        tool = r.tool if len(r.tool) <= tool_w else r.tool[: tool_w - 1] + "…"
+        lines.append(
+            f"{r.seq:>4}  {tool:<{tool_w}}  {r.mode:<9}  {_ms(r.started):>8}  {_ms(r.finished):>8}  "
+            f"{_ms(r.committed):>8}  {status:<5}  |{''.join(bar)}|"
+        )
+    lines.append(f"{'':>4}  {'':<{tool_w}}  {'':<9}  {'':>8}  {'':>8}  {'':>8}  {'':<5}  0{_ms(span).rjust(width + 1)}")
+    lines.append("# running   . finished, waiting for earlier calls to commit   ? abandoned at stop")
+    return lines
+
+
+def _peak_parallel(trail: Sequence[Any]) -> int:
+    points = []
+    for r in trail:
+        end = r.finished if r.finished is not None else math.inf
+        points.append((r.started, 1))
+        points.append((end, -1))
+    peak = current = 0
+    for _, delta in sorted(points, key=lambda p: (p[0], p[1])):
+        current += delta
+        peak = max(peak, current)
+    return peak
+
+
+def human(result: RunResult, out: TextIO) -> None:
+    if result.error is None:
+        out.write("result:\n")
+        out.write(_indent(json.dumps(result.result, indent=2, ensure_ascii=False)) + "\n")
+    else:
+        out.write(f"error ({result.error.kind}):\n")
+        out.write(_indent(result.error.message) + "\n")
+    out.write(f"\nlogs ({len(result.logs)}):\n")
+    for line in result.logs:
+        out.write(_indent(line) + "\n")
+    trail = result.trail
+    failed = sum(1 for r in trail if r.ok is False)
+    summary = f"\ntrail ({len(trail)} calls"
+    if trail:
+        summary += f", peak {_peak_parallel(trail)} running at once"
+    if failed:
+        summary += f", {failed} failed"
+    summary += f"; run took {result.elapsed * 1000:.1f} ms):\n"
+    out.write(summary)
+    for line in format_trail(trail):
+        out.write("  " + line + "\n")
+
+
+def _indent(text: str, prefix: str = "  ") -> str:
+    return "\n".join(prefix + line for line in text.split("\n"))
+
+
+def result_json(result: RunResult) -> dict[str, Any]:
+    """The ``--json`` document: ``result`` or ``error``, then ``logs``, ``trail``, ``events``."""
+    doc: dict[str, Any] = {}
+    if result.error is None:
+        doc["result"] = result.result
+    else:
+        doc["error"] = result.error.as_dict()
+    doc["logs"] = list(result.logs)
+    doc["trail"] = [attrs.asdict(r) for r in result.trail]
+    doc["events"] = [attrs.asdict(e) for e in result.events]
+    return doc
