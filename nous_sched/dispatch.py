@@ -38,11 +38,17 @@ class RunContext:
     approves, anything else rejects. With no handler such a call is refused
     (default deny). ``deps`` is yours: tools reach it through
     :data:`current_call`.
+
+    ``deadline`` is the ``time.monotonic()`` instant at which the run is over
+    (``None`` outside :func:`~nous_sched.run_code`). Nothing kills a tool
+    still running then, so a tool that waits on something slow should bound
+    its wait by it, as the MCP tools do.
     """
 
     approval_handler: Optional[Callable[[ApprovalRequest], Any]] = None
     deps: Any = None
     require_approval: frozenset = frozenset()
+    deadline: Optional[float] = None
 
 
 @attrs.frozen

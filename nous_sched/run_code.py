@@ -122,6 +122,7 @@ def run_code(
         approval_handler=approval_handler,
         deps=deps,
         require_approval=frozenset(n for n, t in granted.items() if policy is not None and policy.needs_approval(t)),
+        deadline=time.monotonic() + limits.timeout,
     )
     scheduler = Scheduler(
         dispatch=dispatch,

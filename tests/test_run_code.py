@@ -948,3 +948,22 @@ def test_run_code_returns_data_for_the_model_and_audit_apart():
     assert result.elapsed >= 0
     ops = result.context_update().operations
     assert [(op.type, op.data["name"]) for op in ops] == [("tool_call", "echo")]
+
+
+def test_every_sub_call_sees_the_run_deadline_through_current_call():
+    seen = []
+
+    def probe(args):
+        seen.append(current_call.get().run_ctx.deadline)
+        return time.monotonic()
+
+    before = time.monotonic()
+    result = run_code(
+        "return [await tools.probe({}), await tools.probe({})]", [Tool("probe", probe)], timeout=7.5, runtime=None
+    )
+    after = time.monotonic()
+    assert result.ok, result.error
+    assert len(seen) == 2 and seen[0] == seen[1]
+    # The deadline is fixed when the run starts: its start plus the timeout, later than each call.
+    assert before + 7.5 <= seen[0] <= after + 7.5
+    assert all(t < seen[0] for t in result.result)
