@@ -12,8 +12,10 @@ from typing import Any, Iterable, Optional
 
 import attrs
 
+from . import _validators as v
 from . import sdk
-from .errors import ConfigError, RunCodeError
+from ._validators import require
+from .errors import RunCodeError
 from .events import ContextUpdate
 from .policy import PermissionPolicy, partition
 from .run_code import NO_CODE, resolve_runtime, run_code
@@ -31,6 +33,7 @@ __all__ = [
 
 RUN_CODE_NAME = "run_code"
 MODES = ("native", "code", "both")
+_MODE = v.one_of(MODES)
 RUN_CODE_DESCRIPTION = (
     "Run a program that calls tools. Prefer this over a chain of individual tool calls when the work "
     "loops, branches, or fans out: the whole program runs in one round trip and only what it logs or "
@@ -75,8 +78,9 @@ def run_code_tool(
     :class:`RunCodeError` when nothing ran. ``run_options`` go to
     :func:`run_code` on every call.
     """
+    require("run_code_tool", "tools", tools, v.TOOLS)
     tools = list(tools)
-    granted, _ = partition(tools, policy)
+    granted, _ = partition(tools, policy, "run_code_tool")
     rt = resolve_runtime(runtime)
     description = RUN_CODE_DESCRIPTION + "\n\n" + sdk.render(granted.values(), "typescript")
 
@@ -138,10 +142,10 @@ def visible_tools(
     deny-all policy still leaves it reachable, and every call it makes is
     filtered again.
     """
-    if mode not in MODES:
-        raise ConfigError(f"invalid code mode {mode!r}; expected one of {', '.join(MODES)}")
+    require("visible_tools", "mode", mode, _MODE)
+    require("visible_tools", "tools", tools, v.TOOLS)
     tools = list(tools)
-    granted = list(partition(tools, policy)[0].values())
+    granted = list(partition(tools, policy, "visible_tools")[0].values())
     if mode == "native":
         return granted
     if mode == "both":

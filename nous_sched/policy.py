@@ -14,18 +14,11 @@ from typing import Any, Iterable, Optional
 
 import attrs
 
-from .errors import ConfigError
+from . import _validators as v
+from ._validators import require
 from .tool import Tool
 
 __all__ = ["PermissionPolicy", "denied_message", "partition"]
-
-
-def _names(value: Optional[Iterable[str]]) -> Optional[frozenset]:
-    if value is None:
-        return None
-    if isinstance(value, str):
-        return frozenset([value])
-    return frozenset(value)
 
 
 @attrs.frozen
@@ -34,13 +27,16 @@ class PermissionPolicy:
 
     ``require_approval`` names tools whose every call needs approval;
     ``approval_categories`` does the same by ``Tool.category`` (``"execute"``,
-    say). A tool's own ``requires_approval=True`` always applies.
+    say). A tool's own ``requires_approval=True`` always applies. Each field
+    takes one name or an iterable of names and is stored as a ``frozenset``.
+
+    :raises ConfigError: a field is neither a str nor an iterable of str.
     """
 
-    allow: Optional[frozenset] = attrs.field(default=None, converter=_names)
-    deny: frozenset = attrs.field(default=frozenset(), converter=lambda v: _names(v) or frozenset())
-    require_approval: frozenset = attrs.field(default=frozenset(), converter=lambda v: _names(v) or frozenset())
-    approval_categories: frozenset = attrs.field(default=frozenset(), converter=lambda v: _names(v) or frozenset())
+    allow: Optional[frozenset[str]] = attrs.field(default=None, converter=v.optional_names, validator=v.OPTIONAL_NAMES)
+    deny: frozenset[str] = attrs.field(default=frozenset(), converter=v.names, validator=v.NAMES)
+    require_approval: frozenset[str] = attrs.field(default=frozenset(), converter=v.names, validator=v.NAMES)
+    approval_categories: frozenset[str] = attrs.field(default=frozenset(), converter=v.names, validator=v.NAMES)
 
     def permits(self, tool: Any) -> bool:
         name = tool.name
@@ -60,15 +56,20 @@ def denied_message(name: str) -> str:
     return f"tool {json.dumps(name, ensure_ascii=False)} is denied by the permission policy"
 
 
-def partition(tools: Iterable[Any], policy: Optional[PermissionPolicy]) -> tuple[dict[str, Tool], dict[str, Tool]]:
-    """Granted and denied tools by name; first occurrence of a name wins."""
-    if isinstance(tools, (str, bytes)) or not isinstance(tools, Iterable):
-        raise ConfigError(f"`tools` must be an iterable of nous_sched.Tool, got {type(tools).__name__}")
+def partition(
+    tools: Iterable[Tool], policy: Optional[PermissionPolicy], owner: str
+) -> tuple[dict[str, Tool], dict[str, Tool]]:
+    """Granted and denied tools by name; first occurrence of a name wins.
+
+    :raises ConfigError: ``tools`` is not an iterable of :class:`Tool` (the
+        message is ``owner``'s).
+    """
+    require(owner, "tools", tools, v.TOOLS)
     granted: dict[str, Tool] = {}
     denied: dict[str, Tool] = {}
     for tool in tools:
         if not isinstance(tool, Tool):
-            raise ConfigError(f"`tools` must contain only nous_sched.Tool values, got {type(tool).__name__}")
+            v.fail(owner, "tools", tool, "an iterable of nous_sched.Tool only")
         if tool.name in granted or tool.name in denied:
             continue
         if policy is None or policy.permits(tool):

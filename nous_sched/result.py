@@ -6,6 +6,7 @@ from typing import Any, Optional
 
 import attrs
 
+from . import _validators as v
 from .events import ContextUpdate, ToolCallEvent
 from .records import CallRecord
 
@@ -29,8 +30,8 @@ class RunError:
     * ``output_limit`` - the returned value's JSON exceeds the byte limit.
     """
 
-    kind: str = attrs.field(validator=attrs.validators.in_(ERROR_KINDS))
-    message: str = attrs.field(validator=attrs.validators.instance_of(str))
+    kind: str = attrs.field(validator=v.one_of(ERROR_KINDS))
+    message: str = attrs.field(validator=v.STR)
 
     def as_dict(self) -> dict[str, str]:
         return {"kind": self.kind, "message": self.message}

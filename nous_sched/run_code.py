@@ -27,8 +27,10 @@ import secrets
 import time
 from typing import Any, Callable, Iterable, Optional
 
+from . import _validators as v
+from ._validators import require
 from .dispatch import ApprovalRequest, RunContext, direct_dispatch
-from .errors import ConfigError, RunCodeError
+from .errors import RunCodeError
 from .events import SessionLog
 from .outcome import Outcome
 from .policy import PermissionPolicy, denied_message, partition
@@ -40,6 +42,9 @@ from .tool import Tool
 __all__ = ["run_code", "resolve_runtime"]
 
 log = logging.getLogger("nous_sched")
+
+_LIMITS = v.instance_of(Limits, "a nous_sched.Limits")
+_OPTIONAL_POLICY = v.optional(v.instance_of(PermissionPolicy, "a nous_sched.PermissionPolicy"))
 
 NO_CODE = "run_code requires a `code` parameter containing the program to run."
 _NO_RUNTIME = (
@@ -110,14 +115,12 @@ def run_code(
         raise RunCodeError(NO_CODE)
     rt = resolve_runtime(runtime)
     if limits is None:
+        require("run_code", "timeout", timeout, v.SECONDS)
         limits = Limits(timeout=timeout)
-    elif not isinstance(limits, Limits):
-        raise ConfigError(f"run_code: `limits` must be a nous_sched.Limits, got {type(limits).__name__}")
-    if policy is not None and not isinstance(policy, PermissionPolicy):
-        raise ConfigError(f"run_code: `policy` must be a nous_sched.PermissionPolicy, got {type(policy).__name__}")
-    if approval_handler is not None and not callable(approval_handler):
-        raise ConfigError(f"run_code: `approval_handler` must be callable, got {approval_handler!r}")
-    granted, denied = partition(tools, policy)
+    require("run_code", "limits", limits, _LIMITS)
+    require("run_code", "policy", policy, _OPTIONAL_POLICY)
+    require("run_code", "approval_handler", approval_handler, v.OPTIONAL_CALLABLE)
+    granted, denied = partition(tools, policy, "run_code")
     run_ctx = RunContext(
         approval_handler=approval_handler,
         deps=deps,

@@ -33,17 +33,17 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import contextvars
-import inspect
 import itertools
 import logging
 import queue
 import threading
 import time
-from collections.abc import Mapping
 from typing import Any, Callable, Optional
 
+from . import _validators as v
+from ._validators import require
 from .dispatch import CallInfo, current_call, direct_dispatch
-from .errors import ConfigError, ToolError
+from .errors import ToolError
 from .events import SessionLog, ToolCallEvent
 from .outcome import Outcome
 from .records import CallRecord, LaneState
@@ -97,6 +97,7 @@ class Ticket:
         releases it. Unlike :meth:`Scheduler.wait`, a timeout here says nothing
         about the lane: it is the runtime seam's ``PendingCall.wait``.
         """
+        require("Ticket.wait", "timeout", timeout, v.WAIT_SECONDS)
         try:
             return self._future.result(timeout)
         except concurrent.futures.TimeoutError:
@@ -125,24 +126,16 @@ class _Entry:
         self.record: Optional[list] = None
 
 
+_OPTIONAL_SESSION_LOG = v.optional(v.instance_of(SessionLog, "a nous_sched.SessionLog"))
+_NAMED = v.Check("a tool: an object with a str `name`", lambda tool: isinstance(getattr(tool, "name", None), str))
+_TICKET = v.instance_of(Ticket, "a Ticket from Scheduler.submit()")
+
+
 def _release(ticket: Ticket, outcome: Outcome) -> None:
     try:
         ticket._future.set_result(outcome)
     except concurrent.futures.InvalidStateError:
         pass  # stop() already released it, from a lane that stopped answering
-
-
-def _check_dispatch(dispatch: Any) -> None:
-    if not callable(dispatch):
-        raise ConfigError(f"Scheduler: `dispatch` must be a callable (tool, args, run_ctx) -> value, got {dispatch!r}")
-    try:
-        inspect.signature(dispatch).bind(None, None, None)
-    except TypeError:
-        raise ConfigError(
-            f"Scheduler: `dispatch` must accept three positional arguments (tool, args, run_ctx); {dispatch!r} does not"
-        ) from None
-    except ValueError:
-        pass  # no introspectable signature (some builtins): trust the caller
 
 
 class Scheduler:
@@ -176,23 +169,15 @@ class Scheduler:
         timeout: float = DEFAULT_TIMEOUT,
         observer: Optional[Callable[[CallRecord, str], Any]] = None,
     ) -> None:
-        _check_dispatch(dispatch)
+        require("Scheduler", "dispatch", dispatch, v.DISPATCH)
+        require("Scheduler", "context", context, _OPTIONAL_SESSION_LOG)
+        require("Scheduler", "max_parallel", max_parallel, v.POSITIVE_INT)
+        require("Scheduler", "call_id", call_id, v.OPTIONAL_STR)
+        require("Scheduler", "executor", executor, v.EXECUTOR)
+        require("Scheduler", "timeout", timeout, v.SECONDS)
+        require("Scheduler", "observer", observer, v.OPTIONAL_CALLABLE)
         if context is None:
             context = SessionLog()
-        elif not isinstance(context, SessionLog):
-            raise ConfigError(f"Scheduler: `context` must be a nous_sched.SessionLog, got {type(context).__name__}")
-        if type(max_parallel) is not int or max_parallel < 1:
-            raise ConfigError(f"Scheduler: `max_parallel` must be a positive int, got {max_parallel!r}")
-        if call_id is not None and not isinstance(call_id, str):
-            raise ConfigError(f"Scheduler: `call_id` must be a str or None, got {call_id!r}")
-        if executor is not None and not isinstance(executor, concurrent.futures.Executor):
-            raise ConfigError(
-                f"Scheduler: `executor` must be a concurrent.futures.Executor, got {type(executor).__name__}"
-            )
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-            raise ConfigError(f"Scheduler: `timeout` must be a positive number of seconds, got {timeout!r}")
-        if observer is not None and not callable(observer):
-            raise ConfigError(f"Scheduler: `observer` must be callable, got {observer!r}")
 
         self._dispatch = dispatch
         self._context = context
@@ -261,11 +246,9 @@ class Scheduler:
         After :meth:`stop` the ticket is already released with
         ``"code run is over; scheduler is gone"``.
         """
-        name = getattr(tool, "name", None)
-        if not isinstance(name, str):
-            raise ConfigError(f"Scheduler.submit: `tool` must have a str `name`, got {tool!r}")
-        if not isinstance(args, Mapping):
-            raise ConfigError(f"Scheduler.submit: `args` must be a mapping (a JSON object), got {type(args).__name__}")
+        require("Scheduler.submit", "tool", tool, _NAMED)
+        require("Scheduler.submit", "args", args, v.MAPPING)
+        name = tool.name
         dispatched = snapshot(args)
         logged = snapshot(args)
         ticket = Ticket(name)
@@ -288,8 +271,8 @@ class Scheduler:
         After such a silence lasting the scheduler's whole ``timeout``, later
         submits fail the same way at once, until the driver answers again.
         """
-        if not isinstance(ticket, Ticket):
-            raise ConfigError(f"Scheduler.wait: expected a Ticket from submit(), got {type(ticket).__name__}")
+        require("Scheduler.wait", "ticket", ticket, _TICKET)
+        require("Scheduler.wait", "timeout", timeout, v.WAIT_SECONDS)
         limit = self._timeout if timeout is None else timeout
         try:
             return ticket._future.result(limit)
@@ -343,6 +326,7 @@ class Scheduler:
         Callers blocked in :meth:`wait` return at once. A private executor is
         shut down; a caller's executor is left alone.
         """
+        require("Scheduler.stop", "timeout", timeout, v.WAIT_SECONDS)
         limit = min(self._timeout, _STOP_JOIN) if timeout is None else timeout
         with self._open_lock:
             first = not self._closed

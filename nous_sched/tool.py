@@ -14,7 +14,7 @@ from typing import Any, Callable, Literal, Mapping, Optional
 
 import attrs
 
-from .errors import ConfigError
+from . import _validators as v
 
 __all__ = ["Tool", "Mode", "PARALLEL", "EXCLUSIVE", "concurrency_mode"]
 
@@ -23,28 +23,6 @@ log = logging.getLogger("nous_sched")
 Mode = Literal["parallel", "exclusive"]
 PARALLEL: Mode = "parallel"
 EXCLUSIVE: Mode = "exclusive"
-
-
-def _check_name(_inst: Any, _attr: Any, value: Any) -> None:
-    if not isinstance(value, str) or not value:
-        raise ConfigError(f"Tool: `name` must be a non-empty string, got {value!r}")
-
-
-def _check_callable(inst: Any, attr: attrs.Attribute, value: Any) -> None:
-    if not callable(value):
-        raise ConfigError(f"Tool {getattr(inst, 'name', '?')!r}: `{attr.name}` must be callable, got {value!r}")
-
-
-def _check_optional_callable(inst: Any, attr: attrs.Attribute, value: Any) -> None:
-    if value is not None:
-        _check_callable(inst, attr, value)
-
-
-def _check_schema(inst: Any, attr: attrs.Attribute, value: Any) -> None:
-    if value is not None and not isinstance(value, Mapping):
-        raise ConfigError(
-            f"Tool {inst.name!r}: `{attr.name}` must be a JSON Schema mapping or None, got {type(value).__name__}"
-        )
 
 
 @attrs.frozen
@@ -61,16 +39,20 @@ class Tool:
     arguments object, rendered into the program's SDK; ``returns`` is the JSON
     Schema of what the tool returns, when it has one. ``requires_approval``
     makes every call of this tool ask the run's approval handler first.
+
+    :raises ConfigError: a field has the wrong type, naming it.
     """
 
-    name: str = attrs.field(validator=_check_name)
-    function: Callable[[dict], Any] = attrs.field(validator=_check_callable)
-    description: str = attrs.field(default="", validator=attrs.validators.instance_of(str))
-    parameters: Optional[Mapping[str, Any]] = attrs.field(default=None, validator=_check_schema)
-    requires_approval: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
-    category: str = attrs.field(default="read", validator=attrs.validators.instance_of(str))
-    concurrency_safe: Optional[Callable[[dict], Any]] = attrs.field(default=None, validator=_check_optional_callable)
-    returns: Optional[Mapping[str, Any]] = attrs.field(default=None, validator=_check_schema)
+    name: str = attrs.field(validator=v.NON_EMPTY_STR)
+    function: Callable[[dict[str, Any]], Any] = attrs.field(validator=v.CALLABLE)
+    description: str = attrs.field(default="", validator=v.STR)
+    parameters: Optional[Mapping[str, Any]] = attrs.field(default=None, validator=v.SCHEMA)
+    requires_approval: bool = attrs.field(default=False, validator=v.BOOL)
+    category: str = attrs.field(default="read", validator=v.STR)
+    concurrency_safe: Optional[Callable[[dict[str, Any]], Any]] = attrs.field(
+        default=None, validator=v.OPTIONAL_CALLABLE
+    )
+    returns: Optional[Mapping[str, Any]] = attrs.field(default=None, validator=v.SCHEMA)
 
 
 def concurrency_mode(tool: Any, args: Any) -> Mode:

@@ -875,7 +875,7 @@ def test_mode_both_with_a_bad_runtime_degrades_but_code_fails():
 
 def test_mode_invalid_is_a_config_error():
     for mode in ("Code", "all", None, ""):
-        with pytest.raises(ConfigError, match="invalid code mode"):
+        with pytest.raises(ConfigError, match="`mode` must be one of 'native', 'code', 'both'"):
             visible_tools(mode, [echo_tool()])
     assert nous_sched.MODES == ("native", "code", "both")
 

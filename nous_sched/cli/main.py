@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 from pathlib import Path
-from typing import Optional, Sequence, TextIO
+from typing import Any, Callable, Optional, Sequence, TextIO
 
+from .. import _validators as v
 from ..errors import ConfigError
 from .loading import UsageError, load_tools, read_program
 from .progress import Progress, isatty
@@ -27,24 +27,23 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
+def _option(parse: Callable[[str], Any], check: v.Check) -> Callable[[str], Any]:
+    """An argparse ``type`` that parses a flag and checks it as the library checks the option."""
+
+    def convert(text: str) -> Any:
+        try:
+            value = parse(text)
+        except ValueError:
+            value = None
+        if value is None or not check.accepts(value):
+            raise argparse.ArgumentTypeError(f"expected {check.expected}, got {text!r}")
+        return value
+
+    return convert
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}") from None
-    if not (value > 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
-    return value
+_positive_int = _option(int, v.POSITIVE_INT)
+_seconds = _option(float, v.SECONDS)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -76,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--timeout",
-        type=_positive_float,
+        type=_seconds,
         default=30.0,
         metavar="S",
         help="the run's wall-clock deadline in seconds (default 30)",

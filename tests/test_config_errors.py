@@ -1,0 +1,167 @@
+"""The promise of ``errors.py``: a bad option reaches the caller as a ``ConfigError``.
+
+Never a ``TypeError``, ``ValueError`` or ``OverflowError`` from deep inside, and
+always the same shape: ``<owner>: `<option>` must be <expected>, got <value>``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pytest
+
+from nous_sched import (
+    ConfigError,
+    Limits,
+    PermissionPolicy,
+    RunError,
+    Scheduler,
+    Tool,
+    run_code,
+    run_code_tool,
+    visible_tools,
+)
+from nous_sched.cli import main
+
+INF = float("inf")
+HUGE = 1e10  # past threading.TIMEOUT_MAX: a lock wait this long raises OverflowError
+SHAPE = re.compile(r"^(?P<owner>[\w.]+): `(?P<option>\w+)` must be (?P<expected>.+), got (?P<value>.+)$", re.S)
+
+
+def assert_config_error(call, owner: str, option: str, shown: str) -> ConfigError:
+    with pytest.raises(ConfigError) as info:
+        call()
+    match = SHAPE.match(str(info.value))
+    assert match, f"not the one message shape: {info.value}"
+    assert (match["owner"], match["option"], match["value"]) == (owner, option, shown), str(info.value)
+    assert match["expected"], str(info.value)
+    return info.value
+
+
+def noop(args):
+    return None
+
+
+SCHEDULER_OPTIONS = [
+    ("timeout", INF, "inf"),
+    ("timeout", -INF, "-inf"),
+    ("timeout", math.nan, "nan"),
+    ("timeout", HUGE, "10000000000.0"),
+    ("timeout", 0, "0"),
+    ("timeout", True, "True"),
+    ("timeout", "5", "'5'"),
+    ("max_parallel", 0, "0"),
+    ("max_parallel", 2.0, "2.0"),
+    ("max_parallel", True, "True"),
+    ("call_id", 42, "42"),
+    ("executor", object(), "a object"),
+    ("observer", 42, "42"),
+    ("context", {}, "{}"),
+    ("dispatch", None, "None"),
+]
+
+
+@pytest.mark.parametrize("option,value,shown", SCHEDULER_OPTIONS, ids=[f"{o}={s}" for o, _, s in SCHEDULER_OPTIONS])
+def test_scheduler_options(option, value, shown):
+    assert_config_error(lambda: Scheduler(**{option: value}), "Scheduler", option, shown)
+
+
+@pytest.mark.parametrize("value,shown", [(INF, "inf"), (HUGE, "10000000000.0"), (-1, "-1"), ("1", "'1'")])
+def test_waits_refuse_unbounded_or_negative_timeouts(make_scheduler, value, shown):
+    s = make_scheduler()
+    ticket = s.submit(Tool("t", noop), {})
+    assert_config_error(lambda: s.wait(ticket, timeout=value), "Scheduler.wait", "timeout", shown)
+    assert_config_error(lambda: ticket.wait(value), "Ticket.wait", "timeout", shown)
+    assert_config_error(lambda: s.stop(timeout=value), "Scheduler.stop", "timeout", shown)
+    assert s.wait(ticket).ok, "a refused option changed nothing"
+
+
+def test_waits_accept_zero_and_none(make_scheduler):
+    s = make_scheduler()
+    ticket = s.submit(Tool("t", noop), {})
+    assert s.wait(ticket).ok
+    assert s.wait(ticket, timeout=0).ok and ticket.wait(0).ok and ticket.wait(None).ok
+
+
+@pytest.mark.parametrize("value,shown", [(INF, "inf"), (HUGE, "10000000000.0"), (0, "0"), (None, "None")])
+def test_run_code_timeout(value, shown):
+    # Once this answered "exceeded its infs deadline" instead of refusing the option.
+    assert_config_error(lambda: run_code("return 1", timeout=value), "run_code", "timeout", shown)
+
+
+def test_run_code_options():
+    assert_config_error(lambda: run_code("return 1", limits={"timeout": 1}), "run_code", "limits", "{'timeout': 1}")
+    assert_config_error(lambda: run_code("return 1", policy=["a"]), "run_code", "policy", "['a']")
+    assert_config_error(lambda: run_code("return 1", approval_handler=1), "run_code", "approval_handler", "1")
+    assert_config_error(lambda: run_code("return 1", tools="abc"), "run_code", "tools", "'abc'")
+    assert_config_error(lambda: run_code("return 1", tools=[noop]), "run_code", "tools", "a function")
+    assert_config_error(lambda: run_code("return 1", max_parallel=0), "Scheduler", "max_parallel", "0")
+
+
+@pytest.mark.parametrize(
+    "field,value,shown",
+    [
+        ("timeout", INF, "inf"),
+        ("memory_bytes", 1024, "1024"),
+        ("memory_bytes", 2.5e8, "250000000.0"),
+        ("stack_bytes", 8 * 1024 * 1024, "8388608"),
+        ("max_log_bytes", 0, "0"),
+        ("max_output_bytes", None, "None"),
+        ("max_args_bytes", True, "True"),
+    ],
+)
+def test_limits_fields(field, value, shown):
+    assert_config_error(lambda: Limits(**{field: value}), "Limits", field, shown)
+
+
+@pytest.mark.parametrize(
+    "field,value,shown",
+    [
+        ("deny", 5, "5"),
+        ("allow", 3.5, "3.5"),
+        ("require_approval", [1, 2], "(1, 2)"),
+        ("approval_categories", b"x", "b'x'"),
+    ],
+)
+def test_permission_policy_fields(field, value, shown):
+    # PermissionPolicy(deny=5) once raised TypeError from frozenset(5).
+    assert_config_error(lambda: PermissionPolicy(**{field: value}), "PermissionPolicy", field, shown)
+
+
+@pytest.mark.parametrize(
+    "field,value,shown",
+    [
+        ("name", "", "''"),
+        ("function", 42, "42"),
+        ("description", None, "None"),
+        ("parameters", [], "[]"),
+        ("requires_approval", "yes", "'yes'"),
+        ("concurrency_safe", True, "True"),
+        ("returns", "string", "'string'"),
+    ],
+)
+def test_tool_fields(field, value, shown):
+    fields = {"name": "t", "function": noop, field: value}
+    assert_config_error(lambda: Tool(**fields), "Tool", field, shown)
+
+
+def test_run_error_fields():
+    assert_config_error(lambda: RunError("oops", "m"), "RunError", "kind", "'oops'")
+    assert_config_error(lambda: RunError("timeout", 5), "RunError", "message", "5")
+
+
+def test_agent_entry_points():
+    assert_config_error(lambda: visible_tools("all", []), "visible_tools", "mode", "'all'")
+    assert_config_error(lambda: run_code_tool(42), "run_code_tool", "tools", "42")
+    assert_config_error(lambda: visible_tools("native", 42), "visible_tools", "tools", "42")
+
+
+@pytest.mark.parametrize(
+    "flag,value", [("--timeout", "inf"), ("--timeout", "nan"), ("--timeout", "1e10"), ("--max-parallel", "0")]
+)
+def test_cli_flags_say_what_the_option_expects(capsys, flag, value):
+    code = main(["run", "examples/fanout.js", "--tools", "examples/tools.py", flag, value])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert f"argument {flag}: expected " in err and repr(value) in err
