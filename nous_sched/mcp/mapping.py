@@ -1,0 +1,124 @@
+"""How an MCP tool becomes a :class:`~nous_sched.Tool`: its name, its flags, its result.
+
+Pure functions over the SDK's values (read by attribute, so a test can hand in
+any object of the same shape); no threads, no I/O.
+
+Annotations fail safe. The SDK says hints from an untrusted server must not
+drive decisions, so for an untrusted server every call is exclusive and
+approval follows the caller's policy alone. For a trusted server:
+
+* ``readOnlyHint: true`` makes every call concurrency-safe, needing no approval;
+* otherwise ``destructiveHint`` (true when absent, as the spec defaults it)
+  makes every call require approval; a tool that says ``false`` is additive
+  and runs exclusive without approval;
+* ``idempotentHint`` says a retry is harmless, not that two calls may
+  overlap: it never makes a call parallel. ``openWorldHint`` changes nothing.
+
+A :class:`~nous_sched.mcp.ToolOverride` beats all of these, for trusted and
+untrusted servers alike.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Optional
+
+import attrs
+
+from ..errors import ToolError
+from .spec import ToolOverride
+
+__all__ = ["Flags", "flags", "result_value", "error_text", "tool_name", "server_name", "SEPARATOR"]
+
+#: Joins a server's name and its tool's name when several servers are connected.
+SEPARATOR = "__"
+_NOT_NAME = re.compile(r"[^A-Za-z0-9_-]+")
+
+
+@attrs.frozen
+class Flags:
+    """What the lane and the approval gate make of one tool."""
+
+    parallel: bool
+    requires_approval: bool
+    category: str
+
+
+def flags(annotations: Any, *, trusted: bool, override: Optional[ToolOverride] = None) -> Flags:
+    """The :class:`Flags` for a tool with ``annotations`` (an SDK ``ToolAnnotations`` or ``None``).
+
+    ``category`` is ``"read"`` for a call that may run in parallel, else
+    ``"write"``, so ``PermissionPolicy(approval_categories={"write"})`` gates
+    everything that is not known to be read-only.
+    """
+    parallel = False
+    approval = False
+    if trusted and annotations is not None:
+        if getattr(annotations, "read_only_hint", None) is True:
+            parallel = True
+        else:
+            approval = getattr(annotations, "destructive_hint", None) is not False
+    elif trusted:
+        approval = True  # no annotations: the spec's defaults, not read-only and destructive
+    if override is not None:
+        if override.parallel is not None:
+            parallel = override.parallel
+        if override.requires_approval is not None:
+            approval = override.requires_approval
+    return Flags(parallel=parallel, requires_approval=approval, category="read" if parallel else "write")
+
+
+def result_value(result: Any) -> Any:
+    """The JSON value a program receives for an SDK ``CallToolResult``.
+
+    ``structured_content`` when the server sent it; otherwise each content
+    block's value (a text block's text parsed as JSON where it parses, else
+    the text; any other block as its JSON form), one block as itself, several
+    as a list, none as ``None``.
+
+    :raises ToolError: the result has ``is_error`` set; the message is the
+        server's text.
+    """
+    if getattr(result, "is_error", False):
+        raise ToolError(error_text(result))
+    structured = getattr(result, "structured_content", None)
+    if structured is not None:
+        return structured
+    values = [_block_value(block) for block in getattr(result, "content", None) or ()]
+    if not values:
+        return None
+    return values[0] if len(values) == 1 else values
+
+
+def error_text(result: Any) -> str:
+    """The text blocks of an error result, joined by newlines (a fixed phrase when there are none)."""
+    texts = [block.text for block in getattr(result, "content", None) or () if getattr(block, "type", None) == "text"]
+    text = "\n".join(t for t in texts if t)
+    return text or "the MCP tool reported an error without a message"
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _block_value(block: Any) -> Any:
+    if getattr(block, "type", None) == "text":
+        text = block.text
+        try:
+            # NaN and the infinities are not JSON: such a text stays text.
+            return json.loads(text, parse_constant=_no_constant)
+        except ValueError:
+            return text
+    return block.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def tool_name(server: str, tool: str, *, namespaced: bool) -> str:
+    """``tool``, or ``<server>__<tool>`` when several servers share one tool set."""
+    return f"{server}{SEPARATOR}{tool}" if namespaced else tool
+
+
+def server_name(reported: Any, fallback: str) -> str:
+    """A usable server name from the one a server reports: runs of other characters become ``_``."""
+    name = _NOT_NAME.sub("_", reported).strip("_")[:64] if isinstance(reported, str) else ""
+    return name or fallback
