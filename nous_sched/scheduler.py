@@ -5,8 +5,8 @@ those calls may interleave. The :class:`Scheduler` decides, conservatively:
 
 * **One driver thread owns every decision.** Classify, start and commit all
   happen on the thread ``nous-sched-driver-<n>``, which reads commands from a
-  queue. Pending calls, the in-flight set and the commit cursor are touched by
-  no other thread, so they need no lock: the driver is the lock.
+  queue. The ordering itself is a pure :class:`~nous_sched.lane.Lane` that no
+  other thread touches, so it needs no lock: the driver is the lock.
 * **Commits are strictly in submission order.** A call that finishes early
   waits for its predecessors, so a caller observes one deterministic order
   however the work raced.
@@ -30,7 +30,6 @@ Thread-safety: every public method may be called from any thread.
 
 from __future__ import annotations
 
-import collections
 import concurrent.futures
 import contextvars
 import itertools
@@ -45,10 +44,11 @@ from ._validators import require
 from .dispatch import CallInfo, current_call, direct_dispatch
 from .errors import ToolError
 from .events import SessionLog, ToolCallEvent
+from .lane import COMMIT, START, Lane
 from .outcome import Outcome
 from .records import CallRecord, LaneState
 from .snapshot import snapshot
-from .tool import EXCLUSIVE, concurrency_mode
+from .tool import EXCLUSIVE, Mode, concurrency_mode
 
 __all__ = ["Scheduler", "Ticket"]
 
@@ -68,9 +68,6 @@ NO_ANSWER = "the scheduler did not answer within {s:g}s (a concurrency_safe pred
 FAILED = "tool call failed"
 DID_NOT_COMPLETE = "tool call did not complete"
 
-# Driver commands. Tuples, not classes: one is built per sub-call on the hot path.
-_SUBMIT, _DONE, _QUERY, _STOP = range(4)
-
 
 class Ticket:
     """A handle on one submitted sub-call; pass it to :meth:`Scheduler.wait`.
@@ -84,7 +81,7 @@ class Ticket:
     def __init__(self, tool: str) -> None:
         self.tool = tool
         self.seq: Optional[int] = None
-        self._future: concurrent.futures.Future = concurrent.futures.Future()
+        self._future: concurrent.futures.Future[Outcome] = concurrent.futures.Future()
 
     def done(self) -> bool:
         """True once the call has committed (or been released with an error)."""
@@ -96,6 +93,9 @@ class Ticket:
         ``timeout=None`` waits until the call commits or the scheduler
         releases it. Unlike :meth:`Scheduler.wait`, a timeout here says nothing
         about the lane: it is the runtime seam's ``PendingCall.wait``.
+
+        :raises ConfigError: ``timeout`` is not ``None`` or a number of seconds
+            from 0 to ``threading.TIMEOUT_MAX``.
         """
         require("Ticket.wait", "timeout", timeout, v.WAIT_SECONDS)
         try:
@@ -107,35 +107,88 @@ class Ticket:
         return f"<Ticket {self.tool!r} seq={self.seq} done={self.done()}>"
 
 
-class _Entry:
-    """Driver-private record of one accepted call."""
-
-    __slots__ = ("seq", "ticket", "tool", "args", "logged", "run_ctx", "ctx", "mode", "future", "outcome", "record")
-
-    def __init__(self, seq, ticket, tool, args, logged, run_ctx, ctx):
-        self.seq = seq
-        self.ticket = ticket
-        self.tool = tool
-        self.args = args
-        self.logged = logged
-        self.run_ctx = run_ctx
-        self.ctx = ctx
-        self.mode = EXCLUSIVE
-        self.future = None
-        self.outcome: Optional[Outcome] = None
-        self.record: Optional[list] = None
-
-
-_OPTIONAL_SESSION_LOG = v.optional(v.instance_of(SessionLog, "a nous_sched.SessionLog"))
-_NAMED = v.Check("a tool: an object with a str `name`", lambda tool: isinstance(getattr(tool, "name", None), str))
-_TICKET = v.instance_of(Ticket, "a Ticket from Scheduler.submit()")
-
-
 def _release(ticket: Ticket, outcome: Outcome) -> None:
     try:
         ticket._future.set_result(outcome)
     except concurrent.futures.InvalidStateError:
         pass  # stop() already released it, from a lane that stopped answering
+
+
+# -- what crosses the driver's queue ---------------------------------------------
+#
+# A submit is the call itself (one object per call on the hot path); the others
+# are small slotted messages. The driver tells them apart by type.
+
+
+class _Timeline:
+    """When one started call started, finished and committed (seconds since the epoch of its scheduler)."""
+
+    __slots__ = ("seq", "tool", "mode", "started", "finished", "committed", "ok")
+
+    def __init__(self, seq: int, tool: str, mode: Mode, started: float) -> None:
+        self.seq = seq
+        self.tool = tool
+        self.mode = mode
+        self.started = started
+        self.finished: Optional[float] = None
+        self.committed: Optional[float] = None
+        self.ok: Optional[bool] = None
+
+    def record(self) -> CallRecord:
+        return CallRecord(self.seq, self.tool, self.mode, self.started, self.finished, self.committed, self.ok)
+
+
+class _Call:
+    """One submitted call. Built by the submitting thread, then owned by the driver once queued."""
+
+    __slots__ = ("ticket", "tool", "args", "logged", "run_ctx", "ctx", "seq", "mode", "future", "outcome", "timeline")
+
+    def __init__(
+        self, ticket: Ticket, tool: Any, args: Any, logged: Any, run_ctx: Any, ctx: contextvars.Context
+    ) -> None:
+        self.ticket = ticket
+        self.tool = tool
+        self.args = args  # the snapshot the tool gets
+        self.logged = logged  # the snapshot the audit gets
+        self.run_ctx = run_ctx
+        self.ctx = ctx
+        self.seq = -1
+        self.mode: Mode = EXCLUSIVE
+        self.future: Optional[concurrent.futures.Future[Any]] = None
+        self.outcome: Optional[Outcome] = None
+        self.timeline: Optional[_Timeline] = None
+
+
+class _Done:
+    """The executor finished ``call.future`` (put by the future's done-callback, on any thread)."""
+
+    __slots__ = ("call",)
+
+    def __init__(self, call: _Call) -> None:
+        self.call = call
+
+
+class _Query:
+    """Answer ``reply`` with the lane's state."""
+
+    __slots__ = ("reply",)
+
+    def __init__(self, reply: concurrent.futures.Future[LaneState]) -> None:
+        self.reply = reply
+
+
+class _Stop:
+    """Abandon the lane and exit."""
+
+    __slots__ = ()
+
+
+_STOP = _Stop()
+
+
+_OPTIONAL_SESSION_LOG = v.optional(v.instance_of(SessionLog, "a nous_sched.SessionLog"))
+_NAMED = v.Check("a tool: an object with a str `name`", lambda tool: isinstance(getattr(tool, "name", None), str))
+_TICKET = v.instance_of(Ticket, "a Ticket from Scheduler.submit()")
 
 
 class Scheduler:
@@ -149,19 +202,45 @@ class Scheduler:
     :param call_id: prefix of event ids, ``"<call_id>:code:<seq>"``.
     :param executor: where tools run. Yours is shared and never shut down;
         without one the scheduler owns a ``ThreadPoolExecutor`` of
-        ``max_parallel`` threads and shuts it down in :meth:`stop`.
+        ``max_parallel`` threads and shuts it down when the lane ends.
     :param timeout: the bound, in seconds, on every wait (the run's deadline).
     :param observer: ``observer(record: CallRecord, phase)`` is called on the
         driver at ``"start"`` and ``"commit"``; it must be quick and must not
-        call back into the scheduler. Its exceptions are logged and ignored.
+        wait on the scheduler (it may call :meth:`stop`). Whatever it raises,
+        ``KeyboardInterrupt`` and ``SystemExit`` included, is logged and
+        ignored: the lane goes on.
     :raises ConfigError: naming the bad option.
 
     Use as a context manager, or call :meth:`stop` when the run is over.
     """
 
+    # Fields shared across threads, and what guards each. Every other field is
+    # either set in __init__ and never written again, or owned by the driver
+    # thread alone (the lane, the private executor, each _Call once it is
+    # queued): the driver is the lock.
+    #
+    #   _queue          SimpleQueue, thread-safe by itself. Any thread puts;
+    #                   only the driver gets. Submits and queries are put
+    #                   under _lock, so none can land after the driver's last
+    #                   drain (_exited).
+    #   _lock guards    _open      tickets queued and not yet released (submit
+    #                              adds, the driver and stop() release)
+    #                   _closed    no more submits: set by stop() or the exiting driver
+    #                   _exited    the driver took its last message
+    #                   _wedged_by the ticket whose unanswered full-timeout wait
+    #                              condemned the lane (callers write it; the lane
+    #                              is wedged while that ticket's seq is None)
+    #   _records_lock   _events, _trail and every _Timeline's fields: the driver
+    #   guards          writes them, any thread copies them out.
+    #   _final          the lane's last state, written by the driver before it
+    #                   sets _exited (under _lock), read only after that.
+    #   Ticket.seq      written once by the driver when it accepts the call; read
+    #                   anywhere (None: not yet accepted).
+    #   Ticket._future  a Future, with its own lock; settled once (_release).
+
     def __init__(
         self,
-        dispatch: Callable[[Any, dict, Any], Any] = direct_dispatch,
+        dispatch: Callable[[Any, dict[str, Any], Any], Any] = direct_dispatch,
         context: Optional[SessionLog] = None,
         max_parallel: int = DEFAULT_MAX_PARALLEL,
         call_id: Optional[str] = None,
@@ -176,11 +255,9 @@ class Scheduler:
         require("Scheduler", "executor", executor, v.EXECUTOR)
         require("Scheduler", "timeout", timeout, v.SECONDS)
         require("Scheduler", "observer", observer, v.OPTIONAL_CALLABLE)
-        if context is None:
-            context = SessionLog()
 
         self._dispatch = dispatch
-        self._context = context
+        self._context = SessionLog() if context is None else context
         self._max_parallel = max_parallel
         self._call_id = call_id
         self._executor = executor
@@ -190,34 +267,32 @@ class Scheduler:
         self._n = next(_ids)
         self._t0 = time.perf_counter()
         # SimpleQueue: the C queue from `queue`, without Queue's task tracking we never use.
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
 
-        # Shared with stop(), which must release callers even if the driver is
-        # stuck inside a user predicate: the only state not owned by the driver.
-        self._open_lock = threading.Lock()
+        self._lock = threading.Lock()
         self._open: set[Ticket] = set()
         self._closed = False
-        self._wedged = False
-        self._stuck = False  # stop() gave up waiting for the driver
+        self._exited = False
+        self._wedged_by: Optional[Ticket] = None
 
-        # Driver-owned from here on.
-        self._pending: collections.deque[_Entry] = collections.deque()
-        self._inflight: dict[int, _Entry] = {}
-        self._settled: dict[int, _Entry] = {}
-        self._cursor = 0
-        self._exclusive: Optional[int] = None
-        self._next_seq = 0
+        self._records_lock = threading.Lock()
         self._events: list[ToolCallEvent] = []
-        self._trail: list[list] = []
-        self._still_running = 0
+        self._trail: list[_Timeline] = []
+
+        self._final: Optional[LaneState] = None
+        self._lane: Lane[_Call] = Lane(max_parallel)  # driver-owned from here on
+        self._still_running = 0  # driver-owned: abandoned calls whose tool is still running
 
         self._driver = threading.Thread(target=self._drive_loop, name=f"nous-sched-driver-{self._n}", daemon=True)
-        self._driver.start()
+        try:
+            self._driver.start()
+        except BaseException:
+            # A KeyboardInterrupt can land while start() waits for the thread to
+            # run; the caller never gets this scheduler to stop, so stop it here.
+            self._queue.put(_STOP)
+            raise
 
     # -- public API ------------------------------------------------------
-
-    snapshot = staticmethod(snapshot)
-    concurrency_mode = staticmethod(concurrency_mode)
 
     @property
     def max_parallel(self) -> int:
@@ -240,8 +315,9 @@ class Scheduler:
         ``contextvars`` are captured for the tool. Calls are ordered by the
         order their ``submit`` reached the driver.
 
-        :raises ConfigError: ``args`` is not a mapping, or has no JSON form
-            (:class:`~nous_sched.SnapshotError`, naming the path).
+        :raises ConfigError: ``tool`` has no str ``name``, ``args`` is not a
+            mapping, or has no JSON form (:class:`~nous_sched.SnapshotError`,
+            naming the path).
 
         After :meth:`stop` the ticket is already released with
         ``"code run is over; scheduler is gone"``.
@@ -252,13 +328,17 @@ class Scheduler:
         dispatched = snapshot(args)
         logged = snapshot(args)
         ticket = Ticket(name)
-        with self._open_lock:
-            if self._closed or self._wedged:
-                message = NO_ANSWER.format(s=self._timeout) if self._wedged and not self._closed else GONE
-                _release(ticket, Outcome.failure(name, message))
+        call = _Call(ticket, tool, dispatched, logged, run_ctx, contextvars.copy_context())
+        with self._lock:
+            if self._closed:
+                refusal = GONE
+            elif self._wedged_by is not None and self._wedged_by.seq is None:
+                refusal = NO_ANSWER.format(s=self._timeout)
+            else:
+                self._open.add(ticket)
+                self._queue.put(call)
                 return ticket
-            self._open.add(ticket)
-        self._queue.put((_SUBMIT, ticket, tool, dispatched, logged, run_ctx, contextvars.copy_context()))
+        _release(ticket, Outcome.failure(name, refusal))
         return ticket
 
     def wait(self, ticket: Ticket, timeout: Optional[float] = None) -> Outcome:
@@ -269,7 +349,11 @@ class Scheduler:
         ``"timed out waiting for the sub-call to commit"``, or, if the driver
         never even accepted the call, ``"the scheduler did not answer ..."``.
         After such a silence lasting the scheduler's whole ``timeout``, later
-        submits fail the same way at once, until the driver answers again.
+        submits fail the same way at once, until the driver accepts that call.
+
+        :raises ConfigError: ``ticket`` is not a :class:`Ticket`, or
+            ``timeout`` is not ``None`` or a number of seconds from 0 to
+            ``threading.TIMEOUT_MAX``.
         """
         require("Scheduler.wait", "ticket", ticket, _TICKET)
         require("Scheduler.wait", "timeout", timeout, v.WAIT_SECONDS)
@@ -277,20 +361,18 @@ class Scheduler:
         try:
             return ticket._future.result(limit)
         except concurrent.futures.TimeoutError:
-            if ticket.seq is None and not ticket.done():
-                # Only a full-timeout silence condemns the lane; a short poll does not.
-                if limit >= self._timeout:
-                    self._wedged = True
-                return Outcome.failure(ticket.tool, NO_ANSWER.format(s=limit))
-            return Outcome.failure(ticket.tool, AWAIT_TIMEOUT)
+            pass
+        if ticket.seq is None:
+            # Only a full-timeout silence condemns the lane; a short poll does not.
+            if limit >= self._timeout:
+                with self._lock:
+                    self._wedged_by = ticket
+            return Outcome.failure(ticket.tool, NO_ANSWER.format(s=limit))
+        return Outcome.failure(ticket.tool, AWAIT_TIMEOUT)
 
     def call(self, tool: Any, args: Any, run_ctx: Any = None) -> Outcome:
-        """``wait(submit(tool, args, run_ctx))``."""
+        """``wait(submit(tool, args, run_ctx))``: a ``dispatch``-shaped callable routing through this lane."""
         return self.wait(self.submit(tool, args, run_ctx))
-
-    def dispatch_fun(self) -> Callable[[Any, Any, Any], Outcome]:
-        """A ``(tool, args, run_ctx) -> Outcome`` callable routing through this lane."""
-        return self.call
 
     def context(self) -> SessionLog:
         """The session log that receives this lane's ``tool_call`` events."""
@@ -299,17 +381,40 @@ class Scheduler:
     def logged_events(self) -> list[ToolCallEvent]:
         """Every ``tool_call`` event so far, in submission order.
 
-        After :meth:`stop` this is the complete, final list.
+        Never waits for the driver. After :meth:`stop` this is the complete,
+        final list.
         """
-        return self._read(lambda: list(self._events))
+        with self._records_lock:
+            return list(self._events)
 
     def trail(self) -> list[CallRecord]:
-        """The timeline of every started call, in submission order."""
-        return self._read(lambda: [CallRecord(*r) for r in self._trail])
+        """The timeline of every started call, in submission order. Never waits for the driver."""
+        with self._records_lock:
+            return [timeline.record() for timeline in self._trail]
 
-    def lane_state(self) -> LaneState:
-        """A consistent view of pending, in-flight and committed calls."""
-        return self._read(self._state)
+    def lane_state(self, timeout: Optional[float] = None) -> Optional[LaneState]:
+        """A consistent view of pending, in-flight and committed calls, read on the driver.
+
+        Waits at most ``timeout`` seconds (the scheduler's own ``timeout`` by
+        default) for the driver to answer, and returns ``None`` if it does not
+        (it is stuck in a ``concurrency_safe`` predicate). Once the lane has
+        ended, its final state, at once.
+
+        :raises ConfigError: ``timeout`` is not ``None`` or a number of seconds
+            from 0 to ``threading.TIMEOUT_MAX``.
+        """
+        require("Scheduler.lane_state", "timeout", timeout, v.WAIT_SECONDS)
+        reply: concurrent.futures.Future[LaneState] = concurrent.futures.Future()
+        with self._lock:
+            exited = self._exited
+            if not exited:
+                self._queue.put(_Query(reply))
+        if exited:
+            return self._final
+        try:
+            return reply.result(self._timeout if timeout is None else timeout)
+        except concurrent.futures.TimeoutError:
+            return None
 
     def stop(self, timeout: Optional[float] = None) -> None:
         """End the lane. Idempotent; returns within ``timeout`` seconds.
@@ -324,20 +429,24 @@ class Scheduler:
         threads finish on their own: Python cannot kill a thread); calls that
         had finished but not yet committed get their real outcome, in order.
         Callers blocked in :meth:`wait` return at once. A private executor is
-        shut down; a caller's executor is left alone.
+        shut down by the driver on its way out, also when the first ``stop()``
+        comes from an observer (which returns at once, before the driver
+        winds down); a caller's executor is left alone.
+
+        :raises ConfigError: ``timeout`` is not ``None`` or a number of seconds
+            from 0 to ``threading.TIMEOUT_MAX``.
         """
         require("Scheduler.stop", "timeout", timeout, v.WAIT_SECONDS)
         limit = min(self._timeout, _STOP_JOIN) if timeout is None else timeout
-        with self._open_lock:
+        with self._lock:
             first = not self._closed
             self._closed = True
         if first:
-            self._queue.put((_STOP,))
+            self._queue.put(_STOP)
         if threading.current_thread() is self._driver:
-            return  # an observer stopping its own lane: the driver exits after this callback
+            return  # an observer stopping its own lane: the driver winds down after this callback
         self._driver.join(limit)
         if self._driver.is_alive():
-            self._stuck = True
             log.warning(
                 "%s did not stop within %.3gs (a tool's concurrency_safe predicate may be stuck); "
                 "its callers are released and the thread will exit when the predicate returns",
@@ -345,217 +454,186 @@ class Scheduler:
                 limit,
             )
         self._release_open(ABANDONED)
-        if first and self._owns_executor and self._executor is not None:
-            # Joining workers is only safe when none is stuck in a tool.
-            self._executor.shutdown(wait=self._still_running == 0 and not self._driver.is_alive(), cancel_futures=True)
 
-    def __enter__(self) -> "Scheduler":
+    def __enter__(self) -> Scheduler:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
     def __repr__(self) -> str:
-        state = "stopped" if self._closed else "running"
+        with self._lock:
+            state = "stopped" if self._closed else "running"
         return f"<Scheduler {self._driver.name} {state} max_parallel={self._max_parallel}>"
 
     def _release_open(self, message: str) -> None:
         """Release every ticket not yet delivered with ``message`` (any thread)."""
-        with self._open_lock:
+        with self._lock:
             leftovers, self._open = list(self._open), set()
         for ticket in leftovers:
             _release(ticket, Outcome.failure(ticket.tool, message))
-
-    # -- reading driver state from other threads --------------------------
-
-    def _read(self, fn: Callable[[], Any]) -> Any:
-        if not self._driver.is_alive() or self._stuck:
-            # Exited: the state is final. Stuck in a predicate after stop(): it
-            # writes nothing more until the predicate returns, so read it as is.
-            return fn()
-        reply: concurrent.futures.Future = concurrent.futures.Future()
-        self._queue.put((_QUERY, fn, reply))
-        try:
-            return reply.result(self._timeout)
-        except concurrent.futures.TimeoutError:
-            raise TimeoutError(f"{self._driver.name} did not answer within {self._timeout:g}s") from None
-        except concurrent.futures.CancelledError:
-            return fn()  # it stopped before answering: the state is final now
 
     # -- the driver ---------------------------------------------------------
 
     def _drive_loop(self) -> None:
         get = self._queue.get
         get_nowait = self._queue.get_nowait
+        handle = self._handle
+        drive = self._drive
         try:
             while True:
                 msg = get()
                 # Take everything already queued before driving, so a burst of
                 # completions commits in one pass.
                 while True:
-                    if msg[0] == _STOP:
-                        self._terminate()
+                    if msg is _STOP:
                         return
-                    self._handle(msg)
+                    handle(msg)
                     try:
                         msg = get_nowait()
                     except queue.Empty:
                         break
-                self._drive()
+                drive()
         except BaseException:
             log.critical("%s crashed; releasing every caller", self._driver.name, exc_info=True)
-            with self._open_lock:
-                self._closed = True
-            self._terminate()
-            self._release_open(GONE)
             raise
         finally:
-            self._drain_after_stop()  # submits and queries that raced stop() into the queue
+            self._wind_down()
 
-    def _handle(self, msg: tuple) -> None:
-        kind = msg[0]
-        if kind == _DONE:
-            entry = self._inflight.pop(msg[1])
-            entry.outcome, finished = self._collect(entry, msg[2])
-            entry.record[4] = finished
-            self._settled[entry.seq] = entry
-        elif kind == _SUBMIT:
-            _, ticket, tool, dispatched, logged, run_ctx, ctx = msg
-            entry = _Entry(self._next_seq, ticket, tool, dispatched, logged, run_ctx, ctx)
-            self._next_seq += 1
+    def _handle(self, msg: Any) -> None:
+        kind = type(msg)
+        if kind is _Done:
+            call = msg.call
+            call.outcome, finished = self._collect(call)
+            timeline = call.timeline
+            with self._records_lock:
+                timeline.finished = finished
+            self._lane.finished(call.seq)
+        elif kind is _Call:
             # Classification runs here, on the dispatched snapshot, in submission order.
-            entry.mode = ctx.run(concurrency_mode, tool, dispatched)
-            ticket.seq = entry.seq
-            if self._wedged:
-                self._wedged = False  # it answered after all
-            self._pending.append(entry)
-        elif kind == _QUERY:
-            _, fn, reply = msg
-            try:
-                reply.set_result(fn())
-            except BaseException as exc:  # a query must never take the driver down
-                reply.set_exception(exc)
+            msg.mode = msg.ctx.run(concurrency_mode, msg.tool, msg.args)
+            msg.seq = msg.ticket.seq = self._lane.accept(msg, msg.mode)
+        elif kind is _Query:
+            msg.reply.set_result(self._lane.state())
 
     def _drive(self) -> None:
-        pending, settled = self._pending, self._settled
+        step = self._lane.step
         while True:
-            if self._cursor in settled:
-                self._commit(settled.pop(self._cursor))
-            elif pending and self._startable(pending[0]):
-                self._start(pending.popleft())
-            else:
+            action = step()
+            if action is None:
                 return
+            kind, call = action
+            if kind is START:
+                self._start(call)
+            else:
+                self._commit(call)
 
-    def _startable(self, head: _Entry) -> bool:
-        if self._exclusive is not None:
-            return False
-        if head.mode == EXCLUSIVE:
-            return not self._inflight and self._cursor == head.seq
-        return len(self._inflight) < self._max_parallel
-
-    def _start(self, entry: _Entry) -> None:
-        seq = entry.seq
-        if entry.mode == EXCLUSIVE:
-            self._exclusive = seq
+    def _start(self, call: _Call) -> None:
+        seq = call.seq
+        name = call.tool.name
         event = ToolCallEvent(
             id=f"{self._call_id}:code:{seq}" if self._call_id is not None else f"code:{seq}",
-            name=entry.tool.name,
-            arguments=entry.logged,
-            mode=entry.mode,
+            name=name,
+            arguments=call.logged,
+            mode=call.mode,
             seq=seq,
         )
-        self._events.append(event)
+        timeline = call.timeline = _Timeline(seq, name, call.mode, time.perf_counter() - self._t0)
+        with self._records_lock:
+            self._events.append(event)
+            self._trail.append(timeline)
         self._context.append(event.as_event())
-        entry.record = [seq, entry.tool.name, entry.mode, time.perf_counter() - self._t0, None, None, None]
-        self._trail.append(entry.record)
-        self._inflight[seq] = entry
-        self._notify(entry, "start")
-        info = CallInfo(event.id, entry.tool.name, seq, entry.mode, entry.run_ctx)
+        self._notify(timeline, START)
+        info = CallInfo(event.id, name, seq, call.mode, call.run_ctx)
         try:
             if self._executor is None:
                 self._executor = concurrent.futures.ThreadPoolExecutor(
                     self._max_parallel, thread_name_prefix=f"nous-sched-tool-{self._n}"
                 )
             future = self._executor.submit(
-                _InContext(entry.ctx), _run_call, self._dispatch, entry.tool, entry.args, entry.run_ctx, info, self._t0
+                _InContext(call.ctx), _run_call, self._dispatch, call.tool, call.args, call.run_ctx, info, self._t0
             )
         except Exception:
             log.error("code-mode sub-call %s could not be handed to the executor", event.id, exc_info=True)
             future = concurrent.futures.Future()
             future.set_exception(RuntimeError("executor refused the call"))
-        entry.future = future
+        call.future = future
         put = self._queue.put
-        future.add_done_callback(lambda f, seq=seq: put((_DONE, seq, f)))
+        future.add_done_callback(lambda _, call=call: put(_Done(call)))
 
-    def _collect(self, entry: _Entry, future: concurrent.futures.Future) -> tuple[Outcome, float]:
+    def _collect(self, call: _Call) -> tuple[Outcome, float]:
+        future = call.future
+        assert future is not None
         # One look at the settled future (each accessor takes its lock).
         try:
-            return future.result(0)
+            result: tuple[Outcome, float] = future.result(0)
+            return result
         except BaseException as exc:  # CancelledError, or whatever the executor raised
             problem = None if future.cancelled() else exc
-        log.warning("code-mode sub-call %s (tool %r) did not complete: %r", entry.seq, entry.tool.name, problem)
-        return Outcome.failure(entry.tool.name, DID_NOT_COMPLETE), time.perf_counter() - self._t0
+        log.warning("code-mode sub-call %s (tool %r) did not complete: %r", call.seq, call.tool.name, problem)
+        return Outcome.failure(call.tool.name, DID_NOT_COMPLETE), time.perf_counter() - self._t0
 
-    def _commit(self, entry: _Entry) -> None:
-        seq = entry.seq
-        self._cursor = seq + 1
-        if self._exclusive == seq:
-            self._exclusive = None
-        entry.record[5] = time.perf_counter() - self._t0
-        entry.record[6] = entry.outcome.ok
-        self._deliver(entry, entry.outcome)
-        self._notify(entry, "commit")
+    def _commit(self, call: _Call) -> None:
+        outcome = call.outcome
+        timeline = call.timeline
+        assert outcome is not None and timeline is not None
+        committed = time.perf_counter() - self._t0
+        with self._records_lock:
+            timeline.committed = committed
+            timeline.ok = outcome.ok
+        self._deliver(call.ticket, outcome)
+        self._notify(timeline, COMMIT)
 
-    def _deliver(self, entry: _Entry, outcome: Outcome) -> None:
-        ticket = entry.ticket
-        with self._open_lock:
+    def _deliver(self, ticket: Ticket, outcome: Outcome) -> None:
+        with self._lock:
             self._open.discard(ticket)
         _release(ticket, outcome)
 
-    def _notify(self, entry: _Entry, phase: str) -> None:
+    def _notify(self, timeline: _Timeline, phase: str) -> None:
         if self._observer is None:
             return
         try:
-            self._observer(CallRecord(*entry.record), phase)
-        except Exception:
+            self._observer(timeline.record(), phase)
+        except BaseException:  # even KeyboardInterrupt: raised by the observer's own code, not a signal
             log.warning("scheduler observer raised; ignoring it", exc_info=True)
 
-    def _state(self) -> LaneState:
-        return LaneState(
-            pending=tuple(e.seq for e in self._pending),
-            inflight=tuple(sorted(self._inflight)),
-            settled=tuple(sorted(self._settled)),
-            cursor=self._cursor,
-            exclusive=self._exclusive,
-            submitted=self._next_seq,
-            stopped=self._closed,
-        )
+    def _wind_down(self) -> None:
+        """The driver's last act, whether it was stopped or crashed."""
+        with self._lock:
+            self._closed = True
+        try:
+            self._abandon()
+        finally:
+            if self._owns_executor and self._executor is not None:
+                # Joining idle workers is quick; joining one stuck in a tool is not.
+                self._executor.shutdown(wait=self._still_running == 0, cancel_futures=True)
+            final = self._final = self._lane.state()
+            with self._lock:
+                self._exited = True
+            # Submits and queries that raced stop() into the queue; none can come after _exited.
+            while True:
+                try:
+                    msg = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if type(msg) is _Call:
+                    self._deliver(msg.ticket, Outcome.failure(msg.ticket.tool, GONE))
+                elif type(msg) is _Query:
+                    msg.reply.set_result(final)
+            self._release_open(GONE)
 
-    def _terminate(self) -> None:
+    def _abandon(self) -> None:
         # Same order as the original: queued calls, then running ones, then the
         # finished-but-uncommitted ones with their real outcome, by seq.
-        while self._pending:
-            entry = self._pending.popleft()
-            self._deliver(entry, Outcome.failure(entry.tool.name, ABANDONED))
-        for seq in sorted(self._inflight):
-            entry = self._inflight.pop(seq)
-            if entry.future is not None and not entry.future.cancel():
+        abandoned = self._lane.abandon()
+        for call in abandoned.queued:
+            self._deliver(call.ticket, Outcome.failure(call.tool.name, ABANDONED))
+        for call in abandoned.running:
+            if call.future is not None and not call.future.cancel():
                 self._still_running += 1
-            self._deliver(entry, Outcome.failure(entry.tool.name, ABANDONED))
-        for seq in sorted(self._settled):
-            self._commit(self._settled.pop(seq))  # every settled seq is past the cursor
-        self._exclusive = None
-
-    def _drain_after_stop(self) -> None:
-        while True:
-            try:
-                msg = self._queue.get_nowait()
-            except queue.Empty:
-                return
-            if msg[0] == _SUBMIT:
-                _release(msg[1], Outcome.failure(msg[1].tool, GONE))
-            elif msg[0] == _QUERY:
-                msg[2].cancel()
+            self._deliver(call.ticket, Outcome.failure(call.tool.name, ABANDONED))
+        for call in abandoned.settled:
+            self._commit(call)
 
 
 class _InContext:

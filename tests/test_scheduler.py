@@ -356,7 +356,7 @@ CLASSIFICATION = [
 def test_08_classification_is_exclusive_unless_exactly_true(make_scheduler, caplog, predicate, mode, warning):
     caplog.set_level(logging.WARNING, logger="nous_sched")
     tool = Tool("classified", lambda args: "ran", concurrency_safe=predicate)
-    assert Scheduler.concurrency_mode(tool, {}) == mode
+    assert nous_sched.concurrency_mode(tool, {}) == mode
     assert nous_sched.concurrency_mode(tool, {}) == mode
 
     s = make_scheduler()
@@ -379,8 +379,8 @@ def test_08_classification_is_exclusive_unless_exactly_true(make_scheduler, capl
 def test_08_classification_of_objects_without_a_predicate(make_scheduler):
     # The "nonexistent module" row: any object with a name; no predicate means exclusive.
     bare = SimpleNamespace(name="bare", function=lambda args: "ran")
-    assert Scheduler.concurrency_mode(bare, {}) == "exclusive"
-    assert Scheduler.concurrency_mode(object(), {}) == "exclusive"
+    assert nous_sched.concurrency_mode(bare, {}) == "exclusive"
+    assert nous_sched.concurrency_mode(object(), {}) == "exclusive"
     s = make_scheduler()
     assert s.call(bare, {}) == Outcome.success("ran")
     assert s.logged_events()[0].mode == "exclusive"
@@ -408,9 +408,9 @@ def test_08_predicate_that_exits_is_exclusive_and_the_lane_survives(make_schedul
 def test_09_per_args_predicate(make_scheduler, caplog):
     caplog.set_level(logging.WARNING, logger="nous_sched")
     tool = Tool("maybe", lambda args: "ran", concurrency_safe=lambda args: args["safe"])
-    assert Scheduler.concurrency_mode(tool, {"safe": True}) == "parallel"
-    assert Scheduler.concurrency_mode(tool, {"safe": False}) == "exclusive"
-    assert Scheduler.concurrency_mode(tool, {}) == "exclusive"  # KeyError: exclusive, with a warning
+    assert nous_sched.concurrency_mode(tool, {"safe": True}) == "parallel"
+    assert nous_sched.concurrency_mode(tool, {"safe": False}) == "exclusive"
+    assert nous_sched.concurrency_mode(tool, {}) == "exclusive"  # KeyError: exclusive, with a warning
 
     s = make_scheduler()
     for args in ({"safe": True}, {"safe": False}, {}):
@@ -852,7 +852,7 @@ def test_26_contextvars_and_current_call_reach_the_tool(make_scheduler):
 # --- dispatch seam ------------------------------------------------------------------
 
 
-def test_27_dispatch_fun_passes_tool_args_and_run_ctx(make_scheduler):
+def test_27_call_is_a_dispatch_passing_tool_args_and_run_ctx(make_scheduler):
     got = []
 
     def dispatch(tool, args, run_ctx):
@@ -860,7 +860,7 @@ def test_27_dispatch_fun_passes_tool_args_and_run_ctx(make_scheduler):
         return {"echo": args}
 
     s = make_scheduler(dispatch=dispatch)
-    fun = s.dispatch_fun()
+    fun = s.call  # dispatch-shaped: a lane can be another lane's dispatch
     assert callable(fun)
     signature = inspect.signature(fun)
     assert len(signature.parameters) == 3
@@ -879,7 +879,7 @@ def test_28_run_ctx_is_passed_per_call(make_scheduler):
     tool = Tool("t", lambda a: None)
     assert s.call(tool, {}, "first").value == "first"
     assert s.wait(s.submit(tool, {}, "second")).value == "second"
-    assert s.dispatch_fun()(tool, {}, "third").value == "third"
+    assert s.call(tool, {}, "third").value == "third"
     assert s.call(tool, {}).value is None
     assert got == ["first", "second", "third", None]
 

@@ -20,7 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nous_sched import ConfigError, Scheduler, SnapshotError, snapshot
+from nous_sched import ConfigError, SnapshotError, Tool, snapshot
 from nous_sched.snapshot import MAX_DEPTH
 
 
@@ -159,8 +159,11 @@ def test_subclasses_of_scalars_are_copied_down_to_the_base_type():
         snapshot(MyFloat("nan"))
 
 
-def test_scheduler_exposes_the_same_function():
-    assert Scheduler.snapshot is snapshot
+def test_the_scheduler_snapshots_arguments_with_this_function(make_scheduler):
+    args = {"tags": {"b", "a"}, 1: (2, 3), "when": datetime.date(2024, 1, 2)}
+    s = make_scheduler()
+    assert s.call(Tool("echo", lambda a: a), args).value == snapshot(args)
+    assert s.logged_events()[0].arguments == snapshot(args)
 
 
 # --- refusals: each names the path -----------------------------------------------------
