@@ -9,16 +9,26 @@ audit records and nothing to what the model reads.
 A caller that does not hand the scheduler a log of its own gets the events back
 as :class:`ContextUpdate` ``log_event`` operations and applies them to the log
 it does own.
+
+Audit records are immutable once written: every :class:`Event`,
+:class:`ToolCallEvent` and :class:`LogEvent` holds its JSON data in
+:class:`FrozenDict` and :class:`FrozenList`, which compare equal to the
+``dict`` and ``list`` they hold and refuse every change, so one reader cannot
+alter what the next one reads. ``dict(data)`` or ``copy`` through JSON gives
+a copy to edit.
 """
 
 from __future__ import annotations
 
 import threading
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, NoReturn
 
 import attrs
 
 __all__ = [
+    "FrozenDict",
+    "FrozenList",
+    "freeze",
     "Event",
     "ToolCallEvent",
     "SessionLog",
@@ -37,12 +47,78 @@ _ROLES = {
 }
 
 
+def _refuse(self: Any, *args: Any, **kwargs: Any) -> NoReturn:
+    raise TypeError("audit records are immutable once written; edit a copy (dict(data), list(items))")
+
+
+class FrozenDict(dict):  # type: ignore[type-arg]
+    """A ``dict`` that refuses every change after it is built (see the module docstring)."""
+
+    __slots__ = ("_sealed",)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        if getattr(self, "_sealed", False):
+            _refuse(self)
+        super().__init__(*args, **kwargs)
+        self._sealed = True
+
+    __setitem__ = __delitem__ = __ior__ = clear = pop = popitem = setdefault = update = _refuse
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (FrozenDict, (dict(self),))
+
+    def __copy__(self) -> FrozenDict:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> FrozenDict:
+        return self
+
+
+class FrozenList(list):  # type: ignore[type-arg]
+    """A ``list`` that refuses every change after it is built (see the module docstring)."""
+
+    __slots__ = ("_sealed",)
+
+    def __init__(self, items: Iterable[Any] = ()) -> None:
+        if getattr(self, "_sealed", False):
+            _refuse(self)
+        super().__init__(items)
+        self._sealed = True
+
+    __setitem__ = __delitem__ = __iadd__ = __imul__ = _refuse
+    append = extend = insert = pop = remove = clear = sort = reverse = _refuse
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (FrozenList, (list(self),))
+
+    def __copy__(self) -> FrozenList:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> FrozenList:
+        return self
+
+
+def freeze(value: Any) -> Any:
+    """``value`` with every dict (any mapping) and list (or tuple) replaced by a frozen copy, recursively.
+
+    Already-frozen containers are returned as they are: everything inside one is frozen.
+    """
+    kind = type(value)
+    if kind is FrozenDict or kind is FrozenList or kind is str or kind is int or value is None:
+        return value
+    if isinstance(value, Mapping):
+        return FrozenDict({key: freeze(item) for key, item in value.items()})
+    if isinstance(value, (list, tuple)):
+        return FrozenList([freeze(item) for item in value])
+    return value
+
+
 @attrs.frozen
 class Event:
     """One session event: a ``type`` and its JSON-shaped ``data``."""
 
     type: str
-    data: Mapping[str, Any]
+    data: Mapping[str, Any] = attrs.field(converter=freeze)
 
     @property
     def surface(self) -> bool:
@@ -61,7 +137,7 @@ class ToolCallEvent:
 
     id: str
     name: str
-    arguments: Any
+    arguments: Any = attrs.field(converter=freeze)
     mode: str
     seq: int
     source: str = "code_mode"
@@ -69,22 +145,12 @@ class ToolCallEvent:
     type = "tool_call"
 
     def as_event(self) -> Event:
-        """This record as a session :class:`Event`; its data shares no container with it."""
-        # Not attrs.asdict: this runs on the driver for every call, and the
-        # fields are plain JSON, so a direct copy is the same and far cheaper.
-        return Event(self.type, {name: _json_copy(getattr(self, name)) for name in _TOOL_CALL_FIELDS})
+        """This record as a session :class:`Event`; both are immutable, so they may share data."""
+        # Not attrs.asdict: this runs on the driver for every call.
+        return Event(self.type, FrozenDict({name: getattr(self, name) for name in _TOOL_CALL_FIELDS}))
 
 
 _TOOL_CALL_FIELDS = tuple(field.name for field in attrs.fields(ToolCallEvent))
-
-
-def _json_copy(value: Any) -> Any:
-    kind = type(value)
-    if kind is dict:
-        return {key: _json_copy(item) for key, item in value.items()}
-    if kind is list:
-        return [_json_copy(item) for item in value]
-    return value
 
 
 class SessionLog:
@@ -128,7 +194,7 @@ class LogEvent:
     """A context-update operation: append ``Event(type, data)`` to a session log."""
 
     type: str
-    data: Mapping[str, Any]
+    data: Mapping[str, Any] = attrs.field(converter=freeze)
 
 
 @attrs.frozen

@@ -43,7 +43,7 @@ from . import _validators as v
 from ._validators import require
 from .dispatch import CallInfo, current_call, direct_dispatch
 from .errors import ToolError
-from .events import SessionLog, ToolCallEvent
+from .events import SessionLog, ToolCallEvent, freeze
 from .lane import COMMIT, START, Lane
 from .outcome import Outcome
 from .records import CallRecord, LaneState
@@ -310,8 +310,9 @@ class Scheduler:
     def submit(self, tool: Any, args: Any, run_ctx: Any = None) -> Ticket:
         """Queue one call of ``tool`` with ``args``; returns at once.
 
-        ``args`` must be a mapping; it is snapshotted twice, here, on the
-        calling thread (:func:`~nous_sched.snapshot`), and the calling thread's
+        ``args`` must be a mapping; it is snapshotted here, on the calling
+        thread (:func:`~nous_sched.snapshot`), into the tool's copy and the
+        audit's own immutable copy, and the calling thread's
         ``contextvars`` are captured for the tool. Calls are ordered by the
         order their ``submit`` reached the driver.
 
@@ -326,7 +327,7 @@ class Scheduler:
         require("Scheduler.submit", "args", args, v.MAPPING)
         name = tool.name
         dispatched = snapshot(args)
-        logged = snapshot(args)
+        logged = freeze(dispatched)  # the audit's own copy, before the tool can touch `dispatched`
         ticket = Ticket(name)
         call = _Call(ticket, tool, dispatched, logged, run_ctx, contextvars.copy_context())
         with self._lock:

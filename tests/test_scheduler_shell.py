@@ -1,0 +1,230 @@
+"""The scheduler's thread shell keeps the promises its docstrings make.
+
+Each test is one promise, checked with events and joins, never sleeps:
+
+* teardown: ``stop()`` shuts a private executor down, also when it comes from
+  an observer; an interrupt while the driver starts leaks no thread;
+* observers: whatever one raises, ``KeyboardInterrupt`` and ``SystemExit``
+  included, the lane goes on and calls that succeeded commit as successes;
+* reads: ``trail()`` and ``logged_events()`` never wait on the driver, and
+  ``lane_state()`` answers ``None`` rather than raise when the driver is stuck;
+* the wedge: a lane condemned by an unanswered wait recovers once the driver
+  accepts that call, whichever of the two happened first;
+* the audit: records are immutable once written, for every reader.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import pickle
+import threading
+
+import pytest
+
+from nous_sched import Event, Outcome, Scheduler, SessionLog, Tool, run_code
+from nous_sched.events import FrozenDict, FrozenList, freeze
+
+WAIT = 10.0
+
+
+def named(prefix: str) -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith(prefix)]
+
+
+def assert_exited(threads: list[threading.Thread]) -> None:
+    for t in threads:
+        t.join(WAIT)
+    assert not [t.name for t in threads if t.is_alive()]
+
+
+def pool_prefix(scheduler: Scheduler) -> str:
+    return "nous-sched-tool-" + scheduler._driver.name.rsplit("-", 1)[1] + "_"
+
+
+def whoami(args):
+    return threading.current_thread().name
+
+
+# -- teardown -------------------------------------------------------------------------
+
+
+def test_stop_from_an_observer_still_shuts_the_private_executor_down():
+    stopped = threading.Event()
+
+    def observer(record, phase):
+        if phase == "commit":
+            s.stop()  # on the driver: returns at once, the driver winds down after this callback
+            stopped.set()
+
+    s = Scheduler(observer=observer, timeout=30, max_parallel=3)
+    outcome = s.call(Tool("whoami", whoami), {})
+    assert outcome.ok and outcome.value.startswith(pool_prefix(s))
+    assert stopped.wait(WAIT)
+    assert_exited([s._driver])
+    # The driver joined its idle pool before exiting: no tool thread is left.
+    assert named(pool_prefix(s)) == []
+    assert s.call(Tool("late", whoami), {}).error.message == "code run is over; scheduler is gone"
+
+
+def test_keyboard_interrupt_while_the_driver_starts_leaks_no_thread(monkeypatch):
+    real_start = threading.Thread.start
+    drivers = []
+
+    def start(thread):
+        real_start(thread)
+        if thread.name.startswith("nous-sched-driver-"):
+            drivers.append(thread)
+            raise KeyboardInterrupt  # lands once the thread runs, before __init__ returns
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    with pytest.raises(KeyboardInterrupt):
+        Scheduler(timeout=30)
+    monkeypatch.undo()
+    assert len(drivers) == 1
+    assert_exited(drivers)
+
+
+# -- observers ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("exc", [KeyboardInterrupt, SystemExit, RuntimeError], ids=lambda e: e.__name__)
+def test_whatever_an_observer_raises_the_lane_goes_on(exc, caplog):
+    caplog.set_level("WARNING", logger="nous_sched")
+
+    def observer(record, phase):
+        raise exc("observer broke")
+
+    s = Scheduler(observer=observer, timeout=30, max_parallel=2)
+    try:
+        outcomes = [s.call(Tool("whoami", whoami), {}) for _ in range(3)]
+        assert all(o.ok for o in outcomes), "calls that succeeded commit as successes, not abandoned"
+        assert s.lane_state().cursor == 3 and s._driver.is_alive()
+    finally:
+        s.stop(timeout=WAIT)
+    assert_exited([s._driver])
+    assert named(pool_prefix(s)) == [], "the private pool is still shut down"
+    assert sum("observer raised" in r.getMessage() for r in caplog.records) == 6  # start and commit, 3 calls
+
+
+# -- reads ----------------------------------------------------------------------------
+
+
+def test_reads_never_wait_on_a_driver_stuck_in_a_predicate(make_event):
+    unblock, entered = make_event(), threading.Event()
+
+    def stuck(args):
+        entered.set()
+        unblock.wait(60)
+        return True
+
+    s = Scheduler(timeout=30)  # a read that waited on the driver would wait 30 s, then raise
+    try:
+        assert s.call(Tool("fine", whoami), {}).ok
+        s.submit(Tool("stuck", whoami, concurrency_safe=stuck), {})
+        assert entered.wait(WAIT)
+        assert [r.tool for r in s.trail()] == ["fine"]
+        assert [e.name for e in s.logged_events()] == ["fine"]
+        assert s.lane_state(timeout=0.05) is None, "the stuck driver cannot answer: None, not an exception"
+    finally:
+        unblock.set()
+        s.stop(timeout=WAIT)
+    final = s.lane_state()
+    assert final is not None and final.stopped and final.submitted == 2
+
+
+# -- the wedge ------------------------------------------------------------------------
+
+
+def test_a_wedged_lane_recovers_once_the_condemning_call_is_accepted(make_event):
+    decide = make_event()
+    s = Scheduler(timeout=1.0)
+
+    def call(name):
+        return s.wait(s.submit(Tool(name, whoami), {}), timeout=WAIT)
+
+    try:
+        slow = Tool("slow", whoami, concurrency_safe=lambda a: decide.wait(WAIT))
+        first = s.submit(slow, {})
+        assert "did not answer" in s.wait(first).error.message  # a full-timeout silence condemns the lane
+        refused = s.submit(Tool("refused", whoami), {})
+        assert "did not answer" in refused.wait(0).error.message
+        decide.set()
+        assert first.wait(WAIT) is not None and first.seq == 0
+        assert call("after").ok, "the driver answered: the lane is not wedged"
+
+        # The other order: a waiter whose timeout raced the driver's accept condemns
+        # the lane *after* the call was accepted. That stale verdict changes nothing.
+        with s._lock:
+            s._wedged_by = first
+        assert call("still fine").ok
+    finally:
+        decide.set()
+        s.stop(timeout=WAIT)
+
+
+# -- the audit ------------------------------------------------------------------------
+
+
+def test_audit_records_are_immutable_for_every_reader():
+    tool = Tool("echo", lambda args: args)
+    result = run_code("await tools.echo({n: 1, xs: [1, {deep: true}]}); return 1", [tool], call_id="run")
+    expected = {"n": 1, "xs": [1, {"deep": True}]}
+    event = result.events[0]
+    assert event.arguments == expected
+    for mutate in (
+        lambda a: a.__setitem__("n", 999),
+        lambda a: a.update(n=2),
+        lambda a: a.pop("n"),
+        lambda a: a["xs"].append(3),
+        lambda a: a["xs"][1].__setitem__("deep", False),
+        lambda a: a["xs"].__iadd__([4]),
+        lambda a: a.__init__({"n": 5}),
+    ):
+        with pytest.raises(TypeError, match="immutable"):
+            mutate(event.arguments)
+    with pytest.raises(TypeError):
+        event.as_event().data["name"] = "forged"
+    assert event.arguments == expected
+    assert result.context_update().operations[0].data["arguments"] == expected
+    assert result.to_dict() == {"logs": [], "result": 1}
+
+
+def test_mutating_an_event_from_logged_events_changes_no_later_read(make_scheduler):
+    log = SessionLog()
+    s = make_scheduler(context=log)
+    assert s.call(Tool("t", whoami), {"k": [1]}).ok
+    with pytest.raises(TypeError):
+        s.logged_events()[0].arguments["k"].append(2)
+    with pytest.raises(TypeError):
+        log.events[0].data["arguments"]["k"] = "forged"
+    assert s.logged_events()[0].arguments == {"k": [1]}
+    assert log.events[0].data["arguments"] == {"k": [1]}
+
+
+def test_frozen_data_behaves_as_json_everywhere_else():
+    data = freeze({"a": [1, {"b": (2, 3)}], "c": None})
+    assert isinstance(data, FrozenDict) and isinstance(data["a"], FrozenList)
+    assert data == {"a": [1, {"b": [2, 3]}], "c": None}
+    assert json.loads(json.dumps(data)) == data
+    assert pickle.loads(pickle.dumps(data)) == data and type(pickle.loads(pickle.dumps(data))) is FrozenDict
+    assert copy.deepcopy(data) is data and freeze(data) is data
+    editable = json.loads(json.dumps(data))
+    editable["a"].append(4)  # a copy to edit is one json round trip away
+    assert data["a"] == [1, {"b": [2, 3]}]
+    # A caller's own event is frozen too, and the caller's dict stays theirs.
+    mine = {"content": ["x"]}
+    event = Event("user_message", mine)
+    mine["content"].append("y")
+    assert event.data == {"content": ["x"]}
+
+
+def test_outcome_values_are_not_frozen():
+    # Only audit records are frozen; what a tool returns is the program's data.
+    s = Scheduler(timeout=30)
+    try:
+        value = s.call(Tool("t", lambda a: {"xs": [1]}), {}).value
+    finally:
+        s.stop()
+    value["xs"].append(2)
+    assert value == {"xs": [1, 2]} and type(value) is dict and Outcome.success(value).ok
