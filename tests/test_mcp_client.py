@@ -400,13 +400,20 @@ def test_two_servers_with_one_name_is_a_config_error():
         connect(lab.build(), lab.build())
 
 
+class Gadget:
+    pass
+
+
 @pytest.mark.parametrize(
     "call, message",
     [
         (lambda: connect(), "give at least one MCP server"),
-        (lambda: connect(lab.build(), call_timeout=0), "`call_timeout` must be a positive number"),
-        (lambda: connect(object()), "MCPServer or mcp.server.Server"),
-        (lambda: connect("lab.py"), "a string `target` must be an http:// or https:// URL"),
+        (lambda: connect(lab.build(), call_timeout=0), "connect: `call_timeout` must be a positive number"),
+        (
+            lambda: connect(object()),
+            r"ServerSpec: `target` must be .*\(MCPServer or mcp.server.Server\), got a Gadget",
+        ),
+        (lambda: connect("lab.py"), "`target` must be an http:// or https:// URL"),
     ],
 )
 def test_bad_options_are_config_errors(call, message):

@@ -144,18 +144,22 @@ def test_a_spec_knows_its_transport_and_describes_itself():
 @pytest.mark.parametrize(
     "make, message",
     [
-        (lambda: ServerSpec("s.py"), "must be an http:// or https:// URL"),
-        (lambda: ServerSpec([]), "non-empty list of strings"),
-        (lambda: ServerSpec(["python", 3]), "non-empty list of strings"),
-        (lambda: ServerSpec(None), "`target` must be a URL, a command"),
-        (lambda: ServerSpec(["x"], name="a b"), "`name` must be 1-64 letters"),
-        (lambda: ServerSpec(["x"], trusted="yes"), "`trusted` must be True or False"),
-        (lambda: ServerSpec(["x"], env={"A": 1}), "`env` must map strings to strings"),
-        (lambda: ServerSpec(["x"], cwd=3), "`cwd` must be a string"),
-        (lambda: ServerSpec(["x"], overrides=["read"]), "`overrides` must map tool names"),
+        (lambda: ServerSpec("s.py"), r"ServerSpec: `target` must be an http:// or https:// URL, .*got 's.py'"),
+        (lambda: ServerSpec([]), r"`target` must be .*a non-empty list of strings.*got \(\)"),
+        (lambda: ServerSpec(["python", 3]), "`target` must be"),
+        (lambda: ServerSpec(None), "`target` must be"),
+        (lambda: ServerSpec(["x"], name="a b"), "ServerSpec: `name` must be None or 1-64 letters"),
+        (lambda: ServerSpec(["x"], trusted="yes"), "ServerSpec: `trusted` must be a bool, got 'yes'"),
+        (lambda: ServerSpec(["x"], env={"A": 1}), "`env` must be None or a mapping of strings to strings"),
+        (lambda: ServerSpec(["x"], cwd=3), "`cwd` must be None or a str"),
+        (lambda: ServerSpec(["x"], overrides=["read"]), "`overrides` must be a mapping of tool names"),
+        (lambda: ServerSpec(["x"], overrides={"t": 1}), r"overrides\['t'\] must be a ToolOverride or a mapping"),
         (lambda: ServerSpec(["x"], overrides={"t": {"paralel": True}}), r"overrides\['t'\]: unknown key 'paralel'"),
-        (lambda: ServerSpec(["x"], overrides={"t": {"parallel": 1}}), "`parallel` must be True, False or None"),
-        (lambda: ToolOverride(requires_approval="no"), "`requires_approval` must be True, False or None"),
+        (
+            lambda: ServerSpec(["x"], overrides={"t": {"parallel": 1}}),
+            "ToolOverride: `parallel` must be None or a bool",
+        ),
+        (lambda: ToolOverride(requires_approval="no"), "`requires_approval` must be None or a bool, got 'no'"),
     ],
 )
 def test_bad_spec_options_are_config_errors_naming_them(make, message):

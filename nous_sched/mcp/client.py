@@ -46,6 +46,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.shared.exceptions import MCPError
 from mcp_types import Implementation
 
+from .._validators import SECONDS, Check, require
 from ..dispatch import current_call
 from ..errors import ConfigError, ToolError
 from ..tool import Tool
@@ -63,6 +64,12 @@ _LIST_PAGES = 100  # a server that pages forever cannot hang connect()
 
 _ids = itertools.count(1)
 _open: "weakref.WeakSet[Connection]" = weakref.WeakSet()
+
+
+_SERVER_OBJECT = Check(
+    "a URL, a command (a list of strings), or an MCP SDK server object (MCPServer or mcp.server.Server)",
+    lambda target: isinstance(target, (str, tuple, MCPServer, LowLevelServer)),
+)
 
 
 def _always(args: Any) -> bool:
@@ -89,15 +96,10 @@ def connect(
     specs = [server if isinstance(server, ServerSpec) else ServerSpec(server) for server in servers]
     if not specs:
         raise ConfigError("connect: give at least one MCP server")
-    for option, value in (("connect_timeout", connect_timeout), ("call_timeout", call_timeout)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
-            raise ConfigError(f"connect: `{option}` must be a positive number of seconds, got {value!r}")
+    require("connect", "connect_timeout", connect_timeout, SECONDS)
+    require("connect", "call_timeout", call_timeout, SECONDS)
     for spec in specs:
-        if spec.transport == "in-process" and not isinstance(spec.target, (MCPServer, LowLevelServer)):
-            raise ConfigError(
-                f"ServerSpec: `target` must be a URL, a command (list of strings), or an MCP SDK server "
-                f"(MCPServer or mcp.server.Server), got {type(spec.target).__name__}"
-            )
+        require("ServerSpec", "target", spec.target, _SERVER_OBJECT)
     return Connection(specs, connect_timeout=float(connect_timeout), call_timeout=float(call_timeout))
 
 

@@ -12,6 +12,7 @@ from typing import Any, Optional
 
 import attrs
 
+from .._validators import BOOL, OPTIONAL_STR, Check, fail, optional, shown
 from ..errors import ConfigError
 
 __all__ = ["ServerSpec", "ToolOverride", "NAME_PATTERN"]
@@ -19,11 +20,7 @@ __all__ = ["ServerSpec", "ToolOverride", "NAME_PATTERN"]
 #: A server name: it prefixes tool names, so it keeps them valid for every provider.
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _OVERRIDE_KEYS = ("parallel", "requires_approval")
-
-
-def _optional_bool(inst: Any, attr: attrs.Attribute, value: Any) -> None:
-    if value is not None and not isinstance(value, bool):
-        raise ConfigError(f"ToolOverride: `{attr.name}` must be True, False or None, got {value!r}")
+_OPTIONAL_BOOL = optional(BOOL)
 
 
 @attrs.frozen
@@ -36,8 +33,8 @@ class ToolOverride:
     (untrusted ones).
     """
 
-    parallel: Optional[bool] = attrs.field(default=None, validator=_optional_bool)
-    requires_approval: Optional[bool] = attrs.field(default=None, validator=_optional_bool)
+    parallel: Optional[bool] = attrs.field(default=None, validator=_OPTIONAL_BOOL)
+    requires_approval: Optional[bool] = attrs.field(default=None, validator=_OPTIONAL_BOOL)
 
     @classmethod
     def coerce(cls, value: Any, where: str) -> "ToolOverride":
@@ -45,7 +42,7 @@ class ToolOverride:
         if isinstance(value, ToolOverride):
             return value
         if not isinstance(value, Mapping):
-            raise ConfigError(f"{where}: expected a ToolOverride or a mapping, got {type(value).__name__}")
+            raise ConfigError(f"{where} must be a ToolOverride or a mapping of its fields, got {shown(value)}")
         unknown = sorted(set(value) - set(_OVERRIDE_KEYS))
         if unknown:
             raise ConfigError(f"{where}: unknown key {unknown[0]!r}; expected {' or '.join(_OVERRIDE_KEYS)}")
@@ -55,50 +52,34 @@ class ToolOverride:
             raise ConfigError(f"{where}: {exc}") from None
 
 
-def _target(inst: Any, attr: attrs.Attribute, value: Any) -> None:
+def _is_target(value: Any) -> bool:
     if isinstance(value, str):
-        if not value.startswith(("http://", "https://")):
-            raise ConfigError(
-                f"ServerSpec: a string `target` must be an http:// or https:// URL, got {value!r}; "
-                "pass a command to start as a list of strings, e.g. ['python', 'server.py']"
-            )
-    elif isinstance(value, (list, tuple)):
-        if not value or not all(isinstance(part, str) and part for part in value):
-            raise ConfigError(f"ServerSpec: a command `target` must be a non-empty list of strings, got {value!r}")
-    elif value is None or isinstance(value, (bytes, Mapping)):
-        raise ConfigError(
-            f"ServerSpec: `target` must be a URL, a command (list of strings) or an MCP SDK server object, "
-            f"got {type(value).__name__}"
-        )
+        return value.startswith(("http://", "https://"))
+    if isinstance(value, (list, tuple)):
+        return bool(value) and all(isinstance(part, str) and part for part in value)
+    return value is not None and not isinstance(value, (bytes, Mapping))
 
 
-def _name(inst: Any, attr: attrs.Attribute, value: Any) -> None:
-    if value is not None and (not isinstance(value, str) or not NAME_PATTERN.match(value)):
-        raise ConfigError(f"ServerSpec: `name` must be 1-64 letters, digits, '_' or '-', got {value!r}")
+def _is_string_map(value: Any) -> bool:
+    return isinstance(value, Mapping) and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items())
 
 
-def _bool(inst: Any, attr: attrs.Attribute, value: Any) -> None:
-    if not isinstance(value, bool):
-        raise ConfigError(f"ServerSpec: `{attr.name}` must be True or False, got {value!r}")
-
-
-def _optional_str(inst: Any, attr: attrs.Attribute, value: Any) -> None:
-    if value is not None and not isinstance(value, str):
-        raise ConfigError(f"ServerSpec: `{attr.name}` must be a string or None, got {value!r}")
-
-
-def _string_map(inst: Any, attr: attrs.Attribute, value: Any) -> None:
-    if value is None:
-        return
-    if not isinstance(value, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
-        raise ConfigError(f"ServerSpec: `{attr.name}` must map strings to strings, got {value!r}")
+_TARGET = Check(
+    "an http:// or https:// URL, a command as a non-empty list of strings (e.g. ['python', 'server.py']), "
+    "or an MCP SDK server object",
+    _is_target,
+)
+_NAME = optional(
+    Check("1-64 letters, digits, '_' or '-'", lambda v: isinstance(v, str) and bool(NAME_PATTERN.match(v)))
+)
+_STRING_MAP = optional(Check("a mapping of strings to strings", _is_string_map))
 
 
 def _overrides(value: Any) -> Mapping[str, ToolOverride]:
     if value is None:
         return {}
     if not isinstance(value, Mapping):
-        raise ConfigError(f"ServerSpec: `overrides` must map tool names to ToolOverride, got {type(value).__name__}")
+        fail("ServerSpec", "overrides", value, "a mapping of tool names to ToolOverride (or mappings of its fields)")
     return {str(k): ToolOverride.coerce(v, f"ServerSpec: overrides[{k!r}]") for k, v in value.items()}
 
 
@@ -134,13 +115,13 @@ class ServerSpec:
     its fields; naming a tool the server does not list is an error.
     """
 
-    target: Any = attrs.field(validator=_target, converter=_command)
-    name: Optional[str] = attrs.field(default=None, kw_only=True, validator=_name)
-    trusted: bool = attrs.field(default=False, kw_only=True, validator=_bool)
+    target: Any = attrs.field(validator=_TARGET, converter=_command)
+    name: Optional[str] = attrs.field(default=None, kw_only=True, validator=_NAME)
+    trusted: bool = attrs.field(default=False, kw_only=True, validator=BOOL)
     overrides: Mapping[str, ToolOverride] = attrs.field(factory=dict, kw_only=True, converter=_overrides)
-    env: Optional[Mapping[str, str]] = attrs.field(default=None, kw_only=True, validator=_string_map)
-    cwd: Optional[str] = attrs.field(default=None, kw_only=True, validator=_optional_str)
-    headers: Optional[Mapping[str, str]] = attrs.field(default=None, kw_only=True, validator=_string_map)
+    env: Optional[Mapping[str, str]] = attrs.field(default=None, kw_only=True, validator=_STRING_MAP)
+    cwd: Optional[str] = attrs.field(default=None, kw_only=True, validator=OPTIONAL_STR)
+    headers: Optional[Mapping[str, str]] = attrs.field(default=None, kw_only=True, validator=_STRING_MAP)
 
     @property
     def transport(self) -> str:
