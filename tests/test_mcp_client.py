@@ -410,7 +410,7 @@ class Gadget:
         (lambda: connect(), "give at least one MCP server"),
         (lambda: connect(lab.build(), call_timeout=0), "connect: `call_timeout` must be a positive number"),
         (
-            lambda: connect(object()),
+            lambda: connect(Gadget()),
             r"ServerSpec: `target` must be .*\(MCPServer or mcp.server.Server\), got a Gadget",
         ),
         (lambda: connect("lab.py"), "`target` must be an http:// or https:// URL"),
