@@ -90,6 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="show live call counts on standard error (default: when standard error is a terminal)",
     )
+    from ..mcp import command as serve_mcp  # imports neither the MCP SDK nor the runtime
+
+    serve_mcp.add_parser(sub, positive_int=_positive_int, seconds=_seconds)
     return parser
 
 
@@ -101,6 +104,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             args = build_parser().parse_args(argv)
         except SystemExit as exc:  # --help / --version
             return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_USAGE)
+        if args.command == "serve-mcp":
+            from ..mcp import command as serve_mcp
+
+            return serve_mcp.run(args, stderr)
         return _run(args, stdout, stderr)
     except UsageError as exc:
         stderr.write(f"{PROG}: {exc}\n")

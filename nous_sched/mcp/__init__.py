@@ -10,6 +10,8 @@ install it when it is missing.
   :func:`~nous_sched.run_code`.
 * :func:`load_config` reads servers from a JSON file in the ``mcpServers``
   format MCP clients use.
+* :class:`CodeModeServer` is an MCP server with one ``run_code`` tool over
+  a set of tools; ``nous-sched serve-mcp`` runs one.
 """
 
 from __future__ import annotations
@@ -20,9 +22,10 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .client import Connection, connect
     from .config import load_config
+    from .serve import CodeModeServer
     from .spec import ServerSpec, ToolOverride
 
-__all__ = ["connect", "Connection", "ServerSpec", "ToolOverride", "load_config", "INSTALL_HINT"]
+__all__ = ["connect", "Connection", "ServerSpec", "ToolOverride", "load_config", "CodeModeServer", "INSTALL_HINT"]
 
 #: What to run when the MCP SDK is missing.
 INSTALL_HINT = "nous_sched.mcp needs the MCP SDK: pip install 'nous_sched[mcp]'"
@@ -31,6 +34,7 @@ INSTALL_HINT = "nous_sched.mcp needs the MCP SDK: pip install 'nous_sched[mcp]'"
 _LAZY = {
     "connect": (".client", True),
     "Connection": (".client", True),
+    "CodeModeServer": (".serve", True),
     "ServerSpec": (".spec", False),
     "ToolOverride": (".spec", False),
     "load_config": (".config", False),

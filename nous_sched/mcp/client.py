@@ -108,7 +108,7 @@ class _Upstream:
 
     def __init__(self, spec: ServerSpec, index: int) -> None:
         self.spec = spec
-        self.label = spec.name or f"#{index + 1} ({spec.describe()})"
+        self.label = f"{spec.name!r} ({spec.describe()})" if spec.name else f"#{index + 1} ({spec.describe()})"
         self.name = spec.name or ""
         self.client: Any = None
         self.listing: list[Any] = []

@@ -1,0 +1,575 @@
+"""Serve Code Mode over MCP: one ``run_code`` tool whose programs call a set of tools.
+
+:class:`CodeModeServer` is an MCP server (the SDK's low-level ``Server``) with
+exactly one tool, ``run_code``. Its description carries the SDK of the tools
+the policy grants; its arguments are ``code`` and ``description``; its result
+is ``{"logs", "result"}`` or ``{"logs", "error": {kind, message}}`` as
+structured content (and as JSON text), with ``isError`` set when the program
+failed. ``nous-sched serve-mcp`` runs one over stdio or Streamable HTTP.
+
+Every sub-call passes the same gate as in :func:`~nous_sched.run_code`: the
+policy filters the tools, and a call that needs approval asks, per call,
+with its real arguments:
+
+* a tool the operator pre-approved (``approve``) is approved at once;
+* otherwise, when the MCP client declared the elicitation capability, the
+  user is asked through it: a form with one ``approve`` checkbox. On a
+  2026-07-28 connection the question rides an ``InputRequiredResult`` (the
+  run waits, paused, for the client's retry); on an older one it is an
+  ``elicitation/create`` request in the middle of the call. Questions asked
+  at the same moment go out together;
+* otherwise the call is refused (default deny: a server has no human at hand).
+
+An unanswered question is refused when the run's deadline passes.
+
+Audit: with ``audit_log``, every run, approval decision and sub-call is
+written to that file as one JSON object per line, each call *before* the tool
+runs (``run_start``, ``tool_call``, ``approval``, ``tool_result``,
+``run_end``; all carry ``ts`` and ``run``).
+
+Threads: each run gets its own thread, ``nous-sched-mcp-run-<n>``, and its
+own scheduler, as :func:`~nous_sched.run_code` makes.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import secrets
+import threading
+import time
+from pathlib import Path
+from typing import IO, Any, Callable, Iterable, Optional, Union
+
+import anyio
+import anyio.to_thread
+from mcp.server import Server as LowLevelServer
+from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
+from mcp_types import (
+    CallToolRequestParams,
+    CallToolResult,
+    ElicitRequest,
+    ElicitRequestFormParams,
+    InputRequiredResult,
+    ListToolsResult,
+    PaginatedRequestParams,
+    TextContent,
+    ToolAnnotations,
+)
+from mcp_types import Tool as MCPTool
+from mcp_types.version import is_version_at_least
+
+from .. import agent
+from ..dispatch import ApprovalRequest, current_call, direct_dispatch
+from ..errors import ConfigError, RunCodeError, ToolError
+from ..outcome import Outcome
+from ..policy import PermissionPolicy
+from ..tool import Tool
+
+__all__ = ["CodeModeServer", "AuditLog", "OUTPUT_SCHEMA"]
+
+log = logging.getLogger("nous_sched")
+
+_MODERN = "2026-07-28"  # the first revision that carries elicitation in InputRequiredResult
+_KEEP_FINISHED = 120.0  # seconds a finished run waits for a retry that collects it
+_SHOWN_ARGS = 2000  # characters of arguments an approval question shows
+
+#: The JSON Schema of ``run_code``'s structured result.
+OUTPUT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "logs": {"type": "array", "items": {"type": "string"}},
+        "result": {},
+        "error": {
+            "type": "object",
+            "properties": {"kind": {"type": "string"}, "message": {"type": "string"}},
+            "required": ["kind", "message"],
+        },
+    },
+    "required": ["logs"],
+}
+
+_APPROVAL_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "approve": {
+            "type": "boolean",
+            "title": "Approve this call",
+            "description": "Let the program make this one tool call with these arguments.",
+            "default": False,
+        }
+    },
+    "required": ["approve"],
+}
+
+_runs_started = itertools.count(1)
+
+
+class AuditLog:
+    """Audit events as JSON lines; thread-safe, each line flushed as it is written.
+
+    ``target`` is a path (appended to) or an open text file (left open).
+    """
+
+    def __init__(self, target: Union[str, Path, IO[str]]) -> None:
+        self._lock = threading.Lock()  # guards the file: lines from many runs must not interleave
+        if isinstance(target, (str, Path)):
+            try:
+                self._file: IO[str] = open(target, "a", encoding="utf-8")
+            except OSError as exc:
+                raise ConfigError(f"audit log {target}: cannot open it: {exc.strerror or exc}") from None
+            self._owned = True
+        else:
+            self._file, self._owned = target, False
+
+    def write(self, event: str, **fields: Any) -> None:
+        line = json.dumps({"ts": round(time.time(), 6), "event": event, **fields}, ensure_ascii=False, default=str)
+        with self._lock:
+            try:
+                self._file.write(line + "\n")
+                self._file.flush()
+            except (OSError, ValueError):
+                log.error("cannot write the audit log; event lost: %s", line)
+
+    def close(self) -> None:
+        if self._owned:
+            with self._lock:
+                self._file.close()
+
+
+class _Ask:
+    """One approval question: asked on a tool thread, answered from the event loop."""
+
+    __slots__ = ("key", "request", "deadline", "approved", "by", "answered")
+
+    def __init__(self, key: str, request: ApprovalRequest, deadline: Optional[float]) -> None:
+        self.key = key
+        self.request = request
+        self.deadline = deadline
+        self.approved = False
+        self.by = "timeout"
+        self.answered = threading.Event()
+
+    def answer(self, approved: bool, by: str) -> None:
+        if not self.answered.is_set():
+            self.approved, self.by = approved, by
+            self.answered.set()
+
+
+class _Run:
+    """One ``run_code`` call: the program runs on its own thread; questions and the result come out here.
+
+    ``_cond`` guards ``_unsent``, ``_sent``, ``result``, ``finished_at`` and
+    ``_abandoned``; the event-loop side reads them through :meth:`next`.
+    """
+
+    def __init__(self, run_id: str, description: str, can_ask: bool) -> None:
+        self.id = run_id
+        self.token = secrets.token_urlsafe(24)
+        self.description = description
+        self.can_ask = can_ask
+        self.result: Optional[tuple[str, Any]] = None
+        self.finished_at: Optional[float] = None
+        self._cond = threading.Condition()
+        self._unsent: list[_Ask] = []
+        self._sent: dict[str, _Ask] = {}
+        self._keys = itertools.count(1)
+        self._abandoned = False
+
+    def ask(self, request: ApprovalRequest, deadline: Optional[float]) -> _Ask:
+        """Post a question and wait for its answer, at most until ``deadline`` (tool thread)."""
+        with self._cond:
+            ask = _Ask(f"approve-{next(self._keys)}", request, deadline)
+            if self._abandoned:
+                ask.answer(False, "abandoned")
+                return ask
+            self._unsent.append(ask)
+            self._cond.notify_all()
+        remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+        ask.answered.wait(remaining)
+        with self._cond:
+            if ask in self._unsent:
+                self._unsent.remove(ask)
+            self._sent.pop(ask.key, None)
+        ask.answer(False, "timeout")  # a no-op when the answer came in time
+        return ask
+
+    def next(self) -> tuple[str, Any]:
+        """Block until the run is over (``("done", result)``) or has questions (``("ask", [asks])``)."""
+        with self._cond:
+            while True:
+                if self.result is not None:
+                    return ("done", self.result)
+                if self._unsent:
+                    asks, self._unsent = self._unsent, []
+                    self._sent.update((a.key, a) for a in asks)
+                    return ("ask", asks)
+                self._cond.wait()
+
+    def answer(self, key: str, approved: bool, by: str) -> None:
+        with self._cond:
+            ask = self._sent.pop(key, None)
+        if ask is not None:
+            ask.answer(approved, by)
+
+    def abandon(self) -> None:
+        """Nobody will answer any more: refuse every open question and every later one."""
+        with self._cond:
+            self._abandoned = True
+            open_asks, self._unsent = [*self._unsent, *self._sent.values()], []
+            self._sent.clear()
+        for ask in open_asks:
+            ask.answer(False, "abandoned")
+
+    def finish(self, result: tuple[str, Any]) -> None:
+        with self._cond:
+            self.result = result
+            self.finished_at = time.monotonic()
+            self._cond.notify_all()
+
+
+class CodeModeServer:
+    """An MCP server with one ``run_code`` tool over ``tools``; see the module docstring.
+
+    :param tools: the tools programs may call (``conn.tools()`` of upstream MCP
+        servers, a module's ``TOOLS``, or both).
+    :param policy: which tools are granted and which need approval.
+    :param approve: names of tools whose calls are approved without asking.
+    :param audit_log: a path or an open text file for the JSON-lines audit; ``None`` for none.
+    :param run_options: passed to every :func:`~nous_sched.run_code` (``timeout``,
+        ``max_parallel``, ``runtime``, ``limits``, ``executor``...).
+
+    :attr:`server` is the SDK server: run it with :meth:`run_stdio` or
+    :meth:`run_http`, mount :meth:`http_app` in an ASGI app, or connect an SDK
+    ``Client`` to it in-process.
+    """
+
+    def __init__(
+        self,
+        tools: Iterable[Tool],
+        *,
+        policy: Optional[PermissionPolicy] = None,
+        approve: Iterable[str] = (),
+        audit_log: Union[None, str, Path, IO[str], AuditLog] = None,
+        name: str = "nous-sched",
+        **run_options: Any,
+    ) -> None:
+        self._tools = list(tools)
+        if policy is not None and not isinstance(policy, PermissionPolicy):
+            raise ConfigError(f"CodeModeServer: `policy` must be a PermissionPolicy, got {type(policy).__name__}")
+        if isinstance(approve, str):
+            approve = [approve]
+        self._approve = frozenset(approve)
+        self._policy = policy
+        for option in ("approval_handler", "dispatch", "call_id", "context", "description"):
+            if option in run_options:
+                raise ConfigError(f"CodeModeServer: `{option}` is set per run by the server; it cannot be given")
+        self._run_options = run_options
+        # Built once: checks the tools and the runtime now, and renders the SDK the client reads.
+        self._template = agent.run_code_tool(self._tools, policy=policy, **run_options)
+        if audit_log is None or isinstance(audit_log, AuditLog):
+            self._audit = audit_log
+        else:
+            self._audit = AuditLog(audit_log)
+        self._runs: dict[str, _Run] = {}
+        self._runs_lock = threading.Lock()  # guards _runs: handlers on the loop, sweeps from any of them
+        self.server: LowLevelServer = LowLevelServer(name, on_list_tools=self._list_tools, on_call_tool=self._call_tool)
+        self.server.middleware.append(RequestStateBoundary(RequestStateSecurity.ephemeral(), default_audience=name))
+
+    # -- serving ---------------------------------------------------------------
+
+    def run_stdio(self) -> None:
+        """Serve over this process's stdin/stdout until the client disconnects."""
+        from mcp.server.stdio import stdio_server
+
+        async def serve() -> None:
+            async with stdio_server() as (read, write):
+                await self.server.run(read, write, self.server.create_initialization_options())
+
+        anyio.run(serve)
+
+    def http_app(self, *, host: str = "127.0.0.1", path: str = "/mcp") -> Any:
+        """The Starlette app serving Streamable HTTP at ``path`` (DNS-rebinding protection on loopback)."""
+        return self.server.streamable_http_app(streamable_http_path=path, host=host)
+
+    def run_http(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 8000,
+        *,
+        path: str = "/mcp",
+        ready: Optional[Callable[[str], Any]] = None,
+    ) -> None:
+        """Serve Streamable HTTP until interrupted; ``port=0`` picks a free port.
+
+        ``ready(url)`` is called once the socket listens, with the URL clients use.
+        """
+        import socket
+
+        import uvicorn
+
+        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            sock.close()
+            raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+        sock.listen(128)
+        bound = sock.getsockname()[1]
+        shown = f"[{host}]" if ":" in host else host
+        config = uvicorn.Config(self.http_app(host=host, path=path), log_level="warning", lifespan="on")
+        server = uvicorn.Server(config)
+
+        async def serve() -> None:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(server.serve, [sock])
+                while not server.started:
+                    await anyio.sleep(0.01)
+                if ready is not None:
+                    ready(f"http://{shown}:{bound}{path}")
+
+        try:
+            anyio.run(serve)
+        finally:
+            sock.close()
+
+    def close(self) -> None:
+        """Refuse every open approval question and close the audit log."""
+        with self._runs_lock:
+            runs = list(self._runs.values())
+        for run in runs:
+            run.abandon()
+        if self._audit is not None:
+            self._audit.close()
+
+    # -- the MCP handlers ---------------------------------------------------------
+
+    async def _list_tools(self, ctx: Any, params: Optional[PaginatedRequestParams]) -> ListToolsResult:
+        tool = self._template
+        return ListToolsResult(
+            tools=[
+                MCPTool(
+                    name=tool.name,
+                    title="Run code",
+                    description=tool.description,
+                    input_schema=dict(tool.parameters or {}),
+                    output_schema=OUTPUT_SCHEMA,
+                    annotations=ToolAnnotations(
+                        title="Run code",
+                        read_only_hint=False,
+                        destructive_hint=True,
+                        idempotent_hint=False,
+                        open_world_hint=True,
+                    ),
+                )
+            ]
+        )
+
+    async def _call_tool(self, ctx: Any, params: CallToolRequestParams) -> Union[CallToolResult, InputRequiredResult]:
+        if params.name != self._template.name:
+            return _error_result(f"unknown tool {params.name!r}; this server has one tool, {self._template.name!r}")
+        self._sweep()
+        if params.request_state is not None:
+            with self._runs_lock:
+                run = self._runs.get(params.request_state)
+            if run is None:
+                return _error_result("this run_code call is over or unknown; call run_code again")
+            for key, response in (params.input_responses or {}).items():
+                run.answer(key, _accepted(response), "client")
+        else:
+            run = self._start(dict(params.arguments or {}), _client_can_elicit(ctx))
+        modern = is_version_at_least(ctx.protocol_version, _MODERN)
+        try:
+            while True:
+                kind, payload = await anyio.to_thread.run_sync(run.next, abandon_on_cancel=True)
+                if kind == "done":
+                    with self._runs_lock:
+                        self._runs.pop(run.token, None)
+                    return _final_result(payload)
+                if modern:
+                    return InputRequiredResult(
+                        input_requests={ask.key: _elicit_request(run, ask) for ask in payload},
+                        request_state=run.token,
+                    )
+                async with anyio.create_task_group() as tg:
+                    for ask in payload:
+                        tg.start_soon(self._ask_back, ctx, run, ask)
+        except anyio.get_cancelled_exc_class():
+            run.abandon()  # the client cancelled the call: nobody is left to answer
+            raise
+
+    async def _ask_back(self, ctx: Any, run: _Run, ask: _Ask) -> None:
+        """A handshake-era question: an ``elicitation/create`` request in the middle of the call."""
+        params = _elicit_request(run, ask).params
+        try:
+            with anyio.fail_after(_remaining(ask)):
+                answer = await ctx.session.elicit_form(
+                    params.message, params.requested_schema, related_request_id=ctx.request_id
+                )
+        except Exception as exc:
+            log.warning("run %s: asking the client to approve %r failed: %s", run.id, ask.request.tool, exc)
+            run.answer(ask.key, False, "error")
+            return
+        run.answer(ask.key, _accepted(answer), "client")
+
+    # -- one run -----------------------------------------------------------------
+
+    def _start(self, arguments: dict[str, Any], can_ask: bool) -> _Run:
+        n = next(_runs_started)
+        run_id = f"mcp-run-{n}-{secrets.token_hex(3)}"
+        what = arguments.get("description")
+        run = _Run(run_id, what if isinstance(what, str) else "", can_ask)
+        with self._runs_lock:
+            self._runs[run.token] = run
+        thread = threading.Thread(
+            target=self._execute, args=(run, arguments), name=f"nous-sched-mcp-run-{n}", daemon=True
+        )
+        thread.start()
+        return run
+
+    def _execute(self, run: _Run, arguments: dict[str, Any]) -> None:
+        started = time.perf_counter()
+        self._write("run_start", run=run.id, description=run.description, code=arguments.get("code"))
+        tool = agent.run_code_tool(
+            self._tools,
+            policy=self._policy,
+            approval_handler=lambda request: self._approve_call(run, request),
+            dispatch=lambda tool, args, run_ctx: self._dispatch(run, tool, args, run_ctx),
+            call_id=run.id,
+            **self._run_options,
+        )
+        try:
+            value = tool.function(arguments)
+            if isinstance(value, agent.WithContextUpdate):
+                value = value.value
+            outcome: tuple[str, Any] = ("ran", value)
+            error = value.get("error")
+        except RunCodeError as exc:  # nothing ran: no code, no description
+            outcome, error = ("refused", str(exc)), {"kind": "refused", "message": str(exc)}
+        except Exception as exc:  # never leave the client waiting
+            log.exception("run %s failed inside nous_sched", run.id)
+            outcome, error = ("refused", f"internal error: {exc}"), {"kind": "internal", "message": str(exc)}
+        finally:
+            run.abandon()  # questions posted after the program settled get no answer
+        self._write(
+            "run_end",
+            run=run.id,
+            ok=error is None,
+            error=error,
+            elapsed=round(time.perf_counter() - started, 6),
+        )
+        run.finish(outcome)
+
+    def _approve_call(self, run: _Run, request: ApprovalRequest) -> bool:
+        info = current_call.get()
+        call = info.id if info is not None else None
+        arguments = request.arguments
+        if request.tool in self._approve:
+            self._write(
+                "approval",
+                run=run.id,
+                call=call,
+                tool=request.tool,
+                arguments=arguments,
+                decision="approved",
+                by="policy",
+            )
+            return True
+        if not run.can_ask:
+            self._write(
+                "approval",
+                run=run.id,
+                call=call,
+                tool=request.tool,
+                arguments=arguments,
+                decision="denied",
+                by="default",
+            )
+            raise ToolError(
+                f"tool {json.dumps(request.tool)} needs approval, and this MCP client cannot be asked "
+                "(it did not declare the elicitation capability); the call was refused"
+            )
+        deadline = getattr(getattr(info, "run_ctx", None), "deadline", None)
+        ask = run.ask(request, deadline)
+        decision = "approved" if ask.approved else "denied"
+        self._write(
+            "approval", run=run.id, call=call, tool=request.tool, arguments=arguments, decision=decision, by=ask.by
+        )
+        return ask.approved
+
+    def _dispatch(self, run: _Run, tool: Any, args: dict, run_ctx: Any) -> Any:
+        info = current_call.get()
+        ids = {"id": info.id, "seq": info.seq, "mode": info.mode} if info is not None else {}
+        self._write("tool_call", run=run.id, tool=tool.name, arguments=args, **ids)
+        call = ids.get("id")
+        try:
+            value = direct_dispatch(tool, args, run_ctx)
+        except Exception as exc:
+            self._write("tool_result", run=run.id, call=call, tool=tool.name, ok=False, error=str(exc))
+            raise
+        if isinstance(value, Outcome) and not value.ok:
+            message = value.error.message if value.error is not None else ""
+            self._write("tool_result", run=run.id, call=call, tool=tool.name, ok=False, error=message)
+        else:
+            self._write("tool_result", run=run.id, call=call, tool=tool.name, ok=True)
+        return value
+
+    def _write(self, event: str, **fields: Any) -> None:
+        if self._audit is not None:
+            self._audit.write(event, **fields)
+
+    def _sweep(self) -> None:
+        """Forget finished runs whose client never came back for the result."""
+        cutoff = time.monotonic() - _KEEP_FINISHED
+        with self._runs_lock:
+            stale = [t for t, r in self._runs.items() if r.finished_at is not None and r.finished_at < cutoff]
+            for token in stale:
+                del self._runs[token]
+
+
+def _client_can_elicit(ctx: Any) -> bool:
+    capabilities = getattr(ctx.session, "client_capabilities", None)
+    elicitation = getattr(capabilities, "elicitation", None)
+    if elicitation is None:
+        return False
+    # An empty elicitation capability predates the form/url split and means form.
+    return elicitation.form is not None or elicitation.url is None
+
+
+def _elicit_request(run: _Run, ask: _Ask) -> ElicitRequest:
+    arguments = json.dumps(ask.request.arguments, ensure_ascii=False, sort_keys=True)
+    if len(arguments) > _SHOWN_ARGS:
+        arguments = arguments[:_SHOWN_ARGS] + "… (truncated)"
+    message = f"A program wants to call the tool {ask.request.tool!r} with these arguments:\n{arguments}"
+    if run.description:
+        message += f"\n\nWhat the program says it does: {run.description}"
+    return ElicitRequest(params=ElicitRequestFormParams(message=message, requested_schema=_APPROVAL_SCHEMA))
+
+
+def _accepted(response: Any) -> bool:
+    content = getattr(response, "content", None)
+    return (
+        getattr(response, "action", None) == "accept" and isinstance(content, dict) and content.get("approve") is True
+    )
+
+
+def _remaining(ask: _Ask) -> float:
+    """How long a question may stay open: until its run's deadline (an hour outside any run)."""
+    return 3600.0 if ask.deadline is None else max(0.0, ask.deadline - time.monotonic())
+
+
+def _final_result(outcome: tuple[str, Any]) -> CallToolResult:
+    kind, value = outcome
+    if kind == "refused":
+        return _error_result(value)
+    return CallToolResult(
+        content=[TextContent(type="text", text=json.dumps(value, ensure_ascii=False))],
+        structured_content=value,
+        is_error="error" in value,
+    )
+
+
+def _error_result(message: str) -> CallToolResult:
+    return CallToolResult(content=[TextContent(type="text", text=message)], is_error=True)

@@ -1,0 +1,388 @@
+"""Code Mode served over MCP: ``CodeModeServer`` and the ``nous-sched serve-mcp`` command.
+
+The clients are the SDK's own ``Client``. The subprocess tests start
+``nous-sched serve-mcp`` exactly as an MCP host would (stdio, or Streamable
+HTTP on a port the server picks and prints), with the lab server
+(``tests/mcp_servers/lab.py``) as its upstream; the in-process tests speak to
+a ``CodeModeServer`` directly, over both protocol eras.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import anyio
+import pytest
+from mcp import Client, StdioServerParameters
+from mcp_servers import lab, loop_threads, processes_running, wait_until
+from mcp_types import ElicitResult
+
+from nous_sched import ApprovalRequest, ConfigError, PermissionPolicy, Tool
+from nous_sched.cli import main
+from nous_sched.mcp import CodeModeServer, ServerSpec, connect
+from nous_sched.mcp.serve import OUTPUT_SCHEMA, AuditLog, _Run
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+FANOUT = """
+const keys = ["k0", "k1", "k2", "k3"];
+const met = await Promise.all(keys.map((key) => tools.meet({ group: GROUP, n: 4, key })));
+console.log("met", met.filter((m) => m.met).length, "of", met.length);
+const entries = await Promise.all(keys.map((key) => tools.lookup({ key })));
+return { met: met.map((m) => m.key), values: entries.map((e) => e.value) };
+"""
+
+
+def call_run_code(client_factory, code, description="test program", *, seconds=60):
+    """Open ``client_factory()``, list its tools, call run_code; return (tools, result)."""
+
+    async def go():
+        with anyio.fail_after(seconds):
+            async with client_factory() as client:
+                listed = await client.list_tools()
+                result = await client.call_tool("run_code", {"code": code, "description": description})
+                return listed.tools, result
+
+    return anyio.run(go)
+
+
+def audit_events(path):
+    return [json.loads(line) for line in Path(path).read_text().splitlines()]
+
+
+def approve_value_one(asked):
+    async def on_elicit(ctx, params):
+        asked.append(params.message)
+        approve = '"value": 1' in params.message
+        return ElicitResult(action="accept", content={"approve": approve})
+
+    return on_elicit
+
+
+# -- the command, as an MCP host runs it ------------------------------------------------------
+
+
+def serve_mcp_params(*args, tag):
+    command = " ".join([sys.executable, str(lab.__file__), "--tag", tag])
+    return StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "nous_sched", "serve-mcp", "--server", f"lab={command}", *args],
+        cwd=str(Path(__file__).resolve().parent.parent),
+    )
+
+
+def test_serve_mcp_over_stdio_fans_out_over_an_upstream_server(tmp_path):
+    tag = f"serve-{uuid.uuid4().hex[:8]}"
+    audit = tmp_path / "audit.jsonl"
+    params = serve_mcp_params("--trust", "lab", "--audit-log", str(audit), tag=tag)
+    program = f"const GROUP = {json.dumps(uuid.uuid4().hex)};" + FANOUT
+
+    tools, result = call_run_code(lambda: Client(params), program, "fan out over the lab server")
+
+    # One tool, whose description carries the SDK of the upstream tools.
+    assert [t.name for t in tools] == ["run_code"]
+    assert tools[0].output_schema == OUTPUT_SCHEMA
+    assert '"meet"(args: {' in tools[0].description and '"lookup"(args: {' in tools[0].description
+    assert set(tools[0].input_schema["required"]) == {"code", "description"}
+    # The result and the program's logs, structured and as text.
+    assert not result.is_error
+    expected = {"logs": ["met 4 of 4"], "result": {"met": ["k0", "k1", "k2", "k3"], "values": [2, 2, 2, 2]}}
+    assert result.structured_content == expected
+    assert json.loads(result.content[0].text) == expected
+    # The audit log: the run, then each call before its result, then the run's end.
+    events = audit_events(audit)
+    assert [e["event"] for e in events][0] == "run_start" and events[-1]["event"] == "run_end"
+    assert events[0]["description"] == "fan out over the lab server" and "Promise.all" in events[0]["code"]
+    calls = [e for e in events if e["event"] == "tool_call"]
+    assert [(c["tool"], c["arguments"]["key"], c["mode"]) for c in calls] == [
+        *[("meet", f"k{i}", "parallel") for i in range(4)],
+        *[("lookup", f"k{i}", "parallel") for i in range(4)],
+    ]
+    results = [e for e in events if e["event"] == "tool_result"]
+    assert len(results) == 8 and all(r["ok"] for r in results)
+    assert {c["id"] for c in calls} == {r["call"] for r in results}
+    assert len({e["run"] for e in events}) == 1 and events[-1]["ok"] is True
+    # serve-mcp exited with its client, and stopped the upstream server it started.
+    wait_until(lambda: processes_running(tag) == [], what="the upstream server to exit")
+
+
+def test_serve_mcp_asks_for_approval_through_elicitation_and_audits_it(tmp_path):
+    audit = tmp_path / "audit.jsonl"
+    params = serve_mcp_params("--trust", "lab", "--audit-log", str(audit), tag=f"ask-{uuid.uuid4().hex[:8]}")
+    asked = []
+    program = """
+    const ok = await tools.put({ key: "a", value: 1 });
+    let refused;
+    try { await tools.put({ key: "a", value: 2 }); } catch (e) { refused = e.message; }
+    return { ok, refused };
+    """
+    _, result = call_run_code(lambda: Client(params, elicitation_callback=approve_value_one(asked)), program)
+    assert result.structured_content["result"] == {
+        "ok": {"stored": "a", "value": 1},
+        "refused": 'tool "put" was rejected by the approval handler',
+    }
+    assert len(asked) == 2 and "'put'" in asked[0] and '"value": 2' in asked[1]
+    approvals = [(e["arguments"], e["decision"], e["by"]) for e in audit_events(audit) if e["event"] == "approval"]
+    assert approvals == [
+        ({"key": "a", "value": 1}, "approved", "client"),
+        ({"key": "a", "value": 2}, "denied", "client"),
+    ]
+
+
+def test_serve_mcp_denies_by_default_when_the_client_cannot_be_asked(tmp_path):
+    policy = tmp_path / "policy.json"
+    policy.write_text(json.dumps({"approve": ["note"], "require_approval": ["note", "lookup"], "deny": ["crash"]}))
+    params = serve_mcp_params("--trust", "lab", "--policy", str(policy), tag=f"deny-{uuid.uuid4().hex[:8]}")
+    program = """
+    const out = {};
+    for (const [name, args] of [["put", { key: "b", value: 1 }], ["lookup", { key: "x" }], ["note", { text: "n" }], ["crash", {}]]) {
+      try { out[name] = await tools[name](args); } catch (e) { out[name] = e.message; }
+    }
+    return out;
+    """
+    tools, result = call_run_code(lambda: Client(params), program)
+    assert '"crash"' not in tools[0].description  # denied tools are not declared to the model
+    out = result.structured_content["result"]
+    for name in ("put", "lookup"):  # destructive by its trusted hints; gated by the policy file
+        assert out[name] == (
+            f'tool "{name}" needs approval, and this MCP client cannot be asked '
+            "(it did not declare the elicitation capability); the call was refused"
+        )
+    assert out["note"] == {"notes": 1}  # pre-approved by the policy file
+    assert out["crash"] == 'tool "crash" is denied by the permission policy'
+
+
+def test_serve_mcp_serves_a_tools_module(tmp_path):
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "nous_sched", "serve-mcp", "--tools", str(EXAMPLES / "tools.py"), "--approve", "add_note"],
+    )
+    program = """
+    const counts = await Promise.all(["one two", "three"].map((text) => tools.word_count({ text })));
+    await tools.add_note({ title: "mcp", text: "from MCP" });
+    return counts.map((c) => c.words);
+    """
+    _, result = call_run_code(lambda: Client(params), program)
+    assert result.structured_content == {"logs": [], "result": [2, 1]}
+
+
+def test_serve_mcp_over_streamable_http(tmp_path):
+    tag = f"http-{uuid.uuid4().hex[:8]}"
+    command = " ".join([sys.executable, str(lab.__file__), "--tag", tag])
+    process = subprocess.Popen(
+        [sys.executable, "-m", "nous_sched", "serve-mcp", "--server", f"lab={command}", "--http", "127.0.0.1:0"],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        line = process.stderr.readline()  # printed once the socket listens
+        assert " at http://127.0.0.1:" in line, line
+        url = line.split(" at ", 1)[1].split(";", 1)[0]
+        _, result = call_run_code(lambda: Client(url), "return await tools.lookup({ key: 'abc' });")
+        assert result.structured_content == {"logs": [], "result": {"key": "abc", "value": 3, "tags": ["lab", "abc"]}}
+    finally:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(30)
+        finally:
+            process.kill()
+            process.stderr.close()
+    assert process.returncode == 130
+    wait_until(lambda: processes_running(tag) == [], what="the upstream server to exit")
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        ([], "give the tools to serve: --tools MODULE, --server NAME=TARGET or --mcp-config FILE"),
+        (["--server", "lab"], "--server lab: expected NAME=TARGET"),
+        (["--server", "lab=/nonexistent/server"], "MCP server 'lab' \\(/nonexistent/server\\)"),
+        (["--tools", "examples/tools.py", "--trust", "web"], "--trust web: no upstream server of that name"),
+        (["--tools", "examples/tools.py", "--http", "localhost:http"], "--http localhost:http: expected"),
+        (["--tools", "examples/tools.py", "--policy", "missing.json"], "policy missing.json: cannot read it"),
+    ],
+)
+def test_serve_mcp_usage_errors_exit_2_with_a_message(args, message, capsys, monkeypatch):
+    monkeypatch.chdir(Path(__file__).resolve().parent.parent)
+    assert main(["serve-mcp", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("nous-sched: ") and len(err.strip().splitlines()) == 1
+    assert re.search(message, err), err
+
+
+def test_serve_mcp_without_the_sdk_names_the_extra():
+    script = "import sys; sys.modules['mcp'] = None; from nous_sched.cli import main; sys.exit(main(sys.argv[1:]))"
+    done = subprocess.run(
+        [sys.executable, "-c", script, "serve-mcp", "--tools", "examples/tools.py"],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parent.parent,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "serve-mcp: nous_sched.mcp needs the MCP SDK: pip install 'nous_sched[mcp]'" in done.stderr
+    # The rest of the command line works without it.
+    assert subprocess.run([sys.executable, "-c", script, "--help"], capture_output=True, timeout=60).returncode == 0
+
+
+# -- CodeModeServer in-process: both protocol eras ---------------------------------------------------
+
+
+@pytest.fixture
+def upstream():
+    with connect(ServerSpec(lab.build(), trusted=True)) as conn:
+        yield conn.tools()
+    wait_until(lambda: not [t for t in loop_threads() if t.startswith("nous-sched-mcp-")], what="loop threads")
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+def test_approval_questions_reach_the_user_in_both_protocol_eras(upstream, mode):
+    audit = []
+    server = CodeModeServer(upstream, audit_log=AuditSink(audit), timeout=30)
+    asked = []
+    program = """
+    const [a, b] = await Promise.all([tools.put({ key: "x", value: 1 }), tools.put({ key: "x", value: 2 }).catch((e) => e.message)]);
+    return { a, b };
+    """
+
+    def client():
+        return Client(server.server, mode=mode, elicitation_callback=approve_value_one(asked))
+
+    _, result = call_run_code(client, program)
+    assert result.structured_content["result"] == {
+        "a": {"stored": "x", "value": 1},
+        "b": 'tool "put" was rejected by the approval handler',
+    }
+    assert len(asked) == 2
+    decisions = [(e["arguments"]["value"], e["decision"]) for e in audit if e["event"] == "approval"]
+    assert decisions == [(1, "approved"), (2, "denied")]
+    server.close()
+
+
+def test_nothing_ran_is_an_error_result_and_logged(upstream):
+    audit = []
+    server = CodeModeServer(upstream, audit_log=AuditSink(audit))
+
+    async def go():
+        async with Client(server.server) as client:
+            blank = await client.call_tool("run_code", {"code": "return 1", "description": " "})
+            other = await client.call_tool("lookup", {"key": "x"})
+            thrown = await client.call_tool("run_code", {"code": "throw new Error('no')", "description": "d"})
+            return blank, other, thrown
+
+    blank, other, thrown = anyio.run(go)
+    assert blank.is_error and "non-empty `description`" in blank.content[0].text
+    assert other.is_error and other.content[0].text == "unknown tool 'lookup'; this server has one tool, 'run_code'"
+    assert thrown.is_error and thrown.structured_content["error"]["kind"] == "exception"
+    ends = [e for e in audit if e["event"] == "run_end"]
+    assert [e["error"]["kind"] for e in ends] == ["refused", "exception"]
+
+
+def test_a_forged_request_state_never_reaches_a_run(upstream):
+    server = CodeModeServer(upstream)
+
+    async def go():
+        async with Client(server.server) as client:
+            return await client.session.call_tool(
+                "run_code", {"code": "return 1", "description": "d"}, request_state="not-a-run"
+            )
+
+    with pytest.raises(BaseException) as caught:  # the SDK's seal refuses it before the handler runs
+        anyio.run(go)
+    assert "Invalid or expired requestState" in " ".join(str(e) for e in leaves(caught.value))
+
+
+def leaves(exc):
+    """The exceptions inside ``exc``, unwrapping the exception groups anyio raises."""
+    inner = getattr(exc, "exceptions", None)
+    return [leaf for e in inner for leaf in leaves(e)] if inner else [exc]
+
+
+def test_bad_server_options_are_config_errors(upstream):
+    with pytest.raises(ConfigError, match="`approval_handler` is set per run by the server"):
+        CodeModeServer(upstream, approval_handler=lambda r: True)
+    with pytest.raises(ConfigError, match="`policy` must be a PermissionPolicy"):
+        CodeModeServer(upstream, policy={"deny": ["x"]})
+    with pytest.raises(ConfigError, match="audit log /nonexistent/dir/a.jsonl: cannot open it"):
+        CodeModeServer(upstream, audit_log="/nonexistent/dir/a.jsonl")
+
+
+# -- the paused run, on its own ------------------------------------------------------------------
+
+
+def test_an_unanswered_question_is_refused_at_the_deadline_and_withdrawn():
+    run = _Run("r", "d", can_ask=True)
+    ask = run.ask(ApprovalRequest("put", {"k": 1}), time.monotonic() + 0.05)
+    assert (ask.approved, ask.by) == (False, "timeout")
+    run.answer(ask.key, True, "client")  # too late: changes nothing
+    assert ask.approved is False
+    run.finish(("ran", {"logs": []}))
+    assert run.next() == ("done", ("ran", {"logs": []}))  # the stale question never goes out
+
+
+def test_questions_asked_together_go_out_together_and_abandon_refuses_all():
+    run = _Run("r", "d", can_ask=True)
+    answers = {}
+
+    def asker(n):
+        answers[n] = run.ask(ApprovalRequest("put", {"n": n}), time.monotonic() + 30)
+
+    threads = [threading.Thread(target=asker, args=(n,)) for n in range(3)]
+    for t in threads:
+        t.start()
+    asked = []
+    while len(asked) < 3:
+        kind, asks = run.next()
+        asked.extend(asks)
+    run.answer(asked[0].key, True, "client")
+    run.abandon()
+    for t in threads:
+        t.join(10)
+    assert sorted((a.approved, a.by) for a in answers.values()) == [
+        (False, "abandoned"),
+        (False, "abandoned"),
+        (True, "client"),
+    ]
+    late = run.ask(ApprovalRequest("put", {}), time.monotonic() + 30)
+    assert (late.approved, late.by) == (False, "abandoned")
+    run.finish(("ran", {"logs": []}))
+    assert run.next() == ("done", ("ran", {"logs": []}))
+
+
+class AuditSink(AuditLog):
+    """An AuditLog into a list, for in-process tests."""
+
+    def __init__(self, events):
+        self._events = events
+        self._lock = threading.Lock()
+
+    def write(self, event, **fields):
+        with self._lock:
+            self._events.append(json.loads(json.dumps({"event": event, **fields}, default=str)))
+
+    def close(self):
+        pass
+
+
+def test_the_audit_log_is_json_lines_appended_and_flushed(tmp_path):
+    path = tmp_path / "a.jsonl"
+    log = AuditLog(path)
+    log.write("run_start", run="r1", code="return 1")
+    assert json.loads(path.read_text())["event"] == "run_start"  # flushed at once
+    log.close()
+    AuditLog(path).write("run_end", run="r1", ok=True)
+    assert [e["event"] for e in audit_events(path)] == ["run_start", "run_end"]
+
+
+def test_plain_python_tools_serve_in_process():
+    tools = [Tool("double", lambda args: args["x"] * 2, concurrency_safe=lambda args: True)]
+    server = CodeModeServer(tools, policy=PermissionPolicy(deny={"nothing"}))
+    _, result = call_run_code(lambda: Client(server.server), "return await tools.double({ x: 21 });")
+    assert result.structured_content == {"logs": [], "result": 42}
