@@ -5,6 +5,7 @@ QuickJS sandbox and routes every tool call through one :class:`Scheduler`
 that decides how the calls interleave and commits them in submission order.
 """
 
+from ._version import __version__ as __version__
 from .adapters import anthropic_tool, call_tool, openai_tool
 from .agent import MODES, WithContextUpdate, run_code_tool, visible_tools
 from .dispatch import ApprovalRequest, CallInfo, RunContext, current_call, direct_dispatch
@@ -19,8 +20,6 @@ from .runtime import CodeRuntime, Limits, RuntimeOutcome
 from .scheduler import Scheduler, Ticket
 from .snapshot import snapshot
 from .tool import EXCLUSIVE, PARALLEL, Tool, concurrency_mode
-
-__version__ = "0.1.0"
 
 __all__ = [
     "anthropic_tool",

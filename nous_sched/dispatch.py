@@ -47,7 +47,7 @@ class RunContext:
 
     approval_handler: Optional[Callable[[ApprovalRequest], Any]] = None
     deps: Any = None
-    require_approval: frozenset = frozenset()
+    require_approval: frozenset[str] = frozenset()
     deadline: Optional[float] = None
 
 
@@ -74,7 +74,7 @@ def needs_approval(tool: Any, run_ctx: Any) -> bool:
     return getattr(tool, "name", None) in getattr(run_ctx, "require_approval", ())
 
 
-def direct_dispatch(tool: Any, args: dict, run_ctx: Any) -> Any:
+def direct_dispatch(tool: Any, args: dict[str, Any], run_ctx: Any) -> Any:
     """Approve if needed, then run ``tool.function(args)``.
 
     Raises :class:`ToolError` when approval is required and there is no

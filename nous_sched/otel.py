@@ -158,7 +158,9 @@ class SpanObserver:
         with self._lock:
             return self._open.get(seq)
 
-    def wrap_dispatch(self, dispatch: Callable[[Any, dict, Any], Any] = direct_dispatch) -> Callable:
+    def wrap_dispatch(
+        self, dispatch: Callable[[Any, dict[str, Any], Any], Any] = direct_dispatch
+    ) -> Callable[[Any, dict[str, Any], Any], Any]:
         """``dispatch`` running each call with its sub-call span current.
 
         Spans the tool creates are then children of its sub-call span. The
@@ -186,6 +188,7 @@ class SpanObserver:
     # -- internals ------------------------------------------------------------
 
     def _ns(self, seconds: float) -> int:
+        assert self._origin is not None, "anchored by the first start"
         return self._origin + int(seconds * 1e9)
 
     def _start(self, record: CallRecord) -> None:
@@ -209,7 +212,7 @@ class SpanObserver:
         finished = None if record is None else record.finished
         if finished is not None:
             span.add_event(FINISHED_EVENT, timestamp=self._ns(finished))
-        if abandoned and (record is None or record.committed is None or record.ok is None):
+        if record is None or (abandoned and (record.committed is None or record.ok is None)):
             outcome = "abandoned"
         else:
             outcome = "ok" if record.ok else "error"
@@ -231,11 +234,11 @@ class _TracedDispatch:
 
     __slots__ = ("observer", "dispatch")
 
-    def __init__(self, observer: SpanObserver, dispatch: Callable[[Any, dict, Any], Any]) -> None:
+    def __init__(self, observer: SpanObserver, dispatch: Callable[[Any, dict[str, Any], Any], Any]) -> None:
         self.observer = observer
         self.dispatch = dispatch
 
-    def __call__(self, tool: Any, args: dict, run_ctx: Any) -> Any:
+    def __call__(self, tool: Any, args: dict[str, Any], run_ctx: Any) -> Any:
         info = current_call.get()
         span = None if info is None else self.observer.span_for(info.seq)
         if span is None:
@@ -246,7 +249,7 @@ class _TracedDispatch:
         finally:
             otel_context.detach(token)
 
-    def __reduce__(self) -> tuple:
+    def __reduce__(self) -> tuple[Any, ...]:
         return (_same, (self.dispatch,))  # pickled, it is the dispatch it wraps
 
 
@@ -261,7 +264,7 @@ def traced_run_code(
     tracer: Optional[trace.Tracer] = None,
     call_id: Optional[str] = None,
     observer: Optional[Callable[[CallRecord, str], Any]] = None,
-    dispatch: Callable[[Any, dict, Any], Any] = direct_dispatch,
+    dispatch: Callable[[Any, dict[str, Any], Any], Any] = direct_dispatch,
     tool_context: bool = True,
     **run_options: Any,
 ) -> RunResult:

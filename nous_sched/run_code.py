@@ -25,7 +25,7 @@ import json
 import logging
 import secrets
 import time
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional, Sequence, cast
 
 from . import _validators as v
 from ._validators import require
@@ -34,8 +34,9 @@ from .errors import RunCodeError
 from .events import SessionLog
 from .outcome import Outcome
 from .policy import PermissionPolicy, denied_message, partition
+from .records import CallRecord
 from .result import RunResult
-from .runtime import CodeRuntime, Limits, RuntimeOutcome
+from .runtime import CodeRuntime, Limits, PendingCall, RuntimeOutcome
 from .scheduler import Scheduler
 from .tool import Tool
 
@@ -76,7 +77,7 @@ def resolve_runtime(runtime: Any = None) -> CodeRuntime:
             f"code runtime {runtime!r} does not implement nous_sched.CodeRuntime "
             "(it needs run(program, host, limits) -> RuntimeOutcome)"
         )
-    return runtime
+    return cast(CodeRuntime, runtime)
 
 
 def run_code(
@@ -93,9 +94,9 @@ def run_code(
     max_parallel: int = 10,
     executor: Optional[concurrent.futures.Executor] = None,
     call_id: Optional[str] = None,
-    dispatch: Callable[[Any, dict, Any], Any] = direct_dispatch,
+    dispatch: Callable[[Any, dict[str, Any], Any], Any] = direct_dispatch,
     context: Optional[SessionLog] = None,
-    observer: Optional[Callable] = None,
+    observer: Optional[Callable[[CallRecord, str], Any]] = None,
 ) -> RunResult:
     """Run ``code`` with ``tools`` bound as ``tools[name](args)`` and return what it produced.
 
@@ -175,14 +176,16 @@ class _Settled:
 class _Host:
     """What a runtime may ask of the outside world: start a call by name."""
 
-    def __init__(self, scheduler: Scheduler, granted: dict, denied: dict, run_ctx: RunContext) -> None:
+    def __init__(
+        self, scheduler: Scheduler, granted: dict[str, Tool], denied: dict[str, Tool], run_ctx: RunContext
+    ) -> None:
         self.scheduler = scheduler
         self.granted = granted
         self.denied = denied
         self.run_ctx = run_ctx
-        self.names = tuple(sorted({*granted, *denied}))
+        self.names: Sequence[str] = tuple(sorted({*granted, *denied}))
 
-    def call(self, name: Any, args: Any) -> Any:
+    def call(self, name: Any, args: Any) -> PendingCall:
         if not isinstance(name, str):
             return _Settled(Outcome.failure(str(name), "a tool name must be a string"))
         tool = self.granted.get(name)

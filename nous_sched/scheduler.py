@@ -560,7 +560,11 @@ class Scheduler:
             future.set_exception(RuntimeError("executor refused the call"))
         call.future = future
         put = self._queue.put
-        future.add_done_callback(lambda _, call=call: put(_Done(call)))
+
+        def done(_: concurrent.futures.Future[Any]) -> None:
+            put(_Done(call))
+
+        future.add_done_callback(done)
 
     def _collect(self, call: _Call) -> tuple[Outcome, float]:
         future = call.future
@@ -652,12 +656,12 @@ class _InContext:
     def __init__(self, ctx: Optional[contextvars.Context]) -> None:
         self.ctx = ctx
 
-    def __call__(self, fn: Callable, /, *args: Any) -> Any:
+    def __call__(self, fn: Callable[..., Any], /, *args: Any) -> Any:
         if self.ctx is None:
             return fn(*args)
         return self.ctx.run(fn, *args)
 
-    def __reduce__(self) -> tuple:
+    def __reduce__(self) -> tuple[Any, ...]:
         return (_InContext, (None,))
 
     def __repr__(self) -> str:
@@ -665,7 +669,12 @@ class _InContext:
 
 
 def _run_call(
-    dispatch: Callable, tool: Any, args: dict, run_ctx: Any, info: CallInfo, t0: float
+    dispatch: Callable[[Any, dict[str, Any], Any], Any],
+    tool: Any,
+    args: dict[str, Any],
+    run_ctx: Any,
+    info: CallInfo,
+    t0: float,
 ) -> tuple[Outcome, float]:
     """Run one call on an executor thread; always returns an Outcome, never raises."""
     name = tool.name

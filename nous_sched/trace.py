@@ -68,7 +68,7 @@ def _end(record: Any, span: float) -> float:
     """When a call stopped holding its lane, in seconds."""
     for value in (record.committed, record.finished):
         if value is not None:
-            return value
+            return float(value)
     return span
 
 
@@ -150,7 +150,7 @@ def chrome_trace(result: RunResult, *, name: str = "run_code") -> dict[str, Any]
         }
     )
 
-    for record, lane in zip(trail, lanes):
+    for record, lane in zip(trail, lanes, strict=True):
         args = {"seq": record.seq, "tool": record.tool, "mode": record.mode, "ok": record.ok}
         start = _us(record.started)
         if record.finished is None:
@@ -170,7 +170,7 @@ def chrome_trace(result: RunResult, *, name: str = "run_code") -> dict[str, Any]
     }
 
 
-def _complete(name: str, cat: str, start: float, end: float, tid: int, args: dict) -> dict[str, Any]:
+def _complete(name: str, cat: str, start: float, end: float, tid: int, args: dict[str, Any]) -> dict[str, Any]:
     # dur from the rounded endpoints, so ts + dur lands on the next event's ts.
     return {
         "name": name,

@@ -7,7 +7,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence, TextIO
+from typing import Any, Callable, NoReturn, Optional, Sequence, TextIO
 
 from .. import _validators as v
 from ..errors import ConfigError
@@ -22,7 +22,7 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_BROKEN_PIPE = 0, 1, 2, 
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse's own usage errors: exit 2, no traceback
+    def error(self, message: str) -> NoReturn:  # argparse's own usage errors: exit 2, no traceback
         self.print_usage(sys.stderr)
         raise UsageError(message)
 

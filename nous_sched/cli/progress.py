@@ -27,7 +27,7 @@ class Progress:
         self.committed = 0
         self.failed = 0
         self._stop = threading.Event()
-        self._shown: Optional[tuple] = None
+        self._shown: Optional[tuple[int, int, int]] = None
         self._thread = threading.Thread(target=self._loop, name="nous-sched-progress", daemon=True)
 
     def observe(self, record: Any, phase: str) -> None:
