@@ -112,9 +112,9 @@ class _Upstream:
         self.name = spec.name or ""
         self.client: Any = None
         self.listing: list[Any] = []
-        self.ready: concurrent.futures.Future = concurrent.futures.Future()
+        self.ready: concurrent.futures.Future[list[Any]] = concurrent.futures.Future()
         self.closing: Optional[anyio.Event] = None  # made on the loop thread
-        self.holder: Optional[concurrent.futures.Future] = None
+        self.holder: Optional[concurrent.futures.Future[None]] = None
 
 
 class Connection:
@@ -130,7 +130,7 @@ class Connection:
         self._call_timeout = call_timeout
         self._lock = threading.Lock()
         self._closed = False
-        self._inflight: set[concurrent.futures.Future] = set()
+        self._inflight: set[concurrent.futures.Future[Any]] = set()
         self._upstreams = [_Upstream(spec, i) for i, spec in enumerate(specs)]
         self._portal_cm = anyio.from_thread.start_blocking_portal(name=f"nous-sched-mcp-{self._n}")
         self._portal = self._portal_cm.__enter__()
@@ -277,7 +277,7 @@ class Connection:
         except RuntimeError:
             pass  # the loop has already stopped
 
-    def _label(self, holder: concurrent.futures.Future) -> str:
+    def _label(self, holder: concurrent.futures.Future[None]) -> str:
         return next((up.label for up in self._upstreams if up.holder is holder), "?")
 
     # -- the tools -----------------------------------------------------------
@@ -306,13 +306,13 @@ class Connection:
         return tools
 
     def _function(self, up: _Upstream, name: str) -> Any:
-        def call(args: dict) -> Any:
+        def call(args: dict[str, Any]) -> Any:
             return self._call(up, name, args)
 
         call.__qualname__ = call.__name__ = f"mcp:{up.name}:{name}"
         return call
 
-    def _call(self, up: _Upstream, name: str, args: dict) -> Any:
+    def _call(self, up: _Upstream, name: str, args: dict[str, Any]) -> Any:
         timeout, by_deadline = self._call_timeout, False
         info = current_call.get()
         deadline = getattr(getattr(info, "run_ctx", None), "deadline", None)

@@ -40,7 +40,7 @@ def add_parser(sub: Any, *, positive_int: Any, seconds: Any) -> argparse.Argumen
     ``positive_int`` and ``seconds`` are the CLI's argparse types, so these
     flags are checked and worded like ``run``'s.
     """
-    parser = sub.add_parser(
+    parser: argparse.ArgumentParser = sub.add_parser(
         COMMAND,
         help="serve one run_code tool over MCP, calling a module's tools and/or upstream MCP servers",
         description="Serve Code Mode over MCP: one run_code tool whose programs call the tools of MODULE and "
@@ -114,7 +114,7 @@ def _serve(args: argparse.Namespace, err: TextIO) -> int:
     from .serve import CodeModeServer
     from .spec import ServerSpec
 
-    host, port = _address(args.http) if args.http is not None else (None, None)
+    address = _address(args.http) if args.http is not None else None
     specs = _servers(args, ServerSpec, load_config)
     if args.tools is None and not specs:
         raise UsageError(
@@ -153,11 +153,11 @@ def _serve(args: argparse.Namespace, err: TextIO) -> int:
             granted = sorted(t.name for t in tools if policy.permits(t))
             what = f"run_code over {len(granted)} tools ({', '.join(granted) or 'none'})"
             audit = f"audit log: {args.audit_log}" if args.audit_log else "audit log: off (--audit-log FILE)"
-            if host is None:
+            if address is None:
                 _say(err, f"serving {what} over stdio; {audit}")
                 server.run_stdio()
             else:
-                server.run_http(host, port, ready=lambda url: _say(err, f"serving {what} at {url}; {audit}"))
+                server.run_http(*address, ready=lambda url: _say(err, f"serving {what} at {url}; {audit}"))
         finally:
             server.close()
     finally:

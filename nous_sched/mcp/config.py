@@ -101,7 +101,7 @@ def _entry(name: str, entry: Any, where: str) -> ServerSpec:
 _POLICY_KEYS = ("allow", "deny", "require_approval", "approval_categories", "approve")
 
 
-def load_policy(path: Union[str, Path]) -> tuple[PermissionPolicy, frozenset]:
+def load_policy(path: Union[str, Path]) -> tuple[PermissionPolicy, frozenset[str]]:
     """The policy in the JSON file at ``path``, and the tools it pre-approves.
 
     The file is an object with any of ``allow`` (``null`` or a list: only

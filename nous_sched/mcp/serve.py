@@ -402,11 +402,10 @@ class CodeModeServer:
 
     async def _ask_back(self, ctx: Any, run: _Run, ask: _Ask) -> None:
         """A handshake-era question: an ``elicitation/create`` request in the middle of the call."""
-        params = _elicit_request(run, ask).params
         try:
             with anyio.fail_after(_remaining(ask)):
                 answer = await ctx.session.elicit_form(
-                    params.message, params.requested_schema, related_request_id=ctx.request_id
+                    _question(run, ask), _APPROVAL_SCHEMA, related_request_id=ctx.request_id
                 )
         except Exception as exc:
             log.warning("run %s: asking the client to approve %r failed: %s", run.id, ask.request.tool, exc)
@@ -499,7 +498,7 @@ class CodeModeServer:
         )
         return ask.approved
 
-    def _dispatch(self, run: _Run, tool: Any, args: dict, run_ctx: Any) -> Any:
+    def _dispatch(self, run: _Run, tool: Any, args: dict[str, Any], run_ctx: Any) -> Any:
         info = current_call.get()
         ids = {"id": info.id, "seq": info.seq, "mode": info.mode} if info is not None else {}
         self._write("tool_call", run=run.id, tool=tool.name, arguments=args, **ids)
@@ -539,13 +538,18 @@ def _client_can_elicit(ctx: Any) -> bool:
 
 
 def _elicit_request(run: _Run, ask: _Ask) -> ElicitRequest:
+    return ElicitRequest(params=ElicitRequestFormParams(message=_question(run, ask), requested_schema=_APPROVAL_SCHEMA))
+
+
+def _question(run: _Run, ask: _Ask) -> str:
+    """What the user reads: the tool, its exact arguments, and what the program says it does."""
     arguments = json.dumps(ask.request.arguments, ensure_ascii=False, sort_keys=True)
     if len(arguments) > _SHOWN_ARGS:
         arguments = arguments[:_SHOWN_ARGS] + "… (truncated)"
     message = f"A program wants to call the tool {ask.request.tool!r} with these arguments:\n{arguments}"
     if run.description:
         message += f"\n\nWhat the program says it does: {run.description}"
-    return ElicitRequest(params=ElicitRequestFormParams(message=message, requested_schema=_APPROVAL_SCHEMA))
+    return message
 
 
 def _accepted(response: Any) -> bool:

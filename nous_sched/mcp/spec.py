@@ -135,7 +135,7 @@ class ServerSpec:
     def describe(self) -> str:
         """The target as a person reads it (a URL without its query, a command line, a server object)."""
         if self.transport == "http":
-            return self.target.split("?", 1)[0]
+            return str(self.target).split("?", 1)[0]
         if self.transport == "stdio":
             return " ".join(self.target)
         return f"in-process {type(self.target).__name__}"
