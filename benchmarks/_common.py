@@ -1,36 +1,48 @@
 """Shared helpers for the hand-run benchmarks (not part of the package or of CI).
 
-Every benchmark script measures nous_sched and its baseline in the same process,
-interleaving the two across repetitions so background load hits both alike,
-and reports rows::
+Every row compares nous_sched with a baseline measured in the same process.
+:func:`interleave` runs them back to back in every repetition, alternating
+which goes first, and before each repetition it probes the raw thread hand-off
+(``executor.submit(f).result()`` on an idle ``ThreadPoolExecutor``): that
+figure says which *hand-off regime* the row ran in, because this machine's
+thread wake-ups take either about 10 us (a busy machine: the other vCPU is
+awake) or about 80-95 us (a quiet one: it has to be woken), and every ratio
+involving threads moves with it. A row reads::
 
-    name | nous_sched median (min-max) | baseline median (min-max) | ratio | target | status
+    benchmark | nous_sched median (min-max) | baseline median (min-max) | ratio median (min-max) | target | status | hand-off
 
-``ratio`` is always nous_sched's median over the baseline's median. ``status``
-is PASS or MISS for a row with a target, INFO for a row that only reports.
+``ratio`` is the median of the per-repetition ratios (each one nous_sched over
+the baseline it ran beside), so a regime that changes between repetitions
+moves both sides of a ratio, not one. ``status``: PASS or MISS against the
+row's target, INFO for a row that only reports, SKIP when a peer cannot run,
+ERROR when the benchmark itself broke (the script then exits 1).
 
-Each script accepts ``--quick`` (a fast smoke run: smaller N, fewer
-repetitions; its figures are not the ones to quote), ``--reps N`` and
-``--json`` (print the rows as one JSON line prefixed ``@@ROWS@@``, for
-``run_all.py``).
+The runtimes a row can run on come from :func:`runtimes`: every public
+``*Runtime`` class that :mod:`nous_sched` exports (the in-process
+``QuickJSRuntime``, and the worker-process runtime once it exists), so a new
+runtime is benchmarked as soon as it is exported.
 """
 
 from __future__ import annotations
 
 import argparse
+import atexit
+import concurrent.futures
+import ctypes
 import gc
 import json
 import os
 import statistics
+import subprocess
 import sys
 import time
+import traceback
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence, Union
 
 MARK = "@@ROWS@@"
 
-
-# -- numbers -----------------------------------------------------------------
+# -- numbers -------------------------------------------------------------------
 
 
 @dataclass
@@ -45,15 +57,14 @@ class Stats:
     @classmethod
     def of(cls, samples: Sequence[float]) -> "Stats":
         samples = list(samples)
+        if not samples:
+            raise ValueError("no samples")
         return cls(statistics.median(samples), min(samples), max(samples), len(samples))
 
     @classmethod
     def fixed(cls, value: float) -> "Stats":
         """A computed value (an ideal, a budget): no spread."""
         return cls(value, value, value, 0)
-
-    def scaled(self, k: float) -> "Stats":
-        return Stats(self.median * k, self.lo * k, self.hi * k, self.n)
 
 
 def percentile(samples: Sequence[float], p: float) -> float:
@@ -72,40 +83,214 @@ def timed(fn: Callable[[], Any]) -> float:
     return time.perf_counter() - t0
 
 
-def interleave(reps: int, *fns: Callable[[], float]) -> list[list[float]]:
-    """Run each ``fn`` once per repetition, alternating their order, collect samples.
+def median_of(fn: Callable[[], Any], k: int) -> float:
+    """The median wall time of ``k`` calls of ``fn``: one sample for a short operation."""
+    return statistics.median(timed(fn) for _ in range(k))
 
-    Each ``fn`` returns one sample. Alternating A,B / B,A spreads background
-    noise over both sides instead of biasing whichever runs second.
+
+def per_rep(fn: Callable[..., float], *series: Sequence[float]) -> list[float]:
+    """``fn`` applied to each repetition's samples: derived samples, still paired."""
+    return [fn(*xs) for xs in zip(*series)]
+
+
+# -- the hand-off regime -----------------------------------------------------------
+
+FAST_BELOW_US = 35.0
+SLOW_ABOVE_US = 50.0
+STARVED_ABOVE_US = 150.0
+PROBE_CALLS = 200
+
+_probe_pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
+
+
+def _nothing() -> None:
+    return None
+
+
+def handoff_us(calls: int = PROBE_CALLS) -> float:
+    """Microseconds per raw ``executor.submit(f).result()`` round trip, right now."""
+    global _probe_pool
+    if _probe_pool is None:
+        _probe_pool = concurrent.futures.ThreadPoolExecutor(10, thread_name_prefix="bench-probe")
+        _probe_pool.submit(_nothing).result()
+    submit = _probe_pool.submit
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        submit(_nothing).result()
+    return (time.perf_counter() - t0) / calls * 1e6
+
+
+def regime_of(us: float) -> str:
+    """fast (~10 us: the other vCPU is awake), slow (~80-95 us: it must be woken),
+    starved (more: every CPU is busy and the woken thread waits its turn), or between."""
+    if us < FAST_BELOW_US:
+        return "fast"
+    if us <= SLOW_ABOVE_US:
+        return "between"
+    if us <= STARVED_ABOVE_US:
+        return "slow"
+    return "starved"
+
+
+def fmt_regime(probe: Optional[Stats]) -> str:
+    """The regime of a row's probes: one label, or "mixed" with the range when they differ."""
+    if probe is None:
+        return "-"
+    lo, hi = regime_of(probe.lo), regime_of(probe.hi)
+    if lo == hi:
+        return f"{lo} {_num(probe.median)} us"
+    return f"mixed {_num(probe.lo)}-{_num(probe.hi)} us"
+
+
+# -- interleaved measurement -----------------------------------------------------
+
+
+@dataclass
+class Samples:
+    """What :func:`interleave` measured: one list of samples per function, and the probes."""
+
+    runs: list[list[float]]
+    probes: list[float]
+    first: list[int]  # which function ran first, per repetition
+
+    def __iter__(self) -> Iterator[list[float]]:
+        return iter(self.runs)
+
+    def __getitem__(self, i: int) -> list[float]:
+        return self.runs[i]
+
+    @property
+    def regime(self) -> Stats:
+        return Stats.of(self.probes)
+
+
+def interleave(reps: int, *fns: Callable[[], float]) -> Samples:
+    """Run each ``fn`` once per repetition, back to back, and collect one sample from each.
+
+    The order alternates (forward, reversed) and rotates, so over the
+    repetitions every function runs in every position and background load
+    lands on all of them alike. Before every repetition, and after the last,
+    the raw hand-off is probed (:func:`handoff_us`): the row's regime.
     """
-    out: list[list[float]] = [[] for _ in fns]
-    order = list(range(len(fns)))
+    runs: list[list[float]] = [[] for _ in fns]
+    probes: list[float] = []
+    first: list[int] = []
+    k = len(fns)
     for rep in range(reps):
-        seq = order if rep % 2 == 0 else order[::-1]
-        for i in seq:
+        order = list(range(k))
+        shift = (rep // 2) % k
+        order = order[shift:] + order[:shift]
+        if rep % 2:
+            order.reverse()
+        first.append(order[0])
+        probes.append(handoff_us())
+        for i in order:
             gc.collect()
-            out[i].append(fns[i]())
-    return out
+            runs[i].append(fns[i]())
+    probes.append(handoff_us())
+    return Samples(runs, probes, first)
 
 
-# -- rows and tables ---------------------------------------------------------
+def ratios(ours: Sequence[float], base: Sequence[float]) -> Stats:
+    """The per-repetition ratios ours/base (each pair measured back to back)."""
+    return Stats.of([o / b for o, b in zip(ours, base)])
+
+
+# -- targets -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Target:
+    """A target a row is checked against: its ``ratio`` median, or its own median value."""
+
+    text: str
+    limit: float
+    on: str = "ratio"  # "ratio" or "value"
+    strict: bool = False  # below rather than at most
+
+    def holds(self, row: "Row") -> Optional[bool]:
+        value = row.ratio.median if self.on == "ratio" and row.ratio else None
+        if self.on == "value" and row.ours is not None:
+            value = row.ours.median
+        if value is None:
+            return None
+        return value < self.limit if self.strict else value <= self.limit
+
+
+def ratio_at_most(limit: float, what: str = "") -> Target:
+    return Target(f"ratio <= {float(limit)!r}" + (f" {what}" if what else ""), limit)
+
+
+def value_at_most(limit: float, unit: str) -> Target:
+    return Target(f"<= {float(limit)!r} {unit}", limit, on="value")
+
+
+def value_below(limit: float, unit: str) -> Target:
+    return Target(f"< {float(limit)!r} {unit}", limit, on="value", strict=True)
+
+
+def ratio_below(limit: float, what: str = "") -> Target:
+    return Target(f"ratio < {float(limit)!r}" + (f" {what}" if what else ""), limit, strict=True)
+
+
+# -- rows and tables -----------------------------------------------------------
 
 
 @dataclass
 class Row:
+    """One line of a table. With a :class:`Target`, ``status`` is computed (PASS/MISS)."""
+
     name: str
     ours: Optional[Stats]
     base: Optional[Stats] = None
     unit: str = "ms"
-    target: str = "report"
-    status: str = "INFO"  # PASS / MISS / INFO / UNAVAILABLE
-    ratio: Optional[float] = None
-    note: str = ""
     base_name: str = ""
+    target: Union[Target, str] = "report"
+    status: str = "INFO"  # PASS / MISS / INFO / SKIP / ERROR
+    ratio: Optional[Stats] = None
+    regime: Optional[Stats] = None
+    note: str = ""
 
     def __post_init__(self) -> None:
         if self.ratio is None and self.ours is not None and self.base is not None and self.base.median:
-            self.ratio = self.ours.median / self.base.median
+            self.ratio = Stats.fixed(self.ours.median / self.base.median)
+        if isinstance(self.target, Target):
+            verdict = self.target.holds(self)
+            if verdict is not None:
+                self.status = "PASS" if verdict else "MISS"
+            self.target = self.target.text
+
+
+def ours_vs(
+    name: str,
+    ours: Sequence[float],
+    base: Sequence[float],
+    samples: Samples,
+    *,
+    scale: float = 1.0,
+    unit: str,
+    base_name: str,
+    target: Union[Target, str] = "report",
+    note: str = "",
+) -> Row:
+    """The usual row: paired samples times ``scale`` (seconds to the row's unit), and their regime."""
+    o = [x * scale for x in ours]
+    b = [x * scale for x in base]
+    return Row(
+        name,
+        Stats.of(o),
+        Stats.of(b),
+        unit=unit,
+        base_name=base_name,
+        target=target,
+        ratio=ratios(o, b),
+        regime=samples.regime,
+        note=note,
+    )
+
+
+def skip_row(name: str, reason: str) -> Row:
+    return Row(name, None, target="report", status="SKIP", note=f"skipped: {reason}")
 
 
 def check(ok: bool) -> str:
@@ -127,11 +312,17 @@ def _num(v: float) -> str:
     return f"{v:.3f}"
 
 
-def fmt_ratio(ratio: Optional[float]) -> str:
-    """Three decimals below 10, so a ratio just past a target (1.105 > 1.10) shows it."""
-    if ratio is None:
+def fmt_ratio(r: Optional[Stats]) -> str:
+    """Three decimals below 10, so a ratio just past a target (2.004 > 2.0) shows it."""
+    if r is None:
         return "-"
-    return f"{ratio:.3f}" if ratio < 10 else f"{ratio:.1f}"
+
+    def one(x: float) -> str:
+        return f"{x:.3f}" if abs(x) < 10 else f"{x:.1f}"
+
+    if r.n <= 1:
+        return one(r.median)
+    return f"{one(r.median)} ({one(r.lo)}-{one(r.hi)})"
 
 
 def fmt_stats(s: Optional[Stats], unit: str) -> str:
@@ -139,36 +330,55 @@ def fmt_stats(s: Optional[Stats], unit: str) -> str:
         return "-"
     if s.n == 0:
         return f"{_num(s.median)} {unit} (fixed)"
+    if s.n == 1:
+        return f"{_num(s.median)} {unit}"
     return f"{_num(s.median)} {unit} ({_num(s.lo)}-{_num(s.hi)})"
 
 
+HEAD = (
+    "benchmark",
+    "nous_sched median (min-max)",
+    "baseline median (min-max)",
+    "ratio (min-max)",
+    "target",
+    "status",
+    "hand-off",
+)
+
+
 def format_table(title: str, rows: Sequence[Row]) -> str:
-    head = ("benchmark", "nous_sched median (min-max)", "baseline median (min-max)", "ratio", "target", "status")
     body = []
     for r in rows:
         base = fmt_stats(r.base, r.unit)
-        if r.base_name and r.base is not None:
-            base = f"{r.base_name}: {base}"
+        if r.base_name:
+            base = f"{r.base_name}: {base}" if r.base is not None else r.base_name
         body.append(
             (
                 r.name,
                 fmt_stats(r.ours, r.unit) if r.ours is not None else (r.note or "-"),
                 base,
                 fmt_ratio(r.ratio),
-                r.target,
+                str(r.target),
                 r.status,
+                fmt_regime(r.regime),
             )
         )
-    widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(head)]
-    line = lambda cells: " | ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
-    out = [f"== {title}", line(head), "-+-".join("-" * w for w in widths)]
+    widths = [max([len(h)] + [len(b[i]) for b in body]) for i, h in enumerate(HEAD)]
+
+    def line(cells: Sequence[str]) -> str:
+        return " | ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()
+
+    out = [f"== {title}", line(HEAD), "-+-".join("-" * w for w in widths)]
     out.extend(line(b) for b in body)
-    notes = [f"  * {r.name.strip()}: {r.note}" for r in rows if r.note and r.ours is not None]
-    out.extend(notes)
+    seen: set[str] = set()
+    for r in rows:
+        if r.note and r.ours is not None and r.note not in seen:
+            seen.add(r.note)
+            out.append(f"  * {r.name.strip()}: {r.note}")
     return "\n".join(out)
 
 
-# -- command line --------------------------------------------------------------
+# -- command line and running ------------------------------------------------------
 
 
 @dataclass
@@ -176,35 +386,75 @@ class Options:
     quick: bool
     reps: int
     json: bool
+    runtimes: Optional[list[str]] = None
+    hot: bool = False
+    args: Any = None
     extra: dict = field(default_factory=dict)
 
 
-def options(description: str, default_reps: int, quick_reps: int = 3) -> Options:
+def options(
+    description: str,
+    default_reps: int,
+    quick_reps: int = 3,
+    add_arguments: Optional[Callable[[argparse.ArgumentParser], None]] = None,
+) -> Options:
     p = argparse.ArgumentParser(description=description)
-    p.add_argument("--quick", action="store_true", help="fast smoke run: smaller N, fewer repetitions")
+    p.add_argument("--quick", action="store_true", help="smoke run: smaller N, fewer repetitions (< 1 min in all)")
     p.add_argument(
         "--reps", type=int, default=None, help=f"repetitions (default {default_reps}, {quick_reps} with --quick)"
     )
     p.add_argument("--json", action="store_true", help=f"also print the rows as one JSON line prefixed {MARK}")
+    p.add_argument(
+        "--runtime",
+        default="",
+        help="comma-separated runtimes for run_code rows (default: every one available, see runtimes())",
+    )
+    p.add_argument(
+        "--hot",
+        action="store_true",
+        help="keep every core busy with nice-19 spinners, so thread hand-offs run in the fast regime",
+    )
+    if add_arguments:
+        add_arguments(p)
     a = p.parse_args()
     reps = a.reps if a.reps is not None else (quick_reps if a.quick else default_reps)
-    return Options(a.quick, max(1, reps), a.json)
+    chosen = [w.strip() for w in a.runtime.split(",") if w.strip()] or None
+    opts = Options(a.quick, max(2, reps), a.json, chosen, a.hot, a)
+    if a.hot:
+        start_spinners()
+    return opts
 
 
-def emit(title: str, rows: Sequence[Row], opts: Options) -> None:
+def run(title: str, sections: Sequence[tuple[str, Callable[[], list[Row]]]], opts: Options) -> int:
+    """Run each section, print one table, return the exit status (1 if a section broke).
+
+    A section that raises becomes an ERROR row (traceback on stderr) and the
+    others still run: one benchmark broken by an internal move does not hide
+    the rest, and it cannot pass silently.
+    """
+    rows: list[Row] = []
+    broken = False
+    for name, section in sections:
+        try:
+            rows.extend(section())
+        except Exception as exc:  # noqa: BLE001 - reported as a row and in the exit status
+            broken = True
+            print(f"--- section {name!r} broke:", file=sys.stderr)
+            traceback.print_exc()
+            rows.append(Row(name, None, status="ERROR", note=f"broke: {type(exc).__name__}: {exc}"[:300]))
     print(format_table(title, rows), flush=True)
     if opts.json:
         print(MARK + json.dumps({"title": title, "rows": [asdict(r) for r in rows]}), flush=True)
+    return 1 if broken else 0
 
 
 def rows_from_json(payload: dict) -> tuple[str, list[Row]]:
     rows = []
     for d in payload["rows"]:
-        ours = Stats(**d.pop("ours")) if d.get("ours") else None
-        base = Stats(**d.pop("base")) if d.get("base") else None
-        d.pop("ours", None)
-        d.pop("base", None)
-        rows.append(Row(ours=ours, base=base, **d))
+        for key in ("ours", "base", "ratio", "regime"):
+            if d.get(key):
+                d[key] = Stats(**d[key])
+        rows.append(Row(**d))
     return payload["title"], rows
 
 
@@ -213,4 +463,166 @@ def machine_line() -> str:
         load = "load %.2f %.2f %.2f" % os.getloadavg()
     except OSError:
         load = "load ?"
-    return f"python {sys.version.split()[0]}, {os.cpu_count()} cores, {load}"
+    hot = f", hot ({len(_spinners)} nice-19 spinners)" if _spinners else ""
+    return f"python {sys.version.split()[0]}, {os.cpu_count()} cores, {load}{hot}"
+
+
+# -- the fast regime on demand -----------------------------------------------------
+
+_spinners: list[subprocess.Popen] = []
+
+
+def start_spinners() -> None:
+    """One nice-19 busy loop per core: no vCPU idles, so wake-ups take the fast path.
+
+    They yield to any runnable thread of normal priority (their CFS weight is
+    1.5% of ours), so they cost a benchmark little CPU, but they keep a
+    hand-off from waiting for an idle vCPU to wake.
+    """
+    if _spinners:
+        return
+    for _ in range(os.cpu_count() or 1):
+        _spinners.append(
+            subprocess.Popen(
+                [sys.executable, "-c", "while True: pass"],
+                preexec_fn=lambda: os.nice(19),  # noqa: PLW1509 - POSIX only, like the benchmarks
+            )
+        )
+    atexit.register(stop_spinners)
+    time.sleep(0.2)
+
+
+def stop_spinners() -> None:
+    while _spinners:
+        p = _spinners.pop()
+        p.kill()
+        p.wait()
+
+
+def spinner_pids() -> set[int]:
+    return {p.pid for p in _spinners}
+
+
+# -- runtimes ------------------------------------------------------------------------
+
+# Names for the runtimes' row labels; a runtime not listed is labelled by its
+# class name without "Runtime" (ProcessRuntime -> "process").
+LABELS = {"QuickJSRuntime": "in-process"}
+
+
+@dataclass
+class RuntimeChoice:
+    """One runtime a run_code row runs on: ``runtime`` is passed as ``run_code(runtime=...)``."""
+
+    name: str
+    runtime: Any
+
+
+_made: dict[str, Any] = {}
+
+
+def _public_runtime_classes() -> dict[str, type]:
+    import nous_sched
+
+    found: dict[str, type] = {}
+    for attr in getattr(nous_sched, "__all__", ()):
+        obj = getattr(nous_sched, attr, None)
+        if (
+            isinstance(obj, type)
+            and attr.endswith("Runtime")
+            and attr != "CodeRuntime"
+            and callable(getattr(obj, "run", None))
+        ):
+            found[attr] = obj
+    if "QuickJSRuntime" not in found:
+        # Not exported (yet): the in-process runtime's own module.
+        from nous_sched.runtime.quickjs import QuickJSRuntime
+
+        found["QuickJSRuntime"] = QuickJSRuntime
+    return found
+
+
+def _label(cls_name: str) -> str:
+    return LABELS.get(cls_name) or cls_name[: -len("Runtime")].lower() or cls_name
+
+
+def available_runtimes() -> list[str]:
+    names = [_label(n) for n in _public_runtime_classes()]
+    return sorted(names, key=lambda n: (n != "in-process", n))
+
+
+def runtimes(opts: Options) -> list[RuntimeChoice]:
+    """The runtimes to run each run_code row on: ``--runtime`` or every available one.
+
+    Each is made once (no arguments) and closed at exit (``close()`` or
+    ``shutdown()``, if it has one), so a runtime with a warm pool is measured warm.
+    """
+    classes = {_label(n): cls for n, cls in _public_runtime_classes().items()}
+    names = opts.runtimes or available_runtimes()
+    unknown = [n for n in names if n not in classes]
+    if unknown:
+        raise SystemExit(f"unknown runtime(s) {unknown}; available: {', '.join(available_runtimes())}")
+    out = []
+    for name in names:
+        if name not in _made:
+            rt = _made[name] = classes[name]()
+            closer = getattr(rt, "close", None) or getattr(rt, "shutdown", None)
+            if callable(closer):
+                atexit.register(closer)
+        out.append(RuntimeChoice(name, _made[name]))
+    return out
+
+
+def per_runtime(
+    opts: Options, name: str, section: Callable[[RuntimeChoice], list[Row]]
+) -> list[tuple[str, Callable[[], list[Row]]]]:
+    """One section per runtime, named ``"<name> [<runtime>]"``."""
+    return [(f"{name} [{rc.name}]", (lambda rc=rc: section(rc))) for rc in runtimes(opts)]
+
+
+# -- memory and threads ------------------------------------------------------------
+
+
+def rss_mib(pid: Union[int, str] = "self") -> float:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def pss_mib(pid: Union[int, str]) -> float:
+    """Proportional set size from smaps_rollup: walks the page tables, so it is exact."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def child_pids() -> set[int]:
+    """Direct children of this process (workers of a process runtime), spinners excluded."""
+    pids: set[int] = set()
+    try:
+        for task in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{task}/children") as f:
+                pids.update(int(p) for p in f.read().split())
+    except OSError:
+        pass
+    return pids - spinner_pids()
+
+
+def os_threads() -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
+def trim_heap() -> None:
+    """Give freed heap back to the OS, so an RSS delta counts what a phase allocates."""
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass

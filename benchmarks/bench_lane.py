@@ -1,16 +1,19 @@
-"""1. Lane overhead: what one sub-call costs through the Scheduler.
+"""1. The lane: what one call costs through a Scheduler, against a raw executor round trip.
 
-N no-op, concurrency-safe sub-calls are submitted and awaited one by one
-(``scheduler.call``) against ``executor.submit(f).result()`` on the *same*
-executor. Target: ratio at most 2.0. Then the same total work from 8
-submitting threads sharing one scheduler, against 8 threads sharing the
-executor: throughput, reported.
+N no-op, concurrency-safe calls submitted and awaited one by one
+(``Scheduler.call``) against ``executor.submit(f).result()`` on the *same*
+``ThreadPoolExecutor(10)``, in microseconds per call. Target: ratio at most
+2.0. Beside it, a driver thread that only relays (no bookkeeping: what keeping
+a driver thread in the path costs by itself), and the same total from 8
+submitting threads sharing one scheduler against 8 threads sharing the
+executor (throughput, reported).
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import queue
+import sys
 import threading
 import time
 
@@ -19,6 +22,7 @@ import _common as c
 from nous_sched import Scheduler, Tool
 
 TARGET = 2.0
+THREADS = 8
 
 
 def noop(args: dict) -> None:
@@ -28,33 +32,28 @@ def noop(args: dict) -> None:
 TOOL = Tool("noop", noop, concurrency_safe=lambda args: True)
 
 
-def one_by_one(n: int, executor: concurrent.futures.Executor, sched: Scheduler) -> tuple[float, float]:
-    def ours() -> float:
+def lane_loop(n: int, executor: concurrent.futures.Executor) -> float:
+    # One scheduler per sample, made outside the timed loop.
+    with Scheduler(executor=executor, max_parallel=10, timeout=60) as sched:
         call = sched.call
         t0 = time.perf_counter()
         for _ in range(n):
             out = call(TOOL, {})
         dt = time.perf_counter() - t0
-        assert out.ok, out
-        return dt
-
-    def base() -> float:
-        submit = executor.submit
-        t0 = time.perf_counter()
-        for _ in range(n):
-            submit(noop, {}).result()
-        return time.perf_counter() - t0
-
-    return ours, base
+    assert out.ok, out
+    return dt
 
 
-def relay_floor(n: int, executor: concurrent.futures.Executor) -> float:
-    """The same calls through a driver thread that does nothing but relay.
+def raw_loop(n: int, executor: concurrent.futures.Executor) -> float:
+    submit = executor.submit
+    t0 = time.perf_counter()
+    for _ in range(n):
+        submit(noop, {}).result()
+    return time.perf_counter() - t0
 
-    Caller -> SimpleQueue -> driver -> executor -> driver -> caller, with no
-    bookkeeping at all: the floor of any design that keeps a driver thread in
-    the path, against which the scheduler's own work can be read.
-    """
+
+def relay_loop(n: int, executor: concurrent.futures.Executor) -> float:
+    """Caller -> SimpleQueue -> driver -> executor -> driver -> caller, nothing else."""
     q: queue.SimpleQueue = queue.SimpleQueue()
     put = q.put
 
@@ -74,7 +73,7 @@ def relay_floor(n: int, executor: concurrent.futures.Executor) -> float:
     try:
         t0 = time.perf_counter()
         for _ in range(n):
-            reply = concurrent.futures.Future()
+            reply: concurrent.futures.Future = concurrent.futures.Future()
             put((0, reply))
             reply.result()
         return time.perf_counter() - t0
@@ -83,113 +82,98 @@ def relay_floor(n: int, executor: concurrent.futures.Executor) -> float:
         driver.join()
 
 
-def threaded(n: int, threads: int, executor: concurrent.futures.Executor, sched: Scheduler):
-    per = n // threads
+def from_threads(n: int, work) -> float:
+    per = n // THREADS
+    start = threading.Barrier(THREADS + 1)
 
-    def fan(work) -> float:
-        start = threading.Barrier(threads + 1)
-
-        def body():
-            start.wait()
-            work(per)
-
-        ts = [threading.Thread(target=body) for _ in range(threads)]
-        for t in ts:
-            t.start()
+    def body() -> None:
         start.wait()
-        t0 = time.perf_counter()
-        for t in ts:
-            t.join()
-        return time.perf_counter() - t0
+        work(per)
 
-    def ours_work(k: int) -> None:
-        call = sched.call
-        for _ in range(k):
-            call(TOOL, {})
-
-    def base_work(k: int) -> None:
-        submit = executor.submit
-        for _ in range(k):
-            submit(noop, {}).result()
-
-    return (lambda: fan(ours_work)), (lambda: fan(base_work)), per * threads
+    ts = [threading.Thread(target=body, name=f"bench-caller-{i}") for i in range(THREADS)]
+    for t in ts:
+        t.start()
+    start.wait()
+    t0 = time.perf_counter()
+    for t in ts:
+        t.join()
+    return time.perf_counter() - t0
 
 
-def main() -> None:
-    opts = c.options(__doc__.splitlines()[0], default_reps=5)
+def main() -> int:
+    opts = c.options(__doc__.splitlines()[0], default_reps=6, quick_reps=2)
     n = 2_000 if opts.quick else 20_000
-    rows = []
-    with concurrent.futures.ThreadPoolExecutor(10, thread_name_prefix="bench-lane") as executor:
-        # Warm both paths (thread creation, imports, caches) outside the timing.
-        with Scheduler(executor=executor, max_parallel=10, timeout=60) as sched:
-            for _ in range(200):
-                sched.call(TOOL, {})
-                executor.submit(noop, {}).result()
+    executor = concurrent.futures.ThreadPoolExecutor(10, thread_name_prefix="bench-lane")
 
-        # One scheduler per repetition, created outside the timed loop.
-        def ours_sample() -> float:
-            with Scheduler(executor=executor, max_parallel=10, timeout=60) as sched:
-                return one_by_one(n, executor, sched)[0]()
-
-        def base_sample() -> float:
-            return one_by_one(n, executor, None)[1]()
-
-        ours, base, floor = c.interleave(opts.reps, ours_sample, base_sample, lambda: relay_floor(n, executor))
-        us = 1e6 / n
-        o, b = c.Stats.of([x * us for x in ours]), c.Stats.of([x * us for x in base])
-        ratio = o.median / b.median
-        f = c.Stats.of([x * us for x in floor])
-        rows.append(
-            c.Row(
-                f"lane: {n:,} sequential no-op calls",
-                o,
-                b,
-                unit="us/call",
-                target=f"ratio <= {TARGET}",
-                status=c.check(ratio <= TARGET),
-                base_name="executor.submit().result()",
-            )
+    def sequential() -> list[c.Row]:
+        lane_loop(200, executor), raw_loop(200, executor)  # warm both paths
+        s = c.interleave(
+            opts.reps, lambda: lane_loop(n, executor), lambda: raw_loop(n, executor), lambda: relay_loop(n, executor)
         )
-        rows.append(
-            c.Row(
-                "  floor: a driver thread that only relays",
-                f,
-                b,
+        lane, raw, relay = s
+        us = 1e6 / n
+        return [
+            c.ours_vs(
+                f"lane: {n:,} sequential no-op calls",
+                lane,
+                raw,
+                s,
+                scale=us,
                 unit="us/call",
-                target="report",
-                status="INFO",
+                base_name="executor.submit().result()",
+                target=c.ratio_at_most(TARGET),
+            ),
+            c.ours_vs(
+                "  floor: a driver thread that only relays",
+                relay,
+                raw,
+                s,
+                scale=us,
+                unit="us/call",
                 base_name="executor",
                 note="caller -> queue -> driver -> executor -> driver -> caller, no bookkeeping: "
-                "what keeping a driver thread in the path costs by itself",
-            )
-        )
+                "what keeping one driver thread in the path costs by itself",
+            ),
+        ]
 
-        threads = 8
-
-        def ours_threaded() -> float:
+    def threaded() -> list[c.Row]:
+        def lane_sample() -> float:
             with Scheduler(executor=executor, max_parallel=10, timeout=60) as sched:
-                return threaded(n, threads, executor, sched)[0]()
 
-        def base_threaded() -> float:
-            return threaded(n, threads, executor, None)[1]()
+                def work(k: int) -> None:
+                    call = sched.call
+                    for _ in range(k):
+                        call(TOOL, {})
 
-        ours_t, base_t = c.interleave(opts.reps, ours_threaded, base_threaded)
-        total = (n // threads) * threads
-        o_thr = c.Stats.of([total / x / 1000 for x in ours_t])
-        b_thr = c.Stats.of([total / x / 1000 for x in base_t])
-        rows.append(
-            c.Row(
-                f"lane: {total:,} calls from {threads} threads",
-                o_thr,
-                b_thr,
+                return from_threads(n, work)
+
+        def raw_sample() -> float:
+            return from_threads(n, lambda k: raw_loop(k, executor))
+
+        s = c.interleave(opts.reps, lane_sample, raw_sample)
+        total = (n // THREADS) * THREADS
+        lane, raw = ([total / x / 1000 for x in xs] for xs in s)
+        return [
+            c.ours_vs(
+                f"lane: {total:,} calls from {THREADS} threads",
+                lane,
+                raw,
+                s,
                 unit="k calls/s",
-                target="report (ratio = throughput ratio)",
-                status="INFO",
                 base_name="executor",
+                target="report (throughput: higher is better)",
             )
+        ]
+
+    try:
+        return c.run(
+            "1. the lane (one Scheduler, shared ThreadPoolExecutor(10))",
+            [("lane: sequential", sequential), ("lane: threads", threaded)],
+            opts,
         )
-    c.emit("1. lane overhead (one scheduler, shared ThreadPoolExecutor(10))", rows, opts)
+    finally:
+        executor.shutdown()
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

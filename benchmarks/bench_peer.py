@@ -1,29 +1,37 @@
-"""6. A peer, side by side: nous_sched against langchain-quickjs (the deepagents JS REPL).
+"""9. A peer, side by side: nous_sched against langchain-quickjs (the deepagents JS REPL).
 
-The same fan-out program - 50 calls of a tool that blocks 5 ms, results summed
-- run by ``run_code`` (``max_parallel`` 10, a fresh sandbox and scheduler per
-run, all included in the time) and by langchain-quickjs's
-``CodeInterpreterMiddleware(ptc=[tool])``, driven the way an agent drives it:
-``before_agent`` gives the conversation its REPL slot, the model-call hook
-installs the PTC bridges as ``tools.<camelCase>``, and each run is one call of
-the middleware's own ``eval`` tool (sync ``func`` and async ``coroutine``).
-Its slot (worker thread, runtime, context) is made once and reused: only the
-eval is timed, which favours the peer.
+Two programs, run by ``run_code`` (defaults: a fresh sandbox, scheduler and
+private executor per run, ``max_parallel`` 10, all in the clock) and by
+langchain-quickjs's ``CodeInterpreterMiddleware``:
 
-Two tool shapes: the same blocking ``time.sleep(0.005)`` function on both
-sides (LangChain runs a sync tool with ``run_in_executor`` on the default
-executor), and, for the peer only, a native ``async`` tool
-(``asyncio.sleep``), its best case. Ratio = nous_sched / peer (below 1: we
-are faster). One more nous_sched row passes a shared executor, the closest
-match to the peer's warm slot; the last row times the peer's tool layer
-(``BaseTool.arun`` of a no-op) alone. Optional extra: ``pip install -e .[peer]``; without it the rows
-say ``unavailable: <reason>``.
+- sequential: N ``await tools.noop({ i })`` in a loop;
+- fan-out: ``Promise.all`` over 50 calls of a tool that blocks 5 ms.
+
+Equal threads: on both sides the tool is the same blocking Python function
+run on 10 threads (ours: the run's executor, ``max_parallel`` 10; the peer's:
+its LangChain tool awaits ``loop.run_in_executor`` on a ``ThreadPoolExecutor(10)``;
+left to LangChain, a sync tool would get the loop's default executor, 6
+threads on 2 cores). Target: ratio below 1 (nous_sched ahead) on both.
+Beside them, the peer's own best case, native ``async`` tools on its event
+loop (no threads at all), and nous_sched with one shared executor.
+
+The peer is driven the way an agent drives it: ``before_agent`` gives the
+conversation its REPL slot (a worker thread with its own event loop, a
+``quickjs_rs`` runtime and context), the model-call hook installs the
+programmatic tool bridges as ``tools.<name>``, and each timed run is one
+call of the middleware's ``eval`` tool, awaited (``ainvoke``, as its README
+asks for async tools) with a real ``langgraph`` ``ToolRuntime``. The slot is
+made once and reused (only the eval is timed), which favours the peer. Its
+call budget (``max_ptc_calls``, 256 by default) is lifted for the
+sequential program. Optional extra: ``pip install -e '.[peer]'``; without it
+the rows say ``skipped: <reason>``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import sys
 import time
 import warnings
 
@@ -31,22 +39,20 @@ import _common as c
 
 from nous_sched import Tool, run_code
 
-CALLS = 50
+FAN = 50
 SLEEP = 0.005
+THREADS = 10
+FAN_EXPECTED = FAN * (FAN - 1) // 2
 
-OURS_JS = f"""
-const parts = await Promise.all(Array.from({{ length: {CALLS} }}, (_, i) => tools.sleepy({{ i }})));
-return parts.reduce((a, b) => a + b, 0);
-"""
-# langchain-quickjs evaluates a script and returns its completion value, awaiting
-# a final promise: the same program as an async IIFE.
-PEER_JS = f"""
-(async () => {{
-  const parts = await Promise.all(Array.from({{ length: {CALLS} }}, (_, i) => tools.sleepy({{ i }})));
-  return parts.reduce((a, b) => a + b, 0);
-}})()
-"""
-EXPECTED = CALLS * (CALLS - 1) // 2
+SEQUENTIAL = "let s = 0;\nfor (let i = 0; i < {n}; i++) {{ await tools.noop({{ i }}); s += 1; }}\nreturn s;"
+FANOUT = (
+    f"const parts = await Promise.all(Array.from({{ length: {FAN} }}, (_, i) => tools.sleepy({{ i }})));\n"
+    "return parts.reduce((a, b) => a + b, 0);"
+)
+
+
+def noop_fn(args: dict) -> int:
+    return args["i"]
 
 
 def sleepy_fn(args: dict) -> int:
@@ -54,90 +60,100 @@ def sleepy_fn(args: dict) -> int:
     return args["i"]
 
 
-OURS_TOOL = Tool("sleepy", sleepy_fn, concurrency_safe=lambda args: True)
+OURS_TOOLS = [
+    Tool("noop", noop_fn, concurrency_safe=lambda args: True),
+    Tool("sleepy", sleepy_fn, concurrency_safe=lambda args: True),
+]
 
 
-def ours(executor=None) -> float:
+def ours(program: str, expected: int, runtime, executor=None) -> float:
     t0 = time.perf_counter()
-    r = run_code(OURS_JS, [OURS_TOOL], max_parallel=10, timeout=60, executor=executor)
+    r = run_code(program, OURS_TOOLS, runtime=runtime, max_parallel=THREADS, timeout=120, executor=executor)
     dt = time.perf_counter() - t0
-    assert r.ok and r.result == EXPECTED, r.error
+    assert r.ok and r.result == expected, r.error
     return dt
 
 
 class Peer:
     """One langchain-quickjs middleware with one conversation slot, driven through its hooks."""
 
-    def __init__(self, asynchronous_tool: bool) -> None:
+    def __init__(self, native_async: bool, pool: concurrent.futures.Executor) -> None:
         from langchain_core.tools import StructuredTool
         from langchain_quickjs import CodeInterpreterMiddleware
         from langgraph.prebuilt import ToolRuntime
 
-        def sleepy(i: int) -> int:
-            """Block 5 ms, return i."""
-            time.sleep(SLEEP)
-            return i
+        if native_async:
 
-        async def asleepy(i: int) -> int:
-            """Wait 5 ms, return i."""
-            await asyncio.sleep(SLEEP)
-            return i
+            async def noop(i: int) -> int:
+                """Return i."""
+                return i
 
-        if asynchronous_tool:
-            tool = StructuredTool.from_function(coroutine=asleepy, name="sleepy", description="Wait 5 ms, return i.")
+            async def sleepy(i: int) -> int:
+                """Wait 5 ms, return i."""
+                await asyncio.sleep(SLEEP)
+                return i
+
         else:
-            tool = StructuredTool.from_function(sleepy)
+
+            async def noop(i: int) -> int:
+                """Return i (on the 10-thread pool)."""
+                return await asyncio.get_running_loop().run_in_executor(pool, noop_fn, {"i": i})
+
+            async def sleepy(i: int) -> int:
+                """Block 5 ms, return i (on the 10-thread pool)."""
+                return await asyncio.get_running_loop().run_in_executor(pool, sleepy_fn, {"i": i})
+
+        tools = [
+            StructuredTool.from_function(coroutine=noop, name="noop", description="Return i."),
+            StructuredTool.from_function(coroutine=sleepy, name="sleepy", description="Block 5 ms, return i."),
+        ]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "beta" warning
-            self.mw = CodeInterpreterMiddleware(ptc=[tool], mode="thread", timeout=60)
-        self.loop = None
+            self.mw = CodeInterpreterMiddleware(ptc=tools, mode="thread", timeout=120, max_ptc_calls=None)
+        self.loop = asyncio.new_event_loop()
         try:
-            self._setup(tool, ToolRuntime)
+            self.state = dict(self.mw.before_agent({}, None) or {})
+            seen: dict = {}
+            state = self.state
+
+            class _Request:
+                """The part of a langchain ModelRequest that wrap_model_call reads."""
+
+                system_message = None
+
+                def __init__(self) -> None:
+                    self.tools = tools
+                    self.state = state
+
+                def override(self, **changes):
+                    seen.update(changes)
+                    return self
+
+            # The model-call hook installs the bridges (tools.noop, tools.sleepy) in the slot.
+            self.mw.wrap_model_call(_Request(), lambda request: None)
+            assert "tools.sleepy" in str(seen.get("system_message")), "the peer's tool prompt was not rendered"
+            self.eval_tool = self.mw.tools[0]
+            self.runtime = ToolRuntime(
+                state=self.state,
+                context=None,
+                config={},
+                stream_writer=lambda _: None,
+                tool_call_id="bench",
+                store=None,
+            )
         except BaseException:
             self.close()
             raise
 
-    def _setup(self, tool, ToolRuntime) -> None:
-        self.state = dict(self.mw.before_agent({}, None) or {})
-        seen = {}
+    def run(self, program: str, expected: int) -> float:
+        code = "(async () => {\n" + program + "\n})()"
 
-        class _Request:
-            """The part of a langchain ModelRequest that wrap_model_call reads."""
-
-            tools = [tool]
-            state = self.state
-            system_message = None
-
-            def override(self, **changes):
-                seen.update(changes)
-                return self
-
-        # The model-call hook installs the PTC bridges (tools.sleepy) in the slot.
-        self.mw.wrap_model_call(_Request(), lambda request: None)
-        assert "tools.sleepy" in str(seen.get("system_message")), "PTC prompt not rendered"
-        self.eval_tool = self.mw.tools[0]
-        self.runtime = ToolRuntime(
-            state=self.state, context=None, config={}, stream_writer=lambda _: None, tool_call_id="bench", store=None
-        )
-        self.loop = asyncio.new_event_loop()
-
-    def _check(self, message) -> None:
-        content = getattr(message, "content", message)
-        assert f"<result>{EXPECTED}</result>" in content, content
-
-    def sync(self) -> float:
-        t0 = time.perf_counter()
-        msg = self.eval_tool.func(runtime=self.runtime, code=PEER_JS)
-        dt = time.perf_counter() - t0
-        self._check(msg)
-        return dt
-
-    def run_async(self) -> float:
-        async def once():
+        async def once() -> float:
             t0 = time.perf_counter()
-            msg = await self.eval_tool.coroutine(runtime=self.runtime, code=PEER_JS)
+            msg = await self.eval_tool.coroutine(runtime=self.runtime, code=code)
             dt = time.perf_counter() - t0
-            self._check(msg)
+            content = getattr(msg, "content", msg)
+            assert f"<result>{expected}</result>" in content, content
             return dt
 
         return self.loop.run_until_complete(once())
@@ -146,8 +162,7 @@ class Peer:
         # Close the slot explicitly: left to __del__ at interpreter exit, the
         # middleware's close waits on a worker thread that is already gone.
         self.mw._registry.close()
-        if self.loop is not None:
-            self.loop.close()
+        self.loop.close()
 
 
 def tool_layer_us(n: int = 200) -> float:
@@ -176,92 +191,136 @@ def tool_layer_us(n: int = 200) -> float:
         loop.close()
 
 
-def unavailable_rows(reason: str) -> list[c.Row]:
-    return [
-        c.Row(
-            "peer: langchain-quickjs fan-out 50 x 5 ms",
-            None,
-            None,
-            target="report",
-            status="UNAVAILABLE",
-            note=f"unavailable: {reason}",
-        )
-    ]
-
-
-def main() -> None:
-    opts = c.options(__doc__.splitlines()[0], default_reps=15, quick_reps=3)
-    ideal = c.Stats.fixed(CALLS / 10 * SLEEP * 1000)
+def main() -> int:
+    opts = c.options(__doc__.splitlines()[0], default_reps=5, quick_reps=2)
+    # The peer takes milliseconds per sequential call: a few hundred calls measure it.
+    n = 20 if opts.quick else 500
+    sequential = SEQUENTIAL.format(n=n)
     ms = 1000.0
-    peers = []
+    peers: list[Peer] = []
+    pool = concurrent.futures.ThreadPoolExecutor(THREADS, thread_name_prefix="bench-peer-pool")
+    shared = concurrent.futures.ThreadPoolExecutor(THREADS, thread_name_prefix="bench-shared")
     try:
-        try:
-            import langchain_quickjs  # noqa: F401
-        except ImportError as exc:
-            raise RuntimeError(f"langchain-quickjs is not installed ({exc}); pip install -e '.[peer]'") from None
-        sync_peer = Peer(asynchronous_tool=False)
-        peers.append(sync_peer)
-        async_peer = Peer(asynchronous_tool=True)
-        peers.append(async_peer)
-        for _ in range(3):  # warm-up, and a check that each side computes the sum
-            ours(), sync_peer.sync(), sync_peer.run_async(), async_peer.run_async()
-    except Exception as exc:  # noqa: BLE001 - report why, never fail the run
+        from importlib.metadata import version
+
+        import langchain_quickjs  # noqa: F401
+
+        peer_version = version("langchain-quickjs")
+        threaded = Peer(native_async=False, pool=pool)
+        peers.append(threaded)
+        # The peer's best case is a second slot (seconds to build): not in a smoke run.
+        native = None if opts.quick else Peer(native_async=True, pool=pool)
+        if native is not None:
+            peers.append(native)
+    except Exception as exc:  # noqa: BLE001 - a peer that cannot run is a SKIP row, not a failure
         for p in peers:
             p.close()
-        o = c.Stats.of([ours() * ms for _ in range(opts.reps)])
-        rows = [c.Row("nous_sched fan-out 50 x 5 ms", o, ideal, unit="ms", base_name="ideal")]
-        rows += unavailable_rows(f"{type(exc).__name__}: {exc}")
-        c.emit("6. peer: langchain-quickjs", rows, opts)
-        return
+        reason = f"{type(exc).__name__}: {exc}".splitlines()[0]
+        if isinstance(exc, ImportError):
+            reason += "; pip install -e '.[peer]'"
+        return c.run("9. peer: langchain-quickjs", [("peer", lambda: [c.skip_row("langchain-quickjs", reason)])], opts)
 
-    # The peer keeps its slot (thread, runtime, context) between evals; the
-    # closest nous_sched set-up keeps its tool threads: a shared executor.
-    shared = concurrent.futures.ThreadPoolExecutor(10, thread_name_prefix="shared-tools")
+    def section(rc: c.RuntimeChoice) -> list[c.Row]:
+        rt = rc.runtime
+        sides = [threaded] + ([native] if native else [])
+        for _ in range(1 if opts.quick else 2):  # warm-up, and a check that each side computes the same result
+            ours(sequential, n, rt), ours(FANOUT, FAN_EXPECTED, rt)
+            for peer in sides:
+                peer.run(sequential, n), peer.run(FANOUT, FAN_EXPECTED)
+        s = c.interleave(
+            opts.reps,
+            lambda: ours(sequential, n, rt),
+            *[(lambda peer=peer: peer.run(sequential, n)) for peer in sides],
+        )
+        f = c.interleave(
+            opts.reps,
+            lambda: ours(FANOUT, FAN_EXPECTED, rt),
+            lambda: ours(FANOUT, FAN_EXPECTED, rt, shared),
+            *[(lambda peer=peer: peer.run(FANOUT, FAN_EXPECTED)) for peer in sides],
+        )
+        us = 1e6 / n
+        peer = "langchain-quickjs"
+        rows = [
+            c.ours_vs(
+                f"vs langchain-quickjs: {n:,} sequential calls [{rc.name}]",
+                s[0],
+                s[1],
+                s,
+                scale=us,
+                unit="us/call",
+                base_name=peer,
+                target=c.ratio_below(1.0, "(ahead)"),
+                note="the same blocking no-op on 10 threads on both sides",
+            ),
+            c.ours_vs(
+                f"vs langchain-quickjs: fan-out {FAN} x 5 ms [{rc.name}]",
+                f[0],
+                f[2],
+                f,
+                scale=ms,
+                unit="ms",
+                base_name=peer,
+                target=c.ratio_below(1.0, "(ahead)"),
+                note=f"the same blocking 5 ms tool on {THREADS} threads on both sides (ideal {FAN / THREADS * SLEEP * ms:g} ms)",
+            ),
+            c.ours_vs(
+                "  ours with one shared executor",
+                f[1],
+                f[2],
+                f,
+                scale=ms,
+                unit="ms",
+                base_name=peer,
+                note="run_code(..., executor=<one ThreadPoolExecutor(10)>): warm threads, like the peer's warm slot",
+            ),
+        ]
+        if native is not None:
+            rows += [
+                c.ours_vs(
+                    "  peer's best case: an async no-op, no threads",
+                    s[0],
+                    s[2],
+                    s,
+                    scale=us,
+                    unit="us/call",
+                    base_name=peer,
+                ),
+                c.ours_vs(
+                    "  peer's best case: asyncio.sleep, no threads",
+                    f[0],
+                    f[3],
+                    f,
+                    scale=ms,
+                    unit="ms",
+                    base_name=peer,
+                    note=f"all {FAN} waits at once on the peer's loop: ideal {SLEEP * ms:g} ms, against our 10 threads",
+                ),
+            ]
+        return rows
+
+    def tool_layer() -> list[c.Row]:
+        return [
+            c.Row(
+                "peer's tool layer alone: BaseTool.arun",
+                c.Stats.of([tool_layer_us() for _ in range(3)]),
+                None,
+                unit="us/call",
+                note="a no-op async tool awaited 200 times on one loop: what each of the peer's calls pays first",
+            )
+        ]
+
     try:
-        ours(shared)
-        o, osh, ps, pa, pn = c.interleave(
-            opts.reps, ours, lambda: ours(shared), sync_peer.sync, sync_peer.run_async, async_peer.run_async
+        return c.run(
+            f"9. peer: langchain-quickjs {peer_version} (ratio = nous_sched / peer)",
+            c.per_runtime(opts, "peer", section) + [("peer's tool layer", tool_layer)],
+            opts,
         )
     finally:
-        shared.shutdown()
         for p in peers:
             p.close()
-    o, osh, ps, pa, pn = (c.Stats.of([x * ms for x in s]) for s in (o, osh, ps, pa, pn))
-    from importlib.metadata import version
-
-    import langchain_quickjs as lq
-
-    arun_us = c.Stats.of([tool_layer_us() for _ in range(5)])
-    rows = [
-        c.Row("nous_sched run_code fan-out 50 x 5 ms", o, ideal, unit="ms", base_name="ideal (p=10)"),
-        c.Row(
-            "vs peer eval (sync), same blocking tool", o, ps, unit="ms", base_name="langchain-quickjs", target="report"
-        ),
-        c.Row(
-            "vs peer eval (async), same blocking tool", o, pa, unit="ms", base_name="langchain-quickjs", target="report"
-        ),
-        c.Row("vs peer eval (async), async tool", o, pn, unit="ms", base_name="langchain-quickjs", target="report"),
-        c.Row(
-            "nous_sched, shared executor, vs peer (sync)",
-            osh,
-            ps,
-            unit="ms",
-            base_name="langchain-quickjs",
-            target="report",
-            note="run_code(..., executor=<one ThreadPoolExecutor(10) for every run>): no tool threads started per run",
-        ),
-        c.Row(
-            "  peer's tool layer alone: BaseTool.arun",
-            arun_us,
-            None,
-            unit="us/call",
-            target="report",
-            note="a no-op async tool awaited 200 times on one loop: what each PTC call pays before QuickJS",
-        ),
-    ]
-    c.emit(f"6. peer: langchain-quickjs {version('langchain-quickjs')} (ratio = nous_sched / peer)", rows, opts)
-    del lq
+        pool.shutdown()
+        shared.shutdown()
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,115 +1,140 @@
-"""4. Run start-up: creating and tearing down a run for an empty program.
+"""4. Start-up: a whole run of a program that makes one tool call.
 
-``run_code("")`` end to end (QuickJS context with limits and the prelude, a
-Scheduler and its driver thread, stop, the RunResult) against a bare
-``quickjs.Context()`` created and dropped. Target: median under 2 ms. The
-breakdown rows time the pieces on their own.
+``run_code("return await tools.noop({});", [noop])`` end to end (sandbox with
+its limits and prelude, a Scheduler and its driver thread, the run's private
+executor and its one thread, the call, stop, the RunResult), against the
+floor doing the same (``_floor.py``: a fresh context, its prelude, one call on
+a fresh ``ThreadPoolExecutor(10)``). Each sample is the median of a batch of
+runs. Target: median under 2 ms. Beside it: the same with one shared
+executor on both sides (no thread started per run), an empty run against a
+bare ``quickjs.Context()``, and a Scheduler made and stopped on its own.
 """
 
 from __future__ import annotations
 
-import json
-import time
+import concurrent.futures
+import sys
 
 import _common as c
+import _floor
 import quickjs
 
-from nous_sched import Limits, Scheduler, run_code
-from nous_sched.runtime.quickjs import _PRELUDE
+from nous_sched import Scheduler, Tool, run_code
 
 TARGET_MS = 2.0
+ONE_CALL = "return await tools.noop({});"
 
 
-def batch(fn, k: int) -> list[float]:
-    out = []
-    for _ in range(k):
-        t0 = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t0)
-    return out
+def noop(args: dict) -> int:
+    return 1
 
 
-def empty_run() -> None:
-    r = run_code("")
-    assert r.ok, r.error
+TOOL = Tool("noop", noop, concurrency_safe=lambda args: True)
+FLOOR_TOOLS = {"noop": noop}
 
 
-def bare_context() -> None:
-    ctx = quickjs.Context()
-    del ctx
-
-
-def context_with_prelude() -> None:
-    limits = Limits()
-    ctx = quickjs.Context()
-    ctx.set_memory_limit(limits.memory_bytes)
-    ctx.set_max_stack_size(limits.stack_bytes)
-    ctx.set_time_limit(30)
-    bridge = ctx.eval(
-        _PRELUDE.replace("__NAMES__", json.dumps([]))
-        .replace("__MAX_LOG_UNITS__", str(limits.max_log_bytes))
-        .replace("__MAX_OUTPUT_UNITS__", str(limits.max_output_bytes))
-    )
-    del bridge
-    del ctx
-
-
-def scheduler_only() -> None:
-    s = Scheduler(timeout=30)
-    s.stop()
-
-
-def pool_of_ten() -> None:
-    # What a run that fans out to max_parallel calls adds: its private pool
-    # starts one thread per concurrent call (each start waits for the thread
-    # to boot) and stop() joins them.
-    import concurrent.futures
-    import threading
-
-    gate = threading.Barrier(10)
-    with concurrent.futures.ThreadPoolExecutor(10) as pool:
-        for _ in range(10):
-            pool.submit(gate.wait)
-
-
-def main() -> None:
-    opts = c.options(__doc__.splitlines()[0], default_reps=9, quick_reps=3)
-    per = 50 if opts.quick else 200
-    for fn in (empty_run, bare_context, context_with_prelude, scheduler_only, pool_of_ten):
-        batch(fn, 20)  # warm-up
-
-    # Each repetition is a batch of `per` runs; its sample is the batch median.
-    import statistics
-
-    fns = (empty_run, bare_context, context_with_prelude, scheduler_only)
-    samples = c.interleave(opts.reps, *[(lambda f=f: statistics.median(batch(f, per))) for f in fns])
-    pools = c.interleave(opts.reps, lambda: statistics.median(batch(pool_of_ten, max(10, per // 10))))[0]
+def main() -> int:
+    opts = c.options(__doc__.splitlines()[0], default_reps=7, quick_reps=2)
+    per = 30 if opts.quick else 150
     ms = 1000.0
-    run, bare, prelude, sched = (c.Stats.of([x * ms for x in s]) for s in samples)
-    rows = [
-        c.Row(
-            "run start-up: run_code('') end to end",
-            run,
-            bare,
-            unit="ms",
-            target=f"median < {TARGET_MS} ms",
-            status=c.check(run.median < TARGET_MS),
-            base_name="bare quickjs.Context()",
-        ),
-        c.Row("  piece: Context + limits + prelude eval", prelude, bare, unit="ms", base_name="bare Context"),
-        c.Row("  piece: Scheduler() + stop() (driver thread)", sched, bare, unit="ms", base_name="bare Context"),
-        c.Row(
-            "  not in an empty run: 10 pool threads",
-            c.Stats.of([x * ms for x in pools]),
-            run,
-            unit="ms",
-            base_name="empty run",
-            note="a run's private executor starts a thread per concurrent call (max_parallel 10) and joins them at stop; "
-            "an empty run never creates it; pass executor= to share one",
-        ),
-    ]
-    c.emit(f"4. run start-up (median of {per} per repetition)", rows, opts)
+    shared = concurrent.futures.ThreadPoolExecutor(10, thread_name_prefix="bench-shared")
+
+    def batch(fn) -> float:
+        return c.median_of(fn, per)
+
+    def section(rc: c.RuntimeChoice) -> list[c.Row]:
+        rt = rc.runtime
+
+        def one_call(executor=None) -> None:
+            r = run_code(ONE_CALL, [TOOL], runtime=rt, executor=executor)
+            assert r.ok and r.result == 1, r.error
+
+        def floor_one_call(executor=None) -> None:
+            assert _floor.run(ONE_CALL, FLOOR_TOOLS, executor) == 1
+
+        def empty() -> None:
+            r = run_code("", runtime=rt)
+            assert r.ok, r.error
+
+        def bare_context() -> None:
+            ctx = quickjs.Context()
+            del ctx
+
+        fns = (
+            one_call,
+            floor_one_call,
+            lambda: one_call(shared),
+            lambda: floor_one_call(shared),
+            empty,
+            bare_context,
+        )
+        for fn in fns:
+            c.median_of(fn, 10)  # warm-up
+        s = c.interleave(opts.reps, *[(lambda fn=fn: batch(fn)) for fn in fns])
+        return [
+            c.Row(
+                f"start-up: a run with one tool call [{rc.name}]",
+                c.Stats.of([x * ms for x in s[0]]),
+                c.Stats.of([x * ms for x in s[1]]),
+                unit="ms",
+                base_name="floor",
+                target=c.value_below(TARGET_MS, "ms"),
+                ratio=c.ratios(s[0], s[1]),
+                regime=s.regime,
+                note="run_code end to end, its private executor starting the call's thread; "
+                "the floor makes a fresh ThreadPoolExecutor(10) per run too",
+            ),
+            c.ours_vs(
+                "  same, one shared executor",
+                s[2],
+                s[3],
+                s,
+                scale=ms,
+                unit="ms",
+                base_name="floor, shared",
+                note="run_code(..., executor=<one ThreadPoolExecutor(10)>): no thread started per run",
+            ),
+            c.ours_vs(
+                "  an empty run: run_code('')",
+                s[4],
+                s[5],
+                s,
+                scale=ms,
+                unit="ms",
+                base_name="bare quickjs.Context()",
+            ),
+        ]
+
+    def scheduler_alone() -> list[c.Row]:
+        def sched() -> None:
+            Scheduler(timeout=30).stop()
+
+        def bare_context() -> None:
+            ctx = quickjs.Context()
+            del ctx
+
+        s = c.interleave(opts.reps, lambda: batch(sched), lambda: batch(bare_context))
+        return [
+            c.ours_vs(
+                "piece: Scheduler() + stop() (driver thread)",
+                s[0],
+                s[1],
+                s,
+                scale=ms,
+                unit="ms",
+                base_name="bare quickjs.Context()",
+            )
+        ]
+
+    try:
+        return c.run(
+            f"4. start-up (median of {per} runs per sample)",
+            c.per_runtime(opts, "start-up", section) + [("piece: Scheduler", scheduler_alone)],
+            opts,
+        )
+    finally:
+        shared.shutdown()
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
