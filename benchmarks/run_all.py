@@ -40,6 +40,9 @@ BENCHMARKS = [
     ("bridge", "bench_bridge.py", False),
     ("fanout", "bench_fanout.py", False),
     ("startup", "bench_startup.py", False),
+    ("payload", "bench_payload.py", False),
+    ("scaling", "bench_scaling.py", False),
+    ("memory", "bench_memory.py", False),
     ("many_runs", "bench_many_runs.py", False),
     ("peer", "bench_peer.py", False),
 ]
