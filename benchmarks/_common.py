@@ -17,7 +17,7 @@ moves both sides of a ratio, not one. ``status``: PASS or MISS against the
 row's target, INFO for a row that only reports, SKIP when a peer cannot run,
 ERROR when the benchmark itself broke (the script then exits 1).
 
-The runtimes a row can run on come from :func:`runtimes`: every public
+The runtimes a row can run on come from :func:`available_runtimes`: every public
 ``*Runtime`` class that :mod:`nous_sched` exports (the in-process
 ``QuickJSRuntime``, and the worker-process runtime once it exists), so a new
 runtime is benchmarked as soon as it is exported.
@@ -551,33 +551,39 @@ def available_runtimes() -> list[str]:
     return sorted(names, key=lambda n: (n != "in-process", n))
 
 
-def runtimes(opts: Options) -> list[RuntimeChoice]:
-    """The runtimes to run each run_code row on: ``--runtime`` or every available one.
-
-    Each is made once (no arguments) and closed at exit (``close()`` or
-    ``shutdown()``, if it has one), so a runtime with a warm pool is measured warm.
-    """
-    classes = {_label(n): cls for n, cls in _public_runtime_classes().items()}
+def runtime_names(opts: Options) -> list[str]:
+    """The runtimes the run_code rows run on: ``--runtime``, or every available one."""
     names = opts.runtimes or available_runtimes()
-    unknown = [n for n in names if n not in classes]
+    unknown = [n for n in names if n not in available_runtimes()]
     if unknown:
         raise SystemExit(f"unknown runtime(s) {unknown}; available: {', '.join(available_runtimes())}")
-    out = []
-    for name in names:
-        if name not in _made:
-            rt = _made[name] = classes[name]()
-            closer = getattr(rt, "close", None) or getattr(rt, "shutdown", None)
-            if callable(closer):
-                atexit.register(closer)
-        out.append(RuntimeChoice(name, _made[name]))
-    return out
+    return names
+
+
+def make_runtime(name: str) -> RuntimeChoice:
+    """The runtime called ``name``, made once per process (no arguments) and closed at exit.
+
+    Made once, so a runtime with a pool of workers is measured warm; closed
+    with its ``close()`` or ``shutdown()``, if it has one.
+    """
+    if name not in _made:
+        classes = {_label(n): cls for n, cls in _public_runtime_classes().items()}
+        rt = _made[name] = classes[name]()
+        closer = getattr(rt, "close", None) or getattr(rt, "shutdown", None)
+        if callable(closer):
+            atexit.register(closer)
+    return RuntimeChoice(name, _made[name])
 
 
 def per_runtime(
     opts: Options, name: str, section: Callable[[RuntimeChoice], list[Row]]
 ) -> list[tuple[str, Callable[[], list[Row]]]]:
-    """One section per runtime, named ``"<name> [<runtime>]"``."""
-    return [(f"{name} [{rc.name}]", (lambda rc=rc: section(rc))) for rc in runtimes(opts)]
+    """One section per runtime, named ``"<name> [<runtime>]"``.
+
+    The runtime is made inside its section, so one that cannot start is an
+    ERROR row and the other runtimes' rows still run.
+    """
+    return [(f"{name} [{rt}]", (lambda rt=rt: section(make_runtime(rt)))) for rt in runtime_names(opts)]
 
 
 # -- memory and threads ------------------------------------------------------------

@@ -16,7 +16,7 @@ timed out, or printed no table).
 To add a benchmark: a ``bench_<name>.py`` that builds its rows with
 ``_common`` and ends in ``sys.exit(c.run(title, sections, opts))``, and one
 line in ``BENCHMARKS`` below. Rows that take a ``runtime`` come from
-``c.per_runtime`` and run on every runtime ``_common.runtimes`` finds.
+``c.per_runtime`` and run on every runtime ``_common.available_runtimes`` finds.
 """
 
 from __future__ import annotations
