@@ -100,7 +100,9 @@ def test_serve_mcp_over_stdio_fans_out_over_an_upstream_server(tmp_path):
     events = audit_events(audit)
     assert [e["event"] for e in events][0] == "run_start" and events[-1]["event"] == "run_end"
     assert events[0]["description"] == "fan out over the lab server" and "Promise.all" in events[0]["code"]
-    calls = [e for e in events if e["event"] == "tool_call"]
+    # Written by each call's own thread as it starts: parallel calls may land in any order, each with its seq.
+    calls = sorted((e for e in events if e["event"] == "tool_call"), key=lambda e: e["seq"])
+    assert [c["seq"] for c in calls] == list(range(8))
     assert [(c["tool"], c["arguments"]["key"], c["mode"]) for c in calls] == [
         *[("meet", f"k{i}", "parallel") for i in range(4)],
         *[("lookup", f"k{i}", "parallel") for i in range(4)],

@@ -463,40 +463,28 @@ class CodeModeServer:
 
     def _approve_call(self, run: _Run, request: ApprovalRequest) -> bool:
         info = current_call.get()
-        call = info.id if info is not None else None
-        arguments = request.arguments
         if request.tool in self._approve:
-            self._write(
-                "approval",
-                run=run.id,
-                call=call,
-                tool=request.tool,
-                arguments=arguments,
-                decision="approved",
-                by="policy",
-            )
-            return True
-        if not run.can_ask:
-            self._write(
-                "approval",
-                run=run.id,
-                call=call,
-                tool=request.tool,
-                arguments=arguments,
-                decision="denied",
-                by="default",
-            )
+            approved, by = True, "policy"
+        elif not run.can_ask:
+            approved, by = False, "default"
+        else:
+            ask = run.ask(request, getattr(getattr(info, "run_ctx", None), "deadline", None))
+            approved, by = ask.approved, ask.by
+        self._write(
+            "approval",
+            run=run.id,
+            call=info.id if info is not None else None,
+            tool=request.tool,
+            arguments=request.arguments,
+            decision="approved" if approved else "denied",
+            by=by,
+        )
+        if by == "default":
             raise ToolError(
                 f"tool {json.dumps(request.tool)} needs approval, and this MCP client cannot be asked "
                 "(it did not declare the elicitation capability); the call was refused"
             )
-        deadline = getattr(getattr(info, "run_ctx", None), "deadline", None)
-        ask = run.ask(request, deadline)
-        decision = "approved" if ask.approved else "denied"
-        self._write(
-            "approval", run=run.id, call=call, tool=request.tool, arguments=arguments, decision=decision, by=ask.by
-        )
-        return ask.approved
+        return approved
 
     def _dispatch(self, run: _Run, tool: Any, args: dict[str, Any], run_ctx: Any) -> Any:
         info = current_call.get()
