@@ -14,7 +14,8 @@ SIGKILL, as the SDK's stdio transport does) and joins the loop thread.
 Connections still open at interpreter exit are closed then.
 
 Calls: a tool's function blocks its thread until the server answers. The wait
-is bounded by the run's deadline (:attr:`~nous_sched.RunContext.deadline`)
+is bounded by the run's deadline (:attr:`~nous_sched.RunContext.deadline`,
+plus :data:`DEADLINE_GRACE`, so the run reports its own ``timeout`` first)
 when called inside :func:`~nous_sched.run_code`, and by ``call_timeout``
 always; when the bound passes the request is cancelled (the server receives
 ``notifications/cancelled``) and the call fails. Every failure is a
@@ -59,6 +60,10 @@ log = logging.getLogger("nous_sched")
 
 DEFAULT_CONNECT_TIMEOUT = 30.0
 DEFAULT_CALL_TIMEOUT = 300.0
+#: Seconds past the run's deadline before a call still waiting is cancelled. The run
+#: itself ends at the deadline (a ``timeout``); the grace lets it, not the call's own
+#: error, be what the run reports.
+DEADLINE_GRACE = 1.0
 _CLOSE_WAIT = 10.0  # the SDK bounds a stdio server's shutdown at about 6 s
 _LIST_PAGES = 100  # a server that pages forever cannot hang connect()
 
@@ -316,8 +321,8 @@ class Connection:
         timeout, by_deadline = self._call_timeout, False
         info = current_call.get()
         deadline = getattr(getattr(info, "run_ctx", None), "deadline", None)
-        if deadline is not None and deadline - time.monotonic() < timeout:
-            timeout, by_deadline = deadline - time.monotonic(), True
+        if deadline is not None and deadline + DEADLINE_GRACE - time.monotonic() < timeout:
+            timeout, by_deadline = deadline + DEADLINE_GRACE - time.monotonic(), True
             if timeout <= 0:
                 raise ToolError("the run's deadline passed before the call could start")
         with self._lock:
