@@ -20,7 +20,8 @@ with its real arguments:
   at the same moment go out together;
 * otherwise the call is refused (default deny: a server has no human at hand).
 
-An unanswered question is refused when the run's deadline passes.
+An unanswered question is refused when the run's deadline passes (a second
+later, so the run reports its own ``timeout``).
 
 Audit: with ``audit_log``, every run, approval decision and sub-call is
 written to that file as one JSON object per line, each call *before* the tool
@@ -66,6 +67,7 @@ from ..errors import ConfigError, RunCodeError, ToolError
 from ..outcome import Outcome
 from ..policy import PermissionPolicy
 from ..tool import Tool
+from .client import DEADLINE_GRACE
 
 __all__ = ["CodeModeServer", "AuditLog", "OUTPUT_SCHEMA"]
 
@@ -468,7 +470,8 @@ class CodeModeServer:
         elif not run.can_ask:
             approved, by = False, "default"
         else:
-            ask = run.ask(request, getattr(getattr(info, "run_ctx", None), "deadline", None))
+            deadline = getattr(getattr(info, "run_ctx", None), "deadline", None)
+            ask = run.ask(request, None if deadline is None else deadline + DEADLINE_GRACE)
             approved, by = ask.approved, ask.by
         self._write(
             "approval",
