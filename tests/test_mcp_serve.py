@@ -268,6 +268,24 @@ def test_approval_questions_reach_the_user_in_both_protocol_eras(upstream, mode)
     server.close()
 
 
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+def test_a_question_nobody_answers_in_time_is_refused_and_the_run_times_out(upstream, mode):
+    audit = []
+    server = CodeModeServer(upstream, audit_log=AuditSink(audit), timeout=1.0)
+
+    async def slow_user(ctx, params):
+        await anyio.sleep(4)  # past the run's deadline and its grace
+        return ElicitResult(action="accept", content={"approve": True})
+
+    def client():
+        return Client(server.server, mode=mode, elicitation_callback=slow_user)
+
+    _, result = call_run_code(client, "return await tools.put({ key: 'late', value: 1 });")
+    assert result.is_error and result.structured_content["error"]["kind"] == "timeout"
+    assert [(e["decision"], e["by"]) for e in audit if e["event"] == "approval"] == [("denied", "run over")]
+    assert not [e for e in audit if e["event"] == "tool_result" and e["ok"]]  # the write never ran
+
+
 def test_nothing_ran_is_an_error_result_and_logged(upstream):
     audit = []
     server = CodeModeServer(upstream, audit_log=AuditSink(audit))
@@ -344,16 +362,16 @@ def test_questions_asked_together_go_out_together_and_abandon_refuses_all():
         kind, asks = run.next()
         asked.extend(asks)
     run.answer(asked[0].key, True, "client")
-    run.abandon()
+    run.abandon("cancelled")
     for t in threads:
         t.join(10)
     assert sorted((a.approved, a.by) for a in answers.values()) == [
-        (False, "abandoned"),
-        (False, "abandoned"),
+        (False, "cancelled"),
+        (False, "cancelled"),
         (True, "client"),
     ]
     late = run.ask(ApprovalRequest("put", {}), time.monotonic() + 30)
-    assert (late.approved, late.by) == (False, "abandoned")
+    assert (late.approved, late.by) == (False, "cancelled")
     run.finish(("ran", {"logs": []}))
     assert run.next() == ("done", ("ran", {"logs": []}))
 

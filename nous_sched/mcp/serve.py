@@ -177,14 +177,14 @@ class _Run:
         self._unsent: list[_Ask] = []
         self._sent: dict[str, _Ask] = {}
         self._keys = itertools.count(1)
-        self._abandoned = False
+        self._abandoned: Optional[str] = None  # why nobody will answer any more
 
     def ask(self, request: ApprovalRequest, deadline: Optional[float]) -> _Ask:
         """Post a question and wait for its answer, at most until ``deadline`` (tool thread)."""
         with self._cond:
             ask = _Ask(f"approve-{next(self._keys)}", request, deadline)
-            if self._abandoned:
-                ask.answer(False, "abandoned")
+            if self._abandoned is not None:
+                ask.answer(False, self._abandoned)
                 return ask
             self._unsent.append(ask)
             self._cond.notify_all()
@@ -215,14 +215,15 @@ class _Run:
         if ask is not None:
             ask.answer(approved, by)
 
-    def abandon(self) -> None:
-        """Nobody will answer any more: refuse every open question and every later one."""
+    def abandon(self, why: str) -> None:
+        """Nobody will answer any more (``why``: "run over", "cancelled", "server closed"):
+        refuse every open question and every later one."""
         with self._cond:
-            self._abandoned = True
+            self._abandoned = why
             open_asks, self._unsent = [*self._unsent, *self._sent.values()], []
             self._sent.clear()
         for ask in open_asks:
-            ask.answer(False, "abandoned")
+            ask.answer(False, why)
 
     def finish(self, result: tuple[str, Any]) -> None:
         with self._cond:
@@ -342,7 +343,7 @@ class CodeModeServer:
         with self._runs_lock:
             runs = list(self._runs.values())
         for run in runs:
-            run.abandon()
+            run.abandon("server closed")
         if self._audit is not None:
             self._audit.close()
 
@@ -399,7 +400,7 @@ class CodeModeServer:
                     for ask in payload:
                         tg.start_soon(self._ask_back, ctx, run, ask)
         except anyio.get_cancelled_exc_class():
-            run.abandon()  # the client cancelled the call: nobody is left to answer
+            run.abandon("cancelled")  # the client cancelled the call: nobody is left to answer
             raise
 
     async def _ask_back(self, ctx: Any, run: _Run, ask: _Ask) -> None:
@@ -453,7 +454,7 @@ class CodeModeServer:
             log.exception("run %s failed inside nous_sched", run.id)
             outcome, error = ("refused", f"internal error: {exc}"), {"kind": "internal", "message": str(exc)}
         finally:
-            run.abandon()  # questions posted after the program settled get no answer
+            run.abandon("run over")  # the run ended (its deadline, say) while a question was open
         self._write(
             "run_end",
             run=run.id,
