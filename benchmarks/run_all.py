@@ -44,6 +44,7 @@ BENCHMARKS = [
     ("scaling", "bench_scaling.py", False),
     ("memory", "bench_memory.py", False),
     ("many_runs", "bench_many_runs.py", False),
+    ("mcp", "bench_mcp.py", False),
     ("peer", "bench_peer.py", False),
     ("vercel", "bench_vercel.py", True),
 ]
