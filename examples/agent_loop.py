@@ -86,7 +86,7 @@ class ScriptedModel:
 
 
 def run_agent(question: str, model: Optional[ScriptedModel] = None, *, max_turns: int = 4) -> dict:
-    """Run the loop to a text answer; returns ``{"answer", "messages", "session"}``."""
+    """Run the loop to a text answer; returns ``{"answer", "messages", "session_log"}``."""
     tools_module = _example_tools()
     run_code = run_code_tool(tools_module.make_tools(), max_parallel=8, timeout=10)
     offered = {run_code.name: run_code}
@@ -97,22 +97,22 @@ def run_agent(question: str, model: Optional[ScriptedModel] = None, *, max_turns
 
     if model is None:
         model = ScriptedModel((HERE / "fanout.js").read_text(encoding="utf-8"))
-    session = SessionLog()
+    session_log = SessionLog()
     messages: list[dict] = [{"role": "user", "content": question}]
     for _ in range(max_turns):
         reply = model.complete(messages, openai_tools)
         messages.append(reply)
         calls = reply.get("tool_calls") or []
         if not calls:
-            return {"answer": reply["content"], "messages": messages, "session": session}
+            return {"answer": reply["content"], "messages": messages, "session_log": session_log}
         for call in calls:
             fn = call["function"]
             tool = offered.get(fn["name"])
             if tool is None:
                 content = json.dumps({"error": f"unknown tool {fn['name']!r}"})
             else:
-                # The program's sub-calls are appended to `session` as audit events.
-                content = call_tool(tool, fn["arguments"], session)
+                # The program's sub-calls are appended to `session_log` as audit events.
+                content = call_tool(tool, fn["arguments"], session_log)
             messages.append({"role": "tool", "tool_call_id": call["id"], "content": content})
     raise RuntimeError(f"no answer after {max_turns} turns")
 
@@ -127,7 +127,7 @@ def main() -> int:
             print(f"tool      <- {message['content'][:100]}...")
         else:
             print(f"{message['role']:<9} : {message['content']}")
-    audit = outcome["session"].events
+    audit = outcome["session_log"].events
     print(
         f"\naudit log: {len(audit)} {audit[0].type if audit else 'tool_call'} events (none of them in the conversation)"
     )

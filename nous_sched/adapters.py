@@ -42,17 +42,17 @@ def anthropic_tool(tool: Tool) -> dict[str, Any]:
     return {"name": tool.name, "description": tool.description, "input_schema": _schema(tool)}
 
 
-def call_tool(tool: Tool, arguments: Any, session: Optional[SessionLog] = None) -> str:
+def call_tool(tool: Tool, arguments: Any, session_log: Optional[SessionLog] = None) -> str:
     """Run ``tool`` on a model's ``arguments`` (a JSON string or a dict) and
     return the JSON text to send back as the tool result.
 
     A :class:`~nous_sched.WithContextUpdate` result has its audit
-    events appended to ``session`` (when given) and only its value returned.
+    events appended to ``session_log`` (when given) and only its value returned.
     """
     args = json.loads(arguments) if isinstance(arguments, (str, bytes)) else arguments
     value = tool.function(args if args is not None else {})
     if isinstance(value, WithContextUpdate):
-        if session is not None:
-            value.update.apply_to(session)
+        if session_log is not None:
+            value.update.apply_to(session_log)
         value = value.value
     return json.dumps(value, ensure_ascii=False)

@@ -95,19 +95,19 @@ def run_code(
     executor: Optional[concurrent.futures.Executor] = None,
     call_id: Optional[str] = None,
     dispatch: Callable[[Any, dict[str, Any], Any], Any] = direct_dispatch,
-    context: Optional[SessionLog] = None,
+    session_log: Optional[SessionLog] = None,
     observer: Optional[Callable[[CallRecord, str], Any]] = None,
 ) -> RunResult:
     """Run ``code`` with ``tools`` bound as ``tools[name](args)`` and return what it produced.
 
     ``timeout`` is the run's wall-clock deadline (``limits`` overrides it and
     sets memory, stack and output limits). ``max_parallel``, ``executor``,
-    ``dispatch``, ``context`` and ``observer`` configure the run's
+    ``dispatch``, ``session_log`` and ``observer`` configure the run's
     :class:`~nous_sched.Scheduler`. ``call_id`` prefixes audit event ids
     (``"<call_id>:code:<n>"``; a random ``"run_code-…"`` by default).
 
     Safe to call from many threads at once: runs share nothing unless you
-    pass them the same ``executor`` or ``context``.
+    pass them the same ``executor`` or ``session_log``.
 
     :raises RunCodeError: nothing ran (``code`` not a string, no runtime).
     :raises ConfigError: a bad option, named in the message.
@@ -130,7 +130,7 @@ def run_code(
     )
     scheduler = Scheduler(
         dispatch=dispatch,
-        context=context,
+        session_log=session_log,
         max_parallel=max_parallel,
         call_id=call_id if call_id is not None else "run_code-" + secrets.token_urlsafe(6),
         executor=executor,

@@ -196,7 +196,7 @@ class Scheduler:
 
     :param dispatch: ``dispatch(tool, args, run_ctx)`` runs one call on an
         executor thread; :func:`~nous_sched.direct_dispatch` by default.
-    :param context: a :class:`~nous_sched.SessionLog` that receives one
+    :param session_log: a :class:`~nous_sched.SessionLog` that receives one
         ``tool_call`` event per started call; a fresh one by default.
     :param max_parallel: the ceiling on calls running at once (positive int).
     :param call_id: prefix of event ids, ``"<call_id>:code:<seq>"``.
@@ -241,7 +241,7 @@ class Scheduler:
     def __init__(
         self,
         dispatch: Callable[[Any, dict[str, Any], Any], Any] = direct_dispatch,
-        context: Optional[SessionLog] = None,
+        session_log: Optional[SessionLog] = None,
         max_parallel: int = DEFAULT_MAX_PARALLEL,
         call_id: Optional[str] = None,
         executor: Optional[concurrent.futures.Executor] = None,
@@ -249,7 +249,7 @@ class Scheduler:
         observer: Optional[Callable[[CallRecord, str], Any]] = None,
     ) -> None:
         require("Scheduler", "dispatch", dispatch, v.DISPATCH)
-        require("Scheduler", "context", context, _OPTIONAL_SESSION_LOG)
+        require("Scheduler", "session_log", session_log, _OPTIONAL_SESSION_LOG)
         require("Scheduler", "max_parallel", max_parallel, v.POSITIVE_INT)
         require("Scheduler", "call_id", call_id, v.OPTIONAL_STR)
         require("Scheduler", "executor", executor, v.EXECUTOR)
@@ -257,7 +257,7 @@ class Scheduler:
         require("Scheduler", "observer", observer, v.OPTIONAL_CALLABLE)
 
         self._dispatch = dispatch
-        self._context = SessionLog() if context is None else context
+        self._session_log = SessionLog() if session_log is None else session_log
         self._max_parallel = max_parallel
         self._call_id = call_id
         self._executor = executor
@@ -375,9 +375,9 @@ class Scheduler:
         """``wait(submit(tool, args, run_ctx))``: a ``dispatch``-shaped callable routing through this lane."""
         return self.wait(self.submit(tool, args, run_ctx))
 
-    def context(self) -> SessionLog:
+    def session_log(self) -> SessionLog:
         """The session log that receives this lane's ``tool_call`` events."""
-        return self._context
+        return self._session_log
 
     def logged_events(self) -> list[ToolCallEvent]:
         """Every ``tool_call`` event so far, in submission order.
@@ -543,7 +543,7 @@ class Scheduler:
         with self._records_lock:
             self._events.append(event)
             self._trail.append(timeline)
-        self._context.append(event.as_event())
+        self._session_log.append(event.as_event())
         self._notify(timeline, START)
         info = CallInfo(event.id, name, seq, call.mode, call.run_ctx)
         try:

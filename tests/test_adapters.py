@@ -105,14 +105,16 @@ def test_call_tool_keeps_non_ascii_text():
 
 
 def test_call_tool_applies_the_context_update_to_the_session():
-    session = SessionLog([Event("system_message", {"content": "be brief"}), Event("user_message", {"content": "go"})])
-    before = session.messages()
+    session_log = SessionLog(
+        [Event("system_message", {"content": "be brief"}), Event("user_message", {"content": "go"})]
+    )
+    before = session_log.messages()
     code = "const a = await tools.alpha({n: 1}); const b = await tools.beta({n: 2}); return [a, b]"
-    text = call_tool(rc(echo("alpha"), echo("beta"), call_id="turn-1"), json.dumps(args(code)), session)
+    text = call_tool(rc(echo("alpha"), echo("beta"), call_id="turn-1"), json.dumps(args(code)), session_log)
     # Only the value goes back to the model...
     assert json.loads(text) == {"logs": [], "result": [{"n": 1}, {"n": 2}]}
-    # ...the audit events land in the session, in submission order...
-    added = session.events[2:]
+    # ...the audit events land in the session_log, in submission order...
+    added = session_log.events[2:]
     assert [e.type for e in added] == ["tool_call", "tool_call"]
     assert [(e.data["id"], e.data["name"], e.data["arguments"], e.data["seq"]) for e in added] == [
         ("turn-1:code:0", "alpha", {"n": 1}, 0),
@@ -121,7 +123,7 @@ def test_call_tool_applies_the_context_update_to_the_session():
     assert all(e.data["source"] == "code_mode" and not e.surface for e in added)
     # ...and the model-visible history is unchanged.
     assert (
-        session.messages()
+        session_log.messages()
         == before
         == [
             {"role": "system", "content": "be brief"},
@@ -140,30 +142,30 @@ def test_call_tool_without_a_session_returns_only_the_value():
 
 
 def test_call_tool_with_no_sub_calls_leaves_the_session_alone():
-    session = SessionLog()
-    assert json.loads(call_tool(rc(), args("return 'none'"), session)) == {"logs": [], "result": "none"}
-    assert len(session) == 0
+    session_log = SessionLog()
+    assert json.loads(call_tool(rc(), args("return 'none'"), session_log)) == {"logs": [], "result": "none"}
+    assert len(session_log) == 0
 
 
 def test_call_tool_failed_run_returns_the_error_and_still_audits():
-    session = SessionLog()
-    text = call_tool(rc(), args("await tools.echo({}); throw new Error('late')"), session)
+    session_log = SessionLog()
+    text = call_tool(rc(), args("await tools.echo({}); throw new Error('late')"), session_log)
     body = json.loads(text)
     assert set(body) == {"logs", "error"}
     assert body["error"]["kind"] == "exception" and "late" in body["error"]["message"]
-    assert [e.data["name"] for e in session.events] == ["echo"]
-    assert session.messages() == []
+    assert [e.data["name"] for e in session_log.events] == ["echo"]
+    assert session_log.messages() == []
 
 
 def test_call_tool_nothing_ran_raises_and_leaves_the_session_alone():
-    session = SessionLog()
+    session_log = SessionLog()
     with pytest.raises(RunCodeError, match="non-empty `description`"):
-        call_tool(rc(), json.dumps(args("return 1", "  ")), session)
+        call_tool(rc(), json.dumps(args("return 1", "  ")), session_log)
     with pytest.raises(RunCodeError, match="`code` parameter"):
-        call_tool(rc(), "null", session)  # null arguments become {}
+        call_tool(rc(), "null", session_log)  # null arguments become {}
     with pytest.raises(RunCodeError, match="`code` parameter"):
-        call_tool(rc(), None, session)
-    assert len(session) == 0
+        call_tool(rc(), None, session_log)
+    assert len(session_log) == 0
 
 
 def test_call_tool_with_a_plain_tool():

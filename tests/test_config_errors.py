@@ -57,7 +57,7 @@ SCHEDULER_OPTIONS = [
     ("call_id", 42, "42"),
     ("executor", object(), "a object"),
     ("observer", 42, "42"),
-    ("context", {}, "{}"),
+    ("session_log", {}, "{}"),
     ("dispatch", None, "None"),
 ]
 

@@ -205,10 +205,10 @@ def test_agent_loop(capsys):
     assert roles == ["user", "assistant", "tool", "assistant"]
     tool_message = json.loads(outcome["messages"][2]["content"])
     assert tool_message["result"]["cities"] == 12 and len(tool_message["logs"]) == 2
-    # The sub-calls are audit events in the session, not messages.
-    events = outcome["session"].events
+    # The sub-calls are audit events in the session log, not messages.
+    events = outcome["session_log"].events
     assert [e.type for e in events] == ["tool_call"] * 12
-    assert outcome["session"].messages() == []
+    assert outcome["session_log"].messages() == []
 
     assert agent.main() == 0
     out = capsys.readouterr().out

@@ -575,10 +575,10 @@ def test_14_non_json_args_are_converted_or_refused(make_scheduler):
 
 
 def test_15_events_for_each_started_call_stay_out_of_the_transcript(make_scheduler):
-    context = SessionLog([Event("user_message", {"content": "hi"})])
-    messages_before = context.messages()
-    s = make_scheduler(context=context, call_id="call_42")
-    assert s.context() is context and s.call_id == "call_42"
+    session_log = SessionLog([Event("user_message", {"content": "hi"})])
+    messages_before = session_log.messages()
+    s = make_scheduler(session_log=session_log, call_id="call_42")
+    assert s.session_log() is session_log and s.call_id == "call_42"
     for i in range(5):
         assert s.call(Tool(f"t{i + 1}", lambda args: args["i"]), {"i": i}).value == i
 
@@ -589,8 +589,8 @@ def test_15_events_for_each_started_call_stay_out_of_the_transcript(make_schedul
     assert [e.id for e in events] == [f"call_42:code:{i}" for i in range(5)]
     assert all(e.source == "code_mode" and e.type == "tool_call" for e in events)
 
-    assert context.messages() == messages_before
-    logged = context.events
+    assert session_log.messages() == messages_before
+    logged = session_log.events
     assert len(logged) == 6
     assert [e.surface for e in logged].count(True) == 1
     assert [e.type for e in logged[1:]] == ["tool_call"] * 5
@@ -614,7 +614,7 @@ def test_16_failed_sub_call_is_logged_once(make_scheduler):
     events = s.logged_events()
     assert len(events) == 1
     assert (events[0].name, events[0].mode, events[0].arguments) == ("failing", "parallel", {"x": 1})
-    assert len(s.context()) == 1
+    assert len(s.session_log()) == 1
 
 
 def test_17_id_without_call_id(make_scheduler):
@@ -1005,8 +1005,8 @@ def test_33_bad_max_parallel_is_a_config_error(value):
 @pytest.mark.parametrize(
     "option,value",
     [
-        ("context", {}),
-        ("context", []),
+        ("session_log", {}),
+        ("session_log", []),
         ("timeout", 0),
         ("timeout", -1),
         ("timeout", True),

@@ -192,7 +192,7 @@ def test_audit_records_are_immutable_for_every_reader():
 
 def test_mutating_an_event_from_logged_events_changes_no_later_read(make_scheduler):
     log = SessionLog()
-    s = make_scheduler(context=log)
+    s = make_scheduler(session_log=log)
     assert s.call(Tool("t", whoami), {"k": [1]}).ok
     with pytest.raises(TypeError):
         s.logged_events()[0].arguments["k"].append(2)

@@ -265,7 +265,7 @@ class CodeModeServer:
             approve = [approve]
         self._approve = frozenset(approve)
         self._policy = policy
-        for option in ("approval_handler", "dispatch", "call_id", "context", "description"):
+        for option in ("approval_handler", "dispatch", "call_id", "session_log", "description"):
             if option in run_options:
                 raise ConfigError(f"CodeModeServer: `{option}` is set per run by the server; it cannot be given")
         self._run_options = run_options
