@@ -1,5 +1,9 @@
-"""The Scheduler lane: a port of the original ``scheduler_test.exs`` (tests 1-34)
-and ``scheduler_deadline_test.exs`` (35-36), plus the Python-only surface.
+"""The Scheduler through its threads, grouped by guarantee: commit order, the
+``max_parallel`` ceiling, the exclusive barrier, classification, snapshots,
+audit events, failures as data, the caller's context, the dispatch seam,
+teardown, configuration and deadlines. It ports the original
+``scheduler_test.exs`` and ``scheduler_deadline_test.exs``, each test named for
+its behaviour; the same guarantees without threads are ``test_lane.py``.
 
 Timing is controlled with Events, never with sleeps: a tool that must "finish
 last" blocks on its own gate, which the test opens once the others finished.
@@ -177,7 +181,7 @@ def assert_clean_message(message: str) -> None:
 # --- commit ordering ----------------------------------------------------------------
 
 
-def test_01_commits_in_submission_order_not_finish_order(make_scheduler, probe):
+def test_commits_in_submission_order_not_finish_order(make_scheduler, probe):
     observer = commit_recorder()
     s = make_scheduler(max_parallel=3, observer=observer)
     tool = safe_tool("lane", probe.run)
@@ -200,7 +204,7 @@ def test_01_commits_in_submission_order_not_finish_order(make_scheduler, probe):
     assert trail[0].committed <= trail[1].committed <= trail[2].committed
 
 
-def test_02_slow_call_commits_in_submission_order(make_scheduler, probe):
+def test_slow_call_commits_in_submission_order(make_scheduler, probe):
     observer = commit_recorder()
     s = make_scheduler(observer=observer)
     tool = safe_tool("t", probe.run)
@@ -225,7 +229,7 @@ def test_02_slow_call_commits_in_submission_order(make_scheduler, probe):
 # --- max_parallel -------------------------------------------------------------------
 
 
-def test_03_max_parallel_bounds_calls_in_flight_exactly(make_scheduler, probe):
+def test_max_parallel_bounds_calls_in_flight_exactly(make_scheduler, probe):
     s = make_scheduler(max_parallel=3)
     tool = safe_tool("t", probe.run)
     tickets = [s.submit(tool, {"k": i}) for i in range(6)]
@@ -240,7 +244,7 @@ def test_03_max_parallel_bounds_calls_in_flight_exactly(make_scheduler, probe):
     assert probe.max_inflight == 3
 
 
-def test_04_default_max_parallel_is_10(make_scheduler, probe):
+def test_default_max_parallel_is_10(make_scheduler, probe):
     s = make_scheduler()
     assert s.max_parallel == 10
     tool = safe_tool("t", probe.run)
@@ -269,7 +273,7 @@ def _step_serially(s, probe, n):
         probe.release(i)
 
 
-def test_05_undeclared_tools_run_one_at_a_time(make_scheduler, probe):
+def test_undeclared_tools_run_one_at_a_time(make_scheduler, probe):
     s = make_scheduler(max_parallel=5)
     tool = Tool("plain", probe.run)  # no concurrency_safe: exclusive
     tickets = [s.submit(tool, {"k": i}) for i in range(4)]
@@ -278,7 +282,7 @@ def test_05_undeclared_tools_run_one_at_a_time(make_scheduler, probe):
     assert probe.max_inflight == 1
 
 
-def test_06_exclusive_call_splits_parallel_runs(make_scheduler, probe):
+def test_exclusive_call_splits_parallel_runs(make_scheduler, probe):
     observer = commit_recorder()
     s = make_scheduler(max_parallel=4, observer=observer)
     safe = safe_tool("safe", probe.run)
@@ -309,7 +313,7 @@ def test_06_exclusive_call_splits_parallel_runs(make_scheduler, probe):
     assert [e.mode for e in s.logged_events()] == ["parallel", "parallel", "exclusive", "parallel", "parallel"]
 
 
-def test_07_lane_state_while_exclusive_call_runs(make_scheduler, probe):
+def test_lane_state_while_exclusive_call_runs(make_scheduler, probe):
     s = make_scheduler()
     first = s.submit(Tool("excl", probe.run), {"k": 0})
     queued = s.submit(safe_tool("safe", probe.run), {"k": 1})
@@ -353,7 +357,7 @@ CLASSIFICATION = [
 
 
 @pytest.mark.parametrize("predicate,mode,warning", [c[1:] for c in CLASSIFICATION], ids=[c[0] for c in CLASSIFICATION])
-def test_08_classification_is_exclusive_unless_exactly_true(make_scheduler, caplog, predicate, mode, warning):
+def test_classification_is_exclusive_unless_exactly_true(make_scheduler, caplog, predicate, mode, warning):
     caplog.set_level(logging.WARNING, logger="nous_sched")
     tool = Tool("classified", lambda args: "ran", concurrency_safe=predicate)
     assert nous_sched.concurrency_mode(tool, {}) == mode
@@ -376,7 +380,7 @@ def test_08_classification_is_exclusive_unless_exactly_true(make_scheduler, capl
         assert all(warning in r.getMessage() and "'classified'" in r.getMessage() for r in warnings)
 
 
-def test_08_classification_of_objects_without_a_predicate(make_scheduler):
+def test_classification_of_objects_without_a_predicate(make_scheduler):
     # The "nonexistent module" row: any object with a name; no predicate means exclusive.
     bare = SimpleNamespace(name="bare", function=lambda args: "ran")
     assert nous_sched.concurrency_mode(bare, {}) == "exclusive"
@@ -392,7 +396,7 @@ class Exit(BaseException):
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # the crashed driver
 @pytest.mark.parametrize("exc", [SystemExit(3), Exit("bye")], ids=["SystemExit", "BaseException"])
-def test_08_predicate_that_exits_is_exclusive_and_the_lane_survives(make_scheduler, exc):
+def test_predicate_that_exits_is_exclusive_and_the_lane_survives(make_scheduler, exc):
     def predicate(args):
         raise exc
 
@@ -405,7 +409,7 @@ def test_08_predicate_that_exits_is_exclusive_and_the_lane_survives(make_schedul
     assert [e.mode for e in s.logged_events()] == ["exclusive", "exclusive"]
 
 
-def test_09_per_args_predicate(make_scheduler, caplog):
+def test_the_predicate_classifies_each_call_by_its_args(make_scheduler, caplog):
     caplog.set_level(logging.WARNING, logger="nous_sched")
     tool = Tool("maybe", lambda args: "ran", concurrency_safe=lambda args: args["safe"])
     assert nous_sched.concurrency_mode(tool, {"safe": True}) == "parallel"
@@ -423,7 +427,7 @@ class Key(enum.Enum):
     SAFE = "safe"
 
 
-def test_10_classification_sees_the_dispatched_snapshot(make_scheduler):
+def test_classification_sees_the_dispatched_snapshot(make_scheduler):
     seen = {}
 
     def predicate(args):
@@ -446,7 +450,7 @@ def test_10_classification_sees_the_dispatched_snapshot(make_scheduler):
     assert event.arguments == expected
 
 
-def test_11_undeclared_tools_really_run_serially(make_scheduler, probe):
+def test_undeclared_tools_really_run_serially(make_scheduler, probe):
     s = make_scheduler(max_parallel=8)
     tool = Tool("plain", probe.run)
     go = threading.Barrier(4)
@@ -474,7 +478,7 @@ def test_11_undeclared_tools_really_run_serially(make_scheduler, probe):
     assert probe.max_inflight == 1
 
 
-def test_12_raising_predicate_runs_serially_and_call_succeeds(make_scheduler, probe, caplog):
+def test_raising_predicate_runs_serially_and_call_succeeds(make_scheduler, probe, caplog):
     caplog.set_level(logging.WARNING, logger="nous_sched")
     s = make_scheduler(max_parallel=5)
     tool = Tool("fragile", probe.run, concurrency_safe=_raises)
@@ -489,7 +493,7 @@ def test_12_raising_predicate_runs_serially_and_call_succeeds(make_scheduler, pr
 # --- snapshots ----------------------------------------------------------------------
 
 
-def test_13_dispatch_rewriting_its_args_leaves_the_event_alone(make_scheduler):
+def test_dispatch_rewriting_its_args_leaves_the_event_alone(make_scheduler):
     counter = {"n": 0}
     lock = threading.Lock()
 
@@ -515,7 +519,7 @@ def test_13_dispatch_rewriting_its_args_leaves_the_event_alone(make_scheduler):
     assert counter["n"] == 2
 
 
-def test_13_args_are_snapshotted_at_submit(make_scheduler, make_event):
+def test_args_are_snapshotted_at_submit(make_scheduler, make_event):
     seen = []
     hold = make_event()
 
@@ -540,7 +544,7 @@ class Colour(enum.Enum):
     RED = "red"
 
 
-def test_14_non_json_args_are_converted_or_refused(make_scheduler):
+def test_non_json_args_are_converted_or_refused(make_scheduler):
     got = []
 
     def function(args):
@@ -574,7 +578,7 @@ def test_14_non_json_args_are_converted_or_refused(make_scheduler):
 # --- events -------------------------------------------------------------------------
 
 
-def test_15_events_for_each_started_call_stay_out_of_the_transcript(make_scheduler):
+def test_events_for_each_started_call_stay_out_of_the_transcript(make_scheduler):
     session_log = SessionLog([Event("user_message", {"content": "hi"})])
     messages_before = session_log.messages()
     s = make_scheduler(session_log=session_log, call_id="call_42")
@@ -604,7 +608,7 @@ def test_15_events_for_each_started_call_stay_out_of_the_transcript(make_schedul
     }
 
 
-def test_16_failed_sub_call_is_logged_once(make_scheduler):
+def test_failed_sub_call_is_logged_once(make_scheduler):
     def fail(args):
         raise ToolError("nope")
 
@@ -617,7 +621,7 @@ def test_16_failed_sub_call_is_logged_once(make_scheduler):
     assert len(s.session_log()) == 1
 
 
-def test_17_id_without_call_id(make_scheduler):
+def test_event_id_without_a_call_id_is_code_seq(make_scheduler):
     s = make_scheduler()
     s.call(Tool("t", lambda args: None), {})
     assert s.logged_events()[0].id == "code:0"
@@ -626,7 +630,7 @@ def test_17_id_without_call_id(make_scheduler):
 # --- failures -----------------------------------------------------------------------
 
 
-def test_18_tool_error_gives_exactly_two_strings(make_scheduler):
+def test_tool_error_gives_exactly_two_strings(make_scheduler):
     def write_file(args):
         raise ToolError("disk is full")
 
@@ -646,7 +650,7 @@ def test_18_tool_error_gives_exactly_two_strings(make_scheduler):
     }
 
 
-def test_19_raise_gives_the_message_and_nothing_else(make_scheduler, caplog):
+def test_raise_gives_the_message_and_nothing_else(make_scheduler, caplog):
     caplog.set_level(logging.WARNING, logger="nous_sched")
 
     def boom(args):
@@ -665,7 +669,7 @@ class SecretError(Exception):
     pass
 
 
-def test_20_tool_error_message_passes_through_without_leaks(make_scheduler):
+def test_tool_error_message_passes_through_without_leaks(make_scheduler):
     def declines(args):
         try:
             raise SecretError("secret-token-123 original_error attempt=3")
@@ -685,7 +689,7 @@ class Unprintable(Exception):
         raise RuntimeError("cannot render")
 
 
-def test_21_exception_without_a_message_form_is_opaque(make_scheduler):
+def test_exception_without_a_message_form_is_opaque(make_scheduler):
     def fn(args):
         raise Unprintable()
 
@@ -694,7 +698,7 @@ def test_21_exception_without_a_message_form_is_opaque(make_scheduler):
     assert outcome.error.as_dict() == {"tool": "opaque", "message": "tool call failed"}
 
 
-def test_22_exception_with_empty_message_is_opaque(make_scheduler):
+def test_exception_with_empty_message_is_opaque(make_scheduler):
     def fn(args):
         raise RuntimeError()
 
@@ -708,7 +712,7 @@ def test_22_exception_with_empty_message_is_opaque(make_scheduler):
     assert s.call(Tool("empty2", empty_tool_error), {}).error.message == "tool call failed"
 
 
-def test_23_long_messages_are_clamped(make_scheduler):
+def test_long_messages_are_clamped(make_scheduler):
     def long_error(args):
         raise ToolError(args["c"] * args["n"])
 
@@ -728,7 +732,7 @@ class Die(BaseException):
     """Escapes every `except Exception`: the executor's future fails, like a killed task."""
 
 
-def test_24_a_task_that_dies_does_not_complete_and_the_lane_goes_on(make_scheduler, caplog):
+def test_a_task_that_dies_does_not_complete_and_the_lane_goes_on(make_scheduler, caplog):
     caplog.set_level(logging.WARNING, logger="nous_sched")
 
     def dispatch(tool, args, ctx):
@@ -763,7 +767,7 @@ class CancellingExecutor(concurrent.futures.Executor):
         self.pool.shutdown(wait=wait, cancel_futures=cancel_futures)
 
 
-def test_24_a_cancelled_future_does_not_complete_and_the_lane_goes_on(make_scheduler):
+def test_a_cancelled_future_does_not_complete_and_the_lane_goes_on(make_scheduler):
     executor = CancellingExecutor()
     try:
         s = make_scheduler(executor=executor)
@@ -776,7 +780,7 @@ def test_24_a_cancelled_future_does_not_complete_and_the_lane_goes_on(make_sched
         executor.shutdown()
 
 
-def test_25_contract_breach_in_the_result_is_data(make_scheduler, caplog):
+def test_contract_breach_in_the_result_is_data(make_scheduler, caplog):
     caplog.set_level(logging.ERROR, logger="nous_sched")
     s = make_scheduler()
     outcome = s.call(Tool("weird", lambda args: {"v": object()}), {})
@@ -789,7 +793,7 @@ def test_25_contract_breach_in_the_result_is_data(make_scheduler, caplog):
     assert s.call(Tool("bare", lambda args: "a bare string"), {}) == Outcome.success("a bare string")
 
 
-def test_25_results_are_snapshotted(make_scheduler):
+def test_results_are_snapshotted(make_scheduler):
     live = {"items": [1, 2], "when": (3, 4)}
     s = make_scheduler()
     outcome = s.call(Tool("live", lambda args: live), {})
@@ -797,7 +801,7 @@ def test_25_results_are_snapshotted(make_scheduler):
     assert outcome.value is not live and outcome.value["items"] is not live["items"]
 
 
-def test_25_ok_outcome_from_dispatch_is_snapshotted_too(make_scheduler):
+def test_ok_outcome_from_dispatch_is_snapshotted_too(make_scheduler):
     live = [1, 2]
     s = make_scheduler(dispatch=lambda t, a, c: Outcome.success(live))
     outcome = s.call(Tool("t", lambda args: None), {})
@@ -813,7 +817,7 @@ def test_25_ok_outcome_from_dispatch_is_snapshotted_too(make_scheduler):
 request_id: contextvars.ContextVar = contextvars.ContextVar("request_id", default=None)
 
 
-def test_26_contextvars_and_current_call_reach_the_tool(make_scheduler):
+def test_contextvars_and_current_call_reach_the_tool(make_scheduler):
     seen = {}
 
     def fn(args):
@@ -852,7 +856,7 @@ def test_26_contextvars_and_current_call_reach_the_tool(make_scheduler):
 # --- dispatch seam ------------------------------------------------------------------
 
 
-def test_27_call_is_a_dispatch_passing_tool_args_and_run_ctx(make_scheduler):
+def test_call_is_a_dispatch_passing_tool_args_and_run_ctx(make_scheduler):
     got = []
 
     def dispatch(tool, args, run_ctx):
@@ -873,7 +877,7 @@ def test_27_call_is_a_dispatch_passing_tool_args_and_run_ctx(make_scheduler):
     assert t is tool and args == {"a": 1} and run_ctx is ctx
 
 
-def test_28_run_ctx_is_passed_per_call(make_scheduler):
+def test_run_ctx_is_passed_per_call(make_scheduler):
     got = []
     s = make_scheduler(dispatch=lambda tool, args, run_ctx: got.append(run_ctx) or run_ctx)
     tool = Tool("t", lambda a: None)
@@ -897,7 +901,7 @@ def test_call_is_wait_of_submit(make_scheduler):
 # --- teardown -----------------------------------------------------------------------
 
 
-def test_29_stop_releases_running_and_queued_calls(make_scheduler, probe):
+def test_stop_releases_running_and_queued_calls(make_scheduler, probe):
     s = make_scheduler()
     running = s.submit(Tool("running", probe.run), {"k": 0})
     queued = s.submit(Tool("queued", probe.run), {"k": 1})
@@ -916,7 +920,7 @@ def test_29_stop_releases_running_and_queued_calls(make_scheduler, probe):
     probe.release_all()
 
 
-def test_29_stop_delivers_finished_but_uncommitted_calls_their_real_outcome(make_scheduler, probe):
+def test_stop_delivers_finished_but_uncommitted_calls_their_real_outcome(make_scheduler, probe):
     s = make_scheduler()
     tool = safe_tool("t", probe.run)
     held = s.submit(tool, {"k": 0})
@@ -932,7 +936,7 @@ def test_29_stop_delivers_finished_but_uncommitted_calls_their_real_outcome(make
     assert trail[1].committed is not None and trail[1].ok is True
 
 
-def test_30_submit_after_stop_is_an_error_and_stop_is_idempotent(make_scheduler):
+def test_submit_after_stop_is_an_error_and_stop_is_idempotent(make_scheduler):
     s = make_scheduler()
     assert s.call(Tool("t", lambda a: 1), {}).ok
     assert s.stop() is None
@@ -946,14 +950,14 @@ def test_30_submit_after_stop_is_an_error_and_stop_is_idempotent(make_scheduler)
     assert len(s.logged_events()) == 1 and len(s.trail()) == 1
 
 
-def test_30_context_manager_stops(make_scheduler):
+def test_context_manager_stops(make_scheduler):
     with Scheduler(timeout=30) as s:
         assert s.call(Tool("t", lambda a: 1), {}).value == 1
     assert not s._driver.is_alive()
     assert s.call(Tool("t", lambda a: 1), {}).error.message == GONE
 
 
-def test_31_a_blocked_waiter_is_released_by_stop(make_scheduler, probe):
+def test_a_blocked_waiter_is_released_by_stop(make_scheduler, probe):
     s = make_scheduler()
     result = {}
     waiter = threading.Thread(target=lambda: result.setdefault("o", s.call(Tool("hangs", probe.run), {"k": "h"})))
@@ -984,12 +988,12 @@ def _four(tool, args, run_ctx, extra):
     [None, 42, "direct", _two, _four, lambda: None],
     ids=["None", "int", "str", "2-arity", "4-arity", "0-arity"],
 )
-def test_32_bad_dispatch_is_a_config_error(dispatch):
+def test_bad_dispatch_is_a_config_error(dispatch):
     with pytest.raises(ConfigError, match="`dispatch`"):
         Scheduler(dispatch=dispatch)
 
 
-def test_32_flexible_dispatch_signatures_are_accepted(make_scheduler):
+def test_flexible_dispatch_signatures_are_accepted(make_scheduler):
     s = make_scheduler(dispatch=lambda *args: "varargs")
     assert s.call(Tool("t", lambda a: None), {}).value == "varargs"
     s2 = make_scheduler(dispatch=lambda tool, args, run_ctx, extra=None: "defaults")
@@ -997,7 +1001,7 @@ def test_32_flexible_dispatch_signatures_are_accepted(make_scheduler):
 
 
 @pytest.mark.parametrize("value", [0, -1, float("inf"), 2.0, True, "3", None])
-def test_33_bad_max_parallel_is_a_config_error(value):
+def test_bad_max_parallel_is_a_config_error(value):
     with pytest.raises(ConfigError, match="`max_parallel`"):
         Scheduler(max_parallel=value)
 
@@ -1016,12 +1020,12 @@ def test_33_bad_max_parallel_is_a_config_error(value):
         ("call_id", 42),
     ],
 )
-def test_34_bad_options_are_config_errors_naming_the_option(option, value):
+def test_bad_options_are_config_errors_naming_the_option(option, value):
     with pytest.raises(ConfigError, match=f"`{option}`"):
         Scheduler(**{option: value})
 
 
-def test_34_bad_arguments_to_methods_are_config_errors(make_scheduler):
+def test_bad_arguments_to_methods_are_config_errors(make_scheduler):
     s = make_scheduler()
     with pytest.raises(ConfigError, match="`args`"):
         s.submit(Tool("t", lambda a: None), ["not", "a", "mapping"])
@@ -1035,7 +1039,7 @@ def test_34_bad_arguments_to_methods_are_config_errors(make_scheduler):
 # --- deadline -----------------------------------------------------------------------
 
 
-def test_35_a_dispatch_that_never_returns_times_out(probe):
+def test_a_dispatch_that_never_returns_times_out_the_wait(probe):
     s = Scheduler(timeout=0.2)
     try:
         ticket = s.submit(Tool("hangs", probe.run), {"k": "h"})
@@ -1058,7 +1062,7 @@ def test_35_a_dispatch_that_never_returns_times_out(probe):
     probe.release_all()
 
 
-def test_36_a_predicate_that_blocks_forever(make_event, caplog):
+def test_a_predicate_that_blocks_forever_fails_the_wait_and_later_submits(make_event, caplog):
     caplog.set_level(logging.WARNING, logger="nous_sched")
     unblock = make_event()
     entered = threading.Event()
