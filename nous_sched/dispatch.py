@@ -10,12 +10,12 @@ execution; it keeps the same contract: return a JSON-shaped value (or an
 from __future__ import annotations
 
 import contextvars
-import json
 from typing import Any, Callable, Optional
 
 import attrs
 
 from .errors import ToolError
+from .outcome import quote_name
 
 __all__ = ["RunContext", "ApprovalRequest", "CallInfo", "direct_dispatch", "current_call"]
 
@@ -68,7 +68,7 @@ current_call: contextvars.ContextVar[Optional[CallInfo]] = contextvars.ContextVa
 )
 
 
-def needs_approval(tool: Any, run_ctx: Any) -> bool:
+def _approval_required(tool: Any, run_ctx: Any) -> bool:
     if getattr(tool, "requires_approval", False):
         return True
     return getattr(tool, "name", None) in getattr(run_ctx, "require_approval", ())
@@ -80,14 +80,12 @@ def direct_dispatch(tool: Any, args: dict[str, Any], run_ctx: Any) -> Any:
     Raises :class:`ToolError` when approval is required and there is no
     handler, or the handler does not return ``True``.
     """
-    if needs_approval(tool, run_ctx):
+    if _approval_required(tool, run_ctx):
         handler = getattr(run_ctx, "approval_handler", None)
         if handler is None:
-            raise ToolError(f"tool {_q(tool.name)} requires approval and no approval handler is configured", tool.name)
+            raise ToolError(
+                f"tool {quote_name(tool.name)} requires approval and no approval handler is configured", tool.name
+            )
         if handler(ApprovalRequest(tool.name, args, getattr(tool, "description", ""))) is not True:
-            raise ToolError(f"tool {_q(tool.name)} was rejected by the approval handler", tool.name)
+            raise ToolError(f"tool {quote_name(tool.name)} was rejected by the approval handler", tool.name)
     return tool.function(args)
-
-
-def _q(name: str) -> str:
-    return json.dumps(name, ensure_ascii=False)

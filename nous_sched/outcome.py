@@ -9,13 +9,14 @@ program gets ``{"tool": name, "message": message}``.
 
 from __future__ import annotations
 
+import json
 from typing import Any, Optional
 
 import attrs
 
 from .errors import ToolError
 
-__all__ = ["Outcome", "SubCallError", "clamp", "MAX_MESSAGE", "TRUNCATION_MARK"]
+__all__ = ["Outcome", "SubCallError", "clamp", "quote_name", "MAX_MESSAGE", "TRUNCATION_MARK"]
 
 MAX_MESSAGE = 2000
 TRUNCATION_MARK = "… (truncated)"
@@ -26,6 +27,11 @@ def clamp(message: str) -> str:
     if len(message) > MAX_MESSAGE:
         return message[:MAX_MESSAGE] + TRUNCATION_MARK
     return message
+
+
+def quote_name(name: str) -> str:
+    """A tool's name as every message to a program writes it: a JSON string, unambiguous whatever the name."""
+    return json.dumps(name, ensure_ascii=False)
 
 
 @attrs.frozen

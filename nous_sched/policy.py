@@ -9,13 +9,13 @@ the real name and arguments.
 
 from __future__ import annotations
 
-import json
 from typing import Any, Iterable, Optional
 
 import attrs
 
 from . import _validators as v
 from ._validators import require
+from .outcome import quote_name
 from .tool import Tool
 
 __all__ = ["PermissionPolicy", "denied_message", "partition"]
@@ -53,7 +53,7 @@ class PermissionPolicy:
 
 
 def denied_message(name: str) -> str:
-    return f"tool {json.dumps(name, ensure_ascii=False)} is denied by the permission policy"
+    return f"tool {quote_name(name)} is denied by the permission policy"
 
 
 def partition(

@@ -32,7 +32,7 @@ from ._validators import require
 from .dispatch import ApprovalRequest, RunContext, direct_dispatch
 from .errors import RunCodeError
 from .events import SessionLog
-from .outcome import Outcome
+from .outcome import Outcome, quote_name
 from .policy import PermissionPolicy, denied_message, partition
 from .records import CallRecord
 from .result import RunResult
@@ -190,7 +190,7 @@ class _Host:
             return _Settled(Outcome.failure(str(name), "a tool name must be a string"))
         tool = self.granted.get(name)
         if tool is None:
-            message = denied_message(name) if name in self.denied else f"unknown tool {json.dumps(name)}"
+            message = denied_message(name) if name in self.denied else f"unknown tool {quote_name(name)}"
             return _Settled(Outcome.failure(name, message))
         if args is None:
             args = {}
