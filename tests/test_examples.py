@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import io
 import json
+import re
 import sys
 import textwrap
 import types
@@ -348,11 +349,21 @@ def test_readme_mentions_what_it_promises():
         assert f"``{kind}``" in text
 
 
-def test_readme_renders_cleanly():
+@pytest.mark.parametrize("name", ["README.rst", "ARCHITECTURE.rst", "CHANGELOG.rst", "docs/django.rst"])
+def test_docs_render_cleanly(name):
     docutils_core = pytest.importorskip("docutils.core")
     warnings = io.StringIO()
     docutils_core.publish_doctree(
-        README.read_text(encoding="utf-8"),
+        (ROOT / name).read_text(encoding="utf-8"),
         settings_overrides={"warning_stream": warnings, "report_level": 2, "halt_level": 5},
     )
     assert warnings.getvalue() == ""
+
+
+def test_architecture_names_files_that_exist():
+    text = (ROOT / "ARCHITECTURE.rst").read_text(encoding="utf-8")
+    named = set(re.findall(r"``((?:[a-z_]+/)*[a-z_]+\.(?:py|js))``", text))
+    assert {"scheduler.py", "lane.py", "runtime/prelude.js", "run_code.py"} <= named
+    package = ROOT / "nous_sched"
+    missing = [f for f in named if not ((package / f).exists() or (ROOT / f).exists() or (ROOT / "tests" / f).exists())]
+    assert not missing, f"ARCHITECTURE.rst names files that do not exist: {missing}"
