@@ -267,6 +267,27 @@ def test_several_servers_are_namespaced_and_each_keeps_its_trust():
     assert [v["value"] for v in result.result] == [1, 2]
 
 
+def test_one_connection_serves_many_runs_at_once_from_many_threads():
+    # As in a web app: one connection made at start-up, a run per request thread.
+    with connect(ServerSpec(lab.build(), trusted=True)) as conn:
+        tools = conn.tools()
+        g = group()
+
+        def request(i):
+            program = f"""
+            const met = await tools.meet({{ group: "{g}", n: 6, key: "r{i}" }});
+            return [met.met, ...(await Promise.all([1, 2].map((k) => tools.lookup({{ key: "r{i}-" + k }}))))];
+            """
+            return run_code(program, tools, timeout=RUN_TIMEOUT)
+
+        with concurrent.futures.ThreadPoolExecutor(6) as pool:
+            results = list(pool.map(request, range(6)))
+    for i, result in enumerate(results):
+        assert result.ok, result.error
+        assert result.result[0] is True  # all six runs were inside the server at once
+        assert [v["key"] for v in result.result[1:]] == [f"r{i}-1", f"r{i}-2"]
+
+
 # -- failure is data ---------------------------------------------------------------------
 
 
