@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import socket
+import subprocess
 import sys
 import threading
 import uuid
@@ -350,11 +351,10 @@ def test_a_server_that_crashes_over_http_fails_its_calls_as_data():
                 timeout=RUN_TIMEOUT,
             )
     assert result.ok, result.error
-    assert len(result.result) == 2
-    assert all(
-        message.startswith("crash: MCP server 'lab': ") or message.startswith("lookup: MCP server 'lab': ")
-        for message in result.result
-    ), result.result
+    assert result.result == [
+        "crash: MCP server 'lab': Connection closed",
+        "lookup: MCP server 'lab': Connection closed",
+    ]
 
 
 # -- closing ---------------------------------------------------------------------------
@@ -384,6 +384,21 @@ def test_closing_during_a_call_cancels_it_and_stops_the_server():
         conn.close()
         with pytest.raises(ToolError, match="was closed during the call"):
             pending.result(10)
+    assert processes_running(tag) == []
+
+
+def test_a_connection_left_open_is_closed_at_interpreter_exit():
+    tag = f"atexit-{uuid.uuid4().hex[:8]}"
+    script = (
+        "import sys; from nous_sched.mcp import connect; "
+        "conn = connect(sys.argv[1:]); print(conn.servers, flush=True)"  # and exit without closing it
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, *stdio_command(tag), "--linger"], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "('lab',)"
+    # The server outlives the end of its input (--linger): only the close at exit, which signals it, stops it.
     assert processes_running(tag) == []
 
 

@@ -223,6 +223,7 @@ class Connection:
             if not up.name:
                 info = getattr(up.client, "server_info", None)
                 up.name = mapping.server_name(getattr(info, "name", None), f"server{i + 1}")
+                up.label = f"{up.name!r} ({up.spec.describe()})"
             if up.name in seen:
                 raise ConfigError(
                     f"two MCP servers are named {up.name!r} ({seen[up.name].spec.describe()} and "

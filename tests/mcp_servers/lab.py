@@ -11,6 +11,7 @@ import argparse
 import os
 import socket
 import sys
+import time
 
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
@@ -131,10 +132,13 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--http-fd", type=int, help="serve Streamable HTTP on this already-bound listening socket")
     parser.add_argument("--tag", help="ignored: marks the process so a test can find it")
+    parser.add_argument("--linger", action="store_true", help="stay alive after stdin closes, until killed")
     args = parser.parse_args(argv)
     server = build()
     if args.http_fd is None:
         server.run("stdio")
+        if args.linger:  # a server that ignores the end of its input: only a signal stops it
+            time.sleep(600)
         return
     import uvicorn
 
