@@ -37,7 +37,7 @@ import subprocess
 import sys
 import time
 import traceback
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any, Callable, Iterator, Optional, Sequence, Union
 
 MARK = "@@ROWS@@"
@@ -389,7 +389,6 @@ class Options:
     runtimes: Optional[list[str]] = None
     hot: bool = False
     args: Any = None
-    extra: dict = field(default_factory=dict)
 
 
 def options(
@@ -448,7 +447,7 @@ def run(title: str, sections: Sequence[tuple[str, Callable[[], list[Row]]]], opt
     return 1 if broken else 0
 
 
-def rows_from_json(payload: dict) -> tuple[str, list[Row]]:
+def rows_from_json(payload: dict[str, Any]) -> tuple[str, list[Row]]:
     rows = []
     for d in payload["rows"]:
         for key in ("ours", "base", "ratio", "regime"):
@@ -469,7 +468,7 @@ def machine_line() -> str:
 
 # -- the fast regime on demand -----------------------------------------------------
 
-_spinners: list[subprocess.Popen] = []
+_spinners: list[subprocess.Popen[bytes]] = []
 
 
 def start_spinners() -> None:
@@ -583,7 +582,11 @@ def per_runtime(
     The runtime is made inside its section, so one that cannot start is an
     ERROR row and the other runtimes' rows still run.
     """
-    return [(f"{name} [{rt}]", (lambda rt=rt: section(make_runtime(rt)))) for rt in runtime_names(opts)]
+
+    def bind(rt: str) -> Callable[[], list[Row]]:
+        return lambda: section(make_runtime(rt))
+
+    return [(f"{name} [{rt}]", bind(rt)) for rt in runtime_names(opts)]
 
 
 # -- memory and threads ------------------------------------------------------------

@@ -75,13 +75,10 @@ def run(
     ``tools[name](args)`` runs on ``executor`` (a fresh ``ThreadPoolExecutor(10)``
     per run when ``None``, as ``run_code`` makes a private one).
     """
-    own = executor is None
-    pool = concurrent.futures.ThreadPoolExecutor(10) if own else executor
-    try:
+    if executor is not None:
+        return _run(program, tools, executor)
+    with concurrent.futures.ThreadPoolExecutor(10) as pool:
         return _run(program, tools, pool)
-    finally:
-        if own:
-            pool.shutdown(wait=True)
 
 
 def _run(program: str, tools: Mapping[str, Callable[[Any], Any]], pool: concurrent.futures.Executor) -> Any:
@@ -93,7 +90,7 @@ def _run(program: str, tools: Mapping[str, Callable[[Any], Any]], pool: concurre
     execute = ctx.execute_pending_job
     submit = pool.submit
     loads = json.loads
-    outstanding: collections.deque = collections.deque()
+    outstanding: collections.deque[tuple[int, concurrent.futures.Future[Any]]] = collections.deque()
     main = None
     while True:
         while execute():

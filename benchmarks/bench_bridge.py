@@ -15,6 +15,7 @@ from __future__ import annotations
 import statistics
 import sys
 import time
+from typing import Any, Callable
 
 import _common as c
 import _floor
@@ -28,7 +29,7 @@ SEQUENTIAL = "for (let i = 0; i < {n}; i++) await tools.noop({{}});\nreturn {n};
 PROMISE_ALL = "const r = await Promise.all(Array.from({{ length: {n} }}, () => tools.noop({{}})));\nreturn r.length;"
 
 
-def noop(args: dict) -> None:
+def noop(args: dict[str, Any]) -> None:
     return None
 
 
@@ -36,7 +37,7 @@ TOOL = Tool("noop", noop, concurrency_safe=lambda args: True)
 FLOOR_TOOLS = {"noop": noop}
 
 
-def ours(runtime, program: str, n: int) -> float:
+def ours(runtime: Any, program: str, n: int) -> float:
     code = program.format(n=n)
     t0 = time.perf_counter()
     r = run_code(code, [TOOL], runtime=runtime, timeout=300)
@@ -83,7 +84,12 @@ def main() -> int:
 
     def section(rc: c.RuntimeChoice) -> list[c.Row]:
         rt = rc.runtime
-        for fn in (lambda: ours(rt, SEQUENTIAL, 100), lambda: floor(SEQUENTIAL, 100), lambda: lane_sequential(100)):
+        warm: tuple[Callable[[], float], ...] = (
+            lambda: ours(rt, SEQUENTIAL, 100),
+            lambda: floor(SEQUENTIAL, 100),
+            lambda: lane_sequential(100),
+        )
+        for fn in warm:
             fn()  # warm-up: imports, first-use costs, a warm pool where the runtime has one
         s = c.interleave(
             opts.reps,
@@ -116,8 +122,8 @@ def main() -> int:
             ),
         ]
 
-        def med(fn) -> float:
-            return statistics.median(fn() for _ in range(batch))
+        def med(fn: Callable[[], float]) -> float:
+            return float(statistics.median(fn() for _ in range(batch)))
 
         a = c.interleave(
             opts.reps,

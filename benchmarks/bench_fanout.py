@@ -21,6 +21,7 @@ import concurrent.futures
 import math
 import sys
 import time
+from typing import Any
 
 import _common as c
 
@@ -39,7 +40,7 @@ return parts.reduce((a, b) => a + b, 0);
 """
 
 
-def sleepy(args: dict) -> int:
+def sleepy(args: dict[str, Any]) -> Any:
     time.sleep(SLEEP)
     return args["i"]
 
@@ -47,7 +48,7 @@ def sleepy(args: dict) -> int:
 TOOL = Tool("sleepy", sleepy, concurrency_safe=lambda args: not args.get("exclusive"))
 
 
-def run_code_fanout(runtime) -> float:
+def run_code_fanout(runtime: Any) -> float:
     t0 = time.perf_counter()
     r = run_code(PROGRAM, [TOOL], runtime=runtime, max_parallel=PARALLEL, timeout=60)
     dt = time.perf_counter() - t0

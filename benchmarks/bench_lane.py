@@ -16,6 +16,8 @@ import queue
 import sys
 import threading
 import time
+from functools import partial
+from typing import Any, Callable
 
 import _common as c
 
@@ -25,7 +27,7 @@ TARGET = 2.0
 THREADS = 8
 
 
-def noop(args: dict) -> None:
+def noop(args: dict[str, Any]) -> None:
     return None
 
 
@@ -54,8 +56,11 @@ def raw_loop(n: int, executor: concurrent.futures.Executor) -> float:
 
 def relay_loop(n: int, executor: concurrent.futures.Executor) -> float:
     """Caller -> SimpleQueue -> driver -> executor -> driver -> caller, nothing else."""
-    q: queue.SimpleQueue = queue.SimpleQueue()
+    q: queue.SimpleQueue[Any] = queue.SimpleQueue()
     put = q.put
+
+    def relay_back(reply: concurrent.futures.Future[None], f: concurrent.futures.Future[None]) -> None:
+        put((1, reply, f))
 
     def drive() -> None:
         while True:
@@ -64,7 +69,7 @@ def relay_loop(n: int, executor: concurrent.futures.Executor) -> float:
                 return
             if msg[0] == 0:
                 reply = msg[1]
-                executor.submit(noop, {}).add_done_callback(lambda f, reply=reply: put((1, reply, f)))
+                executor.submit(noop, {}).add_done_callback(partial(relay_back, reply))
             else:
                 msg[1].set_result(msg[2].result())
 
@@ -73,7 +78,7 @@ def relay_loop(n: int, executor: concurrent.futures.Executor) -> float:
     try:
         t0 = time.perf_counter()
         for _ in range(n):
-            reply: concurrent.futures.Future = concurrent.futures.Future()
+            reply: concurrent.futures.Future[None] = concurrent.futures.Future()
             put((0, reply))
             reply.result()
         return time.perf_counter() - t0
@@ -82,7 +87,7 @@ def relay_loop(n: int, executor: concurrent.futures.Executor) -> float:
         driver.join()
 
 
-def from_threads(n: int, work) -> float:
+def from_threads(n: int, work: Callable[[int], Any]) -> float:
     per = n // THREADS
     start = threading.Barrier(THREADS + 1)
 

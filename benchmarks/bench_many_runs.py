@@ -18,6 +18,7 @@ import concurrent.futures
 import sys
 import threading
 import time
+from typing import Any, Callable, Optional
 
 import _common as c
 
@@ -35,7 +36,7 @@ return parts.reduce((a, b) => a + b, 0);
 EXPECTED = FAN * (FAN - 1) // 2
 
 
-def work(args: dict) -> int:
+def work(args: dict[str, Any]) -> Any:
     time.sleep(SLEEP)
     return args["i"]
 
@@ -64,7 +65,7 @@ def python_run() -> float:
     return dt
 
 
-def phase(runs: int, one, record: list) -> float:
+def phase(runs: int, one: Callable[[], float], record: list[dict[str, Any]]) -> float:
     """``runs`` calls of ``one`` from HANDLERS threads; returns runs/s, records the details."""
     before = counts()
     with concurrent.futures.ThreadPoolExecutor(HANDLERS, thread_name_prefix="bench-handler") as handlers:
@@ -88,14 +89,14 @@ def main() -> int:
     def section(rc: c.RuntimeChoice) -> list[c.Row]:
         shared = concurrent.futures.ThreadPoolExecutor(32, thread_name_prefix=SHARED_PREFIX)
 
-        def ours(executor=None) -> float:
+        def ours(executor: Optional[concurrent.futures.Executor] = None) -> float:
             t0 = time.perf_counter()
             r = run_code(PROGRAM, [TOOL], runtime=rc.runtime, timeout=60, executor=executor)
             dt = time.perf_counter() - t0
             assert r.ok and r.result == EXPECTED, r.error
             return dt
 
-        rec: dict[str, list] = {"ours": [], "base": [], "shared": []}
+        rec: dict[str, list[dict[str, Any]]] = {"ours": [], "base": [], "shared": []}
         try:
             for key, one in (("ours", ours), ("base", python_run), ("shared", lambda: ours(shared))):
                 phase(HANDLERS, one, [])  # warm-up

@@ -20,6 +20,7 @@ import concurrent.futures
 import sys
 import threading
 import time
+from typing import Any, Callable
 
 import _common as c
 
@@ -29,7 +30,7 @@ TARGET_MIB = 0.15
 LEAD = 50
 
 
-def live_phase(k: int, start_one) -> tuple[float, float]:
+def live_phase(k: int, start_one: Callable[[Callable[[Any], int]], None]) -> tuple[float, float]:
     """Memory (MiB) and OS threads per live run: the increment from ``LEAD`` to ``LEAD + k`` runs alive.
 
     Measured from a lead of runs already alive, not from none: the first runs
@@ -41,7 +42,7 @@ def live_phase(k: int, start_one) -> tuple[float, float]:
     entered = threading.Semaphore(0)
     release = threading.Event()
 
-    def block(args) -> int:
+    def block(args: Any) -> int:
         entered.release()
         release.wait(60)
         return 1
@@ -77,12 +78,12 @@ def main() -> int:
     opts = c.options(__doc__.splitlines()[0], default_reps=6, quick_reps=2)
     k = 30 if opts.quick else 100
 
-    def python_run(block) -> None:
+    def python_run(block: Callable[[Any], int]) -> None:
         with concurrent.futures.ThreadPoolExecutor(10) as pool:
             assert pool.submit(block, {}).result() == 1
 
     def section(rc: c.RuntimeChoice) -> list[c.Row]:
-        def ours_run(block) -> None:
+        def ours_run(block: Callable[[Any], int]) -> None:
             t = Tool("block", block, concurrency_safe=lambda args: True)
             r = run_code("return await tools.block({});", [t], runtime=rc.runtime, timeout=60)
             assert r.ok and r.result == 1, r.error
@@ -91,7 +92,7 @@ def main() -> int:
         live_phase(5, python_run)
         results: dict[str, list[tuple[float, float]]] = {"ours": [], "base": []}
 
-        def sample(key: str, fn) -> float:
+        def sample(key: str, fn: Callable[[Callable[[Any], int]], None]) -> float:
             results[key].append(live_phase(k, fn))
             return results[key][-1][0]
 

@@ -20,6 +20,7 @@ import json
 import statistics
 import sys
 import time
+from typing import Any, Callable
 
 import _common as c
 import _floor
@@ -29,7 +30,7 @@ from nous_sched import Tool, run_code
 TARGET = 1.5
 
 
-def records(n_bytes: int) -> list[dict]:
+def records(n_bytes: int) -> list[dict[str, Any]]:
     """Small record objects totalling about ``n_bytes`` of JSON."""
     out = []
     size = 2
@@ -42,7 +43,7 @@ def records(n_bytes: int) -> list[dict]:
     return out
 
 
-def json_round_trip(value) -> float:
+def json_round_trip(value: Any) -> float:
     t0 = time.perf_counter()
     json.loads(json.dumps(value))
     return time.perf_counter() - t0
@@ -59,8 +60,8 @@ def main() -> int:
     result_value = records(500_000)
     batch = 1 if opts.quick else 3
 
-    def med(fn) -> float:
-        return statistics.median(fn() for _ in range(batch))
+    def med(fn: Callable[[], float]) -> float:
+        return float(statistics.median(fn() for _ in range(batch)))
 
     def section(rc: c.RuntimeChoice) -> list[c.Row]:
         rt = rc.runtime
@@ -86,7 +87,7 @@ def main() -> int:
             return time.perf_counter() - t0
 
         n_big = len(big)
-        fns = (
+        fns: tuple[Callable[[], float], ...] = (
             lambda: ours_get("records", n_big),
             lambda: ours_get("empty", 0),
             lambda: floor_get("records", n_big),

@@ -34,6 +34,7 @@ import concurrent.futures
 import sys
 import time
 import warnings
+from typing import Any, Optional, cast
 
 import _common as c
 
@@ -51,11 +52,11 @@ FANOUT = (
 )
 
 
-def noop_fn(args: dict) -> int:
+def noop_fn(args: dict[str, Any]) -> Any:
     return args["i"]
 
 
-def sleepy_fn(args: dict) -> int:
+def sleepy_fn(args: dict[str, Any]) -> Any:
     time.sleep(SLEEP)
     return args["i"]
 
@@ -66,7 +67,7 @@ OURS_TOOLS = [
 ]
 
 
-def ours(program: str, expected: int, runtime, executor=None) -> float:
+def ours(program: str, expected: int, runtime: Any, executor: Optional[concurrent.futures.Executor] = None) -> float:
     t0 = time.perf_counter()
     r = run_code(program, OURS_TOOLS, runtime=runtime, max_parallel=THREADS, timeout=120, executor=executor)
     dt = time.perf_counter() - t0
@@ -109,11 +110,14 @@ class Peer:
         ]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "beta" warning
-            self.mw = CodeInterpreterMiddleware(ptc=tools, mode="thread", timeout=120, max_ptc_calls=None)
+            # Any: the hooks are driven with duck-typed stand-ins for an agent's objects.
+            self.mw: Any = cast(Any, CodeInterpreterMiddleware)(
+                ptc=tools, mode="thread", timeout=120, max_ptc_calls=None
+            )
         self.loop = asyncio.new_event_loop()
         try:
             self.state = dict(self.mw.before_agent({}, None) or {})
-            seen: dict = {}
+            seen: dict[str, Any] = {}
             state = self.state
 
             class _Request:
@@ -125,14 +129,14 @@ class Peer:
                     self.tools = tools
                     self.state = state
 
-                def override(self, **changes):
+                def override(self, **changes: Any) -> Any:
                     seen.update(changes)
                     return self
 
             # The model-call hook installs the bridges (tools.noop, tools.sleepy) in the slot.
             self.mw.wrap_model_call(_Request(), lambda request: None)
             assert "tools.sleepy" in str(seen.get("system_message")), "the peer's tool prompt was not rendered"
-            self.eval_tool = self.mw.tools[0]
+            self.eval_tool: Any = self.mw.tools[0]
             self.runtime = ToolRuntime(
                 state=self.state,
                 context=None,
@@ -239,7 +243,7 @@ def main() -> int:
             *[(lambda peer=peer: peer.run(FANOUT, FAN_EXPECTED)) for peer in sides],
         )
         us = 1e6 / n
-        peer = "langchain-quickjs"
+        peer_name = "langchain-quickjs"
         rows = [
             c.ours_vs(
                 f"vs langchain-quickjs: {n:,} sequential calls [{rc.name}]",
@@ -248,7 +252,7 @@ def main() -> int:
                 s,
                 scale=us,
                 unit="us/call",
-                base_name=peer,
+                base_name=peer_name,
                 target=c.ratio_below(1.0, "(ahead)"),
                 note="the same blocking no-op on 10 threads on both sides",
             ),
@@ -259,7 +263,7 @@ def main() -> int:
                 f,
                 scale=ms,
                 unit="ms",
-                base_name=peer,
+                base_name=peer_name,
                 target=c.ratio_below(1.0, "(ahead)"),
                 note=f"the same blocking 5 ms tool on {THREADS} threads on both sides (ideal {FAN / THREADS * SLEEP * ms:g} ms)",
             ),
@@ -270,7 +274,7 @@ def main() -> int:
                 f,
                 scale=ms,
                 unit="ms",
-                base_name=peer,
+                base_name=peer_name,
                 note="run_code(..., executor=<one ThreadPoolExecutor(10)>): warm threads, like the peer's warm slot",
             ),
         ]
@@ -283,7 +287,7 @@ def main() -> int:
                     s,
                     scale=us,
                     unit="us/call",
-                    base_name=peer,
+                    base_name=peer_name,
                 ),
                 c.ours_vs(
                     "  peer's best case: asyncio.sleep, no threads",
@@ -292,7 +296,7 @@ def main() -> int:
                     f,
                     scale=ms,
                     unit="ms",
-                    base_name=peer,
+                    base_name=peer_name,
                     note=f"all {FAN} waits at once on the peer's loop: ideal {SLEEP * ms:g} ms, against our 10 threads",
                 ),
             ]

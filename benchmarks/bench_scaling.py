@@ -14,6 +14,7 @@ from __future__ import annotations
 import statistics
 import sys
 import time
+from typing import Any, Callable
 
 import _common as c
 import _floor
@@ -24,7 +25,7 @@ TARGET = 1.25
 SEQUENTIAL = "for (let i = 0; i < {n}; i++) await tools.noop({{}});\nreturn {n};"
 
 
-def noop(args: dict) -> None:
+def noop(args: dict[str, Any]) -> None:
     return None
 
 
@@ -52,15 +53,16 @@ def main() -> int:
             assert _floor.run(SEQUENTIAL.format(n=n), FLOOR_TOOLS) == n
             return time.perf_counter() - t0
 
-        def per_call(run, n: int) -> float:
+        def per_call(run: Callable[[int], float], n: int) -> float:
             """Microseconds per call at ``n``: (t(n) - t(1)) / (n - 1), t(1) measured beside it."""
             k = batch if n <= 100 else 3
-            ones, ns = [], []
+            ones: list[float] = []
+            ns: list[float] = []
             for _ in range(k):
                 ones.append(run(1))
                 if n <= 100 or not ns:
                     ns.append(run(n))
-            return (statistics.median(ns) - statistics.median(ones)) / (n - 1) * 1e6
+            return float(statistics.median(ns) - statistics.median(ones)) / (n - 1) * 1e6
 
         for n in (1, small, mid):
             ours(n), floor(n)  # warm-up

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import sys
+from typing import Any, Callable, Optional
 
 import _common as c
 import _floor
@@ -25,7 +26,7 @@ TARGET_MS = 2.0
 ONE_CALL = "return await tools.noop({});"
 
 
-def noop(args: dict) -> int:
+def noop(args: dict[str, Any]) -> Any:
     return 1
 
 
@@ -39,17 +40,17 @@ def main() -> int:
     ms = 1000.0
     shared = concurrent.futures.ThreadPoolExecutor(10, thread_name_prefix="bench-shared")
 
-    def batch(fn) -> float:
+    def batch(fn: Callable[[], Any]) -> float:
         return c.median_of(fn, per)
 
     def section(rc: c.RuntimeChoice) -> list[c.Row]:
         rt = rc.runtime
 
-        def one_call(executor=None) -> None:
+        def one_call(executor: Optional[concurrent.futures.Executor] = None) -> None:
             r = run_code(ONE_CALL, [TOOL], runtime=rt, executor=executor)
             assert r.ok and r.result == 1, r.error
 
-        def floor_one_call(executor=None) -> None:
+        def floor_one_call(executor: Optional[concurrent.futures.Executor] = None) -> None:
             assert _floor.run(ONE_CALL, FLOOR_TOOLS, executor) == 1
 
         def empty() -> None:

@@ -36,6 +36,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any, Optional
 
 import _common as c
 
@@ -80,7 +81,7 @@ def node_version(node: str) -> tuple[int, int]:
 def _installed(d: Path, spec: str) -> bool:
     name, _, want = spec.rpartition("@")
     try:
-        return json.loads((d / "node_modules" / name / "package.json").read_text())["version"] == want
+        return bool(json.loads((d / "node_modules" / name / "package.json").read_text())["version"] == want)
     except (OSError, ValueError, KeyError):
         return False
 
@@ -145,14 +146,17 @@ class Vercel:
             raise Unavailable(f"the Node driver did not start: {hello}")
         self.version = hello["ready"]
 
-    def _read(self) -> dict:
+    def _read(self) -> dict[str, Any]:
+        assert self.proc.stdout is not None and self.proc.stderr is not None
         line = self.proc.stdout.readline()
         if not line:
             err = self.proc.stderr.read().strip().splitlines()[-3:]
             raise Unavailable("the Node driver exited: " + " / ".join(err))
-        return json.loads(line)
+        reply: dict[str, Any] = json.loads(line)
+        return reply
 
-    def request(self, js: str, calls: int, inflight) -> dict:
+    def request(self, js: str, calls: int, inflight: Optional[int]) -> dict[str, Any]:
+        assert self.proc.stdin is not None
         self.proc.stdin.write(json.dumps({"js": js, "calls": calls, "inflight": inflight}) + "\n")
         self.proc.stdin.flush()
         return self._read()
@@ -160,9 +164,10 @@ class Vercel:
     def run(self, js: str, calls: int, inflight: int, expected: int) -> float:
         out = self.request(js, calls, inflight)
         assert out.get("result") == expected, out
-        return out["ms"] / 1000.0
+        return float(out["ms"]) / 1000.0
 
     def close(self) -> None:
+        assert self.proc.stdin is not None
         self.proc.stdin.close()
         try:
             self.proc.wait(timeout=10)
@@ -171,11 +176,11 @@ class Vercel:
             self.proc.wait()
 
 
-def noop_fn(args: dict) -> int:
+def noop_fn(args: dict[str, Any]) -> Any:
     return args["i"]
 
 
-def sleepy_fn(args: dict) -> int:
+def sleepy_fn(args: dict[str, Any]) -> Any:
     time.sleep(SLEEP)
     return args["i"]
 
@@ -186,7 +191,7 @@ TOOLS = [
 ]
 
 
-def ours(program: str, expected: int, runtime, max_parallel: int) -> float:
+def ours(program: str, expected: int, runtime: Any, max_parallel: int) -> float:
     t0 = time.perf_counter()
     r = run_code(program, TOOLS, runtime=runtime, max_parallel=max_parallel, timeout=120)
     dt = time.perf_counter() - t0
