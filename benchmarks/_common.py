@@ -32,6 +32,7 @@ import ctypes
 import gc
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -189,6 +190,32 @@ def interleave(reps: int, *fns: Callable[[], float]) -> Samples:
             runs[i].append(fns[i]())
     probes.append(handoff_us())
     return Samples(runs, probes, first)
+
+
+@dataclass
+class Usage:
+    """Process CPU seconds and voluntary context switches (every thread) of each sample."""
+
+    cpu: list[float]
+    switches: list[float]
+
+
+def with_usage(fn: Callable[[], float], usage: Usage) -> Callable[[], float]:
+    """``fn``, also recording into ``usage`` what each call cost the process (``getrusage``).
+
+    A voluntary context switch is a thread blocking: each thread hand-off
+    costs one or more, so per call they count the hops a design makes.
+    """
+
+    def sample() -> float:
+        r0 = resource.getrusage(resource.RUSAGE_SELF)
+        value = fn()
+        r1 = resource.getrusage(resource.RUSAGE_SELF)
+        usage.cpu.append((r1.ru_utime + r1.ru_stime) - (r0.ru_utime + r0.ru_stime))
+        usage.switches.append(float(r1.ru_nvcsw - r0.ru_nvcsw))
+        return value
+
+    return sample
 
 
 def ratios(ours: Sequence[float], base: Sequence[float]) -> Stats:

@@ -91,10 +91,11 @@ def main() -> int:
         )
         for fn in warm:
             fn()  # warm-up: imports, first-use costs, a warm pool where the runtime has one
+        used = c.Usage([], []), c.Usage([], [])
         s = c.interleave(
             opts.reps,
-            lambda: ours(rt, SEQUENTIAL, n),
-            lambda: floor(SEQUENTIAL, n),
+            c.with_usage(lambda: ours(rt, SEQUENTIAL, n), used[0]),
+            c.with_usage(lambda: floor(SEQUENTIAL, n), used[1]),
             lambda: lane_sequential(n),
         )
         us = 1e6 / n
@@ -119,6 +120,26 @@ def main() -> int:
                 base_name="lane alone",
                 note="a Python loop of Scheduler.call (scheduler made and stopped in the clock): "
                 "the ratio is what the JavaScript bridge adds on top of the lane",
+            ),
+            c.ours_vs(
+                "  CPU time per call (all threads)",
+                used[0].cpu,
+                used[1].cpu,
+                s,
+                scale=us,
+                unit="us/call",
+                base_name="floor",
+                note="getrusage: what a call costs the process in CPU, whichever thread spends it",
+            ),
+            c.ours_vs(
+                "  voluntary context switches per call",
+                used[0].switches,
+                used[1].switches,
+                s,
+                scale=1 / n,
+                unit="/call",
+                base_name="floor",
+                note="a thread blocking, process-wide: each thread hand-off costs at least one",
             ),
         ]
 
