@@ -51,51 +51,45 @@ def _refuse(self: Any, *args: Any, **kwargs: Any) -> NoReturn:
     raise TypeError("audit records are immutable once written; edit a copy (dict(data), list(items))")
 
 
-class FrozenDict(dict):  # type: ignore[type-arg]
-    """A ``dict`` that refuses every change after it is built (see the module docstring)."""
+class _Frozen:
+    """What both frozen containers share: built once, then sealed; copies are the value itself."""
 
-    __slots__ = ("_sealed",)
+    # The _sealed slot is declared by each concrete class: a non-empty slot here
+    # would give the mixin a layout that clashes with dict's and list's.
+    __slots__ = ()
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         if getattr(self, "_sealed", False):
-            _refuse(self)
+            _refuse(self)  # __init__ called again on a built container would refill it
         super().__init__(*args, **kwargs)
-        self._sealed = True
+        self._sealed = True  # type: ignore[misc]
 
+    def __copy__(self) -> Any:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
+        return self
+
+
+class FrozenDict(_Frozen, dict):  # type: ignore[type-arg]
+    """A ``dict`` that refuses every change after it is built (see the module docstring)."""
+
+    __slots__ = ("_sealed",)
     __setitem__ = __delitem__ = __ior__ = clear = pop = popitem = setdefault = update = _refuse
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (FrozenDict, (dict(self),))
 
-    def __copy__(self) -> FrozenDict:
-        return self
 
-    def __deepcopy__(self, memo: dict[int, Any]) -> FrozenDict:
-        return self
-
-
-class FrozenList(list):  # type: ignore[type-arg]
+class FrozenList(_Frozen, list):  # type: ignore[type-arg]
     """A ``list`` that refuses every change after it is built (see the module docstring)."""
 
     __slots__ = ("_sealed",)
-
-    def __init__(self, items: Iterable[Any] = ()) -> None:
-        if getattr(self, "_sealed", False):
-            _refuse(self)
-        super().__init__(items)
-        self._sealed = True
-
     __setitem__ = __delitem__ = __iadd__ = __imul__ = _refuse
     append = extend = insert = pop = remove = clear = sort = reverse = _refuse
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (FrozenList, (list(self),))
-
-    def __copy__(self) -> FrozenList:
-        return self
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> FrozenList:
-        return self
 
 
 def freeze(value: Any) -> Any:

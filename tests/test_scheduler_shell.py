@@ -133,6 +133,16 @@ def test_reads_never_wait_on_a_driver_stuck_in_a_predicate(make_event):
     assert final is not None and final.stopped and final.submitted == 2
 
 
+def test_ticket_wait_answers_none_when_its_timeout_passes_first(make_scheduler, make_event):
+    hold = make_event()
+    s = make_scheduler()
+    ticket = s.submit(Tool("held", lambda args: hold.wait(WAIT)), {})
+    assert ticket.wait(0.05) is None and not ticket.done(), "a timeout is None, and changes nothing"
+    hold.set()
+    assert ticket.wait(WAIT) == Outcome.success(True)
+    assert s.call(Tool("next", whoami), {}).ok, "a short ticket wait never wedges the lane"
+
+
 # -- the wedge ------------------------------------------------------------------------
 
 
