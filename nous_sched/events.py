@@ -21,6 +21,7 @@ a copy to edit.
 from __future__ import annotations
 
 import threading
+from collections import abc
 from typing import Any, Iterable, Mapping, NoReturn
 
 import attrs
@@ -51,45 +52,63 @@ def _refuse(self: Any, *args: Any, **kwargs: Any) -> NoReturn:
     raise TypeError("audit records are immutable once written; edit a copy (dict(data), list(items))")
 
 
-class _Frozen:
-    """What both frozen containers share: built once, then sealed; copies are the value itself."""
+class FrozenDict(dict):  # type: ignore[type-arg]
+    """A ``dict`` that refuses every change after it is built (see the module docstring)."""
 
-    # The _sealed slot is declared by each concrete class: a non-empty slot here
-    # would give the mixin a layout that clashes with dict's and list's.
     __slots__ = ()
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        if getattr(self, "_sealed", False):
-            _refuse(self)  # __init__ called again on a built container would refill it
-        super().__init__(*args, **kwargs)
-        self._sealed = True  # type: ignore[misc]
+        if self:
+            _refuse(self)  # on a built one, dict's __init__ would add to it
+        dict.__init__(self, *args, **kwargs)
 
-    def __copy__(self) -> Any:
-        return self
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
-        return self
-
-
-class FrozenDict(_Frozen, dict):  # type: ignore[type-arg]
-    """A ``dict`` that refuses every change after it is built (see the module docstring)."""
-
-    __slots__ = ("_sealed",)
     __setitem__ = __delitem__ = __ior__ = clear = pop = popitem = setdefault = update = _refuse
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (FrozenDict, (dict(self),))
+        return (_frozen_dict, (dict(self),))
+
+    def __copy__(self) -> FrozenDict:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> FrozenDict:
+        return self
 
 
-class FrozenList(_Frozen, list):  # type: ignore[type-arg]
+class FrozenList(list):  # type: ignore[type-arg]
     """A ``list`` that refuses every change after it is built (see the module docstring)."""
 
-    __slots__ = ("_sealed",)
+    __slots__ = ()
+
+    def __init__(self, items: Iterable[Any] = ()) -> None:
+        if self:
+            _refuse(self)  # on a built one, list's __init__ would replace its items
+        list.__init__(self, items)
+
     __setitem__ = __delitem__ = __iadd__ = __imul__ = _refuse
     append = extend = insert = pop = remove = clear = sort = reverse = _refuse
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (FrozenList, (list(self),))
+        return (_frozen_list, (list(self),))
+
+    def __copy__(self) -> FrozenList:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> FrozenList:
+        return self
+
+
+# The builders freeze() uses: the C constructors directly, without a Python-level
+# __init__, because freeze() runs once per call on the hot path.
+def _frozen_dict(items: Any) -> FrozenDict:
+    made: FrozenDict = dict.__new__(FrozenDict)
+    dict.__init__(made, items)
+    return made
+
+
+def _frozen_list(items: Iterable[Any]) -> FrozenList:
+    made: FrozenList = list.__new__(FrozenList)
+    list.__init__(made, items)
+    return made
 
 
 def freeze(value: Any) -> Any:
@@ -100,10 +119,10 @@ def freeze(value: Any) -> Any:
     kind = type(value)
     if kind is FrozenDict or kind is FrozenList or kind is str or kind is int or value is None:
         return value
-    if isinstance(value, Mapping):
-        return FrozenDict({key: freeze(item) for key, item in value.items()})
-    if isinstance(value, (list, tuple)):
-        return FrozenList([freeze(item) for item in value])
+    if kind is dict or isinstance(value, abc.Mapping):
+        return _frozen_dict({key: freeze(item) for key, item in value.items()})
+    if kind is list or isinstance(value, (list, tuple)):
+        return _frozen_list([freeze(item) for item in value])
     return value
 
 
@@ -141,7 +160,7 @@ class ToolCallEvent:
     def as_event(self) -> Event:
         """This record as a session :class:`Event`; both are immutable, so they may share data."""
         # Not attrs.asdict: this runs on the driver for every call.
-        return Event(self.type, FrozenDict({name: getattr(self, name) for name in _TOOL_CALL_FIELDS}))
+        return Event(self.type, _frozen_dict({name: getattr(self, name) for name in _TOOL_CALL_FIELDS}))
 
 
 _TOOL_CALL_FIELDS = tuple(field.name for field in attrs.fields(ToolCallEvent))

@@ -48,7 +48,7 @@ from .lane import COMMIT, START, Lane
 from .outcome import Outcome
 from .records import CallRecord, LaneState
 from .snapshot import snapshot
-from .tool import EXCLUSIVE, Mode, concurrency_mode
+from .tool import Mode, concurrency_mode
 
 __all__ = ["Scheduler", "Ticket"]
 
@@ -97,7 +97,8 @@ class Ticket:
         :raises ConfigError: ``timeout`` is not ``None`` or a number of seconds
             from 0 to ``threading.TIMEOUT_MAX``.
         """
-        require("Ticket.wait", "timeout", timeout, v.WAIT_SECONDS)
+        if timeout is not None:  # once per call on the hot path: None needs no check
+            require("Ticket.wait", "timeout", timeout, v.WAIT_SECONDS)
         try:
             return self._future.result(timeout)
         except concurrent.futures.TimeoutError:
@@ -143,6 +144,15 @@ class _Call:
 
     __slots__ = ("ticket", "tool", "args", "logged", "run_ctx", "ctx", "seq", "mode", "future", "outcome", "timeline")
 
+    # Set by the driver, each before it is first read: seq and mode when it
+    # accepts the call, timeline and future when it starts it, outcome when
+    # the tool has finished. (Unset, not None: one store fewer per call.)
+    seq: int
+    mode: Mode
+    timeline: _Timeline
+    future: concurrent.futures.Future[Any]
+    outcome: Outcome
+
     def __init__(
         self, ticket: Ticket, tool: Any, args: Any, logged: Any, run_ctx: Any, ctx: contextvars.Context
     ) -> None:
@@ -152,11 +162,6 @@ class _Call:
         self.logged = logged  # the snapshot the audit gets
         self.run_ctx = run_ctx
         self.ctx = ctx
-        self.seq = -1
-        self.mode: Mode = EXCLUSIVE
-        self.future: Optional[concurrent.futures.Future[Any]] = None
-        self.outcome: Optional[Outcome] = None
-        self.timeline: Optional[_Timeline] = None
 
 
 class _Done:
@@ -323,9 +328,11 @@ class Scheduler:
         After :meth:`stop` the ticket is already released with
         ``"code run is over; scheduler is gone"``.
         """
-        require("Scheduler.submit", "tool", tool, _NAMED)
-        require("Scheduler.submit", "args", args, v.MAPPING)
-        name = tool.name
+        name = getattr(tool, "name", None)
+        if not isinstance(name, str):  # once per call: only a failing check is run
+            v.fail("Scheduler.submit", "tool", tool, _NAMED.expected)
+        if type(args) is not dict:  # once per call: an exact dict needs no check
+            require("Scheduler.submit", "args", args, v.MAPPING)
         dispatched = snapshot(args)
         logged = freeze(dispatched)  # the audit's own copy, before the tool can touch `dispatched`
         ticket = Ticket(name)
@@ -356,8 +363,10 @@ class Scheduler:
             ``timeout`` is not ``None`` or a number of seconds from 0 to
             ``threading.TIMEOUT_MAX``.
         """
-        require("Scheduler.wait", "ticket", ticket, _TICKET)
-        require("Scheduler.wait", "timeout", timeout, v.WAIT_SECONDS)
+        if type(ticket) is not Ticket:  # once per call: an exact Ticket needs no check
+            require("Scheduler.wait", "ticket", ticket, _TICKET)
+        if timeout is not None:
+            require("Scheduler.wait", "timeout", timeout, v.WAIT_SECONDS)
         limit = self._timeout if timeout is None else timeout
         try:
             return ticket._future.result(limit)
@@ -568,7 +577,6 @@ class Scheduler:
 
     def _collect(self, call: _Call) -> tuple[Outcome, float]:
         future = call.future
-        assert future is not None
         # One look at the settled future (each accessor takes its lock).
         try:
             result: tuple[Outcome, float] = future.result(0)
@@ -581,7 +589,6 @@ class Scheduler:
     def _commit(self, call: _Call) -> None:
         outcome = call.outcome
         timeline = call.timeline
-        assert outcome is not None and timeline is not None
         committed = time.perf_counter() - self._t0
         with self._records_lock:
             timeline.committed = committed
@@ -634,7 +641,7 @@ class Scheduler:
         for call in abandoned.queued:
             self._deliver(call.ticket, Outcome.failure(call.tool.name, ABANDONED))
         for call in abandoned.running:
-            if call.future is not None and not call.future.cancel():
+            if not call.future.cancel():
                 self._still_running += 1
             self._deliver(call.ticket, Outcome.failure(call.tool.name, ABANDONED))
         for call in abandoned.settled:

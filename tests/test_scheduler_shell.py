@@ -190,6 +190,7 @@ def test_audit_records_are_immutable_for_every_reader():
         lambda a: a["xs"][1].__setitem__("deep", False),
         lambda a: a["xs"].__iadd__([4]),
         lambda a: a.__init__({"n": 5}),
+        lambda a: a["xs"].__init__([5]),
     ):
         with pytest.raises(TypeError, match="immutable"):
             mutate(event.arguments)
