@@ -1,4 +1,4 @@
-"""Timeline values of the lane: what a call did when, and the lane at one instant.
+"""Timeline values: what a call did when (CallRecord), and the lane at one instant (LaneState).
 
 Both are frozen values built by the scheduler; nothing here knows about threads.
 """

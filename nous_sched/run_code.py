@@ -1,4 +1,4 @@
-"""``run_code``: run a model-written program whose every tool call goes through one lane.
+"""``run_code``: run a model-written program whose every tool call goes through one scheduler.
 
 One ``run_code`` call replaces a chain of tool calls: the program loops,
 branches and fans out in one round trip, and only what it logs or returns goes

@@ -1,4 +1,4 @@
-"""One driver lane that orders a program's tool sub-calls.
+"""The scheduler: one driver thread that orders a program's tool sub-calls.
 
 A program is a batch of tool calls written as code, and nothing in it says how
 those calls may interleave. The :class:`Scheduler` decides, conservatively:
@@ -60,7 +60,7 @@ _STOP_JOIN = 2.0
 
 _ids = itertools.count(1)
 
-# What a program reads when the lane, not the tool, ends a call.
+# What a program reads when the scheduler, not the tool, ends a call.
 GONE = "code run is over; scheduler is gone"
 ABANDONED = "code run is over; tool call abandoned"
 AWAIT_TIMEOUT = "timed out waiting for the sub-call to commit"
@@ -92,7 +92,7 @@ class Ticket:
 
         ``timeout=None`` waits until the call commits or the scheduler
         releases it. Unlike :meth:`Scheduler.wait`, a timeout here says nothing
-        about the lane: it is the runtime seam's ``PendingCall.wait``.
+        about the scheduler: it is the runtime seam's ``PendingCall.wait``.
 
         :raises ConfigError: ``timeout`` is not ``None`` or a number of seconds
             from 0 to ``threading.TIMEOUT_MAX``.
@@ -112,7 +112,7 @@ def _release(ticket: Ticket, outcome: Outcome) -> None:
     try:
         ticket._future.set_result(outcome)
     except concurrent.futures.InvalidStateError:
-        pass  # stop() already released it, from a lane that stopped answering
+        pass  # stop() already released it, from a driver that stopped answering
 
 
 # -- what crosses the driver's queue ---------------------------------------------
@@ -197,7 +197,7 @@ _TICKET = v.instance_of(Ticket, "a Ticket from Scheduler.submit()")
 
 
 class Scheduler:
-    """The lane for one program run. See the module docstring for guarantees.
+    """The scheduler for one program run. See the module docstring for guarantees.
 
     :param dispatch: ``dispatch(tool, args, run_ctx)`` runs one call on an
         executor thread; :func:`~nous_sched.direct_dispatch` by default.
@@ -207,13 +207,13 @@ class Scheduler:
     :param call_id: prefix of event ids, ``"<call_id>:code:<seq>"``.
     :param executor: where tools run. Yours is shared and never shut down;
         without one the scheduler owns a ``ThreadPoolExecutor`` of
-        ``max_parallel`` threads and shuts it down when the lane ends.
+        ``max_parallel`` threads and shuts it down when it stops.
     :param timeout: the bound, in seconds, on every wait (the run's deadline).
     :param observer: ``observer(record: CallRecord, phase)`` is called on the
         driver at ``"start"`` and ``"commit"``; it must be quick and must not
         wait on the scheduler (it may call :meth:`stop`). Whatever it raises,
         ``KeyboardInterrupt`` and ``SystemExit`` included, is logged and
-        ignored: the lane goes on.
+        ignored: the scheduler goes on.
     :raises ConfigError: naming the bad option.
 
     Use as a context manager, or call :meth:`stop` when the run is over.
@@ -233,7 +233,7 @@ class Scheduler:
     #                   _closed    no more submits: set by stop() or the exiting driver
     #                   _exited    the driver took its last message
     #                   _wedged_by the ticket whose unanswered full-timeout wait
-    #                              condemned the lane (callers write it; the lane
+    #                              condemned the scheduler (callers write it; it
     #                              is wedged while that ticket's seq is None)
     #   _records_lock   _events, _trail and every _Timeline's fields: the driver
     #   guards          writes them, any thread copies them out.
@@ -373,7 +373,7 @@ class Scheduler:
         except concurrent.futures.TimeoutError:
             pass
         if ticket.seq is None:
-            # Only a full-timeout silence condemns the lane; a short poll does not.
+            # Only a full-timeout silence condemns the scheduler; a short poll does not.
             if limit >= self._timeout:
                 with self._lock:
                     self._wedged_by = ticket
@@ -381,11 +381,11 @@ class Scheduler:
         return Outcome.failure(ticket.tool, AWAIT_TIMEOUT)
 
     def call(self, tool: Any, args: Any, run_ctx: Any = None) -> Outcome:
-        """``wait(submit(tool, args, run_ctx))``: a ``dispatch``-shaped callable routing through this lane."""
+        """``wait(submit(tool, args, run_ctx))``: a ``dispatch``-shaped callable routing through this scheduler."""
         return self.wait(self.submit(tool, args, run_ctx))
 
     def session_log(self) -> SessionLog:
-        """The session log that receives this lane's ``tool_call`` events."""
+        """The session log that receives this scheduler's ``tool_call`` events."""
         return self._session_log
 
     def logged_events(self) -> list[ToolCallEvent]:
@@ -407,8 +407,8 @@ class Scheduler:
 
         Waits at most ``timeout`` seconds (the scheduler's own ``timeout`` by
         default) for the driver to answer, and returns ``None`` if it does not
-        (it is stuck in a ``concurrency_safe`` predicate). Once the lane has
-        ended, its final state, at once.
+        (it is stuck in a ``concurrency_safe`` predicate). Once the scheduler has
+        stopped, the lane's final state, at once.
 
         :raises ConfigError: ``timeout`` is not ``None`` or a number of seconds
             from 0 to ``threading.TIMEOUT_MAX``.
@@ -427,7 +427,7 @@ class Scheduler:
             return None
 
     def stop(self, timeout: Optional[float] = None) -> None:
-        """End the lane. Idempotent; returns within ``timeout`` seconds.
+        """Stop the scheduler. Idempotent; returns within ``timeout`` seconds.
 
         ``timeout`` bounds the wait for the driver to wind down: a healthy one
         answers in microseconds, so the default is the smaller of 2 s and the
@@ -454,7 +454,7 @@ class Scheduler:
         if first:
             self._queue.put(_STOP)
         if threading.current_thread() is self._driver:
-            return  # an observer stopping its own lane: the driver winds down after this callback
+            return  # an observer stopping its own scheduler: the driver winds down after this callback
         self._driver.join(limit)
         if self._driver.is_alive():
             log.warning(

@@ -1,4 +1,4 @@
-"""JSON-shaped snapshots of values that cross the lane.
+"""JSON-shaped snapshots of values that cross the scheduler.
 
 Every sub-call's arguments are snapshotted twice at submission (one copy is
 dispatched to the tool, one is written to the audit log) and every tool result

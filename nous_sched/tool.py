@@ -69,7 +69,7 @@ def concurrency_mode(tool: Any, args: Any) -> Mode:
     name = getattr(tool, "name", "?")
     try:
         verdict = predicate(args)
-    except BaseException:  # raise, exit, anything: fail safe, and keep the lane alive
+    except BaseException:  # raise, exit, anything: fail safe, and keep the driver alive
         log.warning("concurrency_safe for tool %r failed; treating it as exclusive", name, exc_info=True)
         return EXCLUSIVE
     if verdict is True:
