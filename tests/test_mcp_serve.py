@@ -175,9 +175,11 @@ def test_serve_mcp_serves_a_tools_module(tmp_path):
     assert result.structured_content == {"logs": [], "result": [2, 1]}
 
 
-def test_serve_mcp_over_streamable_http(tmp_path):
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])
+def test_serve_mcp_over_streamable_http(stop):
     tag = f"http-{uuid.uuid4().hex[:8]}"
-    command = " ".join([sys.executable, str(lab.__file__), "--tag", tag])
+    # --linger: the upstream outlives the end of its input, so only serve-mcp's own close stops it.
+    command = " ".join([sys.executable, str(lab.__file__), "--tag", tag, "--linger"])
     process = subprocess.Popen(
         [sys.executable, "-m", "nous_sched", "serve-mcp", "--server", f"lab={command}", "--http", "127.0.0.1:0"],
         stderr=subprocess.PIPE,
@@ -190,13 +192,13 @@ def test_serve_mcp_over_streamable_http(tmp_path):
         _, result = call_run_code(lambda: Client(url), "return await tools.lookup({ key: 'abc' });")
         assert result.structured_content == {"logs": [], "result": {"key": "abc", "value": 3, "tags": ["lab", "abc"]}}
     finally:
-        process.send_signal(signal.SIGINT)
+        process.send_signal(stop)
         try:
             process.wait(30)
         finally:
             process.kill()
             process.stderr.close()
-    assert process.returncode == 130
+    assert process.returncode == 130  # stopped as by Ctrl-C, whichever signal
     wait_until(lambda: processes_running(tag) == [], what="the upstream server to exit")
 
 

@@ -14,7 +14,9 @@ the upstream MCP servers: ``--server NAME=TARGET`` (``TARGET`` is an
 ``--mcp-config``. Upstream servers are untrusted unless named by ``--trust``
 or marked ``"trusted": true`` in the config. Serves stdio by default,
 Streamable HTTP with ``--http`` (loopback unless a host is given; port 0
-picks a free one, and the URL is printed on standard error).
+picks a free one, and the URL is printed on standard error). It stops when
+its stdio client disconnects, or on Ctrl-C or SIGTERM (exit status 130),
+closing the upstream servers it started either way.
 
 This module imports neither the MCP SDK nor the runtime: the CLI builds its
 parser without them, and says which extra to install when ``serve-mcp`` runs
@@ -131,6 +133,7 @@ def _serve(args: argparse.Namespace, err: TextIO) -> int:
 
     tools = load_tools(args.tools) if args.tools else []
     connection = connect(*specs) if specs else None
+    restore = _stop_on_sigterm()
     try:
         if connection is not None:
             names = {tool.name for tool in tools}
@@ -161,9 +164,28 @@ def _serve(args: argparse.Namespace, err: TextIO) -> int:
         finally:
             server.close()
     finally:
+        restore()
         if connection is not None:
             connection.close()
     return 0
+
+
+def _stop_on_sigterm() -> Any:
+    """Make SIGTERM stop serving the way Ctrl-C does, so upstream servers are closed, not orphaned.
+
+    Returns the function that puts the previous handler back.
+    """
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def stop(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    return lambda: signal.signal(signal.SIGTERM, previous)
 
 
 def _servers(args: argparse.Namespace, spec_class: Any, load_config: Any) -> list[Any]:
