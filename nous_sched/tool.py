@@ -39,6 +39,9 @@ class Tool:
     arguments object, rendered into the program's SDK; ``returns`` is the JSON
     Schema of what the tool returns, when it has one. ``requires_approval``
     makes every call of this tool ask the run's approval handler first.
+    ``validate_arguments=False`` opts the tool out of checking each call's
+    arguments against ``parameters`` (:mod:`nous_sched.schema`), for a tool
+    that checks them itself or whose schema is only a description.
 
     :raises ConfigError: a field has the wrong type, naming it.
     """
@@ -53,6 +56,7 @@ class Tool:
         default=None, validator=v.OPTIONAL_CALLABLE
     )
     returns: Optional[Mapping[str, Any]] = attrs.field(default=None, validator=v.SCHEMA)
+    validate_arguments: bool = attrs.field(default=True, validator=v.BOOL)
 
 
 def concurrency_mode(tool: Any, args: Any) -> Mode:
