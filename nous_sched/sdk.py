@@ -12,11 +12,37 @@ Byte stability
 
 Total on schemas
     :func:`json_schema_to_type` and :func:`render` never raise on a schema. A
-    node that cannot be expressed - a ``$ref`` (there is no resolver), an
-    unknown ``type``, a malformed value, nesting deeper than a dozen levels -
-    becomes the escape hatch (``unknown`` in TypeScript, ``Any`` in Python).
-    That costs the node its type and nothing else: a program cannot call any
-    tool if the SDK does not parse.
+    node that cannot be expressed - a ``$ref`` that does not resolve inside its
+    own document, an unknown ``type``, a malformed value, nesting deeper than a
+    dozen levels - becomes the escape hatch (``unknown`` in TypeScript, ``Any``
+    in Python). That costs the node its type and nothing else: a program cannot
+    call any tool if the SDK does not parse.
+
+References
+    Local ``$ref`` pointers (``#/$defs/Address``, ``#/definitions/...``, any
+    ``#/...`` pointer, and ``#`` itself) resolve within the schema that holds
+    them: a tool's ``parameters`` and its ``returns`` are separate documents.
+    In TypeScript a target referenced once is written inline; one referenced
+    from several places, or from inside itself, becomes a named declaration
+    (``type Address = {...};``) above ``tools``, so a recursive model has a
+    finite, exact type. Declarations with the same name and the same shape are
+    written once for the whole SDK; different shapes that share a name get
+    ``_2``, ``_3``... Python stubs have no nested records, so there every
+    reference is written inline and a cycle ends in ``Any``. Remote references
+    are never fetched.
+
+Return types
+    A tool's ``returns`` (the JSON Schema of its result, e.g. an MCP
+    ``outputSchema``) becomes ``Promise<T>``; without one, ``Promise<unknown>``.
+
+Large tool sets
+    With a ``budget`` (characters), an SDK that would be longer is rendered
+    *compact*: one line per tool (its name, the first sentence of its
+    description, its argument names) and a note telling the program how to
+    ask for a tool's full declaration or search the tools by words, through
+    the :data:`DISCOVERY_GLOBAL` object (``sdk.describe(name)``,
+    ``sdk.search(words)``), which lives outside ``tools`` so it can never
+    collide with a tool's name. :class:`ToolIndex` answers those two questions.
 
 Addressing
     ``tools`` is indexed by each tool's exact name (``tools["my-tool"](args)``),
@@ -36,17 +62,33 @@ from __future__ import annotations
 import json
 import math
 import re
+import urllib.parse
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Optional
 
 from .errors import ConfigError
 
-__all__ = ["GLOBAL", "ERROR_CLASS", "render", "json_schema_to_type", "coerce_language", "languages"]
+__all__ = [
+    "GLOBAL",
+    "ERROR_CLASS",
+    "DISCOVERY_GLOBAL",
+    "DEFAULT_BUDGET",
+    "render",
+    "json_schema_to_type",
+    "coerce_language",
+    "languages",
+    "ToolIndex",
+]
 
 #: The global a program calls tools through; bindings must use the same name.
 GLOBAL = "tools"
 #: The error a failed or denied call raises in the program.
 ERROR_CLASS = "ToolError"
+#: The global through which a program asks about tools (``describe``, ``search``):
+#: outside ``tools``, whose keys are arbitrary tool names.
+DISCOVERY_GLOBAL = "sdk"
+#: A budget (characters) for callers that want one: about 8k tokens of SDK.
+DEFAULT_BUDGET = 32_000
 
 _CANONICAL = {
     "typescript": "typescript",
@@ -60,6 +102,9 @@ _CANONICAL = {
 # Deeper than any schema a tool plausibly declares. The cap makes the walk
 # total, and its recursion bounded, whatever a hand-written schema nests.
 _MAX_DEPTH = 12
+# References followed inline per document: with the depth cap this bounds the
+# work on a document whose references fan out (each used many times).
+_MAX_EXPANSIONS = 256
 
 _TS_ANY = "unknown"
 _PY_ANY = "Any"
@@ -79,6 +124,18 @@ _TS_HEADER = f"""\
 // name and a message.
 """
 
+_COMPACT_NOTE = f"""\
+//
+// This tool set is large, so each tool below is listed in one line: its
+// name, what it does and its argument names ("?" marks an optional one).
+// Before calling a tool, read its full declaration: return it from a
+// program, then write the next program with it.
+//
+//     return await {DISCOVERY_GLOBAL}.describe("<tool name>");  // one tool's declaration
+//     return await {DISCOVERY_GLOBAL}.search("words");          // [{{ name, summary }}] of matching tools
+//
+"""
+
 _PY_HEADER = f"""\
 # Tool SDK (generated). These declarations are the only description of the
 # tools your program may call.
@@ -90,14 +147,40 @@ _PY_HEADER = f"""\
 # mapping. Calls go through the same permission policy as a direct tool call:
 # one that is denied or fails raises `{ERROR_CLASS}` carrying only the tool
 # name and a message.
-
-from typing import Any, Callable, Literal, NotRequired, TypedDict
+"""
+_PY_IMPORTS = "\nfrom typing import Any, Callable, Literal, NotRequired, TypedDict\n"
+_PY_COMPACT_NOTE = f"""\
+#
+# This tool set is large, so each tool below is listed in one line. Before
+# calling a tool, read its full declaration:
+#
+#     return {DISCOVERY_GLOBAL}.describe("<tool name>")
+#     return {DISCOVERY_GLOBAL}.search("words")
 """
 
 # Control characters count as whitespace too: a NUL or a line separator in a
 # one-line comment would break the Python stub.
 _RUNS_OF_SPACE = re.compile(r"[\s\x00-\x1f\x7f]+")
 _ESCAPE = ("escape",)
+_MISSING = object()
+# A named type is written as a placeholder until every name is chosen. NUL
+# never reaches the output otherwise: literals are JSON-escaped and comments
+# have their control characters replaced.
+_PLACEHOLDER = re.compile("\x00(\\d+)\x00")
+_SUMMARY_MAX = 160
+
+# Names a declaration must not take: TypeScript's reserved words and the
+# global types and values an SDK reader relies on.
+_RESERVED = frozenset(
+    """
+    any as asserts async await bigint boolean break case catch class const constructor continue debugger declare
+    default delete do else enum export extends false finally for from function get if implements import in infer
+    instanceof interface is keyof let module namespace never new null number object of package private protected
+    public readonly require return set static string super switch symbol this throw true try type typeof undefined
+    unique unknown var void while with yield Array Boolean Date Error Function JSON Map Math Number Object Promise
+    Record RegExp Set String Symbol
+    """.split()
+) | {GLOBAL, ERROR_CLASS, DISCOVERY_GLOBAL}
 
 
 def languages() -> tuple[str, ...]:
@@ -114,33 +197,101 @@ def coerce_language(value: Any) -> str | None:
     return _CANONICAL.get(value) if isinstance(value, str) else None
 
 
-def render(tools: Iterable[Any], language: str = "typescript") -> str:
+def render(tools: Iterable[Any], language: str = "typescript", *, budget: Optional[int] = None) -> str:
     """Render the SDK declaring ``tools``.
 
     A tool is any object with ``name``, ``description`` and ``parameters`` (a
-    JSON Schema mapping or ``None``). Tools whose name is not a non-empty
-    string are skipped; of several with one name the first wins. The output
-    depends only on the resulting set of tools, never on their order, and is
-    identical on every call. Never raises on a schema; raises
-    :class:`~nous_sched.errors.ConfigError` for an unknown ``language``.
+    JSON Schema mapping or ``None``), and optionally ``returns`` (the JSON
+    Schema of its result). Tools whose name is not a non-empty string are
+    skipped; of several with one name the first wins. The output depends only
+    on the resulting set of tools, never on their order, and is identical on
+    every call.
+
+    ``budget`` (characters, or ``None`` for no limit): when the full SDK is
+    longer, the compact form is returned instead (see the module docstring).
+    The compact form is one line per tool whatever its length, so a set of
+    thousands of tools can still exceed the budget.
+
+    Never raises on a schema; raises :class:`~nous_sched.errors.ConfigError`
+    for an unknown ``language`` or a ``budget`` that is not a positive int.
     """
     lang = _require_language(language)
-    chosen: dict[str, Any] = {}
-    for tool in tools:
-        name = getattr(tool, "name", None)
-        if isinstance(name, str) and name and name not in chosen:
-            chosen[name] = tool
-    ordered = [chosen[name] for name in sorted(chosen)]
-    return _render_python(ordered) if lang == "python" else _render_typescript(ordered)
+    _require_budget(budget)
+    ordered = _unique_sorted(tools)
+    full = _render_python(ordered) if lang == "python" else _render_typescript(ordered)
+    if budget is None or len(full) <= budget:
+        return full
+    return _compact_python(ordered) if lang == "python" else _compact_typescript(ordered)
 
 
 def json_schema_to_type(schema: Any, language: str = "typescript") -> str:
     """The ``language`` type expression for one JSON Schema node.
 
     Accepts any value: whatever cannot be expressed becomes ``unknown``
-    (TypeScript) or ``Any`` (Python) instead of raising.
+    (TypeScript) or ``Any`` (Python) instead of raising. Local ``$ref`` pointers
+    resolve against ``schema`` itself and are written inline; a cycle ends in
+    the escape hatch, since a lone expression has nowhere to declare a name.
     """
-    return _py(schema, 0) if _require_language(language) == "python" else _ts(schema, 0)
+    doc = _Doc(schema, None)
+    return _py(schema, 0, doc) if _require_language(language) == "python" else _ts(schema, 0, doc)
+
+
+class ToolIndex:
+    """Answers what a program may ask about a tool set: a tool's declaration, or the tools matching some words.
+
+    Built once per tool set (the same tools :func:`render` declares: first
+    occurrence of a name wins) and read-only afterwards, so one index may
+    serve many runs and threads. The results are deterministic: the same tool
+    set and question give the same answer.
+    """
+
+    def __init__(self, tools: Iterable[Any], language: str = "typescript") -> None:
+        self._language = _require_language(language)
+        ordered = _unique_sorted(tools)
+        self._tools = {tool.name: tool for tool in ordered}
+        self._words = {tool.name: _tool_words(tool) for tool in ordered}
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Every tool's name, sorted."""
+        return tuple(self._tools)
+
+    def describe(self, name: Any) -> Optional[str]:
+        """The full declaration of tool ``name`` (with any named types it uses), or ``None`` if there is none.
+
+        The text is the tool's part of the full SDK, without the header.
+        """
+        tool = self._tools.get(name) if isinstance(name, str) else None
+        if tool is None:
+            return None
+        if self._language == "python":
+            return _render_python([tool], header=False)
+        return _render_typescript([tool], header=False)
+
+    def search(self, query: Any, limit: int = 10) -> list[dict[str, str]]:
+        """The tools best matching the words of ``query``, best first: ``[{"name", "summary"}]``.
+
+        Words match a tool's name (weighted most), its argument names, and its
+        own and its arguments' descriptions, case-insensitively; ``snake_case``
+        and ``camelCase`` names count as separate words and a word of three or
+        more letters also matches as a prefix. Ties go to the name that sorts
+        first. Tools matching no word are left out; at most ``limit`` (1 to
+        100) are returned.
+
+        :raises ConfigError: ``query`` is not a string, or ``limit`` is out of range.
+        """
+        if not isinstance(query, str):
+            raise ConfigError(f"search: the query must be a string of words, got {type(query).__name__}")
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 100:
+            raise ConfigError(f"search: `limit` must be an integer from 1 to 100, got {limit!r}")
+        terms = list(dict.fromkeys(_words(query)))
+        scored = []
+        for name, fields in self._words.items():
+            score = sum(_term_score(term, fields) for term in terms)
+            if score > 0:
+                scored.append((-score, name))
+        scored.sort()
+        return [{"name": name, "summary": _summary(self._tools[name])} for _, name in scored[:limit]]
 
 
 def _require_language(language: Any) -> str:
@@ -151,70 +302,371 @@ def _require_language(language: Any) -> str:
     return lang
 
 
+def _require_budget(budget: Any) -> None:
+    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget <= 0):
+        raise ConfigError(f"SDK `budget` must be a positive number of characters or None, got {budget!r}")
+
+
+def _unique_sorted(tools: Iterable[Any]) -> list[Any]:
+    chosen: dict[str, Any] = {}
+    for tool in tools:
+        name = getattr(tool, "name", None)
+        if isinstance(name, str) and name and name not in chosen:
+            chosen[name] = tool
+    return [chosen[name] for name in sorted(chosen)]
+
+
+# --- References ---------------------------------------------------------------
+
+
+class _Doc:
+    """One schema document (a tool's ``parameters`` or ``returns``): the root its local ``$ref`` pointers name.
+
+    ``types`` is the SDK-wide registry of named declarations, or ``None`` to
+    write every reference inline.
+    """
+
+    def __init__(self, root: Any, types: Optional[_Types]) -> None:
+        self.root = root
+        self.types = types
+        self.named = _named_pointers(root) if types is not None else frozenset()
+        self.active: set[str] = set()
+        self.expansions = 0
+
+    def resolve(self, ref: Any) -> tuple[Optional[str], Any]:
+        """``(pointer, target)`` for a local reference, ``(None, _MISSING)`` if it does not resolve."""
+        pointer = _local_pointer(ref)
+        if pointer is None:
+            return None, _MISSING
+        return pointer, _lookup(self.root, pointer)
+
+    def unwrap(self, node: Any) -> Any:
+        """``node`` with any chain of references followed (``_MISSING`` if the chain breaks or loops)."""
+        seen: set[str] = set()
+        while isinstance(node, Mapping) and node.get("$ref") is not None:
+            pointer, node = self.resolve(node["$ref"])
+            if pointer is None or node is _MISSING or pointer in seen:
+                return _MISSING
+            seen.add(pointer)
+        return node
+
+    def inline(self, ref: Any, render: Any) -> Any:
+        """``render(target)`` with the reference's pointer marked active, or ``None`` to escape."""
+        pointer, target = self.resolve(ref)
+        if pointer is None or target is _MISSING or pointer in self.active:
+            return None
+        if self.expansions >= _MAX_EXPANSIONS:
+            return None
+        self.expansions += 1
+        self.active.add(pointer)
+        try:
+            return render(target)
+        finally:
+            self.active.discard(pointer)
+
+
+class _Types:
+    """The named declarations of one TypeScript SDK, written as placeholders until every name is chosen."""
+
+    def __init__(self) -> None:
+        self.keys: dict[tuple[int, str], int] = {}  # (id of the document, pointer) -> index
+        self.held: list[_Doc] = []  # keeps each document alive, so its id is never reused in `keys`
+        self.bases: list[str] = []
+        self.docs: list[str] = []
+        self.bodies: list[str] = []
+        # Declarations whose bodies are being written and not yet inside an
+        # object, array or tuple: TypeScript rejects a type alias that refers
+        # to itself there (`type A = A | null`, `type A = Record<string, A>`),
+        # and so does JSON Schema's own sense (validating it never ends).
+        self.open: frozenset[int] = frozenset()
+
+    def reference(self, doc: _Doc, pointer: str) -> str:
+        key = (id(doc), pointer)
+        index = self.keys.get(key)
+        if index is None:
+            self.held.append(doc)
+            index = len(self.bases)
+            self.keys[key] = index
+            target = _lookup(doc.root, pointer)
+            self.bases.append(_type_name(pointer, target))
+            self.docs.append(_description_of(target) or "")
+            self.bodies.append("")  # taken before rendering: the body may refer to itself
+            outer, self.open = self.open, self.open | {index}
+            try:
+                self.bodies[index] = _ts(doc.unwrap(target), 0, doc)
+            finally:
+                self.open = outer
+        elif index in self.open:
+            return _TS_ANY
+        return f"\x00{index}\x00"
+
+    def finish(self, texts: list[str]) -> tuple[list[str], list[str]]:
+        """Choose the names, and return ``texts`` and the declarations they use, placeholders replaced."""
+        classes = self._classes()
+        names: dict[int, str] = {}
+        taken: set[str] = set()
+        for index in range(len(self.bases)):
+            cls = classes[index]
+            if cls not in names:
+                base, n = self.bases[index], 2
+                name = base
+                while name in taken:
+                    name, n = f"{base}_{n}", n + 1
+                taken.add(name)
+                names[cls] = name
+
+        def fill(text: str, used: set[int]) -> str:
+            def one(match: re.Match) -> str:
+                index = int(match.group(1))
+                used.add(index)
+                return names[classes[index]]
+
+            return _PLACEHOLDER.sub(one, text)
+
+        used: set[int] = set()
+        filled = [fill(text, used) for text in texts]
+        declared: dict[str, str] = {}
+        pending = sorted(used)
+        while pending:
+            index = pending.pop()
+            name = names[classes[index]]
+            if name in declared:
+                continue
+            more: set[int] = set()
+            body = fill(self.bodies[index], more)
+            doc = f"/** {_close_safe(_one_line(self.docs[index]))} */\n" if self.docs[index] else ""
+            declared[name] = f"{doc}type {name} = {body};"
+            pending.extend(sorted(more - used))
+            used |= more
+        return filled, [declared[name] for name in sorted(declared)]
+
+    def _classes(self) -> list[int]:
+        # Partition refinement: two declarations are one type when they have
+        # the same base name, doc and body, with the placeholders in their
+        # bodies standing for the same types in turn.
+        count = len(self.bases)
+        classes = self._group(lambda i: (self.bases[i], self.docs[i], _PLACEHOLDER.sub("\x00", self.bodies[i])))
+        while True:
+
+            def signature(i: int, current: list[int] = classes) -> tuple:
+                body = _PLACEHOLDER.sub(lambda m: f"\x00{current[int(m.group(1))]}\x00", self.bodies[i])
+                return (current[i], body)
+
+            refined = self._group(signature)
+            if len(set(refined)) == len(set(classes)) or count == 0:
+                return refined
+            classes = refined
+
+    def _group(self, key: Any) -> list[int]:
+        ids: dict[Any, int] = {}
+        return [ids.setdefault(key(i), len(ids)) for i in range(len(self.bases))]
+
+
+def _local_pointer(ref: Any) -> Optional[str]:
+    if not isinstance(ref, str) or not ref.startswith("#"):
+        return None
+    fragment = urllib.parse.unquote(ref[1:])
+    if fragment and not fragment.startswith("/"):
+        return None  # a plain-name anchor (`#foo`) is not a pointer
+    return fragment
+
+
+def _lookup(root: Any, pointer: str) -> Any:
+    node = root
+    if pointer == "":
+        return node
+    for token in pointer[1:].split("/"):
+        token = token.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, Mapping):
+            node = node.get(token, _MISSING) if isinstance(token, str) else _MISSING
+        elif isinstance(node, (list, tuple)) and token.isdigit():
+            index = int(token)
+            node = node[index] if index < len(node) else _MISSING
+        else:
+            return _MISSING
+        if node is _MISSING:
+            return _MISSING
+    return node
+
+
+# Keywords whose values are data, not schemas: a `$ref` key inside them is not a reference.
+_DATA_KEYWORDS = frozenset({"enum", "const", "default", "examples", "example"})
+_DEFINITIONS = frozenset({"$defs", "definitions"})
+# Keywords whose values map names (any names, `default` included) to schemas.
+_SCHEMA_MAPS = frozenset({"properties", "patternProperties", "dependentSchemas"})
+
+
+def _named_pointers(root: Any) -> frozenset[str]:
+    """The pointers to declare by name: referenced from more than one place, or from inside themselves."""
+    counts: dict[str, int] = {}
+    edges: dict[str, set[str]] = {}
+    todo, seen = [""], {""}
+    while todo:
+        source = todo.pop()
+        targets = edges.setdefault(source, set())
+        for ref in _refs_in(_lookup(root, source)):
+            pointer = _local_pointer(ref)
+            if pointer is None or _lookup(root, pointer) is _MISSING:
+                continue
+            counts[pointer] = counts.get(pointer, 0) + 1
+            targets.add(pointer)
+            if pointer not in seen:
+                seen.add(pointer)
+                todo.append(pointer)
+    named = {pointer for pointer, count in counts.items() if count > 1}
+    for pointer in counts:
+        if pointer not in named and _reaches(edges, pointer, pointer):
+            named.add(pointer)
+    return frozenset(named)
+
+
+def _refs_in(node: Any) -> list[Any]:
+    # Every `$ref` in the subtree, not descending into definitions (each is
+    # walked as a target of its own) or into data (`enum`, `default`...).
+    found: list[Any] = []
+    stack: list[tuple[Any, int, bool]] = [(node, 0, False)]  # (node, depth, is a map of name -> schema)
+    while stack:
+        node, depth, named_schemas = stack.pop()
+        if depth > 4 * _MAX_DEPTH:
+            continue
+        if isinstance(node, Mapping):
+            if named_schemas:
+                stack.extend((value, depth + 1, False) for value in node.values())
+                continue
+            ref = node.get("$ref")
+            if ref is not None:
+                found.append(ref)
+            for key, value in node.items():
+                if key in _SCHEMA_MAPS:
+                    stack.append((value, depth + 1, True))
+                elif key not in _DATA_KEYWORDS and key not in _DEFINITIONS and key != "$ref":
+                    stack.append((value, depth + 1, False))
+        elif isinstance(node, (list, tuple)):
+            stack.extend((item, depth + 1, False) for item in node)
+    return found
+
+
+def _reaches(edges: dict[str, set[str]], start: str, goal: str) -> bool:
+    stack, seen = list(edges.get(start, ())), set()
+    while stack:
+        pointer = stack.pop()
+        if pointer == goal:
+            return True
+        if pointer not in seen:
+            seen.add(pointer)
+            stack.extend(edges.get(pointer, ()))
+    return False
+
+
+def _type_name(pointer: str, target: Any) -> str:
+    last = pointer.rsplit("/", 1)[-1].replace("~1", "/").replace("~0", "~") if pointer else ""
+    title = target.get("title") if isinstance(target, Mapping) else None
+    raw = last if last and not last.isdigit() else (title if isinstance(title, str) and title else "Root")
+    name = re.sub(r"[^A-Za-z0-9_$]", "_", raw)[:64]
+    if not name or name[0].isdigit():
+        name = "T" + name
+    return name + "_" if name in _RESERVED else name
+
+
 # --- TypeScript ---------------------------------------------------------------
 
 
-def _render_typescript(tools: list[Any]) -> str:
-    members = "\n\n".join(_ts_member(tool) for tool in tools)
-    body = f"\n{members}\n" if members else ""
-    return f"{_TS_HEADER}\ndeclare const {GLOBAL}: {{{body}}};\n"
+def _render_typescript(tools: list[Any], *, header: bool = True) -> str:
+    types = _Types()
+    members = [_ts_member(tool, types) for tool in tools]
+    members, declarations = types.finish(members)
+    body = "\n" + "\n\n".join(members) + "\n" if members else ""
+    declared = "\n".join(declarations) + "\n\n" if declarations else ""
+    head = _TS_HEADER + "\n" if header else ""
+    return f"{head}{declared}declare const {GLOBAL}: {{{body}}};\n"
 
 
-def _ts_member(tool: Any) -> str:
-    args = _ts_args(getattr(tool, "parameters", None))
-    return _ts_doc(getattr(tool, "description", None)) + f"  {_literal(tool.name)}(args: {args}): Promise<{_TS_ANY}>;"
+def _ts_member(tool: Any, types: _Types) -> str:
+    args = _ts_args(getattr(tool, "parameters", None), types)
+    returns = getattr(tool, "returns", None)
+    result = _TS_ANY if returns is None else _ts(returns, 0, _Doc(returns, types))
+    return _ts_doc(getattr(tool, "description", None)) + f"  {_literal(tool.name)}(args: {args}): Promise<{result}>;"
 
 
 def _ts_doc(description: Any) -> str:
     if not isinstance(description, str) or not (text := description.strip()):
         return ""
-    lines = "".join(f"   * {line.rstrip()}\n" for line in re.split(r"\r?\n", _close_safe(text)))
+    text = _CONTROL.sub("\ufffd", _close_safe(text))
+    lines = "".join(f"   * {line.rstrip()}\n" for line in re.split(r"\r?\n", text))
     return f"  /**\n{lines}   */\n"
 
 
-def _ts_args(parameters: Any) -> str:
+# Control characters but the line breaks a multi-line doc comment splits on.
+_CONTROL = re.compile(r"[\x00-\x09\x0b\x0c\x0e-\x1f\x7f]")
+
+
+def _ts_args(parameters: Any, types: _Types) -> str:
     # The top-level arguments are the one place a parameter's own description
     # can reach the model, so they get a line and a doc comment each; nested
     # types stay on one line to keep the prompt prefix small.
-    match _classify(parameters, 0):
+    doc = _Doc(parameters, types)
+    match _classify(doc.unwrap(parameters), 0):
         case ("object", [_, *_] as fields, _):
-            return "{\n" + "\n".join(_ts_documented_field(field) for field in fields) + "\n  }"
+            return "{\n" + "\n".join(_ts_documented_field(field, doc) for field in fields) + "\n  }"
         case _:
-            return _ts(parameters, 0)
+            return _ts(parameters, 0, doc)
 
 
-def _ts_documented_field(field: tuple[str, Any, bool]) -> str:
+def _ts_documented_field(field: tuple[str, Any, bool], doc: _Doc) -> str:
     description = _description_of(field[1])
-    doc = f"    /** {_close_safe(_one_line(description))} */\n" if description else ""
-    return f"{doc}    {_ts_field(field, 1)};"
+    comment = f"    /** {_close_safe(_one_line(description))} */\n" if description else ""
+    return f"{comment}    {_ts_field(field, 1, doc)};"
 
 
-def _ts_field(field: tuple[str, Any, bool], depth: int) -> str:
+def _ts_field(field: tuple[str, Any, bool], depth: int, doc: _Doc) -> str:
     name, node, required = field
-    return f"{_literal(name)}{'' if required else '?'}: {_ts(node, depth)}"
+    return f"{_literal(name)}{'' if required else '?'}: {_ts(node, depth, doc)}"
 
 
-def _ts(node: Any, depth: int) -> str:
+def _ts(node: Any, depth: int, doc: _Doc) -> str:
+    if depth <= _MAX_DEPTH and isinstance(node, Mapping) and node.get("$ref") is not None:
+        pointer, target = doc.resolve(node["$ref"])
+        if doc.types is not None and pointer in doc.named:
+            # A chain of references that loops without a shape is no type at all.
+            return _TS_ANY if doc.unwrap(target) is _MISSING else doc.types.reference(doc, pointer)
+        inlined = doc.inline(node["$ref"], lambda target: _ts(target, depth + 1, doc))
+        return _TS_ANY if inlined is None else inlined
     match _classify(node, depth):
         case ("scalar", name):
             return _TS_SCALARS[name]
         case ("enum", values):
             return " | ".join(_literals(values, _ts_literal)) or _TS_ANY
         case ("union", nodes):
-            return _unique_join((_ts(n, depth + 1) for n in nodes), " | ", _TS_ANY)
+            return _unique_join((_ts(n, depth + 1, doc) for n in nodes), " | ", _TS_ANY)
         case ("intersection", nodes):
             # `&` binds tighter than `|`: a union member needs its parentheses.
-            parts = (_ts(n, depth + 1) for n in nodes)
+            parts = (_ts(n, depth + 1, doc) for n in nodes)
             return _unique_join((f"({p})" if " | " in p else p for p in parts), " & ", _TS_ANY)
         case ("array", items):
-            return f"Array<{_ts(items, depth + 1)}>"
-        case ("tuple", nodes):
-            return "[" + ", ".join(_ts(n, depth + 1) for n in nodes) + "]"
+            return f"Array<{_guarded(doc, lambda: _ts(items, depth + 1, doc))}>"
+        case ("tuple", nodes, rest):
+            members = _guarded(doc, lambda: [_ts(n, depth + 1, doc) for n in nodes])
+            if rest is not None:
+                members.append(f"...Array<{_ts(rest, depth + 1, doc)}>")
+            return "[" + ", ".join(members) + "]"
         case ("object", [], additional):
-            return f"Record<string, {_ts(additional, depth + 1)}>"
+            return f"Record<string, {_ts(additional, depth + 1, doc)}>"
         case ("object", fields, _):
-            return "{ " + "; ".join(_ts_field(field, depth + 1) for field in fields) + " }"
+            parts = _guarded(doc, lambda: [_ts_field(field, depth + 1, doc) for field in fields])
+            return "{ " + "; ".join(parts) + " }"
     return _TS_ANY
+
+
+def _guarded(doc: _Doc, render: Any) -> Any:
+    """``render()`` inside an object, array or tuple, where a named type may refer to itself."""
+    types = doc.types
+    if types is None or not types.open:
+        return render()
+    outer, types.open = types.open, frozenset()
+    try:
+        return render()
+    finally:
+        types.open = outer
 
 
 def _ts_literal(value: Any) -> str | None:
@@ -229,19 +681,30 @@ def _ts_literal(value: Any) -> str | None:
     return None
 
 
+def _compact_typescript(tools: list[Any]) -> str:
+    lines = [
+        f"  {_literal(tool.name)}(args: object): Promise<{_TS_ANY}>; // {_compact_comment(tool)}" for tool in tools
+    ]
+    body = "\n" + "\n".join(lines) + "\n" if lines else ""
+    return f"{_TS_HEADER}{_COMPACT_NOTE}\ndeclare const {GLOBAL}: {{{body}}};\n"
+
+
 # --- Python -------------------------------------------------------------------
 
 
-def _render_python(tools: list[Any]) -> str:
+def _render_python(tools: list[Any], *, header: bool = True) -> str:
     aliases, members = [], []
     for index, tool in enumerate(tools, 1):
         alias, arg_type = _py_args(tool, index)
         if alias:
             aliases.append(alias)
-        members.append(f"    {_literal(tool.name)}: Callable[[{arg_type}], {_PY_ANY}],")
+        returns = getattr(tool, "returns", None)
+        result = _PY_ANY if returns is None else _py(returns, 0, _Doc(returns, None))
+        members.append(f"    {_literal(tool.name)}: Callable[[{arg_type}], {result}],")
     alias_text = "\n".join(aliases) + "\n" if aliases else ""
     body = "\n" + "\n".join(members) + "\n" if members else ""
-    return f'{_PY_HEADER}\n{alias_text}\nTools = TypedDict("Tools", {{{body}}})\n\n{GLOBAL}: Tools\n'
+    head = (_PY_HEADER + _PY_IMPORTS if header else _PY_IMPORTS.lstrip("\n")) + "\n"
+    return f'{head}{alias_text}\nTools = TypedDict("Tools", {{{body}}})\n\n{GLOBAL}: Tools\n'
 
 
 def _py_args(tool: Any, index: int) -> tuple[str, str]:
@@ -249,18 +712,19 @@ def _py_args(tool: Any, index: int) -> tuple[str, str]:
     # TypedDict named by the tool's position in the sorted list: deterministic,
     # and no two tools can collide the way mangled names could.
     parameters = getattr(tool, "parameters", None)
-    match _classify(parameters, 0):
+    doc = _Doc(parameters, None)
+    match _classify(doc.unwrap(parameters), 0):
         case ("object", [_, *_] as fields, _):
             name = f"Args{index}"
-            entries = ", ".join(_py_field(field) for field in fields)
+            entries = ", ".join(_py_field(field, doc) for field in fields)
             return f"{_py_comment(tool, fields)}{name} = TypedDict({_literal(name)}, {{{entries}}})\n", name
         case _:
-            return "", _py(parameters, 0)
+            return "", _py(parameters, 0, doc)
 
 
-def _py_field(field: tuple[str, Any, bool]) -> str:
+def _py_field(field: tuple[str, Any, bool], doc: _Doc) -> str:
     name, node, required = field
-    kind = _py(node, 1)
+    kind = _py(node, 1, doc)
     return f"{_literal(name)}: {kind if required else f'NotRequired[{kind}]'}"
 
 
@@ -274,7 +738,10 @@ def _py_comment(tool: Any, fields: list[tuple[str, Any, bool]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _py(node: Any, depth: int) -> str:
+def _py(node: Any, depth: int, doc: _Doc) -> str:
+    if depth <= _MAX_DEPTH and isinstance(node, Mapping) and node.get("$ref") is not None:
+        inlined = doc.inline(node["$ref"], lambda target: _py(target, depth + 1, doc))
+        return _PY_ANY if inlined is None else inlined
     match _classify(node, depth):
         case ("scalar", name):
             return _PY_SCALARS[name]
@@ -282,15 +749,17 @@ def _py(node: Any, depth: int) -> str:
             literals = _literals(values, _py_literal)
             return f"Literal[{', '.join(literals)}]" if literals else _PY_ANY
         case ("union", nodes):
-            return _unique_join((_py(n, depth + 1) for n in nodes), " | ", _PY_ANY)
+            return _unique_join((_py(n, depth + 1, doc) for n in nodes), " | ", _PY_ANY)
         case ("array", items):
-            return f"list[{_py(items, depth + 1)}]"
-        case ("tuple", []):
+            return f"list[{_py(items, depth + 1, doc)}]"
+        case ("tuple", [], None):
             return "tuple[()]"  # `tuple[]` is a syntax error
-        case ("tuple", nodes):
-            return "tuple[" + ", ".join(_py(n, depth + 1) for n in nodes) + "]"
+        case ("tuple", nodes, None):
+            return "tuple[" + ", ".join(_py(n, depth + 1, doc) for n in nodes) + "]"
+        case ("tuple", _, _):
+            return f"list[{_PY_ANY}]"  # an open tuple: Python cannot type its tail
         case ("object", [], additional):
-            return f"dict[str, {_py(additional, depth + 1)}]"
+            return f"dict[str, {_py(additional, depth + 1, doc)}]"
         case ("object", _, _):
             # A nested record would need a name; only the arguments get one.
             return f"dict[str, {_PY_ANY}]"
@@ -308,15 +777,24 @@ def _py_literal(value: Any) -> str | None:
     return None  # `Literal[...]` admits no float
 
 
+def _compact_python(tools: list[Any]) -> str:
+    lines = [f"    {_literal(tool.name)}: Callable[[Any], Any],  # {_compact_comment(tool)}" for tool in tools]
+    body = "\n" + "\n".join(lines) + "\n" if lines else ""
+    return f'{_PY_HEADER}{_PY_COMPACT_NOTE}{_PY_IMPORTS}\n\nTools = TypedDict("Tools", {{{body}}})\n\n{GLOBAL}: Tools\n'
+
+
 # --- Schema classification ----------------------------------------------------
 
 # One classifier, two formatters. Schemas come from tool authors, so every
-# field's shape is checked before it is used.
+# field's shape is checked before it is used. References are the formatters'
+# business: they know which document a node belongs to.
 
 
 def _classify(node: Any, depth: int) -> tuple:
     if depth > _MAX_DEPTH or not isinstance(node, Mapping) or node.get("$ref") is not None:
         return _ESCAPE
+    if "const" in node:
+        return ("enum", [node["const"]])
     for key, kind in (("enum", "enum"), ("oneOf", "union"), ("anyOf", "union"), ("allOf", "intersection")):
         if _is_list(node.get(key)):
             return (kind, node[key])
@@ -330,13 +808,12 @@ def _classify(node: Any, depth: int) -> tuple:
         # JSON Schema does not require `type`; hand-written schemas omit it.
         if isinstance(node.get("properties"), Mapping):
             declared = "object"
-        elif node.get("items") is not None:
+        elif node.get("items") is not None or _is_list(node.get("prefixItems")):
             declared = "array"
     if declared == "object":
         return _classify_object(node)
     if declared == "array":
-        items = node.get("items")
-        return ("tuple", list(items)) if _is_list(items) else ("array", items if isinstance(items, Mapping) else None)
+        return _classify_array(node)
     if isinstance(declared, str) and declared in _TS_SCALARS:
         return ("scalar", declared)
     return _ESCAPE
@@ -353,6 +830,76 @@ def _classify_object(node: Mapping) -> tuple:
         key=lambda field: field[0],
     )
     return ("object", fields, node.get("additionalProperties"))
+
+
+def _classify_array(node: Mapping) -> tuple:
+    items, prefix = node.get("items"), node.get("prefixItems")
+    if _is_list(prefix):
+        # Draft 2020-12 tuples: `items` is then the schema of the rest, if any.
+        max_items = node.get("maxItems")
+        closed = items is False or (type(max_items) is int and max_items <= len(prefix))
+        rest = None if closed else (items if isinstance(items, Mapping) else {})
+        return ("tuple", list(prefix), rest)
+    if _is_list(items):  # draft 4 to 2019-09 tuples
+        return ("tuple", list(items), None)
+    return ("array", items if isinstance(items, Mapping) else None)
+
+
+# --- Discovery ----------------------------------------------------------------
+
+
+def _summary(tool: Any) -> str:
+    """The first sentence (or line) of a tool's description, on one line and cut short."""
+    description = getattr(tool, "description", None)
+    if not isinstance(description, str):
+        return ""
+    first = re.split(r"(?<=[.!?])\s|\n\s*\n", description.strip(), maxsplit=1)[0]
+    text = _one_line(first)
+    return text if len(text) <= _SUMMARY_MAX else text[: _SUMMARY_MAX - 1] + "…"
+
+
+def _compact_comment(tool: Any) -> str:
+    doc = _Doc(getattr(tool, "parameters", None), None)
+    match _classify(doc.unwrap(getattr(tool, "parameters", None)), 0):
+        case ("object", [_, *_] as fields, _):
+            names = ", ".join(name + ("" if required else "?") for name, _, required in fields)
+            args = f"Args: {_one_line(names)}"
+        case _:
+            args = ""
+    summary = _summary(tool)
+    return " ".join(part for part in (summary, args) if part) or "(no description)"
+
+
+def _words(text: str) -> list[str]:
+    words = []
+    for chunk in re.split(r"[\W_]+", text):
+        words.extend(re.split(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", chunk))
+    return [word.lower() for word in words if word]
+
+
+def _tool_words(tool: Any) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
+    """The words of a tool's name, of its argument names, and of its descriptions."""
+    parameters = getattr(tool, "parameters", None)
+    doc = _Doc(parameters, None)
+    arg_names, texts = [], [getattr(tool, "description", None)]
+    if (kind := _classify(doc.unwrap(parameters), 0))[0] == "object":
+        for name, node, _ in kind[1]:
+            arg_names.append(name)
+            texts.append(_description_of(node))
+    described = " ".join(text for text in texts if isinstance(text, str))
+    return (frozenset(_words(tool.name)), frozenset(_words(" ".join(arg_names))), frozenset(_words(described)))
+
+
+def _term_score(term: str, fields: tuple[frozenset[str], ...]) -> float:
+    best = 0.0
+    for weight, words in zip((4.0, 2.0, 1.0), fields):
+        if term in words:
+            best = max(best, weight)
+        elif len(term) >= 3 and any(
+            word.startswith(term) or term.startswith(word) and len(word) >= 4 for word in words
+        ):
+            best = max(best, weight / 2)
+    return best
 
 
 # --- Helpers ------------------------------------------------------------------

@@ -9,6 +9,7 @@ from collections import UserDict
 from types import MappingProxyType, SimpleNamespace
 
 import pytest
+from tscheck import check_typescript
 
 from nous_sched import sdk
 from nous_sched.errors import ConfigError
@@ -444,3 +445,312 @@ def test_tools_without_a_usable_name_are_skipped():
     nameless = [SimpleNamespace(name=name, description="x", parameters=None) for name in ("", None, 7)]
     assert sdk.render(nameless + [object()]) == sdk.render([])
     assert sdk.render(nameless + [tool("kept")]) == sdk.render([tool("kept")])
+
+
+# --- references ($ref, $defs) -----------------------------------------------------
+
+
+def refs_tool(name, properties, defs, key="$defs", **extra):
+    return tool(name, parameters={"type": "object", "properties": properties, key: defs, **extra})
+
+
+POINT = {"type": "object", "properties": {"x": {"type": "number"}, "y": {"type": "number"}}, "required": ["x", "y"]}
+
+
+def test_a_reference_used_once_is_written_inline():
+    out = sdk.render([refs_tool("move", {"to": {"$ref": "#/$defs/Point"}}, {"Point": POINT})])
+    assert '    "to"?: { "x": number; "y": number };' in out
+    assert "type " not in out.split("declare const")[0].replace("// ", "")
+    check_typescript(out)
+
+
+def test_a_reference_used_twice_becomes_one_named_declaration_with_its_description():
+    described = {**POINT, "description": "A point on the plane."}
+    out = sdk.render(
+        [refs_tool("line", {"a": {"$ref": "#/$defs/Point"}, "b": {"$ref": "#/$defs/Point"}}, {"Point": described})]
+    )
+    assert '/** A point on the plane. */\ntype Point = { "x": number; "y": number };\n\ndeclare const tools: {' in out
+    assert '    "a"?: Point;\n    "b"?: Point;' in out
+    check_typescript(out)
+
+
+def test_a_recursive_model_gets_a_finite_exact_type():
+    tree = {
+        "type": "object",
+        "properties": {"value": {"type": "integer"}, "children": {"type": "array", "items": {"$ref": "#/$defs/Tree"}}},
+        "required": ["value"],
+    }
+    out = sdk.render([refs_tool("plant", {"tree": {"$ref": "#/$defs/Tree"}}, {"Tree": tree}, required=["tree"])])
+    assert 'type Tree = { "children"?: Array<Tree>; "value": number };' in out
+    assert '    "tree": Tree;' in out
+    check_typescript(out)
+    # Python has no nested records: the cycle ends where a record would start.
+    python = sdk.render([refs_tool("plant", {"tree": {"$ref": "#/$defs/Tree"}}, {"Tree": tree})], "python")
+    assert '"tree": NotRequired[dict[str, Any]]' in python
+    assert sdk.json_schema_to_type({"$ref": "#/$defs/Tree", "$defs": {"Tree": tree}}) == (
+        '{ "children"?: Array<unknown>; "value": number }'
+    )
+
+
+def test_a_reference_to_the_root_and_draft_7_definitions_resolve():
+    node = {
+        "type": "object",
+        "title": "Node",
+        "properties": {"next": {"anyOf": [{"$ref": "#"}, {"type": "null"}]}, "tag": {"$ref": "#/definitions/Tag"}},
+        "definitions": {"Tag": {"enum": ["a", "b"]}},
+    }
+    out = sdk.render([tool("walk", parameters=node)])
+    assert 'type Node = { "next"?: Node | null; "tag"?: "a" | "b" };' in out
+    assert '    "next"?: Node | null;\n    "tag"?: "a" | "b";' in out
+    check_typescript(out)
+
+
+def test_a_cycle_with_no_shape_is_unknown_and_never_a_self_referential_alias():
+    defs = {
+        "A": {"$ref": "#/$defs/B"},
+        "B": {"$ref": "#/$defs/A"},
+        "L": {"anyOf": [{"type": "null"}, {"$ref": "#/$defs/L"}]},
+        "R": {"type": "object", "additionalProperties": {"$ref": "#/$defs/R"}},
+    }
+    properties = {name.lower(): {"$ref": f"#/$defs/{name}"} for name in defs}
+    out = sdk.render([refs_tool("loops", properties, defs)])
+    assert '    "a"?: unknown;' in out
+    # TypeScript rejects `type L = null | L` and `type R = Record<string, R>`.
+    assert "type L = null | unknown;" in out
+    assert "type R = Record<string, unknown>;" in out
+    check_typescript(out)
+
+
+def test_pointers_are_unescaped_and_names_made_safe():
+    defs = {"a/b": {"type": "string"}, "ty pe": {"type": "integer"}, "Array": POINT, "9lives": {"type": "boolean"}}
+    refs = {"#/$defs/a~1b": "s", "#/$defs/ty%20pe": "i", "#/$defs/Array": "p", "#/$defs/9lives": "b"}
+    properties = {field: {"$ref": ref} for ref, field in refs.items()}
+    twice = {**properties, **{field + "2": {"$ref": ref} for ref, field in refs.items()}}
+    out = sdk.render([refs_tool("odd", twice, defs)])
+    for line in ("type Array_ = {", "type T9lives = boolean;", "type a_b = string;", "type ty_pe = number;"):
+        assert line in out
+    check_typescript(out)
+
+
+def test_one_name_two_shapes_get_two_names_and_one_shape_in_two_tools_gets_one():
+    address = {"type": "object", "properties": {"city": {"type": "string"}}}
+    other = {"type": "object", "properties": {"zip": {"type": "string"}}}
+    twice = {"from": {"$ref": "#/$defs/Address"}, "to": {"$ref": "#/$defs/Address"}}
+    tools = [
+        refs_tool("ship", twice, {"Address": address}),
+        refs_tool("bill", twice, {"Address": address}),
+        refs_tool("mail", twice, {"Address": other}),
+    ]
+    out = sdk.render(tools)
+    assert out.count("type Address = ") == 1 and out.count("type Address_2 = ") == 1
+    assert 'type Address = { "city"?: string };' in out  # "bill" sorts first
+    assert 'type Address_2 = { "zip"?: string };' in out
+    check_typescript(out)
+    for order in itertools.permutations(tools):
+        assert sdk.render(list(order)) == out
+
+
+def test_unresolvable_and_remote_references_are_unknown():
+    properties = {
+        "a": {"$ref": "#/$defs/Missing"},
+        "b": {"$ref": "https://example.com/s.json"},
+        "c": {"$ref": "#anchor"},
+    }
+    out = sdk.render([refs_tool("dangling", properties, {})])
+    assert '"a"?: unknown;' in out and '"b"?: unknown;' in out and '"c"?: unknown;' in out
+
+
+# --- return types, const and 2020-12 tuples --------------------------------------------
+
+
+def test_returns_become_the_promise_type_in_both_languages():
+    returns = {"type": "object", "properties": {"id": {"type": "string"}}, "required": ["id"]}
+    out = sdk.render([Tool("make", lambda args: None, parameters=DEFAULT_PARAMETERS, returns=returns)])
+    assert '  }): Promise<{ "id": string }>;' in out
+    check_typescript(out)
+    python = sdk.render([Tool("make", lambda args: None, parameters=DEFAULT_PARAMETERS, returns=returns)], "python")
+    assert '"make": Callable[[Args1], dict[str, Any]],' in python
+    listing = {"type": "array", "items": {"$ref": "#/$defs/Row"}, "$defs": {"Row": {"enum": [1, 2]}}}
+    out = sdk.render([Tool("rows", lambda args: None, returns=listing)])
+    assert '"rows"(args: unknown): Promise<Array<1 | 2>>;' in out
+    assert '"rows": Callable[[Any], list[Literal[1, 2]]],' in sdk.render(
+        [Tool("rows", lambda a: 0, returns=listing)], "py"
+    )
+
+
+def test_const_and_prefix_items():
+    assert sdk.json_schema_to_type({"const": "on"}) == '"on"'
+    assert sdk.json_schema_to_type({"const": 3}, "python") == "Literal[3]"
+    closed = {"type": "array", "prefixItems": [{"type": "string"}, {"type": "integer"}], "items": False}
+    assert sdk.json_schema_to_type(closed) == "[string, number]"
+    assert sdk.json_schema_to_type(closed, "python") == "tuple[str, int]"
+    sized = {"prefixItems": [{"type": "string"}], "maxItems": 1}
+    assert sdk.json_schema_to_type(sized) == "[string]"
+    open_ = {"type": "array", "prefixItems": [{"type": "string"}], "items": {"type": "boolean"}}
+    assert sdk.json_schema_to_type(open_) == "[string, ...Array<boolean>]"
+    assert sdk.json_schema_to_type({"prefixItems": [{"type": "null"}]}) == "[null, ...Array<unknown>]"
+    assert sdk.json_schema_to_type(open_, "python") == "list[Any]"
+
+
+# --- a pydantic model, as users hand them over -------------------------------------------
+
+
+def test_a_pydantic_model_with_nested_models_a_list_of_them_and_an_enum():
+    import enum
+
+    from pydantic import BaseModel, Field
+
+    class Status(str, enum.Enum):
+        open = "open"
+        shipped = "shipped"
+
+    class Address(BaseModel):
+        """Where a parcel goes."""
+
+        street: str
+        city: str
+
+    class Line(BaseModel):
+        sku: str
+        qty: int = Field(1, description="How many.")
+
+    class Order(BaseModel):
+        ship_to: Address = Field(description="Delivery address.")
+        bill_to: Address | None = None
+        lines: list[Line]
+        status: Status = Status.open
+
+    out = sdk.render(
+        [
+            Tool(
+                "place_order",
+                lambda args: None,
+                parameters=Order.model_json_schema(),
+                returns=Order.model_json_schema(),
+            )
+        ]
+    )
+    check_typescript(out)
+    assert "unknown" not in out.split("declare const tools")[1]
+    assert '/** Where a parcel goes. */\ntype Address = { "city": string; "street": string };' in out
+    assert (
+        '  "place_order"(args: {\n'
+        '    "bill_to"?: Address | null;\n'
+        '    "lines": Array<{ "qty"?: number; "sku": string }>;\n'
+        "    /** Delivery address. */\n"
+        '    "ship_to": Address;\n'
+        '    "status"?: "open" | "shipped";\n'
+        '  }): Promise<{ "bill_to"?: Address | null; "lines": Array<{ "qty"?: number; "sku": string }>; '
+        '"ship_to": Address; "status"?: "open" | "shipped" }>;'
+    ) in out
+    python = sdk.render([Tool("place_order", lambda args: None, parameters=Order.model_json_schema())], "python")
+    compile(python, "<sdk>", "exec")
+    assert '"status": NotRequired[Literal["open", "shipped"]]' in python
+
+
+# --- large tool sets ---------------------------------------------------------------------
+
+
+def many_tools(n=40):
+    return [
+        tool(
+            f"tool_{i:02}",
+            description=f"Does thing number {i}. Then more detail that the one-line form leaves out.",
+            parameters={
+                "type": "object",
+                "properties": {"a": {"type": "string"}, "b": {"type": "integer"}},
+                "required": ["a"],
+            },
+        )
+        for i in range(n)
+    ]
+
+
+def test_under_the_budget_the_full_sdk_is_rendered():
+    tools = many_tools(3)
+    full = sdk.render(tools)
+    assert sdk.render(tools, budget=len(full)) == full
+    assert sdk.render(tools, budget=None) == full
+
+
+def test_over_the_budget_each_tool_is_one_line_and_the_program_is_told_how_to_ask():
+    tools = many_tools()
+    full = sdk.render(tools)
+    compact = sdk.render(tools, budget=len(full) - 1)
+    assert len(compact) < len(full)
+    check_typescript(compact)
+    assert '  "tool_07"(args: object): Promise<unknown>; // Does thing number 7. Args: a, b?\n' in compact
+    assert compact.count("(args: object)") == 40
+    assert "more detail" not in compact
+    assert f'return await {sdk.DISCOVERY_GLOBAL}.describe("<tool name>");' in compact
+    assert f'return await {sdk.DISCOVERY_GLOBAL}.search("words");' in compact
+    assert compact.startswith(sdk.render([]).split("\n\n")[0])  # the same header first
+    for order in (list(reversed(tools)), tools[::2] + tools[1::2]):
+        assert sdk.render(order, budget=len(full) - 1) == compact
+    python = sdk.render(tools, "python", budget=100)
+    compile(python, "<sdk>", "exec")
+    assert '    "tool_07": Callable[[Any], Any],  # Does thing number 7. Args: a, b?\n' in python
+
+
+def test_a_bad_budget_is_a_configuration_error():
+    for bad in (0, -1, 1.5, "10", True):
+        with pytest.raises(ConfigError, match="budget"):
+            sdk.render([], budget=bad)
+
+
+def test_the_discovery_global_cannot_collide_with_a_tool_name():
+    # Tools live under `tools[...]`; discovery has a global of its own.
+    assert sdk.DISCOVERY_GLOBAL not in (sdk.GLOBAL, sdk.ERROR_CLASS)
+    named_like_it = [tool(sdk.DISCOVERY_GLOBAL), tool("describe"), tool("search")]
+    index = sdk.ToolIndex(named_like_it)
+    assert index.names == ("describe", "sdk", "search")
+    assert index.describe("describe") is not None
+
+
+# --- ToolIndex: describe and search ----------------------------------------------------
+
+
+def test_describe_gives_the_full_declaration_of_one_tool():
+    address = {"type": "object", "properties": {"city": {"type": "string"}}}
+    ship = refs_tool("ship", {"from": {"$ref": "#/$defs/A"}, "to": {"$ref": "#/$defs/A"}}, {"A": address})
+    index = sdk.ToolIndex([ship, *many_tools(3)])
+    text = index.describe("ship")
+    check_typescript(text)
+    assert text.startswith('type A = { "city"?: string };\n\ndeclare const tools: {\n')
+    assert '"from"?: A;' in text and "tool_01" not in text
+    member = index.describe("tool_01").removeprefix("declare const tools: {\n").removesuffix("\n};\n")
+    assert member.startswith("  /**\n   * Does thing number 1.") and member in sdk.render(many_tools(3))
+    assert index.describe("nope") is None and index.describe(None) is None
+    python = sdk.ToolIndex([ship], "python").describe("ship")
+    compile(python, "<describe>", "exec")
+    assert '"ship": Callable[[Args1], Any],' in python
+
+
+def test_search_ranks_name_matches_first_and_splits_identifiers():
+    tools = [
+        tool(
+            "getWeather",
+            description="Forecast for a city.",
+            parameters={"type": "object", "properties": {"city": {"type": "string"}}},
+        ),
+        tool("send_email", description="Send an e-mail; mentions the weather in passing."),
+        tool("list_cities", description="Every city we know."),
+        tool("delete_user", description="Remove an account."),
+    ]
+    index = sdk.ToolIndex(tools)
+    assert [hit["name"] for hit in index.search("weather")] == ["getWeather", "send_email"]
+    assert index.search("weather")[0] == {"name": "getWeather", "summary": "Forecast for a city."}
+    assert [hit["name"] for hit in index.search("cit")] == ["list_cities", "getWeather"]  # a prefix
+    assert [hit["name"] for hit in index.search("EMAIL user")] == ["delete_user", "send_email"]
+    assert index.search("zebra") == [] and index.search("") == []
+    assert len(index.search("e", limit=1)) <= 1
+    assert index.search("weather") == sdk.ToolIndex(list(reversed(tools))).search("weather")
+
+
+def test_search_refuses_a_bad_query_or_limit():
+    index = sdk.ToolIndex([tool("a")])
+    with pytest.raises(ConfigError, match="query"):
+        index.search(3)
+    for limit in (0, 101, "5", True):
+        with pytest.raises(ConfigError, match="limit"):
+            index.search("a", limit=limit)

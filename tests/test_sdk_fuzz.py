@@ -2,83 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import random
-import re
 from types import SimpleNamespace
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tscheck import check_typescript
 
 from nous_sched import sdk
-
-# --- a small TypeScript syntax checker --------------------------------------------
-
-_CLOSERS = {")": "(", "]": "[", "}": "{", ">": "<"}
-_PLAIN = re.compile(r"[A-Za-z0-9_ :;?|&,.+\-]")
-_SIGNATURE_OPEN = re.compile(r'^""\(args: \{$')
-
-
-def check_typescript(text: str) -> None:
-    """Fail unless ``text`` has the shape of a well-formed TypeScript SDK.
-
-    Outside comments and string literals only identifiers, numbers and type
-    punctuation may appear; ``() [] {} <>`` balance; every string literal is a
-    JSON string; each doc comment closes exactly where the layout puts it (so
-    no ``*/`` hides in its body); each code line is a member ending in ``;``
-    or opens a block.
-    """
-    assert text.endswith("};\n"), text[-40:]
-    stack: list[str] = []
-    lines: list[str] = []
-    line: list[str] = []
-    i = 0
-    while i < len(text):
-        if text.startswith("//", i):
-            i = text.index("\n", i)
-        elif text.startswith("/**", i):
-            end = text.find("*/", i + 3)
-            assert end != -1, "unclosed doc comment"
-            body = text[i + 3 : end]
-            assert text[end + 2] == "\n", f"text after a doc comment: {text[end : end + 30]!r}"
-            if "\n" in body:
-                assert body.startswith("\n") and body.rsplit("\n", 1)[1] == "   ", repr(body)
-                assert all(row.startswith("   * ") for row in body.split("\n")[1:-1]), repr(body)
-            else:
-                assert body.startswith(" ") and body.endswith(" "), repr(body)
-            assert "".join(line).strip() == "", "doc comment after code on one line"
-            i = end + 2
-        elif text[i] == '"':
-            end = i + 1
-            while text[end] != '"':
-                end += 2 if text[end] == "\\" else 1
-            assert isinstance(json.loads(text[i : end + 1]), str)
-            line.append('""')
-            i = end + 1
-        elif text[i] == "\n":
-            if code := "".join(line).strip():
-                lines.append(code)
-            line = []
-            i += 1
-        else:
-            char = text[i]
-            if char in "([{<":
-                stack.append(char)
-            elif char in _CLOSERS:
-                assert stack and stack.pop() == _CLOSERS[char], f"unbalanced {char!r} at {i}"
-            else:
-                assert _PLAIN.fullmatch(char), f"unexpected {char!r} in code at {i}: {text[i - 40 : i + 40]!r}"
-            line.append(char)
-            i += 1
-    assert not stack, f"unclosed {stack}"
-    if lines == ["declare const tools: {};"]:
-        return
-    assert lines[0] == "declare const tools: {", lines[0]
-    assert lines[-1] == "};"
-    for code in lines[1:-1]:
-        assert code.endswith(";") or _SIGNATURE_OPEN.match(code), f"bad line {code!r}"
-        if code.startswith('""('):
-            assert code.endswith("): Promise<unknown>;") or code.endswith("{"), code
 
 
 def check_python(text: str) -> None:
@@ -123,11 +54,16 @@ enum_member = st.one_of(
 prop_name = st.one_of(st.sampled_from(["a", "b", "c"]), nasty_text)
 
 
-def _node(children=None):
+_DANGLING_REFS = ("#/definitions/x", 7)
+
+
+def _node(children=None, refs=_DANGLING_REFS):
     """One schema node: a well-shaped body of each kind, decorated with noise."""
     shapes = [
         st.fixed_dictionaries({"type": st.sampled_from([*SCALARS, "frobnicate"])}),
         st.fixed_dictionaries({"enum": or_junk(st.lists(enum_member, max_size=4))}),
+        st.fixed_dictionaries({"const": enum_member}),
+        st.fixed_dictionaries({"$ref": st.sampled_from(refs)}),
         st.fixed_dictionaries({"type": st.lists(type_name, max_size=4)}),
         st.fixed_dictionaries({}, optional={"type": type_name, "properties": junk, "items": junk}),
     ]
@@ -148,6 +84,10 @@ def _node(children=None):
                 {"items": or_junk(st.one_of(children, st.lists(children, max_size=3)))},
                 optional={"type": st.sampled_from(["array", ["array", "string", "array"]])},
             ),
+            st.fixed_dictionaries(
+                {"prefixItems": or_junk(st.lists(children, max_size=3))},
+                optional={"items": st.one_of(children, st.booleans()), "maxItems": st.integers(0, 4)},
+            ),
             *(
                 st.fixed_dictionaries({key: or_junk(st.lists(children, max_size=3))})
                 for key in ("oneOf", "anyOf", "allOf")
@@ -157,7 +97,7 @@ def _node(children=None):
         {},
         optional={
             "description": or_junk(nasty_text),
-            "$ref": st.sampled_from([None, None, None, None, "#/definitions/x", 7]),
+            "$ref": st.sampled_from([None, None, None, None, *refs]),
         },
     )
     return st.builds(lambda extra, body: {**extra, **body}, noise, st.one_of(shapes))
@@ -185,7 +125,46 @@ tools = st.lists(
     max_size=4,
 )
 
+# Documents whose references resolve: into `$defs` (names that need escaping,
+# or are reserved in TypeScript, included), to the root, in cycles and chains.
+DEF_NAMES = ["A", "B", "Node", "Array", "9lives", "a~b/c", "ty pe"]
+LOCAL_REFS = (
+    *(f"#/$defs/{name.replace('~', '~0').replace('/', '~1').replace(' ', '%20')}" for name in DEF_NAMES),
+    "#",
+    "#/properties/a",
+    *_DANGLING_REFS,
+)
+linked_schemas = st.recursive(
+    _node(refs=LOCAL_REFS),
+    lambda children: st.one_of(_node(children, LOCAL_REFS), _node(children, LOCAL_REFS)),
+    max_leaves=8,
+)
+documents = st.builds(
+    lambda properties, defs, required: {
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "$defs": defs,
+    },
+    st.dictionaries(prop_name, linked_schemas, min_size=1, max_size=4),
+    st.dictionaries(st.sampled_from(DEF_NAMES), linked_schemas, max_size=5),
+    st.lists(prop_name, max_size=3),
+)
+linked_tools = st.lists(
+    st.builds(
+        SimpleNamespace,
+        name=tool_name,
+        description=or_junk(nasty_text),
+        parameters=documents,
+        returns=st.one_of(st.none(), documents, linked_schemas),
+    ),
+    min_size=1,
+    max_size=4,
+)
+
 FUZZ = settings(max_examples=200, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+# Linked documents are slow to generate: fewer of them, the same coverage of shapes.
+LINKED = settings(FUZZ, max_examples=80)
 
 
 @FUZZ
@@ -232,3 +211,31 @@ def test_the_checker_rejects_broken_output():
         except (AssertionError, ValueError, IndexError):
             continue
         raise AssertionError(f"the checker accepted broken output:\n{text}")
+
+
+@LINKED
+@given(linked_tools, st.randoms(use_true_random=False))
+def test_references_and_return_types_render_well_formed_and_stable(tool_list, rnd: random.Random):
+    text = sdk.render(tool_list)
+    check_typescript(text)
+    check_python(sdk.render(tool_list, "python"))
+    shuffled = tool_list[:]
+    rnd.shuffle(shuffled)
+    unique = list({t.name: t for t in reversed(tool_list)}.values())
+    assert sdk.render(unique) == text
+    rnd.shuffle(unique)
+    assert sdk.render(unique) == text
+
+
+@LINKED
+@given(linked_tools)
+def test_describe_and_the_compact_form_are_well_formed(tool_list):
+    index = sdk.ToolIndex(tool_list)
+    for name in index.names:
+        check_typescript(index.describe(name))
+        check_python(sdk.ToolIndex(tool_list, "python").describe(name))
+    check_typescript(sdk.render(tool_list, budget=1))
+    check_python(sdk.render(tool_list, "python", budget=1))
+    for text in ("a", "ty pe Node", "", "*/ \u2028"):
+        for hit in index.search(text):
+            assert hit["name"] in index.names and "\n" not in hit["summary"]
