@@ -48,7 +48,6 @@ import jsonschema
 import jsonschema.exceptions
 import jsonschema.validators
 import referencing
-import referencing.exceptions
 
 from .errors import ToolError
 from .outcome import clamp
@@ -78,7 +77,7 @@ class _Broken:
 # id(tool) -> (a weak reference to the tool, its compiled validator or _Broken).
 # The weak reference both frees the entry with its tool and guards against a
 # recycled id: an entry counts only while its referent is the tool asked about.
-_compiled: dict[int, tuple[weakref.ref, Any]] = {}
+_compiled: dict[int, tuple[weakref.ref[Any], Any]] = {}
 _compiled_lock = threading.Lock()  # guards the removal callback against a re-insert
 
 
@@ -133,7 +132,7 @@ def schema_error(schema: Any) -> Optional[str]:
 # --- compiling -----------------------------------------------------------------
 
 
-def _validator_class(schema: Any) -> type:
+def _validator_class(schema: Any) -> Any:
     if isinstance(schema, Mapping) and not isinstance(schema.get("$schema", ""), str):
         return _DEFAULT
     return jsonschema.validators.validator_for(schema, default=_DEFAULT)
@@ -145,8 +144,12 @@ def _checker(tool: Any, schema: Any) -> Any:
     if entry is not None and entry[0]() is tool:
         return entry[1]
     checker = _compile(getattr(tool, "name", "?"), schema)
+
+    def forget(dead: weakref.ref[Any]) -> None:
+        _forget(key, dead)
+
     try:
-        ref = weakref.ref(tool, lambda dead, key=key: _forget(key, dead))
+        ref = weakref.ref(tool, forget)
     except TypeError:  # not weak-referenceable: compile per call rather than leak
         return checker
     with _compiled_lock:
@@ -154,7 +157,7 @@ def _checker(tool: Any, schema: Any) -> Any:
     return checker
 
 
-def _forget(key: int, dead: weakref.ref) -> None:
+def _forget(key: int, dead: weakref.ref[Any]) -> None:
     with _compiled_lock:
         entry = _compiled.get(key)
         if entry is not None and entry[0] is dead:
@@ -167,16 +170,13 @@ def _compile(name: str, schema: Any) -> Any:
         log.warning("tool %r has an invalid parameters schema; its calls are refused: %s", name, problem)
         return _Broken(f"the tool's parameters schema is invalid, so the call was refused ({problem})")
     plain = _plain(schema)
-    # The registry has no retrieval: by default jsonschema would fetch a
-    # remote `$ref` over the network, on a tool author's or a server's say-so.
+    # An empty registry, whose retrieval refuses every URI: without one,
+    # jsonschema would fetch a remote `$ref` over the network, on a tool
+    # author's or a server's say-so.
     return _validator_class(plain)(plain, registry=_NO_RETRIEVAL)
 
 
-def _refuse_retrieval(uri: str) -> Any:
-    raise referencing.exceptions.NoSuchResource(ref=uri)
-
-
-_NO_RETRIEVAL: referencing.Registry = referencing.Registry(retrieve=_refuse_retrieval)
+_NO_RETRIEVAL: referencing.Registry[Any] = referencing.Registry()
 
 
 def _plain(node: Any) -> Any:
@@ -192,7 +192,7 @@ def _plain(node: Any) -> Any:
 # --- messages ------------------------------------------------------------------
 
 
-def _describe(errors: list) -> str:
+def _describe(errors: list[Any]) -> str:
     problems: list[str] = []
     for error in sorted((_deepest(e) for e in errors), key=_order):
         line = f"{_path(error.absolute_path)}: {_what(error)}"
@@ -205,7 +205,7 @@ def _describe(errors: list) -> str:
     return text
 
 
-def _order(error: Any) -> tuple:
+def _order(error: Any) -> tuple[Any, ...]:
     # By where in the arguments the problem is: the same input, the same message.
     return (tuple((isinstance(p, int), str(p)) for p in error.absolute_path), str(error.validator))
 
@@ -250,9 +250,9 @@ def _what(error: Any) -> str:
         return f"expected {_show(expected)}, {got}"
     bound = _BOUNDS.get(keyword)
     if bound is not None:
-        what, noun = bound
-        limit = _count(expected, noun) if noun is not None and isinstance(expected, int) else _show(expected)
-        return f"expected {what} {limit}, {got}"
+        wanted, counted = bound
+        limit = _count(expected, counted) if counted is not None and isinstance(expected, int) else _show(expected)
+        return f"expected {wanted} {limit}, {got}"
     if keyword == "pattern":
         return f"expected a string matching {_show(expected)}, {got}"
     if keyword == "multipleOf":
@@ -269,7 +269,7 @@ def _what(error: Any) -> str:
         return f"expected exactly one of the allowed shapes, {got}"
     if keyword == "not":
         return f"expected a value not matching {_show(expected)}, {got}"
-    return error.message
+    return str(error.message)
 
 
 # keyword -> (what is expected, the noun counted or None for a plain number)
@@ -287,7 +287,7 @@ _BOUNDS = {
 }
 
 
-def _unexpected(schema: Any, instance: Mapping) -> list[str]:
+def _unexpected(schema: Any, instance: Mapping[str, Any]) -> list[str]:
     properties = schema.get("properties") or {}
     patterns = [p for p in (schema.get("patternProperties") or {}) if isinstance(p, str)]
     extra = []
@@ -337,11 +337,11 @@ def _or(types: Any) -> str:
     return " or ".join(str(t) for t in items)
 
 
-def _names(names: list) -> str:
+def _names(names: list[Any]) -> str:
     shown = ", ".join(_json(n) for n in names[:10])
     return shown + (f", … ({len(names) - 10} more)" if len(names) > 10 else "")
 
 
-def _values(values: list) -> str:
+def _values(values: list[Any]) -> str:
     text = ", ".join(_json(v) for v in values)
     return text if len(text) <= _MAX_SHOWN else text[: _MAX_SHOWN - 1] + "…"

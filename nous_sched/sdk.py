@@ -63,8 +63,8 @@ import json
 import math
 import re
 import urllib.parse
-from collections.abc import Iterable, Mapping
-from typing import Any, Optional
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Optional, TypeGuard
 
 from .errors import ConfigError
 
@@ -416,7 +416,7 @@ class _Types:
                 names[cls] = name
 
         def fill(text: str, used: set[int]) -> str:
-            def one(match: re.Match) -> str:
+            def one(match: re.Match[str]) -> str:
                 index = int(match.group(1))
                 used.add(index)
                 return names[classes[index]]
@@ -448,7 +448,7 @@ class _Types:
         classes = self._group(lambda i: (self.bases[i], self.docs[i], _PLACEHOLDER.sub("\x00", self.bodies[i])))
         while True:
 
-            def signature(i: int, current: list[int] = classes) -> tuple:
+            def signature(i: int, current: list[int] = classes) -> tuple[int, str]:
                 body = _PLACEHOLDER.sub(lambda m: f"\x00{current[int(m.group(1))]}\x00", self.bodies[i])
                 return (current[i], body)
 
@@ -790,7 +790,7 @@ def _compact_python(tools: list[Any]) -> str:
 # business: they know which document a node belongs to.
 
 
-def _classify(node: Any, depth: int) -> tuple:
+def _classify(node: Any, depth: int) -> tuple[Any, ...]:
     if depth > _MAX_DEPTH or not isinstance(node, Mapping) or node.get("$ref") is not None:
         return _ESCAPE
     if "const" in node:
@@ -819,7 +819,7 @@ def _classify(node: Any, depth: int) -> tuple:
     return _ESCAPE
 
 
-def _classify_object(node: Mapping) -> tuple:
+def _classify_object(node: Mapping[str, Any]) -> tuple[Any, ...]:
     properties = node.get("properties")
     required = node.get("required")
     required = {name for name in required if isinstance(name, str)} if _is_list(required) else set()
@@ -832,7 +832,7 @@ def _classify_object(node: Mapping) -> tuple:
     return ("object", fields, node.get("additionalProperties"))
 
 
-def _classify_array(node: Mapping) -> tuple:
+def _classify_array(node: Mapping[str, Any]) -> tuple[Any, ...]:
     items, prefix = node.get("items"), node.get("prefixItems")
     if _is_list(prefix):
         # Draft 2020-12 tuples: `items` is then the schema of the rest, if any.
@@ -892,7 +892,7 @@ def _tool_words(tool: Any) -> tuple[frozenset[str], frozenset[str], frozenset[st
 
 def _term_score(term: str, fields: tuple[frozenset[str], ...]) -> float:
     best = 0.0
-    for weight, words in zip((4.0, 2.0, 1.0), fields):
+    for weight, words in zip((4.0, 2.0, 1.0), fields, strict=True):
         if term in words:
             best = max(best, weight)
         elif len(term) >= 3 and any(
@@ -905,7 +905,7 @@ def _term_score(term: str, fields: tuple[frozenset[str], ...]) -> float:
 # --- Helpers ------------------------------------------------------------------
 
 
-def _is_list(value: Any) -> bool:
+def _is_list(value: Any) -> TypeGuard[list[Any] | tuple[Any, ...]]:
     return isinstance(value, (list, tuple))
 
 
@@ -914,7 +914,7 @@ def _description_of(node: Any) -> str | None:
     return text if isinstance(text, str) and text.strip() else None
 
 
-def _literals(values: Iterable[Any], formatter) -> list[str]:
+def _literals(values: Iterable[Any], formatter: Callable[[Any], Optional[str]]) -> list[str]:
     # Every member or none: dropping one would make the type silently narrower
     # than the schema, which is worse than no type.
     rendered = []
