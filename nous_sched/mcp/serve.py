@@ -16,8 +16,8 @@ with its real arguments:
   user is asked through it: a form with one ``approve`` checkbox. On a
   2026-07-28 connection the question rides an ``InputRequiredResult`` (the
   run waits, paused, for the client's retry); on an older one it is an
-  ``elicitation/create`` request in the middle of the call. Questions asked
-  at the same moment go out together;
+  ``elicitation/create`` request in the middle of the call. Questions
+  already waiting when one goes out go out with it;
 * otherwise the call is refused (default deny: a server has no human at hand).
 
 An unanswered question is refused when the run's deadline passes (a second
