@@ -330,8 +330,10 @@ def leaves(exc):
 def test_bad_server_options_are_config_errors(upstream):
     with pytest.raises(ConfigError, match="`approval_handler` is set per run by the server"):
         CodeModeServer(upstream, approval_handler=lambda r: True)
-    with pytest.raises(ConfigError, match="`policy` must be a PermissionPolicy"):
+    with pytest.raises(ConfigError, match="CodeModeServer: `policy` must be None or a nous_sched.PermissionPolicy"):
         CodeModeServer(upstream, policy={"deny": ["x"]})
+    with pytest.raises(ConfigError, match="CodeModeServer: `approve` must be a tool name or an iterable"):
+        CodeModeServer(upstream, approve=[3])
     with pytest.raises(ConfigError, match="audit log /nonexistent/dir/a.jsonl: cannot open it"):
         CodeModeServer(upstream, audit_log="/nonexistent/dir/a.jsonl")
 

@@ -62,6 +62,7 @@ from mcp_types import Tool as MCPTool
 from mcp_types.version import is_version_at_least
 
 from .. import agent
+from .._validators import NAMES, TOOLS, instance_of, names, optional, require
 from ..dispatch import ApprovalRequest, current_call, direct_dispatch
 from ..errors import ConfigError, RunCodeError, ToolError
 from ..outcome import Outcome
@@ -106,6 +107,7 @@ _APPROVAL_SCHEMA: dict[str, Any] = {
 }
 
 _runs_started = itertools.count(1)
+_POLICY = optional(instance_of(PermissionPolicy, "a nous_sched.PermissionPolicy"))
 
 
 class AuditLog:
@@ -258,12 +260,12 @@ class CodeModeServer:
         name: str = "nous-sched",
         **run_options: Any,
     ) -> None:
+        require("CodeModeServer", "tools", tools, TOOLS)
         self._tools = list(tools)
-        if policy is not None and not isinstance(policy, PermissionPolicy):
-            raise ConfigError(f"CodeModeServer: `policy` must be a PermissionPolicy, got {type(policy).__name__}")
-        if isinstance(approve, str):
-            approve = [approve]
-        self._approve = frozenset(approve)
+        require("CodeModeServer", "policy", policy, _POLICY)
+        approved = names(approve)
+        require("CodeModeServer", "approve", approved, NAMES)
+        self._approve: frozenset[str] = approved
         self._policy = policy
         for option in ("approval_handler", "dispatch", "call_id", "session_log", "description"):
             if option in run_options:
