@@ -20,7 +20,7 @@ import jsonschema
 import pytest
 from mcp_servers import http_lab, lab, loop_threads, processes_running, stdio_command, wait_until
 
-from nous_sched import ConfigError, PermissionPolicy, ToolError, run_code
+from nous_sched import ConfigError, PermissionPolicy, ToolError, run_code, sdk
 from nous_sched.mcp import ServerSpec, ToolOverride, connect
 
 RUN_TIMEOUT = 30.0
@@ -73,9 +73,12 @@ def test_tools_carry_names_descriptions_schemas_and_trusted_annotations(lab_targ
     assert lookup.description == "The entry stored under `key` (structured output)."
     assert lookup.parameters["properties"]["key"]["type"] == "string"
     assert lookup.parameters["required"] == ["key"]
-    # The output schema becomes `returns`: the SDK a program reads can type the promise with it.
+    # The output schema becomes `returns`, and the SDK a program reads types the promise with it.
     assert set(lookup.returns["properties"]) == {"key", "value", "tags"}
     assert tools["as_text"].returns is None
+    rendered = sdk.render([lookup, tools["as_text"]])
+    assert '}): Promise<{ "key": string; "tags"?: Array<string>; "value": number }>;' in rendered
+    assert "}): Promise<unknown>;" in rendered  # as_text declares no output schema
     # Trusted: the annotations decide parallelism and approval.
     assert tools["lookup"].concurrency_safe({"key": "x"}) is True  # readOnlyHint
     assert not tools["lookup"].requires_approval and tools["lookup"].category == "read"
