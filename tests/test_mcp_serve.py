@@ -163,6 +163,46 @@ def test_serve_mcp_denies_by_default_when_the_client_cannot_be_asked(tmp_path):
     assert out["crash"] == 'tool "crash" is denied by the permission policy'
 
 
+def test_serve_mcp_reads_upstream_servers_from_a_config_file_and_takes_policy_flags(tmp_path):
+    tag = f"config-{uuid.uuid4().hex[:8]}"
+    config = tmp_path / "servers.json"
+    config.write_text(
+        json.dumps(
+            {"mcpServers": {"lab": {"command": sys.executable, "args": [lab.__file__, "--tag", tag], "trusted": True}}}
+        )
+    )
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=[
+            "-m",
+            "nous_sched",
+            "serve-mcp",
+            "--mcp-config",
+            str(config),
+            "--deny",
+            "fail",
+            "--require-approval",
+            "lookup",
+        ],
+    )
+    program = """
+    const out = {};
+    for (const [name, args] of [["meet", { group: "solo", n: 1, key: "m" }], ["lookup", { key: "x" }], ["fail", { message: "m" }]]) {
+      try { out[name] = await tools[name](args); } catch (e) { out[name] = e.message; }
+    }
+    return out;
+    """
+    tools, result = call_run_code(lambda: Client(params), program)
+    assert '"meet"' in tools[0].description and '"fail"' not in tools[0].description
+    assert result.structured_content["result"] == {
+        "meet": {"key": "m", "met": True},  # trusted from the config: read-only needs no approval
+        "lookup": 'tool "lookup" needs approval, and this MCP client cannot be asked '
+        "(it did not declare the elicitation capability); the call was refused",
+        "fail": 'tool "fail" is denied by the permission policy',
+    }
+    wait_until(lambda: processes_running(tag) == [], what="the upstream server to exit")
+
+
 def test_serve_mcp_serves_a_tools_module(tmp_path):
     params = StdioServerParameters(
         command=sys.executable,
