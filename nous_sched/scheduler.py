@@ -225,9 +225,11 @@ class Scheduler:
     # queued): the driver is the lock.
     #
     #   _queue          SimpleQueue, thread-safe by itself. Any thread puts;
-    #                   only the driver gets. Submits and queries are put
-    #                   under _lock, so none can land after the driver's last
-    #                   drain (_exited).
+    #                   only the driver gets. Queries are put under _lock, so
+    #                   none lands after the driver's last drain (_exited). A
+    #                   submit is put after its ticket joined _open under _lock,
+    #                   so if it lands after that drain, the driver's last act
+    #                   (releasing all of _open) has released its ticket.
     #   _lock guards    _open      tickets queued and not yet released (submit
     #                              adds, the driver and stop() release)
     #                   _closed    no more submits: set by stop() or the exiting driver
@@ -339,14 +341,16 @@ class Scheduler:
         call = _Call(ticket, tool, dispatched, logged, run_ctx, contextvars.copy_context())
         with self._lock:
             if self._closed:
-                refusal = GONE
+                refusal: Optional[str] = GONE
             elif self._wedged_by is not None and self._wedged_by.seq is None:
                 refusal = NO_ANSWER.format(s=self._timeout)
             else:
                 self._open.add(ticket)
-                self._queue.put(call)
-                return ticket
-        _release(ticket, Outcome.failure(name, refusal))
+                refusal = None
+        if refusal is None:
+            self._queue.put(call)
+        else:
+            _release(ticket, Outcome.failure(name, refusal))
         return ticket
 
     def wait(self, ticket: Ticket, timeout: Optional[float] = None) -> Outcome:
@@ -622,7 +626,8 @@ class Scheduler:
             final = self._final = self._lane.state()
             with self._lock:
                 self._exited = True
-            # Submits and queries that raced stop() into the queue; none can come after _exited.
+            # Submits and queries that raced stop() into the queue; no query comes after
+            # _exited, and a submit that does has its ticket released just below.
             while True:
                 try:
                     msg = self._queue.get_nowait()
@@ -641,7 +646,9 @@ class Scheduler:
         for call in abandoned.queued:
             self._deliver(call.ticket, Outcome.failure(call.tool.name, ABANDONED))
         for call in abandoned.running:
-            if not call.future.cancel():
+            # No future only if the driver crashed while starting this call.
+            future = getattr(call, "future", None)
+            if future is not None and not future.cancel():
                 self._still_running += 1
             self._deliver(call.ticket, Outcome.failure(call.tool.name, ABANDONED))
         for call in abandoned.settled:
