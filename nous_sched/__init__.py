@@ -11,6 +11,7 @@ from .agent import MODES, WithContextUpdate, run_code_tool, visible_tools
 from .dispatch import ApprovalRequest, CallInfo, RunContext, current_call, direct_dispatch
 from .errors import ConfigError, RunCodeError, SnapshotError, ToolError
 from .events import ContextUpdate, Event, LogEvent, SessionLog, ToolCallEvent
+from .function_tool import function_tool
 from .outcome import Outcome, SubCallError
 from .policy import PermissionPolicy
 from .records import CallRecord, LaneState
@@ -36,6 +37,7 @@ __all__ = [
     "ERROR_KINDS",
     "Event",
     "EXCLUSIVE",
+    "function_tool",
     "LaneState",
     "Limits",
     "LogEvent",
