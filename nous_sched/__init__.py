@@ -12,6 +12,7 @@ from .dispatch import ApprovalRequest, CallInfo, RunContext, current_call, direc
 from .errors import ConfigError, RunCodeError, SnapshotError, ToolError
 from .events import ContextUpdate, Event, LogEvent, SessionLog, ToolCallEvent
 from .function_tool import function_tool
+from .integrations import from_langchain, from_llamaindex, from_openai_agents, from_pydantic_ai
 from .outcome import Outcome, SubCallError
 from .policy import PermissionPolicy
 from .records import CallRecord, LaneState
@@ -37,6 +38,10 @@ __all__ = [
     "ERROR_KINDS",
     "Event",
     "EXCLUSIVE",
+    "from_langchain",
+    "from_llamaindex",
+    "from_openai_agents",
+    "from_pydantic_ai",
     "function_tool",
     "LaneState",
     "Limits",

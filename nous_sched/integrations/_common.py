@@ -1,0 +1,68 @@
+"""What the adapters share: the lazy import, the overrides, and the Tool they build."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Callable, Optional, Union
+
+from ..errors import ConfigError
+from ..function_tool import _always_safe
+from ..tool import Tool
+
+Predicate = Union[Callable[[dict[str, Any]], Any], bool, None]
+
+
+def require(module: str, extra: str, adapter: str) -> Any:
+    """Import ``module``, or raise a :class:`ConfigError` naming the extra that installs it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise ConfigError(
+            f"{adapter} needs the `{module.split('.')[0]}` package ({exc}); install it with "
+            f"pip install 'nous_sched[{extra}]'"
+        ) from None
+
+
+def build(
+    *,
+    adapter: str,
+    name: Optional[str],
+    default_name: Any,
+    function: Callable[[dict[str, Any]], Any],
+    description: Any,
+    parameters: Any,
+    returns: Any,
+    concurrency_safe: Predicate,
+    derived_concurrency_safe: Optional[Callable[[dict[str, Any]], Any]],
+    requires_approval: Optional[bool],
+    derived_requires_approval: bool,
+    category: str,
+) -> Tool:
+    """The Tool, with the caller's overrides applied over what the framework's flags say."""
+    if concurrency_safe is None:
+        predicate = derived_concurrency_safe
+    elif concurrency_safe is True:
+        predicate = _always_safe
+    elif concurrency_safe is False:
+        predicate = None
+    elif callable(concurrency_safe):
+        predicate = concurrency_safe
+    else:
+        raise ConfigError(
+            f"{adapter}: `concurrency_safe` must be a predicate, True, False or None, got {concurrency_safe!r}"
+        )
+    if requires_approval is not None and not isinstance(requires_approval, bool):
+        raise ConfigError(f"{adapter}: `requires_approval` must be True, False or None, got {requires_approval!r}")
+    tool_name = name if name is not None else default_name
+    if not isinstance(tool_name, str) or not tool_name:
+        raise ConfigError(f"{adapter}: the tool has no usable name ({tool_name!r}); pass name=...")
+    return Tool(
+        name=tool_name,
+        function=function,
+        description=description if isinstance(description, str) else "",
+        parameters=parameters,
+        returns=returns or None,
+        requires_approval=derived_requires_approval if requires_approval is None else requires_approval,
+        category=category,
+        concurrency_safe=predicate,
+    )

@@ -1,0 +1,74 @@
+"""LangChain tools (``langchain_core.tools.BaseTool``: ``@tool`` functions, ``StructuredTool``, subclasses).
+
+The parameters are the JSON Schema LangChain itself sends a model
+(``convert_to_openai_function``); a call goes through the tool's own
+``invoke``, so its argument parsing, callbacks and error handling all apply.
+A tool that only has a coroutine runs it with ``ainvoke`` on the tool's
+thread. A ``ToolException`` or a pydantic validation error becomes a
+:class:`~nous_sched.ToolError` with its message. LangChain has no flag for
+concurrency or approval: the defaults are exclusive and no approval.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from .._async import run_coroutine
+from .._pydantic import is_validation_error, jsonable, validation_message
+from ..errors import ConfigError, ToolError
+from ..tool import Tool
+from ._common import Predicate, build, require
+
+__all__ = ["from_langchain"]
+
+_ADAPTER = "from_langchain"
+
+
+def from_langchain(
+    tool: Any,
+    *,
+    name: Optional[str] = None,
+    concurrency_safe: Predicate = None,
+    requires_approval: Optional[bool] = None,
+    category: str = "read",
+) -> Tool:
+    """A :class:`~nous_sched.Tool` that runs the LangChain tool ``tool``.
+
+    :raises ConfigError: ``langchain-core`` is not installed (``pip install
+        'nous_sched[langchain]'``), or ``tool`` is not a LangChain ``BaseTool``.
+    """
+    tools = require("langchain_core.tools", "langchain", _ADAPTER)
+    calling = require("langchain_core.utils.function_calling", "langchain", _ADAPTER)
+    if not isinstance(tool, tools.BaseTool):
+        raise ConfigError(f"{_ADAPTER}: expected a langchain_core BaseTool, got {type(tool).__name__}")
+    spec = calling.convert_to_openai_function(tool)
+    async_only = getattr(tool, "func", True) is None and getattr(tool, "coroutine", None) is not None
+
+    def function(args: dict[str, Any]) -> Any:
+        try:
+            if async_only:
+                output = run_coroutine(lambda: tool.ainvoke(args))
+            else:
+                output = tool.invoke(args)
+        except tools.ToolException as exc:
+            raise ToolError(str(exc)) from None
+        except Exception as exc:
+            if is_validation_error(exc):
+                raise ToolError(validation_message(exc)) from None
+            raise
+        return jsonable(output)
+
+    return build(
+        adapter=_ADAPTER,
+        name=name,
+        default_name=tool.name,
+        function=function,
+        description=tool.description,
+        parameters=spec.get("parameters") or {"type": "object", "properties": {}},
+        returns=None,
+        concurrency_safe=concurrency_safe,
+        derived_concurrency_safe=None,
+        requires_approval=requires_approval,
+        derived_requires_approval=False,
+        category=category,
+    )

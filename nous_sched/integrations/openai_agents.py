@@ -1,0 +1,108 @@
+"""OpenAI Agents SDK function tools (``agents.FunctionTool``, as ``@function_tool`` makes them).
+
+The parameters are the tool's ``params_json_schema``; its
+``output_json_schema``, when it has one, becomes ``returns``. A call goes
+through the tool's own ``on_invoke_tool`` (its argument validation, context
+injection and failure policy), awaited on the tool's thread, as a call made
+by a *program* (``caller.type == "program"``), which is what a nous_sched
+sub-call is. The tool's context object is the run's ``deps`` (see
+:class:`~nous_sched.RunContext`).
+
+Flags: ``needs_approval=True`` means approval; a per-call approval callable
+cannot be asked here, so it means every call asks. A tool whose
+``allowed_callers`` leaves out ``"programmatic"`` is refused, and so is one
+with input or output guardrails (only the SDK's runner runs them).
+
+Errors follow the tool's failure policy: by default the SDK turns an
+exception into an error *string* returned as the tool's result (except for a
+tool with an output schema, which raises); build the tool with
+``failure_error_function=None`` to have every failure reach the program as a
+:class:`~nous_sched.ToolError`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Optional
+
+from .._async import run_coroutine
+from .._pydantic import jsonable
+from ..dispatch import current_call
+from ..errors import ConfigError, ToolError
+from ..tool import Tool
+from ._common import Predicate, build, require
+
+__all__ = ["from_openai_agents"]
+
+_ADAPTER = "from_openai_agents"
+
+
+def from_openai_agents(
+    tool: Any,
+    *,
+    name: Optional[str] = None,
+    concurrency_safe: Predicate = None,
+    requires_approval: Optional[bool] = None,
+    category: str = "read",
+) -> Tool:
+    """A :class:`~nous_sched.Tool` that runs the Agents SDK function tool ``tool``.
+
+    :raises ConfigError: ``openai-agents`` is not installed (``pip install
+        'nous_sched[openai-agents]'``), ``tool`` is not a ``FunctionTool``, or
+        it cannot be honoured outside the SDK's runner (see the module docstring).
+    """
+    agents = require("agents", "openai-agents", _ADAPTER)
+    tool_context = require("agents.tool_context", "openai-agents", _ADAPTER)
+    calls = require("openai.types.responses", "openai-agents", _ADAPTER)
+    if not isinstance(tool, agents.FunctionTool):
+        raise ConfigError(f"{_ADAPTER}: expected an agents.FunctionTool, got {type(tool).__name__}")
+    callers = tool.allowed_callers
+    if callers is not None and "programmatic" not in callers:
+        raise ConfigError(
+            f"{_ADAPTER}: tool {tool.name!r} allows only {sorted(callers)} callers; a program calling it would "
+            "break that promise (add 'programmatic' to allowed_callers)"
+        )
+    if tool.tool_input_guardrails or tool.tool_output_guardrails:
+        raise ConfigError(
+            f"{_ADAPTER}: tool {tool.name!r} has tool guardrails, which only the Agents SDK's runner runs; "
+            "nous_sched would skip them"
+        )
+    needs_approval = tool.needs_approval is not False
+
+    def function(args: dict[str, Any]) -> Any:
+        call = current_call.get()
+        call_id = call.id if call is not None else f"{tool.name}-direct"
+        arguments = json.dumps(args, ensure_ascii=False)
+        context = tool_context.ToolContext(
+            context=getattr(getattr(call, "run_ctx", None), "deps", None),
+            tool_name=tool.name,
+            tool_call_id=call_id,
+            tool_arguments=arguments,
+            tool_call=calls.ResponseFunctionToolCall(
+                type="function_call",
+                call_id=call_id,
+                name=tool.name,
+                arguments=arguments,
+                caller={"type": "program", "caller_id": call_id.rsplit(":code:", 1)[0]},
+            ),
+        )
+        try:
+            output = run_coroutine(lambda: tool.on_invoke_tool(context, arguments))
+        except agents.exceptions.ModelBehaviorError as exc:  # arguments that do not fit the function
+            raise ToolError(str(exc)) from None
+        return jsonable(output)
+
+    return build(
+        adapter=_ADAPTER,
+        name=name,
+        default_name=tool.name,
+        function=function,
+        description=tool.description,
+        parameters=tool.params_json_schema,
+        returns=tool.output_json_schema,
+        concurrency_safe=concurrency_safe,
+        derived_concurrency_safe=None,
+        requires_approval=requires_approval,
+        derived_requires_approval=needs_approval,
+        category=category,
+    )

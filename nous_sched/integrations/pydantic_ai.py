@@ -1,0 +1,97 @@
+"""pydantic-ai tools (``pydantic_ai.Tool``, or a plain function as pydantic-ai would wrap it).
+
+The parameters are the tool's ``tool_def.parameters_json_schema`` and its
+return schema becomes ``returns``. A call validates the arguments with the
+tool's own pydantic validator and calls the function, on the tool's thread
+(an ``async`` one to completion there). ``ModelRetry`` and ``ToolFailed``
+raised by the function become a :class:`~nous_sched.ToolError` with their
+message, for the program to act on.
+
+Flags: ``sequential=True`` means exclusive; every other pydantic-ai tool runs
+side by side with others, as pydantic-ai runs it, so it gets a predicate that
+is always true. ``requires_approval=True`` means approval. A tool that takes
+a ``RunContext``, or has a ``prepare`` or ``args_validator`` function (which
+need one), is refused: only an agent run can supply the context.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Optional
+
+from .._async import run_coroutine
+from .._pydantic import jsonable, validation_message
+from ..errors import ConfigError, ToolError
+from ..function_tool import _always_safe
+from ..tool import Tool
+from ._common import Predicate, build, require
+
+__all__ = ["from_pydantic_ai"]
+
+_ADAPTER = "from_pydantic_ai"
+
+
+def from_pydantic_ai(
+    tool: Any,
+    *,
+    name: Optional[str] = None,
+    concurrency_safe: Predicate = None,
+    requires_approval: Optional[bool] = None,
+    category: str = "read",
+) -> Tool:
+    """A :class:`~nous_sched.Tool` that runs the pydantic-ai tool ``tool`` (a ``Tool`` or a plain function).
+
+    :raises ConfigError: ``pydantic-ai`` is not installed (``pip install
+        'nous_sched[pydantic-ai]'``), or ``tool`` needs an agent run (see the
+        module docstring).
+    """
+    pydantic_ai = require("pydantic_ai", "pydantic-ai", _ADAPTER)
+    pydantic = require("pydantic", "pydantic-ai", _ADAPTER)
+    if not isinstance(tool, pydantic_ai.Tool):
+        if not callable(tool):
+            raise ConfigError(f"{_ADAPTER}: expected a pydantic_ai.Tool or a function, got {type(tool).__name__}")
+        tool = pydantic_ai.Tool(tool)
+    needs_a_run = (
+        (tool.takes_ctx, "takes a RunContext"),
+        (tool.prepare, "has a prepare function"),
+        (tool.args_validator, "has an args_validator"),
+    )
+    for needed, what in needs_a_run:
+        if needed:
+            raise ConfigError(
+                f"{_ADAPTER}: tool {tool.name!r} {what}, which only a pydantic-ai agent run can supply or run"
+            )
+    definition = tool.tool_def
+    schema = tool.function_schema
+    retry = (pydantic_ai.ModelRetry, pydantic_ai.exceptions.ToolFailed)
+
+    def function(args: dict[str, Any]) -> Any:
+        try:
+            validated = schema.validator.validate_python(args)
+        except pydantic.ValidationError as exc:
+            raise ToolError(validation_message(exc)) from None
+        try:
+            if schema.is_async or schema.positional_fields or schema.var_positional_field:
+                output = run_coroutine(lambda: schema.call(validated, None))
+            else:
+                output = schema.function(**validated)
+                if inspect.isawaitable(output):
+                    output = run_coroutine(lambda: output)
+        except retry as exc:
+            raise ToolError(str(getattr(exc, "message", exc))) from None
+        return jsonable(output.return_value if isinstance(output, pydantic_ai.ToolReturn) else output)
+
+    return build(
+        adapter=_ADAPTER,
+        name=name,
+        default_name=definition.name,
+        function=function,
+        description=definition.description,
+        parameters=definition.parameters_json_schema,
+        returns=definition.return_schema,
+        concurrency_safe=concurrency_safe,
+        derived_concurrency_safe=None if definition.sequential else _always_safe,
+        requires_approval=requires_approval,
+        derived_requires_approval=bool(tool.requires_approval),
+        category=category,
+    )
