@@ -12,33 +12,65 @@ import json
 from typing import Any, Optional
 
 from .agent import WithContextUpdate
+from .errors import ConfigError
 from .events import SessionLog
 from .tool import Tool
 
-__all__ = ["openai_tool", "anthropic_tool", "call_tool"]
+__all__ = ["openai_tool", "anthropic_tool", "call_tool", "OPENAI_APIS"]
+
+
+#: The OpenAI APIs :func:`openai_tool` writes for.
+OPENAI_APIS = ("chat", "responses")
 
 
 def _schema(tool: Tool) -> dict[str, Any]:
-    # A fresh copy each time: callers may edit what they get.
+    # A fresh copy each time: callers may edit what they get. Both providers
+    # require an object schema at the top; one without a `type` gets it.
     if tool.parameters is None:
         return {"type": "object", "properties": {}}
-    return copy.deepcopy(dict(tool.parameters))
+    schema = copy.deepcopy(dict(tool.parameters))
+    schema.setdefault("type", "object")
+    return schema
 
 
-def openai_tool(tool: Tool) -> dict[str, Any]:
-    """OpenAI Chat Completions / Responses ``tools`` entry (``type: function``)."""
-    return {
-        "type": "function",
-        "function": {
+def openai_tool(tool: Tool, api: str = "chat", *, strict: bool = False) -> dict[str, Any]:
+    """The tool as an entry of an OpenAI request's ``tools``.
+
+    ``api="chat"`` (Chat Completions) nests the function:
+    ``{"type": "function", "function": {"name", "description", "parameters"}}``.
+    ``api="responses"`` (the Responses API) is flat:
+    ``{"type": "function", "name", "description", "parameters", "strict"}``,
+    plus ``output_schema`` when the tool declares ``returns``; ``strict`` is
+    always written there, because that API takes an absent one as ``true``.
+    ``strict=True`` asks for structured-output adherence, which OpenAI grants
+    only to schemas in its strict subset (every property required,
+    ``additionalProperties: false``): the schema is not rewritten to fit.
+
+    :raises ConfigError: ``api`` is not one of :data:`OPENAI_APIS`.
+    """
+    if api not in OPENAI_APIS:
+        raise ConfigError(f"openai_tool: `api` must be one of {', '.join(map(repr, OPENAI_APIS))}, got {api!r}")
+    if not isinstance(strict, bool):
+        raise ConfigError(f"openai_tool: `strict` must be True or False, got {strict!r}")
+    if api == "responses":
+        shape: dict[str, Any] = {
+            "type": "function",
             "name": tool.name,
             "description": tool.description,
             "parameters": _schema(tool),
-        },
-    }
+            "strict": strict,
+        }
+        if tool.returns is not None:
+            shape["output_schema"] = copy.deepcopy(dict(tool.returns))
+        return shape
+    function: dict[str, Any] = {"name": tool.name, "description": tool.description, "parameters": _schema(tool)}
+    if strict:
+        function["strict"] = True
+    return {"type": "function", "function": function}
 
 
 def anthropic_tool(tool: Tool) -> dict[str, Any]:
-    """Anthropic Messages API ``tools`` entry."""
+    """The tool as an entry of an Anthropic Messages API request's ``tools``: ``{"name", "description", "input_schema"}``."""
     return {"name": tool.name, "description": tool.description, "input_schema": _schema(tool)}
 
 

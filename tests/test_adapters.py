@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import copy
 import json
+import typing
 
 import pytest
+from pydantic import TypeAdapter, ValidationError
 
 from nous_sched import (
+    ConfigError,
     Event,
     RunCodeError,
     SessionLog,
@@ -15,6 +18,7 @@ from nous_sched import (
     WithContextUpdate,
     anthropic_tool,
     call_tool,
+    function_tool,
     openai_tool,
     run_code_tool,
 )
@@ -82,6 +86,98 @@ def test_empty_schemas_are_not_shared_between_tools():
         assert anthropic_tool(echo("second"))["input_schema"] == {"type": "object", "properties": {}}
     finally:
         properties.pop("injected", None)  # undo the leak for every later test
+
+
+def test_openai_tool_targets_chat_completions_or_the_flat_responses_shape():
+    tool = rc()
+    assert openai_tool(tool) == openai_tool(tool, "chat")
+    flat = openai_tool(tool, api="responses")
+    assert flat == {
+        "type": "function",
+        "name": "run_code",
+        "description": tool.description,
+        "parameters": dict(tool.parameters),
+        "strict": False,  # the Responses API reads an absent `strict` as true
+    }
+    strict_chat = openai_tool(tool, strict=True)
+    assert strict_chat["function"]["strict"] is True
+    assert openai_tool(tool, "responses", strict=True)["strict"] is True
+    assert "strict" not in openai_tool(tool)["function"]
+
+
+def test_the_responses_shape_carries_the_output_schema():
+    returns = {"type": "object", "properties": {"n": {"type": "integer"}}}
+    typed = Tool("count", lambda args: {"n": 1}, parameters={"properties": {}}, returns=returns)
+    flat = openai_tool(typed, "responses")
+    assert flat["output_schema"] == returns and flat["output_schema"] is not returns
+    assert flat["parameters"] == {"type": "object", "properties": {}}  # `type` filled in
+    assert "output_schema" not in openai_tool(rc(), "responses")
+
+
+def test_a_bad_api_or_strict_is_a_configuration_error():
+    with pytest.raises(ConfigError, match="`api` must be one of 'chat', 'responses', got 'assistants'"):
+        openai_tool(rc(), "assistants")
+    with pytest.raises(ConfigError, match="`strict`"):
+        openai_tool(rc(), strict="yes")
+
+
+# --- checked against the official SDKs' own request types -------------------------------
+
+
+def _conforms(shape, typed_dict):
+    """``shape`` validates as ``typed_dict`` (required keys, value types) and uses no key it does not declare."""
+    TypeAdapter(typed_dict).validate_python(shape)
+    assert set(shape) <= set(typing.get_type_hints(typed_dict)), set(shape) - set(typing.get_type_hints(typed_dict))
+
+
+def _sample_tools():
+    @function_tool
+    def lookup(city: str, days: int = 1) -> dict[str, float]:
+        """Forecast for a city."""
+        return {}
+
+    return [rc(), lookup, echo("plain")]
+
+
+def test_shapes_conform_to_the_openai_sdk_request_types():
+    from openai.types.chat import ChatCompletionFunctionToolParam, completion_create_params
+    from openai.types.responses import FunctionToolParam, response_create_params
+    from openai.types.shared_params import FunctionDefinition
+
+    for tool in _sample_tools():
+        chat, flat = openai_tool(tool), openai_tool(tool, "responses")
+        _conforms(chat, ChatCompletionFunctionToolParam)
+        _conforms(chat["function"], FunctionDefinition)
+        _conforms(flat, FunctionToolParam)
+        _conforms(openai_tool(tool, "responses", strict=True), FunctionToolParam)
+        # Whole requests, as the client would send them.
+        TypeAdapter(completion_create_params.CompletionCreateParamsNonStreaming).validate_python(
+            {"model": "gpt-test", "messages": [{"role": "user", "content": "hi"}], "tools": [chat]}
+        )
+        TypeAdapter(response_create_params.ResponseCreateParamsNonStreaming).validate_python(
+            {"model": "gpt-test", "input": "hi", "tools": [flat]}
+        )
+    # The check has teeth: the nested Chat shape is not a Responses function tool.
+    with pytest.raises(ValidationError):
+        TypeAdapter(FunctionToolParam).validate_python(openai_tool(rc()))
+
+
+def test_shapes_conform_to_the_anthropic_sdk_request_types():
+    from anthropic.types import ToolParam, message_create_params
+
+    for tool in _sample_tools():
+        shape = anthropic_tool(tool)
+        _conforms(shape, ToolParam)
+        TypeAdapter(message_create_params.MessageCreateParamsNonStreaming).validate_python(
+            {
+                "model": "claude-test",
+                "max_tokens": 64,
+                "messages": [{"role": "user", "content": "hi"}],
+                "tools": [shape],
+            }
+        )
+    with pytest.raises(ValidationError):
+        TypeAdapter(ToolParam).validate_python({"name": "x", "parameters": {}})
 
 
 # --- call_tool ---------------------------------------------------------------------------

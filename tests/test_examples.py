@@ -232,6 +232,35 @@ def test_agent_loop_offers_run_code_with_the_sdk():
         assert name in description
 
 
+def test_anthropic_agent_loop(capsys):
+    agent = _load("nous_sched_test_anthropic_loop", EXAMPLES / "anthropic_agent_loop.py")
+    outcome = agent.run_agent("How many people?")
+    assert outcome["answer"] == "Those 12 cities have 151,216,015 people; the largest is Shanghai."
+    assert [m["role"] for m in outcome["messages"]] == ["user", "assistant", "user", "assistant"]
+    (result,) = outcome["messages"][2]["content"]
+    assert result["type"] == "tool_result" and result["tool_use_id"] == "toolu_01" and result["is_error"] is False
+    assert json.loads(result["content"])["result"]["cities"] == 12
+    assert [e.type for e in outcome["session_log"].events] == ["tool_call"] * 12
+    assert agent.main() == 0
+    out = capsys.readouterr().out
+    assert "assistant -> run_code(...)" in out and "audit log: 12 tool_call events" in out
+
+
+def test_anthropic_agent_loop_sends_requests_the_anthropic_sdk_accepts():
+    from anthropic.types import message_create_params
+    from pydantic import TypeAdapter
+
+    agent = _load("nous_sched_test_anthropic_loop2", EXAMPLES / "anthropic_agent_loop.py")
+    failing = agent.ScriptedClaude("throw new Error('bad program')")
+    assert agent.run_agent("q", failing)["answer"] == "The program failed (exception)."
+    request_type = TypeAdapter(message_create_params.MessageCreateParamsNonStreaming)
+    for request in failing.requests:
+        request_type.validate_python(request)
+    assert failing.requests[1]["messages"][2]["content"][0]["is_error"] is True
+    (offered,) = failing.requests[0]["tools"]
+    assert offered["name"] == "run_code" and "lookup_city" in offered["description"]
+
+
 # -- README ---------------------------------------------------------------------------
 
 
