@@ -75,6 +75,8 @@ class ScriptedModel:
                 ],
             }
         answer = json.loads(results[-1]["content"])
+        if isinstance(answer.get("error"), str):  # call_tool's answer to a malformed call
+            return {"role": "assistant", "content": f"The call was refused: {answer['error']}"}
         if "error" in answer:
             return {"role": "assistant", "content": f"The program failed ({answer['error']['kind']})."}
         result = answer["result"]

@@ -85,7 +85,9 @@ class ScriptedClaude:
                 ],
             }
         answer = json.loads(results[-1]["content"])
-        if "error" in answer:
+        if isinstance(answer.get("error"), str):  # call_tool's answer to a malformed call
+            text = f"The call was refused: {answer['error']}"
+        elif "error" in answer:
             text = f"The program failed ({answer['error']['kind']})."
         else:
             result = answer["result"]

@@ -12,8 +12,9 @@ import json
 from typing import Any, Optional
 
 from .agent import WithContextUpdate
-from .errors import ConfigError
+from .errors import ConfigError, RunCodeError, ToolError
 from .events import SessionLog
+from .outcome import clamp
 from .tool import Tool
 
 __all__ = ["openai_tool", "anthropic_tool", "call_tool", "OPENAI_APIS"]
@@ -75,16 +76,38 @@ def anthropic_tool(tool: Tool) -> dict[str, Any]:
 
 
 def call_tool(tool: Tool, arguments: Any, session_log: Optional[SessionLog] = None) -> str:
-    """Run ``tool`` on a model's ``arguments`` (a JSON string or a dict) and
+    """Run ``tool`` on a model's ``arguments`` (a JSON string, bytes or a dict) and
     return the JSON text to send back as the tool result.
 
     A :class:`~nous_sched.WithContextUpdate` result has its audit
     events appended to ``session_log`` (when given) and only its value returned.
+
+    A model's mistake is answered, not raised, so the loop can send it back
+    and the model can correct itself: arguments that are not JSON or not an
+    object, a :class:`~nous_sched.RunCodeError` (``run_code`` called without
+    a program or a description) and a :class:`~nous_sched.ToolError` all
+    return ``{"error": "<message>"}``. Any other exception a tool raises is
+    the host's problem and propagates.
     """
-    args = json.loads(arguments) if isinstance(arguments, (str, bytes)) else arguments
-    value = tool.function(args if args is not None else {})
+    if isinstance(arguments, (str, bytes, bytearray)):
+        try:
+            arguments = json.loads(arguments)
+        except ValueError as exc:
+            return _error(f"the arguments are not valid JSON ({exc}); send one JSON object")
+    if arguments is None:
+        arguments = {}
+    if not isinstance(arguments, dict):
+        return _error(f"the arguments must be a JSON object, got {type(arguments).__name__}")
+    try:
+        value = tool.function(arguments)
+    except (RunCodeError, ToolError) as exc:
+        return _error(str(exc))
     if isinstance(value, WithContextUpdate):
         if session_log is not None:
             value.update.apply_to(session_log)
         value = value.value
     return json.dumps(value, ensure_ascii=False)
+
+
+def _error(message: str) -> str:
+    return json.dumps({"error": clamp(message)}, ensure_ascii=False)

@@ -12,9 +12,9 @@ from pydantic import TypeAdapter, ValidationError
 from nous_sched import (
     ConfigError,
     Event,
-    RunCodeError,
     SessionLog,
     Tool,
+    ToolError,
     WithContextUpdate,
     anthropic_tool,
     call_tool,
@@ -22,6 +22,7 @@ from nous_sched import (
     openai_tool,
     run_code_tool,
 )
+from nous_sched.outcome import TRUNCATION_MARK
 
 
 def echo(name="echo"):
@@ -253,14 +254,12 @@ def test_call_tool_failed_run_returns_the_error_and_still_audits():
     assert session_log.messages() == []
 
 
-def test_call_tool_nothing_ran_raises_and_leaves_the_session_alone():
+def test_call_tool_answers_a_model_mistake_and_leaves_the_session_alone():
     session_log = SessionLog()
-    with pytest.raises(RunCodeError, match="non-empty `description`"):
-        call_tool(rc(), json.dumps(args("return 1", "  ")), session_log)
-    with pytest.raises(RunCodeError, match="`code` parameter"):
-        call_tool(rc(), "null", session_log)  # null arguments become {}
-    with pytest.raises(RunCodeError, match="`code` parameter"):
-        call_tool(rc(), None, session_log)
+    blank = json.loads(call_tool(rc(), json.dumps(args("return 1", "  ")), session_log))
+    assert set(blank) == {"error"} and "non-empty `description`" in blank["error"]
+    for missing in ("null", None, {}, {"description": "no code"}):  # null arguments become {}
+        assert "`code` parameter" in json.loads(call_tool(rc(), missing, session_log))["error"]
     assert len(session_log) == 0
 
 
@@ -272,6 +271,23 @@ def test_call_tool_with_a_plain_tool():
     assert got == [{"n": 3}, {}]
 
 
-def test_call_tool_bad_json_arguments_raise():
-    with pytest.raises(json.JSONDecodeError):
-        call_tool(rc(), "{not json")
+def test_call_tool_answers_malformed_arguments_instead_of_raising():
+    for text in ("{not json", b"\xff", '{"a": 1'):
+        error = json.loads(call_tool(rc(), text))["error"]
+        assert error.startswith("the arguments are not valid JSON (") and error.endswith("send one JSON object")
+    assert json.loads(call_tool(rc(), "[1, 2]")) == {"error": "the arguments must be a JSON object, got list"}
+    assert json.loads(call_tool(rc(), '"text"')) == {"error": "the arguments must be a JSON object, got str"}
+
+
+def test_call_tool_returns_a_tool_error_but_lets_a_host_bug_propagate():
+    def refusing(args):
+        raise ToolError("no such city: " + "x" * 5000)
+
+    message = json.loads(call_tool(Tool("refusing", refusing), {}))["error"]
+    assert message.startswith("no such city: xxx") and message.endswith(TRUNCATION_MARK)
+
+    def buggy(args):
+        raise KeyError("host bug")
+
+    with pytest.raises(KeyError):
+        call_tool(Tool("buggy", buggy), {})

@@ -225,6 +225,9 @@ def test_agent_loop_offers_run_code_with_the_sdk():
     assert agent.run_agent("q", model)["answer"] == "Those 1 cities have 2 people; the largest is Lima."
     failing = agent.ScriptedModel("throw new Error('bad program')")
     assert agent.run_agent("q", failing)["answer"] == "The program failed (exception)."
+    # A malformed call (no program) is answered, not raised: the loop goes on.
+    answer = agent.run_agent("q", agent.ScriptedModel(None))["answer"]
+    assert answer.startswith("The call was refused: run_code requires a `code` parameter")
     tools = model.requests[0]["tools"]
     assert [t["function"]["name"] for t in tools] == ["run_code"]
     description = tools[0]["function"]["description"]
@@ -257,6 +260,8 @@ def test_anthropic_agent_loop_sends_requests_the_anthropic_sdk_accepts():
     for request in failing.requests:
         request_type.validate_python(request)
     assert failing.requests[1]["messages"][2]["content"][0]["is_error"] is True
+    refused = agent.run_agent("q", agent.ScriptedClaude(None))["answer"]
+    assert refused.startswith("The call was refused: run_code requires a `code` parameter")
     (offered,) = failing.requests[0]["tools"]
     assert offered["name"] == "run_code" and "lookup_city" in offered["description"]
 
