@@ -54,7 +54,6 @@ from collections.abc import Mapping
 from typing import Any, Callable, Optional, Protocol, Union
 
 from . import _docstring
-from ._async import run_coroutine
 from ._pydantic import jsonable, validation_message
 from .errors import ConfigError, ToolError
 from .tool import Tool
@@ -130,6 +129,8 @@ def _build(
     def function(args: dict[str, Any]) -> Any:
         positional, keywords = plan.arguments(args)
         if is_async:
+            from ._async import run_coroutine  # asyncio only for those who use it
+
             value = run_coroutine(lambda: fn(*positional, **keywords))
         else:
             value = fn(*positional, **keywords)

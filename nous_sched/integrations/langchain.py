@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from .._async import run_coroutine
 from .._pydantic import is_validation_error, jsonable, validation_message
 from ..errors import ConfigError, ToolError
 from ..tool import Tool
@@ -45,6 +44,8 @@ def from_langchain(
     async_only = getattr(tool, "func", True) is None and getattr(tool, "coroutine", None) is not None
 
     def function(args: dict[str, Any]) -> Any:
+        from .._async import run_coroutine  # asyncio only once a call needs it
+
         try:
             if async_only:
                 output = run_coroutine(lambda: tool.ainvoke(args))

@@ -15,7 +15,6 @@ from __future__ import annotations
 import inspect
 from typing import Any, Optional
 
-from .._async import run_coroutine
 from .._pydantic import is_validation_error, jsonable, validation_message
 from ..errors import ConfigError, ToolError
 from ..tool import Tool
@@ -52,6 +51,8 @@ def from_llamaindex(
     is_async = inspect.iscoroutinefunction(getattr(tool, "real_fn", None)) and isinstance(tool, types.AsyncBaseTool)
 
     def function(args: dict[str, Any]) -> Any:
+        from .._async import run_coroutine  # asyncio only once a call needs it
+
         try:
             output = run_coroutine(lambda: tool.acall(**args)) if is_async else tool(**args)
         except Exception as exc:

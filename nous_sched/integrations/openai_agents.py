@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 from typing import Any, Optional
 
-from .._async import run_coroutine
 from .._pydantic import jsonable
 from ..dispatch import current_call
 from ..errors import ConfigError, ToolError
@@ -70,6 +69,8 @@ def from_openai_agents(
     needs_approval = tool.needs_approval is not False
 
     def function(args: dict[str, Any]) -> Any:
+        from .._async import run_coroutine  # asyncio only once a call needs it
+
         call = current_call.get()
         call_id = call.id if call is not None else f"{tool.name}-direct"
         arguments = json.dumps(args, ensure_ascii=False)

@@ -19,7 +19,6 @@ from __future__ import annotations
 import inspect
 from typing import Any, Optional
 
-from .._async import run_coroutine
 from .._pydantic import jsonable, validation_message
 from ..errors import ConfigError, ToolError
 from ..function_tool import _always_safe
@@ -66,6 +65,8 @@ def from_pydantic_ai(
     retry = (pydantic_ai.ModelRetry, pydantic_ai.exceptions.ToolFailed)
 
     def function(args: dict[str, Any]) -> Any:
+        from .._async import run_coroutine  # asyncio only once a call needs it
+
         try:
             validated = schema.validator.validate_python(args)
         except pydantic.ValidationError as exc:
