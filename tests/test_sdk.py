@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import re
 from collections import UserDict
 from types import MappingProxyType, SimpleNamespace
@@ -754,3 +755,35 @@ def test_search_refuses_a_bad_query_or_limit():
     for limit in (0, 101, "5", True):
         with pytest.raises(ConfigError, match="limit"):
             index.search("a", limit=limit)
+
+
+def test_the_bytes_do_not_depend_on_the_hash_seed():
+    # Sets and dicts keyed by strings iterate in hash order, which changes per
+    # process; the SDK (prompt-cache prefix) must not.
+    import subprocess
+    import sys
+
+    script = """
+import json, sys
+from nous_sched import Tool, sdk
+defs = {n: {"type": "object", "properties": {"next": {"$ref": f"#/$defs/{m}"}, "v": {"enum": ["a", "b"]}}}
+        for n, m in [("A", "B"), ("B", "C"), ("C", "A"), ("D", "D"), ("E", "A")]}
+refs = {k.lower(): {"$ref": f"#/$defs/{k}"} for k in defs}
+tools = [Tool(f"t{i}", print, parameters={"type": "object", "properties": {**refs, **refs}, "$defs": defs},
+              returns={"$ref": "#/$defs/D", "$defs": defs}) for i in range(3)]
+sys.stdout.write(sdk.render(tools) + sdk.render(tools, "python") + sdk.render(tools, budget=1))
+"""
+    outputs = {
+        subprocess.run(
+            [sys.executable, "-c", script],
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for seed in ("0", "1", "2")
+    }
+    assert len(outputs) == 1
+    (text,) = outputs
+    check_typescript(text.split("# Tool SDK")[0])
+    assert "type A = " in text and "type D = " in text
