@@ -101,16 +101,18 @@ class Lane(Generic[T]):
         self._pending.append((seq, mode, item))
         return seq
 
-    def finished(self, seq: int) -> None:
-        """The call ``seq``, started by a ``START`` action, has finished running.
+    def finished(self, seq: int) -> Optional[T]:
+        """The call ``seq``, started by a ``START`` action, has finished running; its item.
 
-        Ignored after :meth:`abandon` (a tool may return after its run is over).
+        Ignored after :meth:`abandon` (a tool may return after its run is
+        over): ``None`` then.
 
         :raises KeyError: ``seq`` is not running.
         """
         if self._closed:
-            return
-        self._settled[seq] = self._inflight.pop(seq)
+            return None
+        item = self._settled[seq] = self._inflight.pop(seq)
+        return item
 
     def step(self) -> Optional[tuple[str, T]]:
         """The next action to perform, or ``None`` when nothing can happen until a call finishes.

@@ -165,12 +165,18 @@ class _Call:
 
 
 class _Done:
-    """The executor finished ``call.future`` (put by the future's done-callback, on any thread)."""
+    """The executor finished call ``seq``'s ``future`` (put by its done-callback, on any thread).
 
-    __slots__ = ("call",)
+    It names the call by seq, not by the call itself: the call holds its
+    future, so a callback holding the call would make every call a reference
+    cycle, left for the garbage collector.
+    """
 
-    def __init__(self, call: _Call) -> None:
-        self.call = call
+    __slots__ = ("seq", "future")
+
+    def __init__(self, seq: int, future: concurrent.futures.Future[Any]) -> None:
+        self.seq = seq
+        self.future = future
 
 
 class _Query:
@@ -517,12 +523,13 @@ class Scheduler:
     def _handle(self, msg: Any) -> None:
         kind = type(msg)
         if kind is _Done:
-            call = msg.call
-            call.outcome, finished = self._collect(call)
+            call = self._lane.finished(msg.seq)
+            if call is None:  # an abandoned call's tool returned: its outcome is already delivered
+                return
+            call.outcome, finished = self._collect(call, msg.future)
             timeline = call.timeline
             with self._records_lock:
                 timeline.finished = finished
-            self._lane.finished(call.seq)
         elif kind is _Call:
             # Classification runs here, on the dispatched snapshot, in submission order.
             msg.mode = msg.ctx.run(concurrency_mode, msg.tool, msg.args)
@@ -574,13 +581,12 @@ class Scheduler:
         call.future = future
         put = self._queue.put
 
-        def done(_: concurrent.futures.Future[Any]) -> None:
-            put(_Done(call))
+        def done(future: concurrent.futures.Future[Any]) -> None:
+            put(_Done(seq, future))
 
         future.add_done_callback(done)
 
-    def _collect(self, call: _Call) -> tuple[Outcome, float]:
-        future = call.future
+    def _collect(self, call: _Call, future: concurrent.futures.Future[Any]) -> tuple[Outcome, float]:
         # One look at the settled future (each accessor takes its lock).
         try:
             result: tuple[Outcome, float] = future.result(0)

@@ -62,7 +62,8 @@ class LaneMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def finish(self, data: st.DataObject) -> None:
         seq = data.draw(st.sampled_from(sorted(self.running)), label="finishes")
-        self.lane.finished(seq)
+        item = self.lane.finished(seq)
+        assert item == (None if self.abandoned else seq), "finished() hands back the call's item, until abandon"
         if not self.abandoned:
             self.running.discard(seq)
             self.finished.add(seq)

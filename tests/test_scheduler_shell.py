@@ -16,6 +16,7 @@ Each test is one promise, checked with events and joins, never sleeps:
 from __future__ import annotations
 
 import copy
+import gc
 import json
 import pickle
 import threading
@@ -141,6 +142,23 @@ def test_ticket_wait_answers_none_when_its_timeout_passes_first(make_scheduler, 
     hold.set()
     assert ticket.wait(WAIT) == Outcome.success(True)
     assert s.call(Tool("next", whoami), {}).ok, "a short ticket wait never wedges the lane"
+
+
+def test_calls_leave_no_reference_cycles_behind(make_scheduler):
+    # A cycle per call (a call holding its future holding a callback holding
+    # the call) once made every call garbage for the collector to find.
+    s = make_scheduler(max_parallel=2)
+    tool = Tool("t", whoami, concurrency_safe=lambda args: True)
+    for _ in range(20):
+        assert s.call(tool, {"xs": [1, {"y": 2}]}).ok
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(200):
+            assert s.call(tool, {"xs": [1, {"y": 2}]}).ok
+        assert gc.collect() == 0
+    finally:
+        gc.enable()
 
 
 # -- the wedge ------------------------------------------------------------------------
