@@ -59,6 +59,7 @@ DEFAULT_TIMEOUT = 120.0
 _STOP_JOIN = 2.0
 
 _ids = itertools.count(1)
+_TIMEOUT_MAX = threading.TIMEOUT_MAX
 
 # What a program reads when the scheduler, not the tool, ends a call.
 GONE = "code run is over; scheduler is gone"
@@ -97,7 +98,8 @@ class Ticket:
         :raises ConfigError: ``timeout`` is not ``None`` or a number of seconds
             from 0 to ``threading.TIMEOUT_MAX``.
         """
-        if timeout is not None:  # once per call on the hot path: None needs no check
+        # Once per call on the runtime's hot path: a float in range needs no further check.
+        if timeout is not None and not (type(timeout) is float and 0.0 <= timeout <= _TIMEOUT_MAX):
             require("Ticket.wait", "timeout", timeout, v.WAIT_SECONDS)
         try:
             return self._future.result(timeout)
