@@ -19,6 +19,8 @@ from .records import CallRecord, LaneState
 from .result import ERROR_KINDS, RunError, RunResult
 from .run_code import run_code
 from .runtime import CodeRuntime, Limits, RuntimeOutcome
+from .runtime.pool import WorkerPool
+from .runtime.quickjs import QuickJSRuntime
 from .scheduler import Scheduler, Ticket
 from .snapshot import snapshot
 from .tool import EXCLUSIVE, PARALLEL, Tool, concurrency_mode
@@ -51,6 +53,7 @@ __all__ = [
     "Outcome",
     "PARALLEL",
     "PermissionPolicy",
+    "QuickJSRuntime",
     "run_code",
     "run_code_tool",
     "RunCodeError",
@@ -69,4 +72,5 @@ __all__ = [
     "ToolError",
     "visible_tools",
     "WithContextUpdate",
+    "WorkerPool",
 ]

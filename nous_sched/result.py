@@ -13,7 +13,7 @@ from .records import CallRecord
 __all__ = ["RunResult", "RunError", "ERROR_KINDS"]
 
 #: Every ``error.kind`` a run can end with.
-ERROR_KINDS = ("exception", "timeout", "abort", "invalid_output", "output_limit")
+ERROR_KINDS = ("exception", "timeout", "abort", "invalid_output", "output_limit", "cancelled")
 
 
 @attrs.frozen
@@ -24,10 +24,12 @@ class RunError:
       ever settle, or had a syntax error); ``message`` is ``"Name: message"``
       with the program's stack when it has one.
     * ``timeout`` - the run's deadline passed (a runaway loop, a hung tool).
-    * ``abort`` - the engine stopped the program: memory or stack limit.
+    * ``abort`` - the engine stopped the program: memory or stack limit, or
+      the worker process running it died (a signal, the OOM killer, a crash).
     * ``invalid_output`` - the returned value has no JSON form (a function, a
       symbol, a BigInt, a cycle).
     * ``output_limit`` - the returned value's JSON exceeds the byte limit.
+    * ``cancelled`` - the caller cancelled the run (``run_code(cancel=...)``).
     """
 
     kind: str = attrs.field(validator=v.one_of(ERROR_KINDS))

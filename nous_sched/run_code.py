@@ -24,6 +24,7 @@ import concurrent.futures
 import json
 import logging
 import secrets
+import threading
 import time
 from typing import Any, Callable, Iterable, Optional, Sequence, cast
 
@@ -46,6 +47,7 @@ log = logging.getLogger("nous_sched")
 
 _LIMITS = v.instance_of(Limits, "a nous_sched.Limits")
 _OPTIONAL_POLICY = v.optional(v.instance_of(PermissionPolicy, "a nous_sched.PermissionPolicy"))
+_OPTIONAL_EVENT = v.optional(v.Check("a threading.Event", lambda e: callable(getattr(e, "is_set", None))))
 
 NO_CODE = "run_code requires a `code` parameter containing the program to run."
 _NO_RUNTIME = (
@@ -56,17 +58,18 @@ _NO_RUNTIME = (
 
 
 def resolve_runtime(runtime: Any = None) -> CodeRuntime:
-    """``runtime`` itself, or the QuickJS runtime when ``None``.
+    """``runtime`` itself, or the default runtime when ``None``: the process's
+    :class:`~nous_sched.WorkerPool`, created on first use.
 
     :raises RunCodeError: no runtime is available, or ``runtime`` does not
         implement :class:`~nous_sched.CodeRuntime`.
     """
     if runtime is None:
         try:
-            from .runtime.quickjs import QuickJSRuntime
+            from .runtime.pool import default_pool
         except ImportError:
             raise RunCodeError(_NO_RUNTIME) from None
-        return QuickJSRuntime()
+        return default_pool()
     if isinstance(runtime, type):
         raise RunCodeError(
             f"code runtime {runtime.__name__} is a class and does not implement nous_sched.CodeRuntime "
@@ -97,11 +100,21 @@ def run_code(
     dispatch: Callable[[Any, dict[str, Any], Any], Any] = direct_dispatch,
     session_log: Optional[SessionLog] = None,
     observer: Optional[Callable[[CallRecord, str], Any]] = None,
+    cancel: Optional[threading.Event] = None,
 ) -> RunResult:
     """Run ``code`` with ``tools`` bound as ``tools[name](args)`` and return what it produced.
 
     ``timeout`` is the run's wall-clock deadline (``limits`` overrides it and
-    sets memory, stack and output limits). ``max_parallel``, ``executor``,
+    sets memory, stack and output limits). ``runtime`` runs the program: by
+    default the process's :class:`~nous_sched.WorkerPool` (a worker process
+    killed at the deadline); ``QuickJSRuntime()`` runs it in this process.
+
+    ``cancel``: a :class:`threading.Event` that any thread may set to end the
+    run early; it then returns a ``cancelled`` error with the logs so far. The
+    worker runtime ends it within about 50 ms whatever the program is doing
+    (its worker is killed); the in-process runtime at the next step.
+    ``KeyboardInterrupt`` in the calling thread ends the run the same way, then
+    propagates. ``max_parallel``, ``executor``,
     ``dispatch``, ``session_log`` and ``observer`` configure the run's
     :class:`~nous_sched.Scheduler`. ``call_id`` prefixes audit event ids
     (``"<call_id>:code:<n>"``; a random ``"run_code-…"`` by default).
@@ -121,6 +134,7 @@ def run_code(
     require("run_code", "limits", limits, _LIMITS)
     require("run_code", "policy", policy, _OPTIONAL_POLICY)
     require("run_code", "approval_handler", approval_handler, v.OPTIONAL_CALLABLE)
+    require("run_code", "cancel", cancel, _OPTIONAL_EVENT)
     granted, denied = partition(tools, policy, "run_code")
     run_ctx = RunContext(
         approval_handler=approval_handler,
@@ -140,7 +154,7 @@ def run_code(
     try:
         if description:
             log.info("run_code %s: %s", scheduler.call_id, description)
-        outcome = rt.run(code, _Host(scheduler, granted, denied, run_ctx), limits)
+        outcome = rt.run(code, _Host(scheduler, granted, denied, run_ctx, cancel), limits)
         if not isinstance(outcome, RuntimeOutcome):
             raise RunCodeError(
                 f"code runtime {rt!r} returned {outcome!r} from run(); expected a nous_sched.RuntimeOutcome"
@@ -177,9 +191,15 @@ class _Host:
     """What a runtime may ask of the outside world: start a call by name."""
 
     def __init__(
-        self, scheduler: Scheduler, granted: dict[str, Tool], denied: dict[str, Tool], run_ctx: RunContext
+        self,
+        scheduler: Scheduler,
+        granted: dict[str, Tool],
+        denied: dict[str, Tool],
+        run_ctx: RunContext,
+        cancel: Optional[threading.Event] = None,
     ) -> None:
         self.scheduler = scheduler
+        self.cancel = cancel
         self.granted = granted
         self.denied = denied
         self.run_ctx = run_ctx

@@ -5,10 +5,16 @@ A :class:`CodeRuntime` runs one program on the calling thread and returns a
 :class:`Host` it is handed: start a tool call by name with JSON arguments and
 wait for that call's outcome. The host decides everything else (permissions,
 approval, scheduling, audit).
+
+Two runtimes ship, both stepping the same engine (:mod:`.engine`):
+:class:`~nous_sched.runtime.pool.WorkerPool`, the default, runs each program in
+a warm worker process that the host kills at the deadline;
+:class:`~nous_sched.runtime.quickjs.QuickJSRuntime` runs it in this process.
 """
 
 from __future__ import annotations
 
+import threading
 from typing import Any, Optional, Protocol, Sequence, runtime_checkable
 
 import attrs
@@ -28,6 +34,9 @@ class PendingCall(Protocol):
 class Host(Protocol):
     #: Every tool name the program may call, sorted; each appears as ``tools[name]``.
     names: Sequence[str]
+    #: Set (from any thread) when the caller cancels the run, or ``None``. A
+    #: runtime that honours it ends the run promptly with a ``cancelled`` error.
+    cancel: Optional[threading.Event]
 
     def call(self, name: str, args: Any) -> PendingCall:
         """Start one call with the program's (JSON-decoded) ``args``.
@@ -57,3 +66,4 @@ class CodeRuntime(Protocol):
     def run(self, program: str, host: Host, limits: Limits) -> RuntimeOutcome:
         """Run ``program`` to the end on the calling thread. Never raises for a
         program's own failure: that is a :class:`RuntimeOutcome` error."""
+

@@ -1,0 +1,441 @@
+"""The engine: one program stepped in a fresh quickjs-ng context, and the loop that drives it.
+
+Shared by both runtimes. This module imports only the standard library and the
+C module ``_quickjs`` (not the ``quickjs`` wrapper, which starts a thread when
+imported), so a worker process loads it by file path without the
+``nous_sched`` package. It has two halves:
+
+* :class:`Engine`, the JavaScript side. A fresh context gets the memory,
+  stack and CPU-slice limits and the prelude (``prelude.js``), whose value is
+  the private ``bridge`` function; the program becomes the body of an
+  ``async function`` (so top-level ``await`` and ``return`` work) and starts.
+  Each step (:meth:`Engine.start`, then one :meth:`Engine.settle` per call)
+  runs every pending job and answers with the *envelope*: the JSON text the
+  prelude drains (new calls, new log lines, the program's state).
+* :func:`drive`, the host side. It checks each envelope (nothing from the
+  sandbox is trusted), keeps the logs within their byte budget, hands new
+  calls to the :class:`Host`, and settles the *oldest* outstanding call next:
+  one call per step, oldest first, is what makes a program observe one
+  deterministic order. A run ends when the program has settled *and* every
+  call it started has committed.
+
+In-process, :func:`drive` calls an :class:`Engine` directly. With worker
+processes the :class:`Engine` runs in the worker and :func:`drive` in the host,
+each step one round trip over a pipe; the envelope text crosses unchanged.
+
+Nothing crosses between Python and the engine but strings: the binding
+truncates ints to 32 bits and strings at NUL, so every value travels as JSON
+text. No Python callable is ever exposed to JS (the binding refuses them while
+a time limit is set, and a raising one corrupts the context).
+
+The engine's own interrupt is ``set_time_limit``, a slice of *process* CPU
+time, re-armed with the run's remaining wall time before each step. A context
+whose limit tripped is discarded after one bounded attempt to drain the log
+lines it still held (the *salvage*).
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import re
+import time
+from typing import Any, Callable, Optional, Sequence
+
+import _quickjs
+
+__all__ = ["Engine", "Stopped", "Finish", "drive", "stack_message", "memory_message", "timeout_message"]
+
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "prelude.js"), encoding="utf-8") as _f:
+    _PRELUDE = _f.read()
+del _f
+
+_TRUNCATED = "[output truncated at {n} bytes]"
+_PLACEHOLDER = re.compile("__NAMES__|__MAX_LOG_UNITS__|__MAX_OUTPUT_UNITS__|__MAX_ARGS_UNITS__")
+# Made once: json.dumps(v, allow_nan=False) builds a new encoder on every call.
+# Both are ASCII (ensure_ascii), as the bridge needs.
+_encode_value = json.JSONEncoder(allow_nan=False).encode
+_encode = json.JSONEncoder().encode
+#: Extra memory and CPU time the salvage drain may use after a limit tripped.
+_SALVAGE_MEMORY = 16 * 1024 * 1024
+_SALVAGE_SECONDS = 0.5
+#: How often a cancellable wait looks at its ``cancel`` event.
+CANCEL_POLL = 0.05
+
+
+class Stopped(Exception):
+    """The run ended early: ``kind`` and ``message`` say why.
+
+    ``envelope`` is the last envelope the engine could still drain (so the
+    logs it held are kept), or ``None``. ``memory`` is true when the memory
+    limit stopped it (a worker that hit it is retired).
+    """
+
+    def __init__(self, kind: str, message: str, *, envelope: Optional[str] = None, memory: bool = False) -> None:
+        super().__init__(kind, message)
+        self.kind = kind
+        self.message = message
+        self.envelope = envelope
+        self.memory = memory
+
+
+class _Syntax(Exception):
+    def __init__(self, message: str) -> None:
+        self.message = message
+
+
+# -- the JavaScript side -------------------------------------------------------------
+
+
+class Engine:
+    """One program in one fresh context. Only one thread may use an engine, one
+    call at a time (two threads in one context abort the process).
+
+    ``limits`` is anything with the attributes of :class:`nous_sched.Limits`;
+    ``deadline`` is a :func:`time.monotonic` instant. Every step raises
+    :class:`Stopped` when the engine stops the program (deadline, memory,
+    stack, a syntax error, a tampered bridge).
+    """
+
+    def __init__(self, program: str, names: Sequence[str], limits: Any, deadline: float) -> None:
+        self.program = program
+        self.names = names
+        self.limits = limits
+        self.deadline = deadline
+        self.ctx: Any = None
+        self.bridge: Any = None
+
+    def start(self) -> str:
+        """Build the context, start the program, run it to its first wait; the envelope."""
+        limits = self.limits
+        ctx = self.ctx = _quickjs.Context()
+        ctx.set_memory_limit(limits.memory_bytes)
+        ctx.set_max_stack_size(limits.stack_bytes)
+        values = {
+            "__NAMES__": json.dumps(list(self.names)),
+            "__MAX_LOG_UNITS__": str(limits.max_log_bytes),
+            "__MAX_OUTPUT_UNITS__": str(limits.max_output_bytes),
+            "__MAX_ARGS_UNITS__": str(limits.max_args_bytes),
+        }
+        # One pass, so a tool *named* like a placeholder is not substituted again.
+        prelude = _PLACEHOLDER.sub(lambda m: values[m.group(0)], _PRELUDE)
+        self._arm()
+        self.bridge = self._guard(ctx.eval, prelude)
+        try:
+            # No newline before the body, so the program's line numbers are its own.
+            main = self._guard(ctx.eval, "(async function program() {" + self.program + "\n})")
+        except _Syntax as exc:
+            raise Stopped("exception", exc.message) from None
+        self._guard(self.bridge, "start", main)
+        del main
+        self._pump()
+        return self._drain()
+
+    def settle(self, call_id: int, ok: bool, payload: str) -> str:
+        """Settle call ``call_id`` with ``payload`` (JSON text: the value, or the
+        ``{tool, message}`` error), run what that wakes; the envelope."""
+        self._arm()
+        bridge = self.bridge
+        try:
+            bridge("settle", call_id, ok, payload)
+        except _quickjs.JSException as exc:
+            self._stopped(bridge, exc)
+        # The limit armed above covers the pump that follows.
+        self._pump(armed=True)
+        return self._drain()
+
+    def close(self) -> None:
+        """Free the context. Drop the handles before the context: a context is
+        freed only once every Object referring into it is gone."""
+        self.bridge = None
+        self.ctx = None
+
+    # -- stepping ------------------------------------------------------------
+
+    def _arm(self) -> None:
+        remaining = self.deadline - time.monotonic()
+        if remaining <= 0:
+            raise self._killed("timeout", timeout_message(self.limits.timeout, "running JavaScript"))
+        self.ctx.set_time_limit(remaining)
+
+    def _pump(self, armed: bool = False) -> None:
+        if not armed:
+            self._arm()
+        execute = self.ctx.execute_pending_job
+        deadline = self.deadline
+        monotonic = time.monotonic
+        try:
+            # A promise chain that never ends is many short jobs: check between them.
+            while execute():
+                if monotonic() > deadline:
+                    raise self._killed("timeout", timeout_message(self.limits.timeout, "running JavaScript"))
+        except _quickjs.JSException as exc:
+            self._stopped(execute, exc)
+
+    def _drain(self) -> str:
+        bridge = self.bridge
+        try:
+            text = bridge("drain")
+        except _quickjs.JSException as exc:
+            self._stopped(bridge, exc)
+        if type(text) is not str:
+            # Only the prelude drains; anything else means the program reached the bridge.
+            raise Stopped("abort", TAMPERED)
+        return text
+
+    def _guard(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Call into the engine, turning an engine-level stop into :class:`Stopped`."""
+        try:
+            return fn(*args)
+        except _quickjs.JSException as exc:
+            self._stopped(fn, exc)
+
+    def _stopped(self, fn: Any, exc: Exception) -> None:
+        """Raise what ``exc``, raised by calling ``fn`` in the engine, means for the run."""
+        limits = self.limits
+        if isinstance(exc, _quickjs.StackOverflow):
+            raise self._killed("abort", stack_message(limits.stack_bytes)) from None
+        text = str(exc)
+        if "interrupted" in text:
+            raise self._killed("timeout", timeout_message(limits.timeout, "running JavaScript")) from None
+        if "out of memory" in text or text.strip() in ("", "null"):
+            raise self._killed("abort", memory_message(limits.memory_bytes), memory=True) from None
+        if "stack overflow" in text or "Maximum call stack size exceeded" in text:
+            raise self._killed("abort", stack_message(limits.stack_bytes)) from None
+        if fn is not self.bridge and fn != self.ctx.execute_pending_job:
+            raise _Syntax(clip(text.strip())) from None
+        raise self._killed("abort", "the engine stopped the program: " + clip(text.strip())) from None
+
+    def _killed(self, kind: str, message: str, *, memory: bool = False) -> Stopped:
+        return Stopped(kind, message, envelope=self._salvage(), memory=memory)
+
+    def _salvage(self) -> Optional[str]:
+        # After an interrupt or OOM the context may still answer one drain: try,
+        # with a little headroom, so a stopped program keeps what it printed.
+        bridge = self.bridge
+        if bridge is None:
+            return None
+        try:
+            self.ctx.set_memory_limit(self.limits.memory_bytes + _SALVAGE_MEMORY)
+            self.ctx.set_time_limit(_SALVAGE_SECONDS)
+            text = bridge("drain")
+        except Exception:  # the run's verdict is already made
+            return None
+        return text if type(text) is str else None
+
+
+# -- the host side -------------------------------------------------------------------
+
+
+class Finish:
+    """How a run ended: its ``logs`` and either a JSON ``result`` or an
+    ``error``, a ``(kind, message)`` pair."""
+
+    __slots__ = ("logs", "result", "error")
+
+    def __init__(self, logs: tuple[str, ...], result: Any = None, error: Optional[tuple[str, str]] = None) -> None:
+        self.logs = logs
+        self.result = result
+        self.error = error
+
+
+def drive(
+    engine: Any,
+    host: Any,
+    limits: Any,
+    deadline: float,
+    cancel: Any = None,
+) -> Finish:
+    """Run a program through ``engine`` (an :class:`Engine`, or anything with
+    its ``start``/``settle`` steps), its calls through ``host``, to the end.
+
+    Never raises for the program's own failure. ``cancel`` (an object with
+    ``is_set()``, e.g. a :class:`threading.Event`) ends the run with a
+    ``cancelled`` error at the next step or while waiting for a call.
+    """
+    book = _LogBook(limits.max_log_bytes)
+    try:
+        return _drive(engine, host, limits, deadline, cancel, book)
+    except Stopped as stop:
+        if stop.envelope is not None:
+            salvaged = _checked(stop.envelope)
+            if salvaged is not None:
+                book.extend(salvaged["logs"], salvaged["dropped"])
+        return Finish(book.lines(), error=(stop.kind, stop.message))
+
+
+def _drive(engine: Any, host: Any, limits: Any, deadline: float, cancel: Any, book: "_LogBook") -> Finish:
+    outstanding: collections.OrderedDict[int, Any] = collections.OrderedDict()
+    state = None
+    text = engine.start()
+    while True:
+        envelope = _checked(text)
+        if envelope is None:
+            # Only the prelude writes envelopes; a malformed one means the
+            # program reached the bridge. Trust nothing more from this context.
+            raise Stopped("abort", TAMPERED)
+        if envelope["logs"] or envelope["dropped"]:
+            book.extend(envelope["logs"], envelope["dropped"])
+        for call_id, name, args in envelope["calls"]:
+            outstanding[call_id] = host.call(name, args)
+        if state is None:
+            state = envelope["main"]
+        if cancel is not None and cancel.is_set():
+            raise Stopped("cancelled", CANCELLED)
+        if not outstanding:
+            if state is not None:
+                return _finish(state, book, limits)
+            raise Stopped(
+                "exception",
+                "the program is waiting for a promise that nothing will ever settle: "
+                "no tool call is outstanding and no work is queued",
+            )
+        call_id, pending = outstanding.popitem(last=False)
+        outcome = _wait(pending, deadline, cancel)
+        if outcome is None:
+            if state is not None:
+                book.note(f"[{len(outstanding) + 1} tool call(s) started without await were abandoned at the deadline]")
+                return _finish(state, book, limits)
+            raise Stopped("timeout", timeout_message(limits.timeout, "waiting for a tool call"))
+        # ASCII JSON: escapes lone surrogates (the binding cannot pass them) and NUL.
+        if outcome.ok:
+            text = engine.settle(call_id, True, _encode_value(outcome.value))
+        else:
+            text = engine.settle(call_id, False, _encode(outcome.error.as_dict()))
+
+
+def _wait(pending: Any, deadline: float, cancel: Any) -> Any:
+    """The call's outcome, or ``None`` at the deadline; :class:`Stopped` on cancel."""
+    if cancel is None:
+        return pending.wait(max(deadline - time.monotonic(), 0.0))
+    while True:
+        remaining = deadline - time.monotonic()
+        outcome = pending.wait(min(max(remaining, 0.0), CANCEL_POLL))
+        if outcome is not None:
+            return outcome
+        if cancel.is_set():
+            raise Stopped("cancelled", CANCELLED)
+        if remaining <= CANCEL_POLL:
+            return None
+
+
+def _finish(state: dict, book: "_LogBook", limits: Any) -> Finish:
+    logs = book.lines()
+    kind = state["state"]
+    if kind == "fulfilled":
+        value = state["value"]
+        size = len(json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+        if size > limits.max_output_bytes:
+            return Finish(logs, error=("output_limit", _output_message(size, limits)))
+        return Finish(logs, result=value)
+    if kind == "rejected":
+        error = state["error"]
+        if _is_stack_overflow(error):
+            return Finish(logs, error=("abort", stack_message(limits.stack_bytes)))
+        if error.startswith("InternalError: out of memory"):
+            return Finish(logs, error=("abort", memory_message(limits.memory_bytes)))
+        if error == "Uncaught null":
+            # QuickJS throws a bare null when it cannot even allocate the
+            # out-of-memory error, and by now the memory is freed: nothing
+            # tells that apart from a literal `throw null`, so say both.
+            detail = " (or it threw a bare null, which QuickJS also raises when it runs out of memory)"
+            return Finish(logs, error=("abort", memory_message(limits.memory_bytes, detail)))
+        return Finish(logs, error=("exception", clip(error)))
+    if kind == "output_limit":
+        return Finish(logs, error=("output_limit", _output_message(state["size"], limits)))
+    return Finish(logs, error=("invalid_output", clip(str(state["error"]))))
+
+
+def _output_message(size: int, limits: Any) -> str:
+    return f"the program's result is {size} bytes of JSON, over the {limits.max_output_bytes}-byte limit"
+
+
+class _LogBook:
+    """Log lines within a UTF-8 byte budget; past it, a truncation marker."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.used = 0
+        self.full = False
+        self._lines: list[str] = []
+        self._notes: list[str] = []
+        self._dropped = 0
+
+    def extend(self, lines: list[str], dropped: int) -> None:
+        # `dropped` counts lines the sandbox refused once its own budget was spent.
+        self._dropped = dropped
+        for line in lines:
+            if self.full:
+                continue
+            data = line.encode("utf-8", "surrogatepass")
+            if self.used + len(data) > self.max_bytes:
+                keep = data[: self.max_bytes - self.used].decode("utf-8", "ignore")
+                if keep:
+                    self._lines.append(keep)
+                self._lines.append(_TRUNCATED.format(n=self.max_bytes))
+                self.full = True
+                continue
+            self.used += len(data)
+            self._lines.append(line)
+
+    def note(self, line: str) -> None:
+        """A line from the host itself: always kept, outside the budget."""
+        self._notes.append(line)
+
+    def lines(self) -> tuple[str, ...]:
+        if self._dropped and not self.full:
+            kept: tuple[str, ...] = (*self._lines, _TRUNCATED.format(n=self.max_bytes))
+        else:
+            kept = tuple(self._lines)
+        return (*kept, *self._notes) if self._notes else kept
+
+
+def _checked(text: Any) -> Optional[dict]:
+    """The drained envelope, or ``None`` unless it has exactly the prelude's shape."""
+    try:
+        envelope = json.loads(text)
+        calls, logs, dropped, main = envelope["calls"], envelope["logs"], envelope["dropped"], envelope["main"]
+    except (TypeError, ValueError, KeyError):
+        return None
+    if not (isinstance(calls, list) and isinstance(logs, list) and type(dropped) is int):
+        return None
+    # Plain loops: all(<generator>) costs a generator per call on the hot path.
+    for c in calls:
+        if not (isinstance(c, list) and len(c) == 3 and type(c[0]) is int and isinstance(c[1], str)):
+            return None
+    for line in logs:
+        if not isinstance(line, str):
+            return None
+    if main is not None and not (isinstance(main, dict) and main.get("state") in _STATES):
+        return None
+    return envelope
+
+
+_STATES = frozenset({"fulfilled", "rejected", "invalid", "output_limit"})
+
+TAMPERED = "the sandbox bridge was tampered with; the run was stopped"
+CANCELLED = "the run was cancelled"
+
+
+def _is_stack_overflow(text: str) -> bool:
+    # The engine's own wording, at the start: a ToolError that merely mentions
+    # "stack overflow" in its message is the program's exception, not an abort.
+    return text.startswith(("RangeError: Maximum call stack size exceeded", "InternalError: stack overflow"))
+
+
+def stack_message(stack_bytes: int) -> str:
+    return f"the program exceeded its {stack_bytes // 1024} KiB stack limit (runaway recursion?) and was stopped"
+
+
+def memory_message(memory_bytes: int, detail: str = "") -> str:
+    mib = memory_bytes / (1024 * 1024)
+    return f"the program exceeded its {mib:g} MiB memory limit and was stopped{detail}"
+
+
+def timeout_message(timeout: float, doing: str) -> str:
+    return f"the program exceeded its {timeout:g}s deadline ({doing}) and was stopped"
+
+
+def clip(text: str, limit: int = 4000) -> str:
+    return text if len(text) <= limit else text[:limit] + "… (truncated)"

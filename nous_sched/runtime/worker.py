@@ -1,0 +1,361 @@
+"""The worker process: runs programs for one host, one at a time.
+
+The host (:mod:`nous_sched.runtime.pool`) starts it as::
+
+    python -I -S -B worker.py NAME QUICKJS_PATH LIFELINE_FD
+
+It imports only the standard library, the C module ``_quickjs`` (by file
+path) and ``engine.py`` and ``oslimits.py`` (by file path, beside this file),
+never the ``nous_sched`` package. It applies its OS bounds
+(:func:`oslimits.apply`), says hello, and serves frames on standard input and
+output from one thread whose stack is sized for the largest
+``Limits.stack_bytes`` plus a margin, so runaway recursion always stops at the
+engine's own stack limit.
+
+Its main thread is the :class:`_Watchdog`. It waits on the *lifeline*, a pipe
+the host never writes: when the host dies, it reads end-of-file and the worker
+exits at once, whatever the program is doing. And it makes the engine's own
+stop fire at the run's *wall-clock* deadline. The binding's only interrupt
+counts process CPU time, which a starved worker accrues slower than the clock
+runs, so the host's kill would often come first and lose the logs the engine
+still held. At the deadline the watchdog sets the running call's CPU budget
+to zero, in the binding's context struct, and the engine stops at its next
+interrupt check (within microseconds, except inside one long builtin call,
+which only the host's kill ends). The struct's layout is verified when the
+worker starts (:func:`_budget_offset`); where it does not match, the watchdog
+leaves the engine alone and the engine's CPU-time limit is the soft stop.
+
+Protocol: frames both ways, each a 4-byte big-endian length, then one ASCII
+op byte, then the body. Bodies are JSON text, except where noted. Nothing is
+ever unpickled.
+
+Host to worker:
+
+* ``R`` run: ``{"program", "names", "limits": [LIMIT_FIELDS...],
+  "remaining": seconds, "memory_cap": bytes}``; closes any previous run.
+* ``S`` settle: ``b"<call id> <1|0> "`` then the payload's JSON text (the
+  value, or the ``{tool, message}`` error).
+* ``D`` done: free the run's context. No answer.
+
+Worker to host (exactly one answer to each ``R`` and ``S``):
+
+* ``H`` hello, once: ``{"pid", "os_bounds"}``.
+* ``E`` envelope: the prelude's envelope text, unchanged.
+* ``X`` stopped: ``{"kind", "message", "memory"}``, a newline, then the
+  salvaged envelope text (possibly empty). The run's context is gone.
+* ``F`` fatal: a message (the worker could not start); then it exits.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import sys
+from typing import Any
+
+HEADER = struct.Struct(">I")
+RUN = b"R"
+SETTLE = b"S"
+DONE = b"D"
+HELLO = b"H"
+ENVELOPE = b"E"
+STOPPED = b"X"
+FATAL = b"F"
+
+#: The order of the limits in a ``R`` frame.
+LIMIT_FIELDS = ("timeout", "memory_bytes", "stack_bytes", "max_log_bytes", "max_output_bytes", "max_args_bytes")
+#: The largest ``Limits.stack_bytes`` (nous_sched.Limits refuses more).
+MAX_STACK_BYTES = 4 * 1024 * 1024
+#: The JS thread's stack beyond the engine's limit: the interpreter's own
+#: frames below the engine, and C code that overshoots the limit check.
+STACK_MARGIN = 2 * 1024 * 1024
+JS_STACK = MAX_STACK_BYTES + STACK_MARGIN
+#: The exit status of a worker that ran out of memory outside the engine.
+EXIT_MEMORY = 3
+
+
+def frame(op: bytes, body: bytes) -> bytes:
+    return HEADER.pack(len(body) + 1) + op + body
+
+
+def write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+class _Reader:
+    """Frames from a blocking descriptor."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.buf = bytearray()
+
+    def read(self) -> tuple[bytes, bytes]:
+        buf = self.buf
+        while True:
+            if len(buf) >= 4:
+                (n,) = HEADER.unpack_from(buf)
+                if len(buf) >= 4 + n:
+                    op = bytes(buf[4:5])
+                    body = bytes(buf[5 : 4 + n])
+                    del buf[: 4 + n]
+                    return op, body
+                if n > 1 << 20:
+                    return self._read_large(n)
+            data = os.read(self.fd, 65536)
+            if not data:
+                raise EOFError
+            buf += data
+
+    def _read_large(self, n: int) -> tuple[bytes, bytes]:
+        # A big payload: read it straight into one buffer of its size, so the
+        # worker holds one copy of it, not three.
+        body = bytearray(n - 1)
+        have = len(self.buf) - 5
+        body[:have] = self.buf[5:]
+        op = bytes(self.buf[4:5])
+        self.buf = bytearray()
+        view = memoryview(body)
+        while have < len(body):
+            got = os.readv(self.fd, [view[have:]])
+            if not got:
+                raise EOFError
+            have += got
+        return op, body  # type: ignore[return-value]
+
+
+def _set_thread_name(name: str) -> None:
+    # prctl(PR_SET_NAME): what `top -H` and /proc/<pid>/task/*/comm show (15 bytes).
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            ctypes.CDLL(None).prctl(15, name.encode()[:15], 0, 0, 0)
+        except Exception:
+            pass
+
+
+def _load(name: str, path: str, extension: bool = False) -> Any:
+    import importlib.machinery
+    import importlib.util
+
+    loader = importlib.machinery.ExtensionFileLoader(name, path) if extension else None
+    spec = importlib.util.spec_from_file_location(name, path, loader=loader)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {name} from {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+class _Watchdog:
+    """Stops the engine at the run's wall-clock deadline; exits when the host dies.
+
+    The serving thread arms it with the run's engine and deadline and disarms
+    it before the engine's context is freed; ``_lock`` guards ``_target`` and
+    is held while the budget is zeroed, so the watchdog never writes into a
+    freed context.
+    """
+
+    def __init__(self, lifeline: int, offset: Any) -> None:
+        import threading
+
+        self._lifeline = lifeline
+        self._offset = offset  # of the running call's CPU budget in the context, or None
+        self._lock = threading.Lock()
+        self._target: Any = None  # (engine, deadline)
+        self._wake_r, self._wake_w = os.pipe()
+
+    def arm(self, engine: Any, deadline: float) -> None:
+        if self._offset is None:
+            return
+        with self._lock:
+            self._target = (engine, deadline)
+        os.write(self._wake_w, b"!")
+
+    def disarm(self) -> None:
+        if self._offset is None:
+            return
+        with self._lock:
+            self._target = None
+
+    def watch(self) -> None:
+        import ctypes
+        import select
+        import time
+
+        poller = select.poll()
+        poller.register(self._lifeline, select.POLLIN)
+        poller.register(self._wake_r, select.POLLIN)
+        while True:
+            with self._lock:
+                target = self._target
+            timeout = None if target is None else max(0, int((target[1] - time.monotonic()) * 1000) + 1)
+            for fd, _ in poller.poll(timeout):
+                if fd == self._lifeline:
+                    os._exit(0)  # readable means end of file: the host is gone
+                os.read(self._wake_r, 512)
+            with self._lock:
+                target = self._target
+                if target is None or time.monotonic() < target[1]:
+                    continue
+                self._target = None
+                ctx = target[0].ctx
+                if ctx is not None:
+                    ctypes.c_int64.from_address(id(ctx) + self._offset).value = 0
+                del ctx, target
+
+
+def _budget_offset(quickjs: Any) -> Any:
+    """Where the binding keeps the running call's CPU budget in a context
+    (quickjs-ng's ``RuntimeData.interrupt_data.limit``), or ``None`` unless
+    the layout is exactly the one expected."""
+    import ctypes
+
+    if ctypes.sizeof(ctypes.c_long) != 8 or ctypes.sizeof(ctypes.c_void_p) != 8:
+        return None
+    try:
+        ctx = quickjs.Context()
+        base = id(ctx)
+
+        def i32(offset: int) -> int:
+            return ctypes.c_int32.from_address(base + offset).value
+
+        def i64(offset: int) -> int:
+            return ctypes.c_int64.from_address(base + offset).value
+
+        # runtime and context pointers, has_time_limit, time_limit, then interrupt_data {start, limit}.
+        if not i64(16) or not i64(24) or i32(32) != 0:
+            return None
+        ctx.set_time_limit(12.5)
+        if i32(32) != 1 or i64(40) != 12_500_000:
+            return None
+        ctx.eval("1")
+        if i64(64) != 12_500_000:
+            return None
+        ctx.set_time_limit(7.25)
+        ctx.eval("2")
+        if i64(64) != 7_250_000 or i64(40) != 7_250_000:
+            return None
+        ctx.set_time_limit(-1)
+        if i32(32) != 0:
+            return None
+        return 64
+    except Exception:
+        return None
+
+
+def serve(engine: Any, oslimits: Any, watchdog: _Watchdog, fd_in: int, fd_out: int) -> None:
+    """Answer frames until the host closes the pipe."""
+    import collections
+    import json
+    import time
+
+    Limits = collections.namedtuple("Limits", LIMIT_FIELDS)  # type: ignore[misc]
+    Engine, Stopped = engine.Engine, engine.Stopped
+    reader = _Reader(fd_in)
+    current = None
+    while True:
+        try:
+            op, body = reader.read()
+        except EOFError:
+            os._exit(0)
+        except MemoryError:  # half a frame read: the stream cannot be trusted any more
+            os._exit(EXIT_MEMORY)
+        try:
+            if op == SETTLE:
+                first = body.index(b" ")
+                second = body.index(b" ", first + 1)
+                call_id = int(body[:first])
+                ok = body[first + 1 : second] == b"1"
+                payload = str(memoryview(body)[second + 1 :], "utf-8", "surrogatepass")
+                del body  # one copy of a big payload at a time
+                text = current.settle(call_id, ok, payload)
+                del payload
+            elif op == RUN:
+                if current is not None:
+                    watchdog.disarm()
+                    current.close()
+                    current = None
+                spec = json.loads(body)
+                if spec["memory_cap"]:
+                    oslimits.cap_memory(spec["memory_cap"])
+                deadline = time.monotonic() + spec["remaining"]
+                current = Engine(spec["program"], spec["names"], Limits(*spec["limits"]), deadline)
+                watchdog.arm(current, deadline)
+                text = current.start()
+            elif op == DONE:
+                if current is not None:
+                    watchdog.disarm()
+                    current.close()
+                    current = None
+                continue
+            else:
+                raise ValueError(f"unknown op {op!r}")
+        except Stopped as stop:
+            if current is not None:
+                watchdog.disarm()
+                current.close()
+                current = None
+            head = json.dumps({"kind": stop.kind, "message": stop.message, "memory": stop.memory})
+            tail = stop.envelope or ""
+            write_all(fd_out, frame(STOPPED, (head + "\n" + tail).encode("utf-8", "surrogatepass")))
+            continue
+        except MemoryError:
+            # Outside the engine's own accounting (a huge payload's copies): the
+            # OS limit. Say so, and let the host retire this worker.
+            watchdog.disarm()
+            current = None
+            head = '{"kind": "abort", "message": "the worker process ran out of memory", "memory": true}\n'
+            write_all(fd_out, frame(STOPPED, head.encode()))
+            continue
+        write_all(fd_out, frame(ENVELOPE, text.encode("utf-8", "surrogatepass")))
+
+
+def main(argv: list[str]) -> None:
+    name, quickjs_path, lifeline = argv[1], argv[2], int(argv[3])
+    import json
+    import signal
+    import threading
+
+    # The terminal's Ctrl-C is the host's to handle: it kills this worker if it must.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _set_thread_name(name.replace("nous-sched-worker-", "nous-worker-"))
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        quickjs = _load("_quickjs", quickjs_path, extension=True)
+        engine = _load("nous_sched_engine", os.path.join(here, "engine.py"))
+        oslimits = _load("nous_sched_oslimits", os.path.join(here, "oslimits.py"))
+        # Everything serve() imports, before the OS bounds forbid opening files.
+        import collections  # noqa: F401
+        import ctypes  # noqa: F401
+        import select  # noqa: F401
+        import time  # noqa: F401
+    except BaseException as exc:
+        write_all(1, frame(FATAL, f"the worker could not load the engine: {exc!r}".encode("utf-8", "replace")))
+        os._exit(1)
+    watchdog = _Watchdog(lifeline, _budget_offset(quickjs))
+    bounds = oslimits.apply()
+    bounds["wall_clock_stop"] = watchdog._offset is not None
+
+    def run() -> None:
+        _set_thread_name("nous-js-" + name.rsplit("-", 1)[-1])
+        try:
+            serve(engine, oslimits, watchdog, 0, 1)
+        finally:
+            os._exit(0)
+
+    threading.stack_size(JS_STACK)
+    thread = threading.Thread(target=run, name="nous-sched-js", daemon=True)
+    thread.start()
+    write_all(1, frame(HELLO, json.dumps({"pid": os.getpid(), "os_bounds": bounds}).encode()))
+    try:
+        watchdog.watch()
+    finally:
+        os._exit(0)
+
+
+if __name__ == "__main__":
+    main(sys.argv)
