@@ -37,3 +37,17 @@ def make_event(make_scheduler):
     yield make
     for event in events:
         event.set()
+
+
+@pytest.fixture(params=["worker", "in_process"])
+def runtime(request, monkeypatch):
+    """The test runs once per runtime, each made the default of ``run_code``:
+    ``worker``, the process's default :class:`~nous_sched.WorkerPool` (shared
+    by the whole session, so it stays warm), and ``in_process``, a
+    :class:`~nous_sched.QuickJSRuntime`."""
+    from nous_sched.runtime import pool as pool_module
+    from nous_sched.runtime.quickjs import QuickJSRuntime
+
+    chosen = pool_module.default_pool() if request.param == "worker" else QuickJSRuntime()
+    monkeypatch.setattr(pool_module, "default_pool", lambda: chosen)
+    return chosen

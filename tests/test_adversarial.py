@@ -38,7 +38,8 @@ import pytest
 
 from nous_sched import ERROR_KINDS, Limits, PermissionPolicy, RunResult, Tool, ToolError, run_code
 
-pytestmark = pytest.mark.timeout(120)
+# Every test runs against both runtimes (conftest.py `runtime`).
+pytestmark = [pytest.mark.timeout(120), pytest.mark.usefixtures("runtime")]
 
 CORPUS = pathlib.Path(__file__).parent / "adversarial"
 EXPECTATIONS = json.loads((CORPUS / "expectations.json").read_text(encoding="utf-8"))

@@ -43,6 +43,7 @@ from nous_sched import (
     RuntimeOutcome,
     Tool,
     WithContextUpdate,
+    WorkerPool,
     current_call,
     run_code,
     run_code_tool,
@@ -51,6 +52,9 @@ from nous_sched import (
 from nous_sched.agent import RUN_CODE_DESCRIPTION
 from nous_sched.run_code import resolve_runtime
 from nous_sched.runtime.quickjs import QuickJSRuntime
+
+# Every test runs against both runtimes (conftest.py `runtime`).
+pytestmark = pytest.mark.usefixtures("runtime")
 
 WAIT = 10.0  # bound on every wait for something that must happen
 DRIVER_PREFIX = "nous-sched-driver-"
@@ -144,7 +148,7 @@ def unwrap(value):
 @pytest.fixture
 def no_quickjs(monkeypatch):
     """Make the default runtime's import fail: "no provider configured"."""
-    monkeypatch.setitem(sys.modules, "nous_sched.runtime.quickjs", None)
+    monkeypatch.setitem(sys.modules, "nous_sched.runtime.pool", None)
 
 
 # === one run ==========================================================================
@@ -258,10 +262,13 @@ def test_provider_not_implementing_the_behaviour():
             run_code_tool([echo_tool()], runtime=not_a_runtime)
 
 
-def test_no_runtime_option_uses_the_default_provider():
+def test_no_runtime_option_uses_the_default_provider(runtime):
     # Elixir: execute/2 with no opts uses `config :nous, :code_runtime`.
-    # Python: no runtime= means the bundled QuickJS runtime.
-    assert isinstance(resolve_runtime(None), QuickJSRuntime)
+    # Python: no runtime= means the process's default runtime, a WorkerPool
+    # (test_worker_pool.py checks that in a fresh interpreter); here the
+    # `runtime` fixture made each runtime the default in turn.
+    assert resolve_runtime(None) is runtime
+    assert isinstance(runtime, (WorkerPool, QuickJSRuntime))
     tool = run_code_tool([])
     assert call_rc(tool, 'return "via config"') == {"logs": [], "result": "via config"}
     assert run_code('return "via config"').result == "via config"
@@ -290,8 +297,9 @@ def test_failure_returns_exactly_logs_and_error():
 
 
 def test_every_failure_kind_survives_the_round_trip():
-    # Python has no `substrate_exit`: a runtime runs in-process, so its death is a crash.
-    assert nous_sched.ERROR_KINDS == ("exception", "timeout", "abort", "invalid_output", "output_limit")
+    # Python has no `substrate_exit`: a worker process that dies is an `abort`.
+    # `cancelled` is the caller's own cancel (run_code(cancel=...)).
+    assert nous_sched.ERROR_KINDS == ("exception", "timeout", "abort", "invalid_output", "output_limit", "cancelled")
     with pytest.raises(ValueError):
         RunError("substrate_exit", "x")
     for kind in nous_sched.ERROR_KINDS:

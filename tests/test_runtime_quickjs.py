@@ -22,6 +22,9 @@ from hypothesis import strategies as st
 
 from nous_sched import ConfigError, Limits, PermissionPolicy, Tool, ToolError, run_code
 
+# Every test runs against both runtimes (conftest.py `runtime`).
+pytestmark = pytest.mark.usefixtures("runtime")
+
 WAIT = 10.0
 MIB = 1024 * 1024
 

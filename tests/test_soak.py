@@ -10,11 +10,14 @@ thrown error and every 11th catching a failing sub-call. Asserted:
 * no ``nous-sched-*`` thread is alive afterwards, and the process's thread set
   is back to its baseline once the threads the soak started are joined;
 * open file descriptors end within ``FD_SLACK`` (+5) of the baseline;
+* with the worker runtime (a pool of its own, closed at the end), every
+  worker process it started is gone;
 * RSS (``VmRSS`` in ``/proc/self/status``) grows by less than
   ``RSS_BOUND_MIB`` (50 MiB) between the end of a ``WARMUP``-run (60) warm-up
   phase and the end of the soak.
 
-Bounded at 300 runs (a few seconds on 2 idle cores, well under 60 s loaded).
+Bounded at 300 runs (a few seconds on 2 idle cores, well under 60 s loaded),
+once per runtime.
 There is no custom marker (conftest.py is not ours): deselect it with
 ``-k "not soak"``.
 """
@@ -30,13 +33,14 @@ import time
 
 import pytest
 
-from nous_sched import Limits, Tool, ToolError, run_code
+from nous_sched import Limits, Tool, ToolError, WorkerPool, run_code
 
 # Imported up front: the quickjs package starts a process-lifetime worker thread on import,
 # which is not a leak and must be part of the thread baseline.
 importlib.import_module("nous_sched.runtime.quickjs")
 
-pytestmark = pytest.mark.timeout(120)
+# Every test runs against both runtimes (conftest.py `runtime`).
+pytestmark = [pytest.mark.timeout(120), pytest.mark.usefixtures("runtime")]
 
 THREADS = 16
 RUNS = 300
@@ -103,7 +107,7 @@ def _check(run: int, result) -> None:
     assert [e.mode for e in events] == ["parallel"] * 9 + ["exclusive"]
 
 
-def _soak(runs: range) -> None:
+def _soak(runs: range, runtime) -> None:
     work: queue.SimpleQueue = queue.SimpleQueue()
     for run in runs:
         work.put(run)
@@ -119,7 +123,9 @@ def _soak(runs: range) -> None:
             except queue.Empty:
                 return
             try:
-                result = run_code(PROGRAM % run, TOOLS, limits=Limits(timeout=30), call_id=f"soak-{run}")
+                result = run_code(
+                    PROGRAM % run, TOOLS, limits=Limits(timeout=30), call_id=f"soak-{run}", runtime=runtime
+                )
                 _check(run, result)
                 checked.append(run)
             except BaseException as exc:  # reported below, on the test's thread
@@ -153,20 +159,36 @@ def _join_new_threads(baseline: set[threading.Thread]) -> None:
             t.join(JOIN)
 
 
-def test_soak_concurrent_runs_leak_nothing():
+def _children() -> set[int]:
+    pids = set()
+    for task in os.listdir("/proc/self/task"):
+        with open(f"/proc/self/task/{task}/children", encoding="ascii") as fh:
+            pids.update(int(p) for p in fh.read().split())
+    return pids
+
+
+def test_soak_concurrent_runs_leak_nothing(runtime):
     gc.collect()
     baseline_threads = set(threading.enumerate())
     baseline_fds = _fds()
+    baseline_children = _children()
+    # The worker runtime gets a pool of its own, so closing it can be checked.
+    runtime = WorkerPool(size=THREADS) if isinstance(runtime, WorkerPool) else runtime
 
-    _soak(range(WARMUP))
+    _soak(range(WARMUP), runtime)
     _join_new_threads(baseline_threads)
     gc.collect()
     rss_warm = _rss_bytes()
 
-    _soak(range(WARMUP, RUNS))
+    _soak(range(WARMUP, RUNS), runtime)
     _join_new_threads(baseline_threads)
     gc.collect()
     rss_end = _rss_bytes()
+    if isinstance(runtime, WorkerPool):
+        assert runtime.pids(), "the soak ran without worker processes"
+        runtime.close()
+        assert not runtime.pids()
+        assert _children() <= baseline_children, "worker processes outlived their pool"
 
     leftover = sorted(t.name for t in set(threading.enumerate()) - baseline_threads)
     assert not leftover, f"threads left behind: {leftover}"
