@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import signal
 import subprocess
 import sys
 import textwrap
@@ -245,6 +246,55 @@ def test_timeout_exits_1(capsys, tmp_path):
     assert out.startswith("error (timeout):\n  the program exceeded its 0.3s deadline")
     assert "spinning" in out
     assert "(no tool calls)" in out
+
+
+@pytest.mark.parametrize("runtime", ["worker", "in-process"])
+def test_runtime_flag_chooses_where_the_program_runs(capsys, runtime):
+    assert main(["run", FANOUT, "--tools", TOOLS, "--runtime", runtime]) == 0
+    check_fanout_output(capsys.readouterr()[0])
+
+
+def test_ctrl_c_cancels_the_run_and_prints_what_it_logged(tmp_path):
+    # The first SIGINT cancels: the worker is killed, the logs so far and a
+    # `cancelled` error are printed, and the exit status is 130.
+    tools = write(
+        tmp_path,
+        "ready_tools.py",
+        """\
+        import sys
+        from nous_sched import Tool
+
+        def ready(args):
+            sys.stderr.write("ready\\n")
+            sys.stderr.flush()
+            return True
+
+        TOOLS = [Tool("ready", ready)]
+        """,
+    )
+    program = write(tmp_path, "spin.js", "console.log('spinning'); await tools.ready({}); for (;;) {}")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nous_sched", "run", program, "--tools", tools, "--timeout", "60", "--no-progress"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr.readline() == "ready\n"
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+        elapsed = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, (out, err)
+    assert out.startswith("error (cancelled):\n  the run was cancelled"), out
+    assert "logs (1):\n  spinning" in out
+    assert "Traceback" not in err
+    assert elapsed < 10
 
 
 def _usage_error(capsys, argv) -> str:

@@ -3,7 +3,8 @@
 Usage::
 
     nous-sched run PROGRAM.js --tools MODULE [--max-parallel N] [--timeout S]
-                              [--trace FILE] [--json] [--progress | --no-progress]
+                              [--runtime worker|in-process] [--trace FILE] [--json]
+                              [--progress | --no-progress]
     python -m nous_sched run ...
 
 ``MODULE`` is a dotted module name (imported with the current directory on
@@ -17,9 +18,15 @@ timeline, one row per call. ``--json`` prints one JSON object instead:
 ``{"result" | "error", "logs", "trail", "events"}``. ``--trace FILE`` also
 writes the trail as a Chrome trace (:mod:`nous_sched.trace`).
 
+The program runs in a worker process that is killed at the deadline
+(``--runtime worker``, the default), or in this process (``--runtime
+in-process``). The first Ctrl-C cancels the run: what it logged so far is
+printed, with a ``cancelled`` error; a second one interrupts at once.
+
 Exit status: 0 when the program ran and returned a value, 1 when it failed
-(the error kind is printed), 2 for a usage or configuration error (a message
-on standard error, no traceback), 130 when interrupted, 141 when standard
+(the error kind is printed: exception, timeout, abort, invalid_output,
+output_limit), 2 for a usage or configuration error (a message on standard
+error, no traceback), 130 when cancelled or interrupted, 141 when standard
 output was closed early (``| head``).
 """
 

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
-from typing import Any, Callable, NoReturn, Optional, Sequence, TextIO
+from typing import Any, Callable, Iterator, NoReturn, Optional, Sequence, TextIO
 
 from .. import _validators as v
 from ..errors import ConfigError
@@ -83,6 +86,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--trace", metavar="FILE", help="also write the trail as Chrome trace-event JSON (Perfetto, chrome://tracing)"
     )
+    run.add_argument(
+        "--runtime",
+        choices=("worker", "in-process"),
+        default="worker",
+        help="where the JavaScript runs: 'worker', a worker process killed at the deadline (the default), "
+        "or 'in-process', in this process (trusted code, lowest latency)",
+    )
     run.add_argument("--json", action="store_true", help="print one JSON object: result|error, logs, trail, events")
     run.add_argument(
         "--progress",
@@ -135,14 +145,19 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             raise UsageError(f"--trace {args.trace}: folder {folder} does not exist")
     show_progress = isatty(err) if args.progress is None else args.progress
     progress = Progress(err) if show_progress else None
+    runtime = None
+    if args.runtime == "in-process":
+        from ..runtime.quickjs import QuickJSRuntime
+
+        runtime = QuickJSRuntime()
+    options: dict[str, Any] = {"max_parallel": args.max_parallel, "timeout": args.timeout, "runtime": runtime}
     try:
-        if progress is None:
-            result = run_code(program, tools, max_parallel=args.max_parallel, timeout=args.timeout)
-        else:
-            with progress:
-                result = run_code(
-                    program, tools, max_parallel=args.max_parallel, timeout=args.timeout, observer=progress.observe
-                )
+        with _ctrl_c_cancels() as cancel:
+            if progress is None:
+                result = run_code(program, tools, cancel=cancel, **options)
+            else:
+                with progress:
+                    result = run_code(program, tools, cancel=cancel, observer=progress.observe, **options)
     except ConfigError as exc:  # RunCodeError included: nothing ran
         raise UsageError(str(exc)) from None
 
@@ -161,7 +176,30 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             raise UsageError(f"--trace {args.trace}: cannot write it: {exc.strerror or exc}") from None
         if not args.json:
             out.write(f"\ntrace written to {args.trace} (open it in https://ui.perfetto.dev or chrome://tracing)\n")
+    if result.error is not None and result.error.kind == "cancelled":
+        return EXIT_INTERRUPTED
     return EXIT_OK if result.error is None else EXIT_FAILED
+
+
+@contextlib.contextmanager
+def _ctrl_c_cancels() -> Iterator[Optional[threading.Event]]:
+    """While the run runs, the first Ctrl-C cancels it (its logs and a
+    ``cancelled`` error are still printed); a second one interrupts."""
+    if threading.current_thread() is not threading.main_thread():
+        yield None
+        return
+    cancel = threading.Event()
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        if cancel.is_set():
+            raise KeyboardInterrupt
+        cancel.set()
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield cancel
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -66,4 +66,3 @@ class CodeRuntime(Protocol):
     def run(self, program: str, host: Host, limits: Limits) -> RuntimeOutcome:
         """Run ``program`` to the end on the calling thread. Never raises for a
         program's own failure: that is a :class:`RuntimeOutcome` error."""
-

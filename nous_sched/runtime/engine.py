@@ -320,7 +320,7 @@ def _wait(pending: Any, deadline: float, cancel: Any) -> Any:
             return None
 
 
-def _finish(state: dict, book: "_LogBook", limits: Any) -> Finish:
+def _finish(state: dict[str, Any], book: "_LogBook", limits: Any) -> Finish:
     logs = book.lines()
     kind = state["state"]
     if kind == "fulfilled":
@@ -391,7 +391,7 @@ class _LogBook:
         return (*kept, *self._notes) if self._notes else kept
 
 
-def _checked(text: Any) -> Optional[dict]:
+def _checked(text: Any) -> Optional[dict[str, Any]]:
     """The drained envelope, or ``None`` unless it has exactly the prelude's shape."""
     try:
         envelope = json.loads(text)
@@ -409,7 +409,7 @@ def _checked(text: Any) -> Optional[dict]:
             return None
     if main is not None and not (isinstance(main, dict) and main.get("state") in _STATES):
         return None
-    return envelope
+    return envelope  # type: ignore[no-any-return]
 
 
 _STATES = frozenset({"fulfilled", "rejected", "invalid", "output_limit"})

@@ -39,7 +39,9 @@ import time
 import weakref
 from typing import Any, Optional
 
-from ..errors import ConfigError, RunCodeError
+from .. import _validators as v
+from .._validators import require
+from ..errors import RunCodeError
 from ..result import RunError
 from . import Host, Limits, RuntimeOutcome, worker
 from .engine import CANCEL_POLL, CANCELLED, Finish, Stopped, clip, drive, memory_message, timeout_message
@@ -50,6 +52,9 @@ _WORKER_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "worke
 _MIB = 1024 * 1024
 _KINDS_FROM_WORKER = frozenset({"exception", "timeout", "abort"})
 _numbers = itertools.count(1)
+_START_METHODS = v.one_of(("spawn",))
+_GRACE = v.Check("a number of seconds from 0 to 60", lambda x: v.WAIT_SECONDS.accepts(x) and x is not None and x <= 60)
+_HEADROOM = v.int_at_least(16 * _MIB, "an int of at least 16 MiB (16777216)")
 
 
 class WorkerPool:
@@ -96,19 +101,13 @@ class WorkerPool:
     ) -> None:
         if size is None:
             size = 32
-        if type(size) is not int or size < 1:
-            raise ConfigError(f"WorkerPool: `size` must be a positive int, got {size!r}")
-        if start_method != "spawn":
-            raise ConfigError(f"WorkerPool: `start_method` must be 'spawn', got {start_method!r}")
-        if type(runs_per_worker) is not int or runs_per_worker < 1:
-            raise ConfigError(f"WorkerPool: `runs_per_worker` must be a positive int, got {runs_per_worker!r}")
-        for name, value in (("kill_grace", kill_grace), ("start_timeout", start_timeout)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 3600:
-                raise ConfigError(f"WorkerPool: `{name}` must be a number of seconds in [0, 3600), got {value!r}")
-        if type(memory_headroom) is not int or memory_headroom < 16 * _MIB:
-            raise ConfigError(f"WorkerPool: `memory_headroom` must be an int of at least 16 MiB, got {memory_headroom!r}")
-        if python is not None and not isinstance(python, str):
-            raise ConfigError(f"WorkerPool: `python` must be a path, got {python!r}")
+        require("WorkerPool", "size", size, v.POSITIVE_INT)
+        require("WorkerPool", "start_method", start_method, _START_METHODS)
+        require("WorkerPool", "runs_per_worker", runs_per_worker, v.POSITIVE_INT)
+        require("WorkerPool", "kill_grace", kill_grace, _GRACE)
+        require("WorkerPool", "memory_headroom", memory_headroom, _HEADROOM)
+        require("WorkerPool", "start_timeout", start_timeout, v.SECONDS)
+        require("WorkerPool", "python", python, v.OPTIONAL_STR)
         self.size = size
         self.start_method = start_method
         self.runs_per_worker = runs_per_worker
@@ -130,7 +129,7 @@ class WorkerPool:
         self._closed = False
         self._empty_dir: Optional[str] = None
         self._owner = os.getpid()
-        self.os_bounds: Optional[dict] = None
+        self.os_bounds: Optional[dict[str, Any]] = None
 
     # -- the runtime ---------------------------------------------------------
 
@@ -148,15 +147,18 @@ class WorkerPool:
             except Stopped as stop:
                 return _outcome(Finish((), error=(stop.kind, stop.message)))
             remote = _Remote(self, worker_, program, host.names, limits, deadline, cancel)
-            reusable = False
             try:
                 finish = drive(remote, host, limits, deadline, cancel)
-                # After any abort (memory, stack, a tampered bridge) the worker is retired.
-                reusable = remote.reusable and (finish.error is None or finish.error[0] != "abort")
             except _NotStarted:
+                self._release(worker_, False)
                 continue  # the worker was dead before the run began: take another
-            finally:
-                self._release(worker_, reusable)
+            except BaseException:
+                # KeyboardInterrupt (or a host bug): the worker may be mid-step. Kill
+                # it, replace it later, and let the exception go on at once.
+                self._release(worker_, False, replace=False)
+                raise
+            # After any abort (memory, stack, a tampered bridge) the worker is retired.
+            self._release(worker_, remote.reusable and (finish.error is None or finish.error[0] != "abort"))
             return _outcome(finish)
 
     def close(self) -> None:
@@ -164,13 +166,19 @@ class WorkerPool:
         Idempotent; called for every pool at interpreter exit."""
         with self._lock:
             self._closed = True
-            workers = list(self._workers)
+            idle = self._idle
+            busy = [w for w in self._workers if w not in idle]
             self._workers.clear()
-            self._idle.clear()
+            self._idle = []
             self._cond.notify_all()
             empty, self._empty_dir = self._empty_dir, None
-        for w in workers:
+        for w in idle:
             w.kill()
+        for w in busy:
+            # Its run owns the pipes: it reads end-of-file, answers ``abort``
+            # and closes them (closing them here could hand their numbers to
+            # another open while that run still uses them).
+            w.terminate()
         if empty is not None and self._owner == os.getpid():
             shutil.rmtree(empty, ignore_errors=True)
 
@@ -206,7 +214,10 @@ class WorkerPool:
             except BaseException:
                 self._release(w, False, replace=False)
                 raise
-            self._release(w, True)
+            with self._lock:
+                if w in self._workers:
+                    self._idle.append(w)
+                    self._cond.notify()
 
     def pids(self) -> list[int]:
         """The process ids of the live workers (for monitoring and tests)."""
@@ -248,17 +259,16 @@ class WorkerPool:
             if retire is not None:
                 retire.kill()
             if spawn:
-                w = self._spawn()
-                if w is None:
+                fresh = self._spawn()
+                if fresh is None:
                     raise RunCodeError("the worker pool is closed")
+                w = fresh
             elif w.proc.poll() is not None:
                 self._release(w, False, replace=False)
                 continue
             try:
                 if not w.ready:
                     w.hello(min(deadline, time.monotonic() + self.start_timeout))
-                    if w.bounds is not None:
-                        self.os_bounds = w.bounds
             except _StartTimeout:
                 self._release(w, False, replace=False)
                 if time.monotonic() >= deadline:
@@ -278,7 +288,8 @@ class WorkerPool:
 
     def _spawn(self) -> Optional["_Worker"]:
         with self._lock:
-            if self._closed:
+            refused = self._closed  # (a local, so the check below reads the field again)
+            if refused:
                 return None
             if self._empty_dir is None:
                 self._empty_dir = tempfile.mkdtemp(prefix="nous-sched-cwd-")
@@ -293,10 +304,8 @@ class WorkerPool:
             raise
         with self._lock:
             self._starting -= 1
-            if self._closed:
-                closed = True
-            else:
-                closed = False
+            closed = self._closed
+            if not closed:
                 self._workers.add(w)
         if closed:
             w.kill()
@@ -371,10 +380,10 @@ class _Worker:
 
     def __init__(self, pool: WorkerPool, number: int, cwd: str) -> None:
         self.name = f"nous-sched-worker-{number}"
+        self.pool = pool
         self.runs = 0
         self.cap: Optional[int] = None  # RLIMIT_DATA in force, once a run set it
         self.ready = False
-        self.bounds: Optional[dict] = None
         self.buf = bytearray()
         self.max_frame = 0
         spec = importlib.util.find_spec("_quickjs")
@@ -433,9 +442,11 @@ class _Worker:
             raise RunCodeError("a worker process broke the protocol while starting")
         try:
             hello = json.loads(body)
-            self.bounds = hello["os_bounds"] if isinstance(hello["os_bounds"], dict) else None
+            bounds = hello["os_bounds"]
         except (ValueError, KeyError, TypeError):
             raise RunCodeError("a worker process broke the protocol while starting") from None
+        if isinstance(bounds, dict):
+            self.pool.os_bounds = bounds
         self.ready = True
 
     def send(self, data: bytes, until: float) -> None:
@@ -504,13 +515,18 @@ class _Worker:
             return f"killed by {sig}"
         return f"exit status {code}"
 
-    def kill(self) -> None:
-        """Kill the process, reap it, close the pipes. Idempotent."""
+    def terminate(self) -> None:
+        """Kill the process (``SIGKILL``) and nothing more."""
         if self.proc.returncode is None:
             try:
                 self.proc.kill()
             except OSError:
                 pass
+
+    def kill(self) -> None:
+        """Kill the process, reap it, close the pipes. Idempotent."""
+        if self.proc.returncode is None:
+            self.terminate()
             try:
                 self.proc.wait(timeout=5.0)
             except subprocess.TimeoutExpired:  # in the kernel's hands; reaped by a later Popen
@@ -639,7 +655,8 @@ class _Remote:
         raise Stopped(
             "timeout",
             timeout_message(
-                self.limits.timeout, f"running JavaScript; its worker process was killed {self.pool.kill_grace:g}s later"
+                self.limits.timeout,
+                f"running JavaScript; its worker process was killed {self.pool.kill_grace:g}s later",
             ),
         )
 

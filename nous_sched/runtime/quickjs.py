@@ -46,6 +46,7 @@ STACK_MARGIN = 1024 * 1024
 _numbers = itertools.count(1)
 _stack_size_lock = threading.Lock()  # threading.stack_size() is process-wide
 _local = threading.local()
+_PLATFORM: str = sys.platform
 
 
 class QuickJSRuntime:
@@ -92,9 +93,7 @@ class _Either:
         return self.b.is_set() or (self.a is not None and self.a.is_set())
 
 
-def _run_on_own_thread(
-    program: str, host: Host, limits: Limits, deadline: float, cancel: Any, needed: int
-) -> Finish:
+def _run_on_own_thread(program: str, host: Host, limits: Limits, deadline: float, cancel: Any, needed: int) -> Finish:
     box: list[Any] = []
     stop = threading.Event()
 
@@ -121,6 +120,7 @@ def _run_on_own_thread(
     outcome = box[0]
     if isinstance(outcome, BaseException):
         raise outcome
+    assert isinstance(outcome, Finish)
     return outcome
 
 
@@ -139,7 +139,7 @@ def _thread_stack_size() -> Optional[int]:
 
 
 def _read_stack_size() -> Optional[int]:
-    if sys.platform.startswith("linux"):
+    if _PLATFORM.startswith("linux"):
         libc = ctypes.CDLL(None)
         libc.pthread_self.restype = ctypes.c_ulong
         attr = ctypes.create_string_buffer(256)  # pthread_attr_t: 56 bytes (glibc x86-64), 64 on AArch64
@@ -153,7 +153,7 @@ def _read_stack_size() -> Optional[int]:
             return size.value
         finally:
             libc.pthread_attr_destroy(attr)
-    if sys.platform == "darwin":
+    if _PLATFORM == "darwin":
         libc = ctypes.CDLL(None)
         libc.pthread_self.restype = ctypes.c_void_p
         libc.pthread_get_stacksize_np.restype = ctypes.c_size_t

@@ -256,7 +256,7 @@ def serve(engine: Any, oslimits: Any, watchdog: _Watchdog, fd_in: int, fd_out: i
     Limits = collections.namedtuple("Limits", LIMIT_FIELDS)  # type: ignore[misc]
     Engine, Stopped = engine.Engine, engine.Stopped
     reader = _Reader(fd_in)
-    current = None
+    current: Any = None
     while True:
         try:
             op, body = reader.read()
@@ -343,6 +343,8 @@ def main(argv: list[str]) -> None:
     def run() -> None:
         _set_thread_name("nous-js-" + name.rsplit("-", 1)[-1])
         try:
+            # This thread writes every frame, the hello included: one writer.
+            write_all(1, frame(HELLO, json.dumps({"pid": os.getpid(), "os_bounds": bounds}).encode()))
             serve(engine, oslimits, watchdog, 0, 1)
         finally:
             os._exit(0)
@@ -350,7 +352,6 @@ def main(argv: list[str]) -> None:
     threading.stack_size(JS_STACK)
     thread = threading.Thread(target=run, name="nous-sched-js", daemon=True)
     thread.start()
-    write_all(1, frame(HELLO, json.dumps({"pid": os.getpid(), "os_bounds": bounds}).encode()))
     try:
         watchdog.watch()
     finally:
