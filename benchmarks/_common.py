@@ -533,7 +533,7 @@ def spinner_pids() -> set[int]:
 
 # Names for the runtimes' row labels; a runtime not listed is labelled by its
 # class name without "Runtime" (ProcessRuntime -> "process").
-LABELS = {"QuickJSRuntime": "in-process"}
+LABELS = {"QuickJSRuntime": "in-process", "WorkerPool": "worker"}
 
 
 @dataclass
@@ -555,7 +555,7 @@ def _public_runtime_classes() -> dict[str, type]:
         obj = getattr(nous_sched, attr, None)
         if (
             isinstance(obj, type)
-            and attr.endswith("Runtime")
+            and (attr.endswith("Runtime") or attr in LABELS)
             and attr != "CodeRuntime"
             and callable(getattr(obj, "run", None))
         ):

@@ -5,10 +5,13 @@ C module ``_quickjs`` (not the ``quickjs`` wrapper, which starts a thread when
 imported), so a worker process loads it by file path without the
 ``nous_sched`` package. It has two halves:
 
-* :class:`Engine`, the JavaScript side. A fresh context gets the memory,
-  stack and CPU-slice limits and the prelude (``prelude.js``), whose value is
-  the private ``bridge`` function; the program becomes the body of an
-  ``async function`` (so top-level ``await`` and ``return`` work) and starts.
+* :class:`Engine`, the JavaScript side. A fresh context gets the prelude
+  (``prelude.js``), whose value is the private ``bridge`` function
+  (:func:`prepare`, which a worker does ahead of the run, while idle); then
+  the run's memory, stack and CPU-slice limits, its tool names and log and
+  output budgets (the bridge's ``configure``); then the program becomes the
+  body of an ``async function`` (so top-level ``await`` and ``return`` work)
+  and starts.
   Each step (:meth:`Engine.start`, then one :meth:`Engine.settle` per call)
   runs every pending job and answers with the *envelope*: the JSON text the
   prelude drains (new calls, new log lines, the program's state).
@@ -39,20 +42,18 @@ from __future__ import annotations
 import collections
 import json
 import os
-import re
 import time
 from typing import Any, Callable, Optional, Sequence
 
 import _quickjs
 
-__all__ = ["Engine", "Stopped", "Finish", "drive", "stack_message", "memory_message", "timeout_message"]
+__all__ = ["Engine", "Stopped", "Finish", "drive", "prepare", "stack_message", "memory_message", "timeout_message"]
 
 with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "prelude.js"), encoding="utf-8") as _f:
     _PRELUDE = _f.read()
 del _f
 
 _TRUNCATED = "[output truncated at {n} bytes]"
-_PLACEHOLDER = re.compile("__NAMES__|__MAX_LOG_UNITS__|__MAX_OUTPUT_UNITS__|__MAX_ARGS_UNITS__")
 # Made once: json.dumps(v, allow_nan=False) builds a new encoder on every call.
 # Both are ASCII (ensure_ascii), as the bridge needs.
 _encode_value = json.JSONEncoder(allow_nan=False).encode
@@ -60,6 +61,9 @@ _encode = json.JSONEncoder().encode
 #: Extra memory and CPU time the salvage drain may use after a limit tripped.
 _SALVAGE_MEMORY = 16 * 1024 * 1024
 _SALVAGE_SECONDS = 0.5
+#: The limits the trusted prelude is evaluated under, before the run's own.
+_PREPARE_MEMORY = 32 * 1024 * 1024
+_PREPARE_SECONDS = 10.0
 #: How often a cancellable wait looks at its ``cancel`` event.
 CANCEL_POLL = 0.05
 
@@ -88,46 +92,65 @@ class _Syntax(Exception):
 # -- the JavaScript side -------------------------------------------------------------
 
 
+def prepare() -> tuple[Any, Any]:
+    """A fresh context with the prelude evaluated, bound to no run yet: a
+    ``(context, bridge)`` pair for :class:`Engine`'s ``prepared``. Use it once."""
+    ctx = _quickjs.Context()
+    ctx.set_memory_limit(_PREPARE_MEMORY)
+    ctx.set_time_limit(_PREPARE_SECONDS)
+    bridge = ctx.eval(_PRELUDE)
+    ctx.set_time_limit(-1)
+    return ctx, bridge
+
+
 class Engine:
     """One program in one fresh context. Only one thread may use an engine, one
     call at a time (two threads in one context abort the process).
 
     ``limits`` is anything with the attributes of :class:`nous_sched.Limits`;
-    ``deadline`` is a :func:`time.monotonic` instant. Every step raises
+    ``deadline`` is a :func:`time.monotonic` instant; ``prepared`` a pair from
+    :func:`prepare` (made here when ``None``). Every step raises
     :class:`Stopped` when the engine stops the program (deadline, memory,
     stack, a syntax error, a tampered bridge).
     """
 
-    def __init__(self, program: str, names: Sequence[str], limits: Any, deadline: float) -> None:
+    def __init__(
+        self,
+        program: str,
+        names: Sequence[str],
+        limits: Any,
+        deadline: float,
+        prepared: Optional[tuple[Any, Any]] = None,
+    ) -> None:
         self.program = program
         self.names = names
         self.limits = limits
         self.deadline = deadline
+        self.prepared = prepared
         self.ctx: Any = None
         self.bridge: Any = None
 
     def start(self) -> str:
-        """Build the context, start the program, run it to its first wait; the envelope."""
+        """Bind the context to this run, start the program, run it to its first
+        wait; the envelope."""
         limits = self.limits
-        ctx = self.ctx = _quickjs.Context()
+        prepared, self.prepared = self.prepared, None
+        try:
+            ctx, bridge = prepared if prepared is not None else prepare()
+        except _quickjs.JSException as exc:  # the engine could not even start: no memory
+            raise Stopped("abort", "the engine could not start: " + clip(str(exc))) from None
+        self.ctx, self.bridge = ctx, bridge
         ctx.set_memory_limit(limits.memory_bytes)
         ctx.set_max_stack_size(limits.stack_bytes)
-        values = {
-            "__NAMES__": json.dumps(list(self.names)),
-            "__MAX_LOG_UNITS__": str(limits.max_log_bytes),
-            "__MAX_OUTPUT_UNITS__": str(limits.max_output_bytes),
-            "__MAX_ARGS_UNITS__": str(limits.max_args_bytes),
-        }
-        # One pass, so a tool *named* like a placeholder is not substituted again.
-        prelude = _PLACEHOLDER.sub(lambda m: values[m.group(0)], _PRELUDE)
+        budgets = f"[{int(limits.max_log_bytes)},{int(limits.max_output_bytes)},{int(limits.max_args_bytes)}]"
         self._arm()
-        self.bridge = self._guard(ctx.eval, prelude)
+        self._guard(bridge, "configure", json.dumps(list(self.names)), budgets)
         try:
             # No newline before the body, so the program's line numbers are its own.
             main = self._guard(ctx.eval, "(async function program() {" + self.program + "\n})")
         except _Syntax as exc:
             raise Stopped("exception", exc.message) from None
-        self._guard(self.bridge, "start", main)
+        self._guard(bridge, "start", main)
         del main
         self._pump()
         return self._drain()
@@ -150,6 +173,7 @@ class Engine:
         freed only once every Object referring into it is gone."""
         self.bridge = None
         self.ctx = None
+        self.prepared = None
 
     # -- stepping ------------------------------------------------------------
 

@@ -123,7 +123,9 @@ class WorkerPool:
         # is notified whenever a worker becomes idle or a place frees up.
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
-        self._idle: list[_Worker] = []  # LIFO: the most recently used is warmest
+        # FIFO: the worker idle longest has had the most time to prepare the
+        # next run's context (it does so after each run).
+        self._idle: list[_Worker] = []
         self._workers: set[_Worker] = set()  # every live worker, idle or busy
         self._starting = 0  # places held for workers whose process is being started
         self._closed = False
@@ -237,7 +239,7 @@ class WorkerPool:
                 while True:
                     if self._closed:
                         raise RunCodeError("the worker pool is closed")
-                    fit = next((i for i in range(len(self._idle) - 1, -1, -1) if self._idle[i].fits(need)), None)
+                    fit = next((i for i, idle in enumerate(self._idle) if idle.fits(need)), None)
                     if fit is not None:
                         w = self._idle.pop(fit)
                         break
@@ -246,7 +248,7 @@ class WorkerPool:
                         break
                     if self._idle:
                         # Every idle worker's memory cap is too low for this run: replace one.
-                        retire = self._idle.pop(0)
+                        retire = self._idle.pop()
                         self._workers.discard(retire)
                         spawn = True
                         break
@@ -470,6 +472,25 @@ class _Worker:
         buf = self.buf
         while True:
             want = 4
+            if not buf:
+                # The usual case: one read brings exactly one whole frame.
+                timeout = until - time.monotonic()
+                if timeout <= 0:
+                    raise _Expired
+                if cancel is not None:
+                    if cancel.is_set():
+                        raise Stopped("cancelled", CANCELLED)
+                    timeout = min(timeout, CANCEL_POLL)
+                if not self._out_poll.poll(_ms(timeout)):
+                    continue
+                data = os.read(self.fd_out, 65536)
+                if not data:
+                    raise _Died
+                if len(data) >= 5:
+                    (n,) = worker.HEADER.unpack_from(data)
+                    if n == len(data) - 4:
+                        return data[4:5], data[5:]
+                buf += data
             if len(buf) >= 4:
                 (n,) = worker.HEADER.unpack_from(buf)
                 if n == 0 or n > max_frame:
@@ -607,7 +628,7 @@ class _Remote:
             # It cannot fit in the program's memory (in-process, parsing it
             # fails the same way): never send it.
             raise Stopped("abort", memory_message(self.limits.memory_bytes))
-        data = worker.frame(worker.SETTLE, b"%d %d " % (call_id, ok) + payload.encode("utf-8", "surrogatepass"))
+        data = worker.frame(worker.SETTLE, b"%d %d " % (call_id, ok), payload.encode("utf-8", "surrogatepass"))
         try:
             self.worker.send(data, self.until)
         except BrokenPipeError:

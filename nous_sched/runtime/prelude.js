@@ -3,8 +3,9 @@
 // the host: no global names it, so a program cannot call it to settle its own
 // calls, drain the outbox or fake its result.
 //
-// The host substitutes __NAMES__ (a JSON array of tool names) and the numeric
-// limits before evaluation.
+// It takes nothing from the run, so a worker process can evaluate it in a fresh
+// context before the run exists: the run's tool names and limits come once,
+// through the bridge's "configure", before the program is compiled.
 //
 // Everything here uses intrinsics captured before the program runs, and
 // null-prototype records, so a program that pollutes Object.prototype,
@@ -35,10 +36,11 @@
   // locked undefined before the program exists, so no hook can ever be set.
   defineProperty(ErrorCtor, "prepareStackTrace", { value: undefined, writable: false, configurable: false });
 
-  const NAMES = __NAMES__;
-  const MAX_LOG_UNITS = __MAX_LOG_UNITS__;
-  const MAX_OUTPUT_UNITS = __MAX_OUTPUT_UNITS__;
-  const MAX_ARGS_UNITS = __MAX_ARGS_UNITS__;
+  // Set once by configure(); until then every call and log line is refused.
+  let configured = false;
+  let MAX_LOG_UNITS = 0;
+  let MAX_OUTPUT_UNITS = 0;
+  let MAX_ARGS_UNITS = 0;
 
   let nextId = 0;
   const outbox = create(null);
@@ -227,8 +229,20 @@
   }
 
   const tools = create(null);
-  for (let i = 0; i < NAMES.length; i++) {
-    defineProperty(tools, NAMES[i], { value: makeTool(NAMES[i]), enumerable: true });
+
+  // namesJson: a JSON array of tool names; limitsJson: [log, output, args] units.
+  function configure(namesJson, limitsJson) {
+    if (configured) return;
+    configured = true;
+    const names = JSONparse(namesJson);
+    const limits = JSONparse(limitsJson);
+    MAX_LOG_UNITS = limits[0];
+    MAX_OUTPUT_UNITS = limits[1];
+    MAX_ARGS_UNITS = limits[2];
+    for (let i = 0; i < names.length; i++) {
+      defineProperty(tools, names[i], { value: makeTool(names[i]), enumerable: true });
+    }
+    freeze(tools);
   }
   const logger = function (prefix) {
     return freeze(function () {
@@ -244,7 +258,7 @@
   });
   freeze(ToolError.prototype);
   freeze(ToolError);
-  defineProperty(globalThis, "tools", { value: freeze(tools) });
+  defineProperty(globalThis, "tools", { value: tools });
   defineProperty(globalThis, "console", { value: consoleObject });
   defineProperty(globalThis, "ToolError", { value: ToolError });
 
@@ -252,6 +266,7 @@
     if (op === "drain") return drain();
     if (op === "settle") return __nous_settle(a, b, c);
     if (op === "start") return __nous_start(a);
+    if (op === "configure") return configure(a, b);
     return undefined;
   };
 })()

@@ -74,14 +74,17 @@ JS_STACK = MAX_STACK_BYTES + STACK_MARGIN
 EXIT_MEMORY = 3
 
 
-def frame(op: bytes, body: bytes) -> bytes:
-    return HEADER.pack(len(body) + 1) + op + body
+def frame(op: bytes, *parts: bytes) -> bytes:
+    """One frame whose body is ``parts`` joined (copied once)."""
+    return b"".join((HEADER.pack(sum(map(len, parts)) + 1), op, *parts))
 
 
 def write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
+    written = os.write(fd, data)
+    if written < len(data):  # a frame bigger than the pipe's buffer
+        view = memoryview(data)[written:]
+        while view:
+            view = view[os.write(fd, view) :]
 
 
 class _Reader:
@@ -93,6 +96,14 @@ class _Reader:
 
     def read(self) -> tuple[bytes, bytes]:
         buf = self.buf
+        if not buf:
+            # The usual case: one read brings exactly one whole frame.
+            data = os.read(self.fd, 65536)
+            if not data:
+                raise EOFError
+            if len(data) >= 5 and HEADER.unpack_from(data)[0] == len(data) - 4:
+                return data[4:5], data[5:]
+            buf += data
         while True:
             if len(buf) >= 4:
                 (n,) = HEADER.unpack_from(buf)
@@ -247,6 +258,13 @@ def _budget_offset(quickjs: Any) -> Any:
         return None
 
 
+def _prepare(engine: Any) -> Any:
+    try:
+        return engine.prepare()
+    except Exception:  # the run's Engine tries again, and reports what stops it
+        return None
+
+
 def serve(engine: Any, oslimits: Any, watchdog: _Watchdog, fd_in: int, fd_out: int) -> None:
     """Answer frames until the host closes the pipe."""
     import collections
@@ -257,6 +275,9 @@ def serve(engine: Any, oslimits: Any, watchdog: _Watchdog, fd_in: int, fd_out: i
     Engine, Stopped = engine.Engine, engine.Stopped
     reader = _Reader(fd_in)
     current: Any = None
+    # The next run's fresh context, its prelude evaluated while this worker
+    # waits (the prelude's compilation is most of a run's start-up).
+    spare = _prepare(engine)
     while True:
         try:
             op, body = reader.read()
@@ -283,7 +304,8 @@ def serve(engine: Any, oslimits: Any, watchdog: _Watchdog, fd_in: int, fd_out: i
                 if spec["memory_cap"]:
                     oslimits.cap_memory(spec["memory_cap"])
                 deadline = time.monotonic() + spec["remaining"]
-                current = Engine(spec["program"], spec["names"], Limits(*spec["limits"]), deadline)
+                current = Engine(spec["program"], spec["names"], Limits(*spec["limits"]), deadline, spare)
+                spare = None
                 watchdog.arm(current, deadline)
                 text = current.start()
             elif op == DONE:
@@ -291,6 +313,8 @@ def serve(engine: Any, oslimits: Any, watchdog: _Watchdog, fd_in: int, fd_out: i
                     watchdog.disarm()
                     current.close()
                     current = None
+                if spare is None:
+                    spare = _prepare(engine)
                 continue
             else:
                 raise ValueError(f"unknown op {op!r}")
@@ -302,6 +326,8 @@ def serve(engine: Any, oslimits: Any, watchdog: _Watchdog, fd_in: int, fd_out: i
             head = json.dumps({"kind": stop.kind, "message": stop.message, "memory": stop.memory})
             tail = stop.envelope or ""
             write_all(fd_out, frame(STOPPED, (head + "\n" + tail).encode("utf-8", "surrogatepass")))
+            if spare is None and not stop.memory:
+                spare = _prepare(engine)
             continue
         except MemoryError:
             # Outside the engine's own accounting (a huge payload's copies): the
