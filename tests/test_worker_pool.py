@@ -443,8 +443,10 @@ def test_cancel_is_an_error_kind_and_a_bad_cancel_is_a_config_error():
 
 
 _INTERRUPT_SCRIPT = r"""
-import json, os, signal, sys, threading, time
+import faulthandler, json, os, signal, sys, threading, time
 from nous_sched import Tool, WorkerPool, run_code
+
+faulthandler.dump_traceback_later(40, exit=True)  # a hang shows where, on stderr
 
 def children():
     pids = set()

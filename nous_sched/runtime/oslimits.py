@@ -10,9 +10,9 @@ On POSIX:
 * ``RLIMIT_CORE`` 0: a crashed or killed worker leaves no core file;
 * ``RLIMIT_NOFILE`` :data:`NOFILE`: a few descriptors, none to spare;
 * ``RLIMIT_DATA`` (private writable memory: heap and anonymous mappings),
-  lowered per run by :func:`cap_memory` to the run's ``memory_bytes`` plus the
-  pool's headroom. Soft and hard are lowered together, so nothing the worker
-  does later can raise them again.
+  set by :func:`cap_memory` before the worker's first program, from that
+  run's ``memory_bytes`` (see :class:`nous_sched.WorkerPool`). Soft and hard
+  are lowered together, so nothing the worker does later can raise them.
 
 On Linux x86-64 and AArch64, also ``PR_SET_NO_NEW_PRIVS`` and a seccomp
 filter (classic BPF, installed through ``prctl``, no library needed). It is a
@@ -202,10 +202,13 @@ def cap_memory(limit: int) -> int:
         import resource
     except ImportError:
         return 0
-    soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
-    if hard != resource.RLIM_INFINITY and hard <= limit:
-        return hard
-    resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+        if hard != resource.RLIM_INFINITY and hard <= limit:
+            return hard
+        resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
+    except (AttributeError, ValueError, OSError):  # a platform without it
+        return 0
     return limit
 
 

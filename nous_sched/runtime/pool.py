@@ -75,10 +75,11 @@ class WorkerPool:
     :param kill_grace: seconds past a run's deadline before its worker is
         killed, giving the engine's own limit time to stop the program
         softly, with its last logs.
-    :param memory_headroom: the OS limit on a worker's memory (``RLIMIT_DATA``)
-        is twice the run's ``Limits.memory_bytes`` (the engine's heap, and one
-        copy of the largest message the host sends it) plus this many bytes for
-        the interpreter itself.
+    :param memory_headroom: the OS limit on a worker's memory (``RLIMIT_DATA``),
+        set by its first run, is twice that run's ``Limits.memory_bytes`` (the
+        engine's heap, and one copy of the largest message the host sends it)
+        plus this many bytes for the interpreter itself. A later run that
+        needs more gets another worker.
     :param start_timeout: seconds a new worker may take to say hello before
         :meth:`run` raises :class:`~nous_sched.RunCodeError`.
     :param python: the interpreter to run workers with (default
@@ -239,7 +240,7 @@ class WorkerPool:
                 while True:
                     if self._closed:
                         raise RunCodeError("the worker pool is closed")
-                    fit = next((i for i, idle in enumerate(self._idle) if idle.fits(need)), None)
+                    fit = self._best_fit(need)
                     if fit is not None:
                         w = self._idle.pop(fit)
                         break
@@ -280,13 +281,26 @@ class WorkerPool:
                 raise RunCodeError(
                     f"a worker process did not start within {self.start_timeout:g}s ({self.python})"
                 ) from None
-            except RunCodeError:
-                self._release(w, False, replace=False)
-                raise
-            except BaseException:
+            except BaseException:  # RunCodeError (it could not start), KeyboardInterrupt
                 self._release(w, False, replace=False)
                 raise
             return w
+
+    def _best_fit(self, need: int) -> Optional[int]:
+        """The index of the idle worker to use for a run that needs a memory cap
+        of ``need``: the smallest cap that holds it, else a worker with none
+        yet; the one idle longest among equals (it has had the most time to
+        prepare). Called with ``_lock`` held."""
+        best: Optional[int] = None
+        best_cap = 0
+        fresh: Optional[int] = None
+        for i, idle in enumerate(self._idle):
+            if idle.cap is None:
+                if fresh is None:
+                    fresh = i
+            elif idle.cap >= need and (best is None or idle.cap < best_cap):
+                best, best_cap = i, idle.cap
+        return best if best is not None else fresh
 
     def _spawn(self) -> Optional["_Worker"]:
         with self._lock:
@@ -384,7 +398,7 @@ class _Worker:
         self.name = f"nous-sched-worker-{number}"
         self.pool = pool
         self.runs = 0
-        self.cap: Optional[int] = None  # RLIMIT_DATA in force, once a run set it
+        self.cap: Optional[int] = None  # RLIMIT_DATA, set by the worker's first run
         self.ready = False
         self.buf = bytearray()
         self.max_frame = 0
@@ -427,9 +441,6 @@ class _Worker:
         self._in_poll.register(self.fd_in, select.POLLOUT)
         self._out_poll = select.poll()
         self._out_poll.register(self.fd_out, select.POLLIN)
-
-    def fits(self, need: int) -> bool:
-        return self.cap is None or self.cap >= need
 
     def hello(self, until: float) -> None:
         try:
@@ -602,15 +613,16 @@ class _Remote:
     def start(self) -> str:
         w = self.worker
         limits = self.limits
-        need = self.pool._cap(limits)
-        cap = need if w.cap is None else min(w.cap, need)
+        # A worker's memory cap is set by its first run, for good: a later run
+        # that needs less may use it, one that needs more gets another worker.
+        cap = self.pool._cap(limits) if w.cap is None else 0
         body = json.dumps(
             {
                 "program": self.program,
                 "names": list(self.names),
                 "limits": [getattr(limits, f) for f in worker.LIMIT_FIELDS],
                 "remaining": max(self.deadline - time.monotonic(), 0.0),
-                "memory_cap": cap if sys.platform.startswith("linux") else 0,
+                "memory_cap": cap,
             }
         ).encode("utf-8", "surrogatepass")
         try:
@@ -620,7 +632,8 @@ class _Remote:
             raise _NotStarted from None
         except _Expired:
             return self._expired()
-        w.cap = cap
+        if cap:
+            w.cap = cap
         return self._answer()
 
     def settle(self, call_id: int, ok: bool, payload: str) -> str:

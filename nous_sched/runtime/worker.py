@@ -32,7 +32,8 @@ ever unpickled.
 Host to worker:
 
 * ``R`` run: ``{"program", "names", "limits": [LIMIT_FIELDS...],
-  "remaining": seconds, "memory_cap": bytes}``; closes any previous run.
+  "remaining": seconds, "memory_cap": bytes or 0}``; closes any previous
+  run. A first run's ``memory_cap`` sets ``RLIMIT_DATA`` for good.
 * ``S`` settle: ``b"<call id> <1|0> "`` then the payload's JSON text (the
   value, or the ``{tool, message}`` error).
 * ``D`` done: free the run's context. No answer.
