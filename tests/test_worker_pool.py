@@ -250,6 +250,26 @@ def test_a_run_needing_more_memory_than_a_workers_cap_gets_another_worker(pool):
     assert result.result == 300 * MIB
 
 
+@pytest.mark.parametrize("runtime", ["worker", "in_process"])
+def test_big_messages_cross_whole_both_ways(runtime, pool):
+    # Frames far bigger than a pipe's buffer: a 5 MB tool result into the
+    # program, 900 KB of arguments and a 900 KB result out of it.
+    rt = pool if runtime == "worker" else QuickJSRuntime()
+    big = "é" * (5 * 1024 * 1024 // 2)
+    seen = []
+    tools = [Tool("big", lambda args: big), Tool("take", lambda args: seen.append(len(args["s"])) or "ok")]
+    program = """
+    const b = await tools.big({});
+    const t = await tools.take({s: "y".repeat(900000)});
+    return {n: b.length, same: b === "é".repeat(b.length), t, back: "z".repeat(900000)};
+    """
+    result = run_code(program, tools, runtime=rt, timeout=60)
+    assert result.error is None, result.error
+    assert result.result["n"] == len(big) and result.result["same"] is True
+    assert result.result["t"] == "ok" and seen == [900000]
+    assert result.result["back"] == "z" * 900000
+
+
 # === crash isolation ===========================================================================
 
 
@@ -447,6 +467,9 @@ import faulthandler, json, os, signal, sys, threading, time
 from nous_sched import Tool, WorkerPool, run_code
 
 faulthandler.dump_traceback_later(40, exit=True)  # a hang shows where, on stderr
+# A shell's background job starts with SIGINT ignored, and Python keeps that:
+# this script is about what Ctrl-C does, so give it Python's own handler.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 def children():
     pids = set()

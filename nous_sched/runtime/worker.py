@@ -113,7 +113,7 @@ class _Reader:
                     body = bytes(buf[5 : 4 + n])
                     del buf[: 4 + n]
                     return op, body
-                if n > 1 << 20:
+                if n > 1 << 20 and len(buf) >= 5:
                     return self._read_large(n)
             data = os.read(self.fd, 65536)
             if not data:
