@@ -300,17 +300,18 @@ def test_a_worker_killed_mid_call_is_an_abort_with_logs_and_one_event_per_starte
         assert result.logs == ("before", "submitted")
         # `kill` is exclusive: it ran after the first `work` committed; the
         # second `work`, queued behind it, starts when `kill` commits, which
-        # races with the run ending. One event per started call, no more, no less.
-        assert started in ([1], [1, 2])
-        n = 1 + len(started)
-        assert [e.name for e in result.events] == ["work", "kill", "work"][:n]
-        assert [e.seq for e in result.events] == list(range(n))
-        assert len({e.id for e in result.events}) == n
+        # races with the run ending. One event per started call, no more, no
+        # less; a tool body runs only for a started call.
+        names = [e.name for e in result.events]
+        assert names in (["work", "kill"], ["work", "kill", "work"])
+        assert [e.seq for e in result.events] == list(range(len(names)))
+        assert len({e.id for e in result.events}) == len(names)
+        assert started[0] == 1 and (2 not in started or len(names) == 3)
         assert wait_gone(pid)
         # The pool replaced it; the next run is correct.
         after = run_code("return await tools.work({i: 7})", tools, runtime=p)
         assert after.result == 7 and [e.name for e in after.events] == ["work"]
-        assert started[-1] == 7
+        assert 7 in started
         assert pid not in p.pids()
 
 
