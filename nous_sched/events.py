@@ -52,7 +52,7 @@ def _refuse(self: Any, *args: Any, **kwargs: Any) -> NoReturn:
     raise TypeError("audit records are immutable once written; edit a copy (dict(data), list(items))")
 
 
-class FrozenDict(dict):  # type: ignore[type-arg]
+class FrozenDict(dict[str, Any]):
     """A ``dict`` that refuses every change after it is built (see the module docstring)."""
 
     __slots__ = ()
@@ -74,7 +74,7 @@ class FrozenDict(dict):  # type: ignore[type-arg]
         return self
 
 
-class FrozenList(list):  # type: ignore[type-arg]
+class FrozenList(list[Any]):
     """A ``list`` that refuses every change after it is built (see the module docstring)."""
 
     __slots__ = ()
