@@ -11,8 +11,9 @@ import copy
 import json
 from typing import Any, Optional
 
+from . import _validators as v
 from .agent import WithContextUpdate
-from .errors import ConfigError, RunCodeError, ToolError
+from .errors import RunCodeError, ToolError
 from .events import SessionLog
 from .outcome import clamp
 from .tool import Tool
@@ -22,6 +23,7 @@ __all__ = ["openai_tool", "anthropic_tool", "call_tool", "OPENAI_APIS"]
 
 #: The OpenAI APIs :func:`openai_tool` writes for.
 OPENAI_APIS = ("chat", "responses")
+_API = v.one_of(OPENAI_APIS)
 
 
 def _schema(tool: Tool) -> dict[str, Any]:
@@ -49,10 +51,8 @@ def openai_tool(tool: Tool, api: str = "chat", *, strict: bool = False) -> dict[
 
     :raises ConfigError: ``api`` is not one of :data:`OPENAI_APIS`.
     """
-    if api not in OPENAI_APIS:
-        raise ConfigError(f"openai_tool: `api` must be one of {', '.join(map(repr, OPENAI_APIS))}, got {api!r}")
-    if not isinstance(strict, bool):
-        raise ConfigError(f"openai_tool: `strict` must be True or False, got {strict!r}")
+    v.require("openai_tool", "api", api, _API)
+    v.require("openai_tool", "strict", strict, v.BOOL)
     if api == "responses":
         shape: dict[str, Any] = {
             "type": "function",

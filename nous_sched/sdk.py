@@ -66,6 +66,7 @@ import urllib.parse
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Optional, TypeGuard
 
+from . import _validators as v
 from .errors import ConfigError
 
 __all__ = [
@@ -163,6 +164,8 @@ _PY_COMPACT_NOTE = f"""\
 _RUNS_OF_SPACE = re.compile(r"[\s\x00-\x1f\x7f]+")
 _ESCAPE = ("escape",)
 _MISSING = object()
+_QUERY = v.instance_of(str, "a string of words")
+_LIMIT = v.int_between(1, 100, "an integer from 1 to 100")
 # A named type is written as a placeholder until every name is chosen. NUL
 # never reaches the output otherwise: literals are JSON-escaped and comments
 # have their control characters replaced.
@@ -280,10 +283,8 @@ class ToolIndex:
 
         :raises ConfigError: ``query`` is not a string, or ``limit`` is out of range.
         """
-        if not isinstance(query, str):
-            raise ConfigError(f"search: the query must be a string of words, got {type(query).__name__}")
-        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 100:
-            raise ConfigError(f"search: `limit` must be an integer from 1 to 100, got {limit!r}")
+        v.require("search", "query", query, _QUERY)
+        v.require("search", "limit", limit, _LIMIT)
         terms = list(dict.fromkeys(_words(query)))
         scored = []
         for name, fields in self._words.items():

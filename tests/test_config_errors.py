@@ -165,3 +165,28 @@ def test_cli_flags_say_what_the_option_expects(capsys, flag, value):
     err = capsys.readouterr().err
     assert code == 2
     assert f"argument {flag}: expected " in err and repr(value) in err
+
+
+def test_adapter_options():
+    from langchain_core.tools import tool as langchain_tool
+
+    from nous_sched import openai_tool
+    from nous_sched.integrations import from_langchain
+    from nous_sched.sdk import ToolIndex
+
+    plain = Tool("t", noop)
+    assert_config_error(lambda: openai_tool(plain, api="assistants"), "openai_tool", "api", "'assistants'")
+    assert_config_error(lambda: openai_tool(plain, strict="yes"), "openai_tool", "strict", "'yes'")
+
+    @langchain_tool
+    def lookup(key: str) -> str:
+        """Look a key up."""
+        return key
+
+    adapter = "from_langchain"
+    assert_config_error(lambda: from_langchain(lookup, requires_approval="no"), adapter, "requires_approval", "'no'")
+    assert_config_error(lambda: from_langchain(lookup, concurrency_safe=3), adapter, "concurrency_safe", "3")
+    assert_config_error(lambda: from_langchain(lookup, name=""), adapter, "name", "''")
+    index = ToolIndex([plain])
+    assert_config_error(lambda: index.search(42), "search", "query", "42")
+    assert_config_error(lambda: index.search("t", limit=0), "search", "limit", "0")

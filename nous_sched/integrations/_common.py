@@ -5,11 +5,15 @@ from __future__ import annotations
 import importlib
 from typing import Any, Callable, Optional, Union
 
+from .. import _validators as v
 from ..errors import ConfigError
 from ..function_tool import _always_safe
 from ..tool import Tool
 
 Predicate = Union[Callable[[dict[str, Any]], Any], bool, None]
+
+
+_OPTIONAL_BOOL = v.optional(v.BOOL)
 
 
 def require(module: str, extra: str, adapter: str) -> Any:
@@ -48,14 +52,11 @@ def build(
     elif callable(concurrency_safe):
         predicate = concurrency_safe
     else:
-        raise ConfigError(
-            f"{adapter}: `concurrency_safe` must be a predicate, True, False or None, got {concurrency_safe!r}"
-        )
-    if requires_approval is not None and not isinstance(requires_approval, bool):
-        raise ConfigError(f"{adapter}: `requires_approval` must be True, False or None, got {requires_approval!r}")
+        v.fail(adapter, "concurrency_safe", concurrency_safe, "a predicate, True, False or None")
+    v.require(adapter, "requires_approval", requires_approval, _OPTIONAL_BOOL)
     tool_name = name if name is not None else default_name
-    if not isinstance(tool_name, str) or not tool_name:
-        raise ConfigError(f"{adapter}: the tool has no usable name ({tool_name!r}); pass name=...")
+    # No `name=` given: the message names the option that fixes it.
+    v.require(adapter, "name", tool_name, v.NON_EMPTY_STR)
     return Tool(
         name=tool_name,
         function=function,
