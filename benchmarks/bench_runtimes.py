@@ -8,20 +8,24 @@ Every row is ``run_code`` end to end on the worker runtime (a warm
   worker runtime's ratio at most 1.3 (one pipe round trip per call on top of
   the in-process path);
 * warm start-up, a run with one tool call (each sample the median of a batch
-  of runs). Target: the worker runtime under 1.5 ms;
+  of runs). Target: the worker runtime under 1.5 ms. Beside it the same with
+  one shared executor (no tool thread started per run), and the runtime
+  alone: ``runtime.run(program, host, limits)`` with a host that answers the
+  call at once (no scheduler, no thread), what the runtime itself costs;
 * runs per second from 16 threads, each run one tool call (a throughput: the
   ratio is worker over in-process, higher is better). Reported.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import sys
 import threading
 import time
 
 import _common as c
 
-from nous_sched import QuickJSRuntime, Tool, WorkerPool, run_code
+from nous_sched import Limits, Outcome, QuickJSRuntime, Tool, WorkerPool, run_code
 
 PER_CALL_TARGET = 1.3
 STARTUP_TARGET_MS = 1.5
@@ -34,6 +38,24 @@ def noop(args: dict) -> int:
 
 
 TOOL = Tool("noop", noop, concurrency_safe=lambda args: True)
+ONE = Outcome.success(1)
+
+
+class _Answered:
+    """A PendingCall whose outcome is already there."""
+
+    def wait(self, timeout: float) -> Outcome:
+        return ONE
+
+
+class _Host:
+    """The least a Host can be: every call answered at once, on this thread."""
+
+    names = ("noop",)
+    cancel = None
+
+    def call(self, name: str, args: object) -> _Answered:
+        return _Answered()
 
 
 def main() -> int:
@@ -53,9 +75,16 @@ def main() -> int:
         assert r.ok and r.result == n_calls, r.error
         return elapsed / n_calls
 
-    def one_call(rt) -> None:
-        r = run_code(ONE_CALL, [TOOL], runtime=rt)
+    shared = concurrent.futures.ThreadPoolExecutor(10, thread_name_prefix="bench-shared")
+    limits = Limits()
+
+    def one_call(rt, executor=None) -> None:
+        r = run_code(ONE_CALL, [TOOL], runtime=rt, executor=executor)
         assert r.ok and r.result == 1, r.error
+
+    def runtime_alone(rt) -> None:
+        out = rt.run(ONE_CALL, _Host(), limits)
+        assert out.error is None and out.result == 1, out.error
 
     def runs_per_second(rt) -> float:
         start = threading.Barrier(THREADS + 1)
@@ -103,6 +132,10 @@ def main() -> int:
             opts.reps,
             lambda: c.median_of(lambda: one_call(worker), batch),
             lambda: c.median_of(lambda: one_call(in_process), batch),
+            lambda: c.median_of(lambda: one_call(worker, shared), batch),
+            lambda: c.median_of(lambda: one_call(in_process, shared), batch),
+            lambda: c.median_of(lambda: runtime_alone(worker), batch),
+            lambda: c.median_of(lambda: runtime_alone(in_process), batch),
         )
         return [
             c.ours_vs(
@@ -116,7 +149,28 @@ def main() -> int:
                 target=c.value_below(STARTUP_TARGET_MS, "ms"),
                 note=f"median of {batch} runs per sample; a warm worker from the pool, its scheduler and "
                 "private executor made per run",
-            )
+            ),
+            c.ours_vs(
+                "  same, one shared executor",
+                s[2],
+                s[3],
+                s,
+                scale=1e3,
+                unit="ms",
+                base_name="in-process",
+                note="run_code(..., executor=<one ThreadPoolExecutor(10)>): no tool thread started per run",
+            ),
+            c.ours_vs(
+                "  the runtime alone: run() with a host that answers at once",
+                s[4],
+                s[5],
+                s,
+                scale=1e3,
+                unit="ms",
+                base_name="in-process",
+                note="runtime.run(program, host, limits): no scheduler, no thread; the worker's context is "
+                "prepared while it waits between runs",
+            ),
         ]
 
     def section_throughput() -> list[c.Row]:
@@ -146,6 +200,7 @@ def main() -> int:
         )
     finally:
         worker.close()
+        shared.shutdown()
 
 
 if __name__ == "__main__":

@@ -526,6 +526,14 @@ class _Worker:
                 raise _Died
             buf += data
 
+    def signal_deadline(self) -> None:
+        """Tell the worker its run's deadline has passed (``SIGUSR1``)."""
+        if self.proc.returncode is None:  # not reaped, so the pid is still this process
+            try:
+                os.kill(self.proc.pid, signal.SIGUSR1)
+            except OSError:
+                pass
+
     def finish_run(self) -> bool:
         """Tell the worker the run is over (it frees the context); false if it is gone."""
         try:
@@ -653,7 +661,16 @@ class _Remote:
     def _answer(self) -> str:
         w = self.worker
         try:
-            op, body = w.receive(self.until, self.cancel, self.max_frame)
+            try:
+                op, body = w.receive(self.deadline, self.cancel, self.max_frame)
+            except _Expired:
+                # The deadline passed mid-step: the worker's engine stops now,
+                # keeping its logs; the kill comes only if it has not by the grace.
+                w.signal_deadline()
+                try:
+                    op, body = w.receive(self.until, self.cancel, self.max_frame)
+                except _Died:  # past the deadline, however it ended: a timeout
+                    raise _Expired from None
         except _Expired:
             return self._expired()
         except _Died:

@@ -18,12 +18,13 @@ exits at once, whatever the program is doing. And it makes the engine's own
 stop fire at the run's *wall-clock* deadline. The binding's only interrupt
 counts process CPU time, which a starved worker accrues slower than the clock
 runs, so the host's kill would often come first and lose the logs the engine
-still held. At the deadline the watchdog sets the running call's CPU budget
-to zero, in the binding's context struct, and the engine stops at its next
+still held. When a run's deadline passes with no answer, the host sends the
+worker ``SIGUSR1``; the watchdog then sets the running call's CPU budget to
+zero, in the binding's context struct, and the engine stops at its next
 interrupt check (within microseconds, except inside one long builtin call,
 which only the host's kill ends). The struct's layout is verified when the
-worker starts (:func:`_budget_offset`); where it does not match, the watchdog
-leaves the engine alone and the engine's CPU-time limit is the soft stop.
+worker starts (:func:`_budget_offset`); where it does not match, the signal
+does nothing and the engine's CPU-time limit is the soft stop.
 
 Protocol: frames both ways, each a 4-byte big-endian length, then one ASCII
 op byte, then the body. Bodies are JSON text, except where noted. Nothing is
@@ -165,10 +166,14 @@ def _load(name: str, path: str, extension: bool = False) -> Any:
 class _Watchdog:
     """Stops the engine at the run's wall-clock deadline; exits when the host dies.
 
-    The serving thread arms it with the run's engine and deadline and disarms
-    it before the engine's context is freed; ``_lock`` guards ``_target`` and
-    is held while the budget is zeroed, so the watchdog never writes into a
-    freed context.
+    It runs on the main thread, which otherwise blocks reading the lifeline.
+    The host sends ``SIGUSR1`` when a run's deadline passes with no answer;
+    the handler (on the main thread, while the serving thread is inside the
+    engine without the GIL) zeroes the running call's CPU budget. Nothing
+    happens per run but two assignments under ``_lock``, which guards
+    ``_target`` and is held while the budget is zeroed, so the handler never
+    writes into a freed context; a late signal finds its run gone, or a run
+    whose deadline is still ahead, and does nothing.
     """
 
     def __init__(self, lifeline: int, offset: Any) -> None:
@@ -178,46 +183,44 @@ class _Watchdog:
         self._offset = offset  # of the running call's CPU budget in the context, or None
         self._lock = threading.Lock()
         self._target: Any = None  # (engine, deadline)
-        self._wake_r, self._wake_w = os.pipe()
 
     def arm(self, engine: Any, deadline: float) -> None:
-        if self._offset is None:
-            return
         with self._lock:
             self._target = (engine, deadline)
-        os.write(self._wake_w, b"!")
 
     def disarm(self) -> None:
-        if self._offset is None:
-            return
         with self._lock:
             self._target = None
 
-    def watch(self) -> None:
+    def _on_deadline(self, signum: int, frame: Any) -> None:
         import ctypes
-        import select
         import time
 
-        poller = select.poll()
-        poller.register(self._lifeline, select.POLLIN)
-        poller.register(self._wake_r, select.POLLIN)
+        if self._offset is None:
+            return
+        with self._lock:
+            target = self._target
+            if target is None or time.monotonic() < target[1]:
+                return
+            ctx = target[0].ctx
+            if ctx is not None:
+                ctypes.c_int64.from_address(id(ctx) + self._offset).value = 0
+            del ctx, target
+
+    def install(self) -> None:
+        """On the main thread, before any run: from here on ``SIGUSR1`` is ours."""
+        import signal
+
+        signal.signal(signal.SIGUSR1, self._on_deadline)
+
+    def watch(self) -> None:
+        """Serve the deadline signal until the host is gone (end of file)."""
         while True:
-            with self._lock:
-                target = self._target
-            timeout = None if target is None else max(0, int((target[1] - time.monotonic()) * 1000) + 1)
-            for fd, _ in poller.poll(timeout):
-                if fd == self._lifeline:
-                    os._exit(0)  # readable means end of file: the host is gone
-                os.read(self._wake_r, 512)
-            with self._lock:
-                target = self._target
-                if target is None or time.monotonic() < target[1]:
-                    continue
-                self._target = None
-                ctx = target[0].ctx
-                if ctx is not None:
-                    ctypes.c_int64.from_address(id(ctx) + self._offset).value = 0
-                del ctx, target
+            try:
+                if not os.read(self._lifeline, 1):
+                    os._exit(0)
+            except OSError:
+                os._exit(0)
 
 
 def _budget_offset(quickjs: Any) -> Any:
@@ -358,7 +361,6 @@ def main(argv: list[str]) -> None:
         # Everything serve() imports, before the OS bounds forbid opening files.
         import collections  # noqa: F401
         import ctypes  # noqa: F401
-        import select  # noqa: F401
         import time  # noqa: F401
     except BaseException as exc:
         write_all(1, frame(FATAL, f"the worker could not load the engine: {exc!r}".encode("utf-8", "replace")))
@@ -369,6 +371,9 @@ def main(argv: list[str]) -> None:
 
     def run() -> None:
         _set_thread_name("nous-js-" + name.rsplit("-", 1)[-1])
+        # The deadline signal is for the main thread: only there does it
+        # interrupt the blocking read that lets its handler run.
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
         try:
             # This thread writes every frame, the hello included: one writer.
             write_all(1, frame(HELLO, json.dumps({"pid": os.getpid(), "os_bounds": bounds}).encode()))
@@ -376,6 +381,7 @@ def main(argv: list[str]) -> None:
         finally:
             os._exit(0)
 
+    watchdog.install()
     threading.stack_size(JS_STACK)
     thread = threading.Thread(target=run, name="nous-sched-js", daemon=True)
     thread.start()
