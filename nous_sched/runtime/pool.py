@@ -288,19 +288,13 @@ class WorkerPool:
 
     def _best_fit(self, need: int) -> Optional[int]:
         """The index of the idle worker to use for a run that needs a memory cap
-        of ``need``: the smallest cap that holds it, else a worker with none
-        yet; the one idle longest among equals (it has had the most time to
-        prepare). Called with ``_lock`` held."""
-        best: Optional[int] = None
-        best_cap = 0
-        fresh: Optional[int] = None
+        of ``need``: the one idle longest (it has had the most time to prepare
+        the next context) among those whose cap holds it or that have none yet.
+        Called with ``_lock`` held."""
         for i, idle in enumerate(self._idle):
-            if idle.cap is None:
-                if fresh is None:
-                    fresh = i
-            elif idle.cap >= need and (best is None or idle.cap < best_cap):
-                best, best_cap = i, idle.cap
-        return best if best is not None else fresh
+            if idle.cap is None or idle.cap >= need:
+                return i
+        return None
 
     def _spawn(self) -> Optional["_Worker"]:
         with self._lock:
