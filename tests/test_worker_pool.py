@@ -141,35 +141,41 @@ def test_soft_stop_at_the_wall_clock_deadline_keeps_the_logs(pool):
 
 def _cpu_program(seconds: float, runtime) -> str:
     """The issue's "0.5 s program": a pure-CPU loop that takes ``seconds`` alone,
-    here and now (calibrated on ``runtime``, best of three)."""
+    here and now (calibrated on ``runtime``, the median of five runs)."""
     probe = "let x = 0; for (let i = 0; i < N; i++) x = (x + i * 7) % 1000003; return x;"
     timings = []
-    for _ in range(3):
+    for _ in range(5):
         t0 = time.perf_counter()
         assert run_code(probe.replace("N", "2e6"), runtime=runtime).ok
         timings.append(time.perf_counter() - t0)
-    return probe.replace("N", str(int(seconds / min(timings) * 2e6)))
+    timings.sort()
+    return probe.replace("N", str(int(seconds / timings[2] * 2e6)))
 
 
 def test_twelve_concurrent_half_second_cpu_runs_all_return_their_value():
     # In-process, all twelve drew on one process CPU budget and timed out;
-    # each worker's budget is its own.
+    # each worker's budget is its own. Together they need 6 CPU-seconds
+    # within the 5 s deadline: this test needs 1.2 of the machine's 2 cores.
     with make_pool(size=12) as p:
         program = _cpu_program(0.5, p)
         expected = run_code(program, runtime=QuickJSRuntime()).result
         barrier = threading.Barrier(12)
         results: list = [None] * 12
+        took: list = [None] * 12
 
         def one(i: int) -> None:
             barrier.wait(WAIT)
+            t0 = time.monotonic()
             results[i] = run_code(program, timeout=5, runtime=p)
+            took[i] = round(time.monotonic() - t0, 2)
 
         threads = [threading.Thread(target=one, args=(i,)) for i in range(12)]
         for t in threads:
             t.start()
         for t in threads:
             t.join(60)
-    assert [r.error for r in results] == [None] * 12
+    why = f"seconds per run {took}, load average {os.getloadavg()}"
+    assert [r.error for r in results] == [None] * 12, why
     assert [r.result for r in results] == [expected] * 12
 
 
