@@ -182,7 +182,10 @@
     for (let i = 0; i < logCount; i++) out += (i ? "," : "") + JSONstringify(logs[i]);
     logs = create(null);
     logCount = 0;
+    // The program's result crosses once: the host keeps it from the first
+    // envelope that carries it, however many calls are still outstanding.
     out += '],"dropped":' + logDropped + ',"main":' + mainJson + "}";
+    mainJson = "null";
     // Concatenation builds a rope string, which the binding cannot convert: flatten it.
     return apply(strSlice, out, [0]);
   }
