@@ -24,13 +24,17 @@ from typing import Any, Callable
 
 import _common as c
 
-from nous_sched import Tool, run_code
+from nous_sched import Tool, WorkerPool, run_code
 
 TARGET_MIB = 0.15
 LEAD = 50
+# The worker runtime holds one process per live run: fewer runs, on a pool
+# sized to hold them all (the default pool's 32 workers would make the rest wait).
+WORKER_LEAD = 10
+WORKER_K = 20
 
 
-def live_phase(k: int, start_one: Callable[[Callable[[Any], int]], None]) -> tuple[float, float]:
+def live_phase(k: int, start_one: Callable[[Callable[[Any], int]], None], lead: int = LEAD) -> tuple[float, float]:
     """Memory (MiB) and OS threads per live run: the increment from ``LEAD`` to ``LEAD + k`` runs alive.
 
     Measured from a lead of runs already alive, not from none: the first runs
@@ -63,7 +67,7 @@ def live_phase(k: int, start_one: Callable[[Callable[[Any], int]], None]) -> tup
     handlers: list[threading.Thread] = []
     c.trim_heap()
     try:
-        start(LEAD)
+        start(lead)
         mem0, threads0 = memory(), c.os_threads()
         start(k)
         mem1, threads1 = memory(), c.os_threads()
@@ -83,17 +87,34 @@ def main() -> int:
             assert pool.submit(block, {}).result() == 1
 
     def section(rc: c.RuntimeChoice) -> list[c.Row]:
+        return _section(rc, opts, k, python_run)
+
+    return c.run(
+        f"7. memory and threads per concurrent run ({LEAD} + {k} runs alive at once; worker {WORKER_LEAD} + {WORKER_K})",
+        c.per_runtime(opts, "memory", section),
+        opts,
+    )
+
+
+def _section(rc: c.RuntimeChoice, opts: Any, k: int, python_run: Callable[[Callable[[Any], int]], None]) -> list[c.Row]:
+    runtime = rc.runtime
+    lead = LEAD
+    if rc.name == "worker":
+        lead, k = WORKER_LEAD, WORKER_K
+        runtime = WorkerPool(size=lead + k + 5)
+    try:
+
         def ours_run(block: Callable[[Any], int]) -> None:
             t = Tool("block", block, concurrency_safe=lambda args: True)
-            r = run_code("return await tools.block({});", [t], runtime=rc.runtime, timeout=60)
+            r = run_code("return await tools.block({});", [t], runtime=runtime, timeout=60)
             assert r.ok and r.result == 1, r.error
 
-        live_phase(5, ours_run)  # warm-up: imports, first-use caches
-        live_phase(5, python_run)
+        live_phase(5, ours_run, lead)  # warm-up: imports, first-use caches, workers started
+        live_phase(5, python_run, lead)
         results: dict[str, list[tuple[float, float]]] = {"ours": [], "base": []}
 
         def sample(key: str, fn: Callable[[Callable[[Any], int]], None]) -> float:
-            results[key].append(live_phase(k, fn))
+            results[key].append(live_phase(k, fn, lead))
             return results[key][-1][0]
 
         s = c.interleave(opts.reps, lambda: sample("ours", ours_run), lambda: sample("base", python_run))
@@ -109,18 +130,15 @@ def main() -> int:
                 unit="MiB",
                 base_name="python, pool per run",
                 target=target,
-                note=f"PSS (own + child processes') from {LEAD} to {LEAD + k} runs alive, divided by {k}",
+                note=f"PSS (own + child processes') from {lead} to {lead + k} runs alive, divided by {k}",
             ),
             c.ours_vs(
                 "  threads per live run", threads_o, threads_b, s, unit="threads", base_name="python, pool per run"
             ),
         ]
-
-    return c.run(
-        f"7. memory and threads per concurrent run ({LEAD} + {k} runs alive at once)",
-        c.per_runtime(opts, "memory", section),
-        opts,
-    )
+    finally:
+        if runtime is not rc.runtime:
+            runtime.close()
 
 
 if __name__ == "__main__":
