@@ -219,3 +219,8 @@ class _Host:
             shown = shown if len(shown) <= 200 else shown[:200] + "…"
             return _Settled(Outcome.failure(name, f"arguments must be an object, got {shown}"))
         return self.scheduler.submit(tool, args, self.run_ctx)
+
+    def batch(self) -> Any:
+        """A runtime hands every call one step of a program started inside
+        ``with host.batch():``, so they reach the scheduler as one message."""
+        return self.scheduler._batched()

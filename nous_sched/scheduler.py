@@ -77,16 +77,36 @@ class Ticket:
     the driver has accepted it, ``None`` before.
     """
 
-    __slots__ = ("tool", "seq", "_future")
+    # One lock is a ticket's whole synchronization (a Future would be a
+    # Condition over an RLock, per call). ``_gate`` is held from birth and
+    # released once, by _publish, after ``_outcome`` is written; a waiter
+    # acquires it and releases it at once, so every waiter passes. That only
+    # one release ever publishes is the scheduler's to ensure (_open, under its
+    # _lock: see Scheduler._deliver).
+    __slots__ = ("tool", "seq", "_outcome", "_gate")
 
     def __init__(self, tool: str) -> None:
         self.tool = tool
         self.seq: Optional[int] = None
-        self._future: concurrent.futures.Future[Outcome] = concurrent.futures.Future()
+        self._outcome: Optional[Outcome] = None
+        gate = self._gate = threading.Lock()
+        gate.acquire()
 
     def done(self) -> bool:
         """True once the call has committed (or been released with an error)."""
-        return self._future.done()
+        return self._outcome is not None
+
+    def _publish(self, outcome: Outcome) -> None:
+        self._outcome = outcome
+        self._gate.release()
+
+    def _wait(self, timeout: float) -> Optional[Outcome]:
+        """The outcome, or ``None`` after ``timeout`` seconds (-1: no limit)."""
+        gate = self._gate
+        if gate.acquire(True, timeout):
+            gate.release()
+            return self._outcome
+        return None
 
     def wait(self, timeout: Optional[float] = None) -> Optional[Outcome]:
         """The call's committed :class:`Outcome`, or ``None`` if ``timeout`` seconds pass first.
@@ -99,28 +119,21 @@ class Ticket:
             from 0 to ``threading.TIMEOUT_MAX``.
         """
         # Once per call on the runtime's hot path: a float in range needs no further check.
-        if timeout is not None and not (type(timeout) is float and 0.0 <= timeout <= _TIMEOUT_MAX):
+        if timeout is None:
+            return self._wait(-1)
+        if not (type(timeout) is float and 0.0 <= timeout <= _TIMEOUT_MAX):
             require("Ticket.wait", "timeout", timeout, v.WAIT_SECONDS)
-        try:
-            return self._future.result(timeout)
-        except concurrent.futures.TimeoutError:
-            return None
+        return self._wait(timeout)
 
     def __repr__(self) -> str:
         return f"<Ticket {self.tool!r} seq={self.seq} done={self.done()}>"
 
 
-def _release(ticket: Ticket, outcome: Outcome) -> None:
-    try:
-        ticket._future.set_result(outcome)
-    except concurrent.futures.InvalidStateError:
-        pass  # stop() already released it, from a driver that stopped answering
-
-
 # -- what crosses the driver's queue ---------------------------------------------
 #
-# A submit is the call itself (one object per call on the hot path); the others
-# are small slotted messages. The driver tells them apart by type.
+# A submit is the call itself (one object per call on the hot path), a batch a
+# list of calls (one message for every call a program's step started); the
+# others are small slotted messages. The driver tells them apart by type.
 
 
 class _Timeline:
@@ -167,18 +180,46 @@ class _Call:
 
 
 class _Done:
-    """The executor finished call ``seq``'s ``future`` (put by its done-callback, on any thread).
+    """Call ``seq``'s tool has finished (put on any thread).
+
+    ``result`` is what :func:`_run_call` returned, or ``None`` when the task
+    did not complete; then ``problem`` is the executor's future to look at,
+    or the exception the task died of.
 
     It names the call by seq, not by the call itself: the call holds its
     future, so a callback holding the call would make every call a reference
     cycle, left for the garbage collector.
     """
 
-    __slots__ = ("seq", "future")
+    __slots__ = ("seq", "result", "problem")
 
-    def __init__(self, seq: int, future: concurrent.futures.Future[Any]) -> None:
+    def __init__(self, seq: int, result: Optional[tuple[Outcome, float]], problem: Any = None) -> None:
         self.seq = seq
-        self.future = future
+        self.result = result
+        self.problem = problem
+
+
+class _Batch:
+    """Submits from one thread, held back and queued as one message when the batch ends."""
+
+    __slots__ = ("scheduler", "owner", "calls")
+
+    def __init__(self, scheduler: Scheduler) -> None:
+        self.scheduler = scheduler
+        self.owner = threading.get_ident()
+        self.calls: list[_Call] = []
+
+    def __enter__(self) -> _Batch:
+        if self.scheduler._batch is not None:
+            raise RuntimeError("Scheduler batches do not nest")
+        self.scheduler._batch = self
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.scheduler._batch = None
+        if self.calls:
+            # Whatever interrupted the batch, its tickets are in _open: queue them.
+            self.scheduler._queue.put(self.calls)
 
 
 class _Query:
@@ -238,8 +279,13 @@ class Scheduler:
     #                   submit is put after its ticket joined _open under _lock,
     #                   so if it lands after that drain, the driver's last act
     #                   (releasing all of _open) has released its ticket.
+    #   _batch          the open _Batch or None: written only by the thread
+    #                   that owns the batch, which alone appends to it; any
+    #                   other submitting thread sees a batch that is not its own.
     #   _lock guards    _open      tickets queued and not yet released (submit
-    #                              adds, the driver and stop() release)
+    #                              adds, the driver and stop() release). Taking
+    #                              a ticket out of _open is the right to publish
+    #                              its outcome: each ticket is published once.
     #                   _closed    no more submits: set by stop() or the exiting driver
     #                   _exited    the driver took its last message
     #                   _wedged_by the ticket whose unanswered full-timeout wait
@@ -251,7 +297,7 @@ class Scheduler:
     #                   sets _exited (under _lock), read only after that.
     #   Ticket.seq      written once by the driver when it accepts the call; read
     #                   anywhere (None: not yet accepted).
-    #   Ticket._future  a Future, with its own lock; settled once (_release).
+    #   Ticket._outcome written once, before Ticket._gate is released (_publish).
 
     def __init__(
         self,
@@ -283,6 +329,7 @@ class Scheduler:
         self._t0 = time.perf_counter()
         # SimpleQueue: the C queue from `queue`, without Queue's task tracking we never use.
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._batch: Optional[_Batch] = None
 
         self._lock = threading.Lock()
         self._open: set[Ticket] = set()
@@ -356,10 +403,21 @@ class Scheduler:
                 self._open.add(ticket)
                 refusal = None
         if refusal is None:
-            self._queue.put(call)
+            batch = self._batch
+            if batch is not None and batch.owner == threading.get_ident():
+                batch.calls.append(call)
+            else:
+                self._queue.put(call)
         else:
-            _release(ticket, Outcome.failure(name, refusal))
+            ticket._publish(Outcome.failure(name, refusal))
         return ticket
+
+    def _batched(self) -> _Batch:
+        """``with scheduler._batched():`` the calling thread's submits reach the
+        driver as one message, in order, when the block ends (a runtime
+        submits every call one step of a program started). Private: a caller
+        that waited on a ticket inside the block would wait for nothing."""
+        return _Batch(self)
 
     def wait(self, ticket: Ticket, timeout: Optional[float] = None) -> Outcome:
         """Block until ``ticket``'s call commits; return its :class:`Outcome`.
@@ -380,10 +438,9 @@ class Scheduler:
         if timeout is not None:
             require("Scheduler.wait", "timeout", timeout, v.WAIT_SECONDS)
         limit = self._timeout if timeout is None else timeout
-        try:
-            return ticket._future.result(limit)
-        except concurrent.futures.TimeoutError:
-            pass
+        outcome = ticket._wait(limit)
+        if outcome is not None:
+            return outcome
         if ticket.seq is None:
             # Only a full-timeout silence condemns the scheduler; a short poll does not.
             if limit >= self._timeout:
@@ -493,7 +550,7 @@ class Scheduler:
         with self._lock:
             leftovers, self._open = list(self._open), set()
         for ticket in leftovers:
-            _release(ticket, Outcome.failure(ticket.tool, message))
+            ticket._publish(Outcome.failure(ticket.tool, message))
 
     # -- the driver ---------------------------------------------------------
 
@@ -528,16 +585,23 @@ class Scheduler:
             call = self._lane.finished(msg.seq)
             if call is None:  # an abandoned call's tool returned: its outcome is already delivered
                 return
-            call.outcome, finished = self._collect(call, msg.future)
+            result = msg.result
+            call.outcome, finished = result if result is not None else self._collect(call, msg.problem)
             timeline = call.timeline
             with self._records_lock:
                 timeline.finished = finished
         elif kind is _Call:
-            # Classification runs here, on the dispatched snapshot, in submission order.
-            msg.mode = msg.ctx.run(concurrency_mode, msg.tool, msg.args)
-            msg.seq = msg.ticket.seq = self._lane.accept(msg, msg.mode)
+            self._accept(msg)
+        elif kind is list:
+            for call in msg:
+                self._accept(call)
         elif kind is _Query:
             msg.reply.set_result(self._lane.state())
+
+    def _accept(self, call: _Call) -> None:
+        # Classification runs here, on the dispatched snapshot, in submission order.
+        call.mode = call.ctx.run(concurrency_mode, call.tool, call.args)
+        call.seq = call.ticket.seq = self._lane.accept(call, call.mode)
 
     def _drive(self) -> None:
         step = self._lane.step
@@ -568,12 +632,32 @@ class Scheduler:
         self._session_log.append(event.as_event())
         self._notify(timeline, START)
         info = CallInfo(event.id, name, seq, call.mode, call.run_ctx)
+        put = self._queue.put
+        executor = self._executor
         try:
-            if self._executor is None:
-                self._executor = concurrent.futures.ThreadPoolExecutor(
-                    self._max_parallel, thread_name_prefix=f"nous-sched-tool-{self._n}"
+            if self._owns_executor:
+                if executor is None:
+                    executor = self._executor = concurrent.futures.ThreadPoolExecutor(
+                        self._max_parallel, thread_name_prefix=f"nous-sched-tool-{self._n}"
+                    )
+                # Our own pool: the task reports back itself, with no done-callback.
+                # What it cannot report (cancelled before it ran) happens only
+                # when the lane is abandoned, and needs no report.
+                call.future = executor.submit(
+                    _run_reporting,
+                    put,
+                    seq,
+                    call.ctx,
+                    self._dispatch,
+                    call.tool,
+                    call.args,
+                    call.run_ctx,
+                    info,
+                    self._t0,
                 )
-            future = self._executor.submit(
+                return
+            assert executor is not None  # a caller's executor, given at construction
+            future = executor.submit(
                 _InContext(call.ctx), _run_call, self._dispatch, call.tool, call.args, call.run_ctx, info, self._t0
             )
         except Exception:
@@ -581,20 +665,24 @@ class Scheduler:
             future = concurrent.futures.Future()
             future.set_exception(RuntimeError("executor refused the call"))
         call.future = future
-        put = self._queue.put
 
+        # A caller's executor may cancel a task (its shutdown(cancel_futures=True))
+        # before it runs: only the future's callback hears of that.
         def done(future: concurrent.futures.Future[Any]) -> None:
-            put(_Done(seq, future))
+            put(_Done(seq, None, future))
 
         future.add_done_callback(done)
 
-    def _collect(self, call: _Call, future: concurrent.futures.Future[Any]) -> tuple[Outcome, float]:
-        # One look at the settled future (each accessor takes its lock).
-        try:
-            result: tuple[Outcome, float] = future.result(0)
-            return result
-        except BaseException as exc:  # CancelledError, or whatever the executor raised
-            problem = None if future.cancelled() else exc
+    def _collect(self, call: _Call, problem: Any) -> tuple[Outcome, float]:
+        """The outcome of a call whose task did not return: ``problem`` is its
+        executor's future, or the exception it died of."""
+        if isinstance(problem, concurrent.futures.Future):
+            # One look at the settled future (each accessor takes its lock).
+            try:
+                result: tuple[Outcome, float] = problem.result(0)
+                return result
+            except BaseException as exc:  # CancelledError, or whatever the executor raised
+                problem = None if problem.cancelled() else exc
         log.warning("code-mode sub-call %s (tool %r) did not complete: %r", call.seq, call.tool.name, problem)
         return Outcome.failure(call.tool.name, DID_NOT_COMPLETE), time.perf_counter() - self._t0
 
@@ -610,8 +698,10 @@ class Scheduler:
 
     def _deliver(self, ticket: Ticket, outcome: Outcome) -> None:
         with self._lock:
-            self._open.discard(ticket)
-        _release(ticket, outcome)
+            if ticket not in self._open:
+                return  # stop() already released it, from a driver that stopped answering
+            self._open.remove(ticket)
+        ticket._publish(outcome)
 
     def _notify(self, timeline: _Timeline, phase: str) -> None:
         if self._observer is None:
@@ -643,6 +733,9 @@ class Scheduler:
                     break
                 if type(msg) is _Call:
                     self._deliver(msg.ticket, Outcome.failure(msg.ticket.tool, GONE))
+                elif type(msg) is list:
+                    for call in msg:
+                        self._deliver(call.ticket, Outcome.failure(call.ticket.tool, GONE))
                 elif type(msg) is _Query:
                     msg.reply.set_result(final)
             self._release_open(GONE)
@@ -688,6 +781,17 @@ class _InContext:
 
     def __repr__(self) -> str:
         return "nous_sched.call"  # Dask names tasks after it: one stable prefix, not an address
+
+
+def _run_reporting(put: Callable[[Any], None], seq: int, ctx: contextvars.Context, *args: Any) -> None:
+    """On a tool thread of the scheduler's own pool: run call ``seq`` in
+    ``ctx`` (:func:`_run_call`), then tell the driver, whatever happened."""
+    try:
+        result = ctx.run(_run_call, *args)
+    except BaseException as exc:  # escaped _run_call's `except Exception`: the task died
+        put(_Done(seq, None, exc))
+        raise
+    put(_Done(seq, result))
 
 
 def _run_call(

@@ -7,9 +7,10 @@ hand in ``benchmarks/`` (see ``benchmarks/README.rst``).
 from __future__ import annotations
 
 import json
+import threading
 import time
 
-from nous_sched import Limits
+from nous_sched import Limits, Outcome, Tool
 from nous_sched.runtime.engine import Engine
 
 
@@ -30,3 +31,55 @@ def test_a_result_returned_while_calls_are_outstanding_crosses_once():
         assert _main_of(engine.settle(2, True, "null")) is None
     finally:
         engine.close()
+
+
+def test_a_batch_reaches_the_driver_in_one_message_in_order(make_scheduler):
+    s = make_scheduler()
+    seen = []
+    tool = Tool("t", lambda args: seen.append(args["i"]) or args["i"])  # exclusive: one at a time, in order
+    with s._batched():
+        tickets = [s.submit(tool, {"i": i}) for i in range(5)]
+        # Held back until the block ends: the driver has accepted nothing yet.
+        assert s.lane_state().submitted == 0
+        assert all(t.seq is None for t in tickets)
+    assert [s.wait(t).value for t in tickets] == [0, 1, 2, 3, 4]
+    assert seen == [0, 1, 2, 3, 4] and [t.seq for t in tickets] == [0, 1, 2, 3, 4]
+
+
+def test_a_batch_from_another_thread_does_not_hold_back_this_threads_submits(make_scheduler):
+    s = make_scheduler()
+    tool = Tool("t", lambda args: "ok")
+    box = []
+    with s._batched():
+        held = s.submit(tool, {})
+        other = threading.Thread(target=lambda: box.append(s.call(tool, {})))
+        other.start()
+        other.join(30)
+        assert box == [Outcome.success("ok")]  # committed while this thread's batch was open
+        assert held.seq is None
+    assert s.wait(held) == Outcome.success("ok") and held.seq == 1
+
+
+def test_a_batch_still_open_at_stop_is_released(make_scheduler):
+    s = make_scheduler()
+    with s._batched():
+        ticket = s.submit(Tool("t", lambda args: "never"), {})
+        s.stop()
+    # The driver never got the call: it is released as a submit that raced stop() is.
+    assert ticket.wait(30) == Outcome.failure("t", "code run is over; scheduler is gone")
+
+
+def test_a_ticket_is_published_once_and_every_waiter_sees_it(make_scheduler, make_event):
+    gate = make_event()
+    s = make_scheduler()
+    ticket = s.submit(Tool("slow", lambda args: gate.wait(30) and "late"), {})
+    got = []
+    waiters = [threading.Thread(target=lambda: got.append(ticket.wait(30))) for _ in range(4)]
+    for w in waiters:
+        w.start()
+    s.stop()  # releases the ticket as abandoned; the driver's own release comes later, or never
+    gate.set()
+    for w in waiters:
+        w.join(30)
+    abandoned = Outcome.failure("slow", "code run is over; tool call abandoned")
+    assert got == [abandoned] * 4 and ticket.wait(0) == abandoned and ticket.done()

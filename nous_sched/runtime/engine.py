@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import collections
 import json
+import json.scanner
 import os
 import time
 from typing import Any, Callable, Optional, Sequence
@@ -290,7 +291,12 @@ def drive(
 
 
 def _drive(engine: Any, host: Any, limits: Any, deadline: float, cancel: Any, book: "_LogBook") -> Finish:
-    outstanding: collections.OrderedDict[int, Any] = collections.OrderedDict()
+    # (call id, pending call), oldest first: ids grow, so the left end is the oldest.
+    outstanding: collections.deque[tuple[int, Any]] = collections.deque()
+    # A host may take a step's calls as one batch (``host.batch()``, a context
+    # manager): e.g. one message to its scheduler for a Promise.all of 1,000.
+    batch = getattr(host, "batch", None)
+    call = host.call
     state = None
     text = engine.start()
     while True:
@@ -301,8 +307,14 @@ def _drive(engine: Any, host: Any, limits: Any, deadline: float, cancel: Any, bo
             raise Stopped("abort", TAMPERED)
         if envelope["logs"] or envelope["dropped"]:
             book.extend(envelope["logs"], envelope["dropped"])
-        for call_id, name, args in envelope["calls"]:
-            outstanding[call_id] = host.call(name, args)
+        calls = envelope["calls"]
+        if len(calls) > 1 and batch is not None:
+            with batch():
+                for call_id, name, args in calls:
+                    outstanding.append((call_id, call(name, args)))
+        else:
+            for call_id, name, args in calls:
+                outstanding.append((call_id, call(name, args)))
         if state is None:
             state = envelope["main"]
         if cancel is not None and cancel.is_set():
@@ -315,7 +327,7 @@ def _drive(engine: Any, host: Any, limits: Any, deadline: float, cancel: Any, bo
                 "the program is waiting for a promise that nothing will ever settle: "
                 "no tool call is outstanding and no work is queued",
             )
-        call_id, pending = outstanding.popitem(last=False)
+        call_id, pending = outstanding.popleft()
         outcome = _wait(pending, deadline, cancel)
         if outcome is None:
             if state is not None:
@@ -418,9 +430,11 @@ class _LogBook:
 def _checked(text: Any) -> Optional[dict[str, Any]]:
     """The drained envelope, or ``None`` unless it has exactly the prelude's shape."""
     try:
-        envelope = json.loads(text)
+        envelope, end = _scan(text, 0)
+        if end != len(text):
+            return None
         calls, logs, dropped, main = envelope["calls"], envelope["logs"], envelope["dropped"], envelope["main"]
-    except (TypeError, ValueError, KeyError):
+    except (TypeError, ValueError, KeyError, StopIteration):
         return None
     if not (isinstance(calls, list) and isinstance(logs, list) and type(dropped) is int):
         return None
@@ -437,6 +451,10 @@ def _checked(text: Any) -> Optional[dict[str, Any]]:
 
 
 _STATES = frozenset({"fulfilled", "rejected", "invalid", "output_limit"})
+# The decoder's scanner itself (the C one where there is one), without
+# json.loads's layers: an envelope is one JSON value with no whitespace around
+# it, so _checked compares the end it reports with the text's length.
+_scan: Callable[[str, int], tuple[Any, int]] = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]
 
 TAMPERED = "the sandbox bridge was tampered with; the run was stopped"
 CANCELLED = "the run was cancelled"
