@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import collections
 import json
+import json.encoder
 import json.scanner
 import os
 import time
@@ -55,10 +56,27 @@ with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "prelude.js")
 del _f
 
 _TRUNCATED = "[output truncated at {n} bytes]"
-# Made once: json.dumps(v, allow_nan=False) builds a new encoder on every call.
-# Both are ASCII (ensure_ascii), as the bridge needs.
-_encode_value = json.JSONEncoder(allow_nan=False).encode
-_encode = json.JSONEncoder().encode
+
+
+def _one_shot_encoder(allow_nan: bool) -> Callable[[Any], str]:
+    """``json.dumps``, compact and ASCII (as the bridge needs: it escapes lone
+    surrogates and NUL), with the C encoder made once rather than per call
+    (``JSONEncoder.encode`` builds one each time). No cycle check: what it
+    encodes is a snapshot or a two-string error, never cyclic."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:
+        return json.JSONEncoder(allow_nan=allow_nan, separators=(",", ":"), check_circular=False).encode
+    chunks = make(None, None, json.encoder.encode_basestring_ascii, None, ":", ",", False, False, allow_nan)
+    join = "".join
+
+    def encode(value: Any) -> str:
+        return join(chunks(value, 0))
+
+    return encode
+
+
+_encode_value = _one_shot_encoder(allow_nan=False)
+_encode = _one_shot_encoder(allow_nan=True)
 #: Extra memory and CPU time the salvage drain may use after a limit tripped.
 _SALVAGE_MEMORY = 16 * 1024 * 1024
 _SALVAGE_SECONDS = 0.5
