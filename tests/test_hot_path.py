@@ -10,7 +10,9 @@ import json
 import threading
 import time
 
-from nous_sched import Limits, Outcome, Tool
+import attrs
+
+from nous_sched import Limits, Outcome, Tool, ToolCallEvent
 from nous_sched.runtime.engine import Engine
 
 
@@ -83,3 +85,10 @@ def test_a_ticket_is_published_once_and_every_waiter_sees_it(make_scheduler, mak
         w.join(30)
     abandoned = Outcome.failure("slow", "code run is over; tool call abandoned")
     assert got == [abandoned] * 4 and ticket.wait(0) == abandoned and ticket.done()
+
+
+def test_a_tool_call_events_session_form_has_every_field_in_order():
+    event = ToolCallEvent("r:code:0", "t", {"a": [1]}, "parallel", 0)
+    data = event.as_event().data
+    assert list(data) == [field.name for field in attrs.fields(ToolCallEvent)]
+    assert data == attrs.asdict(event, recurse=False) and event.as_event().type == "tool_call"
