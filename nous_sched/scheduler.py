@@ -16,8 +16,9 @@ those calls may interleave. The :class:`Scheduler` decides, conservatively:
   everything before it has committed, runs alone, and holds the barrier through
   its own commit, so nothing starts or commits inside its window.
 * **At most ``max_parallel`` calls run at once**; more queue, they never fail.
-* **Tools run on an executor**: a private ``ThreadPoolExecutor`` by default, or
-  any ``concurrent.futures.Executor`` you pass (shared, never shut down here).
+* **Tools run on an executor**: the scheduler's own threads by default (at most
+  ``max_parallel``, :mod:`nous_sched._tool_threads`), or any
+  ``concurrent.futures.Executor`` you pass (shared, never shut down here).
   The submitting thread's ``contextvars`` are visible inside the tool.
 * **Failure is data.** A failed call commits an :class:`~nous_sched.Outcome`
   holding two strings; the traceback goes to the ``nous_sched`` logger.
@@ -40,6 +41,7 @@ import time
 from typing import Any, Callable, Optional
 
 from . import _validators as v
+from ._tool_threads import Task, ToolThreads
 from ._validators import require
 from .dispatch import CallInfo, current_call, direct_dispatch
 from .errors import ToolError
@@ -165,7 +167,7 @@ class _Call:
     seq: int
     mode: Mode
     timeline: _Timeline
-    future: concurrent.futures.Future[Any]
+    future: concurrent.futures.Future[Any] | Task  # the executor's, or the scheduler's own threads'
     outcome: Outcome
 
     def __init__(
@@ -255,8 +257,9 @@ class Scheduler:
     :param max_parallel: the ceiling on calls running at once (positive int).
     :param call_id: prefix of event ids, ``"<call_id>:code:<seq>"``.
     :param executor: where tools run. Yours is shared and never shut down;
-        without one the scheduler owns a ``ThreadPoolExecutor`` of
-        ``max_parallel`` threads and shuts it down when it stops.
+        without one the scheduler starts up to ``max_parallel`` tool threads
+        of its own (named ``nous-sched-tool-<n>_<k>``) and shuts them down
+        when it stops.
     :param timeout: the bound, in seconds, on every wait (the run's deadline).
     :param observer: ``observer(record: CallRecord, phase)`` is called on the
         driver at ``"start"`` and ``"commit"``; it must be quick and must not
@@ -322,7 +325,7 @@ class Scheduler:
         self._max_parallel = max_parallel
         self._call_id = call_id
         self._executor = executor
-        self._owns_executor = executor is None
+        self._tool_threads: Optional[ToolThreads] = None  # driver-owned: made at the first start
         self._timeout = float(timeout)
         self._observer = observer
         self._n = next(_ids)
@@ -636,15 +639,14 @@ class Scheduler:
         put = self._queue.put
         executor = self._executor
         try:
-            if self._owns_executor:
-                if executor is None:
-                    executor = self._executor = concurrent.futures.ThreadPoolExecutor(
-                        self._max_parallel, thread_name_prefix=f"nous-sched-tool-{self._n}"
-                    )
-                # Our own pool: the task reports back itself, with no done-callback.
+            if executor is None:
+                threads = self._tool_threads
+                if threads is None:
+                    threads = self._tool_threads = ToolThreads(self._max_parallel, f"nous-sched-tool-{self._n}")
+                # Our own threads: the task reports back itself, with no future.
                 # What it cannot report (cancelled before it ran) happens only
                 # when the lane is abandoned, and needs no report.
-                call.future = executor.submit(
+                call.future = threads.submit(
                     _run_reporting,
                     put,
                     seq,
@@ -657,7 +659,6 @@ class Scheduler:
                     self._t0,
                 )
                 return
-            assert executor is not None  # a caller's executor, given at construction
             future = executor.submit(
                 _InContext(call.ctx), _run_call, self._dispatch, call.tool, call.args, call.run_ctx, info, self._t0
             )
@@ -719,9 +720,9 @@ class Scheduler:
         try:
             self._abandon()
         finally:
-            if self._owns_executor and self._executor is not None:
-                # Joining idle workers is quick; joining one stuck in a tool is not.
-                self._executor.shutdown(wait=self._still_running == 0, cancel_futures=True)
+            if self._tool_threads is not None:
+                # Joining idle threads is quick; joining one stuck in a tool is not.
+                self._tool_threads.shutdown(wait=self._still_running == 0, cancel_futures=True)
             final = self._final = self._lane.state()
             with self._lock:
                 self._exited = True
