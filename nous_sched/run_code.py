@@ -30,10 +30,11 @@ from typing import Any, Callable, Iterable, Optional, Sequence, cast
 
 from . import _validators as v
 from ._validators import require
+from .discovery import Discovery, unknown_tool_message
 from .dispatch import ApprovalRequest, RunContext, direct_dispatch
 from .errors import RunCodeError
 from .events import SessionLog
-from .outcome import Outcome, quote_name
+from .outcome import Outcome
 from .policy import PermissionPolicy, denied_message, partition
 from .records import CallRecord
 from .result import RunResult
@@ -204,13 +205,14 @@ class _Host:
         self.denied = denied
         self.run_ctx = run_ctx
         self.names: Sequence[str] = tuple(sorted({*granted, *denied}))
+        self.discovery = Discovery(granted, self.names, denied)
 
     def call(self, name: Any, args: Any) -> PendingCall:
         if not isinstance(name, str):
             return _Settled(Outcome.failure(str(name), "a tool name must be a string"))
         tool = self.granted.get(name)
         if tool is None:
-            message = denied_message(name) if name in self.denied else f"unknown tool {quote_name(name)}"
+            message = denied_message(name) if name in self.denied else unknown_tool_message(name, self.names)
             return _Settled(Outcome.failure(name, message))
         if args is None:
             args = {}
@@ -224,3 +226,7 @@ class _Host:
         """A runtime hands every call one step of a program started inside
         ``with host.batch():``, so they reach the scheduler as one message."""
         return self.scheduler._batched()
+
+    def discover(self, question: Any) -> PendingCall:
+        """Answer a question the program asked through ``sdk`` (see :mod:`.discovery`)."""
+        return _Settled(self.discovery.answer(question))

@@ -710,7 +710,11 @@ def test_unknown_tool_through_the_host_is_refused():
         return RuntimeOutcome(())
 
     result = run_code("x", [echo_tool()], runtime=FakeRuntime(body))
-    assert got["unknown"].error.as_dict() == {"tool": "nope", "message": 'unknown tool "nope"'}
+    assert got["unknown"].error.as_dict() == {
+        "tool": "nope",
+        "message": 'unknown tool "nope". Object.keys(tools) lists the 1 declared tool; '
+        'sdk.search("words") finds them by what they do.',
+    }
     assert result.events == ()
 
 

@@ -56,6 +56,8 @@ with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "prelude.js")
 del _f
 
 _TRUNCATED = "[output truncated at {n} bytes]"
+#: What the program's text follows: one line (the prelude's line offset).
+_HEADER = "(async function program() {\n"
 
 
 def _one_shot_encoder(allow_nan: bool) -> Callable[[Any], str]:
@@ -163,10 +165,10 @@ class Engine:
         ctx.set_max_stack_size(limits.stack_bytes)
         budgets = f"[{int(limits.max_log_bytes)},{int(limits.max_output_bytes)},{int(limits.max_args_bytes)}]"
         self._arm()
-        self._guard(bridge, "configure", json.dumps(list(self.names)), budgets)
+        self._guard(bridge, "configure", json.dumps(list(self.names)), budgets, 1)
         try:
-            # No newline before the body, so the program's line numbers are its own.
-            main = self._guard(ctx.eval, "(async function program() {" + self.program + "\n})")
+            # The header's line is taken off every line number by the prelude.
+            main = self._guard(ctx.eval, _HEADER + self.program + "\n})")
         except _Syntax as exc:
             raise Stopped("exception", exc.message) from None
         self._guard(bridge, "start", main)
@@ -326,13 +328,14 @@ def _drive(engine: Any, host: Any, limits: Any, deadline: float, cancel: Any, bo
         if envelope["logs"] or envelope["dropped"]:
             book.extend(envelope["logs"], envelope["dropped"])
         calls = envelope["calls"]
+        # A null name is a question about the tools (the program's `sdk`).
         if len(calls) > 1 and batch is not None:
             with batch():
                 for call_id, name, args in calls:
-                    outstanding.append((call_id, call(name, args)))
+                    outstanding.append((call_id, call(name, args) if name is not None else _ask(host, args)))
         else:
             for call_id, name, args in calls:
-                outstanding.append((call_id, call(name, args)))
+                outstanding.append((call_id, call(name, args) if name is not None else _ask(host, args)))
         if state is None:
             state = envelope["main"]
         if cancel is not None and cancel.is_set():
@@ -357,6 +360,31 @@ def _drive(engine: Any, host: Any, limits: Any, deadline: float, cancel: Any, bo
             text = engine.settle(call_id, True, _encode_value(outcome.value))
         else:
             text = engine.settle(call_id, False, _encode(outcome.error.as_dict()))
+
+
+def _ask(host: Any, question: Any) -> Any:
+    """The host's answer to a question the program asked through ``sdk``: a
+    pending call like a tool's (``host.discover``), settled in the same order."""
+    discover = getattr(host, "discover", None)
+    if discover is None:
+        return _Unanswered()
+    return discover(question)
+
+
+class _Unanswered:
+    """The answer of a host that takes no questions (it has no ``discover``)."""
+
+    ok = False
+
+    def wait(self, timeout: float) -> "_Unanswered":
+        return self
+
+    @property
+    def error(self) -> "_Unanswered":
+        return self
+
+    def as_dict(self) -> dict[str, str]:
+        return {"tool": "sdk", "message": "this host answers no questions about its tools"}
 
 
 def _wait(pending: Any, deadline: float, cancel: Any) -> Any:
@@ -458,7 +486,7 @@ def _checked(text: Any) -> Optional[dict[str, Any]]:
         return None
     # Plain loops: all(<generator>) costs a generator per call on the hot path.
     for c in calls:
-        if not (isinstance(c, list) and len(c) == 3 and type(c[0]) is int and isinstance(c[1], str)):
+        if not (isinstance(c, list) and len(c) == 3 and type(c[0]) is int and (c[1] is None or isinstance(c[1], str))):
             return None
     for line in logs:
         if not isinstance(line, str):

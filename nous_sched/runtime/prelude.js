@@ -11,6 +11,18 @@
 // null-prototype records, so a program that pollutes Object.prototype,
 // Array.prototype, JSON or Promise changes only what it sees itself, never
 // what crosses to the host.
+//
+// Three globals face the program: `tools` (a proxy: a declared name gives its
+// tool, any other string a function whose call rejects with a ToolError naming
+// the closest declared names, answered by the host; reading it, with
+// Object.keys, `in` or JSON.stringify, shows only the declared tools),
+// `sdk` (questions about the tools, answered by the host: describe, search)
+// and `console`.
+//
+// Stack traces are formatted here, by a hook the program cannot replace, so
+// that every line and column is the program's own (the host's wrapper puts
+// its header on a line of its own before the program) and no frame of this
+// file shows.
 (function () {
   "use strict";
   const JSONstringify = JSON.stringify;
@@ -29,11 +41,88 @@
   const AsyncFunctionPrototype = getPrototypeOf(async function () {});
   const strSplit = String.prototype.split;
   const strIndexOf = String.prototype.indexOf;
+  const captureStackTrace = ErrorCtor.captureStackTrace;
+  const hasOwn = Object.prototype.hasOwnProperty;
+  const ProxyCtor = Proxy;
+  const preludeFunctions = new WeakSet();
+  const weakAdd = WeakSet.prototype.add;
+  const weakHas = WeakSet.prototype.has;
+
+  // The lines of the wrapper's header before the program's first line (set by
+  // configure()). The header has a line of its own because QuickJS counts the
+  // columns of some expressions on a source's first line from 0, and from 1
+  // on every other line.
+  let LINE_OFFSET = 0;
+
+  // A frame of this file's functions (the bridge, call, the tools) is noise
+  // to the program's author and would show this file's line numbers.
+  function own(f) {
+    apply(weakAdd, preludeFunctions, [f]);
+    return f;
+  }
+
+  function isOwn(site) {
+    const f = site.getFunction();
+    if (typeof f === "function" && apply(weakHas, preludeFunctions, [f])) return true;
+    const name = site.getFunctionName();
+    return typeof name === "string" && apply(strIndexOf, name, ["__nous_"]) === 0;
+  }
+
+  // `caller` is the frame below: a builtin this file called (JSON.stringify
+  // on the program's value) is this file's frame too.
+  function frameText(site, caller) {
+    if (isOwn(site)) return "";
+    const f = site.getFunction();
+    const name = site.getFunctionName();
+    if (site.isNative()) return caller !== undefined && isOwn(caller) ? "" : "    at " + name + " (native)\n";
+    const file = site.getFileName();
+    let line = site.getLineNumber();
+    if (line > LINE_OFFSET) line -= LINE_OFFSET;
+    const where = file + ":" + line + ":" + site.getColumnNumber();
+    if (typeof f !== "function") return "    at " + where + "\n"; // no function: a syntax error
+    return "    at " + (name ? name : "<anonymous>") + " (" + where + ")\n";
+  }
+
+  function formatSites(sites) {
+    let text = "";
+    for (let i = 0; i < sites.length; i++) text += frameText(sites[i], sites[i + 1]);
+    return text;
+  }
+
+  // The call site of a tool call, captured cheaply: the hook hands back the
+  // CallSites themselves for this one private object (they never leave this
+  // file), and they are formatted only if the call fails.
+  let siteHolder = null;
+  function __nous_stack_hook(error, sites) {
+    if (error === siteHolder && siteHolder !== null) return sites;
+    // The engine's own out-of-memory error is built while no allocation can
+    // succeed: formatting would fail and lose the error. It gets no stack.
+    let message;
+    try {
+      message = error.message;
+    } catch (_) {
+      message = undefined;
+    }
+    if (message === "out of memory") return undefined;
+    return formatSites(sites);
+  }
+  function callSites() {
+    const holder = create(null);
+    siteHolder = holder;
+    try {
+      captureStackTrace(holder);
+      return holder.stack;
+    } finally {
+      siteHolder = null;
+    }
+  }
 
   // quickjs-ng implements V8's Error.prepareStackTrace: an accessor that stores
   // one hook per context, set through *any* error constructor, whose CallSites
-  // hand out every frame's function, the bridge's included. Replace it with a
-  // locked undefined before the program exists, so no hook can ever be set.
+  // hand out every frame's function, the bridge's included. Set this file's
+  // hook, then replace the accessor with a locked undefined before the program
+  // exists, so no other hook can ever be set (the engine keeps the one set).
+  ErrorCtor.prepareStackTrace = __nous_stack_hook;
   defineProperty(ErrorCtor, "prepareStackTrace", { value: undefined, writable: false, configurable: false });
 
   // Set once by configure(); until then every call and log line is refused.
@@ -61,6 +150,15 @@
   }
   defineProperty(ToolError.prototype, "name", { value: "ToolError" });
 
+  // A failed call's error: its stack is where the program made the call.
+  function failedCall(tool, message, sites) {
+    const error = new ToolError(tool, message);
+    if (typeof sites === "object" && sites !== null) {
+      defineProperty(error, "stack", { value: formatSites(sites), writable: true, configurable: true });
+    }
+    return error;
+  }
+
   function describe(e) {
     try {
       if (e !== null && (typeof e === "object" || typeof e === "function")) {
@@ -68,8 +166,15 @@
         if (typeof message === "string") {
           const name = e.name;
           let text = (typeof name === "string" && name ? name : "Error") + ": " + message;
+          if (e instanceof ToolError) {
+            const tool = e.tool;
+            if (typeof tool === "string") text += " (tool " + JSONstringify(tool) + ")";
+          }
           const stack = e.stack;
-          if (!(e instanceof ToolError) && typeof stack === "string" && stack) text += "\n" + programFrames(stack);
+          if (typeof stack === "string" && stack) {
+            const frames = programFrames(stack);
+            if (frames) text += "\n" + frames;
+          }
           return text;
         }
         const json = JSONstringify(e);
@@ -102,25 +207,30 @@
     }
   }
 
-  function call(name, args) {
+  // `name` is a tool's name, or null for a question to the host about the
+  // tools (`sdk`), which `label` names in errors.
+  function call(name, args, label) {
+    const sites = callSites();
     let json;
     try {
       json = JSONstringify(args === undefined ? null : args);
     } catch (e) {
-      return apply(promiseReject, PromiseCtor, [new ToolError(name, "arguments are not JSON: " + brief(e))]);
+      return apply(promiseReject, PromiseCtor, [failedCall(label, "arguments are not JSON: " + brief(e), sites)]);
     }
     if (json !== undefined && json.length > MAX_ARGS_UNITS) {
       // Refused here, before anything crosses: the host never parses it.
-      return apply(promiseReject, PromiseCtor, [
-        new ToolError(name, "arguments are " + json.length + " characters of JSON, over the run's limit of " + MAX_ARGS_UNITS),
-      ]);
+      const message = "arguments are " + json.length + " characters of JSON, over the run's limit of " + MAX_ARGS_UNITS;
+      return apply(promiseReject, PromiseCtor, [failedCall(label, message, sites)]);
     }
     const id = ++nextId;
     outbox[outTail++] = [id, name, json === undefined ? "null" : json];
-    return new PromiseCtor(function (res, rej) {
-      waiting[id] = { res: res, rej: rej };
-    });
+    return new PromiseCtor(
+      own(function (res, rej) {
+        waiting[id] = { res: res, rej: rej, sites: sites };
+      }),
+    );
   }
+  own(call);
 
   function __nous_settle(id, ok, payload) {
     const w = waiting[id];
@@ -128,7 +238,7 @@
     delete waiting[id];
     const value = JSONparse(payload);
     if (ok) w.res(value);
-    else w.rej(new ToolError(value.tool, value.message));
+    else w.rej(failedCall(value.tool, value.message, w.sites));
   }
 
   function format(args) {
@@ -226,15 +336,63 @@
   }
 
   function makeTool(name) {
-    return freeze(function (args) {
-      return call(name, args);
-    });
+    return freeze(
+      own(function (args) {
+        return call(name, args, name);
+      }),
+    );
   }
 
-  const tools = create(null);
+  // Names the engine and the language look up on any object (awaiting it,
+  // JSON.stringify, string conversion): an undeclared one must read as
+  // absent, or `return tools` would call a tool named "then".
+  const PROTOCOL = create(null);
+  PROTOCOL.then = true;
+  PROTOCOL.toJSON = true;
+  PROTOCOL.toString = true;
+  PROTOCOL.valueOf = true;
+  PROTOCOL.toLocaleString = true;
+  PROTOCOL.constructor = true;
+  PROTOCOL.__proto__ = true;
 
-  // namesJson: a JSON array of tool names; limitsJson: [log, output, args] units.
-  function configure(namesJson, limitsJson) {
+  const declared = create(null);
+  // Only `get` is trapped: keys, `in`, descriptors and the frozen shape are
+  // the declared tools' own. The handler never calls the program's code.
+  const tools = new ProxyCtor(declared, {
+    get: own(function (target, key) {
+      if (typeof key !== "string") return undefined;
+      if (apply(hasOwn, target, [key])) return target[key];
+      if (PROTOCOL[key] === true) return undefined;
+      return makeTool(key);
+    }),
+  });
+
+  function ask(question, label, args) {
+    return call(null, [question, args], label);
+  }
+  own(ask);
+  const sdkObject = create(null);
+  defineProperty(sdkObject, "describe", {
+    value: freeze(
+      own(function describe(name) {
+        return ask("describe", "sdk.describe", [name]);
+      }),
+    ),
+    enumerable: true,
+  });
+  defineProperty(sdkObject, "search", {
+    value: freeze(
+      own(function search(words, limit) {
+        return ask("search", "sdk.search", limit === undefined ? [words] : [words, limit]);
+      }),
+    ),
+    enumerable: true,
+  });
+  freeze(sdkObject);
+
+  // namesJson: a JSON array of tool names; limitsJson: [log, output, args] units;
+  // offset: the lines of the wrapper's header before the program's first line.
+  function configure(namesJson, limitsJson, offset) {
     if (configured) return;
     configured = true;
     const names = JSONparse(namesJson);
@@ -242,16 +400,33 @@
     MAX_LOG_UNITS = limits[0];
     MAX_OUTPUT_UNITS = limits[1];
     MAX_ARGS_UNITS = limits[2];
+    if (typeof offset === "number") LINE_OFFSET = offset;
     for (let i = 0; i < names.length; i++) {
-      defineProperty(tools, names[i], { value: makeTool(names[i]), enumerable: true });
+      defineProperty(declared, names[i], { value: makeTool(names[i]), enumerable: true });
     }
-    freeze(tools);
+    freeze(declared);
   }
   const logger = function (prefix) {
-    return freeze(function () {
-      emit(prefix, arguments);
-    });
+    return freeze(
+      own(function () {
+        emit(prefix, arguments);
+      }),
+    );
   };
+  own(describe);
+  own(brief);
+  own(format);
+  own(emit);
+  own(drain);
+  own(onFulfilled);
+  own(onRejected);
+  own(__nous_start);
+  own(__nous_settle);
+  own(failedCall);
+  own(callSites);
+  own(ToolError);
+  own(logger);
+  own(configure);
   const consoleObject = freeze({
     log: logger(""),
     info: logger(""),
@@ -262,6 +437,7 @@
   freeze(ToolError.prototype);
   freeze(ToolError);
   defineProperty(globalThis, "tools", { value: tools });
+  defineProperty(globalThis, "sdk", { value: sdkObject });
   defineProperty(globalThis, "console", { value: consoleObject });
   defineProperty(globalThis, "ToolError", { value: ToolError });
 
@@ -269,7 +445,7 @@
     if (op === "drain") return drain();
     if (op === "settle") return __nous_settle(a, b, c);
     if (op === "start") return __nous_start(a);
-    if (op === "configure") return configure(a, b);
+    if (op === "configure") return configure(a, b, c);
     return undefined;
   };
 })()

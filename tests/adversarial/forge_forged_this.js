@@ -19,5 +19,6 @@ for (const attempt of attempts) {
   try { await attempt(); refused.push("ran"); } catch (e) { refused.push(e instanceof ToolError ? e.tool + ": " + e.message : "other " + e); }
 }
 out.refused = refused;
-try { tools.nonexistent({}); out.unknown = "ran"; } catch (e) { out.unknown = e.name; }
+// An undeclared name is a function too, whose call rejects with a ToolError naming it.
+try { await tools.nonexistent({}); out.unknown = "ran"; } catch (e) { out.unknown = e.name + ": " + e.tool; }
 return out;

@@ -13,5 +13,5 @@ try { ToolError.prototype.name = "Hacked"; } catch (e) { r.push("proto threw " +
 r.push(await tools.echo({still: "works"}));
 console.log("still logging");
 let err; try { await tools.fail({message: "m"}); } catch (e) { err = e instanceof ToolError && e.name; }
-r.push(err, typeof tools.newTool, Object.isFrozen(tools), Object.isFrozen(tools.echo));
+r.push(err, "newTool" in tools, Object.isFrozen(tools), Object.isFrozen(tools.echo));
 return r;

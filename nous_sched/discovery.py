@@ -1,0 +1,132 @@
+"""What the host tells a program about its tools: the closest names to an
+unknown one, and the answers to the program's ``sdk`` questions.
+
+A model's most common mistake is a tool name it made up or re-cased
+(``getWeather`` for ``get_weather``). The call still fails, but with a
+:class:`~nous_sched.ToolError` whose message names the closest declared tools
+and says how to list them, so the next program can be right.
+
+The ``sdk`` global (:data:`nous_sched.sdk.DISCOVERY_GLOBAL`) is in every run,
+whatever the size of the tool set: ``sdk.describe(name)`` resolves to the
+tool's full declaration (the TypeScript the full SDK would show) and
+``sdk.search(words, limit?)`` to ``[{name, summary}]`` of the best matching
+tools (:class:`~nous_sched.sdk.ToolIndex`). A question is not a tool call: it
+passes no policy or approval and writes no audit event, and it reveals nothing
+the run's own description would not (only granted tools are described or
+found; a denied one is named as denied). The index is built on the first
+question, so a run that asks none pays nothing.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping, Sequence
+from typing import Any, Optional
+
+from .errors import ConfigError
+from .outcome import Outcome, quote_name
+from .policy import denied_message
+from .sdk import DISCOVERY_GLOBAL, GLOBAL, ToolIndex, _words
+
+__all__ = ["closest_names", "unknown_tool_message", "Discovery"]
+
+#: How many close names an unknown-tool message suggests at most.
+SUGGESTIONS = 3
+_CUTOFF = 0.6
+
+
+def _key(name: str) -> str:
+    # camelCase, snake_case, kebab-case and spaces all become one spelling.
+    return "_".join(_words(name)) or name.lower()
+
+
+def closest_names(name: str, names: Sequence[str], n: int = SUGGESTIONS) -> list[str]:
+    """Up to ``n`` of ``names`` closest to ``name``, best first; deterministic.
+
+    A name that differs only in case or word style (``getWeather``,
+    ``get-weather``, ``GET_WEATHER`` for ``get_weather``) comes first; then
+    ``difflib``'s closest matches on that normalised spelling.
+    """
+    if not names:
+        return []
+    target = _key(name)
+    by_key: dict[str, list[str]] = {}
+    for candidate in sorted(set(names)):
+        by_key.setdefault(_key(candidate), []).append(candidate)
+    chosen = list(by_key.get(target, ()))
+    for key in difflib.get_close_matches(target, list(by_key), n=n, cutoff=_CUTOFF):
+        for candidate in by_key[key]:
+            if candidate not in chosen:
+                chosen.append(candidate)
+    return chosen[:n]
+
+
+def unknown_tool_message(name: str, names: Sequence[str]) -> str:
+    """The message of a call to a tool that ``names`` (the run's declared tools) does not hold."""
+    text = f"unknown tool {quote_name(name)}"
+    if not names:
+        return text + f"; this run declares no tools (Object.keys({GLOBAL}) is empty)"
+    close = closest_names(name, names)
+    if close:
+        quoted = [quote_name(c) for c in close]
+        text += "; did you mean " + (", ".join(quoted[:-1]) + " or " if len(quoted) > 1 else "") + quoted[-1] + "?"
+    else:
+        text += "."
+    count = len(set(names))
+    return (
+        text + f" Object.keys({GLOBAL}) lists the {count} declared tool{'s' if count != 1 else ''}; "
+        f'{DISCOVERY_GLOBAL}.search("words") finds them by what they do.'
+    )
+
+
+class Discovery:
+    """Answers one run's ``sdk`` questions; built per run, used by one thread.
+
+    ``granted`` are the tools the program may call (described and searched);
+    ``names`` every name in ``tools`` (denied ones too); ``denied`` the names
+    the policy refuses.
+    """
+
+    def __init__(self, granted: Mapping[str, Any], names: Sequence[str], denied: Any = ()) -> None:
+        self._granted = granted
+        self._names = names
+        self._denied = frozenset(denied)
+        self._index: Optional[ToolIndex] = None
+
+    @property
+    def index(self) -> ToolIndex:
+        if self._index is None:
+            self._index = ToolIndex(self._granted.values(), "typescript")
+        return self._index
+
+    def answer(self, question: Any) -> Outcome:
+        """The outcome of ``question``, the JSON ``[op, [arguments...]]`` the prelude sends. Never raises."""
+        if not (isinstance(question, list) and len(question) == 2 and isinstance(question[1], list)):
+            return Outcome.failure(DISCOVERY_GLOBAL, "malformed question")
+        op, args = question
+        if op == "describe":
+            return self._describe(args)
+        if op == "search":
+            return self._search(args)
+        return Outcome.failure(DISCOVERY_GLOBAL, f"no such question {quote_name(str(op))}")
+
+    def _describe(self, args: list[Any]) -> Outcome:
+        label = f"{DISCOVERY_GLOBAL}.describe"
+        name = args[0] if args else None
+        if not isinstance(name, str):
+            return Outcome.failure(label, f"expects a tool's name (a string), e.g. {label}(\"search_docs\")")
+        text = self.index.describe(name)
+        if text is not None:
+            return Outcome.success(text)
+        if name in self._denied:
+            return Outcome.failure(name, denied_message(name))
+        return Outcome.failure(name, unknown_tool_message(name, self._names))
+
+    def _search(self, args: list[Any]) -> Outcome:
+        label = f"{DISCOVERY_GLOBAL}.search"
+        if not args:
+            return Outcome.failure(label, f'expects words to search for, e.g. {label}("weather")')
+        try:
+            return Outcome.success(self.index.search(*args[:2]))
+        except ConfigError as exc:
+            return Outcome.failure(label, str(exc))
