@@ -114,7 +114,7 @@ class Discovery:
         label = f"{DISCOVERY_GLOBAL}.describe"
         name = args[0] if args else None
         if not isinstance(name, str):
-            return Outcome.failure(label, f"expects a tool's name (a string), e.g. {label}(\"search_docs\")")
+            return Outcome.failure(label, f'expects a tool\'s name (a string), e.g. {label}("search_docs")')
         text = self.index.describe(name)
         if text is not None:
             return Outcome.success(text)

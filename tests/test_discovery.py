@@ -34,7 +34,7 @@ def test_describe_resolves_to_the_tools_declaration(runtime):
     result = run_code('return await sdk.describe("get_weather");', TOOLS)
     assert result.ok, result.error
     assert result.result == ToolIndex(TOOLS).describe("get_weather")
-    assert '"get_weather"(args: {' in result.result and "Promise<{ \"temp\": number }>" in result.result
+    assert '"get_weather"(args: {' in result.result and 'Promise<{ "temp": number }>' in result.result
     assert result.events == ()  # a question is not a tool call
 
 
@@ -71,7 +71,9 @@ def test_questions_and_calls_settle_in_the_order_the_program_made_them(runtime):
 
 
 def test_describing_an_unknown_tool_names_the_closest_ones(runtime):
-    program = 'try { await sdk.describe("getWeather"); } catch (e) { return [e instanceof ToolError, e.tool, e.message]; }'
+    program = (
+        'try { await sdk.describe("getWeather"); } catch (e) { return [e instanceof ToolError, e.tool, e.message]; }'
+    )
     result = run_code(program, TOOLS)
     assert result.result[:2] == [True, "getWeather"]
     assert result.result[2].startswith('unknown tool "getWeather"; did you mean "get_weather"?')

@@ -60,14 +60,25 @@ def test_an_uncaught_tool_error_names_the_tool_and_where_the_program_called_it(r
     program = 'console.log("start");\nasync function lookup() {\n  return await tools.fail({});\n}\nawait lookup();'
     result = run_code(program, TOOLS)
     assert result.error.kind == "exception"
-    assert result.error.message == 'ToolError: quota exceeded (tool "fail")\n    at lookup (<input>:3:22)\n    at program (<input>:5:7)'
+    assert (
+        result.error.message
+        == 'ToolError: quota exceeded (tool "fail")\n    at lookup (<input>:3:22)\n    at program (<input>:5:7)'
+    )
     assert result.logs == ("start",)
 
 
 def test_a_caught_tool_error_keeps_two_strings_and_its_stack_is_the_call_site(runtime):
-    program = "try { await tools.fail({}); } catch (e) { return [Object.keys(e), e.tool, e.message, e.stack, String(e)]; }"
+    program = (
+        "try { await tools.fail({}); } catch (e) { return [Object.keys(e), e.tool, e.message, e.stack, String(e)]; }"
+    )
     result = run_code(program, TOOLS)
-    assert result.result == [["tool"], "fail", "quota exceeded", "    at program (<input>:1:19)\n", "ToolError: quota exceeded"]
+    assert result.result == [
+        ["tool"],
+        "fail",
+        "quota exceeded",
+        "    at program (<input>:1:19)\n",
+        "ToolError: quota exceeded",
+    ]
 
 
 def test_a_call_refused_in_the_sandbox_is_located_too(runtime):

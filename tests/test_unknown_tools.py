@@ -51,7 +51,10 @@ def test_the_message_names_the_tool_the_suggestions_and_how_to_list_them():
         'sdk.search("words") finds them by what they do.'
     )
     assert unknown_tool_message("zzz", NAMES).startswith('unknown tool "zzz". Object.keys(tools) lists the 5')
-    assert unknown_tool_message("zzz", []) == 'unknown tool "zzz"; this run declares no tools (Object.keys(tools) is empty)'
+    assert (
+        unknown_tool_message("zzz", [])
+        == 'unknown tool "zzz"; this run declares no tools (Object.keys(tools) is empty)'
+    )
 
 
 def test_calling_an_undeclared_tool_rejects_with_a_tool_error_naming_it(runtime):
