@@ -31,6 +31,7 @@ from nous_sched import (
     current_call,
     run_code,
 )
+from nous_sched.discovery import unknown_tool_message
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -701,7 +702,7 @@ def test_host_refuses_bad_arguments_as_data(threads_released):
     assert r.result == [
         [False, "arguments must be an object, got [1, 2]"],
         [True, {}],
-        [False, 'unknown tool "nope"'],
+        [False, unknown_tool_message("nope", ["echo", "secret"])],
         [False, 'tool "secret" is denied by the permission policy'],
         [True, {"a": 1}],
     ]
