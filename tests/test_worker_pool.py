@@ -814,6 +814,34 @@ def test_a_worker_runs_scrubbed_named_and_bounded(pool):
     assert str(2 * 64 * MIB + pool.memory_headroom) in caps
 
 
+def _js_thread_policies(pool) -> list[int]:
+    """The scheduling policy (``/proc/.../stat`` field 41) of every worker's JS thread."""
+    policies = []
+    for pid in pool.pids():
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/comm", encoding="utf-8") as fh:
+                if not fh.read().startswith("nous-js"):
+                    continue
+            with open(f"/proc/{pid}/task/{task}/stat", encoding="ascii") as fh:
+                policies.append(int(fh.read().rsplit(")", 1)[1].split()[38]))
+    return policies
+
+
+@pytest.mark.skipif(not LINUX, reason="per-thread scheduling policies are read from /proc")
+def test_between_runs_a_worker_works_as_batch_then_returns_to_the_normal_policy(pool):
+    # The worker frees the last context and prepares the next as SCHED_BATCH
+    # (never preempting the host), then takes the normal policy back, so the
+    # next run's frames wake it as promptly as the first run's did.
+    assert _js_thread_policies(pool) == [os.SCHED_OTHER] * 2
+    for n in range(6):
+        assert run_code(f"return {n}", runtime=pool).result == n
+    deadline = time.monotonic() + WAIT
+    while _js_thread_policies(pool) != [os.SCHED_OTHER] * 2:  # a worker may still be tidying
+        assert time.monotonic() < deadline, _js_thread_policies(pool)
+        time.sleep(0.01)
+    assert run_code("return await tools.echo({n: 7})", [echo_tool()], runtime=pool).result == {"n": 7}
+
+
 _PROBE = r"""
 import errno, importlib.util, json, os, socket, sys, threading, ctypes
 spec = importlib.util.spec_from_file_location("osl", sys.argv[1])
