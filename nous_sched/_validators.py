@@ -15,6 +15,7 @@ CLI reuses, so a flag and its option say the same thing.
 from __future__ import annotations
 
 import concurrent.futures
+import difflib
 import inspect
 import math
 import threading
@@ -27,6 +28,7 @@ __all__ = [
     "Check",
     "require",
     "fail",
+    "unknown",
     "shown",
     "optional",
     "instance_of",
@@ -67,6 +69,14 @@ def shown(value: Any) -> str:
 def fail(owner: str, option: str, value: Any, expected: str) -> NoReturn:
     """Raise the one :class:`ConfigError` shape for a bad option."""
     raise ConfigError(f"{owner}: `{option}` must be {expected}, got {shown(value)}")
+
+
+def unknown(owner: str, option: str, accepted: Iterable[str], of: str) -> NoReturn:
+    """Raise the :class:`ConfigError` for an option ``of`` does not take, naming the closest it does."""
+    choices = sorted(accepted)
+    close = difflib.get_close_matches(option, choices, n=1)
+    hint = f"; did you mean `{close[0]}`?" if close else ""
+    raise ConfigError(f"{owner}: `{option}` is not an option of {of}{hint} (the options: {', '.join(choices)})")
 
 
 class Check:

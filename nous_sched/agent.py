@@ -3,10 +3,15 @@
 :func:`run_code_tool` packages :func:`~nous_sched.run_code` as a
 :class:`~nous_sched.Tool` an agent loop can offer a model; :func:`visible_tools`
 chooses, per code mode, between the granted tools, ``run_code`` alone, or both.
+
+Both check every option when they are called, not on the model's first call:
+a misspelled or bad option is a :class:`~nous_sched.ConfigError` naming it,
+raised where the agent is built.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping
 from typing import Any, Iterable, Optional
 
@@ -18,8 +23,9 @@ from ._validators import require
 from .errors import RunCodeError
 from .events import ContextUpdate
 from .policy import PermissionPolicy, partition
-from .run_code import NO_CODE, resolve_runtime, run_code
+from .run_code import _LIMITS, _OPTIONAL_EVENT, NO_CODE, resolve_runtime, run_code
 from .runtime import CodeRuntime
+from .scheduler import _OPTIONAL_SESSION_LOG
 from .tool import Tool
 
 __all__ = [
@@ -32,6 +38,28 @@ __all__ = [
 ]
 
 RUN_CODE_NAME = "run_code"
+_BUDGET = v.optional(v.int_at_least(1, "a positive number of characters"))
+# The run_code options a run_code tool passes on, checked as run_code checks
+# them. An option run_code has that is not listed here is passed on unchecked.
+_RUN_OPTION_CHECKS: dict[str, v.Check] = {
+    "timeout": v.SECONDS,
+    "limits": v.optional(_LIMITS),
+    "approval_handler": v.OPTIONAL_CALLABLE,
+    "max_parallel": v.POSITIVE_INT,
+    "executor": v.EXECUTOR,
+    "call_id": v.OPTIONAL_STR,
+    "dispatch": v.DISPATCH,
+    "session_log": _OPTIONAL_SESSION_LOG,
+    "observer": v.OPTIONAL_CALLABLE,
+    "cancel": _OPTIONAL_EVENT,
+}
+# Set by the run_code tool itself, per call or from its own arguments.
+_NOT_RUN_OPTIONS = frozenset({"code", "tools", "description", "policy", "runtime"})
+_RUN_OPTIONS = sorted(
+    name
+    for name, parameter in inspect.signature(run_code).parameters.items()
+    if parameter.kind is inspect.Parameter.KEYWORD_ONLY and name not in _NOT_RUN_OPTIONS
+)
 MODES = ("native", "code", "both")
 _MODE = v.one_of(MODES)
 RUN_CODE_DESCRIPTION = (
@@ -61,11 +89,23 @@ class WithContextUpdate:
     update: ContextUpdate
 
 
+def _check_run_options(owner: str, run_options: Mapping[str, Any]) -> None:
+    """Raise :class:`ConfigError` for an option :func:`~nous_sched.run_code`
+    does not take (naming the closest one it does) or a value it would refuse."""
+    for name, value in run_options.items():
+        if name not in _RUN_OPTIONS:
+            v.unknown(owner, name, _RUN_OPTIONS, "run_code")
+        check = _RUN_OPTION_CHECKS.get(name)
+        if check is not None:
+            require(owner, name, value, check)
+
+
 def run_code_tool(
     tools: Iterable[Tool],
     *,
     policy: Optional[PermissionPolicy] = None,
     runtime: Optional[CodeRuntime] = None,
+    budget: Optional[int] = sdk.DEFAULT_BUDGET,
     **run_options: Any,
 ) -> Tool:
     """The ``run_code`` :class:`~nous_sched.Tool` for an agent loop.
@@ -77,12 +117,23 @@ def run_code_tool(
     in :class:`WithContextUpdate` when sub-calls were made; it raises
     :class:`RunCodeError` when nothing ran. ``run_options`` go to
     :func:`run_code` on every call.
+
+    ``budget`` (characters, default :data:`nous_sched.sdk.DEFAULT_BUDGET`;
+    ``None`` for no limit): a tool set whose SDK would be longer is described
+    compactly, one line per tool, and the program reads a tool's declaration
+    with ``sdk.describe(name)`` or finds tools with ``sdk.search(words)``
+    (:mod:`nous_sched.discovery`; ``sdk`` is there in every run).
+
+    :raises ConfigError: a bad option, or one :func:`run_code` does not take,
+        named in the message, here rather than on the model's first call.
     """
     require("run_code_tool", "tools", tools, v.TOOLS)
+    require("run_code_tool", "budget", budget, _BUDGET)
+    _check_run_options("run_code_tool", run_options)
     tools = list(tools)
     granted, _ = partition(tools, policy, "run_code_tool")
     rt = resolve_runtime(runtime)
-    description = RUN_CODE_DESCRIPTION + "\n\n" + sdk.render(granted.values(), "typescript")
+    description = RUN_CODE_DESCRIPTION + "\n\n" + sdk.render(granted.values(), "typescript", budget=budget)
 
     def function(args: Any) -> Any:
         if not isinstance(args, Mapping):
@@ -131,6 +182,7 @@ def visible_tools(
     *,
     policy: Optional[PermissionPolicy] = None,
     runtime: Optional[CodeRuntime] = None,
+    budget: Optional[int] = sdk.DEFAULT_BUDGET,
     **run_options: Any,
 ) -> list[Tool]:
     """The tools a model should be offered in ``mode``.
@@ -140,10 +192,13 @@ def visible_tools(
     when no runtime is available (so ``"code"`` is the only mode that can fail
     for want of one). ``run_code`` is added after the policy filter: a
     deny-all policy still leaves it reachable, and every call it makes is
-    filtered again.
+    filtered again. ``budget`` and ``run_options`` are :func:`run_code_tool`'s,
+    checked in every mode.
     """
     require("visible_tools", "mode", mode, _MODE)
     require("visible_tools", "tools", tools, v.TOOLS)
+    require("visible_tools", "budget", budget, _BUDGET)
+    _check_run_options("visible_tools", run_options)
     tools = list(tools)
     granted = list(partition(tools, policy, "visible_tools")[0].values())
     if mode == "native":
@@ -153,5 +208,5 @@ def visible_tools(
             rt = resolve_runtime(runtime)
         except RunCodeError:
             return granted
-        return granted + [run_code_tool(tools, policy=policy, runtime=rt, **run_options)]
-    return [run_code_tool(tools, policy=policy, runtime=runtime, **run_options)]
+        return granted + [run_code_tool(tools, policy=policy, runtime=rt, budget=budget, **run_options)]
+    return [run_code_tool(tools, policy=policy, runtime=runtime, budget=budget, **run_options)]

@@ -190,3 +190,49 @@ def test_adapter_options():
     index = ToolIndex([plain])
     assert_config_error(lambda: index.search(42), "search", "query", "42")
     assert_config_error(lambda: index.search("t", limit=0), "search", "limit", "0")
+
+
+# -- run_code_tool and visible_tools check their options when built (issue 11) --
+
+RUN_OPTIONS = [
+    ("max_parallel", 0, "0"),
+    ("max_parallel", True, "True"),
+    ("timeout", INF, "inf"),
+    ("timeout", -1, "-1"),
+    ("limits", 5, "5"),
+    ("executor", object(), "a object"),
+    ("approval_handler", 42, "42"),
+    ("call_id", 42, "42"),
+    ("dispatch", 42, "42"),
+    ("session_log", {}, "{}"),
+    ("observer", "x", "'x'"),
+    ("cancel", 42, "42"),
+    ("budget", 0, "0"),
+    ("budget", "big", "'big'"),
+]
+
+
+@pytest.mark.parametrize("option, value, shown", RUN_OPTIONS)
+def test_run_code_tool_checks_each_option_when_built(option, value, shown):
+    assert_config_error(lambda: run_code_tool([], **{option: value}), "run_code_tool", option, shown)
+
+
+@pytest.mark.parametrize("mode", ["native", "code", "both"])
+@pytest.mark.parametrize("option, value, shown", RUN_OPTIONS)
+def test_visible_tools_checks_each_option_in_every_mode(mode, option, value, shown):
+    assert_config_error(lambda: visible_tools(mode, [], **{option: value}), "visible_tools", option, shown)
+
+
+@pytest.mark.parametrize("build", [lambda **o: run_code_tool([], **o), lambda **o: visible_tools("native", [], **o)])
+def test_a_misspelled_option_is_named_with_the_closest_one(build):
+    with pytest.raises(ConfigError) as info:
+        build(max_paralel=4)
+    assert "`max_paralel` is not an option of run_code; did you mean `max_parallel`?" in str(info.value)
+    with pytest.raises(ConfigError, match="`description` is not an option of run_code"):
+        build(description="set per call by the model")
+
+
+def test_good_options_build_a_tool_that_uses_them():
+    tool = run_code_tool([Tool("noop", noop)], max_parallel=2, timeout=5, budget=None, limits=None)
+    assert tool.name == "run_code"
+    assert tool.function({"code": "return await tools.noop({})", "description": "d"}) is not None

@@ -5,7 +5,7 @@ in both runtimes, without a tool call's policy, approval or audit.
 
 from __future__ import annotations
 
-from nous_sched import PermissionPolicy, Tool, run_code
+from nous_sched import PermissionPolicy, Tool, run_code, run_code_tool
 from nous_sched.sdk import ToolIndex
 
 
@@ -118,3 +118,31 @@ def test_sdk_is_frozen_and_cannot_be_replaced(runtime):
     """
     result = run_code(program, TOOLS)
     assert result.result == [["describe", "search"], True, None, "TypeError", "TypeError", "string"]
+
+
+def many_tools(n=60):
+    schema = {"type": "object", "properties": {"id": {"type": "string", "description": "The record's id."}}}
+    kinds = [f"kind{i:02d}" for i in range(n)]
+    return [
+        Tool(f"get_{k}", lambda args: {"id": args.get("id")}, description=f"Fetch one {k} by id.", parameters=schema)
+        for k in kinds
+    ]
+
+
+def test_run_code_tool_over_its_budget_describes_each_tool_in_one_line_and_the_program_asks(runtime):
+    tools = many_tools()
+    full = run_code_tool(tools, budget=None).description
+    compact = run_code_tool(tools, budget=2000).description
+    assert len(compact) < len(full)
+    assert compact.count("\n") < full.count("\n")
+    assert 'sdk.describe("<tool name>")' in compact and "sdk.describe" not in full
+    assert '  "get_kind07"(args: object): Promise<unknown>; // Fetch one kind07 by id. Args: id?' in compact
+    tool = run_code_tool(tools, budget=2000)
+    answer = tool.function({"code": 'return await sdk.describe("get_kind07");', "description": "read a declaration"})
+    assert answer["result"] == ToolIndex(tools).describe("get_kind07")
+    assert "/** The record's id. */" in answer["result"]
+
+
+def test_the_default_budget_keeps_a_small_tool_set_in_full():
+    assert run_code_tool(TOOLS).description == run_code_tool(TOOLS, budget=None).description
+    assert "Current weather for a city." in run_code_tool(TOOLS).description
