@@ -111,18 +111,22 @@ def _frozen_list(items: Iterable[Any]) -> FrozenList:
     return made
 
 
+_IMMUTABLE = frozenset({str, int, float, bool, type(None)})
+
+
 def freeze(value: Any) -> Any:
     """``value`` with every dict (any mapping) and list (or tuple) replaced by a frozen copy, recursively.
 
     Already-frozen containers are returned as they are: everything inside one is frozen.
     """
     kind = type(value)
-    if kind is FrozenDict or kind is FrozenList or kind is str or kind is int or value is None:
+    if kind in _IMMUTABLE or kind is FrozenDict or kind is FrozenList:
         return value
+    # Scalars inline, not one call each: this runs over every call's arguments.
     if kind is dict or isinstance(value, abc.Mapping):
-        return _frozen_dict({key: freeze(item) for key, item in value.items()})
+        return _frozen_dict({key: item if type(item) in _IMMUTABLE else freeze(item) for key, item in value.items()})
     if kind is list or isinstance(value, (list, tuple)):
-        return _frozen_list([freeze(item) for item in value])
+        return _frozen_list([item if type(item) in _IMMUTABLE else freeze(item) for item in value])
     return value
 
 
