@@ -393,7 +393,13 @@ class Scheduler:
             v.fail("Scheduler.submit", "tool", tool, _NAMED.expected)
         if type(args) is not dict:  # once per call: an exact dict needs no check
             require("Scheduler.submit", "args", args, v.MAPPING)
-        dispatched = snapshot(args)
+        return self._submit_snapshot(tool, name, snapshot(args), run_ctx)
+
+    def _submit_snapshot(self, tool: Any, name: str, dispatched: dict[str, Any], run_ctx: Any = None) -> Ticket:
+        """:meth:`submit` for arguments that are already a snapshot no one else
+        holds (a runtime's, parsed from the program's JSON text under the
+        snapshot rules by the gate): the tool gets them as they are, and the
+        audit its own frozen copy of them."""
         logged = freeze(dispatched)  # the audit's own copy, before the tool can touch `dispatched`
         ticket = Ticket(name)
         call = _Call(ticket, tool, dispatched, logged, run_ctx, contextvars.copy_context())
