@@ -6,13 +6,16 @@ hand in ``benchmarks/`` (see ``benchmarks/README.rst``).
 
 from __future__ import annotations
 
+import importlib
 import json
 import threading
 import time
 
 import attrs
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from nous_sched import Limits, Outcome, Tool, ToolCallEvent
+from nous_sched import Limits, Outcome, SnapshotError, Tool, ToolCallEvent
 from nous_sched.runtime.engine import Engine
 
 
@@ -92,3 +95,61 @@ def test_a_tool_call_events_session_form_has_every_field_in_order():
     data = event.as_event().data
     assert list(data) == [field.name for field in attrs.fields(ToolCallEvent)]
     assert data == attrs.asdict(event, recurse=False) and event.as_event().type == "tool_call"
+
+
+# -- snapshot's fast path: the same copy, or the same refusal, as the full walk ----------
+
+# The module, not the function nous_sched re-exports under the same name.
+snapshot_module = importlib.import_module("nous_sched.snapshot")
+
+_scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**60), max_value=2**60),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=5),
+)
+_keys = st.one_of(st.text(max_size=3), st.integers(-3, 3), st.booleans(), st.none())
+_values = st.recursive(
+    _scalars,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4),
+        st.lists(inner, max_size=3).map(tuple),
+        st.dictionaries(_keys, inner, max_size=4),
+        st.dictionaries(st.text(max_size=3), inner, max_size=4),
+    ),
+    max_leaves=20,
+)
+
+
+def _full_walk(value):
+    try:
+        return ("copy", snapshot_module._snap(value, "$", 0, set()))
+    except SnapshotError as exc:
+        return ("refused", str(exc))
+
+
+def _snapshot(value):
+    try:
+        return ("copy", snapshot_module.snapshot(value))
+    except SnapshotError as exc:
+        return ("refused", str(exc))
+
+
+@settings(max_examples=400, deadline=None)
+@given(_values)
+def test_the_fast_path_copies_or_refuses_exactly_as_the_full_walk(value):
+    assert _snapshot(value) == _full_walk(value)
+
+
+def test_the_fast_path_hands_cycles_and_depth_to_the_full_walk():
+    cyclic: list = []
+    cyclic.append(cyclic)
+    deep: list = []
+    inner = deep
+    for _ in range(snapshot_module.MAX_DEPTH + 5):
+        inner.append([])
+        inner = inner[0]
+    for value in (cyclic, deep, {"a": {1, 2}}, {"when": (1, [2.5, None])}):
+        assert _snapshot(value) == _full_walk(value)
+    assert _snapshot(cyclic)[0] == "refused" and "cyclic" in _snapshot(cyclic)[1]
