@@ -55,6 +55,13 @@ _numbers = itertools.count(1)
 _START_METHODS = v.one_of(("spawn",))
 _GRACE = v.Check("a number of seconds from 0 to 60", lambda x: v.WAIT_SECONDS.accepts(x) and x is not None and x <= 60)
 _HEADROOM = v.int_at_least(16 * _MIB, "an int of at least 16 MiB (16777216)")
+#: How long the driving thread looks for a worker's answer before it sleeps
+#: (see :meth:`_Remote._spin`), and the fewest and most steps it then sleeps
+#: at once after an answer took longer than that (doubling while they do).
+SPIN = 100e-6
+SPIN_BACKOFF = 16
+SPIN_BACKOFF_MAX = 4096
+_CPUS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 class WorkerPool:
@@ -431,6 +438,9 @@ class _Worker:
         self.fd_out = from_worker[0]
         self.lifeline = lifeline[1]
         os.set_blocking(self.fd_in, False)
+        # Read only once poll() says a frame is there, or while spinning (see _spin).
+        os.set_blocking(self.fd_out, False)
+        self.missed = False  # the last receive's spin ran out before the answer came
         self._in_poll = select.poll()
         self._in_poll.register(self.fd_in, select.POLLOUT)
         self._out_poll = select.poll()
@@ -470,25 +480,28 @@ class _Worker:
                 if time.monotonic() >= until:
                     raise _Expired
 
-    def receive(self, until: float, cancel: Any, max_frame: int) -> tuple[bytes, bytes]:
+    def receive(self, until: float, cancel: Any, max_frame: int, spin: float = 0.0) -> tuple[bytes, bytes]:
         """One frame; :class:`_Expired` past ``until``, :class:`_Died` at end of
         file, :class:`_Garbled` for a frame over ``max_frame`` bytes, and
-        :class:`Stopped` (``cancelled``) once ``cancel`` is set."""
+        :class:`Stopped` (``cancelled``) once ``cancel`` is set. ``spin``: seconds
+        to look for the frame before sleeping (see :meth:`_Remote._spin`)."""
         buf = self.buf
+        data = self._spin(spin) if spin and not buf else None
         while True:
             want = 4
             if not buf:
                 # The usual case: one read brings exactly one whole frame.
-                timeout = until - time.monotonic()
-                if timeout <= 0:
-                    raise _Expired
-                if cancel is not None:
-                    if cancel.is_set():
-                        raise Stopped("cancelled", CANCELLED)
-                    timeout = min(timeout, CANCEL_POLL)
-                if not self._out_poll.poll(_ms(timeout)):
-                    continue
-                data = os.read(self.fd_out, 65536)
+                if data is None:
+                    timeout = until - time.monotonic()
+                    if timeout <= 0:
+                        raise _Expired
+                    if cancel is not None:
+                        if cancel.is_set():
+                            raise Stopped("cancelled", CANCELLED)
+                        timeout = min(timeout, CANCEL_POLL)
+                    if not self._out_poll.poll(_ms(timeout)):
+                        continue
+                    data = os.read(self.fd_out, 65536)
                 if not data:
                     raise _Died
                 if len(data) >= 5:
@@ -496,6 +509,7 @@ class _Worker:
                     if n == len(data) - 4:
                         return data[4:5], data[5:]
                 buf += data
+                data = None
             if len(buf) >= 4:
                 (n,) = worker.HEADER.unpack_from(buf)
                 if n == 0 or n > max_frame:
@@ -519,6 +533,22 @@ class _Worker:
             if not data:
                 raise _Died
             buf += data
+
+    def _spin(self, seconds: float) -> Optional[bytes]:
+        """What the worker has written within ``seconds``, looking without
+        sleeping; ``None`` (and :attr:`missed` set) if nothing came."""
+        read, fd, clock = os.read, self.fd_out, time.perf_counter
+        end = clock() + seconds
+        while True:
+            try:
+                data = read(fd, 65536)
+            except BlockingIOError:
+                if clock() < end:
+                    continue
+                self.missed = True
+                return None
+            self.missed = False
+            return data
 
     def signal_deadline(self) -> None:
         """Tell the worker its run's deadline has passed (``SIGUSR1``)."""
@@ -608,6 +638,8 @@ class _Remote:
         self.until = deadline + pool.kill_grace
         self.cancel = cancel
         self.reusable = True
+        self.cool = 0  # steps left to sleep without spinning, after a miss
+        self.backoff = SPIN_BACKOFF  # the next miss's `cool`
         # The envelope is a string inside the engine's heap; its UTF-8 form is
         # at most 1.5 times the heap's size. Anything larger is a lie.
         self.max_frame = 2 * limits.memory_bytes + _MIB
@@ -652,11 +684,41 @@ class _Remote:
             return self._expired()
         return self._answer()
 
+    def _spin(self) -> float:
+        """Seconds to look for the worker's answer before sleeping on the pipe.
+
+        A worker's step after a settle takes tens of microseconds. Sleeping
+        for it costs a wake-up when it answers, and on an idle machine (a
+        virtual CPU halted, to be woken by the hypervisor) that wake-up alone
+        costs as much as the step; every call pays it. So the driving thread
+        looks for the answer for up to :data:`SPIN` first, but only while
+        this pool runs fewer programs than there are CPUs (the worker has a
+        CPU of its own meanwhile), and not for :data:`SPIN_BACKOFF` steps
+        after an answer that took longer, twice as many after each further
+        miss (a program computing between calls, or a machine with no CPU to
+        spare, is not waited for busily).
+        """
+        if self.cool:
+            self.cool -= 1
+            return 0.0
+        pool = self.pool
+        if len(pool._workers) - len(pool._idle) >= _CPUS:
+            return 0.0
+        return SPIN
+
     def _answer(self) -> str:
         w = self.worker
         try:
             try:
-                op, body = w.receive(self.deadline, self.cancel, self.max_frame)
+                spin = self._spin()
+                op, body = w.receive(self.deadline, self.cancel, self.max_frame, spin)
+                if spin:
+                    if w.missed:
+                        w.missed = False
+                        self.cool = self.backoff
+                        self.backoff = min(2 * self.backoff, SPIN_BACKOFF_MAX)
+                    else:
+                        self.backoff = SPIN_BACKOFF
             except _Expired:
                 # The deadline passed mid-step: the worker's engine stops now,
                 # keeping its logs; the kill comes only if it has not by the grace.
