@@ -137,25 +137,39 @@ def run_code(
     require("run_code", "approval_handler", approval_handler, v.OPTIONAL_CALLABLE)
     require("run_code", "cancel", cancel, _OPTIONAL_EVENT)
     granted, denied = partition(tools, policy, "run_code")
-    run_ctx = RunContext(
-        approval_handler=approval_handler,
-        deps=deps,
-        require_approval=frozenset(n for n, t in granted.items() if policy is not None and policy.needs_approval(t)),
-        deadline=time.monotonic() + limits.timeout,
-    )
-    scheduler = Scheduler(
-        dispatch=dispatch,
-        session_log=session_log,
-        max_parallel=max_parallel,
-        call_id=call_id if call_id is not None else "run_code-" + secrets.token_urlsafe(6),
-        executor=executor,
-        timeout=limits.timeout,
-        observer=observer,
-    )
+    names = tuple(sorted({*granted, *denied}))
+    started = time.perf_counter()
+    # A runtime that can (the WorkerPool) starts the program now, so its worker
+    # compiles and runs it to its first tool call while the scheduler is built.
+    begin = getattr(rt, "begin", None)
+    begun = begin(code, names, limits, cancel) if callable(begin) else None
+    try:
+        run_ctx = RunContext(
+            approval_handler=approval_handler,
+            deps=deps,
+            require_approval=frozenset(
+                n for n, t in granted.items() if policy is not None and policy.needs_approval(t)
+            ),
+            deadline=time.monotonic() + limits.timeout,
+        )
+        scheduler = Scheduler(
+            dispatch=dispatch,
+            session_log=session_log,
+            max_parallel=max_parallel,
+            call_id=call_id if call_id is not None else "run_code-" + secrets.token_urlsafe(6),
+            executor=executor,
+            timeout=limits.timeout,
+            observer=observer,
+        )
+    except BaseException:
+        if begun is not None:
+            begun.abandon()
+        raise
     try:
         if description:
             log.info("run_code %s: %s", scheduler.call_id, description)
-        outcome = rt.run(code, _Host(scheduler, granted, denied, run_ctx, cancel), limits)
+        host = _Host(scheduler, granted, denied, run_ctx, cancel, names)
+        outcome = begun.run(host) if begun is not None else rt.run(code, host, limits)
         if not isinstance(outcome, RuntimeOutcome):
             raise RunCodeError(
                 f"code runtime {rt!r} returned {outcome!r} from run(); expected a nous_sched.RuntimeOutcome"
@@ -164,7 +178,8 @@ def run_code(
         # The driver winds down in microseconds unless a predicate is stuck;
         # then waiting longer would only delay this run's answer.
         scheduler.stop(timeout=0.5)
-    elapsed = time.perf_counter() - scheduler.epoch  # the trail's origin too
+    # From the program's start, a little before the trail's origin (the scheduler's epoch).
+    elapsed = time.perf_counter() - started
     return RunResult(
         logs=tuple(outcome.logs),
         result=outcome.result,
@@ -198,13 +213,14 @@ class _Host:
         denied: dict[str, Tool],
         run_ctx: RunContext,
         cancel: Optional[threading.Event] = None,
+        names: Optional[Sequence[str]] = None,
     ) -> None:
         self.scheduler = scheduler
         self.cancel = cancel
         self.granted = granted
         self.denied = denied
         self.run_ctx = run_ctx
-        self.names: Sequence[str] = tuple(sorted({*granted, *denied}))
+        self.names: Sequence[str] = tuple(sorted({*granted, *denied})) if names is None else names
         self.discovery = Discovery(granted, self.names, denied)
 
     def call(self, name: Any, args: Any) -> PendingCall:

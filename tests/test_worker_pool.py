@@ -584,6 +584,49 @@ def test_workers_are_reused_warm_between_runs(pool):
     assert set(pool.pids()) == pids
 
 
+class _AnswerAtOnce:
+    """A host whose every call is answered at once, on the calling thread."""
+
+    names = ("echo",)
+    cancel = None
+
+    def call(self, name, args):
+        return self
+
+    def wait(self, timeout):
+        from nous_sched import Outcome
+
+        return Outcome.success({"echoed": True})
+
+
+def test_a_begun_run_starts_before_its_host_exists_and_runs_once(pool):
+    # run_code begins the program in a worker, then builds the scheduler.
+    begun = pool.begin("console.log('early'); return await tools.echo({})", ("echo",), Limits())
+    outcome = begun.run(_AnswerAtOnce())
+    assert outcome.error is None and outcome.result == {"echoed": True} and outcome.logs == ("early",)
+    with pytest.raises(RuntimeError):
+        begun.run(_AnswerAtOnce())
+    assert run_code("return await tools.echo({n: 2})", [echo_tool()], runtime=pool).result == {"n": 2}
+
+
+def test_an_abandoned_run_kills_its_worker_and_the_pool_goes_on(pool):
+    pids = set(pool.pids())
+    begun = pool.begin("while (true) {}", (), Limits(timeout=30))
+    begun.abandon()
+    begun.abandon()  # idempotent
+    assert len(set(pool.pids()) & pids) == 1, "the begun run's worker is gone"
+    assert run_code("return await tools.echo({n: 3})", [echo_tool()], runtime=pool).result == {"n": 3}
+
+
+def test_a_bad_scheduler_option_abandons_the_begun_run(pool):
+    # The program was begun before the scheduler refused its option: nothing leaks.
+    with pytest.raises(ConfigError):
+        run_code("return 1", runtime=pool, max_parallel=0)
+    assert len(pool.pids()) <= pool.size
+    for n in range(3):
+        assert run_code(f"return {n}", runtime=pool).result == n
+
+
 def test_a_pool_is_created_on_first_use_and_is_the_default(tmp_path):
     script = textwrap.dedent(
         """

@@ -37,7 +37,7 @@ import tempfile
 import threading
 import time
 import weakref
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from .. import _validators as v
 from .._validators import require
@@ -46,7 +46,7 @@ from ..result import RunError
 from . import Host, Limits, RuntimeOutcome, worker
 from .engine import CANCEL_POLL, CANCELLED, Finish, Stopped, clip, drive, memory_message, timeout_message
 
-__all__ = ["WorkerPool", "default_pool"]
+__all__ = ["Begun", "WorkerPool", "default_pool"]
 
 _WORKER_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "worker.py")
 _MIB = 1024 * 1024
@@ -148,28 +148,37 @@ class WorkerPool:
 
         :raises RunCodeError: no worker could be started, or the pool is closed.
         """
+        return self.begin(program, host.names, limits, getattr(host, "cancel", None)).run(host)
+
+    def begin(self, program: str, names: Sequence[str], limits: Limits, cancel: Any = None) -> "Begun":
+        """Start ``program`` in a worker now, before the host that will serve its
+        calls exists; :meth:`run` in two halves.
+
+        The worker compiles and starts the program while the caller builds the
+        host (``run_code`` builds the run's scheduler meanwhile). Then exactly
+        one of :meth:`Begun.run` (with a host whose ``names`` are ``names`` and
+        whose ``cancel`` is ``cancel``) or :meth:`Begun.abandon` must follow.
+        The run's deadline counts from here.
+
+        :raises RunCodeError: no worker could be started, or the pool is closed.
+        """
         deadline = time.monotonic() + limits.timeout
-        cancel = getattr(host, "cancel", None)
         need = self._cap(limits)
         while True:
             try:
                 worker_ = self._acquire(need, limits, deadline, cancel)
             except Stopped as stop:
-                return _outcome(Finish((), error=(stop.kind, stop.message)))
-            remote = _Remote(self, worker_, program, host.names, limits, deadline, cancel)
+                return Begun(self, None, limits, deadline, cancel, Finish((), error=(stop.kind, stop.message)))
+            remote = _Remote(self, worker_, program, names, limits, deadline, cancel)
             try:
-                finish = drive(remote, host, limits, deadline, cancel)
+                remote.send_run()
             except _NotStarted:
                 self._release(worker_, False)
                 continue  # the worker was dead before the run began: take another
             except BaseException:
-                # KeyboardInterrupt (or a host bug): the worker may be mid-step. Kill
-                # it, replace it later, and let the exception go on at once.
                 self._release(worker_, False, replace=False)
                 raise
-            # After any abort (memory, stack, a tampered bridge) the worker is retired.
-            self._release(worker_, remote.reusable and (finish.error is None or finish.error[0] != "abort"))
-            return _outcome(finish)
+            return Begun(self, remote, limits, deadline, cancel)
 
     def close(self) -> None:
         """Kill every worker and refuse new runs. Runs in flight end with ``abort``.
@@ -364,6 +373,52 @@ class WorkerPool:
         for w in list(self._workers):
             w.forget()
         self._reset()
+
+
+class Begun:
+    """A program started in a worker by :meth:`WorkerPool.begin`, waiting for its host."""
+
+    def __init__(
+        self,
+        pool: WorkerPool,
+        remote: Optional["_Remote"],
+        limits: Limits,
+        deadline: float,
+        cancel: Any,
+        early: Optional[Finish] = None,
+    ) -> None:
+        self._pool = pool
+        self._remote = remote
+        self._limits = limits
+        self._deadline = deadline
+        self._cancel = cancel
+        self._early = early  # how it ended before it began (no worker in time, cancelled)
+
+    def run(self, host: Host) -> RuntimeOutcome:
+        """Drive the program to its end with ``host``, on the calling thread."""
+        remote, self._remote = self._remote, None
+        if remote is None:
+            if self._early is None:
+                raise RuntimeError("this run was already driven or abandoned")
+            return _outcome(self._early)
+        w = remote.worker
+        try:
+            finish = drive(remote, host, self._limits, self._deadline, self._cancel)
+        except BaseException:
+            # KeyboardInterrupt (or a host bug): the worker may be mid-step. Kill
+            # it, replace it later, and let the exception go on at once.
+            self._pool._release(w, False, replace=False)
+            raise
+        # After any abort (memory, stack, a tampered bridge) the worker is retired.
+        self._pool._release(w, remote.reusable and (finish.error is None or finish.error[0] != "abort"))
+        return _outcome(finish)
+
+    def abandon(self) -> None:
+        """Never drive it: its worker is killed (the answer it is writing will never
+        be read) and replaced. Idempotent."""
+        remote, self._remote = self._remote, None
+        if remote is not None:
+            self._pool._release(remote.worker, False)
 
 
 def _outcome(finish: Finish) -> RuntimeOutcome:
@@ -638,13 +693,15 @@ class _Remote:
         self.until = deadline + pool.kill_grace
         self.cancel = cancel
         self.reusable = True
+        self.unsent = False  # the run frame could not be sent by the kill deadline
         self.cool = 0  # steps left to sleep without spinning, after a miss
         self.backoff = SPIN_BACKOFF  # the next miss's `cool`
         # The envelope is a string inside the engine's heap; its UTF-8 form is
         # at most 1.5 times the heap's size. Anything larger is a lie.
         self.max_frame = 2 * limits.memory_bytes + _MIB
 
-    def start(self) -> str:
+    def send_run(self) -> None:
+        """Send the run frame. :class:`_NotStarted` if the worker is gone."""
         w = self.worker
         limits = self.limits
         # A worker's memory cap is set by its first run, for good: a later run
@@ -665,9 +722,15 @@ class _Remote:
             self.reusable = False
             raise _NotStarted from None
         except _Expired:
-            return self._expired()
+            self.unsent = True  # a timeout, said by start() (inside drive)
+            return
         if cap:
             w.cap = cap
+
+    def start(self) -> str:
+        """The first step: the answer to the run frame :meth:`send_run` sent."""
+        if self.unsent:
+            return self._expired()
         return self._answer()
 
     def settle(self, call_id: int, ok: bool, payload: str) -> str:
