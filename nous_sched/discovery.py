@@ -23,16 +23,17 @@ import difflib
 from collections.abc import Mapping, Sequence
 from typing import Any, Optional
 
-from .errors import ConfigError
+from . import _validators as v
 from .outcome import Outcome, quote_name
 from .policy import denied_message
-from .sdk import DISCOVERY_GLOBAL, GLOBAL, ToolIndex, _words
+from .sdk import _LIMIT, DISCOVERY_GLOBAL, GLOBAL, ToolIndex, _words
 
 __all__ = ["closest_names", "unknown_tool_message", "Discovery"]
 
 #: How many close names an unknown-tool message suggests at most.
 SUGGESTIONS = 3
 _CUTOFF = 0.6
+_WORDS = v.instance_of(str, 'a string of words, e.g. sdk.search("weather")')
 
 
 def _key(name: str) -> str:
@@ -124,9 +125,9 @@ class Discovery:
 
     def _search(self, args: list[Any]) -> Outcome:
         label = f"{DISCOVERY_GLOBAL}.search"
-        if not args:
-            return Outcome.failure(label, f'expects words to search for, e.g. {label}("weather")')
-        try:
-            return Outcome.success(self.index.search(*args[:2]))
-        except ConfigError as exc:
-            return Outcome.failure(label, str(exc))
+        words = args[0] if args else None
+        limit = args[1] if len(args) > 1 else 10
+        for option, value, check in (("words", words, _WORDS), ("limit", limit, _LIMIT)):
+            if not check.accepts(value):
+                return Outcome.failure(label, f"`{option}` must be {check.expected}, got {v.shown(value)}")
+        return Outcome.success(self.index.search(words, limit))

@@ -90,9 +90,9 @@ def test_bad_questions_reject_with_a_tool_error_naming_the_question(runtime):
     result = run_code(program, TOOLS)
     assert result.result == [
         'sdk.describe: expects a tool\'s name (a string), e.g. sdk.describe("search_docs")',
-        "sdk.search: search: `query` must be a string of words, got None",
-        "sdk.search: search: `query` must be a string of words, got 7",
-        "sdk.search: search: `limit` must be an integer from 1 to 100, got 500",
+        'sdk.search: `words` must be a string of words, e.g. sdk.search("weather"), got None',
+        'sdk.search: `words` must be a string of words, e.g. sdk.search("weather"), got 7',
+        "sdk.search: `limit` must be an integer from 1 to 100, got 500",
     ]
 
 
