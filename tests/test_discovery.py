@@ -146,3 +146,9 @@ def test_run_code_tool_over_its_budget_describes_each_tool_in_one_line_and_the_p
 def test_the_default_budget_keeps_a_small_tool_set_in_full():
     assert run_code_tool(TOOLS).description == run_code_tool(TOOLS, budget=None).description
     assert "Current weather for a city." in run_code_tool(TOOLS).description
+
+
+def test_sdk_is_there_with_no_tools_and_finds_nothing(runtime):
+    program = 'let d; try { await sdk.describe("x"); } catch (e) { d = e.message; } return [await sdk.search("x"), d];'
+    result = run_code(program, [])
+    assert result.result == [[], 'unknown tool "x"; this run declares no tools (Object.keys(tools) is empty)']
