@@ -276,6 +276,29 @@ def test_big_messages_cross_whole_both_ways(runtime, pool):
     assert result.result["back"] == "z" * 900000
 
 
+def test_with_the_host_looking_for_answers_busily_every_frame_crosses_whole(pool, monkeypatch):
+    # The host looks for a worker's answer without sleeping only on an idle
+    # machine (which a test cannot arrange): force it, and cross small frames,
+    # a frame bigger than a pipe (read in pieces, the first while looking) and
+    # a step long enough to run out the look (then the host sleeps on the pipe).
+    monkeypatch.setattr(pool, "_idle_machine", lambda: True)
+    program = """
+    let s = 0;
+    for (let i = 0; i < 300; i++) s += (await tools.echo({i})).i;
+    const big = await tools.echo({s: "é".repeat(400000)});
+    let x = 0;
+    for (let i = 0; i < 3e6; i++) x = (x + i) % 7;
+    return {s, n: big.s.length, x, last: (await tools.echo({i: 1})).i};
+    """
+    result = run_code(program, [echo_tool()], runtime=pool, timeout=60)
+    assert result.error is None, result.error
+    assert result.result == {"s": sum(range(300)), "n": 400000, "x": sum(range(3_000_000)) % 7, "last": 1}
+    from nous_sched.runtime import pool as pool_module
+
+    if pool_module._CPUS > 1:  # (one CPU: the host never looks busily)
+        assert pool._spin_backoff > pool_module.SPIN_BACKOFF, "the long step ran the look out: the host backs off"
+
+
 # === crash isolation ===========================================================================
 
 

@@ -139,6 +139,14 @@ class WorkerPool:
         self._closed = False
         self._empty_dir: Optional[str] = None
         self._owner = os.getpid()
+        # When to look for a worker's answer without sleeping (_Remote._spin):
+        # steps left to sleep at once, and the next miss's count. Pool-wide, as
+        # what they judge (is there a CPU to spare?) is the machine's, and
+        # unguarded: a lost update only moves the next spin by a step.
+        self._spin_cool = 0
+        self._spin_backoff = SPIN_BACKOFF
+        self._load_read = float("-inf")  # when _load_low was last read
+        self._load_low = False
         self.os_bounds: Optional[dict[str, Any]] = None
 
     # -- the runtime ---------------------------------------------------------
@@ -206,6 +214,17 @@ class WorkerPool:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+    def _idle_machine(self) -> bool:
+        """Whether the 1-minute load average leaves a CPU idle (re-read once a second)."""
+        now = time.monotonic()
+        if now >= self._load_read + 1.0:
+            self._load_read = now
+            try:
+                self._load_low = os.getloadavg()[0] < _CPUS - 0.25
+            except (AttributeError, OSError):
+                self._load_low = False
+        return self._load_low
 
     def _cap(self, limits: Limits) -> int:
         # The engine's heap, one copy of the largest message the host sends
@@ -694,8 +713,6 @@ class _Remote:
         self.cancel = cancel
         self.reusable = True
         self.unsent = False  # the run frame could not be sent by the kill deadline
-        self.cool = 0  # steps left to sleep without spinning, after a miss
-        self.backoff = SPIN_BACKOFF  # the next miss's `cool`
         # The envelope is a string inside the engine's heap; its UTF-8 form is
         # at most 1.5 times the heap's size. Anything larger is a lie.
         self.max_frame = 2 * limits.memory_bytes + _MIB
@@ -755,17 +772,19 @@ class _Remote:
         virtual CPU halted, to be woken by the hypervisor) that wake-up alone
         costs as much as the step; every call pays it. So the driving thread
         looks for the answer for up to :data:`SPIN` first, but only while
-        this pool runs fewer programs than there are CPUs (the worker has a
-        CPU of its own meanwhile), and not for :data:`SPIN_BACKOFF` steps
-        after an answer that took longer, twice as many after each further
-        miss (a program computing between calls, or a machine with no CPU to
-        spare, is not waited for busily).
+        this pool runs fewer programs than there are CPUs and the machine is
+        otherwise idle (the load average says so), so the worker has a CPU of
+        its own meanwhile; on a busy machine no CPU halts and wake-ups are
+        cheap, and a spin would take the worker's CPU. Not for
+        :data:`SPIN_BACKOFF` steps after an answer that took longer, twice as
+        many after each further miss (a program computing between calls is
+        not waited for busily).
         """
-        if self.cool:
-            self.cool -= 1
-            return 0.0
         pool = self.pool
-        if len(pool._workers) - len(pool._idle) >= _CPUS:
+        if pool._spin_cool:
+            pool._spin_cool -= 1
+            return 0.0
+        if len(pool._workers) - len(pool._idle) >= _CPUS or not pool._idle_machine():
             return 0.0
         return SPIN
 
@@ -778,10 +797,11 @@ class _Remote:
                 if spin:
                     if w.missed:
                         w.missed = False
-                        self.cool = self.backoff
-                        self.backoff = min(2 * self.backoff, SPIN_BACKOFF_MAX)
+                        pool = self.pool
+                        pool._spin_cool = pool._spin_backoff
+                        pool._spin_backoff = min(2 * pool._spin_backoff, SPIN_BACKOFF_MAX)
                     else:
-                        self.backoff = SPIN_BACKOFF
+                        self.pool._spin_backoff = SPIN_BACKOFF
             except _Expired:
                 # The deadline passed mid-step: the worker's engine stops now,
                 # keeping its logs; the kill comes only if it has not by the grace.
