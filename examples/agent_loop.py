@@ -130,8 +130,10 @@ def main() -> int:
         else:
             print(f"{message['role']:<9} : {message['content']}")
     audit = outcome["session_log"].events
+    direct = sum(1 for e in audit if e.data.get("source") == "direct")
     print(
-        f"\naudit log: {len(audit)} {audit[0].type if audit else 'tool_call'} events (none of them in the conversation)"
+        f"\naudit log: {direct} direct call(s) and {len(audit) - direct} sub-calls as tool_call events "
+        "(none of them in the conversation)"
     )
     return 0
 

@@ -144,7 +144,11 @@ def main() -> int:
             else:
                 print(f"{message['role']:<9} : {block['text']}")
     audit = outcome["session_log"].events
-    print(f"\naudit log: {len(audit)} tool_call events (none of them in the conversation)")
+    direct = sum(1 for e in audit if e.data.get("source") == "direct")
+    print(
+        f"\naudit log: {direct} direct call(s) and {len(audit) - direct} sub-calls as tool_call events "
+        "(none of them in the conversation)"
+    )
     return 0
 
 

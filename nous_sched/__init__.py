@@ -10,7 +10,7 @@ from .adapters import anthropic_tool, call_tool, openai_tool
 from .agent import MODES, WithContextUpdate, run_code_tool, visible_tools
 from .dispatch import ApprovalRequest, CallInfo, RunContext, current_call, direct_dispatch
 from .errors import ConfigError, RunCodeError, SnapshotError, ToolError
-from .events import ContextUpdate, Event, LogEvent, SessionLog, ToolCallEvent
+from .events import ContextUpdate, Event, LogEvent, SessionLog, ToolCallEvent, ToolRefusedEvent
 from .function_tool import function_tool
 from .integrations import from_langchain, from_llamaindex, from_openai_agents, from_pydantic_ai
 from .outcome import Outcome, SubCallError
@@ -69,6 +69,7 @@ __all__ = [
     "Ticket",
     "Tool",
     "ToolCallEvent",
+    "ToolRefusedEvent",
     "ToolError",
     "visible_tools",
     "WithContextUpdate",

@@ -9,14 +9,20 @@ from __future__ import annotations
 
 import copy
 import json
-from typing import Any, Optional
+import secrets
+from typing import Any, Callable, Optional
 
 from . import _validators as v
 from .agent import WithContextUpdate
-from .errors import RunCodeError, ToolError
-from .events import SessionLog
-from .outcome import clamp
-from .tool import Tool
+from .dispatch import ApprovalRequest, CallInfo, RunContext, current_call, direct_dispatch
+from .errors import RunCodeError, SnapshotError, ToolError
+from .events import SessionLog, ToolCallEvent
+from .gate import Admitted, Gate
+from .limits import Limits
+from .outcome import Outcome, clamp
+from .policy import PermissionPolicy, partition
+from .snapshot import snapshot
+from .tool import EXCLUSIVE, Tool
 
 __all__ = ["openai_tool", "anthropic_tool", "call_tool", "OPENAI_APIS"]
 
@@ -24,6 +30,10 @@ __all__ = ["openai_tool", "anthropic_tool", "call_tool", "OPENAI_APIS"]
 #: The OpenAI APIs :func:`openai_tool` writes for.
 OPENAI_APIS = ("chat", "responses")
 _API = v.one_of(OPENAI_APIS)
+_TOOL = v.instance_of(Tool, "a nous_sched.Tool")
+_OPTIONAL_SESSION_LOG = v.optional(v.instance_of(SessionLog, "a nous_sched.SessionLog"))
+_OPTIONAL_POLICY = v.optional(v.instance_of(PermissionPolicy, "a nous_sched.PermissionPolicy"))
+_OPTIONAL_LIMITS = v.optional(v.instance_of(Limits, "a nous_sched.Limits"))
 
 
 def _schema(tool: Tool) -> dict[str, Any]:
@@ -75,37 +85,99 @@ def anthropic_tool(tool: Tool) -> dict[str, Any]:
     return {"name": tool.name, "description": tool.description, "input_schema": _schema(tool)}
 
 
-def call_tool(tool: Tool, arguments: Any, session_log: Optional[SessionLog] = None) -> str:
-    """Run ``tool`` on a model's ``arguments`` (a JSON string, bytes or a dict) and
-    return the JSON text to send back as the tool result.
+def call_tool(
+    tool: Tool,
+    arguments: Any,
+    session_log: Optional[SessionLog] = None,
+    *,
+    policy: Optional[PermissionPolicy] = None,
+    approval_handler: Optional[Callable[[ApprovalRequest], Any]] = None,
+    deps: Any = None,
+    description: Optional[str] = None,
+    limits: Optional[Limits] = None,
+    call_id: Optional[str] = None,
+) -> str:
+    """Run a model's direct call of ``tool`` on its ``arguments`` (a JSON string,
+    bytes or a dict) and return the JSON text to send back as the tool result.
+
+    The call passes the same gate as a program's sub-call
+    (:mod:`nous_sched.gate`): ``policy`` (a denied tool is refused), the
+    argument rules and the tool's JSON Schema, ``limits`` (one call's
+    ``max_args_bytes``), then approval: a tool that needs approval (its own
+    ``requires_approval``, or the policy's) asks ``approval_handler`` with an
+    :class:`~nous_sched.ApprovalRequest` carrying ``description`` and the
+    call's id, and is refused without one. A refusal is answered with the very
+    message a sub-call gets. With ``session_log`` the call is audited as a
+    sub-call is: a ``tool_call`` event (``source="direct"``, id ``call_id``
+    or a random ``"direct-…"``) before the tool runs, or a ``tool_refused``
+    event.
 
     A :class:`~nous_sched.WithContextUpdate` result has its audit
     events appended to ``session_log`` (when given) and only its value returned.
 
     A model's mistake is answered, not raised, so the loop can send it back
     and the model can correct itself: arguments that are not JSON or not an
-    object, a :class:`~nous_sched.RunCodeError` (``run_code`` called without
-    a program or a description) and a :class:`~nous_sched.ToolError` all
-    return ``{"error": "<message>"}``. Any other exception a tool raises is
-    the host's problem and propagates.
+    object, a refusal, a :class:`~nous_sched.RunCodeError` (``run_code``
+    called without a program or a description), a
+    :class:`~nous_sched.ToolError` and a result that is not JSON all return
+    ``{"error": "<message>"}``. Any other exception a tool raises is the
+    host's problem and propagates.
+
+    :raises ConfigError: a bad option, named in the message.
     """
-    if isinstance(arguments, (str, bytes, bytearray)):
+    v.require("call_tool", "tool", tool, _TOOL)
+    v.require("call_tool", "session_log", session_log, _OPTIONAL_SESSION_LOG)
+    v.require("call_tool", "policy", policy, _OPTIONAL_POLICY)
+    v.require("call_tool", "approval_handler", approval_handler, v.OPTIONAL_CALLABLE)
+    v.require("call_tool", "description", description, v.OPTIONAL_STR)
+    v.require("call_tool", "limits", limits, _OPTIONAL_LIMITS)
+    v.require("call_tool", "call_id", call_id, v.OPTIONAL_STR)
+    granted, denied = partition([tool], policy, "call_tool")
+    audit = session_log.append if session_log is not None else None
+    gate = Gate(granted, denied, limits if limits is not None else Limits(), None, audit, source="direct")
+    if isinstance(arguments, (bytes, bytearray)):
         try:
-            arguments = json.loads(arguments)
-        except ValueError as exc:
-            return _error(f"the arguments are not valid JSON ({exc}); send one JSON object")
-    if arguments is None:
-        arguments = {}
-    if not isinstance(arguments, dict):
-        return _error(f"the arguments must be a JSON object, got {type(arguments).__name__}")
+            arguments = bytes(arguments).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            return _error(gate.refuse(tool.name, f"the arguments are not valid UTF-8 ({exc}); send one JSON object"))
+    if isinstance(arguments, str):
+        admitted = gate.admit_json(tool.name, arguments)
+    else:
+        admitted = gate.admit(tool.name, arguments)
+    if not isinstance(admitted, Admitted):
+        assert admitted.error is not None
+        return _error(admitted.error.message)
+    args = admitted.args
+    event_id = call_id if call_id is not None else "direct-" + secrets.token_urlsafe(6)
+    run_ctx = RunContext(
+        approval_handler=approval_handler,
+        deps=deps,
+        require_approval=frozenset({tool.name}) if policy is not None and policy.needs_approval(tool) else frozenset(),
+        description=description or "",
+    )
+    if session_log is not None:
+        event = ToolCallEvent(id=event_id, name=tool.name, arguments=args, mode=EXCLUSIVE, seq=0, source="direct")
+        session_log.append(event.as_event())
+    token = current_call.set(CallInfo(event_id, tool.name, 0, EXCLUSIVE, run_ctx))
     try:
-        value = tool.function(arguments)
+        value = direct_dispatch(tool, copy.deepcopy(args), run_ctx)
     except (RunCodeError, ToolError) as exc:
         return _error(str(exc))
+    finally:
+        current_call.reset(token)
     if isinstance(value, WithContextUpdate):
         if session_log is not None:
             value.update.apply_to(session_log)
         value = value.value
+    if isinstance(value, Outcome):
+        if not value.ok:
+            assert value.error is not None
+            return _error(value.error.message)
+        value = value.value
+    try:
+        value = snapshot(value)
+    except SnapshotError as exc:
+        return _error(f"tool returned a value that is not JSON: {exc}")
     return json.dumps(value, ensure_ascii=False)
 
 

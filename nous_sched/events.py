@@ -32,6 +32,7 @@ __all__ = [
     "freeze",
     "Event",
     "ToolCallEvent",
+    "ToolRefusedEvent",
     "SessionLog",
     "LogEvent",
     "ContextUpdate",
@@ -176,6 +177,26 @@ class ToolCallEvent:
         return Event(self.type, _frozen_dict(data))
 
 
+@attrs.frozen
+class ToolRefusedEvent:
+    """The bookkeeping record of one call the gate refused before it started.
+
+    ``name`` is the tool the call named (any string the program wrote),
+    ``message`` what the caller was answered (the same two strings a started
+    call fails with), ``source`` where the call came from (``"code_mode"``,
+    ``"direct"``).
+    """
+
+    name: str
+    message: str
+    source: str = "code_mode"
+
+    type = "tool_refused"
+
+    def as_event(self) -> Event:
+        return Event(self.type, {"name": self.name, "message": self.message, "source": self.source})
+
+
 class SessionLog:
     """An append-only, thread-safe session log.
 
@@ -227,7 +248,8 @@ class ContextUpdate:
     operations: tuple[LogEvent, ...] = ()
 
     @classmethod
-    def log_events(cls, events: Iterable[ToolCallEvent]) -> "ContextUpdate":
+    def log_events(cls, events: Iterable[Any]) -> "ContextUpdate":
+        """One ``log_event`` per :class:`ToolCallEvent` or :class:`ToolRefusedEvent`, in order."""
         return cls(tuple(LogEvent(e.type, e.as_event().data) for e in events))
 
     def apply_to(self, log: SessionLog) -> None:

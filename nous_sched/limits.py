@@ -16,10 +16,23 @@ _KIB = 1024
 class Limits:
     """Resource limits for one run; each field is validated when it is built.
 
-    ``max_args_bytes`` caps one tool call's arguments as JSON: a bigger call is
-    refused inside the sandbox (the program gets a ``ToolError``), so the host
-    never parses or snapshots it. Sizes are counted in UTF-16 units of the JSON
-    text, which never exceeds its UTF-8 byte count.
+    Every limit is enforced whatever the program does, by the host (so both
+    runtimes enforce it the same way); the sandbox refuses early what it can.
+
+    * ``timeout``: the run's wall-clock deadline, in seconds.
+    * ``memory_bytes``, ``stack_bytes``: the engine's heap and stack.
+    * ``max_log_bytes``, ``max_log_lines``: what the program may log. Each
+      line costs its UTF-8 bytes plus one (an empty line is not free); past
+      either limit the rest is dropped and one marker line says so.
+    * ``max_output_bytes``: the UTF-8 bytes of the result's JSON.
+    * ``max_args_bytes``: one call's arguments, in UTF-8 bytes of their JSON;
+      a bigger call fails with a ``ToolError`` and never reaches the tool.
+    * ``max_calls``: tool calls per run (refused calls count too); the calls
+      past it fail with a ``ToolError``. The default is far above what a
+      program that a model writes needs, and far below what a runaway loop
+      would make.
+    * ``max_total_args_bytes``: the UTF-8 bytes of every call's arguments in
+      the run, together; the calls past it fail with a ``ToolError``.
 
     :raises ConfigError: naming the field, the value and what it must be.
     """
@@ -36,3 +49,6 @@ class Limits:
     max_log_bytes: int = attrs.field(default=1_000_000, validator=v.POSITIVE_INT)
     max_output_bytes: int = attrs.field(default=1_000_000, validator=v.POSITIVE_INT)
     max_args_bytes: int = attrs.field(default=1_000_000, validator=v.POSITIVE_INT)
+    max_log_lines: int = attrs.field(default=10_000, validator=v.POSITIVE_INT)
+    max_calls: int = attrs.field(default=1_000, validator=v.POSITIVE_INT)
+    max_total_args_bytes: int = attrs.field(default=4_000_000, validator=v.POSITIVE_INT)

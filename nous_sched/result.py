@@ -7,7 +7,7 @@ from typing import Any, Optional
 import attrs
 
 from . import _validators as v
-from .events import ContextUpdate, ToolCallEvent
+from .events import ContextUpdate, ToolCallEvent, ToolRefusedEvent
 from .records import CallRecord
 
 __all__ = ["RunResult", "RunError", "ERROR_KINDS"]
@@ -44,8 +44,11 @@ class RunResult:
     """What a run produced. Logs are kept whether it succeeded or not.
 
     ``events`` is the audit trail (one ``tool_call`` per started sub-call, in
-    submission order) and ``trail`` the timeline of those calls; neither is
-    part of what the model reads (:meth:`to_dict`).
+    submission order), ``refused`` the calls the gate refused before they
+    started (:mod:`nous_sched.gate`), and ``trail`` the timeline of the
+    started calls; none of them is part of what the model reads
+    (:meth:`to_dict`). ``error.message`` is at most 4000 characters plus a
+    truncation marker.
     """
 
     logs: tuple[str, ...] = ()
@@ -54,6 +57,7 @@ class RunResult:
     events: tuple[ToolCallEvent, ...] = ()
     trail: tuple[CallRecord, ...] = ()
     elapsed: float = 0.0
+    refused: tuple[ToolRefusedEvent, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -66,5 +70,5 @@ class RunResult:
         return {"logs": list(self.logs), "error": self.error.as_dict()}
 
     def context_update(self) -> ContextUpdate:
-        """The audit events as ``log_event`` operations for the caller's own log."""
-        return ContextUpdate.log_events(self.events)
+        """The audit events (started calls, then refused ones) as ``log_event`` operations for the caller's own log."""
+        return ContextUpdate.log_events((*self.events, *self.refused))

@@ -9,19 +9,23 @@ Results are data. :func:`run_code` returns a :class:`~nous_sched.RunResult`
 for every program that started, including one that threw, looped forever,
 ran out of memory or called a tool that hung. It raises
 :class:`~nous_sched.RunCodeError` only when nothing ran: a missing program, a
-blank description, no runtime.
+blank description (``""`` or whitespace; ``None``, the default, is a caller
+with no model in the loop), no runtime.
 
-Permissions: tools the policy denies are still declared in ``tools`` (so the
-program gets a clear refusal) but their calls never reach the scheduler and
-log no event. Approval is per sub-call, default deny: a tool that needs
-approval asks ``approval_handler`` with its real name and arguments on every
-call, and is refused when there is no handler.
+Every sub-call passes the gate (:mod:`nous_sched.gate`): tools the policy
+denies are still declared in ``tools`` (so the program gets a clear refusal)
+but their calls never reach the scheduler; they are audited as
+``tool_refused`` events, as are unknown tools, arguments that cannot cross or
+fail the tool's schema, and calls past the run's budget
+(:class:`~nous_sched.Limits`). Approval is per sub-call, default deny: a tool
+that needs approval asks ``approval_handler`` on every call with its real
+name, its own copy of the arguments, the run's description and the call's
+id, and is refused when there is no handler.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
-import json
 import logging
 import secrets
 import threading
@@ -34,10 +38,11 @@ from .discovery import Discovery, unknown_tool_message
 from .dispatch import ApprovalRequest, RunContext, direct_dispatch
 from .errors import RunCodeError
 from .events import SessionLog
-from .outcome import Outcome
-from .policy import PermissionPolicy, denied_message, partition
+from .gate import Admitted, Gate
+from .outcome import TRUNCATION_MARK, Outcome
+from .policy import PermissionPolicy, partition
 from .records import CallRecord
-from .result import RunResult
+from .result import RunError, RunResult
 from .runtime import CodeRuntime, Limits, PendingCall, RuntimeOutcome
 from .scheduler import Scheduler
 from .tool import Tool
@@ -51,6 +56,12 @@ _OPTIONAL_POLICY = v.optional(v.instance_of(PermissionPolicy, "a nous_sched.Perm
 _OPTIONAL_EVENT = v.optional(v.Check("a threading.Event", lambda e: callable(getattr(e, "is_set", None))))
 
 NO_CODE = "run_code requires a `code` parameter containing the program to run."
+BLANK_DESCRIPTION = (
+    "run_code requires a non-empty `description`: one sentence describing what the program does, "
+    "for the approval prompt and the audit log."
+)
+#: Every run error's message is clipped to this many characters (plus a marker).
+MAX_RUN_MESSAGE = 4000
 _NO_RUNTIME = (
     "no code runtime is configured. Install quickjs-ng (`pip install quickjs-ng`) for the default "
     "runtime, or pass runtime=<an object implementing nous_sched.CodeRuntime>; or run this agent in "
@@ -123,11 +134,20 @@ def run_code(
     Safe to call from many threads at once: runs share nothing unless you
     pass them the same ``executor`` or ``session_log``.
 
-    :raises RunCodeError: nothing ran (``code`` not a string, no runtime).
+    ``description`` is the sentence the model wrote saying what the program
+    does: it is logged, and every :class:`~nous_sched.ApprovalRequest`
+    carries it. A blank one is refused; ``None`` (the default) is for a
+    caller with no model in the loop.
+
+    :raises RunCodeError: nothing ran (``code`` not a string, a blank
+        ``description``, no runtime).
     :raises ConfigError: a bad option, named in the message.
     """
     if not isinstance(code, str):
         raise RunCodeError(NO_CODE)
+    require("run_code", "description", description, v.OPTIONAL_STR)
+    if description is not None and not description.strip():
+        raise RunCodeError(BLANK_DESCRIPTION)
     rt = resolve_runtime(runtime)
     if limits is None:
         require("run_code", "timeout", timeout, v.SECONDS)
@@ -139,6 +159,7 @@ def run_code(
     granted, denied = partition(tools, policy, "run_code")
     names = tuple(sorted({*granted, *denied}))
     started = time.perf_counter()
+    deadline = time.monotonic() + limits.timeout
     # A runtime that can (the WorkerPool) starts the program now, so its worker
     # compiles and runs it to its first tool call while the scheduler is built.
     begin = getattr(rt, "begin", None)
@@ -150,7 +171,8 @@ def run_code(
             require_approval=frozenset(
                 n for n, t in granted.items() if policy is not None and policy.needs_approval(t)
             ),
-            deadline=time.monotonic() + limits.timeout,
+            deadline=deadline,
+            description=description or "",
         )
         scheduler = Scheduler(
             dispatch=dispatch,
@@ -161,6 +183,14 @@ def run_code(
             timeout=limits.timeout,
             observer=observer,
         )
+        gate = Gate(
+            granted,
+            denied,
+            limits,
+            deadline,
+            scheduler.session_log().append,
+            unknown=lambda name: unknown_tool_message(name, names),
+        )
     except BaseException:
         if begun is not None:
             begun.abandon()
@@ -168,7 +198,7 @@ def run_code(
     try:
         if description:
             log.info("run_code %s: %s", scheduler.call_id, description)
-        host = _Host(scheduler, granted, denied, run_ctx, cancel, names)
+        host = _Host(scheduler, gate, run_ctx, cancel, names)
         outcome = begun.run(host) if begun is not None else rt.run(code, host, limits)
         if not isinstance(outcome, RuntimeOutcome):
             raise RunCodeError(
@@ -180,11 +210,15 @@ def run_code(
         scheduler.stop(timeout=0.5)
     # From the program's start, a little before the trail's origin (the scheduler's epoch).
     elapsed = time.perf_counter() - started
+    error = outcome.error
+    if error is not None and len(error.message) > MAX_RUN_MESSAGE:
+        error = RunError(error.kind, error.message[:MAX_RUN_MESSAGE] + TRUNCATION_MARK)
     return RunResult(
         logs=tuple(outcome.logs),
         result=outcome.result,
-        error=outcome.error,
+        error=error,
         events=tuple(scheduler.logged_events()),
+        refused=tuple(gate.refused),
         trail=tuple(scheduler.trail()),
         elapsed=elapsed,
     )
@@ -204,39 +238,35 @@ class _Settled:
 
 
 class _Host:
-    """What a runtime may ask of the outside world: start a call by name."""
+    """What a runtime may ask of the outside world: start a call by name, through the run's gate."""
 
     def __init__(
         self,
         scheduler: Scheduler,
-        granted: dict[str, Tool],
-        denied: dict[str, Tool],
+        gate: Gate,
         run_ctx: RunContext,
         cancel: Optional[threading.Event] = None,
         names: Optional[Sequence[str]] = None,
     ) -> None:
         self.scheduler = scheduler
         self.cancel = cancel
-        self.granted = granted
-        self.denied = denied
+        self.gate = gate
         self.run_ctx = run_ctx
-        self.names: Sequence[str] = tuple(sorted({*granted, *denied})) if names is None else names
-        self.discovery = Discovery(granted, self.names, denied)
+        self.names: Sequence[str] = tuple(sorted({*gate.granted, *gate.denied})) if names is None else names
+        self.discovery = Discovery(gate.granted, self.names, gate.denied)
 
     def call(self, name: Any, args: Any) -> PendingCall:
-        if not isinstance(name, str):
-            return _Settled(Outcome.failure(str(name), "a tool name must be a string"))
-        tool = self.granted.get(name)
-        if tool is None:
-            message = denied_message(name) if name in self.denied else unknown_tool_message(name, self.names)
-            return _Settled(Outcome.failure(name, message))
-        if args is None:
-            args = {}
-        elif not isinstance(args, dict):
-            shown = json.dumps(args, ensure_ascii=False)
-            shown = shown if len(shown) <= 200 else shown[:200] + "…"
-            return _Settled(Outcome.failure(name, f"arguments must be an object, got {shown}"))
-        return self.scheduler.submit(tool, args, self.run_ctx)
+        return self._submit(self.gate.admit(name, args))
+
+    def call_json(self, name: Any, text: Any) -> PendingCall:
+        return self._submit(self.gate.admit_json(name, text))
+
+    def _submit(self, admitted: Any) -> PendingCall:
+        if type(admitted) is not Admitted:
+            return _Settled(admitted)
+        # The gate's arguments are a fresh snapshot no one else holds: not copied again.
+        tool = admitted.tool
+        return self.scheduler._submit_snapshot(tool, tool.name, admitted.args, self.run_ctx)
 
     def batch(self) -> Any:
         """A runtime hands every call one step of a program started inside
@@ -244,5 +274,9 @@ class _Host:
         return self.scheduler._batched()
 
     def discover(self, question: Any) -> PendingCall:
-        """Answer a question the program asked through ``sdk`` (see :mod:`.discovery`)."""
-        return _Settled(self.discovery.answer(question))
+        """Answer a question the program asked through ``sdk`` (see :mod:`.discovery`):
+        its JSON text, which passes the gate's budget and JSON rules first."""
+        parsed = self.gate.admit_question(question)
+        if isinstance(parsed, Outcome):
+            return _Settled(parsed)
+        return _Settled(self.discovery.answer(parsed))

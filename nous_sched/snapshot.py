@@ -10,7 +10,8 @@ The rules, applied recursively; the output shares no container with the input:
 ==========================================  ===========================================
 input                                       snapshot
 ==========================================  ===========================================
-``None``, ``bool``, ``int``, ``str``        itself
+``None``, ``bool``, ``str``                 itself
+``int`` within ±(2**53 - 1)                 itself (JavaScript's safe integers)
 finite ``float``                            itself
 ``dict`` / any ``Mapping``                  a new ``dict``; ``str`` keys kept, ``int``,
                                             ``float``, ``bool`` and ``None`` keys
@@ -28,11 +29,27 @@ finite ``float``                            itself
 Everything else is refused with :class:`~nous_sched.errors.SnapshotError`,
 whose message names the path (``$.items[2].when``) and the type: NaN and the
 infinities (JSON cannot spell them, and ``null`` would change their meaning),
-``bytes`` (decode or base64 them first: which is the tool's choice), other key
-types, functions, arbitrary objects, cycles, and nesting deeper than
-:data:`MAX_DEPTH`. Refusing is deliberate: a ``repr`` string would leak
-addresses and type names into a program, and silently dropping a value would
-make the audit record lie.
+integers beyond ±(2**53 - 1), JavaScript's safe integers (a program's numbers
+are doubles: ``2**53 + 1`` would arrive as ``2**53``, a 5000-digit int as
+``Infinity``, and a program's ``2**60`` is written ``1152921504606847000``,
+which is not ``2**60``; send such a number as a string, or as a float when
+an approximation will do), ``bytes`` (decode or
+base64 them first: which is the tool's choice), other key types, functions,
+arbitrary objects, cycles, and nesting deeper than :data:`MAX_DEPTH`.
+Refusing is deliberate: a ``repr`` string would leak addresses and type names
+into a program, and silently dropping a value would make the audit record lie.
+
+**JSON text** that crosses (a program's arguments, its result) is parsed by
+:func:`loads` under the same rules, whatever the text holds: ``1e400``
+(which Python reads as ``inf``), ``NaN``, a 5000-digit integer or nesting
+a thousand levels deep are a :class:`SnapshotError`, never a ``ValueError``
+or a ``RecursionError``. :func:`check` applies the rules to a value that is
+already JSON-shaped (what ``json.loads`` returns), without copying it: a
+fast path that parses JSON text itself must pass its value through
+:func:`check` (or parse with :func:`loads`).
+
+These are the only refusal rules; every crossing, in either direction, goes
+through one of these three functions.
 """
 
 from __future__ import annotations
@@ -44,11 +61,11 @@ import math
 import pathlib
 import uuid
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Optional
 
 from .errors import SnapshotError
 
-__all__ = ["snapshot", "MAX_DEPTH"]
+__all__ = ["snapshot", "loads", "check", "MAX_DEPTH", "MAX_SAFE_INTEGER", "safe_int"]
 
 MAX_DEPTH = 200
 
@@ -56,30 +73,151 @@ _AS_STR = (uuid.UUID, pathlib.PurePath)
 _ISO = (datetime.datetime, datetime.date, datetime.time)
 
 
+#: The largest int that crosses: JavaScript's ``Number.MAX_SAFE_INTEGER``,
+#: past which two ints share one double.
+MAX_SAFE_INTEGER = 2**53 - 1
+#: What a refusal message shows of a path at most: a path a thousand levels
+#: deep would otherwise make the message itself unbounded.
+_MAX_PATH = 160
+
+
+def safe_int(value: int) -> bool:
+    """True when ``value`` is within ±``MAX_SAFE_INTEGER``, so it crosses to JavaScript and back unchanged."""
+    return -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER
+
+
 def snapshot(value: Any) -> Any:
     """Return an independent JSON-shaped copy of ``value`` (rules above).
 
     Raises :class:`SnapshotError` naming the path of the first value that has
-    no JSON form. Thread-safe: it only reads ``value``.
+    no JSON form; never another exception for the value's shape (not even
+    ``RecursionError``). Thread-safe: it only reads ``value``.
     """
-    return _snap(value, "$", 0, set())
+    try:
+        return _snap(value, "$", 0, set())
+    except RecursionError:  # a deep value met an already deep stack: still the value's fault
+        raise SnapshotError(f"$: nested too deep to copy (the limit is {MAX_DEPTH} levels)") from None
+
+
+def loads(text: str) -> Any:
+    """Parse JSON ``text`` under the rules above: the value, or :class:`SnapshotError`.
+
+    Refuses what ``json.loads`` alone would let through (``1e400`` as ``inf``,
+    ``NaN``, ``Infinity``, unsafe integers, nesting past :data:`MAX_DEPTH`)
+    and turns what it would raise (a ``ValueError`` for a 5000-digit integer
+    or bad text, a ``RecursionError`` for deep nesting) into the same error.
+    Thread-safe.
+    """
+    try:
+        value = _decode(text)
+    except RecursionError:
+        raise SnapshotError(f"$: nested deeper than {MAX_DEPTH} levels") from None
+    except _Constant as exc:
+        raise SnapshotError(f"$: {exc.args[0]} is not JSON (JSON has no NaN or Infinity)") from None
+    except ValueError as exc:
+        if "integer string conversion" in str(exc):  # CPython's digit limit for int()
+            raise SnapshotError(f"$: an integer with thousands of digits {_INEXACT}") from None
+        raise SnapshotError(f"not valid JSON ({exc})") from None
+    check(value)
+    return value
+
+
+def check(value: Any) -> None:
+    """Raise :class:`SnapshotError` unless the JSON-shaped ``value`` obeys the rules above.
+
+    ``value`` is what ``json.loads`` returns (dicts, lists, str, int, float,
+    bool, None); nothing is copied. The message names the path.
+    """
+    bad = _check(value, 0)
+    if bad is not None:
+        where, why = bad
+        raise SnapshotError(f"{_show_path('$' + ''.join(reversed(where)))}: {why}")
+
+
+class _Constant(ValueError):
+    pass
+
+
+def _refuse_constant(name: str) -> Any:
+    raise _Constant(name)
+
+
+_decode = json.JSONDecoder(parse_constant=_refuse_constant).decode
+_INEXACT = (
+    "cannot cross exactly: a program's numbers are doubles, whose safe integers end at "
+    "±(2**53 - 1); send it as a string"
+)
+
+
+def _check(value: Any, depth: int) -> Optional[tuple[list[str], str]]:
+    # Returns (path parts, innermost first; why) for the first bad value: the
+    # path is only built on the way back up from a refusal.
+    kind = type(value)
+    if kind is str or kind is bool or value is None:
+        return None
+    if kind is int:
+        return (
+            None
+            if -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER
+            else ([], f"the integer {_show_int(value)} {_INEXACT}")
+        )
+    if kind is float:
+        return None if math.isfinite(value) else ([], f"{value!r} is not JSON (JSON has no NaN or Infinity)")
+    if depth >= MAX_DEPTH:
+        return ([], f"nested deeper than {MAX_DEPTH} levels")
+    if kind is dict:
+        for key, item in value.items():
+            if type(item) is str:
+                continue
+            bad = _check(item, depth + 1)
+            if bad is not None:
+                bad[0].append(f".{key}" if key.isidentifier() else f"[{key!r}]")
+                return bad
+        return None
+    if kind is list:
+        for i, item in enumerate(value):
+            if type(item) is str:
+                continue
+            bad = _check(item, depth + 1)
+            if bad is not None:
+                bad[0].append(f"[{i}]")
+                return bad
+        return None
+    return ([], f"a value of type {kind.__name__} is not JSON")
+
+
+def _show_int(value: int) -> str:
+    digits = abs(value).bit_length() * 30103 // 100000 + 1  # about log10(2) per bit
+    if digits <= 40:
+        return str(value)
+    return f"of about {digits} digits"
+
+
+def _show_path(path: str) -> str:
+    if len(path) <= _MAX_PATH:
+        return path
+    return path[: _MAX_PATH // 2] + " … " + path[-_MAX_PATH // 2 :]
 
 
 def _snap(value: Any, path: str, depth: int, active: set[int]) -> Any:
     # Exact-type fast path first: almost every value that crosses is one of these.
     kind = type(value)
-    if kind is str or kind is int or kind is bool or value is None:
+    if kind is str or kind is bool or value is None:
         return value
+    if kind is int:
+        if -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
+            return value
+        raise SnapshotError(f"{_show_path(path)}: the integer {_show_int(value)} {_INEXACT}")
     if kind is float:
         if math.isfinite(value):
             return value
-        raise SnapshotError(f"{path}: {value!r} is not JSON (JSON has no NaN or Infinity)")
+        raise SnapshotError(f"{_show_path(path)}: {value!r} is not JSON (JSON has no NaN or Infinity)")
     if depth >= MAX_DEPTH:
-        raise SnapshotError(f"{path}: nested deeper than {MAX_DEPTH} levels")
+        raise SnapshotError(f"{_show_path(path)}: nested deeper than {MAX_DEPTH} levels")
     if kind is dict or kind is list or kind is tuple or isinstance(value, (Mapping, list, tuple, set, frozenset)):
         marker = id(value)
         if marker in active:
-            raise SnapshotError(f"{path}: cyclic reference (a container that contains itself)")
+            raise SnapshotError(f"{_show_path(path)}: cyclic reference (a container that contains itself)")
         active.add(marker)
         try:
             return _container(value, path, depth + 1, active)
@@ -92,7 +230,7 @@ def _snap(value: Any, path: str, depth: int, active: set[int]) -> Any:
     if isinstance(value, bool):
         return bool(value)
     if isinstance(value, int):
-        return int.__int__(value)
+        return _snap(int.__int__(value), path, depth, active)
     if isinstance(value, str):
         return str.__str__(value)
     if isinstance(value, float):
@@ -102,8 +240,8 @@ def _snap(value: Any, path: str, depth: int, active: set[int]) -> Any:
     if isinstance(value, _AS_STR):
         return str(value)
     if isinstance(value, (bytes, bytearray, memoryview)):
-        raise SnapshotError(f"{path}: bytes are not JSON; decode them to str or base64-encode them first")
-    raise SnapshotError(f"{path}: a value of type {kind.__name__} is not JSON")
+        raise SnapshotError(f"{_show_path(path)}: bytes are not JSON; decode them to str or base64-encode them first")
+    raise SnapshotError(f"{_show_path(path)}: a value of type {kind.__name__} is not JSON")
 
 
 def _container(value: Any, path: str, depth: int, active: set[int]) -> Any:
@@ -112,7 +250,9 @@ def _container(value: Any, path: str, depth: int, active: set[int]) -> Any:
         for key, item in value.items():
             name = _key(key, path)
             if name in out:
-                raise SnapshotError(f"{path}: two keys both spell {name!r} in JSON (e.g. 1 and '1'); keep one")
+                raise SnapshotError(
+                    f"{_show_path(path)}: two keys both spell {name!r} in JSON (e.g. 1 and '1'); keep one"
+                )
             out[name] = _snap(item, f"{path}.{name}" if name.isidentifier() else f"{path}[{name!r}]", depth, active)
         return out
     if isinstance(value, (set, frozenset)):
@@ -128,4 +268,4 @@ def _key(key: Any, path: str) -> str:
         return str.__str__(key)
     if key is None or isinstance(key, (bool, int)) or (isinstance(key, float) and math.isfinite(key)):
         return json.dumps(key)
-    raise SnapshotError(f"{path}: a key of type {type(key).__name__} is not JSON (keys must be strings)")
+    raise SnapshotError(f"{_show_path(path)}: a key of type {type(key).__name__} is not JSON (keys must be strings)")

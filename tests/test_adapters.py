@@ -210,8 +210,10 @@ def test_call_tool_applies_the_context_update_to_the_session():
     text = call_tool(rc(echo("alpha"), echo("beta"), call_id="turn-1"), json.dumps(args(code)), session_log)
     # Only the value goes back to the model...
     assert json.loads(text) == {"logs": [], "result": [{"n": 1}, {"n": 2}]}
-    # ...the audit events land in the session_log, in submission order...
-    added = session_log.events[2:]
+    # ...the direct call itself is audited first, then its sub-calls, in submission order...
+    direct, *added = session_log.events[2:]
+    assert (direct.type, direct.data["name"], direct.data["source"]) == ("tool_call", "run_code", "direct")
+    assert direct.data["arguments"] == args(code) and not direct.surface
     assert [e.type for e in added] == ["tool_call", "tool_call"]
     assert [(e.data["id"], e.data["name"], e.data["arguments"], e.data["seq"]) for e in added] == [
         ("turn-1:code:0", "alpha", {"n": 1}, 0),
@@ -238,10 +240,12 @@ def test_call_tool_without_a_session_returns_only_the_value():
     assert "tool_call" not in text
 
 
-def test_call_tool_with_no_sub_calls_leaves_the_session_alone():
+def test_call_tool_with_no_sub_calls_audits_only_the_direct_call():
     session_log = SessionLog()
     assert json.loads(call_tool(rc(), args("return 'none'"), session_log)) == {"logs": [], "result": "none"}
-    assert len(session_log) == 0
+    assert [(e.type, e.data["name"], e.data["source"]) for e in session_log.events] == [
+        ("tool_call", "run_code", "direct")
+    ]
 
 
 def test_call_tool_failed_run_returns_the_error_and_still_audits():
@@ -250,17 +254,20 @@ def test_call_tool_failed_run_returns_the_error_and_still_audits():
     body = json.loads(text)
     assert set(body) == {"logs", "error"}
     assert body["error"]["kind"] == "exception" and "late" in body["error"]["message"]
-    assert [e.data["name"] for e in session_log.events] == ["echo"]
+    assert [e.data["name"] for e in session_log.events] == ["run_code", "echo"]
     assert session_log.messages() == []
 
 
-def test_call_tool_answers_a_model_mistake_and_leaves_the_session_alone():
+def test_call_tool_answers_a_model_mistake_and_audits_the_refusal():
     session_log = SessionLog()
     blank = json.loads(call_tool(rc(), json.dumps(args("return 1", "  ")), session_log))
     assert set(blank) == {"error"} and "non-empty `description`" in blank["error"]
+    # run_code's schema requires `code`: the gate refuses before the tool runs.
     for missing in ("null", None, {}, {"description": "no code"}):  # null arguments become {}
-        assert "`code` parameter" in json.loads(call_tool(rc(), missing, session_log))["error"]
-    assert len(session_log) == 0
+        error = json.loads(call_tool(rc(), missing, session_log))["error"]
+        assert error.startswith("invalid arguments") and "code" in error
+    assert [e.type for e in session_log.events] == ["tool_call"] + ["tool_refused"] * 4
+    assert session_log.messages() == []
 
 
 def test_call_tool_with_a_plain_tool():
@@ -272,11 +279,13 @@ def test_call_tool_with_a_plain_tool():
 
 
 def test_call_tool_answers_malformed_arguments_instead_of_raising():
-    for text in ("{not json", b"\xff", '{"a": 1'):
+    for text in ("{not json", '{"a": 1'):
         error = json.loads(call_tool(rc(), text))["error"]
         assert error.startswith("the arguments are not valid JSON (") and error.endswith("send one JSON object")
-    assert json.loads(call_tool(rc(), "[1, 2]")) == {"error": "the arguments must be a JSON object, got list"}
-    assert json.loads(call_tool(rc(), '"text"')) == {"error": "the arguments must be a JSON object, got str"}
+    error = json.loads(call_tool(rc(), b"\xff"))["error"]
+    assert error.startswith("the arguments are not valid UTF-8 (") and error.endswith("send one JSON object")
+    assert json.loads(call_tool(rc(), "[1, 2]")) == {"error": "arguments must be an object, got [1, 2]"}
+    assert json.loads(call_tool(rc(), '"text"')) == {"error": 'arguments must be an object, got "text"'}
 
 
 def test_call_tool_returns_a_tool_error_but_lets_a_host_bug_propagate():

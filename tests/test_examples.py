@@ -206,15 +206,16 @@ def test_agent_loop(capsys):
     assert roles == ["user", "assistant", "tool", "assistant"]
     tool_message = json.loads(outcome["messages"][2]["content"])
     assert tool_message["result"]["cities"] == 12 and len(tool_message["logs"]) == 2
-    # The sub-calls are audit events in the session log, not messages.
+    # The direct call and its sub-calls are audit events in the session log, not messages.
     events = outcome["session_log"].events
-    assert [e.type for e in events] == ["tool_call"] * 12
+    assert [e.type for e in events] == ["tool_call"] * 13
+    assert [e.data["source"] for e in events] == ["direct"] + ["code_mode"] * 12
     assert outcome["session_log"].messages() == []
 
     assert agent.main() == 0
     out = capsys.readouterr().out
     assert "assistant -> run_code(...)" in out
-    assert "audit log: 12 tool_call events" in out
+    assert "audit log: 1 direct call(s) and 12 sub-calls as tool_call events" in out
 
 
 def test_agent_loop_offers_run_code_with_the_sdk():
@@ -227,7 +228,8 @@ def test_agent_loop_offers_run_code_with_the_sdk():
     assert agent.run_agent("q", failing)["answer"] == "The program failed (exception)."
     # A malformed call (no program) is answered, not raised: the loop goes on.
     answer = agent.run_agent("q", agent.ScriptedModel(None))["answer"]
-    assert answer.startswith("The call was refused: run_code requires a `code` parameter")
+    # run_code's schema requires the program: the gate refuses the call before it runs.
+    assert answer.startswith("The call was refused: invalid arguments: $.code: expected string")
     tools = model.requests[0]["tools"]
     assert [t["function"]["name"] for t in tools] == ["run_code"]
     description = tools[0]["function"]["description"]
@@ -243,10 +245,10 @@ def test_anthropic_agent_loop(capsys):
     (result,) = outcome["messages"][2]["content"]
     assert result["type"] == "tool_result" and result["tool_use_id"] == "toolu_01" and result["is_error"] is False
     assert json.loads(result["content"])["result"]["cities"] == 12
-    assert [e.type for e in outcome["session_log"].events] == ["tool_call"] * 12
+    assert [e.type for e in outcome["session_log"].events] == ["tool_call"] * 13
     assert agent.main() == 0
     out = capsys.readouterr().out
-    assert "assistant -> run_code(...)" in out and "audit log: 12 tool_call events" in out
+    assert "assistant -> run_code(...)" in out and "audit log: 1 direct call(s) and 12 sub-calls" in out
 
 
 def test_anthropic_agent_loop_sends_requests_the_anthropic_sdk_accepts():
@@ -261,7 +263,7 @@ def test_anthropic_agent_loop_sends_requests_the_anthropic_sdk_accepts():
         request_type.validate_python(request)
     assert failing.requests[1]["messages"][2]["content"][0]["is_error"] is True
     refused = agent.run_agent("q", agent.ScriptedClaude(None))["answer"]
-    assert refused.startswith("The call was refused: run_code requires a `code` parameter")
+    assert refused.startswith("The call was refused: invalid arguments: $.code: expected string")
     (offered,) = failing.requests[0]["tools"]
     assert offered["name"] == "run_code" and "lookup_city" in offered["description"]
 

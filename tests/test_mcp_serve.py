@@ -330,6 +330,30 @@ def test_a_question_nobody_answers_in_time_is_refused_and_the_run_times_out(upst
     assert not [e for e in audit if e["event"] == "tool_result" and e["ok"]]  # the write never ran
 
 
+def test_served_sub_calls_pass_the_gate_and_refusals_are_audited(upstream):
+    # The gate's own audit events reach the file: a denied tool and a call whose
+    # arguments cannot cross are written as tool_refused, a granted call as tool_call.
+    audit = []
+    server = CodeModeServer(upstream, policy=PermissionPolicy(deny="put"), audit_log=AuditSink(audit), timeout=30)
+    program = """
+    const out = [];
+    try { await tools.put({ key: "x", value: 1 }); } catch (e) { out.push(e.message); }
+    try { await tools.lookup({ key: JSON.rawJSON("1e400") }); } catch (e) { out.push(e.message); }
+    out.push(await tools.lookup({ key: "k0" }));
+    return out;
+    """
+    _, result = call_run_code(lambda: Client(server.server), program)
+    denied, bad, _looked_up = result.structured_content["result"]
+    assert denied == 'tool "put" is denied by the permission policy'
+    assert bad.startswith("arguments cannot cross: $.key: inf is not JSON")
+    gate = [(e["event"], e["tool"]) for e in audit if e["event"] in ("tool_call", "tool_refused")]
+    assert gate == [("tool_refused", "put"), ("tool_refused", "lookup"), ("tool_call", "lookup")]
+    refused = [e for e in audit if e["event"] == "tool_refused"]
+    assert [e["message"] for e in refused] == [denied, bad]
+    assert len({e["run"] for e in audit}) == 1
+    server.close()
+
+
 def test_nothing_ran_is_an_error_result_and_logged(upstream):
     audit = []
     server = CodeModeServer(upstream, audit_log=AuditSink(audit))

@@ -737,11 +737,13 @@ def test_requires_approval_asks_once_per_sub_call_with_real_name_and_args():
     handler = Approvals(True)
     tools = [Tool("pay", lambda a: ran.append(a) or f"paid {a['amount']}", description="Pay.", requires_approval=True)]
     program = "return [await tools.pay({amount: 1}), await tools.pay({amount: 2, to: 'bob'})]"
-    result = run_code(program, tools, approval_handler=handler)
+    result = run_code(program, tools, approval_handler=handler, description="Pay twice.")
     assert result.result == ["paid 1", "paid 2"]
+    # The run's description, the call's audit id and the tool's description.
+    ids = [e.id for e in result.events]
     assert handler.requests == [
-        ApprovalRequest("pay", {"amount": 1}, "Pay."),
-        ApprovalRequest("pay", {"amount": 2, "to": "bob"}, "Pay."),
+        ApprovalRequest("pay", {"amount": 1}, "Pay twice.", ids[0], "Pay."),
+        ApprovalRequest("pay", {"amount": 2, "to": "bob"}, "Pay twice.", ids[1], "Pay."),
     ]
     assert ran == [{"amount": 1}, {"amount": 2, "to": "bob"}]
 
@@ -755,7 +757,7 @@ def test_approval_handler_rejecting_becomes_a_catchable_tool_error():
         result = run_code(program, tools, approval_handler=handler)
         assert result.result == [True, "pay", 'tool "pay" was rejected by the approval handler'], answer
         assert result.logs == ("caught",)
-        assert handler.requests == [ApprovalRequest("pay", {"amount": 5}, "")]
+        assert [(r.tool, r.arguments, r.description) for r in handler.requests] == [("pay", {"amount": 5}, "")]
         # The call was started (and is audited) but the tool never ran.
         assert [(e.name, e.arguments) for e in result.events] == [("pay", {"amount": 5})]
     assert ran == []
@@ -790,7 +792,7 @@ def test_policy_require_approval_by_name():
         approval_handler=handler,
     )
     assert result.result == ["read it", "written"]
-    assert handler.requests == [ApprovalRequest("write", {"path": "a"}, "")]
+    assert [(r.tool, r.arguments) for r in handler.requests] == [("write", {"path": "a"})]
     # Without a handler the same policy refuses the gated tool and only it.
     result = run_code(
         "const r = await tools.read({}); try { await tools.write({}) } catch (e) { return [r, e.message] }",
@@ -810,7 +812,7 @@ def test_policy_approval_categories():
     program = "const l = await tools.ls({}); try { await tools.rm({p: 1}) } catch (e) { return [l, e.message] }"
     result = run_code(program, tools, policy=policy, approval_handler=handler)
     assert result.result == [["f"], 'tool "rm" was rejected by the approval handler']
-    assert handler.requests == [ApprovalRequest("rm", {"p": 1}, "")]
+    assert [(r.tool, r.arguments) for r in handler.requests] == [("rm", {"p": 1})]
 
 
 def test_run_code_tool_applies_the_policy_to_every_sub_call():
@@ -829,7 +831,12 @@ def test_run_code_tool_applies_the_policy_to_every_sub_call():
     )
     assert out["result"] == [1, 2, 'tool "c" is denied by the permission policy']
     assert [r.tool for r in handler.requests] == ["b"]
-    assert [op.data["name"] for op in update.operations] == ["a", "b"]
+    # Started calls are audited as tool_call, the denied one as tool_refused.
+    assert [(op.type, op.data["name"]) for op in update.operations] == [
+        ("tool_call", "a"),
+        ("tool_call", "b"),
+        ("tool_refused", "c"),
+    ]
 
 
 # === modes ============================================================================

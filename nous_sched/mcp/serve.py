@@ -25,8 +25,12 @@ later, so the run reports its own ``timeout``).
 
 Audit: with ``audit_log``, every run, approval decision and sub-call is
 written to that file as one JSON object per line, each call *before* the tool
-runs (``run_start``, ``tool_call``, ``approval``, ``tool_result``,
-``run_end``; all carry ``ts`` and ``run``).
+runs (``run_start``, ``tool_call``, ``tool_refused``, ``approval``,
+``tool_result``, ``run_end``; all carry ``ts`` and ``run``). The
+``tool_call`` and ``tool_refused`` lines are the gate's own audit events
+(:mod:`nous_sched.gate`), the same records :func:`~nous_sched.run_code`
+returns: a call the gate refuses (a denied tool, arguments that fail the
+schema, a call past the budget) is in the file too.
 
 Threads: each run gets its own thread, ``nous-sched-mcp-run-<n>``, and its
 own scheduler, as :func:`~nous_sched.run_code` makes.
@@ -65,6 +69,7 @@ from .. import agent
 from .._validators import NAMES, TOOLS, instance_of, names, optional, require
 from ..dispatch import ApprovalRequest, current_call, direct_dispatch
 from ..errors import ConfigError, RunCodeError, ToolError
+from ..events import Event, SessionLog
 from ..outcome import Outcome
 from ..policy import PermissionPolicy
 from ..tool import Tool
@@ -441,6 +446,7 @@ class CodeModeServer:
             policy=self._policy,
             approval_handler=lambda request: self._approve_call(run, request),
             dispatch=lambda tool, args, run_ctx: self._dispatch(run, tool, args, run_ctx),
+            session_log=_GateAudit(self, run),
             call_id=run.id,
             **self._run_options,
         )
@@ -493,10 +499,9 @@ class CodeModeServer:
         return approved
 
     def _dispatch(self, run: _Run, tool: Any, args: dict[str, Any], run_ctx: Any) -> Any:
+        # The call's tool_call line is already written, by the gate (_GateAudit).
         info = current_call.get()
-        ids = {"id": info.id, "seq": info.seq, "mode": info.mode} if info is not None else {}
-        self._write("tool_call", run=run.id, tool=tool.name, arguments=args, **ids)
-        call = ids.get("id")
+        call = info.id if info is not None else None
         try:
             value = direct_dispatch(tool, args, run_ctx)
         except Exception as exc:
@@ -520,6 +525,31 @@ class CodeModeServer:
             stale = [t for t, r in self._runs.items() if r.finished_at is not None and r.finished_at < cutoff]
             for token in stale:
                 del self._runs[token]
+
+
+class _GateAudit(SessionLog):
+    """A run's session log that also writes each of the gate's audit events to the audit log."""
+
+    def __init__(self, server: CodeModeServer, run: _Run) -> None:
+        super().__init__()
+        self._server = server
+        self._run = run
+
+    def append(self, event: Event) -> None:
+        super().append(event)
+        data = event.data
+        if event.type == "tool_call":
+            self._server._write(
+                "tool_call",
+                run=self._run.id,
+                tool=data["name"],
+                arguments=data["arguments"],
+                id=data["id"],
+                seq=data["seq"],
+                mode=data["mode"],
+            )
+        elif event.type == "tool_refused":
+            self._server._write("tool_refused", run=self._run.id, tool=data["name"], message=data["message"])
 
 
 def _client_can_elicit(ctx: Any) -> bool:

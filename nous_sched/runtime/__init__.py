@@ -47,6 +47,13 @@ class Host(Protocol):
         order (the host commits in submission order).
         """
 
+    def call_json(self, name: str, text: str) -> PendingCall:
+        """:meth:`call` with the arguments as the program's JSON text, which the
+        host parses under its own rules (:func:`nous_sched.snapshot.loads`).
+
+        Never raises: text that cannot cross fails that one call.
+        """
+
 
 @attrs.frozen
 class RuntimeOutcome:

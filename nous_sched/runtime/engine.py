@@ -58,6 +58,7 @@ del _f
 _TRUNCATED = "[output truncated at {n} bytes]"
 #: What the program's text follows: one line (the prelude's line offset).
 _HEADER = "(async function program() {\n"
+_TRUNCATED_LINES = "[output truncated at {n} lines]"
 
 
 def _one_shot_encoder(allow_nan: bool) -> Callable[[Any], str]:
@@ -163,7 +164,10 @@ class Engine:
         self.ctx, self.bridge = ctx, bridge
         ctx.set_memory_limit(limits.memory_bytes)
         ctx.set_max_stack_size(limits.stack_bytes)
-        budgets = f"[{int(limits.max_log_bytes)},{int(limits.max_output_bytes)},{int(limits.max_args_bytes)}]"
+        budgets = (
+            f"[{int(limits.max_log_bytes)},{int(limits.max_output_bytes)},{int(limits.max_args_bytes)},"
+            f"{int(limits.max_log_lines)}]"
+        )
         self._arm()
         self._guard(bridge, "configure", json.dumps(list(self.names)), budgets, 1)
         try:
@@ -299,7 +303,7 @@ def drive(
     ``is_set()``, e.g. a :class:`threading.Event`) ends the run with a
     ``cancelled`` error at the next step or while waiting for a call.
     """
-    book = _LogBook(limits.max_log_bytes)
+    book = _LogBook(limits.max_log_bytes, limits.max_log_lines)
     try:
         return _drive(engine, host, limits, deadline, cancel, book)
     except Stopped as stop:
@@ -316,7 +320,7 @@ def _drive(engine: Any, host: Any, limits: Any, deadline: float, cancel: Any, bo
     # A host may take a step's calls as one batch (``host.batch()``, a context
     # manager): e.g. one message to its scheduler for a Promise.all of 1,000.
     batch = getattr(host, "batch", None)
-    call = host.call
+    call = host.call_json
     state = None
     text = engine.start()
     while True:
@@ -328,7 +332,9 @@ def _drive(engine: Any, host: Any, limits: Any, deadline: float, cancel: Any, bo
         if envelope["logs"] or envelope["dropped"]:
             book.extend(envelope["logs"], envelope["dropped"])
         calls = envelope["calls"]
-        # A null name is a question about the tools (the program's `sdk`).
+        # A null name is a question about the tools (the program's `sdk`). Each
+        # call's arguments are JSON text: the host parses them under the
+        # snapshot rules, one call at a time, so one bad call fails alone.
         if len(calls) > 1 and batch is not None:
             with batch():
                 for call_id, name, args in calls:
@@ -363,8 +369,9 @@ def _drive(engine: Any, host: Any, limits: Any, deadline: float, cancel: Any, bo
 
 
 def _ask(host: Any, question: Any) -> Any:
-    """The host's answer to a question the program asked through ``sdk``: a
-    pending call like a tool's (``host.discover``), settled in the same order."""
+    """The host's answer to a question the program asked through ``sdk`` (its
+    JSON text, which the host parses as it parses arguments): a pending call
+    like a tool's (``host.discover``), settled in the same order."""
     discover = getattr(host, "discover", None)
     if discover is None:
         return _Unanswered()
@@ -406,11 +413,18 @@ def _finish(state: dict[str, Any], book: "_LogBook", limits: Any) -> Finish:
     logs = book.lines()
     kind = state["state"]
     if kind == "fulfilled":
-        value = state["value"]
-        size = len(json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+        text = state["json"]
+        size = len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
         if size > limits.max_output_bytes:
             return Finish(logs, error=("output_limit", _output_message(size, limits)))
-        return Finish(logs, result=value)
+        # Loaded here, never in a worker: the host's rules for what crosses
+        # (no Infinity, no integer a double cannot hold, bounded depth).
+        from nous_sched.snapshot import loads
+
+        try:
+            return Finish(logs, result=loads(text))
+        except ValueError as exc:  # SnapshotError
+            return Finish(logs, error=("invalid_output", clip(f"the program's result cannot cross: {exc}")))
     if kind == "rejected":
         error = state["error"]
         if _is_stack_overflow(error):
@@ -434,10 +448,15 @@ def _output_message(size: int, limits: Any) -> str:
 
 
 class _LogBook:
-    """Log lines within a UTF-8 byte budget; past it, a truncation marker."""
+    """Log lines within a budget; past it, a truncation marker.
 
-    def __init__(self, max_bytes: int) -> None:
+    Each line costs its UTF-8 bytes plus one (so empty lines are not free),
+    and at most ``max_lines`` lines are kept.
+    """
+
+    def __init__(self, max_bytes: int, max_lines: int) -> None:
         self.max_bytes = max_bytes
+        self.max_lines = max_lines
         self.used = 0
         self.full = False
         self._lines: list[str] = []
@@ -450,15 +469,19 @@ class _LogBook:
         for line in lines:
             if self.full:
                 continue
+            if len(self._lines) >= self.max_lines:
+                self._lines.append(_TRUNCATED_LINES.format(n=self.max_lines))
+                self.full = True
+                continue
             data = line.encode("utf-8", "surrogatepass")
-            if self.used + len(data) > self.max_bytes:
-                keep = data[: self.max_bytes - self.used].decode("utf-8", "ignore")
+            if self.used + len(data) + 1 > self.max_bytes:
+                keep = data[: max(self.max_bytes - self.used - 1, 0)].decode("utf-8", "ignore")
                 if keep:
                     self._lines.append(keep)
                 self._lines.append(_TRUNCATED.format(n=self.max_bytes))
                 self.full = True
                 continue
-            self.used += len(data)
+            self.used += len(data) + 1
             self._lines.append(line)
 
     def note(self, line: str) -> None:
@@ -467,7 +490,11 @@ class _LogBook:
 
     def lines(self) -> tuple[str, ...]:
         if self._dropped and not self.full:
-            kept: tuple[str, ...] = (*self._lines, _TRUNCATED.format(n=self.max_bytes))
+            if len(self._lines) >= self.max_lines:
+                marker = _TRUNCATED_LINES.format(n=self.max_lines)
+            else:
+                marker = _TRUNCATED.format(n=self.max_bytes)
+            kept: tuple[str, ...] = (*self._lines, marker)
         else:
             kept = tuple(self._lines)
         return (*kept, *self._notes) if self._notes else kept
@@ -486,12 +513,20 @@ def _checked(text: Any) -> Optional[dict[str, Any]]:
         return None
     # Plain loops: all(<generator>) costs a generator per call on the hot path.
     for c in calls:
-        if not (isinstance(c, list) and len(c) == 3 and type(c[0]) is int and (c[1] is None or isinstance(c[1], str))):
+        if not (
+            isinstance(c, list)
+            and len(c) == 3
+            and type(c[0]) is int
+            and (c[1] is None or type(c[1]) is str)
+            and type(c[2]) is str
+        ):
             return None
     for line in logs:
         if not isinstance(line, str):
             return None
     if main is not None and not (isinstance(main, dict) and main.get("state") in _STATES):
+        return None
+    if main is not None and main["state"] == "fulfilled" and type(main.get("json")) is not str:
         return None
     return envelope  # type: ignore[no-any-return]
 

@@ -130,6 +130,9 @@
   let MAX_LOG_UNITS = 0;
   let MAX_OUTPUT_UNITS = 0;
   let MAX_ARGS_UNITS = 0;
+  let MAX_LOG_LINES = 0;
+  // A message longer than this is cut here, before it crosses; the host clips it further.
+  const MAX_MESSAGE_UNITS = 8000;
 
   let nextId = 0;
   const outbox = create(null);
@@ -140,6 +143,7 @@
   let logCount = 0;
   let logUnits = 0;
   let logDropped = 0;
+  let logKept = 0;
   let mainJson = "null";
 
   class ToolError extends ErrorCtor {
@@ -199,9 +203,13 @@
     return out;
   }
 
+  function cut(text) {
+    return text.length > MAX_MESSAGE_UNITS ? apply(strSlice, text, [0, MAX_MESSAGE_UNITS]) : text;
+  }
+
   function brief(e) {
     try {
-      return StringCtor(e.name) + ": " + StringCtor(e.message);
+      return cut(StringCtor(e.name) + ": " + StringCtor(e.message));
     } catch (_) {
       return "(an exception that could not be described)";
     }
@@ -267,17 +275,25 @@
     return line;
   }
 
+  // Every line costs its length plus one, so empty lines spend the budget
+  // too, and at most MAX_LOG_LINES lines are kept: the host counts the same.
   function emit(prefix, args) {
-    if (logUnits >= MAX_LOG_UNITS) {
+    if (logUnits >= MAX_LOG_UNITS || logKept >= MAX_LOG_LINES) {
       logDropped++;
       return;
     }
     let line = prefix + format(args);
-    if (logUnits + line.length > MAX_LOG_UNITS) {
-      line = apply(strSlice, line, [0, MAX_LOG_UNITS - logUnits]);
+    const room = MAX_LOG_UNITS - logUnits - 1;
+    if (line.length > room) {
       logDropped++; // a cut line counts as lost, so the host adds the marker
+      if (room <= 0) {
+        logUnits = MAX_LOG_UNITS;
+        return;
+      }
+      line = apply(strSlice, line, [0, room]);
     }
-    logUnits += line.length;
+    logUnits += line.length + 1;
+    logKept++;
     logs[logCount++] = line;
   }
 
@@ -286,7 +302,9 @@
     for (let first = true; outHead < outTail; first = false) {
       const c = outbox[outHead];
       delete outbox[outHead++];
-      out += (first ? "[" : ",[") + c[0] + "," + JSONstringify(c[1]) + "," + c[2] + "]";
+      // The arguments cross as a JSON string: the host parses each call's
+      // text on its own, under its own rules, so one bad call fails alone.
+      out += (first ? "[" : ",[") + c[0] + "," + JSONstringify(c[1]) + "," + JSONstringify(c[2]) + "]";
     }
     out += '],"logs":[';
     for (let i = 0; i < logCount; i++) out += (i ? "," : "") + JSONstringify(logs[i]);
@@ -318,11 +336,11 @@
       mainJson = '{"state":"output_limit","size":' + json.length + "}";
       return;
     }
-    mainJson = '{"state":"fulfilled","value":' + json + "}";
+    mainJson = '{"state":"fulfilled","json":' + JSONstringify(json) + "}";
   }
 
   function onRejected(e) {
-    mainJson = '{"state":"rejected","error":' + JSONstringify(describe(e)) + "}";
+    mainJson = '{"state":"rejected","error":' + JSONstringify(cut(describe(e))) + "}";
   }
 
   function __nous_start(main) {
@@ -390,7 +408,7 @@
   });
   freeze(sdkObject);
 
-  // namesJson: a JSON array of tool names; limitsJson: [log, output, args] units;
+  // namesJson: a JSON array of tool names; limitsJson: [log, output, args] units, then log lines;
   // offset: the lines of the wrapper's header before the program's first line.
   function configure(namesJson, limitsJson, offset) {
     if (configured) return;
@@ -400,6 +418,7 @@
     MAX_LOG_UNITS = limits[0];
     MAX_OUTPUT_UNITS = limits[1];
     MAX_ARGS_UNITS = limits[2];
+    MAX_LOG_LINES = limits[3];
     if (typeof offset === "number") LINE_OFFSET = offset;
     for (let i = 0; i < names.length; i++) {
       defineProperty(declared, names[i], { value: makeTool(names[i]), enumerable: true });
@@ -415,6 +434,7 @@
   };
   own(describe);
   own(brief);
+  own(cut);
   own(format);
   own(emit);
   own(drain);

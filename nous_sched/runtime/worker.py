@@ -65,7 +65,15 @@ STOPPED = b"X"
 FATAL = b"F"
 
 #: The order of the limits in a ``R`` frame.
-LIMIT_FIELDS = ("timeout", "memory_bytes", "stack_bytes", "max_log_bytes", "max_output_bytes", "max_args_bytes")
+LIMIT_FIELDS = (
+    "timeout",
+    "memory_bytes",
+    "stack_bytes",
+    "max_log_bytes",
+    "max_output_bytes",
+    "max_args_bytes",
+    "max_log_lines",
+)
 #: The largest ``Limits.stack_bytes`` (nous_sched.Limits refuses more).
 MAX_STACK_BYTES = 4 * 1024 * 1024
 #: The JS thread's stack beyond the engine's limit: the interpreter's own

@@ -1,0 +1,236 @@
+"""The gate: the one path every tool call takes to its tool.
+
+A program's sub-calls (:func:`~nous_sched.run_code`), a model's direct call
+(:func:`~nous_sched.call_tool`) and a served ``run_code``'s sub-calls
+(``nous-sched serve-mcp``) all pass the same checks, in this order, and a
+refusal at any of them is the same two strings (tool, message) whichever
+entry point it came through:
+
+1. **The run is not over.** Nothing starts after the run's deadline.
+2. **The tool is granted.** An unknown name, or a tool the
+   :class:`~nous_sched.PermissionPolicy` denies, is refused.
+3. **The budget.** At most ``Limits.max_calls`` calls per run (refused
+   calls count too, so a loop of bad calls ends as surely as a loop of good
+   ones), at most ``Limits.max_args_bytes`` UTF-8 bytes of arguments per
+   call and ``Limits.max_total_args_bytes`` for the run.
+4. **The arguments cross.** They are a JSON object that obeys the snapshot
+   rules (:mod:`nous_sched.snapshot`: no NaN or Infinity, no integer a
+   double cannot hold, bounded depth).
+5. **The arguments fit the tool's schema** (:mod:`nous_sched.schema`),
+   before anyone is asked to approve them.
+6. **The audit.** A call that passed 1-5 is audited as a ``tool_call``
+   event (:class:`~nous_sched.ToolCallEvent`) when it starts; a refused one
+   as a ``tool_refused`` event (:class:`~nous_sched.ToolRefusedEvent`).
+   Both go to the session log; once the call budget is spent only the first
+   refusal past it is audited, so a runaway loop cannot grow the audit.
+7. **Approval**, when the tool needs it (:func:`~nous_sched.dispatch.approve`,
+   on the thread that runs the call): the handler gets its own copy of the
+   arguments, the run's description, the call's id and the tool's
+   description; an approval that answers after the run is over starts
+   nothing.
+
+A :class:`Gate` is one run's (or one direct call's) state: its tools, its
+limits and its budget. It is used from one thread at a time (the thread that
+drives the run).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, Callable, Mapping, Optional, Union
+
+from .dispatch import RUN_OVER
+from .errors import SnapshotError
+from .events import Event, ToolRefusedEvent
+from .limits import Limits
+from .outcome import Outcome, quote_name
+from .policy import denied_message
+from .schema import argument_error
+from .snapshot import loads, snapshot
+from .tool import Tool
+
+__all__ = ["Gate", "Admitted", "BUDGET_SPENT"]
+
+BUDGET_SPENT = "the run has made its {n} tool calls, the most one run may make (Limits.max_calls)"
+_TOTAL_SPENT = (
+    "the run's tool calls have sent {n} bytes of arguments in all, the most one run may send "
+    "(Limits.max_total_args_bytes)"
+)
+_MAX_NAME = 200
+_TOO_BIG = "arguments are {size} bytes of JSON, over the limit of {n} for one call (Limits.max_args_bytes)"
+
+
+class Admitted:
+    """A call the gate let through: the tool and its arguments (a fresh JSON-shaped dict)."""
+
+    __slots__ = ("tool", "args")
+
+    def __init__(self, tool: Tool, args: dict[str, Any]) -> None:
+        self.tool = tool
+        self.args = args
+
+
+class Gate:
+    """Checks 1-6 of the module docstring for one run; check 7 runs where the call runs.
+
+    :param granted: the tools calls may reach, by name.
+    :param denied: tools the policy denies, by name (their calls are refused
+        as denied, not as unknown).
+    :param limits: the run's :class:`~nous_sched.Limits`.
+    :param deadline: the ``time.monotonic()`` instant the run is over, or ``None``.
+    :param audit: where refusals are written (``audit(event)``), e.g. a
+        session log's ``append``; ``None`` keeps them only in :attr:`refused`.
+    :param source: the ``source`` of every refusal record.
+    :param unknown: the message for a call of a tool no one declared (by
+        default ``unknown tool "name"``; a run names the closest tools).
+    """
+
+    def __init__(
+        self,
+        granted: Mapping[str, Tool],
+        denied: Mapping[str, Tool],
+        limits: Limits,
+        deadline: Optional[float] = None,
+        audit: Optional[Callable[[Event], Any]] = None,
+        source: str = "code_mode",
+        unknown: Optional[Callable[[str], str]] = None,
+    ) -> None:
+        self.granted = granted
+        self.denied = denied
+        self.limits = limits
+        self.deadline = deadline
+        self._audit = audit
+        self._source = source
+        self._unknown = unknown
+        self.calls = 0
+        self.args_bytes = 0
+        #: Every refusal audited so far, in order.
+        self.refused: list[ToolRefusedEvent] = []
+
+    def admit_json(self, name: Any, text: Any) -> Union[Admitted, Outcome]:
+        """Check a call whose arguments are JSON text (from a program): admitted, or a failed Outcome."""
+        refusal = self._before_arguments(name)
+        if refusal is not None:
+            return refusal
+        if not isinstance(text, str):
+            return self._refuse(name, "arguments must be a JSON object")
+        size = _utf8_size(text)
+        refusal = self._size(name, size)
+        if refusal is not None:
+            return refusal
+        try:
+            args = loads(text)
+        except SnapshotError as exc:
+            why = str(exc)
+            if why.startswith("not valid JSON"):  # only a direct call: a program's text is always JSON
+                return self._refuse(name, f"the arguments are {why}; send one JSON object")
+            return self._refuse(name, f"arguments cannot cross: {why}")
+        return self._after_parse(name, args)
+
+    def admit(self, name: Any, args: Any) -> Union[Admitted, Outcome]:
+        """Check a call whose arguments are a Python value (``None`` means ``{}``): admitted, or a failed Outcome."""
+        refusal = self._before_arguments(name)
+        if refusal is not None:
+            return refusal
+        if args is None:
+            args = {}
+        if not isinstance(args, Mapping):
+            return self._refuse(name, f"arguments must be an object, got {_shown(args)}")
+        try:
+            copied = snapshot(args)
+        except SnapshotError as exc:
+            return self._refuse(name, f"arguments cannot cross: {exc}")
+        refusal = self._size(name, _utf8_size(json.dumps(copied, ensure_ascii=False, separators=(",", ":"))))
+        if refusal is not None:
+            return refusal
+        return self._after_parse(name, copied)
+
+    def admit_question(self, text: Any) -> Any:
+        """A question about the tools (a program's ``sdk``), as JSON text: its
+        parsed value, or a failed Outcome (tool ``"sdk"``). Questions count
+        against the call budget and pass the same size and JSON rules; they
+        reach no tool, so no policy or schema applies."""
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            return self._refuse("sdk", RUN_OVER)
+        self.calls += 1
+        if self.calls > self.limits.max_calls:
+            return self._refuse("sdk", BUDGET_SPENT.format(n=self.limits.max_calls))
+        if not isinstance(text, str):
+            return self._refuse("sdk", "a question must be JSON text")
+        refusal = self._size("sdk", _utf8_size(text))
+        if refusal is not None:
+            return refusal
+        try:
+            return loads(text)
+        except SnapshotError as exc:
+            return self._refuse("sdk", f"the question cannot cross: {exc}")
+
+    def refuse(self, name: str, message: str) -> str:
+        """Refuse a call that never got as far as the checks (audited like any refusal); the message."""
+        outcome = self._refuse(name, message)
+        assert outcome.error is not None
+        return outcome.error.message
+
+    # -- the steps ---------------------------------------------------------------
+
+    def _before_arguments(self, name: Any) -> Optional[Outcome]:
+        if not isinstance(name, str):
+            return self._refuse(str(name), "a tool name must be a string")
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            return self._refuse(name, RUN_OVER)
+        self.calls += 1
+        if self.calls > self.limits.max_calls:
+            return self._refuse(name, BUDGET_SPENT.format(n=self.limits.max_calls))
+        if name not in self.granted:
+            if name in self.denied:
+                return self._refuse(name, denied_message(name))
+            return self._refuse(name, self._unknown(name) if self._unknown else f"unknown tool {quote_name(name)}")
+        return None
+
+    def _size(self, name: str, size: int) -> Optional[Outcome]:
+        limits = self.limits
+        if size > limits.max_args_bytes:
+            return self._refuse(name, _TOO_BIG.format(size=size, n=limits.max_args_bytes))
+        if self.args_bytes + size > limits.max_total_args_bytes:
+            return self._refuse(name, _TOTAL_SPENT.format(n=self.args_bytes))
+        self.args_bytes += size
+        return None
+
+    def _after_parse(self, name: str, args: Any) -> Union[Admitted, Outcome]:
+        if args is None:  # `tools.x()`: no arguments
+            args = {}
+        elif not isinstance(args, dict):
+            return self._refuse(name, f"arguments must be an object, got {_shown(args)}")
+        if self.deadline is not None and time.monotonic() >= self.deadline:  # the copy took the rest of the run
+            return self._refuse(name, RUN_OVER)
+        tool = self.granted[name]
+        problem = argument_error(tool, args)
+        if problem is not None:
+            return self._refuse(name, problem)
+        return Admitted(tool, args)
+
+    def _refuse(self, name: str, message: str) -> Outcome:
+        if len(name) > _MAX_NAME:  # a name the program made up may be of any length
+            name = name[:_MAX_NAME] + "…"
+        outcome = Outcome.failure(name, message)
+        # Past the call budget only the first refusal is written: the audit stays bounded.
+        if self.calls <= self.limits.max_calls + 1:
+            assert outcome.error is not None
+            record = ToolRefusedEvent(outcome.error.tool, outcome.error.message, self._source)
+            self.refused.append(record)
+            if self._audit is not None:
+                self._audit(record.as_event())
+        return outcome
+
+
+def _utf8_size(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
+def _shown(value: Any) -> str:
+    try:
+        shown = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        shown = type(value).__name__
+    return shown if len(shown) <= 200 else shown[:200] + "…"
