@@ -290,7 +290,13 @@ RETURNS = {
     ),
     "enum": (Color.RED, "ok", "red"),
     "date": (datetime.date(2020, 1, 2), "ok", "2020-01-02"),
-    "big_int": (2**70, "ok", 1.1805916207174113e21),
+    # Past JavaScript's safe integers a program would read another number: refused, not rounded.
+    "big_int": (
+        2**70,
+        "err",
+        "tool returned a value that is not JSON: $: the integer 1180591620717411303424 cannot cross exactly: "
+        "a program's numbers are doubles, whose safe integers end at ±(2**53 - 1); send it as a string",
+    ),
     "nul_string": ("a\x00b", "ok", "a\x00b"),
 }
 
