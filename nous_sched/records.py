@@ -16,7 +16,11 @@ __all__ = ["CallRecord", "LaneState"]
 class CallRecord:
     """Timeline of one started call, in seconds since the scheduler started.
 
-    ``finished`` and ``committed`` are ``None`` for a call abandoned at stop.
+    ``started`` is when the scheduler handed the call to the executor (and
+    wrote its audit event); ``began`` when a tool thread actually took it up,
+    ``None`` if none ever did (an executor saturated by other work until the
+    run was over: such a call never runs). ``finished`` and ``committed`` are
+    ``None`` for a call abandoned at stop.
     """
 
     seq: int
@@ -26,6 +30,7 @@ class CallRecord:
     finished: Optional[float] = None
     committed: Optional[float] = None
     ok: Optional[bool] = None
+    began: Optional[float] = None
 
 
 @attrs.frozen

@@ -140,13 +140,14 @@ def run_code(
     caller with no model in the loop.
 
     :raises RunCodeError: nothing ran (``code`` not a string, a blank
-        ``description``, no runtime).
+        ``description``, no runtime, or a tool running on ``executor`` called
+        this with that same ``executor`` while every one of its threads is
+        busy: the run's calls could only wait for a thread until the deadline).
     :raises ConfigError: a bad option, named in the message.
     """
     if not isinstance(code, str):
         raise RunCodeError(NO_CODE)
-    require("run_code", "description", description, v.OPTIONAL_STR)
-    if description is not None and not description.strip():
+    if description is not None and (not isinstance(description, str) or not description.strip()):
         raise RunCodeError(BLANK_DESCRIPTION)
     rt = resolve_runtime(runtime)
     if limits is None:
@@ -156,6 +157,8 @@ def run_code(
     require("run_code", "policy", policy, _OPTIONAL_POLICY)
     require("run_code", "approval_handler", approval_handler, v.OPTIONAL_CALLABLE)
     require("run_code", "cancel", cancel, _OPTIONAL_EVENT)
+    if executor is not None and _saturated_by_caller(executor):
+        raise RunCodeError(_SATURATED)
     granted, denied = partition(tools, policy, "run_code")
     names = tuple(sorted({*granted, *denied}))
     started = time.perf_counter()
@@ -222,6 +225,39 @@ def run_code(
         trail=tuple(scheduler.trail()),
         elapsed=elapsed,
     )
+
+
+_SATURATED = (
+    "run_code was called from a tool running on the executor it was given, and every thread of that "
+    "executor is busy (this one included): the program's tool calls would wait for a thread until the "
+    "deadline. Give the nested run its own executor (or none: a private pool), or a bigger one."
+)
+
+
+def _saturated_by_caller(executor: Any) -> bool:
+    """True when this thread is one of ``executor``'s own (a ``ThreadPoolExecutor``)
+    and no other of its threads is idle or may still be started.
+
+    Other executors cannot be asked; for them this is always False.
+    """
+    threads = getattr(executor, "_threads", None)
+    if not isinstance(threads, (set, frozenset)):
+        return False
+    current = threading.current_thread()
+    # A new thread may run its first task before the executor has added it to
+    # _threads: its name, "<prefix>_<k>", says whose it is.
+    prefix = getattr(executor, "_thread_name_prefix", None)
+    if current not in threads and not (isinstance(prefix, str) and current.name.startswith(prefix + "_")):
+        return False
+    if len(threads | {current}) < getattr(executor, "_max_workers", 0):
+        return False  # the executor will start another thread
+    idle = getattr(executor, "_idle_semaphore", None)
+    if idle is None:
+        return False
+    if idle.acquire(blocking=False):  # an idle thread: give its token back
+        idle.release()
+        return False
+    return True
 
 
 # -- the host side of `tools` ---------------------------------------------

@@ -141,7 +141,7 @@ class Ticket:
 class _Timeline:
     """When one started call started, finished and committed (seconds since the epoch of its scheduler)."""
 
-    __slots__ = ("seq", "tool", "mode", "started", "finished", "committed", "ok")
+    __slots__ = ("seq", "tool", "mode", "started", "finished", "committed", "ok", "began")
 
     def __init__(self, seq: int, tool: str, mode: Mode, started: float) -> None:
         self.seq = seq
@@ -151,9 +151,46 @@ class _Timeline:
         self.finished: Optional[float] = None
         self.committed: Optional[float] = None
         self.ok: Optional[bool] = None
+        self.began: Optional[float] = None
 
     def record(self) -> CallRecord:
-        return CallRecord(self.seq, self.tool, self.mode, self.started, self.finished, self.committed, self.ok)
+        return CallRecord(
+            self.seq, self.tool, self.mode, self.started, self.finished, self.committed, self.ok, self.began
+        )
+
+
+class _Begin:
+    """Called by a tool thread as it takes up a call: stamps the call's
+    ``began`` and answers True, or answers False once the scheduler is stopping
+    (the call is over before it began, and must not start).
+
+    Pickles (for executors that serialize tasks) as one that always answers
+    True: in another process there is no scheduler to ask.
+    """
+
+    __slots__ = ("scheduler", "timeline")
+
+    def __init__(self, scheduler: "Scheduler", timeline: _Timeline) -> None:
+        self.scheduler = scheduler
+        self.timeline = timeline
+
+    def __call__(self) -> bool:
+        scheduler = self.scheduler
+        with scheduler._records_lock:
+            if scheduler._stopping:
+                return False
+            self.timeline.began = time.perf_counter() - scheduler._t0
+        return True
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_AlwaysBegin, ())
+
+
+class _AlwaysBegin:
+    __slots__ = ()
+
+    def __call__(self) -> bool:
+        return True
 
 
 class _Call:
@@ -295,6 +332,9 @@ class Scheduler:
     #                              condemned the scheduler (callers write it; it
     #                              is wedged while that ticket's seq is None)
     #   _records_lock   _events, _trail and every _Timeline's fields: the driver
+    #   guards also     _stopping (set by stop() and the exiting driver; read by a
+    #                   tool thread as it takes up a call, _Begin, which stamps
+    #                   `began`: so no call begins after the scheduler stops)
     #   guards          writes them, any thread copies them out.
     #   _final          the lane's last state, written by the driver before it
     #                   sets _exited (under _lock), read only after that.
@@ -341,6 +381,7 @@ class Scheduler:
         self._wedged_by: Optional[Ticket] = None
 
         self._records_lock = threading.Lock()
+        self._stopping = False
         self._events: list[ToolCallEvent] = []
         self._trail: list[_Timeline] = []
 
@@ -526,6 +567,8 @@ class Scheduler:
         """
         require("Scheduler.stop", "timeout", timeout, v.WAIT_SECONDS)
         limit = min(self._timeout, _STOP_JOIN) if timeout is None else timeout
+        with self._records_lock:
+            self._stopping = True  # from here on no call begins (_Begin)
         with self._lock:
             first = not self._closed
             self._closed = True
@@ -663,10 +706,19 @@ class Scheduler:
                     call.run_ctx,
                     info,
                     self._t0,
+                    _Begin(self, timeline),
                 )
                 return
             future = executor.submit(
-                _InContext(call.ctx), _run_call, self._dispatch, call.tool, call.args, call.run_ctx, info, self._t0
+                _InContext(call.ctx),
+                _run_call,
+                self._dispatch,
+                call.tool,
+                call.args,
+                call.run_ctx,
+                info,
+                self._t0,
+                _Begin(self, timeline),
             )
         except Exception:
             log.error("code-mode sub-call %s could not be handed to the executor", event.id, exc_info=True)
@@ -721,6 +773,8 @@ class Scheduler:
 
     def _wind_down(self) -> None:
         """The driver's last act, whether it was stopped or crashed."""
+        with self._records_lock:
+            self._stopping = True
         with self._lock:
             self._closed = True
         try:
@@ -809,9 +863,16 @@ def _run_call(
     run_ctx: Any,
     info: CallInfo,
     t0: float,
+    begin: Optional[Callable[[], bool]] = None,
 ) -> tuple[Outcome, float]:
-    """Run one call on an executor thread; always returns an Outcome, never raises."""
+    """Run one call on an executor thread; always returns an Outcome, never raises.
+
+    ``begin()`` is asked first: False means the scheduler stopped before this
+    thread took the call up (a saturated shared executor), and it never starts.
+    """
     name = tool.name
+    if begin is not None and not begin():
+        return Outcome.failure(name, ABANDONED), time.perf_counter() - t0
     token = current_call.set(info)
     try:
         value = dispatch(tool, args, run_ctx)

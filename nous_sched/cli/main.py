@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import signal
 import sys
@@ -13,10 +12,11 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, NoReturn, Optional, Sequence, TextIO
 
 from .. import _validators as v
+from .._version import __version__
 from ..errors import ConfigError
 from .loading import UsageError, load_tools, read_program
 from .progress import Progress, isatty
-from .render import human, result_json
+from .render import human, json_text, result_json
 
 __all__ = ["main", "build_parser", "PROG"]
 
@@ -54,6 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog=PROG,
         description="Run a model-written JavaScript program whose every tool call goes through one nous_sched Scheduler.",
     )
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
     run = sub.add_parser(
@@ -162,7 +163,7 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         raise UsageError(str(exc)) from None
 
     if args.json:
-        out.write(json.dumps(result_json(result), indent=2, ensure_ascii=False) + "\n")
+        out.write(json_text(result_json(result), indent=2) + "\n")
     else:
         human(result, out)
     out.flush()

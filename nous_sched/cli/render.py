@@ -1,16 +1,54 @@
-"""What the command prints: the result, the logs and the trail as a timeline, or one JSON document."""
+r"""What the command prints: the result, the logs and the trail as a timeline, or one JSON document.
+
+Everything a program wrote reaches an operator's terminal, so human output
+shows it inert: control characters (ESC and so CSI and OSC sequences, CR,
+BEL, DEL, the C1 range), Unicode line and bidirectional-text controls and lone
+surrogates are written as escapes (``\x1b``, ``\r``, ``\u202e``,
+``\ud800``); only newline and tab stay, and every line a program wrote is
+indented, so it cannot pass for a line of ours. ``--json`` output is JSON
+whose strings escape the same characters, and lone surrogates as ``\udXXX``.
+"""
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any, Optional, Sequence, TextIO
 
 import attrs
 
 from ..result import RunResult
 
-__all__ = ["format_trail", "human", "result_json", "BAR_WIDTH"]
+__all__ = ["format_trail", "human", "result_json", "inert", "json_text", "BAR_WIDTH", "NULL_HINT"]
+
+#: Printed under a ``null`` result: the usual cause is a program with no ``return``.
+NULL_HINT = (
+    "(the program returned nothing: an empty program, or one that ends without `return <value>`, "
+    "returns null; `return` what the model should see)"
+)
+
+# C0 but newline and tab, DEL, C1; line/paragraph separators; bidi controls; lone surrogates.
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+
+
+def _escape(match: "re.Match[str]") -> str:
+    char = match.group()
+    code = ord(char)
+    if char == "\r":
+        return "\\r"
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
+
+
+def inert(text: str) -> str:
+    """``text`` with every character that could act on a terminal written as an escape (module docstring)."""
+    return _UNSAFE.sub(_escape, text)
+
+
+def json_text(value: Any, **options: Any) -> str:
+    """``json.dumps(value, ensure_ascii=False)`` whose strings also escape what :func:`inert` escapes."""
+    return inert(json.dumps(value, ensure_ascii=False, **options))
+
 
 BAR_WIDTH = 40
 
@@ -85,13 +123,15 @@ def _peak_parallel(trail: Sequence[Any]) -> int:
 def human(result: RunResult, out: TextIO) -> None:
     if result.error is None:
         out.write("result:\n")
-        out.write(_indent(json.dumps(result.result, indent=2, ensure_ascii=False)) + "\n")
+        out.write(_indent(json_text(result.result, indent=2)) + "\n")
+        if result.result is None:
+            out.write(_indent(NULL_HINT) + "\n")
     else:
         out.write(f"error ({result.error.kind}):\n")
-        out.write(_indent(result.error.message) + "\n")
+        out.write(_indent(inert(result.error.message)) + "\n")
     out.write(f"\nlogs ({len(result.logs)}):\n")
     for line in result.logs:
-        out.write(_indent(line) + "\n")
+        out.write(_indent(inert(line)) + "\n")
     trail = result.trail
     failed = sum(1 for r in trail if r.ok is False)
     summary = f"\ntrail ({len(trail)} calls"
@@ -101,8 +141,9 @@ def human(result: RunResult, out: TextIO) -> None:
         summary += f", {failed} failed"
     summary += f"; run took {result.elapsed * 1000:.1f} ms):\n"
     out.write(summary)
-    for line in format_trail(trail):
-        out.write("  " + line + "\n")
+    # The axis spans the whole run: after a timeout, abandoned calls run to its end.
+    for line in format_trail(trail, span=result.elapsed):
+        out.write("  " + inert(line) + "\n")
 
 
 def _indent(text: str, prefix: str = "  ") -> str:
