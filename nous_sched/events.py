@@ -145,7 +145,10 @@ class Event:
 
 @attrs.frozen
 class ToolCallEvent:
-    """The bookkeeping record of one *started* sub-call.
+    """The bookkeeping record of one *started* sub-call: one the gate admitted
+    (:mod:`nous_sched.gate`) and the scheduler handed to its executor, written
+    before the tool runs. Whether and when a tool thread actually took it up
+    is the call's :attr:`CallRecord.began <nous_sched.CallRecord.began>`.
 
     ``id`` is ``"<call_id>:code:<seq>"`` (``"code:<seq>"`` without a call id);
     ``arguments`` is the logged snapshot, independent of what the tool got;

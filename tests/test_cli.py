@@ -129,7 +129,7 @@ def test_json_output(capsys):
     assert main(["run", FANOUT, "--tools", TOOLS, "--json"]) == 0
     out, _ = capsys.readouterr()
     doc = json.loads(out)
-    assert list(doc) == ["result", "logs", "trail", "events"]
+    assert list(doc) == ["result", "logs", "trail", "events", "refused"]
     assert doc["result"]["cities"] == 12
     assert doc["logs"][0] == "looked up 12 cities in 9 countries"
     assert [r["seq"] for r in doc["trail"]] == list(range(12))
@@ -142,7 +142,7 @@ def test_json_output_of_a_failed_run(capsys, tmp_path):
     program = write(tmp_path, "bad.js", "console.log('before'); null.x;")
     assert main(["run", program, "--tools", TOOLS, "--json"]) == 1
     doc = json.loads(capsys.readouterr().out)
-    assert list(doc) == ["error", "logs", "trail", "events"]
+    assert list(doc) == ["error", "logs", "trail", "events", "refused"]
     assert doc["error"]["kind"] == "exception"
     assert doc["error"]["message"].startswith("TypeError")
     assert doc["logs"] == ["before"]

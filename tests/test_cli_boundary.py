@@ -132,3 +132,23 @@ def test_a_null_result_comes_with_a_hint(capsys, tmp_path):
     program = write(tmp_path, "one.js", "return 1")
     assert main(["run", program, "--tools", TOOLS]) == 0
     assert NULL_HINT not in capsys.readouterr().out
+
+
+def test_json_output_lists_the_calls_the_gate_refused(capsys, tmp_path):
+    program = write(
+        tmp_path, "refused.js", 'try { await tools.lookup_city({name: JSON.rawJSON("1e400")}) } catch (e) {}'
+    )
+    assert main(["run", program, "--tools", TOOLS, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["events"] == []
+    assert [(r["name"], r["source"]) for r in doc["refused"]] == [("lookup_city", "code_mode")]
+    assert doc["refused"][0]["message"].startswith("arguments cannot cross: $.name: inf is not JSON")
+
+
+def test_human_output_lists_the_calls_the_gate_refused(capsys, tmp_path):
+    program = write(
+        tmp_path, "refused.js", 'try { await tools.lookup_city({name: JSON.rawJSON("1e400")}) } catch (e) {}'
+    )
+    assert main(["run", program, "--tools", TOOLS]) == 0
+    out = capsys.readouterr().out
+    assert "\nrefused by the gate (1):\n  lookup_city: arguments cannot cross: $.name: inf is not JSON" in out

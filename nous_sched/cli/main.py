@@ -94,7 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="where the JavaScript runs: 'worker', a worker process killed at the deadline (the default), "
         "or 'in-process', in this process (trusted code, lowest latency)",
     )
-    run.add_argument("--json", action="store_true", help="print one JSON object: result|error, logs, trail, events")
+    run.add_argument(
+        "--json", action="store_true", help="print one JSON object: result|error, logs, trail, events, refused"
+    )
     run.add_argument(
         "--progress",
         action=argparse.BooleanOptionalAction,

@@ -132,6 +132,10 @@ def human(result: RunResult, out: TextIO) -> None:
     out.write(f"\nlogs ({len(result.logs)}):\n")
     for line in result.logs:
         out.write(_indent(inert(line)) + "\n")
+    if result.refused:
+        out.write(f"\nrefused by the gate ({len(result.refused)}):\n")
+        for refusal in result.refused:
+            out.write(_indent(inert(f"{refusal.name}: {refusal.message}")) + "\n")
     trail = result.trail
     failed = sum(1 for r in trail if r.ok is False)
     summary = f"\ntrail ({len(trail)} calls"
@@ -151,7 +155,7 @@ def _indent(text: str, prefix: str = "  ") -> str:
 
 
 def result_json(result: RunResult) -> dict[str, Any]:
-    """The ``--json`` document: ``result`` or ``error``, then ``logs``, ``trail``, ``events``."""
+    """The ``--json`` document: ``result`` or ``error``, then ``logs``, ``trail``, ``events``, ``refused``."""
     doc: dict[str, Any] = {}
     if result.error is None:
         doc["result"] = result.result
@@ -160,4 +164,5 @@ def result_json(result: RunResult) -> dict[str, Any]:
     doc["logs"] = list(result.logs)
     doc["trail"] = [attrs.asdict(r) for r in result.trail]
     doc["events"] = [attrs.asdict(e) for e in result.events]
+    doc["refused"] = [attrs.asdict(r) for r in result.refused]
     return doc
