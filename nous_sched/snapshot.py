@@ -94,6 +94,10 @@ def snapshot(value: Any) -> Any:
     ``RecursionError``). Thread-safe: it only reads ``value``.
     """
     try:
+        return _fast(value, 0)
+    except (_Slow, RecursionError):
+        pass  # the full walk below copies it, or names the path of what it refuses
+    try:
         return _snap(value, "$", 0, set())
     except RecursionError:  # a deep value met an already deep stack: still the value's fault
         raise SnapshotError(f"$: nested too deep to copy (the limit is {MAX_DEPTH} levels)") from None
@@ -128,6 +132,11 @@ def check(value: Any) -> None:
     ``value`` is what ``json.loads`` returns (dicts, lists, str, int, float,
     bool, None); nothing is copied. The message names the path.
     """
+    try:
+        _fast_check(value, 0)
+        return
+    except (_Slow, RecursionError):
+        pass
     bad = _check(value, 0)
     if bad is not None:
         where, why = bad
@@ -197,6 +206,109 @@ def _show_path(path: str) -> str:
     if len(path) <= _MAX_PATH:
         return path
     return path[: _MAX_PATH // 2] + " … " + path[-_MAX_PATH // 2 :]
+
+
+class _Slow(Exception):
+    """The fast path met something only the full walk may judge."""
+
+
+_SLOW = _Slow()
+_isfinite = math.isfinite
+
+
+def _fast(value: Any, depth: int) -> Any:
+    # The common shapes (exact dicts with str keys, lists, tuples, and plain
+    # scalars), copied with no path kept and no cycle set: anything else, and
+    # anything the rules would refuse, is _Slow, and the full walk (_snap)
+    # starts over, to copy it or to name the path of what it refuses. Nesting
+    # is bounded by MAX_DEPTH here too, so a cycle ends as _Slow.
+    kind = type(value)
+    if kind is dict:
+        if depth >= MAX_DEPTH:
+            raise _SLOW
+        depth += 1
+        out = {}
+        for key, item in value.items():
+            if type(key) is not str:
+                raise _SLOW
+            kind = type(item)
+            if kind is str or kind is bool or item is None:
+                out[key] = item
+            elif kind is int:
+                if not -MAX_SAFE_INTEGER <= item <= MAX_SAFE_INTEGER:
+                    raise _SLOW
+                out[key] = item
+            elif kind is float:
+                if not _isfinite(item):
+                    raise _SLOW
+                out[key] = item
+            else:
+                out[key] = _fast(item, depth)
+        return out
+    if kind is list or kind is tuple:
+        if depth >= MAX_DEPTH:
+            raise _SLOW
+        depth += 1
+        items: list[Any] = []
+        append = items.append
+        for item in value:
+            kind = type(item)
+            if kind is str or kind is bool or item is None:
+                append(item)
+            elif kind is int:
+                if not -MAX_SAFE_INTEGER <= item <= MAX_SAFE_INTEGER:
+                    raise _SLOW
+                append(item)
+            elif kind is float:
+                if not _isfinite(item):
+                    raise _SLOW
+                append(item)
+            else:
+                append(_fast(item, depth))
+        return items
+    if kind is str or kind is bool or value is None:
+        return value
+    if kind is int and -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
+        return value
+    if kind is float and _isfinite(value):
+        return value
+    raise _SLOW
+
+
+def _fast_check(value: Any, depth: int) -> None:
+    # check()'s fast path, as _fast is snapshot()'s: parsed JSON's exact types,
+    # scalars inline; anything the rules would refuse is _Slow, and _check
+    # walks again to name the path.
+    kind = type(value)
+    if kind is dict:
+        items: Any = value.values()
+    elif kind is list:
+        items = value
+    else:
+        if not (
+            kind is str
+            or kind is bool
+            or value is None
+            or (kind is int and -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER)
+            or (kind is float and _isfinite(value))
+        ):
+            raise _SLOW
+        return
+    if depth >= MAX_DEPTH:
+        raise _SLOW
+    depth += 1
+    for item in items:
+        kind = type(item)
+        if kind is str or kind is bool or item is None:
+            continue
+        if kind is int:
+            if not -MAX_SAFE_INTEGER <= item <= MAX_SAFE_INTEGER:
+                raise _SLOW
+        elif kind is float:
+            if not _isfinite(item):
+                raise _SLOW
+        else:
+            _fast_check(item, depth)
 
 
 def _snap(value: Any, path: str, depth: int, active: set[int]) -> Any:

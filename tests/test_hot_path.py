@@ -153,3 +153,29 @@ def test_the_fast_path_hands_cycles_and_depth_to_the_full_walk():
     for value in (cyclic, deep, {"a": {1, 2}}, {"when": (1, [2.5, None])}):
         assert _snapshot(value) == _full_walk(value)
     assert _snapshot(cyclic)[0] == "refused" and "cyclic" in _snapshot(cyclic)[1]
+
+
+_json_values = st.recursive(
+    _scalars,
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=3), inner, max_size=4)),
+    max_leaves=20,
+)
+
+
+def _full_check(value):
+    bad = snapshot_module._check(value, 0)
+    return None if bad is None else bad[1]
+
+
+@settings(max_examples=400, deadline=None)
+@given(_json_values)
+def test_check_passes_or_refuses_exactly_as_its_full_walk(value):
+    try:
+        snapshot_module.check(value)
+        refused = None
+    except SnapshotError as exc:
+        refused = str(exc)
+    expected = _full_check(value)
+    assert (refused is None) == (expected is None)
+    if refused is not None:
+        assert refused.endswith(expected)
