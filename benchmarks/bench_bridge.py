@@ -20,7 +20,7 @@ from typing import Any, Callable
 import _common as c
 import _floor
 
-from nous_sched import Scheduler, Tool, run_code
+from nous_sched import Limits, Scheduler, Tool, run_code
 
 TARGET_SEQUENTIAL = 2.0
 TARGET_ALL = 1.6
@@ -40,7 +40,7 @@ FLOOR_TOOLS = {"noop": noop}
 def ours(runtime: Any, program: str, n: int) -> float:
     code = program.format(n=n)
     t0 = time.perf_counter()
-    r = run_code(code, [TOOL], runtime=runtime, timeout=300)
+    r = run_code(code, [TOOL], runtime=runtime, limits=Limits(timeout=300, max_calls=n + 1))
     dt = time.perf_counter() - t0
     assert r.ok and r.result == n, r.error
     return dt

@@ -25,7 +25,7 @@ from typing import Any, Callable
 import _common as c
 import _floor
 
-from nous_sched import Tool, run_code
+from nous_sched import Limits, Tool, run_code
 
 TARGET = 1.5
 
@@ -178,7 +178,7 @@ def main() -> int:
         def ours_hold(what: str, n_held: int) -> float:
             code = "const value = " + value_literal + ";\n" + hold.format(held=n_held, what=what)
             t0 = time.perf_counter()
-            r = run_code(code, noop_tools, runtime=rt, timeout=120)
+            r = run_code(code, noop_tools, runtime=rt, limits=Limits(timeout=120, max_calls=n_held + 1))
             dt = time.perf_counter() - t0
             assert r.ok and r.result is not None, r.error
             return dt

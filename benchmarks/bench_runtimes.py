@@ -70,7 +70,7 @@ def main() -> int:
 
     def per_call(rt) -> float:
         t0 = time.perf_counter()
-        r = run_code(sequential, [TOOL], runtime=rt, timeout=300)
+        r = run_code(sequential, [TOOL], runtime=rt, limits=Limits(timeout=300, max_calls=n_calls + 1))
         elapsed = time.perf_counter() - t0
         assert r.ok and r.result == n_calls, r.error
         return elapsed / n_calls

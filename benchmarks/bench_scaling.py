@@ -19,7 +19,7 @@ from typing import Any, Callable
 import _common as c
 import _floor
 
-from nous_sched import Tool, run_code
+from nous_sched import Limits, Tool, run_code
 
 TARGET = 1.25
 SEQUENTIAL = "for (let i = 0; i < {n}; i++) await tools.noop({{}});\nreturn {n};"
@@ -43,7 +43,7 @@ def main() -> int:
 
         def ours(n: int) -> float:
             t0 = time.perf_counter()
-            r = run_code(SEQUENTIAL.format(n=n), [TOOL], runtime=rt, timeout=600)
+            r = run_code(SEQUENTIAL.format(n=n), [TOOL], runtime=rt, limits=Limits(timeout=600, max_calls=n + 1))
             dt = time.perf_counter() - t0
             assert r.ok and r.result == n, r.error
             return dt

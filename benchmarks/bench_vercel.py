@@ -40,7 +40,7 @@ from typing import Any, Optional
 
 import _common as c
 
-from nous_sched import Tool, run_code
+from nous_sched import Limits, Tool, run_code
 
 HERE = Path(__file__).resolve().parent
 CODE_MODE = "@ai-sdk/code-mode@1.0.42"
@@ -193,7 +193,9 @@ TOOLS = [
 
 def ours(program: str, expected: int, runtime: Any, max_parallel: int) -> float:
     t0 = time.perf_counter()
-    r = run_code(program, TOOLS, runtime=runtime, max_parallel=max_parallel, timeout=120)
+    r = run_code(
+        program, TOOLS, runtime=runtime, max_parallel=max_parallel, limits=Limits(timeout=120, max_calls=100_000)
+    )
     dt = time.perf_counter() - t0
     assert r.ok and r.result == expected, r.error
     return dt
