@@ -17,8 +17,8 @@ import sys
 import textwrap
 from pathlib import Path
 
-from nous_sched import __version__
-from nous_sched.cli import main
+from nous_sched import CallRecord, __version__
+from nous_sched.cli import format_trail, main
 from nous_sched.cli.render import NULL_HINT, inert
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -152,3 +152,13 @@ def test_human_output_lists_the_calls_the_gate_refused(capsys, tmp_path):
     assert main(["run", program, "--tools", TOOLS]) == 0
     out = capsys.readouterr().out
     assert "\nrefused by the gate (1):\n  lookup_city: arguments cannot cross: $.name: inf is not JSON" in out
+
+
+def test_the_timeline_shows_a_wait_for_an_executor_thread():
+    # Handed over at 0, taken up by a thread at 5 ms, ran to 8 ms, committed at 10 ms.
+    waited = CallRecord(0, "slow", "parallel", 0.0, 0.008, 0.010, True, began=0.005)
+    prompt = CallRecord(1, "fast", "parallel", 0.0, 0.010, 0.010, True, began=0.0)
+    lines = format_trail([waited, prompt], width=10, span=0.010)
+    bars = [line[line.index("|") + 1 : line.rindex("|")] for line in lines[1:3]]
+    assert bars == ["-----###..", "##########"]
+    assert lines[-1].endswith("- waiting for a thread")

@@ -62,7 +62,8 @@ def format_trail(trail: Sequence[Any], *, width: int = BAR_WIDTH, span: Optional
 
     Each row shows seq, tool, mode, start/finish/commit in ms since the
     scheduler started, ok or error, and a bar of ``width`` columns scaled to
-    ``span`` (default: the last instant in the trail): ``#`` while the call
+    ``span`` (default: the last instant in the trail): ``-`` while the call
+    waited for an executor thread to take it up (``began``), ``#`` while it
     ran, ``.`` while it waited for earlier calls to commit, ``?`` for a call
     abandoned when the run stopped.
     """
@@ -86,6 +87,11 @@ def format_trail(trail: Sequence[Any], *, width: int = BAR_WIDTH, span: Optional
     for r in records:
         bar = [" "] * width
         s = first(r.started)
+        began = getattr(r, "began", None)
+        if began is not None and first(began) > s:  # waited for a thread of the executor
+            for i in range(s, first(began)):
+                bar[i] = "-"
+            s = first(began)
         if r.finished is None:
             for i in range(s, width):
                 bar[i] = "?"
@@ -103,7 +109,9 @@ def format_trail(trail: Sequence[Any], *, width: int = BAR_WIDTH, span: Optional
             f"{_ms(r.committed):>8}  {status:<5}  |{''.join(bar)}|"
         )
     lines.append(f"{'':>4}  {'':<{tool_w}}  {'':<9}  {'':>8}  {'':>8}  {'':>8}  {'':<5}  0{_ms(span).rjust(width + 1)}")
-    lines.append("# running   . finished, waiting for earlier calls to commit   ? abandoned at stop")
+    lines.append(
+        "# running   . finished, waiting for earlier calls to commit   ? abandoned at stop   - waiting for a thread"
+    )
     return lines
 
 
