@@ -7,7 +7,11 @@ in the host, on the calling thread: :func:`~nous_sched.runtime.engine.drive`
 checks every envelope the worker sends, keeps the logs within budget, hands
 calls to the :class:`~nous_sched.runtime.Host` (scheduler, tools, approval,
 audit) and sends back the oldest call's outcome. One step is one pipe round
-trip; nothing polls and nothing sleeps.
+trip, and no timer wakes anything. ``run_code`` starts the program in
+its worker (:meth:`WorkerPool.begin`) before it builds the run's scheduler, so
+the worker compiles it and runs it to its first call meanwhile. On an
+otherwise idle machine the driving thread looks for each answer for up to
+:data:`SPIN` before it sleeps on the pipe (see ``_Remote._spin``).
 
 The deadline holds whatever the program does. The engine's own limit stops a
 runaway program first (a soft stop: the worker drains the logs it still held

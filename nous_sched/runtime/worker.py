@@ -37,7 +37,9 @@ Host to worker:
   run. A first run's ``memory_cap`` sets ``RLIMIT_DATA`` for good.
 * ``S`` settle: ``b"<call id> <1|0> "`` then the payload's JSON text (the
   value, or the ``{tool, message}`` error).
-* ``D`` done: free the run's context. No answer.
+* ``D`` done: free the run's context. No answer. The worker then frees it and
+  prepares the next run's context as ``SCHED_BATCH``, after yielding, so this
+  work never preempts the host (see :func:`_between_runs`).
 
 Worker to host (exactly one answer to each ``R`` and ``S``):
 
