@@ -152,3 +152,13 @@ def test_sdk_is_there_with_no_tools_and_finds_nothing(runtime):
     program = 'let d; try { await sdk.describe("x"); } catch (e) { d = e.message; } return [await sdk.search("x"), d];'
     result = run_code(program, [])
     assert result.result == [[], 'unknown tool "x"; this run declares no tools (Object.keys(tools) is empty)']
+
+
+def test_tools_named_like_the_discovery_global_do_not_collide(runtime):
+    named = [Tool("sdk", lambda args: "the sdk tool"), Tool("describe", lambda args: "the describe tool")]
+    program = """
+    return [await tools.sdk({}), await tools.describe({}), typeof (await sdk.describe("sdk")),
+            (await sdk.search("describe")).map((t) => t.name)];
+    """
+    result = run_code(program, named)
+    assert result.result == ["the sdk tool", "the describe tool", "string", ["describe"]]
