@@ -98,3 +98,11 @@ def test_a_logged_error_is_located_and_no_prelude_frame_shows(runtime):
         'ToolError: arguments are not JSON: Error: bad (tool "echo")\n    at program (<input>:1:19)',
         "Error: here\n    at program (<input>:2:17)",  # QuickJS places `new X` at X
     )
+
+
+def test_an_internal_error_with_no_message_is_the_memory_abort_it_usually_is(runtime):
+    # QuickJS raises it when even the out-of-memory message cannot be
+    # allocated; the prelude's stack hook must not turn it into a bare exception.
+    result = run_code('throw new InternalError("");', TOOLS)
+    assert result.error.kind == "abort"
+    assert "memory limit" in result.error.message and "InternalError with no message" in result.error.message

@@ -443,6 +443,11 @@ def _finish(state: dict[str, Any], book: "_LogBook", limits: Any) -> Finish:
             # tells that apart from a literal `throw null`, so say both.
             detail = " (or it threw a bare null, which QuickJS also raises when it runs out of memory)"
             return Finish(logs, error=("abort", memory_message(limits.memory_bytes, detail)))
+        if error == "InternalError: ":
+            # An out-of-memory error whose message could not be allocated
+            # (rarely, when the limit is hit while the prelude formats a stack).
+            detail = " (or it threw an InternalError with no message, which QuickJS raises when it runs out of memory)"
+            return Finish(logs, error=("abort", memory_message(limits.memory_bytes, detail)))
         return Finish(logs, error=("exception", clip(error)))
     if kind == "output_limit":
         return Finish(logs, error=("output_limit", _output_message(state["size"], limits)))

@@ -42,6 +42,7 @@
   const strSplit = String.prototype.split;
   const strIndexOf = String.prototype.indexOf;
   const captureStackTrace = ErrorCtor.captureStackTrace;
+  const InternalErrorPrototype = typeof InternalError === "function" ? InternalError.prototype : null;
   const hasOwn = Object.prototype.hasOwnProperty;
   const ProxyCtor = Proxy;
   const preludeFunctions = new WeakSet();
@@ -97,9 +98,11 @@
     if (error === siteHolder && siteHolder !== null) return sites;
     // The engine's own out-of-memory error is built while no allocation can
     // succeed: formatting would fail and lose the error. It gets no stack.
+    // (An InternalError comes only from the engine: memory, stack, interrupt.)
     let message;
     try {
       message = error.message;
+      if (message === "" && getPrototypeOf(error) === InternalErrorPrototype) message = "out of memory";
     } catch (_) {
       message = undefined;
     }
