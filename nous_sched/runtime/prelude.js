@@ -96,17 +96,16 @@
   let siteHolder = null;
   function __nous_stack_hook(error, sites) {
     if (error === siteHolder && siteHolder !== null) return sites;
-    // The engine's own out-of-memory error is built while no allocation can
-    // succeed: formatting would fail and lose the error. It gets no stack.
-    // (An InternalError comes only from the engine: memory, stack, interrupt.)
-    let message;
+    // An InternalError comes only from the engine when it stops the program
+    // (out of memory, interrupted at the deadline): running JavaScript then
+    // would fail (no allocation can succeed) or be interrupted again, and
+    // lose the error. It gets no stack.
     try {
-      message = error.message;
-      if (message === "" && getPrototypeOf(error) === InternalErrorPrototype) message = "out of memory";
+      if (getPrototypeOf(error) === InternalErrorPrototype) return undefined;
+      if (error.message === "out of memory") return undefined;
     } catch (_) {
-      message = undefined;
+      return undefined;
     }
-    if (message === "out of memory") return undefined;
     return formatSites(sites);
   }
   function callSites() {
