@@ -208,6 +208,8 @@ def run_code(
                 f"code runtime {rt!r} returned {outcome!r} from run(); expected a nous_sched.RuntimeOutcome"
             )
     finally:
+        if begun is not None:
+            begun.abandon()  # only if something above failed before it ran: its worker goes
         # The driver winds down in microseconds unless a predicate is stuck;
         # then waiting longer would only delay this run's answer.
         scheduler.stop(timeout=0.5)

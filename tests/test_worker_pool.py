@@ -650,6 +650,22 @@ def test_a_bad_scheduler_option_abandons_the_begun_run(pool):
         assert run_code(f"return {n}", runtime=pool).result == n
 
 
+def test_a_begun_run_whose_host_never_comes_gives_its_worker_back(pool, monkeypatch):
+    # Anything failing between begin and run (here the host itself) abandons
+    # the begun run: no worker stays checked out of the pool.
+    run_code_module = sys.modules["nous_sched.run_code"]
+
+    def broken_host(*args, **kwargs):
+        raise RuntimeError("no host today")
+
+    monkeypatch.setattr(run_code_module, "_Host", broken_host)
+    for _ in range(3):  # more than the pool's two workers
+        with pytest.raises(RuntimeError, match="no host today"):
+            run_code("return 1", runtime=pool, timeout=WAIT)
+    monkeypatch.undo()
+    assert run_code("return await tools.echo({n: 4})", [echo_tool()], runtime=pool, timeout=WAIT).result == {"n": 4}
+
+
 def test_a_pool_is_created_on_first_use_and_is_the_default(tmp_path):
     script = textwrap.dedent(
         """
