@@ -54,8 +54,8 @@ def main() -> int:
     ms = 1000.0
     big = records(1_000_000)
     args_records = records(100_000)
-    # Today each outstanding call re-sends the result (about 12 ms per call for
-    # 500 KB here): 1,000 of them make one run last seconds, so fewer in --quick.
+    # Before the result crossed once, each outstanding call re-sent it (about
+    # 12 ms per call for 500 KB here), so fewer in --quick.
     held = 30 if opts.quick else 1_000
     result_value = records(500_000)
     batch = 1 if opts.quick else 3
