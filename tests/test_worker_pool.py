@@ -139,6 +139,54 @@ def test_soft_stop_at_the_wall_clock_deadline_keeps_the_logs(pool):
     assert set(pool.pids()) == pids, "a soft stop keeps the worker"
 
 
+def test_a_deadline_signal_landing_as_the_engine_drains_a_stopped_program_keeps_the_logs():
+    # The engine stops itself at the deadline just as the host's SIGUSR1
+    # arrives. The watchdog must be off before the salvage drain starts, or
+    # it zeroes the drain's budget and every line the program printed is
+    # lost (seen in CI: a timeout with no logs). Here signals keep landing
+    # for as long as the drain runs (the engine runs it without the GIL).
+    import _quickjs
+
+    from nous_sched.runtime import engine, worker
+
+    offset = worker._budget_offset(_quickjs)
+    assert offset is not None, "the binding's layout did not match: no wall-clock stop"
+    watchdog = worker._Watchdog(-1, offset)
+    ctx, bridge = engine.prepare()
+    landed = []
+
+    def bridge_under_signals(op, *args):
+        if op != "drain":
+            return bridge(op, *args)
+        drained = threading.Event()
+
+        def signals() -> None:
+            while not drained.is_set():
+                watchdog._on_deadline(signal.SIGUSR1, None)
+                landed.append(op)
+
+        signaller = threading.Thread(target=signals)
+        signaller.start()
+        try:
+            return bridge(op, *args)
+        finally:
+            drained.set()
+            signaller.join()
+
+    limits = Limits(timeout=0.2, max_log_lines=10_000)
+    deadline = time.monotonic() + limits.timeout
+    program = "for (let i = 0; i < 10000; i++) console.log('line ' + i); for (;;) {}"
+    run = engine.Engine(program, [], limits, deadline, (ctx, bridge_under_signals), watchdog.disarm)
+    watchdog.arm(run, deadline)
+    with pytest.raises(engine.Stopped) as stopped:
+        run.start()
+    assert stopped.value.kind == "timeout"
+    assert landed, "no signal landed during the drain"
+    assert stopped.value.envelope is not None, "the drain was cut short"
+    logs = json.loads(stopped.value.envelope)["logs"]
+    assert logs[0] == "line 0" and logs[-1] == "line 9999" and len(logs) == 10_000
+
+
 def _cpu_program(seconds: float, runtime) -> str:
     """The issue's "0.5 s program": a pure-CPU loop that takes ``seconds`` alone,
     here and now (calibrated on ``runtime``, the median of five runs)."""

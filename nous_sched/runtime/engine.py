@@ -131,7 +131,10 @@ class Engine:
 
     ``limits`` is anything with the attributes of :class:`nous_sched.Limits`;
     ``deadline`` is a :func:`time.monotonic` instant; ``prepared`` a pair from
-    :func:`prepare` (made here when ``None``). Every step raises
+    :func:`prepare` (made here when ``None``). ``before_salvage``, when given,
+    is called once the program has been stopped and before its logs are
+    drained: whatever stops the engine from outside (the worker's deadline
+    signal) must be off by then, or it would stop the drain too. Every step raises
     :class:`Stopped` when the engine stops the program (deadline, memory,
     stack, a syntax error, a tampered bridge).
     """
@@ -143,12 +146,14 @@ class Engine:
         limits: Any,
         deadline: float,
         prepared: Optional[tuple[Any, Any]] = None,
+        before_salvage: Optional[Callable[[], None]] = None,
     ) -> None:
         self.program = program
         self.names = names
         self.limits = limits
         self.deadline = deadline
         self.prepared = prepared
+        self.before_salvage = before_salvage
         self.ctx: Any = None
         self.bridge: Any = None
 
@@ -265,6 +270,8 @@ class Engine:
         bridge = self.bridge
         if bridge is None:
             return None
+        if self.before_salvage is not None:
+            self.before_salvage()
         try:
             self.ctx.set_memory_limit(self.limits.memory_bytes + _SALVAGE_MEMORY)
             self.ctx.set_time_limit(_SALVAGE_SECONDS)

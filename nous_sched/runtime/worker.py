@@ -183,7 +183,10 @@ class _Watchdog:
     happens per run but two assignments under ``_lock``, which guards
     ``_target`` and is held while the budget is zeroed, so the handler never
     writes into a freed context; a late signal finds its run gone, or a run
-    whose deadline is still ahead, and does nothing.
+    whose deadline is still ahead, and does nothing. A run that stopped
+    disarms it before its logs are drained (the engine's ``before_salvage``):
+    the host's signal often lands just as the engine stops itself, and would
+    otherwise cut the drain short and lose every line the program printed.
     """
 
     def __init__(self, lifeline: int, offset: Any) -> None:
@@ -355,7 +358,9 @@ def serve(engine: Any, oslimits: Any, watchdog: _Watchdog, fd_in: int, fd_out: i
                 if spec["memory_cap"]:
                     oslimits.cap_memory(spec["memory_cap"])
                 deadline = time.monotonic() + spec["remaining"]
-                current = Engine(spec["program"], spec["names"], Limits(*spec["limits"]), deadline, spare)
+                current = Engine(
+                    spec["program"], spec["names"], Limits(*spec["limits"]), deadline, spare, watchdog.disarm
+                )
                 spare = None
                 watchdog.arm(current, deadline)
                 text = current.start()
