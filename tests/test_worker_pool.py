@@ -819,6 +819,33 @@ def test_a_hostile_worker_gets_an_abort_or_timeout_and_the_host_goes_on(tmp_path
     assert run_code("return 'host fine'", runtime=QuickJSRuntime()).result == "host fine"
 
 
+_DEAF_TWICE = """
+import signal
+heard = []
+signal.signal(signal.SIGUSR1, lambda *_: heard.append(1))
+while len(heard) < 3:
+    signal.pause()
+envelope = json.dumps({"calls": [], "logs": ["heard %d signals" % len(heard)], "dropped": 0, "main": None})
+send(b"X", b'{"kind": "timeout", "message": "stopped softly", "memory": false}\\n' + envelope.encode())
+time.sleep(60)
+"""
+
+
+def test_the_host_repeats_the_deadline_signal_until_the_worker_stops_softly(tmp_path):
+    # A worker ignores a signal that lands before its own deadline (later than
+    # the host's by the run frame's transit) or before its run is armed. On a
+    # loaded machine that lost the only signal, and the kill lost the logs.
+    fake = _fake_python(tmp_path, _HOSTILE + _DEAF_TWICE)
+    with make_pool(python=fake, size=1, kill_grace=30) as p:
+        t0 = time.monotonic()
+        result = run_code("return 1", runtime=p, timeout=0.5)
+        took = time.monotonic() - t0
+    assert result.error.kind == "timeout"
+    assert result.error.message == "stopped softly"
+    assert result.logs == ("heard 3 signals",)
+    assert took < 0.5 + SLACK, "answered long before the kill deadline"
+
+
 # === forks and exits ===========================================================================
 
 _FORK_SCRIPT = r"""

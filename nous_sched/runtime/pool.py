@@ -65,6 +65,11 @@ _HEADROOM = v.int_at_least(16 * _MIB, "an int of at least 16 MiB (16777216)")
 SPIN = 100e-6
 SPIN_BACKOFF = 16
 SPIN_BACKOFF_MAX = 4096
+#: How often the host repeats the deadline signal until the worker answers.
+#: The worker ignores a signal that arrives before *its* deadline, which is
+#: later than the host's by the run frame's transit, and one that arrives
+#: before the run is armed: a single signal is easily lost on a loaded machine.
+RESIGNAL = 0.05
 _CPUS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
@@ -809,11 +814,7 @@ class _Remote:
             except _Expired:
                 # The deadline passed mid-step: the worker's engine stops now,
                 # keeping its logs; the kill comes only if it has not by the grace.
-                w.signal_deadline()
-                try:
-                    op, body = w.receive(self.until, self.cancel, self.max_frame)
-                except _Died:  # past the deadline, however it ended: a timeout
-                    raise _Expired from None
+                op, body = self._stop_softly()
         except _Expired:
             return self._expired()
         except _Died:
@@ -839,6 +840,20 @@ class _Remote:
             envelope = tail.decode("utf-8", "surrogatepass") or None
             raise Stopped(kind, clip(message), envelope=envelope, memory=memory)
         return self._broken()
+
+    def _stop_softly(self) -> tuple[bytes, bytes]:
+        """Signal the worker every :data:`RESIGNAL` seconds until it answers;
+        :class:`_Expired` at the kill deadline or if it dies meanwhile."""
+        w = self.worker
+        while True:
+            w.signal_deadline()
+            try:
+                return w.receive(min(self.until, time.monotonic() + RESIGNAL), self.cancel, self.max_frame)
+            except _Died:  # past the deadline, however it ended: a timeout
+                raise _Expired from None
+            except _Expired:
+                if time.monotonic() >= self.until:
+                    raise
 
     def _kill(self) -> None:
         self.reusable = False
