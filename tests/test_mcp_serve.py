@@ -330,6 +330,37 @@ def test_a_question_nobody_answers_in_time_is_refused_and_the_run_times_out(upst
     assert not [e for e in audit if e["event"] == "tool_result" and e["ok"]]  # the write never ran
 
 
+def test_a_client_that_cancels_its_call_stops_the_run_at_once(upstream):
+    # The program would spin until its 120 s deadline; the client's cancel
+    # (notifications/cancelled) must end it now, as run_code's cancel= does.
+    audit = []
+    server = CodeModeServer(upstream, audit_log=AuditSink(audit), timeout=120)
+
+    def ran(event):
+        return [e for e in list(audit) if e["event"] == event]
+
+    async def go():
+        with anyio.fail_after(60):
+            async with Client(server.server) as client, anyio.create_task_group() as tg:
+
+                async def call():
+                    spin = {"code": "console.log('spinning'); for (;;) {}", "description": "spin"}
+                    await client.call_tool("run_code", spin)
+
+                tg.start_soon(call)
+                while not ran("run_start"):
+                    await anyio.sleep(0.01)
+                tg.cancel_scope.cancel()
+
+    t0 = time.monotonic()
+    anyio.run(go)
+    wait_until(lambda: ran("run_end"), timeout=60, what="the run's end")
+    (end,) = ran("run_end")
+    assert end["error"]["kind"] == "cancelled", end
+    assert time.monotonic() - t0 < 60, "ended long before its deadline"
+    server.close()
+
+
 def test_served_sub_calls_pass_the_gate_and_refusals_are_audited(upstream):
     # The gate's own audit events reach the file: a denied tool and a call whose
     # arguments cannot cross are written as tool_refused, a granted call as tool_call.

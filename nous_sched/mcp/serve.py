@@ -23,6 +23,11 @@ with its real arguments:
 An unanswered question is refused when the run's deadline passes (a second
 later, so the run reports its own ``timeout``).
 
+Cancellation: when the client cancels a ``run_code`` call
+(``notifications/cancelled``), the run is cancelled as by
+:func:`~nous_sched.run_code`'s ``cancel``: the program stops at once, its open
+questions are refused, and the audit's ``run_end`` says ``cancelled``.
+
 Audit: with ``audit_log``, every run, approval decision and sub-call is
 written to that file as one JSON object per line, each call *before* the tool
 runs (``run_start``, ``tool_call``, ``tool_refused``, ``approval``,
@@ -171,6 +176,8 @@ class _Run:
 
     ``_cond`` guards ``_unsent``, ``_sent``, ``result``, ``finished_at`` and
     ``_abandoned``; the event-loop side reads them through :meth:`next`.
+    ``cancel`` is the run's ``cancel`` event: set when the client cancels the
+    call, it stops the program at once (a ``cancelled`` error, logs kept).
     """
 
     def __init__(self, run_id: str, description: str, can_ask: bool) -> None:
@@ -185,6 +192,7 @@ class _Run:
         self._sent: dict[str, _Ask] = {}
         self._keys = itertools.count(1)
         self._abandoned: Optional[str] = None  # why nobody will answer any more
+        self.cancel = threading.Event()
 
     def ask(self, request: ApprovalRequest, deadline: Optional[float]) -> _Ask:
         """Post a question and wait for its answer, at most until ``deadline`` (tool thread)."""
@@ -272,7 +280,7 @@ class CodeModeServer:
         require("CodeModeServer", "approve", approved, NAMES)
         self._approve: frozenset[str] = approved
         self._policy = policy
-        for option in ("approval_handler", "dispatch", "call_id", "session_log", "description"):
+        for option in ("approval_handler", "dispatch", "call_id", "session_log", "description", "cancel"):
             if option in run_options:
                 raise ConfigError(f"CodeModeServer: `{option}` is set per run by the server; it cannot be given")
         self._run_options = run_options
@@ -407,7 +415,9 @@ class CodeModeServer:
                     for ask in payload:
                         tg.start_soon(self._ask_back, ctx, run, ask)
         except anyio.get_cancelled_exc_class():
-            run.abandon("cancelled")  # the client cancelled the call: nobody is left to answer
+            # The client cancelled the call: nobody is left to answer, or to read the result.
+            run.abandon("cancelled")
+            run.cancel.set()
             raise
 
     async def _ask_back(self, ctx: Any, run: _Run, ask: _Ask) -> None:
@@ -448,6 +458,7 @@ class CodeModeServer:
             dispatch=lambda tool, args, run_ctx: self._dispatch(run, tool, args, run_ctx),
             session_log=_GateAudit(self, run),
             call_id=run.id,
+            cancel=run.cancel,
             **self._run_options,
         )
         try:
