@@ -575,14 +575,7 @@ class _Worker:
             if not buf:
                 # The usual case: one read brings exactly one whole frame.
                 if data is None:
-                    timeout = until - time.monotonic()
-                    if timeout <= 0:
-                        raise _Expired
-                    if cancel is not None:
-                        if cancel.is_set():
-                            raise Stopped("cancelled", CANCELLED)
-                        timeout = min(timeout, CANCEL_POLL)
-                    if not self._out_poll.poll(_ms(timeout)):
+                    if not self._readable(until, cancel):
                         continue
                     data = os.read(self.fd_out, 65536)
                 if not data:
@@ -603,19 +596,25 @@ class _Worker:
                     del buf[: 4 + n]
                     return op, body
                 want = 4 + n - len(buf)
-            timeout = until - time.monotonic()
-            if timeout <= 0:
-                raise _Expired
-            if cancel is not None:
-                if cancel.is_set():
-                    raise Stopped("cancelled", CANCELLED)
-                timeout = min(timeout, CANCEL_POLL)
-            if not self._out_poll.poll(_ms(timeout)):
+            if not self._readable(until, cancel):
                 continue
             data = os.read(self.fd_out, max(want, 65536))
             if not data:
                 raise _Died
             buf += data
+
+    def _readable(self, until: float, cancel: Any) -> bool:
+        """Whether the worker's pipe has data after one poll, which lasts until
+        ``until`` or :data:`CANCEL_POLL`, whichever is sooner; :class:`_Expired`
+        past ``until``, :class:`Stopped` once ``cancel`` is set."""
+        timeout = until - time.monotonic()
+        if timeout <= 0:
+            raise _Expired
+        if cancel is not None:
+            if cancel.is_set():
+                raise Stopped("cancelled", CANCELLED)
+            timeout = min(timeout, CANCEL_POLL)
+        return bool(self._out_poll.poll(_ms(timeout)))
 
     def _spin(self, seconds: float) -> Optional[bytes]:
         """What the worker has written within ``seconds``, looking without
