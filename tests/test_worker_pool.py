@@ -176,7 +176,7 @@ def test_a_deadline_signal_landing_as_the_engine_drains_a_stopped_program_keeps_
     limits = Limits(timeout=0.2, max_log_lines=10_000)
     deadline = time.monotonic() + limits.timeout
     program = "for (let i = 0; i < 10000; i++) console.log('line ' + i); for (;;) {}"
-    run = engine.Engine(program, [], limits, deadline, (ctx, bridge_under_signals), watchdog.disarm)
+    run = engine.Engine(program, [], limits, deadline, (ctx, bridge_under_signals), before_salvage=watchdog.disarm)
     watchdog.arm(run, deadline)
     with pytest.raises(engine.Stopped) as stopped:
         run.start()

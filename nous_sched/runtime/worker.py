@@ -359,7 +359,12 @@ def serve(engine: Any, oslimits: Any, watchdog: _Watchdog, fd_in: int, fd_out: i
                     oslimits.cap_memory(spec["memory_cap"])
                 deadline = time.monotonic() + spec["remaining"]
                 current = Engine(
-                    spec["program"], spec["names"], Limits(*spec["limits"]), deadline, spare, watchdog.disarm
+                    spec["program"],
+                    spec["names"],
+                    Limits(*spec["limits"]),
+                    deadline,
+                    spare,
+                    before_salvage=watchdog.disarm,
                 )
                 spare = None
                 watchdog.arm(current, deadline)
