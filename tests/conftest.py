@@ -51,3 +51,12 @@ def runtime(request, monkeypatch):
     chosen = pool_module.default_pool() if request.param == "worker" else QuickJSRuntime()
     monkeypatch.setattr(pool_module, "default_pool", lambda: chosen)
     return chosen
+
+
+@pytest.fixture(scope="session")
+def redis_url():
+    """The URL of a real Redis server (``tests/redis_server.py``), one for the whole session."""
+    from redis_server import redis_server
+
+    with redis_server() as url:
+        yield url
