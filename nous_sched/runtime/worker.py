@@ -84,6 +84,8 @@ STACK_MARGIN = 2 * 1024 * 1024
 JS_STACK = MAX_STACK_BYTES + STACK_MARGIN
 #: The exit status of a worker that ran out of memory outside the engine.
 EXIT_MEMORY = 3
+#: The test-only payload's file (see :func:`_test_payload`).
+PAYLOAD_ENV = "NOUS_SCHED_TEST_PAYLOAD"
 
 
 def frame(op: bytes, *parts: bytes) -> bytes:
@@ -206,15 +208,19 @@ class _Watchdog:
             self._target = None
 
     def _on_deadline(self, signum: int, frame: Any) -> None:
-        import ctypes
+        import signal
         import time
 
         if self._offset is None:
             return
         with self._lock:
             target = self._target
-            if target is None or time.monotonic() < target[1]:
+            if target is None:
                 return
+            if signum != signal.SIGUSR2 and time.monotonic() < target[1]:
+                return
+            import ctypes
+
             ctx = target[0].ctx
             if ctx is not None:
                 ctypes.c_int64.from_address(id(ctx) + self._offset).value = 0
@@ -225,6 +231,7 @@ class _Watchdog:
         import signal
 
         signal.signal(signal.SIGUSR1, self._on_deadline)
+        signal.signal(signal.SIGUSR2, self._on_deadline)  # cancelled: stop whatever the deadline
 
     def watch(self) -> None:
         """Serve the deadline signal until the host is gone (end of file)."""
@@ -403,36 +410,71 @@ def serve(engine: Any, oslimits: Any, watchdog: _Watchdog, fd_in: int, fd_out: i
         del done
 
 
-def main(argv: list[str]) -> None:
-    name, quickjs_path, lifeline = argv[1], argv[2], int(argv[3])
-    import json
-    import signal
-    import threading
-
-    # The terminal's Ctrl-C is the host's to handle: it kills this worker if it must.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _set_thread_name(name.replace("nous-sched-worker-", "nous-worker-"))
+def _load_all(quickjs_path: str) -> tuple[Any, Any, Any]:
+    """The engine's modules, and everything serve() imports, before the OS
+    bounds forbid opening files; a ``F`` frame and exit if that fails."""
     here = os.path.dirname(os.path.abspath(__file__))
     try:
         quickjs = _load("_quickjs", quickjs_path, extension=True)
         engine = _load("nous_sched_engine", os.path.join(here, "engine.py"))
         oslimits = _load("nous_sched_oslimits", os.path.join(here, "oslimits.py"))
-        # Everything serve() imports, before the OS bounds forbid opening files.
         import collections  # noqa: F401
         import ctypes  # noqa: F401
+        import json  # noqa: F401
+        import threading  # noqa: F401
         import time  # noqa: F401
     except BaseException as exc:
         write_all(1, frame(FATAL, f"the worker could not load the engine: {exc!r}".encode("utf-8", "replace")))
         os._exit(1)
+    return quickjs, engine, oslimits
+
+
+def _test_payload() -> Any:
+    """The compromised-engine stand-in of the project's tests, or ``None``.
+
+    Read from the file named by ``NOUS_SCHED_TEST_PAYLOAD`` in the worker's
+    environment, which the host passes on only from its own environment (no
+    program can set it), and compiled before the bounds apply; run once
+    they do, as native code would run inside a compromised engine."""
+    path = os.environ.pop(PAYLOAD_ENV, None)
+    if not path:
+        return None
+    with open(path, encoding="utf-8") as fh:
+        return compile(fh.read(), path, "exec")
+
+
+def _become_worker(name: str, lifeline: int, modules: tuple[Any, Any, Any], options: dict[str, Any]) -> None:
+    """Bound this process and serve frames on standard input and output; never returns."""
+    import json
+    import signal
+    import threading
+
+    quickjs, engine, oslimits = modules
+    # The terminal's Ctrl-C is the host's to handle: it kills this worker if it must.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _set_thread_name(name.replace("nous-sched-worker-", "nous-worker-"))
+    payload = _test_payload()
     watchdog = _Watchdog(lifeline, _budget_offset(quickjs))
-    bounds = oslimits.apply()
+    bounds = oslimits.apply(
+        uid=options.get("uid", oslimits.UNPRIVILEGED),
+        gid=options.get("gid", oslimits.UNPRIVILEGED),
+        namespaces=options.get("namespaces", True),
+        root=options.get("root"),
+    )
     bounds["wall_clock_stop"] = watchdog._offset is not None
+    if payload is not None:
+        scope: dict[str, Any] = {"report": {}}
+        try:
+            exec(payload, scope)
+        except BaseException as exc:  # the payload's own failure is its report
+            scope["report"]["payload_error"] = repr(exc)
+        bounds["test_payload"] = scope["report"]
 
     def run() -> None:
         _set_thread_name("nous-js-" + name.rsplit("-", 1)[-1])
         # The deadline signal is for the main thread: only there does it
         # interrupt the blocking read that lets its handler run.
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1, signal.SIGUSR2})
         try:
             # This thread writes every frame, the hello included: one writer.
             write_all(1, frame(HELLO, json.dumps({"pid": os.getpid(), "os_bounds": bounds}).encode()))
@@ -448,6 +490,108 @@ def main(argv: list[str]) -> None:
         watchdog.watch()
     finally:
         os._exit(0)
+
+
+def _fork_server(sock_fd: int, modules: tuple[Any, Any, Any], options: dict[str, Any]) -> None:
+    """Fork a fresh worker for each request on the host's socket; never returns.
+
+    Single-threaded (so forking it is safe), it has loaded the engine but
+    never made a context or run anything: each child starts from this
+    state, binds itself and prepares its own context (its own random seed).
+    Requests: a datagram with the worker's name and three descriptors (its
+    standard input, output, lifeline); the answer ``P <pid>`` carries a
+    pidfd of the child, so the host signals exactly that process. Each
+    child's exit is reported as ``W <pid> <status>`` (dropped if the host is
+    not reading). End of file on the socket: exit.
+    """
+    import select
+    import signal
+    import socket
+
+    libc_prctl(1, 9)  # PR_SET_PDEATHSIG: die with the host
+    sock = socket.socket(fileno=sock_fd)
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    sock.send(b"R")
+    while True:
+        ready, _, _ = select.select([sock_fd, wake_r], [], [])
+        if wake_r in ready:
+            os.read(wake_r, 512)
+        _reap(sock)
+        if sock_fd not in ready:
+            continue
+        try:
+            msg, fds, _, _ = socket.recv_fds(sock, 256, 3)
+        except OSError:
+            os._exit(0)
+        if not msg:
+            os._exit(0)
+        if len(fds) != 3:
+            for fd in fds:
+                os.close(fd)
+            continue
+        pid = os.fork()
+        if pid == 0:
+            signal.set_wakeup_fd(-1)
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            _child(msg.decode("ascii", "replace"), fds, (sock.fileno(), wake_r, wake_w), modules, options)
+        for fd in fds:
+            os.close(fd)
+        pidfd = os.pidfd_open(pid)
+        try:
+            socket.send_fds(sock, [b"P %d" % pid], [pidfd])
+        finally:
+            os.close(pidfd)
+
+
+def _reap(sock: Any) -> None:
+    import socket
+
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        try:
+            sock.send(b"W %d %d" % (pid, os.waitstatus_to_exitcode(status)), socket.MSG_DONTWAIT)
+        except OSError:
+            pass
+
+
+def _child(name: str, fds: list[int], close: tuple[int, ...], modules: Any, options: dict[str, Any]) -> None:
+    for fd in close:
+        os.close(fd)
+    os.dup2(fds[0], 0)
+    os.dup2(fds[1], 1)
+    os.dup2(fds[2], 3)
+    os.closerange(4, 1 << 16)
+    os.setpgid(0, 0)  # a process group of its own, killed as a group
+    try:
+        _become_worker(name, 3, modules, options)
+    finally:
+        os._exit(1)
+
+
+def libc_prctl(option: int, arg: int) -> None:
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None).prctl(option, arg, 0, 0, 0)
+
+
+def main(argv: list[str]) -> None:
+    import json
+
+    if argv[1] == "--fork-server":
+        modules = _load_all(argv[2])
+        _fork_server(0, modules, json.loads(argv[3]))
+    name, quickjs_path, lifeline = argv[1], argv[2], int(argv[3])
+    options = json.loads(argv[4]) if len(argv) > 4 else {}
+    _become_worker(name, lifeline, _load_all(quickjs_path), options)
 
 
 if __name__ == "__main__":
