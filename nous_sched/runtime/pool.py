@@ -374,7 +374,9 @@ class WorkerPool:
                 raise Stopped(
                     "timeout", timeout_message(limits.timeout, "waiting for a worker process to start")
                 ) from None
-            raise RunCodeError(f"a worker process did not start within {self.start_timeout:g}s ({self.python})") from None
+            raise RunCodeError(
+                f"a worker process did not start within {self.start_timeout:g}s ({self.python})"
+            ) from None
         except BaseException:  # RunCodeError (it could not start), KeyboardInterrupt
             self._release(wid, FRESH, False)
             raise
@@ -479,7 +481,7 @@ class WorkerPool:
             for wid in wids:
                 try:
                     self._start(wid)
-                except (OSError, RunCodeError):
+                except Exception:  # (RunCodeError, OSError): a run that needs a worker will say why
                     with self._lock:
                         self._spares_failed = True  # the runs start their own (and say why)
                     return
@@ -583,8 +585,6 @@ class Begun:
 def _outcome(finish: Finish) -> RuntimeOutcome:
     error = None if finish.error is None else RunError(*finish.error)
     return RuntimeOutcome(finish.logs, result=finish.result, error=error)
-
-
 
 
 def max_frame(limits: Limits) -> int:

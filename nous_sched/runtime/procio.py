@@ -184,9 +184,12 @@ class ForkServer:
         with self._lock:
             while pid not in self.statuses:
                 left = until - time.monotonic()
-                if left <= 0 or not select.select([self.sock], [], [], left)[0]:
+                try:
+                    if left <= 0 or not select.select([self.sock], [], [], left)[0]:
+                        return None
+                    msg = self.sock.recv(256)
+                except (OSError, ValueError):  # the server is closed
                     return None
-                msg = self.sock.recv(256)
                 if not msg:
                     return None
                 self._note(msg)
@@ -291,7 +294,14 @@ class Worker:
         self._out_poll.register(self.fd_out, select.POLLIN)
 
     def _start(
-        self, python: str, cwd: str, server: Optional[ForkServer], options: dict[str, Any], fd_in: int, fd_out: int, life: int
+        self,
+        python: str,
+        cwd: str,
+        server: Optional[ForkServer],
+        options: dict[str, Any],
+        fd_in: int,
+        fd_out: int,
+        life: int,
     ) -> Any:
         if server is not None:
             try:
@@ -498,5 +508,3 @@ class Worker:
                     os.close(fd)
                 except OSError:
                     pass
-
-

@@ -326,19 +326,90 @@ def _set_policy(policy: int) -> bool:
     return True
 
 
-def serve(engine: Any, oslimits: Any, watchdog: _Watchdog, fd_in: int, fd_out: int) -> None:
-    """Answer frames until the host closes the pipe."""
-    import collections
-    import json
-    import time
+class _Server:
+    """The serving thread's state: the running engine, the next run's context."""
 
-    Limits = collections.namedtuple("Limits", LIMIT_FIELDS)  # type: ignore[misc]
-    Engine, Stopped = engine.Engine, engine.Stopped
+    def __init__(self, engine: Any, oslimits: Any, watchdog: _Watchdog, fd_out: int, payload: Any) -> None:
+        import collections
+
+        self.engine = engine
+        self.oslimits = oslimits
+        self.watchdog = watchdog
+        self.fd_out = fd_out
+        self.payload = payload
+        self.Limits = collections.namedtuple("Limits", LIMIT_FIELDS)  # type: ignore[misc]
+        self.current: Any = None
+        # The next run's fresh context, its prelude evaluated while this worker
+        # waits (the prelude's compilation is most of a run's start-up).
+        self.spare = _prepare(engine)
+
+    def settle(self, body: bytes) -> str:
+        first = body.index(b" ")
+        second = body.index(b" ", first + 1)
+        call_id = int(body[:first])
+        ok = body[first + 1 : second] == b"1"
+        payload = str(memoryview(body)[second + 1 :], "utf-8", "surrogatepass")
+        del body  # one copy of a big payload at a time
+        return str(self.current.settle(call_id, ok, payload))
+
+    def run(self, body: bytes) -> str:
+        import json
+        import time
+
+        if self.current is not None:
+            self.watchdog.disarm()
+            self.current.close()
+            self.current = None
+        spec = json.loads(body)
+        if spec["memory_cap"]:
+            self.oslimits.cap_memory(spec["memory_cap"])
+        if self.payload is not None:
+            spec["program"] = _run_payload(self.payload, spec["program"])
+        deadline = time.monotonic() + spec["remaining"]
+        self.current = self.engine.Engine(
+            spec["program"],
+            spec["names"],
+            self.Limits(*spec["limits"]),
+            deadline,
+            self.spare,
+            before_salvage=self.watchdog.disarm,
+        )
+        self.spare = None
+        self.watchdog.arm(self.current, deadline)
+        return str(self.current.start())
+
+    def done(self) -> None:
+        done, self.current = self.current, None
+        if done is not None:
+            self.watchdog.disarm()
+        self.spare = _between_runs(self.engine, done, self.spare is None) or self.spare
+
+    def stopped(self, stop: Any) -> bool:
+        """Answer ``X`` for a stopped run; whether to prepare the next context."""
+        import json
+
+        self.current = None
+        self.watchdog.disarm()
+        head = json.dumps({"kind": stop.kind, "message": stop.message, "memory": stop.memory})
+        tail = stop.envelope or ""
+        write_all(self.fd_out, frame(STOPPED, (head + "\n" + tail).encode("utf-8", "surrogatepass")))
+        # After a memory stop the host retires this worker: prepare nothing.
+        return self.spare is None and not stop.memory
+
+    def out_of_memory(self) -> None:
+        # Outside the engine's own accounting (a huge payload's copies): the
+        # OS limit. Say so, and let the host retire this worker.
+        self.watchdog.disarm()
+        self.current = None
+        head = '{"kind": "abort", "message": "the worker process ran out of memory", "memory": true}\n'
+        write_all(self.fd_out, frame(STOPPED, head.encode()))
+
+
+def serve(engine: Any, oslimits: Any, watchdog: _Watchdog, fd_in: int, fd_out: int, payload: Any = None) -> None:
+    """Answer frames until the host closes the pipe."""
+    server = _Server(engine, oslimits, watchdog, fd_out, payload)
     reader = _Reader(fd_in)
-    current: Any = None
-    # The next run's fresh context, its prelude evaluated while this worker
-    # waits (the prelude's compilation is most of a run's start-up).
-    spare = _prepare(engine)
+    steps = {SETTLE: server.settle, RUN: server.run}
     while True:
         try:
             op, body = reader.read()
@@ -346,68 +417,42 @@ def serve(engine: Any, oslimits: Any, watchdog: _Watchdog, fd_in: int, fd_out: i
             os._exit(0)
         except MemoryError:  # half a frame read: the stream cannot be trusted any more
             os._exit(EXIT_MEMORY)
+        if op == DONE:
+            server.done()
+            continue
+        done = server.current
         try:
-            if op == SETTLE:
-                first = body.index(b" ")
-                second = body.index(b" ", first + 1)
-                call_id = int(body[:first])
-                ok = body[first + 1 : second] == b"1"
-                payload = str(memoryview(body)[second + 1 :], "utf-8", "surrogatepass")
-                del body  # one copy of a big payload at a time
-                text = current.settle(call_id, ok, payload)
-                del payload
-            elif op == RUN:
-                if current is not None:
-                    watchdog.disarm()
-                    current.close()
-                    current = None
-                spec = json.loads(body)
-                if spec["memory_cap"]:
-                    oslimits.cap_memory(spec["memory_cap"])
-                deadline = time.monotonic() + spec["remaining"]
-                current = Engine(
-                    spec["program"],
-                    spec["names"],
-                    Limits(*spec["limits"]),
-                    deadline,
-                    spare,
-                    before_salvage=watchdog.disarm,
-                )
-                spare = None
-                watchdog.arm(current, deadline)
-                text = current.start()
-            elif op == DONE:
-                done, current = current, None
-                if done is not None:
-                    watchdog.disarm()
-                spare = _between_runs(engine, done, spare is None) or spare
-                del done
-                continue
-            else:
+            step = steps.get(op)
+            if step is None:
                 raise ValueError(f"unknown op {op!r}")
-        except Stopped as stop:
-            done, current = current, None
-            if done is not None:
-                watchdog.disarm()
-            head = json.dumps({"kind": stop.kind, "message": stop.message, "memory": stop.memory})
-            tail = stop.envelope or ""
-            write_all(fd_out, frame(STOPPED, (head + "\n" + tail).encode("utf-8", "surrogatepass")))
-            # After a memory stop the host retires this worker: prepare nothing.
-            prepare = spare is None and not stop.memory
+            text = step(body)
+        except engine.Stopped as stop:
+            prepare = server.stopped(stop)
         except MemoryError:
-            # Outside the engine's own accounting (a huge payload's copies): the
-            # OS limit. Say so, and let the host retire this worker.
-            watchdog.disarm()
-            current = None
-            head = '{"kind": "abort", "message": "the worker process ran out of memory", "memory": true}\n'
-            write_all(fd_out, frame(STOPPED, head.encode()))
+            server.out_of_memory()
             continue
         else:
             write_all(fd_out, frame(ENVELOPE, text.encode("utf-8", "surrogatepass")))
             continue
         # Out of the except block, whose exception's traceback holds the engine's frames.
-        spare = _between_runs(engine, done, prepare) or spare
+        server.spare = _between_runs(engine, done, prepare) or server.spare
         del done
+
+
+def _run_payload(payload: Any, program: str) -> str:
+    """The tests' compromised-engine stand-in (see :func:`_test_payload`): run
+    it, native calls and all, inside the run, after every bound applies; the
+    program becomes its report. Only a program marked ``/*payload*/`` runs it."""
+    import json
+
+    if "/*payload*/" not in program:
+        return program
+    scope: dict[str, Any] = {"report": {}, "program": program}
+    try:
+        exec(payload, scope)
+    except BaseException as exc:  # the payload's own failure is its report
+        scope["report"]["payload_error"] = repr(exc)
+    return "return " + json.dumps(scope["report"]) + ";"
 
 
 def _load_all(quickjs_path: str) -> tuple[Any, Any, Any]:
@@ -443,7 +488,9 @@ def _test_payload() -> Any:
         return compile(fh.read(), path, "exec")
 
 
-def _become_worker(name: str, lifeline: int, modules: tuple[Any, Any, Any], options: dict[str, Any]) -> None:
+def _become_worker(
+    name: str, lifeline: int, modules: tuple[Any, Any, Any], options: dict[str, Any], offset: Any = False
+) -> None:
     """Bound this process and serve frames on standard input and output; never returns."""
     import json
     import signal
@@ -454,7 +501,8 @@ def _become_worker(name: str, lifeline: int, modules: tuple[Any, Any, Any], opti
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _set_thread_name(name.replace("nous-sched-worker-", "nous-worker-"))
     payload = _test_payload()
-    watchdog = _Watchdog(lifeline, _budget_offset(quickjs))
+    # (A fork server verified the layout once for all its children.)
+    watchdog = _Watchdog(lifeline, _budget_offset(quickjs) if offset is False else offset)
     bounds = oslimits.apply(
         uid=options.get("uid", oslimits.UNPRIVILEGED),
         gid=options.get("gid", oslimits.UNPRIVILEGED),
@@ -462,13 +510,6 @@ def _become_worker(name: str, lifeline: int, modules: tuple[Any, Any, Any], opti
         root=options.get("root"),
     )
     bounds["wall_clock_stop"] = watchdog._offset is not None
-    if payload is not None:
-        scope: dict[str, Any] = {"report": {}}
-        try:
-            exec(payload, scope)
-        except BaseException as exc:  # the payload's own failure is its report
-            scope["report"]["payload_error"] = repr(exc)
-        bounds["test_payload"] = scope["report"]
 
     def run() -> None:
         _set_thread_name("nous-js-" + name.rsplit("-", 1)[-1])
@@ -478,7 +519,7 @@ def _become_worker(name: str, lifeline: int, modules: tuple[Any, Any, Any], opti
         try:
             # This thread writes every frame, the hello included: one writer.
             write_all(1, frame(HELLO, json.dumps({"pid": os.getpid(), "os_bounds": bounds}).encode()))
-            serve(engine, oslimits, watchdog, 0, 1)
+            serve(engine, oslimits, watchdog, 0, 1, payload)
         finally:
             os._exit(0)
 
@@ -509,6 +550,7 @@ def _fork_server(sock_fd: int, modules: tuple[Any, Any, Any], options: dict[str,
     import socket
 
     libc_prctl(1, 9)  # PR_SET_PDEATHSIG: die with the host
+    offset = _budget_offset(modules[0])
     sock = socket.socket(fileno=sock_fd)
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
@@ -536,7 +578,9 @@ def _fork_server(sock_fd: int, modules: tuple[Any, Any, Any], options: dict[str,
         if pid == 0:
             signal.set_wakeup_fd(-1)
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-            _child(msg.decode("ascii", "replace"), fds, (sock.fileno(), wake_r, wake_w), modules, options)
+            _child(
+                msg.decode("ascii", "replace"), fds, (sock_fd, wake_r, wake_w), modules, {**options, "offset": offset}
+            )
         for fd in fds:
             os.close(fd)
         pidfd = os.pidfd_open(pid)
@@ -571,7 +615,7 @@ def _child(name: str, fds: list[int], close: tuple[int, ...], modules: Any, opti
     os.closerange(4, 1 << 16)
     os.setpgid(0, 0)  # a process group of its own, killed as a group
     try:
-        _become_worker(name, 3, modules, options)
+        _become_worker(name, 3, modules, options, options["offset"])
     finally:
         os._exit(1)
 
