@@ -385,11 +385,13 @@ class Worker:
 
     def _assemble(self, until: float, cancel: Any, max_frame: int) -> tuple[bytes, bytes]:
         buf = self.buf
-        while len(buf) < 5:
+        while len(buf) < 4:
             buf += self._read_some(until, cancel, 65536)
         (n,) = worker.HEADER.unpack_from(buf)
         if n == 0 or n > max_frame:
             raise Garbled
+        while len(buf) < 5:
+            buf += self._read_some(until, cancel, 65536)
         op = bytes(buf[4:5])
         if len(buf) >= 4 + n:
             body = bytes(buf[5 : 4 + n])
