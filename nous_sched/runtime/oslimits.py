@@ -6,8 +6,9 @@ and before the first program; it returns a report of what was applied, which
 the worker sends to the host (see :attr:`nous_sched.WorkerPool.os_bounds` and
 :attr:`nous_sched.WorkerPool.layers`). In order:
 
-* ``PR_SET_PDEATHSIG`` (``SIGKILL``): the worker dies with its parent, as well
-  as on its lifeline's end of file;
+* ``PR_SET_PDEATHSIG`` (``SIGKILL``) for a fork server's child: it dies with
+  its parent (which exits when the host does), as well as on its lifeline's
+  end of file;
 * ``RLIMIT_CORE`` 0, ``RLIMIT_NOFILE`` :data:`NOFILE`;
 * namespaces (Linux): new IPC, network, UTS and mount namespaces (and a new
   user namespace when not root), then ``chroot`` into the pool's empty
@@ -168,10 +169,17 @@ def _check(result: int, what: str) -> None:
 
 
 def apply(
-    *, uid: int = UNPRIVILEGED, gid: int = UNPRIVILEGED, namespaces: bool = True, root: Optional[str] = None
+    *,
+    uid: int = UNPRIVILEGED,
+    gid: int = UNPRIVILEGED,
+    namespaces: bool = True,
+    root: Optional[str] = None,
+    pdeathsig: bool = False,
 ) -> dict[str, Any]:
     """Apply every bound available here; a report of what was applied.
 
+    ``pdeathsig``: die with the parent (only for a parent with one thread:
+    the signal comes when the thread that started this process ends).
     ``uid``/``gid``: what a worker started as root drops to. ``namespaces``:
     try new namespaces; ``root``: an empty folder to ``chroot`` into (when
     a namespace or root privilege allows it)."""
@@ -191,7 +199,7 @@ def apply(
         return report
     linux = sys.platform.startswith("linux")
     libc = _libc() if linux else None
-    if libc is not None:
+    if libc is not None and pdeathsig:
         report["pdeathsig"] = libc.prctl(_PR_SET_PDEATHSIG, 9, 0, 0, 0) == 0
     for name, value in (("RLIMIT_CORE", 0), ("RLIMIT_NOFILE", NOFILE)):
         try:

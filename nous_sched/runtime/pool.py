@@ -445,13 +445,19 @@ class WorkerPool:
             w = self._workers.get(wid)
             keep = w is not None and reusable and w.finish_run() and self._core.release(wid, domain, reusable)
             if not keep:
-                self._core.dead(wid)
+                self._core.release(wid, domain, False)  # (the place is held until the process is gone)
                 w = self._workers.pop(wid, None)
             elif w is not None:
                 w.busy = False
-            self._cond.notify_all()
-        if not keep and w is not None:
-            w.discard()
+                self._cond.notify_all()
+        if not keep:
+            try:
+                if w is not None:
+                    w.discard()
+            finally:
+                with self._lock:
+                    self._core.dead(wid)
+                    self._cond.notify_all()
         self._top_up()
 
     # -- spares ------------------------------------------------------------------

@@ -40,7 +40,8 @@ class Closed(Exception):
 
 
 class Slot:
-    """One worker place: ``starting`` (a process is being made), ``idle`` or ``busy``."""
+    """One worker place: ``starting`` (a process is being made), ``idle``,
+    ``busy``, or ``retiring`` (killed, not yet gone)."""
 
     __slots__ = ("wid", "state", "domain", "runs", "cap", "for_run")
 
@@ -168,7 +169,9 @@ class PoolCore:
 
     def release(self, wid: int, domain: Any, reusable: bool) -> bool:
         """Run over on ``wid`` (of trust ``domain``); true if the shell keeps
-        the process (idle, for that domain only), false if it must kill it."""
+        the process (idle, for that domain only), false if it must kill it:
+        the place stays taken (``retiring``) until :meth:`dead` says the
+        process is gone, so a replacement never runs beside it."""
         slot = self.slots.get(wid)
         if slot is None or slot.state != "busy":
             return False
@@ -176,7 +179,7 @@ class PoolCore:
         keep = reusable and domain is not FRESH and not self.closed and slot.runs < self.runs_per_worker
         keep = keep and slot.domain in (FRESH, domain)
         if not keep:
-            self._remove(wid)
+            slot.state = "retiring"
             return False
         slot.domain = domain
         slot.state = "idle"

@@ -159,7 +159,9 @@ class ForkServer:
         return self.proc.poll() is None
 
     def spawn(self, name: str, fds: tuple[int, int, int]) -> tuple[int, int]:
-        """A fresh child serving ``fds``; its ``(pid, pidfd)``."""
+        """A fresh child serving ``fds``; its ``(pid, pidfd)``. The answer names
+        the request: one left unread by an interrupted spawn is recognised as
+        stale, and that child killed."""
         with self._lock:
             socket.send_fds(self.sock, [name.encode("ascii")], list(fds))
             while True:
@@ -167,8 +169,12 @@ class ForkServer:
                 if not msg:
                     _close_all(got)
                     raise OSError("the fork server is gone")
-                if msg.startswith(b"P ") and len(got) == 1:
-                    return int(msg[2:]), got[0]
+                parts = msg.split()
+                if parts[0] == b"P" and len(got) == 1:
+                    if parts[2:] == [name.encode("ascii")]:
+                        return int(parts[1]), got[0]
+                    _kill_stale(got[0])
+                    continue
                 _close_all(got)
                 self._note(msg)
 
@@ -212,6 +218,15 @@ class ForkServer:
                 pass
 
 
+def _kill_stale(pidfd: int) -> None:
+    try:
+        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+    except OSError:
+        pass
+    finally:
+        os.close(pidfd)
+
+
 class ForkedProc:
     """A fork server's child as a :class:`subprocess.Popen` look-alike: ``pid``,
     ``returncode``, ``poll``, ``wait``, ``kill``, ``send_signal``; every signal
@@ -232,6 +247,10 @@ class ForkedProc:
 
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)
+
+    def exited(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` for the process to be gone (a zombie counts)."""
+        return self.pidfd < 0 or bool(select.select([self.pidfd], [], [], timeout)[0])
 
     def poll(self) -> Optional[int]:
         if self.returncode is None and self.pidfd >= 0 and select.select([self.pidfd], [], [], 0)[0]:
@@ -269,6 +288,7 @@ class Worker:
         self.buf = bytearray()
         self.fd_in = self.fd_out = self.lifeline = -1
         fds: list[int] = []
+        self.proc: Any = None
         try:
             to_worker = os.pipe()
             fds += to_worker
@@ -276,22 +296,32 @@ class Worker:
             fds += from_worker
             lifeline = os.pipe()
             fds += lifeline
-            self.proc: Any = self._start(python, cwd, server, options, to_worker[0], from_worker[1], lifeline[0])
+            self.proc = self._start(python, cwd, server, options, to_worker[0], from_worker[1], lifeline[0])
+            _close_all((to_worker[0], from_worker[1], lifeline[0]))
+            fds = [to_worker[1], from_worker[0], lifeline[1]]
+            os.set_blocking(to_worker[1], False)
+            # Read only once poll() says a frame is there, or while spinning (see _spin).
+            os.set_blocking(from_worker[0], False)
+            self._in_poll = select.poll()
+            self._in_poll.register(to_worker[1], select.POLLOUT)
+            self._out_poll = select.poll()
+            self._out_poll.register(from_worker[0], select.POLLIN)
         except BaseException:  # KeyboardInterrupt included: nothing leaks
-            _close_all(fds)
+            self._abandon(fds)
             raise
-        _close_all((to_worker[0], from_worker[1], lifeline[0]))
-        self.fd_in = to_worker[1]
-        self.fd_out = from_worker[0]
-        self.lifeline = lifeline[1]
-        os.set_blocking(self.fd_in, False)
-        # Read only once poll() says a frame is there, or while spinning (see _spin).
-        os.set_blocking(self.fd_out, False)
+        self.fd_in, self.fd_out, self.lifeline = fds
         self.missed = False  # the last receive's spin ran out before the answer came
-        self._in_poll = select.poll()
-        self._in_poll.register(self.fd_in, select.POLLOUT)
-        self._out_poll = select.poll()
-        self._out_poll.register(self.fd_out, select.POLLIN)
+
+    def _abandon(self, fds: list[int]) -> None:
+        """Start-up failed part way: kill the process if there is one, close every descriptor."""
+        _close_all(fds)
+        proc = self.proc
+        if isinstance(proc, ForkedProc):
+            proc.kill()
+            proc.close()
+        elif proc is not None:
+            proc.kill()
+            proc.wait()
 
     def _start(
         self,
@@ -476,10 +506,11 @@ class Worker:
                 pass
 
     def discard(self) -> None:
-        """After a finished run: kill it and close the pipes without waiting
-        (the fork server reaps its children); a spawned worker is reaped."""
+        """After a finished run: kill it, wait until it is gone (the fork server
+        reaps its children), close the pipes; a spawned worker is reaped."""
         if isinstance(self.proc, ForkedProc):
             self.terminate()
+            self.proc.exited(2.0)
             self.proc.close()
             self._close_fds()
         else:

@@ -508,6 +508,7 @@ def _become_worker(
         gid=options.get("gid", oslimits.UNPRIVILEGED),
         namespaces=options.get("namespaces", True),
         root=options.get("root"),
+        pdeathsig=options.get("pdeathsig", False),
     )
     bounds["wall_clock_stop"] = watchdog._offset is not None
 
@@ -549,7 +550,10 @@ def _fork_server(sock_fd: int, modules: tuple[Any, Any, Any], options: dict[str,
     import signal
     import socket
 
-    libc_prctl(1, 9)  # PR_SET_PDEATHSIG: die with the host
+    # No PR_SET_PDEATHSIG here: it fires when the *thread* that started this
+    # process ends, and any of the host's threads may start it. The host's
+    # death closes the socket; this process then exits, and its children,
+    # whose parent is this single thread, get their death signal.
     offset = _budget_offset(modules[0])
     sock = socket.socket(fileno=sock_fd)
     wake_r, wake_w = os.pipe()
@@ -579,13 +583,17 @@ def _fork_server(sock_fd: int, modules: tuple[Any, Any, Any], options: dict[str,
             signal.set_wakeup_fd(-1)
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             _child(
-                msg.decode("ascii", "replace"), fds, (sock_fd, wake_r, wake_w), modules, {**options, "offset": offset}
+                msg.decode("ascii", "replace"),
+                fds,
+                (sock_fd, wake_r, wake_w),
+                modules,
+                {**options, "offset": offset, "pdeathsig": True},
             )
         for fd in fds:
             os.close(fd)
         pidfd = os.pidfd_open(pid)
         try:
-            socket.send_fds(sock, [b"P %d" % pid], [pidfd])
+            socket.send_fds(sock, [b"P %d %s" % (pid, msg)], [pidfd])
         finally:
             os.close(pidfd)
 
@@ -618,13 +626,6 @@ def _child(name: str, fds: list[int], close: tuple[int, ...], modules: Any, opti
         _become_worker(name, 3, modules, options, options["offset"])
     finally:
         os._exit(1)
-
-
-def libc_prctl(option: int, arg: int) -> None:
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        ctypes.CDLL(None).prctl(option, arg, 0, 0, 0)
 
 
 def main(argv: list[str]) -> None:
