@@ -118,8 +118,9 @@ class _Syntax(Exception):
 #: ``timeOrigin`` is the wall clock then, so neither tells when the context was
 #: made or what ran before (the binding's own count from the context's creation).
 _RUN_CLOCK = """(() => {
-  const now = performance.now.bind(performance), t0 = now(), origin = Date.now();
-  const p = Object.freeze({ now: () => now() - t0, timeOrigin: origin, toJSON: () => ({ timeOrigin: origin }) });
+  const now_ = performance.now.bind(performance), t0 = now_(), origin = Date.now();
+  // (Bound: a program sees a native function, as before, with no source to read.)
+  const p = Object.freeze({ now: function now() { return now_() - t0; }.bind(null), timeOrigin: origin });
   Object.defineProperty(globalThis, "performance", { value: p, writable: false, configurable: false, enumerable: false });
 })()"""
 
