@@ -74,7 +74,7 @@ _SPARES = v.Check("an int of at least 0", lambda x: isinstance(x, int) and not i
 #: that arrives before the run is armed: a single signal is easily lost.
 RESIGNAL = 0.05
 #: The default :attr:`WorkerPool.size`: the core count, at least this.
-MIN_DEFAULT_SIZE = 4
+MIN_DEFAULT_SIZE = 8
 _HAS_FORK_SERVER = sys.platform.startswith("linux") and hasattr(os, "pidfd_open")
 
 
@@ -98,7 +98,7 @@ class WorkerPool:
     ``pool.domain(key)``: a worker that served ``key`` serves nothing else.
 
     :param size: most worker processes alive at once (spares included), so
-        most runs at once. Default: the core count, at least 4
+        most runs at once. Default: the core count, at least 8
         (:func:`default_size`): programs beyond the cores only share them.
     :param spares: fresh workers kept ready (within ``size``; default 2),
         each started in the background as soon as one is used.
