@@ -69,7 +69,7 @@ def main() -> int:
     def startup(rt: Any) -> float:
         samples = []
         for _ in range(per):
-            time.sleep(0.02)  # the spares are ready again (started in the background)
+            time.sleep(0.15)  # the spares are ready again (started in the background)
             t0 = time.perf_counter()
             one(rt)
             samples.append(time.perf_counter() - t0)

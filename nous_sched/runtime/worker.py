@@ -466,6 +466,11 @@ def _load_all(quickjs_path: str) -> tuple[Any, Any, Any]:
         import collections  # noqa: F401
         import ctypes  # noqa: F401
         import json  # noqa: F401
+        import resource  # noqa: F401
+        import select  # noqa: F401
+        import signal  # noqa: F401
+        import socket  # noqa: F401
+        import struct  # noqa: F401
         import threading  # noqa: F401
         import time  # noqa: F401
     except BaseException as exc:
@@ -546,15 +551,21 @@ def _fork_server(sock_fd: int, modules: tuple[Any, Any, Any], options: dict[str,
     child's exit is reported as ``W <pid> <status>`` (dropped if the host is
     not reading). End of file on the socket: exit.
     """
-    import select
-    import signal
-    import socket
-
     # No PR_SET_PDEATHSIG here: it fires when the *thread* that started this
     # process ends, and any of the host's threads may start it. The host's
     # death closes the socket; this process then exits, and its children,
     # whose parent is this single thread, get their death signal.
+    import gc
+    import select
+    import signal
+    import socket
+
     offset = _budget_offset(modules[0])
+    # Everything loaded so far is shared with every child: keep the collector
+    # from touching it (a touched page is a copied page in each child).
+    modules[2]._libc()
+    gc.collect()
+    gc.freeze()
     sock = socket.socket(fileno=sock_fd)
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
