@@ -443,7 +443,9 @@ class WorkerPool:
         """A run is over on worker ``wid``: keep it (its domain's, idle) or kill it."""
         with self._lock:
             w = self._workers.get(wid)
-            keep = w is not None and reusable and w.finish_run() and self._core.release(wid, domain, reusable)
+            # (A run without a domain: its worker is killed, not told to tidy up.)
+            keep = reusable and domain is not FRESH and w is not None and w.finish_run()
+            keep = keep and self._core.release(wid, domain, reusable)
             if not keep:
                 self._core.release(wid, domain, False)  # (the place is held until the process is gone)
                 w = self._workers.pop(wid, None)
