@@ -465,34 +465,38 @@ class WorkerPool:
     # -- spares ------------------------------------------------------------------
 
     def _top_up(self) -> None:
-        """Wake the spares thread (started on first need)."""
+        """Start the spares thread if the core wants spares and none is running.
+        The thread lives only while it has spares to start (no thread stays
+        behind an idle pool)."""
         with self._lock:
-            if self._core.closed or self._spares_failed or self.spares == 0:
+            if self._core.closed or self._spares_failed or self._spare_thread is not None:
                 return
-            if self._spare_thread is None:
-                self._spare_thread = threading.Thread(
-                    target=self._keep_spares, name=f"nous-sched-spares-{id(self):x}", daemon=True
-                )
-                self._spare_thread.start()
-            self._cond.notify_all()
+            wids = self._core.want_spares()
+            if not wids:
+                return
+            self._spare_thread = threading.Thread(
+                target=self._keep_spares, args=(wids,), name=f"nous-sched-spares-{id(self):x}", daemon=True
+            )
+            self._spare_thread.start()
 
-    def _keep_spares(self) -> None:
-        """The spares thread: start a fresh worker whenever the core wants one."""
-        while True:
+    def _keep_spares(self, wids: list[int]) -> None:
+        """The spares thread: start fresh workers while the core wants them, then exit."""
+        try:
+            while wids:
+                while wids:
+                    self._start(wids[0])  # (it gives its place back if it fails)
+                    wids.pop(0)
+                with self._lock:
+                    wids = [] if self._owner != os.getpid() else self._core.want_spares()
+                    if not wids:
+                        self._spare_thread = None
+        except Exception:  # (RunCodeError, OSError): a run that needs a worker will say why
             with self._lock:
-                wids = self._core.want_spares()
-                while not wids:
-                    if self._core.closed or self._spares_failed or self._owner != os.getpid():
-                        return
-                    self._cond.wait()
-                    wids = self._core.want_spares()
-            for wid in wids:
-                try:
-                    self._start(wid)
-                except Exception:  # (RunCodeError, OSError): a run that needs a worker will say why
-                    with self._lock:
-                        self._spares_failed = True  # the runs start their own (and say why)
-                    return
+                for wid in wids[1:]:  # reserved, never started
+                    self._core.started(wid, False)
+                self._spares_failed = True
+                self._spare_thread = None
+                self._cond.notify_all()
 
     def _after_fork_in_child(self) -> None:
         # The workers belong to the parent: forget them (closing our copies of
