@@ -180,6 +180,7 @@ class WorkerPool:
         self._server: Optional[ForkServer] = None
         self._server_lock = threading.Lock()  # held while the fork server starts
         self._spare_thread: Optional[threading.Thread] = None
+        self._dying: list[tuple[int, Worker]] = []  # killed fork server children, not yet gone
         self._spares_failed = False  # a spare could not start: leave starting to the runs
         self._empty_dir: Optional[str] = None
         self._owner = os.getpid()
@@ -257,6 +258,9 @@ class WorkerPool:
             self._cond.notify_all()
             empty, self._empty_dir = self._empty_dir, None
             server, self._server = self._server, None
+            dying, self._dying = self._dying, []
+        for _, w in dying:
+            w.gone(0)
         for w in workers:
             if id(w) in busy:
                 # Its run owns the pipes: it reads end-of-file, answers ``abort``
@@ -453,14 +457,24 @@ class WorkerPool:
                 w.busy = False
                 self._cond.notify_all()
         if not keep:
-            try:
-                if w is not None:
-                    w.discard()
-            finally:
-                with self._lock:
+            self._discard(wid, w)
+        self._top_up()
+
+    def _discard(self, wid: int, w: Optional[Worker]) -> None:
+        """Kill ``w``; its place is given back once it is gone. A fork server's
+        child is waited for by the spares thread, off the run's thread."""
+        later = False
+        try:
+            later = w is not None and w.discard()
+        finally:
+            with self._lock:
+                if later and w is not None and not self._core.closed:
+                    self._dying.append((wid, w))
+                else:
                     self._core.dead(wid)
                     self._cond.notify_all()
-        self._top_up()
+        if later and w is not None and self._core.closed:
+            w.gone(0)
 
     # -- spares ------------------------------------------------------------------
 
@@ -469,10 +483,10 @@ class WorkerPool:
         The thread lives only while it has spares to start (no thread stays
         behind an idle pool)."""
         with self._lock:
-            if self._core.closed or self._spares_failed or self._spare_thread is not None:
+            if self._core.closed or self._spare_thread is not None:
                 return
-            wids = self._core.want_spares()
-            if not wids:
+            wids = [] if self._spares_failed else self._core.want_spares()
+            if not wids and not self._dying:
                 return
             self._spare_thread = threading.Thread(
                 target=self._keep_spares, args=(wids,), name=f"nous-sched-spares-{id(self):x}", daemon=True
@@ -482,20 +496,33 @@ class WorkerPool:
     def _keep_spares(self, wids: list[int]) -> None:
         """The spares thread: start fresh workers while the core wants them, then exit."""
         try:
-            while wids:
+            while True:
+                self._reap()
                 while wids:
                     self._start(wids[0])  # (it gives its place back if it fails)
                     wids.pop(0)
                 with self._lock:
-                    wids = [] if self._owner != os.getpid() else self._core.want_spares()
-                    if not wids:
+                    wanted = self._owner == os.getpid() and not self._spares_failed
+                    wids = self._core.want_spares() if wanted else []
+                    if not wids and not self._dying:
                         self._spare_thread = None
+                        return
         except Exception:  # (RunCodeError, OSError): a run that needs a worker will say why
             with self._lock:
                 for wid in wids[1:]:  # reserved, never started
                     self._core.started(wid, False)
                 self._spares_failed = True
                 self._spare_thread = None
+                self._cond.notify_all()
+
+    def _reap(self) -> None:
+        """Wait for the killed workers to be gone; give their places back."""
+        with self._lock:
+            dying, self._dying = self._dying, []
+        for wid, w in dying:
+            w.gone(2.0)
+            with self._lock:
+                self._core.dead(wid)
                 self._cond.notify_all()
 
     def _after_fork_in_child(self) -> None:

@@ -505,16 +505,22 @@ class Worker:
             except OSError:
                 pass
 
-    def discard(self) -> None:
-        """After a finished run: kill it, wait until it is gone (the fork server
-        reaps its children), close the pipes; a spawned worker is reaped."""
+    def discard(self) -> bool:
+        """After a finished run: kill it and close the pipes. True if it is a
+        fork server's child, to be waited for with :meth:`gone` (its pidfd
+        stays open until then); a spawned worker is reaped here."""
         if isinstance(self.proc, ForkedProc):
             self.terminate()
-            self.proc.exited(2.0)
-            self.proc.close()
             self._close_fds()
-        else:
-            self.kill()
+            return True
+        self.kill()
+        return False
+
+    def gone(self, timeout: float) -> None:
+        """Wait (up to ``timeout``) until a discarded fork server's child has exited."""
+        if isinstance(self.proc, ForkedProc):
+            self.proc.exited(timeout)
+            self.proc.close()
 
     def kill(self) -> None:
         """Kill the process, reap it, close the pipes. Idempotent."""
