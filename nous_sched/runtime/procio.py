@@ -8,8 +8,8 @@ A worker is started one of two ways:
 
 * ``"forkserver"`` (the default on Linux): a :class:`_ForkServer`, one
   single-threaded process per pool that has loaded the engine and forks a
-  fresh child for each worker (about a millisecond, against tens for a new
-  interpreter). The host receives a pidfd of each child, so its signals reach
+  fresh child for each worker (a few milliseconds of CPU, against tens for
+  a new interpreter). The host receives a pidfd of each child, so its signals reach
   exactly that process, never a recycled pid; the server reaps the children
   and reports how each ended.
 * ``"spawn"``: a fresh interpreter (``python -I -S -B worker.py``) per worker,
