@@ -47,6 +47,7 @@ BENCHMARKS = [
     ("mcp", "bench_mcp.py", False),
     ("runtimes", "bench_runtimes.py", False),
     ("peer", "bench_peer.py", False),
+    ("wall", "bench_wall.py", False),
     ("vercel", "bench_vercel.py", True),
 ]
 

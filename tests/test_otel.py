@@ -265,6 +265,9 @@ def test_no_thread_is_left_behind(otel):
     module, tracer, _exporter = otel
     before = {t.name for t in threading.enumerate() if t.name.startswith("nous-sched")}
     module.traced_run_code("return await tools.echo({v: 1})", [ECHO], tracer=tracer, timeout=WAIT)
+    for t in threading.enumerate():
+        if t.name.startswith("nous-sched-spares-"):  # the worker pool's, ends once its spares are started
+            t.join(WAIT)
     after = {t.name for t in threading.enumerate() if t.name.startswith("nous-sched")}
     assert after <= before
 

@@ -114,6 +114,17 @@ class _Syntax(Exception):
 # -- the JavaScript side -------------------------------------------------------------
 
 
+#: ``performance`` for one run: ``now()`` counts from the run's start and
+#: ``timeOrigin`` is the wall clock then, so neither tells when the context was
+#: made or what ran before (the binding's own count from the context's creation).
+_RUN_CLOCK = """(() => {
+  const now_ = performance.now.bind(performance), t0 = now_(), origin = Date.now();
+  // (Bound: a program sees a native function, as before, with no source to read.)
+  const p = Object.freeze({ now: function now() { return now_() - t0; }.bind(null), timeOrigin: origin });
+  Object.defineProperty(globalThis, "performance", { value: p, writable: false, configurable: false, enumerable: false });
+})()"""
+
+
 def prepare() -> tuple[Any, Any]:
     """A fresh context with the prelude evaluated, bound to no run yet: a
     ``(context, bridge)`` pair for :class:`Engine`'s ``prepared``. Use it once."""
@@ -175,6 +186,7 @@ class Engine:
         )
         self._arm()
         self._guard(bridge, "configure", json.dumps(list(self.names)), budgets, 1)
+        self._guard(ctx.eval, _RUN_CLOCK)
         try:
             # The header's line is taken off every line number by the prelude.
             main = self._guard(ctx.eval, _HEADER + self.program + "\n})")

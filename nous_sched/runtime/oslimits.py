@@ -3,28 +3,34 @@
 Standard library only (a worker loads this file by path). :func:`apply` is
 called once per worker, after it has imported everything it will ever need
 and before the first program; it returns a report of what was applied, which
-the worker sends to the host (see :attr:`nous_sched.WorkerPool.os_bounds`).
+the worker sends to the host (see :attr:`nous_sched.WorkerPool.os_bounds` and
+:attr:`nous_sched.WorkerPool.layers`). In order:
 
-On POSIX:
+* ``PR_SET_PDEATHSIG`` (``SIGKILL``) for a fork server's child: it dies with
+  its parent (which exits when the host does), as well as on its lifeline's
+  end of file;
+* ``RLIMIT_CORE`` 0, ``RLIMIT_NOFILE`` :data:`NOFILE`;
+* namespaces (Linux): new IPC, network, UTS and mount namespaces (and a new
+  user namespace when not root), then ``chroot`` into the pool's empty
+  folder. Where the kernel refuses, the worker goes on without them and the
+  report says so. No PID namespace: a worker cannot start processes, so one
+  would hold only itself;
+* when running as root: every capability dropped from the bounding set,
+  supplementary groups cleared, then the real, effective and saved uid and
+  gid set to an unprivileged pair (default 65534, ``nobody``), which clears
+  the permitted, effective and ambient sets; the inheritable set is cleared
+  with ``capset``;
+* ``PR_SET_NO_NEW_PRIVS`` and a seccomp filter (Linux x86-64 and AArch64;
+  classic BPF installed through ``prctl``, no library needed). It is an
+  **allow list**: :data:`ALLOWED` names every system call the worker makes
+  once it is set up, each with its reason, found by tracing workers across
+  the test suite (``strace -f``); every other call fails with ``EPERM``. A
+  few allowed calls are checked by argument (:data:`ARGUMENT_RULES`); a system
+  call of another ABI (i386, x32) kills the process.
 
-* ``RLIMIT_CORE`` 0: a crashed or killed worker leaves no core file;
-* ``RLIMIT_NOFILE`` :data:`NOFILE`: a few descriptors, none to spare;
-* ``RLIMIT_DATA`` (private writable memory: heap and anonymous mappings),
-  set by :func:`cap_memory` before the worker's first program, from that
-  run's ``memory_bytes`` (see :class:`nous_sched.WorkerPool`). Soft and hard
-  are lowered together, so nothing the worker does later can raise them.
-
-On Linux x86-64 and AArch64, also ``PR_SET_NO_NEW_PRIVS`` and a seccomp
-filter (classic BPF, installed through ``prctl``, no library needed). It is a
-deny list: every call in :data:`DENIED` fails with ``EPERM`` (so the
-interpreter fails cleanly rather than being killed); ``clone`` is allowed only
-with ``CLONE_THREAD`` (threads, not processes); ``clone3`` fails with
-``ENOSYS``, which makes the C library fall back to ``clone``; ``tgkill`` only
-to the worker itself (``abort()`` uses it); a system call of another
-architecture or ABI (i386, x32) kills the process. Everything else is
-allowed: the worker still needs ``read``/``write`` on its pipes, memory
-management, futexes and clocks. Opening any file, even for reading, is
-denied, so a compromised engine cannot read the host's files either.
+``RLIMIT_AS`` (the address space, so shared and anonymous mappings count
+alike) is set by :func:`cap_memory` before the worker's first program, to the
+address space in use when :func:`apply` ran plus that run's allowance.
 """
 
 from __future__ import annotations
@@ -33,115 +39,83 @@ import ctypes
 import os
 import struct
 import sys
-from typing import Any
+from typing import Any, Optional
 
-__all__ = ["apply", "cap_memory", "DENIED", "NOFILE"]
+__all__ = ["apply", "cap_memory", "ALLOWED", "ARGUMENT_RULES", "NOFILE", "UNPRIVILEGED"]
 
 NOFILE = 16
+#: The uid and gid a worker started by root drops to (``nobody``).
+UNPRIVILEGED = 65534
 
-#: System calls that fail with EPERM, by name (the same list on every architecture).
-DENIED = (
-    # new programs and processes
-    "execve",
-    "execveat",
-    "fork",
-    "vfork",
-    # files: no path is ever opened, created, changed or removed
-    "open",
-    "openat",
-    "openat2",
-    "creat",
-    "open_by_handle_at",
-    "name_to_handle_at",
-    "unlink",
-    "unlinkat",
-    "rename",
-    "renameat",
-    "renameat2",
-    "mkdir",
-    "mkdirat",
-    "rmdir",
-    "link",
-    "linkat",
-    "symlink",
-    "symlinkat",
-    "chmod",
-    "fchmod",
-    "fchmodat",
-    "chown",
-    "fchown",
-    "lchown",
-    "fchownat",
-    "truncate",
-    "mknod",
-    "mknodat",
-    "memfd_create",
-    # the network and other processes
-    "socket",
-    "socketpair",
-    "connect",
-    "bind",
-    "listen",
-    "accept",
-    "accept4",
-    "ptrace",
-    "process_vm_readv",
-    "process_vm_writev",
-    "pidfd_open",
-    "pidfd_getfd",
-    "pidfd_send_signal",
-    "kill",
-    "tkill",
-    # the system
-    "mount",
-    "umount2",
-    "pivot_root",
-    "chroot",
-    "setns",
-    "unshare",
-    "fsopen",
-    "fsmount",
-    "move_mount",
-    "open_tree",
-    "bpf",
-    "perf_event_open",
-    "userfaultfd",
-    "keyctl",
-    "add_key",
-    "request_key",
-    "io_uring_setup",
-    "io_uring_enter",
-    "io_uring_register",
-    "personality",
-)
+#: Every system call a set-up worker may make, and why. Anything else: EPERM.
+ALLOWED = {
+    "read": "frames from the host, the lifeline",
+    "readv": "a large frame read straight into its buffer",
+    "write": "frames to the host",
+    "writev": "the C library's buffered writes",
+    "close": "closing its own descriptors harms no one",
+    "mmap": "the engine's and the interpreter's memory (RLIMIT_AS bounds it)",
+    "munmap": "freeing memory",
+    "mremap": "growing a buffer",
+    "mprotect": "thread stacks' guard pages",
+    "madvise": "the allocator returning freed pages",
+    "brk": "the heap",
+    "futex": "locks between the worker's two threads",
+    "set_robust_list": "thread start",
+    "rseq": "thread start",
+    "clone": "threads only (CLONE_THREAD required, see ARGUMENT_RULES)",
+    "clone3": "refused with ENOSYS, so the C library falls back to clone",
+    "exit": "a thread ends",
+    "exit_group": "the worker ends",
+    "rt_sigaction": "the deadline signal's handler",
+    "rt_sigprocmask": "the JS thread blocks the deadline signal",
+    "rt_sigreturn": "return from the deadline signal's handler",
+    "sigaltstack": "the interpreter's fault handler",
+    "restart_syscall": "a read interrupted by the deadline signal",
+    "tgkill": "to this process only: abort() and raise()",
+    "getpid": "the C library's raise()",
+    "gettid": "the C library's raise() and thread names",
+    "clock_gettime": "deadlines and the engine's CPU budget",
+    "clock_getres": "the clock's resolution",
+    "gettimeofday": "Date.now()",
+    "clock_nanosleep": "sleeping harms no one",
+    "nanosleep": "sleeping harms no one",
+    "sched_yield": "yielding the CPU to the host between runs",
+    "sched_setscheduler": "this thread's own policy between runs (pid 0 only)",
+    "prlimit64": "lowering its own limits (pid 0 only)",
+    "prctl": "naming its own threads (PR_SET_NAME and PR_GET_NAME only)",
+    "fcntl": "reading descriptor flags (F_GETFD, F_GETFL, F_SETFD only)",
+    "getrandom": "the interpreter's hash seed and Math.random",
+}
+#: Calls allowed only with these arguments: (argument index, allowed values).
+#: ``0`` as a pid means the caller itself. Not ``F_SETFL`` (``O_ASYNC``),
+#: ``F_SETOWN``, ``F_SETOWN_EX`` or ``F_SETSIG`` (a signal to another process).
+ARGUMENT_RULES = {
+    "sched_setscheduler": (0, (0,)),
+    "prlimit64": (0, (0,)),
+    "prctl": (0, (15, 16)),  # PR_SET_NAME, PR_GET_NAME
+    "fcntl": (1, (1, 2, 3)),  # F_GETFD, F_SETFD, F_GETFL
+}
 
 _X86_64 = {
-    "open": 2, "openat": 257, "openat2": 437, "creat": 85, "open_by_handle_at": 304, "name_to_handle_at": 303,
-    "execve": 59, "execveat": 322, "fork": 57, "vfork": 58, "clone": 56, "clone3": 435,
-    "socket": 41, "socketpair": 53, "connect": 42, "bind": 49, "listen": 50, "accept": 43, "accept4": 288,
-    "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311,
-    "pidfd_open": 434, "pidfd_getfd": 438, "pidfd_send_signal": 424, "kill": 62, "tkill": 200, "tgkill": 234,
-    "unlink": 87, "unlinkat": 263, "rename": 82, "renameat": 264, "renameat2": 316, "mkdir": 83, "mkdirat": 258,
-    "rmdir": 84, "link": 86, "linkat": 265, "symlink": 88, "symlinkat": 266, "chmod": 90, "fchmod": 91,
-    "fchmodat": 268, "chown": 92, "fchown": 93, "lchown": 94, "fchownat": 260, "truncate": 76, "mknod": 133,
-    "mknodat": 259, "mount": 165, "umount2": 166, "pivot_root": 155, "chroot": 161, "setns": 308, "unshare": 272,
-    "bpf": 321, "perf_event_open": 298, "userfaultfd": 323, "keyctl": 250, "add_key": 248, "request_key": 249,
-    "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427, "memfd_create": 319, "personality": 135,
-    "fsopen": 430, "fsmount": 432, "move_mount": 429, "open_tree": 428,
+    "read": 0, "write": 1, "close": 3, "mmap": 9, "mprotect": 10, "munmap": 11, "brk": 12,
+    "rt_sigaction": 13, "rt_sigprocmask": 14, "rt_sigreturn": 15, "readv": 19, "writev": 20,
+    "sched_yield": 24, "mremap": 25, "madvise": 28, "nanosleep": 35, "getpid": 39, "clone": 56,
+    "exit": 60, "fcntl": 72, "gettimeofday": 96, "sigaltstack": 131, "sched_setscheduler": 144,
+    "prctl": 157, "gettid": 186, "futex": 202, "restart_syscall": 219, "clock_gettime": 228,
+    "clock_getres": 229, "clock_nanosleep": 230, "exit_group": 231, "tgkill": 234,
+    "set_robust_list": 273, "prlimit64": 302, "getrandom": 318, "rseq": 334, "clone3": 435,
+    "capset": 126, "unshare": 272,
 }  # fmt: skip
-# AArch64 has only the *at forms, and no fork or vfork.
 _AARCH64 = {
-    "openat": 56, "openat2": 437, "open_by_handle_at": 265, "name_to_handle_at": 264,
-    "execve": 221, "execveat": 281, "clone": 220, "clone3": 435,
-    "socket": 198, "socketpair": 199, "connect": 203, "bind": 200, "listen": 201, "accept": 202, "accept4": 242,
-    "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271,
-    "pidfd_open": 434, "pidfd_getfd": 438, "pidfd_send_signal": 424, "kill": 129, "tkill": 130, "tgkill": 131,
-    "unlinkat": 35, "renameat": 38, "renameat2": 276, "mkdirat": 34, "linkat": 37, "symlinkat": 36,
-    "fchmod": 52, "fchmodat": 53, "fchown": 55, "fchownat": 54, "truncate": 45, "mknodat": 33,
-    "mount": 40, "umount2": 39, "pivot_root": 41, "chroot": 51, "setns": 268, "unshare": 97,
-    "bpf": 280, "perf_event_open": 241, "userfaultfd": 282, "keyctl": 219, "add_key": 217, "request_key": 218,
-    "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427, "memfd_create": 279, "personality": 92,
-    "fsopen": 430, "fsmount": 432, "move_mount": 429, "open_tree": 428,
+    "fcntl": 25, "close": 57, "read": 63, "write": 64, "readv": 65, "writev": 66, "exit": 93,
+    "exit_group": 94, "futex": 98, "set_robust_list": 99, "nanosleep": 101, "clock_gettime": 113,
+    "clock_getres": 114, "clock_nanosleep": 115, "sched_setscheduler": 119, "sched_yield": 124,
+    "restart_syscall": 128, "tgkill": 131, "sigaltstack": 132, "rt_sigaction": 134,
+    "rt_sigprocmask": 135, "rt_sigreturn": 139, "prctl": 167, "gettimeofday": 169, "getpid": 172,
+    "gettid": 178, "brk": 214, "munmap": 215, "mremap": 216, "clone": 220, "mmap": 222,
+    "mprotect": 226, "madvise": 233, "prlimit64": 261, "getrandom": 278, "rseq": 293, "clone3": 435,
+    "capset": 91, "unshare": 97,
 }  # fmt: skip
 # (audit architecture, syscall table, the first number of a foreign ABI on this arch or None)
 _ARCHES = {
@@ -161,61 +135,191 @@ _RET_KILL_PROCESS = 0x80000000
 _EPERM = 1
 _ENOSYS = 38
 _CLONE_THREAD = 0x00010000
+_PR_SET_PDEATHSIG = 1
+_PR_CAPBSET_DROP = 24
 _PR_SET_NO_NEW_PRIVS = 38
 _PR_SET_SECCOMP = 22
 _SECCOMP_MODE_FILTER = 2
+_CAP_LAST = 63
+# unshare(2) flags.
+_CLONE_NEWNS = 0x00020000
+_CLONE_NEWUTS = 0x04000000
+_CLONE_NEWIPC = 0x08000000
+_CLONE_NEWUSER = 0x10000000
+_CLONE_NEWNET = 0x40000000
 # Offsets into struct seccomp_data: nr, arch, then args[i] at 16 + 8*i (low word first: little-endian).
 _NR = 0
 _ARCH = 4
 _ARG0 = 16
 
+_baseline_vm = 0  # the address space in use when apply() ran (bytes)
 
-def apply() -> dict[str, Any]:
-    """Apply every bound available here; a report of what was applied."""
-    report: dict[str, Any] = {"rlimits": {}, "seccomp": None, "no_new_privs": False}
+
+_LIBC: Any = None
+
+
+def _libc() -> Any:
+    """The C library (made once: a fork server's children inherit it ready)."""
+    global _LIBC
+    if _LIBC is None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+        libc.prctl.restype = ctypes.c_int
+        _LIBC = libc
+    return _LIBC
+
+
+class _Fprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def apply(
+    *,
+    uid: int = UNPRIVILEGED,
+    gid: int = UNPRIVILEGED,
+    namespaces: bool = True,
+    root: Optional[str] = None,
+    pdeathsig: bool = False,
+) -> dict[str, Any]:
+    """Apply every bound available here; a report of what was applied.
+
+    ``pdeathsig``: die with the parent (only for a parent with one thread:
+    the signal comes when the thread that started this process ends).
+    ``uid``/``gid``: what a worker started as root drops to. ``namespaces``:
+    try new namespaces; ``root``: an empty folder to ``chroot`` into (when
+    a namespace or root privilege allows it)."""
+    report: dict[str, Any] = {
+        "rlimits": {},
+        "seccomp": None,
+        "no_new_privs": False,
+        "pdeathsig": False,
+        "namespaces": [],
+        "empty_root": False,
+        "dropped_to": None,
+        "capabilities_cleared": False,
+    }
     try:
         import resource
     except ImportError:  # not POSIX
         return report
+    linux = sys.platform.startswith("linux")
+    libc = _libc() if linux else None
+    if libc is not None and pdeathsig:
+        report["pdeathsig"] = libc.prctl(_PR_SET_PDEATHSIG, 9, 0, 0, 0) == 0
     for name, value in (("RLIMIT_CORE", 0), ("RLIMIT_NOFILE", NOFILE)):
         try:
             resource.setrlimit(getattr(resource, name), (value, value))
             report["rlimits"][name] = value
         except (AttributeError, ValueError, OSError):
             pass
-    if sys.platform.startswith("linux"):
-        machine = os.uname().machine
-        if machine in _ARCHES:
-            try:
-                _install_seccomp(machine)
-                report["no_new_privs"] = True
-                report["seccomp"] = {"arch": machine, "denied": list(DENIED)}
-            except OSError as exc:
-                report["seccomp_error"] = str(exc)
+    global _baseline_vm
+    _baseline_vm = _vm_size()
+    if libc is None:
+        return report
+    if namespaces:
+        _isolate(libc, root, report)
+    if os.geteuid() == 0:
+        _drop_privilege(libc, uid, gid, report)
+    machine = os.uname().machine
+    if machine in _ARCHES:
+        try:
+            _install_seccomp(libc, machine)
+            report["no_new_privs"] = True
+            report["seccomp"] = {"arch": machine, "allowed": sorted(ALLOWED)}
+        except OSError as exc:
+            report["seccomp_error"] = str(exc)
     return report
 
 
+def _vm_size() -> int:
+    try:  # (os.open: the io module's text layer costs a millisecond here)
+        fd = os.open("/proc/self/statm", os.O_RDONLY)
+        try:
+            return int(os.read(fd, 256).split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        finally:
+            os.close(fd)
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _isolate(libc: Any, root: Optional[str], report: dict[str, Any]) -> None:
+    """New namespaces, then the empty root; each only where the kernel allows."""
+    flags = {"ipc": _CLONE_NEWIPC, "net": _CLONE_NEWNET, "uts": _CLONE_NEWUTS, "mount": _CLONE_NEWNS}
+    if os.geteuid() != 0:
+        flags = {"user": _CLONE_NEWUSER, **flags}
+    together = 0
+    for flag in flags.values():
+        together |= flag
+    if libc.unshare(together) == 0:
+        report["namespaces"] = sorted(flags)
+    else:  # one at a time: keep what the kernel grants
+        for name, flag in flags.items():
+            if libc.unshare(flag) == 0:
+                report["namespaces"].append(name)
+    if root is not None and ("mount" in report["namespaces"] or os.geteuid() == 0):
+        try:
+            os.chroot(root)
+            os.chdir("/")
+            report["empty_root"] = True
+        except OSError:
+            pass
+
+
+def _drop_privilege(libc: Any, uid: int, gid: int, report: dict[str, Any]) -> None:
+    """Root: empty the bounding set, drop to ``uid``/``gid``, clear every capability set."""
+    try:
+        for cap in range(_CAP_LAST + 1):
+            libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0)  # EINVAL past the kernel's last: fine
+        os.setgroups([])
+        os.setresgid(gid, gid, gid)
+        os.setresuid(uid, uid, uid)  # clears the permitted, effective and ambient sets
+        report["dropped_to"] = [uid, gid]
+        _clear_capabilities(libc)
+        report["capabilities_cleared"] = True
+    except OSError as exc:
+        report["privilege_error"] = str(exc)
+
+
+def _clear_capabilities(libc: Any) -> None:
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
+    data = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable x 2: all zero
+    table = _ARCHES.get(os.uname().machine, (0, {}, None))[1]
+    if "capset" not in table:
+        return
+    libc.syscall.restype = ctypes.c_long
+    _check(libc.syscall(ctypes.c_long(table["capset"]), header, data), "capset")
+
+
 def cap_memory(limit: int) -> int:
-    """Lower ``RLIMIT_DATA`` (soft and hard) to ``limit`` bytes unless it is lower
-    already; the limit now in force (0 when there is none to set)."""
+    """Lower ``RLIMIT_AS`` (soft and hard) to the address space in use when
+    :func:`apply` ran plus ``limit`` bytes, unless it is lower already; the
+    limit now in force (0 when there is none to set)."""
     try:
         import resource
     except ImportError:
         return 0
+    total = _baseline_vm + limit
     try:
-        soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
-        if hard != resource.RLIM_INFINITY and hard <= limit:
-            return hard
-        resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
+        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+        if hard != resource.RLIM_INFINITY and hard <= total:
+            return int(hard)
+        resource.setrlimit(resource.RLIMIT_AS, (total, total))
     except (AttributeError, ValueError, OSError):  # a platform without it
         return 0
-    return limit
+    return total
 
 
 def filter_program(machine: str, own_pid: int) -> list[tuple[int, int, int, int]]:
     """The BPF program as ``(code, jt, jf, k)`` instructions."""
     audit_arch, table, foreign = _ARCHES[machine]
-    denied = [table[name] for name in DENIED if name in table]
+    special = {"clone", "clone3", "tgkill", *ARGUMENT_RULES}
+    simple = [table[name] for name in ALLOWED if name not in special]
     prog: list[tuple[int, int, int, int]] = []
     # Wrong architecture (e.g. an i386 `int 0x80` on x86-64): kill.
     prog.append((_LD_W_ABS, 0, 0, _ARCH))
@@ -225,53 +329,48 @@ def filter_program(machine: str, own_pid: int) -> list[tuple[int, int, int, int]
     if foreign is not None:
         prog.append((_JGE_K, 0, 1, foreign))
         prog.append((_RET_K, 0, 0, _RET_KILL_PROCESS))
-    # Each denied number jumps to the shared EPERM return at the end. The
-    # offsets are filled in once the length of the program is known.
+    # Each plainly allowed number jumps to the shared ALLOW return at the end;
+    # the offsets are filled in once the length of the program is known.
     jumps = []
-    for nr in denied:
+    for nr in simple:
         jumps.append(len(prog))
         prog.append((_JEQ_K, 0, 0, nr))
     # clone: threads only.
-    prog.append((_JEQ_K, 0, 4, table["clone"]))
-    prog.append((_LD_W_ABS, 0, 0, _ARG0))
-    prog.append((_JSET_K, 1, 0, _CLONE_THREAD))
-    prog.append((_RET_K, 0, 0, _RET_ERRNO | _EPERM))
-    prog.append((_RET_K, 0, 0, _RET_ALLOW))
+    prog += _arg_block(table["clone"], 0, (), jset=_CLONE_THREAD)
     # clone3: ENOSYS, so the C library falls back to clone (whose flags we can see).
     prog.append((_JEQ_K, 0, 1, table["clone3"]))
     prog.append((_RET_K, 0, 0, _RET_ERRNO | _ENOSYS))
     # tgkill: only to this process (abort() and raise() use it).
-    prog.append((_JEQ_K, 0, 4, table["tgkill"]))
-    prog.append((_LD_W_ABS, 0, 0, _ARG0))
-    prog.append((_JEQ_K, 1, 0, own_pid))
+    prog += _arg_block(table["tgkill"], 0, (own_pid,))
+    for name, (index, values) in ARGUMENT_RULES.items():
+        prog += _arg_block(table[name], index, values)
     prog.append((_RET_K, 0, 0, _RET_ERRNO | _EPERM))
+    allow_at = len(prog)
     prog.append((_RET_K, 0, 0, _RET_ALLOW))
-    prog.append((_RET_K, 0, 0, _RET_ALLOW))
-    deny_at = len(prog)
-    prog.append((_RET_K, 0, 0, _RET_ERRNO | _EPERM))
     for at in jumps:
         code, _, jf, k = prog[at]
-        offset = deny_at - at - 1
+        offset = allow_at - at - 1
         if offset > 255:  # a classic BPF jump reaches at most 255 instructions
             raise OSError("seccomp filter too long")
         prog[at] = (code, offset, jf, k)
     return prog
 
 
-def _install_seccomp(machine: str) -> None:
+def _arg_block(nr: int, index: int, values: tuple[int, ...], jset: int = 0) -> list[tuple[int, int, int, int]]:
+    """System call ``nr``: allowed if the low word of argument ``index`` is one of
+    ``values`` (or has a bit of ``jset``), else EPERM; other calls skip the block."""
+    tests = [(_JSET_K, 0, 0, jset)] if jset else [(_JEQ_K, 0, 0, v) for v in values]
+    n = len(tests)
+    block = [(_JEQ_K, 0, n + 3, nr), (_LD_W_ABS, 0, 0, _ARG0 + 8 * index)]
+    block += [(code, n - i, 0, k) for i, (code, _, _, k) in enumerate(tests)]
+    block += [(_RET_K, 0, 0, _RET_ERRNO | _EPERM), (_RET_K, 0, 0, _RET_ALLOW)]
+    return block
+
+
+def _install_seccomp(libc: Any, machine: str) -> None:
     prog = filter_program(machine, os.getpid())
     raw = b"".join(struct.pack("=HBBI", code, jt, jf, k) for code, jt, jf, k in prog)
     buf = ctypes.create_string_buffer(raw, len(raw))
-
-    class _Fprog(ctypes.Structure):
-        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
-
     fprog = _Fprog(len(prog), ctypes.addressof(buf))
-    libc = ctypes.CDLL(None, use_errno=True)
-    prctl = libc.prctl
-    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p, ctypes.c_ulong, ctypes.c_ulong]
-    prctl.restype = ctypes.c_int
-    if prctl(_PR_SET_NO_NEW_PRIVS, 1, None, 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
-    if prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.addressof(fprog), 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), "prctl(PR_SET_SECCOMP) failed")
+    _check(libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
+    _check(libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.addressof(fprog), 0, 0), "prctl(PR_SET_SECCOMP)")

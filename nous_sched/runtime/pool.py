@@ -1,47 +1,51 @@
-"""The worker-process runtime: a pool of warm worker processes that run programs.
+"""The worker-process runtime: a pool of worker processes that run programs.
 
-:class:`WorkerPool` is a :class:`~nous_sched.CodeRuntime`. Each run borrows one
-idle worker (:mod:`nous_sched.runtime.worker`) for its whole length, one run
-per worker at a time. The JavaScript runs in the worker; everything else stays
-in the host, on the calling thread: :func:`~nous_sched.runtime.engine.drive`
-checks every envelope the worker sends, keeps the logs within budget, hands
-calls to the :class:`~nous_sched.runtime.Host` (scheduler, tools, approval,
-audit) and sends back the oldest call's outcome. One step is one pipe round
-trip, and no timer wakes anything. ``run_code`` starts the program in
-its worker (:meth:`WorkerPool.begin`) before it builds the run's scheduler, so
-the worker compiles it and runs it to its first call meanwhile. On an
-otherwise idle machine the driving thread looks for each answer for up to
-:data:`SPIN` before it sleeps on the pipe (see ``_Remote._spin``).
+:class:`WorkerPool` is a :class:`~nous_sched.CodeRuntime`. By default each run
+gets a worker process that has never run anything, uses it for its whole
+length and discards it: no two callers ever share a process. The pool keeps
+:attr:`WorkerPool.spares` fresh workers ready, started in the background by
+a thread of its own, from a fork server that has loaded the engine (see
+:mod:`nous_sched.runtime.procio`), so a run does not wait for one. Reuse is an
+explicit opt-in scoped to a trust domain (:meth:`WorkerPool.domain`): a
+worker then serves further runs of that domain only.
+
+The JavaScript runs in the worker; everything else stays in the host, on
+the calling thread: :func:`~nous_sched.runtime.engine.drive` checks every
+envelope the worker sends, keeps the logs within budget, hands calls to the
+:class:`~nous_sched.runtime.Host` (scheduler, tools, approval, audit) and
+sends back the oldest call's outcome. One step is one pipe round trip, and
+no timer wakes anything. ``run_code`` starts the program in its worker
+(:meth:`WorkerPool.begin`) before it builds the run's scheduler, so the
+worker compiles it and runs it to its first call meanwhile.
 
 The deadline holds whatever the program does. The engine's own limit stops a
-runaway program first (a soft stop: the worker drains the logs it still held
-and stays in the pool). If the worker has not answered by the deadline plus
-:attr:`WorkerPool.kill_grace`, the host kills it with ``SIGKILL``, answers
-``timeout`` with the logs of every step so far, and replaces it.
+runaway program first (a soft stop: the worker drains the logs it still
+held). If the worker has not answered by the deadline plus
+:attr:`WorkerPool.kill_grace`, the host kills it with ``SIGKILL`` and
+answers ``timeout`` with the logs of every step so far. A cancel stops the
+program the same soft way first and kills only after the grace.
 
 A worker that dies (a signal, the OOM killer, an engine crash) gives its run
-an ``abort`` error with its logs; the pool replaces it. Workers are retired
-after a memory stop (the freed heap goes back to the OS with the process) and
-after :attr:`WorkerPool.runs_per_worker` runs.
+an ``abort`` error with its logs. The pool's decisions live in
+:mod:`nous_sched.runtime.poolcore` (pure), the processes and the frame
+protocol in :mod:`nous_sched.runtime.procio`, when to look for an answer
+busily in :mod:`nous_sched.runtime.wake`; this module joins them.
 """
 
 from __future__ import annotations
 
 import atexit
-import importlib.util
 import itertools
 import json
 import os
-import select
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 import weakref
-from typing import Any, Optional, Sequence
+from typing import Any, Hashable, NoReturn, Optional, Sequence
 
 from .. import _validators as v
 from .._validators import require
@@ -49,58 +53,77 @@ from ..errors import RunCodeError
 from ..result import RunError
 from . import Host, Limits, RuntimeOutcome, worker
 from .engine import CANCEL_POLL, CANCELLED, Finish, Stopped, clip, drive, memory_message, timeout_message
+from .poolcore import FRESH, WAIT, Closed, PoolCore
+from .procio import Died, Expired, ForkServer, Garbled, NotStarted, StartTimeout, Worker, quickjs_origin
+from .wake import CPUS, SPIN, SPIN_BACKOFF, SPIN_BACKOFF_MAX, WakePolicy
 
-__all__ = ["Begun", "WorkerPool", "default_pool"]
+__all__ = ["Begun", "WorkerPool", "default_pool", "SPIN", "SPIN_BACKOFF", "SPIN_BACKOFF_MAX"]
 
-_WORKER_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "worker.py")
 _MIB = 1024 * 1024
 _KINDS_FROM_WORKER = frozenset({"exception", "timeout", "abort"})
 _numbers = itertools.count(1)
-_START_METHODS = v.one_of(("spawn",))
+_tickets = itertools.count(1)
+_START_METHODS = v.one_of(("forkserver", "spawn"))
 _GRACE = v.Check("a number of seconds from 0 to 60", lambda x: v.WAIT_SECONDS.accepts(x) and x is not None and x <= 60)
 _HEADROOM = v.int_at_least(16 * _MIB, "an int of at least 16 MiB (16777216)")
-#: How long the driving thread looks for a worker's answer before it sleeps
-#: (see :meth:`_Remote._spin`), and the fewest and most steps it then sleeps
-#: at once after an answer took longer than that (doubling while they do).
-SPIN = 100e-6
-SPIN_BACKOFF = 16
-SPIN_BACKOFF_MAX = 4096
-#: How often the host repeats the deadline signal until the worker answers.
-#: The worker ignores a signal that arrives before *its* deadline, which is
-#: later than the host's by the run frame's transit, and one that arrives
-#: before the run is armed: a single signal is easily lost on a loaded machine.
+_ID = v.Check("an int from 1 to 2**31-1", lambda x: isinstance(x, int) and not isinstance(x, bool) and 0 < x < 2**31)
+_SPARES = v.Check("an int of at least 0", lambda x: isinstance(x, int) and not isinstance(x, bool) and x >= 0)
+#: How often the host repeats the deadline (or cancel) signal until the worker
+#: answers. The worker ignores a deadline signal that arrives before *its*
+#: deadline, which is later than the host's by the run frame's transit, and one
+#: that arrives before the run is armed: a single signal is easily lost.
 RESIGNAL = 0.05
-_CPUS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+#: The default :attr:`WorkerPool.size`: the core count, at least this.
+MIN_DEFAULT_SIZE = 8
+_HAS_FORK_SERVER = sys.platform.startswith("linux") and hasattr(os, "pidfd_open")
+
+
+def default_size() -> int:
+    """The default pool size on this machine: its core count, at least :data:`MIN_DEFAULT_SIZE`."""
+    return max(MIN_DEFAULT_SIZE, CPUS)
 
 
 class WorkerPool:
-    """A pool of warm worker processes that run programs: the default runtime.
+    """A pool of worker processes that run programs: the default runtime.
 
     Thread-safe: any number of threads may call :meth:`run` at once; each run
-    gets a worker of its own, waiting for one when all ``size`` are busy.
-    **Waiting for a free worker counts against the run's deadline**: a run
-    that waits out its whole ``timeout`` in the queue returns ``timeout``
-    without starting.
+    gets a worker of its own, waiting (first come, first served) when all
+    ``size`` places are taken. **Waiting for a free worker counts against the
+    run's deadline**: a run that waits out its whole ``timeout`` in the queue
+    returns ``timeout`` without starting.
 
-    :param size: most worker processes alive at once, so most runs at once
-        (default 32). Workers start lazily, on first need, and stay warm: an
-        idle worker holds about 15 MB of RSS, half of it shared with the others.
-    :param start_method: ``"spawn"``: each worker is a fresh interpreter
-        (``python -I -S -B``), started with ``subprocess``; the only method.
-    :param runs_per_worker: a worker is replaced after this many runs.
-    :param kill_grace: seconds past a run's deadline before its worker is
-        killed, giving the engine's own limit time to stop the program
-        softly, with its last logs.
-    :param memory_headroom: the OS limit on a worker's memory (``RLIMIT_DATA``),
-        set by its first run, is twice that run's ``Limits.memory_bytes`` (the
-        engine's heap, and one copy of the largest message the host sends it)
-        plus this many bytes for the interpreter itself. A later run that
-        needs more gets another worker.
+    **A fresh process per run.** A run gets a worker that has never run
+    anything, which is discarded after it. To let runs of one trust domain
+    (one user, one tenant) reuse warm workers, run them through
+    ``pool.domain(key)``: a worker that served ``key`` serves nothing else.
+
+    :param size: most worker processes alive at once (spares included), so
+        most runs at once. Default: the core count, at least 8
+        (:func:`default_size`): programs beyond the cores only share them.
+    :param spares: fresh workers kept ready (within ``size``; default 2),
+        each started in the background as soon as one is used.
+    :param start_method: ``"forkserver"`` (default on Linux): workers are
+        forked from one process that has loaded the engine (about a
+        millisecond each); ``"spawn"``: each worker is a fresh interpreter
+        (``python -I -S -B``, tens of milliseconds).
+    :param runs_per_worker: most runs a worker serves within one trust domain.
+    :param kill_grace: seconds past a run's deadline (or its cancel) before its
+        worker is killed, giving the engine time to stop the program softly,
+        with its last logs.
+    :param memory_headroom: the OS limit on a worker's address space
+        (``RLIMIT_AS``), set by its first run, is what it used before any run,
+        plus that run's ``Limits.memory_bytes``, one copy of the largest
+        message the host may send it, and this many bytes. A later run (of the
+        same trust domain) that needs more gets another worker.
     :param start_timeout: seconds a new worker may take to say hello before
         :meth:`run` raises :class:`~nous_sched.RunCodeError`.
     :param python: the interpreter to run workers with (default
         ``sys.executable``); set it when that is not a Python (an embedding
         server such as uWSGI).
+    :param uid, gid: when the host runs as root, what the workers drop to
+        (default 65534, ``nobody``).
+    :param namespaces: put each worker in new namespaces where the kernel
+        allows it (default true); :attr:`layers` says which are active.
     """
 
     language = "javascript"
@@ -109,65 +132,73 @@ class WorkerPool:
         self,
         size: Optional[int] = None,
         *,
-        start_method: str = "spawn",
+        spares: int = 2,
+        start_method: Optional[str] = None,
         runs_per_worker: int = 1000,
         kill_grace: float = 0.5,
         memory_headroom: int = 64 * _MIB,
         start_timeout: float = 10.0,
         python: Optional[str] = None,
+        uid: int = 65534,
+        gid: int = 65534,
+        namespaces: bool = True,
     ) -> None:
         if size is None:
-            size = 32
+            size = default_size()
+        if start_method is None:
+            start_method = "forkserver" if _HAS_FORK_SERVER else "spawn"
         require("WorkerPool", "size", size, v.POSITIVE_INT)
+        require("WorkerPool", "spares", spares, _SPARES)
         require("WorkerPool", "start_method", start_method, _START_METHODS)
         require("WorkerPool", "runs_per_worker", runs_per_worker, v.POSITIVE_INT)
         require("WorkerPool", "kill_grace", kill_grace, _GRACE)
         require("WorkerPool", "memory_headroom", memory_headroom, _HEADROOM)
         require("WorkerPool", "start_timeout", start_timeout, v.SECONDS)
         require("WorkerPool", "python", python, v.OPTIONAL_STR)
+        require("WorkerPool", "uid", uid, _ID)
+        require("WorkerPool", "gid", gid, _ID)
+        require("WorkerPool", "namespaces", namespaces, v.BOOL)
         self.size = size
+        self.spares = min(spares, size)
         self.start_method = start_method
         self.runs_per_worker = runs_per_worker
         self.kill_grace = float(kill_grace)
         self.memory_headroom = memory_headroom
         self.start_timeout = float(start_timeout)
         self.python = python or sys.executable
+        self._options = {"uid": uid, "gid": gid, "namespaces": namespaces}
         self._reset()
         _POOLS.add(self)
 
     def _reset(self) -> None:
-        # _lock guards _idle, _workers, _closed and _empty_dir; _cond (on _lock)
-        # is notified whenever a worker becomes idle or a place frees up.
+        # _lock guards _core, _workers, _server, _empty_dir and _spare_thread;
+        # _cond (on _lock) is notified whenever the core's state changes.
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
-        # FIFO: the worker idle longest has had the most time to prepare the
-        # next run's context (it does so after each run).
-        self._idle: list[_Worker] = []
-        self._workers: set[_Worker] = set()  # every live worker, idle or busy
-        self._starting = 0  # places held for workers whose process is being started
-        self._closed = False
+        self._core = PoolCore(self.size, self.spares, self.runs_per_worker)
+        self._workers: dict[int, Worker] = {}  # wid -> process, for every started worker
+        self._server: Optional[ForkServer] = None
+        self._server_lock = threading.Lock()  # held while the fork server starts
+        self._spare_thread: Optional[threading.Thread] = None
+        self._dying: list[tuple[int, Worker]] = []  # killed fork server children, not yet gone
+        self._spares_failed = False  # a spare could not start: leave starting to the runs
         self._empty_dir: Optional[str] = None
         self._owner = os.getpid()
-        # When to look for a worker's answer without sleeping (_Remote._spin):
-        # steps left to sleep at once, and the next miss's count. Pool-wide, as
-        # what they judge (is there a CPU to spare?) is the machine's, and
-        # unguarded: a lost update only moves the next spin by a step.
-        self._spin_cool = 0
-        self._spin_backoff = SPIN_BACKOFF
-        self._load_read = float("-inf")  # when _load_low was last read
-        self._load_low = False
+        self._wake = WakePolicy()
         self.os_bounds: Optional[dict[str, Any]] = None
 
     # -- the runtime ---------------------------------------------------------
 
     def run(self, program: str, host: Host, limits: Limits) -> RuntimeOutcome:
-        """Run ``program`` in a worker; the calling thread drives it.
+        """Run ``program`` in a fresh worker; the calling thread drives it.
 
         :raises RunCodeError: no worker could be started, or the pool is closed.
         """
         return self.begin(program, host.names, limits, getattr(host, "cancel", None)).run(host)
 
-    def begin(self, program: str, names: Sequence[str], limits: Limits, cancel: Any = None) -> "Begun":
+    def begin(
+        self, program: str, names: Sequence[str], limits: Limits, cancel: Any = None, domain: Hashable = FRESH
+    ) -> "Begun":
         """Start ``program`` in a worker now, before the host that will serve its
         calls exists; :meth:`run` in two halves.
 
@@ -175,7 +206,7 @@ class WorkerPool:
         host (``run_code`` builds the run's scheduler meanwhile). Then exactly
         one of :meth:`Begun.run` (with a host whose ``names`` are ``names`` and
         whose ``cancel`` is ``cancel``) or :meth:`Begun.abandon` must follow.
-        The run's deadline counts from here.
+        The run's deadline counts from here. ``domain``: see :meth:`domain`.
 
         :raises RunCodeError: no worker could be started, or the pool is closed.
         """
@@ -183,38 +214,63 @@ class WorkerPool:
         need = self._cap(limits)
         while True:
             try:
-                worker_ = self._acquire(need, limits, deadline, cancel)
+                wid, worker_ = self._acquire(need, limits, deadline, cancel, domain)
             except Stopped as stop:
-                return Begun(self, None, limits, deadline, cancel, Finish((), error=(stop.kind, stop.message)))
-            remote = _Remote(self, worker_, program, names, limits, deadline, cancel)
+                return Begun(self, None, limits, deadline, cancel, FRESH, Finish((), error=(stop.kind, stop.message)))
+            remote = _Remote(self, wid, worker_, program, names, limits, deadline, cancel)
             try:
                 remote.send_run()
-            except _NotStarted:
-                self._release(worker_, False)
+            except NotStarted:
+                self._release(wid, FRESH, False)
                 continue  # the worker was dead before the run began: take another
             except BaseException:
-                self._release(worker_, False, replace=False)
+                self._release(wid, FRESH, False)
                 raise
-            return Begun(self, remote, limits, deadline, cancel)
+            return Begun(self, remote, limits, deadline, cancel, domain)
+
+    def domain(self, key: Hashable) -> "DomainRuntime":
+        """A runtime that runs programs in this pool's workers, reusing warm
+        workers between runs of trust domain ``key`` only (up to
+        ``runs_per_worker`` runs each). Pass it as ``run_code(..., runtime=...)``.
+        A worker that served ``key`` never serves another key or a run without
+        one. Programs of one domain can then see traces of each other (the
+        engine's state is fresh per run, the process is not): use one key per
+        party that may see the other's programs and tool results."""
+        if key is FRESH:
+            raise TypeError("a trust domain key must not be None")
+        hash(key)
+        return DomainRuntime(self, key)
+
+    @property
+    def layers(self) -> dict[str, Any]:
+        """Which protection layers the workers have (from the last worker's
+        report; empty before the first worker started): see the README's
+        security model."""
+        return layers_of(self.os_bounds)
 
     def close(self) -> None:
         """Kill every worker and refuse new runs. Runs in flight end with ``abort``.
         Idempotent; called for every pool at interpreter exit."""
         with self._lock:
-            self._closed = True
-            idle = self._idle
-            busy = [w for w in self._workers if w not in idle]
-            self._workers.clear()
-            self._idle = []
+            wids = self._core.close()
+            workers = [self._workers.pop(wid) for wid in wids if wid in self._workers]
+            busy = {id(w) for w in workers if w.busy}
             self._cond.notify_all()
             empty, self._empty_dir = self._empty_dir, None
-        for w in idle:
-            w.kill()
-        for w in busy:
-            # Its run owns the pipes: it reads end-of-file, answers ``abort``
-            # and closes them (closing them here could hand their numbers to
-            # another open while that run still uses them).
-            w.terminate()
+            server, self._server = self._server, None
+            dying, self._dying = self._dying, []
+        for _, w in dying:
+            w.gone(0)
+        for w in workers:
+            if id(w) in busy:
+                # Its run owns the pipes: it reads end-of-file, answers ``abort``
+                # and closes them (closing them here could hand their numbers to
+                # another open while that run still uses them).
+                w.terminate()
+            else:
+                w.kill()
+        if server is not None:
+            server.close()
         if empty is not None and self._owner == os.getpid():
             shutil.rmtree(empty, ignore_errors=True)
 
@@ -224,183 +280,297 @@ class WorkerPool:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def _idle_machine(self) -> bool:
-        """Whether the 1-minute load average leaves a CPU idle (re-read once a second)."""
-        now = time.monotonic()
-        if now >= self._load_read + 1.0:
-            self._load_read = now
-            try:
-                self._load_low = os.getloadavg()[0] < _CPUS - 0.25
-            except (AttributeError, OSError):
-                self._load_low = False
-        return self._load_low
-
     def _cap(self, limits: Limits) -> int:
         # The engine's heap, one copy of the largest message the host sends
-        # (the host refuses larger), and the interpreter itself.
+        # (the host refuses larger), and the interpreter's own growth.
         return 2 * limits.memory_bytes + self.memory_headroom
 
     def prestart(self, n: Optional[int] = None) -> None:
-        """Start ``n`` workers (default ``size``) now and wait for each to say hello,
-        so the first runs find them warm.
+        """Start ``n`` fresh workers (default ``spares``, at least 1) now and wait
+        for each to say hello, so the first runs find them ready.
 
         :raises RunCodeError: a worker could not start.
         """
-        n = self.size if n is None else min(n, self.size)
+        n = max(1, self.spares) if n is None else n
         started = []
         with self._lock:
-            room = n - len(self._workers) - self._starting
-        for _ in range(max(room, 0)):
-            w = self._spawn()
-            if w is None:
-                break
-            started.append(w)
+            if self._core.closed:
+                raise RunCodeError("the worker pool is closed")
+            room = min(n, self.size - len(self._core.slots))
+            wids = [self._core._new(None) for _ in range(max(room, 0))]
+        for wid in wids:
+            w = self._start(wid)
+            if w is not None:
+                started.append(w)
         for w in started:
-            try:
-                w.hello(time.monotonic() + self.start_timeout)
-            except BaseException:
-                self._release(w, False, replace=False)
-                raise
-            with self._lock:
-                if w in self._workers:
-                    self._idle.append(w)
-                    self._cond.notify()
+            w.hello(time.monotonic() + self.start_timeout)
+            self.os_bounds = w.os_bounds
 
     def pids(self) -> list[int]:
         """The process ids of the live workers (for monitoring and tests)."""
         with self._lock:
-            return sorted(w.proc.pid for w in self._workers)
+            return sorted(w.proc.pid for w in self._workers.values())
 
     def __repr__(self) -> str:
-        return f"WorkerPool(size={self.size}, runs_per_worker={self.runs_per_worker})"
+        return f"WorkerPool(size={self.size}, spares={self.spares}, start_method={self.start_method!r})"
 
     # -- workers ---------------------------------------------------------------
 
-    def _acquire(self, need: int, limits: Limits, deadline: float, cancel: Any) -> "_Worker":
+    def _acquire(self, need: int, limits: Limits, deadline: float, cancel: Any, domain: Any) -> tuple[int, Worker]:
+        """A worker for one run, ready (it has said hello) and marked busy."""
+        ticket = next(_tickets)
         while True:
-            spawn = False
-            retire: Optional[_Worker] = None
-            with self._lock:
-                while True:
-                    if self._closed:
-                        raise RunCodeError("the worker pool is closed")
-                    fit = self._best_fit(need)
-                    if fit is not None:
-                        w = self._idle.pop(fit)
-                        break
-                    if len(self._workers) + self._starting < self.size:
-                        spawn = True
-                        break
-                    if self._idle:
-                        # Every idle worker's memory cap is too low for this run: replace one.
-                        retire = self._idle.pop()
-                        self._workers.discard(retire)
-                        spawn = True
-                        break
-                    remaining = deadline - time.monotonic()
-                    if cancel is not None and cancel.is_set():
-                        raise Stopped("cancelled", CANCELLED)
-                    if remaining <= 0:
-                        raise Stopped("timeout", timeout_message(limits.timeout, "waiting for a free worker process"))
-                    self._cond.wait(min(remaining, CANCEL_POLL) if cancel is not None else remaining)
+            wid, w, retire = self._place(ticket, need, limits, deadline, cancel, domain)
             if retire is not None:
                 retire.kill()
-            if spawn:
-                fresh = self._spawn()
-                if fresh is None:
+            if w is None:
+                w = self._start(wid)
+                if w is None:
                     raise RunCodeError("the worker pool is closed")
-                w = fresh
             elif w.proc.poll() is not None:
-                self._release(w, False, replace=False)
+                self._release(wid, FRESH, False)
                 continue
-            try:
-                if not w.ready:
-                    w.hello(min(deadline, time.monotonic() + self.start_timeout))
-            except _StartTimeout:
-                self._release(w, False, replace=False)
-                if time.monotonic() >= deadline:
-                    raise Stopped(
-                        "timeout", timeout_message(limits.timeout, "waiting for a worker process to start")
-                    ) from None
-                raise RunCodeError(
-                    f"a worker process did not start within {self.start_timeout:g}s ({self.python})"
-                ) from None
-            except BaseException:  # RunCodeError (it could not start), KeyboardInterrupt
-                self._release(w, False, replace=False)
-                raise
-            return w
+            self._top_up()
+            self._ready(wid, w, limits, deadline)
+            return wid, w
 
-    def _best_fit(self, need: int) -> Optional[int]:
-        """The index of the idle worker to use for a run that needs a memory cap
-        of ``need``: the one idle longest (it has had the most time to prepare
-        the next context) among those whose cap holds it or that have none yet.
-        Called with ``_lock`` held."""
-        for i, idle in enumerate(self._idle):
-            if idle.cap is None or idle.cap >= need:
-                return i
-        return None
-
-    def _spawn(self) -> Optional["_Worker"]:
+    def _place(
+        self, ticket: int, need: int, limits: Limits, deadline: float, cancel: Any, domain: Any
+    ) -> tuple[int, Optional[Worker], Optional[Worker]]:
+        """Wait (first come, first served) for the core to grant a place: the
+        worker id, its process if it has one already, and a worker to kill first."""
         with self._lock:
-            refused = self._closed  # (a local, so the check below reads the field again)
-            if refused:
-                return None
-            if self._empty_dir is None:
-                self._empty_dir = tempfile.mkdtemp(prefix="nous-sched-cwd-")
-            cwd = self._empty_dir
-            self._starting += 1  # hold the place while the process starts
+            try:
+                while True:
+                    verdict, wid, retire = self._core.ask(ticket, domain, need)
+                    if verdict != WAIT:
+                        assert wid is not None
+                        w = self._workers.get(wid)
+                        if w is not None:
+                            w.busy = True
+                        return wid, w, (self._workers.pop(retire, None) if retire is not None else None)
+                    self._wait_for_place(ticket, limits, deadline, cancel)
+            except Closed:
+                raise RunCodeError("the worker pool is closed") from None
+            except BaseException:
+                self._core.leave(ticket)
+                self._cond.notify_all()
+                raise
+
+    def _wait_for_place(self, ticket: int, limits: Limits, deadline: float, cancel: Any) -> None:
+        """One wait on the condition (lock held); :class:`Stopped` at the deadline or on cancel."""
+        remaining = deadline - time.monotonic()
+        if cancel is not None and cancel.is_set():
+            raise Stopped("cancelled", CANCELLED)
+        if remaining <= 0:
+            raise Stopped("timeout", timeout_message(limits.timeout, "waiting for a free worker process"))
+        self._cond.wait(min(remaining, CANCEL_POLL) if cancel is not None else remaining)
+
+    def _ready(self, wid: int, w: Worker, limits: Limits, deadline: float) -> None:
+        """Read the worker's hello, if not read yet; its place is given back on any failure."""
         try:
-            w = _Worker(self, next(_numbers), cwd)
+            if not w.ready:
+                w.hello(min(deadline, time.monotonic() + self.start_timeout))
+                self.os_bounds = w.os_bounds
+        except StartTimeout:
+            self._release(wid, FRESH, False)
+            if time.monotonic() >= deadline:
+                raise Stopped(
+                    "timeout", timeout_message(limits.timeout, "waiting for a worker process to start")
+                ) from None
+            raise RunCodeError(
+                f"a worker process did not start within {self.start_timeout:g}s ({self.python})"
+            ) from None
+        except BaseException:  # RunCodeError (it could not start), KeyboardInterrupt
+            self._release(wid, FRESH, False)
+            raise
+
+    def _start(self, wid: int) -> Optional[Worker]:
+        """Start the process for the place ``wid`` the core reserved; ``None`` if
+        the pool closed meanwhile. The place is given back on any failure,
+        KeyboardInterrupt included, and no process or descriptor is left."""
+        w: Optional[Worker] = None
+        try:
+            server = self._fork_server()
+            with self._lock:
+                cwd = self._empty_dir
+            assert cwd is not None
+            w = Worker(f"nous-sched-worker-{next(_numbers)}", self.python, cwd, server, self._options_for(cwd))
+            with self._lock:
+                kill = self._core.started(wid, True) or wid not in self._core.slots
+                if not kill:
+                    self._workers[wid] = w
+                    w.busy = self._core.slots[wid].state == "busy"
+                self._cond.notify_all()
         except BaseException:
             with self._lock:
-                self._starting -= 1
-                self._cond.notify()
+                self._core.started(wid, False)
+                self._cond.notify_all()
+            if w is not None:
+                w.kill()
             raise
-        with self._lock:
-            self._starting -= 1
-            closed = self._closed
-            if not closed:
-                self._workers.add(w)
-        if closed:
+        if kill:
             w.kill()
             return None
         return w
 
-    def _release(self, w: "_Worker", reusable: bool, replace: bool = True) -> None:
-        if reusable:
-            w.runs += 1
-            reusable = w.runs < self.runs_per_worker and w.finish_run()
-        if reusable:
+    def _options_for(self, cwd: str) -> dict[str, Any]:
+        return {**self._options, "root": cwd}
+
+    def _fork_server(self) -> Optional[ForkServer]:
+        """The fork server (started on first need, restarted if it died), or
+        ``None`` for ``spawn``; also makes the workers' empty folder."""
+        with self._server_lock:
             with self._lock:
-                if not self._closed and w in self._workers:
-                    self._idle.append(w)
-                    self._cond.notify()
-                    return
+                if self._core.closed:
+                    raise RunCodeError("the worker pool is closed")
+                if self._empty_dir is None:
+                    self._empty_dir = tempfile.mkdtemp(prefix="nous-sched-cwd-")
+                    os.chmod(self._empty_dir, 0o755)  # a worker dropped to nobody may enter it
+                server, cwd = self._server, self._empty_dir
+            if self.start_method != "forkserver" or (server is not None and server.alive()):
+                return server
+            fresh = ForkServer(self.python, quickjs_origin(), cwd, self._options_for(cwd), self.start_timeout)
+            if not self._adopt(fresh):
+                fresh.close()
+                raise RunCodeError("the worker pool is closed")
+            return fresh
+
+    def _adopt(self, server: ForkServer) -> bool:
         with self._lock:
-            known = w in self._workers
-            self._workers.discard(w)
-            self._cond.notify()
-            replace = replace and known and not self._closed
-        w.kill()
-        if replace:
-            # Keep the pool warm: the replacement starts now and says hello by
-            # the time the next run needs it.
-            try:
-                fresh = self._spawn()
-            except (OSError, RunCodeError):
+            if self._core.closed:
+                return False
+            self._server = server
+            return True
+
+    def _release(self, wid: int, domain: Any, reusable: bool) -> None:
+        """A run is over on worker ``wid``: keep it (its domain's, idle) or kill it."""
+        with self._lock:
+            w = self._workers.get(wid)
+            # (A run without a domain: its worker is killed, not told to tidy up.)
+            keep = reusable and domain is not FRESH and w is not None and w.finish_run()
+            keep = keep and self._core.release(wid, domain, reusable)
+            if not keep:
+                self._core.release(wid, domain, False)  # (the place is held until the process is gone)
+                w = self._workers.pop(wid, None)
+            elif w is not None:
+                w.busy = False
+                self._cond.notify_all()
+        if not keep:
+            self._discard(wid, w)
+        self._top_up()
+
+    def _discard(self, wid: int, w: Optional[Worker]) -> None:
+        """Kill ``w``; its place is given back once it is gone. A fork server's
+        child is waited for by the spares thread, off the run's thread."""
+        later = False
+        try:
+            later = w is not None and w.discard()
+        finally:
+            with self._lock:
+                if later and w is not None and not self._core.closed:
+                    self._dying.append((wid, w))
+                else:
+                    self._core.dead(wid)
+                    self._cond.notify_all()
+        if later and w is not None and self._core.closed:
+            w.gone(0)
+
+    # -- spares ------------------------------------------------------------------
+
+    def _top_up(self) -> None:
+        """Start the spares thread if the core wants spares and none is running.
+        The thread lives only while it has spares to start (no thread stays
+        behind an idle pool)."""
+        with self._lock:
+            if self._core.closed or self._spare_thread is not None:
                 return
-            if fresh is not None:
+            wids = [] if self._spares_failed else self._core.want_spares()
+            if not wids and not self._dying:
+                return
+            self._spare_thread = threading.Thread(
+                target=self._keep_spares, args=(wids,), name=f"nous-sched-spares-{id(self):x}", daemon=True
+            )
+            self._spare_thread.start()
+
+    def _keep_spares(self, wids: list[int]) -> None:
+        """The spares thread: start fresh workers while the core wants them, then exit."""
+        try:
+            while True:
+                self._reap()
+                while wids:
+                    self._start(wids[0])  # (it gives its place back if it fails)
+                    wids.pop(0)
                 with self._lock:
-                    if fresh in self._workers and not self._closed:
-                        self._idle.append(fresh)
-                        self._cond.notify()
+                    wanted = self._owner == os.getpid() and not self._spares_failed
+                    wids = self._core.want_spares() if wanted else []
+                    if not wids and not self._dying:
+                        self._spare_thread = None
+                        return
+        except Exception:  # (RunCodeError, OSError): a run that needs a worker will say why
+            with self._lock:
+                for wid in wids[1:]:  # reserved, never started
+                    self._core.started(wid, False)
+                self._spares_failed = True
+                self._spare_thread = None
+                self._cond.notify_all()
+
+    def _reap(self) -> None:
+        """Wait for the killed workers to be gone; give their places back."""
+        with self._lock:
+            dying, self._dying = self._dying, []
+        for wid, w in dying:
+            w.gone(2.0)
+            with self._lock:
+                self._core.dead(wid)
+                self._cond.notify_all()
 
     def _after_fork_in_child(self) -> None:
         # The workers belong to the parent: forget them (closing our copies of
         # their pipes) without killing them. The child starts its own on demand.
-        for w in list(self._workers):
+        for w in list(self._workers.values()):
             w.forget()
+        if self._server is not None:
+            self._server.forget()
         self._reset()
+
+
+class DomainRuntime:
+    """A :class:`WorkerPool` seen by the runs of one trust domain (see
+    :meth:`WorkerPool.domain`)."""
+
+    language = "javascript"
+
+    def __init__(self, pool: WorkerPool, key: Hashable) -> None:
+        self.pool = pool
+        self.key = key
+
+    def run(self, program: str, host: Host, limits: Limits) -> RuntimeOutcome:
+        return self.begin(program, host.names, limits, getattr(host, "cancel", None)).run(host)
+
+    def begin(self, program: str, names: Sequence[str], limits: Limits, cancel: Any = None) -> "Begun":
+        return self.pool.begin(program, names, limits, cancel, domain=self.key)
+
+    def __repr__(self) -> str:
+        return f"{self.pool!r}.domain({self.key!r})"
+
+
+def layers_of(bounds: Optional[dict[str, Any]]) -> dict[str, Any]:
+    """The README's table of layers, from a worker's report of its bounds."""
+    if not bounds:
+        return {}
+    seccomp = bounds.get("seccomp")
+    return {
+        "seccomp_allow_list": bool(seccomp),
+        "no_new_privs": bool(bounds.get("no_new_privs")),
+        "unprivileged": bounds.get("dropped_to") is not None or os.geteuid() != 0,
+        "capabilities_cleared": bool(bounds.get("capabilities_cleared")) or os.geteuid() != 0,
+        "namespaces": tuple(bounds.get("namespaces") or ()),
+        "empty_root": bool(bounds.get("empty_root")),
+        "parent_death_signal": bool(bounds.get("pdeathsig")),
+        "address_space_limit": "RLIMIT_NOFILE" in bounds.get("rlimits", {}),
+        "wall_clock_stop": bool(bounds.get("wall_clock_stop")),
+    }
 
 
 class Begun:
@@ -413,6 +583,7 @@ class Begun:
         limits: Limits,
         deadline: float,
         cancel: Any,
+        domain: Any,
         early: Optional[Finish] = None,
     ) -> None:
         self._pool = pool
@@ -420,6 +591,7 @@ class Begun:
         self._limits = limits
         self._deadline = deadline
         self._cancel = cancel
+        self._domain = domain
         self._early = early  # how it ended before it began (no worker in time, cancelled)
 
     def run(self, host: Host) -> RuntimeOutcome:
@@ -429,16 +601,16 @@ class Begun:
             if self._early is None:
                 raise RuntimeError("this run was already driven or abandoned")
             return _outcome(self._early)
-        w = remote.worker
         try:
             finish = drive(remote, host, self._limits, self._deadline, self._cancel)
         except BaseException:
             # KeyboardInterrupt (or a host bug): the worker may be mid-step. Kill
             # it, replace it later, and let the exception go on at once.
-            self._pool._release(w, False, replace=False)
+            self._pool._release(remote.wid, self._domain, False)
             raise
         # After any abort (memory, stack, a tampered bridge) the worker is retired.
-        self._pool._release(w, remote.reusable and (finish.error is None or finish.error[0] != "abort"))
+        reusable = remote.reusable and (finish.error is None or finish.error[0] not in ("abort", "cancelled"))
+        self._pool._release(remote.wid, self._domain, reusable)
         return _outcome(finish)
 
     def abandon(self) -> None:
@@ -446,7 +618,7 @@ class Begun:
         be read) and replaced. Idempotent."""
         remote, self._remote = self._remote, None
         if remote is not None:
-            self._pool._release(remote.worker, False)
+            self._pool._release(remote.wid, self._domain, False)
 
 
 def _outcome(finish: Finish) -> RuntimeOutcome:
@@ -454,248 +626,13 @@ def _outcome(finish: Finish) -> RuntimeOutcome:
     return RuntimeOutcome(finish.logs, result=finish.result, error=error)
 
 
-class _NotStarted(Exception):
-    """The worker was gone before it received the run."""
-
-
-class _StartTimeout(Exception):
-    pass
-
-
-class _Expired(Exception):
-    pass
-
-
-class _Died(Exception):
-    pass
-
-
-class _Garbled(Exception):
-    pass
-
-
-class _Worker:
-    """One worker process and its pipes. One run at a time uses it; the pool's
-    lock guards the hand-over between runs."""
-
-    def __init__(self, pool: WorkerPool, number: int, cwd: str) -> None:
-        self.name = f"nous-sched-worker-{number}"
-        self.pool = pool
-        self.runs = 0
-        self.cap: Optional[int] = None  # RLIMIT_DATA, set by the worker's first run
-        self.ready = False
-        self.buf = bytearray()
-        self.max_frame = 0
-        spec = importlib.util.find_spec("_quickjs")
-        if spec is None or not spec.origin:
-            raise RunCodeError(
-                "no code runtime is configured: the worker processes need quickjs-ng "
-                "(`pip install quickjs-ng`), which provides the `_quickjs` module"
-            )
-        to_worker = os.pipe()
-        from_worker = os.pipe()
-        lifeline = os.pipe()
-        env = {"MALLOC_ARENA_MAX": "1"}
-        if "LD_LIBRARY_PATH" in os.environ:  # some Python builds need it to start
-            env["LD_LIBRARY_PATH"] = os.environ["LD_LIBRARY_PATH"]
-        argv = [pool.python, "-I", "-S", "-B", _WORKER_SCRIPT, self.name, spec.origin, str(lifeline[0])]
-        try:
-            self.proc = subprocess.Popen(
-                argv,
-                stdin=to_worker[0],
-                stdout=from_worker[1],
-                stderr=subprocess.DEVNULL,
-                pass_fds=(lifeline[0],),
-                close_fds=True,
-                cwd=cwd,
-                env=env,
-            )
-        except OSError as exc:
-            for fd in (*to_worker, *from_worker, *lifeline):
-                os.close(fd)
-            raise RunCodeError(f"could not start a worker process ({pool.python}): {exc}") from None
-        os.close(to_worker[0])
-        os.close(from_worker[1])
-        os.close(lifeline[0])
-        self.fd_in = to_worker[1]
-        self.fd_out = from_worker[0]
-        self.lifeline = lifeline[1]
-        os.set_blocking(self.fd_in, False)
-        # Read only once poll() says a frame is there, or while spinning (see _spin).
-        os.set_blocking(self.fd_out, False)
-        self.missed = False  # the last receive's spin ran out before the answer came
-        self._in_poll = select.poll()
-        self._in_poll.register(self.fd_in, select.POLLOUT)
-        self._out_poll = select.poll()
-        self._out_poll.register(self.fd_out, select.POLLIN)
-
-    def hello(self, until: float) -> None:
-        try:
-            op, body = self.receive(until, None, max_frame=1 << 20)
-        except _Expired:
-            raise _StartTimeout from None
-        except (_Died, _Garbled):
-            raise RunCodeError(f"a worker process exited before it started ({self.exit_reason()})") from None
-        if op == worker.FATAL:
-            raise RunCodeError("a worker process could not start: " + clip(body.decode("utf-8", "replace"), 2000))
-        if op != worker.HELLO:
-            raise RunCodeError("a worker process broke the protocol while starting")
-        try:
-            hello = json.loads(body)
-            bounds = hello["os_bounds"]
-        except (ValueError, KeyError, TypeError):
-            raise RunCodeError("a worker process broke the protocol while starting") from None
-        if isinstance(bounds, dict):
-            self.pool.os_bounds = bounds
-        self.ready = True
-
-    def send(self, data: bytes, until: float) -> None:
-        """Write one frame; :class:`_Expired` if the pipe stays full past ``until``."""
-        view = memoryview(data)
-        while view:
-            try:
-                view = view[os.write(self.fd_in, view) :]
-                continue
-            except BlockingIOError:
-                pass
-            timeout = until - time.monotonic()
-            if timeout <= 0 or not self._in_poll.poll(_ms(timeout)):
-                if time.monotonic() >= until:
-                    raise _Expired
-
-    def receive(self, until: float, cancel: Any, max_frame: int, spin: float = 0.0) -> tuple[bytes, bytes]:
-        """One frame; :class:`_Expired` past ``until``, :class:`_Died` at end of
-        file, :class:`_Garbled` for a frame over ``max_frame`` bytes, and
-        :class:`Stopped` (``cancelled``) once ``cancel`` is set. ``spin``: seconds
-        to look for the frame before sleeping (see :meth:`_Remote._spin`)."""
-        buf = self.buf
-        data = self._spin(spin) if spin and not buf else None
-        while True:
-            want = 4
-            if not buf:
-                # The usual case: one read brings exactly one whole frame.
-                if data is None:
-                    if not self._readable(until, cancel):
-                        continue
-                    data = os.read(self.fd_out, 65536)
-                if not data:
-                    raise _Died
-                if len(data) >= 5:
-                    (n,) = worker.HEADER.unpack_from(data)
-                    if n == len(data) - 4:
-                        return data[4:5], data[5:]
-                buf += data
-                data = None
-            if len(buf) >= 4:
-                (n,) = worker.HEADER.unpack_from(buf)
-                if n == 0 or n > max_frame:
-                    raise _Garbled
-                if len(buf) >= 4 + n:
-                    op = bytes(buf[4:5])
-                    body = bytes(buf[5 : 4 + n])
-                    del buf[: 4 + n]
-                    return op, body
-                want = 4 + n - len(buf)
-            if not self._readable(until, cancel):
-                continue
-            data = os.read(self.fd_out, max(want, 65536))
-            if not data:
-                raise _Died
-            buf += data
-
-    def _readable(self, until: float, cancel: Any) -> bool:
-        """Whether the worker's pipe has data after one poll, which lasts until
-        ``until`` or :data:`CANCEL_POLL`, whichever is sooner; :class:`_Expired`
-        past ``until``, :class:`Stopped` once ``cancel`` is set."""
-        timeout = until - time.monotonic()
-        if timeout <= 0:
-            raise _Expired
-        if cancel is not None:
-            if cancel.is_set():
-                raise Stopped("cancelled", CANCELLED)
-            timeout = min(timeout, CANCEL_POLL)
-        return bool(self._out_poll.poll(_ms(timeout)))
-
-    def _spin(self, seconds: float) -> Optional[bytes]:
-        """What the worker has written within ``seconds``, looking without
-        sleeping; ``None`` (and :attr:`missed` set) if nothing came."""
-        read, fd, clock = os.read, self.fd_out, time.perf_counter
-        end = clock() + seconds
-        while True:
-            try:
-                data = read(fd, 65536)
-            except BlockingIOError:
-                if clock() < end:
-                    continue
-                self.missed = True
-                return None
-            self.missed = False
-            return data
-
-    def signal_deadline(self) -> None:
-        """Tell the worker its run's deadline has passed (``SIGUSR1``)."""
-        if self.proc.returncode is None:  # not reaped, so the pid is still this process
-            try:
-                os.kill(self.proc.pid, signal.SIGUSR1)
-            except OSError:
-                pass
-
-    def finish_run(self) -> bool:
-        """Tell the worker the run is over (it frees the context); false if it is gone."""
-        try:
-            os.write(self.fd_in, worker.frame(worker.DONE, b""))
-        except OSError:
-            return False
-        return self.proc.poll() is None
-
-    def exit_reason(self) -> str:
-        try:
-            code = self.proc.wait(timeout=2.0)
-        except subprocess.TimeoutExpired:
-            return "it stopped answering"
-        if code < 0:
-            try:
-                sig = signal.Signals(-code).name
-            except ValueError:
-                sig = f"signal {-code}"
-            return f"killed by {sig}"
-        return f"exit status {code}"
-
-    def terminate(self) -> None:
-        """Kill the process (``SIGKILL``) and nothing more."""
-        if self.proc.returncode is None:
-            try:
-                self.proc.kill()
-            except OSError:
-                pass
-
-    def kill(self) -> None:
-        """Kill the process, reap it, close the pipes. Idempotent."""
-        if self.proc.returncode is None:
-            self.terminate()
-            try:
-                self.proc.wait(timeout=5.0)
-            except subprocess.TimeoutExpired:  # in the kernel's hands; reaped by a later Popen
-                pass
-        self._close_fds()
-
-    def forget(self) -> None:
-        """In a forked child: drop this (the parent's) worker without touching it."""
-        self._close_fds()
-
-    def _close_fds(self) -> None:
-        for name in ("fd_in", "fd_out", "lifeline"):
-            fd = getattr(self, name, -1)
-            if fd >= 0:
-                setattr(self, name, -1)
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
-
-
-def _ms(seconds: float) -> int:
-    return max(1, int(seconds * 1000) + 1)
+def max_frame(limits: Limits) -> int:
+    """The largest frame a worker may send for a run with ``limits``: what may
+    legitimately cross (the logs, escaped at most 6 bytes a character, the
+    result, every call's arguments, escaped once more), never more than the
+    engine's heap could hold as UTF-8 (twice its size), plus 1 MiB of envelope."""
+    crossing = 6 * (limits.max_log_bytes + limits.max_output_bytes + limits.max_calls * limits.max_args_bytes)
+    return min(crossing, 2 * limits.memory_bytes) + _MIB
 
 
 class _Remote:
@@ -704,7 +641,8 @@ class _Remote:
     def __init__(
         self,
         pool: WorkerPool,
-        w: _Worker,
+        wid: int,
+        w: Worker,
         program: str,
         names: Any,
         limits: Limits,
@@ -712,6 +650,7 @@ class _Remote:
         cancel: Any,
     ) -> None:
         self.pool = pool
+        self.wid = wid
         self.worker = w
         self.program = program
         self.names = names
@@ -721,9 +660,7 @@ class _Remote:
         self.cancel = cancel
         self.reusable = True
         self.unsent = False  # the run frame could not be sent by the kill deadline
-        # The envelope is a string inside the engine's heap; its UTF-8 form is
-        # at most 1.5 times the heap's size. Anything larger is a lie.
-        self.max_frame = 2 * limits.memory_bytes + _MIB
+        self.max_frame = max_frame(limits)
 
     def send_run(self) -> None:
         """Send the run frame. :class:`_NotStarted` if the worker is gone."""
@@ -745,12 +682,14 @@ class _Remote:
             w.send(worker.frame(worker.RUN, body), self.until)
         except BrokenPipeError:
             self.reusable = False
-            raise _NotStarted from None
-        except _Expired:
+            raise NotStarted from None
+        except Expired:
             self.unsent = True  # a timeout, said by start() (inside drive)
             return
         if cap:
             w.cap = cap
+            with self.pool._lock:
+                self.pool._core.set_cap(self.wid, cap)
 
     def start(self) -> str:
         """The first step: the answer to the run frame :meth:`send_run` sent."""
@@ -768,57 +707,18 @@ class _Remote:
             self.worker.send(data, self.until)
         except BrokenPipeError:
             return self._died()
-        except _Expired:
+        except Expired:
             return self._expired()
         return self._answer()
 
-    def _spin(self) -> float:
-        """Seconds to look for the worker's answer before sleeping on the pipe.
-
-        A worker's step after a settle takes tens of microseconds. Sleeping
-        for it costs a wake-up when it answers, and on an idle machine (a
-        virtual CPU halted, to be woken by the hypervisor) that wake-up alone
-        costs as much as the step; every call pays it. So the driving thread
-        looks for the answer for up to :data:`SPIN` first, but only while
-        this pool runs fewer programs than there are CPUs and the machine is
-        otherwise idle (the load average says so), so the worker has a CPU of
-        its own meanwhile; on a busy machine no CPU halts and wake-ups are
-        cheap, and a spin would take the worker's CPU. Not for
-        :data:`SPIN_BACKOFF` steps after an answer that took longer, twice as
-        many after each further miss (a program computing between calls is
-        not waited for busily).
-        """
-        pool = self.pool
-        if pool._spin_cool:
-            pool._spin_cool -= 1
-            return 0.0
-        if len(pool._workers) - len(pool._idle) >= _CPUS or not pool._idle_machine():
-            return 0.0
-        return SPIN
-
     def _answer(self) -> str:
-        w = self.worker
         try:
-            try:
-                spin = self._spin()
-                op, body = w.receive(self.deadline, self.cancel, self.max_frame, spin)
-                if spin:
-                    if w.missed:
-                        w.missed = False
-                        pool = self.pool
-                        pool._spin_cool = pool._spin_backoff
-                        pool._spin_backoff = min(2 * pool._spin_backoff, SPIN_BACKOFF_MAX)
-                    else:
-                        self.pool._spin_backoff = SPIN_BACKOFF
-            except _Expired:
-                # The deadline passed mid-step: the worker's engine stops now,
-                # keeping its logs; the kill comes only if it has not by the grace.
-                op, body = self._stop_softly()
-        except _Expired:
+            op, body = self._step()
+        except Expired:
             return self._expired()
-        except _Died:
+        except Died:
             return self._died()
-        except _Garbled:
+        except Garbled:
             return self._broken()
         except Stopped:
             self._kill()
@@ -826,33 +726,72 @@ class _Remote:
         if op == worker.ENVELOPE:
             return body.decode("utf-8", "surrogatepass")
         if op == worker.STOPPED:
-            head, _, tail = body.partition(b"\n")
-            try:
-                stop = json.loads(head)
-                kind, message, memory = stop["kind"], stop["message"], stop["memory"]
-            except (ValueError, KeyError, TypeError):
-                return self._broken()
-            if kind not in _KINDS_FROM_WORKER or not isinstance(message, str) or not isinstance(memory, bool):
-                return self._broken()
-            if memory:
-                self.reusable = False
-            envelope = tail.decode("utf-8", "surrogatepass") or None
-            raise Stopped(kind, clip(message), envelope=envelope, memory=memory)
+            raise self._stopped(body)
         return self._broken()
 
-    def _stop_softly(self) -> tuple[bytes, bytes]:
+    def _step(self) -> tuple[bytes, bytes]:
+        """The worker's answer; at the deadline, or on cancel, after a soft stop."""
+        try:
+            return self._receive()
+        except Expired:
+            # The deadline passed mid-step: the worker's engine stops now,
+            # keeping its logs; the kill comes only if it has not by the grace.
+            return self._stop_softly(self.until, signal.SIGUSR1, self.cancel)
+        except Stopped:
+            return self._cancel_softly()
+
+    def _receive(self) -> tuple[bytes, bytes]:
+        pool, w = self.pool, self.worker
+        spin = pool._wake.spin(len(pool._core.slots) - len(pool._core.idle))
+        answer = w.receive(self.deadline, self.cancel, self.max_frame, spin)
+        if spin:
+            pool._wake.answered(w.missed)
+            w.missed = False
+        return answer
+
+    def _stopped(self, body: bytes) -> Stopped:
+        head, _, tail = body.partition(b"\n")
+        try:
+            stop = json.loads(head)
+            kind, message, memory = stop["kind"], stop["message"], stop["memory"]
+        except (ValueError, KeyError, TypeError):
+            self._broken()
+        if kind not in _KINDS_FROM_WORKER or not isinstance(message, str) or not isinstance(memory, bool):
+            self._broken()
+        if memory:
+            self.reusable = False
+        envelope = tail.decode("utf-8", "surrogatepass") or None
+        return Stopped(kind, clip(message), envelope=envelope, memory=memory)
+
+    def _stop_softly(self, until: float, sig: int, cancel: Any) -> tuple[bytes, bytes]:
         """Signal the worker every :data:`RESIGNAL` seconds until it answers;
-        :class:`_Expired` at the kill deadline or if it dies meanwhile."""
+        :class:`Expired` at ``until`` or if it dies meanwhile."""
         w = self.worker
         while True:
-            w.signal_deadline()
+            w.signal(sig)
             try:
-                return w.receive(min(self.until, time.monotonic() + RESIGNAL), self.cancel, self.max_frame)
-            except _Died:  # past the deadline, however it ended: a timeout
-                raise _Expired from None
-            except _Expired:
-                if time.monotonic() >= self.until:
+                return w.receive(min(until, time.monotonic() + RESIGNAL), cancel, self.max_frame)
+            except Died:  # past the deadline, however it ended: a timeout
+                raise Expired from None
+            except Expired:
+                if time.monotonic() >= until:
                     raise
+
+    def _cancel_softly(self) -> tuple[bytes, bytes]:
+        """Cancelled mid-step: stop the engine (``SIGUSR2``) and keep the logs of
+        the step it was in; kill the worker if it has not stopped within the grace."""
+        self.reusable = False
+        try:
+            op, body = self._stop_softly(time.monotonic() + self.pool.kill_grace, signal.SIGUSR2, None)
+        except (Expired, Died, Garbled):
+            self._kill()
+            raise Stopped("cancelled", CANCELLED) from None
+        envelope = None
+        if op == worker.ENVELOPE:
+            envelope = body.decode("utf-8", "surrogatepass")
+        elif op == worker.STOPPED:
+            envelope = body.partition(b"\n")[2].decode("utf-8", "surrogatepass") or None
+        raise Stopped("cancelled", CANCELLED, envelope=envelope)
 
     def _kill(self) -> None:
         self.reusable = False
@@ -876,7 +815,7 @@ class _Remote:
             raise Stopped("abort", memory_message(self.limits.memory_bytes, " (its worker process ran out of memory)"))
         raise Stopped("abort", f"the worker process running the program died ({reason})")
 
-    def _broken(self) -> str:
+    def _broken(self) -> NoReturn:
         self._kill()
         raise Stopped("abort", "the worker process broke the protocol; it was killed")
 

@@ -84,6 +84,8 @@ STACK_MARGIN = 2 * 1024 * 1024
 JS_STACK = MAX_STACK_BYTES + STACK_MARGIN
 #: The exit status of a worker that ran out of memory outside the engine.
 EXIT_MEMORY = 3
+#: The test-only payload's file (see :func:`_test_payload`).
+PAYLOAD_ENV = "NOUS_SCHED_TEST_PAYLOAD"
 
 
 def frame(op: bytes, *parts: bytes) -> bytes:
@@ -206,15 +208,19 @@ class _Watchdog:
             self._target = None
 
     def _on_deadline(self, signum: int, frame: Any) -> None:
-        import ctypes
+        import signal
         import time
 
         if self._offset is None:
             return
         with self._lock:
             target = self._target
-            if target is None or time.monotonic() < target[1]:
+            if target is None:
                 return
+            if signum != signal.SIGUSR2 and time.monotonic() < target[1]:
+                return
+            import ctypes
+
             ctx = target[0].ctx
             if ctx is not None:
                 ctypes.c_int64.from_address(id(ctx) + self._offset).value = 0
@@ -225,6 +231,7 @@ class _Watchdog:
         import signal
 
         signal.signal(signal.SIGUSR1, self._on_deadline)
+        signal.signal(signal.SIGUSR2, self._on_deadline)  # cancelled: stop whatever the deadline
 
     def watch(self) -> None:
         """Serve the deadline signal until the host is gone (end of file)."""
@@ -319,19 +326,90 @@ def _set_policy(policy: int) -> bool:
     return True
 
 
-def serve(engine: Any, oslimits: Any, watchdog: _Watchdog, fd_in: int, fd_out: int) -> None:
-    """Answer frames until the host closes the pipe."""
-    import collections
-    import json
-    import time
+class _Server:
+    """The serving thread's state: the running engine, the next run's context."""
 
-    Limits = collections.namedtuple("Limits", LIMIT_FIELDS)  # type: ignore[misc]
-    Engine, Stopped = engine.Engine, engine.Stopped
+    def __init__(self, engine: Any, oslimits: Any, watchdog: _Watchdog, fd_out: int, payload: Any) -> None:
+        import collections
+
+        self.engine = engine
+        self.oslimits = oslimits
+        self.watchdog = watchdog
+        self.fd_out = fd_out
+        self.payload = payload
+        self.Limits = collections.namedtuple("Limits", LIMIT_FIELDS)  # type: ignore[misc]
+        self.current: Any = None
+        # The next run's fresh context, its prelude evaluated while this worker
+        # waits (the prelude's compilation is most of a run's start-up).
+        self.spare = _prepare(engine)
+
+    def settle(self, body: bytes) -> str:
+        first = body.index(b" ")
+        second = body.index(b" ", first + 1)
+        call_id = int(body[:first])
+        ok = body[first + 1 : second] == b"1"
+        payload = str(memoryview(body)[second + 1 :], "utf-8", "surrogatepass")
+        del body  # one copy of a big payload at a time
+        return str(self.current.settle(call_id, ok, payload))
+
+    def run(self, body: bytes) -> str:
+        import json
+        import time
+
+        if self.current is not None:
+            self.watchdog.disarm()
+            self.current.close()
+            self.current = None
+        spec = json.loads(body)
+        if spec["memory_cap"]:
+            self.oslimits.cap_memory(spec["memory_cap"])
+        if self.payload is not None:
+            spec["program"] = _run_payload(self.payload, spec["program"])
+        deadline = time.monotonic() + spec["remaining"]
+        self.current = self.engine.Engine(
+            spec["program"],
+            spec["names"],
+            self.Limits(*spec["limits"]),
+            deadline,
+            self.spare,
+            before_salvage=self.watchdog.disarm,
+        )
+        self.spare = None
+        self.watchdog.arm(self.current, deadline)
+        return str(self.current.start())
+
+    def done(self) -> None:
+        done, self.current = self.current, None
+        if done is not None:
+            self.watchdog.disarm()
+        self.spare = _between_runs(self.engine, done, self.spare is None) or self.spare
+
+    def stopped(self, stop: Any) -> bool:
+        """Answer ``X`` for a stopped run; whether to prepare the next context."""
+        import json
+
+        self.current = None
+        self.watchdog.disarm()
+        head = json.dumps({"kind": stop.kind, "message": stop.message, "memory": stop.memory})
+        tail = stop.envelope or ""
+        write_all(self.fd_out, frame(STOPPED, (head + "\n" + tail).encode("utf-8", "surrogatepass")))
+        # After a memory stop the host retires this worker: prepare nothing.
+        return self.spare is None and not stop.memory
+
+    def out_of_memory(self) -> None:
+        # Outside the engine's own accounting (a huge payload's copies): the
+        # OS limit. Say so, and let the host retire this worker.
+        self.watchdog.disarm()
+        self.current = None
+        head = '{"kind": "abort", "message": "the worker process ran out of memory", "memory": true}\n'
+        write_all(self.fd_out, frame(STOPPED, head.encode()))
+
+
+def serve(engine: Any, oslimits: Any, watchdog: _Watchdog, fd_in: int, fd_out: int, payload: Any = None) -> None:
+    """Answer frames until the host closes the pipe."""
+    server = _Server(engine, oslimits, watchdog, fd_out, payload)
     reader = _Reader(fd_in)
-    current: Any = None
-    # The next run's fresh context, its prelude evaluated while this worker
-    # waits (the prelude's compilation is most of a run's start-up).
-    spare = _prepare(engine)
+    steps = {SETTLE: server.settle, RUN: server.run}
     while True:
         try:
             op, body = reader.read()
@@ -339,104 +417,115 @@ def serve(engine: Any, oslimits: Any, watchdog: _Watchdog, fd_in: int, fd_out: i
             os._exit(0)
         except MemoryError:  # half a frame read: the stream cannot be trusted any more
             os._exit(EXIT_MEMORY)
+        if op == DONE:
+            server.done()
+            continue
+        done = server.current
         try:
-            if op == SETTLE:
-                first = body.index(b" ")
-                second = body.index(b" ", first + 1)
-                call_id = int(body[:first])
-                ok = body[first + 1 : second] == b"1"
-                payload = str(memoryview(body)[second + 1 :], "utf-8", "surrogatepass")
-                del body  # one copy of a big payload at a time
-                text = current.settle(call_id, ok, payload)
-                del payload
-            elif op == RUN:
-                if current is not None:
-                    watchdog.disarm()
-                    current.close()
-                    current = None
-                spec = json.loads(body)
-                if spec["memory_cap"]:
-                    oslimits.cap_memory(spec["memory_cap"])
-                deadline = time.monotonic() + spec["remaining"]
-                current = Engine(
-                    spec["program"],
-                    spec["names"],
-                    Limits(*spec["limits"]),
-                    deadline,
-                    spare,
-                    before_salvage=watchdog.disarm,
-                )
-                spare = None
-                watchdog.arm(current, deadline)
-                text = current.start()
-            elif op == DONE:
-                done, current = current, None
-                if done is not None:
-                    watchdog.disarm()
-                spare = _between_runs(engine, done, spare is None) or spare
-                del done
-                continue
-            else:
+            step = steps.get(op)
+            if step is None:
                 raise ValueError(f"unknown op {op!r}")
-        except Stopped as stop:
-            done, current = current, None
-            if done is not None:
-                watchdog.disarm()
-            head = json.dumps({"kind": stop.kind, "message": stop.message, "memory": stop.memory})
-            tail = stop.envelope or ""
-            write_all(fd_out, frame(STOPPED, (head + "\n" + tail).encode("utf-8", "surrogatepass")))
-            # After a memory stop the host retires this worker: prepare nothing.
-            prepare = spare is None and not stop.memory
+            text = step(body)
+        except engine.Stopped as stop:
+            prepare = server.stopped(stop)
         except MemoryError:
-            # Outside the engine's own accounting (a huge payload's copies): the
-            # OS limit. Say so, and let the host retire this worker.
-            watchdog.disarm()
-            current = None
-            head = '{"kind": "abort", "message": "the worker process ran out of memory", "memory": true}\n'
-            write_all(fd_out, frame(STOPPED, head.encode()))
+            server.out_of_memory()
             continue
         else:
             write_all(fd_out, frame(ENVELOPE, text.encode("utf-8", "surrogatepass")))
             continue
         # Out of the except block, whose exception's traceback holds the engine's frames.
-        spare = _between_runs(engine, done, prepare) or spare
+        server.spare = _between_runs(engine, done, prepare) or server.spare
         del done
 
 
-def main(argv: list[str]) -> None:
-    name, quickjs_path, lifeline = argv[1], argv[2], int(argv[3])
+def _run_payload(payload: Any, program: str) -> str:
+    """The tests' compromised-engine stand-in (see :func:`_test_payload`): run
+    it, native calls and all, inside the run, after every bound applies; the
+    program becomes its report. Only a program marked ``/*payload*/`` runs it."""
     import json
-    import signal
-    import threading
 
-    # The terminal's Ctrl-C is the host's to handle: it kills this worker if it must.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _set_thread_name(name.replace("nous-sched-worker-", "nous-worker-"))
+    if "/*payload*/" not in program:
+        return program
+    scope: dict[str, Any] = {"report": {}, "program": program}
+    try:
+        exec(payload, scope)
+    except BaseException as exc:  # the payload's own failure is its report
+        scope["report"]["payload_error"] = repr(exc)
+    return "return " + json.dumps(scope["report"]) + ";"
+
+
+def _load_all(quickjs_path: str) -> tuple[Any, Any, Any]:
+    """The engine's modules, and everything serve() imports, before the OS
+    bounds forbid opening files; a ``F`` frame and exit if that fails."""
     here = os.path.dirname(os.path.abspath(__file__))
     try:
         quickjs = _load("_quickjs", quickjs_path, extension=True)
         engine = _load("nous_sched_engine", os.path.join(here, "engine.py"))
         oslimits = _load("nous_sched_oslimits", os.path.join(here, "oslimits.py"))
-        # Everything serve() imports, before the OS bounds forbid opening files.
         import collections  # noqa: F401
         import ctypes  # noqa: F401
+        import json  # noqa: F401
+        import resource  # noqa: F401
+        import select  # noqa: F401
+        import signal  # noqa: F401
+        import socket  # noqa: F401
+        import struct  # noqa: F401
+        import threading  # noqa: F401
         import time  # noqa: F401
     except BaseException as exc:
         write_all(1, frame(FATAL, f"the worker could not load the engine: {exc!r}".encode("utf-8", "replace")))
         os._exit(1)
-    watchdog = _Watchdog(lifeline, _budget_offset(quickjs))
-    bounds = oslimits.apply()
+    return quickjs, engine, oslimits
+
+
+def _test_payload() -> Any:
+    """The compromised-engine stand-in of the project's tests, or ``None``.
+
+    Read from the file named by ``NOUS_SCHED_TEST_PAYLOAD`` in the worker's
+    environment, which the host passes on only from its own environment (no
+    program can set it), and compiled before the bounds apply; run once
+    they do, as native code would run inside a compromised engine."""
+    path = os.environ.pop(PAYLOAD_ENV, None)
+    if not path:
+        return None
+    with open(path, encoding="utf-8") as fh:
+        return compile(fh.read(), path, "exec")
+
+
+def _become_worker(
+    name: str, lifeline: int, modules: tuple[Any, Any, Any], options: dict[str, Any], offset: Any = False
+) -> None:
+    """Bound this process and serve frames on standard input and output; never returns."""
+    import json
+    import signal
+    import threading
+
+    quickjs, engine, oslimits = modules
+    # The terminal's Ctrl-C is the host's to handle: it kills this worker if it must.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _set_thread_name(name.replace("nous-sched-worker-", "nous-worker-"))
+    payload = _test_payload()
+    # (A fork server verified the layout once for all its children.)
+    watchdog = _Watchdog(lifeline, _budget_offset(quickjs) if offset is False else offset)
+    bounds = oslimits.apply(
+        uid=options.get("uid", oslimits.UNPRIVILEGED),
+        gid=options.get("gid", oslimits.UNPRIVILEGED),
+        namespaces=options.get("namespaces", True),
+        root=options.get("root"),
+        pdeathsig=options.get("pdeathsig", False),
+    )
     bounds["wall_clock_stop"] = watchdog._offset is not None
 
     def run() -> None:
         _set_thread_name("nous-js-" + name.rsplit("-", 1)[-1])
         # The deadline signal is for the main thread: only there does it
         # interrupt the blocking read that lets its handler run.
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1, signal.SIGUSR2})
         try:
             # This thread writes every frame, the hello included: one writer.
             write_all(1, frame(HELLO, json.dumps({"pid": os.getpid(), "os_bounds": bounds}).encode()))
-            serve(engine, oslimits, watchdog, 0, 1)
+            serve(engine, oslimits, watchdog, 0, 1, payload)
         finally:
             os._exit(0)
 
@@ -448,6 +537,117 @@ def main(argv: list[str]) -> None:
         watchdog.watch()
     finally:
         os._exit(0)
+
+
+def _fork_server(sock_fd: int, modules: tuple[Any, Any, Any], options: dict[str, Any]) -> None:
+    """Fork a fresh worker for each request on the host's socket; never returns.
+
+    Single-threaded (so forking it is safe), it has loaded the engine but
+    never made a context or run anything: each child starts from this
+    state, binds itself and prepares its own context (its own random seed).
+    Requests: a datagram with the worker's name and three descriptors (its
+    standard input, output, lifeline); the answer ``P <pid>`` carries a
+    pidfd of the child, so the host signals exactly that process. Each
+    child's exit is reported as ``W <pid> <status>`` (dropped if the host is
+    not reading). End of file on the socket: exit.
+    """
+    # No PR_SET_PDEATHSIG here: it fires when the *thread* that started this
+    # process ends, and any of the host's threads may start it. The host's
+    # death closes the socket; this process then exits, and its children,
+    # whose parent is this single thread, get their death signal.
+    import gc
+    import select
+    import signal
+    import socket
+
+    offset = _budget_offset(modules[0])
+    # Everything loaded so far is shared with every child: keep the collector
+    # from touching it (a touched page is a copied page in each child).
+    modules[2]._libc()
+    gc.collect()
+    gc.freeze()
+    sock = socket.socket(fileno=sock_fd)
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    sock.send(b"R")
+    while True:
+        ready, _, _ = select.select([sock_fd, wake_r], [], [])
+        if wake_r in ready:
+            os.read(wake_r, 512)
+        _reap(sock)
+        if sock_fd not in ready:
+            continue
+        try:
+            msg, fds, _, _ = socket.recv_fds(sock, 256, 3)
+        except OSError:
+            os._exit(0)
+        if not msg:
+            os._exit(0)
+        if len(fds) != 3:
+            for fd in fds:
+                os.close(fd)
+            continue
+        pid = os.fork()
+        if pid == 0:
+            signal.set_wakeup_fd(-1)
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            _child(
+                msg.decode("ascii", "replace"),
+                fds,
+                (sock_fd, wake_r, wake_w),
+                modules,
+                {**options, "offset": offset, "pdeathsig": True},
+            )
+        for fd in fds:
+            os.close(fd)
+        pidfd = os.pidfd_open(pid)
+        try:
+            socket.send_fds(sock, [b"P %d %s" % (pid, msg)], [pidfd])
+        finally:
+            os.close(pidfd)
+
+
+def _reap(sock: Any) -> None:
+    import socket
+
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        try:
+            sock.send(b"W %d %d" % (pid, os.waitstatus_to_exitcode(status)), socket.MSG_DONTWAIT)
+        except OSError:
+            pass
+
+
+def _child(name: str, fds: list[int], close: tuple[int, ...], modules: Any, options: dict[str, Any]) -> None:
+    for fd in close:
+        os.close(fd)
+    os.dup2(fds[0], 0)
+    os.dup2(fds[1], 1)
+    os.dup2(fds[2], 3)
+    os.closerange(4, 1 << 16)
+    os.setpgid(0, 0)  # a process group of its own, killed as a group
+    try:
+        _become_worker(name, 3, modules, options, options["offset"])
+    finally:
+        os._exit(1)
+
+
+def main(argv: list[str]) -> None:
+    import json
+
+    if argv[1] == "--fork-server":
+        modules = _load_all(argv[2])
+        _fork_server(0, modules, json.loads(argv[3]))
+    name, quickjs_path, lifeline = argv[1], argv[2], int(argv[3])
+    options = json.loads(argv[4]) if len(argv) > 4 else {}
+    _become_worker(name, lifeline, _load_all(quickjs_path), options)
 
 
 if __name__ == "__main__":

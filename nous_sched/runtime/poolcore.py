@@ -1,0 +1,218 @@
+"""The worker pool's decisions, with no processes, threads or clocks.
+
+:class:`PoolCore` decides which worker a run gets, when a place is reserved
+for a new process, when a worker is retired, and which spares to keep ready;
+:class:`nous_sched.WorkerPool` (the shell) carries the decisions out under
+its lock and starts, signals and kills the processes. Every operation is a
+plain method call that returns what the shell must do, so a state machine
+test drives the core through every interleaving (tests/test_pool_core.py).
+
+What the core guarantees, whatever the order of calls:
+
+* never more than ``size`` workers, places reserved for starting processes
+  included, so never more than ``size`` programs running;
+* a worker serves runs of one trust domain only: a run without a domain
+  gets a worker that has never run anything and is retired after it; a
+  run with a domain may get an idle worker that served only that domain;
+* runs waiting for a place are served first come, first served;
+* every reserved place is given back: by :meth:`started` (the process
+  exists, or could not be made), :meth:`release`, :meth:`dead` or
+  :meth:`close`.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+from typing import Any, Deque, Hashable, Optional
+
+__all__ = ["PoolCore", "Slot", "Closed", "USE", "SPAWN", "WAIT", "FRESH"]
+
+USE = "use"
+SPAWN = "spawn"
+WAIT = "wait"
+#: A slot's ``domain`` before it has run anything.
+FRESH: Any = None
+
+
+class Closed(Exception):
+    """The pool is closed."""
+
+
+class Slot:
+    """One worker place: ``starting`` (a process is being made), ``idle``,
+    ``busy``, or ``retiring`` (killed, not yet gone)."""
+
+    __slots__ = ("wid", "state", "domain", "runs", "cap", "for_run")
+
+    def __init__(self, wid: int, for_run: Optional[Hashable]) -> None:
+        self.wid = wid
+        self.state = "starting"
+        self.domain: Any = FRESH
+        self.runs = 0
+        self.cap: Optional[int] = None  # the memory cap its first run set
+        self.for_run = for_run  # the run it is being started for, or None for a spare
+
+    def __repr__(self) -> str:
+        return f"Slot({self.wid}, {self.state}, domain={self.domain!r}, runs={self.runs})"
+
+
+class PoolCore:
+    """See the module docstring. ``size``: most workers; ``spares``: fresh
+    workers to keep ready (within ``size``); ``runs_per_worker``: most runs a
+    worker serves within one trust domain."""
+
+    def __init__(self, size: int, spares: int, runs_per_worker: int) -> None:
+        self.size = size
+        self.spares = min(spares, size)
+        self.runs_per_worker = runs_per_worker
+        self.slots: dict[int, Slot] = {}
+        self.idle: list[int] = []  # longest idle first
+        self.waiting: Deque[Hashable] = collections.deque()
+        self.closed = False
+        self._ids = itertools.count(1)
+
+    # -- a run asks for a worker ------------------------------------------------
+
+    def ask(self, run: Hashable, domain: Any, need: int) -> tuple[str, Optional[int], Optional[int]]:
+        """``(USE, wid, None)``: take idle worker ``wid``; ``(SPAWN, wid, retire)``:
+        start worker ``wid`` for this run, after killing ``retire`` (or None);
+        ``(WAIT, None, None)``: ask again when :meth:`changed` says so.
+        :class:`Closed` once the pool is closed."""
+        if self.closed:
+            self.leave(run)
+            raise Closed
+        if self.waiting and self.waiting[0] != run:
+            if run not in self.waiting:
+                self.waiting.append(run)
+            return WAIT, None, None
+        wid = self._pick(domain, need)
+        if wid is not None:
+            self.idle.remove(wid)
+            self.slots[wid].state = "busy"
+            self.leave(run)
+            return USE, wid, None
+        retire = None
+        if len(self.slots) >= self.size:
+            retire = self._victim()
+            if retire is None:
+                if run not in self.waiting:
+                    self.waiting.append(run)
+                return WAIT, None, None
+            self._remove(retire)
+        wid = self._new(run)
+        self.leave(run)
+        return SPAWN, wid, retire
+
+    def _pick(self, domain: Any, need: int) -> Optional[int]:
+        """The idle worker for a run of ``domain``: one that served only that
+        domain and whose memory cap holds ``need``, else a fresh one."""
+        fresh = None
+        for wid in self.idle:
+            slot = self.slots[wid]
+            if slot.domain is FRESH:
+                fresh = wid if fresh is None else fresh
+            elif domain is not FRESH and slot.domain == domain and (slot.cap is None or slot.cap >= need):
+                return wid
+        return fresh
+
+    def _victim(self) -> Optional[int]:
+        """An idle worker no waiting run can use (one of another domain, or
+        whose cap is too low): the one idle longest."""
+        for wid in self.idle:
+            if self.slots[wid].domain is not FRESH:
+                return wid
+        return None
+
+    def leave(self, run: Hashable) -> None:
+        """``run`` no longer waits (it got a worker, timed out or was cancelled)."""
+        try:
+            self.waiting.remove(run)
+        except ValueError:
+            pass
+
+    # -- processes ----------------------------------------------------------------
+
+    def want_spares(self) -> list[int]:
+        """Places to reserve now for fresh spares (the shell starts them and
+        calls :meth:`started` for each). None while runs wait: they take
+        the places themselves, first come, first served."""
+        if self.closed or self.waiting:
+            return []
+        ready = sum(1 for s in self.slots.values() if s.domain is FRESH and s.state != "busy" and s.for_run is None)
+        made = []
+        while ready < self.spares and len(self.slots) < self.size:
+            made.append(self._new(None))
+            ready += 1
+        return made
+
+    def started(self, wid: int, ok: bool) -> bool:
+        """The process for ``wid`` exists (``ok``) or could not be made; whether
+        the shell must kill it (the pool closed or the place is gone meanwhile)."""
+        slot = self.slots.get(wid)
+        if slot is None or slot.state != "starting":
+            return ok
+        if not ok:
+            self._remove(wid)
+            return False
+        if slot.for_run is None:
+            slot.state = "idle"
+            self.idle.append(wid)
+        else:
+            slot.state = "busy"
+        return False
+
+    def set_cap(self, wid: int, cap: int) -> None:
+        slot = self.slots.get(wid)
+        if slot is not None:
+            slot.cap = cap
+
+    def release(self, wid: int, domain: Any, reusable: bool) -> bool:
+        """Run over on ``wid`` (of trust ``domain``); true if the shell keeps
+        the process (idle, for that domain only), false if it must kill it:
+        the place stays taken (``retiring``) until :meth:`dead` says the
+        process is gone, so a replacement never runs beside it."""
+        slot = self.slots.get(wid)
+        if slot is None or slot.state != "busy":
+            return False
+        slot.runs += 1
+        keep = reusable and domain is not FRESH and not self.closed and slot.runs < self.runs_per_worker
+        keep = keep and slot.domain in (FRESH, domain)
+        if not keep:
+            slot.state = "retiring"
+            return False
+        slot.domain = domain
+        slot.state = "idle"
+        self.idle.append(wid)
+        return True
+
+    def dead(self, wid: int) -> None:
+        """Worker ``wid`` is gone (found dead, or killed by the shell)."""
+        self._remove(wid)
+
+    def close(self) -> list[int]:
+        """Refuse everything from now on; every worker the shell must kill."""
+        self.closed = True
+        self.waiting.clear()
+        wids = list(self.slots)
+        self.slots.clear()
+        self.idle.clear()
+        return wids
+
+    def _new(self, run: Optional[Hashable]) -> int:
+        wid = next(self._ids)
+        self.slots[wid] = Slot(wid, run)
+        return wid
+
+    def _remove(self, wid: int) -> None:
+        if self.slots.pop(wid, None) is not None and wid in self.idle:
+            self.idle.remove(wid)
+
+    # -- what the shell and the tests read ----------------------------------------------
+
+    def busy(self) -> int:
+        return sum(1 for s in self.slots.values() if s.state == "busy")
+
+    def changed(self) -> bool:
+        """Whether a waiting run may now get somewhere (worth waking the first)."""
+        return bool(self.waiting) and (bool(self.idle) or len(self.slots) < self.size)

@@ -1,0 +1,549 @@
+"""Worker processes and the frame protocol, as the host sees them.
+
+:class:`_Worker` is one worker process and its three pipes (standard input,
+standard output, the lifeline); it reads and writes frames
+(:mod:`nous_sched.runtime.worker` defines them), bounded by the caller's
+``max_frame`` and holding about one copy of a large frame while it reads it.
+A worker is started one of two ways:
+
+* ``"forkserver"`` (the default on Linux): a :class:`_ForkServer`, one
+  single-threaded process per pool that has loaded the engine and forks a
+  fresh child for each worker (a few milliseconds of CPU, against tens for
+  a new interpreter). The host receives a pidfd of each child, so its signals reach
+  exactly that process, never a recycled pid; the server reaps the children
+  and reports how each ended.
+* ``"spawn"``: a fresh interpreter (``python -I -S -B worker.py``) per worker,
+  started with ``subprocess`` in a process group of its own.
+
+No module here knows about runs or the pool's decisions.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import threading
+import time
+from typing import Any, Optional
+
+from ..errors import RunCodeError
+from . import worker
+from .engine import CANCEL_POLL, CANCELLED, Stopped, clip
+
+WORKER_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "worker.py")
+
+
+class NotStarted(Exception):
+    """The worker was gone before it received the run."""
+
+
+class StartTimeout(Exception):
+    pass
+
+
+class Expired(Exception):
+    pass
+
+
+class Died(Exception):
+    pass
+
+
+class Garbled(Exception):
+    pass
+
+
+def ms(seconds: float) -> int:
+    return max(1, int(seconds * 1000) + 1)
+
+
+def worker_env() -> dict[str, str]:
+    env = {"MALLOC_ARENA_MAX": "1"}
+    for name in ("LD_LIBRARY_PATH", worker.PAYLOAD_ENV):  # the first: some Python builds need it to start
+        if name in os.environ:
+            env[name] = os.environ[name]
+    return env
+
+
+def _close_all(fds: Any) -> None:
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+def _exit_text(code: int) -> str:
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit status {code}"
+
+
+def quickjs_origin() -> str:
+    spec = importlib.util.find_spec("_quickjs")
+    if spec is None or not spec.origin:
+        raise RunCodeError(
+            "no code runtime is configured: the worker processes need quickjs-ng "
+            "(`pip install quickjs-ng`), which provides the `_quickjs` module"
+        )
+    return spec.origin
+
+
+class ForkServer:
+    """One fork server process and the socket to it (see the module docstring).
+
+    ``spawn`` is serialised by a lock; the same lock guards reading the
+    socket, where the server's ``W`` reports of exited children arrive
+    between answers and are kept in ``statuses`` (the most recent ones)."""
+
+    def __init__(self, python: str, quickjs_path: str, cwd: str, options: dict[str, Any], timeout: float) -> None:
+        self._lock = threading.Lock()
+        self.statuses: dict[int, int] = {}
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        argv = [python, "-I", "-S", "-B", WORKER_SCRIPT, "--fork-server", quickjs_path, json.dumps(options)]
+        try:
+            self.proc = subprocess.Popen(
+                argv,
+                stdin=theirs.fileno(),
+                stdout=theirs.fileno(),
+                stderr=subprocess.DEVNULL,
+                close_fds=True,
+                cwd=cwd,
+                env=worker_env(),
+                start_new_session=True,  # a process group of its own
+            )
+        except OSError as exc:
+            ours.close()
+            raise RunCodeError(f"could not start a worker process ({python}): {exc}") from None
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        self.sock = ours
+        try:
+            self._ready(timeout, python)
+        except BaseException:
+            self.close()
+            raise
+
+    def _ready(self, timeout: float, python: str) -> None:
+        self.sock.settimeout(timeout)
+        try:
+            first = self.sock.recv(1 << 16)
+        except socket.timeout:
+            raise RunCodeError(f"a worker process did not start within {timeout:g}s ({python})") from None
+        finally:
+            self.sock.settimeout(None)
+        if first == b"R":
+            return
+        if not first:
+            try:
+                code = self.proc.wait(timeout=2.0)
+            except subprocess.TimeoutExpired:
+                code = -9
+            raise RunCodeError(f"a worker process exited before it started ({_exit_text(code)})")
+        if first[4:5] == worker.FATAL:
+            raise RunCodeError("a worker process could not start: " + clip(first[5:].decode("utf-8", "replace"), 2000))
+        raise RunCodeError("a worker process broke the protocol while starting")
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def spawn(self, name: str, fds: tuple[int, int, int]) -> tuple[int, int]:
+        """A fresh child serving ``fds``; its ``(pid, pidfd)``. The answer names
+        the request: one left unread by an interrupted spawn is recognised as
+        stale, and that child killed."""
+        with self._lock:
+            socket.send_fds(self.sock, [name.encode("ascii")], list(fds))
+            while True:
+                msg, got, _, _ = socket.recv_fds(self.sock, 256, 1)
+                if not msg:
+                    _close_all(got)
+                    raise OSError("the fork server is gone")
+                parts = msg.split()
+                if parts[0] == b"P" and len(got) == 1:
+                    if parts[2:] == [name.encode("ascii")]:
+                        return int(parts[1]), got[0]
+                    _kill_stale(got[0])
+                    continue
+                _close_all(got)
+                self._note(msg)
+
+    def _note(self, msg: bytes) -> None:
+        parts = msg.split()
+        if len(parts) == 3 and parts[0] == b"W":
+            if len(self.statuses) > 4096:
+                self.statuses.clear()
+            self.statuses[int(parts[1])] = int(parts[2])
+
+    def status(self, pid: int, until: float) -> Optional[int]:
+        """How child ``pid`` ended, once the server has reported it by ``until``."""
+        with self._lock:
+            while pid not in self.statuses:
+                left = until - time.monotonic()
+                try:
+                    if left <= 0 or not select.select([self.sock], [], [], left)[0]:
+                        return None
+                    msg = self.sock.recv(256)
+                except (OSError, ValueError):  # the server is closed
+                    return None
+                if not msg:
+                    return None
+                self._note(msg)
+            return self.statuses.pop(pid)
+
+    def forget(self) -> None:
+        """In a forked child: drop the parent's server without touching it."""
+        self.sock.close()
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+        if self.proc.poll() is None:
+            try:
+                self.proc.kill()
+                self.proc.wait(timeout=5.0)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+
+
+def _kill_stale(pidfd: int) -> None:
+    try:
+        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+    except OSError:
+        pass
+    finally:
+        os.close(pidfd)
+
+
+class ForkedProc:
+    """A fork server's child as a :class:`subprocess.Popen` look-alike: ``pid``,
+    ``returncode``, ``poll``, ``wait``, ``kill``, ``send_signal``; every signal
+    goes through the pidfd, so it reaches this process or none."""
+
+    def __init__(self, server: ForkServer, pid: int, pidfd: int) -> None:
+        self.server = server
+        self.pid = pid
+        self.pidfd = pidfd
+        self.returncode: Optional[int] = None
+
+    def send_signal(self, sig: int) -> None:
+        if self.pidfd >= 0:
+            try:
+                signal.pidfd_send_signal(self.pidfd, sig)
+            except OSError:
+                pass
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def exited(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` for the process to be gone (a zombie counts)."""
+        return self.pidfd < 0 or bool(select.select([self.pidfd], [], [], timeout)[0])
+
+    def poll(self) -> Optional[int]:
+        if self.returncode is None and self.pidfd >= 0 and select.select([self.pidfd], [], [], 0)[0]:
+            return self.wait(2.0)
+        return self.returncode
+
+    def wait(self, timeout: float) -> int:
+        if self.returncode is not None:
+            return self.returncode
+        if self.pidfd >= 0 and not select.select([self.pidfd], [], [], timeout)[0]:
+            raise subprocess.TimeoutExpired("worker", timeout)
+        code = self.server.status(self.pid, time.monotonic() + timeout)
+        self.returncode = -signal.SIGKILL if code is None else code
+        self.close()
+        return self.returncode
+
+    def close(self) -> None:
+        fd, self.pidfd = self.pidfd, -1
+        if fd >= 0:
+            os.close(fd)
+
+
+class Worker:
+    """One worker process and its pipes. One run at a time uses it; the pool's
+    lock guards the hand-over between runs."""
+
+    def __init__(self, name: str, python: str, cwd: str, server: Optional[ForkServer], options: dict[str, Any]) -> None:
+        self.name = name
+        self.runs = 0
+        self.domain: Any = None  # the trust domain it has served, if any
+        self.cap: Optional[int] = None  # RLIMIT_AS, set by the worker's first run
+        self.ready = False
+        self.busy = False  # a run holds it (the pool's lock guards this)
+        self.os_bounds: Optional[dict[str, Any]] = None
+        self.buf = bytearray()
+        self.fd_in = self.fd_out = self.lifeline = -1
+        fds: list[int] = []
+        self.proc: Any = None
+        try:
+            to_worker = os.pipe()
+            fds += to_worker
+            from_worker = os.pipe()
+            fds += from_worker
+            lifeline = os.pipe()
+            fds += lifeline
+            self.proc = self._start(python, cwd, server, options, to_worker[0], from_worker[1], lifeline[0])
+            _close_all((to_worker[0], from_worker[1], lifeline[0]))
+            fds = [to_worker[1], from_worker[0], lifeline[1]]
+            os.set_blocking(to_worker[1], False)
+            # Read only once poll() says a frame is there, or while spinning (see _spin).
+            os.set_blocking(from_worker[0], False)
+            self._in_poll = select.poll()
+            self._in_poll.register(to_worker[1], select.POLLOUT)
+            self._out_poll = select.poll()
+            self._out_poll.register(from_worker[0], select.POLLIN)
+        except BaseException:  # KeyboardInterrupt included: nothing leaks
+            self._abandon(fds)
+            raise
+        self.fd_in, self.fd_out, self.lifeline = fds
+        self.missed = False  # the last receive's spin ran out before the answer came
+
+    def _abandon(self, fds: list[int]) -> None:
+        """Start-up failed part way: kill the process if there is one, close every descriptor."""
+        _close_all(fds)
+        proc = self.proc
+        if isinstance(proc, ForkedProc):
+            proc.kill()
+            proc.close()
+        elif proc is not None:
+            proc.kill()
+            proc.wait()
+
+    def _start(
+        self,
+        python: str,
+        cwd: str,
+        server: Optional[ForkServer],
+        options: dict[str, Any],
+        fd_in: int,
+        fd_out: int,
+        life: int,
+    ) -> Any:
+        if server is not None:
+            try:
+                pid, pidfd = server.spawn(self.name, (fd_in, fd_out, life))
+            except OSError as exc:
+                raise RunCodeError(f"could not start a worker process ({python}): {exc}") from None
+            return ForkedProc(server, pid, pidfd)
+        argv = [python, "-I", "-S", "-B", WORKER_SCRIPT, self.name, quickjs_origin(), str(life), json.dumps(options)]
+        try:
+            return subprocess.Popen(
+                argv,
+                stdin=fd_in,
+                stdout=fd_out,
+                stderr=subprocess.DEVNULL,
+                pass_fds=(life,),
+                close_fds=True,
+                cwd=cwd,
+                env=worker_env(),
+                start_new_session=True,  # a process group of its own
+            )
+        except OSError as exc:
+            raise RunCodeError(f"could not start a worker process ({python}): {exc}") from None
+
+    def hello(self, until: float) -> None:
+        try:
+            op, body = self.receive(until, None, max_frame=1 << 20)
+        except Expired:
+            raise StartTimeout from None
+        except (Died, Garbled):
+            raise RunCodeError(f"a worker process exited before it started ({self.exit_reason()})") from None
+        if op == worker.FATAL:
+            raise RunCodeError("a worker process could not start: " + clip(body.decode("utf-8", "replace"), 2000))
+        if op != worker.HELLO:
+            raise RunCodeError("a worker process broke the protocol while starting")
+        try:
+            hello = json.loads(body)
+            bounds = hello["os_bounds"]
+        except (ValueError, KeyError, TypeError):
+            raise RunCodeError("a worker process broke the protocol while starting") from None
+        if isinstance(bounds, dict):
+            self.os_bounds = bounds
+        self.ready = True
+
+    def send(self, data: bytes, until: float) -> None:
+        """Write one frame; :class:`Expired` if the pipe stays full past ``until``."""
+        view = memoryview(data)
+        while view:
+            try:
+                view = view[os.write(self.fd_in, view) :]
+                continue
+            except BlockingIOError:
+                pass
+            timeout = until - time.monotonic()
+            if timeout <= 0 or not self._in_poll.poll(ms(timeout)):
+                if time.monotonic() >= until:
+                    raise Expired
+
+    def receive(self, until: float, cancel: Any, max_frame: int, spin: float = 0.0) -> tuple[bytes, bytes]:
+        """One frame; :class:`Expired` past ``until``, :class:`Died` at end of
+        file, :class:`Garbled` for a frame over ``max_frame`` bytes, and
+        :class:`Stopped` (``cancelled``) once ``cancel`` is set. ``spin``: seconds
+        to look for the frame before sleeping (see ``_Remote._spin``). A large
+        frame is read straight into one buffer of its size: the host holds one
+        copy of it while reading."""
+        if not self.buf:
+            data = self._spin(spin) if spin else None
+            if data is None:
+                data = self._read_some(until, cancel, 65536)
+            if len(data) >= 5 and worker.HEADER.unpack_from(data)[0] == len(data) - 4:
+                return data[4:5], data[5:]  # the usual case: one read, one whole frame
+            self.buf += data
+        return self._assemble(until, cancel, max_frame)
+
+    def _read_some(self, until: float, cancel: Any, n: int) -> bytes:
+        while not self._readable(until, cancel):
+            pass
+        data = os.read(self.fd_out, n)
+        if not data:
+            raise Died
+        return data
+
+    def _assemble(self, until: float, cancel: Any, max_frame: int) -> tuple[bytes, bytes]:
+        buf = self.buf
+        while len(buf) < 4:
+            buf += self._read_some(until, cancel, 65536)
+        (n,) = worker.HEADER.unpack_from(buf)
+        if n == 0 or n > max_frame:
+            raise Garbled
+        while len(buf) < 5:
+            buf += self._read_some(until, cancel, 65536)
+        op = bytes(buf[4:5])
+        if len(buf) >= 4 + n:
+            body = bytes(buf[5 : 4 + n])
+            del buf[: 4 + n]
+            return op, body
+        large = bytearray(n - 1)
+        have = len(buf) - 5
+        large[:have] = buf[5:]
+        buf.clear()
+        view = memoryview(large)
+        while have < len(large):
+            while not self._readable(until, cancel):
+                pass
+            got = os.readv(self.fd_out, [view[have:]])
+            if not got:
+                raise Died
+            have += got
+        del view
+        return op, large  # type: ignore[return-value]
+
+    def _readable(self, until: float, cancel: Any) -> bool:
+        """Whether the worker's pipe has data after one poll, which lasts until
+        ``until`` or :data:`CANCEL_POLL`, whichever is sooner; :class:`Expired`
+        past ``until``, :class:`Stopped` once ``cancel`` is set."""
+        timeout = until - time.monotonic()
+        if timeout <= 0:
+            raise Expired
+        if cancel is not None:
+            if cancel.is_set():
+                raise Stopped("cancelled", CANCELLED)
+            timeout = min(timeout, CANCEL_POLL)
+        return bool(self._out_poll.poll(ms(timeout)))
+
+    def _spin(self, seconds: float) -> Optional[bytes]:
+        """What the worker has written within ``seconds``, looking without
+        sleeping; ``None`` (and :attr:`missed` set) if nothing came."""
+        read, fd, clock = os.read, self.fd_out, time.perf_counter
+        end = clock() + seconds
+        while True:
+            try:
+                data = read(fd, 65536)
+            except BlockingIOError:
+                if clock() < end:
+                    continue
+                self.missed = True
+                return None
+            self.missed = False
+            return data
+
+    def signal(self, sig: int) -> None:
+        """``SIGUSR1``: the run's deadline has passed; ``SIGUSR2``: it is cancelled."""
+        if self.proc.returncode is None:  # not reaped, so the pid is still this process
+            try:
+                self.proc.send_signal(sig)
+            except OSError:
+                pass
+
+    def finish_run(self) -> bool:
+        """Tell the worker the run is over (it frees the context); false if it is gone."""
+        try:
+            os.write(self.fd_in, worker.frame(worker.DONE, b""))
+        except OSError:
+            return False
+        return self.proc.poll() is None
+
+    def exit_reason(self) -> str:
+        try:
+            code = self.proc.wait(timeout=2.0)
+        except subprocess.TimeoutExpired:
+            return "it stopped answering"
+        return _exit_text(code)
+
+    def terminate(self) -> None:
+        """Kill the process (``SIGKILL``), as a process group when it was spawned, and nothing more."""
+        if self.proc.returncode is None:
+            try:
+                if isinstance(self.proc, ForkedProc):
+                    self.proc.kill()  # it cannot start processes: its group is itself
+                else:
+                    os.killpg(self.proc.pid, signal.SIGKILL)  # not reaped, so the group is still its
+            except OSError:
+                pass
+
+    def discard(self) -> bool:
+        """After a finished run: kill it and close the pipes. True if it is a
+        fork server's child, to be waited for with :meth:`gone` (its pidfd
+        stays open until then); a spawned worker is reaped here."""
+        if isinstance(self.proc, ForkedProc):
+            self.terminate()
+            self._close_fds()
+            return True
+        self.kill()
+        return False
+
+    def gone(self, timeout: float) -> None:
+        """Wait (up to ``timeout``) until a discarded fork server's child has exited."""
+        if isinstance(self.proc, ForkedProc):
+            self.proc.exited(timeout)
+            self.proc.close()
+
+    def kill(self) -> None:
+        """Kill the process, reap it, close the pipes. Idempotent."""
+        if self.proc.returncode is None:
+            self.terminate()
+            try:
+                self.proc.wait(timeout=5.0)
+            except subprocess.TimeoutExpired:  # in the kernel's hands; reaped by a later Popen
+                pass
+        self._close_fds()
+
+    def forget(self) -> None:
+        """In a forked child: drop this (the parent's) worker without touching it."""
+        self._close_fds()
+        if isinstance(self.proc, ForkedProc):
+            self.proc.close()
+
+    def _close_fds(self) -> None:
+        for name in ("fd_in", "fd_out", "lifeline"):
+            fd = getattr(self, name, -1)
+            if fd >= 0:
+                setattr(self, name, -1)
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass

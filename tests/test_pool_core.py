@@ -1,0 +1,326 @@
+"""The pool's decisions (:mod:`nous_sched.runtime.poolcore`), driven through
+every interleaving by a hypothesis state machine; and the shell around them
+with real processes: a cold pool raced by 12 threads never holds a third
+worker, and a KeyboardInterrupt at any point of a worker's start-up leaks no
+process and no descriptor."""
+
+from __future__ import annotations
+
+import os
+import select
+import sys
+import threading
+
+import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from nous_sched import Tool, WorkerPool, run_code
+from nous_sched.runtime import poolcore, procio
+from nous_sched.runtime.poolcore import FRESH, SPAWN, USE, WAIT, Closed, PoolCore
+
+DOMAINS = st.sampled_from([FRESH, FRESH, "a", "b"])
+
+
+class PoolMachine(RuleBasedStateMachine):
+    """Runs ask, wait, start, finish; spares come and go; the pool closes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.core = PoolCore(size=3, spares=2, runs_per_worker=3)
+        self.next_run = 0
+        self.waiting: dict[int, object] = {}  # run -> domain
+        self.holding: dict[int, tuple[int, object]] = {}  # run -> (wid, domain)
+        self.starting: set[int] = set()  # wids whose process the "shell" is making
+        self.retiring: set[int] = set()  # wids killed, not yet gone
+        self.served: dict[int, set] = {}  # wid -> domains it ran
+        self.order: list[int] = []  # waiting runs, in the order they started waiting
+
+    def _ask(self, run: int, domain: object) -> None:
+        try:
+            verdict, wid, retire = self.core.ask(run, domain, need=1)
+        except Closed:
+            self.waiting.pop(run, None)
+            if run in self.order:
+                self.order.remove(run)
+            return
+        if verdict == WAIT:
+            if run not in self.waiting:
+                self.order.append(run)
+            self.waiting[run] = domain
+            return
+        if run in self.waiting:
+            assert self.order[0] == run, "first come, first served"
+            self.order.pop(0)
+            del self.waiting[run]
+        assert wid is not None
+        if verdict == SPAWN:
+            self.starting.add(wid)
+        self.holding[run] = (wid, domain)
+        self.served.setdefault(wid, set()).add(domain)
+
+    @rule(domain=DOMAINS)
+    def a_run_asks(self, domain: object) -> None:
+        self.next_run += 1
+        self._ask(self.next_run, domain)
+
+    @precondition(lambda self: self.waiting)
+    @rule(data=st.data())
+    def a_waiting_run_asks_again(self, data: st.DataObject) -> None:
+        run = data.draw(st.sampled_from(sorted(self.waiting)))
+        self._ask(run, self.waiting[run])
+
+    @precondition(lambda self: self.waiting)
+    @rule(data=st.data())
+    def a_waiting_run_gives_up(self, data: st.DataObject) -> None:
+        run = data.draw(st.sampled_from(sorted(self.waiting)))
+        self.core.leave(run)
+        del self.waiting[run]
+        self.order.remove(run)
+
+    @rule()
+    def the_spares_thread_tops_up(self) -> None:
+        self.starting.update(self.core.want_spares())
+
+    @precondition(lambda self: self.starting)
+    @rule(data=st.data(), ok=st.booleans())
+    def a_process_start_ends(self, data: st.DataObject, ok: bool) -> None:
+        wid = data.draw(st.sampled_from(sorted(self.starting)))
+        self.starting.discard(wid)
+        self.core.started(wid, ok)
+        if not ok:  # its run (if any) fails: it holds nothing
+            for run, (held, _) in list(self.holding.items()):
+                if held == wid:
+                    del self.holding[run]
+
+    @precondition(lambda self: any(w not in self.starting for w, _ in self.holding.values()))
+    @rule(data=st.data(), reusable=st.booleans())
+    def a_run_ends(self, data: st.DataObject, reusable: bool) -> None:
+        runs = sorted(r for r, (w, _) in self.holding.items() if w not in self.starting)
+        run = data.draw(st.sampled_from(runs))
+        wid, domain = self.holding.pop(run)
+        kept = self.core.release(wid, domain, reusable)
+        if domain is FRESH:
+            assert not kept, "a run without a domain never leaves its worker for another"
+        if not kept:
+            self.retiring.add(wid)
+
+    @precondition(lambda self: self.retiring)
+    @rule(data=st.data())
+    def a_killed_process_is_gone(self, data: st.DataObject) -> None:
+        wid = data.draw(st.sampled_from(sorted(self.retiring)))
+        self.retiring.discard(wid)
+        self.core.dead(wid)
+
+    @precondition(lambda self: self.core.idle)
+    @rule(data=st.data())
+    def an_idle_worker_is_found_dead(self, data: st.DataObject) -> None:
+        self.core.dead(data.draw(st.sampled_from(list(self.core.idle))))
+
+    @rule()
+    def close(self) -> None:
+        wids = set(self.core.close())
+        held = {w for w, _ in self.holding.values()}
+        assert held <= wids | self.starting
+        self.holding.clear()
+        self.retiring.clear()
+        self.waiting.clear()
+        self.order.clear()
+
+    @invariant()
+    def never_more_than_size_workers_or_runs(self) -> None:
+        assert len(self.core.slots) <= self.core.size
+        assert self.core.busy() <= self.core.size
+        assert len(self.holding) <= self.core.size
+
+    @invariant()
+    def a_process_serves_one_trust_domain(self) -> None:
+        for wid, domains in self.served.items():
+            assert len(domains) == 1, (wid, domains)  # a run without a domain: its worker's only run
+
+    @invariant()
+    def every_place_is_accounted_for(self) -> None:
+        held = {w for w, _ in self.holding.values()}
+        for wid, slot in self.core.slots.items():
+            if slot.state == "busy":
+                assert wid in held
+            if slot.state == "starting":
+                assert wid in self.starting
+            if slot.state == "idle":
+                assert wid in self.core.idle
+            if slot.state == "retiring":
+                assert wid in self.retiring
+
+    @invariant()
+    def the_core_queues_runs_as_they_came(self) -> None:
+        assert list(self.core.waiting) == self.order
+
+
+PoolMachine.TestCase.settings = settings(max_examples=300, stateful_step_count=40, deadline=None)
+test_the_pool_core_state_machine = PoolMachine.TestCase
+
+
+def test_a_fresh_run_after_a_domain_run_never_gets_that_worker():
+    core = PoolCore(size=1, spares=0, runs_per_worker=5)
+    verdict, wid, _ = core.ask(1, "a", 1)
+    assert verdict == SPAWN and wid is not None
+    core.started(wid, True)
+    assert core.release(wid, "a", True)
+    verdict, other, retire = core.ask(2, FRESH, 1)
+    assert verdict == SPAWN and retire == wid and other != wid
+    verdict, again, _ = core.ask(3, "b", 1)
+    assert verdict == WAIT
+    assert USE  # (the name the shell uses)
+
+
+# === the shell, with real processes =============================================================
+
+LINUX = sys.platform.startswith("linux")
+
+
+def _descendants(pid: int) -> set[int]:
+    found, todo = set(), [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            for task in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{task}/children", encoding="ascii") as fh:
+                    kids = [int(k) for k in fh.read().split()]
+                found.update(kids)
+                todo += kids
+        except (FileNotFoundError, ProcessLookupError):
+            pass
+    return found
+
+
+def _workers_alive(server_pid: int) -> int:
+    """Live worker processes under the fork server (zombies excluded)."""
+    n = 0
+    for pid in _descendants(server_pid):
+        try:
+            with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+                if fh.read().rsplit(")", 1)[1].split()[0] != "Z":
+                    n += 1
+        except FileNotFoundError:
+            pass
+    return n
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.skipif(not LINUX, reason="/proc")
+def test_twelve_threads_racing_a_cold_pool_of_two_never_see_a_third_worker():
+    pool = WorkerPool(size=2)
+    most = [0]
+    lock = threading.Lock()
+
+    def look(args):
+        alive = len(pool.pids())
+        if pool._server is not None:
+            alive = max(alive, _workers_alive(pool._server.proc.pid))
+        with lock:
+            most[0] = max(most[0], alive)
+        return alive
+
+    tool = Tool("look", look)
+    barrier = threading.Barrier(12)
+    errors: list = []
+
+    def one() -> None:
+        barrier.wait(30)
+        for _ in range(3):
+            r = run_code("return await tools.look({})", [tool], runtime=pool, timeout=60)
+            if r.error is not None:
+                errors.append(r.error)
+
+    try:
+        threads = [threading.Thread(target=one) for _ in range(12)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+    finally:
+        pool.close()
+    assert errors == []
+    assert 1 <= most[0] <= 2, most
+
+
+class _Boom(BaseException):
+    pass
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.skipif(not LINUX, reason="/proc")
+@pytest.mark.parametrize("start_method", ["forkserver", "spawn"])
+def test_a_keyboard_interrupt_anywhere_in_worker_start_up_leaks_nothing(monkeypatch, start_method):
+    # Interrupt the n-th call, for every n, of each step a start-up makes.
+    points = [
+        (os, "pipe"),
+        (procio.subprocess, "Popen"),
+        (procio.socket, "send_fds"),
+        (procio.socket, "recv_fds"),
+        (procio.Worker, "hello"),
+        (procio.select, "poll"),
+        (os, "set_blocking"),
+    ]
+    pool = WorkerPool(size=1, spares=0, start_method=start_method)
+    pool.prestart(1)  # the fork server (if any) is up; measure from here
+    assert run_code("return 1", runtime=pool).result == 1
+    base_fds = len(os.listdir("/proc/self/fd"))
+    base_children = _descendants(os.getpid())
+    try:
+        for owner, name in points:
+            real = getattr(owner, name)
+            for n in range(1, 4):
+                calls = [0]
+
+                def boom(*args, _real=real, _n=n, **kwargs):
+                    calls[0] += 1
+                    if calls[0] == _n:
+                        raise _Boom
+                    return _real(*args, **kwargs)
+
+                monkeypatch.setattr(owner, name, boom)
+                try:
+                    run_code("return 2", runtime=pool)
+                except _Boom:
+                    pass
+                finally:
+                    monkeypatch.setattr(owner, name, real)
+                assert run_code("return 3", runtime=pool).result == 3, (name, n)
+                assert not pool._core.slots or all(s.state != "starting" for s in pool._core.slots.values())
+        _settle(base_children)
+        assert len(os.listdir("/proc/self/fd")) <= base_fds
+        assert _descendants(os.getpid()) <= base_children | set(pool.pids()) | _server_tree(pool)
+    finally:
+        pool.close()
+
+
+def _server_tree(pool: WorkerPool) -> set[int]:
+    if pool._server is None:
+        return set()
+    return {pool._server.proc.pid} | {p for p in _descendants(pool._server.proc.pid) if _is_zombie(p)}
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def _settle(base: set[int]) -> None:
+    """Wait (on pidfds) for every process started since ``base`` but already killed."""
+    for pid in _descendants(os.getpid()) - base:
+        try:
+            fd = os.pidfd_open(pid)
+        except (ProcessLookupError, OSError):
+            continue
+        try:
+            select.select([fd], [], [], 0.2)
+        finally:
+            os.close(fd)
+
+
+assert poolcore.__all__

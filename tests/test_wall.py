@@ -1,0 +1,334 @@
+"""The wall: a worker holds even when the engine inside it is compromised.
+
+A stand-in for a compromised QuickJS: Python code, making native system
+calls through ctypes, run inside a real worker of a real pool, at the point
+where the engine would run the program (after every bound of the worker
+applied: seccomp, the dropped privileges, the namespaces, the memory cap).
+The worker reads it from the file named by ``NOUS_SCHED_TEST_PAYLOAD``, which
+the host passes on from its own environment only; a program marked
+``/*payload*/`` runs it, and the run's result is the payload's report. Each
+attack is refused or harmless, the host lives, and the next run is correct.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import select
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from nous_sched import Limits, Tool, WorkerPool, run_code
+from nous_sched.runtime import worker
+
+pytestmark = [
+    pytest.mark.timeout(180),
+    pytest.mark.skipif(
+        not (sys.platform.startswith("linux") and os.uname().machine == "x86_64"),
+        reason="the payloads use x86-64 system call numbers",
+    ),
+]
+
+ROOT = os.geteuid() == 0
+MIB = 1024 * 1024
+
+# Shared by every payload: a raw system call, its errno name ("ok" on success).
+_PRELUDE = """
+import ctypes, errno, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+HOST = {host}
+def sc(nr, *args):
+    ctypes.set_errno(0)
+    r = libc.syscall(ctypes.c_long(nr), *[a if isinstance(a, (bytes, ctypes.Array)) else ctypes.c_long(a) for a in args])
+    return "ok" if r >= 0 else errno.errorcode.get(ctypes.get_errno(), str(ctypes.get_errno()))
+"""
+
+SIGNALS = """
+siginfo = (ctypes.c_int * 32)(9, 0, -1)  # si_signo SIGKILL, si_code SI_QUEUE
+report["kill"] = sc(62, HOST, 9)
+report["tkill"] = sc(200, HOST, 9)
+report["tgkill"] = sc(234, HOST, HOST, 9)
+report["rt_sigqueueinfo"] = sc(129, HOST, 9, siginfo)
+report["rt_tgsigqueueinfo"] = sc(297, HOST, HOST, 9, siginfo)
+report["pidfd_open"] = sc(434, HOST, 0)
+report["pidfd_send_signal"] = sc(424, 0, 9, 0, 0)
+report["kill_group"] = sc(62, -HOST, 9)
+report["kill_all"] = sc(62, -1, 9)
+report["timer_create"] = sc(222, 1, 0, ctypes.create_string_buffer(8))
+report["ptrace"] = sc(101, 16, HOST, 0, 0)
+report["process_vm_writev"] = sc(311, HOST, 0, 0, 0, 0, 0)
+report["F_SETOWN"] = sc(72, 0, 8, HOST)
+report["F_SETOWN_EX"] = sc(72, 0, 15, ctypes.create_string_buffer(8))
+report["F_SETSIG"] = sc(72, 0, 10, 9)
+report["F_SETFL_O_ASYNC"] = sc(72, 0, 4, 0o20000)
+report["ioctl_FIOASYNC"] = sc(16, 0, 0x5452, ctypes.create_string_buffer(b"\\1\\0\\0\\0"))
+report["ioctl_FIOSETOWN"] = sc(16, 0, 0x8901, ctypes.create_string_buffer(8))
+report["F_GETFL"] = sc(72, 0, 3)
+"""
+
+CRIPPLE = """
+limit = (ctypes.c_uint64 * 2)(5, 5)
+report["prlimit_host"] = sc(302, HOST, 7, limit, 0)
+report["prlimit_self_by_pid"] = sc(302, os.getpid(), 7, limit, 0)
+report["setpriority_host"] = sc(141, 0, HOST, 19)
+report["setpriority_self"] = sc(141, 0, 0, 19)
+param = (ctypes.c_int * 1)(0)
+report["sched_setscheduler_host"] = sc(144, HOST, 5, param)
+report["sched_setaffinity_host"] = sc(203, HOST, 8, (ctypes.c_uint64 * 1)(1))
+report["sched_setattr_host"] = sc(314, HOST, ctypes.create_string_buffer(56), 0)
+report["ioprio_set_host"] = sc(251, 1, HOST, 0)
+"""
+
+IPC = """
+report["shmget"] = sc(29, 0, 4096, 0o1600)
+report["msgget"] = sc(68, 0, 0o1600)
+report["semget"] = sc(64, 0, 1, 0o1600)
+report["mq_open"] = sc(240, b"nous-wall", 0o100 | 2, 0o600, 0)
+report["socket"] = sc(41, 1, 1, 0)
+"""
+
+PATHS = """
+target = {target!r}.encode()
+report["utimensat"] = sc(280, -100, target, 0, 0)
+report["setxattr"] = sc(188, target, b"user.wall", b"x", 1, 0)
+report["stat"] = sc(4, target, ctypes.create_string_buffer(256))
+report["newfstatat"] = sc(262, -100, target, ctypes.create_string_buffer(256), 0)
+report["readlink_proc"] = sc(89, b"/proc/%d/cwd" % HOST, ctypes.create_string_buffer(256), 256)
+report["readlinkat_proc"] = sc(267, -100, b"/proc/%d/cwd" % HOST, ctypes.create_string_buffer(256), 256)
+report["openat"] = sc(257, -100, target, 0)
+report["chdir"] = sc(80, b"/")
+report["getcwd"] = sc(79, ctypes.create_string_buffer(256), 256)
+"""
+
+MEMORY = """
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+size = 800 * 1024 * 1024
+addr = libc.mmap(None, size, 3, 0x21, -1, 0)  # PROT_READ|PROT_WRITE, MAP_SHARED|MAP_ANONYMOUS
+report["mmap_shared_800MiB"] = "refused" if addr in (None, ctypes.c_void_p(-1).value) else "mapped"
+"""
+
+ROOT_ONLY = """
+report["reboot"] = sc(169, 0xfee1dead, 672274793, 0x4321FEDC, 0)
+report["init_module"] = sc(175, 0, 0, b"")
+report["kexec_load"] = sc(246, 0, 0, 0, 0)
+report["settimeofday"] = sc(164, ctypes.create_string_buffer(16), 0)
+report["setuid0"] = sc(105, 0)
+report["capset"] = sc(126, (ctypes.c_uint32 * 2)(0x20080522, 0), (ctypes.c_uint32 * 6)(*[0xFFFFFFFF] * 6))
+report["mount"] = sc(165, b"none", b"/", b"tmpfs", 0, 0)
+report["chroot"] = sc(161, b"/")
+report["unshare"] = sc(272, 0x10000000)
+report["setns"] = sc(308, 0, 0)
+report["bpf"] = sc(321, 0, 0, 0)
+report["execve"] = sc(59, b"/bin/sh", 0, 0)
+report["fork"] = sc(57)
+report["clone_process"] = sc(56, 17, 0, 0, 0, 0)
+report["prctl_pdeathsig_off"] = sc(157, 1, 0, 0, 0, 0)
+"""
+
+
+@pytest.fixture
+def compromised(tmp_path, monkeypatch):
+    """A pool whose workers run ``body`` (a payload) for a ``/*payload*/`` program."""
+    made = []
+
+    def make(body: str, **options) -> WorkerPool:
+        path = tmp_path / f"payload-{len(made)}.py"
+        path.write_text(_PRELUDE.format(host=os.getpid()) + textwrap.dedent(body), encoding="utf-8")
+        monkeypatch.setenv(worker.PAYLOAD_ENV, str(path))
+        pool = WorkerPool(size=2, **options)
+        pool.prestart(1)
+        monkeypatch.delenv(worker.PAYLOAD_ENV)
+        made.append(pool)
+        return pool
+
+    yield make
+    for pool in made:
+        pool.close()
+
+
+def attack(pool: WorkerPool, **limits) -> dict:
+    result = run_code("/*payload*/", runtime=pool, limits=Limits(**limits) if limits else None)
+    assert result.error is None, result.error
+    assert "payload_error" not in result.result, result.result
+    return result.result
+
+
+def assert_next_run_correct(pool: WorkerPool) -> None:
+    seen = []
+    tool = Tool("add", lambda a: seen.append(a) or a["x"] + 1)
+    result = run_code("return await tools.add({x: 41})", [tool], runtime=pool)
+    assert result.error is None and result.result == 42 and seen == [{"x": 41}]
+
+
+def test_nothing_can_signal_another_process_or_arrange_a_signal(compromised):
+    pool = compromised(SIGNALS)
+    report = attack(pool)
+    refused = {name: why for name, why in report.items() if name != "F_GETFL"}
+    assert refused and all(why == "EPERM" for why in refused.values()), report
+    assert report["F_GETFL"] == "ok", "reading flags stays allowed"
+    assert_next_run_correct(pool)
+
+
+def test_the_host_keeps_its_limits_priority_policy_and_cpus(compromised):
+    before = (resource.getrlimit(resource.RLIMIT_NOFILE), os.getpriority(os.PRIO_PROCESS, 0), os.sched_getaffinity(0))
+    policy = os.sched_getscheduler(0)
+    report = attack(compromised(CRIPPLE))
+    assert all(why == "EPERM" for why in report.values()), report
+    after = (resource.getrlimit(resource.RLIMIT_NOFILE), os.getpriority(os.PRIO_PROCESS, 0), os.sched_getaffinity(0))
+    assert after == before and os.sched_getscheduler(0) == policy
+
+
+def test_no_ipc_channel_and_no_path_reaches_the_host(compromised, tmp_path):
+    target = tmp_path / "host-file"
+    target.write_text("keep")
+    mtime = os.stat(target).st_mtime_ns
+    report = attack(compromised(IPC + PATHS.replace("{target!r}", repr(str(target)))))
+    assert all(why == "EPERM" for why in report.values()), report
+    assert os.stat(target).st_mtime_ns == mtime and target.read_text() == "keep"
+    assert os.listxattr(target) == []
+
+
+def test_a_shared_mapping_over_the_memory_cap_is_refused(compromised):
+    pool = compromised(MEMORY)
+    report = attack(pool, memory_bytes=64 * MIB)
+    assert report["mmap_shared_800MiB"] == "refused"
+    assert_next_run_correct(pool)
+
+
+@pytest.mark.skipif(not ROOT, reason="the host runs as root here only")
+def test_a_root_hosts_worker_has_no_privilege(compromised):
+    pool = compromised(ROOT_ONLY)
+    report = attack(pool)
+    assert all(why == "EPERM" for why in report.values()), report
+    assert pool.os_bounds["dropped_to"] == [65534, 65534]
+    assert pool.os_bounds["capabilities_cleared"] is True
+    assert pool.layers["unprivileged"] and pool.layers["capabilities_cleared"]
+    assert_next_run_correct(pool)
+
+
+def test_a_frame_far_over_the_limits_is_refused_at_its_header(compromised):
+    # The payload writes a header for a 200 MiB envelope and then garbage,
+    # instead of letting the engine answer.
+    pool = compromised(
+        """
+        import struct
+        os.write(1, struct.pack(">I", 200 * 1024 * 1024) + b"E" + b"x" * 65536)
+        report["sent"] = "ok"
+        """
+    )
+    small = Limits(max_output_bytes=1000, max_log_bytes=1000, max_args_bytes=1000, max_calls=10)
+    rss = _rss()
+    result = run_code("/*payload*/", runtime=pool, limits=small)
+    assert result.error is not None and result.error.kind == "abort", result
+    assert "broke the protocol" in result.error.message
+    assert _rss() - rss < 50 * MIB
+    assert_next_run_correct(pool)
+
+
+def test_a_compromised_worker_never_sees_a_later_run(compromised):
+    # The payload leaves a thread reading everything the host sends after its
+    # run; the host discards the worker after that run, so the next caller's
+    # program and its secret tool result go to another process.
+    pool = compromised(
+        """
+        import threading
+        def listen():
+            while True:
+                os.read(0, 65536)
+        threading.Thread(target=listen, daemon=True).start()
+        report["pid"] = libc.syscall(ctypes.c_long(39))
+        """
+    )
+    compromised_pid = attack(pool)["pid"]
+    assert _wait_gone(compromised_pid), "the worker that ran the payload was discarded"
+    secret = Tool("secret", lambda a: "s3cr3t")
+    result = run_code("return await tools.secret({})", [secret], runtime=pool)
+    assert result.result == "s3cr3t"
+    assert compromised_pid not in pool.pids()
+
+
+def test_reuse_is_scoped_to_one_trust_domain(compromised):
+    pool = compromised('report["pid"] = libc.syscall(ctypes.c_long(39))')
+    alice = pool.domain("alice")
+    first = run_code("/*payload*/", runtime=alice).result["pid"]
+    again = run_code("/*payload*/", runtime=alice).result["pid"]
+    assert again == first, "alice's runs reuse her warm worker"
+    bob = run_code("/*payload*/", runtime=pool.domain("bob")).result["pid"]
+    anyone = run_code("/*payload*/", runtime=pool).result["pid"]
+    assert len({first, bob, anyone}) == 3
+
+
+_ORPHAN_HOST = r"""
+import os, sys
+from nous_sched import WorkerPool, run_code
+pool = WorkerPool(size=1)
+result = run_code("/*payload*/", runtime=pool)
+print(result.result["pid"], pool._server.proc.pid, flush=True)
+os.kill(os.getpid(), 9)
+"""
+
+
+def test_a_worker_that_skips_its_exit_does_not_outlive_its_host(tmp_path):
+    # The payload tries to turn off the parent-death signal and leaves the
+    # worker holding its run; the host is then SIGKILLed.
+    payload = tmp_path / "payload.py"
+    payload.write_text(
+        _PRELUDE.format(host=0)
+        + 'report["pdeathsig_off"] = sc(157, 1, 0, 0, 0, 0)\nreport["pid"] = libc.syscall(ctypes.c_long(39))\n'
+    )
+    env = {**os.environ, worker.PAYLOAD_ENV: str(payload)}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), env.get("PYTHONPATH")]))
+    proc = subprocess.run(
+        [sys.executable, "-c", _ORPHAN_HOST], capture_output=True, text=True, env=env, timeout=120, check=False
+    )
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    pids = [int(p) for p in proc.stdout.split()]
+    assert pids and all(_wait_gone(pid) for pid in pids), "no worker or fork server outlives its host"
+
+
+def test_performance_clock_tells_nothing_about_other_runs():
+    with WorkerPool(size=1) as pool:
+        d = pool.domain("k")
+        run_code("let x = 0; for (let i = 0; i < 1e6; i++) x += i; return x", runtime=d)
+        result = run_code("return [performance.now(), Date.now() - performance.timeOrigin]", runtime=d).result
+    assert 0 <= result[0] < 1000 and 0 <= result[1] < 1000
+
+
+def test_every_layer_is_reported_on_the_pool():
+    with WorkerPool(size=1) as pool:
+        assert pool.layers == {}
+        pool.prestart(1)
+        layers = pool.layers
+    assert layers["seccomp_allow_list"] and layers["no_new_privs"] and layers["parent_death_signal"]
+    assert layers["unprivileged"] and layers["capabilities_cleared"]
+    assert set(layers) >= {"namespaces", "empty_root", "address_space_limit", "wall_clock_stop"}
+
+
+def _rss() -> int:
+    with open("/proc/self/statm", encoding="ascii") as fh:
+        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _wait_gone(pid: int, timeout: float = 15.0) -> bool:
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    try:
+        return bool(select.select([fd], [], [], timeout)[0])
+    finally:
+        os.close(fd)
+
+
+def test_the_payload_hook_needs_the_hosts_environment():
+    # Without the variable in the host's environment a marked program is just a program.
+    assert worker.PAYLOAD_ENV not in os.environ
+    with WorkerPool(size=1) as pool:
+        result = run_code("/*payload*/ return 1", runtime=pool)
+    assert result.result == 1
