@@ -33,6 +33,7 @@ import jsonschema.validators
 import re2
 from jsonschema import _keywords, _utils
 from jsonschema.exceptions import ValidationError
+from referencing.jsonschema import lookup_recursive_ref
 
 __all__ = ["linear", "pattern_problem", "search"]
 
@@ -207,11 +208,9 @@ def _evaluated_keys(validator: Any, instance: Mapping[str, Any], schema: Any) ->
     if validator.is_type(schema, "boolean"):
         return set()
     keys: set[str] = set()
-    for ref in ("$ref", "$dynamicRef"):
-        if schema.get(ref) is not None:
-            resolved = validator._resolver.lookup(schema[ref])
-            inner = validator.evolve(schema=resolved.contents, _resolver=resolved.resolver)
-            keys |= _evaluated_keys(inner, instance, resolved.contents)
+    for resolved in _referenced(validator, schema):
+        inner = validator.evolve(schema=resolved.contents, _resolver=resolved.resolver)
+        keys |= _evaluated_keys(inner, instance, resolved.contents)
     properties = schema.get("properties")
     if validator.is_type(properties, "object"):
         keys |= properties.keys() & instance.keys()
@@ -222,6 +221,15 @@ def _evaluated_keys(validator: Any, instance: Mapping[str, Any], schema: Any) ->
     keys |= {k for k in instance if any(search(p, k) for p in patterns)}
     keys |= _evaluated_by_subschemas(validator, instance, schema)
     return keys
+
+
+def _referenced(validator: Any, schema: Any) -> Iterator[Any]:
+    """What ``schema``'s references resolve to: ``$ref``, ``$dynamicRef`` (2020-12), ``$recursiveRef`` (2019-09)."""
+    for ref in ("$ref", "$dynamicRef"):
+        if schema.get(ref) is not None:
+            yield validator._resolver.lookup(schema[ref])
+    if "$recursiveRef" in schema:
+        yield lookup_recursive_ref(validator._resolver)
 
 
 def _evaluated_by_subschemas(validator: Any, instance: Mapping[str, Any], schema: Any) -> set[str]:
