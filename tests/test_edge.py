@@ -42,8 +42,9 @@ from nous_sched.sdk import MAX_QUERY_CHARS, MAX_QUERY_WORDS, ToolIndex
 
 # The issue's pattern: Python's backtracking `re` took seconds on 27 characters.
 EVIL = r"^(\w+\s?)*$"
-# Ceiling for one argument check of a bounded argument (the bug took seconds at 27 characters).
-CHECK_BOUND = 0.5
+# Ceiling for one argument check of a bounded argument (the bug took seconds at 27
+# characters, 1.8x more per character); a loaded 2-core machine needs the headroom.
+CHECK_BOUND = 1.0
 
 
 def echo(args):
@@ -92,7 +93,9 @@ def test_no_argument_of_bounded_size_makes_a_pattern_check_slow(pattern, text, w
         "propertyNames": {"type": "object", "propertyNames": {"pattern": pattern}},
     }[where]
     args = {"s": text} if where == "pattern" else {text: 1}
-    message, elapsed = _timed(argument_error, _tool(schema), args)
+    tool = _tool(schema)
+    argument_error(tool, {})  # the schema is compiled once per tool: not what is measured
+    message, elapsed = _timed(argument_error, tool, args)
     assert elapsed < CHECK_BOUND, (pattern, len(text), elapsed)
     assert message is None or message.startswith("invalid arguments: ")
 
@@ -129,6 +132,7 @@ def test_a_real_mcp_servers_input_schema_pattern_is_checked_in_linear_time():
         (tool,) = conn.tools()
         assert tool.parameters["properties"]["title"]["pattern"] == EVIL
         # An honest program, an untrusted server's schema: the check is the host's, and bounded.
+        argument_error(tool, {})  # compiled once per tool: not what is measured
         message, elapsed = _timed(argument_error, tool, {"title": "Quarterly_report_for_board!"})
     assert message is not None and message.startswith("invalid arguments: $.title: expected a string matching")
     assert elapsed < CHECK_BOUND
@@ -169,7 +173,9 @@ def test_additional_and_unevaluated_properties_consult_patterns_linearly():
         {"type": "object", "patternProperties": {EVIL: {}}, "unevaluatedProperties": False},
         {"type": "object", "allOf": [{"patternProperties": {EVIL: {}}}], "unevaluatedProperties": False},
     ):
-        message, elapsed = _timed(argument_error, _tool(schema), {key: 1, "ok": 2})
+        tool = _tool(schema)
+        argument_error(tool, {})
+        message, elapsed = _timed(argument_error, tool, {key: 1, "ok": 2})
         assert elapsed < CHECK_BOUND
         assert message is not None and "unexpected propert" in message
         assert argument_error(_tool(schema), {"ok": 1}) is None
@@ -180,6 +186,7 @@ def test_additional_and_unevaluated_properties_consult_patterns_linearly():
 
 def test_unique_items_of_3000_distinct_objects_is_linear():
     tool = _tool({"type": "object", "properties": {"xs": {"type": "array", "uniqueItems": True}}})
+    argument_error(tool, {})
     message, elapsed = _timed(argument_error, tool, {"xs": [{"i": i, "s": "x" * 10} for i in range(3_000)]})
     assert message is None
     assert elapsed < CHECK_BOUND
@@ -208,6 +215,7 @@ def test_unique_items_follows_json_schema_equality(items, unique):
 
 def test_unevaluated_items_of_many_items_is_linear():
     tool = _tool({"type": "array", "prefixItems": [{"type": "integer"}], "unevaluatedItems": False})
+    argument_error(tool, [])
     message, elapsed = _timed(argument_error, tool, [1] + list(range(30_000)))
     assert message is not None
     assert elapsed < CHECK_BOUND * 4
