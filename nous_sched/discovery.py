@@ -24,9 +24,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Optional
 
 from . import _validators as v
+from .gate import MAX_NAME_CHARS, NAME_TOO_LONG
 from .outcome import Outcome, quote_name
 from .policy import denied_message
-from .sdk import _LIMIT, DISCOVERY_GLOBAL, GLOBAL, ToolIndex, _words
+from .sdk import _LIMIT, _QUERY_SHAPE, DISCOVERY_GLOBAL, GLOBAL, ToolIndex, _fits_query, _words
 
 __all__ = ["closest_names", "unknown_tool_message", "Discovery"]
 
@@ -34,6 +35,7 @@ __all__ = ["closest_names", "unknown_tool_message", "Discovery"]
 SUGGESTIONS = 3
 _CUTOFF = 0.6
 _WORDS = v.instance_of(str, 'a string of words, e.g. sdk.search("weather")')
+_FEW_WORDS = v.Check(_QUERY_SHAPE, _fits_query)
 
 
 def _key(name: str) -> str:
@@ -48,7 +50,7 @@ def closest_names(name: str, names: Sequence[str], n: int = SUGGESTIONS) -> list
     ``get-weather``, ``GET_WEATHER`` for ``get_weather``) comes first; then
     ``difflib``'s closest matches on that normalised spelling.
     """
-    if not names:
+    if not names or len(name) > MAX_NAME_CHARS:  # no declared name is that long; the search would cost its length
         return []
     target = _key(name)
     by_key: dict[str, list[str]] = {}
@@ -116,6 +118,8 @@ class Discovery:
         name = args[0] if args else None
         if not isinstance(name, str):
             return Outcome.failure(label, f'expects a tool\'s name (a string), e.g. {label}("search_docs")')
+        if len(name) > MAX_NAME_CHARS:
+            return Outcome.failure(label, NAME_TOO_LONG.format(n=MAX_NAME_CHARS))
         text = self.index.describe(name)
         if text is not None:
             return Outcome.success(text)
@@ -127,7 +131,7 @@ class Discovery:
         label = f"{DISCOVERY_GLOBAL}.search"
         words = args[0] if args else None
         limit = args[1] if len(args) > 1 else 10
-        for option, value, check in (("words", words, _WORDS), ("limit", limit, _LIMIT)):
+        for option, value, check in (("words", words, _WORDS), ("words", words, _FEW_WORDS), ("limit", limit, _LIMIT)):
             if not check.accepts(value):
                 return Outcome.failure(label, f"`{option}` must be {check.expected}, got {v.shown(value)}")
         return Outcome.success(self.index.search(words, limit))

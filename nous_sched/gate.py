@@ -10,8 +10,10 @@ entry point it came through:
 2. **The tool is granted.** An unknown name, or a tool the
    :class:`~nous_sched.PermissionPolicy` denies, is refused.
 3. **The budget.** At most ``Limits.max_calls`` calls per run (refused
-   calls count too, so a loop of bad calls ends as surely as a loop of good
-   ones), at most ``Limits.max_args_bytes`` UTF-8 bytes of arguments per
+   calls count too, those refused because the run is over included, so a
+   loop of bad calls ends as surely as a loop of good ones), a tool name of
+   at most :data:`MAX_NAME_CHARS` characters (checked before the name is
+   looked up), at most ``Limits.max_args_bytes`` UTF-8 bytes of arguments per
    call and ``Limits.max_total_args_bytes`` for the run.
 4. **The arguments cross.** They are a JSON object that obeys the snapshot
    rules (:mod:`nous_sched.snapshot`: no NaN or Infinity, no integer a
@@ -22,7 +24,8 @@ entry point it came through:
    event (:class:`~nous_sched.ToolCallEvent`) when it starts; a refused one
    as a ``tool_refused`` event (:class:`~nous_sched.ToolRefusedEvent`).
    Both go to the session log; once the call budget is spent only the first
-   refusal past it is audited, so a runaway loop cannot grow the audit.
+   refusal past it is audited, so a runaway loop cannot grow the audit: the
+   gate writes at most ``Limits.max_calls`` plus one events per run.
 7. **Approval**, when the tool needs it (:func:`~nous_sched.dispatch.approve`,
    on the thread that runs the call): the handler gets its own copy of the
    arguments, the run's description, the call's id and the tool's
@@ -50,7 +53,7 @@ from .schema import argument_error
 from .snapshot import loads, snapshot
 from .tool import Tool
 
-__all__ = ["Gate", "Admitted", "BUDGET_SPENT"]
+__all__ = ["Gate", "Admitted", "BUDGET_SPENT", "MAX_NAME_CHARS"]
 
 BUDGET_SPENT = "the run has made its {n} tool calls, the most one run may make (Limits.max_calls)"
 _TOTAL_SPENT = (
@@ -58,6 +61,11 @@ _TOTAL_SPENT = (
     "(Limits.max_total_args_bytes)"
 )
 _MAX_NAME = 200
+#: A tool name longer than this many characters is refused before it is looked
+#: up: no declared tool may have one (MCP's own limit is 128), and the search
+#: for close names would otherwise cost time and memory in proportion to it.
+MAX_NAME_CHARS = 256
+NAME_TOO_LONG = "a tool name may be at most {n} characters; this one is longer, so no tool has it"
 _TOO_BIG = "arguments are {size} bytes of JSON, over the limit of {n} for one call (Limits.max_args_bytes)"
 
 
@@ -151,9 +159,9 @@ class Gate:
         parsed value, or a failed Outcome (tool ``"sdk"``). Questions count
         against the call budget and pass the same size and JSON rules; they
         reach no tool, so no policy or schema applies."""
+        self.calls += 1
         if self.deadline is not None and time.monotonic() >= self.deadline:
             return self._refuse("sdk", RUN_OVER)
-        self.calls += 1
         if self.calls > self.limits.max_calls:
             return self._refuse("sdk", BUDGET_SPENT.format(n=self.limits.max_calls))
         if not isinstance(text, str):
@@ -175,11 +183,15 @@ class Gate:
     # -- the steps ---------------------------------------------------------------
 
     def _before_arguments(self, name: Any) -> Optional[Outcome]:
+        # Counted first: a refusal of any kind (past the deadline too) spends
+        # the budget, so no loop can grow the audit past max_calls + 1.
+        self.calls += 1
         if not isinstance(name, str):
-            return self._refuse(str(name), "a tool name must be a string")
+            return self._refuse(str(name)[:_MAX_NAME], "a tool name must be a string")
+        if len(name) > MAX_NAME_CHARS:  # before any lookup or "did you mean" on it
+            return self._refuse(name, NAME_TOO_LONG.format(n=MAX_NAME_CHARS))
         if self.deadline is not None and time.monotonic() >= self.deadline:
             return self._refuse(name, RUN_OVER)
-        self.calls += 1
         if self.calls > self.limits.max_calls:
             return self._refuse(name, BUDGET_SPENT.format(n=self.limits.max_calls))
         if name not in self.granted:

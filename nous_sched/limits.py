@@ -33,6 +33,9 @@ class Limits:
       would make.
     * ``max_total_args_bytes``: the UTF-8 bytes of every call's arguments in
       the run, together; the calls past it fail with a ``ToolError``.
+    * ``max_code_bytes``: the program's own text, in UTF-8 bytes; a bigger
+      program is refused (``RunCodeError``) before anything runs or is
+      audited.
 
     :raises ConfigError: naming the field, the value and what it must be.
     """
@@ -52,3 +55,4 @@ class Limits:
     max_log_lines: int = attrs.field(default=10_000, validator=v.POSITIVE_INT)
     max_calls: int = attrs.field(default=1_000, validator=v.POSITIVE_INT)
     max_total_args_bytes: int = attrs.field(default=4_000_000, validator=v.POSITIVE_INT)
+    max_code_bytes: int = attrs.field(default=_MIB, validator=v.POSITIVE_INT)

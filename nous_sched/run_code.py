@@ -33,6 +33,7 @@ import time
 from typing import Any, Callable, Iterable, Optional, Sequence, cast
 
 from . import _validators as v
+from ._text import one_line
 from ._validators import require
 from .discovery import Discovery, unknown_tool_message
 from .dispatch import ApprovalRequest, RunContext, direct_dispatch
@@ -139,8 +140,9 @@ def run_code(
     carries it. A blank one is refused; ``None`` (the default) is for a
     caller with no model in the loop.
 
-    :raises RunCodeError: nothing ran (``code`` not a string, a blank
-        ``description``, no runtime, or a tool running on ``executor`` called
+    :raises RunCodeError: nothing ran (``code`` not a string or over
+        ``Limits.max_code_bytes``, a blank ``description``, no runtime, or a
+        tool running on ``executor`` called
         this with that same ``executor`` while every one of its threads is
         busy: the run's calls could only wait for a thread until the deadline).
     :raises ConfigError: a bad option, named in the message.
@@ -154,6 +156,7 @@ def run_code(
         require("run_code", "timeout", timeout, v.SECONDS)
         limits = Limits(timeout=timeout)
     require("run_code", "limits", limits, _LIMITS)
+    _check_size(code, limits.max_code_bytes)
     require("run_code", "policy", policy, _OPTIONAL_POLICY)
     require("run_code", "approval_handler", approval_handler, v.OPTIONAL_CALLABLE)
     require("run_code", "cancel", cancel, _OPTIONAL_EVENT)
@@ -200,7 +203,7 @@ def run_code(
         raise
     try:
         if description:
-            log.info("run_code %s: %s", scheduler.call_id, description)
+            log.info("run_code %s: %s", one_line(str(scheduler.call_id)), one_line(description))
         host = _Host(scheduler, gate, run_ctx, cancel, names)
         outcome = begun.run(host) if begun is not None else rt.run(code, host, limits)
         if not isinstance(outcome, RuntimeOutcome):
@@ -227,6 +230,19 @@ def run_code(
         trail=tuple(scheduler.trail()),
         elapsed=elapsed,
     )
+
+
+def _check_size(code: str, limit: int) -> None:
+    # Characters first: a program with more characters than the limit has
+    # bytes is over it, and is never encoded.
+    if len(code) > limit:
+        size = f"{len(code)} characters"
+    else:
+        n = len(code) if code.isascii() else len(code.encode("utf-8", "surrogatepass"))
+        if n <= limit:
+            return
+        size = f"{n} bytes of UTF-8"
+    raise RunCodeError(f"the program is {size}, over the limit of {limit} bytes (Limits.max_code_bytes); nothing ran")
 
 
 _SATURATED = (

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import threading
 import weakref
 from collections.abc import Mapping
@@ -49,6 +48,7 @@ import jsonschema.exceptions
 import jsonschema.validators
 import referencing
 
+from ._linear import linear, pattern_problem, search
 from .errors import ToolError
 from .outcome import clamp
 
@@ -170,10 +170,16 @@ def _compile(name: str, schema: Any) -> Any:
         log.warning("tool %r has an invalid parameters schema; its calls are refused: %s", name, problem)
         return _Broken(f"the tool's parameters schema is invalid, so the call was refused ({problem})")
     plain = _plain(schema)
+    problem = pattern_problem(plain)
+    if problem is not None:
+        log.warning(
+            "tool %r has a parameters schema the host cannot check safely; its calls are refused: %s", name, problem
+        )
+        return _Broken(f"the tool's parameters schema cannot be checked, so the call was refused ({problem})")
     # An empty registry, whose retrieval refuses every URI: without one,
     # jsonschema would fetch a remote `$ref` over the network, on a tool
     # author's or a server's say-so.
-    return _validator_class(plain)(plain, registry=_NO_RETRIEVAL)
+    return linear(_validator_class(plain))(plain, registry=_NO_RETRIEVAL)
 
 
 _NO_RETRIEVAL: referencing.Registry[Any] = referencing.Registry()
@@ -295,9 +301,9 @@ def _unexpected(schema: Any, instance: Mapping[str, Any]) -> list[str]:
         if name in properties:
             continue
         try:
-            if any(re.search(pattern, name) for pattern in patterns):
+            if any(search(pattern, name) for pattern in patterns):
                 continue
-        except re.error:
+        except ValueError:
             pass
         extra.append(name)
     return sorted(extra)

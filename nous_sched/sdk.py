@@ -164,7 +164,19 @@ _PY_COMPACT_NOTE = f"""\
 _RUNS_OF_SPACE = re.compile(r"[\s\x00-\x1f\x7f]+")
 _ESCAPE = ("escape",)
 _MISSING = object()
-_QUERY = v.instance_of(str, "a string of words")
+#: A search question holds at most this many characters and words: its cost
+#: is words times tools, and a program may ask many.
+MAX_QUERY_CHARS = 1_000
+MAX_QUERY_WORDS = 32
+_QUERY_SHAPE = f"a string of at most {MAX_QUERY_WORDS} words and {MAX_QUERY_CHARS} characters"
+
+
+def _fits_query(value: Any) -> bool:
+    # The length first: the words of an over-long string are never split.
+    return isinstance(value, str) and len(value) <= MAX_QUERY_CHARS and len(_words(value)) <= MAX_QUERY_WORDS
+
+
+_QUERY = v.Check(_QUERY_SHAPE, _fits_query)
 _LIMIT = v.int_between(1, 100, "an integer from 1 to 100")
 # A named type is written as a placeholder until every name is chosen. NUL
 # never reaches the output otherwise: literals are JSON-escaped and comments
@@ -279,9 +291,11 @@ class ToolIndex:
         and ``camelCase`` names count as separate words and a word of three or
         more letters also matches as a prefix. Ties go to the name that sorts
         first. Tools matching no word are left out; at most ``limit`` (1 to
-        100) are returned.
+        100) are returned. A query holds at most :data:`MAX_QUERY_WORDS` words
+        and :data:`MAX_QUERY_CHARS` characters, so one costs at most that many
+        words times the tools.
 
-        :raises ConfigError: ``query`` is not a string, or ``limit`` is out of range.
+        :raises ConfigError: ``query`` is not such a string, or ``limit`` is out of range.
         """
         v.require("search", "query", query, _QUERY)
         v.require("search", "limit", limit, _LIMIT)

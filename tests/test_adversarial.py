@@ -13,7 +13,8 @@ holds one entry per program:
 * ``any_outcome``: only "run_code returned a RunResult" (plus the invariants);
 * ``one_of``: a list of such specs, when a race picks between outcomes;
 * optionally ``logs`` (exact), ``logs_startswith``, ``log_count``, ``last_log``,
-  ``log_bytes`` (UTF-8 bytes of the kept lines, marker excluded), ``events``
+  ``log_bytes`` (UTF-8 bytes of the kept lines, marker excluded), ``max_refused``
+  (the most refusals the gate may audit), ``events``
   (exact tool names, in order), ``min_events``, ``timeout`` (seconds; 1 for
   runaway loops, 10 otherwise) and ``note`` (why the outcome is what it is).
 
@@ -175,6 +176,8 @@ def _check_expected(spec: dict, result: RunResult) -> None:
     if "log_bytes" in spec:
         assert sum(_utf8(line) for line in logs if line != TRUNCATION_MARK) == spec["log_bytes"]
 
+    if "max_refused" in spec:
+        assert len(result.refused) <= spec["max_refused"], len(result.refused)
     names = [e.name for e in result.events]
     if "events" in spec:
         assert names == spec["events"]

@@ -44,7 +44,9 @@ def test_inert_escapes_what_acts_on_a_terminal_and_keeps_the_rest():
     assert inert("a\x1b[2Jb\rc\x07d\x7f\x9b\u202e\u2066\u2028\ud800") == (
         "a\\x1b[2Jb\\rc\\x07d\\x7f\\x9b\\u202e\\u2066\\u2028\\ud800"
     )
-    assert inert("tab\tand\nnewline é 😀 \u200d") == "tab\tand\nnewline é 😀 \u200d"
+    assert inert("tab\tand\nnewline é 😀") == "tab\tand\nnewline é 😀"
+    # Every format character, the zero-width joiner of emoji sequences too: shown, not invisible.
+    assert inert("\u200d\u061c\U000e0041") == "\\u200d\\u061c\\U000e0041"
 
 
 def test_control_characters_from_a_program_are_shown_escaped(capsys, tmp_path):

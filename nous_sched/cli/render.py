@@ -2,9 +2,10 @@ r"""What the command prints: the result, the logs and the trail as a timeline, o
 
 Everything a program wrote reaches an operator's terminal, so human output
 shows it inert: control characters (ESC and so CSI and OSC sequences, CR,
-BEL, DEL, the C1 range), Unicode line and bidirectional-text controls and lone
-surrogates are written as escapes (``\x1b``, ``\r``, ``\u202e``,
-``\ud800``); only newline and tab stay, and every line a program wrote is
+BEL, DEL, the C1 range), Unicode line separators, every Unicode format
+character (category Cf: bidi controls, U+061C, zero-width characters, the tag
+block U+E0000-U+E007F) and lone surrogates are written as escapes (``\x1b``,
+``\r``, ``\u202e``, ``\U000e0041``, ``\ud800``); only newline and tab stay, and every line a program wrote is
 indented, so it cannot pass for a line of ours. ``--json`` output is JSON
 whose strings escape the same characters, and lone surrogates as ``\udXXX``.
 """
@@ -13,11 +14,12 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from typing import Any, Optional, Sequence, TextIO
 
 import attrs
 
+from .._text import inert as _inert
+from .._text import json_inert
 from ..result import RunResult
 
 __all__ = ["format_trail", "human", "result_json", "inert", "json_text", "BAR_WIDTH", "NULL_HINT"]
@@ -28,26 +30,15 @@ NULL_HINT = (
     "returns null; `return` what the model should see)"
 )
 
-# C0 but newline and tab, DEL, C1; line/paragraph separators; bidi controls; lone surrogates.
-_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
-
-
-def _escape(match: "re.Match[str]") -> str:
-    char = match.group()
-    code = ord(char)
-    if char == "\r":
-        return "\\r"
-    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
-
 
 def inert(text: str) -> str:
     """``text`` with every character that could act on a terminal written as an escape (module docstring)."""
-    return _UNSAFE.sub(_escape, text)
+    return _inert(text)
 
 
 def json_text(value: Any, **options: Any) -> str:
     """``json.dumps(value, ensure_ascii=False)`` whose strings also escape what :func:`inert` escapes."""
-    return inert(json.dumps(value, ensure_ascii=False, **options))
+    return json_inert(json.dumps(value, ensure_ascii=False, **options))
 
 
 BAR_WIDTH = 40

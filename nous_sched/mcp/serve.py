@@ -71,6 +71,7 @@ from mcp_types import Tool as MCPTool
 from mcp_types.version import is_version_at_least
 
 from .. import agent
+from .._text import escape_surrogates
 from .._validators import NAMES, TOOLS, instance_of, names, optional, require
 from ..dispatch import ApprovalRequest, current_call, direct_dispatch
 from ..errors import ConfigError, RunCodeError, ToolError
@@ -138,7 +139,11 @@ class AuditLog:
             self._file, self._owned = target, False
 
     def write(self, event: str, **fields: Any) -> None:
-        line = json.dumps({"ts": round(time.time(), 6), "event": event, **fields}, ensure_ascii=False, default=str)
+        # Readable UTF-8, but a lone surrogate (data like any other string) is
+        # written as its JSON escape: raw, the line could not be encoded at all.
+        line = escape_surrogates(
+            json.dumps({"ts": round(time.time(), 6), "event": event, **fields}, ensure_ascii=False, default=str)
+        )
         with self._lock:
             try:
                 self._file.write(line + "\n")

@@ -44,6 +44,7 @@ import json
 import json.encoder
 import json.scanner
 import os
+import re
 import time
 from typing import Any, Callable, Optional, Sequence
 
@@ -189,7 +190,7 @@ class Engine:
         self._guard(ctx.eval, _RUN_CLOCK)
         try:
             # The header's line is taken off every line number by the prelude.
-            main = self._guard(ctx.eval, _HEADER + self.program + "\n})")
+            main = self._guard(ctx.eval, _HEADER + _well_formed(self.program) + "\n})")
         except _Syntax as exc:
             raise Stopped("exception", exc.message) from None
         self._guard(bridge, "start", main)
@@ -293,6 +294,26 @@ class Engine:
         return text if type(text) is str else None
 
 
+_LONE = re.compile("[\ud800-\udfff]")
+
+
+def _well_formed(program: str) -> str:
+    """The program with each lone surrogate written as its escape ``\\uXXXX``.
+
+    The binding takes only UTF-8, which a lone surrogate is not. In a string,
+    template or regular expression literal the escape means the same code
+    unit; anywhere else the program was no valid JavaScript either, and is
+    now a syntax error like any other (an ``exception`` result).
+    """
+    if program.isascii():
+        return program
+    try:
+        program.encode("utf-8")
+    except UnicodeEncodeError:
+        return _LONE.sub(lambda m: f"\\u{ord(m.group()):04x}", program)
+    return program
+
+
 # -- the host side -------------------------------------------------------------------
 
 
@@ -349,26 +370,12 @@ def _drive(engine: Any, host: Any, limits: Any, deadline: float, cancel: Any, bo
     state = None
     text = engine.start()
     while True:
-        envelope = _checked(text)
-        if envelope is None:
-            # Only the prelude writes envelopes; a malformed one means the
-            # program reached the bridge. Trust nothing more from this context.
-            raise Stopped("abort", TAMPERED)
-        if envelope["logs"] or envelope["dropped"]:
-            book.extend(envelope["logs"], envelope["dropped"])
-        calls = envelope["calls"]
-        # A null name is a question about the tools (the program's `sdk`). Each
-        # call's arguments are JSON text: the host parses them under the
-        # snapshot rules, one call at a time, so one bad call fails alone.
-        if len(calls) > 1 and batch is not None:
-            with batch():
-                for call_id, name, args in calls:
-                    outstanding.append((call_id, call(name, args) if name is not None else _ask(host, args)))
-        else:
-            for call_id, name, args in calls:
-                outstanding.append((call_id, call(name, args) if name is not None else _ask(host, args)))
+        envelope = _read(text, book)
+        unstarted = _hand_over(envelope["calls"], call, host, batch, outstanding, deadline)
         if state is None:
             state = envelope["main"]
+        if unstarted:
+            _past_deadline(state, unstarted, book, limits)
         if cancel is not None and cancel.is_set():
             raise Stopped("cancelled", CANCELLED)
         if not outstanding:
@@ -391,6 +398,50 @@ def _drive(engine: Any, host: Any, limits: Any, deadline: float, cancel: Any, bo
             text = engine.settle(call_id, True, _encode_value(outcome.value))
         else:
             text = engine.settle(call_id, False, _encode(outcome.error.as_dict()))
+
+
+def _read(text: Any, book: "_LogBook") -> dict[str, Any]:
+    """A step's envelope, its log lines kept in ``book``."""
+    envelope = _checked(text)
+    if envelope is None:
+        # Only the prelude writes envelopes; a malformed one means the
+        # program reached the bridge. Trust nothing more from this context.
+        raise Stopped("abort", TAMPERED)
+    if envelope["logs"] or envelope["dropped"]:
+        book.extend(envelope["logs"], envelope["dropped"])
+    return envelope
+
+
+def _hand_over(calls: list[Any], call: Any, host: Any, batch: Any, outstanding: Any, deadline: float) -> int:
+    """Hand one step's calls to ``host`` in order, as one batch when there are
+    several and the host takes batches, while the run has time; how many the
+    deadline left unstarted (the host never sees them).
+
+    A null name is a question about the tools (the program's `sdk`). Each
+    call's arguments are JSON text: the host parses them under the snapshot
+    rules, one call at a time, so one bad call fails alone.
+    """
+    if len(calls) > 1 and batch is not None:
+        with batch():
+            return _hand(calls, call, host, outstanding, deadline)
+    return _hand(calls, call, host, outstanding, deadline)
+
+
+def _hand(calls: list[Any], call: Any, host: Any, outstanding: Any, deadline: float) -> int:
+    monotonic = time.monotonic
+    for i, (call_id, name, args) in enumerate(calls):
+        if monotonic() >= deadline:
+            return len(calls) - i
+        outstanding.append((call_id, call(name, args) if name is not None else _ask(host, args)))
+    return 0
+
+
+def _past_deadline(state: Any, unstarted: int, book: "_LogBook", limits: Any) -> None:
+    """A step's calls met the deadline: the run ends, with the program's
+    result if it has one already."""
+    if state is None:
+        raise Stopped("timeout", timeout_message(limits.timeout, "starting its tool calls"))
+    book.note(f"[{unstarted} tool call(s) were not started: the deadline came first]")
 
 
 def _ask(host: Any, question: Any) -> Any:

@@ -135,6 +135,7 @@
   let MAX_LOG_LINES = 0;
   // A message longer than this is cut here, before it crosses; the host clips it further.
   const MAX_MESSAGE_UNITS = 8000;
+  const MAX_NAME_UNITS = 1024;
 
   let nextId = 0;
   const outbox = create(null);
@@ -233,6 +234,9 @@
       return apply(promiseReject, PromiseCtor, [failedCall(label, message, sites)]);
     }
     const id = ++nextId;
+    // A name longer than any the host accepts (gate.MAX_NAME_CHARS) crosses
+    // cut, still too long: the host refuses it without the whole of it.
+    if (name !== null && name.length > MAX_NAME_UNITS) name = apply(strSlice, name, [0, MAX_NAME_UNITS]);
     outbox[outTail++] = [id, name, json === undefined ? "null" : json];
     return new PromiseCtor(
       own(function (res, rej) {
