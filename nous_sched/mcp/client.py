@@ -137,6 +137,7 @@ class Connection:
         self._closed = False
         self._inflight: set[concurrent.futures.Future[Any]] = set()
         self._upstreams = [_Upstream(spec, i) for i, spec in enumerate(specs)]
+        self._flags: dict[str, mapping.Flags] = {}
         self._portal_cm = anyio.from_thread.start_blocking_portal(name=f"nous-sched-mcp-{self._n}")
         self._portal = self._portal_cm.__enter__()
         _open.add(self)
@@ -164,9 +165,19 @@ class Connection:
         Names are the servers' own with one server, ``<server>__<tool>`` with
         several. ``parameters`` is the tool's input schema, ``returns`` its
         output schema (when it has one); ``concurrency_safe``,
-        ``requires_approval`` and ``category`` follow :func:`mapping.flags`.
+        ``requires_approval``, ``category`` and ``exclusive_reason`` follow
+        :func:`mapping.flags`: a tool of an untrusted server is exclusive and
+        needs approval unless an override says otherwise.
         """
         return list(self._tools)
+
+    def flags(self) -> dict[str, mapping.Flags]:
+        """What was decided for each tool, and why: ``{tool name: Flags}`` (names as :meth:`tools` has them).
+
+        ``Flags.reason`` is what ``serve-mcp``'s banner shows for a tool that
+        needs approval, and the trail for a call that ran exclusive.
+        """
+        return dict(self._flags)
 
     def close(self) -> None:
         """Cancel calls in flight, close every server, stop the loop thread. Idempotent."""
@@ -297,9 +308,11 @@ class Connection:
                     listed.annotations, trusted=up.spec.trusted, override=up.spec.overrides.get(listed.name)
                 )
                 title = getattr(listed.annotations, "title", None) or getattr(listed, "title", None)
+                name = mapping.tool_name(up.name, listed.name, namespaced=namespaced)
+                self._flags[name] = f
                 tools.append(
                     Tool(
-                        name=mapping.tool_name(up.name, listed.name, namespaced=namespaced),
+                        name=name,
                         function=self._function(up, listed.name),
                         description=listed.description or title or "",
                         parameters=listed.input_schema,
@@ -307,6 +320,7 @@ class Connection:
                         requires_approval=f.requires_approval,
                         category=f.category,
                         concurrency_safe=_always if f.parallel else None,
+                        exclusive_reason="" if f.parallel else f.reason,
                     )
                 )
         return tools
