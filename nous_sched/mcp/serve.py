@@ -310,9 +310,9 @@ class CodeModeServer:
         require("CodeModeServer", "max_runs_per_session", max_runs_per_session, _OPTIONAL_POSITIVE_INT)
         self.max_runs_per_session: int = max_runs_per_session or _default_share(run_options.get("runtime"))
         self._runs: dict[str, _Run] = {}
-        # Runs going per client session (keyed by the session object's id; each run holds its
-        # session, so an id is not reused while counted).
-        self._per_session: dict[int, int] = {}
+        # Runs going per client (_client_of: a connection object or a name); a client's entry
+        # goes when its last run ends, so the map is as big as the clients with runs going.
+        self._per_session: dict[Any, int] = {}
         self._runs_lock = threading.Lock()  # guards _runs and _per_session: handlers on the loop, sweeps, runs
         self.server: LowLevelServer = LowLevelServer(name, on_list_tools=self._list_tools, on_call_tool=self._call_tool)
         self.server.middleware.append(RequestStateBoundary(RequestStateSecurity.ephemeral(), default_audience=name))
@@ -419,10 +419,11 @@ class CodeModeServer:
             for key, response in (params.input_responses or {}).items():
                 run.answer(key, _accepted(response), "client")
         else:
-            refusal = self._admit(ctx.session)
+            client = _client_of(ctx)
+            refusal = self._admit(client)
             if refusal is not None:
                 return _error_result(refusal)
-            run = self._start(dict(params.arguments or {}), _client_can_elicit(ctx), ctx.session)
+            run = self._start(dict(params.arguments or {}), _client_can_elicit(ctx), client)
         modern = is_version_at_least(ctx.protocol_version, _MODERN)
         try:
             while True:
@@ -460,9 +461,9 @@ class CodeModeServer:
 
     # -- one run -----------------------------------------------------------------
 
-    def _admit(self, session: Any) -> Optional[str]:
-        """Count one more run for ``session``, or say why it may not start (the session's cap)."""
-        key = id(session)
+    def _admit(self, client: Any) -> Optional[str]:
+        """Count one more run for ``client`` (:func:`_client_of`), or say why it may not start (its cap)."""
+        key = client
         with self._runs_lock:
             going = self._per_session.get(key, 0)
             if going >= self.max_runs_per_session:
@@ -475,18 +476,18 @@ class CodeModeServer:
         return None
 
     def _release(self, run: _Run) -> None:
-        key = id(run.session)
+        key = run.session
         with self._runs_lock:
             going = self._per_session.pop(key, 0) - 1
             if going > 0:
                 self._per_session[key] = going
 
-    def _start(self, arguments: dict[str, Any], can_ask: bool, session: Any = None) -> _Run:
+    def _start(self, arguments: dict[str, Any], can_ask: bool, client: Any = None) -> _Run:
         n = next(_runs_started)
         run_id = f"mcp-run-{n}-{secrets.token_hex(3)}"
         what = arguments.get("description")
         run = _Run(run_id, what if isinstance(what, str) else "", can_ask)
-        run.session = session
+        run.session = client
         with self._runs_lock:
             self._runs[run.token] = run
         thread = threading.Thread(
@@ -609,6 +610,30 @@ class _GateAudit(SessionLog):
             )
         elif event.type == "tool_refused":
             self._server._write("tool_refused", run=self._run.id, tool=data["name"], message=data["message"])
+
+
+_ONE_CLIENT = "stdio"  # a stateless connection with no HTTP request: stdio, whose process serves one client
+
+
+def _client_of(ctx: Any) -> Any:
+    """The object that stands for the client making this request, for its per-session cap.
+
+    A handshake-era connection is one client (the SDK's connection object). A
+    stateless (2026-07-28) request has no connection that lasts: over HTTP its
+    client is its ``Mcp-Session-Id`` when it sends one, else its address; over
+    stdio the process serves one client.
+    """
+    connection = getattr(ctx.session, "_connection", None)
+    if connection is not None and not is_version_at_least(ctx.protocol_version, _MODERN):
+        return connection
+    request = getattr(ctx, "request", None)
+    headers = getattr(request, "headers", None)
+    if headers is None:
+        return _ONE_CLIENT
+    session_id = headers.get("mcp-session-id")
+    if session_id:
+        return f"session {session_id}"
+    return f"address {getattr(getattr(request, 'client', None), 'host', '?')}"
 
 
 def _default_share(runtime: Any) -> int:
