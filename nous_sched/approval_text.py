@@ -1,7 +1,8 @@
 """The approval question a person reads: one renderer for every place that asks.
 
 :func:`question` turns one :class:`~nous_sched.ApprovalRequest` into text.
-``serve-mcp``'s elicitation question is this text, and so is
+``serve-mcp``'s elicitation question is this text, ``nous-sched run --ask``
+asks it on the terminal, and so is
 :meth:`ApprovalRequest.question <nous_sched.ApprovalRequest.question>`, the
 library's default for an approval handler that shows the call to a person.
 What a caller may rely on:

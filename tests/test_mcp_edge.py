@@ -8,8 +8,11 @@ annotations) and ``mcp_servers/hostile.py`` (raw JSON-RPC over stdio that floods
 from __future__ import annotations
 
 import concurrent.futures
+import io
+import json
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 import uuid
@@ -23,6 +26,7 @@ from mcp_types import ElicitResult
 
 from nous_sched import ApprovalRequest, PermissionPolicy, Tool, ToolError, run_code
 from nous_sched.approval_text import KEY_CHARS, VALUE_CHARS
+from nous_sched.cli import main
 from nous_sched.mcp import CodeModeServer, ServerSpec, ToolOverride, connect
 from nous_sched.mcp.command import approval_banner
 from nous_sched.mcp.stdio import LineReader, MessageTooLarge
@@ -359,3 +363,35 @@ def test_max_message_bytes_is_configurable_and_checked():
         with pytest.raises(ToolError, match=r"over 1,048,576 bytes \(max_message_bytes\); it was closed"):
             flood.function({})
     wait_until(lambda: processes_running(tag) == [], what="the hostile server to exit")
+
+
+# -- the CLI asks with the same question ------------------------------------------------------------------
+
+
+def test_nous_sched_run_ask_shows_the_same_question_and_reads_the_answers(tmp_path, capsys, monkeypatch):
+    module = tmp_path / "asktools.py"
+    module.write_text(
+        textwrap.dedent(
+            """
+            from nous_sched import Tool
+
+            TOOLS = [Tool("write_file", lambda a: "wrote " + a["path"], requires_approval=True)]
+            """
+        )
+    )
+    program = tmp_path / "p.js"
+    program.write_text(
+        "const out = [];\n"
+        "for (const path of ['a.txt', '.bashrc']) {\n"
+        "  try { out.push(await tools.write_file({ content: 'x'.repeat(1000), path })); }\n"
+        "  catch (e) { out.push(e.message); }\n"
+        "}\n"
+        "return out;\n"
+    )
+    monkeypatch.setattr(sys, "stdin", io.StringIO("y\nn\n"))
+    assert main(["run", str(program), "--tools", str(module), "--ask", "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["result"] == ["wrote a.txt", 'tool "write_file" was rejected by the approval handler']
+    expected = ApprovalRequest("write_file", {"content": "x" * 1000, "path": ".bashrc"}).question()
+    assert "\n".join("  " + line for line in expected.split("\n")) in err
+    assert err.count("approve? [y/N]") == 2
