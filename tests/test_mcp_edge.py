@@ -318,9 +318,10 @@ def test_a_flooding_server_neither_slows_a_trusted_one_nor_outlives_its_bound():
     hostile = ServerSpec([sys.executable, str(SERVERS / "hostile.py"), "--tag", tag], name="hostile")
     trusted = ServerSpec(stdio_command(f"trusted-{uuid.uuid4().hex[:8]}"), name="lab", trusted=True)
     with connect(trusted, hostile) as conn:
-        tools = {t.name: t for t in conn.tools()}
-        lookup = tools["lab__lookup"].function
-        assert tools["hostile__echo"].function({"a": 1}) == {"a": 1}  # it worked, before
+        # By suffix: how several servers' tools are prefixed is not what this test is about.
+        tools = {name: next(t for t in conn.tools() if t.name.endswith(name)) for name in ("lookup", "echo", "flood")}
+        lookup = tools["lookup"].function
+        assert tools["echo"].function({"a": 1}) == {"a": 1}  # it worked, before
 
         def twenty_calls() -> float:
             t0 = time.perf_counter()
@@ -331,14 +332,14 @@ def test_a_flooding_server_neither_slows_a_trusted_one_nor_outlives_its_bound():
         twenty_calls()  # warm up
         baseline = min(twenty_calls() for _ in range(3))
         with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="test-flood") as pool:
-            flood = pool.submit(tools["hostile__flood"].function, {})
+            flood = pool.submit(tools["flood"].function, {})
             flooded = twenty_calls()  # while the server writes its 60 MiB line
             with pytest.raises(ToolError, match=r"MCP server 'hostile': it sent a message over 16,777,216 bytes"):
                 flood.result(60)
         # The hostile server is gone; its calls fail as data, in a program too; the trusted one is unharmed.
         wait_until(lambda: processes_running(tag) == [], what="the hostile server to be killed")
         result = run_code(
-            "try { await tools.hostile__echo({}); } catch (e) { return e.message; }",
+            "try { await tools[Object.keys(tools).find((n) => n.endsWith('echo'))]({}); } catch (e) { return e.message; }",
             conn.tools(),
             approval_handler=lambda r: True,
             timeout=RUN_TIMEOUT,
