@@ -21,13 +21,14 @@ from pathlib import Path
 import anyio
 import pytest
 from mcp import Client
-from mcp_servers import lab, loop_threads, processes_running, stdio_command, wait_until
+from mcp_servers import http_lab, lab, loop_threads, processes_running, stdio_command, wait_until
 from mcp_types import ElicitResult
 
 from nous_sched import ApprovalRequest, PermissionPolicy, Tool, ToolError, run_code
 from nous_sched.approval_text import KEY_CHARS, VALUE_CHARS
 from nous_sched.cli import main
 from nous_sched.mcp import CodeModeServer, ServerSpec, ToolOverride, connect
+from nous_sched.mcp.bounded_http import RunCounter
 from nous_sched.mcp.command import approval_banner
 from nous_sched.mcp.stdio import LineReader, MessageTooLarge
 
@@ -396,3 +397,23 @@ def test_nous_sched_run_ask_shows_the_same_question_and_reads_the_answers(tmp_pa
     expected = ApprovalRequest("write_file", {"content": "x" * 1000, "path": ".bashrc"}).question()
     assert "\n".join("  " + line for line in expected.split("\n")) in err
     assert err.count("approve? [y/N]") == 2
+
+
+def test_an_http_servers_messages_are_bounded_too():
+    with http_lab() as url:
+        with connect(ServerSpec(url, trusted=True), max_message_bytes=64 * 1024) as conn:
+            as_text = {t.name: t for t in conn.tools()}["as_text"].function
+            assert as_text({"text": "small"}) == "small"
+            with pytest.raises(ToolError, match=r"over 65,536 bytes \(max_message_bytes\)"):
+                as_text({"text": "x" * 100_000})  # the server echoes it back: one message over the bound
+            with pytest.raises(ToolError, match=r"MCP server 'lab': it sent a message over 65,536 bytes"):
+                as_text({"text": "small"})  # the server is closed
+
+
+def test_the_run_counter_counts_runs_without_a_newline():
+    counter = RunCounter(4)
+    assert not counter.over(b"ab")
+    assert not counter.over(b"cd\nabcd\n")
+    assert not counter.over(b"ab")
+    assert counter.over(b"cde")
+    assert RunCounter(4).over(b"x\nabcde\ny")

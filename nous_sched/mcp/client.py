@@ -96,12 +96,15 @@ def connect(
     Servers connect concurrently, each within ``connect_timeout`` seconds.
     ``call_timeout`` bounds every call, inside a run or not.
 
-    ``max_message_bytes`` bounds each message a server started as a command
-    sends (one line of its stdout; default 16 MiB). Each such server has its
-    own reader, linear in what it writes (:mod:`nous_sched.mcp.stdio`), so
-    one flooding server does not slow the others; a server whose message
-    passes the bound is killed at once, and its calls fail as data (a
-    :class:`~nous_sched.ToolError` saying why), the other servers unharmed.
+    ``max_message_bytes`` bounds each message a server sends (default 16
+    MiB): one line of a command's stdout, one HTTP body or event-stream line.
+    A server started as a command has its own reader, linear in what it
+    writes (:mod:`nous_sched.mcp.stdio`), so one flooding server does not
+    slow the others; HTTP responses are counted as they arrive
+    (:mod:`nous_sched.mcp.bounded_http`). A server whose message passes the
+    bound is closed at once (a command is killed), and its calls fail as
+    data (a :class:`~nous_sched.ToolError` saying why), the other servers
+    unharmed.
 
     :raises ConfigError: a bad option, two servers with one name, an override
         naming a tool the server does not list, or a server that cannot be
@@ -306,8 +309,15 @@ class Connection:
         if spec.transport == "http":
             import httpx2
 
+            from .bounded_http import BoundedTransport
+
+            transport = BoundedTransport(
+                httpx2.AsyncHTTPTransport(), self._max_message_bytes, lambda why: self._overflowed(up, why)
+            )
             http = await stack.enter_async_context(
-                httpx2.AsyncClient(headers=dict(spec.headers or {}), timeout=httpx2.Timeout(30.0, read=300.0))
+                httpx2.AsyncClient(
+                    headers=dict(spec.headers or {}), timeout=httpx2.Timeout(30.0, read=300.0), transport=transport
+                )
             )
             return streamable_http_client(spec.target, http_client=http)
         return spec.target
