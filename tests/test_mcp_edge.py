@@ -140,12 +140,13 @@ def test_the_serve_mcp_banner_lists_what_needs_approval_and_why(tmp_path):
     assert done.returncode == 0, done.stderr
     lines = done.stderr.splitlines()
     assert lines[0].startswith("nous-sched serve-mcp: serving run_code over 3 tools")
-    assert lines[1:5] == [
+    assert lines[1:6] == [
         "nous-sched serve-mcp: 3 tools need approval (asked by MCP elicitation; "
         "refused when the client cannot be asked):",
         "nous-sched serve-mcp:   move_file: untrusted server; asked",
         "nous-sched serve-mcp:   read_file: untrusted server; approved without asking (--approve)",
         "nous-sched serve-mcp:   write_file: untrusted server; asked",
+        "nous-sched serve-mcp: at most 8 runs at once per client session (--max-runs-per-session)",
     ]
     wait_until(lambda: processes_running(tag) == [], what="the files server to exit")
 
@@ -417,3 +418,29 @@ def test_the_run_counter_counts_runs_without_a_newline():
     assert not counter.over(b"ab")
     assert counter.over(b"cde")
     assert RunCounter(4).over(b"x\nabcde\ny")
+
+
+def test_serve_mcp_takes_max_runs_per_session(capsys, monkeypatch):
+    monkeypatch.chdir(REPO)
+    assert main(["serve-mcp", "--tools", "examples/tools.py", "--max-runs-per-session", "0"]) == 2
+    assert "--max-runs-per-session: expected a positive integer, got '0'" in capsys.readouterr().err
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "nous_sched",
+            "serve-mcp",
+            "--tools",
+            "examples/tools.py",
+            "--max-runs-per-session",
+            "3",
+        ],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "serving run_code over" in done.stderr
+    assert "at most 3 runs at once per client session (--max-runs-per-session)" in done.stderr

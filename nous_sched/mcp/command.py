@@ -170,6 +170,9 @@ def _serve(args: argparse.Namespace, err: TextIO) -> int:
             audit = f"audit log: {args.audit_log}" if args.audit_log else "audit log: off (--audit-log FILE)"
             flags = connection.flags() if connection is not None else {}
             approvals = approval_banner([t for t in tools if policy.permits(t)], policy, approve, flags)
+            approvals.append(
+                f"at most {server.max_runs_per_session} runs at once per client session (--max-runs-per-session)"
+            )
 
             def banner(where: str) -> None:
                 _say(err, f"serving {what} {where}; {audit}")
