@@ -17,6 +17,7 @@ from typing import Any, Callable, Optional
 
 import attrs
 
+from . import approval_text
 from .errors import ToolError
 from .outcome import quote_name
 
@@ -40,6 +41,14 @@ class ApprovalRequest:
     description: str = ""
     call_id: str = ""
     tool_description: str = ""
+
+    def question(self) -> str:
+        """This call as a person should read it before approving it: the same text
+        ``serve-mcp`` asks with (:func:`nous_sched.approval_text.question`: every
+        argument key shown, each value clipped on its own with its size stated,
+        the description labelled as the program's words, nothing left that can
+        act on a terminal)."""
+        return approval_text.question(self)
 
 
 @attrs.frozen

@@ -20,7 +20,10 @@ class CallRecord:
     wrote its audit event); ``began`` when a tool thread actually took it up,
     ``None`` if none ever did (an executor saturated by other work until the
     run was over: such a call never runs). ``finished`` and ``committed`` are
-    ``None`` for a call abandoned at stop.
+    ``None`` for a call abandoned at stop. ``reason`` says why an exclusive
+    call ran exclusive (the tool's ``exclusive_reason``, e.g. ``"untrusted
+    server"``, or what its ``concurrency_safe`` predicate did); ``""`` for a
+    parallel call.
     """
 
     seq: int
@@ -31,6 +34,7 @@ class CallRecord:
     committed: Optional[float] = None
     ok: Optional[bool] = None
     began: Optional[float] = None
+    reason: str = ""
 
 
 @attrs.frozen

@@ -50,7 +50,7 @@ from .lane import COMMIT, START, Lane
 from .outcome import Outcome
 from .records import CallRecord, LaneState
 from .snapshot import snapshot
-from .tool import Mode, concurrency_mode
+from .tool import Mode, concurrency_mode, exclusive_reason
 
 __all__ = ["Scheduler", "Ticket"]
 
@@ -141,12 +141,13 @@ class Ticket:
 class _Timeline:
     """When one started call started, finished and committed (seconds since the epoch of its scheduler)."""
 
-    __slots__ = ("seq", "tool", "mode", "started", "finished", "committed", "ok", "began")
+    __slots__ = ("seq", "tool", "mode", "started", "finished", "committed", "ok", "began", "reason")
 
-    def __init__(self, seq: int, tool: str, mode: Mode, started: float) -> None:
+    def __init__(self, seq: int, tool: str, mode: Mode, started: float, reason: str = "") -> None:
         self.seq = seq
         self.tool = tool
         self.mode = mode
+        self.reason = reason
         self.started = started
         self.finished: Optional[float] = None
         self.committed: Optional[float] = None
@@ -155,7 +156,15 @@ class _Timeline:
 
     def record(self) -> CallRecord:
         return CallRecord(
-            self.seq, self.tool, self.mode, self.started, self.finished, self.committed, self.ok, self.began
+            self.seq,
+            self.tool,
+            self.mode,
+            self.started,
+            self.finished,
+            self.committed,
+            self.ok,
+            self.began,
+            self.reason,
         )
 
 
@@ -678,7 +687,9 @@ class Scheduler:
             call.mode,
             seq,
         )
-        timeline = call.timeline = _Timeline(seq, name, call.mode, time.perf_counter() - self._t0)
+        timeline = call.timeline = _Timeline(
+            seq, name, call.mode, time.perf_counter() - self._t0, exclusive_reason(call.tool, call.mode)
+        )
         with self._records_lock:
             self._events.append(event)
             self._trail.append(timeline)

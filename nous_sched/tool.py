@@ -16,7 +16,7 @@ import attrs
 
 from . import _validators as v
 
-__all__ = ["Tool", "Mode", "PARALLEL", "EXCLUSIVE", "concurrency_mode"]
+__all__ = ["Tool", "Mode", "PARALLEL", "EXCLUSIVE", "concurrency_mode", "exclusive_reason"]
 
 log = logging.getLogger("nous_sched")
 
@@ -42,6 +42,10 @@ class Tool:
     ``validate_arguments=False`` opts the tool out of checking each call's
     arguments against ``parameters`` (:mod:`nous_sched.schema`), for a tool
     that checks them itself or whose schema is only a description.
+    ``exclusive_reason`` is the few words the trail shows for a call of this
+    tool that ran exclusive (:attr:`CallRecord.reason
+    <nous_sched.CallRecord.reason>`), e.g. ``"destructive (MCP default)"``;
+    empty, the trail says what :func:`concurrency_mode` saw.
 
     :raises ConfigError: a field has the wrong type, naming it.
     """
@@ -57,6 +61,23 @@ class Tool:
     )
     returns: Optional[Mapping[str, Any]] = attrs.field(default=None, validator=v.SCHEMA)
     validate_arguments: bool = attrs.field(default=True, validator=v.BOOL)
+    exclusive_reason: str = attrs.field(default="", validator=v.STR)
+
+
+#: The trail's reason for an exclusive call of a tool with no ``concurrency_safe`` predicate.
+NO_PREDICATE = "no concurrency_safe predicate"
+#: The trail's reason for an exclusive call whose predicate did not answer exactly True.
+PREDICATE_SAID_NO = "concurrency_safe did not answer True"
+
+
+def exclusive_reason(tool: Any, mode: str) -> str:
+    """Why a call of ``tool`` in ``mode`` ran exclusive (``""`` for a parallel call); never raises."""
+    if mode != EXCLUSIVE:
+        return ""
+    said = getattr(tool, "exclusive_reason", "")
+    if isinstance(said, str) and said:
+        return said
+    return NO_PREDICATE if getattr(tool, "concurrency_safe", None) is None else PREDICATE_SAID_NO
 
 
 def concurrency_mode(tool: Any, args: Any) -> Mode:

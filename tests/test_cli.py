@@ -106,6 +106,7 @@ def test_exclusive_barrier_shows_in_the_timeline(capsys):
     out, _ = capsys.readouterr()
     found = {int(m.group(1)): m for m in rows(out)}
     assert found[5].group(2) == "add_note" and found[5].group(3) == "exclusive"
+    assert "  why exclusive: add_note: no concurrency_safe predicate (seq 5)\n" in out  # the timeline says why
     note_start, note_commit = float(found[5].group(4)), float(found[5].group(6))
     assert note_start >= max(float(found[s].group(6)) for s in (3, 4))
     assert all(float(found[s].group(4)) >= note_commit for s in (6, 7))
@@ -133,7 +134,7 @@ def test_json_output(capsys):
     assert doc["result"]["cities"] == 12
     assert doc["logs"][0] == "looked up 12 cities in 9 countries"
     assert [r["seq"] for r in doc["trail"]] == list(range(12))
-    assert set(doc["trail"][0]) == {"seq", "tool", "mode", "started", "began", "finished", "committed", "ok"}
+    assert set(doc["trail"][0]) == {"seq", "tool", "mode", "started", "began", "finished", "committed", "ok", "reason"}
     assert [e["name"] for e in doc["events"]] == ["lookup_city"] * 12
     assert doc["events"][0]["arguments"] == {"name": "Tokyo"}
 

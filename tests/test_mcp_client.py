@@ -20,10 +20,15 @@ import jsonschema
 import pytest
 from mcp_servers import http_lab, lab, loop_threads, processes_running, stdio_command, wait_until
 
-from nous_sched import ConfigError, PermissionPolicy, ToolError, run_code, sdk
+from nous_sched import ConfigError, ToolError, run_code, sdk
 from nous_sched.mcp import ServerSpec, ToolOverride, connect
 
 RUN_TIMEOUT = 30.0
+
+
+def approve_all(request):
+    """An approval handler for tests of other things: an untrusted server's tools need approval."""
+    return True
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +96,9 @@ def test_tools_carry_names_descriptions_schemas_and_trusted_annotations(lab_targ
 def test_untrusted_servers_annotations_change_nothing():
     with connect(lab.build()) as conn:
         tools = conn.tools()
-    assert all(t.concurrency_safe is None and not t.requires_approval and t.category == "write" for t in tools)
+    # Fail safe: every call exclusive and asked about, whatever the server says (breaking: see CHANGELOG).
+    assert all(t.concurrency_safe is None and t.requires_approval and t.category == "write" for t in tools)
+    assert {t.exclusive_reason for t in tools} == {"untrusted server"}
 
 
 def test_overrides_beat_the_annotations_for_trusted_and_untrusted_servers():
@@ -106,7 +113,7 @@ def test_overrides_beat_the_annotations_for_trusted_and_untrusted_servers():
         assert tools["lookup"].concurrency_safe is None
         assert tools["note"].requires_approval
         assert tools["plain"].concurrency_safe({}) is True
-        assert tools["plain"].requires_approval is trusted
+        assert tools["plain"].requires_approval  # untrusted, or trusted without annotations: destructive
 
 
 # -- through the lane --------------------------------------------------------------
@@ -136,12 +143,14 @@ def test_the_same_server_untrusted_runs_every_call_exclusively(lab_target):
         result = run_code(
             "return await Promise.all(['a', 'b', 'c', 'd'].map((key) => tools.lookup({ key })));",
             conn.tools(),
+            approval_handler=approve_all,
             timeout=RUN_TIMEOUT,
         )
     assert result.ok, result.error
     assert [v["key"] for v in result.result] == ["a", "b", "c", "d"]
     trail = sorted(result.trail, key=lambda r: r.seq)
     assert [r.mode for r in trail] == ["exclusive"] * 4
+    assert {r.reason for r in trail} == {"untrusted server"}  # the trail says why
     for before, after in zip(trail, trail[1:]):
         assert after.started >= before.committed  # nothing overlapped
 
@@ -194,18 +203,22 @@ def test_a_destructive_tool_is_refused_without_a_handler(lab_target):
     }
 
 
-def test_an_untrusted_servers_approval_follows_the_policy_alone():
+def test_an_untrusted_servers_tools_all_ask_unless_an_override_says_otherwise():
+    program = "await tools.note({ text: 'n' }); return await tools.put({ key: 'p', value: 3 });"
     asked = []
     with connect(lab.build()) as conn:
         result = run_code(
-            "await tools.note({ text: 'n' }); return await tools.put({ key: 'p', value: 3 });",
-            conn.tools(),
-            policy=PermissionPolicy(require_approval={"put"}),
-            approval_handler=lambda request: asked.append(request.tool) or True,
-            timeout=RUN_TIMEOUT,
+            program, conn.tools(), approval_handler=lambda r: asked.append(r.tool) or True, timeout=RUN_TIMEOUT
         )
     assert result.ok, result.error
-    assert asked == ["put"]  # "note" is not destructive by its hints, "put" is by policy
+    assert asked == ["note", "put"]  # "note" says it is additive, but an untrusted server's word decides nothing
+    asked.clear()
+    with connect(ServerSpec(lab.build(), overrides={"note": ToolOverride(requires_approval=False)})) as conn:
+        result = run_code(
+            program, conn.tools(), approval_handler=lambda r: asked.append(r.tool) or True, timeout=RUN_TIMEOUT
+        )
+    assert result.ok, result.error
+    assert asked == ["put"]  # the operator's word does
 
 
 def test_is_error_is_a_tool_error_with_the_servers_text(lab_target):
@@ -216,6 +229,7 @@ def test_is_error_is_a_tool_error_with_the_servers_text(lab_target):
             catch (e) { return { tool: e.tool, message: e.message, isToolError: e instanceof ToolError }; }
             """,
             conn.tools(),
+            approval_handler=approve_all,
             timeout=RUN_TIMEOUT,
         )
         with pytest.raises(ToolError, match="disk on fire"):
@@ -230,7 +244,12 @@ def test_is_error_is_a_tool_error_with_the_servers_text(lab_target):
 def test_structured_content_round_trips_and_matches_the_output_schema(lab_target):
     with connect(lab_target()) as conn:
         tools = by_name(conn.tools())
-        result = run_code("return await tools.lookup({ key: 'abcd' });", conn.tools(), timeout=RUN_TIMEOUT)
+        result = run_code(
+            "return await tools.lookup({ key: 'abcd' });",
+            conn.tools(),
+            timeout=RUN_TIMEOUT,
+            approval_handler=approve_all,
+        )
     assert result.result == {"key": "abcd", "value": 4, "tags": ["lab", "abcd"]}
     jsonschema.validate(result.result, tools["lookup"].returns)
 
@@ -248,6 +267,7 @@ def test_text_content_is_parsed_as_json_where_it_parses():
             ];
             """,
             conn.tools(),
+            approval_handler=approve_all,
             timeout=RUN_TIMEOUT,
         )
     assert result.ok, result.error
@@ -266,6 +286,7 @@ def test_several_servers_are_namespaced_and_each_keeps_its_trust():
         result = run_code(
             "return [await tools.ro__lookup({ key: 'a' }), await tools.rw__lookup({ key: 'bb' })];",
             conn.tools(),
+            approval_handler=approve_all,
             timeout=RUN_TIMEOUT,
         )
     assert [v["value"] for v in result.result] == [1, 2]
@@ -300,7 +321,9 @@ def test_a_hung_server_is_bounded_by_the_runs_deadline_and_the_request_cancelled
         tools = by_name(conn.tools())
         cancelled = tools["stats"].function({})["cancelled"]
         before = {t for t in threading.enumerate() if t.name.startswith("nous-sched-tool-")}
-        result = run_code("return await tools.hang({ tag: 'h' });", conn.tools(), timeout=1.0)
+        result = run_code(
+            "return await tools.hang({ tag: 'h' });", conn.tools(), timeout=1.0, approval_handler=approve_all
+        )
         assert result.error.kind == "timeout"
         # The server saw the request cancelled, and the tool thread that waited for it is free again.
         wait_until(lambda: tools["stats"].function({})["cancelled"] == cancelled + 1, what="the cancellation")
@@ -351,6 +374,7 @@ def test_a_server_that_crashes_over_http_fails_its_calls_as_data():
                 return errors;
                 """,
                 conn.tools(),
+                approval_handler=approve_all,
                 timeout=RUN_TIMEOUT,
             )
     assert result.ok, result.error

@@ -32,7 +32,7 @@ def test_an_untrusted_servers_hints_never_matter(read_only, destructive, idempot
     annotations = None if missing else hints(read_only, destructive, idempotent, open_world)
     assert flags(annotations, trusted=False) == flags(None, trusted=False)
     f = flags(annotations, trusted=False)
-    assert (f.parallel, f.requires_approval, f.category) == (False, False, "write")
+    assert (f.parallel, f.requires_approval, f.category, f.reason) == (False, True, "write", "untrusted server")
 
 
 @given(HINT, HINT, HINT)
@@ -47,6 +47,18 @@ def test_a_trusted_server_is_parallel_exactly_when_read_only(destructive, idempo
 def test_a_trusted_server_without_annotations_gets_the_spec_defaults():
     f = flags(None, trusted=True)
     assert (f.parallel, f.requires_approval, f.category) == (False, True, "write")
+    assert f.reason == "destructive (MCP default)"
+    assert flags(hints(None, None), trusted=True).reason == "destructive (MCP default)"
+
+
+@pytest.mark.parametrize("trusted", [True, False])
+def test_a_read_only_override_runs_in_parallel_without_approval_and_says_so(trusted):
+    f = flags(None, trusted=trusted, override=ToolOverride(read_only=True))
+    assert (f.parallel, f.requires_approval, f.category) == (True, False, "read")
+    assert f.reason.endswith("; overridden: read_only=True")
+    # parallel and requires_approval, when given, beat read_only
+    f = flags(None, trusted=trusted, override=ToolOverride(requires_approval=True, read_only=True))
+    assert (f.parallel, f.requires_approval) == (True, True)
 
 
 @given(HINT, HINT, st.booleans(), st.sampled_from([None, True, False]), st.sampled_from([None, True, False]))

@@ -132,7 +132,7 @@ def test_serve_mcp_asks_for_approval_through_elicitation_and_audits_it(tmp_path)
         "ok": {"stored": "a", "value": 1},
         "refused": 'tool "put" was rejected by the approval handler',
     }
-    assert len(asked) == 2 and "'put'" in asked[0] and '"value": 2' in asked[1]
+    assert len(asked) == 2 and 'the tool "put"' in asked[0] and '"value": 2' in asked[1]
     approvals = [(e["arguments"], e["decision"], e["by"]) for e in audit_events(audit) if e["event"] == "approval"]
     assert approvals == [
         ({"key": "a", "value": 1}, "approved", "client"),
@@ -223,7 +223,18 @@ def test_serve_mcp_over_streamable_http(stop):
     # --linger: the upstream outlives the end of its input, so only serve-mcp's own close stops it.
     command = " ".join([sys.executable, str(lab.__file__), "--tag", tag, "--linger"])
     process = subprocess.Popen(
-        [sys.executable, "-m", "nous_sched", "serve-mcp", "--server", f"lab={command}", "--http", "127.0.0.1:0"],
+        [
+            sys.executable,
+            "-m",
+            "nous_sched",
+            "serve-mcp",
+            "--server",
+            f"lab={command}",
+            "--trust",
+            "lab",
+            "--http",
+            "127.0.0.1:0",
+        ],
         stderr=subprocess.PIPE,
         text=True,
     )

@@ -95,6 +95,12 @@ def build_parser() -> argparse.ArgumentParser:
         "or 'in-process', in this process (trusted code, lowest latency)",
     )
     run.add_argument(
+        "--ask",
+        action="store_true",
+        help="ask on the terminal before each call that needs approval (answers read from standard input, "
+        "or the terminal when the program comes from standard input); without it such calls are refused",
+    )
+    run.add_argument(
         "--json", action="store_true", help="print one JSON object: result|error, logs, trail, events, refused"
     )
     run.add_argument(
@@ -154,6 +160,8 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
         runtime = QuickJSRuntime()
     options: dict[str, Any] = {"max_parallel": args.max_parallel, "timeout": args.timeout, "runtime": runtime}
+    if args.ask:
+        options["approval_handler"] = _terminal_approver(args.program, err)
     try:
         with _ctrl_c_cancels() as cancel:
             if progress is None:
@@ -182,6 +190,17 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if result.error is not None and result.error.kind == "cancelled":
         return EXIT_INTERRUPTED
     return EXIT_OK if result.error is None else EXIT_FAILED
+
+
+def _terminal_approver(program: str, err: TextIO) -> Any:
+    from .ask import TerminalApprover
+
+    if program != "-":
+        return TerminalApprover(err, sys.stdin)
+    try:
+        return TerminalApprover(err, open("/dev/tty", encoding="utf-8"))  # noqa: SIM115 - lives for the run
+    except OSError:
+        raise UsageError("--ask: the program came from standard input and there is no terminal to ask") from None
 
 
 @contextlib.contextmanager

@@ -56,7 +56,9 @@ def format_trail(trail: Sequence[Any], *, width: int = BAR_WIDTH, span: Optional
     ``span`` (default: the last instant in the trail): ``-`` while the call
     waited for an executor thread to take it up (``began``), ``#`` while it
     ran, ``.`` while it waited for earlier calls to commit, ``?`` for a call
-    abandoned when the run stopped.
+    abandoned when the run stopped. Above the header, one line per tool
+    whose calls ran exclusive says why (:attr:`~nous_sched.CallRecord.reason`),
+    e.g. ``why exclusive: fs__move_file: untrusted server (seq 2, 5)``.
     """
     records = sorted(trail, key=lambda r: r.seq)
     if not records:
@@ -74,7 +76,7 @@ def format_trail(trail: Sequence[Any], *, width: int = BAR_WIDTH, span: Optional
         return min(width - 1, max(0, int(math.ceil(t / span * width)) - 1))
 
     header = f"{'seq':>4}  {'tool':<{tool_w}}  {'mode':<9}  {'start':>8}  {'finish':>8}  {'commit':>8}  {'':<5}  timeline (ms)"
-    lines = [header]
+    lines = [*_why_exclusive(records), header]
     for r in records:
         bar = [" "] * width
         s = first(r.started)
@@ -104,6 +106,16 @@ def format_trail(trail: Sequence[Any], *, width: int = BAR_WIDTH, span: Optional
         "# running   . finished, waiting for earlier calls to commit   ? abandoned at stop   - waiting for a thread"
     )
     return lines
+
+
+def _why_exclusive(records: Sequence[Any]) -> list[str]:
+    """One line per (tool, reason) of the exclusive calls: which calls, and why they ran alone."""
+    seqs: dict[tuple[str, str], list[str]] = {}
+    for r in records:
+        reason = getattr(r, "reason", "")
+        if r.mode == "exclusive" and reason:
+            seqs.setdefault((r.tool, reason), []).append(str(r.seq))
+    return [f"why exclusive: {tool}: {reason} (seq {', '.join(s)})" for (tool, reason), s in seqs.items()]
 
 
 def _peak_parallel(trail: Sequence[Any]) -> int:

@@ -40,19 +40,20 @@ from typing import Any, Optional
 import anyio
 import anyio.from_thread
 from mcp import Client
-from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.server import Server as LowLevelServer
 from mcp.server.mcpserver import MCPServer
 from mcp.shared.exceptions import MCPError
 from mcp_types import Implementation
 
-from .._validators import SECONDS, Check, require
+from .._validators import POSITIVE_INT, SECONDS, Check, require
 from ..dispatch import current_call
 from ..errors import ConfigError, ToolError
 from ..tool import Tool
 from . import mapping
 from .spec import ServerSpec
+from .stdio import DEFAULT_MAX_MESSAGE_BYTES, bounded_stdio
 
 __all__ = ["connect", "Connection"]
 
@@ -85,6 +86,7 @@ def connect(
     *servers: Any,
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
     call_timeout: float = DEFAULT_CALL_TIMEOUT,
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
 ) -> "Connection":
     """Connect to ``servers`` and list their tools; use the result as a context manager.
 
@@ -93,6 +95,16 @@ def connect(
     server object), which is then untrusted and named as it reports itself.
     Servers connect concurrently, each within ``connect_timeout`` seconds.
     ``call_timeout`` bounds every call, inside a run or not.
+
+    ``max_message_bytes`` bounds each message a server sends (default 16
+    MiB): one line of a command's stdout, one HTTP body or event-stream line.
+    A server started as a command has its own reader, linear in what it
+    writes (:mod:`nous_sched.mcp.stdio`), so one flooding server does not
+    slow the others; HTTP responses are counted as they arrive
+    (:mod:`nous_sched.mcp.bounded_http`). A server whose message passes the
+    bound is closed at once (a command is killed), and its calls fail as
+    data (a :class:`~nous_sched.ToolError` saying why), the other servers
+    unharmed.
 
     :raises ConfigError: a bad option, two servers with one name, an override
         naming a tool the server does not list, or a server that cannot be
@@ -103,9 +115,15 @@ def connect(
         raise ConfigError("connect: give at least one MCP server")
     require("connect", "connect_timeout", connect_timeout, SECONDS)
     require("connect", "call_timeout", call_timeout, SECONDS)
+    require("connect", "max_message_bytes", max_message_bytes, POSITIVE_INT)
     for spec in specs:
         require("ServerSpec", "target", spec.target, _SERVER_OBJECT)
-    return Connection(specs, connect_timeout=float(connect_timeout), call_timeout=float(call_timeout))
+    return Connection(
+        specs,
+        connect_timeout=float(connect_timeout),
+        call_timeout=float(call_timeout),
+        max_message_bytes=max_message_bytes,
+    )
 
 
 class _Upstream:
@@ -120,6 +138,7 @@ class _Upstream:
         self.ready: concurrent.futures.Future[list[Any]] = concurrent.futures.Future()
         self.closing: Optional[anyio.Event] = None  # made on the loop thread
         self.holder: Optional[concurrent.futures.Future[None]] = None
+        self.broken: Optional[str] = None  # why the connection closed it (set on the loop thread)
 
 
 class Connection:
@@ -130,13 +149,22 @@ class Connection:
     ``_inflight``, the futures of calls still waiting for their server.
     """
 
-    def __init__(self, specs: list[ServerSpec], *, connect_timeout: float, call_timeout: float) -> None:
+    def __init__(
+        self,
+        specs: list[ServerSpec],
+        *,
+        connect_timeout: float,
+        call_timeout: float,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    ) -> None:
         self._n = next(_ids)
         self._call_timeout = call_timeout
+        self._max_message_bytes = max_message_bytes
         self._lock = threading.Lock()
         self._closed = False
         self._inflight: set[concurrent.futures.Future[Any]] = set()
         self._upstreams = [_Upstream(spec, i) for i, spec in enumerate(specs)]
+        self._flags: dict[str, mapping.Flags] = {}
         self._portal_cm = anyio.from_thread.start_blocking_portal(name=f"nous-sched-mcp-{self._n}")
         self._portal = self._portal_cm.__enter__()
         _open.add(self)
@@ -164,9 +192,19 @@ class Connection:
         Names are the servers' own with one server, ``<server>__<tool>`` with
         several. ``parameters`` is the tool's input schema, ``returns`` its
         output schema (when it has one); ``concurrency_safe``,
-        ``requires_approval`` and ``category`` follow :func:`mapping.flags`.
+        ``requires_approval``, ``category`` and ``exclusive_reason`` follow
+        :func:`mapping.flags`: a tool of an untrusted server is exclusive and
+        needs approval unless an override says otherwise.
         """
         return list(self._tools)
+
+    def flags(self) -> dict[str, mapping.Flags]:
+        """What was decided for each tool, and why: ``{tool name: Flags}`` (names as :meth:`tools` has them).
+
+        ``Flags.reason`` is what ``serve-mcp``'s banner shows for a tool that
+        needs approval, and the trail for a call that ran exclusive.
+        """
+        return dict(self._flags)
 
     def close(self) -> None:
         """Cancel calls in flight, close every server, stop the loop thread. Idempotent."""
@@ -256,22 +294,40 @@ class Connection:
                 log.warning("MCP server %s: the connection ended with an error: %s", up.label, _reason(exc))
             raise
 
-    @staticmethod
-    async def _transport(up: _Upstream, stack: AsyncExitStack) -> Any:
+    async def _transport(self, up: _Upstream, stack: AsyncExitStack) -> Any:
         spec = up.spec
         if spec.transport == "stdio":
             params = StdioServerParameters(
                 command=spec.target[0], args=list(spec.target[1:]), env=dict(spec.env or {}) or None, cwd=spec.cwd
             )
-            return stdio_client(params, errlog=_errlog())
+            return bounded_stdio(
+                params,
+                errlog=_errlog(),
+                max_message_bytes=self._max_message_bytes,
+                on_overflow=lambda why: self._overflowed(up, why),
+            )
         if spec.transport == "http":
             import httpx2
 
+            from .bounded_http import BoundedTransport
+
+            transport = BoundedTransport(
+                httpx2.AsyncHTTPTransport(), self._max_message_bytes, lambda why: self._overflowed(up, why)
+            )
             http = await stack.enter_async_context(
-                httpx2.AsyncClient(headers=dict(spec.headers or {}), timeout=httpx2.Timeout(30.0, read=300.0))
+                httpx2.AsyncClient(
+                    headers=dict(spec.headers or {}), timeout=httpx2.Timeout(30.0, read=300.0), transport=transport
+                )
             )
             return streamable_http_client(spec.target, http_client=http)
         return spec.target
+
+    def _overflowed(self, up: _Upstream, why: str) -> None:
+        """A server sent a message over the bound: it is killed; close its client too (loop thread)."""
+        up.broken = f"{why}; it was closed"
+        log.warning("MCP server %s %s", up.label, up.broken)
+        if up.closing is not None:
+            up.closing.set()
 
     def _ask_to_close(self, up: _Upstream) -> None:
         if up.closing is None or not up.ready.done():
@@ -297,9 +353,11 @@ class Connection:
                     listed.annotations, trusted=up.spec.trusted, override=up.spec.overrides.get(listed.name)
                 )
                 title = getattr(listed.annotations, "title", None) or getattr(listed, "title", None)
+                name = mapping.tool_name(up.name, listed.name, namespaced=namespaced)
+                self._flags[name] = f
                 tools.append(
                     Tool(
-                        name=mapping.tool_name(up.name, listed.name, namespaced=namespaced),
+                        name=name,
                         function=self._function(up, listed.name),
                         description=listed.description or title or "",
                         parameters=listed.input_schema,
@@ -307,6 +365,7 @@ class Connection:
                         requires_approval=f.requires_approval,
                         category=f.category,
                         concurrency_safe=_always if f.parallel else None,
+                        exclusive_reason="" if f.parallel else f.reason,
                     )
                 )
         return tools
@@ -329,6 +388,8 @@ class Connection:
         with self._lock:
             if self._closed:
                 raise ToolError(f"the connection to MCP server {up.name!r} is closed")
+            if up.broken is not None:
+                raise ToolError(f"MCP server {up.name!r}: {up.broken}")
             future = self._portal.start_task_soon(up.client.call_tool, name, args)
             self._inflight.add(future)
         try:
@@ -343,9 +404,11 @@ class Connection:
                 f"MCP server {up.name!r} did not answer within {self._call_timeout:g}s (call_timeout); call cancelled"
             ) from None
         except concurrent.futures.CancelledError:
+            if up.broken is not None:
+                raise ToolError(f"MCP server {up.name!r}: {up.broken}") from None
             raise ToolError(f"the connection to MCP server {up.name!r} was closed during the call") from None
         except Exception as exc:
-            raise ToolError(f"MCP server {up.name!r}: {_reason(exc)}") from None
+            raise ToolError(f"MCP server {up.name!r}: {up.broken or _reason(exc)}") from None
         finally:
             with self._lock:
                 self._inflight.discard(future)

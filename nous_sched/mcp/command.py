@@ -6,13 +6,15 @@ Usage::
                          [--trust NAME ...] [--policy FILE] [--approve TOOL ...]
                          [--deny TOOL ...] [--require-approval TOOL ...]
                          [--audit-log FILE] [--http [HOST:]PORT]
-                         [--timeout S] [--max-parallel N]
+                         [--timeout S] [--max-parallel N] [--max-runs-per-session N]
 
 Programs call the tools of ``MODULE`` (as ``nous-sched run`` takes it) and of
 the upstream MCP servers: ``--server NAME=TARGET`` (``TARGET`` is an
 ``http(s)://`` URL or a command line) and the ``mcpServers`` of
 ``--mcp-config``. Upstream servers are untrusted unless named by ``--trust``
-or marked ``"trusted": true`` in the config. Serves stdio by default,
+or marked ``"trusted": true`` in the config; an untrusted server's tools all
+need approval (fail safe), and a start-up line on standard error lists every
+tool that needs approval and why. Serves stdio by default,
 Streamable HTTP with ``--http`` (loopback unless a host is given; port 0
 picks a free one, and the URL is printed on standard error). It stops when
 its stdio client disconnects, or on Ctrl-C or SIGTERM (exit status 130),
@@ -31,7 +33,9 @@ from typing import Any, TextIO
 
 import attrs
 
-__all__ = ["add_parser", "run"]
+from ..approval_text import inert_line
+
+__all__ = ["add_parser", "run", "approval_banner"]
 
 COMMAND = "serve-mcp"
 
@@ -83,6 +87,13 @@ def add_parser(sub: Any, *, positive_int: Any, seconds: Any) -> argparse.Argumen
     parser.add_argument("--timeout", type=seconds, default=30.0, metavar="S", help="each run's deadline (30)")
     parser.add_argument(
         "--max-parallel", type=positive_int, default=10, metavar="N", help="most tool calls running at once (10)"
+    )
+    parser.add_argument(
+        "--max-runs-per-session",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="most runs one client session may have going at once (default: a quarter of the worker pool)",
     )
     return parser
 
@@ -151,16 +162,28 @@ def _serve(args: argparse.Namespace, err: TextIO) -> int:
             audit_log=args.audit_log,
             timeout=args.timeout,
             max_parallel=args.max_parallel,
+            max_runs_per_session=args.max_runs_per_session,
         )
         try:
             granted = sorted(t.name for t in tools if policy.permits(t))
             what = f"run_code over {len(granted)} tools ({', '.join(granted) or 'none'})"
             audit = f"audit log: {args.audit_log}" if args.audit_log else "audit log: off (--audit-log FILE)"
+            flags = connection.flags() if connection is not None else {}
+            approvals = approval_banner([t for t in tools if policy.permits(t)], policy, approve, flags)
+            approvals.append(
+                f"at most {server.max_runs_per_session} runs at once per client session (--max-runs-per-session)"
+            )
+
+            def banner(where: str) -> None:
+                _say(err, f"serving {what} {where}; {audit}")
+                for line in approvals:
+                    _say(err, line)
+
             if address is None:
-                _say(err, f"serving {what} over stdio; {audit}")
+                banner("over stdio")
                 server.run_stdio()
             else:
-                server.run_http(*address, ready=lambda url: _say(err, f"serving {what} at {url}; {audit}"))
+                server.run_http(*address, ready=lambda url: banner(f"at {url}"))
         finally:
             server.close()
     finally:
@@ -168,6 +191,33 @@ def _serve(args: argparse.Namespace, err: TextIO) -> int:
         if connection is not None:
             connection.close()
     return 0
+
+
+def approval_banner(tools: list[Any], policy: Any, approve: Any, flags: Any) -> list[str]:
+    """The start-up lines saying which granted tools need approval and why (``flags``: a Connection's)."""
+    lines = []
+    for tool in sorted(tools, key=lambda t: t.name):
+        why = _needs_approval_because(tool, policy, flags)
+        if why:
+            asked = "approved without asking (--approve)" if tool.name in approve else "asked"
+            lines.append(f"  {inert_line(tool.name)}: {why}; {asked}")
+    if not lines:
+        return ["no tool needs approval"]
+    return [
+        f"{len(lines)} tools need approval (asked by MCP elicitation; refused when the client cannot be asked):"
+    ] + lines
+
+
+def _needs_approval_because(tool: Any, policy: Any, flags: Any) -> str:
+    reasons = []
+    if tool.requires_approval:
+        decided = flags.get(tool.name)
+        reasons.append(decided.reason if decided is not None else "the tool requires it")
+    if tool.name in policy.require_approval:
+        reasons.append("policy: require_approval")
+    if tool.category in policy.approval_categories:
+        reasons.append(f"policy: category {tool.category!r}")
+    return "; ".join(inert_line(r) for r in reasons)
 
 
 def _stop_on_sigterm() -> Any:

@@ -5,7 +5,8 @@ any object of the same shape); no threads, no I/O.
 
 Annotations fail safe. The SDK says hints from an untrusted server must not
 drive decisions, so for an untrusted server every call is exclusive and
-approval follows the caller's policy alone. For a trusted server:
+needs approval. For a trusted server, MCP's own defaults fill in what a tool
+does not say (``readOnlyHint`` false, ``destructiveHint`` true):
 
 * ``readOnlyHint: true`` makes every call concurrency-safe, needing no approval;
 * otherwise ``destructiveHint`` (true when absent, as the spec defaults it)
@@ -15,7 +16,8 @@ approval follows the caller's policy alone. For a trusted server:
   overlap: it never makes a call parallel. ``openWorldHint`` changes nothing.
 
 A :class:`~nous_sched.mcp.ToolOverride` beats all of these, for trusted and
-untrusted servers alike.
+untrusted servers alike. Every :class:`Flags` carries ``reason``, the words
+the serve-mcp banner, the trail and the CLI timeline show for the decision.
 """
 
 from __future__ import annotations
@@ -29,20 +31,37 @@ import attrs
 from ..errors import ToolError
 from .spec import ToolOverride
 
-__all__ = ["Flags", "flags", "result_value", "error_text", "tool_name", "server_name", "SEPARATOR"]
+__all__ = [
+    "Flags",
+    "flags",
+    "UNTRUSTED",
+    "DESTRUCTIVE_DEFAULT",
+    "result_value",
+    "error_text",
+    "tool_name",
+    "server_name",
+    "SEPARATOR",
+]
 
 #: Joins a server's name and its tool's name when several servers are connected.
 SEPARATOR = "__"
 _NOT_NAME = re.compile(r"[^A-Za-z0-9_-]+")
 
 
+#: Why an untrusted server's tool is exclusive and needs approval.
+UNTRUSTED = "untrusted server"
+#: Why a trusted server's tool that says nothing is exclusive and needs approval.
+DESTRUCTIVE_DEFAULT = "destructive (MCP default)"
+
+
 @attrs.frozen
 class Flags:
-    """What the lane and the approval gate make of one tool."""
+    """What the lane and the approval gate make of one tool, and why (``reason``)."""
 
     parallel: bool
     requires_approval: bool
     category: str
+    reason: str = ""
 
 
 def flags(annotations: Any, *, trusted: bool, override: Optional[ToolOverride] = None) -> Flags:
@@ -50,23 +69,47 @@ def flags(annotations: Any, *, trusted: bool, override: Optional[ToolOverride] =
 
     ``category`` is ``"read"`` for a call that may run in parallel, else
     ``"write"``, so ``PermissionPolicy(approval_categories={"write"})`` gates
-    everything that is not known to be read-only.
+    everything that is not known to be read-only. ``reason`` says in a few
+    words what decided (``"untrusted server"``, ``"destructive (MCP
+    default)"``, ``"read-only (annotated)"``, and ``"...; overridden: ..."``
+    when an override changed something).
     """
-    parallel = False
-    approval = False
-    if trusted and annotations is not None:
-        if getattr(annotations, "read_only_hint", None) is True:
-            parallel = True
-        else:
-            approval = getattr(annotations, "destructive_hint", None) is not False
-    elif trusted:
-        approval = True  # no annotations: the spec's defaults, not read-only and destructive
+    parallel, approval, reason = _by_server(annotations, trusted)
     if override is not None:
-        if override.parallel is not None:
-            parallel = override.parallel
-        if override.requires_approval is not None:
-            approval = override.requires_approval
-    return Flags(parallel=parallel, requires_approval=approval, category="read" if parallel else "write")
+        parallel, approval, reason = _overridden(override, parallel, approval, reason)
+    return Flags(parallel=parallel, requires_approval=approval, category="read" if parallel else "write", reason=reason)
+
+
+def _by_server(annotations: Any, trusted: bool) -> tuple[bool, bool, str]:
+    """(parallel, requires approval, why) from the server's word, as far as it is trusted."""
+    if not trusted:
+        return False, True, UNTRUSTED
+    if annotations is None:
+        return False, True, DESTRUCTIVE_DEFAULT
+    if getattr(annotations, "read_only_hint", None) is True:
+        return True, False, "read-only (annotated)"
+    destructive = getattr(annotations, "destructive_hint", None)
+    if destructive is None:
+        return False, True, DESTRUCTIVE_DEFAULT
+    if destructive is not False:
+        return False, True, "destructive (annotated)"
+    return False, False, "not read-only, not destructive (annotated)"
+
+
+def _overridden(override: ToolOverride, parallel: bool, approval: bool, reason: str) -> tuple[bool, bool, str]:
+    said = []
+    if override.read_only is not None:
+        parallel, approval = override.read_only, approval and not override.read_only
+        said.append(f"read_only={override.read_only}")
+    if override.parallel is not None:
+        parallel = override.parallel
+        said.append(f"parallel={override.parallel}")
+    if override.requires_approval is not None:
+        approval = override.requires_approval
+        said.append(f"requires_approval={override.requires_approval}")
+    if said:
+        reason = f"{reason}; overridden: {', '.join(said)}"
+    return parallel, approval, reason
 
 
 def result_value(result: Any) -> Any:

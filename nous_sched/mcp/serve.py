@@ -37,6 +37,11 @@ runs (``run_start``, ``tool_call``, ``tool_refused``, ``approval``,
 returns: a call the gate refuses (a denied tool, arguments that fail the
 schema, a call past the budget) is in the file too.
 
+Fair sharing: one client session (one MCP connection) may have at most
+``max_runs_per_session`` runs going at once (default: a quarter of the worker
+pool); a ``run_code`` call past that is refused at once, as data, so one
+client waiting on approvals it never answers cannot hold every worker.
+
 Threads: each run gets its own thread, ``nous-sched-mcp-run-<n>``, and its
 own scheduler, as :func:`~nous_sched.run_code` makes.
 """
@@ -54,6 +59,7 @@ from typing import IO, Any, Callable, Iterable, Optional, Union
 
 import anyio
 import anyio.to_thread
+import attrs
 from mcp.server import Server as LowLevelServer
 from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
 from mcp_types import (
@@ -72,7 +78,7 @@ from mcp_types.version import is_version_at_least
 
 from .. import agent
 from .._text import escape_surrogates
-from .._validators import NAMES, TOOLS, instance_of, names, optional, require
+from .._validators import NAMES, POSITIVE_INT, TOOLS, instance_of, names, optional, require
 from ..dispatch import ApprovalRequest, current_call, direct_dispatch
 from ..errors import ConfigError, RunCodeError, ToolError
 from ..events import Event, SessionLog
@@ -87,7 +93,6 @@ log = logging.getLogger("nous_sched")
 
 _MODERN = "2026-07-28"  # the first revision that carries elicitation in InputRequiredResult
 _KEEP_FINISHED = 120.0  # seconds a finished run waits for a retry that collects it
-_SHOWN_ARGS = 2000  # characters of arguments an approval question shows
 
 #: The JSON Schema of ``run_code``'s structured result.
 OUTPUT_SCHEMA: dict[str, Any] = {
@@ -118,6 +123,10 @@ _APPROVAL_SCHEMA: dict[str, Any] = {
 }
 
 _runs_started = itertools.count(1)
+#: By default one client session may have at most 1/RUNS_SHARE of the worker pool's runs going.
+RUNS_SHARE = 4
+_DEFAULT_POOL_SIZE = 32  # the default WorkerPool's size; also for a runtime without one (QuickJSRuntime)
+_OPTIONAL_POSITIVE_INT = optional(POSITIVE_INT)
 _POLICY = optional(instance_of(PermissionPolicy, "a nous_sched.PermissionPolicy"))
 
 
@@ -198,6 +207,7 @@ class _Run:
         self._keys = itertools.count(1)
         self._abandoned: Optional[str] = None  # why nobody will answer any more
         self.cancel = threading.Event()
+        self.session: Any = None  # the client session that started it, for its per-session cap
 
     def ask(self, request: ApprovalRequest, deadline: Optional[float]) -> _Ask:
         """Post a question and wait for its answer, at most until ``deadline`` (tool thread)."""
@@ -260,6 +270,12 @@ class CodeModeServer:
     :param policy: which tools are granted and which need approval.
     :param approve: names of tools whose calls are approved without asking.
     :param audit_log: a path or an open text file for the JSON-lines audit; ``None`` for none.
+    :param max_runs_per_session: most runs one client session (one MCP
+        connection) may have going at once; a ``run_code`` call past it is
+        refused at once with an error result saying so, and nothing runs.
+        ``None``: a quarter of the runtime's worker pool (:data:`RUNS_SHARE`),
+        so one client waiting on approvals it never answers cannot hold every
+        worker.
     :param run_options: passed to every :func:`~nous_sched.run_code` (``timeout``,
         ``max_parallel``, ``runtime``, ``limits``, ``executor``...).
 
@@ -276,6 +292,7 @@ class CodeModeServer:
         approve: Iterable[str] = (),
         audit_log: Union[None, str, Path, IO[str], AuditLog] = None,
         name: str = "nous-sched",
+        max_runs_per_session: Optional[int] = None,
         **run_options: Any,
     ) -> None:
         require("CodeModeServer", "tools", tools, TOOLS)
@@ -295,8 +312,13 @@ class CodeModeServer:
             self._audit = audit_log
         else:
             self._audit = AuditLog(audit_log)
+        require("CodeModeServer", "max_runs_per_session", max_runs_per_session, _OPTIONAL_POSITIVE_INT)
+        self.max_runs_per_session: int = max_runs_per_session or _default_share(run_options.get("runtime"))
         self._runs: dict[str, _Run] = {}
-        self._runs_lock = threading.Lock()  # guards _runs: handlers on the loop, sweeps from any of them
+        # Runs going per client (_client_of: a connection object or a name); a client's entry
+        # goes when its last run ends, so the map is as big as the clients with runs going.
+        self._per_session: dict[Any, int] = {}
+        self._runs_lock = threading.Lock()  # guards _runs and _per_session: handlers on the loop, sweeps, runs
         self.server: LowLevelServer = LowLevelServer(name, on_list_tools=self._list_tools, on_call_tool=self._call_tool)
         self.server.middleware.append(RequestStateBoundary(RequestStateSecurity.ephemeral(), default_audience=name))
 
@@ -402,7 +424,11 @@ class CodeModeServer:
             for key, response in (params.input_responses or {}).items():
                 run.answer(key, _accepted(response), "client")
         else:
-            run = self._start(dict(params.arguments or {}), _client_can_elicit(ctx))
+            client = _client_of(ctx)
+            refusal = self._admit(client)
+            if refusal is not None:
+                return _error_result(refusal)
+            run = self._start(dict(params.arguments or {}), _client_can_elicit(ctx), client)
         modern = is_version_at_least(ctx.protocol_version, _MODERN)
         try:
             while True:
@@ -440,11 +466,33 @@ class CodeModeServer:
 
     # -- one run -----------------------------------------------------------------
 
-    def _start(self, arguments: dict[str, Any], can_ask: bool) -> _Run:
+    def _admit(self, client: Any) -> Optional[str]:
+        """Count one more run for ``client`` (:func:`_client_of`), or say why it may not start (its cap)."""
+        key = client
+        with self._runs_lock:
+            going = self._per_session.get(key, 0)
+            if going >= self.max_runs_per_session:
+                refusal = (
+                    f"this client already has {going} runs going, the most one client session may have at once "
+                    f"(max_runs_per_session); wait for one to finish, or answer its approval questions"
+                )
+                return refusal
+            self._per_session[key] = going + 1
+        return None
+
+    def _release(self, run: _Run) -> None:
+        key = run.session
+        with self._runs_lock:
+            going = self._per_session.pop(key, 0) - 1
+            if going > 0:
+                self._per_session[key] = going
+
+    def _start(self, arguments: dict[str, Any], can_ask: bool, client: Any = None) -> _Run:
         n = next(_runs_started)
         run_id = f"mcp-run-{n}-{secrets.token_hex(3)}"
         what = arguments.get("description")
         run = _Run(run_id, what if isinstance(what, str) else "", can_ask)
+        run.session = client
         with self._runs_lock:
             self._runs[run.token] = run
         thread = threading.Thread(
@@ -486,6 +534,7 @@ class CodeModeServer:
             error=error,
             elapsed=round(time.perf_counter() - started, 6),
         )
+        self._release(run)  # before the client hears the result, so its next run is admitted
         run.finish(outcome)
 
     def _approve_call(self, run: _Run, request: ApprovalRequest) -> bool:
@@ -568,6 +617,38 @@ class _GateAudit(SessionLog):
             self._server._write("tool_refused", run=self._run.id, tool=data["name"], message=data["message"])
 
 
+_ONE_CLIENT = "stdio"  # a stateless connection with no HTTP request: stdio, whose process serves one client
+
+
+def _client_of(ctx: Any) -> Any:
+    """The object that stands for the client making this request, for its per-session cap.
+
+    A handshake-era connection is one client (the SDK's connection object). A
+    stateless (2026-07-28) request has no connection that lasts: over HTTP its
+    client is its ``Mcp-Session-Id`` when it sends one, else its address; over
+    stdio the process serves one client.
+    """
+    connection = getattr(ctx.session, "_connection", None)
+    if connection is not None and not is_version_at_least(ctx.protocol_version, _MODERN):
+        return connection
+    request = getattr(ctx, "request", None)
+    headers = getattr(request, "headers", None)
+    if headers is None:
+        return _ONE_CLIENT
+    session_id = headers.get("mcp-session-id")
+    if session_id:
+        return f"session {session_id}"
+    return f"address {getattr(getattr(request, 'client', None), 'host', '?')}"
+
+
+def _default_share(runtime: Any) -> int:
+    """A quarter (:data:`RUNS_SHARE`) of the worker pool's size: the default ``max_runs_per_session``."""
+    size = getattr(runtime, "size", None)  # None for the default pool: not created until a run needs it
+    if not isinstance(size, int) or size < 1:
+        size = _DEFAULT_POOL_SIZE
+    return max(1, size // RUNS_SHARE)
+
+
 def _client_can_elicit(ctx: Any) -> bool:
     capabilities = getattr(ctx.session, "client_capabilities", None)
     elicitation = getattr(capabilities, "elicitation", None)
@@ -582,14 +663,11 @@ def _elicit_request(run: _Run, ask: _Ask) -> ElicitRequest:
 
 
 def _question(run: _Run, ask: _Ask) -> str:
-    """What the user reads: the tool, its exact arguments, and what the program says it does."""
-    arguments = json.dumps(ask.request.arguments, ensure_ascii=False, sort_keys=True)
-    if len(arguments) > _SHOWN_ARGS:
-        arguments = arguments[:_SHOWN_ARGS] + "… (truncated)"
-    message = f"A program wants to call the tool {ask.request.tool!r} with these arguments:\n{arguments}"
-    if run.description:
-        message += f"\n\nWhat the program says it does: {run.description}"
-    return message
+    """What the user reads: :func:`nous_sched.approval_text.question` of the call, with the run's description."""
+    request = ask.request
+    if not request.description and run.description:
+        request = attrs.evolve(request, description=run.description)
+    return request.question()
 
 
 def _accepted(response: Any) -> bool:

@@ -19,7 +19,7 @@ __all__ = ["ServerSpec", "ToolOverride", "NAME_PATTERN"]
 
 #: A server name: it prefixes tool names, so it keeps them valid for every provider.
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-_OVERRIDE_KEYS = ("parallel", "requires_approval")
+_OVERRIDE_KEYS = ("parallel", "requires_approval", "read_only")
 _OPTIONAL_BOOL = optional(BOOL)
 
 
@@ -28,13 +28,18 @@ class ToolOverride:
     """The caller's word on one tool, which beats anything the server says.
 
     ``parallel=True`` makes every call concurrency-safe, ``False`` exclusive;
-    ``requires_approval`` forces approval on or off. ``None`` leaves the
-    decision to the server's annotations (trusted servers) or the default
-    (untrusted ones).
+    ``requires_approval`` forces approval on or off. ``read_only=True`` is the
+    operator's word that the tool only reads: its calls run in parallel
+    without approval, as a trusted server's ``readOnlyHint`` makes them
+    (``read_only=False`` makes them exclusive). ``parallel`` and
+    ``requires_approval``, when given, beat ``read_only``. ``None`` leaves the
+    decision to the server's annotations (trusted servers) or the fail-safe
+    default (untrusted ones: exclusive, approval needed).
     """
 
     parallel: Optional[bool] = attrs.field(default=None, validator=_OPTIONAL_BOOL)
     requires_approval: Optional[bool] = attrs.field(default=None, validator=_OPTIONAL_BOOL)
+    read_only: Optional[bool] = attrs.field(default=None, kw_only=True, validator=_OPTIONAL_BOOL)
 
     @classmethod
     def coerce(cls, value: Any, where: str) -> "ToolOverride":
@@ -106,10 +111,11 @@ class ServerSpec:
     (``<name>__<tool>``); by default it is the name the server reports.
 
     ``trusted`` says whether the server's tool annotations may drive
-    decisions. Untrusted (the default): every call is exclusive and approval
-    follows the policy alone. Trusted: ``readOnlyHint`` makes calls
-    concurrency-safe and ``destructiveHint`` (true unless the tool is
-    read-only or says otherwise) makes them require approval.
+    decisions. Untrusted (the default): every call is exclusive and needs
+    approval (fail safe), unless an override says otherwise. Trusted:
+    ``readOnlyHint`` makes calls concurrency-safe and ``destructiveHint``
+    (true unless the tool is read-only or says otherwise, as MCP defaults
+    it) makes them require approval.
     ``idempotentHint`` never makes a call parallel. ``overrides`` maps a
     tool's own (unprefixed) name to a :class:`ToolOverride` or a mapping of
     its fields; naming a tool the server does not list is an error.
