@@ -332,10 +332,11 @@ class Scheduler:
     #                              condemned the scheduler (callers write it; it
     #                              is wedged while that ticket's seq is None)
     #   _records_lock   _events, _trail and every _Timeline's fields: the driver
-    #   guards also     _stopping (set by stop() and the exiting driver; read by a
-    #                   tool thread as it takes up a call, _Begin, which stamps
-    #                   `began`: so no call begins after the scheduler stops)
     #   guards          writes them, any thread copies them out.
+    #                   It also guards _stopping (set by stop() and the exiting
+    #                   driver; read by a tool thread as it takes up a call,
+    #                   _Begin, which stamps `began`: so no call begins after
+    #                   the scheduler stops).
     #   _final          the lane's last state, written by the driver before it
     #                   sets _exited (under _lock), read only after that.
     #   Ticket.seq      written once by the driver when it accepts the call; read
