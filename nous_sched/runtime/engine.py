@@ -321,7 +321,7 @@ def drive(
         return Finish(book.lines(), error=(stop.kind, stop.message))
 
 
-def _drive(engine: Any, host: Any, limits: Any, deadline: float, cancel: Any, book: "_LogBook") -> Finish:
+def _drive(engine: Any, host: Any, limits: Any, deadline: float, cancel: Any, book: "_LogBook") -> Finish:  # noqa: C901 - owned by the pool/engine rework
     # (call id, pending call), oldest first: ids grow, so the left end is the oldest.
     outstanding: collections.deque[tuple[int, Any]] = collections.deque()
     # A host may take a step's calls as one batch (``host.batch()``, a context

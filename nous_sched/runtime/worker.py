@@ -319,7 +319,7 @@ def _set_policy(policy: int) -> bool:
     return True
 
 
-def serve(engine: Any, oslimits: Any, watchdog: _Watchdog, fd_in: int, fd_out: int) -> None:
+def serve(engine: Any, oslimits: Any, watchdog: _Watchdog, fd_in: int, fd_out: int) -> None:  # noqa: C901 - owned by the pool/engine rework
     """Answer frames until the host closes the pipe."""
     import collections
     import json
