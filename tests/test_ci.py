@@ -51,4 +51,4 @@ def test_every_library_function_is_at_most_complexity_12():
     section = text[text.index("[tool.ruff.lint.mccabe]\n") :].split("\n[", 1)[0]
     assert re.search(r"^max-complexity = 12$", section, re.M)
     ignores = text[text.index("[tool.ruff.lint.per-file-ignores]\n") :].split("\n[", 1)[0]
-    assert "nous_sched" not in ignores, "the bound holds for the whole library"
+    assert not re.search(r"^\"nous_sched", ignores, re.M), "the bound holds for the whole library"
