@@ -315,7 +315,7 @@ class _PydanticPlan:
 def _schema_generator() -> type:
     from pydantic.json_schema import GenerateJsonSchema
 
-    class ToolJsonSchema(GenerateJsonSchema):
+    class ToolJsonSchema(GenerateJsonSchema):  # type: ignore[misc,unused-ignore]  # Any without the pydantic extra
         # A default with no JSON form is simply not shown; the function keeps it.
         ignored_warning_kinds = {*GenerateJsonSchema.ignored_warning_kinds, "non-serializable-default"}
 
