@@ -33,6 +33,7 @@ import time
 from typing import Any, Callable, Iterable, Optional, Sequence, cast
 
 from . import _validators as v
+from ._options import CANCEL, LIMITS, OPTIONAL_POLICY, check_run_options
 from ._validators import require
 from .discovery import Discovery, unknown_tool_message
 from .dispatch import ApprovalRequest, RunContext, direct_dispatch
@@ -51,9 +52,9 @@ __all__ = ["run_code", "resolve_runtime"]
 
 log = logging.getLogger("nous_sched")
 
-_LIMITS = v.instance_of(Limits, "a nous_sched.Limits")
-_OPTIONAL_POLICY = v.optional(v.instance_of(PermissionPolicy, "a nous_sched.PermissionPolicy"))
-_OPTIONAL_EVENT = v.optional(v.Check("a threading.Event", lambda e: callable(getattr(e, "is_set", None))))
+_LIMITS = LIMITS
+_OPTIONAL_POLICY = OPTIONAL_POLICY
+_OPTIONAL_EVENT = CANCEL
 
 NO_CODE = "run_code requires a `code` parameter containing the program to run."
 BLANK_DESCRIPTION = (
@@ -143,8 +144,9 @@ def run_code(
         ``description``, no runtime, or a tool running on ``executor`` called
         this with that same ``executor`` while every one of its threads is
         busy: the run's calls could only wait for a thread until the deadline).
-    :raises ConfigError: a bad option, named in the message.
+    :raises ConfigError: a bad option, named in the message, before anything starts.
     """
+    check_run_options("run_code", locals())  # every option, before a worker is taken or a thread started
     if not isinstance(code, str):
         raise RunCodeError(NO_CODE)
     if description is not None and (not isinstance(description, str) or not description.strip()):

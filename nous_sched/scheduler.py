@@ -41,6 +41,7 @@ import time
 from typing import Any, Callable, Optional
 
 from . import _validators as v
+from ._options import OPTIONAL_SESSION_LOG
 from ._tool_threads import Task, ToolThreads
 from ._validators import require
 from .dispatch import CallInfo, current_call, direct_dispatch
@@ -279,7 +280,7 @@ class _Stop:
 _STOP = _Stop()
 
 
-_OPTIONAL_SESSION_LOG = v.optional(v.instance_of(SessionLog, "a nous_sched.SessionLog"))
+_OPTIONAL_SESSION_LOG = OPTIONAL_SESSION_LOG
 _NAMED = v.Check("a tool: an object with a str `name`", lambda tool: isinstance(getattr(tool, "name", None), str))
 _TICKET = v.instance_of(Ticket, "a Ticket from Scheduler.submit()")
 
