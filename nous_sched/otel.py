@@ -56,7 +56,7 @@ except ImportError as exc:  # pragma: no cover - tested by hiding the package
 from . import _validators as v
 from ._options import check_run_options
 from ._validators import require
-from .dispatch import current_call, direct_dispatch
+from .dispatch import Dispatch, RunContext, current_call, direct_dispatch
 from .records import CallRecord
 from .result import RunResult
 from .run_code import run_code
@@ -166,9 +166,7 @@ class SpanObserver:
         with self._lock:
             return self._open.get(seq)
 
-    def wrap_dispatch(
-        self, dispatch: Callable[[Any, dict[str, Any], Any], Any] = direct_dispatch
-    ) -> Callable[[Any, dict[str, Any], Any], Any]:
+    def wrap_dispatch(self, dispatch: Dispatch = direct_dispatch) -> Dispatch:
         """``dispatch`` running each call with its sub-call span current.
 
         Spans the tool creates are then children of its sub-call span. The
@@ -242,11 +240,11 @@ class _TracedDispatch:
 
     __slots__ = ("observer", "dispatch")
 
-    def __init__(self, observer: SpanObserver, dispatch: Callable[[Any, dict[str, Any], Any], Any]) -> None:
+    def __init__(self, observer: SpanObserver, dispatch: Dispatch) -> None:
         self.observer = observer
         self.dispatch = dispatch
 
-    def __call__(self, tool: Any, args: dict[str, Any], run_ctx: Any) -> Any:
+    def __call__(self, tool: Tool, args: dict[str, Any], run_ctx: Optional[RunContext]) -> Any:
         info = current_call.get()
         span = None if info is None else self.observer.span_for(info.seq)
         if span is None:
@@ -272,7 +270,7 @@ def traced_run_code(
     tracer: Optional[trace.Tracer] = None,
     call_id: Optional[str] = None,
     observer: Optional[Callable[[CallRecord, str], Any]] = None,
-    dispatch: Callable[[Any, dict[str, Any], Any], Any] = direct_dispatch,
+    dispatch: Dispatch = direct_dispatch,
     tool_context: bool = True,
     **run_options: Any,
 ) -> RunResult:

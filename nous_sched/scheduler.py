@@ -38,20 +38,21 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Mapping
 from typing import Any, Callable, Optional
 
 from . import _validators as v
 from ._options import OPTIONAL_SESSION_LOG
 from ._tool_threads import Task, ToolThreads
 from ._validators import require
-from .dispatch import CallInfo, current_call, direct_dispatch
+from .dispatch import CallInfo, Dispatch, RunContext, current_call, direct_dispatch
 from .errors import ToolError
 from .events import SessionLog, ToolCallEvent, freeze
 from .lane import COMMIT, START, Lane
 from .outcome import Outcome
 from .records import CallRecord, LaneState
 from .snapshot import snapshot
-from .tool import Mode, concurrency_mode
+from .tool import Mode, Tool, concurrency_mode
 
 __all__ = ["Scheduler", "Ticket"]
 
@@ -209,7 +210,13 @@ class _Call:
     outcome: Outcome
 
     def __init__(
-        self, ticket: Ticket, tool: Any, args: Any, logged: Any, run_ctx: Any, ctx: contextvars.Context
+        self,
+        ticket: Ticket,
+        tool: Tool,
+        args: dict[str, Any],
+        logged: Any,
+        run_ctx: Optional[RunContext],
+        ctx: contextvars.Context,
     ) -> None:
         self.ticket = ticket
         self.tool = tool
@@ -346,7 +353,7 @@ class Scheduler:
 
     def __init__(
         self,
-        dispatch: Callable[[Any, dict[str, Any], Any], Any] = direct_dispatch,
+        dispatch: Dispatch = direct_dispatch,
         session_log: Optional[SessionLog] = None,
         max_parallel: int = DEFAULT_MAX_PARALLEL,
         call_id: Optional[str] = None,
@@ -415,7 +422,7 @@ class Scheduler:
         """The ``time.perf_counter()`` value that :class:`CallRecord` times count from."""
         return self._t0
 
-    def submit(self, tool: Any, args: Any, run_ctx: Any = None) -> Ticket:
+    def submit(self, tool: Tool, args: Mapping[str, Any], run_ctx: Optional[RunContext] = None) -> Ticket:
         """Queue one call of ``tool`` with ``args``; returns at once.
 
         ``args`` must be a mapping; it is snapshotted here, on the calling
@@ -438,7 +445,9 @@ class Scheduler:
             require("Scheduler.submit", "args", args, v.MAPPING)
         return self._submit_snapshot(tool, name, snapshot(args), run_ctx)
 
-    def _submit_snapshot(self, tool: Any, name: str, dispatched: dict[str, Any], run_ctx: Any = None) -> Ticket:
+    def _submit_snapshot(
+        self, tool: Tool, name: str, dispatched: dict[str, Any], run_ctx: Optional[RunContext] = None
+    ) -> Ticket:
         """:meth:`submit` for arguments that are already a snapshot no one else
         holds (a runtime's, parsed from the program's JSON text under the
         snapshot rules by the gate): the tool gets them as they are, and the
@@ -501,7 +510,7 @@ class Scheduler:
             return Outcome.failure(ticket.tool, NO_ANSWER.format(s=limit))
         return Outcome.failure(ticket.tool, AWAIT_TIMEOUT)
 
-    def call(self, tool: Any, args: Any, run_ctx: Any = None) -> Outcome:
+    def call(self, tool: Tool, args: Mapping[str, Any], run_ctx: Optional[RunContext] = None) -> Outcome:
         """``wait(submit(tool, args, run_ctx))``: a ``dispatch``-shaped callable routing through this scheduler."""
         return self.wait(self.submit(tool, args, run_ctx))
 
@@ -859,10 +868,10 @@ def _run_reporting(put: Callable[[Any], None], seq: int, ctx: contextvars.Contex
 
 
 def _run_call(
-    dispatch: Callable[[Any, dict[str, Any], Any], Any],
-    tool: Any,
+    dispatch: Dispatch,
+    tool: Tool,
     args: dict[str, Any],
-    run_ctx: Any,
+    run_ctx: Optional[RunContext],
     info: CallInfo,
     t0: float,
     begin: Optional[Callable[[], bool]] = None,

@@ -42,7 +42,7 @@ import re
 import threading
 import weakref
 from collections.abc import Callable, Mapping
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import jsonschema
 import jsonschema.exceptions
@@ -52,6 +52,9 @@ import referencing
 from .errors import ToolError
 from .outcome import clamp
 from .snapshot import describe_path
+
+if TYPE_CHECKING:  # only the name: schema.py sits below tool.py
+    from .tool import Tool
 
 __all__ = ["argument_error", "check_arguments", "schema_error", "MAX_PROBLEMS"]
 
@@ -82,7 +85,7 @@ _compiled: dict[int, tuple[weakref.ref[Any], Any]] = {}
 _compiled_lock = threading.Lock()  # guards the removal callback against a re-insert
 
 
-def argument_error(tool: Any, args: Any) -> Optional[str]:
+def argument_error(tool: Tool, args: Any) -> Optional[str]:
     """The message for the program if ``args`` do not satisfy ``tool.parameters``, else ``None``.
 
     ``None`` too when the tool opts out (``validate_arguments=False``) or has
@@ -105,7 +108,7 @@ def argument_error(tool: Any, args: Any) -> Optional[str]:
     return clamp(_PREFIX + _describe(errors))
 
 
-def check_arguments(tool: Any, args: Any) -> None:
+def check_arguments(tool: Tool, args: Any) -> None:
     """Raise :class:`~nous_sched.ToolError` (naming the tool) if ``args`` fail :func:`argument_error`."""
     message = argument_error(tool, args)
     if message is not None:

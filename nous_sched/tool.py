@@ -59,7 +59,7 @@ class Tool:
     validate_arguments: bool = attrs.field(default=True, validator=v.BOOL)
 
 
-def concurrency_mode(tool: Any, args: Any) -> Mode:
+def concurrency_mode(tool: Tool, args: Any) -> Mode:
     """``"parallel"`` if ``tool.concurrency_safe(args) is True``, else ``"exclusive"``.
 
     Never raises. A predicate that raises (even ``SystemExit``), or returns anything but ``True``

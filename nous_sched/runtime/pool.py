@@ -47,7 +47,7 @@ from .. import _validators as v
 from .._validators import require
 from ..errors import RunCodeError
 from ..result import RunError
-from . import Host, Limits, RuntimeOutcome, worker
+from . import Cancel, Host, Limits, RuntimeOutcome, worker
 from .engine import CANCEL_POLL, CANCELLED, Finish, Stopped, clip, drive, memory_message, timeout_message
 
 __all__ = ["Begun", "WorkerPool", "default_pool"]
@@ -167,7 +167,7 @@ class WorkerPool:
         """
         return self.begin(program, host.names, limits, getattr(host, "cancel", None)).run(host)
 
-    def begin(self, program: str, names: Sequence[str], limits: Limits, cancel: Any = None) -> "Begun":
+    def begin(self, program: str, names: Sequence[str], limits: Limits, cancel: Optional[Cancel] = None) -> "Begun":
         """Start ``program`` in a worker now, before the host that will serve its
         calls exists; :meth:`run` in two halves.
 
