@@ -53,16 +53,17 @@ These are the only refusal rules; every crossing, in either direction, goes
 through one of these three functions.
 
 **Where the rules live.** One walk (``_walk``) applies them, driven by one
-table per direction (``_SNAPSHOT``: what :func:`snapshot` copies, and
-``_JSON``: the strict subset :func:`check` accepts): a rule per exact type,
-then ``_BY_KIND`` for subclasses and the types that are converted. The scalars
-that cross as themselves are tested inline in the walk's two loops (a function
-call per item would cost a third of the walk). Paths are built only on the way
-back up from a refusal, and a cycle is found only then, on the refused path
-(a cycle always ends as nesting too deep), so a value that crosses pays for
-neither. :func:`check` has one fast path, ``_obeys``, which copies nothing and
-only answers yes or "ask the walk"; ``tests/test_hot_path.py`` pins it to the
-walk by a property test.
+table of what may cross per function (``_SNAPSHOT``: what :func:`snapshot`
+copies; ``_JSON``: the strict subset :func:`check` accepts): a rule per exact
+type, then ``_BY_KIND`` for subclasses and the types that are converted. The
+scalars that cross as themselves (``str``, ``bool``, ``None``, safe ``int``,
+finite ``float``) are the one test written inline where the walk meets an
+item (a function call per item would cost a third of the walk). Paths are
+built only on the way back up from a refusal, and a cycle is found only then,
+on the refused path (a cycle always ends as nesting too deep), so a value
+that crosses pays for neither. :func:`check` has one fast path, ``_obeys``,
+which copies nothing and only answers "obeys" or "ask the walk";
+``tests/test_hot_path.py`` pins it to the walk by a property test.
 """
 
 from __future__ import annotations
