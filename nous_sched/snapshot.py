@@ -125,7 +125,8 @@ def snapshot(value: Any) -> Any:
     ``RecursionError``). Thread-safe: it only reads ``value``.
     """
     try:
-        return _walk(value, 0, _SNAPSHOT)
+        # Straight to the rule of the value's type (one call fewer for a small value); _walk for the rest.
+        return _SNAPSHOT.get(type(value), _walk)(value, 0, _SNAPSHOT)
     except _Refused as refused:
         raise SnapshotError(refused.message()) from None
     except RecursionError:  # a deep value met an already deep stack: still the value's fault

@@ -393,3 +393,30 @@ def test_a_cycle_through_an_enum_member_is_named_where_it_closes():
     holder = enum.Enum("Holder", {"BOX": []})
     holder.BOX.value.append(holder.BOX)
     refused({"e": holder.BOX}, "$.e[0]", "cyclic reference")
+
+
+def _lists_with_paths(value, parts, acc):
+    if isinstance(value, list):
+        acc.append((parts, value))
+        for i, item in enumerate(value):
+            _lists_with_paths(item, [*parts, i], acc)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _lists_with_paths(item, [*parts, key], acc)
+    return acc
+
+
+@settings(max_examples=150, deadline=None)
+@given(json_values, st.data())
+def test_a_cycle_is_refused_at_the_reference_that_closes_it(value, data):
+    # The walk finds a cycle only once it has nested too deep, on the refused
+    # path: the message must still name the reference that closes the cycle.
+    from nous_sched.snapshot import describe_path
+
+    root = [value]
+    parts, closing = data.draw(st.sampled_from(_lists_with_paths(root, [], [])))
+    closing.append(root)
+    where = describe_path([*parts, len(closing) - 1])
+    message = refused(root, "cyclic reference (a container that contains itself)")
+    if len(where) < 80:
+        assert message.startswith(where + ": "), (where, message)
