@@ -231,11 +231,21 @@ def _first_repeat(values: list[Any]) -> Optional[int]:
     return None
 
 
-_Rule = Callable[[Any, int, "dict[Any, Any]"], Any]
-_OTHER = "other"  # the key of a table's rule for every type it does not name
+_Rule = Callable[[Any, int, "_Table"], Any]
 
 
-def _walk(value: Any, depth: int, rules: dict[Any, Any]) -> Any:
+class _Table(dict[type, _Rule]):
+    """A table of what may cross: a rule per exact type, and ``other`` for every type it does not name."""
+
+    def __init__(self, rules: dict[type, _Rule], other: _Rule) -> None:
+        super().__init__(rules)
+        self.other = other
+
+    def __missing__(self, kind: type) -> _Rule:
+        return self.other
+
+
+def _walk(value: Any, depth: int, rules: _Table) -> Any:
     kind = type(value)
     # As themselves (the first rows of the table): tested inline here and in both loops.
     if kind is str or kind is bool or value is None:
@@ -248,7 +258,7 @@ def _walk(value: Any, depth: int, rules: dict[Any, Any]) -> Any:
         if _isfinite(value):
             return value
         raise _Refused(f"{value!r} is not JSON (JSON has no NaN or Infinity)")
-    return rules.get(kind, rules[_OTHER])(value, depth, rules)
+    return rules[kind](value, depth, rules)
 
 
 def _deeper(value: Any, depth: int) -> None:
@@ -256,13 +266,12 @@ def _deeper(value: Any, depth: int) -> None:
         raise _Refused(f"nested deeper than {MAX_DEPTH} levels", value)
 
 
-def _object(value: dict[Any, Any], depth: int, rules: dict[Any, Any]) -> Any:
+def _object(value: dict[Any, Any], depth: int, rules: _Table) -> Any:
     # An exact dict: an item whose key is a str and whose value crosses as
     # itself costs one inline test; anything else goes through the table.
     if depth >= MAX_DEPTH:  # inline: this walk's hottest call
         _deeper(value, depth)
     out = {}
-    other = rules[_OTHER]
     for key, item in value.items():
         if type(key) is not str:
             return _mapping(value, depth, rules)  # keys to spell as JSON: start over, checking each
@@ -277,19 +286,18 @@ def _object(value: dict[Any, Any], depth: int, rules: dict[Any, Any]) -> Any:
             out[key] = item
             continue
         try:
-            out[key] = rules.get(kind, other)(item, depth + 1, rules)
+            out[key] = rules[kind](item, depth + 1, rules)
         except _Refused as refused:
             raise refused.at(_step(key), value) from None
     return out
 
 
-def _array(value: Any, depth: int, rules: dict[Any, Any]) -> list[Any]:
+def _array(value: Any, depth: int, rules: _Table) -> list[Any]:
     # A list or a tuple (or a subclass of either): a new list, the same inline test per item.
     if depth >= MAX_DEPTH:  # inline: this walk's hottest call
         _deeper(value, depth)
     out: list[Any] = []
     append = out.append
-    other = rules[_OTHER]
     for item in value:
         kind = type(item)
         if (
@@ -302,13 +310,13 @@ def _array(value: Any, depth: int, rules: dict[Any, Any]) -> list[Any]:
             append(item)
             continue
         try:
-            append(rules.get(kind, other)(item, depth + 1, rules))
+            append(rules[kind](item, depth + 1, rules))
         except _Refused as refused:
             raise refused.at(f"[{len(out)}]", value) from None  # every earlier item is in out
     return out
 
 
-def _mapping(value: Mapping[Any, Any], depth: int, rules: dict[Any, Any]) -> dict[str, Any]:
+def _mapping(value: Mapping[Any, Any], depth: int, rules: _Table) -> dict[str, Any]:
     # Any Mapping, keys spelled as JSON spells them; two that spell the same are refused.
     _deeper(value, depth)
     out: dict[str, Any] = {}
@@ -323,7 +331,7 @@ def _mapping(value: Mapping[Any, Any], depth: int, rules: dict[Any, Any]) -> dic
     return out
 
 
-def _set(value: Any, depth: int, rules: dict[Any, Any]) -> list[Any]:
+def _set(value: Any, depth: int, rules: _Table) -> list[Any]:
     # Sorted by each element's JSON text, so the order is reproducible.
     _deeper(value, depth)
     items = []
@@ -345,18 +353,18 @@ def _key(key: Any) -> str:
     raise _Refused(f"a key of type {type(key).__name__} is not JSON (keys must be strings)")
 
 
-def _enum(value: enum.Enum, depth: int, rules: dict[Any, Any]) -> Any:
+def _enum(value: enum.Enum, depth: int, rules: _Table) -> Any:
     try:
         return _walk(value.value, depth + 1, rules)
     except _Refused as refused:
         raise refused.at("", value) from None  # the same path: the member stands for its value
 
 
-def _bytes(value: Any, depth: int, rules: dict[Any, Any]) -> Any:
+def _bytes(value: Any, depth: int, rules: _Table) -> Any:
     raise _Refused("bytes are not JSON; decode them to str or base64-encode them first")
 
 
-def _not_json(value: Any, depth: int, rules: dict[Any, Any]) -> Any:
+def _not_json(value: Any, depth: int, rules: _Table) -> Any:
     _deeper(value, depth)
     raise _Refused(f"a value of type {type(value).__name__} is not JSON")
 
@@ -377,7 +385,7 @@ _BY_KIND: tuple[tuple[Any, _Rule], ...] = (
 )
 
 
-def _by_kind(value: Any, depth: int, rules: dict[Any, Any]) -> Any:
+def _by_kind(value: Any, depth: int, rules: _Table) -> Any:
     _deeper(value, depth)
     for kinds, rule in _BY_KIND:
         if isinstance(value, kinds):
@@ -387,18 +395,12 @@ def _by_kind(value: Any, depth: int, rules: dict[Any, Any]) -> Any:
 
 #: What snapshot() copies: a rule per exact type (the scalars that cross as
 #: themselves are _walk's first rows), then every other type by kind.
-_SNAPSHOT: dict[Any, _Rule] = {
-    int: _walk,
-    float: _walk,
-    dict: _object,
-    list: _array,
-    tuple: _array,
-    set: _set,
-    frozenset: _set,
-    _OTHER: _by_kind,
-}
+_SNAPSHOT = _Table(
+    {int: _walk, float: _walk, dict: _object, list: _array, tuple: _array, set: _set, frozenset: _set},
+    other=_by_kind,
+)
 #: What check() accepts: what json.loads returns, and nothing else.
-_JSON: dict[Any, _Rule] = {int: _walk, float: _walk, dict: _object, list: _array, _OTHER: _not_json}
+_JSON = _Table({int: _walk, float: _walk, dict: _object, list: _array}, other=_not_json)
 
 
 def _obeys(value: Any, depth: int) -> bool:
