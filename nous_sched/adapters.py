@@ -13,6 +13,7 @@ import secrets
 from typing import Any, Callable, Optional
 
 from . import _validators as v
+from ._options import OPTIONAL_LIMITS, OPTIONAL_POLICY, OPTIONAL_SESSION_LOG
 from .agent import WithContextUpdate
 from .dispatch import ApprovalRequest, CallInfo, RunContext, current_call, direct_dispatch
 from .errors import RunCodeError, SnapshotError, ToolError
@@ -31,9 +32,9 @@ __all__ = ["openai_tool", "anthropic_tool", "call_tool", "OPENAI_APIS"]
 OPENAI_APIS = ("chat", "responses")
 _API = v.one_of(OPENAI_APIS)
 _TOOL = v.instance_of(Tool, "a nous_sched.Tool")
-_OPTIONAL_SESSION_LOG = v.optional(v.instance_of(SessionLog, "a nous_sched.SessionLog"))
-_OPTIONAL_POLICY = v.optional(v.instance_of(PermissionPolicy, "a nous_sched.PermissionPolicy"))
-_OPTIONAL_LIMITS = v.optional(v.instance_of(Limits, "a nous_sched.Limits"))
+_OPTIONAL_LIMITS = OPTIONAL_LIMITS
+_OPTIONAL_POLICY = OPTIONAL_POLICY
+_OPTIONAL_SESSION_LOG = OPTIONAL_SESSION_LOG
 
 
 def _schema(tool: Tool) -> dict[str, Any]:

@@ -19,13 +19,13 @@ import attrs
 
 from . import _validators as v
 from . import sdk
+from ._options import check_run_options
 from ._validators import require
 from .errors import RunCodeError
 from .events import ContextUpdate
 from .policy import PermissionPolicy, partition
-from .run_code import _LIMITS, _OPTIONAL_EVENT, NO_CODE, resolve_runtime, run_code
+from .run_code import NO_CODE, resolve_runtime, run_code
 from .runtime import CodeRuntime
-from .scheduler import _OPTIONAL_SESSION_LOG
 from .tool import Tool
 
 __all__ = [
@@ -39,20 +39,6 @@ __all__ = [
 
 RUN_CODE_NAME = "run_code"
 _BUDGET = v.optional(v.int_at_least(1, "a positive number of characters"))
-# The run_code options a run_code tool passes on, checked as run_code checks
-# them. An option run_code has that is not listed here is passed on unchecked.
-_RUN_OPTION_CHECKS: dict[str, v.Check] = {
-    "timeout": v.SECONDS,
-    "limits": v.optional(_LIMITS),
-    "approval_handler": v.OPTIONAL_CALLABLE,
-    "max_parallel": v.POSITIVE_INT,
-    "executor": v.EXECUTOR,
-    "call_id": v.OPTIONAL_STR,
-    "dispatch": v.DISPATCH,
-    "session_log": _OPTIONAL_SESSION_LOG,
-    "observer": v.OPTIONAL_CALLABLE,
-    "cancel": _OPTIONAL_EVENT,
-}
 # Set by the run_code tool itself, per call or from its own arguments.
 _NOT_RUN_OPTIONS = frozenset({"code", "tools", "description", "policy", "runtime"})
 _RUN_OPTIONS = sorted(
@@ -92,12 +78,10 @@ class WithContextUpdate:
 def _check_run_options(owner: str, run_options: Mapping[str, Any]) -> None:
     """Raise :class:`ConfigError` for an option :func:`~nous_sched.run_code`
     does not take (naming the closest one it does) or a value it would refuse."""
-    for name, value in run_options.items():
+    for name in run_options:
         if name not in _RUN_OPTIONS:
             v.unknown(owner, name, _RUN_OPTIONS, "run_code")
-        check = _RUN_OPTION_CHECKS.get(name)
-        if check is not None:
-            require(owner, name, value, check)
+    check_run_options(owner, run_options)
 
 
 def run_code_tool(

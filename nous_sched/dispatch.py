@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextvars
 import copy
 import time
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import attrs
 
@@ -21,7 +21,19 @@ from . import approval_text
 from .errors import ToolError
 from .outcome import quote_name
 
-__all__ = ["RunContext", "ApprovalRequest", "CallInfo", "direct_dispatch", "current_call", "approve", "RUN_OVER"]
+if TYPE_CHECKING:  # tool.py is above this module: only its name, for the types
+    from .tool import Tool
+
+__all__ = [
+    "RunContext",
+    "ApprovalRequest",
+    "CallInfo",
+    "Dispatch",
+    "direct_dispatch",
+    "current_call",
+    "approve",
+    "RUN_OVER",
+]
 
 
 @attrs.frozen
@@ -84,8 +96,12 @@ class CallInfo:
     tool: str
     seq: int
     mode: str
-    run_ctx: Any = None
+    run_ctx: Optional[RunContext] = None
 
+
+#: The dispatch seam: ``dispatch(tool, args, run_ctx)`` returns the tool's value
+#: (or an :class:`~nous_sched.Outcome`), or raises to fail the call.
+Dispatch = Callable[["Tool", dict[str, Any], Optional[RunContext]], Any]
 
 #: Set inside every sub-call: the call's :class:`CallInfo`. ``None`` outside.
 current_call: contextvars.ContextVar[Optional[CallInfo]] = contextvars.ContextVar(
@@ -93,7 +109,7 @@ current_call: contextvars.ContextVar[Optional[CallInfo]] = contextvars.ContextVa
 )
 
 
-def _approval_required(tool: Any, run_ctx: Any) -> bool:
+def _approval_required(tool: Tool, run_ctx: Optional[RunContext]) -> bool:
     if getattr(tool, "requires_approval", False):
         return True
     return getattr(tool, "name", None) in getattr(run_ctx, "require_approval", ())
@@ -103,13 +119,13 @@ def _approval_required(tool: Any, run_ctx: Any) -> bool:
 RUN_OVER = "code run is over; the call was not started"
 
 
-def run_over(run_ctx: Any) -> bool:
+def run_over(run_ctx: Optional[RunContext]) -> bool:
     """True once ``run_ctx``'s deadline has passed (never without one)."""
     deadline = getattr(run_ctx, "deadline", None)
     return deadline is not None and time.monotonic() >= deadline
 
 
-def approve(tool: Any, args: dict[str, Any], run_ctx: Any) -> None:
+def approve(tool: Tool, args: dict[str, Any], run_ctx: Optional[RunContext]) -> None:
     """The approval step of the gate: return if the call may run, else raise :class:`ToolError`.
 
     Refused when the run is over (before asking, and again after the
@@ -141,7 +157,7 @@ def approve(tool: Any, args: dict[str, Any], run_ctx: Any) -> None:
         raise ToolError(RUN_OVER + " (its approval came after the deadline)", tool.name)
 
 
-def direct_dispatch(tool: Any, args: dict[str, Any], run_ctx: Any) -> Any:
+def direct_dispatch(tool: Tool, args: dict[str, Any], run_ctx: Optional[RunContext]) -> Any:
     """The gate's last step: :func:`approve`, then run ``tool.function(args)``.
 
     Raises :class:`ToolError` when the run is over, or approval is required

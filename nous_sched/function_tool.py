@@ -54,6 +54,7 @@ from collections.abc import Mapping
 from typing import Any, Callable, Optional, Protocol, Union
 
 from . import _docstring
+from . import _validators as v
 from ._pydantic import jsonable, validation_message
 from .errors import ConfigError, ToolError
 from .tool import Tool
@@ -87,6 +88,8 @@ def function_tool(
         an option is invalid.
     """
 
+    _check_options(name, description, concurrency_safe, requires_approval, category, validate_arguments)
+
     def build(fn: Callable[..., Any]) -> Tool:
         return _build(
             fn,
@@ -101,6 +104,25 @@ def function_tool(
     return build if fn is None else build(fn)
 
 
+_CONCURRENCY_SAFE = v.Check(
+    "None, a bool or a predicate (args -> bool)",
+    lambda value: value is None or isinstance(value, bool) or callable(value),
+)
+
+
+def _check_options(
+    name: Any, description: Any, concurrency_safe: Any, requires_approval: Any, category: Any, validate: Any
+) -> None:
+    # The Tool fields' own checks, run when function_tool is called: as a
+    # decorator, a bad option is refused where it is written, not when applied.
+    v.require("function_tool", "name", name, v.optional(v.NON_EMPTY_STR))
+    v.require("function_tool", "description", description, v.OPTIONAL_STR)
+    v.require("function_tool", "concurrency_safe", concurrency_safe, _CONCURRENCY_SAFE)
+    v.require("function_tool", "requires_approval", requires_approval, v.BOOL)
+    v.require("function_tool", "category", category, v.STR)
+    v.require("function_tool", "validate_arguments", validate, v.BOOL)
+
+
 def _build(
     fn: Callable[..., Any],
     *,
@@ -112,7 +134,7 @@ def _build(
     validate_arguments: bool,
 ) -> Tool:
     if not callable(fn):
-        raise ConfigError(f"function_tool: expected a function, got {fn!r}")
+        v.fail("function_tool", "fn", fn, "a function or a callable object")
     label = getattr(fn, "__qualname__", None) or repr(fn)
     predicate = _always_safe if concurrency_safe is True else (concurrency_safe or None)
     doc_text, doc_params = _docstring.parse(inspect.getdoc(fn))
@@ -315,7 +337,7 @@ class _PydanticPlan:
 def _schema_generator() -> type:
     from pydantic.json_schema import GenerateJsonSchema
 
-    class ToolJsonSchema(GenerateJsonSchema):
+    class ToolJsonSchema(GenerateJsonSchema):  # type: ignore[misc,unused-ignore]  # Any without the pydantic extra
         # A default with no JSON form is simply not shown; the function keeps it.
         ignored_warning_kinds = {*GenerateJsonSchema.ignored_warning_kinds, "non-serializable-default"}
 

@@ -53,7 +53,10 @@ except ImportError as exc:  # pragma: no cover - tested by hiding the package
         "nous_sched.otel needs OpenTelemetry, which is not installed; install it with: pip install 'nous_sched[otel]'"
     ) from exc
 
-from .dispatch import current_call, direct_dispatch
+from . import _validators as v
+from ._options import check_run_options
+from ._validators import require
+from .dispatch import Dispatch, RunContext, current_call, direct_dispatch
 from .records import CallRecord
 from .result import RunResult
 from .run_code import run_code
@@ -97,6 +100,10 @@ ATTR_OUTCOME = "nous_sched.outcome"
 _INSTRUMENTATION = "nous_sched"
 
 
+_TRACER = v.optional(v.Check("an OpenTelemetry Tracer", lambda t: callable(getattr(t, "start_span", None))))
+_CONTEXT = v.optional(v.instance_of(otel_context.Context, "an OpenTelemetry Context"))
+
+
 def _tracer(tracer: Optional[trace.Tracer]) -> trace.Tracer:
     if tracer is not None:
         return tracer
@@ -128,8 +135,9 @@ class SpanObserver:
         context: Optional[otel_context.Context] = None,
         then: Optional[Callable[[CallRecord, str], Any]] = None,
     ) -> None:
-        if then is not None and not callable(then):
-            raise TypeError(f"SpanObserver: `then` must be callable, got {then!r}")
+        require("SpanObserver", "tracer", tracer, _TRACER)
+        require("SpanObserver", "context", context, _CONTEXT)
+        require("SpanObserver", "then", then, v.OPTIONAL_CALLABLE)
         self._tracer = _tracer(tracer)
         self._context = context
         self._then = then
@@ -158,9 +166,7 @@ class SpanObserver:
         with self._lock:
             return self._open.get(seq)
 
-    def wrap_dispatch(
-        self, dispatch: Callable[[Any, dict[str, Any], Any], Any] = direct_dispatch
-    ) -> Callable[[Any, dict[str, Any], Any], Any]:
+    def wrap_dispatch(self, dispatch: Dispatch = direct_dispatch) -> Dispatch:
         """``dispatch`` running each call with its sub-call span current.
 
         Spans the tool creates are then children of its sub-call span. The
@@ -234,11 +240,11 @@ class _TracedDispatch:
 
     __slots__ = ("observer", "dispatch")
 
-    def __init__(self, observer: SpanObserver, dispatch: Callable[[Any, dict[str, Any], Any], Any]) -> None:
+    def __init__(self, observer: SpanObserver, dispatch: Dispatch) -> None:
         self.observer = observer
         self.dispatch = dispatch
 
-    def __call__(self, tool: Any, args: dict[str, Any], run_ctx: Any) -> Any:
+    def __call__(self, tool: Tool, args: dict[str, Any], run_ctx: Optional[RunContext]) -> Any:
         info = current_call.get()
         span = None if info is None else self.observer.span_for(info.seq)
         if span is None:
@@ -264,7 +270,7 @@ def traced_run_code(
     tracer: Optional[trace.Tracer] = None,
     call_id: Optional[str] = None,
     observer: Optional[Callable[[CallRecord, str], Any]] = None,
-    dispatch: Callable[[Any, dict[str, Any], Any], Any] = direct_dispatch,
+    dispatch: Dispatch = direct_dispatch,
     tool_context: bool = True,
     **run_options: Any,
 ) -> RunResult:
@@ -278,6 +284,7 @@ def traced_run_code(
     current, not their sub-call's). Returns and raises exactly what
     ``run_code`` does; an exception is recorded on the run span.
     """
+    _check_traced_options(tracer, call_id, observer, dispatch, tool_context, run_options)
     tracer = _tracer(tracer)
     if call_id is None:
         call_id = "run_code-" + secrets.token_urlsafe(6)
@@ -303,3 +310,13 @@ def traced_run_code(
             run_span.set_attribute(ATTR_ERROR_TYPE, result.error.kind)
             run_span.set_status(Status(StatusCode.ERROR, f"program failed: {result.error.kind}"))
     return result
+
+
+def _check_traced_options(
+    tracer: Any, call_id: Any, observer: Any, dispatch: Any, tool_context: Any, run_options: dict[str, Any]
+) -> None:
+    # Every option, before the run span starts: a bad one is no span and no run.
+    require("traced_run_code", "tracer", tracer, _TRACER)
+    require("traced_run_code", "tool_context", tool_context, v.BOOL)
+    options = {**run_options, "call_id": call_id, "observer": observer, "dispatch": dispatch}
+    check_run_options("traced_run_code", options)

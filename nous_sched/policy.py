@@ -9,7 +9,7 @@ the real name and arguments.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Optional
+from typing import Iterable, Optional
 
 import attrs
 
@@ -38,13 +38,13 @@ class PermissionPolicy:
     require_approval: frozenset[str] = attrs.field(default=frozenset(), converter=v.names, validator=v.NAMES)
     approval_categories: frozenset[str] = attrs.field(default=frozenset(), converter=v.names, validator=v.NAMES)
 
-    def permits(self, tool: Any) -> bool:
+    def permits(self, tool: Tool) -> bool:
         name = tool.name
         if name in self.deny:
             return False
         return self.allow is None or name in self.allow
 
-    def needs_approval(self, tool: Any) -> bool:
+    def needs_approval(self, tool: Tool) -> bool:
         return (
             bool(getattr(tool, "requires_approval", False))
             or tool.name in self.require_approval

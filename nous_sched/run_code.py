@@ -30,13 +30,14 @@ import logging
 import secrets
 import threading
 import time
-from typing import Any, Callable, Iterable, Optional, Sequence, cast
+from typing import Any, Callable, Iterable, Optional, Sequence
 
 from . import _validators as v
+from ._options import CANCEL, LIMITS, OPTIONAL_POLICY, check_run_options
 from ._text import one_line
 from ._validators import require
 from .discovery import Discovery, unknown_tool_message
-from .dispatch import ApprovalRequest, RunContext, direct_dispatch
+from .dispatch import ApprovalRequest, Dispatch, RunContext, direct_dispatch
 from .errors import RunCodeError
 from .events import SessionLog
 from .gate import Admitted, Gate
@@ -44,7 +45,7 @@ from .outcome import TRUNCATION_MARK, Outcome
 from .policy import PermissionPolicy, partition
 from .records import CallRecord
 from .result import RunError, RunResult
-from .runtime import CodeRuntime, Limits, PendingCall, RuntimeOutcome
+from .runtime import Cancel, CodeRuntime, Limits, PendingCall, RuntimeOutcome
 from .scheduler import Scheduler
 from .tool import Tool
 
@@ -52,9 +53,9 @@ __all__ = ["run_code", "resolve_runtime"]
 
 log = logging.getLogger("nous_sched")
 
-_LIMITS = v.instance_of(Limits, "a nous_sched.Limits")
-_OPTIONAL_POLICY = v.optional(v.instance_of(PermissionPolicy, "a nous_sched.PermissionPolicy"))
-_OPTIONAL_EVENT = v.optional(v.Check("a threading.Event", lambda e: callable(getattr(e, "is_set", None))))
+_LIMITS = LIMITS
+_OPTIONAL_POLICY = OPTIONAL_POLICY
+_OPTIONAL_EVENT = CANCEL
 
 NO_CODE = "run_code requires a `code` parameter containing the program to run."
 BLANK_DESCRIPTION = (
@@ -70,7 +71,7 @@ _NO_RUNTIME = (
 )
 
 
-def resolve_runtime(runtime: Any = None) -> CodeRuntime:
+def resolve_runtime(runtime: Optional[CodeRuntime] = None) -> CodeRuntime:
     """``runtime`` itself, or the default runtime when ``None``: the process's
     :class:`~nous_sched.WorkerPool`, created on first use.
 
@@ -93,7 +94,7 @@ def resolve_runtime(runtime: Any = None) -> CodeRuntime:
             f"code runtime {runtime!r} does not implement nous_sched.CodeRuntime "
             "(it needs run(program, host, limits) -> RuntimeOutcome)"
         )
-    return cast(CodeRuntime, runtime)
+    return runtime
 
 
 def run_code(
@@ -110,10 +111,10 @@ def run_code(
     max_parallel: int = 10,
     executor: Optional[concurrent.futures.Executor] = None,
     call_id: Optional[str] = None,
-    dispatch: Callable[[Any, dict[str, Any], Any], Any] = direct_dispatch,
+    dispatch: Dispatch = direct_dispatch,
     session_log: Optional[SessionLog] = None,
     observer: Optional[Callable[[CallRecord, str], Any]] = None,
-    cancel: Optional[threading.Event] = None,
+    cancel: Optional[Cancel] = None,
 ) -> RunResult:
     """Run ``code`` with ``tools`` bound as ``tools[name](args)`` and return what it produced.
 
@@ -145,8 +146,9 @@ def run_code(
         tool running on ``executor`` called
         this with that same ``executor`` while every one of its threads is
         busy: the run's calls could only wait for a thread until the deadline).
-    :raises ConfigError: a bad option, named in the message.
+    :raises ConfigError: a bad option, named in the message, before anything starts.
     """
+    check_run_options("run_code", locals())  # every option, before a worker is taken or a thread started
     if not isinstance(code, str):
         raise RunCodeError(NO_CODE)
     if description is not None and (not isinstance(description, str) or not description.strip()):
@@ -299,7 +301,7 @@ class _Host:
         scheduler: Scheduler,
         gate: Gate,
         run_ctx: RunContext,
-        cancel: Optional[threading.Event] = None,
+        cancel: Optional[Cancel] = None,
         names: Optional[Sequence[str]] = None,
     ) -> None:
         self.scheduler = scheduler

@@ -38,19 +38,21 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Mapping
 from typing import Any, Callable, Optional
 
 from . import _validators as v
+from ._options import OPTIONAL_SESSION_LOG
 from ._tool_threads import Task, ToolThreads
 from ._validators import require
-from .dispatch import CallInfo, current_call, direct_dispatch
+from .dispatch import CallInfo, Dispatch, RunContext, current_call, direct_dispatch
 from .errors import ToolError
 from .events import SessionLog, ToolCallEvent, freeze
 from .lane import COMMIT, START, Lane
 from .outcome import Outcome
 from .records import CallRecord, LaneState
 from .snapshot import snapshot
-from .tool import Mode, concurrency_mode, exclusive_reason
+from .tool import Mode, Tool, concurrency_mode, exclusive_reason
 
 __all__ = ["Scheduler", "Ticket"]
 
@@ -217,7 +219,13 @@ class _Call:
     outcome: Outcome
 
     def __init__(
-        self, ticket: Ticket, tool: Any, args: Any, logged: Any, run_ctx: Any, ctx: contextvars.Context
+        self,
+        ticket: Ticket,
+        tool: Tool,
+        args: dict[str, Any],
+        logged: Any,
+        run_ctx: Optional[RunContext],
+        ctx: contextvars.Context,
     ) -> None:
         self.ticket = ticket
         self.tool = tool
@@ -288,7 +296,7 @@ class _Stop:
 _STOP = _Stop()
 
 
-_OPTIONAL_SESSION_LOG = v.optional(v.instance_of(SessionLog, "a nous_sched.SessionLog"))
+_OPTIONAL_SESSION_LOG = OPTIONAL_SESSION_LOG
 _NAMED = v.Check("a tool: an object with a str `name`", lambda tool: isinstance(getattr(tool, "name", None), str))
 _TICKET = v.instance_of(Ticket, "a Ticket from Scheduler.submit()")
 
@@ -341,10 +349,11 @@ class Scheduler:
     #                              condemned the scheduler (callers write it; it
     #                              is wedged while that ticket's seq is None)
     #   _records_lock   _events, _trail and every _Timeline's fields: the driver
-    #   guards also     _stopping (set by stop() and the exiting driver; read by a
-    #                   tool thread as it takes up a call, _Begin, which stamps
-    #                   `began`: so no call begins after the scheduler stops)
     #   guards          writes them, any thread copies them out.
+    #                   It also guards _stopping (set by stop() and the exiting
+    #                   driver; read by a tool thread as it takes up a call,
+    #                   _Begin, which stamps `began`: so no call begins after
+    #                   the scheduler stops).
     #   _final          the lane's last state, written by the driver before it
     #                   sets _exited (under _lock), read only after that.
     #   Ticket.seq      written once by the driver when it accepts the call; read
@@ -353,7 +362,7 @@ class Scheduler:
 
     def __init__(
         self,
-        dispatch: Callable[[Any, dict[str, Any], Any], Any] = direct_dispatch,
+        dispatch: Dispatch = direct_dispatch,
         session_log: Optional[SessionLog] = None,
         max_parallel: int = DEFAULT_MAX_PARALLEL,
         call_id: Optional[str] = None,
@@ -422,7 +431,7 @@ class Scheduler:
         """The ``time.perf_counter()`` value that :class:`CallRecord` times count from."""
         return self._t0
 
-    def submit(self, tool: Any, args: Any, run_ctx: Any = None) -> Ticket:
+    def submit(self, tool: Tool, args: Mapping[str, Any], run_ctx: Optional[RunContext] = None) -> Ticket:
         """Queue one call of ``tool`` with ``args``; returns at once.
 
         ``args`` must be a mapping; it is snapshotted here, on the calling
@@ -445,7 +454,9 @@ class Scheduler:
             require("Scheduler.submit", "args", args, v.MAPPING)
         return self._submit_snapshot(tool, name, snapshot(args), run_ctx)
 
-    def _submit_snapshot(self, tool: Any, name: str, dispatched: dict[str, Any], run_ctx: Any = None) -> Ticket:
+    def _submit_snapshot(
+        self, tool: Tool, name: str, dispatched: dict[str, Any], run_ctx: Optional[RunContext] = None
+    ) -> Ticket:
         """:meth:`submit` for arguments that are already a snapshot no one else
         holds (a runtime's, parsed from the program's JSON text under the
         snapshot rules by the gate): the tool gets them as they are, and the
@@ -508,7 +519,7 @@ class Scheduler:
             return Outcome.failure(ticket.tool, NO_ANSWER.format(s=limit))
         return Outcome.failure(ticket.tool, AWAIT_TIMEOUT)
 
-    def call(self, tool: Any, args: Any, run_ctx: Any = None) -> Outcome:
+    def call(self, tool: Tool, args: Mapping[str, Any], run_ctx: Optional[RunContext] = None) -> Outcome:
         """``wait(submit(tool, args, run_ctx))``: a ``dispatch``-shaped callable routing through this scheduler."""
         return self.wait(self.submit(tool, args, run_ctx))
 
@@ -868,10 +879,10 @@ def _run_reporting(put: Callable[[Any], None], seq: int, ctx: contextvars.Contex
 
 
 def _run_call(
-    dispatch: Callable[[Any, dict[str, Any], Any], Any],
-    tool: Any,
+    dispatch: Dispatch,
+    tool: Tool,
     args: dict[str, Any],
-    run_ctx: Any,
+    run_ctx: Optional[RunContext],
     info: CallInfo,
     t0: float,
     begin: Optional[Callable[[], bool]] = None,

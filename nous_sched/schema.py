@@ -40,8 +40,8 @@ import json
 import logging
 import threading
 import weakref
-from collections.abc import Mapping
-from typing import Any, Optional
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Optional
 
 import jsonschema
 import jsonschema.exceptions
@@ -51,6 +51,10 @@ import referencing
 from ._linear import linear, pattern_problem, search
 from .errors import ToolError
 from .outcome import clamp
+from .snapshot import describe_path
+
+if TYPE_CHECKING:  # only the name: schema.py sits below tool.py
+    from .tool import Tool
 
 __all__ = ["argument_error", "check_arguments", "schema_error", "MAX_PROBLEMS"]
 
@@ -81,7 +85,7 @@ _compiled: dict[int, tuple[weakref.ref[Any], Any]] = {}
 _compiled_lock = threading.Lock()  # guards the removal callback against a re-insert
 
 
-def argument_error(tool: Any, args: Any) -> Optional[str]:
+def argument_error(tool: Tool, args: Any) -> Optional[str]:
     """The message for the program if ``args`` do not satisfy ``tool.parameters``, else ``None``.
 
     ``None`` too when the tool opts out (``validate_arguments=False``) or has
@@ -104,7 +108,7 @@ def argument_error(tool: Any, args: Any) -> Optional[str]:
     return clamp(_PREFIX + _describe(errors))
 
 
-def check_arguments(tool: Any, args: Any) -> None:
+def check_arguments(tool: Tool, args: Any) -> None:
     """Raise :class:`~nous_sched.ToolError` (naming the tool) if ``args`` fail :func:`argument_error`."""
     message = argument_error(tool, args)
     if message is not None:
@@ -231,51 +235,79 @@ def _all_type_errors(error: Any) -> bool:
 
 
 def _what(error: Any) -> str:
-    keyword, expected, instance = error.validator, error.validator_value, error.instance
-    got = f"got {_show(instance)}"
-    if keyword == "type":
-        return f"expected {_or(expected)}, {got}"
-    if keyword in ("anyOf", "oneOf") and _all_type_errors(error):
+    # One describer per keyword (_SAYS); one that has nothing better to say
+    # answers None, and jsonschema's own message stands.
+    say = _SAYS.get(error.validator)
+    said = say(error) if say is not None else None
+    return said if said is not None else str(error.message)
+
+
+def _got(error: Any) -> str:
+    return f"got {_show(error.instance)}"
+
+
+def _say_type(error: Any) -> str:
+    return f"expected {_or(error.validator_value)}, {_got(error)}"
+
+
+def _say_shapes(error: Any) -> str:
+    # anyOf/oneOf: the types every branch wanted, when each failed on type alone.
+    if _all_type_errors(error):
         types = [sub.validator_value for sub in error.context]
         flat = [t for value in types for t in (value if isinstance(value, list) else [value])]
-        return f"expected {_or(list(dict.fromkeys(flat)))}, {got}"
-    if keyword == "required" and isinstance(instance, Mapping) and isinstance(expected, list):
-        missing = [name for name in expected if name not in instance]
-        noun = "property" if len(missing) == 1 else "properties"
-        return f"missing required {noun} {_names(missing)}"
-    if keyword in ("additionalProperties", "unevaluatedProperties") and isinstance(instance, Mapping):
-        extra = _unexpected(error.schema, instance)
-        if extra:
-            noun = "property" if len(extra) == 1 else "properties"
-            declared = sorted(p for p in (error.schema.get("properties") or {}) if isinstance(p, str))
-            hint = f" (expected only {_names(declared)})" if declared else ""
-            return f"unexpected {noun} {_names(extra)}{hint}"
-    if keyword == "enum" and isinstance(expected, list):
-        return f"expected one of {_values(expected)}, {got}"
-    if keyword == "const":
-        return f"expected {_show(expected)}, {got}"
-    bound = _BOUNDS.get(keyword)
-    if bound is not None:
-        wanted, counted = bound
-        limit = _count(expected, counted) if counted is not None and isinstance(expected, int) else _show(expected)
-        return f"expected {wanted} {limit}, {got}"
-    if keyword == "pattern":
-        return f"expected a string matching {_show(expected)}, {got}"
-    if keyword == "multipleOf":
-        return f"expected a multiple of {_show(expected)}, {got}"
-    if keyword in ("items", "additionalItems") and expected is False and isinstance(instance, list):
-        fixed = error.schema.get("prefixItems" if keyword == "items" else "items")
-        if isinstance(fixed, list):
-            return f"expected at most {_count(len(fixed), 'item')}, got {len(instance)}"
-    if keyword == "uniqueItems":
-        return "expected unique items"
-    if keyword == "anyOf":
-        return f"expected one of the allowed shapes, {got}"
-    if keyword == "oneOf":
-        return f"expected exactly one of the allowed shapes, {got}"
-    if keyword == "not":
-        return f"expected a value not matching {_show(expected)}, {got}"
-    return str(error.message)
+        return f"expected {_or(list(dict.fromkeys(flat)))}, {_got(error)}"
+    exactly = "exactly " if error.validator == "oneOf" else ""
+    return f"expected {exactly}one of the allowed shapes, {_got(error)}"
+
+
+def _say_required(error: Any) -> Optional[str]:
+    expected, instance = error.validator_value, error.instance
+    if not (isinstance(instance, Mapping) and isinstance(expected, list)):
+        return None
+    missing = [name for name in expected if name not in instance]
+    noun = "property" if len(missing) == 1 else "properties"
+    return f"missing required {noun} {_names(missing)}"
+
+
+def _say_unexpected(error: Any) -> Optional[str]:
+    extra = _unexpected(error.schema, error.instance) if isinstance(error.instance, Mapping) else []
+    if not extra:
+        return None
+    noun = "property" if len(extra) == 1 else "properties"
+    declared = sorted(p for p in (error.schema.get("properties") or {}) if isinstance(p, str))
+    hint = f" (expected only {_names(declared)})" if declared else ""
+    return f"unexpected {noun} {_names(extra)}{hint}"
+
+
+def _say_enum(error: Any) -> Optional[str]:
+    if not isinstance(error.validator_value, list):
+        return None
+    return f"expected one of {_values(error.validator_value)}, {_got(error)}"
+
+
+def _say_bound(error: Any) -> str:
+    wanted, counted = _BOUNDS[error.validator]
+    expected = error.validator_value
+    limit = _count(expected, counted) if counted is not None and isinstance(expected, int) else _show(expected)
+    return f"expected {wanted} {limit}, {_got(error)}"
+
+
+def _say_items(error: Any) -> Optional[str]:
+    # items/additionalItems: false past a fixed prefix: say how many fit.
+    if error.validator_value is not False or not isinstance(error.instance, list):
+        return None
+    fixed = error.schema.get("prefixItems" if error.validator == "items" else "items")
+    if not isinstance(fixed, list):
+        return None
+    return f"expected at most {_count(len(fixed), 'item')}, got {len(error.instance)}"
+
+
+def _expected(phrase: str) -> Callable[[Any], str]:
+    # A keyword whose message is "expected <phrase> <its value>, got <instance>".
+    def say(error: Any) -> str:
+        return f"expected {phrase}{_show(error.validator_value)}, {_got(error)}"
+
+    return say
 
 
 # keyword -> (what is expected, the noun counted or None for a plain number)
@@ -290,6 +322,25 @@ _BOUNDS = {
     "maxItems": ("at most", "item"),
     "minProperties": ("at least", "property"),
     "maxProperties": ("at most", "property"),
+}
+
+
+_SAYS: dict[str, Callable[[Any], Optional[str]]] = {
+    "type": _say_type,
+    "anyOf": _say_shapes,
+    "oneOf": _say_shapes,
+    "required": _say_required,
+    "additionalProperties": _say_unexpected,
+    "unevaluatedProperties": _say_unexpected,
+    "enum": _say_enum,
+    "const": _expected(""),
+    **{keyword: _say_bound for keyword in _BOUNDS},
+    "pattern": _expected("a string matching "),
+    "multipleOf": _expected("a multiple of "),
+    "items": _say_items,
+    "additionalItems": _say_items,
+    "uniqueItems": lambda error: "expected unique items",
+    "not": _expected("a value not matching "),
 }
 
 
@@ -315,15 +366,7 @@ def _count(n: int, noun: str) -> str:
 
 
 def _path(parts: Any) -> str:
-    out = "$"
-    for part in parts:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif isinstance(part, str) and part.isidentifier() and part.isascii():
-            out += f".{part}"
-        else:
-            out += f"[{_json(part)}]"
-    return out
+    return describe_path(parts)  # the snapshot rules' spelling: one path description everywhere
 
 
 def _show(value: Any) -> str:

@@ -27,7 +27,8 @@ finite ``float``                            itself
 ==========================================  ===========================================
 
 Everything else is refused with :class:`~nous_sched.errors.SnapshotError`,
-whose message names the path (``$.items[2].when``) and the type: NaN and the
+whose message names the path (``$.items[2].when``, ``$["odd key"]``: the
+spelling :func:`describe_path` gives every message, schema errors' too) and the type: NaN and the
 infinities (JSON cannot spell them, and ``null`` would change their meaning),
 integers beyond ±(2**53 - 1), JavaScript's safe integers (a program's numbers
 are doubles: ``2**53 + 1`` would arrive as ``2**53``, a 5000-digit int as
@@ -50,6 +51,19 @@ fast path that parses JSON text itself must pass its value through
 
 These are the only refusal rules; every crossing, in either direction, goes
 through one of these three functions.
+
+**Where the rules live.** One walk (``_walk``) applies them, driven by one
+table of what may cross per function (``_SNAPSHOT``: what :func:`snapshot`
+copies; ``_JSON``: the strict subset :func:`check` accepts): a rule per exact
+type, then ``_BY_KIND`` for subclasses and the types that are converted. The
+scalars that cross as themselves (``str``, ``bool``, ``None``, safe ``int``,
+finite ``float``) are the one test written inline where the walk meets an
+item (a function call per item would cost a third of the walk). Paths are
+built only on the way back up from a refusal, and a cycle is found only then,
+on the refused path (a cycle always ends as nesting too deep), so a value
+that crosses pays for neither. :func:`check` has one fast path, ``_obeys``,
+which copies nothing and only answers "obeys" or "ask the walk";
+``tests/test_hot_path.py`` pins it to the walk by a property test.
 """
 
 from __future__ import annotations
@@ -60,18 +74,14 @@ import json
 import math
 import pathlib
 import uuid
-from collections.abc import Mapping
-from typing import Any, Optional
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Optional, Union
 
 from .errors import SnapshotError
 
-__all__ = ["snapshot", "loads", "check", "MAX_DEPTH", "MAX_SAFE_INTEGER", "safe_int"]
+__all__ = ["snapshot", "loads", "check", "describe_path", "MAX_DEPTH", "MAX_SAFE_INTEGER", "safe_int"]
 
 MAX_DEPTH = 200
-
-_AS_STR = (uuid.UUID, pathlib.PurePath)
-_ISO = (datetime.datetime, datetime.date, datetime.time)
-
 
 #: The largest int that crosses: JavaScript's ``Number.MAX_SAFE_INTEGER``,
 #: past which two ints share one double.
@@ -80,10 +90,31 @@ MAX_SAFE_INTEGER = 2**53 - 1
 #: deep would otherwise make the message itself unbounded.
 _MAX_PATH = 160
 
+_M = MAX_SAFE_INTEGER  # short, for the inline tests in the walk's loops
+_isfinite = math.isfinite
+
 
 def safe_int(value: int) -> bool:
     """True when ``value`` is within ±``MAX_SAFE_INTEGER``, so it crosses to JavaScript and back unchanged."""
     return -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER
+
+
+def describe_path(parts: Iterable[Union[str, int]]) -> str:
+    """The path of a value inside a JSON value, as a program writes it: ``$.items[2]["odd key"]``.
+
+    ``parts`` are the keys (``str``) and indexes (``int``) from the root down.
+    This is the one spelling of a path: a snapshot refusal and a schema error
+    name the same place the same way.
+    """
+    return "$" + "".join(map(_step, parts))
+
+
+def _step(part: Union[str, int]) -> str:
+    if isinstance(part, int):
+        return f"[{part}]"
+    if part.isidentifier() and part.isascii():
+        return f".{part}"
+    return f"[{json.dumps(part, ensure_ascii=False)}]"
 
 
 def snapshot(value: Any) -> Any:
@@ -94,11 +125,10 @@ def snapshot(value: Any) -> Any:
     ``RecursionError``). Thread-safe: it only reads ``value``.
     """
     try:
-        return _fast(value, 0)
-    except (_Slow, RecursionError):
-        pass  # the full walk below copies it, or names the path of what it refuses
-    try:
-        return _snap(value, "$", 0, set())
+        # Straight to the rule of the value's type (one call fewer for a small value); _walk for the rest.
+        return _SNAPSHOT.get(type(value), _walk)(value, 0, _SNAPSHOT)
+    except _Refused as refused:
+        raise SnapshotError(refused.message()) from None
     except RecursionError:  # a deep value met an already deep stack: still the value's fault
         raise SnapshotError(f"$: nested too deep to copy (the limit is {MAX_DEPTH} levels)") from None
 
@@ -133,14 +163,16 @@ def check(value: Any) -> None:
     bool, None); nothing is copied. The message names the path.
     """
     try:
-        _fast_check(value, 0)
-        return
-    except (_Slow, RecursionError):
-        pass
-    bad = _check(value, 0)
-    if bad is not None:
-        where, why = bad
-        raise SnapshotError(f"{_show_path('$' + ''.join(reversed(where)))}: {why}")
+        if _obeys(value, 0):
+            return
+    except RecursionError:
+        pass  # the walk below names the path, or says the value is too deep
+    try:
+        _walk(value, 0, _JSON)
+    except _Refused as refused:
+        raise SnapshotError(refused.message()) from None
+    except RecursionError:
+        raise SnapshotError(f"$: nested too deep to check (the limit is {MAX_DEPTH} levels)") from None
 
 
 class _Constant(ValueError):
@@ -156,43 +188,246 @@ _INEXACT = (
     "cannot cross exactly: a program's numbers are doubles, whose safe integers end at "
     "±(2**53 - 1); send it as a string"
 )
+_CYCLE = "cyclic reference (a container that contains itself)"
 
 
-def _check(value: Any, depth: int) -> Optional[tuple[list[str], str]]:
-    # Returns (path parts, innermost first; why) for the first bad value: the
-    # path is only built on the way back up from a refusal.
+# --- the walk ------------------------------------------------------------------------------
+
+
+class _Refused(Exception):
+    """A value the rules refuse. The path is built on the way back up, innermost part first.
+
+    ``trail`` holds the value at each level of a refusal for nesting (the
+    refused container first): a cycle is one container met twice on it.
+    """
+
+    def __init__(self, why: str, deep: Any = None) -> None:
+        super().__init__(why)
+        self.why = why
+        self.parts: list[str] = []
+        self.trail: Optional[list[Any]] = None if deep is None else [deep]
+
+    def at(self, part: str, container: Any) -> _Refused:
+        self.parts.append(part)
+        if self.trail is not None:
+            self.trail.append(container)
+        return self
+
+    def message(self) -> str:
+        parts, why = self.parts[::-1], self.why
+        if self.trail is not None:
+            cut = _first_repeat(self.trail[::-1])
+            if cut is not None:
+                parts, why = parts[:cut], _CYCLE
+        return f"{_show_path('$' + ''.join(parts))}: {why}"
+
+
+def _first_repeat(values: list[Any]) -> Optional[int]:
+    seen: set[int] = set()
+    for i, value in enumerate(values):
+        if id(value) in seen:
+            return i
+        seen.add(id(value))
+    return None
+
+
+_Rule = Callable[[Any, int, "_Table"], Any]
+
+
+class _Table(dict[type, _Rule]):
+    """A table of what may cross: a rule per exact type, and ``other`` for every type it does not name."""
+
+    def __init__(self, rules: dict[type, _Rule], other: _Rule) -> None:
+        super().__init__(rules)
+        self.other = other
+
+    def __missing__(self, kind: type) -> _Rule:
+        return self.other
+
+
+def _walk(value: Any, depth: int, rules: _Table) -> Any:
     kind = type(value)
+    # As themselves (the first rows of the table): tested inline here and in both loops.
     if kind is str or kind is bool or value is None:
-        return None
+        return value
     if kind is int:
-        return (
-            None
-            if -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER
-            else ([], f"the integer {_show_int(value)} {_INEXACT}")
-        )
+        if -_M <= value <= _M:
+            return value
+        raise _Refused(f"the integer {_show_int(value)} {_INEXACT}")
     if kind is float:
-        return None if math.isfinite(value) else ([], f"{value!r} is not JSON (JSON has no NaN or Infinity)")
+        if _isfinite(value):
+            return value
+        raise _Refused(f"{value!r} is not JSON (JSON has no NaN or Infinity)")
+    return rules[kind](value, depth, rules)
+
+
+def _deeper(value: Any, depth: int) -> None:
     if depth >= MAX_DEPTH:
-        return ([], f"nested deeper than {MAX_DEPTH} levels")
+        raise _Refused(f"nested deeper than {MAX_DEPTH} levels", value)
+
+
+def _object(value: dict[Any, Any], depth: int, rules: _Table) -> Any:
+    # An exact dict: an item whose key is a str and whose value crosses as
+    # itself costs one inline test; anything else goes through the table.
+    if depth >= MAX_DEPTH:  # inline: this walk's hottest call
+        _deeper(value, depth)
+    out = {}
+    for key, item in value.items():
+        if type(key) is not str:
+            return _mapping(value, depth, rules)  # keys to spell as JSON: start over, checking each
+        kind = type(item)
+        if (
+            kind is str
+            or kind is bool
+            or item is None
+            or (kind is int and -_M <= item <= _M)
+            or (kind is float and _isfinite(item))
+        ):
+            out[key] = item
+            continue
+        try:
+            out[key] = rules[kind](item, depth + 1, rules)
+        except _Refused as refused:
+            raise refused.at(_step(key), value) from None
+    return out
+
+
+def _array(value: Any, depth: int, rules: _Table) -> list[Any]:
+    # A list or a tuple (or a subclass of either): a new list, the same inline test per item.
+    if depth >= MAX_DEPTH:  # inline: this walk's hottest call
+        _deeper(value, depth)
+    out: list[Any] = []
+    append = out.append
+    for item in value:
+        kind = type(item)
+        if (
+            kind is str
+            or kind is bool
+            or item is None
+            or (kind is int and -_M <= item <= _M)
+            or (kind is float and _isfinite(item))
+        ):
+            append(item)
+            continue
+        try:
+            append(rules[kind](item, depth + 1, rules))
+        except _Refused as refused:
+            raise refused.at(f"[{len(out)}]", value) from None  # every earlier item is in out
+    return out
+
+
+def _mapping(value: Mapping[Any, Any], depth: int, rules: _Table) -> dict[str, Any]:
+    # Any Mapping, keys spelled as JSON spells them; two that spell the same are refused.
+    _deeper(value, depth)
+    out: dict[str, Any] = {}
+    for key, item in value.items():
+        name = _key(key)
+        if name in out:
+            raise _Refused(f"two keys both spell {name!r} in JSON (e.g. 1 and '1'); keep one")
+        try:
+            out[name] = _walk(item, depth + 1, rules)
+        except _Refused as refused:
+            raise refused.at(_step(name), value) from None
+    return out
+
+
+def _set(value: Any, depth: int, rules: _Table) -> list[Any]:
+    # Sorted by each element's JSON text, so the order is reproducible.
+    _deeper(value, depth)
+    items = []
+    for item in value:
+        try:
+            items.append(_walk(item, depth + 1, rules))
+        except _Refused as refused:
+            raise refused.at("[*]", value) from None
+    return sorted(items, key=lambda item: json.dumps(item, sort_keys=True))
+
+
+def _key(key: Any) -> str:
+    if isinstance(key, enum.Enum):  # before str: a (str, Enum) key is its value, as it is as a value
+        key = key.value
+    if isinstance(key, str):
+        return str.__str__(key)
+    if key is None or isinstance(key, (bool, int)) or (isinstance(key, float) and math.isfinite(key)):
+        return json.dumps(key)
+    raise _Refused(f"a key of type {type(key).__name__} is not JSON (keys must be strings)")
+
+
+def _enum(value: enum.Enum, depth: int, rules: _Table) -> Any:
+    try:
+        return _walk(value.value, depth + 1, rules)
+    except _Refused as refused:
+        raise refused.at("", value) from None  # the same path: the member stands for its value
+
+
+def _bytes(value: Any, depth: int, rules: _Table) -> Any:
+    raise _Refused("bytes are not JSON; decode them to str or base64-encode them first")
+
+
+def _not_json(value: Any, depth: int, rules: _Table) -> Any:
+    _deeper(value, depth)
+    raise _Refused(f"a value of type {type(value).__name__} is not JSON")
+
+
+# Subclasses are copied down to the base type, by content: an overridden
+# __str__ or __int__ must not change what the tool or the log sees.
+_BY_KIND: tuple[tuple[Any, _Rule], ...] = (
+    (Mapping, _mapping),
+    ((list, tuple), _array),
+    ((set, frozenset), _set),
+    (enum.Enum, _enum),
+    (int, lambda value, depth, rules: _walk(int.__int__(value), depth, rules)),
+    (str, lambda value, depth, rules: str.__str__(value)),
+    (float, lambda value, depth, rules: _walk(float(value), depth, rules)),
+    ((datetime.datetime, datetime.date, datetime.time), lambda value, depth, rules: value.isoformat()),
+    ((uuid.UUID, pathlib.PurePath), lambda value, depth, rules: str(value)),
+    ((bytes, bytearray, memoryview), _bytes),
+)
+
+
+def _by_kind(value: Any, depth: int, rules: _Table) -> Any:
+    _deeper(value, depth)
+    for kinds, rule in _BY_KIND:
+        if isinstance(value, kinds):
+            return rule(value, depth, rules)
+    raise _Refused(f"a value of type {type(value).__name__} is not JSON")
+
+
+#: What snapshot() copies: a rule per exact type (the scalars that cross as
+#: themselves are _walk's first rows), then every other type by kind.
+_SNAPSHOT = _Table(
+    {int: _walk, float: _walk, dict: _object, list: _array, tuple: _array, set: _set, frozenset: _set},
+    other=_by_kind,
+)
+#: What check() accepts: what json.loads returns, and nothing else.
+_JSON = _Table({int: _walk, float: _walk, dict: _object, list: _array}, other=_not_json)
+
+
+def _obeys(value: Any, depth: int) -> bool:
+    # check()'s fast path: True when the parsed JSON value obeys the rules,
+    # False when the walk must look (to name the path); it copies nothing.
+    kind = type(value)
     if kind is dict:
-        for key, item in value.items():
-            if type(item) is str:
-                continue
-            bad = _check(item, depth + 1)
-            if bad is not None:
-                bad[0].append(f".{key}" if key.isidentifier() else f"[{key!r}]")
-                return bad
-        return None
-    if kind is list:
-        for i, item in enumerate(value):
-            if type(item) is str:
-                continue
-            bad = _check(item, depth + 1)
-            if bad is not None:
-                bad[0].append(f"[{i}]")
-                return bad
-        return None
-    return ([], f"a value of type {kind.__name__} is not JSON")
+        items: Iterable[Any] = value.values()
+    elif kind is list:
+        items = value
+    else:
+        return False  # a scalar at the top: the walk judges it, as cheaply
+    if depth >= MAX_DEPTH:
+        return False
+    for item in items:
+        kind = type(item)
+        if (
+            kind is str
+            or kind is bool
+            or item is None
+            or (kind is int and -_M <= item <= _M)
+            or (kind is float and _isfinite(item))
+        ):
+            continue
+        if not _obeys(item, depth + 1):
+            return False
+    return True
 
 
 def _show_int(value: int) -> str:
@@ -206,178 +441,3 @@ def _show_path(path: str) -> str:
     if len(path) <= _MAX_PATH:
         return path
     return path[: _MAX_PATH // 2] + " … " + path[-_MAX_PATH // 2 :]
-
-
-class _Slow(Exception):
-    """The fast path met something only the full walk may judge."""
-
-
-_SLOW = _Slow()
-_isfinite = math.isfinite
-
-
-def _fast(value: Any, depth: int) -> Any:
-    # The common shapes (exact dicts with str keys, lists, tuples, and plain
-    # scalars), copied with no path kept and no cycle set: anything else, and
-    # anything the rules would refuse, is _Slow, and the full walk (_snap)
-    # starts over, to copy it or to name the path of what it refuses. Nesting
-    # is bounded by MAX_DEPTH here too, so a cycle ends as _Slow.
-    kind = type(value)
-    if kind is dict:
-        if depth >= MAX_DEPTH:
-            raise _SLOW
-        depth += 1
-        out = {}
-        for key, item in value.items():
-            if type(key) is not str:
-                raise _SLOW
-            kind = type(item)
-            if kind is str or kind is bool or item is None:
-                out[key] = item
-            elif kind is int:
-                if not -MAX_SAFE_INTEGER <= item <= MAX_SAFE_INTEGER:
-                    raise _SLOW
-                out[key] = item
-            elif kind is float:
-                if not _isfinite(item):
-                    raise _SLOW
-                out[key] = item
-            else:
-                out[key] = _fast(item, depth)
-        return out
-    if kind is list or kind is tuple:
-        if depth >= MAX_DEPTH:
-            raise _SLOW
-        depth += 1
-        items: list[Any] = []
-        append = items.append
-        for item in value:
-            kind = type(item)
-            if kind is str or kind is bool or item is None:
-                append(item)
-            elif kind is int:
-                if not -MAX_SAFE_INTEGER <= item <= MAX_SAFE_INTEGER:
-                    raise _SLOW
-                append(item)
-            elif kind is float:
-                if not _isfinite(item):
-                    raise _SLOW
-                append(item)
-            else:
-                append(_fast(item, depth))
-        return items
-    if kind is str or kind is bool or value is None:
-        return value
-    if kind is int and -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
-        return value
-    if kind is float and _isfinite(value):
-        return value
-    raise _SLOW
-
-
-def _fast_check(value: Any, depth: int) -> None:
-    # check()'s fast path, as _fast is snapshot()'s: parsed JSON's exact types,
-    # scalars inline; anything the rules would refuse is _Slow, and _check
-    # walks again to name the path.
-    kind = type(value)
-    if kind is dict:
-        items: Any = value.values()
-    elif kind is list:
-        items = value
-    else:
-        if not (
-            kind is str
-            or kind is bool
-            or value is None
-            or (kind is int and -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER)
-            or (kind is float and _isfinite(value))
-        ):
-            raise _SLOW
-        return
-    if depth >= MAX_DEPTH:
-        raise _SLOW
-    depth += 1
-    for item in items:
-        kind = type(item)
-        if kind is str or kind is bool or item is None:
-            continue
-        if kind is int:
-            if not -MAX_SAFE_INTEGER <= item <= MAX_SAFE_INTEGER:
-                raise _SLOW
-        elif kind is float:
-            if not _isfinite(item):
-                raise _SLOW
-        else:
-            _fast_check(item, depth)
-
-
-def _snap(value: Any, path: str, depth: int, active: set[int]) -> Any:
-    # Exact-type fast path first: almost every value that crosses is one of these.
-    kind = type(value)
-    if kind is str or kind is bool or value is None:
-        return value
-    if kind is int:
-        if -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
-            return value
-        raise SnapshotError(f"{_show_path(path)}: the integer {_show_int(value)} {_INEXACT}")
-    if kind is float:
-        if math.isfinite(value):
-            return value
-        raise SnapshotError(f"{_show_path(path)}: {value!r} is not JSON (JSON has no NaN or Infinity)")
-    if depth >= MAX_DEPTH:
-        raise SnapshotError(f"{_show_path(path)}: nested deeper than {MAX_DEPTH} levels")
-    if kind is dict or kind is list or kind is tuple or isinstance(value, (Mapping, list, tuple, set, frozenset)):
-        marker = id(value)
-        if marker in active:
-            raise SnapshotError(f"{_show_path(path)}: cyclic reference (a container that contains itself)")
-        active.add(marker)
-        try:
-            return _container(value, path, depth + 1, active)
-        finally:
-            active.discard(marker)
-    if isinstance(value, enum.Enum):
-        return _snap(value.value, path, depth + 1, active)
-    # Subclasses are copied down to the base type, by content: an overridden
-    # __str__ or __int__ must not change what the tool or the log sees.
-    if isinstance(value, bool):
-        return bool(value)
-    if isinstance(value, int):
-        return _snap(int.__int__(value), path, depth, active)
-    if isinstance(value, str):
-        return str.__str__(value)
-    if isinstance(value, float):
-        return _snap(float(value), path, depth, active)
-    if isinstance(value, _ISO):
-        return value.isoformat()
-    if isinstance(value, _AS_STR):
-        return str(value)
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        raise SnapshotError(f"{_show_path(path)}: bytes are not JSON; decode them to str or base64-encode them first")
-    raise SnapshotError(f"{_show_path(path)}: a value of type {kind.__name__} is not JSON")
-
-
-def _container(value: Any, path: str, depth: int, active: set[int]) -> Any:
-    if isinstance(value, Mapping):
-        out = {}
-        for key, item in value.items():
-            name = _key(key, path)
-            if name in out:
-                raise SnapshotError(
-                    f"{_show_path(path)}: two keys both spell {name!r} in JSON (e.g. 1 and '1'); keep one"
-                )
-            out[name] = _snap(item, f"{path}.{name}" if name.isidentifier() else f"{path}[{name!r}]", depth, active)
-        return out
-    if isinstance(value, (set, frozenset)):
-        items = [_snap(item, f"{path}[*]", depth, active) for item in value]
-        return sorted(items, key=lambda item: json.dumps(item, sort_keys=True))
-    return [_snap(item, f"{path}[{i}]", depth, active) for i, item in enumerate(value)]
-
-
-def _key(key: Any, path: str) -> str:
-    if isinstance(key, enum.Enum):  # before str: a (str, Enum) key is its value, as it is as a value
-        key = key.value
-    if isinstance(key, str):
-        return str.__str__(key)
-    if key is None or isinstance(key, (bool, int)) or (isinstance(key, float) and math.isfinite(key)):
-        return json.dumps(key)
-    raise SnapshotError(f"{_show_path(path)}: a key of type {type(key).__name__} is not JSON (keys must be strings)")

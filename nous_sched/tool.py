@@ -80,7 +80,7 @@ def exclusive_reason(tool: Any, mode: str) -> str:
     return NO_PREDICATE if getattr(tool, "concurrency_safe", None) is None else PREDICATE_SAID_NO
 
 
-def concurrency_mode(tool: Any, args: Any) -> Mode:
+def concurrency_mode(tool: Tool, args: Any) -> Mode:
     """``"parallel"`` if ``tool.concurrency_safe(args) is True``, else ``"exclusive"``.
 
     Never raises. A predicate that raises (even ``SystemExit``), or returns anything but ``True``

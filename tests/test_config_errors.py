@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import re
+import threading
 
 import pytest
 
@@ -96,7 +97,8 @@ def test_run_code_options():
     assert_config_error(lambda: run_code("return 1", approval_handler=1), "run_code", "approval_handler", "1")
     assert_config_error(lambda: run_code("return 1", tools="abc"), "run_code", "tools", "'abc'")
     assert_config_error(lambda: run_code("return 1", tools=[noop]), "run_code", "tools", "a function")
-    assert_config_error(lambda: run_code("return 1", max_parallel=0), "Scheduler", "max_parallel", "0")
+    # run_code's own option, named as run_code's, before anything starts (it once came from the Scheduler).
+    assert_config_error(lambda: run_code("return 1", max_parallel=0), "run_code", "max_parallel", "0")
 
 
 @pytest.mark.parametrize(
@@ -236,3 +238,183 @@ def test_good_options_build_a_tool_that_uses_them():
     tool = run_code_tool([Tool("noop", noop)], max_parallel=2, timeout=5, budget=None, limits=None)
     assert tool.name == "run_code"
     assert tool.function({"code": "return await tools.noop({})", "description": "d"}) is not None
+
+
+# -- every option is checked before any work starts (issue 24) --
+
+
+class RecordingRuntime:
+    """The in-process runtime, recording each time a run asked it for anything."""
+
+    language = "javascript"
+
+    def __init__(self):
+        from nous_sched import QuickJSRuntime
+
+        self.inner = QuickJSRuntime()
+        self.asked = []
+
+    def begin(self, program, names, limits, cancel=None):
+        self.asked.append("begin")
+        return None  # nothing started early: run() does it all
+
+    def run(self, program, host, limits):
+        self.asked.append("run")
+        return self.inner.run(program, host, limits)
+
+
+def _threads():
+    return {t.ident for t in threading.enumerate()}
+
+
+RUN_CODE_OPTIONS = [
+    ("timeout", INF, "inf"),
+    ("timeout", 0, "0"),
+    ("limits", 5, "5"),
+    ("policy", ["a"], "['a']"),
+    ("approval_handler", 1, "1"),
+    ("max_parallel", 0, "0"),
+    ("max_parallel", 2.5, "2.5"),
+    ("executor", object(), "a object"),
+    ("call_id", 42, "42"),
+    ("dispatch", 42, "42"),
+    ("session_log", {}, "{}"),
+    ("observer", "x", "'x'"),
+    ("cancel", 42, "42"),
+]
+
+
+@pytest.mark.parametrize("option,value,shown", RUN_CODE_OPTIONS, ids=[f"{o}={s}" for o, _, s in RUN_CODE_OPTIONS])
+def test_run_code_checks_each_option_before_any_work_starts(option, value, shown):
+    runtime = RecordingRuntime()
+    assert run_code("return 1", runtime=runtime).result == 1  # the runtime works, and threads are warm
+    runtime.asked.clear()
+    before = _threads()
+    assert_config_error(lambda: run_code("return 1", runtime=runtime, **{option: value}), "run_code", option, shown)
+    assert runtime.asked == [], "no worker taken, no program begun"
+    assert _threads() <= before, "no thread started"
+
+
+def test_a_bad_option_leaves_a_warm_worker_pool_serving():
+    from nous_sched import WorkerPool
+
+    pool = WorkerPool(size=1)
+    try:
+        assert run_code("return 1", runtime=pool).result == 1
+        assert_config_error(lambda: run_code("return 2", runtime=pool, max_parallel=0), "run_code", "max_parallel", "0")
+        assert run_code("return 3", runtime=pool).result == 3
+    finally:
+        pool.close()
+
+
+WORKER_POOL_OPTIONS = [
+    ("size", 0, "0"),
+    ("start_method", "fork", "'fork'"),
+    ("runs_per_worker", 0, "0"),
+    ("kill_grace", -1, "-1"),
+    ("memory_headroom", 1024, "1024"),
+    ("start_timeout", INF, "inf"),
+    ("python", 5, "5"),
+]
+
+
+@pytest.mark.parametrize("option,value,shown", WORKER_POOL_OPTIONS, ids=[o for o, _, _ in WORKER_POOL_OPTIONS])
+def test_worker_pool_options(option, value, shown):
+    from nous_sched import WorkerPool
+
+    before = _threads()
+    assert_config_error(lambda: WorkerPool(**{option: value}), "WorkerPool", option, shown)
+    assert _threads() <= before
+
+
+FUNCTION_TOOL_OPTIONS = [
+    ("name", "", "''"),
+    ("description", 5, "5"),
+    ("concurrency_safe", 3, "3"),
+    ("requires_approval", "yes", "'yes'"),
+    ("category", None, "None"),
+    ("validate_arguments", "no", "'no'"),
+]
+
+
+@pytest.mark.parametrize("option,value,shown", FUNCTION_TOOL_OPTIONS, ids=[o for o, _, _ in FUNCTION_TOOL_OPTIONS])
+def test_function_tool_options_are_checked_where_they_are_written(option, value, shown):
+    from nous_sched import function_tool
+
+    def lookup(key: str) -> str:
+        return key
+
+    assert_config_error(lambda: function_tool(lookup, **{option: value}), "function_tool", option, shown)
+    # As a decorator: refused when the options are given, before any function is.
+    assert_config_error(lambda: function_tool(**{option: value}), "function_tool", option, shown)
+
+
+def test_function_tool_needs_a_function():
+    from nous_sched import function_tool
+
+    assert_config_error(lambda: function_tool(42), "function_tool", "fn", "42")
+
+
+def _otel():
+    pytest.importorskip("opentelemetry.sdk")
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from nous_sched import otel
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return otel, provider.get_tracer("test_config_errors"), exporter
+
+
+@pytest.mark.parametrize(
+    "option,value,shown", [("then", 5, "5"), ("tracer", "t", "'t'"), ("context", {"a": 1}, "{'a': 1}")]
+)
+def test_span_observer_options(option, value, shown):
+    # SpanObserver(then=5) once raised TypeError.
+    otel, tracer, _ = _otel()
+    options = {"tracer": tracer, option: value}
+    assert_config_error(lambda: otel.SpanObserver(**options), "SpanObserver", option, shown)
+
+
+TRACED_OPTIONS = [
+    ("tool_context", "yes", "'yes'"),
+    ("call_id", 42, "42"),
+    ("observer", 5, "5"),
+    ("dispatch", None, "None"),
+    ("max_parallel", 0, "0"),
+    ("timeout", INF, "inf"),
+]
+
+
+@pytest.mark.parametrize("option,value,shown", TRACED_OPTIONS, ids=[o for o, _, _ in TRACED_OPTIONS])
+def test_traced_run_code_checks_each_option_before_its_span_starts(option, value, shown):
+    otel, tracer, exporter = _otel()
+    runtime = RecordingRuntime()
+    run = lambda: otel.traced_run_code("return 1", tracer=tracer, runtime=runtime, **{option: value})  # noqa: E731
+    assert_config_error(run, "traced_run_code", option, shown)
+    assert exporter.get_finished_spans() == () and runtime.asked == []
+    assert_config_error(lambda: otel.traced_run_code("return 1", tracer="t"), "traced_run_code", "tracer", "'t'")
+
+
+CALL_TOOL_OPTIONS = [
+    ("session_log", {}, "{}"),
+    ("policy", 1, "1"),
+    ("approval_handler", 1, "1"),
+    ("description", 5, "5"),
+    ("limits", 5, "5"),
+    ("call_id", 5, "5"),
+]
+
+
+@pytest.mark.parametrize("option,value,shown", CALL_TOOL_OPTIONS, ids=[o for o, _, _ in CALL_TOOL_OPTIONS])
+def test_call_tool_checks_each_option_before_the_tool_runs(option, value, shown):
+    from nous_sched import call_tool
+
+    ran = []
+    tool = Tool("t", lambda args: ran.append(args))
+    assert_config_error(lambda: call_tool(tool, "{}", **{option: value}), "call_tool", option, shown)
+    assert_config_error(lambda: call_tool("t", "{}"), "call_tool", "tool", "'t'")
+    assert ran == []

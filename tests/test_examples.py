@@ -361,7 +361,13 @@ def test_readme_test_command_is_what_ci_runs():
     ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
     commands = [line for line in ci if line and not line.startswith(("#", "set ", "cd "))]
     # The system packages, the README's test command, verbatim, then the checks configured in pyproject.toml.
-    assert commands == ["bash .ci/system-deps", readme_command, "python -m ruff check .", "python -m ruff format --check .", "python -m mypy"]
+    assert commands == [
+        "bash .ci/system-deps",
+        readme_command,
+        "python -m ruff check .",
+        "python -m ruff format --check .",
+        "python -m mypy",
+    ]
     assert "set -euo pipefail" in ci, "a failing step fails CI"
 
 

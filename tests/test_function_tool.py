@@ -266,7 +266,7 @@ def test_unresolvable_hints_and_non_functions_are_configuration_errors():
 
     with pytest.raises(ConfigError, match="cannot resolve its type hints"):
         function_tool(broken)
-    with pytest.raises(ConfigError, match="expected a function"):
+    with pytest.raises(ConfigError, match="`fn` must be a function"):
         function_tool(42)
 
     def takes_opaque(x: Opaque) -> None:

@@ -123,10 +123,11 @@ _values = st.recursive(
 
 
 def _full_walk(value):
+    # A snapshot with no fast path: the one walk, straight (no fast path is left in snapshot()).
     try:
-        return ("copy", snapshot_module._snap(value, "$", 0, set()))
-    except SnapshotError as exc:
-        return ("refused", str(exc))
+        return ("copy", snapshot_module._walk(value, 0, snapshot_module._SNAPSHOT))
+    except snapshot_module._Refused as refused:
+        return ("refused", refused.message())
 
 
 def _snapshot(value):
@@ -163,8 +164,12 @@ _json_values = st.recursive(
 
 
 def _full_check(value):
-    bad = snapshot_module._check(value, 0)
-    return None if bad is None else bad[1]
+    # check() without its fast path (_obeys): the walk under the strict table.
+    try:
+        snapshot_module._walk(value, 0, snapshot_module._JSON)
+    except snapshot_module._Refused as refused:
+        return refused.message()
+    return None
 
 
 @settings(max_examples=400, deadline=None)

@@ -220,7 +220,9 @@ def test_top_level_refusal_names_the_root():
 
 
 def test_non_identifier_keys_are_quoted_in_the_path():
-    refused({"a key": {"1x": [object()]}}, "$['a key']['1x'][0]")
+    # As a program writes the path (JSON-quoted), the same spelling schema errors use.
+    refused({"a key": {"1x": [object()]}}, '$["a key"]["1x"][0]')
+    refused({"café": [object()]}, '$["café"][0]')
 
 
 def test_set_element_refusal_names_the_set():
@@ -374,3 +376,47 @@ def test_any_value_snapshots_to_strict_json_or_is_refused_by_path(value):
     text = json.dumps(out, allow_nan=False)  # strict JSON: no NaN, no Infinity, str keys
     assert json.loads(text) == out
     assert snapshot(out) == out, "a snapshot is a fixed point"
+
+
+# --- one spelling of a path -----------------------------------------------------------------
+
+
+def test_describe_path_spells_a_path_as_a_program_writes_it():
+    from nous_sched.snapshot import describe_path
+
+    assert describe_path([]) == "$"
+    assert describe_path(["items", 2, "when"]) == "$.items[2].when"
+    assert describe_path(["odd key", "café", "1x", 'q"']) == '$["odd key"]["café"]["1x"]["q\\""]'
+
+
+def test_a_cycle_through_an_enum_member_is_named_where_it_closes():
+    holder = enum.Enum("Holder", {"BOX": []})
+    holder.BOX.value.append(holder.BOX)
+    refused({"e": holder.BOX}, "$.e[0]", "cyclic reference")
+
+
+def _lists_with_paths(value, parts, acc):
+    if isinstance(value, list):
+        acc.append((parts, value))
+        for i, item in enumerate(value):
+            _lists_with_paths(item, [*parts, i], acc)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _lists_with_paths(item, [*parts, key], acc)
+    return acc
+
+
+@settings(max_examples=150, deadline=None)
+@given(json_values, st.data())
+def test_a_cycle_is_refused_at_the_reference_that_closes_it(value, data):
+    # The walk finds a cycle only once it has nested too deep, on the refused
+    # path: the message must still name the reference that closes the cycle.
+    from nous_sched.snapshot import describe_path
+
+    root = [value]
+    parts, closing = data.draw(st.sampled_from(_lists_with_paths(root, [], [])))
+    closing.append(root)
+    where = describe_path([*parts, len(closing) - 1])
+    message = refused(root, "cyclic reference (a container that contains itself)")
+    if len(where) < 80:
+        assert message.startswith(where + ": "), (where, message)

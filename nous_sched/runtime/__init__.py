@@ -14,7 +14,6 @@ a warm worker process that the host kills at the deadline;
 
 from __future__ import annotations
 
-import threading
 from typing import Any, Optional, Protocol, Sequence, runtime_checkable
 
 import attrs
@@ -23,7 +22,17 @@ from ..limits import Limits
 from ..outcome import Outcome
 from ..result import RunError
 
-__all__ = ["CodeRuntime", "Host", "PendingCall", "RuntimeOutcome", "Limits"]
+__all__ = ["CodeRuntime", "Host", "PendingCall", "RuntimeOutcome", "Limits", "Cancel"]
+
+
+class Cancel(Protocol):
+    """The ``cancel=`` object of a run: set from any thread to end the run early.
+
+    A :class:`threading.Event` is one; all the library asks of it is
+    ``is_set()``, polled (it never waits on it, and never sets or clears it).
+    """
+
+    def is_set(self) -> bool: ...
 
 
 class PendingCall(Protocol):
@@ -36,7 +45,7 @@ class Host(Protocol):
     names: Sequence[str]
     #: Set (from any thread) when the caller cancels the run, or ``None``. A
     #: runtime that honours it ends the run promptly with a ``cancelled`` error.
-    cancel: Optional[threading.Event]
+    cancel: Optional[Cancel]
 
     def call(self, name: str, args: Any) -> PendingCall:
         """Start one call with the program's (JSON-decoded) ``args``.

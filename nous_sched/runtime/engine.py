@@ -46,9 +46,12 @@ import json.scanner
 import os
 import re
 import time
-from typing import Any, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 import _quickjs
+
+if TYPE_CHECKING:  # types only: a worker loads this file by path, outside the package
+    from . import Cancel, Host, Limits
 
 __all__ = ["Engine", "Stopped", "Finish", "drive", "prepare", "stack_message", "memory_message", "timeout_message"]
 
@@ -331,10 +334,10 @@ class Finish:
 
 def drive(
     engine: Any,
-    host: Any,
-    limits: Any,
+    host: Host,
+    limits: Limits,
     deadline: float,
-    cancel: Any = None,
+    cancel: Optional[Cancel] = None,
 ) -> Finish:
     """Run a program through ``engine`` (an :class:`Engine`, or anything with
     its ``start``/``settle`` steps), its calls through ``host``, to the end.
