@@ -205,8 +205,10 @@ def test_run_code_tool_cuts_what_the_model_reads_by_default():
     tool = run_code_tool([Tool(name="big", function=_big, description="b")])
     out = _answer(
         tool.function(
-            {"code": "for (let i = 0; i < 3000; i++) console.log('row ' + i); return await tools.big({})",
-             "description": "lists everything"}
+            {
+                "code": "for (let i = 0; i < 3000; i++) console.log('row ' + i); return await tools.big({})",
+                "description": "lists everything",
+            }
         )
     )
     text = _text(out)
