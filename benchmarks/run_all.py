@@ -45,6 +45,7 @@ BENCHMARKS = [
     ("memory", "bench_memory.py", False),
     ("many_runs", "bench_many_runs.py", False),
     ("mcp", "bench_mcp.py", False),
+    ("events", "bench_events.py", False),
     ("runtimes", "bench_runtimes.py", False),
     ("peer", "bench_peer.py", False),
     ("vercel", "bench_vercel.py", True),

@@ -180,11 +180,17 @@ class EventStream:
             return batch, head, missed, at, self._ended
 
 
+# Made once: json.dumps with separators builds a new encoder per call.
+_compact = json.JSONEncoder(separators=(",", ":"), check_circular=False).encode
+
+
 def received_chars(outcome: Outcome) -> int:
     """The size of ``outcome`` as the program receives it: its compact ASCII JSON
     text (what :func:`~nous_sched.runtime.engine.drive` hands the program)."""
-    value = outcome.value if outcome.ok else (outcome.error.as_dict() if outcome.error is not None else None)
-    return len(json.dumps(value, separators=(",", ":"), allow_nan=not outcome.ok))
+    if outcome.ok:
+        value = outcome.value
+        return 4 if value is None else len(_compact(value))
+    return len(_compact(outcome.error.as_dict() if outcome.error is not None else None))
 
 
 class _AnyOf:
