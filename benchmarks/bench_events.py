@@ -1,4 +1,4 @@
-"""12. The live event stream: the per-call cost of a run watched by one consumer, against none.
+"""13. The live event stream: the per-call cost of a run watched by one consumer, against none.
 
 A program making N sequential ``await tools.noop({})`` and one awaiting
 ``Promise.all`` over M calls, each run through ``start_run``: once with one
@@ -119,7 +119,7 @@ def main() -> int:
             ]
         return rows
 
-    return c.run("12. The live event stream (tool = no-op)", c.per_runtime(opts, "events", section), opts)
+    return c.run("13. The live event stream (tool = no-op)", c.per_runtime(opts, "events", section), opts)
 
 
 if __name__ == "__main__":
