@@ -69,7 +69,10 @@ _SIGNATURE = inspect.signature(run_code)
 
 @attrs.frozen
 class RunEvent:
-    """One thing that happened in a run; see the module docstring for each ``kind``."""
+    """One thing that happened in a run; see the module docstring for each ``kind``.
+
+    Every consumer gets the same event object: read ``data``, do not change it.
+    """
 
     kind: str
     seq: Optional[int]

@@ -311,8 +311,9 @@ def drive(
     ``cancelled`` error at the next step or while waiting for a call.
 
     Two optional host hooks watch the run as it goes, on this thread:
-    ``host.on_logs(lines)`` gets the log lines each step kept (as the run's
-    logs will hold them), and ``host.on_settled(pending, outcome, payload)``
+    ``host.on_logs(lines)`` gets the log lines each step kept, as the step
+    ends (the lines the run's logs hold, budget markers included; not the
+    notes the host adds when the run ends), and ``host.on_settled(pending, outcome, payload)``
     gets each call's outcome and its JSON text just before the program
     receives it.
     """
