@@ -245,8 +245,8 @@ def execute(p: Prepared, live: Any = None) -> RunResult:
         if begun is not None:
             begun.abandon()
         raise
-    host = _Host(scheduler, gate, run_ctx, cancel, p.names, live)
     try:
+        host = _Host(scheduler, gate, run_ctx, cancel, p.names, live)
         if o["description"]:
             log.info("run_code %s: %s", scheduler.call_id, o["description"])
         outcome = begun.run(host) if begun is not None else p.rt.run(p.code, host, p.limits)
