@@ -29,14 +29,13 @@ sees the same order. Any number of consumers may iterate, each from the
 run's first event; each has its own bounded buffer (``events(buffer=N)``):
 a consumer more than ``N`` events behind skips to the newest ``N`` and is told
 so by a ``gap`` event with the count. Emitting never waits for a consumer,
-so a slow consumer never slows the run. The stream holds at most
-:data:`HISTORY` events; a consumer that starts later than that misses the
-oldest (a ``gap`` again).
+so a slow consumer never slows the run. The stream holds the last
+:data:`HISTORY` events (up to a quarter more between trims); a consumer
+that starts later than that misses the oldest (a ``gap`` again).
 """
 
 from __future__ import annotations
 
-import collections
 import contextvars
 import inspect
 import itertools
@@ -97,7 +96,9 @@ class EventStream:
 
     def __init__(self, history: int = HISTORY) -> None:
         self._cond = threading.Condition(threading.Lock())
-        self._events: collections.deque[RunEvent] = collections.deque()
+        # A list, not a deque: a consumer's next batch is a slice from its
+        # cursor (a deque would walk from its start). Trimmed in chunks.
+        self._events: list[RunEvent] = []
         self._history = history
         self._first = 0  # the index of _events[0] among every event emitted
         self._ended = False
@@ -114,9 +115,10 @@ class EventStream:
                 return
             events = self._events
             events.append(RunEvent(kind, seq, time.perf_counter() - self._t0, data))
-            if len(events) > self._history:
-                events.popleft()
-                self._first += 1
+            if len(events) > self._history + self._history // 4:
+                drop = len(events) - self._history
+                del events[:drop]
+                self._first += drop
             self._ended = kind == "end"
             self._cond.notify_all()
 
@@ -178,7 +180,7 @@ class EventStream:
             floor = max(self._first, head - buffer)
             missed = max(floor - cursor, 0)
             cursor = max(cursor, floor)
-            batch = list(itertools.islice(self._events, cursor - self._first, None))
+            batch = self._events[cursor - self._first :]
             at = time.perf_counter() - self._t0
             return batch, head, missed, at, self._ended
 

@@ -294,3 +294,21 @@ def test_result_timeout_says_so(make_event):
         run.result(timeout=0.01)
     release.set()
     assert run.result(timeout=WAIT).result is True
+
+
+def test_a_consumer_that_starts_after_the_history_is_told_what_it_missed():
+    from nous_sched.live import EventStream
+
+    stream = EventStream(history=8)
+    for i in range(30):
+        stream.emit("log", None, {"line": str(i)})
+    stream.end(None, RuntimeError("x"))
+    events = list(stream.consume())
+    assert events[0].kind == "gap"
+    lines = [int(e.data["line"]) for e in events if e.kind == "log"]
+    assert events[0].data["missed"] + len(lines) == 30  # the end is kept too
+    assert lines == list(range(30 - len(lines), 30)) and len(lines) >= 7
+    assert events[-1].kind == "end"
+    # An event after the end is ignored: the end stays last.
+    stream.emit("log", None, {"line": "late"})
+    assert list(stream.consume())[-1].kind == "end"
