@@ -312,3 +312,21 @@ def test_a_consumer_that_starts_after_the_history_is_told_what_it_missed():
     # An event after the end is ignored: the end stays last.
     stream.emit("log", None, {"line": "late"})
     assert list(stream.consume())[-1].kind == "end"
+
+
+def test_the_callers_observer_still_hears_every_start_and_commit(runtime):
+    heard = []
+    run = start_run(
+        "await tools.echo({}); await tools.echo({}); return 1",
+        [Tool(name="echo", function=lambda a: a)],
+        observer=lambda record, phase: heard.append((record.seq, phase)),
+    )
+    events = list(run.events())
+    assert run.result(timeout=WAIT).result == 1
+    assert heard == [(0, "start"), (0, "commit"), (1, "start"), (1, "commit")]
+    assert [(e.seq, e.kind) for e in events if e.kind in ("call", "commit")] == [
+        (0, "call"),
+        (0, "commit"),
+        (1, "call"),
+        (1, "commit"),
+    ]

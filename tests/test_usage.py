@@ -168,3 +168,9 @@ def test_describe_shapes_through_the_agent_tool():
     out = tool.function({"code": 'await tools.search({}); return await sdk.describe("search")', "description": "shape"})
     value = out.value if hasattr(out, "value") else out
     assert "total: number" in value["result"]
+
+
+def test_observed_shapes_belong_to_their_run():
+    tools = [Tool(name="search", function=_search, description="s")]
+    assert "look like" in run_code('await tools.search({}); return await sdk.describe("search")', tools).result
+    assert "look like" not in run_code('return await sdk.describe("search")', tools).result
