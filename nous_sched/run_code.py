@@ -46,7 +46,7 @@ from .policy import PermissionPolicy, partition
 from .records import CallRecord
 from .result import RunError, RunResult
 from .runtime import CodeRuntime, Limits, PendingCall, RuntimeOutcome
-from .scheduler import Scheduler
+from .scheduler import _OPTIONAL_SESSION_LOG, Scheduler
 from .tool import Tool
 from .usage import CallUsage, Usage
 
@@ -58,6 +58,15 @@ _LIMITS = v.instance_of(Limits, "a nous_sched.Limits")
 _OPTIONAL_POLICY = v.optional(v.instance_of(PermissionPolicy, "a nous_sched.PermissionPolicy"))
 _OPTIONAL_EVENT = v.optional(v.Check("a threading.Event", lambda e: callable(getattr(e, "is_set", None))))
 OUTPUT_BUDGET = v.optional(v.int_at_least(MIN_OUTPUT_BUDGET, f"a number of characters, at least {MIN_OUTPUT_BUDGET}"))
+
+_SCHEDULER_CHECKS = (
+    ("dispatch", v.DISPATCH),
+    ("session_log", _OPTIONAL_SESSION_LOG),
+    ("max_parallel", v.POSITIVE_INT),
+    ("call_id", v.OPTIONAL_STR),
+    ("executor", v.EXECUTOR),
+    ("observer", v.OPTIONAL_CALLABLE),
+)
 
 NO_CODE = "run_code requires a `code` parameter containing the program to run."
 BLANK_DESCRIPTION = (
@@ -220,6 +229,10 @@ def prepare(code: Any, tools: Iterable[Tool], options: dict[str, Any]) -> Prepar
     require("run_code", "approval_handler", options["approval_handler"], v.OPTIONAL_CALLABLE)
     require("run_code", "cancel", options["cancel"], _OPTIONAL_EVENT)
     require("run_code", "output_budget", options["output_budget"], OUTPUT_BUDGET)
+    # The scheduler's own checks, here too: a run started on another thread
+    # (start_run) must still refuse a bad option on the caller's.
+    for name, check in _SCHEDULER_CHECKS:
+        require("Scheduler", name, options[name], check)
     executor = options["executor"]
     if executor is not None and _saturated_by_caller(executor):
         raise RunCodeError(_SATURATED)

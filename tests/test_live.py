@@ -263,6 +263,10 @@ def test_start_run_raises_what_run_code_raises_on_the_callers_thread():
         start_run("return 1", timeout=-1)
     with pytest.raises(ConfigError, match="output_budget"):
         start_run("return 1", output_budget=10)
+    with pytest.raises(ConfigError, match="max_parallel"):
+        start_run("return 1", max_parallel=0)  # a scheduler option, refused before the run's thread starts
+    with pytest.raises(ConfigError, match="observer"):
+        start_run("return 1", observer=3)
     with pytest.raises(TypeError):
         start_run("return 1", no_such_option=1)
     run = start_run("return 1")
