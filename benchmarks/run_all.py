@@ -46,6 +46,7 @@ BENCHMARKS = [
     ("many_runs", "bench_many_runs.py", False),
     ("mcp", "bench_mcp.py", False),
     ("patterns", "bench_patterns.py", False),
+    ("events", "bench_events.py", False),
     ("runtimes", "bench_runtimes.py", False),
     ("peer", "bench_peer.py", False),
     ("wall", "bench_wall.py", False),

@@ -13,6 +13,7 @@ from .errors import ConfigError, RunCodeError, SnapshotError, ToolError
 from .events import ContextUpdate, Event, LogEvent, SessionLog, ToolCallEvent, ToolRefusedEvent
 from .function_tool import function_tool
 from .integrations import from_langchain, from_llamaindex, from_openai_agents, from_pydantic_ai
+from .live import Run, RunEvent, start_run
 from .outcome import Outcome, SubCallError
 from .policy import PermissionPolicy
 from .records import CallRecord, LaneState
@@ -24,12 +25,14 @@ from .runtime.quickjs import QuickJSRuntime
 from .scheduler import Scheduler, Ticket
 from .snapshot import snapshot
 from .tool import EXCLUSIVE, PARALLEL, Tool, concurrency_mode
+from .usage import CallUsage, Usage
 
 __all__ = [
     "anthropic_tool",
     "ApprovalRequest",
     "call_tool",
     "CallInfo",
+    "CallUsage",
     "CallRecord",
     "CodeRuntime",
     "concurrency_mode",
@@ -56,14 +59,17 @@ __all__ = [
     "QuickJSRuntime",
     "run_code",
     "run_code_tool",
+    "Run",
     "RunCodeError",
     "RunContext",
     "RunError",
+    "RunEvent",
     "RunResult",
     "RuntimeOutcome",
     "Scheduler",
     "SessionLog",
     "snapshot",
+    "start_run",
     "SnapshotError",
     "SubCallError",
     "Ticket",
@@ -71,6 +77,7 @@ __all__ = [
     "ToolCallEvent",
     "ToolRefusedEvent",
     "ToolError",
+    "Usage",
     "visible_tools",
     "WithContextUpdate",
     "WorkerPool",

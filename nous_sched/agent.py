@@ -21,10 +21,11 @@ from . import _validators as v
 from . import sdk
 from ._options import check_run_options
 from ._validators import require
+from .budget import DEFAULT_OUTPUT_BUDGET
 from .errors import RunCodeError
 from .events import ContextUpdate
 from .policy import PermissionPolicy, partition
-from .run_code import NO_CODE, resolve_runtime, run_code
+from .run_code import NO_CODE, OUTPUT_BUDGET, resolve_runtime, run_code
 from .runtime import CodeRuntime
 from .tool import Tool
 
@@ -40,7 +41,7 @@ __all__ = [
 RUN_CODE_NAME = "run_code"
 _BUDGET = v.optional(v.int_at_least(1, "a positive number of characters"))
 # Set by the run_code tool itself, per call or from its own arguments.
-_NOT_RUN_OPTIONS = frozenset({"code", "tools", "description", "policy", "runtime"})
+_NOT_RUN_OPTIONS = frozenset({"code", "tools", "description", "policy", "runtime", "output_budget"})
 _RUN_OPTIONS = sorted(
     name
     for name, parameter in inspect.signature(run_code).parameters.items()
@@ -90,6 +91,7 @@ def run_code_tool(
     policy: Optional[PermissionPolicy] = None,
     runtime: Optional[CodeRuntime] = None,
     budget: Optional[int] = sdk.DEFAULT_BUDGET,
+    output_budget: Optional[int] = DEFAULT_OUTPUT_BUDGET,
     **run_options: Any,
 ) -> Tool:
     """The ``run_code`` :class:`~nous_sched.Tool` for an agent loop.
@@ -108,11 +110,18 @@ def run_code_tool(
     with ``sdk.describe(name)`` or finds tools with ``sdk.search(words)``
     (:mod:`nous_sched.discovery`; ``sdk`` is there in every run).
 
+    ``output_budget`` (characters, default
+    :data:`nous_sched.budget.DEFAULT_OUTPUT_BUDGET`, 20,000; at least 200;
+    ``None`` for no limit): the answer the model reads (logs, result and
+    error together, as JSON text) is at most that long, cut structurally and
+    saying in place what it left out (:mod:`nous_sched.budget`).
+
     :raises ConfigError: a bad option, or one :func:`run_code` does not take,
         named in the message, here rather than on the model's first call.
     """
     require("run_code_tool", "tools", tools, v.TOOLS)
     require("run_code_tool", "budget", budget, _BUDGET)
+    require("run_code_tool", "output_budget", output_budget, OUTPUT_BUDGET)
     _check_run_options("run_code_tool", run_options)
     tools = list(tools)
     granted, _ = partition(tools, policy, "run_code_tool")
@@ -130,10 +139,12 @@ def run_code_tool(
             raise RunCodeError(_NO_DESCRIPTION)
         if not what.strip():
             raise RunCodeError(_BLANK_DESCRIPTION)
-        result = run_code(code, tools, description=what, policy=policy, runtime=rt, **run_options)
+        result = run_code(
+            code, tools, description=what, policy=policy, runtime=rt, output_budget=output_budget, **run_options
+        )
         if not result.events:
-            return result.to_dict()
-        return WithContextUpdate(result.to_dict(), result.context_update())
+            return result.for_model()
+        return WithContextUpdate(result.for_model(), result.context_update())
 
     return Tool(
         name=RUN_CODE_NAME,
@@ -167,6 +178,7 @@ def visible_tools(
     policy: Optional[PermissionPolicy] = None,
     runtime: Optional[CodeRuntime] = None,
     budget: Optional[int] = sdk.DEFAULT_BUDGET,
+    output_budget: Optional[int] = DEFAULT_OUTPUT_BUDGET,
     **run_options: Any,
 ) -> list[Tool]:
     """The tools a model should be offered in ``mode``.
@@ -176,12 +188,13 @@ def visible_tools(
     when no runtime is available (so ``"code"`` is the only mode that can fail
     for want of one). ``run_code`` is added after the policy filter: a
     deny-all policy still leaves it reachable, and every call it makes is
-    filtered again. ``budget`` and ``run_options`` are :func:`run_code_tool`'s,
-    checked in every mode.
+    filtered again. ``budget``, ``output_budget`` and ``run_options`` are
+    :func:`run_code_tool`'s, checked in every mode.
     """
     require("visible_tools", "mode", mode, _MODE)
     require("visible_tools", "tools", tools, v.TOOLS)
     require("visible_tools", "budget", budget, _BUDGET)
+    require("visible_tools", "output_budget", output_budget, OUTPUT_BUDGET)
     _check_run_options("visible_tools", run_options)
     tools = list(tools)
     granted = list(partition(tools, policy, "visible_tools")[0].values())
@@ -192,5 +205,10 @@ def visible_tools(
             rt = resolve_runtime(runtime)
         except RunCodeError:
             return granted
-        return granted + [run_code_tool(tools, policy=policy, runtime=rt, budget=budget, **run_options)]
-    return [run_code_tool(tools, policy=policy, runtime=runtime, budget=budget, **run_options)]
+        code_tool = run_code_tool(
+            tools, policy=policy, runtime=rt, budget=budget, output_budget=output_budget, **run_options
+        )
+        return granted + [code_tool]
+    return [
+        run_code_tool(tools, policy=policy, runtime=runtime, budget=budget, output_budget=output_budget, **run_options)
+    ]

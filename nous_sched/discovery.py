@@ -15,11 +15,19 @@ passes no policy or approval and writes no audit event, and it reveals nothing
 the run's own description would not (only granted tools are described or
 found; a denied one is named as denied). The index is built on the first
 question, so a run that asks none pays nothing.
+
+For a tool that declares no output schema (``Tool.returns`` is ``None``),
+``sdk.describe(name)`` adds the JSON shape (keys and types, in TypeScript
+notation) of the results this run has already received from it
+(:meth:`Discovery.observe`, from the first :data:`SHAPE_SAMPLES` results),
+so the next program need not print a raw result to learn its keys.
 """
 
 from __future__ import annotations
 
 import difflib
+import itertools
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Optional
 
@@ -29,7 +37,7 @@ from .outcome import Outcome, quote_name
 from .policy import denied_message
 from .sdk import _LIMIT, _QUERY_SHAPE, DISCOVERY_GLOBAL, GLOBAL, ToolIndex, _fits_query, _words
 
-__all__ = ["closest_names", "unknown_tool_message", "Discovery"]
+__all__ = ["closest_names", "unknown_tool_message", "Discovery", "Shape", "SHAPE_SAMPLES"]
 
 #: How many close names an unknown-tool message suggests at most.
 SUGGESTIONS = 3
@@ -82,6 +90,70 @@ def unknown_tool_message(name: str, names: Sequence[str]) -> str:
     )
 
 
+#: How many results of one tool (and items of one array) a run reads for its shape.
+SHAPE_SAMPLES = 8
+#: How deep a shape goes, how many keys of an object it lists, and its longest text.
+_SHAPE_DEPTH = 6
+_SHAPE_KEYS = 40
+_SHAPE_TEXT = 2000
+_IDENTIFIER = re.compile(r"^[A-Za-z_$][A-Za-z0-9_$]*$")
+_SCALARS = ((type(None), "null"), (bool, "boolean"), (int, "number"), (float, "number"), (str, "string"))
+
+
+class Shape:
+    """The JSON shape of the values added to it: their types, an object's keys
+    (optional when some objects lacked them), an array's items."""
+
+    __slots__ = ("types", "keys", "items", "objects", "seen")
+
+    def __init__(self) -> None:
+        self.types: set[str] = set()
+        self.keys: dict[str, Shape] = {}
+        self.items: Optional[Shape] = None
+        self.objects = 0
+        self.seen = 0
+
+    def add(self, value: Any, depth: int = 0) -> None:
+        self.seen += 1
+        for kind, name in _SCALARS:
+            if isinstance(value, kind):
+                self.types.add(name)
+                return
+        if isinstance(value, list):
+            self.types.add("array")
+            if depth < _SHAPE_DEPTH:
+                for item in value[:SHAPE_SAMPLES]:
+                    if self.items is None:
+                        self.items = Shape()
+                    self.items.add(item, depth + 1)
+        elif isinstance(value, Mapping):
+            self.types.add("object")
+            self.objects += 1
+            if depth < _SHAPE_DEPTH:
+                for key, item in itertools.islice(value.items(), _SHAPE_KEYS):
+                    self.keys.setdefault(str(key), Shape()).add(item, depth + 1)
+
+    def typescript(self) -> str:
+        """The shape as a TypeScript type."""
+        parts = [self._one(kind) for kind in sorted(self.types)]
+        return " | ".join(parts) if parts else "unknown"
+
+    def _one(self, kind: str) -> str:
+        if kind == "array":
+            item = self.items.typescript() if self.items is not None else "unknown"
+            return f"({item})[]" if " | " in item else f"{item}[]"
+        if kind != "object":
+            return kind
+        if not self.keys:
+            return "{}" if self.objects and self.seen else "object"
+        fields = []
+        for key, shape in self.keys.items():
+            label = key if _IDENTIFIER.match(key) else quote_name(key)
+            optional = "?" if shape.seen < self.objects else ""
+            fields.append(f"{label}{optional}: {shape.typescript()}")
+        return "{ " + "; ".join(fields) + " }"
+
+
 class Discovery:
     """Answers one run's ``sdk`` questions; built per run, used by one thread.
 
@@ -95,6 +167,28 @@ class Discovery:
         self._names = names
         self._denied = frozenset(denied)
         self._index: Optional[ToolIndex] = None
+        self._shapes: dict[str, Shape] = {}
+
+    def observe(self, name: str, value: Any) -> None:
+        """Note the shape of a result the program received from tool ``name``
+        (only for a granted tool with no ``returns`` schema, and only its first
+        :data:`SHAPE_SAMPLES` results)."""
+        tool = self._granted.get(name)
+        if tool is None or getattr(tool, "returns", None) is not None:
+            return
+        shape = self._shapes.get(name)
+        if shape is None:
+            shape = self._shapes[name] = Shape()
+        if shape.seen < SHAPE_SAMPLES:
+            shape.add(value)
+
+    def observed(self, name: str) -> Optional[str]:
+        """The shape of the results received from ``name`` so far, in TypeScript, or ``None``."""
+        shape = self._shapes.get(name)
+        if shape is None:
+            return None
+        text = shape.typescript()
+        return text if len(text) <= _SHAPE_TEXT else text[:_SHAPE_TEXT] + "…"
 
     @property
     def index(self) -> ToolIndex:
@@ -122,10 +216,20 @@ class Discovery:
             return Outcome.failure(label, NAME_TOO_LONG.format(n=MAX_NAME_CHARS))
         text = self.index.describe(name)
         if text is not None:
-            return Outcome.success(text)
+            return Outcome.success(text + self._observed_note(name))
         if name in self._denied:
             return Outcome.failure(name, denied_message(name))
         return Outcome.failure(name, unknown_tool_message(name, self._names))
+
+    def _observed_note(self, name: str) -> str:
+        shape = self.observed(name)
+        if shape is None:
+            return ""
+        count = min(self._shapes[name].seen, SHAPE_SAMPLES)
+        return (
+            f"// No output schema is declared; the {count} result(s) this run received from it so far look like:\n"
+            f"// {shape}\n"
+        )
 
     def _search(self, args: list[Any]) -> Outcome:
         label = f"{DISCOVERY_GLOBAL}.search"

@@ -32,6 +32,7 @@ __all__ = [
     "direct_dispatch",
     "current_call",
     "approve",
+    "live_event",
     "RUN_OVER",
 ]
 
@@ -78,7 +79,9 @@ class RunContext:
     and no approval is acted on after it; nothing kills a tool still running
     then, so a tool that waits on something slow should bound its wait by
     it, as the MCP tools do. ``description`` is the run's description, which
-    every :class:`ApprovalRequest` carries.
+    every :class:`ApprovalRequest` carries. ``live`` is the run's event stream
+    (:class:`nous_sched.live.EventStream`) when it was started with
+    :func:`~nous_sched.start_run`, else ``None``: see :func:`live_event`.
     """
 
     approval_handler: Optional[Callable[[ApprovalRequest], Any]] = None
@@ -86,6 +89,7 @@ class RunContext:
     require_approval: frozenset[str] = frozenset()
     deadline: Optional[float] = None
     description: str = ""
+    live: Any = None
 
 
 @attrs.frozen
@@ -125,6 +129,35 @@ def run_over(run_ctx: Optional[RunContext]) -> bool:
     return deadline is not None and time.monotonic() >= deadline
 
 
+def live_event(run_ctx: Any, kind: str, seq: Optional[int], data: dict[str, Any]) -> None:
+    """Tell the people watching the run (its event stream, ``run_ctx.live``) that
+    ``kind`` happened; nothing when the run has no stream. The live events'
+    own, independent of the audit: ``"approval"`` (asked, then approved or
+    rejected: :func:`approve`) and ``"suspended"`` (a run that waits for a
+    durable approval says so with ``live_event(run_ctx, "suspended", None,
+    {...})``). Never raises."""
+    live = getattr(run_ctx, "live", None)
+    if live is not None:
+        live.emit(kind, seq, data)
+
+
+def _approval_event(run_ctx: Any, info: Optional[CallInfo], tool: str, state: str) -> None:
+    seq = info.seq if info is not None else None
+    call_id = info.id if info is not None else ""
+    live_event(run_ctx, "approval", seq, {"tool": tool, "call_id": call_id, "state": state})
+
+
+def _asked(handler: Callable[[ApprovalRequest], Any], request: ApprovalRequest, run_ctx: Any, info: Any) -> bool:
+    """The handler's answer (``True`` only), told to the run's stream as it is asked and decided."""
+    _approval_event(run_ctx, info, request.tool, "asked")
+    approved = False
+    try:
+        approved = handler(request) is True
+    finally:
+        _approval_event(run_ctx, info, request.tool, "approved" if approved else "rejected")
+    return approved
+
+
 def approve(tool: Tool, args: dict[str, Any], run_ctx: Optional[RunContext]) -> None:
     """The approval step of the gate: return if the call may run, else raise :class:`ToolError`.
 
@@ -151,7 +184,7 @@ def approve(tool: Tool, args: dict[str, Any], run_ctx: Optional[RunContext]) -> 
         call_id=info.id if info is not None else "",
         tool_description=getattr(tool, "description", ""),
     )
-    if handler(request) is not True:
+    if not _asked(handler, request, run_ctx, info):
         raise ToolError(f"tool {quote_name(tool.name)} was rejected by the approval handler", tool.name)
     if run_over(run_ctx):
         raise ToolError(RUN_OVER + " (its approval came after the deadline)", tool.name)

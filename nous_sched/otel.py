@@ -12,7 +12,13 @@ What is recorded (attribute names are the ``ATTR_*`` constants below):
   Attributes: ``nous_sched.call_id``; when the run ends, ``nous_sched.calls``
   (how many sub-calls started), ``nous_sched.logs`` (how many log lines) and
   ``nous_sched.ok``; for a failed program ``nous_sched.error.kind`` and
-  ``error.type`` (one of :data:`~nous_sched.ERROR_KINDS`) with status ERROR.
+  ``error.type`` (one of :data:`~nous_sched.ERROR_KINDS`) with status ERROR;
+  and the run's usage ledger (:class:`~nous_sched.Usage`, the numbers of
+  ``result.usage``): ``nous_sched.usage.call_chars`` (the size of each
+  result the program received, in the order it received them),
+  ``nous_sched.usage.received_chars`` (their sum),
+  ``nous_sched.usage.answer_chars``, ``nous_sched.usage.model_chars`` and
+  ``nous_sched.usage.cut_chars`` (what the output budget took off).
   The program's text, its description, arguments, results and error messages
   are *not* recorded: they are model-written or tool data.
 * ``nous_sched.tool/<name>``, one per started sub-call, a child of the run span
@@ -78,6 +84,11 @@ __all__ = [
     "ATTR_TOOL",
     "ATTR_MODE",
     "ATTR_OUTCOME",
+    "ATTR_USAGE_CALLS",
+    "ATTR_USAGE_RECEIVED",
+    "ATTR_USAGE_ANSWER",
+    "ATTR_USAGE_MODEL",
+    "ATTR_USAGE_CUT",
 ]
 
 log = logging.getLogger("nous_sched")
@@ -96,6 +107,11 @@ ATTR_SEQ = "nous_sched.seq"
 ATTR_TOOL = "nous_sched.tool"
 ATTR_MODE = "nous_sched.mode"
 ATTR_OUTCOME = "nous_sched.outcome"
+ATTR_USAGE_CALLS = "nous_sched.usage.call_chars"
+ATTR_USAGE_RECEIVED = "nous_sched.usage.received_chars"
+ATTR_USAGE_ANSWER = "nous_sched.usage.answer_chars"
+ATTR_USAGE_MODEL = "nous_sched.usage.model_chars"
+ATTR_USAGE_CUT = "nous_sched.usage.cut_chars"
 
 _INSTRUMENTATION = "nous_sched"
 
@@ -263,6 +279,15 @@ def _same(value: Any) -> Any:
     return value
 
 
+def _record_usage(span: trace.Span, result: RunResult) -> None:
+    usage = result.usage
+    span.set_attribute(ATTR_USAGE_CALLS, [c.chars for c in usage.calls])
+    span.set_attribute(ATTR_USAGE_RECEIVED, usage.received_chars)
+    span.set_attribute(ATTR_USAGE_ANSWER, usage.answer_chars)
+    span.set_attribute(ATTR_USAGE_MODEL, usage.model_chars)
+    span.set_attribute(ATTR_USAGE_CUT, usage.cut_chars)
+
+
 def traced_run_code(
     code: Any,
     tools: Iterable[Tool] = (),
@@ -305,6 +330,7 @@ def traced_run_code(
             run_span.set_attribute(ATTR_CALLS, spans.started)
         run_span.set_attribute(ATTR_LOGS, len(result.logs))
         run_span.set_attribute(ATTR_OK, result.ok)
+        _record_usage(run_span, result)
         if result.error is not None:
             run_span.set_attribute(ATTR_ERROR_KIND, result.error.kind)
             run_span.set_attribute(ATTR_ERROR_TYPE, result.error.kind)

@@ -9,6 +9,7 @@ import attrs
 from . import _validators as v
 from .events import ContextUpdate, ToolCallEvent, ToolRefusedEvent
 from .records import CallRecord
+from .usage import Usage
 
 __all__ = ["RunResult", "RunError", "ERROR_KINDS"]
 
@@ -49,6 +50,12 @@ class RunResult:
     started calls; none of them is part of what the model reads
     (:meth:`to_dict`). ``error.message`` is at most 4000 characters plus a
     truncation marker.
+
+    ``usage`` is the run's ledger (:class:`~nous_sched.usage.Usage`): what each
+    sub-call's result cost the program, what the model got and what the
+    output budget cut. ``budgeted`` is the model-facing answer cut to the
+    run's ``output_budget`` (:mod:`nous_sched.budget`), when it had one and
+    the answer did not fit; :meth:`for_model` returns it.
     """
 
     logs: tuple[str, ...] = ()
@@ -58,6 +65,8 @@ class RunResult:
     trail: tuple[CallRecord, ...] = ()
     elapsed: float = 0.0
     refused: tuple[ToolRefusedEvent, ...] = ()
+    usage: Usage = Usage()
+    budgeted: Optional[dict[str, Any]] = attrs.field(default=None, eq=False, repr=False)
 
     @property
     def ok(self) -> bool:
@@ -68,6 +77,10 @@ class RunResult:
         if self.error is None:
             return {"logs": list(self.logs), "result": self.result}
         return {"logs": list(self.logs), "error": self.error.as_dict()}
+
+    def for_model(self) -> dict[str, Any]:
+        """What the model reads: :meth:`to_dict`, cut to the run's output budget when it had one."""
+        return self.budgeted if self.budgeted is not None else self.to_dict()
 
     def context_update(self) -> ContextUpdate:
         """The audit events (started calls, then refused ones) as ``log_event`` operations for the caller's own log."""

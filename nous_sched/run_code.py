@@ -36,6 +36,8 @@ from . import _validators as v
 from ._options import CANCEL, LIMITS, OPTIONAL_POLICY, check_run_options
 from ._text import one_line
 from ._validators import require
+from .budget import MIN_OUTPUT_BUDGET, fit
+from .budget import size as budget_size
 from .discovery import Discovery, unknown_tool_message
 from .dispatch import ApprovalRequest, Dispatch, RunContext, direct_dispatch
 from .errors import RunCodeError
@@ -48,6 +50,7 @@ from .result import RunError, RunResult
 from .runtime import Cancel, CodeRuntime, Limits, PendingCall, RuntimeOutcome
 from .scheduler import Scheduler
 from .tool import Tool
+from .usage import CallUsage, Usage
 
 __all__ = ["run_code", "resolve_runtime"]
 
@@ -56,6 +59,7 @@ log = logging.getLogger("nous_sched")
 _LIMITS = LIMITS
 _OPTIONAL_POLICY = OPTIONAL_POLICY
 _OPTIONAL_EVENT = CANCEL
+OUTPUT_BUDGET = v.optional(v.int_at_least(MIN_OUTPUT_BUDGET, f"a number of characters, at least {MIN_OUTPUT_BUDGET}"))
 
 NO_CODE = "run_code requires a `code` parameter containing the program to run."
 BLANK_DESCRIPTION = (
@@ -115,6 +119,7 @@ def run_code(
     session_log: Optional[SessionLog] = None,
     observer: Optional[Callable[[CallRecord, str], Any]] = None,
     cancel: Optional[Cancel] = None,
+    output_budget: Optional[int] = None,
 ) -> RunResult:
     """Run ``code`` with ``tools`` bound as ``tools[name](args)`` and return what it produced.
 
@@ -141,76 +146,117 @@ def run_code(
     carries it. A blank one is refused; ``None`` (the default) is for a
     caller with no model in the loop.
 
+    ``output_budget`` (characters, ``None`` by default: no budget): the
+    model-facing answer (:meth:`~nous_sched.RunResult.for_model`) is cut to it
+    structurally, saying in place what it left out (:mod:`nous_sched.budget`);
+    ``result.usage`` says what the model got and what was cut.
+    :func:`~nous_sched.run_code_tool` sets it to 20,000 by default.
+
+    Behaves as ``start_run(code, tools, **options).result()``
+    (:func:`~nous_sched.start_run`), on the calling thread and with no event stream.
+
     :raises RunCodeError: nothing ran (``code`` not a string or over
-        ``Limits.max_code_bytes``, a blank ``description``, no runtime, or a
-        tool running on ``executor`` called
+        ``Limits.max_code_bytes``, a blank ``description``, no runtime, or a tool running on ``executor`` called
         this with that same ``executor`` while every one of its threads is
         busy: the run's calls could only wait for a thread until the deadline).
     :raises ConfigError: a bad option, named in the message, before anything starts.
     """
-    check_run_options("run_code", locals())  # every option, before a worker is taken or a thread started
+    options = dict(
+        description=description,
+        policy=policy,
+        approval_handler=approval_handler,
+        deps=deps,
+        runtime=runtime,
+        timeout=timeout,
+        limits=limits,
+        max_parallel=max_parallel,
+        executor=executor,
+        call_id=call_id,
+        dispatch=dispatch,
+        session_log=session_log,
+        observer=observer,
+        cancel=cancel,
+        output_budget=output_budget,
+    )
+    return execute(prepare(code, tools, options))
+
+
+class Prepared:
+    """A run whose options passed every check, ready for :func:`execute` (on any thread)."""
+
+    __slots__ = ("code", "rt", "limits", "granted", "denied", "names", "options")
+
+    def __init__(
+        self,
+        code: str,
+        rt: CodeRuntime,
+        limits: Limits,
+        granted: dict[str, Tool],
+        denied: dict[str, Tool],
+        options: dict[str, Any],
+    ) -> None:
+        self.code = code
+        self.rt = rt
+        self.limits = limits
+        self.granted = granted
+        self.denied = denied
+        self.names = tuple(sorted({*granted, *denied}))
+        self.options = options
+
+
+def prepare(code: Any, tools: Iterable[Tool], options: dict[str, Any]) -> Prepared:
+    """Check a run's program and options (every :func:`run_code` keyword, in
+    ``options``) on the calling thread; raise what :func:`run_code` raises."""
+    check_run_options("run_code", options)  # every option, before a worker is taken or a thread started
     if not isinstance(code, str):
         raise RunCodeError(NO_CODE)
+    description = options["description"]
     if description is not None and (not isinstance(description, str) or not description.strip()):
         raise RunCodeError(BLANK_DESCRIPTION)
-    rt = resolve_runtime(runtime)
+    rt = resolve_runtime(options["runtime"])
+    limits = options["limits"]
     if limits is None:
-        require("run_code", "timeout", timeout, v.SECONDS)
-        limits = Limits(timeout=timeout)
+        require("run_code", "timeout", options["timeout"], v.SECONDS)
+        limits = Limits(timeout=options["timeout"])
     require("run_code", "limits", limits, _LIMITS)
     _check_size(code, limits.max_code_bytes)
-    require("run_code", "policy", policy, _OPTIONAL_POLICY)
-    require("run_code", "approval_handler", approval_handler, v.OPTIONAL_CALLABLE)
-    require("run_code", "cancel", cancel, _OPTIONAL_EVENT)
+    require("run_code", "policy", options["policy"], _OPTIONAL_POLICY)
+    require("run_code", "approval_handler", options["approval_handler"], v.OPTIONAL_CALLABLE)
+    require("run_code", "cancel", options["cancel"], _OPTIONAL_EVENT)
+    require("run_code", "output_budget", options["output_budget"], OUTPUT_BUDGET)
+    executor = options["executor"]
     if executor is not None and _saturated_by_caller(executor):
         raise RunCodeError(_SATURATED)
-    granted, denied = partition(tools, policy, "run_code")
-    names = tuple(sorted({*granted, *denied}))
+    granted, denied = partition(tools, options["policy"], "run_code")
+    return Prepared(code, rt, limits, granted, denied, options)
+
+
+def execute(p: Prepared, live: Any = None) -> RunResult:
+    """Run a :func:`prepare`-d program to its end on this thread. ``live``, when
+    given, is the run's event stream (:class:`nous_sched.live.EventStream`):
+    it hears each call start and commit, each step's log lines and each approval."""
+    o = p.options
+    cancel = o["cancel"]
     started = time.perf_counter()
-    deadline = time.monotonic() + limits.timeout
+    deadline = time.monotonic() + p.limits.timeout
     # A runtime that can (the WorkerPool) starts the program now, so its worker
     # compiles and runs it to its first tool call while the scheduler is built.
-    begin = getattr(rt, "begin", None)
-    begun = begin(code, names, limits, cancel) if callable(begin) else None
+    begin = getattr(p.rt, "begin", None)
+    begun = begin(p.code, p.names, p.limits, cancel) if callable(begin) else None
     try:
-        run_ctx = RunContext(
-            approval_handler=approval_handler,
-            deps=deps,
-            require_approval=frozenset(
-                n for n, t in granted.items() if policy is not None and policy.needs_approval(t)
-            ),
-            deadline=deadline,
-            description=description or "",
-        )
-        scheduler = Scheduler(
-            dispatch=dispatch,
-            session_log=session_log,
-            max_parallel=max_parallel,
-            call_id=call_id if call_id is not None else "run_code-" + secrets.token_urlsafe(6),
-            executor=executor,
-            timeout=limits.timeout,
-            observer=observer,
-        )
-        gate = Gate(
-            granted,
-            denied,
-            limits,
-            deadline,
-            scheduler.session_log().append,
-            unknown=lambda name: unknown_tool_message(name, names),
-        )
+        scheduler, gate, run_ctx = _build(p, deadline, live)
     except BaseException:
         if begun is not None:
             begun.abandon()
         raise
     try:
-        if description:
-            log.info("run_code %s: %s", one_line(str(scheduler.call_id)), one_line(description))
-        host = _Host(scheduler, gate, run_ctx, cancel, names)
-        outcome = begun.run(host) if begun is not None else rt.run(code, host, limits)
+        host = _Host(scheduler, gate, run_ctx, cancel, p.names, live)
+        if o["description"]:
+            log.info("run_code %s: %s", one_line(str(scheduler.call_id)), one_line(o["description"]))
+        outcome = begun.run(host) if begun is not None else p.rt.run(p.code, host, p.limits)
         if not isinstance(outcome, RuntimeOutcome):
             raise RunCodeError(
-                f"code runtime {rt!r} returned {outcome!r} from run(); expected a nous_sched.RuntimeOutcome"
+                f"code runtime {p.rt!r} returned {outcome!r} from run(); expected a nous_sched.RuntimeOutcome"
             )
     finally:
         if begun is not None:
@@ -220,17 +266,75 @@ def run_code(
         scheduler.stop(timeout=0.5)
     # From the program's start, a little before the trail's origin (the scheduler's epoch).
     elapsed = time.perf_counter() - started
+    return _result(outcome, scheduler, gate, host, elapsed, o["output_budget"])
+
+
+def _build(p: Prepared, deadline: float, live: Any) -> tuple[Scheduler, Gate, RunContext]:
+    """The run's context, scheduler and gate."""
+    o = p.options
+    policy = o["policy"]
+    run_ctx = RunContext(
+        approval_handler=o["approval_handler"],
+        deps=o["deps"],
+        require_approval=frozenset(n for n, t in p.granted.items() if policy is not None and policy.needs_approval(t)),
+        deadline=deadline,
+        description=o["description"] or "",
+        live=live,
+    )
+    observer = o["observer"] if live is None else live.observer(o["observer"])
+    call_id = o["call_id"]
+    scheduler = Scheduler(
+        dispatch=o["dispatch"],
+        session_log=o["session_log"],
+        max_parallel=o["max_parallel"],
+        call_id=call_id if call_id is not None else "run_code-" + secrets.token_urlsafe(6),
+        executor=o["executor"],
+        timeout=p.limits.timeout,
+        observer=observer,
+    )
+    if live is not None:
+        scheduler._on_outcome = live.committed
+    names = p.names
+    gate = Gate(
+        p.granted,
+        p.denied,
+        p.limits,
+        deadline,
+        scheduler.session_log().append,
+        unknown=lambda name: unknown_tool_message(name, names),
+    )
+    return scheduler, gate, run_ctx
+
+
+def _result(
+    outcome: RuntimeOutcome, scheduler: Scheduler, gate: Gate, host: "_Host", elapsed: float, budget: Optional[int]
+) -> RunResult:
     error = outcome.error
     if error is not None and len(error.message) > MAX_RUN_MESSAGE:
         error = RunError(error.kind, error.message[:MAX_RUN_MESSAGE] + TRUNCATION_MARK)
+    logs = tuple(outcome.logs)
+    answer: dict[str, Any] = (
+        {"logs": list(logs), "result": outcome.result}
+        if error is None
+        else {"logs": list(logs), "error": error.as_dict()}
+    )
+    answer_chars = budget_size(answer)
+    budgeted = fit(answer, budget) if budget is not None and answer_chars > budget else None
+    usage = Usage(
+        calls=tuple(CallUsage(*row) for row in host.ledger),
+        answer_chars=answer_chars,
+        model_chars=answer_chars if budgeted is None else budget_size(budgeted),
+    )
     return RunResult(
-        logs=tuple(outcome.logs),
+        logs=logs,
         result=outcome.result,
         error=error,
         events=tuple(scheduler.logged_events()),
         refused=tuple(gate.refused),
         trail=tuple(scheduler.trail()),
         elapsed=elapsed,
+        usage=usage,
+        budgeted=budgeted,
     )
 
 
@@ -284,17 +388,27 @@ def _saturated_by_caller(executor: Any) -> bool:
 
 
 class _Settled:
-    __slots__ = ("outcome",)
+    """An outcome known at once: a refusal by the gate (``tool`` names it) or
+    the answer to an ``sdk`` question (``tool`` is ``None``)."""
 
-    def __init__(self, outcome: Outcome) -> None:
+    __slots__ = ("outcome", "tool")
+
+    def __init__(self, outcome: Outcome, tool: Optional[str] = None) -> None:
         self.outcome = outcome
+        self.tool = tool
 
     def wait(self, timeout: float) -> Outcome:
         return self.outcome
 
 
 class _Host:
-    """What a runtime may ask of the outside world: start a call by name, through the run's gate."""
+    """What a runtime may ask of the outside world: start a call by name, through the run's gate.
+
+    It keeps the run's ledger (``ledger``: ``(seq, tool, chars, ok)`` per
+    answer the program received) and what the run learns of the shape of
+    results (:meth:`Discovery.observe`), and hands each step's log lines to
+    the run's event stream when it has one.
+    """
 
     def __init__(
         self,
@@ -303,6 +417,7 @@ class _Host:
         run_ctx: RunContext,
         cancel: Optional[Cancel] = None,
         names: Optional[Sequence[str]] = None,
+        live: Any = None,
     ) -> None:
         self.scheduler = scheduler
         self.cancel = cancel
@@ -310,19 +425,31 @@ class _Host:
         self.run_ctx = run_ctx
         self.names: Sequence[str] = tuple(sorted({*gate.granted, *gate.denied})) if names is None else names
         self.discovery = Discovery(gate.granted, self.names, gate.denied)
+        self.ledger: list[tuple[Optional[int], str, int, bool]] = []
+        #: The runtime's hook for each step's log lines (:func:`~.runtime.engine.drive`).
+        self.on_logs: Optional[Callable[[list[str]], None]] = None if live is None else live.logs
 
     def call(self, name: Any, args: Any) -> PendingCall:
-        return self._submit(self.gate.admit(name, args))
+        return self._submit(self.gate.admit(name, args), name)
 
     def call_json(self, name: Any, text: Any) -> PendingCall:
-        return self._submit(self.gate.admit_json(name, text))
+        return self._submit(self.gate.admit_json(name, text), name)
 
-    def _submit(self, admitted: Any) -> PendingCall:
+    def _submit(self, admitted: Any, name: Any) -> PendingCall:
         if type(admitted) is not Admitted:
-            return _Settled(admitted)
+            return _Settled(admitted, name if isinstance(name, str) else str(name))
         # The gate's arguments are a fresh snapshot no one else holds: not copied again.
         tool = admitted.tool
         return self.scheduler._submit_snapshot(tool, tool.name, admitted.args, self.run_ctx)
+
+    def on_settled(self, pending: Any, outcome: Outcome, payload: str) -> None:
+        """The runtime's hook for each answer the program receives, ``payload`` its JSON text."""
+        tool = pending.tool
+        if tool is None:  # an sdk question: not a sub-call
+            return
+        self.ledger.append((getattr(pending, "seq", None), tool, len(payload), outcome.ok))
+        if outcome.ok and type(pending) is not _Settled:
+            self.discovery.observe(tool, outcome.value)
 
     def batch(self) -> Any:
         """A runtime hands every call one step of a program started inside

@@ -386,6 +386,9 @@ class Scheduler:
         self._tool_threads: Optional[ToolThreads] = None  # driver-owned: made at the first start
         self._timeout = float(timeout)
         self._observer = observer
+        # run_code's hook for each commit with its outcome (a run's event
+        # stream): set before the first submit, read only by the driver.
+        self._on_outcome: Optional[Callable[[CallRecord, Outcome], Any]] = None
         self._n = next(_ids)
         self._t0 = time.perf_counter()
         # SimpleQueue: the C queue from `queue`, without Queue's task tracking we never use.
@@ -777,6 +780,8 @@ class Scheduler:
             timeline.ok = outcome.ok
         self._deliver(call.ticket, outcome)
         self._notify(timeline, COMMIT)
+        if self._on_outcome is not None:
+            self._tell_outcome(timeline, outcome)
 
     def _deliver(self, ticket: Ticket, outcome: Outcome) -> None:
         with self._lock:
@@ -792,6 +797,13 @@ class Scheduler:
             self._observer(timeline.record(), phase)
         except BaseException:  # even KeyboardInterrupt: raised by the observer's own code, not a signal
             log.warning("scheduler observer raised; ignoring it", exc_info=True)
+
+    def _tell_outcome(self, timeline: _Timeline, outcome: Outcome) -> None:
+        assert self._on_outcome is not None
+        try:
+            self._on_outcome(timeline.record(), outcome)
+        except Exception:
+            log.warning("scheduler outcome hook raised; ignoring it", exc_info=True)
 
     def _wind_down(self) -> None:
         """The driver's last act, whether it was stopped or crashed."""

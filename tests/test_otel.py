@@ -108,6 +108,12 @@ def test_a_run_and_its_calls_become_parented_spans(otel):
         "nous_sched.calls": 5,
         "nous_sched.logs": 1,
         "nous_sched.ok": True,
+        # The run's usage ledger (result.usage), the same numbers.
+        "nous_sched.usage.call_chars": tuple(c.chars for c in result.usage.calls),
+        "nous_sched.usage.received_chars": result.usage.received_chars,
+        "nous_sched.usage.answer_chars": result.usage.answer_chars,
+        "nous_sched.usage.model_chars": result.usage.model_chars,
+        "nous_sched.usage.cut_chars": 0,
     }
     assert [dict(s.attributes) for s in calls] == [
         {"nous_sched.seq": i, "nous_sched.tool": tool, "nous_sched.mode": mode, "nous_sched.outcome": outcome}

@@ -104,6 +104,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--json", action="store_true", help="print one JSON object: result|error, logs, trail, events, refused"
     )
     run.add_argument(
+        "--events",
+        action="store_true",
+        help="print the run's live events (call, commit, log, approval, end) on standard output as JSON lines, "
+        "as they happen; with --json, the result object follows as one last line",
+    )
+    run.add_argument(
         "--progress",
         action=argparse.BooleanOptionalAction,
         default=None,
@@ -164,19 +170,17 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         options["approval_handler"] = _terminal_approver(args.program, err)
     try:
         with _ctrl_c_cancels() as cancel:
-            if progress is None:
-                result = run_code(program, tools, cancel=cancel, **options)
-            else:
-                with progress:
-                    result = run_code(program, tools, cancel=cancel, observer=progress.observe, **options)
+            if progress is not None:
+                options["observer"] = progress.observe
+            with progress if progress is not None else contextlib.nullcontext():
+                if args.events:
+                    result = _run_with_events(program, tools, out, cancel=cancel, **options)
+                else:
+                    result = run_code(program, tools, cancel=cancel, **options)
     except ConfigError as exc:  # RunCodeError included: nothing ran
         raise UsageError(str(exc)) from None
 
-    if args.json:
-        out.write(json_text(result_json(result), indent=2) + "\n")
-    else:
-        human(result, out)
-    out.flush()
+    _print_result(args, result, out)
 
     if args.trace:
         from ..trace import write_chrome_trace
@@ -201,6 +205,30 @@ def _terminal_approver(program: str, err: TextIO) -> Any:
         return TerminalApprover(err, open("/dev/tty", encoding="utf-8"))  # noqa: SIM115 - lives for the run
     except OSError:
         raise UsageError("--ask: the program came from standard input and there is no terminal to ask") from None
+
+
+def _print_result(args: argparse.Namespace, result: Any, out: TextIO) -> None:
+    """The result as the flags ask: human text, one JSON object, or (after
+    ``--events``' lines) nothing or the object as one last line."""
+    if args.events:
+        if args.json:
+            out.write(json_text(result_json(result)) + "\n")
+    elif args.json:
+        out.write(json_text(result_json(result), indent=2) + "\n")
+    else:
+        human(result, out)
+    out.flush()
+
+
+def _run_with_events(program: str, tools: Any, out: TextIO, **options: Any) -> Any:
+    """The run, its events written to ``out`` as JSON lines as they come."""
+    from ..live import start_run
+
+    run = start_run(program, tools, **options)
+    for event in run.events():
+        out.write(event.to_json() + "\n")
+        out.flush()
+    return run.result()
 
 
 @contextlib.contextmanager

@@ -345,36 +345,36 @@ def drive(
     Never raises for the program's own failure. ``cancel`` (an object with
     ``is_set()``, e.g. a :class:`threading.Event`) ends the run with a
     ``cancelled`` error at the next step or while waiting for a call.
+
+    Two optional host hooks watch the run as it goes, on this thread:
+    ``host.on_logs(lines)`` gets the log lines each step kept, as the step
+    ends (the lines the run's logs hold, budget markers included; not the
+    notes the host adds when the run ends), and ``host.on_settled(pending, outcome, payload)``
+    gets each call's outcome and its JSON text just before the program
+    receives it.
     """
     book = _LogBook(limits.max_log_bytes, limits.max_log_lines)
+    on_logs = getattr(host, "on_logs", None)
     try:
-        return _drive(engine, host, limits, deadline, cancel, book)
+        return _drive(engine, host, limits, deadline, cancel, book, on_logs)
     except Stopped as stop:
         if stop.envelope is not None:
             salvaged = _checked(stop.envelope)
             if salvaged is not None:
-                book.extend(salvaged["logs"], salvaged["dropped"])
+                _keep_logs(salvaged, book, on_logs)
         return Finish(book.lines(), error=(stop.kind, stop.message))
 
 
-def _drive(engine: Any, host: Any, limits: Any, deadline: float, cancel: Any, book: "_LogBook") -> Finish:
+def _drive(engine: Any, host: Any, limits: Any, deadline: float, cancel: Any, book: "_LogBook", on_logs: Any) -> Finish:
     # (call id, pending call), oldest first: ids grow, so the left end is the oldest.
     outstanding: collections.deque[tuple[int, Any]] = collections.deque()
-    # A host may take a step's calls as one batch (``host.batch()``, a context
-    # manager): e.g. one message to its scheduler for a Promise.all of 1,000.
-    batch = getattr(host, "batch", None)
-    call = getattr(host, "call_json", None)
-    if call is None:  # a host without call_json takes the arguments parsed
-        plain = host.call
-
-        def call(name: Any, text: str) -> Any:
-            return plain(name, json.loads(text))
-
+    submit = _submitter(host, outstanding, deadline)
+    on_settled = getattr(host, "on_settled", None)
     state = None
     text = engine.start()
     while True:
-        envelope = _read(text, book)
-        unstarted = _hand_over(envelope["calls"], call, host, batch, outstanding, deadline)
+        envelope = _step_envelope(text, book, on_logs)
+        unstarted = submit(envelope["calls"])
         if state is None:
             state = envelope["main"]
         if unstarted:
@@ -382,61 +382,108 @@ def _drive(engine: Any, host: Any, limits: Any, deadline: float, cancel: Any, bo
         if cancel is not None and cancel.is_set():
             raise Stopped("cancelled", CANCELLED)
         if not outstanding:
-            if state is not None:
-                return _finish(state, book, limits)
-            raise Stopped(
-                "exception",
-                "the program is waiting for a promise that nothing will ever settle: "
-                "no tool call is outstanding and no work is queued",
-            )
+            return _settled_program(state, book, limits)
         call_id, pending = outstanding.popleft()
         outcome = _wait(pending, deadline, cancel)
         if outcome is None:
-            if state is not None:
-                book.note(f"[{len(outstanding) + 1} tool call(s) started without await were abandoned at the deadline]")
-                return _finish(state, book, limits)
-            raise Stopped("timeout", timeout_message(limits.timeout, "waiting for a tool call"))
-        # ASCII JSON: escapes lone surrogates (the binding cannot pass them) and NUL.
-        if outcome.ok:
-            text = engine.settle(call_id, True, _encode_value(outcome.value))
-        else:
-            text = engine.settle(call_id, False, _encode(outcome.error.as_dict()))
+            return _at_deadline(state, book, limits, len(outstanding) + 1)
+        text = _settle(engine, call_id, pending, outcome, on_settled)
 
 
-def _read(text: Any, book: "_LogBook") -> dict[str, Any]:
-    """A step's envelope, its log lines kept in ``book``."""
+def _step_envelope(text: Any, book: "_LogBook", on_logs: Any) -> dict[str, Any]:
+    """One step's envelope, checked, its log lines kept (and handed to ``on_logs``)."""
     envelope = _checked(text)
     if envelope is None:
         # Only the prelude writes envelopes; a malformed one means the
         # program reached the bridge. Trust nothing more from this context.
         raise Stopped("abort", TAMPERED)
     if envelope["logs"] or envelope["dropped"]:
-        book.extend(envelope["logs"], envelope["dropped"])
+        _keep_logs(envelope, book, on_logs)
     return envelope
 
 
-def _hand_over(calls: list[Any], call: Any, host: Any, batch: Any, outstanding: Any, deadline: float) -> int:
-    """Hand one step's calls to ``host`` in order, as one batch when there are
-    several and the host takes batches, while the run has time; how many the
+def _keep_logs(envelope: dict[str, Any], book: "_LogBook", on_logs: Any) -> None:
+    before = book.kept()
+    book.extend(envelope["logs"], envelope["dropped"])
+    if on_logs is not None and book.kept() > before:
+        on_logs(book.since(before))
+
+
+def _submitter(
+    host: Any, outstanding: "collections.deque[tuple[int, Any]]", deadline: float
+) -> Callable[[list[Any]], int]:
+    """``submit(calls)``: hand one step's new calls to ``host``, oldest first,
+    into ``outstanding``, while the run has time; it returns how many the
     deadline left unstarted (the host never sees them).
 
-    A null name is a question about the tools (the program's `sdk`). Each
+    A null name is a question about the tools (the program's ``sdk``). Each
     call's arguments are JSON text: the host parses them under the snapshot
-    rules, one call at a time, so one bad call fails alone.
+    rules, one call at a time, so one bad call fails alone. A host may take a
+    step's calls as one batch (``host.batch()``, a context manager): e.g. one
+    message to its scheduler for a Promise.all of 1,000.
     """
-    if len(calls) > 1 and batch is not None:
-        with batch():
-            return _hand(calls, call, host, outstanding, deadline)
-    return _hand(calls, call, host, outstanding, deadline)
-
-
-def _hand(calls: list[Any], call: Any, host: Any, outstanding: Any, deadline: float) -> int:
+    batch = getattr(host, "batch", None)
+    call = _json_caller(host)
+    append = outstanding.append
     monotonic = time.monotonic
-    for i, (call_id, name, args) in enumerate(calls):
-        if monotonic() >= deadline:
-            return len(calls) - i
-        outstanding.append((call_id, call(name, args) if name is not None else _ask(host, args)))
-    return 0
+
+    def each(calls: list[Any]) -> int:
+        for i, (call_id, name, args) in enumerate(calls):
+            if monotonic() >= deadline:
+                return len(calls) - i
+            append((call_id, call(name, args) if name is not None else _ask(host, args)))
+        return 0
+
+    def submit(calls: list[Any]) -> int:
+        if len(calls) > 1 and batch is not None:
+            with batch():
+                return each(calls)
+        return each(calls) if calls else 0
+
+    return submit
+
+
+def _json_caller(host: Any) -> Callable[[Any, str], Any]:
+    call = getattr(host, "call_json", None)
+    if call is not None:
+        return call  # type: ignore[no-any-return]
+    plain = host.call  # a host without call_json takes the arguments parsed
+
+    def parsed(name: Any, text: str) -> Any:
+        return plain(name, json.loads(text))
+
+    return parsed
+
+
+def _settled_program(state: Any, book: "_LogBook", limits: Any) -> Finish:
+    """The end once nothing is outstanding: the program's own, or a wait that nothing will end."""
+    if state is not None:
+        return _finish(state, book, limits)
+    raise Stopped(
+        "exception",
+        "the program is waiting for a promise that nothing will ever settle: "
+        "no tool call is outstanding and no work is queued",
+    )
+
+
+def _at_deadline(state: Any, book: "_LogBook", limits: Any, abandoned: int) -> Finish:
+    """The deadline passed while waiting for a call: a settled program ends with
+    what it returned (its un-awaited calls abandoned); any other times out."""
+    if state is not None:
+        book.note(f"[{abandoned} tool call(s) started without await were abandoned at the deadline]")
+        return _finish(state, book, limits)
+    raise Stopped("timeout", timeout_message(limits.timeout, "waiting for a tool call"))
+
+
+def _settle(engine: Any, call_id: int, pending: Any, outcome: Any, on_settled: Any) -> str:
+    # ASCII JSON: escapes lone surrogates (the binding cannot pass them) and NUL.
+    if outcome.ok:
+        ok, payload = True, _encode_value(outcome.value)
+    else:
+        ok, payload = False, _encode(outcome.error.as_dict())
+    if on_settled is not None:
+        on_settled(pending, outcome, payload)
+    return engine.settle(call_id, ok, payload)  # type: ignore[no-any-return]
 
 
 def _past_deadline(state: Any, unstarted: int, book: "_LogBook", limits: Any) -> None:
@@ -567,6 +614,14 @@ class _LogBook:
                 continue
             self.used += len(data) + 1
             self._lines.append(line)
+
+    def kept(self) -> int:
+        """How many lines the budget has kept so far (markers included, notes not)."""
+        return len(self._lines)
+
+    def since(self, start: int) -> list[str]:
+        """The kept lines from index ``start`` on."""
+        return self._lines[start:]
 
     def note(self, line: str) -> None:
         """A line from the host itself: always kept, outside the budget."""

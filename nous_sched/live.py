@@ -1,0 +1,289 @@
+"""Live, ordered events of a run, for the people watching it.
+
+:func:`start_run` starts a run and returns a :class:`Run` at once; the run
+goes on in a thread of its own (``nous-sched-run-<n>``), in a copy of the
+caller's ``contextvars``. ``run.events()`` yields :class:`RunEvent` values
+while it goes, ``run.result()`` waits for its :class:`~nous_sched.RunResult`,
+``run.cancel()`` ends it early. ``run_code(...)`` behaves as
+``start_run(...).result()``, on the caller's thread and with no stream.
+
+The events, each with ``kind``, ``seq`` (the sub-call's, or ``None``), ``at``
+(seconds since the run started) and ``data`` (a JSON-shaped dict):
+
+* ``"call"``: a sub-call started (``data``: ``tool``, ``mode``);
+* ``"commit"``: it committed, in ``seq`` order whatever order the calls
+  finished in (``tool``, ``ok``, ``chars``: the size of the result the
+  program receives, as the ledger counts it, :mod:`nous_sched.usage`);
+* ``"log"``: a line the program wrote, as each step of the program ends
+  (``line``), the lines the run's logs keep;
+* ``"approval"``: an approval asked and decided (``tool``, ``call_id``,
+  ``state``: ``"asked"``, then ``"approved"`` or ``"rejected"``);
+* ``"suspended"``: the run waits for a durable approval (sent by
+  :func:`nous_sched.dispatch.live_event`; its ``data`` is the suspension's);
+* ``"end"``, always last (``ok``, ``error``, ``logs``, ``usage``: the ledger);
+* ``"gap"``, only for a consumer that fell behind: ``missed`` events it
+  will never see.
+
+Events are ordered once, as they are emitted (one lock), so every consumer
+sees the same order. Any number of consumers may iterate, each from the
+run's first event; each has its own bounded buffer (``events(buffer=N)``):
+a consumer more than ``N`` events behind skips to the newest ``N`` and is told
+so by a ``gap`` event with the count. Emitting never waits for a consumer,
+so a slow consumer never slows the run. The stream holds the last
+:data:`HISTORY` events (up to a quarter more between trims); a consumer
+that starts later than that misses the oldest (a ``gap`` again).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import inspect
+import itertools
+import json
+import threading
+import time
+from typing import Any, Callable, Iterable, Iterator, Optional
+
+import attrs
+
+from . import _validators as v
+from .outcome import Outcome
+from .records import CallRecord
+from .result import RunResult
+from .run_code import execute, prepare, run_code
+from .tool import Tool
+
+__all__ = ["start_run", "Run", "RunEvent", "EventStream", "EVENT_KINDS", "HISTORY", "DEFAULT_BUFFER"]
+
+#: Every ``RunEvent.kind``.
+EVENT_KINDS = ("call", "commit", "log", "approval", "suspended", "end", "gap")
+#: How many events a run's stream holds for consumers that start late.
+HISTORY = 100_000
+#: How many events one consumer may fall behind before it skips (a ``gap``).
+DEFAULT_BUFFER = 10_000
+_BUFFER = v.int_at_least(1, "a positive number of events")
+_numbers = itertools.count(1)
+_SIGNATURE = inspect.signature(run_code)
+
+
+@attrs.frozen
+class RunEvent:
+    """One thing that happened in a run; see the module docstring for each ``kind``.
+
+    Every consumer gets the same event object: read ``data``, do not change it.
+    """
+
+    kind: str
+    seq: Optional[int]
+    at: float
+    data: dict[str, Any] = attrs.field(eq=False)
+
+    def as_dict(self) -> dict[str, Any]:
+        """``{"kind", "seq", "at", "data"}``, JSON-ready."""
+        return {"kind": self.kind, "seq": self.seq, "at": self.at, "data": self.data}
+
+    def to_json(self) -> str:
+        """One line of JSON (the CLI's ``--events`` format)."""
+        return json.dumps(self.as_dict(), ensure_ascii=False)
+
+
+class EventStream:
+    """A run's events, in the order they were emitted, for any number of consumers.
+
+    The run's side calls :meth:`emit` (and the hooks built on it) from any
+    thread; it never blocks for long and never waits for a consumer.
+    """
+
+    def __init__(self, history: int = HISTORY) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        # A list, not a deque: a consumer's next batch is a slice from its
+        # cursor (a deque would walk from its start). Trimmed in chunks.
+        self._events: list[RunEvent] = []
+        self._history = history
+        self._first = 0  # the index of _events[0] among every event emitted
+        self._ended = False
+        self._t0 = time.perf_counter()
+
+    @property
+    def ended(self) -> bool:
+        return self._ended
+
+    def emit(self, kind: str, seq: Optional[int], data: dict[str, Any]) -> None:
+        """Append one event (ignored after ``end``). Never raises for a consumer."""
+        with self._cond:
+            if self._ended:
+                return
+            events = self._events
+            events.append(RunEvent(kind, seq, time.perf_counter() - self._t0, data))
+            if len(events) > self._history + self._history // 4:
+                drop = len(events) - self._history
+                del events[:drop]
+                self._first += drop
+            self._ended = kind == "end"
+            self._cond.notify_all()
+
+    # -- the run's hooks ----------------------------------------------------
+
+    def observer(self, then: Optional[Callable[[CallRecord, str], Any]]) -> Callable[[CallRecord, str], Any]:
+        """A scheduler observer that emits ``call`` at each start, then calls ``then``."""
+
+        def observe(record: CallRecord, phase: str) -> None:
+            if phase == "start":
+                self.emit("call", record.seq, {"tool": record.tool, "mode": record.mode})
+            if then is not None:
+                then(record, phase)
+
+        return observe
+
+    def committed(self, record: CallRecord, outcome: Outcome) -> None:
+        """The scheduler's hook at each commit: a ``commit`` event with the result's size."""
+        data: dict[str, Any] = {"tool": record.tool, "ok": outcome.ok, "chars": received_chars(outcome)}
+        self.emit("commit", record.seq, data)
+
+    def logs(self, lines: Iterable[str]) -> None:
+        """The runtime's hook for one step's log lines: a ``log`` event each."""
+        for line in lines:
+            self.emit("log", None, {"line": line})
+
+    def end(self, result: Optional[RunResult], problem: Optional[BaseException] = None) -> None:
+        """The last event: how the run ended, its logs and its ledger."""
+        if result is None:
+            data: dict[str, Any] = {"ok": False, "error": {"kind": "abort", "message": repr(problem)}, "usage": None}
+        else:
+            data = {
+                "ok": result.ok,
+                "error": None if result.error is None else result.error.as_dict(),
+                "logs": len(result.logs),
+                "usage": result.usage.as_dict(),
+            }
+        self.emit("end", None, data)
+
+    # -- consumers ------------------------------------------------------------
+
+    def consume(self, buffer: int = DEFAULT_BUFFER) -> Iterator[RunEvent]:
+        """Every event from the first, live, ending after ``end``; see the module docstring."""
+        v.require("events", "buffer", buffer, _BUFFER)
+        cursor = 0
+        while True:
+            batch, cursor, missed, at, done = self._next(cursor, buffer)
+            if missed:
+                yield RunEvent("gap", None, at, {"missed": missed})
+            yield from batch
+            if done:
+                return
+
+    def _next(self, cursor: int, buffer: int) -> tuple[list[RunEvent], int, int, float, bool]:
+        with self._cond:
+            while cursor == self._first + len(self._events) and not self._ended:
+                self._cond.wait()
+            head = self._first + len(self._events)
+            floor = max(self._first, head - buffer)
+            missed = max(floor - cursor, 0)
+            cursor = max(cursor, floor)
+            batch = self._events[cursor - self._first :]
+            at = time.perf_counter() - self._t0
+            return batch, head, missed, at, self._ended
+
+
+# Made once: json.dumps with separators builds a new encoder per call.
+_compact = json.JSONEncoder(separators=(",", ":"), check_circular=False).encode
+
+
+def received_chars(outcome: Outcome) -> int:
+    """The size of ``outcome`` as the program receives it: its compact ASCII JSON
+    text (what :func:`~nous_sched.runtime.engine.drive` hands the program)."""
+    if outcome.ok:
+        value = outcome.value
+        return 4 if value is None else len(_compact(value))
+    return len(_compact(outcome.error.as_dict() if outcome.error is not None else None))
+
+
+class _AnyOf:
+    """Set when the run's own cancel event or the caller's is."""
+
+    __slots__ = ("own", "theirs")
+
+    def __init__(self, own: threading.Event, theirs: Any) -> None:
+        self.own = own
+        self.theirs = theirs
+
+    def is_set(self) -> bool:
+        return self.own.is_set() or (self.theirs is not None and self.theirs.is_set())
+
+
+class Run:
+    """A run started by :func:`start_run`: watch it, wait for it, or cancel it."""
+
+    def __init__(self, stream: EventStream, cancel_event: threading.Event) -> None:
+        self._stream = stream
+        self._cancel = cancel_event
+        self._done = threading.Event()
+        self._result: Optional[RunResult] = None
+        self._problem: Optional[BaseException] = None
+        self.thread: Optional[threading.Thread] = None
+
+    def events(self, buffer: int = DEFAULT_BUFFER) -> Iterator[RunEvent]:
+        """The run's events from its first, live, until ``end`` (see :mod:`nous_sched.live`).
+
+        Each call is a new consumer with its own ``buffer``.
+        :raises ConfigError: ``buffer`` is not a positive integer.
+        """
+        v.require("events", "buffer", buffer, _BUFFER)
+        return self._stream.consume(buffer)
+
+    def result(self, timeout: Optional[float] = None) -> RunResult:
+        """The run's :class:`~nous_sched.RunResult`, once it has ended.
+
+        :raises TimeoutError: ``timeout`` seconds passed first.
+        Raises whatever the run raised (what :func:`~nous_sched.run_code` would have).
+        """
+        if not self._done.wait(timeout):
+            raise TimeoutError(f"the run did not end within {timeout}s")
+        if self._problem is not None:
+            raise self._problem
+        assert self._result is not None
+        return self._result
+
+    def cancel(self) -> None:
+        """End the run early: it ends with a ``cancelled`` error (as ``run_code(cancel=...)``)."""
+        self._cancel.set()
+
+    def done(self) -> bool:
+        """True once the run has ended (its ``end`` event sent)."""
+        return self._done.is_set()
+
+    def _serve(self, prepared: Any) -> None:
+        try:
+            self._result = execute(prepared, self._stream)
+        except BaseException as exc:  # handed to result()
+            self._problem = exc
+        finally:
+            self._stream.end(self._result, self._problem)
+            self._done.set()
+
+
+def start_run(code: Any, tools: Iterable[Tool] = (), **options: Any) -> Run:
+    """Start ``code`` with ``tools`` now and return its :class:`Run` at once.
+
+    ``options`` are :func:`~nous_sched.run_code`'s, checked here, on the
+    calling thread: what ``run_code`` would raise for them (``RunCodeError``,
+    ``ConfigError``, ``TypeError`` for an unknown keyword) this raises. The
+    run then goes on in a thread ``nous-sched-run-<n>`` with a copy of this
+    thread's ``contextvars``; ``start_run(...).result()`` is what
+    ``run_code(...)`` returns.
+    """
+    bound = _SIGNATURE.bind(code, tools, **options)
+    bound.apply_defaults()
+    arguments = dict(bound.arguments)
+    code, tools = arguments.pop("code"), arguments.pop("tools")
+    own = threading.Event()
+    prepared = prepare(code, tools, arguments)
+    prepared.options["cancel"] = _AnyOf(own, arguments["cancel"])
+    run = Run(EventStream(), own)
+    context = contextvars.copy_context()
+    thread = threading.Thread(
+        target=context.run, args=(run._serve, prepared), name=f"nous-sched-run-{next(_numbers)}", daemon=True
+    )
+    run.thread = thread
+    thread.start()
+    return run

@@ -1,0 +1,176 @@
+"""The usage ledger (RunResult.usage), the same numbers in events and OTel spans,
+and sdk.describe's observed shapes of results from tools with no output schema."""
+
+from __future__ import annotations
+
+import importlib
+import json
+
+import pytest
+
+from nous_sched import CallUsage, Tool, ToolError, Usage, run_code, run_code_tool, start_run
+
+WAIT = 60
+
+
+def _ascii_json(value):
+    return json.dumps(value, separators=(",", ":"))
+
+
+def _fail():
+    raise ToolError("nope", "fail")
+
+
+def _rows(n):
+    return [{"id": i, "name": f"row {i}"} for i in range(n)]
+
+
+TOOLS = [
+    Tool(name="rows", function=lambda a: _rows(a["n"]), description="rows"),
+    Tool(name="fail", function=lambda a: _fail(), description="fails"),
+]
+
+
+def test_the_ledger_counts_what_each_sub_call_returned_to_the_program(runtime):
+    result = run_code(
+        "const a = await tools.rows({n: 3}); const b = await tools.rows({n: 50});"
+        "let e; try { await tools.fail({}) } catch (x) { e = x.message }"
+        "try { await tools.nope({}) } catch (x) {}"
+        "return a.length + b.length",
+        TOOLS,
+    )
+    assert result.result == 53
+    calls = result.usage.calls
+    assert [(c.seq, c.tool, c.ok) for c in calls] == [
+        (0, "rows", True),
+        (1, "rows", True),
+        (2, "fail", False),
+        (None, "nope", False),
+    ]
+    assert calls[0].chars == len(_ascii_json(_rows(3)))
+    assert calls[1].chars == len(_ascii_json(_rows(50)))
+    assert calls[2].chars == len(_ascii_json({"tool": "fail", "message": "nope"}))
+    assert result.usage.received_chars == sum(c.chars for c in calls)
+    # Without a budget the model gets the whole answer: nothing cut.
+    answer = json.dumps(result.to_dict(), ensure_ascii=False)
+    assert result.usage.answer_chars == result.usage.model_chars == len(answer)
+    assert result.usage.cut_chars == 0
+
+
+def test_sdk_questions_are_not_sub_calls_in_the_ledger():
+    result = run_code('await sdk.describe("rows"); return await tools.rows({n: 1})', TOOLS)
+    assert [c.tool for c in result.usage.calls] == ["rows"]
+
+
+def test_the_ledger_says_what_the_model_got_and_what_the_budget_cut():
+    result = run_code("return await tools.rows({n: 2000})", TOOLS, output_budget=1000)
+    full = len(json.dumps(result.to_dict(), ensure_ascii=False))
+    model = len(json.dumps(result.for_model(), ensure_ascii=False))
+    assert result.usage.answer_chars == full
+    assert result.usage.model_chars == model <= 1000
+    assert result.usage.cut_chars == full - model > 0
+    as_dict = result.usage.as_dict()
+    assert (
+        as_dict["cut_chars"] == result.usage.cut_chars and as_dict["calls"][0]["chars"] == result.usage.calls[0].chars
+    )
+
+
+def test_the_same_numbers_in_the_events(runtime):
+    run = start_run(
+        "const xs = await Promise.all([tools.rows({n: 1}), tools.rows({n: 7}), tools.fail({})].map(p => p.catch(e => e.message)));"
+        "return 'x'.repeat(5000)",
+        TOOLS,
+        output_budget=500,
+    )
+    events = list(run.events())
+    result = run.result(timeout=WAIT)
+    commits = {e.seq: e.data["chars"] for e in events if e.kind == "commit"}
+    assert commits == {c.seq: c.chars for c in result.usage.calls}
+    end = events[-1]
+    assert end.kind == "end"
+    assert end.data["usage"] == result.usage.as_dict()
+    assert end.data["usage"]["cut_chars"] > 0
+
+
+def test_the_same_numbers_in_the_otel_run_span():
+    pytest.importorskip("opentelemetry.sdk")
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    otel = importlib.import_module("nous_sched.otel")
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    try:
+        result = otel.traced_run_code(
+            "await tools.rows({n: 4}); return await tools.rows({n: 300})",
+            TOOLS,
+            tracer=provider.get_tracer("test_usage"),
+            output_budget=400,
+        )
+    finally:
+        provider.shutdown()
+    run_span = next(s for s in exporter.get_finished_spans() if s.name == otel.RUN_SPAN)
+    attrs = run_span.attributes
+    assert list(attrs[otel.ATTR_USAGE_CALLS]) == [c.chars for c in result.usage.calls]
+    assert attrs[otel.ATTR_USAGE_RECEIVED] == result.usage.received_chars
+    assert attrs[otel.ATTR_USAGE_ANSWER] == result.usage.answer_chars
+    assert attrs[otel.ATTR_USAGE_MODEL] == result.usage.model_chars <= 400
+    assert attrs[otel.ATTR_USAGE_CUT] == result.usage.cut_chars > 0
+
+
+def test_usage_values():
+    usage = Usage(calls=(CallUsage(0, "a", 10, True), CallUsage(None, "b", 5, False)), answer_chars=100, model_chars=60)
+    assert usage.received_chars == 15 and usage.cut_chars == 40
+    assert Usage().as_dict() == {"calls": [], "received_chars": 0, "answer_chars": 0, "model_chars": 0, "cut_chars": 0}
+
+
+# -- sdk.describe: shapes observed this run ----------------------------------------------------------------
+
+
+def _search(args):
+    return {"hits": [{"id": 1, "title": "a", "score": 0.5}], "total": 1, "next": None}
+
+
+def test_describe_shows_the_shape_of_results_already_received(runtime):
+    tools = [Tool(name="search", function=_search, description="Search the docs.")]
+    result = run_code(
+        'const before = await sdk.describe("search"); await tools.search({});'
+        'const after = await sdk.describe("search"); return [before, after]',
+        tools,
+    )
+    before, after = result.result
+    assert "look like" not in before  # nothing received yet
+    assert after.startswith(before)
+    assert "No output schema is declared" in after
+    assert "{ hits: { id: number; title: string; score: number }[]; total: number; next: null }" in after
+
+
+def test_describe_merges_shapes_of_several_results_optional_keys_and_unions():
+    calls = iter([{"a": 1, "b": "x"}, {"a": "two"}, [1, "s"]])
+    tools = [Tool(name="vary", function=lambda args: next(calls), description="varies")]
+    result = run_code(
+        'await tools.vary({}); await tools.vary({}); await tools.vary({}); return await sdk.describe("vary")', tools
+    )
+    assert "(number | string)[] | { a: number | string; b?: string }" in result.result
+
+
+def test_describe_adds_no_shape_for_a_tool_with_an_output_schema():
+    schema = {"type": "object", "properties": {"total": {"type": "integer"}}}
+    tools = [Tool(name="search", function=_search, description="s", returns=schema)]
+    result = run_code('await tools.search({}); return await sdk.describe("search")', tools)
+    assert "look like" not in result.result
+
+
+def test_describe_shapes_through_the_agent_tool():
+    tool = run_code_tool([Tool(name="search", function=_search, description="s")])
+    out = tool.function({"code": 'await tools.search({}); return await sdk.describe("search")', "description": "shape"})
+    value = out.value if hasattr(out, "value") else out
+    assert "total: number" in value["result"]
+
+
+def test_observed_shapes_belong_to_their_run():
+    tools = [Tool(name="search", function=_search, description="s")]
+    assert "look like" in run_code('await tools.search({}); return await sdk.describe("search")', tools).result
+    assert "look like" not in run_code('return await sdk.describe("search")', tools).result
