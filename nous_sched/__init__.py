@@ -10,7 +10,16 @@ from .adapters import anthropic_tool, call_tool, openai_tool
 from .agent import MODES, WithContextUpdate, run_code_tool, visible_tools
 from .dispatch import ApprovalRequest, CallInfo, RunContext, current_call, direct_dispatch
 from .errors import ConfigError, RunCodeError, SnapshotError, ToolError
-from .events import ContextUpdate, Event, LogEvent, SessionLog, ToolCallEvent, ToolRefusedEvent
+from .events import (
+    ApprovalEvent,
+    ContextUpdate,
+    Event,
+    LogEvent,
+    SessionLog,
+    ToolCallEvent,
+    ToolOutcomeEvent,
+    ToolRefusedEvent,
+)
 from .function_tool import function_tool
 from .integrations import from_langchain, from_llamaindex, from_openai_agents, from_pydantic_ai
 from .outcome import Outcome, SubCallError
@@ -27,6 +36,7 @@ from .tool import EXCLUSIVE, PARALLEL, Tool, concurrency_mode
 
 __all__ = [
     "anthropic_tool",
+    "ApprovalEvent",
     "ApprovalRequest",
     "call_tool",
     "CallInfo",
@@ -69,6 +79,7 @@ __all__ = [
     "Ticket",
     "Tool",
     "ToolCallEvent",
+    "ToolOutcomeEvent",
     "ToolRefusedEvent",
     "ToolError",
     "visible_tools",

@@ -222,7 +222,7 @@ def run_code(
         logs=tuple(outcome.logs),
         result=outcome.result,
         error=error,
-        events=tuple(scheduler.logged_events()),
+        events=tuple(scheduler.audit_events()),
         refused=tuple(gate.refused),
         trail=tuple(scheduler.trail()),
         elapsed=elapsed,

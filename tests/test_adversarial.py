@@ -94,7 +94,7 @@ def _assert_canary() -> None:
     canary = run_code("return await tools.add({x: 2, y: 3});", TOOLS, policy=POLICY, limits=Limits(timeout=10))
     assert canary.error is None, canary.error
     assert canary.result == 5
-    assert [e.name for e in canary.events] == ["add"]
+    assert [e.name for e in canary.calls] == ["add"]
     _assert_threads_released(before)
 
 
@@ -125,7 +125,7 @@ def _check_invariants(result: RunResult, elapsed: float) -> None:
     assert all(isinstance(line, str) for line in result.logs)
     assert sum(_utf8(line) for line in result.logs if line != TRUNCATION_MARK) <= MAX_LOG_BYTES
     # Audit: one event per started call, unique ids, seqs contiguous from 0, granted tools only.
-    events = result.events
+    events = result.calls
     assert [e.seq for e in events] == list(range(len(events)))
     assert len({e.id for e in events}) == len(events)
     assert all(e.id == f"adv:code:{e.seq}" for e in events)
@@ -175,7 +175,7 @@ def _check_expected(spec: dict, result: RunResult) -> None:
     if "log_bytes" in spec:
         assert sum(_utf8(line) for line in logs if line != TRUNCATION_MARK) == spec["log_bytes"]
 
-    names = [e.name for e in result.events]
+    names = [e.name for e in result.calls]
     if "events" in spec:
         assert names == spec["events"]
     if "min_events" in spec:

@@ -184,9 +184,9 @@ def test_a_value_that_cannot_cross_fails_its_call_and_the_run_goes_on(tools, cal
     assert len(failed[2]) <= 2100  # clamped
     json.dumps(result.to_dict(), allow_nan=False)
     # Every call that started is audited; a refused argument is audited as a refusal.
-    names = [e.name for e in result.events]
+    names = [e.name for e in result.calls]
     assert names[0] == "echo" and names[-1] == "echo"
-    assert len(result.events) + len(result.refused) == 3
+    assert len(result.calls) + len(result.refused) == 3
 
 
 @pytest.mark.usefixtures("runtime")
@@ -205,7 +205,7 @@ def test_a_result_that_cannot_cross_is_invalid_output_with_the_audit(tools, expr
     assert fragment in result.error.message
     assert result.result is None
     json.dumps(result.to_dict(), allow_nan=False)
-    assert [e.name for e in result.events] == ["echo"]
+    assert [e.name for e in result.calls] == ["echo"]
 
 
 @pytest.mark.usefixtures("runtime")
@@ -229,7 +229,7 @@ def _sub_call_refusal(tool, policy=None, **options):
 
 
 def _audit_shape(session_log):
-    return [(e.type, e.data["name"]) for e in session_log.events]
+    return [(e.type, e.data["name"]) for e in session_log.events if e.type in ("tool_call", "tool_refused")]
 
 
 @pytest.mark.usefixtures("runtime")
@@ -311,7 +311,7 @@ def test_the_approval_handler_gets_its_own_copy_and_the_run_description():
     )
     assert result.result == 1
     assert ran == [{"n": 1, "nested": {"k": "v"}}]
-    assert result.events[0].arguments == {"n": 1, "nested": {"k": "v"}}
+    assert result.calls[0].arguments == {"n": 1, "nested": {"k": "v"}}
     [request] = requests
     assert isinstance(request, ApprovalRequest)
     assert (request.tool, request.description, request.call_id, request.tool_description) == (
@@ -381,7 +381,7 @@ def test_the_call_budget_ends_a_runaway_loop_of_calls_and_keeps_the_audit_bounde
     ok, refused, last = result.result
     assert ok == 25 and refused == 975
     assert "Limits.max_calls" in last
-    assert len(result.events) == 25
+    assert len(result.calls) == 25
     # 25 denied calls within the budget, then one refusal that says the budget is spent.
     assert len(result.refused) == 26
     assert "Limits.max_calls" in result.refused[-1].message
@@ -425,7 +425,7 @@ def test_the_cumulative_argument_budget_refuses_the_calls_past_it():
     result = run_code(program, [echo()], limits=Limits(max_total_args_bytes=500))
     assert result.result[:4] == [1, 1, 1, 1]  # 108 bytes each
     assert all("Limits.max_total_args_bytes" in m for m in result.result[4:])
-    assert len(result.events) == 4
+    assert len(result.calls) == 4
 
 
 @pytest.mark.usefixtures("runtime")

@@ -226,8 +226,8 @@ def test_dask_run_code_fan_out_and_barrier(dask_executor, barrier):
     values = result.result
     assert [v["i"] for v in values] == list(range(7))
     assert [v["call"]["seq"] for v in values] == list(range(7))
-    assert [e.mode for e in result.events] == ["parallel"] * 3 + ["exclusive"] + ["parallel"] * 3
-    assert [e.id for e in result.events] == [f"dk:code:{i}" for i in range(7)]
+    assert [e.mode for e in result.calls] == ["parallel"] * 3 + ["exclusive"] + ["parallel"] * 3
+    assert [e.id for e in result.calls] == [f"dk:code:{i}" for i in range(7)]
     # The exclusive call overlapped nothing: everything before it had finished, nothing after had started.
     write = values[3]
     for other in values[:3] + values[4:]:

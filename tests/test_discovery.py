@@ -35,7 +35,7 @@ def test_describe_resolves_to_the_tools_declaration(runtime):
     assert result.ok, result.error
     assert result.result == ToolIndex(TOOLS).describe("get_weather")
     assert '"get_weather"(args: {' in result.result and 'Promise<{ "temp": number }>' in result.result
-    assert result.events == ()  # a question is not a tool call
+    assert result.calls == ()  # a question is not a tool call
 
 
 def test_search_resolves_to_the_best_matches(runtime):
@@ -54,7 +54,7 @@ def test_a_program_can_discover_then_call(runtime):
     """
     result = run_code(program, TOOLS)
     assert result.result == {"city": "Oslo", "temp": 21}
-    assert [e.name for e in result.events] == ["get_weather"]
+    assert [e.name for e in result.calls] == ["get_weather"]
 
 
 def test_questions_and_calls_settle_in_the_order_the_program_made_them(runtime):

@@ -144,7 +144,7 @@ def test_raising_tools_become_two_string_errors(threads_released):
     shown = json.dumps(r.to_dict())
     for leak in ("hunter2", "Traceback", "StrRaises", "hidden", ".py"):
         assert leak not in shown
-    assert_audit(r.events, sorted(n for n in expected))
+    assert_audit(r.calls, sorted(n for n in expected))
     assert all(rec.ok is False for rec in r.trail)
 
 
@@ -163,7 +163,7 @@ def test_raising_approval_handler_fails_the_call_not_the_run(threads_released):
     )
     assert r.result == ["guarded", "approver crashed on guarded"]
     assert ran == []
-    assert_audit(r.events, ["guarded"])
+    assert_audit(r.calls, ["guarded"])
 
 
 # -- tools that hang past the deadline ---------------------------------------------------
@@ -188,7 +188,7 @@ def test_tool_hanging_past_the_deadline_times_out_as_data(event):
     assert "exceeded its 1s deadline (waiting for a tool call)" in r.error.message
     assert r.logs == ("waiting",)
     assert elapsed < 1.0 + SLACK
-    assert_audit(r.events, ["hang"])
+    assert_audit(r.calls, ["hang"])
     assert r.trail[0].finished is None and r.trail[0].committed is None
     release.set()
     assert_released(before)
@@ -211,7 +211,7 @@ def test_unawaited_call_to_a_hung_tool_keeps_the_result(event):
     assert time.perf_counter() - started < 1.0 + SLACK
     assert r.error is None and r.result == "returned"
     assert r.logs == ("bye", "[1 tool call(s) started without await were abandoned at the deadline]")
-    assert_audit(r.events, ["hang"])
+    assert_audit(r.calls, ["hang"])
     release.set()
     assert_released(before)
 
@@ -233,8 +233,8 @@ def test_parallel_fan_out_with_one_hung_call(event):
     r = run_code(program, tools, limits=Limits(timeout=1.0))
     assert time.perf_counter() - started < 1.0 + SLACK
     assert r.error is not None and r.error.kind == "timeout"
-    assert_audit(r.events, ["quick", "hang", "quick", "quick"])
-    assert {e.mode for e in r.events} == {"parallel"}
+    assert_audit(r.calls, ["quick", "hang", "quick", "quick"])
+    assert {e.mode for e in r.calls} == {"parallel"}
     release.set()
     assert_released(before)
 
@@ -323,8 +323,8 @@ def test_non_json_tool_results_follow_the_snapshot_rules(threads_released):
                 got.startswith("tool returned a value that is not JSON: $[0][0]")
                 and "nested deeper than 200 levels" in got
             )
-    assert_audit(r.events)
-    assert len(r.events) == len(RETURNS)
+    assert_audit(r.calls)
+    assert len(r.calls) == len(RETURNS)
 
 
 def test_tool_result_with_a_lone_surrogate_reaches_the_program(threads_released):
@@ -344,7 +344,7 @@ def test_tool_result_larger_than_the_sandbox_memory_aborts_the_run(threads_relea
     )
     assert r.error is not None and r.error.kind == "abort"
     assert "32 MiB memory limit" in r.error.message
-    assert_audit(r.events, ["huge"])
+    assert_audit(r.calls, ["huge"])
     canary()
 
 
@@ -371,14 +371,14 @@ def test_argument_mutation_never_reaches_the_audit_record(threads_released):
     assert r.error is None, r.error
     assert r.result["first"] == {"items": [1, "added by the tool"], "nested": {"k": "changed"}, "new": True}
     assert r.result["mine"] == {"items": [1], "nested": {"k": "original"}}
-    assert [e.arguments for e in r.events] == [
+    assert [e.arguments for e in r.calls] == [
         {"items": [1], "nested": {"k": "original"}},
         {"items": [], "nested": {"k": "second"}},
     ]
     # Mutating the tool's copy after the run changes nothing either.
     kept[0]["items"].clear()
-    assert r.events[0].arguments == {"items": [1], "nested": {"k": "original"}}
-    assert_audit(r.events, ["mutate", "mutate"])
+    assert r.calls[0].arguments == {"items": [1], "nested": {"k": "original"}}
+    assert_audit(r.calls, ["mutate", "mutate"])
 
 
 # -- tools that call back into the library -----------------------------------------------
@@ -413,7 +413,7 @@ def test_tool_calling_run_code_recursively(threads_released):
     assert r.result == {"ok": {"logs": [], "result": 40}, "looped": "timeout", "threw": "Error: inner boom"}
     assert seen["inner"] == ("inner:code:0", "inner_info", 0)
     assert seen["outer"][1:] == ("nested", 2)
-    assert_audit(r.events, ["nested", "nested", "nested"])
+    assert_audit(r.calls, ["nested", "nested", "nested"])
 
 
 @pytest.mark.parametrize("parallel", [False, True], ids=["exclusive", "parallel"])
@@ -631,7 +631,7 @@ def test_stop_while_a_run_code_program_waits(event, monkeypatch):
     r = result["r"]
     assert r.error is None, r.error
     assert r.result == ["block", "code run is over; tool call abandoned"]
-    assert_audit(r.events, ["block"])
+    assert_audit(r.calls, ["block"])
     release.set()
     assert_released(before)
 
@@ -676,8 +676,8 @@ def test_mixed_fan_out_loses_nothing(threads_released):
         else:
             expected.append(["ok", i * 100])
     assert r.result == expected
-    assert_audit(r.events, [["slow", "flaky", "exclusive"][i % 3] for i in range(60)])
-    assert [e.arguments for e in r.events] == [{"i": i} for i in range(60)]
+    assert_audit(r.calls, [["slow", "flaky", "exclusive"][i % 3] for i in range(60)])
+    assert [e.arguments for e in r.calls] == [{"i": i} for i in range(60)]
     assert all(rec.committed is not None for rec in r.trail)
     assert [rec.committed for rec in r.trail] == sorted(rec.committed for rec in r.trail)
 
@@ -712,7 +712,7 @@ def test_host_refuses_bad_arguments_as_data(threads_released):
         [False, 'tool "secret" is denied by the permission policy'],
         [True, {"a": 1}],
     ]
-    assert_audit(r.events, ["echo", "echo"])
+    assert_audit(r.calls, ["echo", "echo"])
 
 
 def test_host_refuses_non_string_tool_names_as_data(threads_released):

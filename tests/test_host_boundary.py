@@ -80,7 +80,7 @@ def test_on_a_saturated_shared_executor_a_call_that_never_began_is_audited_so_an
             limits=Limits(timeout=0.5),
         )
         assert result.error is not None and result.error.kind == "timeout"
-        [event] = result.events  # handed to the executor, and audited
+        [event] = result.calls  # handed to the executor, and audited
         [record] = result.trail
         assert record.seq == event.seq and record.began is None and record.finished is None
     finally:

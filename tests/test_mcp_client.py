@@ -128,7 +128,7 @@ def test_promise_all_over_a_trusted_read_only_tool_runs_in_parallel_in_submissio
     assert result.result == [{"key": f"k{i}", "met": True} for i in range(4)]
     assert [r.mode for r in result.trail] == ["parallel"] * 4
     assert [r.seq for r in sorted(result.trail, key=lambda r: r.committed)] == [0, 1, 2, 3]
-    assert [e.arguments["key"] for e in result.events] == ["k0", "k1", "k2", "k3"]
+    assert [e.arguments["key"] for e in result.calls] == ["k0", "k1", "k2", "k3"]
 
 
 def test_the_same_server_untrusted_runs_every_call_exclusively(lab_target):

@@ -331,7 +331,11 @@ def test_run_that_never_answers_times_out(make_event):
     assert out["error"]["kind"] == "timeout"
     assert "0.5s" in out["error"]["message"]
     assert elapsed < 0.5 + WAIT, "it ends at its deadline, not when the tool returns"
-    assert [op.data["name"] for op in update.operations] == ["hangs"]
+    assert [(op.type, op.data.get("name") or op.data["tool"]) for op in update.operations] == [
+        ("tool_call", "hangs"),
+        ("tool_outcome", "hangs"),
+    ]
+    assert update.operations[1].data["error"]["kind"] == "abandoned"
 
 
 def test_runtime_refusing_the_request_propagates_unchanged():
@@ -423,7 +427,7 @@ def test_runtime_gets_program_owner_and_bindings():
         "message": 'tool "denied" is denied by the permission policy',
     }
     assert denied_calls == [] and granted_calls == [{}]
-    assert [e.name for e in result.events] == ["granted"]
+    assert [e.name for e in result.calls] == ["granted"]
 
 
 def test_no_tools_still_has_an_empty_binding():
@@ -445,7 +449,7 @@ def test_custom_dispatch_is_used_and_the_lane_still_logs():
     result = run_code("return await tools.alpha({x: 1})", [alpha], dispatch=dispatch, deps="my-deps")
     assert result.result == "dispatched alpha"
     assert seen == [("alpha", {"x": 1}, "my-deps")]
-    assert [e.name for e in result.events] == ["alpha"]
+    assert [e.name for e in result.calls] == ["alpha"]
 
 
 # --- Lane ----------------------------------------------------------------------------
@@ -463,8 +467,9 @@ def test_six_calls_two_tools_events_in_submission_order():
     out, update = value.value, value.update
     names = ["alpha", "beta", "alpha", "beta", "alpha", "beta"]
     assert out == {"logs": [], "result": [{"n": n} for n in names]}
-    ops = update.operations
-    assert all(isinstance(op, LogEvent) and op.type == "tool_call" for op in ops)
+    ops = [op for op in update.operations if op.type == "tool_call"]
+    assert all(isinstance(op, LogEvent) for op in update.operations)
+    assert [op.data["seq"] for op in update.operations if op.type == "tool_outcome"] == list(range(6))
     assert [op.data["name"] for op in ops] == names
     assert [op.data["seq"] for op in ops] == list(range(6))
     assert [op.data["arguments"] for op in ops] == [{"n": n} for n in names]
@@ -478,10 +483,10 @@ def test_six_calls_two_tools_events_in_submission_order():
 
 def test_call_id_option_prefixes_event_ids():
     result = run_code("await tools.echo({}); await tools.echo({})", [echo_tool()], call_id="turn-7")
-    assert [e.id for e in result.events] == ["turn-7:code:0", "turn-7:code:1"]
+    assert [e.id for e in result.calls] == ["turn-7:code:0", "turn-7:code:1"]
     other = run_code("await tools.echo({})", [echo_tool()])
-    assert other.events[0].id.startswith("run_code-")
-    assert other.events[0].id != run_code("await tools.echo({})", [echo_tool()]).events[0].id
+    assert other.calls[0].id.startswith("run_code-")
+    assert other.calls[0].id != run_code("await tools.echo({})", [echo_tool()]).events[0].id
 
 
 def test_no_sub_calls_returns_a_plain_result():
@@ -499,8 +504,9 @@ def test_failure_after_a_sub_call_keeps_its_audit_event():
     assert isinstance(value, WithContextUpdate)
     assert value.value["error"]["kind"] == "exception"
     assert "after alpha" in value.value["error"]["message"]
-    assert [(op.type, op.data["name"], op.data["arguments"]) for op in value.update.operations] == [
-        ("tool_call", "alpha", {"n": 1})
+    assert [(op.type, op.data.get("name"), op.data.get("arguments")) for op in value.update.operations] == [
+        ("tool_call", "alpha", {"n": 1}),
+        ("tool_outcome", None, None),
     ]
 
 
@@ -550,7 +556,7 @@ def test_concurrent_runs_each_get_their_own_lane():
         assert result.ok, result.error
         assert [r["i"] for r in result.result] == [i, i, i]
         assert [r["id"] for r in result.result] == [f"run-{i}:code:{k}" for k in range(3)]
-        assert [e.id for e in result.events] == [f"run-{i}:code:{k}" for k in range(3)]
+        assert [e.id for e in result.calls] == [f"run-{i}:code:{k}" for k in range(3)]
         assert len(spies[i].threads) == 1
         lanes |= spies[i].threads
         spies[i].assert_dead()
@@ -561,7 +567,7 @@ def test_after_a_program_failure_the_lane_is_dead_and_its_event_survives():
     spy = LaneSpy()
     result = run_code("await tools.alpha({}); throw new Error('boom')", [echo_tool("alpha")], observer=spy)
     assert result.error.kind == "exception"
-    assert [e.name for e in result.events] == ["alpha"]
+    assert [e.name for e in result.calls] == ["alpha"]
     spy.assert_dead()
 
 
@@ -571,7 +577,7 @@ def test_after_a_timeout_the_lane_is_dead_and_its_event_survives(make_event):
     tools = [echo_tool("alpha"), Tool("stuck", lambda a: gate.wait(WAIT * 3))]
     result = run_code("await tools.alpha({}); await tools.stuck({})", tools, observer=spy, timeout=0.5)
     assert result.error.kind == "timeout"
-    assert [e.name for e in result.events] == ["alpha", "stuck"]
+    assert [e.name for e in result.calls] == ["alpha", "stuck"]
     spy.assert_dead()
 
 
@@ -623,15 +629,16 @@ def test_twelve_concurrent_calls_max_in_flight_exactly_ten():
     out, update = unwrap(call_rc(tool, TWELVE))
     assert out == {"logs": [], "result": list(range(12))}
     assert state["max"] == 10
-    assert len(update.operations) == 12
-    assert {op.data["mode"] for op in update.operations} == {"parallel"}
+    calls = [op for op in update.operations if op.type == "tool_call"]
+    assert len(calls) == 12
+    assert {op.data["mode"] for op in calls} == {"parallel"}
 
 
 def test_the_eleventh_call_waits_for_a_slot():
     slow, state = _gated_slow_tool()
     result = run_code(TWELVE, [slow])
     assert result.result == list(range(12)) and state["max"] == 10
-    assert len(result.events) == 12
+    assert len(result.calls) == 12
     first_finish = min(r.finished for r in result.trail[:10])
     assert all(r.started >= first_finish for r in result.trail[10:])
 
@@ -679,7 +686,7 @@ def test_granted_tool_is_bound_and_callable():
     result = run_code("return [Object.keys(tools), await tools.search({q: 'a'})]", tools, policy=policy)
     # A tool outside `allow` is denied, yet still declared.
     assert result.result == [["other", "search"], ["hit"]]
-    assert [e.name for e in result.events] == ["search"]
+    assert [e.name for e in result.calls] == ["search"]
 
 
 def test_denied_tool_answers_exactly_and_never_reaches_the_scheduler():
@@ -688,7 +695,7 @@ def test_denied_tool_answers_exactly_and_never_reaches_the_scheduler():
     tools = [Tool("x", lambda a: called.append(a) or "ran")]
     result = run_code(catch_program("x", "{a: 1}"), tools, policy=PermissionPolicy(deny="x"), observer=spy)
     assert result.result == [True, "x", 'tool "x" is denied by the permission policy']
-    assert result.events == ()
+    assert result.calls == ()
     assert result.trail == ()
     assert spy.phases == []
     assert called == []
@@ -715,7 +722,7 @@ def test_unknown_tool_through_the_host_is_refused():
         "message": 'unknown tool "nope". Object.keys(tools) lists the 1 declared tool; '
         'sdk.search("words") finds them by what they do.',
     }
-    assert result.events == ()
+    assert result.calls == ()
 
 
 class Approvals:
@@ -740,7 +747,7 @@ def test_requires_approval_asks_once_per_sub_call_with_real_name_and_args():
     result = run_code(program, tools, approval_handler=handler, description="Pay twice.")
     assert result.result == ["paid 1", "paid 2"]
     # The run's description, the call's audit id and the tool's description.
-    ids = [e.id for e in result.events]
+    ids = [e.id for e in result.calls]
     assert handler.requests == [
         ApprovalRequest("pay", {"amount": 1}, "Pay twice.", ids[0], "Pay."),
         ApprovalRequest("pay", {"amount": 2, "to": "bob"}, "Pay twice.", ids[1], "Pay."),
@@ -759,7 +766,7 @@ def test_approval_handler_rejecting_becomes_a_catchable_tool_error():
         assert result.logs == ("caught",)
         assert [(r.tool, r.arguments, r.description) for r in handler.requests] == [("pay", {"amount": 5}, "")]
         # The call was started (and is audited) but the tool never ran.
-        assert [(e.name, e.arguments) for e in result.events] == [("pay", {"amount": 5})]
+        assert [(e.name, e.arguments) for e in result.calls] == [("pay", {"amount": 5})]
     assert ran == []
 
 
@@ -832,7 +839,7 @@ def test_run_code_tool_applies_the_policy_to_every_sub_call():
     assert out["result"] == [1, 2, 'tool "c" is denied by the permission policy']
     assert [r.tool for r in handler.requests] == ["b"]
     # Started calls are audited as tool_call, the denied one as tool_refused.
-    assert [(op.type, op.data["name"]) for op in update.operations] == [
+    assert [(op.type, op.data.get("name")) for op in update.operations if op.type in ("tool_call", "tool_refused")] == [
         ("tool_call", "a"),
         ("tool_call", "b"),
         ("tool_refused", "c"),
@@ -905,7 +912,7 @@ def test_visible_tools_passes_run_options_through():
     tools = [echo_tool("a")]
     rc = visible_tools("both", tools, call_id="turn-3")[-1]
     value = call_rc(rc, "return await tools.a({})")
-    assert [op.data["id"] for op in value.update.operations] == ["turn-3:code:0"]
+    assert [op.data["id"] for op in value.update.operations if op.type == "tool_call"] == ["turn-3:code:0"]
 
 
 # === the run_code tool =================================================================
@@ -962,13 +969,13 @@ def test_run_code_returns_data_for_the_model_and_audit_apart():
     result = run_code("console.log('hi'); return await tools.echo({k: [1, 2]})", [echo_tool()])
     assert result.ok
     assert result.to_dict() == {"logs": ["hi"], "result": {"k": [1, 2]}}
-    assert [(e.name, e.arguments, e.mode, e.seq, e.source) for e in result.events] == [
+    assert [(e.name, e.arguments, e.mode, e.seq, e.source) for e in result.calls] == [
         ("echo", {"k": [1, 2]}, "exclusive", 0, "code_mode")
     ]
     assert [(r.seq, r.tool, r.ok) for r in result.trail] == [(0, "echo", True)]
     assert result.elapsed >= 0
     ops = result.context_update().operations
-    assert [(op.type, op.data["name"]) for op in ops] == [("tool_call", "echo")]
+    assert [(op.type, op.data.get("name")) for op in ops] == [("tool_call", "echo"), ("tool_outcome", None)]
 
 
 def test_every_sub_call_sees_the_run_deadline_through_current_call():

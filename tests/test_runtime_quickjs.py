@@ -135,13 +135,13 @@ def test_fan_out_of_50_is_in_submission_order_whatever_the_finish_order(make_eve
         # The program's own observation order (each .then pushes) is submission order.
         assert result.result["log"] == list(range(N)), label
         assert result.logs == ("observed " + ",".join(map(str, range(N))),)
-        assert [(e.seq, e.name, e.arguments, e.mode) for e in result.events] == [
+        assert [(e.seq, e.name, e.arguments, e.mode) for e in result.calls] == [
             (k, "work", {"k": k}, "parallel") for k in range(N)
         ]
         # (run_fan_out checked the calls finished in the forced order.) They
         # committed in submission order all the same.
         assert [r.seq for r in sorted(result.trail, key=lambda r: r.committed)] == list(range(N))
-        seen.append((result.result, result.logs, [(e.name, e.arguments) for e in result.events]))
+        seen.append((result.result, result.logs, [(e.name, e.arguments) for e in result.calls]))
     assert all(s == seen[0] for s in seen)
 
 
@@ -166,7 +166,7 @@ def test_program_catches_tool_error_and_goes_on():
     result = run_code(program, [Tool("fail", fail), echo()])
     assert result.ok, result.error
     assert result.result == [[True, True, "ToolError", "fail", "no record 7"], {"after": True}]
-    assert [e.name for e in result.events] == ["fail", "echo"]
+    assert [e.name for e in result.calls] == ["fail", "echo"]
     assert [r.ok for r in result.trail] == [False, True]
 
 
@@ -402,7 +402,7 @@ def test_tool_that_hangs_past_the_deadline_times_out_promptly(make_event):
     assert result.error.kind == "timeout"
     assert "waiting for a tool call" in result.error.message
     assert result.logs == ("calling",)
-    assert [e.name for e in result.events] == ["hangs"]
+    assert [e.name for e in result.calls] == ["hangs"]
     assert elapsed < 0.5 + 2.0
 
 
@@ -416,7 +416,7 @@ def test_program_awaiting_a_never_settled_promise_is_a_clear_error():
     # Also after some real calls.
     result = run_code("await tools.echo({}); await new Promise(() => {})", [echo()], timeout=WAIT)
     assert result.error.kind == "exception" and "settle" in result.error.message
-    assert len(result.events) == 1
+    assert len(result.calls) == 1
 
 
 # === sandbox =============================================================================
@@ -473,7 +473,7 @@ def test_program_cannot_replace_tools_console_or_tool_error():
     assert result.ok, result.error
     assert result.result == [{"real": True}, ["TypeError"] * 5, [True, "fail"]]
     assert result.logs == ("still logging",)
-    assert [e.name for e in result.events] == ["fail", "echo"]
+    assert [e.name for e in result.calls] == ["fail", "echo"]
 
 
 def test_program_cannot_reach_the_host():
@@ -497,7 +497,7 @@ def test_program_cannot_reach_the_host():
     assert "os" in out["os"]
     assert out["caller"] == "TypeError" and out["logCaller"] == "TypeError" and out["args"] == "TypeError"
     assert out["fnGlobal"] is True
-    assert result.events == ()
+    assert result.calls == ()
 
 
 def test_program_cannot_settle_its_own_pending_call():
@@ -533,7 +533,7 @@ def test_program_cannot_settle_its_own_pending_call():
     assert result.result == [True, "real value"]
     # The probing reached tools.slow only with its one real call (the rest were
     # refused before the scheduler: "arguments must be an object").
-    assert [e.arguments for e in result.events] == [{}]
+    assert [e.arguments for e in result.calls] == [{}]
 
 
 def test_polluted_intrinsics_do_not_change_what_crosses_to_the_host():
@@ -553,7 +553,7 @@ def test_polluted_intrinsics_do_not_change_what_crosses_to_the_host():
     assert result.ok, result.error
     assert result.result == {"v": {"x": [1, 2]}, "n": 3}
     assert result.logs == ('line {"a":1}',)
-    assert [e.arguments for e in result.events] == [{"x": [1, 2]}]
+    assert [e.arguments for e in result.calls] == [{"x": [1, 2]}]
 
 
 def test_program_closing_its_wrapper_is_an_exception():
@@ -584,7 +584,7 @@ def test_syntax_error_is_an_exception():
     assert result.error.kind == "exception"
     assert "SyntaxError" in result.error.message
     assert result.logs == ()
-    assert result.events == ()
+    assert result.calls == ()
 
 
 @pytest.mark.parametrize(
@@ -684,7 +684,7 @@ def test_floating_call_before_awaited_work_runs_and_is_logged():
     result = run_code("tools.side({n: 1}); return await tools.echo({n: 2});", [Tool("side", rec), echo()])
     assert result.ok and result.result == {"n": 2}
     assert rec.calls == [{"n": 1}]
-    assert [(e.name, e.seq) for e in result.events] == [("side", 0), ("echo", 1)]
+    assert [(e.name, e.seq) for e in result.calls] == [("side", 0), ("echo", 1)]
 
 
 def test_floating_call_at_the_end_does_not_hold_the_run():
@@ -699,7 +699,7 @@ def test_floating_call_at_the_end_still_logs_its_event():
     for _ in range(5):
         result = run_code("tools.side({x: 1}); return 'done';", [Tool("side", rec)])
         assert result.result == "done"
-        assert [e.name for e in result.events] == ["side"]
+        assert [e.name for e in result.calls] == ["side"]
 
 
 # === arguments and names ===============================================================
@@ -712,7 +712,7 @@ def test_tool_names_that_are_not_identifiers():
     result = run_code(program, tools)
     assert result.ok, result.error
     assert result.result == [f"I am {n}" for n in names]
-    assert [e.name for e in result.events] == names
+    assert [e.name for e in result.calls] == names
 
 
 def test_tool_named_like_a_prelude_placeholder_is_reachable():
@@ -728,7 +728,7 @@ def test_undefined_or_null_args_become_an_empty_object():
     )
     assert result.ok, result.error
     assert rec.calls == [{}, {}, {}, {}]
-    assert [e.arguments for e in result.events] == [{}, {}, {}, {}]
+    assert [e.arguments for e in result.calls] == [{}, {}, {}, {}]
 
 
 @pytest.mark.parametrize("args, shown", [("5", "5"), ('"x"', '"x"'), ("[1]", "[1]"), ("true", "true")])
@@ -738,7 +738,7 @@ def test_non_object_args_are_a_tool_error(args, shown):
     result = run_code(program, [Tool("t", rec)])
     assert result.result == [True, "t", f"arguments must be an object, got {shown}"]
     assert rec.calls == []
-    assert result.events == ()
+    assert result.calls == ()
 
 
 @pytest.mark.parametrize(
@@ -753,7 +753,7 @@ def test_non_json_args_are_a_tool_error(args, mentions):
     assert tool_error is True and tool == "t"
     assert message.startswith("arguments are not JSON") and mentions in message
     assert rec.calls == []
-    assert result.events == ()
+    assert result.calls == ()
 
 
 def test_each_call_gets_its_own_copy_of_the_arguments():
@@ -763,7 +763,7 @@ def test_each_call_gets_its_own_copy_of_the_arguments():
 
     result = run_code("const a = {n: 1}; const r = await tools.m(a); return [a, r];", [Tool("m", mutate)])
     assert result.result == [{"n": 1}, {"n": 1, "mutated": True}]
-    assert result.events[0].arguments == {"n": 1}
+    assert result.calls[0].arguments == {"n": 1}
 
 
 def test_denied_tool_inside_js_is_declared_but_refused():
@@ -774,7 +774,7 @@ def test_denied_tool_inside_js_is_declared_but_refused():
         policy=PermissionPolicy(deny=["t"]),
     )
     assert result.result == [["t"], 'tool "t" is denied by the permission policy']
-    assert rec.calls == [] and result.events == ()
+    assert rec.calls == [] and result.calls == ()
 
 
 def test_result_with_a_lone_surrogate_is_data_not_a_crash():
@@ -824,7 +824,7 @@ def test_mixed_program_is_deterministic_under_random_finish_orders():
 
         result = run_code(MIXED, [safe("step", step)])
         assert result.ok, result.error
-        outputs.append((result.result, result.logs, [(e.seq, e.arguments) for e in result.events]))
+        outputs.append((result.result, result.logs, [(e.seq, e.arguments) for e in result.calls]))
     assert all(o == outputs[0] for o in outputs)
     result, logs, events = outputs[0]
     assert result == {
@@ -886,7 +886,7 @@ def test_json_values_round_trip_through_program_and_tool(value):
     result = run_code("const r = await tools.echo({v: V}); return r.v;".replace("V", json.dumps(value)), [echo()])
     assert result.ok, result.error
     assert result.result == value
-    assert result.events[0].arguments == {"v": value}
+    assert result.calls[0].arguments == {"v": value}
 
 
 def test_oversized_arguments_are_refused_in_the_sandbox_and_never_reach_the_host():
@@ -901,7 +901,7 @@ def test_oversized_arguments_are_refused_in_the_sandbox_and_never_reach_the_host
     assert result.result == 2
     assert result.logs == ("true echo arguments are 2008 characters of JSON, over the run's limit of 1000",)
     assert seen == [2], "the refused call never reached the tool"
-    assert [e.name for e in result.events] == ["echo"], "nor the scheduler: one audit event, for the call that ran"
+    assert [e.name for e in result.calls] == ["echo"], "nor the scheduler: one audit event, for the call that ran"
 
 
 @pytest.mark.parametrize("bad", [0, -1, 1.5, True])

@@ -100,7 +100,7 @@ def _check(run: int, result) -> None:
     else:
         assert result.error is None, (run, result.error)
         assert result.result == _expected(run), run
-    events = result.events
+    events = result.calls
     assert [e.seq for e in events] == list(range(FAN_OUT)), run
     assert len({e.id for e in events}) == FAN_OUT
     assert [e.name for e in events] == ["fetch"] * 9 + ["record"]

@@ -71,7 +71,7 @@ def test_calling_an_undeclared_tool_rejects_with_a_tool_error_naming_it(runtime)
         'unknown tool "getWeather"; did you mean "get_weather"? Object.keys(tools) lists the 5 declared tools; '
         'sdk.search("words") finds them by what they do.',
     ]
-    assert result.events == ()  # refused by the host: no tool ran, nothing audited
+    assert result.calls == ()  # refused by the host: no tool ran, nothing audited
 
 
 def test_uncaught_the_error_says_which_tool_and_where_it_was_called(runtime):

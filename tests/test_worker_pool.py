@@ -119,7 +119,7 @@ def test_builtin_loops_time_out_within_the_deadline_plus_the_grace(pool, program
     assert "0.5s deadline" in result.error.message
     assert result.logs == ("go",), "the logs of the steps before the kill are kept"
     assert elapsed < 0.5 + pool.kill_grace + SLACK
-    assert len(result.events) == 1
+    assert len(result.calls) == 1
     # The killed worker is gone and replaced; the next run is correct.
     assert all(wait_gone(pid) for pid in before - set(pool.pids()))
     assert before != set(pool.pids())
@@ -379,15 +379,15 @@ def test_a_worker_killed_mid_call_is_an_abort_with_logs_and_one_event_per_starte
         # second `work`, queued behind it, starts when `kill` commits, which
         # races with the run ending. One event per started call, no more, no
         # less; a tool body runs only for a started call.
-        names = [e.name for e in result.events]
+        names = [e.name for e in result.calls]
         assert names in (["work", "kill"], ["work", "kill", "work"])
-        assert [e.seq for e in result.events] == list(range(len(names)))
-        assert len({e.id for e in result.events}) == len(names)
+        assert [e.seq for e in result.calls] == list(range(len(names)))
+        assert len({e.id for e in result.calls}) == len(names)
         assert started[0] == 1 and (2 not in started or len(names) == 3)
         assert wait_gone(pid)
         # The pool replaced it; the next run is correct.
         after = run_code("return await tools.work({i: 7})", tools, runtime=p)
-        assert after.result == 7 and [e.name for e in after.events] == ["work"]
+        assert after.result == 7 and [e.name for e in after.calls] == ["work"]
         assert 7 in started
         assert pid not in p.pids()
 
@@ -409,7 +409,7 @@ def test_a_worker_killed_while_javascript_runs_is_an_abort_and_the_host_goes_on(
         assert result.error.kind == "abort"
         assert "SIGSEGV" in result.error.message
         assert result.logs[0] == "a"
-        assert len(result.events) == 1
+        assert len(result.calls) == 1
         assert run_code("return 2", runtime=p).result == 2
 
 
@@ -505,7 +505,7 @@ def test_cancel_while_waiting_for_a_tool(runtime, pool, make_event):
     release.set()
     assert result.error.kind == "cancelled"
     assert result.logs == ("calling",)
-    assert [e.name for e in result.events] == ["hold"]
+    assert [e.name for e in result.calls] == ["hold"]
     assert time.monotonic() - t0 < 1.0 + SLACK
 
 
