@@ -8,6 +8,7 @@ that decides how the calls interleave and commits them in submission order.
 from ._version import __version__ as __version__
 from .adapters import anthropic_tool, call_tool, openai_tool
 from .agent import MODES, WithContextUpdate, run_code_tool, visible_tools
+from .aio import acall_tool, arun_code
 from .dispatch import ApprovalRequest, CallInfo, RunContext, current_call, direct_dispatch
 from .errors import ConfigError, RunCodeError, SnapshotError, ToolError
 from .events import (
@@ -34,7 +35,13 @@ from .scheduler import Scheduler, Ticket
 from .snapshot import snapshot
 from .tool import EXCLUSIVE, PARALLEL, Tool, concurrency_mode
 
+#: The decorator, under the name other frameworks use: ``@nous_sched.tool`` is
+#: :func:`function_tool`. (It hides the ``nous_sched.tool`` module's attribute;
+#: ``from nous_sched.tool import Tool`` still imports from the module.)
+tool = function_tool
+
 __all__ = [
+    "acall_tool",
     "anthropic_tool",
     "ApprovalEvent",
     "ApprovalRequest",
@@ -65,6 +72,7 @@ __all__ = [
     "PermissionPolicy",
     "QuickJSRuntime",
     "run_code",
+    "arun_code",
     "run_code_tool",
     "RunCodeError",
     "RunContext",
@@ -78,6 +86,7 @@ __all__ = [
     "SubCallError",
     "Ticket",
     "Tool",
+    "tool",
     "ToolCallEvent",
     "ToolOutcomeEvent",
     "ToolRefusedEvent",

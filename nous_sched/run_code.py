@@ -26,6 +26,7 @@ id, and is refused when there is no handler.
 from __future__ import annotations
 
 import concurrent.futures
+import contextvars
 import logging
 import secrets
 import threading
@@ -47,7 +48,7 @@ from .runtime import CodeRuntime, Limits, PendingCall, RuntimeOutcome
 from .scheduler import Scheduler
 from .tool import Tool
 
-__all__ = ["run_code", "resolve_runtime"]
+__all__ = ["run_code", "resolve_runtime", "ambient_cancel"]
 
 log = logging.getLogger("nous_sched")
 
@@ -66,6 +67,14 @@ _NO_RUNTIME = (
     "no code runtime is configured. Install quickjs-ng (`pip install quickjs-ng`) for the default "
     "runtime, or pass runtime=<an object implementing nous_sched.CodeRuntime>; or run this agent in "
     "mode 'native' and call tools directly."
+)
+
+
+#: The ``cancel`` event of every run started in this context without one of its
+#: own: set by the asyncio door (:mod:`nous_sched.aio`) around the call it runs
+#: on a thread, so cancelling the awaiting task cancels the runs inside it.
+ambient_cancel: contextvars.ContextVar[Optional[threading.Event]] = contextvars.ContextVar(
+    "nous_sched.ambient_cancel", default=None
 )
 
 
@@ -126,7 +135,9 @@ def run_code(
     worker runtime ends it within about 50 ms whatever the program is doing
     (its worker is killed); the in-process runtime at the next step.
     ``KeyboardInterrupt`` in the calling thread ends the run the same way, then
-    propagates. ``max_parallel``, ``executor``,
+    propagates. Without ``cancel``, a run started under the asyncio door
+    (:func:`~nous_sched.arun_code`, :func:`~nous_sched.acall_tool`) is
+    cancelled with the awaiting task. ``max_parallel``, ``executor``,
     ``dispatch``, ``session_log`` and ``observer`` configure the run's
     :class:`~nous_sched.Scheduler`. ``call_id`` prefixes audit event ids
     (``"<call_id>:code:<n>"``; a random ``"run_code-…"`` by default).
@@ -157,6 +168,8 @@ def run_code(
     require("run_code", "policy", policy, _OPTIONAL_POLICY)
     require("run_code", "approval_handler", approval_handler, v.OPTIONAL_CALLABLE)
     require("run_code", "cancel", cancel, _OPTIONAL_EVENT)
+    if cancel is None:
+        cancel = ambient_cancel.get()
     if executor is not None and _saturated_by_caller(executor):
         raise RunCodeError(_SATURATED)
     granted, denied = partition(tools, policy, "run_code")
