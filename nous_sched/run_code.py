@@ -9,8 +9,8 @@ Results are data. :func:`run_code` returns a :class:`~nous_sched.RunResult`
 for every program that started, including one that threw, looped forever,
 ran out of memory or called a tool that hung. It raises
 :class:`~nous_sched.RunCodeError` only when nothing ran: a missing program, a
-blank description (``""`` or whitespace; ``None``, the default, is a caller
-with no model in the loop), no runtime.
+missing or blank description (it is what the approval prompt and the audit
+show; the CLI passes the program's file name), no runtime.
 
 Every sub-call passes the gate (:mod:`nous_sched.gate`): tools the policy
 denies are still declared in ``tools`` (so the program gets a clear refusal)
@@ -57,6 +57,10 @@ _OPTIONAL_POLICY = v.optional(v.instance_of(PermissionPolicy, "a nous_sched.Perm
 _OPTIONAL_EVENT = v.optional(v.Check("a threading.Event", lambda e: callable(getattr(e, "is_set", None))))
 
 NO_CODE = "run_code requires a `code` parameter containing the program to run."
+NO_DESCRIPTION = (
+    "run_code requires a `description`: one sentence describing what the program does, "
+    "for the approval prompt and the audit log (description=...)."
+)
 BLANK_DESCRIPTION = (
     "run_code requires a non-empty `description`: one sentence describing what the program does, "
     "for the approval prompt and the audit log."
@@ -147,10 +151,11 @@ def run_code(
 
     ``description`` is the sentence the model wrote saying what the program
     does: it is logged, and every :class:`~nous_sched.ApprovalRequest`
-    carries it. A blank one is refused; ``None`` (the default) is for a
-    caller with no model in the loop.
+    carries it. It is required: a missing (``None``) or blank one is refused
+    (a :class:`~nous_sched.RunCodeError`, which is a
+    :class:`~nous_sched.ConfigError`).
 
-    :raises RunCodeError: nothing ran (``code`` not a string, a blank
+    :raises RunCodeError: nothing ran (``code`` not a string, a missing or blank
         ``description``, no runtime, or a tool running on ``executor`` called
         this with that same ``executor`` while every one of its threads is
         busy: the run's calls could only wait for a thread until the deadline).
@@ -158,8 +163,8 @@ def run_code(
     """
     if not isinstance(code, str):
         raise RunCodeError(NO_CODE)
-    if description is not None and (not isinstance(description, str) or not description.strip()):
-        raise RunCodeError(BLANK_DESCRIPTION)
+    if not isinstance(description, str) or not description.strip():
+        raise RunCodeError(BLANK_DESCRIPTION if isinstance(description, str) else NO_DESCRIPTION)
     rt = resolve_runtime(runtime)
     if limits is None:
         require("run_code", "timeout", timeout, v.SECONDS)

@@ -91,7 +91,9 @@ def _assert_threads_released(before: set[threading.Thread]) -> None:
 
 def _assert_canary() -> None:
     before = _sched_threads()
-    canary = run_code("return await tools.add({x: 2, y: 3});", TOOLS, policy=POLICY, limits=Limits(timeout=10))
+    canary = run_code(
+        "return await tools.add({x: 2, y: 3});", TOOLS, policy=POLICY, limits=Limits(timeout=10), description="test"
+    )
     assert canary.error is None, canary.error
     assert canary.result == 5
     assert [e.name for e in canary.calls] == ["add"]
@@ -102,7 +104,7 @@ def _run(name: str, spec: dict) -> tuple[RunResult, float]:
     code = (CORPUS / name).read_text(encoding="utf-8")
     limits = Limits(timeout=float(spec.get("timeout", DEFAULT_TIMEOUT)), memory_bytes=MEMORY)
     started = time.perf_counter()
-    result = run_code(code, TOOLS, policy=POLICY, limits=limits, call_id="adv")
+    result = run_code(code, TOOLS, policy=POLICY, limits=limits, call_id="adv", description="test")
     return result, time.perf_counter() - started
 
 

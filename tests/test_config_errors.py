@@ -87,16 +87,24 @@ def test_waits_accept_zero_and_none(make_scheduler):
 @pytest.mark.parametrize("value,shown", [(INF, "inf"), (HUGE, "10000000000.0"), (0, "0"), (None, "None")])
 def test_run_code_timeout(value, shown):
     # Once this answered "exceeded its infs deadline" instead of refusing the option.
-    assert_config_error(lambda: run_code("return 1", timeout=value), "run_code", "timeout", shown)
+    assert_config_error(lambda: run_code("return 1", timeout=value, description="test"), "run_code", "timeout", shown)
 
 
 def test_run_code_options():
-    assert_config_error(lambda: run_code("return 1", limits={"timeout": 1}), "run_code", "limits", "{'timeout': 1}")
-    assert_config_error(lambda: run_code("return 1", policy=["a"]), "run_code", "policy", "['a']")
-    assert_config_error(lambda: run_code("return 1", approval_handler=1), "run_code", "approval_handler", "1")
-    assert_config_error(lambda: run_code("return 1", tools="abc"), "run_code", "tools", "'abc'")
-    assert_config_error(lambda: run_code("return 1", tools=[noop]), "run_code", "tools", "a function")
-    assert_config_error(lambda: run_code("return 1", max_parallel=0), "Scheduler", "max_parallel", "0")
+    assert_config_error(
+        lambda: run_code("return 1", limits={"timeout": 1}, description="test"), "run_code", "limits", "{'timeout': 1}"
+    )
+    assert_config_error(lambda: run_code("return 1", policy=["a"], description="test"), "run_code", "policy", "['a']")
+    assert_config_error(
+        lambda: run_code("return 1", approval_handler=1, description="test"), "run_code", "approval_handler", "1"
+    )
+    assert_config_error(lambda: run_code("return 1", tools="abc", description="test"), "run_code", "tools", "'abc'")
+    assert_config_error(
+        lambda: run_code("return 1", tools=[noop], description="test"), "run_code", "tools", "a function"
+    )
+    assert_config_error(
+        lambda: run_code("return 1", max_parallel=0, description="test"), "Scheduler", "max_parallel", "0"
+    )
 
 
 @pytest.mark.parametrize(

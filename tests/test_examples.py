@@ -40,7 +40,7 @@ def _peak(trail) -> int:
 
 def _run(example_tools, name: str, **options):
     program = (EXAMPLES / name).read_text(encoding="utf-8")
-    result = run_code(program, example_tools.make_tools(), timeout=20, **options)
+    result = run_code(program, example_tools.make_tools(), timeout=20, description=name, **options)
     assert result.ok, result.error
     return result
 

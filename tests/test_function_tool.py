@@ -294,7 +294,7 @@ def test_an_async_function_runs_to_completion_on_the_calling_thread():
 
     assert fetch.function({"n": 3}) == [0, 1, 2]
     assert seen["thread"] is threading.current_thread() is seen["hop"]
-    result = run_code("return await tools.fetch({n: 2})", [fetch])
+    result = run_code("return await tools.fetch({n: 2})", [fetch], description="test")
     assert result.ok and result.result == [0, 1]
     assert seen["call"] is not None and seen["call"].tool == "fetch"
     assert not any(t.name.startswith("asyncio") for t in threading.enumerate())
@@ -345,7 +345,7 @@ def test_decorated_tools_in_a_program():
     try { await tools.square({x: "nine"}); } catch (e) { bad = e.message; }
     return {squares, id: order.id, placed: order.placed, bad};
     """
-    result = run_code(program, [square, place_order], approval_handler=lambda request: True)
+    result = run_code(program, [square, place_order], approval_handler=lambda request: True, description="test")
     assert result.ok, result.error
     assert result.result["squares"] == [1, 4, 9]
     assert result.result["id"] == "o-1" and result.result["placed"] == "2026-01-02"

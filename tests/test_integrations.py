@@ -317,7 +317,7 @@ def test_one_program_fans_out_over_all_four_frameworks():
     try { await tools.ag_forecast({city: "Atlantis"}); } catch (e) { failed = e.message; }
     return {sum, weather, agents, doubled, diff, failed};
     """
-    result = run_code(program, tools)
+    result = run_code(program, tools, description="test")
     assert result.ok, result.error
     assert result.result == {
         "sum": 3,

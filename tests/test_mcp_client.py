@@ -122,6 +122,7 @@ def test_promise_all_over_a_trusted_read_only_tool_runs_in_parallel_in_submissio
             """,
             conn.tools(),
             timeout=RUN_TIMEOUT,
+            description="test",
         )
     assert result.ok, result.error
     # meet returns only once all four are in at the server at once: they overlapped.
@@ -137,6 +138,7 @@ def test_the_same_server_untrusted_runs_every_call_exclusively(lab_target):
             "return await Promise.all(['a', 'b', 'c', 'd'].map((key) => tools.lookup({ key })));",
             conn.tools(),
             timeout=RUN_TIMEOUT,
+            description="test",
         )
     assert result.ok, result.error
     assert [v["key"] for v in result.result] == ["a", "b", "c", "d"]
@@ -166,6 +168,7 @@ def test_a_destructive_tool_asks_the_handler_with_its_real_arguments(lab_target)
             conn.tools(),
             approval_handler=handler,
             timeout=RUN_TIMEOUT,
+            description="test",
         )
     assert result.ok, result.error
     assert asked == [("put", {"key": key, "value": 1}), ("put", {"key": key, "value": 2})]
@@ -187,6 +190,7 @@ def test_a_destructive_tool_is_refused_without_a_handler(lab_target):
             """,
             conn.tools(),
             timeout=RUN_TIMEOUT,
+            description="test",
         )
     assert result.result == {
         "message": 'tool "put" requires approval and no approval handler is configured',
@@ -203,6 +207,7 @@ def test_an_untrusted_servers_approval_follows_the_policy_alone():
             policy=PermissionPolicy(require_approval={"put"}),
             approval_handler=lambda request: asked.append(request.tool) or True,
             timeout=RUN_TIMEOUT,
+            description="test",
         )
     assert result.ok, result.error
     assert asked == ["put"]  # "note" is not destructive by its hints, "put" is by policy
@@ -217,6 +222,7 @@ def test_is_error_is_a_tool_error_with_the_servers_text(lab_target):
             """,
             conn.tools(),
             timeout=RUN_TIMEOUT,
+            description="test",
         )
         with pytest.raises(ToolError, match="disk on fire"):
             by_name(conn.tools())["fail"].function({"message": "disk on fire"})
@@ -230,7 +236,9 @@ def test_is_error_is_a_tool_error_with_the_servers_text(lab_target):
 def test_structured_content_round_trips_and_matches_the_output_schema(lab_target):
     with connect(lab_target()) as conn:
         tools = by_name(conn.tools())
-        result = run_code("return await tools.lookup({ key: 'abcd' });", conn.tools(), timeout=RUN_TIMEOUT)
+        result = run_code(
+            "return await tools.lookup({ key: 'abcd' });", conn.tools(), timeout=RUN_TIMEOUT, description="test"
+        )
     assert result.result == {"key": "abcd", "value": 4, "tags": ["lab", "abcd"]}
     jsonschema.validate(result.result, tools["lookup"].returns)
 
@@ -249,6 +257,7 @@ def test_text_content_is_parsed_as_json_where_it_parses():
             """,
             conn.tools(),
             timeout=RUN_TIMEOUT,
+            description="test",
         )
     assert result.ok, result.error
     assert result.result == [{"a": [1, 2]}, "plain words", "NaN", ["x", 2, [3]], {"key": "k", "met": True}]
@@ -267,6 +276,7 @@ def test_several_servers_are_namespaced_and_each_keeps_its_trust():
             "return [await tools.ro__lookup({ key: 'a' }), await tools.rw__lookup({ key: 'bb' })];",
             conn.tools(),
             timeout=RUN_TIMEOUT,
+            description="test",
         )
     assert [v["value"] for v in result.result] == [1, 2]
 
@@ -282,7 +292,7 @@ def test_one_connection_serves_many_runs_at_once_from_many_threads():
             const met = await tools.meet({{ group: "{g}", n: 6, key: "r{i}" }});
             return [met.met, ...(await Promise.all([1, 2].map((k) => tools.lookup({{ key: "r{i}-" + k }}))))];
             """
-            return run_code(program, tools, timeout=RUN_TIMEOUT)
+            return run_code(program, tools, timeout=RUN_TIMEOUT, description="test")
 
         with concurrent.futures.ThreadPoolExecutor(6) as pool:
             results = list(pool.map(request, range(6)))
@@ -300,7 +310,7 @@ def test_a_hung_server_is_bounded_by_the_runs_deadline_and_the_request_cancelled
         tools = by_name(conn.tools())
         cancelled = tools["stats"].function({})["cancelled"]
         before = {t for t in threading.enumerate() if t.name.startswith("nous-sched-tool-")}
-        result = run_code("return await tools.hang({ tag: 'h' });", conn.tools(), timeout=1.0)
+        result = run_code("return await tools.hang({ tag: 'h' });", conn.tools(), timeout=1.0, description="test")
         assert result.error.kind == "timeout"
         # The server saw the request cancelled, and the tool thread that waited for it is free again.
         wait_until(lambda: tools["stats"].function({})["cancelled"] == cancelled + 1, what="the cancellation")
@@ -332,6 +342,7 @@ def test_a_server_that_crashes_mid_call_fails_its_calls_as_data():
             """,
             conn.tools(),
             timeout=RUN_TIMEOUT,
+            description="test",
         )
         assert result.ok, result.error
         assert result.result["first"] == "before"
@@ -352,6 +363,7 @@ def test_a_server_that_crashes_over_http_fails_its_calls_as_data():
                 """,
                 conn.tools(),
                 timeout=RUN_TIMEOUT,
+                description="test",
             )
     assert result.ok, result.error
     assert result.result == [

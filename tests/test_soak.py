@@ -124,7 +124,12 @@ def _soak(runs: range, runtime) -> None:
                 return
             try:
                 result = run_code(
-                    PROGRAM % run, TOOLS, limits=Limits(timeout=30), call_id=f"soak-{run}", runtime=runtime
+                    PROGRAM % run,
+                    TOOLS,
+                    limits=Limits(timeout=30),
+                    call_id=f"soak-{run}",
+                    runtime=runtime,
+                    description="test",
                 )
                 _check(run, result)
                 checked.append(run)

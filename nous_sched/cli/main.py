@@ -153,7 +153,13 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         from ..runtime.quickjs import QuickJSRuntime
 
         runtime = QuickJSRuntime()
-    options: dict[str, Any] = {"max_parallel": args.max_parallel, "timeout": args.timeout, "runtime": runtime}
+    options: dict[str, Any] = {
+        "max_parallel": args.max_parallel,
+        "timeout": args.timeout,
+        "runtime": runtime,
+        # run_code requires a description (the audit's and approval's); the program's file name is one.
+        "description": Path(args.program).name if args.program != "-" else "program from standard input",
+    }
     try:
         with _ctrl_c_cancels() as cancel:
             if progress is None:
