@@ -25,8 +25,8 @@ import threading
 import pytest
 
 from nous_sched import (
-    ConfigError,
     ApprovalRequest,
+    ConfigError,
     Limits,
     PermissionPolicy,
     RunCodeError,
