@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextvars
+import importlib.util
 import logging
 import secrets
 import threading
@@ -45,6 +46,7 @@ from .policy import PermissionPolicy, partition
 from .records import CallRecord
 from .result import RunError, RunResult
 from .runtime import CodeRuntime, Limits, PendingCall, RuntimeOutcome
+from .runtime.syntax import explain as explain_syntax
 from .scheduler import Scheduler
 from .tool import Tool
 
@@ -82,6 +84,16 @@ ambient_cancel: contextvars.ContextVar[Optional[threading.Event]] = contextvars.
 )
 
 
+def _engine_installed() -> bool:
+    """Whether quickjs-ng's ``_quickjs`` module can be imported: the default
+    runtime's workers need it, and would only find out when the first starts."""
+    try:
+        spec = importlib.util.find_spec("_quickjs")
+    except (ImportError, ValueError):
+        return False
+    return spec is not None
+
+
 def resolve_runtime(runtime: Any = None) -> CodeRuntime:
     """``runtime`` itself, or the default runtime when ``None``: the process's
     :class:`~nous_sched.WorkerPool`, created on first use.
@@ -90,6 +102,8 @@ def resolve_runtime(runtime: Any = None) -> CodeRuntime:
         implement :class:`~nous_sched.CodeRuntime`.
     """
     if runtime is None:
+        if not _engine_installed():
+            raise RunCodeError(_NO_RUNTIME)
         try:
             from .runtime.pool import default_pool
         except ImportError:
@@ -233,9 +247,7 @@ def run_code(
         scheduler.stop(timeout=0.5)
     # From the program's start, a little before the trail's origin (the scheduler's epoch).
     elapsed = time.perf_counter() - started
-    error = outcome.error
-    if error is not None and len(error.message) > MAX_RUN_MESSAGE:
-        error = RunError(error.kind, error.message[:MAX_RUN_MESSAGE] + TRUNCATION_MARK)
+    error = _told(outcome.error, code)
     return RunResult(
         logs=tuple(outcome.logs),
         result=outcome.result,
@@ -245,6 +257,18 @@ def run_code(
         trail=tuple(scheduler.trail()),
         elapsed=elapsed,
     )
+
+
+def _told(error: Optional[RunError], code: str) -> Optional[RunError]:
+    """The run's error as the caller reads it: a syntax error said about the
+    program's own text (:mod:`.runtime.syntax`), the message clipped."""
+    if error is None:
+        return None
+    if error.kind == "exception" and error.message.startswith("SyntaxError"):
+        error = RunError(error.kind, explain_syntax(error.message, code))
+    if len(error.message) > MAX_RUN_MESSAGE:
+        error = RunError(error.kind, error.message[:MAX_RUN_MESSAGE] + TRUNCATION_MARK)
+    return error
 
 
 _SATURATED = (
