@@ -263,10 +263,10 @@ def test_text_content_is_parsed_as_json_where_it_parses():
     assert result.result == [{"a": [1, 2]}, "plain words", "NaN", ["x", 2, [3]], {"key": "k", "met": True}]
 
 
-def test_several_servers_are_namespaced_and_each_keeps_its_trust():
+def test_several_servers_with_prefixes_each_keep_their_trust():
     with connect(
-        ServerSpec(lab.build(), name="ro", trusted=True),
-        ServerSpec(lab.build(), name="rw"),
+        ServerSpec(lab.build(), name="ro", trusted=True, prefix="ro"),
+        ServerSpec(lab.build(), name="rw", prefix="rw"),
     ) as conn:
         tools = by_name(conn.tools())
         assert conn.servers == ("ro", "rw")
@@ -475,3 +475,42 @@ def test_bad_options_are_config_errors(call, message):
 def test_headers_reach_a_streamable_http_server(http_url):
     with connect(ServerSpec(http_url, headers={"X-Tenant": "acme"})) as conn:
         assert by_name(conn.tools())["header"].function({"name": "X-Tenant"}) == "acme"
+
+
+def test_tool_names_do_not_depend_on_how_many_servers_are_connected():
+    with connect(ServerSpec(lab.build(), name="lab")) as conn:
+        alone = sorted(t.name for t in conn.tools())
+    from mcp.server.mcpserver import MCPServer
+
+    other = MCPServer("other", log_level="WARNING")
+
+    @other.tool()
+    def ping() -> str:
+        """Answer pong."""
+        return "pong"
+
+    with connect(ServerSpec(lab.build(), name="lab"), ServerSpec(other, name="other")) as conn:
+        together = sorted(t.name for t in conn.tools())
+    assert "lookup" in alone and set(alone) <= set(together) and "ping" in together
+
+
+def test_a_clash_is_refused_naming_both_fixes_and_a_tool_override_renames():
+    with pytest.raises(ConfigError, match=r"both provide a tool named 'meet'.*prefix=.*ToolOverride\(name=") as e:
+        connect(ServerSpec(lab.build(), name="a"), ServerSpec(lab.build(), name="b"))
+    assert "'a' and 'b'" in str(e.value)
+    with connect(ServerSpec(lab.build(), name="a")) as conn:
+        names = [t.name for t in conn.tools()]
+    renamed = {name: ToolOverride(name=f"b_{name}") for name in names}
+    with connect(ServerSpec(lab.build(), name="a"), ServerSpec(lab.build(), name="b", overrides=renamed)) as conn:
+        tools = by_name(conn.tools())
+        assert {"lookup", "b_lookup"} <= set(tools)
+        result = run_code(
+            "return [await tools.lookup({ key: 'a' }), await tools.b_lookup({ key: 'bb' })];",
+            conn.tools(),
+            timeout=RUN_TIMEOUT,
+            description="one tool under two names",
+        )
+    assert [v["value"] for v in result.result] == [1, 2]
+    assert ToolOverride.coerce({"name": "x"}, "here") == ToolOverride(name="x")
+    with pytest.raises(ConfigError, match="name"):
+        ToolOverride(name="has space")
