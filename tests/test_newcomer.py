@@ -76,3 +76,113 @@ def test_run_code_refuses_a_missing_description_as_a_config_error():
         run_code("return 1", runtime=QuickJSRuntime())
     with pytest.raises(ConfigError, match="non-empty `description`"):
         run_code("return 1", description=" ", runtime=QuickJSRuntime())
+
+
+# -- 5. Ctrl-C and cancel ------------------------------------------------------------------------
+
+import signal  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+READY_TOOLS = """\
+import sys
+from nous_sched import Tool
+
+def ready(args):
+    sys.stderr.write("ready\\n")
+    sys.stderr.flush()
+    return True
+
+TOOLS = [Tool("ready", ready)]
+"""
+WORKER_KEEPS_LOGS = pytest.mark.xfail(
+    strict=True,
+    reason="worker runtime: on cancel the host kills the worker and the step's logs with it; pool.py must "
+    "ask the worker to stop softly first (as at the deadline: the watchdog's budget zeroing, then the "
+    "salvaged envelope) - pool.py is being rewritten, left for the lead to wire",
+)
+
+
+def spin_and_cancel(runtime):
+    cancel = threading.Event()
+
+    def ready(args):
+        cancel.set()  # the program is past its first step: the next one logs, then spins
+        return True
+
+    started = time.monotonic()
+    result = run_code(
+        "console.log('before'); await tools.ready({}); console.log('spinning'); for (;;) {}",
+        [Tool("ready", ready)],
+        description="spin",
+        runtime=runtime,
+        cancel=cancel,
+        timeout=60,
+    )
+    return result, time.monotonic() - started
+
+
+def test_a_cancelled_in_process_run_stops_inside_a_javascript_loop_and_keeps_the_steps_logs():
+    result, took = spin_and_cancel(QuickJSRuntime())
+    assert result.error.kind == "cancelled"
+    assert result.logs == ("before", "spinning")
+    assert took < 10, took  # at once (about 20 ms), not at the 60 s deadline
+
+
+@WORKER_KEEPS_LOGS
+def test_a_cancelled_worker_run_keeps_the_logs_of_the_step_in_progress():
+    result, took = spin_and_cancel(None)
+    assert result.error.kind == "cancelled" and took < 10
+    assert result.logs == ("before", "spinning")
+
+
+def start_cli(tmp_path, runtime):
+    (tmp_path / "ready_tools.py").write_text(READY_TOOLS)
+    program = tmp_path / "spin.js"
+    program.write_text("console.log('before'); await tools.ready({}); console.log('spinning'); for (;;) {}")
+    command = [sys.executable, "-m", "nous_sched", "run", str(program), "--tools", str(tmp_path / "ready_tools.py")]
+    command += ["--timeout", "60", "--no-progress", "--runtime", runtime]
+    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stderr.readline() == "ready\n"
+    return proc
+
+
+def interrupt(proc, times):
+    started = time.monotonic()
+    try:
+        for _ in range(times):
+            proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    return out, err, time.monotonic() - started
+
+
+def test_ctrl_c_cancels_an_in_process_javascript_loop_and_prints_its_logs(tmp_path):
+    out, err, took = interrupt(start_cli(tmp_path, "in-process"), 1)
+    assert out.startswith("error (cancelled):\n  the run was cancelled"), (out, err)
+    assert "logs (2):\n  before\n  spinning" in out
+    assert "Traceback" not in err and took < 10
+
+
+@pytest.mark.parametrize("runtime", ["in-process", "worker"])
+def test_a_second_ctrl_c_interrupts_at_once(tmp_path, runtime):
+    proc = start_cli(tmp_path, runtime)
+    out, err, took = interrupt(proc, 2)
+    assert proc.returncode == 130, (out, err)
+    assert "Traceback" not in err and took < 10
+
+
+def test_run_help_lists_every_exit_status(capsys):
+    from nous_sched.cli import main
+
+    assert main(["run", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    for status in ("0 success", "1 the program failed", "2 usage", "130 interrupted"):
+        assert status in text
