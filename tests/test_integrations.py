@@ -350,5 +350,5 @@ def test_one_program_fans_out_over_all_four_frameworks():
 )
 def test_a_missing_framework_is_a_configuration_error_naming_the_extra(monkeypatch, adapter, module, extra):
     monkeypatch.setitem(sys.modules, module, None)
-    with pytest.raises(ConfigError, match=rf"pip install 'nous_sched\[{extra}\]'"):
+    with pytest.raises(ConfigError, match=rf"pip install -e '\.\[{extra}\]'"):
         adapter(object())

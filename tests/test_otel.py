@@ -264,7 +264,7 @@ def test_importing_without_opentelemetry_says_how_to_install(monkeypatch):
     for name in [n for n in sys.modules if n == "opentelemetry" or n.startswith("opentelemetry.")]:
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "opentelemetry", None)  # what an absent package looks like to import
-    with pytest.raises(ImportError, match=r"pip install 'nous_sched\[otel\]'"):
+    with pytest.raises(ImportError, match=r"pip install -e '\.\[otel\]'"):
         importlib.import_module("nous_sched.otel")
 
 

@@ -22,8 +22,7 @@ def require(module: str, extra: str, adapter: str) -> Any:
         return importlib.import_module(module)
     except ImportError as exc:
         raise ConfigError(
-            f"{adapter} needs the `{module.split('.')[0]}` package ({exc}); install it with "
-            f"pip install 'nous_sched[{extra}]'"
+            f"{adapter} needs the `{module.split('.')[0]}` package ({exc}); install it with pip install -e '.[{extra}]'"
         ) from None
 
 

@@ -33,8 +33,8 @@ def from_langchain(
 ) -> Tool:
     """A :class:`~nous_sched.Tool` that runs the LangChain tool ``tool``.
 
-    :raises ConfigError: ``langchain-core`` is not installed (``pip install
-        'nous_sched[langchain]'``), or ``tool`` is not a LangChain ``BaseTool``.
+    :raises ConfigError: ``langchain-core`` is not installed (``pip install -e
+        '.[langchain]'``), or ``tool`` is not a LangChain ``BaseTool``.
     """
     tools = require("langchain_core.tools", "langchain", _ADAPTER)
     calling = require("langchain_core.utils.function_calling", "langchain", _ADAPTER)

@@ -46,8 +46,8 @@ def from_openai_agents(
 ) -> Tool:
     """A :class:`~nous_sched.Tool` that runs the Agents SDK function tool ``tool``.
 
-    :raises ConfigError: ``openai-agents`` is not installed (``pip install
-        'nous_sched[openai-agents]'``), ``tool`` is not a ``FunctionTool``, or
+    :raises ConfigError: ``openai-agents`` is not installed (``pip install -e
+        '.[openai-agents]'``), ``tool`` is not a ``FunctionTool``, or
         it cannot be honoured outside the SDK's runner (see the module docstring).
     """
     agents = require("agents", "openai-agents", _ADAPTER)
