@@ -403,7 +403,7 @@ def test_without_pydantic_unknown_keys_are_refused_and_a_rich_hint_names_the_ext
     def rich(when: datetime.date) -> None:
         pass
 
-    with pytest.raises(ConfigError, match=r"`when` \(date\) needs pydantic.*nous_sched\[pydantic\]"):
+    with pytest.raises(ConfigError, match=r"`when` \(date\) needs pydantic.*pip install -e '\.\[pydantic\]'"):
         function_tool(rich)
 
     def rich_return(a: int) -> datetime.date:

@@ -69,7 +69,8 @@ def test_langchain_schema_description_and_defaults():
     assert tool.description.startswith("Add two integers.")
     assert tool.parameters["properties"]["a"] == {"type": "integer", "description": "The first."}
     assert tool.parameters["required"] == ["a", "b"]
-    assert tool.returns is None and tool.requires_approval is False
+    assert tool.returns == {"type": "integer"}  # from the function's `-> int`
+    assert tool.requires_approval is False
     assert concurrency_mode(tool, {"a": 1, "b": 2}) == EXCLUSIVE
 
 
@@ -126,7 +127,8 @@ async def ag_delete(path: str) -> Forecast:
 def test_agents_schema_output_schema_and_approval():
     plain = from_openai_agents(ag_forecast)
     assert plain.parameters["properties"]["city"]["description"] == "The city's name."
-    assert plain.requires_approval is False and plain.returns is None
+    assert plain.requires_approval is False
+    assert plain.returns["properties"]["celsius"]["type"] == "number"  # from the function's `-> Forecast`
     deleting = from_openai_agents(ag_delete)
     assert deleting.requires_approval is True
     assert deleting.returns["properties"]["celsius"] == {"title": "Celsius", "type": "number"}

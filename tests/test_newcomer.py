@@ -218,3 +218,51 @@ def test_every_install_hint_uses_the_form_that_works_from_a_checkout():
 
     with pytest.raises(ConfigError, match=r"pip install -e '\.\[x\]'"):
         require("no_such_module_anywhere", "x", "adapter")
+
+
+# -- 8. SDK rendering ----------------------------------------------------------------------------
+
+from nous_sched import function_tool, sdk  # noqa: E402
+
+
+@function_tool
+def find(kinds: list[str] = ["doc"], limit: int = 10, *, query: str) -> list[str]:
+    """Find things.
+
+    Args:
+        query: What to look for.
+        limit: How many at most.
+    """
+    return []
+
+
+def test_required_properties_come_first_and_defaults_are_shown():
+    out = sdk.render([find])
+    assert out.index('"query": string') < out.index('"kinds"?:') < out.index('"limit"?:')
+    assert "/** How many at most. (default: 10) */" in out
+    assert '/** default: ["doc"] */' in out
+    python = sdk.render([find], "python")
+    assert '{"query": str, "kinds": NotRequired[list[str]], "limit": NotRequired[int]}' in python
+    assert "#   limit: How many at most. (default: 10)" in python
+
+
+def test_framework_tools_return_annotations_render_as_their_types():
+    from agents import function_tool as agents_tool
+    from langchain_core.tools import tool as langchain_tool
+
+    from nous_sched import from_langchain, from_openai_agents
+
+    @langchain_tool
+    def count(text: str) -> int:
+        """Count the words."""
+        return len(text.split())
+
+    @agents_tool
+    def shout(text: str) -> str:
+        """Shout."""
+        return text.upper()
+
+    out = sdk.render([from_langchain(count), from_openai_agents(shout)])
+    assert '"count"(args: {\n    "text": string;\n  }): Promise<number>;' in out
+    assert '"shout"(args: {\n    "text": string;\n  }): Promise<string>;' in out
+    assert "Promise<unknown>" not in out
