@@ -30,7 +30,7 @@ HUNG_SCRIPT = textwrap.dedent(
 
     never = threading.Event()
     runtime = QuickJSRuntime() if sys.argv[1] == "in_process" else None
-    result = run_code("return await tools.hang({})", [Tool("hang", lambda a: never.wait())], timeout=0.5, runtime=runtime)
+    result = run_code("return await tools.hang({})", [Tool("hang", lambda a: never.wait())], timeout=0.5, runtime=runtime, description="t")
     print(result.error.kind, flush=True)
     """
 )

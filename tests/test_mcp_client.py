@@ -77,7 +77,7 @@ def test_tools_carry_names_descriptions_schemas_and_trusted_annotations(lab_targ
     assert set(lookup.returns["properties"]) == {"key", "value", "tags"}
     assert tools["as_text"].returns is None
     rendered = sdk.render([lookup, tools["as_text"]])
-    assert '}): Promise<{ "key": string; "tags"?: Array<string>; "value": number }>;' in rendered
+    assert '}): Promise<{ "key": string; "value": number; "tags"?: Array<string> }>;' in rendered
     assert "}): Promise<unknown>;" in rendered  # as_text declares no output schema
     # Trusted: the annotations decide parallelism and approval.
     assert tools["lookup"].concurrency_safe({"key": "x"}) is True  # readOnlyHint

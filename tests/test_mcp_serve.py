@@ -91,7 +91,7 @@ def test_serve_mcp_over_stdio_fans_out_over_an_upstream_server(tmp_path):
     assert tools[0].output_schema == OUTPUT_SCHEMA
     assert '"meet"(args: {' in tools[0].description and '"lookup"(args: {' in tools[0].description
     # ...with the upstream output schemas as return types.
-    assert 'Promise<{ "key": string; "tags"?: Array<string>; "value": number }>' in tools[0].description
+    assert 'Promise<{ "key": string; "value": number; "tags"?: Array<string> }>' in tools[0].description
     assert set(tools[0].input_schema["required"]) == {"code", "description"}
     # The result and the program's logs, structured and as text.
     assert not result.is_error

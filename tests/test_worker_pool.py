@@ -601,7 +601,7 @@ threading.Thread(target=interrupter, daemon=True).start()
 out = {"pid": pid}
 try:
     run_code("console.log('x'); await tools.mark({}); for (;;) {}", [Tool("mark", lambda a: looping.set())],
-             runtime=pool, timeout=60)
+             runtime=pool, timeout=60, description="t")
     out["raised"] = None
 except KeyboardInterrupt:
     out["raised"] = "KeyboardInterrupt"
@@ -759,7 +759,7 @@ def test_a_pool_is_created_on_first_use_and_is_the_default(tmp_path):
         from nous_sched.run_code import resolve_runtime
         from nous_sched.runtime import pool
         before = pool._default
-        result = run_code("return 6 * 7")
+        result = run_code("return 6 * 7", description="t")
         rt = resolve_runtime(None)
         print(json.dumps([before is None, isinstance(rt, WorkerPool), rt is resolve_runtime(None), result.result,
                           len(rt.pids())]))
@@ -889,13 +889,13 @@ _FORK_SCRIPT = r"""
 import json, os, sys
 from nous_sched import run_code
 from nous_sched.runtime.pool import default_pool
-assert run_code("return 1").result == 1
+assert run_code("return 1", description="t").result == 1
 parent_pids = default_pool().pids()
 r, w = os.pipe()
 child = os.fork()
 if child == 0:
     os.close(r)
-    result = run_code("return 2").result
+    result = run_code("return 2", description="t").result
     mine = default_pool().pids()
     os.write(w, json.dumps([result, mine]).encode())
     default_pool().close()
@@ -907,7 +907,7 @@ while chunk := os.read(r, 65536):
 os.waitpid(child, 0)
 child_result, child_pids = json.loads(data)
 print(json.dumps({"child_result": child_result, "child_pids": child_pids, "parent_pids": parent_pids,
-                  "parent_after": default_pool().pids(), "parent_result": run_code("return 3").result}))
+                  "parent_after": default_pool().pids(), "parent_result": run_code("return 3", description="t").result}))
 """
 
 
@@ -927,11 +927,11 @@ _EXIT_SCRIPT = r"""
 import threading, sys
 from nous_sched import run_code
 from nous_sched.runtime.pool import default_pool
-assert run_code("return 1").result == 1
+assert run_code("return 1", description="t").result == 1
 started = threading.Event()
 from nous_sched import Tool
 t = threading.Thread(target=lambda: run_code("await tools.go({}); for (;;) {}", [Tool("go", lambda a: started.set())],
-                     timeout=600), daemon=True)
+                     timeout=600, description="t"), daemon=True)
 t.start()
 started.wait(30)
 print(" ".join(map(str, default_pool().pids())), flush=True)
