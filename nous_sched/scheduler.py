@@ -314,8 +314,10 @@ class Scheduler:
 
     :param dispatch: ``dispatch(tool, args, run_ctx)`` runs one call on an
         executor thread; :func:`~nous_sched.direct_dispatch` by default.
-    :param session_log: a :class:`~nous_sched.SessionLog` that receives one
-        ``tool_call`` event per started call; a fresh one by default.
+    :param session_log: a :class:`~nous_sched.SessionLog` that receives the
+        audit records (:meth:`audit_events`): one ``tool_call`` event per
+        started call, its ``approval`` decisions and its ``tool_outcome``; a
+        fresh one by default.
     :param max_parallel: the ceiling on calls running at once (positive int).
     :param call_id: prefix of event ids, ``"<call_id>:code:<seq>"``.
     :param executor: where tools run. Yours is shared and never shut down;
@@ -529,7 +531,7 @@ class Scheduler:
         return self.wait(self.submit(tool, args, run_ctx))
 
     def session_log(self) -> SessionLog:
-        """The session log that receives this scheduler's ``tool_call`` events."""
+        """The session log that receives this scheduler's audit records (:meth:`audit_events`)."""
         return self._session_log
 
     def logged_events(self) -> list[ToolCallEvent]:
