@@ -290,3 +290,20 @@ def test_tool_is_the_decorator():
         return text.upper()
 
     assert isinstance(shout, Tool) and shout.name == "shout"
+
+
+def test_cancelling_the_task_stops_an_in_process_run_inside_its_loop():
+    from nous_sched import QuickJSRuntime
+
+    ping, reached = pinged()
+    cancel = threading.Event()
+
+    async def main():
+        run = arun_code(BUSY, [ping], description="spin", runtime=QuickJSRuntime(), timeout=60, cancel=cancel)
+        return await cancel_when_busy(asyncio.create_task(run), reached)
+
+    assert asyncio.run(main()) < 5.0 and cancel.is_set()
+    calls = [t for t in threading.enumerate() if t.name.startswith("nous-sched-async-call-")]
+    for thread in calls:
+        thread.join(10)  # the run is over: its thread only has to return
+    assert not [t for t in calls if t.is_alive()]
