@@ -40,7 +40,7 @@ FLOOR_TOOLS = {"noop": noop}
 def ours(runtime: Any, program: str, n: int) -> float:
     code = program.format(n=n)
     t0 = time.perf_counter()
-    r = run_code(code, [TOOL], runtime=runtime, limits=Limits(timeout=300, max_calls=n + 1))
+    r = run_code(code, [TOOL], runtime=runtime, limits=Limits(timeout=300, max_calls=n + 1), description="test")
     dt = time.perf_counter() - t0
     assert r.ok and r.result == n, r.error
     return dt

@@ -42,7 +42,7 @@ def watched(runtime: Any, program: str, n: int) -> float:
     code = program.format(n=n)
     seen = [0]
     t0 = time.perf_counter()
-    run = start_run(code, [TOOL], runtime=runtime, limits=_limits(n))
+    run = start_run(code, [TOOL], runtime=runtime, limits=_limits(n), description="test")
 
     def consume() -> None:
         for _ in run.events():
@@ -62,7 +62,7 @@ def unwatched(runtime: Any, program: str, n: int) -> float:
     """start_run with no consumer: the stream is written, nobody reads it."""
     code = program.format(n=n)
     t0 = time.perf_counter()
-    result = start_run(code, [TOOL], runtime=runtime, limits=_limits(n)).result()
+    result = start_run(code, [TOOL], runtime=runtime, limits=_limits(n), description="test").result()
     dt = time.perf_counter() - t0
     assert result.ok and result.result == n, result.error
     return dt
@@ -72,7 +72,7 @@ def plain(runtime: Any, program: str, n: int) -> float:
     """run_code: no stream at all."""
     code = program.format(n=n)
     t0 = time.perf_counter()
-    result = run_code(code, [TOOL], runtime=runtime, limits=_limits(n))
+    result = run_code(code, [TOOL], runtime=runtime, limits=_limits(n), description="test")
     dt = time.perf_counter() - t0
     assert result.ok and result.result == n, result.error
     return dt

@@ -50,7 +50,7 @@ TOOL = Tool("sleepy", sleepy, concurrency_safe=lambda args: not args.get("exclus
 
 def run_code_fanout(runtime: Any) -> float:
     t0 = time.perf_counter()
-    r = run_code(PROGRAM, [TOOL], runtime=runtime, max_parallel=PARALLEL, timeout=60)
+    r = run_code(PROGRAM, [TOOL], runtime=runtime, max_parallel=PARALLEL, timeout=60, description="test")
     dt = time.perf_counter() - t0
     assert r.ok and r.result == EXPECTED, r.error
     return dt

@@ -91,7 +91,7 @@ def main() -> int:
 
         def ours(executor: Optional[concurrent.futures.Executor] = None) -> float:
             t0 = time.perf_counter()
-            r = run_code(PROGRAM, [TOOL], runtime=rc.runtime, timeout=60, executor=executor)
+            r = run_code(PROGRAM, [TOOL], runtime=rc.runtime, timeout=60, executor=executor, description="test")
             dt = time.perf_counter() - t0
             assert r.ok and r.result == EXPECTED, r.error
             return dt

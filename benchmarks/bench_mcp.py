@@ -114,7 +114,7 @@ def main() -> int:
 
             def ours(program: str, k: int) -> float:
                 t0 = time.perf_counter()
-                r = run_code(program.format(n=k), conn.tools(), runtime=rt, timeout=300)
+                r = run_code(program.format(n=k), conn.tools(), runtime=rt, timeout=300, description="test")
                 dt = time.perf_counter() - t0
                 assert r.ok and r.result == k, r.error
                 return dt

@@ -106,7 +106,7 @@ def _section(rc: c.RuntimeChoice, opts: Any, k: int, python_run: Callable[[Calla
 
         def ours_run(block: Callable[[Any], int]) -> None:
             t = Tool("block", block, concurrency_safe=lambda args: True)
-            r = run_code("return await tools.block({});", [t], runtime=runtime, timeout=60)
+            r = run_code("return await tools.block({});", [t], runtime=runtime, timeout=60, description="test")
             assert r.ok and r.result == 1, r.error
 
         live_phase(5, ours_run, lead)  # warm-up: imports, first-use caches, workers started

@@ -76,7 +76,7 @@ def main() -> int:
 
         def ours_get(tool: str, expect: int) -> float:
             t0 = time.perf_counter()
-            r = run_code(get.format(tool=tool), result_tools, runtime=rt, timeout=60)
+            r = run_code(get.format(tool=tool), result_tools, runtime=rt, timeout=60, description="test")
             dt = time.perf_counter() - t0
             assert r.ok and r.result == expect, r.error
             return dt
@@ -124,7 +124,7 @@ def main() -> int:
 
         def ours_send(arg: str) -> float:
             t0 = time.perf_counter()
-            r = run_code(send.replace("{arg}", arg), sink_tools, runtime=rt, timeout=60)
+            r = run_code(send.replace("{arg}", arg), sink_tools, runtime=rt, timeout=60, description="test")
             dt = time.perf_counter() - t0
             assert r.ok and r.result == len(args_records), r.error
             return dt
@@ -178,7 +178,9 @@ def main() -> int:
         def ours_hold(what: str, n_held: int) -> float:
             code = "const value = " + value_literal + ";\n" + hold.format(held=n_held, what=what)
             t0 = time.perf_counter()
-            r = run_code(code, noop_tools, runtime=rt, limits=Limits(timeout=120, max_calls=n_held + 1))
+            r = run_code(
+                code, noop_tools, runtime=rt, limits=Limits(timeout=120, max_calls=n_held + 1), description="test"
+            )
             dt = time.perf_counter() - t0
             assert r.ok and r.result is not None, r.error
             return dt

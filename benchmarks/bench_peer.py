@@ -69,7 +69,9 @@ OURS_TOOLS = [
 
 def ours(program: str, expected: int, runtime: Any, executor: Optional[concurrent.futures.Executor] = None) -> float:
     t0 = time.perf_counter()
-    r = run_code(program, OURS_TOOLS, runtime=runtime, max_parallel=THREADS, timeout=120, executor=executor)
+    r = run_code(
+        program, OURS_TOOLS, runtime=runtime, max_parallel=THREADS, timeout=120, executor=executor, description="test"
+    )
     dt = time.perf_counter() - t0
     assert r.ok and r.result == expected, r.error
     return dt

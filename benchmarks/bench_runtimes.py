@@ -70,7 +70,9 @@ def main() -> int:
 
     def per_call(rt) -> float:
         t0 = time.perf_counter()
-        r = run_code(sequential, [TOOL], runtime=rt, limits=Limits(timeout=300, max_calls=n_calls + 1))
+        r = run_code(
+            sequential, [TOOL], runtime=rt, limits=Limits(timeout=300, max_calls=n_calls + 1), description="test"
+        )
         elapsed = time.perf_counter() - t0
         assert r.ok and r.result == n_calls, r.error
         return elapsed / n_calls
@@ -79,7 +81,7 @@ def main() -> int:
     limits = Limits()
 
     def one_call(rt, executor=None) -> None:
-        r = run_code(ONE_CALL, [TOOL], runtime=rt, executor=executor)
+        r = run_code(ONE_CALL, [TOOL], runtime=rt, executor=executor, description="test")
         assert r.ok and r.result == 1, r.error
 
     def runtime_alone(rt) -> None:
@@ -93,7 +95,7 @@ def main() -> int:
         def client() -> None:
             start.wait()
             for _ in range(per_thread):
-                r = run_code(ONE_CALL, [TOOL], runtime=rt)
+                r = run_code(ONE_CALL, [TOOL], runtime=rt, description="test")
                 if not (r.ok and r.result == 1):
                     failures.append(r.error)
 

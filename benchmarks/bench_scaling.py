@@ -43,7 +43,13 @@ def main() -> int:
 
         def ours(n: int) -> float:
             t0 = time.perf_counter()
-            r = run_code(SEQUENTIAL.format(n=n), [TOOL], runtime=rt, limits=Limits(timeout=600, max_calls=n + 1))
+            r = run_code(
+                SEQUENTIAL.format(n=n),
+                [TOOL],
+                runtime=rt,
+                limits=Limits(timeout=600, max_calls=n + 1),
+                description="test",
+            )
             dt = time.perf_counter() - t0
             assert r.ok and r.result == n, r.error
             return dt

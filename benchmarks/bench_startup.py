@@ -47,14 +47,14 @@ def main() -> int:
         rt = rc.runtime
 
         def one_call(executor: Optional[concurrent.futures.Executor] = None) -> None:
-            r = run_code(ONE_CALL, [TOOL], runtime=rt, executor=executor)
+            r = run_code(ONE_CALL, [TOOL], runtime=rt, executor=executor, description="test")
             assert r.ok and r.result == 1, r.error
 
         def floor_one_call(executor: Optional[concurrent.futures.Executor] = None) -> None:
             assert _floor.run(ONE_CALL, FLOOR_TOOLS, executor) == 1
 
         def empty() -> None:
-            r = run_code("", runtime=rt)
+            r = run_code("", runtime=rt, description="test")
             assert r.ok, r.error
 
         def bare_context() -> None:

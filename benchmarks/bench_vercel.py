@@ -194,7 +194,12 @@ TOOLS = [
 def ours(program: str, expected: int, runtime: Any, max_parallel: int) -> float:
     t0 = time.perf_counter()
     r = run_code(
-        program, TOOLS, runtime=runtime, max_parallel=max_parallel, limits=Limits(timeout=120, max_calls=100_000)
+        program,
+        TOOLS,
+        runtime=runtime,
+        max_parallel=max_parallel,
+        limits=Limits(timeout=120, max_calls=100_000),
+        description="test",
     )
     dt = time.perf_counter() - t0
     assert r.ok and r.result == expected, r.error

@@ -63,7 +63,7 @@ def main() -> int:
     spawned.prestart()
 
     def one(rt: Any) -> None:
-        r = run_code(ONE_CALL, [TOOL], runtime=rt)
+        r = run_code(ONE_CALL, [TOOL], runtime=rt, description="test")
         assert r.ok and r.result == 1, r.error
 
     def startup(rt: Any) -> float:
@@ -103,7 +103,14 @@ def main() -> int:
                 cancel = threading.Event()
                 mark = Tool("mark", lambda a, cancel=cancel: threading.Timer(0.01, cancel.set).start())
                 t0 = time.perf_counter()
-                r = run_code("await tools.mark({}); for (;;) {}", [mark], runtime=p, cancel=cancel, timeout=30)
+                r = run_code(
+                    "await tools.mark({}); for (;;) {}",
+                    [mark],
+                    runtime=p,
+                    cancel=cancel,
+                    timeout=30,
+                    description="test",
+                )
                 total += time.perf_counter() - t0 - 0.01
                 assert r.error is not None and r.error.kind == "cancelled", r.error
             time.sleep(0.3)  # the replacements have started

@@ -143,11 +143,12 @@ def main() -> int:
                 print(f"user      <- tool_result {block['content'][:90]}...")
             else:
                 print(f"{message['role']:<9} : {block['text']}")
-    audit = outcome["session_log"].events
+    audit = [e for e in outcome["session_log"].events if e.type == "tool_call"]
     direct = sum(1 for e in audit if e.data.get("source") == "direct")
+    outcomes = sum(1 for e in outcome["session_log"].events if e.type == "tool_outcome")
     print(
-        f"\naudit log: {direct} direct call(s) and {len(audit) - direct} sub-calls as tool_call events "
-        "(none of them in the conversation)"
+        f"\naudit log: {direct} direct call(s) and {len(audit) - direct} sub-calls as tool_call events, "
+        f"{outcomes} tool_outcome events (none of them in the conversation)"
     )
     return 0
 

@@ -8,9 +8,19 @@ that decides how the calls interleave and commits them in submission order.
 from ._version import __version__ as __version__
 from .adapters import anthropic_tool, call_tool, openai_tool
 from .agent import MODES, WithContextUpdate, run_code_tool, visible_tools
+from .aio import acall_tool, arun_code
 from .dispatch import ApprovalRequest, CallInfo, RunContext, current_call, direct_dispatch
 from .errors import ConfigError, RunCodeError, SnapshotError, ToolError
-from .events import ContextUpdate, Event, LogEvent, SessionLog, ToolCallEvent, ToolRefusedEvent
+from .events import (
+    ApprovalEvent,
+    ContextUpdate,
+    Event,
+    LogEvent,
+    SessionLog,
+    ToolCallEvent,
+    ToolOutcomeEvent,
+    ToolRefusedEvent,
+)
 from .function_tool import function_tool
 from .integrations import from_langchain, from_llamaindex, from_openai_agents, from_pydantic_ai
 from .live import Run, RunEvent, start_run
@@ -27,8 +37,15 @@ from .snapshot import snapshot
 from .tool import EXCLUSIVE, PARALLEL, Tool, concurrency_mode
 from .usage import CallUsage, Usage
 
+#: The decorator, under the name other frameworks use: ``@nous_sched.tool`` is
+#: :func:`function_tool`. (It hides the ``nous_sched.tool`` module's attribute;
+#: ``from nous_sched.tool import Tool`` still imports from the module.)
+tool = function_tool
+
 __all__ = [
+    "acall_tool",
     "anthropic_tool",
+    "ApprovalEvent",
     "ApprovalRequest",
     "call_tool",
     "CallInfo",
@@ -58,6 +75,7 @@ __all__ = [
     "PermissionPolicy",
     "QuickJSRuntime",
     "run_code",
+    "arun_code",
     "run_code_tool",
     "Run",
     "RunCodeError",
@@ -74,7 +92,9 @@ __all__ = [
     "SubCallError",
     "Ticket",
     "Tool",
+    "tool",
     "ToolCallEvent",
+    "ToolOutcomeEvent",
     "ToolRefusedEvent",
     "ToolError",
     "Usage",

@@ -15,9 +15,9 @@ from typing import Any, Callable, Optional
 from . import _validators as v
 from ._options import OPTIONAL_LIMITS, OPTIONAL_POLICY, OPTIONAL_SESSION_LOG
 from .agent import WithContextUpdate
-from .dispatch import ApprovalRequest, CallInfo, RunContext, current_call, direct_dispatch
+from .dispatch import ApprovalRequest, CallInfo, RunContext, approval_sink, current_call, direct_dispatch
 from .errors import RunCodeError, SnapshotError, ToolError
-from .events import SessionLog, ToolCallEvent
+from .events import ApprovalEvent, SessionLog, ToolCallEvent, ToolOutcomeEvent
 from .gate import Admitted, Gate
 from .limits import Limits
 from .outcome import Outcome, clamp
@@ -159,12 +159,35 @@ def call_tool(
     if session_log is not None:
         event = ToolCallEvent(id=event_id, name=tool.name, arguments=args, mode=EXCLUSIVE, seq=0, source="direct")
         session_log.append(event.as_event())
-    token = current_call.set(CallInfo(event_id, tool.name, 0, EXCLUSIVE, run_ctx))
+    text, kind, error = _dispatched(
+        tool, args, run_ctx, CallInfo(event_id, tool.name, 0, EXCLUSIVE, run_ctx), session_log
+    )
+    if session_log is not None:
+        failed = None if kind is None else {"kind": kind, "message": error}
+        size = 0 if kind is not None else len(text.encode("utf-8", "surrogatepass"))
+        session_log.append(ToolOutcomeEvent(0, tool.name, kind is None, failed, size).as_event())
+    return text
+
+
+def _dispatched(
+    tool: Tool, args: dict[str, Any], run_ctx: RunContext, info: CallInfo, session_log: Optional[SessionLog]
+) -> tuple[str, Optional[str], str]:
+    """Run the admitted call: its JSON answer, the error kind (None: ok) and the error's message."""
+    sink = None
+    if session_log is not None:
+        log = session_log
+
+        def sink(approved: bool, reason: str) -> None:
+            log.append(ApprovalEvent(0, tool.name, approved, reason).as_event())
+
+    token = current_call.set(info)
+    sink_token = approval_sink.set(sink)
     try:
         value = direct_dispatch(tool, copy.deepcopy(args), run_ctx)
     except (RunCodeError, ToolError) as exc:
-        return _error(str(exc))
+        return _error(str(exc)), getattr(exc, "kind", "tool_error"), str(exc)
     finally:
+        approval_sink.reset(sink_token)
         current_call.reset(token)
     if isinstance(value, WithContextUpdate):
         if session_log is not None:
@@ -173,13 +196,14 @@ def call_tool(
     if isinstance(value, Outcome):
         if not value.ok:
             assert value.error is not None
-            return _error(value.error.message)
+            return _error(value.error.message), "tool_error", value.error.message
         value = value.value
     try:
         value = snapshot(value)
     except SnapshotError as exc:
-        return _error(f"tool returned a value that is not JSON: {exc}")
-    return json.dumps(value, ensure_ascii=False)
+        message = f"tool returned a value that is not JSON: {exc}"
+        return _error(message), "invalid_result", message
+    return json.dumps(value, ensure_ascii=False), None, ""
 
 
 def _error(message: str) -> str:

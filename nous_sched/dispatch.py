@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextvars
 import copy
+import logging
 import time
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
@@ -24,6 +25,8 @@ from .outcome import quote_name
 if TYPE_CHECKING:  # tool.py is above this module: only its name, for the types
     from .tool import Tool
 
+log = logging.getLogger("nous_sched")
+
 __all__ = [
     "RunContext",
     "ApprovalRequest",
@@ -34,6 +37,8 @@ __all__ = [
     "approve",
     "live_event",
     "RUN_OVER",
+    "Refused",
+    "approval_sink",
 ]
 
 
@@ -147,12 +152,56 @@ def _approval_event(run_ctx: Any, info: Optional[CallInfo], tool: str, state: st
     live_event(run_ctx, "approval", seq, {"tool": tool, "call_id": call_id, "state": state})
 
 
+class Refused(ToolError):
+    """A :class:`ToolError` from the gate's own approval step; ``kind`` names why
+    (``"denied"`` or ``"run_over"``), for the call's ``tool_outcome`` audit record."""
+
+    def __init__(self, message: str, tool: str, kind: str) -> None:
+        super().__init__(message, tool)
+        self.kind = kind
+
+
+#: Set by the scheduler around each call it runs in this process:
+#: ``sink(approved, reason)`` records an approval decision in the run's audit
+#: (an ``approval`` event) as it is made. ``None`` elsewhere (a call run in
+#: another process by a serializing executor: its decision is not recorded).
+approval_sink: contextvars.ContextVar[Optional[Callable[[bool, str], None]]] = contextvars.ContextVar(
+    "nous_sched.approval_sink", default=None
+)
+
+APPROVED = "approved by the approval handler"
+REJECTED = "rejected by the approval handler"
+NO_HANDLER = "no approval handler is configured"
+
+
+def _decided(approved: bool, reason: str) -> None:
+    sink = approval_sink.get()
+    if sink is not None:
+        sink(approved, reason)
+
+
+def _ask(handler: Callable[[ApprovalRequest], Any], request: ApprovalRequest) -> bool:
+    """The handler's answer, recorded. A handler that raises rejects: the call
+    fails with the exception's message (a :class:`ToolError`'s as it is)."""
+    try:
+        answer = handler(request)
+    except Exception as exc:
+        _decided(False, f"the approval handler raised {type(exc).__name__}")
+        log.warning("the approval handler raised for tool %r", request.tool, exc_info=True)
+        raise Refused(str(exc) or f"the approval handler raised {type(exc).__name__}", request.tool, "denied") from exc
+    approved = answer is True
+    _decided(approved, APPROVED if approved else REJECTED)
+    return approved
+
+
 def _asked(handler: Callable[[ApprovalRequest], Any], request: ApprovalRequest, run_ctx: Any, info: Any) -> bool:
-    """The handler's answer (``True`` only), told to the run's stream as it is asked and decided."""
+    """The handler's answer (``True`` only), recorded in the audit and told to
+    the run's stream as it is asked and decided. A handler that raises
+    rejects: the call fails with the exception's message."""
     _approval_event(run_ctx, info, request.tool, "asked")
     approved = False
     try:
-        approved = handler(request) is True
+        approved = _ask(handler, request)
     finally:
         _approval_event(run_ctx, info, request.tool, "approved" if approved else "rejected")
     return approved
@@ -165,16 +214,21 @@ def approve(tool: Tool, args: dict[str, Any], run_ctx: Optional[RunContext]) -> 
     handler answers: an approval that comes too late starts nothing), when
     the tool needs approval and there is no handler, and when the handler
     returns anything but ``True`` (or raises). The handler gets its own copy
-    of the arguments (:class:`ApprovalRequest`).
+    of the arguments (:class:`ApprovalRequest`). Each decision on a tool that
+    needs approval is recorded in the run's audit as an ``approval`` event
+    (:class:`~nous_sched.events.ApprovalEvent`) as it is made.
     """
     if run_over(run_ctx):
-        raise ToolError(RUN_OVER, tool.name)
+        raise Refused(RUN_OVER, tool.name, "run_over")
     if not _approval_required(tool, run_ctx):
         return
     handler = getattr(run_ctx, "approval_handler", None)
     if handler is None:
-        raise ToolError(
-            f"tool {quote_name(tool.name)} requires approval and no approval handler is configured", tool.name
+        _decided(False, NO_HANDLER)
+        raise Refused(
+            f"tool {quote_name(tool.name)} requires approval and no approval handler is configured",
+            tool.name,
+            "denied",
         )
     info = current_call.get()
     request = ApprovalRequest(
@@ -185,9 +239,9 @@ def approve(tool: Tool, args: dict[str, Any], run_ctx: Optional[RunContext]) -> 
         tool_description=getattr(tool, "description", ""),
     )
     if not _asked(handler, request, run_ctx, info):
-        raise ToolError(f"tool {quote_name(tool.name)} was rejected by the approval handler", tool.name)
+        raise Refused(f"tool {quote_name(tool.name)} was rejected by the approval handler", tool.name, "denied")
     if run_over(run_ctx):
-        raise ToolError(RUN_OVER + " (its approval came after the deadline)", tool.name)
+        raise Refused(RUN_OVER + " (its approval came after the deadline)", tool.name, "run_over")
 
 
 def direct_dispatch(tool: Tool, args: dict[str, Any], run_ctx: Optional[RunContext]) -> Any:

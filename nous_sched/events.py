@@ -33,6 +33,10 @@ __all__ = [
     "Event",
     "ToolCallEvent",
     "ToolRefusedEvent",
+    "ApprovalEvent",
+    "ToolOutcomeEvent",
+    "AUDIT_TYPES",
+    "OUTCOME_ERROR_KINDS",
     "SessionLog",
     "LogEvent",
     "ContextUpdate",
@@ -200,6 +204,66 @@ class ToolRefusedEvent:
         return Event(self.type, {"name": self.name, "message": self.message, "source": self.source})
 
 
+@attrs.frozen
+class ApprovalEvent:
+    """The bookkeeping record of one approval decision, written as it is made
+    (before the tool runs, or instead of it).
+
+    ``seq`` is the call's submission index (its ``tool_call`` event's),
+    ``tool`` the tool's name, ``approved`` the decision, ``reason`` why, in
+    words: who decided (``"approved by the approval handler"``, ``"no approval
+    handler is configured"``, ...). serve-mcp's audit log writes the same fields
+    in its ``approval`` line; its ``by`` says which of its sources answered.
+    """
+
+    seq: int
+    tool: str
+    approved: bool
+    reason: str
+
+    type = "approval"
+
+    def as_event(self) -> Event:
+        return Event(self.type, {"seq": self.seq, "tool": self.tool, "approved": self.approved, "reason": self.reason})
+
+
+@attrs.frozen
+class ToolOutcomeEvent:
+    """The bookkeeping record of how one *started* call ended, written when it commits
+    (or is abandoned at the run's end).
+
+    ``ok`` is whether the tool returned a value; ``error`` is ``None`` or
+    ``{"kind", "message"}``, the message being what the program read, the
+    kind one of :data:`OUTCOME_ERROR_KINDS`; ``bytes`` is the size of the
+    result's JSON text in UTF-8 (0 for a failure). serve-mcp's audit log
+    writes the same fields in its ``tool_outcome`` line.
+    """
+
+    seq: int
+    tool: str
+    ok: bool
+    error: Any = attrs.field(default=None, converter=freeze)
+    bytes: int = 0
+
+    type = "tool_outcome"
+
+    def as_event(self) -> Event:
+        data = {"seq": self.seq, "tool": self.tool, "ok": self.ok, "error": self.error, "bytes": self.bytes}
+        return Event(self.type, data)
+
+
+#: ``ToolOutcomeEvent.error["kind"]`` values: the approval step refused the call
+#: (``denied``), the run was over before it could start (``run_over``), the tool
+#: raised or returned a failure (``tool_error``), or returned a value with no
+#: JSON form (``invalid_result``), or was still running when its run ended
+#: (``abandoned``), or its task died (``did_not_complete``).
+OUTCOME_ERROR_KINDS = ("denied", "run_over", "tool_error", "invalid_result", "abandoned", "did_not_complete")
+
+#: The bookkeeping types of the audit, shared by :class:`SessionLog`,
+#: ``RunResult.events`` and serve-mcp's ``--audit-log`` lines.
+AUDIT_TYPES = ("tool_call", "tool_refused", "approval", "tool_outcome")
+
+
 class SessionLog:
     """An append-only, thread-safe session log.
 
@@ -252,7 +316,8 @@ class ContextUpdate:
 
     @classmethod
     def log_events(cls, events: Iterable[Any]) -> "ContextUpdate":
-        """One ``log_event`` per :class:`ToolCallEvent` or :class:`ToolRefusedEvent`, in order."""
+        """One ``log_event`` per audit record (:class:`ToolCallEvent`, :class:`ApprovalEvent`,
+        :class:`ToolOutcomeEvent`, :class:`ToolRefusedEvent`), in order."""
         return cls(tuple(LogEvent(e.type, e.as_event().data) for e in events))
 
     def apply_to(self, log: SessionLog) -> None:

@@ -19,7 +19,7 @@ parameter section. ``function_tool(fn, name=...)`` is the same as a plain
 call; ``@function_tool(requires_approval=True)`` passes options.
 
 How the schema is derived
-    With pydantic installed (``pip install 'nous_sched[pydantic]'``), pydantic
+    With pydantic installed (``pip install -e '.[pydantic]'``), pydantic
     derives it, as FastMCP, pydantic-ai and the OpenAI Agents SDK do: models,
     dataclasses, enums, dates, ``Annotated[..., Field(...)]`` and every other
     type pydantic supports. Each call's arguments are then validated (and
@@ -365,7 +365,7 @@ class _StdlibPlan:
             if schema is None:
                 raise ConfigError(
                     f"function_tool({label}): the type hint of `{param.name}` ({_hint_name(param.hint)}) needs "
-                    "pydantic to become a JSON Schema: pip install 'nous_sched[pydantic]', or use str, int, float, "
+                    "pydantic to become a JSON Schema: pip install -e '.[pydantic]', or use str, int, float, "
                     "bool, None, list, dict, Literal and unions of them"
                 )
             if param.description:

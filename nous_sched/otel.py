@@ -1,6 +1,6 @@
 """OpenTelemetry spans for code-mode runs: one for the run, one for each sub-call.
 
-Needs the ``otel`` extra (``pip install 'nous_sched[otel]'``)::
+Needs the ``otel`` extra (``pip install -e '.[otel]'``)::
 
     from nous_sched.otel import traced_run_code
 
@@ -56,7 +56,7 @@ try:
     from opentelemetry.trace import SpanKind, Status, StatusCode
 except ImportError as exc:  # pragma: no cover - tested by hiding the package
     raise ImportError(
-        "nous_sched.otel needs OpenTelemetry, which is not installed; install it with: pip install 'nous_sched[otel]'"
+        "nous_sched.otel needs OpenTelemetry, which is not installed; install it with: pip install -e '.[otel]'"
     ) from exc
 
 from . import _validators as v

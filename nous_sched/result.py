@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import attrs
 
 from . import _validators as v
-from .events import ContextUpdate, ToolCallEvent, ToolRefusedEvent
+from .events import ApprovalEvent, ContextUpdate, ToolCallEvent, ToolOutcomeEvent, ToolRefusedEvent
 from .records import CallRecord
 from .usage import Usage
 
@@ -44,8 +44,12 @@ class RunError:
 class RunResult:
     """What a run produced. Logs are kept whether it succeeded or not.
 
-    ``events`` is the audit trail (one ``tool_call`` per started sub-call, in
-    submission order), ``refused`` the calls the gate refused before they
+    ``events`` is the audit trail, in the order written: one ``tool_call``
+    (:class:`~nous_sched.ToolCallEvent`) per started sub-call, each approval
+    decision (:class:`~nous_sched.ApprovalEvent`) and each started call's
+    ``tool_outcome`` (:class:`~nous_sched.ToolOutcomeEvent`: ok, or the
+    error's kind and message, and the result's size); :attr:`calls` is its
+    ``tool_call`` records alone, in submission order. ``refused`` the calls the gate refused before they
     started (:mod:`nous_sched.gate`), and ``trail`` the timeline of the
     started calls; none of them is part of what the model reads
     (:meth:`to_dict`). ``error.message`` is at most 4000 characters plus a
@@ -61,12 +65,17 @@ class RunResult:
     logs: tuple[str, ...] = ()
     result: Any = None
     error: Optional[RunError] = None
-    events: tuple[ToolCallEvent, ...] = ()
+    events: tuple[Union[ToolCallEvent, ApprovalEvent, ToolOutcomeEvent], ...] = ()
     trail: tuple[CallRecord, ...] = ()
     elapsed: float = 0.0
     refused: tuple[ToolRefusedEvent, ...] = ()
     usage: Usage = Usage()
     budgeted: Optional[dict[str, Any]] = attrs.field(default=None, eq=False, repr=False)
+
+    @property
+    def calls(self) -> tuple[ToolCallEvent, ...]:
+        """The ``tool_call`` records of :attr:`events`: one per started sub-call, in submission order."""
+        return tuple(e for e in self.events if type(e) is ToolCallEvent)
 
     @property
     def ok(self) -> bool:

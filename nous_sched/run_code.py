@@ -9,8 +9,8 @@ Results are data. :func:`run_code` returns a :class:`~nous_sched.RunResult`
 for every program that started, including one that threw, looped forever,
 ran out of memory or called a tool that hung. It raises
 :class:`~nous_sched.RunCodeError` only when nothing ran: a missing program, a
-blank description (``""`` or whitespace; ``None``, the default, is a caller
-with no model in the loop), no runtime.
+missing or blank description (it is what the approval prompt and the audit
+show; the CLI passes the program's file name), no runtime.
 
 Every sub-call passes the gate (:mod:`nous_sched.gate`): tools the policy
 denies are still declared in ``tools`` (so the program gets a clear refusal)
@@ -26,6 +26,8 @@ id, and is refused when there is no handler.
 from __future__ import annotations
 
 import concurrent.futures
+import contextvars
+import importlib.util
 import logging
 import secrets
 import threading
@@ -48,11 +50,12 @@ from .policy import PermissionPolicy, partition
 from .records import CallRecord
 from .result import RunError, RunResult
 from .runtime import Cancel, CodeRuntime, Limits, PendingCall, RuntimeOutcome
+from .runtime.syntax import explain as explain_syntax
 from .scheduler import Scheduler
 from .tool import Tool
 from .usage import CallUsage, Usage
 
-__all__ = ["run_code", "resolve_runtime"]
+__all__ = ["run_code", "resolve_runtime", "ambient_cancel"]
 
 log = logging.getLogger("nous_sched")
 
@@ -62,6 +65,10 @@ _OPTIONAL_EVENT = CANCEL
 OUTPUT_BUDGET = v.optional(v.int_at_least(MIN_OUTPUT_BUDGET, f"a number of characters, at least {MIN_OUTPUT_BUDGET}"))
 
 NO_CODE = "run_code requires a `code` parameter containing the program to run."
+NO_DESCRIPTION = (
+    "run_code requires a `description`: one sentence describing what the program does, "
+    "for the approval prompt and the audit log (description=...)."
+)
 BLANK_DESCRIPTION = (
     "run_code requires a non-empty `description`: one sentence describing what the program does, "
     "for the approval prompt and the audit log."
@@ -75,6 +82,24 @@ _NO_RUNTIME = (
 )
 
 
+#: The ``cancel`` event of every run started in this context without one of its
+#: own: set by the asyncio door (:mod:`nous_sched.aio`) around the call it runs
+#: on a thread, so cancelling the awaiting task cancels the runs inside it.
+ambient_cancel: contextvars.ContextVar[Optional[threading.Event]] = contextvars.ContextVar(
+    "nous_sched.ambient_cancel", default=None
+)
+
+
+def _engine_installed() -> bool:
+    """Whether quickjs-ng's ``_quickjs`` module can be imported: the default
+    runtime's workers need it, and would only find out when the first starts."""
+    try:
+        spec = importlib.util.find_spec("_quickjs")
+    except (ImportError, ValueError):
+        return False
+    return spec is not None
+
+
 def resolve_runtime(runtime: Optional[CodeRuntime] = None) -> CodeRuntime:
     """``runtime`` itself, or the default runtime when ``None``: the process's
     :class:`~nous_sched.WorkerPool`, created on first use.
@@ -83,6 +108,8 @@ def resolve_runtime(runtime: Optional[CodeRuntime] = None) -> CodeRuntime:
         implement :class:`~nous_sched.CodeRuntime`.
     """
     if runtime is None:
+        if not _engine_installed():
+            raise RunCodeError(_NO_RUNTIME)
         try:
             from .runtime.pool import default_pool
         except ImportError:
@@ -133,7 +160,9 @@ def run_code(
     worker runtime ends it within about 50 ms whatever the program is doing
     (its worker is killed); the in-process runtime at the next step.
     ``KeyboardInterrupt`` in the calling thread ends the run the same way, then
-    propagates. ``max_parallel``, ``executor``,
+    propagates. Without ``cancel``, a run started under the asyncio door
+    (:func:`~nous_sched.arun_code`, :func:`~nous_sched.acall_tool`) is
+    cancelled with the awaiting task. ``max_parallel``, ``executor``,
     ``dispatch``, ``session_log`` and ``observer`` configure the run's
     :class:`~nous_sched.Scheduler`. ``call_id`` prefixes audit event ids
     (``"<call_id>:code:<n>"``; a random ``"run_code-…"`` by default).
@@ -143,8 +172,9 @@ def run_code(
 
     ``description`` is the sentence the model wrote saying what the program
     does: it is logged, and every :class:`~nous_sched.ApprovalRequest`
-    carries it. A blank one is refused; ``None`` (the default) is for a
-    caller with no model in the loop.
+    carries it. It is required: a missing (``None``) or blank one is refused
+    (a :class:`~nous_sched.RunCodeError`, which is a
+    :class:`~nous_sched.ConfigError`).
 
     ``output_budget`` (characters, ``None`` by default: no budget): the
     model-facing answer (:meth:`~nous_sched.RunResult.for_model`) is cut to it
@@ -156,7 +186,7 @@ def run_code(
     (:func:`~nous_sched.start_run`), on the calling thread and with no event stream.
 
     :raises RunCodeError: nothing ran (``code`` not a string or over
-        ``Limits.max_code_bytes``, a blank ``description``, no runtime, or a tool running on ``executor`` called
+        ``Limits.max_code_bytes``, a missing or blank ``description``, no runtime, or a tool running on ``executor`` called
         this with that same ``executor`` while every one of its threads is
         busy: the run's calls could only wait for a thread until the deadline).
     :raises ConfigError: a bad option, named in the message, before anything starts.
@@ -211,8 +241,8 @@ def prepare(code: Any, tools: Iterable[Tool], options: dict[str, Any]) -> Prepar
     if not isinstance(code, str):
         raise RunCodeError(NO_CODE)
     description = options["description"]
-    if description is not None and (not isinstance(description, str) or not description.strip()):
-        raise RunCodeError(BLANK_DESCRIPTION)
+    if not isinstance(description, str) or not description.strip():
+        raise RunCodeError(BLANK_DESCRIPTION if isinstance(description, str) else NO_DESCRIPTION)
     rt = resolve_runtime(options["runtime"])
     limits = options["limits"]
     if limits is None:
@@ -224,6 +254,8 @@ def prepare(code: Any, tools: Iterable[Tool], options: dict[str, Any]) -> Prepar
     require("run_code", "approval_handler", options["approval_handler"], v.OPTIONAL_CALLABLE)
     require("run_code", "cancel", options["cancel"], _OPTIONAL_EVENT)
     require("run_code", "output_budget", options["output_budget"], OUTPUT_BUDGET)
+    if options["cancel"] is None:
+        options["cancel"] = ambient_cancel.get()
     executor = options["executor"]
     if executor is not None and _saturated_by_caller(executor):
         raise RunCodeError(_SATURATED)
@@ -266,7 +298,7 @@ def execute(p: Prepared, live: Any = None) -> RunResult:
         scheduler.stop(timeout=0.5)
     # From the program's start, a little before the trail's origin (the scheduler's epoch).
     elapsed = time.perf_counter() - started
-    return _result(outcome, scheduler, gate, host, elapsed, o["output_budget"])
+    return _result(outcome, scheduler, gate, host, elapsed, o["output_budget"], p.code)
 
 
 def _build(p: Prepared, deadline: float, live: Any) -> tuple[Scheduler, Gate, RunContext]:
@@ -307,11 +339,15 @@ def _build(p: Prepared, deadline: float, live: Any) -> tuple[Scheduler, Gate, Ru
 
 
 def _result(
-    outcome: RuntimeOutcome, scheduler: Scheduler, gate: Gate, host: "_Host", elapsed: float, budget: Optional[int]
+    outcome: RuntimeOutcome,
+    scheduler: Scheduler,
+    gate: Gate,
+    host: "_Host",
+    elapsed: float,
+    budget: Optional[int],
+    code: str,
 ) -> RunResult:
-    error = outcome.error
-    if error is not None and len(error.message) > MAX_RUN_MESSAGE:
-        error = RunError(error.kind, error.message[:MAX_RUN_MESSAGE] + TRUNCATION_MARK)
+    error = _told(outcome.error, code)
     logs = tuple(outcome.logs)
     answer: dict[str, Any] = (
         {"logs": list(logs), "result": outcome.result}
@@ -329,13 +365,25 @@ def _result(
         logs=logs,
         result=outcome.result,
         error=error,
-        events=tuple(scheduler.logged_events()),
+        events=tuple(scheduler.audit_events()),
         refused=tuple(gate.refused),
         trail=tuple(scheduler.trail()),
         elapsed=elapsed,
         usage=usage,
         budgeted=budgeted,
     )
+
+
+def _told(error: Optional[RunError], code: str) -> Optional[RunError]:
+    """The run's error as the caller reads it: a syntax error said about the
+    program's own text (:mod:`.runtime.syntax`), the message clipped."""
+    if error is None:
+        return None
+    if error.kind == "exception" and error.message.startswith("SyntaxError"):
+        error = RunError(error.kind, explain_syntax(error.message, code))
+    if len(error.message) > MAX_RUN_MESSAGE:
+        error = RunError(error.kind, error.message[:MAX_RUN_MESSAGE] + TRUNCATION_MARK)
+    return error
 
 
 def _check_size(code: str, limit: int) -> None:

@@ -34,6 +34,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextvars
 import itertools
+import json
 import logging
 import queue
 import threading
@@ -45,9 +46,9 @@ from . import _validators as v
 from ._options import OPTIONAL_SESSION_LOG
 from ._tool_threads import Task, ToolThreads
 from ._validators import require
-from .dispatch import CallInfo, Dispatch, RunContext, current_call, direct_dispatch
+from .dispatch import CallInfo, Dispatch, RunContext, approval_sink, current_call, direct_dispatch
 from .errors import ToolError
-from .events import SessionLog, ToolCallEvent, freeze
+from .events import ApprovalEvent, SessionLog, ToolCallEvent, ToolOutcomeEvent, freeze
 from .lane import COMMIT, START, Lane
 from .outcome import Outcome
 from .records import CallRecord, LaneState
@@ -193,6 +194,11 @@ class _Begin:
             self.timeline.began = time.perf_counter() - scheduler._t0
         return True
 
+    def record_approval(self, approved: bool, reason: str) -> None:
+        """The approval step's sink (:data:`~nous_sched.dispatch.approval_sink`) for this call."""
+        timeline = self.timeline
+        self.scheduler._record(ApprovalEvent(timeline.seq, timeline.tool, approved, reason))
+
     def __reduce__(self) -> tuple[Any, ...]:
         return (_AlwaysBegin, ())
 
@@ -207,7 +213,20 @@ class _AlwaysBegin:
 class _Call:
     """One submitted call. Built by the submitting thread, then owned by the driver once queued."""
 
-    __slots__ = ("ticket", "tool", "args", "logged", "run_ctx", "ctx", "seq", "mode", "future", "outcome", "timeline")
+    __slots__ = (
+        "ticket",
+        "tool",
+        "args",
+        "logged",
+        "run_ctx",
+        "ctx",
+        "seq",
+        "mode",
+        "future",
+        "outcome",
+        "timeline",
+        "audit",
+    )
 
     # Set by the driver, each before it is first read: seq and mode when it
     # accepts the call, timeline and future when it starts it, outcome when
@@ -217,6 +236,7 @@ class _Call:
     timeline: _Timeline
     future: concurrent.futures.Future[Any] | Task  # the executor's, or the scheduler's own threads'
     outcome: Outcome
+    audit: tuple[Optional[str], int]  # the outcome's error kind (None: ok) and its result's size
 
     def __init__(
         self,
@@ -235,6 +255,11 @@ class _Call:
         self.ctx = ctx
 
 
+#: What a call's task reports: its outcome, when it finished, the outcome's
+#: error kind (None when ok, see events.OUTCOME_ERROR_KINDS) and its result's JSON size.
+_Ran = tuple[Outcome, float, Optional[str], int]
+
+
 class _Done:
     """Call ``seq``'s tool has finished (put on any thread).
 
@@ -249,7 +274,7 @@ class _Done:
 
     __slots__ = ("seq", "result", "problem")
 
-    def __init__(self, seq: int, result: Optional[tuple[Outcome, float]], problem: Any = None) -> None:
+    def __init__(self, seq: int, result: Optional[_Ran], problem: Any = None) -> None:
         self.seq = seq
         self.result = result
         self.problem = problem
@@ -306,8 +331,10 @@ class Scheduler:
 
     :param dispatch: ``dispatch(tool, args, run_ctx)`` runs one call on an
         executor thread; :func:`~nous_sched.direct_dispatch` by default.
-    :param session_log: a :class:`~nous_sched.SessionLog` that receives one
-        ``tool_call`` event per started call; a fresh one by default.
+    :param session_log: a :class:`~nous_sched.SessionLog` that receives the
+        audit records (:meth:`audit_events`): one ``tool_call`` event per
+        started call, its ``approval`` decisions and its ``tool_outcome``; a
+        fresh one by default.
     :param max_parallel: the ceiling on calls running at once (positive int).
     :param call_id: prefix of event ids, ``"<call_id>:code:<seq>"``.
     :param executor: where tools run. Yours is shared and never shut down;
@@ -403,7 +430,7 @@ class Scheduler:
 
         self._records_lock = threading.Lock()
         self._stopping = False
-        self._events: list[ToolCallEvent] = []
+        self._events: list[Any] = []  # audit records: ToolCallEvent, ApprovalEvent, ToolOutcomeEvent
         self._trail: list[_Timeline] = []
 
         self._final: Optional[LaneState] = None
@@ -527,7 +554,7 @@ class Scheduler:
         return self.wait(self.submit(tool, args, run_ctx))
 
     def session_log(self) -> SessionLog:
-        """The session log that receives this scheduler's ``tool_call`` events."""
+        """The session log that receives this scheduler's audit records (:meth:`audit_events`)."""
         return self._session_log
 
     def logged_events(self) -> list[ToolCallEvent]:
@@ -535,6 +562,20 @@ class Scheduler:
 
         Never waits for the driver. After :meth:`stop` this is the complete,
         final list.
+        """
+        with self._records_lock:
+            return [e for e in self._events if type(e) is ToolCallEvent]
+
+    def audit_events(self) -> list[Any]:
+        """Every audit record so far, in the order written: each started call's
+        ``tool_call`` (:class:`~nous_sched.ToolCallEvent`), the ``approval``
+        decisions made for it (:class:`~nous_sched.ApprovalEvent`, as they are
+        made) and its ``tool_outcome`` (:class:`~nous_sched.ToolOutcomeEvent`,
+        when it commits, in submission order; or ``abandoned`` when the
+        scheduler stops while it runs). The same records, as
+        :class:`~nous_sched.Event`, went to the session log.
+
+        Never waits for the driver. After :meth:`stop` this is the complete list.
         """
         with self._records_lock:
             return list(self._events)
@@ -661,7 +702,9 @@ class Scheduler:
             if call is None:  # an abandoned call's tool returned: its outcome is already delivered
                 return
             result = msg.result
-            call.outcome, finished = result if result is not None else self._collect(call, msg.problem)
+            ran = result if result is not None else self._collect(call, msg.problem)
+            call.outcome, finished = ran[0], ran[1]
+            call.audit = (ran[2], ran[3])
             timeline = call.timeline
             with self._records_lock:
                 timeline.finished = finished
@@ -758,18 +801,18 @@ class Scheduler:
 
         future.add_done_callback(done)
 
-    def _collect(self, call: _Call, problem: Any) -> tuple[Outcome, float]:
+    def _collect(self, call: _Call, problem: Any) -> _Ran:
         """The outcome of a call whose task did not return: ``problem`` is its
         executor's future, or the exception it died of."""
         if isinstance(problem, concurrent.futures.Future):
             # One look at the settled future (each accessor takes its lock).
             try:
-                result: tuple[Outcome, float] = problem.result(0)
+                result: _Ran = problem.result(0)
                 return result
             except BaseException as exc:  # CancelledError, or whatever the executor raised
                 problem = None if problem.cancelled() else exc
         log.warning("code-mode sub-call %s (tool %r) did not complete: %r", call.seq, call.tool.name, problem)
-        return Outcome.failure(call.tool.name, DID_NOT_COMPLETE), time.perf_counter() - self._t0
+        return Outcome.failure(call.tool.name, DID_NOT_COMPLETE), time.perf_counter() - self._t0, "did_not_complete", 0
 
     def _commit(self, call: _Call) -> None:
         outcome = call.outcome
@@ -778,10 +821,25 @@ class Scheduler:
         with self._records_lock:
             timeline.committed = committed
             timeline.ok = outcome.ok
+        kind, size = call.audit
+        self._record_outcome(call, outcome, kind, size)
         self._deliver(call.ticket, outcome)
         self._notify(timeline, COMMIT)
         if self._on_outcome is not None:
             self._tell_outcome(timeline, outcome)
+
+    def _record(self, record: Any) -> None:
+        """Add one audit record to the run's list and the session log (any thread)."""
+        with self._records_lock:
+            self._events.append(record)
+        self._session_log.append(record.as_event())
+
+    def _record_outcome(self, call: _Call, outcome: Outcome, kind: Optional[str], size: int) -> None:
+        error = None
+        if not outcome.ok:
+            message = outcome.error.message if outcome.error is not None else FAILED
+            error = {"kind": kind or "tool_error", "message": message}
+        self._record(ToolOutcomeEvent(call.seq, call.tool.name, outcome.ok, error, size))
 
     def _deliver(self, ticket: Ticket, outcome: Outcome) -> None:
         with self._lock:
@@ -847,7 +905,10 @@ class Scheduler:
             future = getattr(call, "future", None)
             if future is not None and not future.cancel():
                 self._still_running += 1
-            self._deliver(call.ticket, Outcome.failure(call.tool.name, ABANDONED))
+            abandoned_outcome = Outcome.failure(call.tool.name, ABANDONED)
+            if getattr(call, "timeline", None) is not None:  # it started: its tool_call is in the audit
+                self._record_outcome(call, abandoned_outcome, "abandoned", 0)
+            self._deliver(call.ticket, abandoned_outcome)
         for call in abandoned.settled:
             self._commit(call)
 
@@ -898,7 +959,7 @@ def _run_call(
     info: CallInfo,
     t0: float,
     begin: Optional[Callable[[], bool]] = None,
-) -> tuple[Outcome, float]:
+) -> _Ran:
     """Run one call on an executor thread; always returns an Outcome, never raises.
 
     ``begin()`` is asked first: False means the scheduler stopped before this
@@ -906,29 +967,47 @@ def _run_call(
     """
     name = tool.name
     if begin is not None and not begin():
-        return Outcome.failure(name, ABANDONED), time.perf_counter() - t0
+        return Outcome.failure(name, ABANDONED), time.perf_counter() - t0, "abandoned", 0
     token = current_call.set(info)
+    sink = approval_sink.set(getattr(begin, "record_approval", None))
     try:
-        value = dispatch(tool, args, run_ctx)
-        if isinstance(value, Outcome) and not value.ok:
-            message = value.error.message if value.error is not None else FAILED
-            result = Outcome.failure(name, message)
-        else:
-            if isinstance(value, Outcome):
-                value = value.value
-            try:
-                result = Outcome.success(snapshot(value))
-            except Exception as exc:
-                log.error("code-mode sub-call %s (tool %r) returned a value that is not JSON: %s", info.id, name, exc)
-                result = Outcome.failure(name, f"tool returned a value that is not JSON: {exc}")
+        result, kind, size = _outcome_of(dispatch(tool, args, run_ctx), name, info)
     except ToolError as exc:
-        result = Outcome.failure(name, _safe_str(exc))
+        result, kind, size = Outcome.failure(name, _safe_str(exc)), getattr(exc, "kind", "tool_error"), 0
     except Exception as exc:
         log.warning("code-mode sub-call %s (tool %r) raised", info.id, name, exc_info=True)
-        result = Outcome.failure(name, _safe_str(exc))
+        result, kind, size = Outcome.failure(name, _safe_str(exc)), "tool_error", 0
     finally:
+        approval_sink.reset(sink)
         current_call.reset(token)
-    return result, time.perf_counter() - t0
+    return result, time.perf_counter() - t0, kind, size
+
+
+def _outcome_of(value: Any, name: str, info: CallInfo) -> tuple[Outcome, Optional[str], int]:
+    """What dispatch returned as an Outcome, its error kind (None: ok) and the result's JSON size."""
+    if isinstance(value, Outcome) and not value.ok:
+        message = value.error.message if value.error is not None else FAILED
+        return Outcome.failure(name, message), "tool_error", 0
+    if isinstance(value, Outcome):
+        value = value.value
+    try:
+        snapped = snapshot(value)
+    except Exception as exc:
+        log.error("code-mode sub-call %s (tool %r) returned a value that is not JSON: %s", info.id, name, exc)
+        return Outcome.failure(name, f"tool returned a value that is not JSON: {exc}"), "invalid_result", 0
+    return Outcome.success(snapped), None, _json_size(snapped)
+
+
+def _json_size(value: Any) -> int:
+    """The UTF-8 size of ``value``'s compact JSON text (a snapshot: always JSON)."""
+    if type(value) is str:
+        return len(value.encode("utf-8", "surrogatepass")) + 2
+    if value is None:
+        return 4
+    try:
+        return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass"))
+    except (TypeError, ValueError):
+        return 0
 
 
 def _safe_str(exc: BaseException) -> str:

@@ -5,7 +5,9 @@ The text goes into the ``run_code`` tool's description and is the program's
 
 Byte stability
     Tools are de-duplicated by name (the first occurrence wins), then sorted by
-    name, and every property map is walked in sorted order. The same tool *set*
+    name, and every property map is walked in a fixed order: the required
+    properties first, then the optional ones, each group sorted by name (a
+    reader sees what a call must give before what it may). The same tool *set*
     therefore renders to the same bytes whatever order it arrives in or how its
     dicts were built. The SDK sits in the prompt prefix of every request, so an
     unstable ordering would defeat the provider's prompt cache on every turn.
@@ -628,7 +630,7 @@ def _ts_args(parameters: Any, types: _Types) -> str:
 
 
 def _ts_documented_field(field: tuple[str, Any, bool], doc: _Doc) -> str:
-    description = _description_of(field[1])
+    description = _documented(field[1])
     comment = f"    /** {_close_safe(_one_line(description))} */\n" if description else ""
     return f"{comment}    {_ts_field(field, 1, doc)};"
 
@@ -748,7 +750,7 @@ def _py_comment(tool: Any, fields: list[tuple[str, Any, bool]]) -> str:
     summary = _one_line(description) if isinstance(description, str) else ""
     lines = [f"# {_one_line(tool.name)} — {summary}" if summary else f"# {_one_line(tool.name)}"]
     for name, node, _required in fields:
-        if doc := _description_of(node):
+        if doc := _documented(node):
             lines.append(f"#   {_one_line(name)}: {_one_line(doc)}")
     return "\n".join(lines) + "\n"
 
@@ -838,11 +840,11 @@ def _classify_object(node: Mapping[str, Any]) -> tuple[Any, ...]:
     properties = node.get("properties")
     required = node.get("required")
     required = {name for name in required if isinstance(name, str)} if _is_list(required) else set()
-    # Sorted: a schema built in a different order must render the same bytes.
+    # Sorted, required first: a schema built in a different order must render the same bytes.
     pairs = properties.items() if isinstance(properties, Mapping) else ()
     fields = sorted(
         ((name, sub, name in required) for name, sub in pairs if isinstance(name, str)),
-        key=lambda field: field[0],
+        key=lambda field: (not field[2], field[0]),
     )
     return ("object", fields, node.get("additionalProperties"))
 
@@ -922,6 +924,24 @@ def _term_score(term: str, fields: tuple[frozenset[str], ...]) -> float:
 
 def _is_list(value: Any) -> TypeGuard[list[Any] | tuple[Any, ...]]:
     return isinstance(value, (list, tuple))
+
+
+#: A default longer than this many characters is shown cut, with "…".
+_MAX_DEFAULT = 60
+
+
+def _documented(node: Any) -> str | None:
+    """A top-level argument's comment: its description, and its default when the schema has one."""
+    description = _description_of(node)
+    if not isinstance(node, Mapping) or "default" not in node:
+        return description
+    try:
+        shown = json.dumps(node["default"], ensure_ascii=False, sort_keys=True)
+    except (TypeError, ValueError):
+        return description
+    if len(shown) > _MAX_DEFAULT:
+        shown = shown[:_MAX_DEFAULT] + "…"
+    return f"{description.strip()} (default: {shown})" if description else f"default: {shown}"
 
 
 def _description_of(node: Any) -> str | None:

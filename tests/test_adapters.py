@@ -211,7 +211,10 @@ def test_call_tool_applies_the_context_update_to_the_session():
     # Only the value goes back to the model...
     assert json.loads(text) == {"logs": [], "result": [{"n": 1}, {"n": 2}]}
     # ...the direct call itself is audited first, then its sub-calls, in submission order...
-    direct, *added = session_log.events[2:]
+    direct, *added = [e for e in session_log.events[2:] if e.type == "tool_call"]
+    # each sub-call's outcome, then the direct call's own, close the audit
+    outcomes = [(e.data["seq"], e.data["tool"]) for e in session_log.events if e.type == "tool_outcome"]
+    assert outcomes == [(0, "alpha"), (1, "beta"), (0, "run_code")]
     assert (direct.type, direct.data["name"], direct.data["source"]) == ("tool_call", "run_code", "direct")
     assert direct.data["arguments"] == args(code) and not direct.surface
     assert [e.type for e in added] == ["tool_call", "tool_call"]
@@ -243,8 +246,9 @@ def test_call_tool_without_a_session_returns_only_the_value():
 def test_call_tool_with_no_sub_calls_audits_only_the_direct_call():
     session_log = SessionLog()
     assert json.loads(call_tool(rc(), args("return 'none'"), session_log)) == {"logs": [], "result": "none"}
-    assert [(e.type, e.data["name"], e.data["source"]) for e in session_log.events] == [
-        ("tool_call", "run_code", "direct")
+    assert [(e.type, e.data.get("name"), e.data.get("source")) for e in session_log.events] == [
+        ("tool_call", "run_code", "direct"),
+        ("tool_outcome", None, None),
     ]
 
 
@@ -254,7 +258,7 @@ def test_call_tool_failed_run_returns_the_error_and_still_audits():
     body = json.loads(text)
     assert set(body) == {"logs", "error"}
     assert body["error"]["kind"] == "exception" and "late" in body["error"]["message"]
-    assert [e.data["name"] for e in session_log.events] == ["run_code", "echo"]
+    assert [e.data["name"] for e in session_log.events if e.type == "tool_call"] == ["run_code", "echo"]
     assert session_log.messages() == []
 
 
@@ -266,7 +270,7 @@ def test_call_tool_answers_a_model_mistake_and_audits_the_refusal():
     for missing in ("null", None, {}, {"description": "no code"}):  # null arguments become {}
         error = json.loads(call_tool(rc(), missing, session_log))["error"]
         assert error.startswith("invalid arguments") and "code" in error
-    assert [e.type for e in session_log.events] == ["tool_call"] + ["tool_refused"] * 4
+    assert [e.type for e in session_log.events] == ["tool_call", "tool_outcome"] + ["tool_refused"] * 4
     assert session_log.messages() == []
 
 

@@ -92,10 +92,12 @@ def _assert_threads_released(before: set[threading.Thread]) -> None:
 
 def _assert_canary() -> None:
     before = _sched_threads()
-    canary = run_code("return await tools.add({x: 2, y: 3});", TOOLS, policy=POLICY, limits=Limits(timeout=10))
+    canary = run_code(
+        "return await tools.add({x: 2, y: 3});", TOOLS, policy=POLICY, limits=Limits(timeout=10), description="test"
+    )
     assert canary.error is None, canary.error
     assert canary.result == 5
-    assert [e.name for e in canary.events] == ["add"]
+    assert [e.name for e in canary.calls] == ["add"]
     _assert_threads_released(before)
 
 
@@ -103,7 +105,7 @@ def _run(name: str, spec: dict) -> tuple[RunResult, float]:
     code = (CORPUS / name).read_text(encoding="utf-8")
     limits = Limits(timeout=float(spec.get("timeout", DEFAULT_TIMEOUT)), memory_bytes=MEMORY)
     started = time.perf_counter()
-    result = run_code(code, TOOLS, policy=POLICY, limits=limits, call_id="adv")
+    result = run_code(code, TOOLS, policy=POLICY, limits=limits, call_id="adv", description="test")
     return result, time.perf_counter() - started
 
 
@@ -126,7 +128,7 @@ def _check_invariants(result: RunResult, elapsed: float) -> None:
     assert all(isinstance(line, str) for line in result.logs)
     assert sum(_utf8(line) for line in result.logs if line != TRUNCATION_MARK) <= MAX_LOG_BYTES
     # Audit: one event per started call, unique ids, seqs contiguous from 0, granted tools only.
-    events = result.events
+    events = result.calls
     assert [e.seq for e in events] == list(range(len(events)))
     assert len({e.id for e in events}) == len(events)
     assert all(e.id == f"adv:code:{e.seq}" for e in events)
@@ -178,7 +180,7 @@ def _check_expected(spec: dict, result: RunResult) -> None:
 
     if "max_refused" in spec:
         assert len(result.refused) <= spec["max_refused"], len(result.refused)
-    names = [e.name for e in result.events]
+    names = [e.name for e in result.calls]
     if "events" in spec:
         assert names == spec["events"]
     if "min_events" in spec:

@@ -26,6 +26,7 @@ import pytest
 
 from nous_sched import (
     ApprovalRequest,
+    ConfigError,
     Limits,
     PermissionPolicy,
     RunCodeError,
@@ -176,7 +177,7 @@ def test_a_value_that_cannot_cross_fails_its_call_and_the_run_goes_on(tools, cal
         const after = await tools.echo({{last: 2}});
         return [before, failed, after];
     """
-    result = run_code(program, tools, limits=Limits(timeout=WAIT))
+    result = run_code(program, tools, limits=Limits(timeout=WAIT), description="test")
     assert result.error is None, result.error
     before, failed, after = result.result
     assert before == {"first": 1} and after == {"last": 2}
@@ -184,9 +185,9 @@ def test_a_value_that_cannot_cross_fails_its_call_and_the_run_goes_on(tools, cal
     assert len(failed[2]) <= 2100  # clamped
     json.dumps(result.to_dict(), allow_nan=False)
     # Every call that started is audited; a refused argument is audited as a refusal.
-    names = [e.name for e in result.events]
+    names = [e.name for e in result.calls]
     assert names[0] == "echo" and names[-1] == "echo"
-    assert len(result.events) + len(result.refused) == 3
+    assert len(result.calls) + len(result.refused) == 3
 
 
 @pytest.mark.usefixtures("runtime")
@@ -200,18 +201,20 @@ def test_a_value_that_cannot_cross_fails_its_call_and_the_run_goes_on(tools, cal
     ],
 )
 def test_a_result_that_cannot_cross_is_invalid_output_with_the_audit(tools, expression, fragment):
-    result = run_code(f"await tools.echo({{a: 1}}); return {expression};", tools, limits=Limits(timeout=WAIT))
+    result = run_code(
+        f"await tools.echo({{a: 1}}); return {expression};", tools, limits=Limits(timeout=WAIT), description="test"
+    )
     assert result.error is not None and result.error.kind == "invalid_output", result
     assert fragment in result.error.message
     assert result.result is None
     json.dumps(result.to_dict(), allow_nan=False)
-    assert [e.name for e in result.events] == ["echo"]
+    assert [e.name for e in result.calls] == ["echo"]
 
 
 @pytest.mark.usefixtures("runtime")
 def test_safe_integers_and_every_float_cross_from_a_program(tools):
     program = "return [await tools.echo({n: 2**53 - 1, m: -(2**53 - 1), f: 1e300, g: 1e21}), 0.1, -1e21]"
-    result = run_code(program, tools)
+    result = run_code(program, tools, description="test")
     assert result.error is None, result.error
     assert result.result == [{"n": MAX_SAFE_INTEGER, "m": -MAX_SAFE_INTEGER, "f": 1e300, "g": 1e21}, 0.1, -1e21]
 
@@ -223,13 +226,14 @@ def _sub_call_refusal(tool, policy=None, **options):
     """What a program's sub-call of ``tool`` is answered, and the session log it leaves."""
     session_log = SessionLog()
     program = f"try {{ await tools[{json.dumps(tool.name)}]({{x: 1}}); return null }} catch (e) {{ return [e.tool, e.message] }}"
+    options.setdefault("description", "test")
     result = run_code(program, [tool], policy=policy, session_log=session_log, limits=Limits(timeout=WAIT), **options)
     assert result.error is None, result.error
     return result, session_log
 
 
 def _audit_shape(session_log):
-    return [(e.type, e.data["name"]) for e in session_log.events]
+    return [(e.type, e.data["name"]) for e in session_log.events if e.type in ("tool_call", "tool_refused")]
 
 
 @pytest.mark.usefixtures("runtime")
@@ -311,7 +315,7 @@ def test_the_approval_handler_gets_its_own_copy_and_the_run_description():
     )
     assert result.result == 1
     assert ran == [{"n": 1, "nested": {"k": "v"}}]
-    assert result.events[0].arguments == {"n": 1, "nested": {"k": "v"}}
+    assert result.calls[0].arguments == {"n": 1, "nested": {"k": "v"}}
     [request] = requests
     assert isinstance(request, ApprovalRequest)
     assert (request.tool, request.description, request.call_id, request.tool_description) == (
@@ -344,7 +348,11 @@ def test_an_approval_that_answers_after_the_run_is_over_starts_nothing(make_even
 
     gated = Tool("gated", lambda a: ran.append(a), requires_approval=True)
     result = run_code(
-        "return await tools.gated({})", [gated], approval_handler=slow_handler, limits=Limits(timeout=0.5)
+        "return await tools.gated({})",
+        [gated],
+        approval_handler=slow_handler,
+        limits=Limits(timeout=0.5),
+        description="test",
     )
     assert asked.is_set()
     assert result.error is not None and result.error.kind == "timeout"
@@ -355,11 +363,14 @@ def test_an_approval_that_answers_after_the_run_is_over_starts_nothing(make_even
     assert ran == []
 
 
-def test_a_blank_description_is_refused_and_none_is_a_caller_without_a_model():
+def test_a_missing_or_blank_description_is_refused_with_a_config_error():
     for blank in ("", "   ", "\n\t"):
         with pytest.raises(RunCodeError, match="non-empty `description`"):
             run_code("return 1", [], description=blank)
-    assert run_code("return 1", [], description=None, limits=Limits(timeout=WAIT)).result == 1
+    for missing in ({}, {"description": None}):
+        with pytest.raises(ConfigError, match="run_code requires a `description`"):
+            run_code("return 1", [], **missing)
+    assert run_code("return 1", [], description="one", limits=Limits(timeout=WAIT)).result == 1
 
 
 # --- bounded ------------------------------------------------------------------------------------
@@ -376,12 +387,18 @@ def test_the_call_budget_ends_a_runaway_loop_of_calls_and_keeps_the_audit_bounde
         return [ok, refused, last];
     """
     tools = [echo(), echo("secret")]
-    result = run_code(program, tools, policy=PermissionPolicy(deny="secret"), limits=Limits(timeout=WAIT, max_calls=50))
+    result = run_code(
+        program,
+        tools,
+        policy=PermissionPolicy(deny="secret"),
+        limits=Limits(timeout=WAIT, max_calls=50),
+        description="test",
+    )
     assert result.error is None, result.error
     ok, refused, last = result.result
     assert ok == 25 and refused == 975
     assert "Limits.max_calls" in last
-    assert len(result.events) == 25
+    assert len(result.calls) == 25
     # 25 denied calls within the budget, then one refusal that says the budget is spent.
     assert len(result.refused) == 26
     assert "Limits.max_calls" in result.refused[-1].message
@@ -392,7 +409,13 @@ def test_approval_prompts_count_against_the_call_budget():
     asked = []
     gated = Tool("gated", lambda a: "ok", requires_approval=True)
     program = "let n = 0; for (let i = 0; i < 100; i++) { try { await tools.gated({}); n++ } catch (e) {} } return n"
-    result = run_code(program, [gated], approval_handler=lambda r: asked.append(r) or False, limits=Limits(max_calls=7))
+    result = run_code(
+        program,
+        [gated],
+        approval_handler=lambda r: asked.append(r) or False,
+        limits=Limits(max_calls=7),
+        description="test",
+    )
     assert result.result == 0
     assert len(asked) == 7
 
@@ -406,7 +429,7 @@ def test_max_args_bytes_counts_utf8_bytes():
         }
         return r;
     """
-    result = run_code(program, [echo()], limits=Limits(max_args_bytes=100))
+    result = run_code(program, [echo()], limits=Limits(max_args_bytes=100), description="test")
     ok1, ok2, big1, big2 = result.result
     assert ok1 == ok2 == "ok"  # 98 and 98 bytes
     assert big1 == "arguments are 128 bytes of JSON, over the limit of 100 for one call (Limits.max_args_bytes)"
@@ -422,19 +445,22 @@ def test_the_cumulative_argument_budget_refuses_the_calls_past_it():
         }
         return r;
     """
-    result = run_code(program, [echo()], limits=Limits(max_total_args_bytes=500))
+    result = run_code(program, [echo()], limits=Limits(max_total_args_bytes=500), description="test")
     assert result.result[:4] == [1, 1, 1, 1]  # 108 bytes each
     assert all("Limits.max_total_args_bytes" in m for m in result.result[4:])
-    assert len(result.events) == 4
+    assert len(result.calls) == 4
 
 
 @pytest.mark.usefixtures("runtime")
 def test_empty_log_lines_cost_against_the_budget_and_lines_are_capped():
-    result = run_code("for (;;) console.log()", [], limits=Limits(timeout=1, max_log_bytes=1000))
+    result = run_code("for (;;) console.log()", [], limits=Limits(timeout=1, max_log_bytes=1000), description="test")
     assert result.error.kind == "timeout"
     assert len(result.logs) == 1000 + 1 and result.logs[-1] == "[output truncated at 1000 bytes]"
     result = run_code(
-        "for (let i = 0; i < 1000; i++) console.log(i); return 1", [], limits=Limits(timeout=WAIT, max_log_lines=10)
+        "for (let i = 0; i < 1000; i++) console.log(i); return 1",
+        [],
+        limits=Limits(timeout=WAIT, max_log_lines=10),
+        description="test",
     )
     assert result.result == 1
     assert list(result.logs) == [str(i) for i in range(10)] + ["[output truncated at 10 lines]"]
@@ -442,10 +468,12 @@ def test_empty_log_lines_cost_against_the_budget_and_lines_are_capped():
 
 @pytest.mark.usefixtures("runtime")
 def test_every_run_error_message_is_clipped():
-    result = run_code('return {toJSON() { throw new Error("x".repeat(20e6)) }}', [], limits=Limits(timeout=WAIT))
+    result = run_code(
+        'return {toJSON() { throw new Error("x".repeat(20e6)) }}', [], limits=Limits(timeout=WAIT), description="test"
+    )
     assert result.error.kind == "invalid_output"
     assert len(result.error.message) <= 4100
-    result = run_code('throw new Error("y".repeat(20e6))', [], limits=Limits(timeout=WAIT))
+    result = run_code('throw new Error("y".repeat(20e6))', [], limits=Limits(timeout=WAIT), description="test")
     assert result.error.kind == "exception" and len(result.error.message) <= 4100
 
 

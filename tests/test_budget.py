@@ -235,11 +235,11 @@ def test_bad_output_budgets_are_config_errors_naming_the_option():
         with pytest.raises(ConfigError, match="output_budget"):
             visible_tools("code", [], output_budget=bad)
         with pytest.raises(ConfigError, match="output_budget"):
-            run_code("return 1", output_budget=bad)
+            run_code("return 1", output_budget=bad, description="test")
 
 
 def test_run_code_output_budget_keeps_the_full_result_and_cuts_only_for_the_model():
-    result = run_code("return 'x'.repeat(10000)", output_budget=300)
+    result = run_code("return 'x'.repeat(10000)", output_budget=300, description="test")
     assert result.result == "x" * 10000  # the caller keeps everything
     model = result.for_model()
     assert len(_text(model)) <= 300

@@ -135,8 +135,11 @@ def test_json_output(capsys):
     assert doc["logs"][0] == "looked up 12 cities in 9 countries"
     assert [r["seq"] for r in doc["trail"]] == list(range(12))
     assert set(doc["trail"][0]) == {"seq", "tool", "mode", "started", "began", "finished", "committed", "ok", "reason"}
-    assert [e["name"] for e in doc["events"]] == ["lookup_city"] * 12
-    assert doc["events"][0]["arguments"] == {"name": "Tokyo"}
+    calls = [e for e in doc["events"] if e["type"] == "tool_call"]
+    assert [e["name"] for e in calls] == ["lookup_city"] * 12
+    assert calls[0]["arguments"] == {"name": "Tokyo"}
+    outcomes = [e for e in doc["events"] if e["type"] == "tool_outcome"]
+    assert [(e["seq"], e["ok"]) for e in outcomes] == [(i, True) for i in range(12)]
 
 
 def test_json_output_of_a_failed_run(capsys, tmp_path):

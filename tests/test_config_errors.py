@@ -88,17 +88,25 @@ def test_waits_accept_zero_and_none(make_scheduler):
 @pytest.mark.parametrize("value,shown", [(INF, "inf"), (HUGE, "10000000000.0"), (0, "0"), (None, "None")])
 def test_run_code_timeout(value, shown):
     # Once this answered "exceeded its infs deadline" instead of refusing the option.
-    assert_config_error(lambda: run_code("return 1", timeout=value), "run_code", "timeout", shown)
+    assert_config_error(lambda: run_code("return 1", timeout=value, description="test"), "run_code", "timeout", shown)
 
 
 def test_run_code_options():
-    assert_config_error(lambda: run_code("return 1", limits={"timeout": 1}), "run_code", "limits", "{'timeout': 1}")
-    assert_config_error(lambda: run_code("return 1", policy=["a"]), "run_code", "policy", "['a']")
-    assert_config_error(lambda: run_code("return 1", approval_handler=1), "run_code", "approval_handler", "1")
-    assert_config_error(lambda: run_code("return 1", tools="abc"), "run_code", "tools", "'abc'")
-    assert_config_error(lambda: run_code("return 1", tools=[noop]), "run_code", "tools", "a function")
+    assert_config_error(
+        lambda: run_code("return 1", limits={"timeout": 1}, description="test"), "run_code", "limits", "{'timeout': 1}"
+    )
+    assert_config_error(lambda: run_code("return 1", policy=["a"], description="test"), "run_code", "policy", "['a']")
+    assert_config_error(
+        lambda: run_code("return 1", approval_handler=1, description="test"), "run_code", "approval_handler", "1"
+    )
+    assert_config_error(lambda: run_code("return 1", tools="abc", description="test"), "run_code", "tools", "'abc'")
+    assert_config_error(
+        lambda: run_code("return 1", tools=[noop], description="test"), "run_code", "tools", "a function"
+    )
     # run_code's own option, named as run_code's, before anything starts (it once came from the Scheduler).
-    assert_config_error(lambda: run_code("return 1", max_parallel=0), "run_code", "max_parallel", "0")
+    assert_config_error(
+        lambda: run_code("return 1", max_parallel=0, description="test"), "run_code", "max_parallel", "0"
+    )
 
 
 @pytest.mark.parametrize(
@@ -287,7 +295,9 @@ RUN_CODE_OPTIONS = [
 @pytest.mark.parametrize("option,value,shown", RUN_CODE_OPTIONS, ids=[f"{o}={s}" for o, _, s in RUN_CODE_OPTIONS])
 def test_run_code_checks_each_option_before_any_work_starts(option, value, shown):
     runtime = RecordingRuntime()
-    assert run_code("return 1", runtime=runtime).result == 1  # the runtime works, and threads are warm
+    assert (
+        run_code("return 1", runtime=runtime, description="test").result == 1
+    )  # the runtime works, and threads are warm
     runtime.asked.clear()
     before = _threads()
     assert_config_error(lambda: run_code("return 1", runtime=runtime, **{option: value}), "run_code", option, shown)
@@ -300,9 +310,14 @@ def test_a_bad_option_leaves_a_warm_worker_pool_serving():
 
     pool = WorkerPool(size=1)
     try:
-        assert run_code("return 1", runtime=pool).result == 1
-        assert_config_error(lambda: run_code("return 2", runtime=pool, max_parallel=0), "run_code", "max_parallel", "0")
-        assert run_code("return 3", runtime=pool).result == 3
+        assert run_code("return 1", runtime=pool, description="test").result == 1
+        assert_config_error(
+            lambda: run_code("return 2", runtime=pool, max_parallel=0, description="test"),
+            "run_code",
+            "max_parallel",
+            "0",
+        )
+        assert run_code("return 3", runtime=pool, description="test").result == 3
     finally:
         pool.close()
 
@@ -396,7 +411,9 @@ def test_traced_run_code_checks_each_option_before_its_span_starts(option, value
     run = lambda: otel.traced_run_code("return 1", tracer=tracer, runtime=runtime, **{option: value})  # noqa: E731
     assert_config_error(run, "traced_run_code", option, shown)
     assert exporter.get_finished_spans() == () and runtime.asked == []
-    assert_config_error(lambda: otel.traced_run_code("return 1", tracer="t"), "traced_run_code", "tracer", "'t'")
+    assert_config_error(
+        lambda: otel.traced_run_code("return 1", tracer="t", description="test"), "traced_run_code", "tracer", "'t'"
+    )
 
 
 CALL_TOOL_OPTIONS = [

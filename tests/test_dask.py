@@ -218,7 +218,9 @@ def test_dask_run_code_fan_out_and_barrier(dask_executor, barrier):
     """
     token = submitter_var.set("request-9")
     try:
-        result = run_code(code, [FAN, WRITE], executor=dask_executor, max_parallel=4, timeout=WAIT, call_id="dk")
+        result = run_code(
+            code, [FAN, WRITE], executor=dask_executor, max_parallel=4, timeout=WAIT, call_id="dk", description="test"
+        )
     finally:
         submitter_var.reset(token)
     assert result.ok, result.error
@@ -226,8 +228,8 @@ def test_dask_run_code_fan_out_and_barrier(dask_executor, barrier):
     values = result.result
     assert [v["i"] for v in values] == list(range(7))
     assert [v["call"]["seq"] for v in values] == list(range(7))
-    assert [e.mode for e in result.events] == ["parallel"] * 3 + ["exclusive"] + ["parallel"] * 3
-    assert [e.id for e in result.events] == [f"dk:code:{i}" for i in range(7)]
+    assert [e.mode for e in result.calls] == ["parallel"] * 3 + ["exclusive"] + ["parallel"] * 3
+    assert [e.id for e in result.calls] == [f"dk:code:{i}" for i in range(7)]
     # The exclusive call overlapped nothing: everything before it had finished, nothing after had started.
     write = values[3]
     for other in values[:3] + values[4:]:
@@ -253,7 +255,7 @@ def test_dask_an_unpicklable_tool_fails_as_data(dask_executor, caplog):
     const ok = await tools.fan({i: 1});
     return {message, i: ok.i};
     """
-    result = run_code(code, [tool, FAN], executor=dask_executor, timeout=WAIT)
+    result = run_code(code, [tool, FAN], executor=dask_executor, timeout=WAIT, description="test")
     assert result.ok, result.error
     assert result.result == {"message": "tool call did not complete", "i": 1}
     assert any("could not be handed to the executor" in r.getMessage() for r in caplog.records)

@@ -31,15 +31,17 @@ TOOLS = [
 
 
 def test_describe_resolves_to_the_tools_declaration(runtime):
-    result = run_code('return await sdk.describe("get_weather");', TOOLS)
+    result = run_code('return await sdk.describe("get_weather");', TOOLS, description="test")
     assert result.ok, result.error
     assert result.result == ToolIndex(TOOLS).describe("get_weather")
     assert '"get_weather"(args: {' in result.result and 'Promise<{ "temp": number }>' in result.result
-    assert result.events == ()  # a question is not a tool call
+    assert result.calls == ()  # a question is not a tool call
 
 
 def test_search_resolves_to_the_best_matches(runtime):
-    result = run_code('return [await sdk.search("weather city"), await sdk.search("email", 1)];', TOOLS)
+    result = run_code(
+        'return [await sdk.search("weather city"), await sdk.search("email", 1)];', TOOLS, description="test"
+    )
     assert result.ok, result.error
     assert result.result == [
         [{"name": "get_weather", "summary": "Current weather for a city."}],
@@ -52,9 +54,9 @@ def test_a_program_can_discover_then_call(runtime):
     const [best] = await sdk.search("weather");
     return await tools[best.name]({city: "Oslo"});
     """
-    result = run_code(program, TOOLS)
+    result = run_code(program, TOOLS, description="test")
     assert result.result == {"city": "Oslo", "temp": 21}
-    assert [e.name for e in result.events] == ["get_weather"]
+    assert [e.name for e in result.calls] == ["get_weather"]
 
 
 def test_questions_and_calls_settle_in_the_order_the_program_made_them(runtime):
@@ -67,14 +69,14 @@ def test_questions_and_calls_settle_in_the_order_the_program_made_them(runtime):
     ]);
     return order;
     """
-    assert run_code(program, TOOLS).result == ["call 1", "search", "call 2"]
+    assert run_code(program, TOOLS, description="test").result == ["call 1", "search", "call 2"]
 
 
 def test_describing_an_unknown_tool_names_the_closest_ones(runtime):
     program = (
         'try { await sdk.describe("getWeather"); } catch (e) { return [e instanceof ToolError, e.tool, e.message]; }'
     )
-    result = run_code(program, TOOLS)
+    result = run_code(program, TOOLS, description="test")
     assert result.result[:2] == [True, "getWeather"]
     assert result.result[2].startswith('unknown tool "getWeather"; did you mean "get_weather"?')
 
@@ -87,7 +89,7 @@ def test_bad_questions_reject_with_a_tool_error_naming_the_question(runtime):
     }
     return out;
     """
-    result = run_code(program, TOOLS)
+    result = run_code(program, TOOLS, description="test")
     assert result.result == [
         'sdk.describe: expects a tool\'s name (a string), e.g. sdk.describe("search_docs")',
         'sdk.search: `words` must be a string of words, e.g. sdk.search("weather"), got None',
@@ -103,7 +105,7 @@ def test_only_granted_tools_are_described_or_found(runtime):
     try { await sdk.describe("send_email"); } catch (e) { denied = e.message; }
     return [denied, await sdk.search("email")];
     """
-    result = run_code(program, TOOLS, policy=policy)
+    result = run_code(program, TOOLS, policy=policy, description="test")
     assert result.result == ['tool "send_email" is denied by the permission policy', []]
 
 
@@ -116,7 +118,7 @@ def test_sdk_is_frozen_and_cannot_be_replaced(runtime):
     out.push(typeof (await sdk.describe("list_files")));
     return out;
     """
-    result = run_code(program, TOOLS)
+    result = run_code(program, TOOLS, description="test")
     assert result.result == [["describe", "search"], True, None, "TypeError", "TypeError", "string"]
 
 
@@ -150,7 +152,7 @@ def test_the_default_budget_keeps_a_small_tool_set_in_full():
 
 def test_sdk_is_there_with_no_tools_and_finds_nothing(runtime):
     program = 'let d; try { await sdk.describe("x"); } catch (e) { d = e.message; } return [await sdk.search("x"), d];'
-    result = run_code(program, [])
+    result = run_code(program, [], description="test")
     assert result.result == [[], 'unknown tool "x"; this run declares no tools (Object.keys(tools) is empty)']
 
 
@@ -160,5 +162,5 @@ def test_tools_named_like_the_discovery_global_do_not_collide(runtime):
     return [await tools.sdk({}), await tools.describe({}), typeof (await sdk.describe("sdk")),
             (await sdk.search("describe")).map((t) => t.name)];
     """
-    result = run_code(program, named)
+    result = run_code(program, named, description="test")
     assert result.result == ["the sdk tool", "the describe tool", "string", ["describe"]]

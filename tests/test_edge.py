@@ -109,7 +109,7 @@ def test_the_issues_pattern_is_refused_at_once_in_a_program(runtime):
     }
     return out;
     """
-    result = run_code(program, [tool], limits=Limits(timeout=10))
+    result = run_code(program, [tool], limits=Limits(timeout=10), description="test")
     assert result.error is None, result.error
     refused = "invalid arguments: $.q: expected a string"
     assert result.result == ["ok", refused, refused]
@@ -300,7 +300,7 @@ def test_a_steps_calls_are_handed_over_only_while_the_run_has_time(runtime):
     return "all";
     """
     started = time.perf_counter()
-    result = run_code(program, [tool], limits=Limits(timeout=1, max_total_args_bytes=10**9))
+    result = run_code(program, [tool], limits=Limits(timeout=1, max_total_args_bytes=10**9), description="test")
     elapsed = time.perf_counter() - started
     assert result.error is not None and result.error.kind == "timeout", result.error
     assert elapsed < 8, elapsed
@@ -320,9 +320,9 @@ def test_a_program_over_max_code_bytes_is_refused_before_anything_runs_or_is_aud
     ):
         run_code("return 1;" + " " * 990 + "é", [], limits=limits, session_log=audit)
     with pytest.raises(RunCodeError, match="the program is 20000000 characters"):
-        run_code("x" * 20_000_000, [], session_log=audit)
+        run_code("x" * 20_000_000, [], session_log=audit, description="test")
     assert len(audit) == 0
-    assert run_code("return 1;" + " " * 991, [], limits=limits).result == 1
+    assert run_code("return 1;" + " " * 991, [], limits=limits, description="test").result == 1
     assert Limits().max_code_bytes == 1024 * 1024
     with pytest.raises(ConfigError, match="max_code_bytes"):
         Limits(max_code_bytes=0)
@@ -335,17 +335,19 @@ def test_a_lone_surrogate_in_the_program_text_is_data_not_a_dead_worker(runtime)
     tool = _tool({"type": "object"}, "echo")
     # In a string literal it is the code unit it spells, as in any JavaScript engine.
     result = run_code(
-        'const s = "a\ud800b"; console.log(s); return [s.length, s.charCodeAt(1), await tools.echo({s})];', [tool]
+        'const s = "a\ud800b"; console.log(s); return [s.length, s.charCodeAt(1), await tools.echo({s})];',
+        [tool],
+        description="test",
     )
     assert result.error is None, result.error
     assert result.result == [3, 0xD800, {"s": "a\ud800b"}]
     assert result.logs == ("a\ud800b",)
     assert json.loads(json.dumps(result.events[0].arguments)) == {"s": "a\ud800b"}
     # Outside one it is no JavaScript: an exception, like any syntax error.
-    broken = run_code("return 1 \udc00;", [tool])
+    broken = run_code("return 1 \udc00;", [tool], description="test")
     assert broken.error.kind == "exception" and "SyntaxError" in broken.error.message
     # And the next run is unharmed.
-    assert run_code("return 2;", [tool]).result == 2
+    assert run_code("return 2;", [tool], description="test").result == 2
 
 
 def test_a_lone_surrogate_in_the_description_is_logged_escaped(runtime, caplog):

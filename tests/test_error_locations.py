@@ -29,14 +29,14 @@ TOOLS = [Tool("echo", lambda args: args), Tool("fail", fail)]
     ],
 )
 def test_a_thrown_error_is_located_on_the_programs_own_line_and_column(runtime, program, where):
-    result = run_code(program, TOOLS)
+    result = run_code(program, TOOLS, description="test")
     assert result.error.kind == "exception"
     assert result.error.message == "ReferenceError: foo is not defined\n" + where
 
 
 def test_nested_functions_show_each_frame_in_program_coordinates(runtime):
     program = "function inner() { null.x; }\nfunction outer() { inner(); }\nouter();"
-    result = run_code(program, TOOLS)
+    result = run_code(program, TOOLS, description="test")
     assert result.error.message == (
         "TypeError: cannot read property 'x' of null\n"
         "    at inner (<input>:1:20)\n"
@@ -46,19 +46,19 @@ def test_nested_functions_show_each_frame_in_program_coordinates(runtime):
 
 
 def test_a_syntax_error_on_line_one_has_the_programs_column(runtime):
-    result = run_code("let x = ;", TOOLS)
+    result = run_code("let x = ;", TOOLS, description="test")
     assert result.error.kind == "exception"
     assert result.error.message == "SyntaxError: unexpected token in expression: ';'\n    at <input>:1:9"
 
 
 def test_the_stack_the_program_reads_is_in_its_own_coordinates_too(runtime):
-    result = run_code("try { foo(); } catch (e) { return e.stack; }", TOOLS)
+    result = run_code("try { foo(); } catch (e) { return e.stack; }", TOOLS, description="test")
     assert result.result == "    at program (<input>:1:7)\n"
 
 
 def test_an_uncaught_tool_error_names_the_tool_and_where_the_program_called_it(runtime):
     program = 'console.log("start");\nasync function lookup() {\n  return await tools.fail({});\n}\nawait lookup();'
-    result = run_code(program, TOOLS)
+    result = run_code(program, TOOLS, description="test")
     assert result.error.kind == "exception"
     assert (
         result.error.message
@@ -71,7 +71,7 @@ def test_a_caught_tool_error_keeps_two_strings_and_its_stack_is_the_call_site(ru
     program = (
         "try { await tools.fail({}); } catch (e) { return [Object.keys(e), e.tool, e.message, e.stack, String(e)]; }"
     )
-    result = run_code(program, TOOLS)
+    result = run_code(program, TOOLS, description="test")
     assert result.result == [
         ["tool"],
         "fail",
@@ -83,7 +83,7 @@ def test_a_caught_tool_error_keeps_two_strings_and_its_stack_is_the_call_site(ru
 
 def test_a_call_refused_in_the_sandbox_is_located_too(runtime):
     program = "const big = 'x'.repeat(100);\nawait tools.echo({big: 1n});"
-    result = run_code(program, TOOLS)
+    result = run_code(program, TOOLS, description="test")
     assert result.error.message == (
         'ToolError: arguments are not JSON: TypeError: BigInt are forbidden in JSON.stringify (tool "echo")\n'
         "    at program (<input>:2:13)"
@@ -92,7 +92,7 @@ def test_a_call_refused_in_the_sandbox_is_located_too(runtime):
 
 def test_a_logged_error_is_located_and_no_prelude_frame_shows(runtime):
     program = "try { await tools.echo({toJSON() { throw new Error('bad'); }}); } catch (e) { console.log(e); }\nconsole.log(new Error('here'));"
-    result = run_code(program, TOOLS)
+    result = run_code(program, TOOLS, description="test")
     assert result.ok, result.error
     assert result.logs == (
         'ToolError: arguments are not JSON: Error: bad (tool "echo")\n    at program (<input>:1:19)',
@@ -103,6 +103,6 @@ def test_a_logged_error_is_located_and_no_prelude_frame_shows(runtime):
 def test_an_internal_error_with_no_message_is_the_memory_abort_it_usually_is(runtime):
     # QuickJS raises it when even the out-of-memory message cannot be
     # allocated; the prelude's stack hook must not turn it into a bare exception.
-    result = run_code('throw new InternalError("");', TOOLS)
+    result = run_code('throw new InternalError("");', TOOLS, description="test")
     assert result.error.kind == "abort"
     assert "memory limit" in result.error.message and "InternalError with no message" in result.error.message

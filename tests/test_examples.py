@@ -40,7 +40,7 @@ def _peak(trail) -> int:
 
 def _run(example_tools, name: str, **options):
     program = (EXAMPLES / name).read_text(encoding="utf-8")
-    result = run_code(program, example_tools.make_tools(), timeout=20, **options)
+    result = run_code(program, example_tools.make_tools(), timeout=20, description=name, **options)
     assert result.ok, result.error
     return result
 
@@ -70,7 +70,7 @@ def test_fanout(example_tools):
     assert [(r.seq, r.tool, r.mode, r.ok) for r in result.trail] == [
         (i, "lookup_city", "parallel", True) for i in range(12)
     ]
-    assert [e.arguments["name"] for e in result.events][:3] == ["Tokyo", "Delhi", "Shanghai"]
+    assert [e.arguments["name"] for e in result.calls][:3] == ["Tokyo", "Delhi", "Shanghai"]
     # A real fan-out: lookups ran side by side (all twelve were submitted at
     # once; how many overlap depends on the machine's load, but not one at a time).
     assert _peak(result.trail) >= 2
@@ -207,8 +207,9 @@ def test_agent_loop(capsys):
     tool_message = json.loads(outcome["messages"][2]["content"])
     assert tool_message["result"]["cities"] == 12 and len(tool_message["logs"]) == 2
     # The direct call and its sub-calls are audit events in the session log, not messages.
-    events = outcome["session_log"].events
+    events = [e for e in outcome["session_log"].events if e.type == "tool_call"]
     assert [e.type for e in events] == ["tool_call"] * 13
+    assert [e.type for e in outcome["session_log"].events].count("tool_outcome") == 13
     assert [e.data["source"] for e in events] == ["direct"] + ["code_mode"] * 12
     assert outcome["session_log"].messages() == []
 
@@ -245,7 +246,7 @@ def test_anthropic_agent_loop(capsys):
     (result,) = outcome["messages"][2]["content"]
     assert result["type"] == "tool_result" and result["tool_use_id"] == "toolu_01" and result["is_error"] is False
     assert json.loads(result["content"])["result"]["cities"] == 12
-    assert [e.type for e in outcome["session_log"].events] == ["tool_call"] * 13
+    assert [e.type for e in outcome["session_log"].events if e.type != "tool_outcome"] == ["tool_call"] * 13
     assert agent.main() == 0
     out = capsys.readouterr().out
     assert "assistant -> run_code(...)" in out and "audit log: 1 direct call(s) and 12 sub-calls" in out

@@ -76,7 +76,10 @@ def event(make_event):
 
 def canary() -> None:
     r = run_code(
-        "return await tools.add({x: 2, y: 3});", [Tool("add", lambda a: a["x"] + a["y"])], limits=Limits(timeout=10)
+        "return await tools.add({x: 2, y: 3});",
+        [Tool("add", lambda a: a["x"] + a["y"])],
+        limits=Limits(timeout=10),
+        description="test",
     )
     assert r.error is None and r.result == 5
 
@@ -136,7 +139,7 @@ def test_raising_tools_become_two_string_errors(threads_released):
     }
     return out;
     """
-    r = run_code(program, tools, limits=Limits(timeout=10), call_id="faults")
+    r = run_code(program, tools, limits=Limits(timeout=10), call_id="faults", description="test")
     assert r.error is None, r.error
     expected = {name: [True, "ToolError", name, message, ["tool"]] for name, (_, message) in RAISERS.items()}
     expected["chained"] = [True, "ToolError", "chained", "outer failure", ["tool"]]
@@ -144,7 +147,7 @@ def test_raising_tools_become_two_string_errors(threads_released):
     shown = json.dumps(r.to_dict())
     for leak in ("hunter2", "Traceback", "StrRaises", "hidden", ".py"):
         assert leak not in shown
-    assert_audit(r.events, sorted(n for n in expected))
+    assert_audit(r.calls, sorted(n for n in expected))
     assert all(rec.ok is False for rec in r.trail)
 
 
@@ -160,10 +163,11 @@ def test_raising_approval_handler_fails_the_call_not_the_run(threads_released):
         [tool],
         approval_handler=handler,
         limits=Limits(timeout=10),
+        description="test",
     )
     assert r.result == ["guarded", "approver crashed on guarded"]
     assert ran == []
-    assert_audit(r.events, ["guarded"])
+    assert_audit(r.calls, ["guarded"])
 
 
 # -- tools that hang past the deadline ---------------------------------------------------
@@ -181,14 +185,14 @@ def test_tool_hanging_past_the_deadline_times_out_as_data(event):
     before = sched_threads()
     program = 'console.log("waiting"); return await tools.hang({q: 1});'
     started = time.perf_counter()
-    r = run_code(program, [Tool("hang", hang)], limits=Limits(timeout=1.0))
+    r = run_code(program, [Tool("hang", hang)], limits=Limits(timeout=1.0), description="test")
     elapsed = time.perf_counter() - started
     assert entered.is_set()
     assert r.error is not None and r.error.kind == "timeout"
     assert "exceeded its 1s deadline (waiting for a tool call)" in r.error.message
     assert r.logs == ("waiting",)
     assert elapsed < 1.0 + SLACK
-    assert_audit(r.events, ["hang"])
+    assert_audit(r.calls, ["hang"])
     assert r.trail[0].finished is None and r.trail[0].committed is None
     release.set()
     assert_released(before)
@@ -206,12 +210,15 @@ def test_unawaited_call_to_a_hung_tool_keeps_the_result(event):
     before = sched_threads()
     started = time.perf_counter()
     r = run_code(
-        'tools.hang({}); console.log("bye"); return "returned";', [Tool("hang", hang)], limits=Limits(timeout=1.0)
+        'tools.hang({}); console.log("bye"); return "returned";',
+        [Tool("hang", hang)],
+        limits=Limits(timeout=1.0),
+        description="test",
     )
     assert time.perf_counter() - started < 1.0 + SLACK
     assert r.error is None and r.result == "returned"
     assert r.logs == ("bye", "[1 tool call(s) started without await were abandoned at the deadline]")
-    assert_audit(r.events, ["hang"])
+    assert_audit(r.calls, ["hang"])
     release.set()
     assert_released(before)
 
@@ -230,11 +237,11 @@ def test_parallel_fan_out_with_one_hung_call(event):
     )
     before = sched_threads()
     started = time.perf_counter()
-    r = run_code(program, tools, limits=Limits(timeout=1.0))
+    r = run_code(program, tools, limits=Limits(timeout=1.0), description="test")
     assert time.perf_counter() - started < 1.0 + SLACK
     assert r.error is not None and r.error.kind == "timeout"
-    assert_audit(r.events, ["quick", "hang", "quick", "quick"])
-    assert {e.mode for e in r.events} == {"parallel"}
+    assert_audit(r.calls, ["quick", "hang", "quick", "quick"])
+    assert {e.mode for e in r.calls} == {"parallel"}
     release.set()
     assert_released(before)
 
@@ -311,7 +318,7 @@ def test_non_json_tool_results_follow_the_snapshot_rules(threads_released):
     }
     return out;
     """
-    r = run_code(program, tools, limits=Limits(timeout=10))
+    r = run_code(program, tools, limits=Limits(timeout=10), description="test")
     assert r.error is None, r.error
     for name, (_, status, expected) in RETURNS.items():
         got_status, got = r.result[name]
@@ -323,15 +330,18 @@ def test_non_json_tool_results_follow_the_snapshot_rules(threads_released):
                 got.startswith("tool returned a value that is not JSON: $[0][0]")
                 and "nested deeper than 200 levels" in got
             )
-    assert_audit(r.events)
-    assert len(r.events) == len(RETURNS)
+    assert_audit(r.calls)
+    assert len(r.calls) == len(RETURNS)
 
 
 def test_tool_result_with_a_lone_surrogate_reaches_the_program(threads_released):
     """A str with a lone surrogate (a surrogateescape'd filename, say) is valid JSON text once escaped."""
     tool = Tool("listdir", lambda args: ["ok.txt", "bad-\udcff.txt"])
     r = run_code(
-        "const names = await tools.listdir({}); return names.map((n) => n.length);", [tool], limits=Limits(timeout=10)
+        "const names = await tools.listdir({}); return names.map((n) => n.length);",
+        [tool],
+        limits=Limits(timeout=10),
+        description="test",
     )
     assert r.error is None, r.error
     assert r.result == [6, 9]
@@ -340,11 +350,14 @@ def test_tool_result_with_a_lone_surrogate_reaches_the_program(threads_released)
 def test_tool_result_larger_than_the_sandbox_memory_aborts_the_run(threads_released):
     tool = Tool("huge", lambda args: "h" * (40 * 1024 * 1024))
     r = run_code(
-        "return (await tools.huge({})).length;", [tool], limits=Limits(timeout=10, memory_bytes=32 * 1024 * 1024)
+        "return (await tools.huge({})).length;",
+        [tool],
+        limits=Limits(timeout=10, memory_bytes=32 * 1024 * 1024),
+        description="test",
     )
     assert r.error is not None and r.error.kind == "abort"
     assert "32 MiB memory limit" in r.error.message
-    assert_audit(r.events, ["huge"])
+    assert_audit(r.calls, ["huge"])
     canary()
 
 
@@ -367,18 +380,18 @@ def test_argument_mutation_never_reaches_the_audit_record(threads_released):
     const second = await tools.mutate({items: [], nested: {k: "second"}});
     return {first, second, mine: a};
     """
-    r = run_code(program, [Tool("mutate", mutate)], limits=Limits(timeout=10))
+    r = run_code(program, [Tool("mutate", mutate)], limits=Limits(timeout=10), description="test")
     assert r.error is None, r.error
     assert r.result["first"] == {"items": [1, "added by the tool"], "nested": {"k": "changed"}, "new": True}
     assert r.result["mine"] == {"items": [1], "nested": {"k": "original"}}
-    assert [e.arguments for e in r.events] == [
+    assert [e.arguments for e in r.calls] == [
         {"items": [1], "nested": {"k": "original"}},
         {"items": [], "nested": {"k": "second"}},
     ]
     # Mutating the tool's copy after the run changes nothing either.
     kept[0]["items"].clear()
-    assert r.events[0].arguments == {"items": [1], "nested": {"k": "original"}}
-    assert_audit(r.events, ["mutate", "mutate"])
+    assert r.calls[0].arguments == {"items": [1], "nested": {"k": "original"}}
+    assert_audit(r.calls, ["mutate", "mutate"])
 
 
 # -- tools that call back into the library -----------------------------------------------
@@ -397,7 +410,13 @@ def test_tool_calling_run_code_recursively(threads_released):
     def nested(args):
         outer = current_call.get()
         seen["outer"] = (outer.id, outer.tool, outer.seq)
-        result = run_code(args["code"], inner_tools, limits=Limits(timeout=args.get("timeout", 10)), call_id="inner")
+        result = run_code(
+            args["code"],
+            inner_tools,
+            limits=Limits(timeout=args.get("timeout", 10)),
+            call_id="inner",
+            description="test",
+        )
         # The caller's context is restored after the nested run.
         assert current_call.get() is outer
         return result.to_dict()
@@ -408,12 +427,12 @@ def test_tool_calling_run_code_recursively(threads_released):
     const threw = await tools.nested({code: "throw new Error('inner boom');"});
     return {ok, looped: looped.error.kind, threw: threw.error.message.split("\\n")[0]};
     """
-    r = run_code(program, [Tool("nested", nested)], limits=Limits(timeout=30), call_id="outer")
+    r = run_code(program, [Tool("nested", nested)], limits=Limits(timeout=30), call_id="outer", description="test")
     assert r.error is None, r.error
     assert r.result == {"ok": {"logs": [], "result": 40}, "looped": "timeout", "threw": "Error: inner boom"}
     assert seen["inner"] == ("inner:code:0", "inner_info", 0)
     assert seen["outer"][1:] == ("nested", 2)
-    assert_audit(r.events, ["nested", "nested", "nested"])
+    assert_audit(r.calls, ["nested", "nested", "nested"])
 
 
 @pytest.mark.parametrize("parallel", [False, True], ids=["exclusive", "parallel"])
@@ -490,7 +509,12 @@ def test_hanging_predicate_in_run_code_ends_as_timeout(event):
     tool = Tool("stuck", lambda args: "never", concurrency_safe=predicate)
     started = time.perf_counter()
     try:
-        r = run_code('console.log("before"); return await tools.stuck({});', [tool], limits=Limits(timeout=1.0))
+        r = run_code(
+            'console.log("before"); return await tools.stuck({});',
+            [tool],
+            limits=Limits(timeout=1.0),
+            description="test",
+        )
     finally:
         elapsed = time.perf_counter() - started
         release.set()
@@ -512,7 +536,7 @@ def test_hanging_predicate_in_run_code_leaves_the_host_whole(event):
     before = sched_threads()
     started = time.perf_counter()
     try:
-        run_code("return await tools.stuck({});", [tool], limits=Limits(timeout=1.0))
+        run_code("return await tools.stuck({});", [tool], limits=Limits(timeout=1.0), description="test")
     except TimeoutError:
         pass
     assert time.perf_counter() - started < 3 * 1.0 + SLACK
@@ -617,7 +641,7 @@ def test_stop_while_a_run_code_program_waits(event, monkeypatch):
     program = "try { return await tools.block({}); } catch (e) { return [e.tool, e.message]; }"
 
     def runner() -> None:
-        result["r"] = run_code(program, [tool], limits=Limits(timeout=30))
+        result["r"] = run_code(program, [tool], limits=Limits(timeout=30), description="test")
 
     monkeypatch.setattr(rc, "Scheduler", Spy)
     t = threading.Thread(target=runner)
@@ -631,7 +655,7 @@ def test_stop_while_a_run_code_program_waits(event, monkeypatch):
     r = result["r"]
     assert r.error is None, r.error
     assert r.result == ["block", "code run is over; tool call abandoned"]
-    assert_audit(r.events, ["block"])
+    assert_audit(r.calls, ["block"])
     release.set()
     assert_released(before)
 
@@ -664,7 +688,7 @@ def test_mixed_fan_out_loses_nothing(threads_released):
     }
     return await Promise.all(calls);
     """
-    r = run_code(program, tools, limits=Limits(timeout=30), max_parallel=4, call_id="mixed")
+    r = run_code(program, tools, limits=Limits(timeout=30), max_parallel=4, call_id="mixed", description="test")
     assert r.error is None, r.error
     expected = []
     for i in range(60):
@@ -676,8 +700,8 @@ def test_mixed_fan_out_loses_nothing(threads_released):
         else:
             expected.append(["ok", i * 100])
     assert r.result == expected
-    assert_audit(r.events, [["slow", "flaky", "exclusive"][i % 3] for i in range(60)])
-    assert [e.arguments for e in r.events] == [{"i": i} for i in range(60)]
+    assert_audit(r.calls, [["slow", "flaky", "exclusive"][i % 3] for i in range(60)])
+    assert [e.arguments for e in r.calls] == [{"i": i} for i in range(60)]
     assert all(rec.committed is not None for rec in r.trail)
     assert [rec.committed for rec in r.trail] == sorted(rec.committed for rec in r.trail)
 
@@ -704,7 +728,14 @@ class _CallingRuntime:
 def test_host_refuses_bad_arguments_as_data(threads_released):
     runtime = _CallingRuntime([("echo", [1, 2]), ("echo", None), ("nope", {}), ("secret", {}), ("echo", {"a": 1})])
     tools = [Tool("echo", lambda a: a), Tool("secret", lambda a: "SECRET")]
-    r = run_code("", tools, runtime=runtime, policy=PermissionPolicy(deny={"secret"}), limits=Limits(timeout=10))
+    r = run_code(
+        "",
+        tools,
+        runtime=runtime,
+        policy=PermissionPolicy(deny={"secret"}),
+        limits=Limits(timeout=10),
+        description="test",
+    )
     assert r.result == [
         [False, "arguments must be an object, got [1, 2]"],
         [True, {}],
@@ -712,11 +743,11 @@ def test_host_refuses_bad_arguments_as_data(threads_released):
         [False, 'tool "secret" is denied by the permission policy'],
         [True, {"a": 1}],
     ]
-    assert_audit(r.events, ["echo", "echo"])
+    assert_audit(r.calls, ["echo", "echo"])
 
 
 def test_host_refuses_non_string_tool_names_as_data(threads_released):
     runtime = _CallingRuntime([(["not", "a", "name"], {}), ({"a": 1}, {}), ("echo", {"a": 1})])
-    r = run_code("", [Tool("echo", lambda a: a)], runtime=runtime, limits=Limits(timeout=10))
+    r = run_code("", [Tool("echo", lambda a: a)], runtime=runtime, limits=Limits(timeout=10), description="test")
     assert isinstance(r, RunResult)
     assert [ok for ok, _ in r.result] == [False, False, True]

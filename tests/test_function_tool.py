@@ -294,7 +294,7 @@ def test_an_async_function_runs_to_completion_on_the_calling_thread():
 
     assert fetch.function({"n": 3}) == [0, 1, 2]
     assert seen["thread"] is threading.current_thread() is seen["hop"]
-    result = run_code("return await tools.fetch({n: 2})", [fetch])
+    result = run_code("return await tools.fetch({n: 2})", [fetch], description="test")
     assert result.ok and result.result == [0, 1]
     assert seen["call"] is not None and seen["call"].tool == "fetch"
     assert not any(t.name.startswith("asyncio") for t in threading.enumerate())
@@ -345,7 +345,7 @@ def test_decorated_tools_in_a_program():
     try { await tools.square({x: "nine"}); } catch (e) { bad = e.message; }
     return {squares, id: order.id, placed: order.placed, bad};
     """
-    result = run_code(program, [square, place_order], approval_handler=lambda request: True)
+    result = run_code(program, [square, place_order], approval_handler=lambda request: True, description="test")
     assert result.ok, result.error
     assert result.result["squares"] == [1, 4, 9]
     assert result.result["id"] == "o-1" and result.result["placed"] == "2026-01-02"
@@ -403,7 +403,7 @@ def test_without_pydantic_unknown_keys_are_refused_and_a_rich_hint_names_the_ext
     def rich(when: datetime.date) -> None:
         pass
 
-    with pytest.raises(ConfigError, match=r"`when` \(date\) needs pydantic.*nous_sched\[pydantic\]"):
+    with pytest.raises(ConfigError, match=r"`when` \(date\) needs pydantic.*pip install -e '\.\[pydantic\]'"):
         function_tool(rich)
 
     def rich_return(a: int) -> datetime.date:

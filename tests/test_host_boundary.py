@@ -30,7 +30,7 @@ HUNG_SCRIPT = textwrap.dedent(
 
     never = threading.Event()
     runtime = QuickJSRuntime() if sys.argv[1] == "in_process" else None
-    result = run_code("return await tools.hang({})", [Tool("hang", lambda a: never.wait())], timeout=0.5, runtime=runtime)
+    result = run_code("return await tools.hang({})", [Tool("hang", lambda a: never.wait())], timeout=0.5, runtime=runtime, description="t")
     print(result.error.kind, flush=True)
     """
 )
@@ -54,7 +54,9 @@ def test_the_private_pool_threads_are_daemon_threads_named_for_the_scheduler():
 
 
 def test_a_call_that_began_records_when():
-    result = run_code("return await tools.t({})", [Tool("t", lambda a: 1)], limits=Limits(timeout=WAIT))
+    result = run_code(
+        "return await tools.t({})", [Tool("t", lambda a: 1)], limits=Limits(timeout=WAIT), description="test"
+    )
     [record] = result.trail
     assert record.began is not None
     assert record.started <= record.began <= record.finished <= record.committed
@@ -78,9 +80,10 @@ def test_on_a_saturated_shared_executor_a_call_that_never_began_is_audited_so_an
             [Tool("t", lambda a: ran.append(a))],
             executor=shared,
             limits=Limits(timeout=0.5),
+            description="test",
         )
         assert result.error is not None and result.error.kind == "timeout"
-        [event] = result.events  # handed to the executor, and audited
+        [event] = result.calls  # handed to the executor, and audited
         [record] = result.trail
         assert record.seq == event.seq and record.began is None and record.finished is None
     finally:
@@ -94,11 +97,13 @@ def test_a_nested_run_on_its_own_saturated_executor_fails_fast():
     inner = Tool("inner", lambda a: "inner ran")
 
     def outer(args):
-        return run_code("return await tools.inner({})", [inner], executor=shared, timeout=60).result
+        return run_code("return await tools.inner({})", [inner], executor=shared, timeout=60, description="test").result
 
     try:
         program = "try { return await tools.outer({}) } catch (e) { return e.message }"
-        result = run_code(program, [Tool("outer", outer)], executor=shared, limits=Limits(timeout=120))
+        result = run_code(
+            program, [Tool("outer", outer)], executor=shared, limits=Limits(timeout=120), description="test"
+        )
     finally:
         shared.shutdown(wait=True)
     assert result.error is None, result
@@ -111,10 +116,14 @@ def test_a_nested_run_with_a_free_thread_on_the_same_executor_runs():
     inner = Tool("inner", lambda a: "inner ran")
 
     def outer(args):
-        return run_code("return await tools.inner({})", [inner], executor=shared, timeout=WAIT).result
+        return run_code(
+            "return await tools.inner({})", [inner], executor=shared, timeout=WAIT, description="test"
+        ).result
 
     try:
-        result = run_code("return await tools.outer({})", [Tool("outer", outer)], executor=shared, timeout=WAIT)
+        result = run_code(
+            "return await tools.outer({})", [Tool("outer", outer)], executor=shared, timeout=WAIT, description="test"
+        )
     finally:
         shared.shutdown(wait=True)
     assert result.result == "inner ran"

@@ -69,7 +69,8 @@ def test_langchain_schema_description_and_defaults():
     assert tool.description.startswith("Add two integers.")
     assert tool.parameters["properties"]["a"] == {"type": "integer", "description": "The first."}
     assert tool.parameters["required"] == ["a", "b"]
-    assert tool.returns is None and tool.requires_approval is False
+    assert tool.returns == {"type": "integer"}  # from the function's `-> int`
+    assert tool.requires_approval is False
     assert concurrency_mode(tool, {"a": 1, "b": 2}) == EXCLUSIVE
 
 
@@ -126,7 +127,8 @@ async def ag_delete(path: str) -> Forecast:
 def test_agents_schema_output_schema_and_approval():
     plain = from_openai_agents(ag_forecast)
     assert plain.parameters["properties"]["city"]["description"] == "The city's name."
-    assert plain.requires_approval is False and plain.returns is None
+    assert plain.requires_approval is False
+    assert plain.returns["properties"]["celsius"]["type"] == "number"  # from the function's `-> Forecast`
     deleting = from_openai_agents(ag_delete)
     assert deleting.requires_approval is True
     assert deleting.returns["properties"]["celsius"] == {"title": "Celsius", "type": "number"}
@@ -317,7 +319,7 @@ def test_one_program_fans_out_over_all_four_frameworks():
     try { await tools.ag_forecast({city: "Atlantis"}); } catch (e) { failed = e.message; }
     return {sum, weather, agents, doubled, diff, failed};
     """
-    result = run_code(program, tools)
+    result = run_code(program, tools, description="test")
     assert result.ok, result.error
     assert result.result == {
         "sum": 3,
@@ -327,7 +329,7 @@ def test_one_program_fans_out_over_all_four_frameworks():
         "diff": 5,
         "failed": "no such city",
     }
-    assert [event.name for event in result.events][:5] == [
+    assert [event.name for event in result.calls][:5] == [
         "lc_add",
         "lc_forecast",
         "ag_forecast",
@@ -350,5 +352,5 @@ def test_one_program_fans_out_over_all_four_frameworks():
 )
 def test_a_missing_framework_is_a_configuration_error_naming_the_extra(monkeypatch, adapter, module, extra):
     monkeypatch.setitem(sys.modules, module, None)
-    with pytest.raises(ConfigError, match=rf"pip install 'nous_sched\[{extra}\]'"):
+    with pytest.raises(ConfigError, match=rf"pip install -e '\.\[{extra}\]'"):
         adapter(object())

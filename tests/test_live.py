@@ -31,12 +31,12 @@ def _kinds(events):
 def test_start_run_returns_a_run_at_once_and_its_result_is_run_codes(runtime, make_event):
     release = make_event()
     tools = [Tool(name="wait", function=lambda a: release.wait(WAIT) and {"n": a["n"]}, description="w")]
-    run = start_run("return await tools.wait({n: 3})", tools)
+    run = start_run("return await tools.wait({n: 3})", tools, description="test")
     assert isinstance(run, nous_sched.Run)
     assert not run.done()  # the tool is still blocked: start_run did not wait for it
     release.set()
     result = run.result(timeout=WAIT)
-    same = run_code("return await tools.wait({n: 3})", tools)
+    same = run_code("return await tools.wait({n: 3})", tools, description="test")
     assert result.result == same.result == {"n": 3}
     assert result.to_dict() == same.to_dict()
     assert result.usage == same.usage
@@ -45,7 +45,11 @@ def test_start_run_returns_a_run_at_once_and_its_result_is_run_codes(runtime, ma
 def test_a_log_line_arrives_while_a_slow_call_is_still_running(runtime, make_event):
     release = make_event()
     tools = [Tool(name="slow", function=lambda a: {"released": release.wait(WAIT)}, description="s")]
-    run = start_run('console.log("before"); const r = await tools.slow({}); console.log("after"); return r', tools)
+    run = start_run(
+        'console.log("before"); const r = await tools.slow({}); console.log("after"); return r',
+        tools,
+        description="test",
+    )
     seen = []
     for event in run.events():
         seen.append(event)
@@ -64,7 +68,7 @@ def test_a_log_line_arrives_while_a_slow_call_is_still_running(runtime, make_eve
 def test_a_call_event_arrives_before_the_call_ends(runtime, make_event):
     release = make_event()
     tools = [Tool(name="slow", function=lambda a: release.wait(WAIT), description="s")]
-    run = start_run("return await tools.slow({})", tools)
+    run = start_run("return await tools.slow({})", tools, description="test")
     for event in run.events():
         if event.kind == "call":
             assert event.seq == 0 and event.data == {"tool": "slow", "mode": "exclusive"}
@@ -89,6 +93,7 @@ def test_commits_come_in_seq_order_under_promise_all_whatever_order_calls_finish
         f"return await Promise.all(Array.from({{length: {n}}}, (_, i) => tools.step({{i}})))",
         [_parallel("step", step)],
         max_parallel=n,
+        description="test",
     )
     events = list(run.events())
     result = run.result(timeout=WAIT)
@@ -110,7 +115,7 @@ def test_commits_come_in_seq_order_under_promise_all_whatever_order_calls_finish
 def test_two_consumers_see_the_same_events_in_the_same_order(runtime, make_event):
     release = make_event()
     tools = [Tool(name="slow", function=lambda a: release.wait(WAIT) and a, description="s")]
-    run = start_run('console.log("a"); await tools.slow({k: 1}); console.log("b"); return 1', tools)
+    run = start_run('console.log("a"); await tools.slow({k: 1}); console.log("b"); return 1', tools, description="test")
     got = {1: [], 2: []}
     both_saw_a = threading.Barrier(2, timeout=WAIT)
 
@@ -141,6 +146,7 @@ def test_a_slow_consumer_does_not_slow_the_run_and_is_told_what_it_missed(runtim
     run = start_run(
         f"for (let i = 0; i < {n}; i++) await tools.echo({{i}}); return 'done'",
         [Tool(name="echo", function=lambda a: a, description="e")],
+        description="test",
     )
     seen = []
 
@@ -173,7 +179,7 @@ def test_a_slow_consumer_does_not_slow_the_run_and_is_told_what_it_missed(runtim
 def test_cancel_through_the_handle(runtime, make_event):
     never = make_event()
     tools = [Tool(name="hang", function=lambda a: never.wait(WAIT), description="h")]
-    run = start_run('console.log("started"); await tools.hang({}); return "not reached"', tools)
+    run = start_run('console.log("started"); await tools.hang({}); return "not reached"', tools, description="test")
     events = []
     for event in run.events():
         events.append(event)
@@ -189,7 +195,12 @@ def test_cancel_through_the_handle(runtime, make_event):
 def test_the_callers_own_cancel_event_still_cancels(runtime, make_event):
     never = make_event()
     theirs = threading.Event()
-    run = start_run("await tools.hang({})", [Tool(name="hang", function=lambda a: never.wait(WAIT))], cancel=theirs)
+    run = start_run(
+        "await tools.hang({})",
+        [Tool(name="hang", function=lambda a: never.wait(WAIT))],
+        cancel=theirs,
+        description="test",
+    )
     for event in run.events():
         if event.kind == "call":
             theirs.set()
@@ -209,6 +220,7 @@ def test_approval_events_asked_then_decided(runtime):
         "; return [a, b]",
         [tool],
         approval_handler=handler,
+        description="test",
     )
     events = list(run.events())
     result = run.result(timeout=WAIT)
@@ -225,7 +237,9 @@ def test_approval_events_asked_then_decided(runtime):
 def test_a_policy_approval_is_asked_through_the_stream_too(runtime):
     tool = Tool(name="write", function=lambda a: "w", description="w")
     policy = PermissionPolicy(require_approval=frozenset({"write"}))
-    run = start_run("return await tools.write({})", [tool], policy=policy, approval_handler=lambda r: True)
+    run = start_run(
+        "return await tools.write({})", [tool], policy=policy, approval_handler=lambda r: True, description="test"
+    )
     assert [e.data["state"] for e in run.events() if e.kind == "approval"] == ["asked", "approved"]
     assert run.result(timeout=WAIT).result == "w"
 
@@ -245,7 +259,7 @@ def test_suspended_is_a_kind_a_run_can_emit():
 
 
 def test_events_are_json_ready_and_have_kind_seq_at_data(runtime):
-    run = start_run('console.log("x"); return await tools.echo({a: "é"})', [Tool(name="echo", function=lambda a: a)])
+    run = start_run('console.log("x"); return await tools.echo({a: "é"})', [Tool(name="echo", function=lambda a: a)], description="test")
     events = list(run.events())
     for event in events:
         assert isinstance(event, RunEvent)
@@ -258,18 +272,20 @@ def test_events_are_json_ready_and_have_kind_seq_at_data(runtime):
 
 def test_start_run_raises_what_run_code_raises_on_the_callers_thread():
     with pytest.raises(RunCodeError):
-        start_run(42)
+        start_run(42, description="test")
     with pytest.raises(ConfigError, match="timeout"):
-        start_run("return 1", timeout=-1)
+        start_run("return 1", timeout=-1, description="test")
     with pytest.raises(ConfigError, match="output_budget"):
-        start_run("return 1", output_budget=10)
+        start_run("return 1", output_budget=10, description="test")
     with pytest.raises(ConfigError, match="max_parallel"):
-        start_run("return 1", max_parallel=0)  # a scheduler option, refused before the run's thread starts
+        start_run(
+            "return 1", max_parallel=0, description="test"
+        )  # a scheduler option, refused before the run's thread starts
     with pytest.raises(ConfigError, match="observer"):
-        start_run("return 1", observer=3)
+        start_run("return 1", observer=3, description="test")
     with pytest.raises(TypeError):
-        start_run("return 1", no_such_option=1)
-    run = start_run("return 1")
+        start_run("return 1", no_such_option=1, description="test")
+    run = start_run("return 1", description="test")
     with pytest.raises(ConfigError, match="buffer"):
         run.events(buffer=0)
     assert run.result(timeout=WAIT).result == 1
@@ -286,14 +302,16 @@ def test_a_run_thread_is_named_and_sees_the_callers_contextvars(runtime):
         names.append(threading.current_thread().name)
         return var.get()
 
-    run = start_run("return await tools.who({})", [Tool(name="who", function=who)])
+    run = start_run("return await tools.who({})", [Tool(name="who", function=who)], description="test")
     assert run.result(timeout=WAIT).result == "mine"
     assert run.thread is not None and run.thread.name.startswith("nous-sched-run-")
 
 
 def test_result_timeout_says_so(make_event):
     release = make_event()
-    run = start_run("return await tools.w({})", [Tool(name="w", function=lambda a: release.wait(WAIT))])
+    run = start_run(
+        "return await tools.w({})", [Tool(name="w", function=lambda a: release.wait(WAIT))], description="test"
+    )
     with pytest.raises(TimeoutError):
         run.result(timeout=0.01)
     release.set()
@@ -324,6 +342,7 @@ def test_the_callers_observer_still_hears_every_start_and_commit(runtime):
         "await tools.echo({}); await tools.echo({}); return 1",
         [Tool(name="echo", function=lambda a: a)],
         observer=lambda record, phase: heard.append((record.seq, phase)),
+        description="test",
     )
     events = list(run.events())
     assert run.result(timeout=WAIT).result == 1

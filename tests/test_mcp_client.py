@@ -82,7 +82,7 @@ def test_tools_carry_names_descriptions_schemas_and_trusted_annotations(lab_targ
     assert set(lookup.returns["properties"]) == {"key", "value", "tags"}
     assert tools["as_text"].returns is None
     rendered = sdk.render([lookup, tools["as_text"]])
-    assert '}): Promise<{ "key": string; "tags"?: Array<string>; "value": number }>;' in rendered
+    assert '}): Promise<{ "key": string; "value": number; "tags"?: Array<string> }>;' in rendered
     assert "}): Promise<unknown>;" in rendered  # as_text declares no output schema
     # Trusted: the annotations decide parallelism and approval.
     assert tools["lookup"].concurrency_safe({"key": "x"}) is True  # readOnlyHint
@@ -129,13 +129,14 @@ def test_promise_all_over_a_trusted_read_only_tool_runs_in_parallel_in_submissio
             """,
             conn.tools(),
             timeout=RUN_TIMEOUT,
+            description="test",
         )
     assert result.ok, result.error
     # meet returns only once all four are in at the server at once: they overlapped.
     assert result.result == [{"key": f"k{i}", "met": True} for i in range(4)]
     assert [r.mode for r in result.trail] == ["parallel"] * 4
     assert [r.seq for r in sorted(result.trail, key=lambda r: r.committed)] == [0, 1, 2, 3]
-    assert [e.arguments["key"] for e in result.events] == ["k0", "k1", "k2", "k3"]
+    assert [e.arguments["key"] for e in result.calls] == ["k0", "k1", "k2", "k3"]
 
 
 def test_the_same_server_untrusted_runs_every_call_exclusively(lab_target):
@@ -145,6 +146,7 @@ def test_the_same_server_untrusted_runs_every_call_exclusively(lab_target):
             conn.tools(),
             approval_handler=approve_all,
             timeout=RUN_TIMEOUT,
+            description="test",
         )
     assert result.ok, result.error
     assert [v["key"] for v in result.result] == ["a", "b", "c", "d"]
@@ -175,6 +177,7 @@ def test_a_destructive_tool_asks_the_handler_with_its_real_arguments(lab_target)
             conn.tools(),
             approval_handler=handler,
             timeout=RUN_TIMEOUT,
+            description="test",
         )
     assert result.ok, result.error
     assert asked == [("put", {"key": key, "value": 1}), ("put", {"key": key, "value": 2})]
@@ -196,6 +199,7 @@ def test_a_destructive_tool_is_refused_without_a_handler(lab_target):
             """,
             conn.tools(),
             timeout=RUN_TIMEOUT,
+            description="test",
         )
     assert result.result == {
         "message": 'tool "put" requires approval and no approval handler is configured',
@@ -208,14 +212,22 @@ def test_an_untrusted_servers_tools_all_ask_unless_an_override_says_otherwise():
     asked = []
     with connect(lab.build()) as conn:
         result = run_code(
-            program, conn.tools(), approval_handler=lambda r: asked.append(r.tool) or True, timeout=RUN_TIMEOUT
+            program,
+            conn.tools(),
+            approval_handler=lambda r: asked.append(r.tool) or True,
+            timeout=RUN_TIMEOUT,
+            description="test",
         )
     assert result.ok, result.error
     assert asked == ["note", "put"]  # "note" says it is additive, but an untrusted server's word decides nothing
     asked.clear()
     with connect(ServerSpec(lab.build(), overrides={"note": ToolOverride(requires_approval=False)})) as conn:
         result = run_code(
-            program, conn.tools(), approval_handler=lambda r: asked.append(r.tool) or True, timeout=RUN_TIMEOUT
+            program,
+            conn.tools(),
+            approval_handler=lambda r: asked.append(r.tool) or True,
+            timeout=RUN_TIMEOUT,
+            description="test",
         )
     assert result.ok, result.error
     assert asked == ["put"]  # the operator's word does
@@ -231,6 +243,7 @@ def test_is_error_is_a_tool_error_with_the_servers_text(lab_target):
             conn.tools(),
             approval_handler=approve_all,
             timeout=RUN_TIMEOUT,
+            description="test",
         )
         with pytest.raises(ToolError, match="disk on fire"):
             by_name(conn.tools())["fail"].function({"message": "disk on fire"})
@@ -249,6 +262,7 @@ def test_structured_content_round_trips_and_matches_the_output_schema(lab_target
             conn.tools(),
             timeout=RUN_TIMEOUT,
             approval_handler=approve_all,
+            description="test",
         )
     assert result.result == {"key": "abcd", "value": 4, "tags": ["lab", "abcd"]}
     jsonschema.validate(result.result, tools["lookup"].returns)
@@ -269,15 +283,16 @@ def test_text_content_is_parsed_as_json_where_it_parses():
             conn.tools(),
             approval_handler=approve_all,
             timeout=RUN_TIMEOUT,
+            description="test",
         )
     assert result.ok, result.error
     assert result.result == [{"a": [1, 2]}, "plain words", "NaN", ["x", 2, [3]], {"key": "k", "met": True}]
 
 
-def test_several_servers_are_namespaced_and_each_keeps_its_trust():
+def test_several_servers_with_prefixes_each_keep_their_trust():
     with connect(
-        ServerSpec(lab.build(), name="ro", trusted=True),
-        ServerSpec(lab.build(), name="rw"),
+        ServerSpec(lab.build(), name="ro", trusted=True, prefix="ro"),
+        ServerSpec(lab.build(), name="rw", prefix="rw"),
     ) as conn:
         tools = by_name(conn.tools())
         assert conn.servers == ("ro", "rw")
@@ -288,6 +303,7 @@ def test_several_servers_are_namespaced_and_each_keeps_its_trust():
             conn.tools(),
             approval_handler=approve_all,
             timeout=RUN_TIMEOUT,
+            description="test",
         )
     assert [v["value"] for v in result.result] == [1, 2]
 
@@ -303,7 +319,7 @@ def test_one_connection_serves_many_runs_at_once_from_many_threads():
             const met = await tools.meet({{ group: "{g}", n: 6, key: "r{i}" }});
             return [met.met, ...(await Promise.all([1, 2].map((k) => tools.lookup({{ key: "r{i}-" + k }}))))];
             """
-            return run_code(program, tools, timeout=RUN_TIMEOUT)
+            return run_code(program, tools, timeout=RUN_TIMEOUT, description="test")
 
         with concurrent.futures.ThreadPoolExecutor(6) as pool:
             results = list(pool.map(request, range(6)))
@@ -322,7 +338,11 @@ def test_a_hung_server_is_bounded_by_the_runs_deadline_and_the_request_cancelled
         cancelled = tools["stats"].function({})["cancelled"]
         before = {t for t in threading.enumerate() if t.name.startswith("nous-sched-tool-")}
         result = run_code(
-            "return await tools.hang({ tag: 'h' });", conn.tools(), timeout=1.0, approval_handler=approve_all
+            "return await tools.hang({ tag: 'h' });",
+            conn.tools(),
+            timeout=1.0,
+            approval_handler=approve_all,
+            description="test",
         )
         assert result.error.kind == "timeout"
         # The server saw the request cancelled, and the tool thread that waited for it is free again.
@@ -355,6 +375,7 @@ def test_a_server_that_crashes_mid_call_fails_its_calls_as_data():
             """,
             conn.tools(),
             timeout=RUN_TIMEOUT,
+            description="test",
         )
         assert result.ok, result.error
         assert result.result["first"] == "before"
@@ -376,6 +397,7 @@ def test_a_server_that_crashes_over_http_fails_its_calls_as_data():
                 conn.tools(),
                 approval_handler=approve_all,
                 timeout=RUN_TIMEOUT,
+                description="test",
             )
     assert result.ok, result.error
     assert result.result == [
@@ -487,3 +509,43 @@ def test_bad_options_are_config_errors(call, message):
 def test_headers_reach_a_streamable_http_server(http_url):
     with connect(ServerSpec(http_url, headers={"X-Tenant": "acme"})) as conn:
         assert by_name(conn.tools())["header"].function({"name": "X-Tenant"}) == "acme"
+
+
+def test_tool_names_do_not_depend_on_how_many_servers_are_connected():
+    with connect(ServerSpec(lab.build(), name="lab")) as conn:
+        alone = sorted(t.name for t in conn.tools())
+    from mcp.server.mcpserver import MCPServer
+
+    other = MCPServer("other", log_level="WARNING")
+
+    @other.tool()
+    def ping() -> str:
+        """Answer pong."""
+        return "pong"
+
+    with connect(ServerSpec(lab.build(), name="lab"), ServerSpec(other, name="other")) as conn:
+        together = sorted(t.name for t in conn.tools())
+    assert "lookup" in alone and set(alone) <= set(together) and "ping" in together
+
+
+def test_a_clash_is_refused_naming_both_fixes_and_a_tool_override_renames():
+    with pytest.raises(ConfigError, match=r"both provide a tool named 'meet'.*prefix=.*ToolOverride\(name=") as e:
+        connect(ServerSpec(lab.build(), name="a"), ServerSpec(lab.build(), name="b"))
+    assert "'a' and 'b'" in str(e.value)
+    with connect(ServerSpec(lab.build(), name="a")) as conn:
+        names = [t.name for t in conn.tools()]
+    renamed = {name: ToolOverride(name=f"b_{name}") for name in names}
+    with connect(ServerSpec(lab.build(), name="a"), ServerSpec(lab.build(), name="b", overrides=renamed)) as conn:
+        tools = by_name(conn.tools())
+        assert {"lookup", "b_lookup"} <= set(tools)
+        result = run_code(
+            "return [await tools.lookup({ key: 'a' }), await tools.b_lookup({ key: 'bb' })];",
+            conn.tools(),
+            timeout=RUN_TIMEOUT,
+            approval_handler=approve_all,  # untrusted servers' tools ask
+            description="one tool under two names",
+        )
+    assert [v["value"] for v in result.result] == [1, 2]
+    assert ToolOverride.coerce({"name": "x"}, "here") == ToolOverride(name="x")
+    with pytest.raises(ConfigError, match="name"):
+        ToolOverride(name="has space")

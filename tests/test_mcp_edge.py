@@ -67,7 +67,7 @@ def test_an_untrusted_server_with_unannotated_write_tools_needs_approval_for_eve
         assert all(t.requires_approval and t.concurrency_safe is None for t in tools)
         assert {f.reason for f in conn.flags().values()} == {"untrusted server"}
         # No handler: every call is refused, and nothing is written or moved.
-        refused = run_code(WRITE_AND_MOVE, tools, timeout=RUN_TIMEOUT)
+        refused = run_code(WRITE_AND_MOVE, tools, timeout=RUN_TIMEOUT, description="test")
         assert refused.result == {
             name: f'tool "{name}" requires approval and no approval handler is configured'
             for name in ("write_file", "move_file")
@@ -80,6 +80,7 @@ def test_an_untrusted_server_with_unannotated_write_tools_needs_approval_for_eve
             tools,
             approval_handler=lambda r: asked.append((r.tool, r.arguments)) or True,
             timeout=RUN_TIMEOUT,
+            description="test",
         )
         assert result.ok, result.error
         assert asked == [
@@ -103,6 +104,7 @@ def test_a_tool_marked_read_only_by_an_override_runs_without_approval(tmp_path):
             "return await Promise.all([tools.read_file({ path: 'n.txt' }), tools.read_file({ path: 'n.txt' })]);",
             conn.tools(),
             timeout=RUN_TIMEOUT,  # and no approval handler
+            description="test",
         )
     assert result.ok, result.error
     assert result.result == [{"result": "note"}, {"result": "note"}]  # the SDK wraps a str return
@@ -119,6 +121,7 @@ def test_a_trusted_servers_tool_without_annotations_is_destructive_by_mcps_defau
             conn.tools(),
             approval_handler=lambda r: True,
             timeout=RUN_TIMEOUT,
+            description="test",
         )
     assert {(f.requires_approval, f.parallel, f.reason) for f in flags.values()} == {
         (True, False, "destructive (MCP default)")
@@ -345,6 +348,7 @@ def test_a_flooding_server_neither_slows_a_trusted_one_nor_outlives_its_bound():
             conn.tools(),
             approval_handler=lambda r: True,
             timeout=RUN_TIMEOUT,
+            description="test",
         )
         assert result.result == (
             "MCP server 'hostile': it sent a message over 16,777,216 bytes (max_message_bytes); it was closed"

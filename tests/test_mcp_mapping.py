@@ -13,7 +13,7 @@ from mcp_types import CallToolResult, ImageContent, TextContent, ToolAnnotations
 from nous_sched import ConfigError, PermissionPolicy, ToolError
 from nous_sched.mcp import ServerSpec, ToolOverride, load_config
 from nous_sched.mcp.config import load_policy, parse_config
-from nous_sched.mcp.mapping import flags, result_value, server_name, tool_name
+from nous_sched.mcp.mapping import flags, result_value, server_name, stable_name, tool_name
 
 HINT = st.sampled_from([None, True, False])
 
@@ -124,6 +124,8 @@ def test_json_text_round_trips(value):
 
 
 def test_tool_names_are_prefixed_only_when_namespaced():
+    assert stable_name(None, "read") == "read" and stable_name("files", "read") == "files__read"
+    assert stable_name("files", "read", ToolOverride(name="cat")) == "files__cat"
     assert tool_name("files", "read", namespaced=False) == "read"
     assert tool_name("files", "read", namespaced=True) == "files__read"
 

@@ -91,7 +91,7 @@ def test_serve_mcp_over_stdio_fans_out_over_an_upstream_server(tmp_path):
     assert tools[0].output_schema == OUTPUT_SCHEMA
     assert '"meet"(args: {' in tools[0].description and '"lookup"(args: {' in tools[0].description
     # ...with the upstream output schemas as return types.
-    assert 'Promise<{ "key": string; "tags"?: Array<string>; "value": number }>' in tools[0].description
+    assert 'Promise<{ "key": string; "value": number; "tags"?: Array<string> }>' in tools[0].description
     assert set(tools[0].input_schema["required"]) == {"code", "description"}
     # The result and the program's logs, structured and as text.
     assert not result.is_error
@@ -109,9 +109,10 @@ def test_serve_mcp_over_stdio_fans_out_over_an_upstream_server(tmp_path):
         *[("meet", f"k{i}", "parallel") for i in range(4)],
         *[("lookup", f"k{i}", "parallel") for i in range(4)],
     ]
-    results = [e for e in events if e["event"] == "tool_result"]
-    assert len(results) == 8 and all(r["ok"] for r in results)
+    results = [e for e in events if e["event"] == "tool_outcome"]
+    assert len(results) == 8 and all(r["ok"] and r["error"] is None and r["bytes"] > 0 for r in results)
     assert {c["id"] for c in calls} == {r["call"] for r in results}
+    assert not [e for e in events if e["event"] == "tool_result"]  # renamed tool_outcome (CHANGELOG)
     assert len({e["run"] for e in events}) == 1 and events[-1]["ok"] is True
     # serve-mcp exited with its client, and stopped the upstream server it started.
     wait_until(lambda: processes_running(tag) == [], what="the upstream server to exit")
@@ -284,7 +285,7 @@ def test_serve_mcp_without_the_sdk_names_the_extra():
         timeout=60,
     )
     assert done.returncode == 2
-    assert "serve-mcp: nous_sched.mcp needs the MCP SDK: pip install 'nous_sched[mcp]'" in done.stderr
+    assert "serve-mcp: nous_sched.mcp needs the MCP SDK: pip install -e '.[mcp]'" in done.stderr
     # The rest of the command line works without it.
     assert subprocess.run([sys.executable, "-c", script, "--help"], capture_output=True, timeout=60).returncode == 0
 
@@ -338,7 +339,7 @@ def test_a_question_nobody_answers_in_time_is_refused_and_the_run_times_out(upst
     _, result = call_run_code(client, "return await tools.put({ key: 'late', value: 1 });")
     assert result.is_error and result.structured_content["error"]["kind"] == "timeout"
     assert [(e["decision"], e["by"]) for e in audit if e["event"] == "approval"] == [("denied", "run over")]
-    assert not [e for e in audit if e["event"] == "tool_result" and e["ok"]]  # the write never ran
+    assert not [e for e in audit if e["event"] == "tool_outcome" and e["ok"]]  # the write never ran
 
 
 def test_a_client_that_cancels_its_call_stops_the_run_at_once(upstream):

@@ -76,6 +76,7 @@ def test_a_run_and_its_calls_become_parented_spans(otel):
         call_id="t1",
         observer=lambda record, phase: seen.append((record.seq, phase)),
         timeout=WAIT,
+        description="test",
     )
     assert result.ok, result.error
     assert result.result == {"a": [1, 2, 3], "w": "w", "caught": "no such thing"}
@@ -149,7 +150,7 @@ def test_a_run_and_its_calls_become_parented_spans(otel):
 def test_a_failed_program_marks_the_run_span(otel):
     module, tracer, exporter = otel
     result = module.traced_run_code(
-        "await tools.echo({v: 1}); throw new Error('no')", [ECHO], tracer=tracer, timeout=WAIT
+        "await tools.echo({v: 1}); throw new Error('no')", [ECHO], tracer=tracer, timeout=WAIT, description="test"
     )
     assert result.error.kind == "exception"
     names = _by_name(exporter.get_finished_spans())
@@ -167,7 +168,7 @@ def test_a_failed_program_marks_the_run_span(otel):
 
 def test_no_calls_no_sub_call_spans(otel):
     module, tracer, exporter = otel
-    result = module.traced_run_code("return 42", [], tracer=tracer, timeout=WAIT)
+    result = module.traced_run_code("return 42", [], tracer=tracer, timeout=WAIT, description="test")
     assert result.result == 42
     (run,) = exporter.get_finished_spans()
     assert run.name == "nous_sched.run_code" and run.attributes["nous_sched.calls"] == 0
@@ -182,7 +183,11 @@ def test_spans_made_inside_a_tool_are_children_of_its_call_span(otel):
 
     tool = Tool("fetch", fetch, concurrency_safe=_safe)
     result = module.traced_run_code(
-        "return await Promise.all([1, 2].map(v => tools.fetch({v})))", [tool], tracer=tracer, timeout=WAIT
+        "return await Promise.all([1, 2].map(v => tools.fetch({v})))",
+        [tool],
+        tracer=tracer,
+        timeout=WAIT,
+        description="test",
     )
     assert result.result == [1, 2]
     names = _by_name(exporter.get_finished_spans())
@@ -196,7 +201,9 @@ def test_a_call_abandoned_by_the_deadline_still_ends_its_span(otel, make_event):
     module, tracer, exporter = otel
     gate = make_event()
     hung = Tool("hang", lambda args: gate.wait(WAIT))
-    result = module.traced_run_code("await tools.hang({}); return 1", [hung], tracer=tracer, timeout=0.5)
+    result = module.traced_run_code(
+        "await tools.hang({}); return 1", [hung], tracer=tracer, timeout=0.5, description="test"
+    )
     assert result.error.kind == "timeout"
     names = _by_name(exporter.get_finished_spans())
     (call,) = names["nous_sched.tool/hang"]
@@ -212,7 +219,7 @@ def test_a_call_abandoned_by_the_deadline_still_ends_its_span(otel, make_event):
 def test_a_run_that_never_starts_records_the_exception(otel):
     module, tracer, exporter = otel
     with pytest.raises(nous_sched.RunCodeError):
-        module.traced_run_code(None, [], tracer=tracer)
+        module.traced_run_code(None, [], tracer=tracer, description="test")
     (run,) = exporter.get_finished_spans()
     from opentelemetry.trace import StatusCode
 
@@ -253,7 +260,7 @@ def test_a_broken_tracer_costs_the_run_nothing(otel, caplog):
 
 def test_default_tracer_is_the_global_one_and_harmless(otel):
     module, _tracer, _exporter = otel
-    result = module.traced_run_code("return await tools.echo({v: 'x'})", [ECHO], timeout=WAIT)
+    result = module.traced_run_code("return await tools.echo({v: 'x'})", [ECHO], timeout=WAIT, description="test")
     assert result.result == "x"
 
 
@@ -263,14 +270,14 @@ def test_importing_without_opentelemetry_says_how_to_install(monkeypatch):
     for name in [n for n in sys.modules if n == "opentelemetry" or n.startswith("opentelemetry.")]:
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "opentelemetry", None)  # what an absent package looks like to import
-    with pytest.raises(ImportError, match=r"pip install 'nous_sched\[otel\]'"):
+    with pytest.raises(ImportError, match=r"pip install -e '\.\[otel\]'"):
         importlib.import_module("nous_sched.otel")
 
 
 def test_no_thread_is_left_behind(otel):
     module, tracer, _exporter = otel
     before = {t.name for t in threading.enumerate() if t.name.startswith("nous-sched")}
-    module.traced_run_code("return await tools.echo({v: 1})", [ECHO], tracer=tracer, timeout=WAIT)
+    module.traced_run_code("return await tools.echo({v: 1})", [ECHO], tracer=tracer, timeout=WAIT, description="test")
     for t in threading.enumerate():
         if t.name.startswith("nous-sched-spares-"):  # the worker pool's, ends once its spares are started
             t.join(WAIT)

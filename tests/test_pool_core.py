@@ -229,7 +229,7 @@ def test_twelve_threads_racing_a_cold_pool_of_two_never_see_a_third_worker():
     def one() -> None:
         barrier.wait(30)
         for _ in range(3):
-            r = run_code("return await tools.look({})", [tool], runtime=pool, timeout=60)
+            r = run_code("return await tools.look({})", [tool], runtime=pool, timeout=60, description="test")
             if r.error is not None:
                 errors.append(r.error)
 
@@ -265,7 +265,7 @@ def test_a_keyboard_interrupt_anywhere_in_worker_start_up_leaks_nothing(monkeypa
     ]
     pool = WorkerPool(size=1, spares=0, start_method=start_method)
     pool.prestart(1)  # the fork server (if any) is up; measure from here
-    assert run_code("return 1", runtime=pool).result == 1
+    assert run_code("return 1", runtime=pool, description="test").result == 1
     base_fds = len(os.listdir("/proc/self/fd"))
     base_children = _descendants(os.getpid())
     try:
@@ -282,12 +282,12 @@ def test_a_keyboard_interrupt_anywhere_in_worker_start_up_leaks_nothing(monkeypa
 
                 monkeypatch.setattr(owner, name, boom)
                 try:
-                    run_code("return 2", runtime=pool)
+                    run_code("return 2", runtime=pool, description="test")
                 except _Boom:
                     pass
                 finally:
                     monkeypatch.setattr(owner, name, real)
-                assert run_code("return 3", runtime=pool).result == 3, (name, n)
+                assert run_code("return 3", runtime=pool, description="test").result == 3, (name, n)
                 assert not pool._core.slots or all(s.state != "starting" for s in pool._core.slots.values())
         _settle(base_children)
         assert len(os.listdir("/proc/self/fd")) <= base_fds

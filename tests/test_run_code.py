@@ -199,7 +199,7 @@ def test_missing_or_non_string_program_is_rejected():
             tool.function({"code": bad, "description": "does things"})
     # run_code itself: a non-str program is "nothing ran", before any runtime is touched.
     with pytest.raises(RunCodeError, match="`code` parameter"):
-        run_code(42, [echo_tool()], runtime=rt)
+        run_code(42, [echo_tool()], runtime=rt, description="test")
     # The program is checked before the description.
     with pytest.raises(RunCodeError, match="`code` parameter"):
         tool.function({"code": 42, "description": ""})
@@ -248,7 +248,7 @@ def test_no_provider_configured(no_quickjs):
     assert "nous_sched.CodeRuntime" in message
     assert "native" in message
     with pytest.raises(RunCodeError, match="no code runtime is configured"):
-        run_code("return 1", [echo_tool()])
+        run_code("return 1", [echo_tool()], description="test")
     with pytest.raises(RunCodeError, match="no code runtime is configured"):
         run_code_tool([echo_tool()])
 
@@ -257,7 +257,7 @@ def test_provider_not_implementing_the_behaviour():
     # Elixir: configuring `Enum` as the provider. Python: any object without run().
     for not_a_runtime in (object(), SimpleNamespace(run=5), SimpleNamespace(language="js"), int):
         with pytest.raises(RunCodeError, match="does not implement nous_sched.CodeRuntime"):
-            run_code("return 1", [echo_tool()], runtime=not_a_runtime)
+            run_code("return 1", [echo_tool()], runtime=not_a_runtime, description="test")
         with pytest.raises(RunCodeError, match="does not implement nous_sched.CodeRuntime"):
             run_code_tool([echo_tool()], runtime=not_a_runtime)
 
@@ -271,7 +271,7 @@ def test_no_runtime_option_uses_the_default_provider(runtime):
     assert isinstance(runtime, (WorkerPool, QuickJSRuntime))
     tool = run_code_tool([])
     assert call_rc(tool, 'return "via config"') == {"logs": [], "result": "via config"}
-    assert run_code('return "via config"').result == "via config"
+    assert run_code('return "via config"', description="test").result == "via config"
 
 
 # --- Results -------------------------------------------------------------------------
@@ -331,7 +331,11 @@ def test_run_that_never_answers_times_out(make_event):
     assert out["error"]["kind"] == "timeout"
     assert "0.5s" in out["error"]["message"]
     assert elapsed < 0.5 + WAIT, "it ends at its deadline, not when the tool returns"
-    assert [op.data["name"] for op in update.operations] == ["hangs"]
+    assert [(op.type, op.data.get("name") or op.data["tool"]) for op in update.operations] == [
+        ("tool_call", "hangs"),
+        ("tool_outcome", "hangs"),
+    ]
+    assert update.operations[1].data["error"]["kind"] == "abandoned"
 
 
 def test_runtime_refusing_the_request_propagates_unchanged():
@@ -353,7 +357,7 @@ def test_runtime_returning_garbage_is_a_clear_error():
     # Elixir: "code runtime M returned :whatever from start_run/2; expected ...".
     rt = FakeRuntime(lambda p, h, lim: "whatever")
     with pytest.raises(RunCodeError) as err:
-        run_code("return 1", runtime=rt)
+        run_code("return 1", runtime=rt, description="test")
     assert "whatever" in str(err.value) and "RuntimeOutcome" in str(err.value)
 
 
@@ -362,7 +366,7 @@ def test_runtime_returning_garbage_still_stops_the_lane():
     rt = FakeRuntime(lambda p, h, lim: "whatever")
     before = drivers()
     with pytest.raises(Exception):
-        run_code("return 1", runtime=rt)
+        run_code("return 1", runtime=rt, description="test")
     assert_dead(rt.runs[0].drivers - before)
 
 
@@ -371,22 +375,22 @@ def test_bad_runtime_and_run_options():
     # that is not a runtime, and bad run options, fail before anything runs.
     for bad in ("quickjs", 42, ("QuickJSRuntime", {}), {"run": "x"}):
         with pytest.raises(RunCodeError, match="does not implement"):
-            run_code("return 1", runtime=bad)
+            run_code("return 1", runtime=bad, description="test")
     before = drivers()
     with pytest.raises(ConfigError, match="limits"):
-        run_code("return 1", limits="fast")
+        run_code("return 1", limits="fast", description="test")
     with pytest.raises(ConfigError, match="timeout"):
-        run_code("return 1", timeout=0)
+        run_code("return 1", timeout=0, description="test")
     with pytest.raises(ConfigError, match="policy"):
-        run_code("return 1", policy={"deny": ["x"]})
+        run_code("return 1", policy={"deny": ["x"]}, description="test")
     with pytest.raises(ConfigError, match="approval_handler"):
-        run_code("return 1", approval_handler="yes")
+        run_code("return 1", approval_handler="yes", description="test")
     with pytest.raises(ConfigError, match="max_parallel"):
-        run_code("return 1", max_parallel=0)
+        run_code("return 1", max_parallel=0, description="test")
     with pytest.raises(ConfigError, match="tools"):
-        run_code("return 1", "echo")
+        run_code("return 1", "echo", description="test")
     with pytest.raises(ConfigError, match="tools"):
-        run_code("return 1", [lambda args: args])
+        run_code("return 1", [lambda args: args], description="test")
     # None of these left a lane running.
     assert not (drivers() - before)
 
@@ -411,7 +415,7 @@ def test_runtime_gets_program_owner_and_bindings():
 
     rt = FakeRuntime(body)
     program = "the program text\n  exactly"
-    result = run_code(program, tools, policy=policy, runtime=rt)
+    result = run_code(program, tools, policy=policy, runtime=rt, description="test")
     (run,) = rt.runs
     assert run.program == program
     assert run.thread is threading.current_thread()  # the "owner": the caller's thread
@@ -423,14 +427,14 @@ def test_runtime_gets_program_owner_and_bindings():
         "message": 'tool "denied" is denied by the permission policy',
     }
     assert denied_calls == [] and granted_calls == [{}]
-    assert [e.name for e in result.events] == ["granted"]
+    assert [e.name for e in result.calls] == ["granted"]
 
 
 def test_no_tools_still_has_an_empty_binding():
     rt = FakeRuntime()
-    run_code("return 1", [], runtime=rt)
+    run_code("return 1", [], runtime=rt, description="test")
     assert rt.runs[0].names == ()
-    result = run_code("return [typeof tools, Object.keys(tools), Object.getPrototypeOf(tools)]")
+    result = run_code("return [typeof tools, Object.keys(tools), Object.getPrototypeOf(tools)]", description="test")
     assert result.result == ["object", [], None]
 
 
@@ -442,10 +446,12 @@ def test_custom_dispatch_is_used_and_the_lane_still_logs():
         return f"dispatched {tool.name}"
 
     alpha = Tool("alpha", lambda a: pytest.fail("the tool function must not be called directly"))
-    result = run_code("return await tools.alpha({x: 1})", [alpha], dispatch=dispatch, deps="my-deps")
+    result = run_code(
+        "return await tools.alpha({x: 1})", [alpha], dispatch=dispatch, deps="my-deps", description="test"
+    )
     assert result.result == "dispatched alpha"
     assert seen == [("alpha", {"x": 1}, "my-deps")]
-    assert [e.name for e in result.events] == ["alpha"]
+    assert [e.name for e in result.calls] == ["alpha"]
 
 
 # --- Lane ----------------------------------------------------------------------------
@@ -463,8 +469,9 @@ def test_six_calls_two_tools_events_in_submission_order():
     out, update = value.value, value.update
     names = ["alpha", "beta", "alpha", "beta", "alpha", "beta"]
     assert out == {"logs": [], "result": [{"n": n} for n in names]}
-    ops = update.operations
-    assert all(isinstance(op, LogEvent) and op.type == "tool_call" for op in ops)
+    ops = [op for op in update.operations if op.type == "tool_call"]
+    assert all(isinstance(op, LogEvent) for op in update.operations)
+    assert [op.data["seq"] for op in update.operations if op.type == "tool_outcome"] == list(range(6))
     assert [op.data["name"] for op in ops] == names
     assert [op.data["seq"] for op in ops] == list(range(6))
     assert [op.data["arguments"] for op in ops] == [{"n": n} for n in names]
@@ -477,11 +484,11 @@ def test_six_calls_two_tools_events_in_submission_order():
 
 
 def test_call_id_option_prefixes_event_ids():
-    result = run_code("await tools.echo({}); await tools.echo({})", [echo_tool()], call_id="turn-7")
-    assert [e.id for e in result.events] == ["turn-7:code:0", "turn-7:code:1"]
-    other = run_code("await tools.echo({})", [echo_tool()])
-    assert other.events[0].id.startswith("run_code-")
-    assert other.events[0].id != run_code("await tools.echo({})", [echo_tool()]).events[0].id
+    result = run_code("await tools.echo({}); await tools.echo({})", [echo_tool()], call_id="turn-7", description="test")
+    assert [e.id for e in result.calls] == ["turn-7:code:0", "turn-7:code:1"]
+    other = run_code("await tools.echo({})", [echo_tool()], description="test")
+    assert other.calls[0].id.startswith("run_code-")
+    assert other.calls[0].id != run_code("await tools.echo({})", [echo_tool()], description="test").events[0].id
 
 
 def test_no_sub_calls_returns_a_plain_result():
@@ -499,22 +506,23 @@ def test_failure_after_a_sub_call_keeps_its_audit_event():
     assert isinstance(value, WithContextUpdate)
     assert value.value["error"]["kind"] == "exception"
     assert "after alpha" in value.value["error"]["message"]
-    assert [(op.type, op.data["name"], op.data["arguments"]) for op in value.update.operations] == [
-        ("tool_call", "alpha", {"n": 1})
+    assert [(op.type, op.data.get("name"), op.data.get("arguments")) for op in value.update.operations] == [
+        ("tool_call", "alpha", {"n": 1}),
+        ("tool_outcome", None, None),
     ]
 
 
 def test_scheduler_is_dead_after_a_successful_run():
     rt = FakeRuntime(lambda p, h, lim: RuntimeOutcome((), result=fake_call(h, "echo", {"a": 1}).value))
     before = drivers()
-    result = run_code("x", [echo_tool()], runtime=rt)
+    result = run_code("x", [echo_tool()], runtime=rt, description="test")
     assert result.ok and result.result == {"a": 1}
     lane = rt.runs[0].drivers - before
     assert len(lane) == 1, "exactly one lane was running during the run"
     assert_dead(lane)
     # The same with the real runtime, capturing the driver through the observer.
     spy = LaneSpy()
-    assert run_code("return await tools.echo({})", [echo_tool()], observer=spy).ok
+    assert run_code("return await tools.echo({})", [echo_tool()], observer=spy, description="test").ok
     spy.assert_dead()
 
 
@@ -541,7 +549,7 @@ def test_concurrent_runs_each_get_their_own_lane():
     spies = [LaneSpy() for _ in range(n)]
 
     def one(i):
-        return run_code(program.replace("I", str(i)), tools, call_id=f"run-{i}", observer=spies[i])
+        return run_code(program.replace("I", str(i)), tools, call_id=f"run-{i}", observer=spies[i], description="test")
 
     with concurrent.futures.ThreadPoolExecutor(n) as pool:
         results = list(pool.map(one, range(n)))
@@ -550,7 +558,7 @@ def test_concurrent_runs_each_get_their_own_lane():
         assert result.ok, result.error
         assert [r["i"] for r in result.result] == [i, i, i]
         assert [r["id"] for r in result.result] == [f"run-{i}:code:{k}" for k in range(3)]
-        assert [e.id for e in result.events] == [f"run-{i}:code:{k}" for k in range(3)]
+        assert [e.id for e in result.calls] == [f"run-{i}:code:{k}" for k in range(3)]
         assert len(spies[i].threads) == 1
         lanes |= spies[i].threads
         spies[i].assert_dead()
@@ -559,9 +567,11 @@ def test_concurrent_runs_each_get_their_own_lane():
 
 def test_after_a_program_failure_the_lane_is_dead_and_its_event_survives():
     spy = LaneSpy()
-    result = run_code("await tools.alpha({}); throw new Error('boom')", [echo_tool("alpha")], observer=spy)
+    result = run_code(
+        "await tools.alpha({}); throw new Error('boom')", [echo_tool("alpha")], observer=spy, description="test"
+    )
     assert result.error.kind == "exception"
-    assert [e.name for e in result.events] == ["alpha"]
+    assert [e.name for e in result.calls] == ["alpha"]
     spy.assert_dead()
 
 
@@ -569,9 +579,11 @@ def test_after_a_timeout_the_lane_is_dead_and_its_event_survives(make_event):
     gate = make_event()
     spy = LaneSpy()
     tools = [echo_tool("alpha"), Tool("stuck", lambda a: gate.wait(WAIT * 3))]
-    result = run_code("await tools.alpha({}); await tools.stuck({})", tools, observer=spy, timeout=0.5)
+    result = run_code(
+        "await tools.alpha({}); await tools.stuck({})", tools, observer=spy, timeout=0.5, description="test"
+    )
     assert result.error.kind == "timeout"
-    assert [e.name for e in result.events] == ["alpha", "stuck"]
+    assert [e.name for e in result.calls] == ["alpha", "stuck"]
     spy.assert_dead()
 
 
@@ -583,7 +595,7 @@ def test_runtime_that_raises_propagates_and_the_lane_is_dead():
     rt = FakeRuntime(crash)
     spy = LaneSpy()
     with pytest.raises(RuntimeError, match="provider crashed"):
-        run_code("x", [echo_tool()], runtime=rt, observer=spy)
+        run_code("x", [echo_tool()], runtime=rt, observer=spy, description="test")
     with pytest.raises(RuntimeError, match="provider crashed"):
         call_rc(run_code_tool([echo_tool()], runtime=rt, observer=spy), "x")
     assert len(spy.threads) == 2
@@ -623,15 +635,16 @@ def test_twelve_concurrent_calls_max_in_flight_exactly_ten():
     out, update = unwrap(call_rc(tool, TWELVE))
     assert out == {"logs": [], "result": list(range(12))}
     assert state["max"] == 10
-    assert len(update.operations) == 12
-    assert {op.data["mode"] for op in update.operations} == {"parallel"}
+    calls = [op for op in update.operations if op.type == "tool_call"]
+    assert len(calls) == 12
+    assert {op.data["mode"] for op in calls} == {"parallel"}
 
 
 def test_the_eleventh_call_waits_for_a_slot():
     slow, state = _gated_slow_tool()
-    result = run_code(TWELVE, [slow])
+    result = run_code(TWELVE, [slow], description="test")
     assert result.result == list(range(12)) and state["max"] == 10
-    assert len(result.events) == 12
+    assert len(result.calls) == 12
     first_finish = min(r.finished for r in result.trail[:10])
     assert all(r.started >= first_finish for r in result.trail[10:])
 
@@ -676,19 +689,23 @@ def catch_program(name, args="{}"):
 def test_granted_tool_is_bound_and_callable():
     policy = PermissionPolicy(allow=["search"])
     tools = [const_tool("search", ["hit"]), const_tool("other", "x")]
-    result = run_code("return [Object.keys(tools), await tools.search({q: 'a'})]", tools, policy=policy)
+    result = run_code(
+        "return [Object.keys(tools), await tools.search({q: 'a'})]", tools, policy=policy, description="test"
+    )
     # A tool outside `allow` is denied, yet still declared.
     assert result.result == [["other", "search"], ["hit"]]
-    assert [e.name for e in result.events] == ["search"]
+    assert [e.name for e in result.calls] == ["search"]
 
 
 def test_denied_tool_answers_exactly_and_never_reaches_the_scheduler():
     called = []
     spy = LaneSpy()
     tools = [Tool("x", lambda a: called.append(a) or "ran")]
-    result = run_code(catch_program("x", "{a: 1}"), tools, policy=PermissionPolicy(deny="x"), observer=spy)
+    result = run_code(
+        catch_program("x", "{a: 1}"), tools, policy=PermissionPolicy(deny="x"), observer=spy, description="test"
+    )
     assert result.result == [True, "x", 'tool "x" is denied by the permission policy']
-    assert result.events == ()
+    assert result.calls == ()
     assert result.trail == ()
     assert spy.phases == []
     assert called == []
@@ -697,7 +714,13 @@ def test_denied_tool_answers_exactly_and_never_reaches_the_scheduler():
 def test_denied_wins_over_approval_and_never_asks():
     asked = []
     tools = [Tool("pay", lambda a: "paid", requires_approval=True)]
-    result = run_code(catch_program("pay"), tools, policy=PermissionPolicy(deny=["pay"]), approval_handler=asked.append)
+    result = run_code(
+        catch_program("pay"),
+        tools,
+        policy=PermissionPolicy(deny=["pay"]),
+        approval_handler=asked.append,
+        description="test",
+    )
     assert result.result == [True, "pay", 'tool "pay" is denied by the permission policy']
     assert asked == []
 
@@ -709,13 +732,13 @@ def test_unknown_tool_through_the_host_is_refused():
         got["unknown"] = fake_call(host, "nope", {})
         return RuntimeOutcome(())
 
-    result = run_code("x", [echo_tool()], runtime=FakeRuntime(body))
+    result = run_code("x", [echo_tool()], runtime=FakeRuntime(body), description="test")
     assert got["unknown"].error.as_dict() == {
         "tool": "nope",
         "message": 'unknown tool "nope". Object.keys(tools) lists the 1 declared tool; '
         'sdk.search("words") finds them by what they do.',
     }
-    assert result.events == ()
+    assert result.calls == ()
 
 
 class Approvals:
@@ -740,7 +763,7 @@ def test_requires_approval_asks_once_per_sub_call_with_real_name_and_args():
     result = run_code(program, tools, approval_handler=handler, description="Pay twice.")
     assert result.result == ["paid 1", "paid 2"]
     # The run's description, the call's audit id and the tool's description.
-    ids = [e.id for e in result.events]
+    ids = [e.id for e in result.calls]
     assert handler.requests == [
         ApprovalRequest("pay", {"amount": 1}, "Pay twice.", ids[0], "Pay."),
         ApprovalRequest("pay", {"amount": 2, "to": "bob"}, "Pay twice.", ids[1], "Pay."),
@@ -754,12 +777,12 @@ def test_approval_handler_rejecting_becomes_a_catchable_tool_error():
         handler = Approvals(answer)
         tools = [Tool("pay", lambda a: ran.append(a), requires_approval=True)]
         program = catch_program("pay", "{amount: 5}").replace("return [e", "console.log('caught'); return [e")
-        result = run_code(program, tools, approval_handler=handler)
+        result = run_code(program, tools, approval_handler=handler, description="test")
         assert result.result == [True, "pay", 'tool "pay" was rejected by the approval handler'], answer
         assert result.logs == ("caught",)
-        assert [(r.tool, r.arguments, r.description) for r in handler.requests] == [("pay", {"amount": 5}, "")]
+        assert [(r.tool, r.arguments, r.description) for r in handler.requests] == [("pay", {"amount": 5}, "test")]
         # The call was started (and is audited) but the tool never ran.
-        assert [(e.name, e.arguments) for e in result.events] == [("pay", {"amount": 5})]
+        assert [(e.name, e.arguments) for e in result.calls] == [("pay", {"amount": 5})]
     assert ran == []
 
 
@@ -767,7 +790,7 @@ def test_approval_handler_raising_refuses_the_call():
     ran = []
     handler = Approvals(RuntimeError("approval service down"))
     tools = [Tool("pay", lambda a: ran.append(a), requires_approval=True)]
-    result = run_code(catch_program("pay"), tools, approval_handler=handler)
+    result = run_code(catch_program("pay"), tools, approval_handler=handler, description="test")
     assert result.result[:2] == [True, "pay"]
     assert "approval service down" in result.result[2]
     assert ran == []
@@ -776,7 +799,7 @@ def test_approval_handler_raising_refuses_the_call():
 def test_no_approval_handler_means_refused():
     ran = []
     tools = [Tool("pay", lambda a: ran.append(a), requires_approval=True)]
-    result = run_code(catch_program("pay"), tools)
+    result = run_code(catch_program("pay"), tools, description="test")
     assert result.result == [True, "pay", 'tool "pay" requires approval and no approval handler is configured']
     assert ran == []
 
@@ -790,6 +813,7 @@ def test_policy_require_approval_by_name():
         tools,
         policy=policy,
         approval_handler=handler,
+        description="test",
     )
     assert result.result == ["read it", "written"]
     assert [(r.tool, r.arguments) for r in handler.requests] == [("write", {"path": "a"})]
@@ -798,6 +822,7 @@ def test_policy_require_approval_by_name():
         "const r = await tools.read({}); try { await tools.write({}) } catch (e) { return [r, e.message] }",
         tools,
         policy=policy,
+        description="test",
     )
     assert result.result == ["read it", 'tool "write" requires approval and no approval handler is configured']
 
@@ -810,7 +835,7 @@ def test_policy_approval_categories():
     ]
     policy = PermissionPolicy(approval_categories=["execute"])
     program = "const l = await tools.ls({}); try { await tools.rm({p: 1}) } catch (e) { return [l, e.message] }"
-    result = run_code(program, tools, policy=policy, approval_handler=handler)
+    result = run_code(program, tools, policy=policy, approval_handler=handler, description="test")
     assert result.result == [["f"], 'tool "rm" was rejected by the approval handler']
     assert [(r.tool, r.arguments) for r in handler.requests] == [("rm", {"p": 1})]
 
@@ -832,7 +857,7 @@ def test_run_code_tool_applies_the_policy_to_every_sub_call():
     assert out["result"] == [1, 2, 'tool "c" is denied by the permission policy']
     assert [r.tool for r in handler.requests] == ["b"]
     # Started calls are audited as tool_call, the denied one as tool_refused.
-    assert [(op.type, op.data["name"]) for op in update.operations] == [
+    assert [(op.type, op.data.get("name")) for op in update.operations if op.type in ("tool_call", "tool_refused")] == [
         ("tool_call", "a"),
         ("tool_call", "b"),
         ("tool_refused", "c"),
@@ -905,7 +930,7 @@ def test_visible_tools_passes_run_options_through():
     tools = [echo_tool("a")]
     rc = visible_tools("both", tools, call_id="turn-3")[-1]
     value = call_rc(rc, "return await tools.a({})")
-    assert [op.data["id"] for op in value.update.operations] == ["turn-3:code:0"]
+    assert [op.data["id"] for op in value.update.operations if op.type == "tool_call"] == ["turn-3:code:0"]
 
 
 # === the run_code tool =================================================================
@@ -959,16 +984,16 @@ def test_run_code_rejects_bad_tool_lists_before_running():
 
 
 def test_run_code_returns_data_for_the_model_and_audit_apart():
-    result = run_code("console.log('hi'); return await tools.echo({k: [1, 2]})", [echo_tool()])
+    result = run_code("console.log('hi'); return await tools.echo({k: [1, 2]})", [echo_tool()], description="test")
     assert result.ok
     assert result.to_dict() == {"logs": ["hi"], "result": {"k": [1, 2]}}
-    assert [(e.name, e.arguments, e.mode, e.seq, e.source) for e in result.events] == [
+    assert [(e.name, e.arguments, e.mode, e.seq, e.source) for e in result.calls] == [
         ("echo", {"k": [1, 2]}, "exclusive", 0, "code_mode")
     ]
     assert [(r.seq, r.tool, r.ok) for r in result.trail] == [(0, "echo", True)]
     assert result.elapsed >= 0
     ops = result.context_update().operations
-    assert [(op.type, op.data["name"]) for op in ops] == [("tool_call", "echo")]
+    assert [(op.type, op.data.get("name")) for op in ops] == [("tool_call", "echo"), ("tool_outcome", None)]
 
 
 def test_every_sub_call_sees_the_run_deadline_through_current_call():
@@ -980,7 +1005,11 @@ def test_every_sub_call_sees_the_run_deadline_through_current_call():
 
     before = time.monotonic()
     result = run_code(
-        "return [await tools.probe({}), await tools.probe({})]", [Tool("probe", probe)], timeout=7.5, runtime=None
+        "return [await tools.probe({}), await tools.probe({})]",
+        [Tool("probe", probe)],
+        timeout=7.5,
+        runtime=None,
+        description="test",
     )
     after = time.monotonic()
     assert result.ok, result.error

@@ -106,7 +106,7 @@ def run_fan_out(order, make_event):
     thread = threading.Thread(target=controller, name="fan-out-controller")
     thread.start()
     try:
-        result = run_code(FAN_OUT, [safe("work", work)], max_parallel=N, timeout=WAIT * 2)
+        result = run_code(FAN_OUT, [safe("work", work)], max_parallel=N, timeout=WAIT * 2, description="test")
     finally:
         thread.join(WAIT)
     assert not problems, problems
@@ -135,13 +135,13 @@ def test_fan_out_of_50_is_in_submission_order_whatever_the_finish_order(make_eve
         # The program's own observation order (each .then pushes) is submission order.
         assert result.result["log"] == list(range(N)), label
         assert result.logs == ("observed " + ",".join(map(str, range(N))),)
-        assert [(e.seq, e.name, e.arguments, e.mode) for e in result.events] == [
+        assert [(e.seq, e.name, e.arguments, e.mode) for e in result.calls] == [
             (k, "work", {"k": k}, "parallel") for k in range(N)
         ]
         # (run_fan_out checked the calls finished in the forced order.) They
         # committed in submission order all the same.
         assert [r.seq for r in sorted(result.trail, key=lambda r: r.committed)] == list(range(N))
-        seen.append((result.result, result.logs, [(e.name, e.arguments) for e in result.events]))
+        seen.append((result.result, result.logs, [(e.name, e.arguments) for e in result.calls]))
     assert all(s == seen[0] for s in seen)
 
 
@@ -163,10 +163,10 @@ def test_program_catches_tool_error_and_goes_on():
     out.push(await tools.echo({after: true}));
     return out;
     """
-    result = run_code(program, [Tool("fail", fail), echo()])
+    result = run_code(program, [Tool("fail", fail), echo()], description="test")
     assert result.ok, result.error
     assert result.result == [[True, True, "ToolError", "fail", "no record 7"], {"after": True}]
-    assert [e.name for e in result.events] == ["fail", "echo"]
+    assert [e.name for e in result.calls] == ["fail", "echo"]
     assert [r.ok for r in result.trail] == [False, True]
 
 
@@ -174,7 +174,7 @@ def test_uncaught_tool_error_fails_the_run_as_an_exception():
     def fail(args):
         raise ToolError("quota exceeded")
 
-    result = run_code("console.log('start'); await tools.fail({})", [Tool("fail", fail)])
+    result = run_code("console.log('start'); await tools.fail({})", [Tool("fail", fail)], description="test")
     assert result.error.kind == "exception"
     assert result.error.message.startswith("ToolError: quota exceeded")
     assert result.logs == ("start",)
@@ -194,7 +194,7 @@ def test_tool_raising_a_python_exception_shows_only_tool_and_message():
               json: JSON.stringify(e), stack: String(e.stack), own: Object.getOwnPropertyNames(e)};
     }
     """
-    result = run_code(program, [Tool("broken", broken)])
+    result = run_code(program, [Tool("broken", broken)], description="test")
     assert result.ok, result.error
     seen = result.result
     assert seen["tool"] == "broken"
@@ -229,7 +229,7 @@ def test_tool_exceptions_of_any_class_become_two_strings():
     return out;
     """
     tools = [Tool("key_error", key_error), Tool("unprintable", unprintable), Tool("empty", empty)]
-    result = run_code(program, tools)
+    result = run_code(program, tools, description="test")
     assert result.result == [
         ["key_error", "'missing'"],
         ["unprintable", "tool call failed"],
@@ -250,7 +250,7 @@ def test_tool_returning_non_json_is_a_tool_error_mentioning_json():
     }
     return out;
     """
-    result = run_code(program, tools)
+    result = run_code(program, tools, description="test")
     assert result.ok, result.error
     for (is_tool_error, tool, message), name in zip(result.result, ["obj", "nan", "bad_key"]):
         assert is_tool_error is True and tool == name
@@ -267,7 +267,7 @@ def test_tool_values_round_trip_exactly():
         "nested": {"a": [1, None, True, {"b": []}]},
     }
     tools = [Tool("v", lambda a: values)]
-    result = run_code("const v = await tools.v({}); return [v, v.s.length]", tools)
+    result = run_code("const v = await tools.v({}); return [v, v.s.length]", tools, description="test")
     assert result.result == [values, 5]  # "😀" is two UTF-16 units
 
 
@@ -276,7 +276,7 @@ def test_tool_values_round_trip_exactly():
 
 def test_infinite_loop_times_out_and_keeps_earlier_logs():
     t0 = time.monotonic()
-    result = run_code("console.log('before'); console.log('the loop'); while (true) {}", timeout=1)
+    result = run_code("console.log('before'); console.log('the loop'); while (true) {}", timeout=1, description="test")
     elapsed = time.monotonic() - t0
     assert result.error.kind == "timeout"
     assert "1s deadline" in result.error.message
@@ -288,7 +288,9 @@ def test_infinite_loop_times_out_and_keeps_earlier_logs():
 
 def test_infinite_loop_cannot_swallow_the_interrupt():
     result = run_code(
-        "try { while (true) {} } catch (e) { return 'swallowed' } finally { return 'finally' }", timeout=0.5
+        "try { while (true) {} } catch (e) { return 'swallowed' } finally { return 'finally' }",
+        timeout=0.5,
+        description="test",
     )
     assert result.error.kind == "timeout"
     assert result.result is None
@@ -296,7 +298,7 @@ def test_infinite_loop_cannot_swallow_the_interrupt():
 
 def test_endless_promise_chain_times_out():
     t0 = time.monotonic()
-    result = run_code("console.log('x'); while (true) { await null; }", timeout=0.5)
+    result = run_code("console.log('x'); while (true) { await null; }", timeout=0.5, description="test")
     assert result.error.kind == "timeout"
     assert result.logs == ("x",)
     assert time.monotonic() - t0 < 0.5 + 2.5
@@ -308,20 +310,22 @@ def test_unbounded_allocation_aborts_and_the_next_run_works():
         "const a = []; while (true) a.push([a.length]);",
         "const a = []; while (true) a.push({i: a.length, s: 'x' + a.length});",
     ):
-        result = run_code("console.log('allocating'); " + program, limits=limits)
+        result = run_code("console.log('allocating'); " + program, limits=limits, description="test")
         assert result.error.kind == "abort", result.error
         assert "memory" in result.error.message
         assert "32 MiB" in result.error.message
         assert result.logs == ("allocating",)
     # The process is fine: the next runs work, with and without tools.
-    assert run_code("return 1 + 1").result == 2
-    assert run_code("return await tools.echo({a: 1})", [echo()], limits=limits).result == {"a": 1}
+    assert run_code("return 1 + 1", description="test").result == 2
+    assert run_code("return await tools.echo({a: 1})", [echo()], limits=limits, description="test").result == {"a": 1}
 
 
 def test_unbounded_allocation_in_a_program_that_mentions_null_aborts():
     limits = Limits(timeout=10, memory_bytes=16 * MIB)
     kinds = [
-        run_code("let last = null; const a = []; while (true) a.push([a.length]);", limits=limits).error.kind
+        run_code(
+            "let last = null; const a = []; while (true) a.push([a.length]);", limits=limits, description="test"
+        ).error.kind
         for _ in range(3)
     ]
     assert kinds == ["abort"] * 3
@@ -331,20 +335,20 @@ def test_a_bare_null_exception_is_reported_as_memory_with_both_readings():
     # QuickJS throws a bare null when it cannot allocate the out-of-memory
     # error, and nothing afterwards tells that from `throw null`: the runtime
     # reports an abort whose message names both readings.
-    result = run_code("throw JSON.parse('nu' + 'll');")
+    result = run_code("throw JSON.parse('nu' + 'll');", description="test")
     assert result.error.kind == "abort"
     assert "memory limit" in result.error.message
     assert "threw a bare null" in result.error.message
 
 
 def test_unbounded_recursion_aborts():
-    result = run_code("console.log('deep'); function f(n) { return f(n + 1) + 1; } return f(0);")
+    result = run_code("console.log('deep'); function f(n) { return f(n + 1) + 1; } return f(0);", description="test")
     assert result.error.kind == "abort"
     assert "stack" in result.error.message
     assert result.logs == ("deep",)
-    result = run_code("const f = async (n) => 1 + await f(n + 1); return await f(0);")
+    result = run_code("const f = async (n) => 1 + await f(n + 1); return await f(0);", description="test")
     assert result.error.kind == "abort"
-    assert run_code("return 'fine'").result == "fine"
+    assert run_code("return 'fine'", description="test").result == "fine"
 
 
 def _log_bytes(logs) -> int:
@@ -353,7 +357,10 @@ def _log_bytes(logs) -> int:
 
 def test_ten_megabytes_of_logs_are_truncated_with_a_marker():
     # 100,000 lines of 105 bytes: 10.5 MB, over 10 MiB.
-    result = run_code("const line = 'x'.repeat(105); for (let i = 0; i < 100000; i++) console.log(line); return 'done'")
+    result = run_code(
+        "const line = 'x'.repeat(105); for (let i = 0; i < 100000; i++) console.log(line); return 'done'",
+        description="test",
+    )
     assert result.ok and result.result == "done"
     assert "truncated" in result.logs[-1]
     assert not any("truncated" in line for line in result.logs[:-1])
@@ -364,14 +371,22 @@ def test_ten_megabytes_of_logs_are_truncated_with_a_marker():
 
 def test_logs_exactly_at_the_budget_have_no_marker():
     # Each line costs its bytes plus one: 998 + 2 is the whole 1000.
-    result = run_code("console.log('x'.repeat(997)); console.log('y');", limits=Limits(max_log_bytes=1000))
+    result = run_code(
+        "console.log('x'.repeat(997)); console.log('y');", limits=Limits(max_log_bytes=1000), description="test"
+    )
     assert result.logs == ("x" * 997, "y")
-    result = run_code("console.log('x'.repeat(997)); console.log('yz');", limits=Limits(max_log_bytes=1000))
+    result = run_code(
+        "console.log('x'.repeat(997)); console.log('yz');", limits=Limits(max_log_bytes=1000), description="test"
+    )
     assert result.logs[:2] == ("x" * 997, "y") and "truncated" in result.logs[-1]
 
 
 def test_log_limit_is_in_utf8_bytes():
-    result = run_code("for (let i = 0; i < 1000; i++) console.log('€€€€€€€€€€');", limits=Limits(max_log_bytes=3000))
+    result = run_code(
+        "for (let i = 0; i < 1000; i++) console.log('€€€€€€€€€€');",
+        limits=Limits(max_log_bytes=3000),
+        description="test",
+    )
     assert "truncated" in result.logs[-1]
     assert _log_bytes(result.logs[:-1]) <= 3000
     assert result.logs[0] == "€" * 10
@@ -379,7 +394,7 @@ def test_log_limit_is_in_utf8_bytes():
 
 def test_a_single_ten_megabyte_log_line_is_truncated_with_a_marker():
     # (A line cut to exactly the remaining budget once lost its marker: prelude.js emit().)
-    result = run_code("console.log('x'.repeat(10 * 1024 * 1024)); return 'done'")
+    result = run_code("console.log('x'.repeat(10 * 1024 * 1024)); return 'done'", description="test")
     assert result.result == "done"
     assert _log_bytes(result.logs) <= 1_000_000 + 200
     assert "truncated" in result.logs[-1]
@@ -396,27 +411,31 @@ def test_tool_that_hangs_past_the_deadline_times_out_promptly(make_event):
         return "too late"
 
     t0 = time.monotonic()
-    result = run_code("console.log('calling'); return await tools.hangs({})", [Tool("hangs", hangs)], timeout=0.5)
+    result = run_code(
+        "console.log('calling'); return await tools.hangs({})", [Tool("hangs", hangs)], timeout=0.5, description="test"
+    )
     elapsed = time.monotonic() - t0
     assert entered.is_set()
     assert result.error.kind == "timeout"
     assert "waiting for a tool call" in result.error.message
     assert result.logs == ("calling",)
-    assert [e.name for e in result.events] == ["hangs"]
+    assert [e.name for e in result.calls] == ["hangs"]
     assert elapsed < 0.5 + 2.0
 
 
 def test_program_awaiting_a_never_settled_promise_is_a_clear_error():
     t0 = time.monotonic()
-    result = run_code("console.log('waiting'); await new Promise(() => {}); return 'unreachable'", timeout=WAIT)
+    result = run_code(
+        "console.log('waiting'); await new Promise(() => {}); return 'unreachable'", timeout=WAIT, description="test"
+    )
     assert result.error.kind == "exception"
     assert "nothing will ever settle" in result.error.message
     assert result.logs == ("waiting",)
     assert time.monotonic() - t0 < 3.0
     # Also after some real calls.
-    result = run_code("await tools.echo({}); await new Promise(() => {})", [echo()], timeout=WAIT)
+    result = run_code("await tools.echo({}); await new Promise(() => {})", [echo()], timeout=WAIT, description="test")
     assert result.error.kind == "exception" and "settle" in result.error.message
-    assert len(result.events) == 1
+    assert len(result.calls) == 1
 
 
 # === sandbox =============================================================================
@@ -425,7 +444,7 @@ BRIDGE_LIKE = re.compile(r"bridge|settle|drain|outbox|nous|host|python|submit|pe
 
 
 def test_globals_expose_no_bridge():
-    result = run_code("return Object.getOwnPropertyNames(globalThis)")
+    result = run_code("return Object.getOwnPropertyNames(globalThis)", description="test")
     names = result.result
     assert {"tools", "console", "ToolError"} <= set(names)
     assert [n for n in names if BRIDGE_LIKE.search(n)] == []
@@ -434,6 +453,7 @@ def test_globals_expose_no_bridge():
         "return [Object.getOwnPropertySymbols(globalThis).map(String), Object.getOwnPropertyNames(tools),"
         " Object.getPrototypeOf(tools), Object.isFrozen(tools), Object.getOwnPropertyNames(console).sort()]",
         [echo()],
+        description="test",
     )
     symbols, tool_names, proto, frozen, console_names = result.result
     assert [s for s in symbols if BRIDGE_LIKE.search(s)] == []
@@ -469,11 +489,11 @@ def test_program_cannot_replace_tools_console_or_tool_error():
     def fail(args):
         raise ToolError("real failure")
 
-    result = run_code(program, [echo(), Tool("fail", fail)])
+    result = run_code(program, [echo(), Tool("fail", fail)], description="test")
     assert result.ok, result.error
     assert result.result == [{"real": True}, ["TypeError"] * 5, [True, "fail"]]
     assert result.logs == ("still logging",)
-    assert [e.name for e in result.events] == ["fail", "echo"]
+    assert [e.name for e in result.calls] == ["fail", "echo"]
 
 
 def test_program_cannot_reach_the_host():
@@ -489,7 +509,7 @@ def test_program_cannot_reach_the_host():
     out.fnGlobal = Function("return this")() === globalThis;
     return out;
     """
-    result = run_code(program, [echo()])
+    result = run_code(program, [echo()], description="test")
     assert result.ok, result.error
     out = result.result
     assert out["types"] == ["undefined"] * 11
@@ -497,7 +517,7 @@ def test_program_cannot_reach_the_host():
     assert "os" in out["os"]
     assert out["caller"] == "TypeError" and out["logCaller"] == "TypeError" and out["args"] == "TypeError"
     assert out["fnGlobal"] is True
-    assert result.events == ()
+    assert result.calls == ()
 
 
 def test_program_cannot_settle_its_own_pending_call():
@@ -528,12 +548,12 @@ def test_program_cannot_settle_its_own_pending_call():
     return [tried > 100, await pending];
     """
     tools = [Tool("slow", lambda a: "real value")]
-    result = run_code(program, tools, timeout=WAIT)
+    result = run_code(program, tools, timeout=WAIT, description="test")
     assert result.ok, result.error
     assert result.result == [True, "real value"]
     # The probing reached tools.slow only with its one real call (the rest were
     # refused before the scheduler: "arguments must be an object").
-    assert [e.arguments for e in result.events] == [{}]
+    assert [e.arguments for e in result.calls] == [{}]
 
 
 def test_polluted_intrinsics_do_not_change_what_crosses_to_the_host():
@@ -549,15 +569,15 @@ def test_polluted_intrinsics_do_not_change_what_crosses_to_the_host():
     const v = await tools.echo({x: [1, 2]});
     return {v, n: 3};
     """
-    result = run_code(program, [echo()])
+    result = run_code(program, [echo()], description="test")
     assert result.ok, result.error
     assert result.result == {"v": {"x": [1, 2]}, "n": 3}
     assert result.logs == ('line {"a":1}',)
-    assert [e.arguments for e in result.events] == [{"x": [1, 2]}]
+    assert [e.arguments for e in result.calls] == [{"x": [1, 2]}]
 
 
 def test_program_closing_its_wrapper_is_an_exception():
-    result = run_code("}); console.log('outside'); (function () {")
+    result = run_code("}); console.log('outside'); (function () {", description="test")
     assert result.error.kind == "exception"
     assert "__nous" not in result.error.message
 
@@ -566,25 +586,29 @@ def test_program_closing_its_wrapper_is_an_exception():
 
 
 def test_top_level_await_and_return():
-    result = run_code("const v = await tools.echo({x: 1});\nif (v.x) return v.x + 1;\nreturn 0;", [echo()])
+    result = run_code(
+        "const v = await tools.echo({x: 1});\nif (v.x) return v.x + 1;\nreturn 0;", [echo()], description="test"
+    )
     assert result.result == 2
-    result = run_code("for (const i of [1, 2, 3]) { if (i === 2) return 'early ' + i; }\nreturn 'late';")
+    result = run_code(
+        "for (const i of [1, 2, 3]) { if (i === 2) return 'early ' + i; }\nreturn 'late';", description="test"
+    )
     assert result.result == "early 2"
 
 
 @pytest.mark.parametrize("program", ["return undefined", "return", "", "1 + 1", "return void 0", "// only a comment"])
 def test_undefined_result_is_none(program):
-    result = run_code(program)
+    result = run_code(program, description="test")
     assert result.ok and result.result is None
     assert result.to_dict() == {"logs": [], "result": None}
 
 
 def test_syntax_error_is_an_exception():
-    result = run_code("console.log('never');\nconst = 5;")
+    result = run_code("console.log('never');\nconst = 5;", description="test")
     assert result.error.kind == "exception"
     assert "SyntaxError" in result.error.message
     assert result.logs == ()
-    assert result.events == ()
+    assert result.calls == ()
 
 
 @pytest.mark.parametrize(
@@ -600,14 +624,17 @@ def test_syntax_error_is_an_exception():
     ],
 )
 def test_throwing_non_error_values_is_an_exception(thrown, message):
-    result = run_code(f"console.log('pre'); throw {thrown};")
+    result = run_code(f"console.log('pre'); throw {thrown};", description="test")
     assert result.error.kind == "exception"
     assert result.error.message == message
     assert result.logs == ("pre",)
 
 
 def test_throwing_errors_keeps_name_message_and_stack():
-    result = run_code("class MyError extends Error { get name() { return 'MyError'; } }\nthrow new MyError('custom');")
+    result = run_code(
+        "class MyError extends Error { get name() { return 'MyError'; } }\nthrow new MyError('custom');",
+        description="test",
+    )
     assert result.error.kind == "exception"
     assert result.error.message.startswith("MyError: custom")
     assert ":2:" in result.error.message
@@ -626,37 +653,40 @@ def test_throwing_errors_keeps_name_message_and_stack():
     ],
 )
 def test_returning_values_without_json_form_is_invalid_output(returned, mentions):
-    result = run_code(f"console.log('kept'); return {returned};")
+    result = run_code(f"console.log('kept'); return {returned};", description="test")
     assert result.error.kind == "invalid_output", result.error
     assert mentions in result.error.message
     assert result.logs == ("kept",)
 
 
 def test_json_semantics_of_results():
-    result = run_code("return {f: () => 1, u: undefined, d: new Date(0), n: NaN, m: new Map([[1, 2]]), a: [undefined]}")
+    result = run_code(
+        "return {f: () => 1, u: undefined, d: new Date(0), n: NaN, m: new Map([[1, 2]]), a: [undefined]}",
+        description="test",
+    )
     assert result.result == {"d": "1970-01-01T00:00:00.000Z", "n": None, "m": {}, "a": [None]}
 
 
 def test_huge_result_is_an_output_limit():
-    result = run_code("console.log('made it'); return 'x'.repeat(2000000);")
+    result = run_code("console.log('made it'); return 'x'.repeat(2000000);", description="test")
     assert result.error.kind == "output_limit"
     assert "1000000" in result.error.message
     assert result.logs == ("made it",)
     # The limit counts UTF-8 bytes of the JSON, not characters.
     limits = Limits(max_output_bytes=1000)
-    assert run_code("return '€'.repeat(300)", limits=limits).result == "€" * 300
-    result = run_code("return '€'.repeat(500)", limits=limits)
+    assert run_code("return '€'.repeat(300)", limits=limits, description="test").result == "€" * 300
+    result = run_code("return '€'.repeat(500)", limits=limits, description="test")
     assert result.error.kind == "output_limit"
     assert "1502 bytes" in result.error.message
 
 
 def test_line_numbers_are_the_programs_own():
-    result = run_code("const a = 1;\nconst b = 2;\nthrow new Error('line three');")
+    result = run_code("const a = 1;\nconst b = 2;\nthrow new Error('line three');", description="test")
     assert result.error.message.startswith("Error: line three")
     assert ":3:" in result.error.message
-    result = run_code("function f() {\n  throw new Error('in f');\n}\n\nf();")
+    result = run_code("function f() {\n  throw new Error('in f');\n}\n\nf();", description="test")
     assert ":2:" in result.error.message and ":5:" in result.error.message
-    result = run_code("const a = 1;\nconst b = 2;\nconst c = ;")
+    result = run_code("const a = 1;\nconst b = 2;\nconst c = ;", description="test")
     assert "SyntaxError" in result.error.message and ":3:" in result.error.message
 
 
@@ -669,7 +699,7 @@ def test_console_methods_and_formatting():
     console.error(new TypeError("bad"));
     console.log(Symbol("s"), 10n, () => 1);
     """
-    result = run_code(program)
+    result = run_code(program, description="test")
     assert result.logs[:4] == ('a 1 {"b":[2]} null undefined true', "info", "debug", "[warn] careful")
     # An Error logs as "Name: message" plus its stack, from the program's own line.
     assert result.logs[4].startswith("[error] TypeError: bad\n    at program (<input>:6:")
@@ -681,15 +711,17 @@ def test_console_methods_and_formatting():
 
 def test_floating_call_before_awaited_work_runs_and_is_logged():
     rec = Recorder("floated")
-    result = run_code("tools.side({n: 1}); return await tools.echo({n: 2});", [Tool("side", rec), echo()])
+    result = run_code(
+        "tools.side({n: 1}); return await tools.echo({n: 2});", [Tool("side", rec), echo()], description="test"
+    )
     assert result.ok and result.result == {"n": 2}
     assert rec.calls == [{"n": 1}]
-    assert [(e.name, e.seq) for e in result.events] == [("side", 0), ("echo", 1)]
+    assert [(e.name, e.seq) for e in result.calls] == [("side", 0), ("echo", 1)]
 
 
 def test_floating_call_at_the_end_does_not_hold_the_run():
     t0 = time.monotonic()
-    result = run_code("tools.echo({x: 1}); return 'done';", [echo()])
+    result = run_code("tools.echo({x: 1}); return 'done';", [echo()], description="test")
     assert result.ok and result.result == "done"
     assert time.monotonic() - t0 < 3.0
 
@@ -697,9 +729,9 @@ def test_floating_call_at_the_end_does_not_hold_the_run():
 def test_floating_call_at_the_end_still_logs_its_event():
     rec = Recorder()
     for _ in range(5):
-        result = run_code("tools.side({x: 1}); return 'done';", [Tool("side", rec)])
+        result = run_code("tools.side({x: 1}); return 'done';", [Tool("side", rec)], description="test")
         assert result.result == "done"
-        assert [e.name for e in result.events] == ["side"]
+        assert [e.name for e in result.calls] == ["side"]
 
 
 # === arguments and names ===============================================================
@@ -709,36 +741,38 @@ def test_tool_names_that_are_not_identifiers():
     names = ["odd-name", "has space", "é", "__proto__", "constructor", "then", "0", 'q"uote']
     tools = [Tool(n, lambda a, n=n: f"I am {n}") for n in names]
     program = "return await Promise.all(NAMES.map(n => tools[n]({})))".replace("NAMES", json.dumps(names))
-    result = run_code(program, tools)
+    result = run_code(program, tools, description="test")
     assert result.ok, result.error
     assert result.result == [f"I am {n}" for n in names]
-    assert [e.name for e in result.events] == names
+    assert [e.name for e in result.calls] == names
 
 
 def test_tool_named_like_a_prelude_placeholder_is_reachable():
     tools = [Tool("__MAX_LOG_UNITS__", lambda a: "reached")]
-    result = run_code("return await tools['__MAX_LOG_UNITS__']({})", tools)
+    result = run_code("return await tools['__MAX_LOG_UNITS__']({})", tools, description="test")
     assert result.result == "reached"
 
 
 def test_undefined_or_null_args_become_an_empty_object():
     rec = Recorder()
     result = run_code(
-        "await tools.t(); await tools.t(undefined); await tools.t(null); await tools.t({});", [Tool("t", rec)]
+        "await tools.t(); await tools.t(undefined); await tools.t(null); await tools.t({});",
+        [Tool("t", rec)],
+        description="test",
     )
     assert result.ok, result.error
     assert rec.calls == [{}, {}, {}, {}]
-    assert [e.arguments for e in result.events] == [{}, {}, {}, {}]
+    assert [e.arguments for e in result.calls] == [{}, {}, {}, {}]
 
 
 @pytest.mark.parametrize("args, shown", [("5", "5"), ('"x"', '"x"'), ("[1]", "[1]"), ("true", "true")])
 def test_non_object_args_are_a_tool_error(args, shown):
     rec = Recorder()
     program = f"try {{ await tools.t({args}); }} catch (e) {{ return [e instanceof ToolError, e.tool, e.message]; }}"
-    result = run_code(program, [Tool("t", rec)])
+    result = run_code(program, [Tool("t", rec)], description="test")
     assert result.result == [True, "t", f"arguments must be an object, got {shown}"]
     assert rec.calls == []
-    assert result.events == ()
+    assert result.calls == ()
 
 
 @pytest.mark.parametrize(
@@ -748,12 +782,12 @@ def test_non_object_args_are_a_tool_error(args, shown):
 def test_non_json_args_are_a_tool_error(args, mentions):
     rec = Recorder()
     program = f"try {{ await tools.t({args}); }} catch (e) {{ return [e instanceof ToolError, e.tool, e.message]; }}"
-    result = run_code(program, [Tool("t", rec)])
+    result = run_code(program, [Tool("t", rec)], description="test")
     tool_error, tool, message = result.result
     assert tool_error is True and tool == "t"
     assert message.startswith("arguments are not JSON") and mentions in message
     assert rec.calls == []
-    assert result.events == ()
+    assert result.calls == ()
 
 
 def test_each_call_gets_its_own_copy_of_the_arguments():
@@ -761,9 +795,11 @@ def test_each_call_gets_its_own_copy_of_the_arguments():
         args["mutated"] = True
         return args
 
-    result = run_code("const a = {n: 1}; const r = await tools.m(a); return [a, r];", [Tool("m", mutate)])
+    result = run_code(
+        "const a = {n: 1}; const r = await tools.m(a); return [a, r];", [Tool("m", mutate)], description="test"
+    )
     assert result.result == [{"n": 1}, {"n": 1, "mutated": True}]
-    assert result.events[0].arguments == {"n": 1}
+    assert result.calls[0].arguments == {"n": 1}
 
 
 def test_denied_tool_inside_js_is_declared_but_refused():
@@ -772,18 +808,21 @@ def test_denied_tool_inside_js_is_declared_but_refused():
         "try { await tools.t({}) } catch (e) { return [Object.keys(tools), e.message] }",
         [Tool("t", rec)],
         policy=PermissionPolicy(deny=["t"]),
+        description="test",
     )
     assert result.result == [["t"], 'tool "t" is denied by the permission policy']
-    assert rec.calls == [] and result.events == ()
+    assert rec.calls == [] and result.calls == ()
 
 
 def test_result_with_a_lone_surrogate_is_data_not_a_crash():
-    result = run_code("return '\\ud800';")
+    result = run_code("return '\\ud800';", description="test")
     assert result.error is None or result.error.kind == "invalid_output"
 
 
 def test_tool_echoing_a_lone_surrogate_back_to_the_program():
-    result = run_code("const r = await tools.echo({s: '\\ud800'}); return r.s.charCodeAt(0);", [echo()])
+    result = run_code(
+        "const r = await tools.echo({s: '\\ud800'}); return r.s.charCodeAt(0);", [echo()], description="test"
+    )
     assert result.result == 0xD800
 
 
@@ -822,9 +861,9 @@ def test_mixed_program_is_deterministic_under_random_finish_orders():
                 raise ToolError("failed on purpose")
             return n.upper()
 
-        result = run_code(MIXED, [safe("step", step)])
+        result = run_code(MIXED, [safe("step", step)], description="test")
         assert result.ok, result.error
-        outputs.append((result.result, result.logs, [(e.seq, e.arguments) for e in result.events]))
+        outputs.append((result.result, result.logs, [(e.seq, e.arguments) for e in result.calls]))
     assert all(o == outputs[0] for o in outputs)
     result, logs, events = outputs[0]
     assert result == {
@@ -883,10 +922,12 @@ JSON_VALUES = st.recursive(
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(value=JSON_VALUES)
 def test_json_values_round_trip_through_program_and_tool(value):
-    result = run_code("const r = await tools.echo({v: V}); return r.v;".replace("V", json.dumps(value)), [echo()])
+    result = run_code(
+        "const r = await tools.echo({v: V}); return r.v;".replace("V", json.dumps(value)), [echo()], description="test"
+    )
     assert result.ok, result.error
     assert result.result == value
-    assert result.events[0].arguments == {"v": value}
+    assert result.calls[0].arguments == {"v": value}
 
 
 def test_oversized_arguments_are_refused_in_the_sandbox_and_never_reach_the_host():
@@ -897,11 +938,11 @@ def test_oversized_arguments_are_refused_in_the_sandbox_and_never_reach_the_host
     catch (e) { console.log(e instanceof ToolError, e.tool, e.message); }
     return await tools.echo({s: "ok"});
     """
-    result = run_code(program, [echo], limits=Limits(max_args_bytes=1000))
+    result = run_code(program, [echo], limits=Limits(max_args_bytes=1000), description="test")
     assert result.result == 2
     assert result.logs == ("true echo arguments are 2008 characters of JSON, over the run's limit of 1000",)
     assert seen == [2], "the refused call never reached the tool"
-    assert [e.name for e in result.events] == ["echo"], "nor the scheduler: one audit event, for the call that ran"
+    assert [e.name for e in result.calls] == ["echo"], "nor the scheduler: one audit event, for the call that ran"
 
 
 @pytest.mark.parametrize("bad", [0, -1, 1.5, True])

@@ -594,7 +594,8 @@ def test_events_for_each_started_call_stay_out_of_the_transcript(make_scheduler)
     assert all(e.source == "code_mode" and e.type == "tool_call" for e in events)
 
     assert session_log.messages() == messages_before
-    logged = session_log.events
+    logged = [e for e in session_log.events if e.type != "tool_outcome"]
+    assert [e.data["seq"] for e in session_log.events if e.type == "tool_outcome"] == [0, 1, 2, 3, 4]
     assert len(logged) == 6
     assert [e.surface for e in logged].count(True) == 1
     assert [e.type for e in logged[1:]] == ["tool_call"] * 5
@@ -618,7 +619,8 @@ def test_failed_sub_call_is_logged_once(make_scheduler):
     events = s.logged_events()
     assert len(events) == 1
     assert (events[0].name, events[0].mode, events[0].arguments) == ("failing", "parallel", {"x": 1})
-    assert len(s.session_log()) == 1
+    assert [e.type for e in s.session_log().events] == ["tool_call", "tool_outcome"]
+    assert s.session_log().events[1].data["error"] == {"kind": "tool_error", "message": "nope"}
 
 
 def test_event_id_without_a_call_id_is_code_seq(make_scheduler):

@@ -196,9 +196,11 @@ def test_a_wedged_lane_recovers_once_the_condemning_call_is_accepted(make_event)
 
 def test_audit_records_are_immutable_for_every_reader():
     tool = Tool("echo", lambda args: args)
-    result = run_code("await tools.echo({n: 1, xs: [1, {deep: true}]}); return 1", [tool], call_id="run")
+    result = run_code(
+        "await tools.echo({n: 1, xs: [1, {deep: true}]}); return 1", [tool], call_id="run", description="test"
+    )
     expected = {"n": 1, "xs": [1, {"deep": True}]}
-    event = result.events[0]
+    event = result.calls[0]
     assert event.arguments == expected
     for mutate in (
         lambda a: a.__setitem__("n", 999),

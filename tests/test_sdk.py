@@ -426,7 +426,7 @@ def test_the_python_layout_byte_for_byte():
         "\n"
         "# greet — Say hi. Twice.\n"
         "#   name: Who to greet\n"
-        'Args2 = TypedDict("Args2", {"mood": NotRequired[Literal["warm", "cold"]], "name": str})\n'
+        'Args2 = TypedDict("Args2", {"name": str, "mood": NotRequired[Literal["warm", "cold"]]})\n'
         "\n"
         "\n"
         'Tools = TypedDict("Tools", {\n'
@@ -482,14 +482,14 @@ def test_a_recursive_model_gets_a_finite_exact_type():
         "required": ["value"],
     }
     out = sdk.render([refs_tool("plant", {"tree": {"$ref": "#/$defs/Tree"}}, {"Tree": tree}, required=["tree"])])
-    assert 'type Tree = { "children"?: Array<Tree>; "value": number };' in out
+    assert 'type Tree = { "value": number; "children"?: Array<Tree> };' in out  # required first
     assert '    "tree": Tree;' in out
     check_typescript(out)
     # Python has no nested records: the cycle ends where a record would start.
     python = sdk.render([refs_tool("plant", {"tree": {"$ref": "#/$defs/Tree"}}, {"Tree": tree})], "python")
     assert '"tree": NotRequired[dict[str, Any]]' in python
     assert sdk.json_schema_to_type({"$ref": "#/$defs/Tree", "$defs": {"Tree": tree}}) == (
-        '{ "children"?: Array<unknown>; "value": number }'
+        '{ "value": number; "children"?: Array<unknown> }'
     )
 
 
@@ -636,13 +636,15 @@ def test_a_pydantic_model_with_nested_models_a_list_of_them_and_an_enum():
     assert '/** Where a parcel goes. */\ntype Address = { "city": string; "street": string };' in out
     assert (
         '  "place_order"(args: {\n'
-        '    "bill_to"?: Address | null;\n'
-        '    "lines": Array<{ "qty"?: number; "sku": string }>;\n'
+        '    "lines": Array<{ "sku": string; "qty"?: number }>;\n'
         "    /** Delivery address. */\n"
         '    "ship_to": Address;\n'
+        "    /** default: null */\n"
+        '    "bill_to"?: Address | null;\n'
+        '    /** default: "open" */\n'
         '    "status"?: "open" | "shipped";\n'
-        '  }): Promise<{ "bill_to"?: Address | null; "lines": Array<{ "qty"?: number; "sku": string }>; '
-        '"ship_to": Address; "status"?: "open" | "shipped" }>;'
+        '  }): Promise<{ "lines": Array<{ "sku": string; "qty"?: number }>; "ship_to": Address; '
+        '"bill_to"?: Address | null; "status"?: "open" | "shipped" }>;'
     ) in out
     python = sdk.render([Tool("place_order", lambda args: None, parameters=Order.model_json_schema())], "python")
     compile(python, "<sdk>", "exec")

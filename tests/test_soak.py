@@ -100,7 +100,7 @@ def _check(run: int, result) -> None:
     else:
         assert result.error is None, (run, result.error)
         assert result.result == _expected(run), run
-    events = result.events
+    events = result.calls
     assert [e.seq for e in events] == list(range(FAN_OUT)), run
     assert len({e.id for e in events}) == FAN_OUT
     assert [e.name for e in events] == ["fetch"] * 9 + ["record"]
@@ -124,7 +124,12 @@ def _soak(runs: range, runtime) -> None:
                 return
             try:
                 result = run_code(
-                    PROGRAM % run, TOOLS, limits=Limits(timeout=30), call_id=f"soak-{run}", runtime=runtime
+                    PROGRAM % run,
+                    TOOLS,
+                    limits=Limits(timeout=30),
+                    call_id=f"soak-{run}",
+                    runtime=runtime,
+                    description="test",
                 )
                 _check(run, result)
                 checked.append(run)

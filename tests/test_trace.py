@@ -34,7 +34,7 @@ return [first, w, last];
 
 @pytest.fixture(scope="module")
 def fanout_result():
-    result = run_code(FANOUT, [SLOW, WRITE], max_parallel=4, timeout=20)
+    result = run_code(FANOUT, [SLOW, WRITE], max_parallel=4, timeout=20, description="test")
     assert result.ok, result.error
     assert len(result.trail) == 10
     return result
@@ -131,7 +131,7 @@ def test_write_chrome_trace_round_trips(fanout_result, tmp_path):
 
 
 def test_failed_run_and_empty_trail():
-    result = run_code("throw new Error('nope')", [SLOW])
+    result = run_code("throw new Error('nope')", [SLOW], description="test")
     trace = chrome_trace(result)
     check_structure(trace)
     assert _calls(trace) == []
@@ -144,7 +144,7 @@ def test_failed_call_is_marked_not_ok():
         raise RuntimeError("broken")
 
     tool = Tool("boom", boom, concurrency_safe=lambda args: True)
-    result = run_code("try { await tools.boom({}) } catch (e) { return e.message }", [tool])
+    result = run_code("try { await tools.boom({}) } catch (e) { return e.message }", [tool], description="test")
     assert result.result == "broken"
     trace = chrome_trace(result)
     check_structure(trace)
@@ -155,7 +155,7 @@ def test_abandoned_call_runs_to_the_end_of_the_run():
     release = threading.Event()
     hang = Tool("hang", lambda args: release.wait(10), concurrency_safe=lambda args: True)
     try:
-        result = run_code("await tools.hang({})", [hang], timeout=0.3)
+        result = run_code("await tools.hang({})", [hang], timeout=0.3, description="test")
     finally:
         release.set()
     assert result.error.kind == "timeout"

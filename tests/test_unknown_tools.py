@@ -62,7 +62,7 @@ def test_calling_an_undeclared_tool_rejects_with_a_tool_error_naming_it(runtime)
     try { await tools.getWeather({city: "Oslo"}); }
     catch (e) { return [e instanceof ToolError, e.name, e.tool, e.message]; }
     """
-    result = run_code(program, tools())
+    result = run_code(program, tools(), description="test")
     assert result.ok, result.error
     assert result.result == [
         True,
@@ -71,12 +71,12 @@ def test_calling_an_undeclared_tool_rejects_with_a_tool_error_naming_it(runtime)
         'unknown tool "getWeather"; did you mean "get_weather"? Object.keys(tools) lists the 5 declared tools; '
         'sdk.search("words") finds them by what they do.',
     ]
-    assert result.events == ()  # refused by the host: no tool ran, nothing audited
+    assert result.calls == ()  # refused by the host: no tool ran, nothing audited
 
 
 def test_uncaught_the_error_says_which_tool_and_where_it_was_called(runtime):
     program = 'const a = 1;\nconst r = await tools.getWeather({city: "Oslo"});'
-    result = run_code(program, tools())
+    result = run_code(program, tools(), description="test")
     assert result.error.kind == "exception"
     first, location = result.error.message.split("\n")
     assert first.startswith('ToolError: unknown tool "getWeather"; did you mean "get_weather"?')
@@ -95,7 +95,7 @@ def test_reading_tools_shows_only_the_declared_tools(runtime):
       awaited: Object.keys(await Promise.resolve(tools)),
     };
     """
-    result = run_code(program, tools())
+    result = run_code(program, tools(), description="test")
     assert result.ok, result.error
     declared = sorted(NAMES)
     assert result.result == {
@@ -114,11 +114,11 @@ def test_reading_tools_shows_only_the_declared_tools(runtime):
 
 def test_a_tool_named_like_a_protocol_method_is_still_callable(runtime):
     weird = [Tool("then", lambda args: "then ran"), Tool("toJSON", lambda args: "toJSON ran")]
-    result = run_code('return [await tools.then({}), await tools["toJSON"]({})]', weird)
+    result = run_code('return [await tools.then({}), await tools["toJSON"]({})]', weird, description="test")
     assert result.result == ["then ran", "toJSON ran"]
 
 
 def test_a_denied_tool_is_denied_not_unknown(runtime):
     program = "try { await tools.send_email({}); } catch (e) { return e.message; }"
-    result = run_code(program, tools(), policy=PermissionPolicy(deny=["send_email"]))
+    result = run_code(program, tools(), policy=PermissionPolicy(deny=["send_email"]), description="test")
     assert result.result == 'tool "send_email" is denied by the permission policy'

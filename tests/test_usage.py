@@ -38,6 +38,7 @@ def test_the_ledger_counts_what_each_sub_call_returned_to_the_program(runtime):
         "try { await tools.nope({}) } catch (x) {}"
         "return a.length + b.length",
         TOOLS,
+        description="test",
     )
     assert result.result == 53
     calls = result.usage.calls
@@ -58,12 +59,12 @@ def test_the_ledger_counts_what_each_sub_call_returned_to_the_program(runtime):
 
 
 def test_sdk_questions_are_not_sub_calls_in_the_ledger():
-    result = run_code('await sdk.describe("rows"); return await tools.rows({n: 1})', TOOLS)
+    result = run_code('await sdk.describe("rows"); return await tools.rows({n: 1})', TOOLS, description="test")
     assert [c.tool for c in result.usage.calls] == ["rows"]
 
 
 def test_the_ledger_says_what_the_model_got_and_what_the_budget_cut():
-    result = run_code("return await tools.rows({n: 2000})", TOOLS, output_budget=1000)
+    result = run_code("return await tools.rows({n: 2000})", TOOLS, output_budget=1000, description="test")
     full = len(json.dumps(result.to_dict(), ensure_ascii=False))
     model = len(json.dumps(result.for_model(), ensure_ascii=False))
     assert result.usage.answer_chars == full
@@ -81,6 +82,7 @@ def test_the_same_numbers_in_the_events(runtime):
         "return 'x'.repeat(5000)",
         TOOLS,
         output_budget=500,
+        description="test",
     )
     events = list(run.events())
     result = run.result(timeout=WAIT)
@@ -108,6 +110,7 @@ def test_the_same_numbers_in_the_otel_run_span():
             TOOLS,
             tracer=provider.get_tracer("test_usage"),
             output_budget=400,
+            description="test",
         )
     finally:
         provider.shutdown()
@@ -139,6 +142,7 @@ def test_describe_shows_the_shape_of_results_already_received(runtime):
         'const before = await sdk.describe("search"); await tools.search({});'
         'const after = await sdk.describe("search"); return [before, after]',
         tools,
+        description="test",
     )
     before, after = result.result
     assert "look like" not in before  # nothing received yet
@@ -151,7 +155,9 @@ def test_describe_merges_shapes_of_several_results_optional_keys_and_unions():
     calls = iter([{"a": 1, "b": "x"}, {"a": "two"}, [1, "s"]])
     tools = [Tool(name="vary", function=lambda args: next(calls), description="varies")]
     result = run_code(
-        'await tools.vary({}); await tools.vary({}); await tools.vary({}); return await sdk.describe("vary")', tools
+        'await tools.vary({}); await tools.vary({}); await tools.vary({}); return await sdk.describe("vary")',
+        tools,
+        description="test",
     )
     assert "(number | string)[] | { a: number | string; b?: string }" in result.result
 
@@ -159,7 +165,7 @@ def test_describe_merges_shapes_of_several_results_optional_keys_and_unions():
 def test_describe_adds_no_shape_for_a_tool_with_an_output_schema():
     schema = {"type": "object", "properties": {"total": {"type": "integer"}}}
     tools = [Tool(name="search", function=_search, description="s", returns=schema)]
-    result = run_code('await tools.search({}); return await sdk.describe("search")', tools)
+    result = run_code('await tools.search({}); return await sdk.describe("search")', tools, description="test")
     assert "look like" not in result.result
 
 
@@ -172,5 +178,8 @@ def test_describe_shapes_through_the_agent_tool():
 
 def test_observed_shapes_belong_to_their_run():
     tools = [Tool(name="search", function=_search, description="s")]
-    assert "look like" in run_code('await tools.search({}); return await sdk.describe("search")', tools).result
-    assert "look like" not in run_code('return await sdk.describe("search")', tools).result
+    assert (
+        "look like"
+        in run_code('await tools.search({}); return await sdk.describe("search")', tools, description="test").result
+    )
+    assert "look like" not in run_code('return await sdk.describe("search")', tools, description="test").result

@@ -153,7 +153,7 @@ def compromised(tmp_path, monkeypatch):
 
 
 def attack(pool: WorkerPool, **limits) -> dict:
-    result = run_code("/*payload*/", runtime=pool, limits=Limits(**limits) if limits else None)
+    result = run_code("/*payload*/", runtime=pool, limits=Limits(**limits) if limits else None, description="test")
     assert result.error is None, result.error
     assert "payload_error" not in result.result, result.result
     return result.result
@@ -162,7 +162,7 @@ def attack(pool: WorkerPool, **limits) -> dict:
 def assert_next_run_correct(pool: WorkerPool) -> None:
     seen = []
     tool = Tool("add", lambda a: seen.append(a) or a["x"] + 1)
-    result = run_code("return await tools.add({x: 41})", [tool], runtime=pool)
+    result = run_code("return await tools.add({x: 41})", [tool], runtime=pool, description="test")
     assert result.error is None and result.result == 42 and seen == [{"x": 41}]
 
 
@@ -224,7 +224,7 @@ def test_a_frame_far_over_the_limits_is_refused_at_its_header(compromised):
     )
     small = Limits(max_output_bytes=1000, max_log_bytes=1000, max_args_bytes=1000, max_calls=10)
     rss = _rss()
-    result = run_code("/*payload*/", runtime=pool, limits=small)
+    result = run_code("/*payload*/", runtime=pool, limits=small, description="test")
     assert result.error is not None and result.error.kind == "abort", result
     assert "broke the protocol" in result.error.message
     assert _rss() - rss < 50 * MIB
@@ -248,7 +248,7 @@ def test_a_compromised_worker_never_sees_a_later_run(compromised):
     compromised_pid = attack(pool)["pid"]
     assert _wait_gone(compromised_pid), "the worker that ran the payload was discarded"
     secret = Tool("secret", lambda a: "s3cr3t")
-    result = run_code("return await tools.secret({})", [secret], runtime=pool)
+    result = run_code("return await tools.secret({})", [secret], runtime=pool, description="test")
     assert result.result == "s3cr3t"
     assert compromised_pid not in pool.pids()
 
@@ -256,11 +256,11 @@ def test_a_compromised_worker_never_sees_a_later_run(compromised):
 def test_reuse_is_scoped_to_one_trust_domain(compromised):
     pool = compromised('report["pid"] = libc.syscall(ctypes.c_long(39))')
     alice = pool.domain("alice")
-    first = run_code("/*payload*/", runtime=alice).result["pid"]
-    again = run_code("/*payload*/", runtime=alice).result["pid"]
+    first = run_code("/*payload*/", runtime=alice, description="test").result["pid"]
+    again = run_code("/*payload*/", runtime=alice, description="test").result["pid"]
     assert again == first, "alice's runs reuse her warm worker"
-    bob = run_code("/*payload*/", runtime=pool.domain("bob")).result["pid"]
-    anyone = run_code("/*payload*/", runtime=pool).result["pid"]
+    bob = run_code("/*payload*/", runtime=pool.domain("bob"), description="test").result["pid"]
+    anyone = run_code("/*payload*/", runtime=pool, description="test").result["pid"]
     assert len({first, bob, anyone}) == 3
 
 
@@ -295,8 +295,10 @@ def test_a_worker_that_skips_its_exit_does_not_outlive_its_host(tmp_path):
 def test_performance_clock_tells_nothing_about_other_runs():
     with WorkerPool(size=1) as pool:
         d = pool.domain("k")
-        run_code("let x = 0; for (let i = 0; i < 1e6; i++) x += i; return x", runtime=d)
-        result = run_code("return [performance.now(), Date.now() - performance.timeOrigin]", runtime=d).result
+        run_code("let x = 0; for (let i = 0; i < 1e6; i++) x += i; return x", runtime=d, description="test")
+        result = run_code(
+            "return [performance.now(), Date.now() - performance.timeOrigin]", runtime=d, description="test"
+        ).result
     assert 0 <= result[0] < 1000 and 0 <= result[1] < 1000
 
 
@@ -330,5 +332,5 @@ def test_the_payload_hook_needs_the_hosts_environment():
     # Without the variable in the host's environment a marked program is just a program.
     assert worker.PAYLOAD_ENV not in os.environ
     with WorkerPool(size=1) as pool:
-        result = run_code("/*payload*/ return 1", runtime=pool)
+        result = run_code("/*payload*/ return 1", runtime=pool, description="test")
     assert result.result == 1

@@ -115,17 +115,25 @@ def test_builtin_loops_time_out_within_the_deadline_plus_the_grace(pool, program
     # One builtin call is not interruptible; the host kills the worker.
     before = set(pool.pids())
     t0 = time.monotonic()
-    result = run_code("console.log('go'); await tools.echo({}); " + program, [echo_tool()], timeout=0.5, runtime=pool)
+    result = run_code(
+        "console.log('go'); await tools.echo({}); " + program,
+        [echo_tool()],
+        timeout=0.5,
+        runtime=pool,
+        description="test",
+    )
     elapsed = time.monotonic() - t0
     assert result.error is not None and result.error.kind == "timeout", result.error
     assert "0.5s deadline" in result.error.message
     assert result.logs == ("go",), "the logs of the steps before the kill are kept"
     assert elapsed < 0.5 + pool.kill_grace + SLACK
-    assert len(result.events) == 1
+    assert len(result.calls) == 1
     # The killed worker is gone and replaced; the next run is correct.
     assert all(wait_gone(pid) for pid in before - set(pool.pids()))
     assert before != set(pool.pids())
-    assert run_code("return await tools.echo({n: 1})", [echo_tool()], runtime=pool).result == {"n": 1}
+    assert run_code("return await tools.echo({n: 1})", [echo_tool()], runtime=pool, description="test").result == {
+        "n": 1
+    }
 
 
 def test_soft_stop_at_the_wall_clock_deadline_keeps_the_logs(pool):
@@ -134,9 +142,11 @@ def test_soft_stop_at_the_wall_clock_deadline_keeps_the_logs(pool):
     if not pool.os_bounds.get("wall_clock_stop"):
         pytest.skip("the binding's layout did not match: no wall-clock stop here")  # pragma: no cover
     domain = pool.domain("t")  # a worker that may serve the next run of its domain
-    assert run_code("return 1", runtime=domain).result == 1
+    assert run_code("return 1", runtime=domain, description="test").result == 1
     pids = set(pool.pids())
-    result = run_code("console.log('in the loop step'); while (true) {}", timeout=0.5, runtime=domain)
+    result = run_code(
+        "console.log('in the loop step'); while (true) {}", timeout=0.5, runtime=domain, description="test"
+    )
     assert result.error.kind == "timeout"
     assert "was killed" not in result.error.message
     assert result.logs == ("in the loop step",)
@@ -198,7 +208,7 @@ def _cpu_program(seconds: float, runtime) -> str:
     timings = []
     for _ in range(5):
         t0 = time.perf_counter()
-        assert run_code(probe.replace("N", "2e6"), runtime=runtime).ok
+        assert run_code(probe.replace("N", "2e6"), runtime=runtime, description="test").ok
         timings.append(time.perf_counter() - t0)
     timings.sort()
     return probe.replace("N", str(int(seconds / timings[2] * 2e6)))
@@ -210,7 +220,7 @@ def test_twelve_concurrent_half_second_cpu_runs_all_return_their_value():
     # within the 5 s deadline: this test needs 1.2 of the machine's 2 cores.
     with make_pool(size=12) as p:
         program = _cpu_program(0.5, p)
-        expected = run_code(program, runtime=QuickJSRuntime()).result
+        expected = run_code(program, runtime=QuickJSRuntime(), description="test").result
         barrier = threading.Barrier(12)
         results: list = [None] * 12
         took: list = [None] * 12
@@ -218,7 +228,7 @@ def test_twelve_concurrent_half_second_cpu_runs_all_return_their_value():
         def one(i: int) -> None:
             barrier.wait(WAIT)
             t0 = time.monotonic()
-            results[i] = run_code(program, timeout=5, runtime=p)
+            results[i] = run_code(program, timeout=5, runtime=p, description="test")
             took[i] = round(time.monotonic() - t0, 2)
 
         threads = [threading.Thread(target=one, args=(i,)) for i in range(12)]
@@ -242,7 +252,9 @@ def test_recursion_from_a_thread_with_a_512_kib_stack_is_an_abort(runtime, pool)
     box: list = []
     old = threading.stack_size(512 * 1024)
     try:
-        t = threading.Thread(target=lambda: box.append(run_code(RECURSION, runtime=rt)), name="small-stack")
+        t = threading.Thread(
+            target=lambda: box.append(run_code(RECURSION, runtime=rt, description="test")), name="small-stack"
+        )
         t.start()
     finally:
         threading.stack_size(old)
@@ -252,7 +264,7 @@ def test_recursion_from_a_thread_with_a_512_kib_stack_is_an_abort(runtime, pool)
     assert result.error.kind == "abort"
     assert "stack limit" in result.error.message
     assert result.logs == ("deep",)
-    assert run_code("return 'alive'", runtime=rt).result == "alive"
+    assert run_code("return 'alive'", runtime=rt, description="test").result == "alive"
 
 
 @pytest.mark.parametrize("runtime", ["worker", "in_process"])
@@ -265,7 +277,7 @@ def test_recursion_at_the_largest_stack_limit_is_an_abort(runtime, pool):
         "console.log('deep'); let o = {}; for (let i = 0; i < 1e6; i++) o = {o}; return JSON.stringify(o).length;",
     ]
     for program in programs:
-        result = run_code(program, runtime=rt, limits=limits)
+        result = run_code(program, runtime=rt, limits=limits, description="test")
         assert result.error is not None and result.error.kind in ("abort", "exception"), result.error
         assert "stack" in result.error.message or "call stack" in result.error.message, result.error
         assert result.logs == ("deep",)
@@ -285,12 +297,12 @@ def _rss() -> int:
 def test_twenty_memory_bombs_leave_the_host_rss_where_it_was(pool):
     limits = Limits(memory_bytes=128 * MIB, timeout=30)
     bomb = "await tools.who({}); console.log('bomb'); const a = []; while (true) a.push('x'.repeat(1e5) + a.length);"
-    assert run_code("return 1", runtime=pool, limits=limits).result == 1
+    assert run_code("return 1", runtime=pool, limits=limits, description="test").result == 1
     start = _rss()
     seen = set()
     who = Tool("who", lambda a: seen.update(pool.pids()))
     for _ in range(20):
-        result = run_code(bomb, [who], runtime=pool, limits=limits)
+        result = run_code(bomb, [who], runtime=pool, limits=limits, description="test")
         assert result.error.kind == "abort", result.error
         assert "128 MiB memory limit" in result.error.message
         assert result.logs == ("bomb",)
@@ -302,9 +314,14 @@ def test_twenty_memory_bombs_leave_the_host_rss_where_it_was(pool):
 
 def test_a_run_needing_more_memory_than_a_workers_cap_gets_another_worker(pool):
     small = Limits(memory_bytes=16 * MIB)
-    assert run_code("return 1", runtime=pool, limits=small).result == 1
+    assert run_code("return 1", runtime=pool, limits=small, description="test").result == 1
     big = Limits(memory_bytes=512 * MIB, timeout=30)
-    result = run_code("const b = new ArrayBuffer(300 * 1024 * 1024); return b.byteLength;", runtime=pool, limits=big)
+    result = run_code(
+        "const b = new ArrayBuffer(300 * 1024 * 1024); return b.byteLength;",
+        runtime=pool,
+        limits=big,
+        description="test",
+    )
     assert result.result == 300 * MIB
 
 
@@ -321,7 +338,7 @@ def test_big_messages_cross_whole_both_ways(runtime, pool):
     const t = await tools.take({s: "y".repeat(900000)});
     return {n: b.length, same: b === "é".repeat(b.length), t, back: "z".repeat(900000)};
     """
-    result = run_code(program, tools, runtime=rt, timeout=60)
+    result = run_code(program, tools, runtime=rt, timeout=60, description="test")
     assert result.error is None, result.error
     assert result.result["n"] == len(big) and result.result["same"] is True
     assert result.result["t"] == "ok" and seen == [900000]
@@ -342,7 +359,7 @@ def test_with_the_host_looking_for_answers_busily_every_frame_crosses_whole(pool
     for (let i = 0; i < 3e6; i++) x = (x + i) % 7;
     return {s, n: big.s.length, x, last: (await tools.echo({i: 1})).i};
     """
-    result = run_code(program, [echo_tool()], runtime=pool, timeout=60)
+    result = run_code(program, [echo_tool()], runtime=pool, timeout=60, description="test")
     assert result.error is None, result.error
     assert result.result == {"s": sum(range(300)), "n": 400000, "x": sum(range(3_000_000)) % 7, "last": 1}
     from nous_sched.runtime import pool as pool_module
@@ -375,7 +392,7 @@ def test_a_worker_killed_mid_call_is_an_abort_with_logs_and_one_event_per_starte
         console.log("submitted");
         return await Promise.all(fan);
         """
-        result = run_code(program, tools, runtime=p, timeout=30)
+        result = run_code(program, tools, runtime=p, timeout=30, description="test")
         assert result.error is not None and result.error.kind == "abort", result.error
         assert "died" in result.error.message and "SIGKILL" in result.error.message
         assert result.logs == ("before", "submitted")
@@ -383,15 +400,15 @@ def test_a_worker_killed_mid_call_is_an_abort_with_logs_and_one_event_per_starte
         # second `work`, queued behind it, starts when `kill` commits, which
         # races with the run ending. One event per started call, no more, no
         # less; a tool body runs only for a started call.
-        names = [e.name for e in result.events]
+        names = [e.name for e in result.calls]
         assert names in (["work", "kill"], ["work", "kill", "work"])
-        assert [e.seq for e in result.events] == list(range(len(names)))
-        assert len({e.id for e in result.events}) == len(names)
+        assert [e.seq for e in result.calls] == list(range(len(names)))
+        assert len({e.id for e in result.calls}) == len(names)
         assert started[0] == 1 and (2 not in started or len(names) == 3)
         assert wait_gone(pid)
         # The pool replaced it; the next run is correct.
-        after = run_code("return await tools.work({i: 7})", tools, runtime=p)
-        assert after.result == 7 and [e.name for e in after.events] == ["work"]
+        after = run_code("return await tools.work({i: 7})", tools, runtime=p, description="test")
+        assert after.result == 7 and [e.name for e in after.calls] == ["work"]
         assert 7 in started
         assert pid not in p.pids()
 
@@ -408,13 +425,18 @@ def test_a_worker_killed_while_javascript_runs_is_an_abort_and_the_host_goes_on(
 
         t = threading.Thread(target=killer)
         t.start()
-        result = run_code("console.log('a'); await tools.mark({}); console.log('b'); for (;;) {}", tools, runtime=p)
+        result = run_code(
+            "console.log('a'); await tools.mark({}); console.log('b'); for (;;) {}",
+            tools,
+            runtime=p,
+            description="test",
+        )
         t.join(WAIT)
         assert result.error.kind == "abort"
         assert "SIGSEGV" in result.error.message
         assert result.logs[0] == "a"
-        assert len(result.events) == 1
-        assert run_code("return 2", runtime=p).result == 2
+        assert len(result.calls) == 1
+        assert run_code("return 2", runtime=p, description="test").result == 2
 
 
 def test_close_during_a_run_ends_it_as_data_and_refuses_new_runs(make_event):
@@ -429,7 +451,9 @@ def test_close_during_a_run_ends_it_as_data_and_refuses_new_runs(make_event):
 
     box: list = []
     t = threading.Thread(
-        target=lambda: box.append(run_code("await tools.hold({}); for (;;) {}", [Tool("hold", hold)], runtime=p))
+        target=lambda: box.append(
+            run_code("await tools.hold({}); for (;;) {}", [Tool("hold", hold)], runtime=p, description="test")
+        )
     )
     t.start()
     assert entered.wait(WAIT)
@@ -440,7 +464,7 @@ def test_close_during_a_run_ends_it_as_data_and_refuses_new_runs(make_event):
     (result,) = box
     assert result.error.kind == "abort"
     with pytest.raises(RunCodeError, match="closed"):
-        run_code("return 1", runtime=p)
+        run_code("return 1", runtime=p, description="test")
 
 
 # === cancellation =============================================================================
@@ -467,6 +491,7 @@ def test_cancel_from_another_thread_kills_a_busy_worker_and_leaks_nothing(make_e
             runtime=p,
             cancel=cancel,
             timeout=60,
+            description="test",
         )
         ended = time.monotonic()
         t.join(WAIT)
@@ -481,7 +506,7 @@ def test_cancel_from_another_thread_kills_a_busy_worker_and_leaks_nothing(make_e
         pidfd = 1 if p.start_method == "forkserver" else 0
         assert fds() == descriptors - 3 - pidfd, "the discarded worker's three pipes (and pidfd) are closed"
         assert p.pids() == []
-        assert run_code("return 3", runtime=p).result == 3
+        assert run_code("return 3", runtime=p, description="test").result == 3
 
 
 @pytest.mark.parametrize("runtime", ["worker", "in_process"])
@@ -504,13 +529,17 @@ def test_cancel_while_waiting_for_a_tool(runtime, pool, make_event):
     t.start()
     t0 = time.monotonic()
     result = run_code(
-        "console.log('calling'); return await tools.hold({});", [Tool("hold", hold)], runtime=rt, cancel=cancel
+        "console.log('calling'); return await tools.hold({});",
+        [Tool("hold", hold)],
+        runtime=rt,
+        cancel=cancel,
+        description="test",
     )
     t.join(WAIT)
     release.set()
     assert result.error.kind == "cancelled"
     assert result.logs == ("calling",)
-    assert [e.name for e in result.events] == ["hold"]
+    assert [e.name for e in result.calls] == ["hold"]
     assert time.monotonic() - t0 < 1.0 + SLACK
 
 
@@ -526,13 +555,15 @@ def test_cancel_while_waiting_for_a_free_worker(make_event):
 
         box: list = []
         t = threading.Thread(
-            target=lambda: box.append(run_code("return await tools.hold({})", [Tool("hold", hold)], runtime=p))
+            target=lambda: box.append(
+                run_code("return await tools.hold({})", [Tool("hold", hold)], runtime=p, description="test")
+            )
         )
         t.start()
         assert entered.wait(WAIT)
         cancel = threading.Event()
         cancel.set()
-        result = run_code("return 1", runtime=p, cancel=cancel)
+        result = run_code("return 1", runtime=p, cancel=cancel, description="test")
         assert result.error.kind == "cancelled"
         release.set()
         t.join(WAIT)
@@ -542,7 +573,7 @@ def test_cancel_while_waiting_for_a_free_worker(make_event):
 def test_cancel_is_an_error_kind_and_a_bad_cancel_is_a_config_error():
     assert "cancelled" in ERROR_KINDS
     with pytest.raises(ConfigError, match="`cancel` must be None or a threading.Event"):
-        run_code("return 1", cancel=True)
+        run_code("return 1", cancel=True, description="test")
 
 
 _INTERRUPT_SCRIPT = r"""
@@ -578,7 +609,7 @@ threading.Thread(target=interrupter, daemon=True).start()
 out = {"pid": pid}
 try:
     run_code("console.log('x'); await tools.mark({}); for (;;) {}", [Tool("mark", lambda a: looping.set())],
-             runtime=pool, timeout=60)
+             runtime=pool, timeout=60, description="t")
     out["raised"] = None
 except KeyboardInterrupt:
     out["raised"] = "KeyboardInterrupt"
@@ -633,12 +664,14 @@ def test_waiting_for_a_free_worker_counts_against_the_deadline(make_event):
 
         box: list = []
         t = threading.Thread(
-            target=lambda: box.append(run_code("return await tools.hold({})", [Tool("hold", hold)], runtime=p))
+            target=lambda: box.append(
+                run_code("return await tools.hold({})", [Tool("hold", hold)], runtime=p, description="test")
+            )
         )
         t.start()
         assert entered.wait(WAIT)
         t0 = time.monotonic()
-        queued = run_code("return 1", runtime=p, timeout=0.5)
+        queued = run_code("return 1", runtime=p, timeout=0.5, description="test")
         waited = time.monotonic() - t0
         release.set()
         t.join(WAIT)
@@ -653,18 +686,21 @@ def test_workers_are_recycled_after_runs_per_worker_runs():
         seen = []
         who = Tool("who", lambda a: seen.append(p.pids()[0]))  # (size 1: the running worker)
         for i in range(5):
-            assert run_code(f"await tools.who({{}}); return {i}", [who], runtime=p.domain("t")).result == i
+            assert (
+                run_code(f"await tools.who({{}}); return {i}", [who], runtime=p.domain("t"), description="test").result
+                == i
+            )
         assert seen[0] == seen[1] != seen[2] == seen[3] != seen[4]
         assert all(wait_gone(pid) for pid in set(seen) - set(p.pids()))
 
 
 def test_workers_of_one_trust_domain_are_reused_warm_between_runs(pool):
     domain = pool.domain("t")
-    assert run_code("return 0", runtime=domain).result == 0
+    assert run_code("return 0", runtime=domain, description="test").result == 0
     pids = set(pool.pids())
     for i in range(10):
         program = "return await tools.echo({i: I})".replace("I", str(i))
-        assert run_code(program, [echo_tool()], runtime=domain).result == {"i": i}
+        assert run_code(program, [echo_tool()], runtime=domain, description="test").result == {"i": i}
     assert set(pool.pids()) == pids
 
 
@@ -672,7 +708,7 @@ def test_by_default_every_run_gets_a_worker_that_never_ran_anything(pool):
     seen = []
     who = Tool("who", lambda a: seen.append(set(pool.pids())))
     for i in range(4):
-        assert run_code(f"await tools.who({{}}); return {i}", [who], runtime=pool).result == i
+        assert run_code(f"await tools.who({{}}); return {i}", [who], runtime=pool, description="test").result == i
     seen = set().union(*seen)
     assert len(seen) >= 4
     assert all(wait_gone(pid) for pid in seen - set(pool.pids()))
@@ -700,7 +736,9 @@ def test_a_begun_run_starts_before_its_host_exists_and_runs_once(pool):
     assert outcome.error is None and outcome.result == {"echoed": True} and outcome.logs == ("early",)
     with pytest.raises(RuntimeError):
         begun.run(_AnswerAtOnce())
-    assert run_code("return await tools.echo({n: 2})", [echo_tool()], runtime=pool).result == {"n": 2}
+    assert run_code("return await tools.echo({n: 2})", [echo_tool()], runtime=pool, description="test").result == {
+        "n": 2
+    }
 
 
 def test_an_abandoned_run_kills_its_worker_and_the_pool_goes_on(pool):
@@ -709,16 +747,18 @@ def test_an_abandoned_run_kills_its_worker_and_the_pool_goes_on(pool):
     begun.abandon()
     begun.abandon()  # idempotent
     assert len(set(pool.pids()) & pids) == 1, "the begun run's worker is gone"
-    assert run_code("return await tools.echo({n: 3})", [echo_tool()], runtime=pool).result == {"n": 3}
+    assert run_code("return await tools.echo({n: 3})", [echo_tool()], runtime=pool, description="test").result == {
+        "n": 3
+    }
 
 
 def test_a_bad_scheduler_option_abandons_the_begun_run(pool):
     # The program was begun before the scheduler refused its option: nothing leaks.
     with pytest.raises(ConfigError):
-        run_code("return 1", runtime=pool, max_parallel=0)
+        run_code("return 1", runtime=pool, max_parallel=0, description="test")
     assert len(pool.pids()) <= pool.size
     for n in range(3):
-        assert run_code(f"return {n}", runtime=pool).result == n
+        assert run_code(f"return {n}", runtime=pool, description="test").result == n
 
 
 def test_a_begun_run_whose_host_never_comes_gives_its_worker_back(pool, monkeypatch):
@@ -732,9 +772,11 @@ def test_a_begun_run_whose_host_never_comes_gives_its_worker_back(pool, monkeypa
     monkeypatch.setattr(run_code_module, "_Host", broken_host)
     for _ in range(3):  # more than the pool's two workers
         with pytest.raises(RuntimeError, match="no host today"):
-            run_code("return 1", runtime=pool, timeout=WAIT)
+            run_code("return 1", runtime=pool, timeout=WAIT, description="test")
     monkeypatch.undo()
-    assert run_code("return await tools.echo({n: 4})", [echo_tool()], runtime=pool, timeout=WAIT).result == {"n": 4}
+    assert run_code(
+        "return await tools.echo({n: 4})", [echo_tool()], runtime=pool, timeout=WAIT, description="test"
+    ).result == {"n": 4}
 
 
 def test_a_pool_is_created_on_first_use_and_is_the_default(tmp_path):
@@ -745,7 +787,7 @@ def test_a_pool_is_created_on_first_use_and_is_the_default(tmp_path):
         from nous_sched.run_code import resolve_runtime
         from nous_sched.runtime import pool
         before = pool._default
-        result = run_code("return 6 * 7")
+        result = run_code("return 6 * 7", description="t")
         rt = resolve_runtime(None)
         print(json.dumps([before is None, isinstance(rt, WorkerPool), rt is resolve_runtime(None), result.result,
                           len(rt.pids())]))
@@ -786,15 +828,15 @@ def _fake_python(tmp_path, body: str) -> str:
 
 def test_a_worker_that_cannot_start_is_a_clear_error_not_a_hang(tmp_path):
     with pytest.raises(RunCodeError, match="could not start a worker process"):
-        run_code("return 1", runtime=WorkerPool(python=str(tmp_path / "no-such-python")))
+        run_code("return 1", runtime=WorkerPool(python=str(tmp_path / "no-such-python")), description="test")
     exits = _fake_python(tmp_path, "import sys; sys.exit(3)\n")
     with pytest.raises(RunCodeError, match=r"exited before it started \(exit status 3\)"):
-        run_code("return 1", runtime=WorkerPool(python=exits))
+        run_code("return 1", runtime=WorkerPool(python=exits), description="test")
     silent = _fake_python(tmp_path, "import time; time.sleep(60)\n")
     t0 = time.monotonic()
     p = WorkerPool(python=silent, start_timeout=0.5)
     with pytest.raises(RunCodeError, match="did not start within 0.5s"):
-        run_code("return 1", runtime=p, timeout=30)
+        run_code("return 1", runtime=p, timeout=30, description="test")
     assert time.monotonic() - t0 < 0.5 + SLACK
     assert p.pids() == []
 
@@ -832,14 +874,14 @@ def test_a_hostile_worker_gets_an_abort_or_timeout_and_the_host_goes_on(tmp_path
     try:
         (pid,) = p.pids()
         t0 = time.monotonic()
-        result = run_code("return 1", runtime=p, timeout=1)
+        result = run_code("return 1", runtime=p, timeout=1, description="test")
         assert time.monotonic() - t0 < 1 + 0.1 + SLACK
         assert result.result is None
         assert result.error.kind == ("timeout" if behaviour == "silent" else "abort"), result.error
         assert wait_gone(pid), "the worker that broke the protocol was killed"
     finally:
         p.close()
-    assert run_code("return 'host fine'", runtime=QuickJSRuntime()).result == "host fine"
+    assert run_code("return 'host fine'", runtime=QuickJSRuntime(), description="test").result == "host fine"
 
 
 _DEAF_TWICE = """
@@ -861,7 +903,7 @@ def test_the_host_repeats_the_deadline_signal_until_the_worker_stops_softly(tmp_
     fake = _fake_python(tmp_path, _HOSTILE + _DEAF_TWICE)
     with make_pool(python=fake, size=1, kill_grace=30, start_method="spawn") as p:
         t0 = time.monotonic()
-        result = run_code("return 1", runtime=p, timeout=0.5)
+        result = run_code("return 1", runtime=p, timeout=0.5, description="test")
         took = time.monotonic() - t0
     assert result.error.kind == "timeout"
     assert result.error.message == "stopped softly"
@@ -875,13 +917,13 @@ _FORK_SCRIPT = r"""
 import json, os, sys
 from nous_sched import run_code
 from nous_sched.runtime.pool import default_pool
-assert run_code("return 1").result == 1
+assert run_code("return 1", description="t").result == 1
 parent_pids = default_pool().pids()
 r, w = os.pipe()
 child = os.fork()
 if child == 0:
     os.close(r)
-    result = run_code("return 2").result
+    result = run_code("return 2", description="t").result
     mine = default_pool().pids()
     os.write(w, json.dumps([result, mine]).encode())
     default_pool().close()
@@ -893,7 +935,7 @@ while chunk := os.read(r, 65536):
 os.waitpid(child, 0)
 child_result, child_pids = json.loads(data)
 print(json.dumps({"child_result": child_result, "child_pids": child_pids, "parent_pids": parent_pids,
-                  "parent_after": default_pool().pids(), "parent_result": run_code("return 3").result}))
+                  "parent_after": default_pool().pids(), "parent_result": run_code("return 3", description="t").result}))
 """
 
 
@@ -913,11 +955,11 @@ _EXIT_SCRIPT = r"""
 import threading, sys
 from nous_sched import run_code
 from nous_sched.runtime.pool import default_pool
-assert run_code("return 1").result == 1
+assert run_code("return 1", description="t").result == 1
 started = threading.Event()
 from nous_sched import Tool
 t = threading.Thread(target=lambda: run_code("await tools.go({}); for (;;) {}", [Tool("go", lambda a: started.set())],
-                     timeout=600), daemon=True)
+                     timeout=600, description="t"), daemon=True)
 t.start()
 started.wait(30)
 print(" ".join(map(str, default_pool().pids())), flush=True)
@@ -988,7 +1030,7 @@ def test_a_worker_runs_scrubbed_named_and_bounded(pool):
     # After a run, the address space is capped: what the worker used before,
     # plus twice the run's memory and the headroom.
     domain = pool.domain("t")
-    run_code("return 1", runtime=domain, limits=Limits(memory_bytes=64 * MIB))
+    run_code("return 1", runtime=domain, limits=Limits(memory_bytes=64 * MIB), description="test")
     caps = set()
     for pid in pool.pids():
         with open(f"/proc/{pid}/limits", encoding="ascii") as fh:
@@ -1017,12 +1059,14 @@ def test_between_runs_a_worker_works_as_batch_then_returns_to_the_normal_policy(
     # next run's frames wake it as promptly as the first run's did.
     assert _js_thread_policies(pool) == [os.SCHED_OTHER] * 2
     for n in range(6):
-        assert run_code(f"return {n}", runtime=pool.domain("t")).result == n
+        assert run_code(f"return {n}", runtime=pool.domain("t"), description="test").result == n
     deadline = time.monotonic() + WAIT
     while set(_js_thread_policies(pool)) != {os.SCHED_OTHER}:  # a worker may still be tidying
         assert time.monotonic() < deadline, _js_thread_policies(pool)
         time.sleep(0.01)
-    assert run_code("return await tools.echo({n: 7})", [echo_tool()], runtime=pool).result == {"n": 7}
+    assert run_code("return await tools.echo({n: 7})", [echo_tool()], runtime=pool, description="test").result == {
+        "n": 7
+    }
 
 
 _PROBE = r"""

@@ -9,7 +9,7 @@ import signal
 import sys
 import threading
 from pathlib import Path
-from typing import Any, Callable, Iterator, NoReturn, Optional, Sequence, TextIO
+from typing import Any, Callable, Iterator, NoReturn, Optional, Sequence, TextIO, TypeVar, cast
 
 from .. import _validators as v
 from .._version import __version__
@@ -22,6 +22,7 @@ __all__ = ["main", "build_parser", "PROG"]
 
 PROG = "nous-sched"
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_BROKEN_PIPE = 0, 1, 2, 130, 141
+T = TypeVar("T")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -61,7 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
         "run",
         help="run PROGRAM.js against the tools of MODULE",
         description="Run PROGRAM.js in QuickJS with the tools of MODULE bound as `tools.<name>(args)`. "
-        "Exit status: 0 success, 1 the program failed, 2 usage or configuration error.",
+        "Exit status: 0 success, 1 the program failed, 2 usage or configuration error, "
+        "130 interrupted (Ctrl-C: the first cancels the run and prints its logs, a second stops at once).",
     )
     run.add_argument("program", metavar="PROGRAM.js", help="the program to run, or - to read it from standard input")
     run.add_argument(
@@ -165,7 +167,13 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         from ..runtime.quickjs import QuickJSRuntime
 
         runtime = QuickJSRuntime()
-    options: dict[str, Any] = {"max_parallel": args.max_parallel, "timeout": args.timeout, "runtime": runtime}
+    options: dict[str, Any] = {
+        "max_parallel": args.max_parallel,
+        "timeout": args.timeout,
+        "runtime": runtime,
+        # run_code requires a description (the audit's and approval's); the program's file name is one.
+        "description": Path(args.program).name if args.program != "-" else "program from standard input",
+    }
     if args.ask:
         options["approval_handler"] = _terminal_approver(args.program, err)
     try:
@@ -174,9 +182,9 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 options["observer"] = progress.observe
             with progress if progress is not None else contextlib.nullcontext():
                 if args.events:
-                    result = _run_with_events(program, tools, out, cancel=cancel, **options)
+                    result = _off_main(lambda: _run_with_events(program, tools, out, cancel=cancel, **options))
                 else:
-                    result = run_code(program, tools, cancel=cancel, **options)
+                    result = _off_main(lambda: run_code(program, tools, cancel=cancel, **options))
     except ConfigError as exc:  # RunCodeError included: nothing ran
         raise UsageError(str(exc)) from None
 
@@ -229,6 +237,31 @@ def _run_with_events(program: str, tools: Any, out: TextIO, **options: Any) -> A
         out.write(event.to_json() + "\n")
         out.flush()
     return run.result()
+
+
+def _off_main(run: Callable[[], T]) -> T:
+    """``run()`` on a thread of its own (``nous-sched-cli-run``) while this, the
+    main thread, waits: Python runs signal handlers only on the main thread,
+    between bytecodes, so a program running JavaScript on it (the in-process
+    runtime) would hold off Ctrl-C until it stopped. A second Ctrl-C raises
+    ``KeyboardInterrupt`` here at once; the run's thread, already cancelled by
+    the first, is a daemon and ends with the process."""
+    box: list[Any] = []
+
+    def target() -> None:
+        try:
+            box.append((True, run()))
+        except BaseException as exc:  # handed to the main thread
+            box.append((False, exc))
+
+    thread = threading.Thread(target=target, name="nous-sched-cli-run", daemon=True)
+    thread.start()
+    while thread.is_alive():
+        thread.join(0.1)  # a bounded join: the main thread returns to the interpreter, which runs handlers
+    ok, value = box[0]
+    if not ok:
+        raise value
+    return cast(T, value)
 
 
 @contextlib.contextmanager

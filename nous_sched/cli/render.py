@@ -174,6 +174,7 @@ def result_json(result: RunResult) -> dict[str, Any]:
         doc["error"] = result.error.as_dict()
     doc["logs"] = list(result.logs)
     doc["trail"] = [attrs.asdict(r) for r in result.trail]
-    doc["events"] = [attrs.asdict(e) for e in result.events]
+    # Each record with its type: tool_call, approval and tool_outcome share the list.
+    doc["events"] = [{"type": e.type, **e.as_event().data} for e in result.events]
     doc["refused"] = [attrs.asdict(r) for r in result.refused]
     return doc

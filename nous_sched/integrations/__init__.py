@@ -25,11 +25,24 @@ tools run to completion on the tool's own thread. Features that only the
 framework's own runner can honour (the Agents SDK's guardrails, pydantic-ai's
 ``prepare`` and run context) are refused when the tool is adapted rather than
 silently skipped.
+
+Adapters out (:mod:`.handoff`): :func:`to_langchain`, :func:`to_openai_agents`
+and :func:`to_pydantic_ai` hand any :class:`~nous_sched.Tool`,
+``run_code_tool(...)`` included, to that framework, async-native.
 """
 
+from .handoff import to_langchain, to_openai_agents, to_pydantic_ai
 from .langchain import from_langchain
 from .llamaindex import from_llamaindex
 from .openai_agents import from_openai_agents
 from .pydantic_ai import from_pydantic_ai
 
-__all__ = ["from_langchain", "from_llamaindex", "from_openai_agents", "from_pydantic_ai"]
+__all__ = [
+    "from_langchain",
+    "from_llamaindex",
+    "from_openai_agents",
+    "from_pydantic_ai",
+    "to_langchain",
+    "to_openai_agents",
+    "to_pydantic_ai",
+]

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import importlib
+import inspect
+import typing
 from typing import Any, Callable, Optional, Union
 
 from .. import _validators as v
 from ..errors import ConfigError
-from ..function_tool import _always_safe
+from ..function_tool import _always_safe, _no_return_type, _stdlib_schema
 from ..tool import Tool
 
 Predicate = Union[Callable[[dict[str, Any]], Any], bool, None]
@@ -22,8 +24,7 @@ def require(module: str, extra: str, adapter: str) -> Any:
         return importlib.import_module(module)
     except ImportError as exc:
         raise ConfigError(
-            f"{adapter} needs the `{module.split('.')[0]}` package ({exc}); install it with "
-            f"pip install 'nous_sched[{extra}]'"
+            f"{adapter} needs the `{module.split('.')[0]}` package ({exc}); install it with pip install -e '.[{extra}]'"
         ) from None
 
 
@@ -67,3 +68,29 @@ def build(
         category=category,
         concurrency_safe=predicate,
     )
+
+
+def return_schema(fn: Any) -> Optional[dict[str, Any]]:
+    """The JSON Schema of ``fn``'s return annotation (``-> int`` is ``{"type": "integer"}``),
+    for a framework tool that keeps its function but no output schema; ``None``
+    when there is no function, no annotation, or no schema for it."""
+    if not callable(fn):
+        return None
+    try:
+        hint = typing.get_type_hints(fn).get("return", inspect.Signature.empty)
+    except Exception:  # a forward reference that does not resolve: the plain annotation
+        try:
+            hint = inspect.signature(fn).return_annotation
+        except (TypeError, ValueError):
+            return None
+    if _no_return_type(hint):
+        return None
+    schema = _stdlib_schema(hint)
+    if schema is None:
+        try:
+            import pydantic
+
+            schema = pydantic.TypeAdapter(hint).json_schema(mode="serialization")
+        except Exception:
+            return None
+    return schema or None

@@ -6,7 +6,8 @@ The parameters are the JSON Schema LangChain itself sends a model
 A tool that only has a coroutine runs it with ``ainvoke`` on the tool's
 thread. A ``ToolException`` or a pydantic validation error becomes a
 :class:`~nous_sched.ToolError` with its message. LangChain has no flag for
-concurrency or approval: the defaults are exclusive and no approval.
+concurrency or approval: the defaults are exclusive and no approval. The
+return annotation of the tool's function (``-> int``) becomes ``returns``.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any, Optional
 from .._pydantic import is_validation_error, jsonable, validation_message
 from ..errors import ConfigError, ToolError
 from ..tool import Tool
-from ._common import Predicate, build, require
+from ._common import Predicate, build, require, return_schema
 
 __all__ = ["from_langchain"]
 
@@ -33,8 +34,8 @@ def from_langchain(
 ) -> Tool:
     """A :class:`~nous_sched.Tool` that runs the LangChain tool ``tool``.
 
-    :raises ConfigError: ``langchain-core`` is not installed (``pip install
-        'nous_sched[langchain]'``), or ``tool`` is not a LangChain ``BaseTool``.
+    :raises ConfigError: ``langchain-core`` is not installed (``pip install -e
+        '.[langchain]'``), or ``tool`` is not a LangChain ``BaseTool``.
     """
     tools = require("langchain_core.tools", "langchain", _ADAPTER)
     calling = require("langchain_core.utils.function_calling", "langchain", _ADAPTER)
@@ -66,7 +67,8 @@ def from_langchain(
         function=function,
         description=tool.description,
         parameters=spec.get("parameters") or {"type": "object", "properties": {}},
-        returns=None,
+        # LangChain keeps no output schema; the function's return annotation is one.
+        returns=return_schema(getattr(tool, "func", None) or getattr(tool, "coroutine", None)),
         concurrency_safe=concurrency_safe,
         derived_concurrency_safe=None,
         requires_approval=requires_approval,

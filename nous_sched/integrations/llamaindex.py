@@ -35,8 +35,8 @@ def from_llamaindex(
 ) -> Tool:
     """A :class:`~nous_sched.Tool` that runs the LlamaIndex tool ``tool``.
 
-    :raises ConfigError: ``llama-index-core`` is not installed (``pip install
-        'nous_sched[llamaindex]'``), ``tool`` is not a LlamaIndex tool, or it
+    :raises ConfigError: ``llama-index-core`` is not installed (``pip install -e
+        '.[llamaindex]'``), ``tool`` is not a LlamaIndex tool, or it
         needs a workflow ``Context``.
     """
     types = require("llama_index.core.tools.types", "llamaindex", _ADAPTER)

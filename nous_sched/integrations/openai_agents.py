@@ -22,6 +22,7 @@ tool with an output schema, which raises); build the tool with
 
 from __future__ import annotations
 
+import inspect
 import json
 from typing import Any, Optional
 
@@ -29,7 +30,7 @@ from .._pydantic import jsonable
 from ..dispatch import current_call
 from ..errors import ConfigError, ToolError
 from ..tool import Tool
-from ._common import Predicate, build, require
+from ._common import Predicate, build, require, return_schema
 
 __all__ = ["from_openai_agents"]
 
@@ -46,8 +47,8 @@ def from_openai_agents(
 ) -> Tool:
     """A :class:`~nous_sched.Tool` that runs the Agents SDK function tool ``tool``.
 
-    :raises ConfigError: ``openai-agents`` is not installed (``pip install
-        'nous_sched[openai-agents]'``), ``tool`` is not a ``FunctionTool``, or
+    :raises ConfigError: ``openai-agents`` is not installed (``pip install -e
+        '.[openai-agents]'``), ``tool`` is not a ``FunctionTool``, or
         it cannot be honoured outside the SDK's runner (see the module docstring).
     """
     agents = require("agents", "openai-agents", _ADAPTER)
@@ -100,10 +101,21 @@ def from_openai_agents(
         function=function,
         description=tool.description,
         parameters=tool.params_json_schema,
-        returns=tool.output_json_schema,
+        returns=tool.output_json_schema or return_schema(_wrapped_function(tool)),
         concurrency_safe=concurrency_safe,
         derived_concurrency_safe=None,
         requires_approval=requires_approval,
         derived_requires_approval=needs_approval,
         category=category,
     )
+
+
+def _wrapped_function(tool: Any) -> Any:
+    """The Python function a ``@function_tool`` wraps, when this version of the
+    SDK lets it be found (for its return annotation); ``None`` otherwise."""
+    try:
+        invoke = tool.on_invoke_tool
+        impl = getattr(invoke, "_invoke_tool_impl", invoke)
+        return inspect.getclosurevars(impl).nonlocals.get("the_func")
+    except Exception:
+        return None

@@ -40,8 +40,8 @@ def from_pydantic_ai(
 ) -> Tool:
     """A :class:`~nous_sched.Tool` that runs the pydantic-ai tool ``tool`` (a ``Tool`` or a plain function).
 
-    :raises ConfigError: ``pydantic-ai`` is not installed (``pip install
-        'nous_sched[pydantic-ai]'``), or ``tool`` needs an agent run (see the
+    :raises ConfigError: ``pydantic-ai`` is not installed (``pip install -e
+        '.[pydantic-ai]'``), or ``tool`` needs an agent run (see the
         module docstring).
     """
     pydantic_ai = require("pydantic_ai", "pydantic-ai", _ADAPTER)

@@ -1,6 +1,6 @@
 """Code Mode over MCP: MCP servers' tools as :class:`~nous_sched.Tool` values, and ``run_code`` served over MCP.
 
-Needs the MCP SDK: ``pip install 'nous_sched[mcp]'``. Importing this package
+Needs the MCP SDK: ``pip install -e '.[mcp]'``. Importing this package
 does not import the SDK; the first use of a name below does, and says how to
 install it when it is missing.
 
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 __all__ = ["connect", "Connection", "ServerSpec", "ToolOverride", "load_config", "CodeModeServer", "INSTALL_HINT"]
 
 #: What to run when the MCP SDK is missing.
-INSTALL_HINT = "nous_sched.mcp needs the MCP SDK: pip install 'nous_sched[mcp]'"
+INSTALL_HINT = "nous_sched.mcp needs the MCP SDK: pip install -e '.[mcp]'"
 
 # name: (module, whether it needs the SDK). All lazy, so the CLI's parser pays nothing for MCP.
 _LAZY = {

@@ -126,6 +126,17 @@ def connect(
     )
 
 
+def _claim(owners: dict[str, "_Upstream"], name: str, up: "_Upstream") -> None:
+    """Record that ``up`` provides tool ``name``; two servers providing one name is a :class:`ConfigError`."""
+    other = owners.setdefault(name, up)
+    if other is not up:
+        raise ConfigError(
+            f"MCP servers {other.name!r} and {up.name!r} both provide a tool named {name!r}; give one a "
+            f"prefix (ServerSpec(prefix=...): its tools become <prefix>__<tool>) or rename the tool "
+            f"(ServerSpec(overrides={{{name!r}: ToolOverride(name=...)}}))"
+        )
+
+
 class _Upstream:
     """One server of a connection: its spec and, once connected, its SDK client and tools."""
 
@@ -189,8 +200,9 @@ class Connection:
     def tools(self) -> list[Tool]:
         """Every tool of every server, as :class:`~nous_sched.Tool` values (listed once, at connect).
 
-        Names are the servers' own with one server, ``<server>__<tool>`` with
-        several. ``parameters`` is the tool's input schema, ``returns`` its
+        Names are the servers' own, or ``<prefix>__<tool>`` for a server with a
+        ``prefix`` (:class:`ServerSpec`), renamed by ``ToolOverride(name=...)``;
+        they do not depend on how many servers are connected. ``parameters`` is the tool's input schema, ``returns`` its
         output schema (when it has one); ``concurrency_safe``,
         ``requires_approval``, ``category`` and ``exclusive_reason`` follow
         :func:`mapping.flags`: a tool of an untrusted server is exclusive and
@@ -345,15 +357,15 @@ class Connection:
     # -- the tools -----------------------------------------------------------
 
     def _build_tools(self) -> list[Tool]:
-        namespaced = len(self._upstreams) > 1
         tools = []
+        owners: dict[str, _Upstream] = {}
         for up in self._upstreams:
             for listed in up.listing:
-                f = mapping.flags(
-                    listed.annotations, trusted=up.spec.trusted, override=up.spec.overrides.get(listed.name)
-                )
+                override = up.spec.overrides.get(listed.name)
+                f = mapping.flags(listed.annotations, trusted=up.spec.trusted, override=override)
                 title = getattr(listed.annotations, "title", None) or getattr(listed, "title", None)
-                name = mapping.tool_name(up.name, listed.name, namespaced=namespaced)
+                name = mapping.stable_name(up.spec.prefix, listed.name, override)
+                _claim(owners, name, up)
                 self._flags[name] = f
                 tools.append(
                     Tool(

@@ -12,7 +12,7 @@
 
 An entry has either ``command`` (with optional ``args``, ``env``, ``cwd``) or
 ``url`` (with optional ``headers``), plus nous_sched's own optional keys
-``trusted`` and ``overrides`` (see :class:`~nous_sched.mcp.ServerSpec`). The
+``trusted``, ``overrides`` and ``prefix`` (see :class:`~nous_sched.mcp.ServerSpec`). The
 key is the server's name. Any other key is an error, so a typo never silently
 drops a setting such as ``trusted`` or an override.
 """
@@ -30,7 +30,7 @@ from .spec import ServerSpec
 
 __all__ = ["load_config", "parse_config", "load_policy"]
 
-_KEYS = {"command", "args", "env", "cwd", "url", "headers", "trusted", "overrides"}
+_KEYS = {"command", "args", "env", "cwd", "url", "headers", "trusted", "overrides", "prefix"}
 
 
 def load_config(path: Union[str, Path]) -> list[ServerSpec]:
@@ -90,6 +90,7 @@ def _entry(name: str, entry: Any, where: str) -> ServerSpec:
             name=name,
             trusted=entry.get("trusted", False),
             overrides=entry.get("overrides"),
+            prefix=entry.get("prefix"),
             env=entry.get("env"),
             cwd=entry.get("cwd"),
             headers=entry.get("headers"),

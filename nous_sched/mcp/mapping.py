@@ -39,11 +39,12 @@ __all__ = [
     "result_value",
     "error_text",
     "tool_name",
+    "stable_name",
     "server_name",
     "SEPARATOR",
 ]
 
-#: Joins a server's name and its tool's name when several servers are connected.
+#: Joins a server's prefix and its tool's name.
 SEPARATOR = "__"
 _NOT_NAME = re.compile(r"[^A-Za-z0-9_-]+")
 
@@ -159,6 +160,14 @@ def _block_value(block: Any) -> Any:
 def tool_name(server: str, tool: str, *, namespaced: bool) -> str:
     """``tool``, or ``<server>__<tool>`` when several servers share one tool set."""
     return f"{server}{SEPARATOR}{tool}" if namespaced else tool
+
+
+def stable_name(prefix: Optional[str], tool: str, override: Optional[ToolOverride] = None) -> str:
+    """The name a program calls an MCP tool by: the override's ``name`` or the
+    tool's own, after ``<prefix>__`` when the server has a prefix. It does not
+    depend on which other servers are connected."""
+    name = override.name if override is not None and override.name else tool
+    return f"{prefix}{SEPARATOR}{name}" if prefix else name
 
 
 def server_name(reported: Any, fallback: str) -> str:

@@ -31,11 +31,16 @@ questions are refused, and the audit's ``run_end`` says ``cancelled``.
 Audit: with ``audit_log``, every run, approval decision and sub-call is
 written to that file as one JSON object per line, each call *before* the tool
 runs (``run_start``, ``tool_call``, ``tool_refused``, ``approval``,
-``tool_result``, ``run_end``; all carry ``ts`` and ``run``). The
-``tool_call`` and ``tool_refused`` lines are the gate's own audit events
-(:mod:`nous_sched.gate`), the same records :func:`~nous_sched.run_code`
-returns: a call the gate refuses (a denied tool, arguments that fail the
-schema, a call past the budget) is in the file too.
+``tool_outcome``, ``run_end``; all carry ``ts`` and ``run``). The
+``tool_call``, ``tool_refused``, ``approval`` and ``tool_outcome`` lines carry
+the fields of the audit records :func:`~nous_sched.run_code` returns in
+``RunResult.events`` and the ``SessionLog`` (:mod:`nous_sched.events`: one
+schema): ``approval`` has ``seq``, ``tool``, ``approved`` and ``reason`` (plus
+``call``, ``arguments``, ``decision`` and ``by``: who answered);
+``tool_outcome`` has ``seq``, ``tool``, ``ok``, ``error`` (``null`` or
+``{kind, message}``) and ``bytes`` (plus ``call``). A call the gate refuses (a
+denied tool, arguments that fail the schema, a call past the budget) is in
+the file too. (The outcome line was ``tool_result`` before: see the CHANGELOG.)
 
 Fair sharing: one client session (one MCP connection) may have at most
 ``max_runs_per_session`` runs going at once (default: a quarter of the worker
@@ -82,7 +87,6 @@ from .._validators import NAMES, POSITIVE_INT, TOOLS, instance_of, names, option
 from ..dispatch import ApprovalRequest, current_call, direct_dispatch
 from ..errors import ConfigError, RunCodeError, ToolError
 from ..events import Event, SessionLog
-from ..outcome import Outcome
 from ..policy import PermissionPolicy
 from ..tool import Tool
 from .client import DEADLINE_GRACE
@@ -551,7 +555,10 @@ class CodeModeServer:
             "approval",
             run=run.id,
             call=info.id if info is not None else None,
+            seq=info.seq if info is not None else None,
             tool=request.tool,
+            approved=approved,
+            reason=f"{'approved' if approved else 'denied'} by {by}",
             arguments=request.arguments,
             decision="approved" if approved else "denied",
             by=by,
@@ -564,20 +571,8 @@ class CodeModeServer:
         return approved
 
     def _dispatch(self, run: _Run, tool: Any, args: dict[str, Any], run_ctx: Any) -> Any:
-        # The call's tool_call line is already written, by the gate (_GateAudit).
-        info = current_call.get()
-        call = info.id if info is not None else None
-        try:
-            value = direct_dispatch(tool, args, run_ctx)
-        except Exception as exc:
-            self._write("tool_result", run=run.id, call=call, tool=tool.name, ok=False, error=str(exc))
-            raise
-        if isinstance(value, Outcome) and not value.ok:
-            message = value.error.message if value.error is not None else ""
-            self._write("tool_result", run=run.id, call=call, tool=tool.name, ok=False, error=message)
-        else:
-            self._write("tool_result", run=run.id, call=call, tool=tool.name, ok=True)
-        return value
+        # The call's tool_call and tool_outcome lines are the scheduler's audit records (_GateAudit).
+        return direct_dispatch(tool, args, run_ctx)
 
     def _write(self, event: str, **fields: Any) -> None:
         if self._audit is not None:
@@ -615,6 +610,9 @@ class _GateAudit(SessionLog):
             )
         elif event.type == "tool_refused":
             self._server._write("tool_refused", run=self._run.id, tool=data["name"], message=data["message"])
+        elif event.type == "tool_outcome":
+            self._server._write("tool_outcome", run=self._run.id, call=f"{self._run.id}:code:{data['seq']}", **data)
+        # An `approval` record is written by the server's own handler, with who answered (_approve_call).
 
 
 _ONE_CLIENT = "stdio"  # a stateless connection with no HTTP request: stdio, whose process serves one client

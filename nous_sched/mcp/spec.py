@@ -19,8 +19,13 @@ __all__ = ["ServerSpec", "ToolOverride", "NAME_PATTERN"]
 
 #: A server name: it prefixes tool names, so it keeps them valid for every provider.
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-_OVERRIDE_KEYS = ("parallel", "requires_approval", "read_only")
+_OVERRIDE_KEYS = ("parallel", "requires_approval", "read_only", "name")
 _OPTIONAL_BOOL = optional(BOOL)
+
+
+_TOOL_NAME = optional(
+    Check("1-64 letters, digits, '_' or '-'", lambda v: isinstance(v, str) and bool(NAME_PATTERN.match(v)))
+)
 
 
 @attrs.frozen
@@ -34,12 +39,16 @@ class ToolOverride:
     (``read_only=False`` makes them exclusive). ``parallel`` and
     ``requires_approval``, when given, beat ``read_only``. ``None`` leaves the
     decision to the server's annotations (trusted servers) or the fail-safe
-    default (untrusted ones: exclusive, approval needed).
+    default (untrusted ones: exclusive, approval needed). ``name`` renames the
+    tool (the server's ``prefix``, if any, still goes before it): to resolve a
+    clash between servers, or to give a program a better name; calls still
+    reach the server's own tool.
     """
 
     parallel: Optional[bool] = attrs.field(default=None, validator=_OPTIONAL_BOOL)
     requires_approval: Optional[bool] = attrs.field(default=None, validator=_OPTIONAL_BOOL)
     read_only: Optional[bool] = attrs.field(default=None, kw_only=True, validator=_OPTIONAL_BOOL)
+    name: Optional[str] = attrs.field(default=None, kw_only=True, validator=_TOOL_NAME)
 
     @classmethod
     def coerce(cls, value: Any, where: str) -> "ToolOverride":
@@ -50,7 +59,7 @@ class ToolOverride:
             raise ConfigError(f"{where} must be a ToolOverride or a mapping of its fields, got {shown(value)}")
         unknown = sorted(set(value) - set(_OVERRIDE_KEYS))
         if unknown:
-            raise ConfigError(f"{where}: unknown key {unknown[0]!r}; expected {' or '.join(_OVERRIDE_KEYS)}")
+            raise ConfigError(f"{where}: unknown key {unknown[0]!r}; expected {', '.join(_OVERRIDE_KEYS)}")
         try:
             return cls(**value)
         except ConfigError as exc:
@@ -107,8 +116,13 @@ class ServerSpec:
     * an MCP SDK server object (``MCPServer`` or a low-level ``Server``):
       connected in-process, for tests and embedding.
 
-    ``name`` prefixes the tool names when several servers are connected
-    (``<name>__<tool>``); by default it is the name the server reports.
+    ``name`` is the server's name in messages and in :attr:`Connection.servers`
+    (by default the name the server reports). ``prefix``, when given, goes
+    before each of its tools' names (``<prefix>__<tool>``) however many
+    servers are connected, so a program's tool names do not change when a
+    server is added; by default tools keep their own names, and two servers
+    listing the same name is a :class:`ConfigError` at connect that names
+    both fixes (``prefix=``, or ``ToolOverride(name=...)`` for one tool).
 
     ``trusted`` says whether the server's tool annotations may drive
     decisions. Untrusted (the default): every call is exclusive and needs
@@ -123,6 +137,7 @@ class ServerSpec:
 
     target: Any = attrs.field(validator=_TARGET, converter=_command)
     name: Optional[str] = attrs.field(default=None, kw_only=True, validator=_NAME)
+    prefix: Optional[str] = attrs.field(default=None, kw_only=True, validator=_NAME)
     trusted: bool = attrs.field(default=False, kw_only=True, validator=BOOL)
     overrides: Mapping[str, ToolOverride] = attrs.field(factory=dict, kw_only=True, converter=_overrides)
     env: Optional[Mapping[str, str]] = attrs.field(default=None, kw_only=True, validator=_STRING_MAP)

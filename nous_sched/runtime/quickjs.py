@@ -13,8 +13,15 @@ what this one gives up is the process boundary:
   one budget) and late when other processes starve it; one builtin call (a
   huge ``slice``, a BigInt power) is not interrupted at all. The deadline is
   exact while the run waits for tools and between JavaScript jobs.
-* **Cancellation** (``run_code(..., cancel=event)``) and ``KeyboardInterrupt``
-  take effect between steps, not inside one.
+* **Cancellation** (``run_code(..., cancel=event)``) stops the program at
+  once, inside a step too, where the binding's context layout is the one
+  the worker runtime verifies (:func:`~nous_sched.runtime.worker._budget_offset`):
+  a watcher thread, ``nous-sched-cancel-<n>``, present only in a run given
+  ``cancel``, zeroes the running call's CPU budget when ``cancel`` is set, so
+  the engine stops at its next interrupt check and keeps the step's logs,
+  as a deadline does. Elsewhere, and for ``KeyboardInterrupt``, it takes
+  effect between steps. (The CLI runs the program off the main thread, so a
+  second Ctrl-C interrupts it at once whatever the program is doing.)
 * **Memory**: the engine's heap is this process's; freed memory may stay with
   the allocator rather than return to the OS.
 * **Stack**: the engine runs on the calling thread when that thread's stack
@@ -36,7 +43,7 @@ from typing import Any, Optional
 
 from ..result import RunError
 from . import Host, Limits, RuntimeOutcome
-from .engine import Engine, Finish, drive
+from .engine import CANCELLED, Engine, Finish, drive
 
 __all__ = ["QuickJSRuntime", "STACK_MARGIN"]
 
@@ -66,6 +73,8 @@ class QuickJSRuntime:
         else:
             finish = _run_on_own_thread(program, host, limits, deadline, cancel, needed)
         error = None if finish.error is None else RunError(*finish.error)
+        if error is not None and error.kind == "timeout" and _is_set(cancel) and time.monotonic() < deadline:
+            error = RunError("cancelled", CANCELLED)  # the watcher's stop, not the deadline's
         return RuntimeOutcome(finish.logs, result=finish.result, error=error)
 
     def __repr__(self) -> str:
@@ -73,11 +82,80 @@ class QuickJSRuntime:
 
 
 def _run(program: str, host: Host, limits: Limits, deadline: float, cancel: Any) -> Finish:
-    engine = Engine(program, host.names, limits, deadline)
+    watch = _CancelWatch(cancel) if cancel is not None and _budget() is not None else None
+    engine = Engine(program, host.names, limits, deadline, before_salvage=watch.stop if watch else None)
+    if watch is not None:
+        watch.start(engine)
     try:
         return drive(engine, host, limits, deadline, cancel)
     finally:
+        if watch is not None:
+            watch.stop()
         engine.close()
+
+
+def _is_set(cancel: Any) -> bool:
+    return cancel is not None and bool(cancel.is_set())
+
+
+_UNKNOWN = object()
+_offset: Any = _UNKNOWN  # where a context keeps its running call's CPU budget (None: not known)
+_offset_lock = threading.Lock()
+#: How often the watcher looks at ``cancel``; also how often it zeroes the
+#: budget again once set (the engine re-arms it before each step).
+CANCEL_POLL = 0.02
+
+
+def _budget() -> Any:
+    global _offset
+    if _offset is _UNKNOWN:
+        with _offset_lock:
+            if _offset is _UNKNOWN:
+                import _quickjs
+
+                from .worker import _budget_offset
+
+                _offset = _budget_offset(_quickjs)
+    return _offset
+
+
+class _CancelWatch:
+    """Stops a run's engine inside a step once ``cancel`` is set (see the module docstring).
+
+    ``_lock`` guards ``_engine``: cleared by :meth:`stop` (before the engine's
+    salvage, and when the run ends), so the budget is never zeroed during the
+    salvage's drain or in a context that is being freed.
+    """
+
+    def __init__(self, cancel: Any) -> None:
+        self._cancel = cancel
+        self._lock = threading.Lock()
+        self._engine: Any = None
+        self._done = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+
+    def start(self, engine: Engine) -> None:
+        self._engine = engine
+        self._thread = threading.Thread(target=self._watch, name=f"nous-sched-cancel-{next(_numbers)}", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        with self._lock:
+            self._engine = None
+        self._done.set()
+
+    def _watch(self) -> None:
+        import ctypes
+
+        offset = _budget()
+        while not self._done.wait(CANCEL_POLL):
+            if not self._cancel.is_set():
+                continue
+            with self._lock:
+                ctx = getattr(self._engine, "ctx", None)
+                if ctx is not None:
+                    ctypes.c_int64.from_address(id(ctx) + offset).value = 0
+                del ctx
 
 
 class _Either:
