@@ -259,7 +259,11 @@ def test_suspended_is_a_kind_a_run_can_emit():
 
 
 def test_events_are_json_ready_and_have_kind_seq_at_data(runtime):
-    run = start_run('console.log("x"); return await tools.echo({a: "é"})', [Tool(name="echo", function=lambda a: a)], description="test")
+    run = start_run(
+        'console.log("x"); return await tools.echo({a: "é"})',
+        [Tool(name="echo", function=lambda a: a)],
+        description="test",
+    )
     events = list(run.events())
     for event in events:
         assert isinstance(event, RunEvent)

@@ -99,6 +99,8 @@ def ready(args):
 
 TOOLS = [Tool("ready", ready)]
 """
+
+
 def spin_and_cancel(runtime):
     cancel = threading.Event()
 
