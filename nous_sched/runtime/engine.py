@@ -59,6 +59,12 @@ _TRUNCATED = "[output truncated at {n} bytes]"
 #: What the program's text follows: one line (the prelude's line offset).
 _HEADER = "(async function program() {\n"
 _TRUNCATED_LINES = "[output truncated at {n} lines]"
+#: A program that starts with this, JSON text of recorded clock values and a
+#: NUL is a durable run's: the prelude reads Date.now(), new Date(),
+#: Math.random() and performance.now() from those values, then records new
+#: ones in the envelope (``"clock"``) for the host's ``clock(values)``. No
+#: ordinary program starts with a NUL (the engine would cut it there).
+CLOCK_MARK = "\x00nous-clock\x00"
 
 
 def _one_shot_encoder(allow_nan: bool) -> Callable[[Any], str]:
@@ -175,9 +181,15 @@ class Engine:
         )
         self._arm()
         self._guard(bridge, "configure", json.dumps(list(self.names)), budgets, 1)
+        program = self.program
+        if program.startswith(CLOCK_MARK):
+            # A durable run (nous_sched/durable.py): its recorded clock values, then the program.
+            end = program.index("\x00", len(CLOCK_MARK))
+            self._guard(bridge, "clock", program[len(CLOCK_MARK) : end])
+            program = program[end + 1 :]
         try:
             # The header's line is taken off every line number by the prelude.
-            main = self._guard(ctx.eval, _HEADER + self.program + "\n})")
+            main = self._guard(ctx.eval, _HEADER + program + "\n})")
         except _Syntax as exc:
             raise Stopped("exception", exc.message) from None
         self._guard(bridge, "start", main)
@@ -344,6 +356,8 @@ def _drive(engine: Any, host: Any, limits: Any, deadline: float, cancel: Any, bo
             raise Stopped("abort", TAMPERED)
         if envelope["logs"] or envelope["dropped"]:
             book.extend(envelope["logs"], envelope["dropped"])
+        if "clock" in envelope:
+            _clock(host, envelope["clock"])
         calls = envelope["calls"]
         # A null name is a question about the tools (the program's `sdk`). Each
         # call's arguments are JSON text: the host parses them under the
@@ -546,7 +560,26 @@ def _checked(text: Any) -> Optional[dict[str, Any]]:
         return None
     if main is not None and main["state"] == "fulfilled" and type(main.get("json")) is not str:
         return None
+    if "clock" in envelope and not _clock_values(envelope["clock"]):
+        return None
     return envelope  # type: ignore[no-any-return]
+
+
+def _clock(host: Any, values: list[Any]) -> None:
+    """Hand a durable run's new clock values to its host (one that records them)."""
+    record = getattr(host, "clock", None)
+    if record is not None:
+        record(values)
+
+
+def _clock_values(values: Any) -> bool:
+    """True for a durable run's clock values: a list of numbers."""
+    if not isinstance(values, list):
+        return False
+    for value in values:
+        if type(value) not in (int, float):
+            return False
+    return True
 
 
 _STATES = frozenset({"fulfilled", "rejected", "invalid", "output_limit"})

@@ -299,6 +299,68 @@
     logs[logCount++] = line;
   }
 
+
+  // Durable runs (nous_sched/durable.py) only: Date.now(), new Date(),
+  // Math.random() and performance.now() are read through here, so a replay
+  // gets the values the first run read, in the same order, and a live run
+  // hands each new value to the host in the envelope ("clock").
+  let clockOn = false;
+  let clockReplay = [];
+  let clockAt = 0;
+  let clockNew = [];
+  const DateCtor = Date;
+  const construct = Reflect.construct;
+  const dateNow = Date.now;
+  const mathRandom = Math.random;
+  const perf = typeof performance === "object" && performance !== null ? performance : null;
+  const perfNow = perf !== null ? perf.now : null;
+  function clockValue(read) {
+    if (clockAt < clockReplay.length) return clockReplay[clockAt++];
+    const value = read();
+    clockNew[clockNew.length] = value;
+    return value;
+  }
+  function readNow() {
+    return apply(dateNow, DateCtor, []);
+  }
+  function readRandom() {
+    return apply(mathRandom, Math, []);
+  }
+  function readPerf() {
+    return apply(perfNow, perf, []);
+  }
+  function clock(replayJson) {
+    if (clockOn) return;
+    clockOn = true;
+    clockReplay = JSONparse(replayJson);
+    const DurableDate = function Date(...args) {
+      if (new.target === undefined) return StringCtor(new DateCtor(clockValue(readNow)));
+      if (args.length === 0) return apply(construct, null, [DateCtor, [clockValue(readNow)], new.target]);
+      return apply(construct, null, [DateCtor, args, new.target]);
+    };
+    const open = { writable: true, configurable: true };
+    defineProperty(DurableDate, "prototype", { value: DateCtor.prototype });
+    defineProperty(DurableDate, "now", { ...open, value: function now() { return clockValue(readNow); } });
+    defineProperty(DurableDate, "parse", { ...open, value: DateCtor.parse });
+    defineProperty(DurableDate, "UTC", { ...open, value: DateCtor.UTC });
+    defineProperty(DateCtor.prototype, "constructor", { ...open, value: DurableDate });
+    defineProperty(globalThis, "Date", { ...open, value: DurableDate });
+    defineProperty(Math, "random", { ...open, value: function random() { return clockValue(readRandom); } });
+    if (perf !== null && typeof perfNow === "function") {
+      // The engine's performance.now is locked: the program gets a performance of its own.
+      const durablePerf = create(getPrototypeOf(perf));
+      defineProperty(durablePerf, "timeOrigin", { value: perf.timeOrigin, enumerable: true });
+      defineProperty(durablePerf, "now", { value: function now() { return clockValue(readPerf); }, enumerable: true });
+      defineProperty(globalThis, "performance", { ...open, value: durablePerf });
+    }
+  }
+  function clockDrained() {
+    if (!clockOn || clockNew.length === 0) return "";
+    const out = ',"clock":' + JSONstringify(clockNew);
+    clockNew = [];
+    return out;
+  }
+
   function drain() {
     let out = '{"calls":[';
     for (let first = true; outHead < outTail; first = false) {
@@ -314,7 +376,7 @@
     logCount = 0;
     // The program's result crosses once: the host keeps it from the first
     // envelope that carries it, however many calls are still outstanding.
-    out += '],"dropped":' + logDropped + ',"main":' + mainJson + "}";
+    out += '],"dropped":' + logDropped + ',"main":' + mainJson + clockDrained() + "}";
     mainJson = "null";
     // Concatenation builds a rope string, which the binding cannot convert: flatten it.
     return apply(strSlice, out, [0]);
@@ -449,6 +511,9 @@
   own(ToolError);
   own(logger);
   own(configure);
+  own(clock);
+  own(clockValue);
+  own(clockDrained);
   const consoleObject = freeze({
     log: logger(""),
     info: logger(""),
@@ -468,6 +533,7 @@
     if (op === "settle") return __nous_settle(a, b, c);
     if (op === "start") return __nous_start(a);
     if (op === "configure") return configure(a, b, c);
+    if (op === "clock") return clock(a);
     return undefined;
   };
 })()
