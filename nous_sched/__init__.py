@@ -8,7 +8,9 @@ that decides how the calls interleave and commits them in submission order.
 from ._version import __version__ as __version__
 from .adapters import anthropic_tool, call_tool, openai_tool
 from .agent import MODES, WithContextUpdate, run_code_tool, visible_tools
+from .approval_store import ApprovalStore, RedisApprovalStore, SqliteApprovalStore, TokenError
 from .dispatch import ApprovalRequest, CallInfo, RunContext, current_call, direct_dispatch
+from .durable import DEFER, ApprovalDecision, Suspension, resume
 from .errors import ConfigError, RunCodeError, SnapshotError, ToolError
 from .events import ContextUpdate, Event, LogEvent, SessionLog, ToolCallEvent, ToolRefusedEvent
 from .function_tool import function_tool
@@ -27,11 +29,14 @@ from .tool import EXCLUSIVE, PARALLEL, Tool, concurrency_mode
 
 __all__ = [
     "anthropic_tool",
+    "ApprovalDecision",
     "ApprovalRequest",
+    "ApprovalStore",
     "call_tool",
     "CallInfo",
     "CallRecord",
     "CodeRuntime",
+    "DEFER",
     "concurrency_mode",
     "ConfigError",
     "ContextUpdate",
@@ -54,6 +59,8 @@ __all__ = [
     "PARALLEL",
     "PermissionPolicy",
     "QuickJSRuntime",
+    "RedisApprovalStore",
+    "resume",
     "run_code",
     "run_code_tool",
     "RunCodeError",
@@ -64,9 +71,12 @@ __all__ = [
     "Scheduler",
     "SessionLog",
     "snapshot",
+    "SqliteApprovalStore",
+    "Suspension",
     "SnapshotError",
     "SubCallError",
     "Ticket",
+    "TokenError",
     "Tool",
     "ToolCallEvent",
     "ToolRefusedEvent",

@@ -113,6 +113,7 @@ def run_code(
     session_log: Optional[SessionLog] = None,
     observer: Optional[Callable[[CallRecord, str], Any]] = None,
     cancel: Optional[threading.Event] = None,
+    approval_store: Any = None,
 ) -> RunResult:
     """Run ``code`` with ``tools`` bound as ``tools[name](args)`` and return what it produced.
 
@@ -143,8 +144,22 @@ def run_code(
         ``description``, no runtime, or a tool running on ``executor`` called
         this with that same ``executor`` while every one of its threads is
         busy: the run's calls could only wait for a thread until the deadline).
+    ``approval_store`` (a :class:`~nous_sched.SqliteApprovalStore` or
+    :class:`~nous_sched.RedisApprovalStore`) makes the run durable: a call
+    that needs approval with no handler to answer (or one that returns
+    :data:`~nous_sched.DEFER`) suspends the run (``RunResult.suspended``), and
+    :func:`~nous_sched.resume` continues it later, anywhere
+    (:mod:`nous_sched.durable`).
+
     :raises ConfigError: a bad option, named in the message.
     """
+    if approval_store is not None:
+        from .durable import run_durable
+
+        options = dict(description=description, policy=policy, approval_handler=approval_handler, deps=deps)
+        options.update(runtime=runtime, timeout=timeout, limits=limits, max_parallel=max_parallel, executor=executor)
+        options.update(call_id=call_id, dispatch=dispatch, session_log=session_log, observer=observer, cancel=cancel)
+        return run_durable(code, tools, approval_store, options)
     if not isinstance(code, str):
         raise RunCodeError(NO_CODE)
     if description is not None and (not isinstance(description, str) or not description.strip()):

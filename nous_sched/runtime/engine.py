@@ -62,7 +62,8 @@ _TRUNCATED_LINES = "[output truncated at {n} lines]"
 #: A program that starts with this, JSON text of recorded clock values and a
 #: NUL is a durable run's: the prelude reads Date.now(), new Date(),
 #: Math.random() and performance.now() from those values, then records new
-#: ones in the envelope (``"clock"``) for the host's ``clock(values)``. No
+#: ones in the envelope (``"clock"``, for the host's ``clock(values)``), with
+#: each call's site (``"sites"``, for ``sites(list)``). No
 #: ordinary program starts with a NUL (the engine would cut it there).
 CLOCK_MARK = "\x00nous-clock\x00"
 
@@ -354,10 +355,7 @@ def _drive(engine: Any, host: Any, limits: Any, deadline: float, cancel: Any, bo
             # Only the prelude writes envelopes; a malformed one means the
             # program reached the bridge. Trust nothing more from this context.
             raise Stopped("abort", TAMPERED)
-        if envelope["logs"] or envelope["dropped"]:
-            book.extend(envelope["logs"], envelope["dropped"])
-        if "clock" in envelope:
-            _clock(host, envelope["clock"])
+        _absorb(envelope, book, host)
         calls = envelope["calls"]
         # A null name is a question about the tools (the program's `sdk`). Each
         # call's arguments are JSON text: the host parses them under the
@@ -560,24 +558,37 @@ def _checked(text: Any) -> Optional[dict[str, Any]]:
         return None
     if main is not None and main["state"] == "fulfilled" and type(main.get("json")) is not str:
         return None
-    if "clock" in envelope and not _clock_values(envelope["clock"]):
+    if len(envelope) > 4 and not _durable_fields(envelope):
         return None
     return envelope  # type: ignore[no-any-return]
 
 
-def _clock(host: Any, values: list[Any]) -> None:
-    """Hand a durable run's new clock values to its host (one that records them)."""
-    record = getattr(host, "clock", None)
-    if record is not None:
-        record(values)
+def _absorb(envelope: dict[str, Any], book: "_LogBook", host: Any) -> None:
+    """Keep an envelope's log lines; hand a durable run's clock values and call sites to its host."""
+    if envelope["logs"] or envelope["dropped"]:
+        book.extend(envelope["logs"], envelope["dropped"])
+    if len(envelope) > 4:
+        _durable(host, envelope)
 
 
-def _clock_values(values: Any) -> bool:
-    """True for a durable run's clock values: a list of numbers."""
-    if not isinstance(values, list):
+def _durable(host: Any, envelope: dict[str, Any]) -> None:
+    """Hand a durable run's new clock values and call sites to its host (one that records them)."""
+    if "clock" in envelope and hasattr(host, "clock"):
+        host.clock(envelope["clock"])
+    if "sites" in envelope and hasattr(host, "sites"):
+        host.sites(envelope["sites"])
+
+
+def _durable_fields(envelope: dict[str, Any]) -> bool:
+    """True when a durable run's extra fields have their shape: numbers, and strings."""
+    clock, sites = envelope.get("clock", []), envelope.get("sites", [])
+    if not (isinstance(clock, list) and isinstance(sites, list)):
         return False
-    for value in values:
+    for value in clock:
         if type(value) not in (int, float):
+            return False
+    for site in sites:
+        if type(site) is not str:
             return False
     return True
 

@@ -234,6 +234,7 @@
     }
     const id = ++nextId;
     outbox[outTail++] = [id, name, json === undefined ? "null" : json];
+    if (clockOn) siteNew[siteNew.length] = siteOf(sites);
     return new PromiseCtor(
       own(function (res, rej) {
         waiting[id] = { res: res, rej: rej, sites: sites };
@@ -354,10 +355,27 @@
       defineProperty(globalThis, "performance", { ...open, value: durablePerf });
     }
   }
+  // A durable run's call sites ("line:col" of the program, one per call in
+  // the envelope's order), for its approval requests.
+  let siteNew = [];
+  function siteOf(sites) {
+    if (typeof sites !== "object" || sites === null) return "";
+    for (let i = 0; i < sites.length; i++) {
+      const site = sites[i];
+      if (isOwn(site) || site.isNative()) continue;
+      let line = site.getLineNumber();
+      if (line > LINE_OFFSET) line -= LINE_OFFSET;
+      return line + ":" + site.getColumnNumber();
+    }
+    return "";
+  }
   function clockDrained() {
-    if (!clockOn || clockNew.length === 0) return "";
-    const out = ',"clock":' + JSONstringify(clockNew);
+    if (!clockOn) return "";
+    let out = "";
+    if (clockNew.length !== 0) out += ',"clock":' + JSONstringify(clockNew);
+    if (siteNew.length !== 0) out += ',"sites":' + JSONstringify(siteNew);
     clockNew = [];
+    siteNew = [];
     return out;
   }
 
@@ -514,6 +532,7 @@
   own(clock);
   own(clockValue);
   own(clockDrained);
+  own(siteOf);
   const consoleObject = freeze({
     log: logger(""),
     info: logger(""),
