@@ -58,6 +58,10 @@ class TokenError(RunCodeError):
     expired, unknown to the store, or already claimed."""
 
 
+def _now() -> float:
+    return time.time()
+
+
 def _mac(key: bytes, body: str) -> str:
     digest = hmac.new(key, body.encode("ascii"), hashlib.sha256).digest()
     return base64.urlsafe_b64encode(digest).decode("ascii").rstrip("=")
@@ -96,7 +100,7 @@ class ApprovalStore:
         sid, expires, mac = token.split(".")
         if not hmac.compare_digest(mac, _mac(self._key(), f"{sid}.{expires}")):
             raise TokenError("the approval token was not signed by this store's key: it was changed or made up")
-        if int(expires) <= time.time():
+        if int(expires) <= _now():
             raise TokenError(f"the approval token expired at {_when(int(expires))}")
         return sid, float(expires)
 
@@ -105,7 +109,7 @@ class ApprovalStore:
     def save(self, record: dict[str, Any]) -> tuple[str, float]:
         """Keep a new suspension's record; its ``(token, expires_at)``."""
         sid = secrets.token_urlsafe(12).replace(".", "_")
-        expires_at = float(int(time.time() + self.ttl))
+        expires_at = float(int(_now() + self.ttl))
         self._put(sid, json.dumps(record, separators=(",", ":")), expires_at)
         return self.token_for(sid, expires_at), expires_at
 
@@ -129,7 +133,7 @@ class ApprovalStore:
         :raises TokenError: the token is bad, expired, unknown, or another resume claimed it first.
         """
         sid, _ = self.verify(token)
-        row = self._claim(sid, time.time(), f"pid {os.getpid()}")
+        row = self._claim(sid, _now(), f"pid {os.getpid()}")
         if row is None:
             raise TokenError("the approval token is unknown to this store (or its record has expired)")
         if row.get("won") is not True:
@@ -164,7 +168,7 @@ class ApprovalStore:
         ``state`` one of ``pending``, ``claimed`` (a resume began and did not
         finish: its process may have died) and ``done``."""
         out = []
-        now = time.time()
+        now = _now()
         for sid, row in self._rows():
             if row["expires"] <= now:
                 continue
@@ -399,7 +403,7 @@ class RedisApprovalStore(ApprovalStore):
 
     def _rows(self) -> list[tuple[str, dict[str, Any]]]:
         index = f"{self.prefix}:index"
-        self._redis.zremrangebyscore(index, "-inf", time.time())
+        self._redis.zremrangebyscore(index, "-inf", _now())
         out = []
         for raw in self._redis.zrange(index, 0, -1):
             sid = raw.decode() if isinstance(raw, bytes) else str(raw)
