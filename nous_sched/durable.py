@@ -353,7 +353,10 @@ class _DurableHost:
             return decided
         if run.handler is None:
             return DEFER
-        answer = run.handler(self._request(seq, admitted, site))
+        try:
+            answer = run.handler(self._request(seq, admitted, site))
+        except Exception as exc:  # a handler that raises rejects, as on the live path
+            return ApprovalDecision(False, f"the approval handler raised: {_clip(exc)}")
         if isinstance(answer, _Defer):
             return DEFER
         if answer is True:
