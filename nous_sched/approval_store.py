@@ -51,6 +51,7 @@ __all__ = ["ApprovalStore", "SqliteApprovalStore", "RedisApprovalStore", "TokenE
 DEFAULT_TTL = 24 * 3600.0
 _KEY_BYTES = 32
 _OPTIONAL_KEY = v.optional(v.instance_of(bytes, "bytes (an HMAC key)"))
+_PARK = v.WAIT_SECONDS
 
 
 class TokenError(RunCodeError):
@@ -74,11 +75,15 @@ class ApprovalStore:
     and ``_stored_key``.
     """
 
-    def __init__(self, key: Optional[bytes], ttl: float) -> None:
+    def __init__(self, key: Optional[bytes], ttl: float, park: float = 0.0) -> None:
         require(type(self).__name__, "key", key, _OPTIONAL_KEY)
         require(type(self).__name__, "ttl", ttl, v.SECONDS)
+        require(type(self).__name__, "park", park, _PARK)
         self._key_given = key
         self.ttl = float(ttl)
+        #: Seconds a process holds a run it suspended, so that a resume in the
+        #: same process continues it without replay (0: never; it counts against the run's timeout).
+        self.park = float(park)
 
     # -- tokens ----------------------------------------------------------------
 
@@ -242,13 +247,15 @@ class SqliteApprovalStore(ApprovalStore):
     :param path: the database file (created, with its tables, when missing).
     :param key: the HMAC key for tokens; by default one made at random and kept in the file.
     :param ttl: seconds a suspension waits for its approvals.
+    :param park: seconds this process holds a run it suspended, so that a resume
+        here continues it without replay (0, the default: always replay).
     """
 
-    def __init__(self, path: Any, *, key: Optional[bytes] = None, ttl: float = DEFAULT_TTL) -> None:
+    def __init__(self, path: Any, *, key: Optional[bytes] = None, ttl: float = DEFAULT_TTL, park: float = 0.0) -> None:
         require(
             "SqliteApprovalStore", "path", path, v.Check("a file path", lambda p: isinstance(p, (str, os.PathLike)))
         )
-        super().__init__(key, ttl)
+        super().__init__(key, ttl, park)
         self.path = os.fspath(path)
         with self._connect() as db:
             db.execute("PRAGMA journal_mode=WAL")
@@ -349,11 +356,17 @@ class RedisApprovalStore(ApprovalStore):
     """
 
     def __init__(
-        self, url: Any, *, key: Optional[bytes] = None, ttl: float = DEFAULT_TTL, prefix: str = "nous_sched:approval"
+        self,
+        url: Any,
+        *,
+        key: Optional[bytes] = None,
+        ttl: float = DEFAULT_TTL,
+        prefix: str = "nous_sched:approval",
+        park: float = 0.0,
     ) -> None:
         require("RedisApprovalStore", "url", url, v.NON_EMPTY_STR)
         require("RedisApprovalStore", "prefix", prefix, v.NON_EMPTY_STR)
-        super().__init__(key, ttl)
+        super().__init__(key, ttl, park)
         try:
             import redis
         except ImportError:

@@ -39,6 +39,7 @@ suspends, anything else denies.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import threading
 from typing import Any, Callable, Iterable, Mapping, Optional, Union
@@ -147,6 +148,8 @@ class _Run:
         self.sites: list[str] = []
         self._approved: dict[tuple[str, str], int] = {}
         self._lock = threading.Lock()
+        self.park: Optional[_Park] = None
+        self.deferred: list[_Deferred] = []
 
     # The run's own approval handler: only calls the durable host let through.
     def approval_handler(self, request: ApprovalRequest) -> bool:
@@ -223,6 +226,94 @@ class _Recording:
         return outcome
 
 
+class _Deferred:
+    """A call of a parked run held at its suspension: waiting for it parks the run
+    until its decisions come (then it runs, or is refused) or the park time passes
+    (then the run ends, and a resume replays)."""
+
+    __slots__ = ("host", "seq", "name", "text", "site", "admitted", "pending")
+
+    def __init__(self, host: "_DurableHost", seq: int, name: Any, text: Any, site: str, admitted: Any) -> None:
+        self.host = host
+        self.seq = seq
+        self.name = name
+        self.text = text
+        self.site = site
+        self.admitted = admitted
+        self.pending: Any = None
+
+    def wait(self, timeout: float) -> Optional[Outcome]:
+        run = self.host.run
+        if self.pending is None:
+            park = run.park
+            decisions = park.hold(timeout) if park is not None else None
+            if decisions is None:
+                run.stop.set()
+                return None
+            self.host.release(decisions)
+        if self.pending is None:
+            return None
+        outcome: Optional[Outcome] = self.pending.wait(timeout)
+        return outcome
+
+
+class _Park:
+    """A suspended run this process still holds, for ``seconds``: the hand-off
+    between its thread (parked in :meth:`hold`) and the caller (:meth:`outcome`,
+    :meth:`deliver`). ``state``: ``running``, ``parked`` or ``done``."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.cond = threading.Condition()
+        self.state = "running"
+        self.decisions: Optional[Mapping[int, ApprovalDecision]] = None
+        self.closed = False
+        self.result: Optional[RunResult] = None
+        self.token_id = ""
+        self.run_state: Any = None  # the _Run it holds
+
+    def hold(self, timeout: float) -> Optional[Mapping[int, ApprovalDecision]]:
+        """On the run's thread: say the run is parked; its decisions, or None once the park time is over."""
+        with self.cond:
+            self.state = "parked"
+            self.cond.notify_all()
+            self.cond.wait_for(lambda: self.decisions is not None, min(self.seconds, max(timeout, 0.0)))
+            decisions, self.decisions = self.decisions, None
+            if decisions is None:
+                self.closed = True
+        if decisions is None:
+            with _PARKED_LOCK:
+                _PARKED.pop(self.token_id, None)
+        return decisions
+
+    def deliver(self, decisions: Mapping[int, ApprovalDecision]) -> bool:
+        """From ``resume``: hand the decisions to the parked run; False when it is no longer held."""
+        with self.cond:
+            if self.closed or self.state != "parked":
+                return False
+            self.decisions = decisions
+            self.state = "running"
+            self.cond.notify_all()
+            return True
+
+    def finish(self, result: RunResult) -> None:
+        with self.cond:
+            self.result = result
+            self.state = "done"
+            self.cond.notify_all()
+
+    def outcome(self) -> Optional[RunResult]:
+        """Wait until the run is parked (None) or done (its result)."""
+        with self.cond:
+            self.cond.wait_for(lambda: self.state != "running")
+            return self.result if self.state == "done" else None
+
+
+#: Runs parked in this process, by token id.
+_PARKED: dict[str, _Park] = {}
+_PARKED_LOCK = threading.Lock()
+
+
 class _Either:
     __slots__ = ("a", "b")
 
@@ -270,7 +361,7 @@ class _DurableHost:
         if run.stop.is_set() or run.diverged is not None:
             return _Stop(run)
         if run.window is not None and run.window != run.step:
-            return _Stop(run)  # after the suspension: not started
+            return self._held(seq, name, text, site)  # after the suspension: not started
         if seq in run.ledger:
             return self._replay(seq, name, text)
         if seq in run.prior_pending and run.prior_pending[seq] != [name, text]:
@@ -305,10 +396,12 @@ class _DurableHost:
         return _Stop(run)
 
     def _live(self, seq: int, name: Any, text: Any, site: str) -> Any:
-        run = self.run
-        if run.window is not None:  # inside the suspension's window: only gated calls join it
+        if self.run.window is not None:  # inside the suspension's window: only gated calls join it
             return self._join_window(seq, name, text, site)
-        admitted = self.inner.gate.admit_json(name, text)
+        return self._admitted(seq, name, text, site, self.inner.gate.admit_json(name, text))
+
+    def _admitted(self, seq: int, name: Any, text: Any, site: str, admitted: Any) -> Any:
+        run = self.run
         if type(admitted) is not Admitted:
             run.record(seq, str(name), text, admitted)
             return _Settled(admitted)
@@ -318,11 +411,35 @@ class _DurableHost:
 
     def _join_window(self, seq: int, name: Any, text: Any, site: str) -> Any:
         tool = self.inner.gate.granted.get(name)
-        if tool is not None and self._gated(tool):
-            admitted = self.inner.gate.admit_json(name, text)
-            if type(admitted) is Admitted:
-                self._suspend_at(seq, admitted, text, site)
-        return _Stop(self.run)
+        if tool is None or not self._gated(tool):
+            return self._held(seq, name, text, site)
+        admitted = self.inner.gate.admit_json(name, text)
+        if type(admitted) is Admitted:
+            self._suspend_at(seq, admitted, text, site)
+        return self._held(seq, name, text, site, admitted)
+
+    def _held(self, seq: int, name: Any, text: Any, site: str, admitted: Any = None) -> Any:
+        """A call made after the suspension: not started. A parked run keeps it for its release."""
+        run = self.run
+        if run.park is None:
+            return _Stop(run)
+        deferred = _Deferred(self, seq, name, text, site, admitted)
+        run.deferred.append(deferred)
+        return deferred
+
+    def release(self, decisions: Mapping[int, ApprovalDecision]) -> None:
+        """A parked run's decisions came: start its held calls, in the order the program made them."""
+        run = self.run
+        run.decisions, run.window, run.pending, run.pending_texts = decisions, None, [], {}
+        held, run.deferred = run.deferred, []
+        for d in held:
+            if d.admitted is not None and not self._suspended_again():
+                d.pending = self._admitted(d.seq, d.name, d.text, d.site, d.admitted)
+            else:
+                d.pending = self._live(d.seq, d.name, d.text, d.site)
+
+    def _suspended_again(self) -> bool:
+        return self.run.window is not None
 
     def _gated(self, tool: Tool) -> bool:
         return bool(getattr(tool, "requires_approval", False)) or tool.name in self.inner.run_ctx.require_approval
@@ -332,7 +449,7 @@ class _DurableHost:
         decision = self._decision(seq, admitted, site)
         if decision is DEFER:
             self._suspend_at(seq, admitted, text, site)
-            return _Stop(run)
+            return self._held(seq, admitted.tool.name, text, site, admitted)
         assert isinstance(decision, ApprovalDecision)
         name = admitted.tool.name
         run.audit.append(
@@ -436,14 +553,50 @@ def run_durable(code: Any, tools: Iterable[Tool], store: Any, options: dict[str,
 
 
 def _execute(code: Any, tools: list[Tool], store: ApprovalStore, options: dict[str, Any], run: _Run) -> RunResult:
-    from .run_code import resolve_runtime, run_code
+    from .run_code import resolve_runtime
 
     runtime = _DurableRuntime(resolve_runtime(options.pop("runtime", None)), run)
+    if store.park <= 0:
+        return _run_once(code, tools, store, options, run, runtime)
+    park = run.park = _Park(store.park)
+    park.run_state = run
+
+    def target() -> None:
+        try:
+            park.finish(_run_once(code, tools, store, options, run, runtime))
+        except BaseException as exc:  # handed to the caller below
+            park.finish(RunResult(error=RunError("exception", f"the parked run failed: {_clip(exc)}")))
+
+    threading.Thread(target=target, name=f"nous-sched-parked-{next(_parked_numbers)}", daemon=True).start()
+    return _parked_result(code, tools, store, run, park)
+
+
+_parked_numbers = itertools.count(1)
+
+
+def _parked_result(code: str, tools: list[Tool], store: ApprovalStore, run: _Run, park: _Park) -> RunResult:
+    """The run's result once it ends, or its suspension once it parks (then it stays held for a resume)."""
+    result = park.outcome()
+    if result is not None:
+        return result
+    suspension = _suspend(code, tools, store, run)
+    park.token_id = suspension.token.split(".")[0]
+    with _PARKED_LOCK:
+        _PARKED[park.token_id] = park
+    # The logs so far are still in the parked run: its resumed result has all of them.
+    return RunResult(suspended=suspension, audit=tuple(run.audit))
+
+
+def _run_once(
+    code: Any, tools: list[Tool], store: ApprovalStore, options: dict[str, Any], run: _Run, runtime: Any
+) -> RunResult:
+    from .run_code import run_code
+
     result = run_code(code, tools, runtime=runtime, approval_handler=run.approval_handler, **options)
     error, suspended = result.error, None
     if run.diverged is not None:
         error = RunError("replay_diverged", run.diverged)
-    elif run.pending and run.stop.is_set():
+    elif run.pending and run.stop.is_set() and run.park is None:
         suspended = _suspend(code, tools, store, run)
         error = None
     log = options.get("session_log")
@@ -512,12 +665,38 @@ def resume(
         return RunResult(error=RunError("replay_diverged", message))
     merged = _merged_decisions(record, decisions)
     record = approval_store.claim(token)
+    with _PARKED_LOCK:
+        park = _PARKED.pop(token.split(".")[0], None)
+    # A run this process still holds continues without replay; one whose park time passed is replayed.
+    resumed = _resume_parked(token, record, tools, approval_store, park, merged) if park is not None else None
+    if resumed is not None:
+        approval_store.finish(token)
+        return resumed
     run = _resumed_run(record, merged, options)
     run.audit.append(Event("resumed", {"token_id": token.split(".")[0], "replayed": len(record["ledger"])}))
     try:
         return _execute(record["code"], tools, approval_store, options, run)
     finally:
         approval_store.finish(token)
+
+
+def _resume_parked(
+    token: str,
+    record: dict[str, Any],
+    tools: list[Tool],
+    store: ApprovalStore,
+    park: _Park,
+    decisions: dict[int, ApprovalDecision],
+) -> Optional[RunResult]:
+    """Continue a run this process still holds, without replay; None when its park time is over."""
+    run = park.run_state
+    audit_from = len(run.audit)
+    run.audit.append(Event("resumed", {"token_id": token.split(".")[0], "replayed": 0, "parked": True}))
+    if not park.deliver(decisions):
+        del run.audit[audit_from:]
+        return None
+    result = _parked_result(record["code"], tools, store, run, park)
+    return attrs.evolve(result, audit=tuple(run.audit[audit_from:]))
 
 
 def _resumed_run(record: dict[str, Any], decisions: dict[int, ApprovalDecision], options: dict[str, Any]) -> _Run:

@@ -345,3 +345,43 @@ def test_decisions_must_cover_every_pending_call_and_the_token_survives(env, tmp
     done = resume(suspended.suspended.token, {}, durable_tools.TOOLS, approval_store=store)
     assert done.result == {"paid": 1}
     assert [dict(e.data)["reason"] for e in done.audit if e.type == "approval"] == ["operator said so"]
+
+
+PARKED_PROGRAM = """
+const r = await tools.read({i: 1});
+console.log("stamp", Date.now() > 0, Math.random() < 1);
+const [a, paid, b] = await Promise.all([tools.read({i: 2}), tools.pay({amount: 5}), tools.read({i: 3})]);
+return {r, a, paid, b};
+"""
+
+
+def _parked_threads():
+    import threading
+
+    return [t for t in threading.enumerate() if t.name.startswith("nous-sched-parked-")]
+
+
+def test_a_run_parked_in_this_process_resumes_without_replay(env, tmp_path, runtime):
+    store = SqliteApprovalStore(str(tmp_path / "park.db"), park=120)
+    suspended = run_code(PARKED_PROGRAM, durable_tools.TOOLS, approval_store=store, timeout=120)
+    assert [p.seq for p in suspended.suspended.pending] == [2]
+    done = resume(suspended.suspended.token, {2: True}, durable_tools.TOOLS, approval_store=store)
+    assert done.result == {"r": {"read": 1}, "a": {"read": 2}, "paid": {"paid": 5}, "b": {"read": 3}}
+    assert done.logs == ("stamp true true",)
+    assert dict(done.audit[0].data)["parked"] is True and dict(done.audit[0].data)["replayed"] == 0
+    assert _ran(env) == [["read", {"i": 1}], ["read", {"i": 2}], ["pay", {"amount": 5}], ["read", {"i": 3}]]
+    with pytest.raises(TokenError, match="already used"):
+        resume(suspended.suspended.token, {2: True}, durable_tools.TOOLS, approval_store=store)
+
+
+def test_a_parked_run_whose_time_passed_is_replayed_with_the_same_result(env, tmp_path):
+    before = set(_parked_threads())
+    store = SqliteApprovalStore(str(tmp_path / "late.db"), park=0.01)
+    suspended = run_code(PARKED_PROGRAM, durable_tools.TOOLS, approval_store=store, runtime=QuickJSRuntime())
+    for thread in set(_parked_threads()) - before:
+        thread.join(BOUND)  # the park time passes: the parked run ends
+    done = resume(suspended.suspended.token, {2: True}, durable_tools.TOOLS, approval_store=store)
+    assert "parked" not in dict(done.audit[0].data) and dict(done.audit[0].data)["replayed"] == 2
+    assert done.result == {"r": {"read": 1}, "a": {"read": 2}, "paid": {"paid": 5}, "b": {"read": 3}}
+    assert done.logs == ("stamp true true",)
+    assert _ran(env) == [["read", {"i": 1}], ["read", {"i": 2}], ["pay", {"amount": 5}], ["read", {"i": 3}]]
