@@ -353,6 +353,7 @@ class RedisApprovalStore(ApprovalStore):
     :param key: the HMAC key for tokens; by default one made at random and kept in Redis (``SET NX``).
     :param ttl: seconds a suspension waits for its approvals.
     :param prefix: the prefix of every key this store writes.
+    :param park: seconds this process holds a run it suspended (see :class:`SqliteApprovalStore`).
     """
 
     def __init__(

@@ -31,6 +31,13 @@ Audit: ``suspended`` (the pending seqs), ``approval`` (``seq``, ``tool``,
 session log and :attr:`RunResult.audit <nous_sched.RunResult.audit>`;
 replayed calls are not audited again as started.
 
+**Park, then replay.** With a store's ``park`` seconds above 0, the run's
+thread stays held where it suspended for that long (within the run's
+timeout); a :func:`resume` in the same process then hands it the decisions
+and it continues without replay. Past that time it ends, and a resume
+replays. Both give the same result (a parked run's audit also says
+``parked``; its suspended result has no logs yet).
+
 With a user ``approval_handler`` the durable host asks it before the call is
 submitted, on the thread driving the run: ``True`` approves, :data:`DEFER`
 suspends, anything else denies.
@@ -60,6 +67,14 @@ from .runtime.engine import CLOCK_MARK
 from .tool import Tool
 
 __all__ = ["DEFER", "ApprovalDecision", "Suspension", "resume", "tool_set_hash", "run_durable"]
+
+
+#: The most clock values (``Date.now()``, ``Math.random()``...) one durable run may read.
+MAX_CLOCK_VALUES = 100_000
+CLOCK_OVERFLOW = (
+    "the program read the clock or Math.random() more than {n} times; a durable run records every value "
+    "it reads, so it was stopped"
+)
 
 
 class _Defer:
@@ -142,6 +157,7 @@ class _Run:
         self.pending: list[ApprovalRequest] = []
         self.pending_texts: dict[int, list[Any]] = {}  # seq -> [tool, args text], saved with the suspension
         self.diverged: Optional[str] = None
+        self.overflow: Optional[str] = None
         self.replayed = 0
         self.stop = threading.Event()
         self.audit: list[Event] = []
@@ -336,7 +352,12 @@ class _DurableHost:
         self._batched = False
 
     def clock(self, values: list[Any]) -> None:
-        self.run.clock_new.extend(values)
+        run = self.run
+        run.clock_new.extend(values)
+        if len(run.clock_replay) + len(run.clock_new) > MAX_CLOCK_VALUES and run.overflow is None:
+            # The ledger is data the store keeps: bounded, like everything else a run records.
+            run.overflow = CLOCK_OVERFLOW.format(n=MAX_CLOCK_VALUES)
+            run.stop.set()
 
     def sites(self, sites: list[str]) -> None:
         self.run.sites.extend(sites)
@@ -596,6 +617,8 @@ def _run_once(
     error, suspended = result.error, None
     if run.diverged is not None:
         error = RunError("replay_diverged", run.diverged)
+    elif run.overflow is not None:
+        error = RunError("abort", run.overflow)
     elif run.pending and run.stop.is_set() and run.park is None:
         suspended = _suspend(code, tools, store, run)
         error = None

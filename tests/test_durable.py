@@ -385,3 +385,14 @@ def test_a_parked_run_whose_time_passed_is_replayed_with_the_same_result(env, tm
     assert done.result == {"r": {"read": 1}, "a": {"read": 2}, "paid": {"paid": 5}, "b": {"read": 3}}
     assert done.logs == ("stamp true true",)
     assert _ran(env) == [["read", {"i": 1}], ["read", {"i": 2}], ["pay", {"amount": 5}], ["read", {"i": 3}]]
+
+
+def test_the_recorded_clock_is_bounded(env, tmp_path, monkeypatch):
+    from nous_sched import durable
+
+    monkeypatch.setattr(durable, "MAX_CLOCK_VALUES", 50)
+    store = SqliteApprovalStore(str(tmp_path / "bound.db"))
+    program = "let s = 0; for (let i = 0; i < 1000; i++) s += Math.random(); await tools.pay({amount: 1}); return s;"
+    result = run_code(program, durable_tools.TOOLS, approval_store=store, runtime=QuickJSRuntime())
+    assert result.error.kind == "abort" and "more than 50 times" in result.error.message
+    assert result.suspended is None and store.suspensions() == []
