@@ -128,9 +128,7 @@ class ApprovalStore:
         if row is None:
             raise TokenError("the approval token is unknown to this store (or its record has expired)")
         _refuse_claimed(row)
-        record: dict[str, Any] = json.loads(row["record"])
-        record["decisions"] = json.loads(row.get("decisions") or "{}")
-        return record
+        return _record(row)
 
     def claim(self, token: Any) -> dict[str, Any]:
         """Claim the token, at most once across every process sharing the store; its record.
@@ -144,9 +142,7 @@ class ApprovalStore:
         if row.get("won") is not True:
             _refuse_claimed(row)
             raise TokenError("the approval token could not be claimed")
-        record: dict[str, Any] = json.loads(row["record"])
-        record["decisions"] = json.loads(row.get("decisions") or "{}")
-        return record
+        return _record(row)
 
     def finish(self, token: str) -> None:
         """Mark a claimed token's resume finished (``done``)."""
@@ -210,6 +206,20 @@ class ApprovalStore:
 
     def _rows(self) -> list[tuple[str, dict[str, Any]]]:
         raise NotImplementedError
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _record(row: dict[str, Any]) -> dict[str, Any]:
+    """A row's record and decisions: strict JSON (no NaN or Infinity), data only."""
+    try:
+        record: dict[str, Any] = json.loads(row["record"], parse_constant=_no_constant)
+        record["decisions"] = json.loads(row.get("decisions") or "{}", parse_constant=_no_constant)
+    except (TypeError, ValueError) as exc:
+        raise TokenError(f"the suspension's record in the store is damaged: {exc}") from None
+    return record
 
 
 def _when(epoch: float) -> str:

@@ -55,7 +55,7 @@ import attrs
 
 from . import _validators as v
 from ._validators import require
-from .approval_store import ApprovalStore
+from .approval_store import ApprovalStore, TokenError
 from .dispatch import ApprovalRequest
 from .errors import ConfigError
 from .events import Event
@@ -679,6 +679,7 @@ def resume(
     require("resume", "approval_store", approval_store, _STORE)
     require("resume", "decisions", decisions, _DECISIONS)
     record = approval_store.load(token)
+    _ledger_of(record)  # a damaged record is refused before the token is claimed
     tools = list(tools)
     if tool_set_hash(tools) != record["tools"]:
         message = (
@@ -723,11 +724,32 @@ def _resume_parked(
 
 
 def _resumed_run(record: dict[str, Any], decisions: dict[int, ApprovalDecision], options: dict[str, Any]) -> _Run:
-    ledger = {int(entry[0]): list(entry[1:]) for entry in record["ledger"]}
+    ledger = _ledger_of(record)
     pending = {int(p["seq"]): list(p["text"]) for p in record["pending"]}
     options.setdefault("description", record["description"] or None)
     return _Run(
         ledger, list(record["clock"]), decisions, pending, options.pop("approval_handler", None), record["description"]
+    )
+
+
+def _ledger_of(record: dict[str, Any]) -> dict[int, list[Any]]:
+    """The record's ledger by seq. :raises TokenError: an entry has the wrong shape."""
+    entries = record.get("ledger")
+    ledger = {int(e[0]): list(e[1:]) for e in entries if _entry_ok(e)} if isinstance(entries, list) else {}
+    if not isinstance(entries, list) or len(ledger) != len(entries):
+        raise TokenError("the suspension's record in the store is damaged: its ledger has the wrong shape")
+    return ledger
+
+
+def _entry_ok(entry: Any) -> bool:
+    """A ledger entry's shape: [seq, tool, args text, ok, value or {tool, message}]."""
+    if not (isinstance(entry, list) and len(entry) == 5 and type(entry[0]) is int):
+        return False
+    if not (isinstance(entry[1], str) and isinstance(entry[2], str) and isinstance(entry[3], bool)):
+        return False
+    error = entry[4]
+    return entry[3] or (
+        isinstance(error, dict) and isinstance(error.get("tool"), str) and isinstance(error.get("message"), str)
     )
 
 

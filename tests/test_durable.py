@@ -396,3 +396,23 @@ def test_the_recorded_clock_is_bounded(env, tmp_path, monkeypatch):
     result = run_code(program, durable_tools.TOOLS, approval_store=store, runtime=QuickJSRuntime())
     assert result.error.kind == "abort" and "more than 50 times" in result.error.message
     assert result.suspended is None and store.suspensions() == []
+
+
+def test_a_damaged_record_is_refused_before_the_token_is_claimed(env, tmp_path):
+    path = str(tmp_path / "damaged.db")
+    store = SqliteApprovalStore(path)
+    suspended = run_code(PROMISE_ALL, durable_tools.TOOLS, approval_store=store, runtime=QuickJSRuntime())
+    db = sqlite3.connect(path)
+    (good,) = db.execute("SELECT record FROM nous_suspensions").fetchone()
+    for bad in (
+        good.replace('"ok"', "NaN", 1) if '"ok"' in good else good[:-1],
+        json.dumps({**json.loads(good), "ledger": [[0]]}),
+    ):
+        db.execute("UPDATE nous_suspensions SET record = ?", (bad,))
+        db.commit()
+        with pytest.raises(TokenError, match="damaged"):
+            resume(suspended.suspended.token, {2: True}, durable_tools.TOOLS, approval_store=store)
+    db.execute("UPDATE nous_suspensions SET record = ?", (good,))
+    db.commit()
+    db.close()
+    assert resume(suspended.suspended.token, {2: True}, durable_tools.TOOLS, approval_store=store).ok
