@@ -404,10 +404,12 @@ def test_a_damaged_record_is_refused_before_the_token_is_claimed(env, tmp_path):
     suspended = run_code(PROMISE_ALL, durable_tools.TOOLS, approval_store=store, runtime=QuickJSRuntime())
     db = sqlite3.connect(path)
     (good,) = db.execute("SELECT record FROM nous_suspensions").fetchone()
-    for bad in (
-        good.replace('"ok"', "NaN", 1) if '"ok"' in good else good[:-1],
-        json.dumps({**json.loads(good), "ledger": [[0]]}),
-    ):
+    damaged = (
+        good[:-1],  # not JSON
+        good.replace('"clock":[', '"clock":[NaN,', 1),  # not strict JSON
+        json.dumps({**json.loads(good), "ledger": [[0]]}),  # a ledger entry of the wrong shape
+    )
+    for bad in damaged:
         db.execute("UPDATE nous_suspensions SET record = ?", (bad,))
         db.commit()
         with pytest.raises(TokenError, match="damaged"):
