@@ -149,6 +149,11 @@ class ApprovalStore:
         sid, _ = self.verify(token)
         self._set(sid, state="done")
 
+    def release(self, token: str) -> None:
+        """Give a claimed token back (``pending``): only for a resume that ran nothing (a bad option)."""
+        sid, _ = self.verify(token)
+        self._set(sid, state="pending")
+
     def decide(self, token: Any, seq: int, approved: bool, reason: str = "") -> None:
         """Record an operator's decision on pending call ``seq``, for a later resume.
 

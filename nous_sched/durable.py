@@ -699,9 +699,12 @@ def resume(
     run = _resumed_run(record, merged, options)
     run.audit.append(Event("resumed", {"token_id": token.split(".")[0], "replayed": len(record["ledger"])}))
     try:
-        return _execute(record["code"], tools, approval_store, options, run)
-    finally:
-        approval_store.finish(token)
+        result = _execute(record["code"], tools, approval_store, options, run)
+    except ConfigError:  # a bad option: nothing ran, so the token stays usable
+        approval_store.release(token)
+        raise
+    approval_store.finish(token)
+    return result
 
 
 def _resume_parked(

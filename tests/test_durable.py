@@ -418,3 +418,12 @@ def test_a_damaged_record_is_refused_before_the_token_is_claimed(env, tmp_path):
     db.commit()
     db.close()
     assert resume(suspended.suspended.token, {2: True}, durable_tools.TOOLS, approval_store=store).ok
+
+
+def test_a_resume_with_a_bad_option_runs_nothing_and_keeps_the_token(env, tmp_path):
+    store = SqliteApprovalStore(str(tmp_path / "option.db"))
+    suspended = run_code("return await tools.pay({amount: 1})", durable_tools.TOOLS, approval_store=store)
+    with pytest.raises(nous_sched.ConfigError, match="timeout"):
+        resume(suspended.suspended.token, {0: True}, durable_tools.TOOLS, approval_store=store, timeout=-1)
+    assert _ran(env) == []
+    assert resume(suspended.suspended.token, {0: True}, durable_tools.TOOLS, approval_store=store).result == {"paid": 1}
