@@ -49,6 +49,7 @@ import hashlib
 import itertools
 import json
 import threading
+import time
 from typing import Any, Callable, Iterable, Mapping, Optional, Union
 
 import attrs
@@ -261,8 +262,11 @@ class _Deferred:
     def wait(self, timeout: float) -> Optional[Outcome]:
         run = self.host.run
         if self.pending is None:
+            # Not `timeout`: drive polls its waits in short slices; the park lasts until the run's deadline.
             park = run.park
-            decisions = park.hold(timeout) if park is not None else None
+            deadline = self.host.inner.run_ctx.deadline
+            left = timeout if deadline is None else deadline - time.monotonic()
+            decisions = park.hold(left) if park is not None else None
             if decisions is None:
                 run.stop.set()
                 return None
