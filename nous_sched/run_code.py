@@ -140,10 +140,6 @@ def run_code(
     carries it. A blank one is refused; ``None`` (the default) is for a
     caller with no model in the loop.
 
-    :raises RunCodeError: nothing ran (``code`` not a string, a blank
-        ``description``, no runtime, or a tool running on ``executor`` called
-        this with that same ``executor`` while every one of its threads is
-        busy: the run's calls could only wait for a thread until the deadline).
     ``approval_store`` (a :class:`~nous_sched.SqliteApprovalStore` or
     :class:`~nous_sched.RedisApprovalStore`) makes the run durable: a call
     that needs approval with no handler to answer (or one that returns
@@ -151,6 +147,10 @@ def run_code(
     :func:`~nous_sched.resume` continues it later, anywhere
     (:mod:`nous_sched.durable`).
 
+    :raises RunCodeError: nothing ran (``code`` not a string, a blank
+        ``description``, no runtime, or a tool running on ``executor`` called
+        this with that same ``executor`` while every one of its threads is
+        busy: the run's calls could only wait for a thread until the deadline).
     :raises ConfigError: a bad option, named in the message.
     """
     if approval_store is not None:
