@@ -106,6 +106,9 @@ def test_suspends_in_one_process_and_resumes_in_another(env):
         ["read", {"i": 3}],
         ["read", {"after": 5, "i": 4}],
     ]
+    # The replayed calls are not audited again as started: only the calls that ran in this process.
+    assert done["started"] == [["pay", {"amount": 5}], ["read", {"i": 3}], ["read", {"after": 5, "i": 4}]]
+    assert suspended["started"] == [["read", {"i": 1}], ["read", {"i": 2}]]
     kinds = [event[0] for event in done["audit"]]
     assert kinds == ["resumed", "approval"]
     assert done["audit"][1][1] == {"seq": 2, "tool": "pay", "approved": True, "reason": "approved"}
