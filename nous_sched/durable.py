@@ -124,7 +124,7 @@ def _request_dict(request: ApprovalRequest) -> dict[str, Any]:
 
 def tool_set_hash(tools: Iterable[Tool]) -> str:
     """A hash of the tools' names and schemas: a resume must pass the same set."""
-    shape = sorted([t.name, t.parameters] for t in tools)
+    shape = sorted(([t.name, t.parameters] for t in tools), key=lambda pair: str(pair[0]))
     text = json.dumps(shape, sort_keys=True, separators=(",", ":"), default=repr)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
