@@ -48,6 +48,7 @@ BENCHMARKS = [
     ("patterns", "bench_patterns.py", False),
     ("events", "bench_events.py", False),
     ("runtimes", "bench_runtimes.py", False),
+    ("durable", "bench_durable.py", False),
     ("peer", "bench_peer.py", False),
     ("wall", "bench_wall.py", False),
     ("vercel", "bench_vercel.py", True),

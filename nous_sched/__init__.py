@@ -9,7 +9,9 @@ from ._version import __version__ as __version__
 from .adapters import anthropic_tool, call_tool, openai_tool
 from .agent import MODES, WithContextUpdate, run_code_tool, visible_tools
 from .aio import acall_tool, arun_code
+from .approval_store import ApprovalStore, RedisApprovalStore, SqliteApprovalStore, TokenError
 from .dispatch import ApprovalRequest, CallInfo, RunContext, current_call, direct_dispatch
+from .durable import DEFER, ApprovalDecision, Suspension, resume
 from .errors import ConfigError, RunCodeError, SnapshotError, ToolError
 from .events import (
     ApprovalEvent,
@@ -46,12 +48,15 @@ __all__ = [
     "acall_tool",
     "anthropic_tool",
     "ApprovalEvent",
+    "ApprovalDecision",
     "ApprovalRequest",
+    "ApprovalStore",
     "call_tool",
     "CallInfo",
     "CallUsage",
     "CallRecord",
     "CodeRuntime",
+    "DEFER",
     "concurrency_mode",
     "ConfigError",
     "ContextUpdate",
@@ -74,6 +79,8 @@ __all__ = [
     "PARALLEL",
     "PermissionPolicy",
     "QuickJSRuntime",
+    "RedisApprovalStore",
+    "resume",
     "run_code",
     "arun_code",
     "run_code_tool",
@@ -88,9 +95,12 @@ __all__ = [
     "SessionLog",
     "snapshot",
     "start_run",
+    "SqliteApprovalStore",
+    "Suspension",
     "SnapshotError",
     "SubCallError",
     "Ticket",
+    "TokenError",
     "Tool",
     "tool",
     "ToolCallEvent",

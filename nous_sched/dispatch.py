@@ -51,7 +51,8 @@ class ApprovalRequest:
     the audit. ``description`` is the *run's* description, the sentence the
     model wrote for this prompt and the audit log (``""`` when the caller
     gave none); ``call_id`` is the call's audit event id; ``tool_description``
-    is the tool's own description.
+    is the tool's own description. A durable run's pending request also has
+    ``seq``, ``site`` and ``committed`` (:mod:`nous_sched.durable`).
     """
 
     tool: str
@@ -59,6 +60,11 @@ class ApprovalRequest:
     description: str = ""
     call_id: str = ""
     tool_description: str = ""
+    #: Durable runs only (:mod:`nous_sched.durable`): the call's number in the
+    #: program, its call site ``"line:col"``, and the calls committed before it.
+    seq: Optional[int] = None
+    site: str = ""
+    committed: tuple[Any, ...] = ()
 
     def question(self) -> str:
         """This call as a person should read it before approving it: the same text

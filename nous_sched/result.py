@@ -7,14 +7,14 @@ from typing import Any, Optional, Union
 import attrs
 
 from . import _validators as v
-from .events import ApprovalEvent, ContextUpdate, ToolCallEvent, ToolOutcomeEvent, ToolRefusedEvent
+from .events import ApprovalEvent, ContextUpdate, Event, ToolCallEvent, ToolOutcomeEvent, ToolRefusedEvent
 from .records import CallRecord
 from .usage import Usage
 
 __all__ = ["RunResult", "RunError", "ERROR_KINDS"]
 
 #: Every ``error.kind`` a run can end with.
-ERROR_KINDS = ("exception", "timeout", "abort", "invalid_output", "output_limit", "cancelled")
+ERROR_KINDS = ("exception", "timeout", "abort", "invalid_output", "output_limit", "cancelled", "replay_diverged")
 
 
 @attrs.frozen
@@ -31,6 +31,9 @@ class RunError:
       symbol, a BigInt, a cycle).
     * ``output_limit`` - the returned value's JSON exceeds the byte limit.
     * ``cancelled`` - the caller cancelled the run (``run_code(cancel=...)``).
+    * ``replay_diverged`` - a resumed run (:func:`nous_sched.resume`) made a
+      call other than the one its ledger recorded, or was given other tools
+      than the run that suspended; nothing was run.
     """
 
     kind: str = attrs.field(validator=v.one_of(ERROR_KINDS))
@@ -77,12 +80,20 @@ class RunResult:
         """The ``tool_call`` records of :attr:`events`: one per started sub-call, in submission order."""
         return tuple(e for e in self.events if type(e) is ToolCallEvent)
 
+    #: A durable run that suspended for approval: a ``nous_sched.Suspension`` (see :mod:`nous_sched.durable`).
+    suspended: Any = None
+    #: A durable run's audit events: ``suspended``, ``approval``, ``resumed``.
+    audit: tuple[Event, ...] = ()
+
     @property
     def ok(self) -> bool:
-        return self.error is None
+        """True when the run finished without an error (a suspended run has not finished)."""
+        return self.error is None and self.suspended is None
 
     def to_dict(self) -> dict[str, Any]:
         """The model-facing shape: ``{"logs", "result"}`` or ``{"logs", "error": {kind, message}}``."""
+        if self.suspended is not None:
+            return {"logs": list(self.logs), "suspended": self.suspended.as_dict()}
         if self.error is None:
             return {"logs": list(self.logs), "result": self.result}
         return {"logs": list(self.logs), "error": self.error.as_dict()}

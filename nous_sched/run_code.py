@@ -147,6 +147,7 @@ def run_code(
     observer: Optional[Callable[[CallRecord, str], Any]] = None,
     cancel: Optional[Cancel] = None,
     output_budget: Optional[int] = None,
+    approval_store: Any = None,
 ) -> RunResult:
     """Run ``code`` with ``tools`` bound as ``tools[name](args)`` and return what it produced.
 
@@ -176,6 +177,13 @@ def run_code(
     (a :class:`~nous_sched.RunCodeError`, which is a
     :class:`~nous_sched.ConfigError`).
 
+    ``approval_store`` (a :class:`~nous_sched.SqliteApprovalStore` or
+    :class:`~nous_sched.RedisApprovalStore`) makes the run durable: a call
+    that needs approval with no handler to answer (or one that returns
+    :data:`~nous_sched.DEFER`) suspends the run (``RunResult.suspended``), and
+    :func:`~nous_sched.resume` continues it later, anywhere
+    (:mod:`nous_sched.durable`).
+
     ``output_budget`` (characters, ``None`` by default: no budget): the
     model-facing answer (:meth:`~nous_sched.RunResult.for_model`) is cut to it
     structurally, saying in place what it left out (:mod:`nous_sched.budget`);
@@ -191,6 +199,14 @@ def run_code(
         busy: the run's calls could only wait for a thread until the deadline).
     :raises ConfigError: a bad option, named in the message, before anything starts.
     """
+    if approval_store is not None:
+        from .durable import run_durable
+
+        options = dict(description=description, policy=policy, approval_handler=approval_handler, deps=deps)
+        options.update(runtime=runtime, timeout=timeout, limits=limits, max_parallel=max_parallel, executor=executor)
+        options.update(call_id=call_id, dispatch=dispatch, session_log=session_log, observer=observer, cancel=cancel)
+        options.update(output_budget=output_budget)
+        return run_durable(code, tools, approval_store, options)
     options = dict(
         description=description,
         policy=policy,

@@ -298,8 +298,17 @@ def test_failure_returns_exactly_logs_and_error():
 
 def test_every_failure_kind_survives_the_round_trip():
     # Python has no `substrate_exit`: a worker process that dies is an `abort`.
-    # `cancelled` is the caller's own cancel (run_code(cancel=...)).
-    assert nous_sched.ERROR_KINDS == ("exception", "timeout", "abort", "invalid_output", "output_limit", "cancelled")
+    # `cancelled` is the caller's own cancel (run_code(cancel=...)); `replay_diverged` a resumed
+    # durable run whose calls differ from its ledger (nous_sched.durable).
+    assert nous_sched.ERROR_KINDS == (
+        "exception",
+        "timeout",
+        "abort",
+        "invalid_output",
+        "output_limit",
+        "cancelled",
+        "replay_diverged",
+    )
     with pytest.raises(ValueError):
         RunError("substrate_exit", "x")
     for kind in nous_sched.ERROR_KINDS:

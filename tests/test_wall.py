@@ -268,7 +268,7 @@ _ORPHAN_HOST = r"""
 import os, sys
 from nous_sched import WorkerPool, run_code
 pool = WorkerPool(size=1)
-result = run_code("/*payload*/", runtime=pool)
+result = run_code("/*payload*/", runtime=pool, description="payload")
 print(result.result["pid"], pool._server.proc.pid, flush=True)
 os.kill(os.getpid(), 9)
 """

@@ -14,6 +14,7 @@ from typing import Any, Callable, Iterator, NoReturn, Optional, Sequence, TextIO
 from .. import _validators as v
 from .._version import __version__
 from ..errors import ConfigError
+from . import durable as cli_durable
 from .loading import UsageError, load_tools, read_program
 from .progress import Progress, isatty
 from .render import human, json_text, result_json
@@ -117,6 +118,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="show live call counts on standard error (default: when standard error is a terminal)",
     )
+    run.add_argument(
+        "--approval-store",
+        metavar="FILE",
+        help="make the run durable: a call that needs approval suspends it (exit status 3), its token and pending "
+        "calls printed for `nous-sched resume`; FILE is a SQLite file or a redis:// URL",
+    )
+    cli_durable.add_parsers(sub)
     from ..mcp import command as serve_mcp  # imports neither the MCP SDK nor the runtime
 
     serve_mcp.add_parser(sub, positive_int=_positive_int, seconds=_seconds)
@@ -135,6 +143,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             from ..mcp import command as serve_mcp
 
             return serve_mcp.run(args, stderr)
+        if args.command in ("resume", "approvals"):
+            return cli_durable.run(args, stdout, stderr)
         return _run(args, stdout, stderr)
     except UsageError as exc:
         stderr.write(f"{PROG}: {exc}\n")
@@ -162,20 +172,7 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             raise UsageError(f"--trace {args.trace}: folder {folder} does not exist")
     show_progress = isatty(err) if args.progress is None else args.progress
     progress = Progress(err) if show_progress else None
-    runtime = None
-    if args.runtime == "in-process":
-        from ..runtime.quickjs import QuickJSRuntime
-
-        runtime = QuickJSRuntime()
-    options: dict[str, Any] = {
-        "max_parallel": args.max_parallel,
-        "timeout": args.timeout,
-        "runtime": runtime,
-        # run_code requires a description (the audit's and approval's); the program's file name is one.
-        "description": Path(args.program).name if args.program != "-" else "program from standard input",
-    }
-    if args.ask:
-        options["approval_handler"] = _terminal_approver(args.program, err)
+    options = _run_options(args, err)
     try:
         with _ctrl_c_cancels() as cancel:
             if progress is not None:
@@ -188,6 +185,8 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     except ConfigError as exc:  # RunCodeError included: nothing ran
         raise UsageError(str(exc)) from None
 
+    if result.suspended is not None:
+        return cli_durable.show_suspended(result, out, args.json)
     _print_result(args, result, out)
 
     if args.trace:
@@ -262,6 +261,23 @@ def _off_main(run: Callable[[], T]) -> T:
     if not ok:
         raise value
     return cast(T, value)
+
+
+def _run_options(args: argparse.Namespace, err: TextIO) -> dict[str, Any]:
+    """``run_code``'s options from the command line: the runtime, limits, the
+    description, an approval prompt or an approval store."""
+    options: dict[str, Any] = {
+        "max_parallel": args.max_parallel,
+        "timeout": args.timeout,
+        "runtime": cli_durable.runtime_named(args.runtime),
+        # run_code requires a description (the audit's and approval's); the program's file name is one.
+        "description": Path(args.program).name if args.program != "-" else "program from standard input",
+    }
+    if args.ask:
+        options["approval_handler"] = _terminal_approver(args.program, err)
+    if args.approval_store:
+        options["approval_store"] = cli_durable.open_store(args.approval_store)
+    return options
 
 
 @contextlib.contextmanager

@@ -70,6 +70,12 @@ def add_parser(sub: Any, *, positive_int: Any, seconds: Any) -> argparse.Argumen
         metavar="NAME",
         help="let upstream server NAME's tool annotations decide parallelism and approval (repeatable)",
     )
+    parser.add_argument(
+        "--approval-store",
+        metavar="FILE",
+        help="a client that cannot answer an approval question gets the run's suspension instead of a refusal "
+        "(SQLite file or redis:// URL; decide with `nous-sched approvals ... --store FILE`)",
+    )
     parser.add_argument("--policy", metavar="FILE", help="JSON policy: allow, deny, require_approval, approve, ...")
     parser.add_argument(
         "--approve", action="append", default=[], metavar="TOOL", help="approve every call of TOOL without asking"
@@ -163,6 +169,7 @@ def _serve(args: argparse.Namespace, err: TextIO) -> int:
             timeout=args.timeout,
             max_parallel=args.max_parallel,
             max_runs_per_session=args.max_runs_per_session,
+            **_durable_options(args),
         )
         try:
             granted = sorted(t.name for t in tools if policy.permits(t))
@@ -283,3 +290,12 @@ def _say(err: TextIO, message: str) -> None:
         err.flush()
     except (OSError, ValueError):
         pass
+
+
+def _durable_options(args: Any) -> dict[str, Any]:
+    """``approval_store`` when ``--approval-store`` is given (see :mod:`nous_sched.durable`)."""
+    if not getattr(args, "approval_store", None):
+        return {}
+    from ..cli.durable import open_store
+
+    return {"approval_store": open_store(args.approval_store)}

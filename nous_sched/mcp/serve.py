@@ -18,6 +18,10 @@ with its real arguments:
   run waits, paused, for the client's retry); on an older one it is an
   ``elicitation/create`` request in the middle of the call. Questions
   already waiting when one goes out go out with it;
+* otherwise, with an ``approval_store`` among the run options, the run
+  suspends (:mod:`nous_sched.durable`): the result's structured content is
+  ``{"logs", "suspended": {token, expires_at, pending}}``, for an operator's
+  ``nous-sched approvals list|approve|deny --store ...`` and a later resume;
 * otherwise the call is refused (default deny: a server has no human at hand).
 
 An unanswered question is refused when the run's deadline passes (a second
@@ -108,6 +112,12 @@ OUTPUT_SCHEMA: dict[str, Any] = {
             "type": "object",
             "properties": {"kind": {"type": "string"}, "message": {"type": "string"}},
             "required": ["kind", "message"],
+        },
+        # A run that suspended for approval (serve-mcp with --approval-store; nous_sched.durable).
+        "suspended": {
+            "type": "object",
+            "properties": {"token": {"type": "string"}, "expires_at": {"type": "number"}, "pending": {"type": "array"}},
+            "required": ["token", "expires_at", "pending"],
         },
     },
     "required": ["logs"],
@@ -541,10 +551,12 @@ class CodeModeServer:
         self._release(run)  # before the client hears the result, so its next run is admitted
         run.finish(outcome)
 
-    def _approve_call(self, run: _Run, request: ApprovalRequest) -> bool:
+    def _approve_call(self, run: _Run, request: ApprovalRequest) -> Any:
         info = current_call.get()
         if request.tool in self._approve:
             approved, by = True, "policy"
+        elif not run.can_ask and self._run_options.get("approval_store") is not None:
+            return self._defer(run, request)
         elif not run.can_ask:
             approved, by = False, "default"
         else:
@@ -569,6 +581,15 @@ class CodeModeServer:
                 "(it did not declare the elicitation capability); the call was refused"
             )
         return approved
+
+    def _defer(self, run: _Run, request: ApprovalRequest) -> Any:
+        """A client that cannot be asked, with an approval store: the run suspends, and
+        its result's structured content is the suspension (``{"logs", "suspended"}``);
+        an operator decides with ``nous-sched approvals approve|deny TOKEN SEQ --store``."""
+        from ..durable import DEFER
+
+        self._write("approval", run=run.id, seq=request.seq, tool=request.tool, decision="deferred", by="store")
+        return DEFER
 
     def _dispatch(self, run: _Run, tool: Any, args: dict[str, Any], run_ctx: Any) -> Any:
         # The call's tool_call and tool_outcome lines are the scheduler's audit records (_GateAudit).

@@ -63,6 +63,13 @@ _TRUNCATED = "[output truncated at {n} bytes]"
 #: What the program's text follows: one line (the prelude's line offset).
 _HEADER = "(async function program() {\n"
 _TRUNCATED_LINES = "[output truncated at {n} lines]"
+#: A program that starts with this, JSON text of recorded clock values and a
+#: NUL is a durable run's: the prelude reads Date.now(), new Date(),
+#: Math.random() and performance.now() from those values, then records new
+#: ones in the envelope (``"clock"``, for the host's ``clock(values)``), with
+#: each call's site (``"sites"``, for ``sites(list)``). No
+#: ordinary program starts with a NUL (the engine would cut it there).
+CLOCK_MARK = "\x00nous-clock\x00"
 
 
 def _one_shot_encoder(allow_nan: bool) -> Callable[[Any], str]:
@@ -125,7 +132,8 @@ _RUN_CLOCK = """(() => {
   const now_ = performance.now.bind(performance), t0 = now_(), origin = Date.now();
   // (Bound: a program sees a native function, as before, with no source to read.)
   const p = Object.freeze({ now: function now() { return now_() - t0; }.bind(null), timeOrigin: origin });
-  Object.defineProperty(globalThis, "performance", { value: p, writable: false, configurable: false, enumerable: false });
+  // Configurable, as the engine's own was: a durable run's clock (prelude.js) replaces it before the program runs.
+  Object.defineProperty(globalThis, "performance", { value: p, writable: false, configurable: true, enumerable: false });
 })()"""
 
 
@@ -191,9 +199,15 @@ class Engine:
         self._arm()
         self._guard(bridge, "configure", json.dumps(list(self.names)), budgets, 1)
         self._guard(ctx.eval, _RUN_CLOCK)
+        program = self.program
+        if program.startswith(CLOCK_MARK):
+            # A durable run (nous_sched/durable.py): its recorded clock values, then the program.
+            end = program.index("\x00", len(CLOCK_MARK))
+            self._guard(bridge, "clock", program[len(CLOCK_MARK) : end])
+            program = program[end + 1 :]
         try:
             # The header's line is taken off every line number by the prelude.
-            main = self._guard(ctx.eval, _HEADER + _well_formed(self.program) + "\n})")
+            main = self._guard(ctx.eval, _HEADER + _well_formed(program) + "\n})")
         except _Syntax as exc:
             raise Stopped("exception", exc.message) from None
         self._guard(bridge, "start", main)
@@ -373,7 +387,7 @@ def _drive(engine: Any, host: Any, limits: Any, deadline: float, cancel: Any, bo
     state = None
     text = engine.start()
     while True:
-        envelope = _step_envelope(text, book, on_logs)
+        envelope = _step_envelope(text, book, on_logs, host)
         unstarted = submit(envelope["calls"])
         if state is None:
             state = envelope["main"]
@@ -390,8 +404,9 @@ def _drive(engine: Any, host: Any, limits: Any, deadline: float, cancel: Any, bo
         text = _settle(engine, call_id, pending, outcome, on_settled)
 
 
-def _step_envelope(text: Any, book: "_LogBook", on_logs: Any) -> dict[str, Any]:
-    """One step's envelope, checked, its log lines kept (and handed to ``on_logs``)."""
+def _step_envelope(text: Any, book: "_LogBook", on_logs: Any, host: Any) -> dict[str, Any]:
+    """One step's envelope, checked, its log lines kept (and handed to
+    ``on_logs``), a durable run's clock values and call sites handed to ``host``."""
     envelope = _checked(text)
     if envelope is None:
         # Only the prelude writes envelopes; a malformed one means the
@@ -399,6 +414,8 @@ def _step_envelope(text: Any, book: "_LogBook", on_logs: Any) -> dict[str, Any]:
         raise Stopped("abort", TAMPERED)
     if envelope["logs"] or envelope["dropped"]:
         _keep_logs(envelope, book, on_logs)
+    if len(envelope) > 4:
+        _durable(host, envelope)
     return envelope
 
 
@@ -667,7 +684,31 @@ def _checked(text: Any) -> Optional[dict[str, Any]]:
         return None
     if main is not None and main["state"] == "fulfilled" and type(main.get("json")) is not str:
         return None
+    if len(envelope) > 4 and not _durable_fields(envelope):
+        return None
     return envelope  # type: ignore[no-any-return]
+
+
+def _durable(host: Any, envelope: dict[str, Any]) -> None:
+    """Hand a durable run's new clock values and call sites to its host (one that records them)."""
+    if "clock" in envelope and hasattr(host, "clock"):
+        host.clock(envelope["clock"])
+    if "sites" in envelope and hasattr(host, "sites"):
+        host.sites(envelope["sites"])
+
+
+def _durable_fields(envelope: dict[str, Any]) -> bool:
+    """True when a durable run's extra fields have their shape: numbers, and strings."""
+    clock, sites = envelope.get("clock", []), envelope.get("sites", [])
+    if not (isinstance(clock, list) and isinstance(sites, list)):
+        return False
+    for value in clock:
+        if type(value) not in (int, float):
+            return False
+    for site in sites:
+        if type(site) is not str:
+            return False
+    return True
 
 
 _STATES = frozenset({"fulfilled", "rejected", "invalid", "output_limit"})

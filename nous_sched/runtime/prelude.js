@@ -238,6 +238,7 @@
     // cut, still too long: the host refuses it without the whole of it.
     if (name !== null && name.length > MAX_NAME_UNITS) name = apply(strSlice, name, [0, MAX_NAME_UNITS]);
     outbox[outTail++] = [id, name, json === undefined ? "null" : json];
+    if (clockOn) siteNew[siteNew.length] = siteOf(sites);
     return new PromiseCtor(
       own(function (res, rej) {
         waiting[id] = { res: res, rej: rej, sites: sites };
@@ -303,6 +304,89 @@
     logs[logCount++] = line;
   }
 
+
+  // Durable runs (nous_sched/durable.py) only: Date.now(), new Date(),
+  // Math.random() and performance.now() are read through here, so a replay
+  // gets the values the first run read, in the same order, and a live run
+  // hands each new value to the host in the envelope ("clock").
+  let clockOn = false;
+  let clockReplay = [];
+  let clockAt = 0;
+  let clockNew = [];
+  const DateCtor = Date;
+  const construct = Reflect.construct;
+  const dateNow = Date.now;
+  const mathRandom = Math.random;
+  // Read when the clock is switched on, before the program runs: by then the
+  // engine has given the run its own performance (counting from the run's start).
+  let perf = null;
+  let perfNow = null;
+  function clockValue(read) {
+    if (clockAt < clockReplay.length) return clockReplay[clockAt++];
+    const value = read();
+    clockNew[clockNew.length] = value;
+    return value;
+  }
+  function readNow() {
+    return apply(dateNow, DateCtor, []);
+  }
+  function readRandom() {
+    return apply(mathRandom, Math, []);
+  }
+  function readPerf() {
+    return apply(perfNow, perf, []);
+  }
+  function clock(replayJson) {
+    if (clockOn) return;
+    clockOn = true;
+    clockReplay = JSONparse(replayJson);
+    perf = typeof globalThis.performance === "object" && globalThis.performance !== null ? globalThis.performance : null;
+    perfNow = perf !== null ? perf.now : null;
+    const DurableDate = function Date(...args) {
+      if (new.target === undefined) return StringCtor(new DateCtor(clockValue(readNow)));
+      if (args.length === 0) return apply(construct, null, [DateCtor, [clockValue(readNow)], new.target]);
+      return apply(construct, null, [DateCtor, args, new.target]);
+    };
+    const open = { writable: true, configurable: true };
+    defineProperty(DurableDate, "prototype", { value: DateCtor.prototype });
+    defineProperty(DurableDate, "now", { ...open, value: function now() { return clockValue(readNow); } });
+    defineProperty(DurableDate, "parse", { ...open, value: DateCtor.parse });
+    defineProperty(DurableDate, "UTC", { ...open, value: DateCtor.UTC });
+    defineProperty(DateCtor.prototype, "constructor", { ...open, value: DurableDate });
+    defineProperty(globalThis, "Date", { ...open, value: DurableDate });
+    defineProperty(Math, "random", { ...open, value: function random() { return clockValue(readRandom); } });
+    if (perf !== null && typeof perfNow === "function") {
+      // The engine's performance.now is locked: the program gets a performance of its own.
+      const durablePerf = create(getPrototypeOf(perf));
+      defineProperty(durablePerf, "timeOrigin", { value: perf.timeOrigin, enumerable: true });
+      defineProperty(durablePerf, "now", { value: function now() { return clockValue(readPerf); }, enumerable: true });
+      defineProperty(globalThis, "performance", { ...open, value: durablePerf });
+    }
+  }
+  // A durable run's call sites ("line:col" of the program, one per call in
+  // the envelope's order), for its approval requests.
+  let siteNew = [];
+  function siteOf(sites) {
+    if (typeof sites !== "object" || sites === null) return "";
+    for (let i = 0; i < sites.length; i++) {
+      const site = sites[i];
+      if (isOwn(site) || site.isNative()) continue;
+      let line = site.getLineNumber();
+      if (line > LINE_OFFSET) line -= LINE_OFFSET;
+      return line + ":" + site.getColumnNumber();
+    }
+    return "";
+  }
+  function clockDrained() {
+    if (!clockOn) return "";
+    let out = "";
+    if (clockNew.length !== 0) out += ',"clock":' + JSONstringify(clockNew);
+    if (siteNew.length !== 0) out += ',"sites":' + JSONstringify(siteNew);
+    clockNew = [];
+    siteNew = [];
+    return out;
+  }
+
   function drain() {
     let out = '{"calls":[';
     for (let first = true; outHead < outTail; first = false) {
@@ -318,7 +402,7 @@
     logCount = 0;
     // The program's result crosses once: the host keeps it from the first
     // envelope that carries it, however many calls are still outstanding.
-    out += '],"dropped":' + logDropped + ',"main":' + mainJson + "}";
+    out += '],"dropped":' + logDropped + ',"main":' + mainJson + clockDrained() + "}";
     mainJson = "null";
     // Concatenation builds a rope string, which the binding cannot convert: flatten it.
     return apply(strSlice, out, [0]);
@@ -453,6 +537,10 @@
   own(ToolError);
   own(logger);
   own(configure);
+  own(clock);
+  own(clockValue);
+  own(clockDrained);
+  own(siteOf);
   const consoleObject = freeze({
     log: logger(""),
     info: logger(""),
@@ -472,6 +560,7 @@
     if (op === "settle") return __nous_settle(a, b, c);
     if (op === "start") return __nous_start(a);
     if (op === "configure") return configure(a, b, c);
+    if (op === "clock") return clock(a);
     return undefined;
   };
 })()

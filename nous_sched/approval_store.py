@@ -1,0 +1,449 @@
+"""Approval stores: where a suspended run waits for its approvals, and its token.
+
+A durable run (:mod:`nous_sched.durable`) that reaches a call needing
+approval suspends: its *record* (the program, its ledger of committed calls
+and clock values, the pending requests) is saved in a store, and the caller
+gets a *token*. Two stores ship:
+
+* :class:`SqliteApprovalStore` (stdlib ``sqlite3``, WAL mode): one file, for
+  one machine (many processes may share it);
+* :class:`RedisApprovalStore` (``pip install nous-sched[redis]``): for a fleet
+  of web servers.
+
+What a caller may rely on, for both:
+
+* **Authenticated.** A token is ``<id>.<expires>.<mac>``, the MAC an HMAC-SHA256
+  of the id and expiry under a key the store holds (made once, at random, and
+  kept in the store) or the one the caller passes (``key=``). A token changed
+  in any way, or made up, is refused with :class:`TokenError` before the store
+  is asked anything else.
+* **Expires.** Past ``expires_at`` (``ttl`` seconds after the suspension,
+  24 hours by default) a token is refused; Redis drops the record then too.
+* **At most once.** :meth:`claim` is atomic (SQLite: one conditional
+  ``UPDATE`` in a transaction; Redis: a Lua script): of two concurrent
+  resumes of one token exactly one gets the record, the other a
+  :class:`TokenError`. A claimed token stays claimed, whether its resume
+  finishes (``done``) or its process dies mid-run (``claimed``, which
+  :meth:`list` shows): it is never handed out again, because the calls its
+  run made after the suspension may already have run.
+* Records are JSON, data only, never code that the host runs.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import os
+import secrets
+import sqlite3
+import time
+from typing import Any, Optional
+
+from . import _validators as v
+from ._validators import require
+from .errors import RunCodeError
+
+__all__ = ["ApprovalStore", "SqliteApprovalStore", "RedisApprovalStore", "TokenError", "DEFAULT_TTL"]
+
+#: How long a suspension waits for its approvals by default: 24 hours.
+DEFAULT_TTL = 24 * 3600.0
+_KEY_BYTES = 32
+_OPTIONAL_KEY = v.optional(v.instance_of(bytes, "bytes (an HMAC key)"))
+_PARK = v.WAIT_SECONDS
+
+
+class TokenError(RunCodeError):
+    """A token that cannot resume anything (nothing ran): forged or tampered,
+    expired, unknown to the store, or already claimed."""
+
+
+def _now() -> float:
+    return time.time()
+
+
+def _mac(key: bytes, body: str) -> str:
+    digest = hmac.new(key, body.encode("ascii"), hashlib.sha256).digest()
+    return base64.urlsafe_b64encode(digest).decode("ascii").rstrip("=")
+
+
+class ApprovalStore:
+    """The shared half of both stores: tokens, expiry and the record's life.
+
+    A subclass keeps rows: ``_put``, ``_get``, ``_claim``, ``_set``, ``_rows``
+    and ``_stored_key``.
+    """
+
+    def __init__(self, key: Optional[bytes], ttl: float, park: float = 0.0) -> None:
+        require(type(self).__name__, "key", key, _OPTIONAL_KEY)
+        require(type(self).__name__, "ttl", ttl, v.SECONDS)
+        require(type(self).__name__, "park", park, _PARK)
+        self._key_given = key
+        self.ttl = float(ttl)
+        #: Seconds a process holds a run it suspended, so that a resume in the
+        #: same process continues it without replay (0: never; it counts against the run's timeout).
+        self.park = float(park)
+
+    # -- tokens ----------------------------------------------------------------
+
+    def _key(self) -> bytes:
+        return self._key_given if self._key_given is not None else self._stored_key()
+
+    def token_for(self, sid: str, expires_at: float) -> str:
+        """The signed token of suspension ``sid``."""
+        body = f"{sid}.{int(expires_at)}"
+        return body + "." + _mac(self._key(), body)
+
+    def verify(self, token: Any) -> tuple[str, float]:
+        """``(id, expires_at)`` of a token this store signed and that has not expired.
+
+        :raises TokenError: anything else.
+        """
+        if not isinstance(token, str) or token.count(".") != 2:
+            raise TokenError("not an approval token (it must be <id>.<expires>.<mac>, as a suspension gave it)")
+        sid, expires, mac = token.split(".")
+        if not hmac.compare_digest(mac, _mac(self._key(), f"{sid}.{expires}")):
+            raise TokenError("the approval token was not signed by this store's key: it was changed or made up")
+        if int(expires) <= _now():
+            raise TokenError(f"the approval token expired at {_when(int(expires))}")
+        return sid, float(expires)
+
+    # -- records ---------------------------------------------------------------
+
+    def save(self, record: dict[str, Any]) -> tuple[str, float]:
+        """Keep a new suspension's record; its ``(token, expires_at)``."""
+        sid = secrets.token_urlsafe(12).replace(".", "_")
+        expires_at = float(int(_now() + self.ttl))
+        self._put(sid, json.dumps(record, separators=(",", ":")), expires_at)
+        return self.token_for(sid, expires_at), expires_at
+
+    def load(self, token: Any) -> dict[str, Any]:
+        """The record of a pending token, without claiming it.
+
+        :raises TokenError: the token is bad, expired, unknown or already claimed.
+        """
+        sid, _ = self.verify(token)
+        row = self._get(sid)
+        if row is None:
+            raise TokenError("the approval token is unknown to this store (or its record has expired)")
+        _refuse_claimed(row)
+        return _record(row)
+
+    def claim(self, token: Any) -> dict[str, Any]:
+        """Claim the token, at most once across every process sharing the store; its record.
+
+        :raises TokenError: the token is bad, expired, unknown, or another resume claimed it first.
+        """
+        sid, _ = self.verify(token)
+        row = self._claim(sid, _now(), f"pid {os.getpid()}")
+        if row is None:
+            raise TokenError("the approval token is unknown to this store (or its record has expired)")
+        if row.get("won") is not True:
+            _refuse_claimed(row)
+            raise TokenError("the approval token could not be claimed")
+        return _record(row)
+
+    def finish(self, token: str) -> None:
+        """Mark a claimed token's resume finished (``done``)."""
+        sid, _ = self.verify(token)
+        self._set(sid, state="done")
+
+    def release(self, token: str) -> None:
+        """Give a claimed token back (``pending``): only for a resume that ran nothing (a bad option)."""
+        sid, _ = self.verify(token)
+        self._set(sid, state="pending")
+
+    def decide(self, token: Any, seq: int, approved: bool, reason: str = "") -> None:
+        """Record an operator's decision on pending call ``seq``, for a later resume.
+
+        :raises TokenError: the token is bad, expired, unknown or already claimed.
+        :raises ConfigError: ``seq`` is not one of the suspension's pending calls.
+        """
+        record = self.load(token)
+        seqs = [p["seq"] for p in record["pending"]]
+        if seq not in seqs:
+            v.fail("decide", "seq", seq, f"one of the pending calls {seqs}")
+        decisions = record["decisions"]
+        decisions[str(seq)] = {"approved": bool(approved), "reason": reason}
+        sid, _ = self.verify(token)
+        self._set(sid, decisions=json.dumps(decisions))
+
+    def suspensions(self) -> list[dict[str, Any]]:
+        """Every unexpired suspension: ``{token, state, expires_at, pending, decisions, claimed_by}``,
+        ``state`` one of ``pending``, ``claimed`` (a resume began and did not
+        finish: its process may have died) and ``done``."""
+        out = []
+        now = _now()
+        for sid, row in self._rows():
+            if row["expires"] <= now:
+                continue
+            record = json.loads(row["record"])
+            out.append(
+                {
+                    "token": self.token_for(sid, row["expires"]),
+                    "state": row["state"],
+                    "expires_at": row["expires"],
+                    "pending": record["pending"],
+                    "decisions": json.loads(row.get("decisions") or "{}"),
+                    "claimed_by": row.get("claimed_by") or "",
+                    "description": record.get("description", ""),
+                }
+            )
+        return out
+
+    # -- what a subclass keeps -------------------------------------------------
+
+    def _stored_key(self) -> bytes:
+        raise NotImplementedError
+
+    def _put(self, sid: str, record: str, expires: float) -> None:
+        raise NotImplementedError
+
+    def _get(self, sid: str) -> Optional[dict[str, Any]]:
+        raise NotImplementedError
+
+    def _claim(self, sid: str, now: float, by: str) -> Optional[dict[str, Any]]:
+        raise NotImplementedError
+
+    def _set(self, sid: str, **fields: str) -> None:
+        raise NotImplementedError
+
+    def _rows(self) -> list[tuple[str, dict[str, Any]]]:
+        raise NotImplementedError
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _record(row: dict[str, Any]) -> dict[str, Any]:
+    """A row's record and decisions: strict JSON (no NaN or Infinity), data only."""
+    try:
+        record: dict[str, Any] = json.loads(row["record"], parse_constant=_no_constant)
+        record["decisions"] = json.loads(row.get("decisions") or "{}", parse_constant=_no_constant)
+    except (TypeError, ValueError) as exc:
+        raise TokenError(f"the suspension's record in the store is damaged: {exc}") from None
+    return record
+
+
+def _when(epoch: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
+
+
+def _refuse_claimed(row: dict[str, Any]) -> None:
+    state = row["state"]
+    if state == "done":
+        raise TokenError("the approval token was already used: its run was resumed and finished")
+    if state == "claimed":
+        raise TokenError(
+            f"the approval token was already claimed by a resume ({row.get('claimed_by') or 'another process'}) "
+            "that has not finished; if that process died, the calls its run made after the suspension may have "
+            "run, so the token is not handed out again"
+        )
+
+
+# -- SQLite ------------------------------------------------------------------------
+
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS nous_meta (name TEXT PRIMARY KEY, value BLOB NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS nous_suspensions (id TEXT PRIMARY KEY, record TEXT NOT NULL, "
+    "expires REAL NOT NULL, state TEXT NOT NULL, decisions TEXT NOT NULL DEFAULT '{}', "
+    "claimed_by TEXT NOT NULL DEFAULT '')",
+)
+_COLUMNS = ("record", "expires", "state", "decisions", "claimed_by")
+
+
+class SqliteApprovalStore(ApprovalStore):
+    """An approval store in one SQLite file (WAL mode), shared by any number of
+    processes on one machine. Each operation opens its own connection, so a
+    store may be used from many threads.
+
+    :param path: the database file (created, with its tables, when missing).
+    :param key: the HMAC key for tokens; by default one made at random and kept in the file.
+    :param ttl: seconds a suspension waits for its approvals.
+    :param park: seconds this process holds a run it suspended, so that a resume
+        here continues it without replay (0, the default: always replay).
+    """
+
+    def __init__(self, path: Any, *, key: Optional[bytes] = None, ttl: float = DEFAULT_TTL, park: float = 0.0) -> None:
+        require(
+            "SqliteApprovalStore", "path", path, v.Check("a file path", lambda p: isinstance(p, (str, os.PathLike)))
+        )
+        super().__init__(key, ttl, park)
+        self.path = os.fspath(path)
+        with self._connect() as db:
+            db.execute("PRAGMA journal_mode=WAL")
+            for statement in _SCHEMA:
+                db.execute(statement)
+
+    def __repr__(self) -> str:
+        return f"SqliteApprovalStore({self.path!r})"
+
+    def _connect(self) -> sqlite3.Connection:
+        return sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
+
+    def _stored_key(self) -> bytes:
+        with self._connect() as db:
+            db.execute(
+                "INSERT OR IGNORE INTO nous_meta (name, value) VALUES ('hmac_key', ?)",
+                (secrets.token_bytes(_KEY_BYTES),),
+            )
+            row = db.execute("SELECT value FROM nous_meta WHERE name = 'hmac_key'").fetchone()
+        return bytes(row[0])
+
+    def _put(self, sid: str, record: str, expires: float) -> None:
+        with self._connect() as db:
+            db.execute(
+                "INSERT INTO nous_suspensions (id, record, expires, state) VALUES (?, ?, ?, 'pending')",
+                (sid, record, expires),
+            )
+
+    def _get(self, sid: str) -> Optional[dict[str, Any]]:
+        with self._connect() as db:
+            row = db.execute(
+                "SELECT record, expires, state, decisions, claimed_by FROM nous_suspensions WHERE id = ?", (sid,)
+            ).fetchone()
+        return None if row is None else dict(zip(_COLUMNS, row, strict=False))
+
+    def _claim(self, sid: str, now: float, by: str) -> Optional[dict[str, Any]]:
+        db = self._connect()
+        try:
+            # One writer at a time: the conditional UPDATE is the claim, and its
+            # row count says who won.
+            db.execute("BEGIN IMMEDIATE")
+            won = db.execute(
+                "UPDATE nous_suspensions SET state = 'claimed', claimed_by = ? "
+                "WHERE id = ? AND state = 'pending' AND expires > ?",
+                (by, sid, now),
+            ).rowcount
+            row = db.execute(
+                "SELECT record, expires, state, decisions, claimed_by FROM nous_suspensions WHERE id = ?", (sid,)
+            ).fetchone()
+            db.execute("COMMIT")
+        finally:
+            db.close()
+        if row is None:
+            return None
+        found = dict(zip(_COLUMNS, row, strict=False))
+        found["won"] = won == 1
+        return found
+
+    def _set(self, sid: str, **fields: str) -> None:
+        assignments = ", ".join(f"{name} = ?" for name in fields if name in ("state", "decisions"))
+        with self._connect() as db:
+            db.execute(f"UPDATE nous_suspensions SET {assignments} WHERE id = ?", (*fields.values(), sid))
+
+    def _rows(self) -> list[tuple[str, dict[str, Any]]]:
+        with self._connect() as db:
+            rows = db.execute(
+                "SELECT id, record, expires, state, decisions, claimed_by FROM nous_suspensions ORDER BY expires"
+            ).fetchall()
+        return [(row[0], dict(zip(_COLUMNS, row[1:], strict=False))) for row in rows]
+
+
+# -- Redis -------------------------------------------------------------------------
+
+# Claim: only a pending, unexpired record; the state change and the read are one step.
+_CLAIM = """
+local state = redis.call('HGET', KEYS[1], 'state')
+if not state then return nil end
+local won = 0
+if state == 'pending' and tonumber(redis.call('HGET', KEYS[1], 'expires')) > tonumber(ARGV[1]) then
+  redis.call('HSET', KEYS[1], 'state', 'claimed', 'claimed_by', ARGV[2])
+  won = 1
+end
+local row = redis.call('HMGET', KEYS[1], 'record', 'expires', 'state', 'decisions', 'claimed_by')
+table.insert(row, won)
+return row
+"""
+
+
+class RedisApprovalStore(ApprovalStore):
+    """An approval store in Redis, for a fleet of servers (needs ``redis``:
+    ``pip install nous-sched[redis]``). Each suspension is one hash that Redis
+    drops when it expires.
+
+    :param url: a ``redis://`` URL.
+    :param key: the HMAC key for tokens; by default one made at random and kept in Redis (``SET NX``).
+    :param ttl: seconds a suspension waits for its approvals.
+    :param prefix: the prefix of every key this store writes.
+    :param park: seconds this process holds a run it suspended (see :class:`SqliteApprovalStore`).
+    """
+
+    def __init__(
+        self,
+        url: Any,
+        *,
+        key: Optional[bytes] = None,
+        ttl: float = DEFAULT_TTL,
+        prefix: str = "nous_sched:approval",
+        park: float = 0.0,
+    ) -> None:
+        require("RedisApprovalStore", "url", url, v.NON_EMPTY_STR)
+        require("RedisApprovalStore", "prefix", prefix, v.NON_EMPTY_STR)
+        super().__init__(key, ttl, park)
+        try:
+            import redis
+        except ImportError:
+            raise RunCodeError("RedisApprovalStore needs the redis client: pip install nous-sched[redis]") from None
+        self.url = url
+        self.prefix = prefix
+        self._redis = redis.Redis.from_url(url)
+        self._claim_script = self._redis.register_script(_CLAIM)
+
+    def __repr__(self) -> str:
+        return f"RedisApprovalStore({self.url!r})"
+
+    def _name(self, sid: str) -> str:
+        return f"{self.prefix}:s:{sid}"
+
+    def _stored_key(self) -> bytes:
+        name = f"{self.prefix}:hmac_key"
+        self._redis.set(name, secrets.token_bytes(_KEY_BYTES), nx=True)
+        value = self._redis.get(name)
+        assert isinstance(value, bytes)
+        return value
+
+    def _put(self, sid: str, record: str, expires: float) -> None:
+        name = self._name(sid)
+        pipe = self._redis.pipeline()
+        pipe.hset(name, mapping={"record": record, "expires": repr(expires), "state": "pending", "decisions": "{}"})
+        pipe.expireat(name, int(expires) + 1)
+        pipe.zadd(f"{self.prefix}:index", {sid: expires})
+        pipe.execute()
+
+    def _get(self, sid: str) -> Optional[dict[str, Any]]:
+        values = self._redis.hmget(self._name(sid), list(_COLUMNS))
+        if values[0] is None:
+            return None
+        return _decoded(values)
+
+    def _claim(self, sid: str, now: float, by: str) -> Optional[dict[str, Any]]:
+        values = self._claim_script(keys=[self._name(sid)], args=[repr(now), by])
+        if values is None:
+            return None
+        row = _decoded(values[:5])
+        row["won"] = int(values[5]) == 1
+        return row
+
+    def _set(self, sid: str, **fields: str) -> None:
+        self._redis.hset(self._name(sid), mapping=dict(fields.items()))
+
+    def _rows(self) -> list[tuple[str, dict[str, Any]]]:
+        index = f"{self.prefix}:index"
+        self._redis.zremrangebyscore(index, "-inf", _now())
+        out = []
+        for raw in self._redis.zrange(index, 0, -1):
+            sid = raw.decode() if isinstance(raw, bytes) else str(raw)
+            row = self._get(sid)
+            if row is not None:
+                out.append((sid, row))
+        return out
+
+
+def _decoded(values: list[Any]) -> dict[str, Any]:
+    text = [value.decode("utf-8") if isinstance(value, bytes) else value for value in values]
+    row = dict(zip(_COLUMNS, text, strict=False))
+    row["expires"] = float(row["expires"])
+    return row

@@ -1,0 +1,163 @@
+"""The command line's durable approval (:mod:`nous_sched.durable`).
+
+* ``nous-sched run PROGRAM.js --tools M --approval-store FILE``: a call that
+  needs approval suspends the run; the pending requests and the token are
+  printed, and the exit status is 3.
+* ``nous-sched resume TOKEN --approve SEQ --deny SEQ --tools M --approval-store FILE``
+  continues it by replay (it may suspend again: status 3).
+* ``nous-sched approvals list|approve|deny --store FILE`` for an operator:
+  the suspensions waiting in a store, and a decision recorded for a later
+  resume (by ``nous-sched resume`` or :func:`nous_sched.resume`).
+
+``FILE`` is a SQLite file, or a ``redis://`` URL for a Redis store.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any, TextIO
+
+from ..errors import ConfigError
+from .loading import UsageError, load_tools
+from .render import human, inert, json_text, result_json
+
+__all__ = ["EXIT_SUSPENDED", "open_store", "runtime_named", "add_parsers", "run", "show_suspended"]
+
+#: The exit status of a run (or resume) that suspended for approval.
+EXIT_SUSPENDED = 3
+
+
+def open_store(spec: str) -> Any:
+    """The approval store ``spec`` names: a ``redis://`` URL, or a SQLite file."""
+    from ..approval_store import RedisApprovalStore, SqliteApprovalStore
+
+    try:
+        if spec.startswith(("redis://", "rediss://", "unix://")):
+            return RedisApprovalStore(spec)
+        return SqliteApprovalStore(spec)
+    except (ConfigError, OSError) as exc:
+        raise UsageError(f"approval store {spec}: {exc}") from None
+    except Exception as exc:  # sqlite3.Error: not a database, a locked folder
+        raise UsageError(f"approval store {spec}: cannot open it: {exc}") from None
+
+
+def runtime_named(name: str) -> Any:
+    """The runtime a ``--runtime`` choice names: ``None`` (the default pool) for ``worker``."""
+    if name != "in-process":
+        return None
+    from ..runtime.quickjs import QuickJSRuntime
+
+    return QuickJSRuntime()
+
+
+def add_parsers(sub: Any) -> None:
+    """The ``resume`` and ``approvals`` commands."""
+    resume = sub.add_parser(
+        "resume",
+        help="continue a run that suspended for approval",
+        description="Resume a suspended run by replay with your decisions. Exit status: 0 success, 1 the program "
+        "failed, 2 usage error (a bad, expired or used token), 3 it suspended again.",
+    )
+    resume.add_argument("token", metavar="TOKEN", help="the token the suspension printed")
+    resume.add_argument("--approve", type=int, action="append", default=[], metavar="SEQ", help="approve call SEQ")
+    resume.add_argument("--deny", type=int, action="append", default=[], metavar="SEQ", help="deny call SEQ")
+    resume.add_argument("--reason", default="", help="the reason kept in the audit with each decision")
+    resume.add_argument("--tools", required=True, metavar="MODULE", help="the same tools module the run used")
+    resume.add_argument("--approval-store", required=True, metavar="FILE", help="SQLite file or redis:// URL")
+    resume.add_argument("--timeout", type=float, default=30.0, metavar="S", help="the resumed run's deadline")
+    resume.add_argument("--runtime", choices=("worker", "in-process"), default="worker")
+    resume.add_argument("--json", action="store_true", help="print one JSON object")
+    approvals = sub.add_parser(
+        "approvals",
+        help="list the suspended runs in a store, or record a decision",
+        description="For an operator: list the suspensions waiting in an approval store, or approve or deny a "
+        "pending call (the run continues at its next resume).",
+    )
+    approvals.add_argument("action", choices=("list", "approve", "deny"))
+    approvals.add_argument("token", nargs="?", metavar="TOKEN", help="the suspension (approve, deny)")
+    approvals.add_argument("seq", nargs="?", type=int, metavar="SEQ", help="the pending call (approve, deny)")
+    approvals.add_argument("--store", required=True, metavar="FILE", help="SQLite file or redis:// URL")
+    approvals.add_argument("--reason", default="", help="the reason kept in the audit")
+    approvals.add_argument("--json", action="store_true", help="list as one JSON array")
+
+
+def show_suspended(result: Any, out: TextIO, as_json: bool) -> int:
+    """Print a suspension: its token and pending requests; the exit status."""
+    suspension = result.suspended
+    if as_json:
+        out.write(json_text({"suspended": suspension.as_dict(), "logs": list(result.logs)}, indent=2) + "\n")
+        return EXIT_SUSPENDED
+    out.write(f"suspended: {len(suspension.pending)} call(s) need approval\n")
+    for request in suspension.pending:
+        where = f" at line:col {request.site}" if request.site else ""
+        out.write(f"  #{request.seq} {inert(request.tool)}{where}: {inert(json_text(request.arguments))}\n")
+    out.write(f"\ntoken (expires {_when(suspension.expires_at)}):\n  {suspension.token}\n")
+    out.write(f"\nlogs ({len(result.logs)}):\n")
+    for line in result.logs:
+        out.write("  " + inert(line) + "\n")
+    return EXIT_SUSPENDED
+
+
+def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """``resume`` or ``approvals``: the exit status."""
+    if args.command == "resume":
+        return _resume(args, out)
+    return _approvals(args, out)
+
+
+def _resume(args: argparse.Namespace, out: TextIO) -> int:
+    from ..durable import ApprovalDecision, resume
+
+    tools = load_tools(args.tools)
+    store = open_store(args.approval_store)
+    decisions = {seq: ApprovalDecision(True, args.reason or "approved") for seq in args.approve}
+    decisions.update({seq: ApprovalDecision(False, args.reason or "denied") for seq in args.deny})
+    runtime = runtime_named(args.runtime)
+    try:
+        result = resume(args.token, decisions, tools, approval_store=store, timeout=args.timeout, runtime=runtime)
+    except ConfigError as exc:  # TokenError included: nothing ran
+        raise UsageError(str(exc)) from None
+    if result.suspended is not None:
+        return show_suspended(result, out, args.json)
+    if args.json:
+        out.write(json_text(result_json(result), indent=2) + "\n")
+    else:
+        human(result, out)
+    return 0 if result.error is None else 1
+
+
+def _approvals(args: argparse.Namespace, out: TextIO) -> int:
+    store = open_store(args.store)
+    if args.action == "list":
+        return _list(store, out, args.json)
+    if args.token is None or args.seq is None:
+        raise UsageError(f"approvals {args.action} needs TOKEN and SEQ (see `nous-sched approvals list`)")
+    try:
+        store.decide(args.token, args.seq, args.action == "approve", args.reason)
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+    out.write(f"{args.action}d call #{args.seq}; resume the run with its token to continue\n")
+    return 0
+
+
+def _list(store: Any, out: TextIO, as_json: bool) -> int:
+    rows = store.suspensions()
+    if as_json:
+        out.write(json_text(rows, indent=2) + "\n")
+        return 0
+    if not rows:
+        out.write("no suspended runs\n")
+    for row in rows:
+        out.write(f"{row['state']}  expires {_when(row['expires_at'])}  {inert(row['description'])}\n")
+        out.write(f"  token {row['token']}\n")
+        for request in row["pending"]:
+            decided = row["decisions"].get(str(request["seq"]))
+            verdict = "" if decided is None else (" approved" if decided["approved"] else " denied")
+            args = inert(json_text(request["arguments"]))
+            out.write(f"  #{request['seq']} {inert(request['tool'])}: {args}{verdict}\n")
+    return 0
+
+
+def _when(epoch: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(epoch))

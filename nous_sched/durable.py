@@ -1,0 +1,790 @@
+"""Durable approval: a run suspends at a gated call and resumes by replay, anywhere, later.
+
+``run_code(..., approval_store=store)`` runs the program as usual until a call
+needs approval and no one can answer now (no ``approval_handler``, or one that
+returns :data:`DEFER`). Then the run **suspends**: calls already started
+finish and commit, no later call starts, and the result's ``suspended`` is a
+:class:`Suspension` whose ``token`` resumes it, with the pending
+:class:`~nous_sched.ApprovalRequest` (each with its ``seq``). Every gated call
+submitted in the same step as the first one (one ``Promise.all``) is pending
+with it, and they are decided together.
+
+:func:`resume` (in any process that shares the store) claims the token, at
+most once, and **replays**: the program runs again from the start in a fresh
+sandbox, and each of its calls is numbered in the order the program made it
+(its *seq*). A call whose seq is in the *ledger* (the calls that committed
+before the suspension, and the calls a previous resume ran) gets its
+recorded outcome without its tool running; ``Date.now()``, ``new Date()``,
+``Math.random()`` and ``performance.now()`` return the recorded values, in
+order. Because the scheduler commits in submission order, the program sees
+exactly what it saw before, ``Promise.all`` included. A pending call gets its
+decision: approved, it runs; denied, it rejects with a ``ToolError``. Calls
+after the ledger's run live, and the run may suspend again.
+
+A replay that makes a call other than the recorded one at a seq (another
+tool, other arguments) ends with a ``replay_diverged`` error and runs
+nothing; so does a tool set other than the one that suspended (a hash of the
+names and schemas).
+
+Audit: ``suspended`` (the pending seqs), ``approval`` (``seq``, ``tool``,
+``approved``, ``reason``) per decision, and ``resumed`` events go to the run's
+session log and :attr:`RunResult.audit <nous_sched.RunResult.audit>`;
+replayed calls are not audited again as started.
+
+**Park, then replay.** With a store's ``park`` seconds above 0, the run's
+thread stays held where it suspended for that long (within the run's
+timeout); a :func:`resume` in the same process then hands it the decisions
+and it continues without replay. Past that time it ends, and a resume
+replays. Both give the same result (a parked run's audit also says
+``parked``; its suspended result has no logs yet).
+
+With a user ``approval_handler`` the durable host asks it before the call is
+submitted, on the thread driving the run: ``True`` approves, :data:`DEFER`
+suspends, anything else denies.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import threading
+import time
+from typing import Any, Callable, Iterable, Mapping, Optional, Union
+
+import attrs
+
+from . import _validators as v
+from ._validators import require
+from .approval_store import ApprovalStore, TokenError
+from .dispatch import ApprovalRequest
+from .errors import ConfigError
+from .events import Event
+from .gate import Admitted
+from .outcome import Outcome, quote_name
+from .result import RunError, RunResult
+from .runtime import Limits, RuntimeOutcome
+from .runtime.engine import CLOCK_MARK
+from .tool import Tool
+
+__all__ = ["DEFER", "ApprovalDecision", "Suspension", "resume", "tool_set_hash", "run_durable"]
+
+
+#: The most clock values (``Date.now()``, ``Math.random()``...) one durable run may read.
+MAX_CLOCK_VALUES = 100_000
+CLOCK_OVERFLOW = (
+    "the program read the clock or Math.random() more than {n} times; a durable run records every value "
+    "it reads, so it was stopped"
+)
+
+
+class _Defer:
+    """The type of :data:`DEFER`."""
+
+    def __repr__(self) -> str:
+        return "nous_sched.DEFER"
+
+
+#: What an approval handler returns to defer a call to the run's approval store.
+DEFER = _Defer()
+
+
+@attrs.frozen
+class ApprovalDecision:
+    """A decision on one pending call: ``approved``, and why (``reason``, kept in the audit)."""
+
+    approved: bool = attrs.field(validator=v.BOOL)
+    reason: str = attrs.field(default="", validator=v.STR)
+
+
+@attrs.frozen
+class Suspension:
+    """A suspended run: the ``token`` that resumes it (once), the ``pending``
+    requests (each with its ``seq``), and ``expires_at`` (seconds since the epoch)."""
+
+    token: str
+    pending: tuple[ApprovalRequest, ...]
+    expires_at: float
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-shaped: ``{token, expires_at, pending: [{seq, tool, arguments, site, ...}]}``."""
+        return {"token": self.token, "expires_at": self.expires_at, "pending": [_request_dict(p) for p in self.pending]}
+
+
+def _request_dict(request: ApprovalRequest) -> dict[str, Any]:
+    return {
+        "seq": request.seq,
+        "tool": request.tool,
+        "arguments": request.arguments,
+        "description": request.description,
+        "site": request.site,
+        "committed": list(request.committed),
+    }
+
+
+def tool_set_hash(tools: Iterable[Tool]) -> str:
+    """A hash of the tools' names and schemas: a resume must pass the same set."""
+    shape = sorted(([t.name, t.parameters] for t in tools), key=lambda pair: str(pair[0]))
+    text = json.dumps(shape, sort_keys=True, separators=(",", ":"), default=repr)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+# -- one durable run: the ledger it replays and the one it records -----------------
+
+
+class _Run:
+    """The state of one durable run (first or resumed), shared by its host and runtime."""
+
+    def __init__(
+        self,
+        ledger: Mapping[int, list[Any]],
+        clock: list[Any],
+        decisions: Mapping[int, ApprovalDecision],
+        pending: Mapping[int, list[Any]],
+        handler: Optional[Callable[[ApprovalRequest], Any]],
+        description: str,
+    ) -> None:
+        self.ledger = ledger  # seq -> [tool, args text, ok, payload]: replayed
+        self.clock_replay = clock
+        self.decisions = decisions
+        self.prior_pending = pending  # seq -> [tool, args text] the decisions are for
+        self.handler = handler
+        self.description = description
+        self.recorded: dict[int, list[Any]] = {}
+        self.clock_new: list[Any] = []
+        self.seq = 0
+        self.step = 0
+        self.window: Optional[int] = None
+        self.pending: list[ApprovalRequest] = []
+        self.pending_texts: dict[int, list[Any]] = {}  # seq -> [tool, args text], saved with the suspension
+        self.diverged: Optional[str] = None
+        self.overflow: Optional[str] = None
+        self.replayed = 0
+        self.stop = threading.Event()
+        self.audit: list[Event] = []
+        self.sites: list[str] = []
+        self._approved: dict[tuple[str, str], int] = {}
+        self._lock = threading.Lock()
+        self.park: Optional[_Park] = None
+        self.deferred: list[_Deferred] = []
+
+    # The run's own approval handler: only calls the durable host let through.
+    def approval_handler(self, request: ApprovalRequest) -> bool:
+        key = (request.tool, _canonical(request.arguments))
+        with self._lock:
+            left = self._approved.get(key, 0)
+            if left <= 0:
+                return False
+            self._approved[key] = left - 1
+            return True
+
+    def preapprove(self, tool: str, args: Any) -> None:
+        key = (tool, _canonical(args))
+        with self._lock:
+            self._approved[key] = self._approved.get(key, 0) + 1
+
+    def record(self, seq: int, name: str, text: str, outcome: Outcome) -> None:
+        if outcome.ok:
+            self.recorded[seq] = [name, text, True, outcome.value]
+        else:
+            assert outcome.error is not None
+            self.recorded[seq] = [name, text, False, outcome.error.as_dict()]
+
+    def clock_values(self) -> list[Any]:
+        return [*self.clock_replay, *self.clock_new]
+
+    def committed(self) -> tuple[dict[str, Any], ...]:
+        return tuple({"seq": s, "tool": e[0], "ok": e[2]} for s, e in sorted(self.recorded.items()))
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+class _Settled:
+    __slots__ = ("outcome",)
+
+    def __init__(self, outcome: Outcome) -> None:
+        self.outcome = outcome
+
+    def wait(self, timeout: float) -> Outcome:
+        return self.outcome
+
+
+class _Stop:
+    """A call that is not started: waiting for it ends the run (its ``stop`` is set)."""
+
+    __slots__ = ("run",)
+
+    def __init__(self, run: _Run) -> None:
+        self.run = run
+
+    def wait(self, timeout: float) -> None:
+        self.run.stop.set()
+        return None
+
+
+class _Recording:
+    """A started call whose outcome goes into the ledger when the program gets it."""
+
+    __slots__ = ("pending", "run", "seq", "name", "text")
+
+    def __init__(self, pending: Any, run: _Run, seq: int, name: str, text: str) -> None:
+        self.pending = pending
+        self.run = run
+        self.seq = seq
+        self.name = name
+        self.text = text
+
+    def wait(self, timeout: float) -> Optional[Outcome]:
+        outcome: Optional[Outcome] = self.pending.wait(timeout)
+        if outcome is not None:
+            self.run.record(self.seq, self.name, self.text, outcome)
+        return outcome
+
+
+class _Deferred:
+    """A call of a parked run held at its suspension: waiting for it parks the run
+    until its decisions come (then it runs, or is refused) or the park time passes
+    (then the run ends, and a resume replays)."""
+
+    __slots__ = ("host", "seq", "name", "text", "site", "admitted", "pending")
+
+    def __init__(self, host: "_DurableHost", seq: int, name: Any, text: Any, site: str, admitted: Any) -> None:
+        self.host = host
+        self.seq = seq
+        self.name = name
+        self.text = text
+        self.site = site
+        self.admitted = admitted
+        self.pending: Any = None
+
+    def wait(self, timeout: float) -> Optional[Outcome]:
+        run = self.host.run
+        if self.pending is None:
+            # Not `timeout`: drive polls its waits in short slices; the park lasts until the run's deadline.
+            park = run.park
+            deadline = self.host.inner.run_ctx.deadline
+            left = timeout if deadline is None else deadline - time.monotonic()
+            decisions = park.hold(left) if park is not None else None
+            if decisions is None:
+                run.stop.set()
+                return None
+            self.host.release(decisions)
+        if self.pending is None:
+            return None
+        outcome: Optional[Outcome] = self.pending.wait(timeout)
+        return outcome
+
+
+class _Park:
+    """A suspended run this process still holds, for ``seconds``: the hand-off
+    between its thread (parked in :meth:`hold`) and the caller (:meth:`outcome`,
+    :meth:`deliver`). ``state``: ``running``, ``parked`` or ``done``."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.cond = threading.Condition()
+        self.state = "running"
+        self.decisions: Optional[Mapping[int, ApprovalDecision]] = None
+        self.closed = False
+        self.result: Optional[RunResult] = None
+        self.token_id = ""
+        self.run_state: Any = None  # the _Run it holds
+
+    def hold(self, timeout: float) -> Optional[Mapping[int, ApprovalDecision]]:
+        """On the run's thread: say the run is parked; its decisions, or None once the park time is over."""
+        with self.cond:
+            self.state = "parked"
+            self.cond.notify_all()
+            self.cond.wait_for(lambda: self.decisions is not None, min(self.seconds, max(timeout, 0.0)))
+            decisions, self.decisions = self.decisions, None
+            if decisions is None:
+                self.closed = True
+        if decisions is None:
+            with _PARKED_LOCK:
+                _PARKED.pop(self.token_id, None)
+        return decisions
+
+    def deliver(self, decisions: Mapping[int, ApprovalDecision]) -> bool:
+        """From ``resume``: hand the decisions to the parked run; False when it is no longer held."""
+        with self.cond:
+            if self.closed or self.state != "parked":
+                return False
+            self.decisions = decisions
+            self.state = "running"
+            self.cond.notify_all()
+            return True
+
+    def finish(self, result: RunResult) -> None:
+        with self.cond:
+            self.result = result
+            self.state = "done"
+            self.cond.notify_all()
+
+    def outcome(self) -> Optional[RunResult]:
+        """Wait until the run is parked (None) or done (its result)."""
+        with self.cond:
+            self.cond.wait_for(lambda: self.state != "running")
+            return self.result if self.state == "done" else None
+
+
+#: Runs parked in this process, by token id.
+_PARKED: dict[str, _Park] = {}
+_PARKED_LOCK = threading.Lock()
+
+
+class _Either:
+    __slots__ = ("a", "b")
+
+    def __init__(self, a: Any, b: threading.Event) -> None:
+        self.a = a
+        self.b = b
+
+    def is_set(self) -> bool:
+        return self.b.is_set() or (self.a is not None and self.a.is_set())
+
+
+class _DurableHost:
+    """The run's host, seen through the ledger: what a runtime calls instead of run_code's own."""
+
+    def __init__(self, inner: Any, run: _Run) -> None:
+        self.inner = inner
+        self.run = run
+        self.names = inner.names
+        self.cancel = _Either(inner.cancel, run.stop)
+        self._batched = False
+
+    def clock(self, values: list[Any]) -> None:
+        run = self.run
+        run.clock_new.extend(values)
+        if len(run.clock_replay) + len(run.clock_new) > MAX_CLOCK_VALUES and run.overflow is None:
+            # The ledger is data the store keeps: bounded, like everything else a run records.
+            run.overflow = CLOCK_OVERFLOW.format(n=MAX_CLOCK_VALUES)
+            run.stop.set()
+
+    def sites(self, sites: list[str]) -> None:
+        self.run.sites.extend(sites)
+
+    def batch(self) -> Any:
+        return _Step(self)
+
+    def discover(self, question: Any) -> Any:
+        self._site()
+        return self.inner.discover(question)
+
+    def call(self, name: Any, args: Any) -> Any:
+        return self.call_json(name, json.dumps(args))
+
+    def call_json(self, name: Any, text: Any) -> Any:
+        run = self.run
+        seq = run.seq
+        run.seq += 1
+        site = self._site()
+        if not self._batched:
+            run.step += 1
+        if run.stop.is_set() or run.diverged is not None:
+            return _Stop(run)
+        if run.window is not None and run.window != run.step:
+            return self._held(seq, name, text, site)  # after the suspension: not started
+        if seq in run.ledger:
+            return self._replay(seq, name, text)
+        if seq in run.prior_pending and run.prior_pending[seq] != [name, text]:
+            return self._diverge(seq, name, text, run.prior_pending[seq])
+        return self._live(seq, name, text, site)
+
+    def _site(self) -> str:
+        return self.run.sites.pop(0) if self.run.sites else ""
+
+    def _replay(self, seq: int, name: Any, text: Any) -> Any:
+        run = self.run
+        entry = run.ledger[seq]
+        if [entry[0], entry[1]] != [name, text]:
+            return self._diverge(seq, name, text, entry)
+        # The budget counts a replayed call as the first run did; the gate's
+        # checks passed then, and the tool does not run now.
+        self.inner.gate.calls += 1
+        run.recorded[seq] = entry
+        run.replayed += 1
+        if entry[2]:
+            return _Settled(Outcome.success(entry[3]))
+        return _Settled(Outcome.failure(entry[3]["tool"], entry[3]["message"]))
+
+    def _diverge(self, seq: int, name: Any, text: Any, entry: list[Any]) -> Any:
+        run = self.run
+        run.diverged = (
+            f"the replay diverged at call #{seq}: the program called {quote_name(str(name))} with {_clip(text)}, "
+            f"where the run that suspended called {quote_name(entry[0])} with {_clip(entry[1])}; "
+            "nothing was run (is the program deterministic? see the README's determinism rules)"
+        )
+        run.stop.set()
+        return _Stop(run)
+
+    def _live(self, seq: int, name: Any, text: Any, site: str) -> Any:
+        if self.run.window is not None:  # inside the suspension's window: only gated calls join it
+            return self._join_window(seq, name, text, site)
+        return self._admitted(seq, name, text, site, self.inner.gate.admit_json(name, text))
+
+    def _admitted(self, seq: int, name: Any, text: Any, site: str, admitted: Any) -> Any:
+        run = self.run
+        if type(admitted) is not Admitted:
+            run.record(seq, str(name), text, admitted)
+            return _Settled(admitted)
+        if not self._gated(admitted.tool):
+            return _Recording(self.inner._submit(admitted, name), run, seq, name, text)
+        return self._decide(seq, admitted, text, site)
+
+    def _join_window(self, seq: int, name: Any, text: Any, site: str) -> Any:
+        tool = self.inner.gate.granted.get(name)
+        if tool is None or not self._gated(tool):
+            return self._held(seq, name, text, site)
+        admitted = self.inner.gate.admit_json(name, text)
+        if type(admitted) is Admitted:
+            self._suspend_at(seq, admitted, text, site)
+        return self._held(seq, name, text, site, admitted)
+
+    def _held(self, seq: int, name: Any, text: Any, site: str, admitted: Any = None) -> Any:
+        """A call made after the suspension: not started. A parked run keeps it for its release."""
+        run = self.run
+        if run.park is None:
+            return _Stop(run)
+        deferred = _Deferred(self, seq, name, text, site, admitted)
+        run.deferred.append(deferred)
+        return deferred
+
+    def release(self, decisions: Mapping[int, ApprovalDecision]) -> None:
+        """A parked run's decisions came: start its held calls, in the order the program made them."""
+        run = self.run
+        run.decisions, run.window, run.pending, run.pending_texts = decisions, None, [], {}
+        held, run.deferred = run.deferred, []
+        for d in held:
+            if d.admitted is not None and not self._suspended_again():
+                d.pending = self._admitted(d.seq, d.name, d.text, d.site, d.admitted)
+            else:
+                d.pending = self._live(d.seq, d.name, d.text, d.site)
+
+    def _suspended_again(self) -> bool:
+        return self.run.window is not None
+
+    def _gated(self, tool: Tool) -> bool:
+        return bool(getattr(tool, "requires_approval", False)) or tool.name in self.inner.run_ctx.require_approval
+
+    def _decide(self, seq: int, admitted: Admitted, text: str, site: str) -> Any:
+        run = self.run
+        decision = self._decision(seq, admitted, site)
+        if decision is DEFER:
+            self._suspend_at(seq, admitted, text, site)
+            return self._held(seq, admitted.tool.name, text, site, admitted)
+        assert isinstance(decision, ApprovalDecision)
+        name = admitted.tool.name
+        run.audit.append(
+            Event("approval", {"seq": seq, "tool": name, "approved": decision.approved, "reason": decision.reason})
+        )
+        if not decision.approved:
+            why = f": {decision.reason}" if decision.reason else ""
+            outcome = Outcome.failure(name, f"tool {quote_name(name)} was denied approval{why}")
+            run.record(seq, name, text, outcome)
+            return _Settled(outcome)
+        run.preapprove(name, admitted.args)
+        return _Recording(self.inner._submit(admitted, name), run, seq, name, text)
+
+    def _decision(self, seq: int, admitted: Admitted, site: str) -> Union[ApprovalDecision, _Defer]:
+        run = self.run
+        decided = run.decisions.get(seq)
+        if decided is not None:
+            return decided
+        if run.handler is None:
+            return DEFER
+        try:
+            answer = run.handler(self._request(seq, admitted, site))
+        except Exception as exc:  # a handler that raises rejects, as on the live path
+            return ApprovalDecision(False, f"the approval handler raised: {_clip(exc)}")
+        if isinstance(answer, _Defer):
+            return DEFER
+        if answer is True:
+            return ApprovalDecision(True, "approved by the approval handler")
+        return ApprovalDecision(False, "rejected by the approval handler")
+
+    def _request(self, seq: int, admitted: Admitted, site: str) -> ApprovalRequest:
+        return ApprovalRequest(
+            admitted.tool.name,
+            json.loads(json.dumps(admitted.args)),
+            description=self.run.description,
+            tool_description=admitted.tool.description,
+            seq=seq,
+            site=site,
+            committed=self.run.committed(),
+        )
+
+    def _suspend_at(self, seq: int, admitted: Admitted, text: str, site: str) -> None:
+        run = self.run
+        if run.window is None:
+            run.window = run.step
+        request = self._request(seq, admitted, site)
+        run.pending.append(request)
+        run.pending_texts[seq] = [admitted.tool.name, text]
+
+
+class _Step:
+    """One step's calls, handed over as one batch (the program's Promise.all)."""
+
+    def __init__(self, host: _DurableHost) -> None:
+        self.host = host
+        self.inner: Any = None
+
+    def __enter__(self) -> None:
+        self.host.run.step += 1
+        self.host._batched = True
+        self.inner = self.host.inner.batch()
+        self.inner.__enter__()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.host._batched = False
+        self.inner.__exit__(*exc)
+
+
+class _DurableRuntime:
+    """The caller's runtime, run through the durable host, the program marked with its clock."""
+
+    language = "javascript"
+
+    def __init__(self, inner: Any, run: _Run) -> None:
+        self.inner = inner
+        self.run_state = run
+
+    def run(self, program: str, host: Any, limits: Limits) -> RuntimeOutcome:
+        marked = CLOCK_MARK + json.dumps(self.run_state.clock_replay) + "\x00" + program
+        outcome: RuntimeOutcome = self.inner.run(marked, _DurableHost(host, self.run_state), limits)
+        return outcome
+
+
+def _clip(text: Any, n: int = 200) -> str:
+    shown = str(text)
+    return shown if len(shown) <= n else shown[:n] + "…"
+
+
+# -- suspending and resuming ---------------------------------------------------------
+
+_STORE = v.instance_of(ApprovalStore, "a nous_sched approval store (SqliteApprovalStore, RedisApprovalStore)")
+_DECISIONS = v.instance_of(Mapping, "a mapping of seq to True, False or an ApprovalDecision")
+
+
+def run_durable(code: Any, tools: Iterable[Tool], store: Any, options: dict[str, Any]) -> RunResult:
+    """``run_code(code, tools, approval_store=store, **options)``: see the module docstring."""
+    require("run_code", "approval_store", store, _STORE)
+    tools = list(tools)
+    run = _Run({}, [], {}, {}, options.pop("approval_handler", None), options.get("description") or "")
+    return _execute(code, tools, store, options, run)
+
+
+def _execute(code: Any, tools: list[Tool], store: ApprovalStore, options: dict[str, Any], run: _Run) -> RunResult:
+    from .run_code import resolve_runtime
+
+    runtime = _DurableRuntime(resolve_runtime(options.pop("runtime", None)), run)
+    if store.park <= 0:
+        return _run_once(code, tools, store, options, run, runtime)
+    park = run.park = _Park(store.park)
+    park.run_state = run
+
+    def target() -> None:
+        try:
+            park.finish(_run_once(code, tools, store, options, run, runtime))
+        except BaseException as exc:  # handed to the caller below
+            park.finish(RunResult(error=RunError("exception", f"the parked run failed: {_clip(exc)}")))
+
+    threading.Thread(target=target, name=f"nous-sched-parked-{next(_parked_numbers)}", daemon=True).start()
+    return _parked_result(code, tools, store, run, park)
+
+
+_parked_numbers = itertools.count(1)
+
+
+def _parked_result(code: str, tools: list[Tool], store: ApprovalStore, run: _Run, park: _Park) -> RunResult:
+    """The run's result once it ends, or its suspension once it parks (then it stays held for a resume)."""
+    result = park.outcome()
+    if result is not None:
+        return result
+    suspension = _suspend(code, tools, store, run)
+    park.token_id = suspension.token.split(".")[0]
+    with _PARKED_LOCK:
+        _PARKED[park.token_id] = park
+    # The logs so far are still in the parked run: its resumed result has all of them.
+    return RunResult(suspended=suspension, audit=tuple(run.audit))
+
+
+def _run_once(
+    code: Any, tools: list[Tool], store: ApprovalStore, options: dict[str, Any], run: _Run, runtime: Any
+) -> RunResult:
+    from .run_code import run_code
+
+    result = run_code(code, tools, runtime=runtime, approval_handler=run.approval_handler, **options)
+    error, suspended = result.error, None
+    if run.diverged is not None:
+        error = RunError("replay_diverged", run.diverged)
+    elif run.overflow is not None:
+        error = RunError("abort", run.overflow)
+    elif run.pending and run.stop.is_set() and run.park is None:
+        suspended = _suspend(code, tools, store, run)
+        error = None
+    log = options.get("session_log")
+    if log is not None:
+        for event in run.audit:
+            log.append(event)
+    return attrs.evolve(result, error=error, suspended=suspended, audit=(*result.audit, *run.audit))
+
+
+def _suspend(code: str, tools: list[Tool], store: ApprovalStore, run: _Run) -> Suspension:
+    # What committed before each pending call, now that every earlier call has.
+    committed = run.committed()
+    run.pending = [
+        attrs.evolve(p, committed=tuple(c for c in committed if c["seq"] < (p.seq or 0))) for p in run.pending
+    ]
+    record = {
+        "v": 1,
+        "code": code,
+        "description": run.description,
+        "tools": tool_set_hash(tools),
+        "ledger": [[seq, *entry] for seq, entry in sorted(run.recorded.items())],
+        "clock": run.clock_values(),
+        "pending": [{**_request_dict(p), "text": run.pending_texts[p.seq]} for p in run.pending if p.seq is not None],
+    }
+    token, expires_at = store.save(record)
+    run.audit.append(
+        Event(
+            "suspended",
+            {"token_id": token.split(".")[0], "pending": [p.seq for p in run.pending], "expires_at": expires_at},
+        )
+    )
+    return Suspension(token, tuple(run.pending), expires_at)
+
+
+def resume(
+    token: str,
+    decisions: Mapping[Any, Union[bool, ApprovalDecision]],
+    tools: Iterable[Tool] = (),
+    *,
+    approval_store: ApprovalStore,
+    **options: Any,
+) -> RunResult:
+    """Resume a suspended run by replay: see the module docstring.
+
+    ``decisions`` maps each pending ``seq`` to ``True``, ``False`` or an
+    :class:`ApprovalDecision`; decisions an operator recorded in the store
+    (``nous-sched approvals approve``) count too, those given here win.
+    ``options`` are :func:`~nous_sched.run_code`'s. The result may be
+    suspended again. With a tool set other than the one that suspended, the
+    result is a ``replay_diverged`` error, nothing runs and the token stays
+    usable.
+
+    :raises TokenError: the token is forged or tampered with, expired, unknown,
+        or already claimed (at most one resume of a token ever runs).
+    :raises ConfigError: a pending call has no decision, or a bad option.
+    """
+    require("resume", "approval_store", approval_store, _STORE)
+    require("resume", "decisions", decisions, _DECISIONS)
+    record = approval_store.load(token)
+    _ledger_of(record)  # a damaged record is refused before the token is claimed
+    tools = list(tools)
+    if tool_set_hash(tools) != record["tools"]:
+        message = (
+            "the tools differ from the ones the run suspended with (their names and schemas); "
+            "resume with the same tools: nothing was run"
+        )
+        return RunResult(error=RunError("replay_diverged", message))
+    merged = _merged_decisions(record, decisions)
+    record = approval_store.claim(token)
+    with _PARKED_LOCK:
+        park = _PARKED.pop(token.split(".")[0], None)
+    # A run this process still holds continues without replay; one whose park time passed is replayed.
+    resumed = _resume_parked(token, record, tools, approval_store, park, merged) if park is not None else None
+    if resumed is not None:
+        approval_store.finish(token)
+        return resumed
+    run = _resumed_run(record, merged, options)
+    run.audit.append(Event("resumed", {"token_id": token.split(".")[0], "replayed": len(record["ledger"])}))
+    try:
+        result = _execute(record["code"], tools, approval_store, options, run)
+    except ConfigError:  # a bad option: nothing ran, so the token stays usable
+        approval_store.release(token)
+        raise
+    approval_store.finish(token)
+    return result
+
+
+def _resume_parked(
+    token: str,
+    record: dict[str, Any],
+    tools: list[Tool],
+    store: ApprovalStore,
+    park: _Park,
+    decisions: dict[int, ApprovalDecision],
+) -> Optional[RunResult]:
+    """Continue a run this process still holds, without replay; None when its park time is over."""
+    run = park.run_state
+    audit_from = len(run.audit)
+    run.audit.append(Event("resumed", {"token_id": token.split(".")[0], "replayed": 0, "parked": True}))
+    if not park.deliver(decisions):
+        del run.audit[audit_from:]
+        return None
+    result = _parked_result(record["code"], tools, store, run, park)
+    return attrs.evolve(result, audit=tuple(run.audit[audit_from:]))
+
+
+def _resumed_run(record: dict[str, Any], decisions: dict[int, ApprovalDecision], options: dict[str, Any]) -> _Run:
+    ledger = _ledger_of(record)
+    pending = {int(p["seq"]): list(p["text"]) for p in record["pending"]}
+    options.setdefault("description", record["description"] or None)
+    return _Run(
+        ledger, list(record["clock"]), decisions, pending, options.pop("approval_handler", None), record["description"]
+    )
+
+
+def _ledger_of(record: dict[str, Any]) -> dict[int, list[Any]]:
+    """The record's ledger by seq. :raises TokenError: an entry has the wrong shape."""
+    entries = record.get("ledger")
+    ledger = {int(e[0]): list(e[1:]) for e in entries if _entry_ok(e)} if isinstance(entries, list) else {}
+    if not isinstance(entries, list) or len(ledger) != len(entries):
+        raise TokenError("the suspension's record in the store is damaged: its ledger has the wrong shape")
+    return ledger
+
+
+def _entry_ok(entry: Any) -> bool:
+    """A ledger entry's shape: [seq, tool, args text, ok, value or {tool, message}]."""
+    if not (isinstance(entry, list) and len(entry) == 5 and type(entry[0]) is int):
+        return False
+    if not (isinstance(entry[1], str) and isinstance(entry[2], str) and isinstance(entry[3], bool)):
+        return False
+    error = entry[4]
+    return entry[3] or (
+        isinstance(error, dict) and isinstance(error.get("tool"), str) and isinstance(error.get("message"), str)
+    )
+
+
+def _merged_decisions(record: dict[str, Any], given: Mapping[Any, Any]) -> dict[int, ApprovalDecision]:
+    merged: dict[int, ApprovalDecision] = {}
+    for key, stored in record.get("decisions", {}).items():
+        merged[int(key)] = ApprovalDecision(bool(stored["approved"]), str(stored.get("reason", "")))
+    for key, value in given.items():
+        merged[_seq(key)] = _decision_of(key, value)
+    missing = [p["seq"] for p in record["pending"] if p["seq"] not in merged]
+    if missing:
+        raise ConfigError(f"resume: `decisions` must decide every pending call; no decision for seq {missing}")
+    return merged
+
+
+def _seq(key: Any) -> int:
+    if isinstance(key, int) and not isinstance(key, bool):
+        return key
+    if isinstance(key, str) and key.isdigit():
+        return int(key)
+    v.fail("resume", "decisions", key, "keyed by the pending calls' seq (int)")
+
+
+def _decision_of(key: Any, value: Any) -> ApprovalDecision:
+    if isinstance(value, ApprovalDecision):
+        return value
+    if value is True:
+        return ApprovalDecision(True, "approved")
+    if value is False:
+        return ApprovalDecision(False, "denied")
+    v.fail("resume", f"decisions[{key!r}]", value, "True, False or a nous_sched.ApprovalDecision")

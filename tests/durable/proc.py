@@ -1,0 +1,66 @@
+"""One durable step in a process of its own, for the tests.
+
+    python proc.py run STORE PROGRAM_FILE [auto]
+    python proc.py resume STORE TOKEN DECISIONS_JSON [wait]
+
+STORE is ``sqlite:PATH`` or ``redis:URL``. ``auto`` runs with no store and an
+approval handler that approves everything (the un-suspended baseline).
+``wait`` reads one line from standard input before resuming (a barrier the
+test opens for two racing processes at once). Prints one JSON line: the
+result's dict, its audit and the suspension.
+"""
+
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import durable_tools  # noqa: E402
+
+import nous_sched  # noqa: E402
+
+
+def store_of(spec):
+    kind, _, where = spec.partition(":")
+    if kind == "sqlite":
+        return nous_sched.SqliteApprovalStore(where)
+    return nous_sched.RedisApprovalStore(where)
+
+
+def shown(result):
+    return {
+        "out": result.to_dict(),
+        "audit": [[e.type, dict(e.data)] for e in result.audit],
+        "started": [[e.name, dict(e.arguments)] for e in result.calls],
+        "token": result.suspended.token if result.suspended is not None else None,
+    }
+
+
+def main(argv):
+    op, spec = argv[0], argv[1]
+    if op == "run":
+        with open(argv[2], encoding="utf-8") as f:
+            code = f.read()
+        if len(argv) > 3 and argv[3] == "auto":
+            result = nous_sched.run_code(
+                code, durable_tools.TOOLS, approval_handler=lambda request: True, description="a test"
+            )
+        else:
+            result = nous_sched.run_code(code, durable_tools.TOOLS, approval_store=store_of(spec), description="a test")
+    else:
+        decisions = {int(k): v for k, v in json.loads(argv[3]).items()}
+        if len(argv) > 4 and argv[4] == "wait":
+            sys.stdout.write("ready\n")
+            sys.stdout.flush()
+            sys.stdin.readline()
+        try:
+            result = nous_sched.resume(argv[2], decisions, durable_tools.TOOLS, approval_store=store_of(spec))
+        except nous_sched.TokenError as exc:
+            sys.stdout.write(json.dumps({"token_error": str(exc)}) + "\n")
+            return
+    sys.stdout.write(json.dumps(shown(result)) + "\n")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,63 @@
+"""The command line's durable approval: `run --approval-store`, `resume`, `approvals` (real processes)."""
+
+import json
+import os
+import subprocess
+import sys
+
+HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "durable")
+TOOLS = os.path.join(HERE, "durable_tools.py")
+sys.path.insert(0, HERE)
+
+import durable_tools  # noqa: E402
+
+PROGRAM = "const a = await tools.read({i: 1});\nconst p = await tools.pay({amount: 2});\nreturn [a, p];\n"
+
+
+def _cli(tmp_path, *args):
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, NOUS_DURABLE_COUNT=str(tmp_path / "ran.jsonl"))
+    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+    return subprocess.run(
+        [sys.executable, "-m", "nous_sched", *args], env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def test_run_suspends_an_operator_approves_and_resume_finishes(tmp_path):
+    program = tmp_path / "p.js"
+    program.write_text(PROGRAM, encoding="utf-8")
+    store = str(tmp_path / "approvals.db")
+    ran = _cli(tmp_path, "run", str(program), "--tools", TOOLS, "--approval-store", store, "--json")
+    assert ran.returncode == 3, ran.stderr
+    suspension = json.loads(ran.stdout)["suspended"]
+    assert [(p["seq"], p["tool"], p["site"]) for p in suspension["pending"]] == [(1, "pay", "2:23")]
+    token = suspension["token"]
+
+    listed = _cli(tmp_path, "approvals", "list", "--store", store)
+    assert listed.returncode == 0 and token in listed.stdout and '#1 pay: {"amount": 2}' in listed.stdout
+    approved = _cli(tmp_path, "approvals", "approve", token, "1", "--store", store, "--reason", "ok by ops")
+    assert approved.returncode == 0, approved.stderr
+
+    resumed = _cli(tmp_path, "resume", token, "--tools", TOOLS, "--approval-store", store, "--json")
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads(resumed.stdout)["result"] == [{"read": 1}, {"paid": 2}]
+    assert durable_tools.ran(str(tmp_path / "ran.jsonl")) == [["read", {"i": 1}], ["pay", {"amount": 2}]]
+
+    again = _cli(tmp_path, "resume", token, "--approve", "1", "--tools", TOOLS, "--approval-store", store)
+    assert again.returncode == 2 and "already used" in again.stderr
+
+
+def test_resume_with_deny_rejects_the_call_in_the_program(tmp_path):
+    program = tmp_path / "p.js"
+    program.write_text(PROGRAM, encoding="utf-8")
+    store = str(tmp_path / "approvals.db")
+    ran = _cli(tmp_path, "run", str(program), "--tools", TOOLS, "--approval-store", store)
+    assert ran.returncode == 3 and "#1 pay at line:col 2:23" in ran.stdout
+    token = ran.stdout.split("token (expires")[1].splitlines()[1].strip()
+    resumed = _cli(
+        tmp_path, "resume", token, "--deny", "1", "--reason", "no", "--tools", TOOLS, "--approval-store", store
+    )
+    assert resumed.returncode == 1
+    assert 'tool "pay" was denied approval: no' in resumed.stdout
+    tampered = _cli(tmp_path, "resume", token[:-2] + "xx", "--deny", "1", "--tools", TOOLS, "--approval-store", store)
+    assert tampered.returncode == 2 and "changed or made up" in tampered.stderr
