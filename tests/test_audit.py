@@ -200,3 +200,23 @@ def test_serve_mcp_audit_log_has_the_same_records():
     outcomes = [line for line in lines if line["event"] == "tool_outcome"]
     assert [{k: o[k] for k in OUTCOME} for o in outcomes] == expected_outcomes()
     assert not [line for line in lines if line["event"] == "tool_result"]
+
+
+def test_serve_mcp_audits_an_oversized_program_by_its_size_only():
+    lines = []
+    server = CodeModeServer(tools(), audit_log=_Sink(lines), timeout=30)
+    program = "// " + "x" * (2 * 1024 * 1024)  # over Limits.max_code_bytes (1 MiB)
+
+    async def go():
+        with anyio.fail_after(60):
+            async with Client(server.server) as client:
+                return await client.call_tool("run_code", {"code": program, "description": "too big"})
+
+    try:
+        result = anyio.run(go)
+    finally:
+        server.close()
+    assert result.is_error or "error" in (result.structured_content or {}), result
+    (start,) = [line for line in lines if line["event"] == "run_start"]
+    assert start["code"] is None and start["code_chars"] == len(program)
+    assert len(json.dumps(lines)) < 100_000

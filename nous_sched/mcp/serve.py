@@ -91,6 +91,7 @@ from .._validators import NAMES, POSITIVE_INT, TOOLS, instance_of, names, option
 from ..dispatch import ApprovalRequest, current_call, direct_dispatch
 from ..errors import ConfigError, RunCodeError, ToolError
 from ..events import Event, SessionLog
+from ..limits import Limits
 from ..policy import PermissionPolicy
 from ..tool import Tool
 from .client import DEADLINE_GRACE
@@ -142,6 +143,16 @@ RUNS_SHARE = 4
 _DEFAULT_POOL_SIZE = 32  # the default WorkerPool's size; also for a runtime without one (QuickJSRuntime)
 _OPTIONAL_POSITIVE_INT = optional(POSITIVE_INT)
 _POLICY = optional(instance_of(PermissionPolicy, "a nous_sched.PermissionPolicy"))
+
+
+def _audited_code(code: Any, run_options: dict[str, Any]) -> dict[str, Any]:
+    """The program as ``run_start`` records it: whole when ``run_code`` may run
+    it, else only its size (it is refused before it runs, and an audit line the
+    size of any program a client sends would let one client fill the disk)."""
+    limits = run_options.get("limits") or Limits()
+    if isinstance(code, str) and len(code) > limits.max_code_bytes:
+        return {"code": None, "code_chars": len(code)}
+    return {"code": code}
 
 
 class AuditLog:
@@ -517,7 +528,12 @@ class CodeModeServer:
 
     def _execute(self, run: _Run, arguments: dict[str, Any]) -> None:
         started = time.perf_counter()
-        self._write("run_start", run=run.id, description=run.description, code=arguments.get("code"))
+        self._write(
+            "run_start",
+            run=run.id,
+            description=run.description,
+            **_audited_code(arguments.get("code"), self._run_options),
+        )
         tool = agent.run_code_tool(
             self._tools,
             policy=self._policy,
