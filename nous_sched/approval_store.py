@@ -7,7 +7,7 @@ gets a *token*. Two stores ship:
 
 * :class:`SqliteApprovalStore` (stdlib ``sqlite3``, WAL mode): one file, for
   one machine (many processes may share it);
-* :class:`RedisApprovalStore` (``pip install nous-sched[redis]``): for a fleet
+* :class:`RedisApprovalStore` (``pip install -e '.[redis]'`` from a checkout): for a fleet
   of web servers.
 
 What a caller may rely on, for both:
@@ -361,7 +361,7 @@ return row
 
 class RedisApprovalStore(ApprovalStore):
     """An approval store in Redis, for a fleet of servers (needs ``redis``:
-    ``pip install nous-sched[redis]``). Each suspension is one hash that Redis
+    ``pip install -e '.[redis]'`` from a checkout). Each suspension is one hash that Redis
     drops when it expires.
 
     :param url: a ``redis://`` URL.
@@ -386,7 +386,9 @@ class RedisApprovalStore(ApprovalStore):
         try:
             import redis
         except ImportError:
-            raise RunCodeError("RedisApprovalStore needs the redis client: pip install nous-sched[redis]") from None
+            raise RunCodeError(
+                "RedisApprovalStore needs the redis client: pip install -e '.[redis]' from a checkout"
+            ) from None
         self.url = url
         self.prefix = prefix
         self._redis = redis.Redis.from_url(url)

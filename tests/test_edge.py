@@ -318,7 +318,7 @@ def test_a_program_over_max_code_bytes_is_refused_before_anything_runs_or_is_aud
         RunCodeError,
         match=r"the program is 1001 bytes of UTF-8, over the limit of 1000 bytes \(Limits.max_code_bytes\)",
     ):
-        run_code("return 1;" + " " * 990 + "é", [], limits=limits, session_log=audit)
+        run_code("return 1;" + " " * 990 + "é", [], limits=limits, session_log=audit, description="test")
     with pytest.raises(RunCodeError, match="the program is 20000000 characters"):
         run_code("x" * 20_000_000, [], session_log=audit, description="test")
     assert len(audit) == 0

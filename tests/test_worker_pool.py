@@ -947,7 +947,8 @@ def test_a_forked_child_gets_a_fresh_pool_and_the_parents_keeps_working(tmp_path
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["child_result"] == 2
     assert out["child_pids"] and not set(out["child_pids"]) & set(out["parent_pids"])
-    assert out["parent_after"] == out["parent_pids"]
+    # The parent's workers are its own still (its spares may have grown meanwhile: they start in the background).
+    assert set(out["parent_pids"]) <= set(out["parent_after"]) and not set(out["parent_after"]) & set(out["child_pids"])
     assert out["parent_result"] == 3
 
 
