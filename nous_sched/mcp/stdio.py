@@ -109,15 +109,17 @@ def _kill_group(process: Any) -> None:
         os.killpg(process.pid, signal.SIGKILL)
 
 
-async def _read(stdout: Any, read_writer: Any, limit: int, overflow: Callable[[], None]) -> bool:
+async def _read(stdout: Any, read_writer: Any, limit: int, overflow: Callable[[], None], spoke: anyio.Event) -> bool:
     """Pass each line of ``stdout`` to the session until it ends; True when a line passed ``limit``
-    (``overflow()`` is called then, before the session sees the stream end)."""
+    (``overflow()`` is called then, before the session sees the stream end). ``spoke`` is set at
+    the server's first message."""
     lines = LineReader(limit)
     async with read_writer:
         try:
             while True:
                 for line in lines.feed(await stdout.receive(_CHUNK)):
                     if line.strip():
+                        spoke.set()
                         await read_writer.send(_parse(line))
         except MessageTooLarge:
             overflow()
@@ -145,13 +147,14 @@ async def bounded_stdio(
     read_writer, read_stream = anyio.create_memory_object_stream[Any](0)
     write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](0)
     writer_done = anyio.Event()
+    spoke = anyio.Event()
 
     def overflow() -> None:
         _kill_group(process)
         on_overflow(f"it sent a message over {max_message_bytes:,} bytes (max_message_bytes)")
 
     async def reader() -> None:
-        if not await _read(stdout, read_writer, max_message_bytes, overflow):
+        if not await _read(stdout, read_writer, max_message_bytes, overflow, spoke):
             await sdk_stdio._drain_stdout(process)  # lets a server flushing its output exit
 
     async def writer() -> None:
@@ -170,6 +173,10 @@ async def bounded_stdio(
         write_stream.close()
         with anyio.move_on_after(_WRITER_FLUSH):
             await writer_done.wait()
+        if not spoke.is_set():
+            # A server that never said a word has nothing to flush: no grace, so a
+            # silent one costs connect() its connect_timeout and no more.
+            _kill_group(process)
         await sdk_stdio._stop_server_process(process)
         for stream in (read_stream, write_stream, read_writer, write_reader):
             await stream.aclose()
