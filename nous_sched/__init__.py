@@ -23,6 +23,7 @@ from .runtime.pool import WorkerPool
 from .runtime.quickjs import QuickJSRuntime
 from .scheduler import Scheduler, Ticket
 from .snapshot import snapshot
+from .throttle import Throttle
 from .tool import EXCLUSIVE, PARALLEL, Tool, concurrency_mode
 
 __all__ = [
@@ -66,6 +67,7 @@ __all__ = [
     "snapshot",
     "SnapshotError",
     "SubCallError",
+    "Throttle",
     "Ticket",
     "Tool",
     "ToolCallEvent",

@@ -21,6 +21,11 @@ class CallRecord:
     ``None`` if none ever did (an executor saturated by other work until the
     run was over: such a call never runs). ``finished`` and ``committed`` are
     ``None`` for a call abandoned at stop.
+
+    ``throttled`` is how many seconds the call waited for the places of its
+    tool's throttles (:class:`~nous_sched.Throttle`), after a thread took it
+    up and before ``began``: ``began - started - throttled`` is the wait for
+    a thread. ``None`` when its tool names no throttle.
     """
 
     seq: int
@@ -31,6 +36,7 @@ class CallRecord:
     committed: Optional[float] = None
     ok: Optional[bool] = None
     began: Optional[float] = None
+    throttled: Optional[float] = None
 
 
 @attrs.frozen

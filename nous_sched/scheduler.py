@@ -50,6 +50,7 @@ from .lane import COMMIT, START, Lane
 from .outcome import Outcome
 from .records import CallRecord, LaneState
 from .snapshot import snapshot
+from .throttle import _Hold
 from .tool import Mode, concurrency_mode
 
 __all__ = ["Scheduler", "Ticket"]
@@ -141,7 +142,7 @@ class Ticket:
 class _Timeline:
     """When one started call started, finished and committed (seconds since the epoch of its scheduler)."""
 
-    __slots__ = ("seq", "tool", "mode", "started", "finished", "committed", "ok", "began")
+    __slots__ = ("seq", "tool", "mode", "started", "finished", "committed", "ok", "began", "throttled")
 
     def __init__(self, seq: int, tool: str, mode: Mode, started: float) -> None:
         self.seq = seq
@@ -152,35 +153,85 @@ class _Timeline:
         self.committed: Optional[float] = None
         self.ok: Optional[bool] = None
         self.began: Optional[float] = None
+        self.throttled: Optional[float] = None
 
     def record(self) -> CallRecord:
         return CallRecord(
-            self.seq, self.tool, self.mode, self.started, self.finished, self.committed, self.ok, self.began
+            self.seq,
+            self.tool,
+            self.mode,
+            self.started,
+            self.finished,
+            self.committed,
+            self.ok,
+            self.began,
+            self.throttled,
         )
 
 
 class _Begin:
-    """Called by a tool thread as it takes up a call: stamps the call's
-    ``began`` and answers True, or answers False once the scheduler is stopping
-    (the call is over before it began, and must not start).
+    """Called by a tool thread as it takes up a call: waits for the places of
+    the tool's throttles (if it names any), then stamps the call's ``began``
+    and answers True; answers False once the scheduler is stopping (the call
+    is over before it began, and must not start), or the refusal's message
+    when the throttles' wait failed (the run's deadline passed). :meth:`end`
+    gives the places back once the tool has returned.
+
+    The wait is on the tool thread, so the driver never blocks on a throttle;
+    stop() cancels it (``Scheduler._throttle_waits``).
 
     Pickles (for executors that serialize tasks) as one that always answers
     True: in another process there is no scheduler to ask.
     """
 
-    __slots__ = ("scheduler", "timeline")
+    __slots__ = ("scheduler", "timeline", "throttles", "deadline", "hold")
 
-    def __init__(self, scheduler: "Scheduler", timeline: _Timeline) -> None:
+    def __init__(
+        self, scheduler: "Scheduler", timeline: _Timeline, throttles: tuple[Any, ...] = (), deadline: Any = None
+    ) -> None:
         self.scheduler = scheduler
         self.timeline = timeline
+        self.throttles = throttles
+        self.deadline = deadline
+        self.hold: Optional[_Hold] = None
 
-    def __call__(self) -> bool:
+    def __call__(self) -> bool | str:
         scheduler = self.scheduler
+        if self.throttles:
+            refusal = self._wait_for_throttles()
+            if refusal is not None:
+                return refusal
         with scheduler._records_lock:
             if scheduler._stopping:
+                self.end()
                 return False
             self.timeline.began = time.perf_counter() - scheduler._t0
         return True
+
+    def _wait_for_throttles(self) -> bool | str | None:
+        """Take the throttles' places (None), or why not: False once the scheduler stops, else the message."""
+        scheduler = self.scheduler
+        hold = self.hold = _Hold(self.throttles)
+        waiting_since = time.perf_counter()
+        with scheduler._records_lock:
+            if scheduler._stopping:
+                return False
+            scheduler._throttle_waits.add(hold)
+        deadline = self.deadline if self.deadline is not None else time.monotonic() + scheduler._timeout
+        try:
+            refusal = hold.wait(deadline)
+        finally:
+            with scheduler._records_lock:
+                scheduler._throttle_waits.discard(hold)
+                self.timeline.throttled = time.perf_counter() - waiting_since
+        if refusal is not None and refusal.startswith(ABANDONED):
+            return False
+        return refusal
+
+    def end(self) -> None:
+        """Give the throttles' places back (idempotent; any thread)."""
+        if self.hold is not None:
+            self.hold.release()
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_AlwaysBegin, ())
@@ -191,6 +242,9 @@ class _AlwaysBegin:
 
     def __call__(self) -> bool:
         return True
+
+    def end(self) -> None:
+        pass
 
 
 class _Call:
@@ -332,6 +386,9 @@ class Scheduler:
     #                              condemned the scheduler (callers write it; it
     #                              is wedged while that ticket's seq is None)
     #   _records_lock   _events, _trail and every _Timeline's fields: the driver
+    #   guards also     _throttle_waits (the _Holds of calls waiting for their
+    #                   throttles' places: added by a tool thread only while not
+    #                   _stopping, cancelled by whoever sets _stopping)
     #   guards also     _stopping (set by stop() and the exiting driver; read by a
     #                   tool thread as it takes up a call, _Begin, which stamps
     #                   `began`: so no call begins after the scheduler stops)
@@ -384,6 +441,7 @@ class Scheduler:
         self._stopping = False
         self._events: list[ToolCallEvent] = []
         self._trail: list[_Timeline] = []
+        self._throttle_waits: set[_Hold] = set()
 
         self._final: Optional[LaneState] = None
         self._lane: Lane[_Call] = Lane(max_parallel)  # driver-owned from here on
@@ -569,6 +627,9 @@ class Scheduler:
         limit = min(self._timeout, _STOP_JOIN) if timeout is None else timeout
         with self._records_lock:
             self._stopping = True  # from here on no call begins (_Begin)
+            waits = list(self._throttle_waits)
+        for hold in waits:  # their places go back now, not when the deadline passes
+            hold.cancel()
         with self._lock:
             first = not self._closed
             self._closed = True
@@ -706,7 +767,9 @@ class Scheduler:
                     call.run_ctx,
                     info,
                     self._t0,
-                    _Begin(self, timeline),
+                    _Begin(self, timeline, call.tool.throttles, getattr(call.run_ctx, "deadline", None))
+                    if getattr(call.tool, "throttles", None)
+                    else _Begin(self, timeline),
                 )
                 return
             future = executor.submit(
@@ -718,7 +781,9 @@ class Scheduler:
                 call.run_ctx,
                 info,
                 self._t0,
-                _Begin(self, timeline),
+                _Begin(self, timeline, call.tool.throttles, getattr(call.run_ctx, "deadline", None))
+                if getattr(call.tool, "throttles", None)
+                else _Begin(self, timeline),
             )
         except Exception:
             log.error("code-mode sub-call %s could not be handed to the executor", event.id, exc_info=True)
@@ -775,6 +840,9 @@ class Scheduler:
         """The driver's last act, whether it was stopped or crashed."""
         with self._records_lock:
             self._stopping = True
+            waits = list(self._throttle_waits)
+        for hold in waits:
+            hold.cancel()
         with self._lock:
             self._closed = True
         try:
@@ -863,16 +931,37 @@ def _run_call(
     run_ctx: Any,
     info: CallInfo,
     t0: float,
-    begin: Optional[Callable[[], bool]] = None,
+    begin: Optional[Callable[[], bool | str]] = None,
 ) -> tuple[Outcome, float]:
     """Run one call on an executor thread; always returns an Outcome, never raises.
 
     ``begin()`` is asked first: False means the scheduler stopped before this
-    thread took the call up (a saturated shared executor), and it never starts.
+    thread took the call up (a saturated shared executor), and it never starts;
+    a str is why its throttles refused it. A ``begin`` with an ``end()`` is
+    told when the tool has returned (its throttles' places go back).
     """
     name = tool.name
-    if begin is not None and not begin():
-        return Outcome.failure(name, ABANDONED), time.perf_counter() - t0
+    if begin is not None:
+        verdict = begin()
+        if verdict is not True:
+            return Outcome.failure(name, verdict if isinstance(verdict, str) else ABANDONED), time.perf_counter() - t0
+    try:
+        return _run_begun(dispatch, tool, args, run_ctx, info, name), time.perf_counter() - t0
+    finally:
+        end = getattr(begin, "end", None)
+        if end is not None:
+            end()
+
+
+def _run_begun(
+    dispatch: Callable[[Any, dict[str, Any], Any], Any],
+    tool: Any,
+    args: dict[str, Any],
+    run_ctx: Any,
+    info: CallInfo,
+    name: str,
+) -> Outcome:
+    """The tool's own part of :func:`_run_call`: its outcome, whatever it did."""
     token = current_call.set(info)
     try:
         value = dispatch(tool, args, run_ctx)
@@ -894,7 +983,7 @@ def _run_call(
         result = Outcome.failure(name, _safe_str(exc))
     finally:
         current_call.reset(token)
-    return result, time.perf_counter() - t0
+    return result
 
 
 def _safe_str(exc: BaseException) -> str:
