@@ -307,6 +307,7 @@ class Connection:
                         requires_approval=f.requires_approval,
                         category=f.category,
                         concurrency_safe=_always if f.parallel else None,
+                        throttles=up.spec.throttles,
                     )
                 )
         return tools
