@@ -408,19 +408,20 @@ def test_the_deadline_passing_while_a_call_waits_fails_it():
 def test_the_wait_is_bounded_by_the_runs_deadline_on_a_scheduler(make_scheduler):
     db = Throttle("db", max_running=1)
     release = threading.Event()
-    scheduler = make_scheduler()
-    hold = scheduler.submit(
-        Tool("hold", lambda a: release.wait(WAIT) and 0, throttles=(db,), concurrency_safe=lambda a: True), {}
-    )
+    holding, waiting = make_scheduler(), make_scheduler()  # two runs: commits in one do not wait for the other
+    hold = holding.submit(Tool("hold", lambda a: release.wait(WAIT) and 0, throttles=(db,)), {})
     eventually(lambda: db.running == 1, "the holder to take the place")
     ctx = nous_sched.RunContext(deadline=time.monotonic() + 0.3)
-    outcome = scheduler.wait(
-        scheduler.submit(Tool("q", lambda a: 1, throttles=(db,), concurrency_safe=lambda a: True), {}, ctx)
-    )
+    started = time.monotonic()
+    outcome = waiting.wait(waiting.submit(Tool("q", lambda a: 1, throttles=(db,)), {}, ctx))
     assert not outcome.ok and outcome.error.message == DEADLINE_PASSED.format(names="'db'")
-    assert db.waiting == 0
+    assert 0.25 <= time.monotonic() - started < 20
+    assert db.waiting == 0 and db.running == 1
+    (record,) = waiting.trail()
+    assert record.began is None and record.throttled >= 0.25
     release.set()
-    assert scheduler.wait(hold).ok
+    assert holding.wait(hold).ok
+    assert db.running == 0
 
 
 def test_a_stopped_run_gives_back_the_places_it_waits_for_at_once():
