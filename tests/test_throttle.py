@@ -599,3 +599,82 @@ def test_two_throttles_on_one_tool_never_deadlock(plans):
     assert [r.error for r in results] == [None] * len(plans)
     assert peaks["a"].peak <= 1 and peaks["b"].peak <= 2
     assert (a.running, a.waiting, b.running, b.waiting) == (0, 0, 0, 0)
+
+
+# -- what shows ------------------------------------------------------------------
+
+
+def test_the_timeline_shows_the_throttle_wait_apart_from_the_thread_wait():
+    from nous_sched import CallRecord
+    from nous_sched.cli.render import format_trail
+
+    trail = [
+        CallRecord(0, "q", "parallel", 0.0, 1.0, 1.0, True, 0.5, 0.25),  # thread 0-0.25, throttle 0.25-0.5
+        CallRecord(1, "x", "parallel", 0.0, 1.0, 1.0, True, 0.0),  # no throttle
+    ]
+    lines = format_trail(trail, width=20)
+    bar = lines[1].split("|")[1]
+    assert bar == "-----~~~~~##########"
+    assert lines[2].split("|")[1] == "#" * 20
+    assert lines[-1] == "~ waiting for a throttle's place"
+    assert "~" not in "".join(format_trail(trail[1:], width=20))
+
+
+def test_the_cli_timeline_of_a_throttled_run():
+    from nous_sched.cli.render import format_trail
+
+    db = Throttle("db", max_running=1)
+    release = threading.Event()
+    hold = Tool("hold", lambda a: release.wait(WAIT) and 0, throttles=(db,))
+    thread = threading.Thread(target=lambda: run_code("await tools.hold({})", [hold], runtime=QuickJSRuntime()))
+    thread.start()
+    try:
+        eventually(lambda: db.running == 1, "the holder")
+        waiting = threading.Thread(
+            target=lambda: out.append(
+                run_code(
+                    "return await tools.q({})", [Tool("q", lambda a: 1, throttles=(db,))], runtime=QuickJSRuntime()
+                )
+            )
+        )
+        out: list = []
+        waiting.start()
+        eventually(lambda: db.waiting == 1, "the waiter")
+        started = time.monotonic()
+        eventually(lambda: time.monotonic() - started > 0.1, "a visible wait")  # the wait to draw
+        release.set()
+        waiting.join(WAIT)
+    finally:
+        release.set()
+        thread.join(WAIT)
+    (result,) = out
+    assert result.trail[0].throttled >= 0.1
+    assert "~" in format_trail(result.trail, span=result.elapsed)[1]
+
+
+def test_otel_spans_carry_the_throttle_wait():
+    pytest.importorskip("opentelemetry.sdk")
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from nous_sched.otel import ATTR_THROTTLED, THROTTLED_EVENT, traced_run_code
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    db = Throttle("db", max_running=1)
+    tools = [Tool("q", lambda a: 1, throttles=(db,)), Tool("x", lambda a: 2)]
+    result = traced_run_code(
+        "return [await tools.q({}), await tools.x({})]",
+        tools,
+        tracer=provider.get_tracer("t"),
+        runtime=QuickJSRuntime(),
+    )
+    provider.shutdown()
+    assert result.result == [1, 2]
+    spans = {s.name: s for s in exporter.get_finished_spans()}
+    q, x = spans["nous_sched.tool/q"], spans["nous_sched.tool/x"]
+    assert q.attributes[ATTR_THROTTLED] == result.trail[0].throttled
+    assert [e.name for e in q.events][0] == THROTTLED_EVENT
+    assert ATTR_THROTTLED not in x.attributes
