@@ -46,6 +46,7 @@ BENCHMARKS = [
     ("many_runs", "bench_many_runs.py", False),
     ("mcp", "bench_mcp.py", False),
     ("runtimes", "bench_runtimes.py", False),
+    ("throttle", "bench_throttle.py", False),
     ("peer", "bench_peer.py", False),
     ("vercel", "bench_vercel.py", True),
 ]

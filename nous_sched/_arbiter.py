@@ -84,7 +84,9 @@ class Request(Generic[T]):
     __slots__ = ("limits", "item", "state")
 
     def __init__(self, limits: Iterable[Limit], item: T) -> None:
-        self.limits = tuple(dict.fromkeys(limits))  # a limit named twice is one place
+        if type(limits) is not tuple or len(limits) != 1:
+            limits = tuple(dict.fromkeys(limits))  # a limit named twice is one place
+        self.limits: tuple[Limit, ...] = limits
         self.item = item
         self.state = "new"  # -> "waiting" -> "granted" -> "released", or "waiting" -> "cancelled"
 
@@ -100,11 +102,23 @@ class Arbiter(Generic[T]):
 
     def request(self, request: Request[T], now: float) -> list[Request[T]]:
         """Queue ``request``; return the requests granted now (``request`` among them, maybe)."""
+        if not self._queue and self._free(request.limits, now):
+            request.state = "granted"  # no one waits: the uncontended case, without a scan
+            for limit in request.limits:
+                limit.take(now)
+            return [request]
         request.state = "waiting"
         self._queue[request] = None
         for limit in request.limits:
             limit.waiting += 1
         return self.grant(now)
+
+    @staticmethod
+    def _free(limits: tuple[Limit, ...], now: float) -> bool:
+        for limit in limits:
+            if limit.opens_at(now) is not None:
+                return False
+        return True
 
     def cancel(self, request: Request[T], now: float) -> list[Request[T]]:
         """Take back a waiting ``request`` (no-op otherwise); return the requests its leaving lets through."""
@@ -120,8 +134,8 @@ class Arbiter(Generic[T]):
             return []
         request.state = "released"
         for limit in request.limits:
-            limit.give()
-        return self.grant(now)
+            limit.running -= 1
+        return self.grant(now) if self._queue else []
 
     def grant(self, now: float) -> list[Request[T]]:
         """Grant every request that may go at ``now``, in arrival order; set :attr:`wake`."""

@@ -14,8 +14,10 @@ in this process every ``lease / 3`` seconds (the shortest lease among them).
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
+import uuid
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -125,6 +127,8 @@ def take_leases(hold: _Hold) -> bool:
     taken from the others are given back before this returns: nothing is
     held while waiting.
     """
+    if not hold.lease_id:
+        hold.lease_id = uuid.uuid4().hex
     for url, limits in _groups(hold).items():
         keys = [k for limit in limits for k in (limit.running_key, limit.starts_key)]
         argv = [hold.lease_id, *(a for limit in limits for a in limit.args)]
@@ -154,18 +158,23 @@ class _Renewer:
     """The thread that renews every lease held in this process."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()  # guards _holds and _thread
+        self._lock = threading.Lock()  # guards _holds, _thread and _due
         self._holds: dict[_Hold, None] = {}
         self._thread: threading.Thread | None = None
+        self._due = math.inf  # when the thread renews next (time.monotonic())
         self._wake = threading.Event()
 
     def add(self, hold: _Hold) -> None:
+        """Renew ``hold``'s leases from now on (woken only when they are due before its next round)."""
+        period = min(limit.lease_ms for _, limits in hold.leased for limit in limits) / 3000
         with self._lock:
             self._holds[hold] = None
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="nous-sched-throttle-lease", daemon=True)
                 self._thread.start()
-        self._wake.set()  # a shorter lease may need an earlier renewal
+            wake = time.monotonic() + period < self._due
+        if wake:
+            self._wake.set()
 
     def discard(self, hold: _Hold) -> None:
         with self._lock:
@@ -175,21 +184,21 @@ class _Renewer:
         with self._lock:
             holds = list(self._holds)
         leases = [limit.lease_ms for hold in holds for _, limits in list(hold.leased) for limit in limits]
-        return min(leases) / 3000 if leases else 60.0
+        return min(leases) / 3000 if leases else math.inf
 
     def _run(self) -> None:
-        due = time.monotonic() + self._period()
         while True:
-            woken = self._wake.wait(max(0.0, due - time.monotonic()))
+            period = self._period()
+            with self._lock:
+                due = self._due = time.monotonic() + period
+            woken = self._wake.wait(None if due == math.inf else max(0.0, due - time.monotonic()))
             self._wake.clear()
-            if woken:  # a new lease: renew no later than its period says
-                due = min(due, time.monotonic() + self._period())
+            if woken:  # a lease due sooner: take the new period first
                 continue
             with self._lock:
                 holds = list(self._holds)
             for hold in holds:
                 self._renew(hold)
-            due = time.monotonic() + self._period()
 
     @staticmethod
     def _renew(hold: _Hold) -> None:

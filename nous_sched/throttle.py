@@ -57,7 +57,6 @@ import itertools
 import math
 import threading
 import time
-import uuid
 from typing import Any, Iterable, Optional
 
 from . import _validators as v
@@ -136,6 +135,19 @@ class Throttle:
 
             self._redis = RedisLimit(self)
 
+    def hold(self, timeout: Optional[float] = None) -> _Hold:
+        """``with throttle.hold():`` the block holds a place, taken in the same queue as tools' calls
+        (for work outside a run that must count against the same limit). Waits at most ``timeout``
+        seconds (None: no limit).
+
+        :raises TimeoutError: no place within ``timeout`` seconds (on entering the block).
+        :raises ConfigError: ``timeout`` is not None or a number of seconds.
+        """
+        require("Throttle.hold", "timeout", timeout, v.WAIT_SECONDS)
+        hold = _Hold((self,))
+        hold.timeout = timeout
+        return hold
+
     @property
     def running(self) -> int:
         """How many calls hold a place now, in this process."""
@@ -168,30 +180,50 @@ class _Hold:
     so the scheduler may cancel a hold that was granted or released meanwhile.
     """
 
-    __slots__ = ("throttles", "request", "gate", "abort", "lease_id", "leased")
+    __slots__ = ("throttles", "request", "gate", "aborted", "abort", "lease_id", "leased", "timeout")
 
     def __init__(self, throttles: Iterable[Throttle]) -> None:
-        self.throttles = tuple(dict.fromkeys(throttles))
-        self.request: Request[_Hold] = Request([t._limit for t in self.throttles], self)
-        self.gate = threading.Lock()  # held until the request is granted or cancelled
-        self.gate.acquire()
-        self.abort = threading.Event()  # set by cancel(): ends the wait for Redis too
-        self.lease_id = uuid.uuid4().hex
+        throttles = self.throttles = tuple(throttles)
+        limits = (throttles[0]._limit,) if len(throttles) == 1 else [t._limit for t in throttles]
+        self.request: Request[_Hold] = Request(limits, self)
+        # Made (held) only when the request queues, under _LOCK, before any other thread can grant it;
+        # released once, when it is granted or cancelled.
+        self.gate: Optional[threading.Lock] = None
+        self.aborted = False  # set by cancel(), under _LOCK
+        self.abort: Optional[threading.Event] = None  # made for a wait on Redis; set by cancel()
+        self.lease_id = ""  # named by the Redis half when it first takes a lease
         self.leased: list[Any] = []  # the RedisLimits' groups holding a lease of ours
+        self.timeout: Optional[float] = None  # for `with`: Throttle.hold's
+
+    def __enter__(self) -> None:
+        timeout = self.timeout
+        if self.wait(None if timeout is None else _clock() + timeout) is not None:
+            raise TimeoutError(f"no place in throttle {throttle_names(self.throttles)} within {timeout}s")
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
 
     def wait(self, deadline: Optional[float]) -> Optional[str]:
         """Wait until ``deadline`` (``time.monotonic()``; None: until cancelled)
         for every place; ``None`` once they are held, else why not."""
+        request = self.request
         with _LOCK:
-            _open(_ARBITER.request(self.request, _clock()))
+            granted = _ARBITER.request(request, _clock())
+            gate = None
+            if request.state != "granted":
+                gate = self.gate = threading.Lock()
+                gate.acquire()
+            _open(granted, request)
             wake = _ARBITER.wake
-        while not self.gate.acquire(True, _seconds_until(deadline, wake)):
-            wake = self._recheck(deadline)
-        if self.request.state != "granted":
-            return self._refusal(deadline)
-        if not any(t._redis is not None for t in self.throttles):
-            return None
-        return self._wait_redis(deadline)
+        if gate is not None:  # queued: wait
+            while not gate.acquire(True, _seconds_until(deadline, wake)):
+                wake = self._recheck(deadline)
+            if request.state != "granted":
+                return self._refusal(deadline)
+        for throttle in self.throttles:
+            if throttle._redis is not None:
+                return self._wait_redis(deadline)
+        return None
 
     def _recheck(self, deadline: Optional[float]) -> float:
         """A wait timed out: the deadline passed (cancel), or a rate window opened (grant)."""
@@ -205,7 +237,7 @@ class _Hold:
 
     def _refusal(self, deadline: Optional[float]) -> str:
         names = throttle_names(self.throttles)
-        if deadline is not None and _clock() >= deadline and not self.abort.is_set():
+        if deadline is not None and _clock() >= deadline and not self.aborted:
             return DEADLINE_PASSED.format(names=names)
         return STOPPED.format(names=names)
 
@@ -213,9 +245,13 @@ class _Hold:
         """Holding the places here, take the leases in Redis, polling until the deadline."""
         from ._redis_throttle import take_leases
 
+        with _LOCK:
+            abort = self.abort = threading.Event()
+            if self.aborted:
+                abort.set()
         pause = _POLL_FIRST
         while not take_leases(self):
-            if self.abort.wait(_seconds_until(deadline, _clock() + pause)) or (
+            if abort.wait(_seconds_until(deadline, _clock() + pause)) or (
                 deadline is not None and _clock() >= deadline
             ):
                 refusal = self._refusal(deadline)
@@ -226,13 +262,16 @@ class _Hold:
 
     def cancel(self) -> None:
         """End a wait at once (any thread); a call that holds its places keeps them."""
-        self.abort.set()
         with _LOCK:
+            self.aborted = True
+            if self.abort is not None:
+                self.abort.set()
             self._cancel_locked(_clock())
 
     def _cancel_locked(self, now: float) -> None:
         if self.request.state == "waiting":
             _open(_ARBITER.cancel(self.request, now))
+            assert self.gate is not None  # made when it queued
             self.gate.release()
 
     def release(self) -> None:
@@ -245,9 +284,12 @@ class _Hold:
             give_leases(self)
 
 
-def _open(granted: list[Request[_Hold]]) -> None:
+def _open(granted: list[Request[_Hold]], own: Optional[Request[_Hold]] = None) -> None:
+    """Wake the waiting requests that were just granted (``own``, granted while asking, never waited)."""
     for request in granted:
-        request.item.gate.release()
+        gate = request.item.gate
+        if request is not own and gate is not None:
+            gate.release()
 
 
 def _seconds_until(deadline: Optional[float], wake: float) -> float:

@@ -133,7 +133,17 @@ def test_json_output(capsys):
     assert doc["result"]["cities"] == 12
     assert doc["logs"][0] == "looked up 12 cities in 9 countries"
     assert [r["seq"] for r in doc["trail"]] == list(range(12))
-    assert set(doc["trail"][0]) == {"seq", "tool", "mode", "started", "began", "finished", "committed", "ok", "throttled"}
+    assert set(doc["trail"][0]) == {
+        "seq",
+        "tool",
+        "mode",
+        "started",
+        "began",
+        "finished",
+        "committed",
+        "ok",
+        "throttled",
+    }
     assert [e["name"] for e in doc["events"]] == ["lookup_city"] * 12
     assert doc["events"][0]["arguments"] == {"name": "Tokyo"}
 

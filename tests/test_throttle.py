@@ -678,3 +678,16 @@ def test_otel_spans_carry_the_throttle_wait():
     assert q.attributes[ATTR_THROTTLED] == result.trail[0].throttled
     assert [e.name for e in q.events][0] == THROTTLED_EVENT
     assert ATTR_THROTTLED not in x.attributes
+
+
+def test_hold_counts_work_outside_a_run_against_the_same_limit():
+    db = Throttle("db", max_running=1)
+    with db.hold():
+        assert db.running == 1
+        with pytest.raises(TimeoutError, match="no place in throttle 'db' within 0.05s"):
+            with db.hold(timeout=0.05):
+                pass
+        assert db.waiting == 0
+    assert db.running == 0
+    with pytest.raises(ConfigError, match="`timeout`"):
+        db.hold(timeout=-1)

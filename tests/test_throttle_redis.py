@@ -196,3 +196,17 @@ def test_per_second_in_redis(redis_url):
     assert result.result == 9
     starts.sort()
     assert starts[-1] - starts[0] >= 0.55  # 9 starts at 3 per 0.3 s: at least two windows
+
+
+def test_a_live_holder_keeps_its_place_past_the_lease(redis_url):
+    """The holder renews: a second Throttle object for the same name (another process, as far
+    as Redis knows) gets no place while the first holds it, for three times the lease."""
+    name = "renewed-" + uuid.uuid4().hex
+    first = Throttle(name, max_running=1, redis_url=redis_url, lease=0.4)
+    second = Throttle(name, max_running=1, redis_url=redis_url, lease=0.4)
+    with first.hold():
+        with pytest.raises(TimeoutError):
+            with second.hold(timeout=1.2):
+                pass
+    with second.hold(timeout=WAIT):
+        assert second.running == 1
