@@ -54,7 +54,9 @@ class Limit:
 
     def _expire(self, now: float) -> None:
         starts = self._starts
-        while starts and starts[0] <= now - self.window:
+        window = self.window
+        # The same sum as opens_at's, so the instant it names is the instant a start leaves.
+        while starts and starts[0] + window <= now:
             starts.popleft()
 
     def opens_at(self, now: float) -> Optional[float]:

@@ -129,14 +129,18 @@ def take_leases(hold: _Hold) -> bool:
     """
     if not hold.lease_id:
         hold.lease_id = uuid.uuid4().hex
-    for url, limits in _groups(hold).items():
-        keys = [k for limit in limits for k in (limit.running_key, limit.starts_key)]
-        argv = [hold.lease_id, *(a for limit in limits for a in limit.args)]
-        if not _client(url)[1](keys, argv):
-            give_leases(hold)
-            return False
-        hold.leased.append((url, limits))
-        _RENEWER.add(hold)
+    try:
+        for url, limits in _groups(hold).items():
+            keys = [k for limit in limits for k in (limit.running_key, limit.starts_key)]
+            argv = [hold.lease_id, *(a for limit in limits for a in limit.args)]
+            if not _client(url)[1](keys, argv):
+                give_leases(hold)
+                return False
+            hold.leased.append((url, limits))
+            _RENEWER.add(hold)
+    except BaseException:
+        give_leases(hold)  # a server that failed to answer: nothing is held while waiting
+        raise
     return True
 
 

@@ -53,7 +53,7 @@ tasks to run them elsewhere (Dask, a process pool) runs them unthrottled.
 
 from __future__ import annotations
 
-import itertools
+import logging
 import math
 import threading
 import time
@@ -64,6 +64,8 @@ from ._arbiter import Arbiter, Limit, Request
 from ._validators import require
 
 __all__ = ["Throttle", "DEADLINE_PASSED", "STOPPED"]
+
+log = logging.getLogger("nous_sched")
 
 DEADLINE_PASSED = "the run's deadline passed while waiting for throttle {names}"
 STOPPED = "code run is over; tool call abandoned while waiting for throttle {names}"
@@ -170,9 +172,6 @@ def throttle_names(throttles: Iterable[Throttle]) -> str:
     return ", ".join(repr(t.name) for t in throttles)
 
 
-_holds = itertools.count()
-
-
 class _Hold:
     """One call's claim on its throttles: :meth:`wait` for the places, :meth:`release` them.
 
@@ -208,6 +207,8 @@ class _Hold:
         for every place; ``None`` once they are held, else why not."""
         request = self.request
         with _LOCK:
+            if self.aborted:  # cancelled before it asked: it never queues
+                return STOPPED.format(names=throttle_names(self.throttles))
             granted = _ARBITER.request(request, _clock())
             gate = None
             if request.state != "granted":
@@ -250,7 +251,7 @@ class _Hold:
             if self.aborted:
                 abort.set()
         pause = _POLL_FIRST
-        while not take_leases(self):
+        while not self._try_leases(take_leases):
             if abort.wait(_seconds_until(deadline, _clock() + pause)) or (
                 deadline is not None and _clock() >= deadline
             ):
@@ -259,6 +260,14 @@ class _Hold:
                 return refusal
             pause = min(_POLL_MAX, pause * 2)
         return None
+
+    def _try_leases(self, take_leases: Any) -> bool:
+        """One try at the leases; a Redis that cannot be reached counts as no place (logged), until the deadline."""
+        try:
+            return bool(take_leases(self))
+        except Exception:
+            log.warning("throttle %s: could not reach Redis; waiting", throttle_names(self.throttles), exc_info=True)
+            return False
 
     def cancel(self) -> None:
         """End a wait at once (any thread); a call that holds its places keeps them."""

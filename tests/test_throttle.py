@@ -691,3 +691,13 @@ def test_hold_counts_work_outside_a_run_against_the_same_limit():
     assert db.running == 0
     with pytest.raises(ConfigError, match="`timeout`"):
         db.hold(timeout=-1)
+
+
+def test_a_hold_cancelled_before_it_asks_never_queues():
+    from nous_sched.throttle import STOPPED, _Hold
+
+    db = Throttle("db", max_running=1)
+    hold = _Hold((db,))
+    hold.cancel()
+    assert hold.wait(None) == STOPPED.format(names="'db'")
+    assert (db.running, db.waiting) == (0, 0)

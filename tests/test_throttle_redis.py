@@ -210,3 +210,15 @@ def test_a_live_holder_keeps_its_place_past_the_lease(redis_url):
                 pass
     with second.hold(timeout=WAIT):
         assert second.running == 1
+
+
+def test_an_unreachable_redis_fails_the_call_at_its_deadline_and_holds_nothing():
+    throttle = Throttle("nowhere", max_running=1, redis_url="redis://127.0.0.1:1/0")
+    result = run_code(
+        "try { await tools.q({}); return 'ran' } catch (e) { return e.message }",
+        [Tool("q", lambda a: 1, throttles=(throttle,))],
+        runtime=QuickJSRuntime(),
+        timeout=1.0,
+    )
+    assert result.result != "ran"
+    assert (throttle.running, throttle.waiting) == (0, 0)

@@ -114,9 +114,15 @@ def format_trail(trail: Sequence[Any], *, width: int = BAR_WIDTH, span: Optional
     lines.append(
         "# running   . finished, waiting for earlier calls to commit   ? abandoned at stop   - waiting for a thread"
     )
-    if any(getattr(r, "throttled", None) is not None for r in records):
-        lines.append("~ waiting for a throttle's place")
+    lines.extend(_throttle_legend(records))
     return lines
+
+
+def _throttle_legend(records: Sequence[Any]) -> list[str]:
+    """The legend's line for ``~``, only when a call's tool named a throttle."""
+    if any(getattr(r, "throttled", None) is not None for r in records):
+        return ["~ waiting for a throttle's place"]
+    return []
 
 
 def _throttle_wait(bar: list[str], r: Any, s: int, first: Any) -> int:
