@@ -49,6 +49,7 @@ BENCHMARKS = [
     ("events", "bench_events.py", False),
     ("runtimes", "bench_runtimes.py", False),
     ("durable", "bench_durable.py", False),
+    ("throttle", "bench_throttle.py", False),
     ("peer", "bench_peer.py", False),
     ("wall", "bench_wall.py", False),
     ("vercel", "bench_vercel.py", True),

@@ -36,6 +36,7 @@ from .runtime.pool import WorkerPool
 from .runtime.quickjs import QuickJSRuntime
 from .scheduler import Scheduler, Ticket
 from .snapshot import snapshot
+from .throttle import Throttle
 from .tool import EXCLUSIVE, PARALLEL, Tool, concurrency_mode
 from .usage import CallUsage, Usage
 
@@ -99,6 +100,7 @@ __all__ = [
     "Suspension",
     "SnapshotError",
     "SubCallError",
+    "Throttle",
     "Ticket",
     "TokenError",
     "Tool",

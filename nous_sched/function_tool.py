@@ -51,12 +51,13 @@ import json
 import types
 import typing
 from collections.abc import Mapping
-from typing import Any, Callable, Optional, Protocol, Union
+from typing import Any, Callable, Optional, Protocol, Sequence, Union
 
 from . import _docstring
 from . import _validators as v
 from ._pydantic import jsonable, validation_message
 from .errors import ConfigError, ToolError
+from .throttle import Throttle
 from .tool import Tool
 
 __all__ = ["function_tool"]
@@ -74,6 +75,7 @@ def function_tool(
     requires_approval: bool = False,
     category: str = "read",
     validate_arguments: bool = True,
+    throttles: Sequence[Throttle] = (),
 ) -> Any:
     """A :class:`~nous_sched.Tool` that calls ``fn``; as ``@function_tool(...)``, a decorator making one.
 
@@ -81,7 +83,8 @@ def function_tool(
     without its parameter section. ``concurrency_safe`` is the tool's
     predicate (``args -> bool``), or ``True`` for a tool whose every call may
     run beside others; ``requires_approval``, ``category`` and
-    ``validate_arguments`` are the :class:`~nous_sched.Tool` fields.
+    ``validate_arguments`` are the :class:`~nous_sched.Tool` fields, and so is
+    ``throttles`` (:class:`~nous_sched.Throttle` limits every call waits for).
 
     :raises ConfigError: ``fn`` is not callable, has a ``*args`` parameter or a
         type hint that cannot become a JSON Schema (naming the parameter), or
@@ -99,6 +102,7 @@ def function_tool(
             requires_approval=requires_approval,
             category=category,
             validate_arguments=validate_arguments,
+            throttles=throttles,
         )
 
     return build if fn is None else build(fn)
@@ -132,6 +136,7 @@ def _build(
     requires_approval: bool,
     category: str,
     validate_arguments: bool,
+    throttles: Sequence[Throttle] = (),
 ) -> Tool:
     if not callable(fn):
         v.fail("function_tool", "fn", fn, "a function or a callable object")
@@ -168,6 +173,7 @@ def _build(
         category=category,
         concurrency_safe=predicate,
         validate_arguments=validate_arguments,
+        throttles=tuple(throttles) if isinstance(throttles, list) else throttles,
     )
 
 

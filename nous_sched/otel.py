@@ -26,7 +26,10 @@ What is recorded (attribute names are the ``ATTR_*`` constants below):
   context is passed explicitly). It runs from the call's start to its commit,
   timed from the scheduler's own clock (:class:`~nous_sched.CallRecord`), with
   an event ``nous_sched.finished`` when the tool returned (a call may wait
-  after that for its predecessors to commit). Attributes: ``nous_sched.seq``,
+  after that for its predecessors to commit). A call whose tool names
+  throttles (:class:`~nous_sched.Throttle`) carries ``nous_sched.throttled``,
+  the seconds it waited for their places, and an event
+  ``nous_sched.throttle_granted`` when it had them and began. Attributes: ``nous_sched.seq``,
   ``nous_sched.tool``, ``nous_sched.mode`` and ``nous_sched.outcome``:
   ``"ok"``, ``"error"`` (status ERROR) or ``"abandoned"`` (status ERROR; the
   run ended while the call was queued behind a commit or still running).
@@ -89,6 +92,8 @@ __all__ = [
     "ATTR_USAGE_ANSWER",
     "ATTR_USAGE_MODEL",
     "ATTR_USAGE_CUT",
+    "ATTR_THROTTLED",
+    "THROTTLED_EVENT",
 ]
 
 log = logging.getLogger("nous_sched")
@@ -112,6 +117,8 @@ ATTR_USAGE_RECEIVED = "nous_sched.usage.received_chars"
 ATTR_USAGE_ANSWER = "nous_sched.usage.answer_chars"
 ATTR_USAGE_MODEL = "nous_sched.usage.model_chars"
 ATTR_USAGE_CUT = "nous_sched.usage.cut_chars"
+ATTR_THROTTLED = "nous_sched.throttled"
+THROTTLED_EVENT = "nous_sched.throttle_granted"
 
 _INSTRUMENTATION = "nous_sched"
 
@@ -232,6 +239,8 @@ class SpanObserver:
 
     def _end(self, span: trace.Span, record: Optional[CallRecord], abandoned: bool = False) -> None:
         finished = None if record is None else record.finished
+        if record is not None and record.throttled is not None:
+            self._throttled(span, record, record.throttled)
         if finished is not None:
             span.add_event(FINISHED_EVENT, timestamp=self._ns(finished))
         if record is None or (abandoned and (record.committed is None or record.ok is None)):
@@ -249,6 +258,11 @@ class SpanObserver:
             if last is not None:
                 end = self._ns(last)
         span.end(end_time=end if end is not None else time.time_ns())
+
+    def _throttled(self, span: trace.Span, record: CallRecord, throttled: float) -> None:
+        span.set_attribute(ATTR_THROTTLED, throttled)
+        if record.began is not None:
+            span.add_event(THROTTLED_EVENT, {ATTR_THROTTLED: throttled}, timestamp=self._ns(record.began))
 
 
 class _TracedDispatch:

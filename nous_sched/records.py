@@ -24,6 +24,12 @@ class CallRecord:
     call ran exclusive (the tool's ``exclusive_reason``, e.g. ``"untrusted
     server"``, or what its ``concurrency_safe`` predicate did); ``""`` for a
     parallel call.
+
+
+    ``throttled`` is how many seconds the call waited for the places of its
+    tool's throttles (:class:`~nous_sched.Throttle`), after a thread took it
+    up and before ``began``: ``began - started - throttled`` is the wait for
+    a thread. ``None`` when its tool names no throttle.
     """
 
     seq: int
@@ -35,6 +41,7 @@ class CallRecord:
     ok: Optional[bool] = None
     began: Optional[float] = None
     reason: str = ""
+    throttled: Optional[float] = None
 
 
 @attrs.frozen

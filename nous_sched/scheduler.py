@@ -53,6 +53,7 @@ from .lane import COMMIT, START, Lane
 from .outcome import Outcome
 from .records import CallRecord, LaneState
 from .snapshot import snapshot
+from .throttle import _Hold
 from .tool import Mode, Tool, concurrency_mode, exclusive_reason
 
 __all__ = ["Scheduler", "Ticket"]
@@ -144,7 +145,7 @@ class Ticket:
 class _Timeline:
     """When one started call started, finished and committed (seconds since the epoch of its scheduler)."""
 
-    __slots__ = ("seq", "tool", "mode", "started", "finished", "committed", "ok", "began", "reason")
+    __slots__ = ("seq", "tool", "mode", "started", "finished", "committed", "ok", "began", "reason", "throttled")
 
     def __init__(self, seq: int, tool: str, mode: Mode, started: float, reason: str = "") -> None:
         self.seq = seq
@@ -156,6 +157,7 @@ class _Timeline:
         self.committed: Optional[float] = None
         self.ok: Optional[bool] = None
         self.began: Optional[float] = None
+        self.throttled: Optional[float] = None
 
     def record(self) -> CallRecord:
         return CallRecord(
@@ -168,28 +170,45 @@ class _Timeline:
             self.ok,
             self.began,
             self.reason,
+            self.throttled,
         )
 
 
 class _Begin:
-    """Called by a tool thread as it takes up a call: stamps the call's
-    ``began`` and answers True, or answers False once the scheduler is stopping
-    (the call is over before it began, and must not start).
+    """Called by a tool thread as it takes up a call: waits for the places of
+    the tool's throttles (if it names any), then stamps the call's ``began``
+    and answers True; answers False once the scheduler is stopping (the call
+    is over before it began, and must not start), or the refusal's message
+    when the throttles' wait failed (the run's deadline passed). :meth:`end`
+    gives the places back once the tool has returned.
+
+    The wait is on the tool thread, so the driver never blocks on a throttle;
+    stop() cancels it (``Scheduler._throttle_waits``).
 
     Pickles (for executors that serialize tasks) as one that always answers
     True: in another process there is no scheduler to ask.
     """
 
-    __slots__ = ("scheduler", "timeline")
+    __slots__ = ("scheduler", "timeline", "throttles", "deadline", "hold")
 
-    def __init__(self, scheduler: "Scheduler", timeline: _Timeline) -> None:
+    def __init__(
+        self, scheduler: "Scheduler", timeline: _Timeline, throttles: tuple[Any, ...] = (), deadline: Any = None
+    ) -> None:
         self.scheduler = scheduler
         self.timeline = timeline
+        self.throttles = throttles
+        self.deadline = deadline
+        self.hold: Optional[_Hold] = None
 
-    def __call__(self) -> bool:
+    def __call__(self) -> bool | str:
         scheduler = self.scheduler
+        if self.throttles:
+            refusal = self._wait_for_throttles()
+            if refusal is not None:
+                return refusal
         with scheduler._records_lock:
             if scheduler._stopping:
+                self.end()
                 return False
             self.timeline.began = time.perf_counter() - scheduler._t0
         return True
@@ -198,6 +217,31 @@ class _Begin:
         """The approval step's sink (:data:`~nous_sched.dispatch.approval_sink`) for this call."""
         timeline = self.timeline
         self.scheduler._record(ApprovalEvent(timeline.seq, timeline.tool, approved, reason))
+
+    def _wait_for_throttles(self) -> bool | str | None:
+        """Take the throttles' places (None), or why not: False once the scheduler stops, else the message."""
+        scheduler = self.scheduler
+        hold = self.hold = _Hold(self.throttles)
+        waiting_since = time.perf_counter()
+        with scheduler._records_lock:
+            if scheduler._stopping:
+                return False
+            scheduler._throttle_waits.add(hold)
+        deadline = self.deadline if self.deadline is not None else time.monotonic() + scheduler._timeout
+        try:
+            refusal = hold.wait(deadline)
+        finally:
+            with scheduler._records_lock:
+                scheduler._throttle_waits.discard(hold)
+                self.timeline.throttled = time.perf_counter() - waiting_since
+        if refusal is not None and refusal.startswith(ABANDONED):
+            return False
+        return refusal
+
+    def end(self) -> None:
+        """Give the throttles' places back (idempotent; any thread)."""
+        if self.hold is not None:
+            self.hold.release()
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_AlwaysBegin, ())
@@ -208,6 +252,9 @@ class _AlwaysBegin:
 
     def __call__(self) -> bool:
         return True
+
+    def end(self) -> None:
+        pass
 
 
 class _Call:
@@ -376,6 +423,12 @@ class Scheduler:
     #                              condemned the scheduler (callers write it; it
     #                              is wedged while that ticket's seq is None)
     #   _records_lock   _events, _trail and every _Timeline's fields: the driver
+    #   guards also     _throttle_waits (the _Holds of calls waiting for their
+    #                   throttles' places: added by a tool thread only while not
+    #                   _stopping, cancelled by whoever sets _stopping)
+    #   guards also     _stopping (set by stop() and the exiting driver; read by a
+    #                   tool thread as it takes up a call, _Begin, which stamps
+    #                   `began`: so no call begins after the scheduler stops)
     #   guards          writes them, any thread copies them out.
     #                   It also guards _stopping (set by stop() and the exiting
     #                   driver; read by a tool thread as it takes up a call,
@@ -432,6 +485,7 @@ class Scheduler:
         self._stopping = False
         self._events: list[Any] = []  # audit records: ToolCallEvent, ApprovalEvent, ToolOutcomeEvent
         self._trail: list[_Timeline] = []
+        self._throttle_waits: set[_Hold] = set()
 
         self._final: Optional[LaneState] = None
         self._lane: Lane[_Call] = Lane(max_parallel)  # driver-owned from here on
@@ -633,6 +687,9 @@ class Scheduler:
         limit = min(self._timeout, _STOP_JOIN) if timeout is None else timeout
         with self._records_lock:
             self._stopping = True  # from here on no call begins (_Begin)
+            waits = list(self._throttle_waits)
+        for hold in waits:  # their places go back now, not when the deadline passes
+            hold.cancel()
         with self._lock:
             first = not self._closed
             self._closed = True
@@ -774,7 +831,9 @@ class Scheduler:
                     call.run_ctx,
                     info,
                     self._t0,
-                    _Begin(self, timeline),
+                    _Begin(self, timeline, call.tool.throttles, getattr(call.run_ctx, "deadline", None))
+                    if getattr(call.tool, "throttles", None)
+                    else _Begin(self, timeline),
                 )
                 return
             future = executor.submit(
@@ -786,7 +845,9 @@ class Scheduler:
                 call.run_ctx,
                 info,
                 self._t0,
-                _Begin(self, timeline),
+                _Begin(self, timeline, call.tool.throttles, getattr(call.run_ctx, "deadline", None))
+                if getattr(call.tool, "throttles", None)
+                else _Begin(self, timeline),
             )
         except Exception:
             log.error("code-mode sub-call %s could not be handed to the executor", event.id, exc_info=True)
@@ -867,6 +928,9 @@ class Scheduler:
         """The driver's last act, whether it was stopped or crashed."""
         with self._records_lock:
             self._stopping = True
+            waits = list(self._throttle_waits)
+        for hold in waits:
+            hold.cancel()
         with self._lock:
             self._closed = True
         try:
@@ -958,16 +1022,36 @@ def _run_call(
     run_ctx: Optional[RunContext],
     info: CallInfo,
     t0: float,
-    begin: Optional[Callable[[], bool]] = None,
+    begin: Optional[Callable[[], bool | str]] = None,
 ) -> _Ran:
     """Run one call on an executor thread; always returns an Outcome, never raises.
 
     ``begin()`` is asked first: False means the scheduler stopped before this
-    thread took the call up (a saturated shared executor), and it never starts.
+    thread took the call up (a saturated shared executor), and it never starts;
+    a str is why its throttles refused it. A ``begin`` with an ``end()`` is
+    told when the tool has returned (its throttles' places go back).
     """
     name = tool.name
-    if begin is not None and not begin():
-        return Outcome.failure(name, ABANDONED), time.perf_counter() - t0, "abandoned", 0
+    if begin is not None:
+        verdict = begin()
+        if verdict is not True:
+            if isinstance(verdict, str):  # its throttles refused it (the deadline came first)
+                return Outcome.failure(name, verdict), time.perf_counter() - t0, "throttled", 0
+            return Outcome.failure(name, ABANDONED), time.perf_counter() - t0, "abandoned", 0
+    try:
+        result, kind, size = _run_begun(dispatch, tool, args, run_ctx, info, begin)
+        return result, time.perf_counter() - t0, kind, size
+    finally:
+        end = getattr(begin, "end", None)
+        if end is not None:
+            end()
+
+
+def _run_begun(
+    dispatch: Dispatch, tool: Tool, args: dict[str, Any], run_ctx: Optional[RunContext], info: CallInfo, begin: Any
+) -> tuple[Outcome, Optional[str], int]:
+    """The tool's own part of :func:`_run_call`: its outcome, error kind (None: ok) and result size."""
+    name = tool.name
     token = current_call.set(info)
     sink = approval_sink.set(getattr(begin, "record_approval", None))
     try:
@@ -980,7 +1064,7 @@ def _run_call(
     finally:
         approval_sink.reset(sink)
         current_call.reset(token)
-    return result, time.perf_counter() - t0, kind, size
+    return result, kind, size
 
 
 def _outcome_of(value: Any, name: str, info: CallInfo) -> tuple[Outcome, Optional[str], int]:

@@ -15,6 +15,7 @@ from typing import Any, Callable, Literal, Mapping, Optional
 import attrs
 
 from . import _validators as v
+from .throttle import Throttle
 
 __all__ = ["Tool", "Mode", "PARALLEL", "EXCLUSIVE", "concurrency_mode", "exclusive_reason"]
 
@@ -23,6 +24,17 @@ log = logging.getLogger("nous_sched")
 Mode = Literal["parallel", "exclusive"]
 PARALLEL: Mode = "parallel"
 EXCLUSIVE: Mode = "exclusive"
+
+
+THROTTLES = v.Check(
+    "a tuple of nous_sched.Throttle",
+    lambda x: isinstance(x, (tuple, list)) and all(isinstance(t, Throttle) for t in x),
+)
+
+
+def _throttles(value: Any) -> Any:
+    """``throttles`` as a tuple, or as given when it is not a sequence of throttles (the validator names it)."""
+    return tuple(value) if THROTTLES.accepts(value) else value
 
 
 @attrs.frozen
@@ -46,6 +58,9 @@ class Tool:
     tool that ran exclusive (:attr:`CallRecord.reason
     <nous_sched.CallRecord.reason>`), e.g. ``"destructive (MCP default)"``;
     empty, the trail says what :func:`concurrency_mode` saw.
+    ``throttles`` are :class:`~nous_sched.Throttle` limits shared with every
+    other run (and, with Redis, process) whose tools name them: each call
+    waits for a place in all of them (:mod:`nous_sched.throttle`).
 
     :raises ConfigError: a field has the wrong type, naming it.
     """
@@ -62,6 +77,7 @@ class Tool:
     returns: Optional[Mapping[str, Any]] = attrs.field(default=None, validator=v.SCHEMA)
     validate_arguments: bool = attrs.field(default=True, validator=v.BOOL)
     exclusive_reason: str = attrs.field(default="", validator=v.STR)
+    throttles: tuple[Throttle, ...] = attrs.field(default=(), converter=_throttles, validator=THROTTLES)
 
 
 #: The trail's reason for an exclusive call of a tool with no ``concurrency_safe`` predicate.

@@ -134,7 +134,18 @@ def test_json_output(capsys):
     assert doc["result"]["cities"] == 12
     assert doc["logs"][0] == "looked up 12 cities in 9 countries"
     assert [r["seq"] for r in doc["trail"]] == list(range(12))
-    assert set(doc["trail"][0]) == {"seq", "tool", "mode", "started", "began", "finished", "committed", "ok", "reason"}
+    assert set(doc["trail"][0]) == {
+        "seq",
+        "tool",
+        "mode",
+        "started",
+        "began",
+        "finished",
+        "committed",
+        "ok",
+        "reason",
+        "throttled",
+    }
     calls = [e for e in doc["events"] if e["type"] == "tool_call"]
     assert [e["name"] for e in calls] == ["lookup_city"] * 12
     assert calls[0]["arguments"] == {"name": "Tokyo"}

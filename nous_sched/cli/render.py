@@ -54,7 +54,8 @@ def format_trail(trail: Sequence[Any], *, width: int = BAR_WIDTH, span: Optional
     Each row shows seq, tool, mode, start/finish/commit in ms since the
     scheduler started, ok or error, and a bar of ``width`` columns scaled to
     ``span`` (default: the last instant in the trail): ``-`` while the call
-    waited for an executor thread to take it up (``began``), ``#`` while it
+    waited for an executor thread to take it up (``began``), ``~`` while it
+    waited for a place in its tool's throttles (``throttled``), ``#`` while it
     ran, ``.`` while it waited for earlier calls to commit, ``?`` for a call
     abandoned when the run stopped. Above the header, one line per tool
     whose calls ran exclusive says why (:attr:`~nous_sched.CallRecord.reason`),
@@ -85,6 +86,7 @@ def format_trail(trail: Sequence[Any], *, width: int = BAR_WIDTH, span: Optional
             for i in range(s, first(began)):
                 bar[i] = "-"
             s = first(began)
+        s = _throttle_wait(bar, r, s, first)
         if r.finished is None:
             for i in range(s, width):
                 bar[i] = "?"
@@ -105,6 +107,7 @@ def format_trail(trail: Sequence[Any], *, width: int = BAR_WIDTH, span: Optional
     lines.append(
         "# running   . finished, waiting for earlier calls to commit   ? abandoned at stop   - waiting for a thread"
     )
+    lines.extend(_throttle_legend(records))
     return lines
 
 
@@ -116,6 +119,26 @@ def _why_exclusive(records: Sequence[Any]) -> list[str]:
         if r.mode == "exclusive" and reason:
             seqs.setdefault((r.tool, reason), []).append(str(r.seq))
     return [f"why exclusive: {tool}: {reason} (seq {', '.join(s)})" for (tool, reason), s in seqs.items()]
+
+
+def _throttle_legend(records: Sequence[Any]) -> list[str]:
+    """The legend's line for ``~``, only when a call's tool named a throttle."""
+    if any(getattr(r, "throttled", None) is not None for r in records):
+        return ["~ waiting for a throttle's place"]
+    return []
+
+
+def _throttle_wait(bar: list[str], r: Any, s: int, first: Any) -> int:
+    """Draw ``~`` over the part of the wait before ``began`` spent waiting for a throttle
+    (``r.throttled`` seconds, ending when the tool began, or when the call ended without beginning);
+    return the column the rest of the bar starts from."""
+    throttled = getattr(r, "throttled", None)
+    end = r.began if getattr(r, "began", None) is not None else r.finished
+    if throttled is None or end is None or throttled <= 0:
+        return s
+    for i in range(max(0, first(end - throttled)), first(end)):
+        bar[i] = "~"
+    return max(s, first(end)) if r.began is None else s
 
 
 def _peak_parallel(trail: Sequence[Any]) -> int:

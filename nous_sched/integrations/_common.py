@@ -42,6 +42,7 @@ def build(
     requires_approval: Optional[bool],
     derived_requires_approval: bool,
     category: str,
+    throttles: Any = (),
 ) -> Tool:
     """The Tool, with the caller's overrides applied over what the framework's flags say."""
     if concurrency_safe is None:
@@ -67,6 +68,7 @@ def build(
         requires_approval=derived_requires_approval if requires_approval is None else requires_approval,
         category=category,
         concurrency_safe=predicate,
+        throttles=throttles,
     )
 
 

@@ -12,10 +12,11 @@ return annotation of the tool's function (``-> int``) becomes ``returns``.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from .._pydantic import is_validation_error, jsonable, validation_message
 from ..errors import ConfigError, ToolError
+from ..throttle import Throttle
 from ..tool import Tool
 from ._common import Predicate, build, require, return_schema
 
@@ -31,6 +32,7 @@ def from_langchain(
     concurrency_safe: Predicate = None,
     requires_approval: Optional[bool] = None,
     category: str = "read",
+    throttles: Sequence[Throttle] = (),
 ) -> Tool:
     """A :class:`~nous_sched.Tool` that runs the LangChain tool ``tool``.
 
@@ -74,4 +76,5 @@ def from_langchain(
         requires_approval=requires_approval,
         derived_requires_approval=False,
         category=category,
+        throttles=throttles,
     )

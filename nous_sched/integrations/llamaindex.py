@@ -13,10 +13,11 @@ workflow ``Context`` cannot get one here and is refused.
 from __future__ import annotations
 
 import inspect
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from .._pydantic import is_validation_error, jsonable, validation_message
 from ..errors import ConfigError, ToolError
+from ..throttle import Throttle
 from ..tool import Tool
 from ._common import Predicate, build, require
 
@@ -32,6 +33,7 @@ def from_llamaindex(
     concurrency_safe: Predicate = None,
     requires_approval: Optional[bool] = None,
     category: str = "read",
+    throttles: Sequence[Throttle] = (),
 ) -> Tool:
     """A :class:`~nous_sched.Tool` that runs the LlamaIndex tool ``tool``.
 
@@ -77,6 +79,7 @@ def from_llamaindex(
         requires_approval=requires_approval,
         derived_requires_approval=False,
         category=category,
+        throttles=throttles,
     )
 
 

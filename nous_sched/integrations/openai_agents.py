@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import inspect
 import json
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from .._pydantic import jsonable
 from ..dispatch import current_call
 from ..errors import ConfigError, ToolError
+from ..throttle import Throttle
 from ..tool import Tool
 from ._common import Predicate, build, require, return_schema
 
@@ -44,6 +45,7 @@ def from_openai_agents(
     concurrency_safe: Predicate = None,
     requires_approval: Optional[bool] = None,
     category: str = "read",
+    throttles: Sequence[Throttle] = (),
 ) -> Tool:
     """A :class:`~nous_sched.Tool` that runs the Agents SDK function tool ``tool``.
 
@@ -107,6 +109,7 @@ def from_openai_agents(
         requires_approval=requires_approval,
         derived_requires_approval=needs_approval,
         category=category,
+        throttles=throttles,
     )
 
 

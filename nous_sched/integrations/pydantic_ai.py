@@ -17,11 +17,12 @@ need one), is refused: only an agent run can supply the context.
 from __future__ import annotations
 
 import inspect
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from .._pydantic import jsonable, validation_message
 from ..errors import ConfigError, ToolError
 from ..function_tool import _always_safe
+from ..throttle import Throttle
 from ..tool import Tool
 from ._common import Predicate, build, require
 
@@ -37,6 +38,7 @@ def from_pydantic_ai(
     concurrency_safe: Predicate = None,
     requires_approval: Optional[bool] = None,
     category: str = "read",
+    throttles: Sequence[Throttle] = (),
 ) -> Tool:
     """A :class:`~nous_sched.Tool` that runs the pydantic-ai tool ``tool`` (a ``Tool`` or a plain function).
 
@@ -95,4 +97,5 @@ def from_pydantic_ai(
         requires_approval=requires_approval,
         derived_requires_approval=bool(tool.requires_approval),
         category=category,
+        throttles=throttles,
     )

@@ -378,6 +378,7 @@ class Connection:
                         category=f.category,
                         concurrency_safe=_always if f.parallel else None,
                         exclusive_reason="" if f.parallel else f.reason,
+                        throttles=up.spec.throttles,
                     )
                 )
         return tools

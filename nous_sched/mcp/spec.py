@@ -14,6 +14,8 @@ import attrs
 
 from .._validators import BOOL, OPTIONAL_STR, Check, fail, optional, shown
 from ..errors import ConfigError
+from ..throttle import Throttle
+from ..tool import THROTTLES, _throttles
 
 __all__ = ["ServerSpec", "ToolOverride", "NAME_PATTERN"]
 
@@ -133,6 +135,10 @@ class ServerSpec:
     ``idempotentHint`` never makes a call parallel. ``overrides`` maps a
     tool's own (unprefixed) name to a :class:`ToolOverride` or a mapping of
     its fields; naming a tool the server does not list is an error.
+
+    ``throttles`` (:class:`~nous_sched.Throttle`) apply to every tool of the
+    server: each call waits for a place in all of them, shared with every
+    other run that names them.
     """
 
     target: Any = attrs.field(validator=_TARGET, converter=_command)
@@ -143,6 +149,7 @@ class ServerSpec:
     env: Optional[Mapping[str, str]] = attrs.field(default=None, kw_only=True, validator=_STRING_MAP)
     cwd: Optional[str] = attrs.field(default=None, kw_only=True, validator=OPTIONAL_STR)
     headers: Optional[Mapping[str, str]] = attrs.field(default=None, kw_only=True, validator=_STRING_MAP)
+    throttles: tuple[Throttle, ...] = attrs.field(default=(), kw_only=True, converter=_throttles, validator=THROTTLES)
 
     @property
     def transport(self) -> str:
