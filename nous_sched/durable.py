@@ -366,6 +366,18 @@ class _DurableHost:
     def sites(self, sites: list[str]) -> None:
         self.run.sites.extend(sites)
 
+    def on_logs(self, lines: Any) -> None:
+        """The runtime's per-step log hook, passed on (a watched run's ``log`` events)."""
+        if self.inner.on_logs is not None:
+            self.inner.on_logs(lines)
+
+    def on_settled(self, pending: Any, outcome: Any, payload: str) -> None:
+        """The runtime's per-answer hook, passed on for a call that ran in this run
+        (the usage ledger, observed shapes); a replayed answer was counted when it ran."""
+        inner = getattr(pending, "pending", None)
+        if inner is not None and hasattr(inner, "tool"):
+            self.inner.on_settled(inner, outcome, payload)
+
     def batch(self) -> Any:
         return _Step(self)
 

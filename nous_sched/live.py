@@ -42,6 +42,7 @@ import itertools
 import json
 import threading
 import time
+from functools import partial
 from typing import Any, Callable, Iterable, Iterator, Optional
 
 import attrs
@@ -50,7 +51,7 @@ from . import _validators as v
 from .outcome import Outcome
 from .records import CallRecord
 from .result import RunResult
-from .run_code import execute, prepare, run_code
+from .run_code import execute, live_stream, prepare, run_code
 from .tool import Tool
 
 __all__ = ["start_run", "Run", "RunEvent", "EventStream", "EVENT_KINDS", "HISTORY", "DEFAULT_BUFFER"]
@@ -261,6 +262,24 @@ class Run:
             self._stream.end(self._result, self._problem)
             self._done.set()
 
+    def _serve_durable(self, code: str, tools: Any, options: dict[str, Any]) -> None:
+        """A run with an approval store: ``run_code`` itself, this run's stream in
+        :data:`~nous_sched.run_code.live_stream`; a ``suspended`` event before ``end``
+        when it suspends (its token and what waits: see :class:`~nous_sched.Suspension`)."""
+        try:
+            live_stream.set(self._stream)
+            self._result = run_code(code, tools, **options)
+            suspension = self._result.suspended
+            if suspension is not None:
+                pending = [{"seq": p.seq, "tool": p.tool} for p in suspension.pending]
+                data = {"token": suspension.token, "expires_at": suspension.expires_at, "pending": pending}
+                self._stream.emit("suspended", None, data)
+        except BaseException as exc:  # handed to result()
+            self._problem = exc
+        finally:
+            self._stream.end(self._result, self._problem)
+            self._done.set()
+
 
 def start_run(code: Any, tools: Iterable[Tool] = (), **options: Any) -> Run:
     """Start ``code`` with ``tools`` now and return its :class:`Run` at once.
@@ -277,13 +296,16 @@ def start_run(code: Any, tools: Iterable[Tool] = (), **options: Any) -> Run:
     arguments = dict(bound.arguments)
     code, tools = arguments.pop("code"), arguments.pop("tools")
     own = threading.Event()
-    prepared = prepare(code, tools, arguments)
+    store = arguments.pop("approval_store")
+    prepared = prepare(code, tools, arguments)  # every check, on this thread
     prepared.options["cancel"] = _AnyOf(own, arguments["cancel"])
     run = Run(EventStream(), own)
+    if store is None:
+        serve: Callable[[], Any] = partial(run._serve, prepared)
+    else:  # a durable run goes through run_code (it may replay): the stream reaches it by context
+        serve = partial(run._serve_durable, code, tools, dict(prepared.options, approval_store=store))
     context = contextvars.copy_context()
-    thread = threading.Thread(
-        target=context.run, args=(run._serve, prepared), name=f"nous-sched-run-{next(_numbers)}", daemon=True
-    )
+    thread = threading.Thread(target=context.run, args=(serve,), name=f"nous-sched-run-{next(_numbers)}", daemon=True)
     run.thread = thread
     thread.start()
     return run

@@ -90,6 +90,13 @@ ambient_cancel: contextvars.ContextVar[Optional[threading.Event]] = contextvars.
 )
 
 
+#: The event stream of the run :func:`~nous_sched.start_run` is serving on
+#: this thread, for a run it reaches only through ``run_code`` (a durable run's
+#: replays): :func:`execute` takes it and clears it, so a run nested inside a
+#: tool never writes into its caller's stream.
+live_stream: contextvars.ContextVar[Any] = contextvars.ContextVar("nous_sched.live_stream", default=None)
+
+
 def _engine_installed() -> bool:
     """Whether quickjs-ng's ``_quickjs`` module can be imported: the default
     runtime's workers need it, and would only find out when the first starts."""
@@ -283,6 +290,16 @@ def execute(p: Prepared, live: Any = None) -> RunResult:
     """Run a :func:`prepare`-d program to its end on this thread. ``live``, when
     given, is the run's event stream (:class:`nous_sched.live.EventStream`):
     it hears each call start and commit, each step's log lines and each approval."""
+    if live is None:
+        live = live_stream.get()
+    cleared = live_stream.set(None)
+    try:
+        return _execute(p, live)
+    finally:
+        live_stream.reset(cleared)
+
+
+def _execute(p: Prepared, live: Any) -> RunResult:
     o = p.options
     cancel = o["cancel"]
     started = time.perf_counter()

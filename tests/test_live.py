@@ -357,3 +357,25 @@ def test_the_callers_observer_still_hears_every_start_and_commit(runtime):
         (1, "call"),
         (1, "commit"),
     ]
+
+
+def test_a_durable_run_says_it_suspended_before_it_ends(tmp_path):
+    from nous_sched import SqliteApprovalStore
+
+    read = Tool("read", lambda a: {"i": a["i"]}, concurrency_safe=lambda a: True)
+    pay = Tool("pay", lambda a: "paid", requires_approval=True)
+    run = start_run(
+        "const r = await tools.read({i: 1}); console.log('read', r.i); return await tools.pay({amount: 5})",
+        [read, pay],
+        approval_store=SqliteApprovalStore(str(tmp_path / "approvals.db")),
+        description="read, then pay",
+    )
+    events = list(run.events())
+    result = run.result()
+    kinds = [e.kind for e in events]
+    assert result.suspended is not None
+    assert kinds[-2:] == ["suspended", "end"]
+    assert "call" in kinds and "commit" in kinds and "log" in kinds  # the run was watched live up to the gate
+    suspended = events[-2]
+    assert suspended.data["token"] == result.suspended.token
+    assert [p["tool"] for p in suspended.data["pending"]] == ["pay"]
