@@ -134,7 +134,7 @@ def main() -> int:
             try:
                 import redis
             except ImportError:
-                return [c.skip_row("throttle: with redis_url", "pip install 'nous_sched[redis]'")]
+                return [c.skip_row("throttle: with redis_url", "pip install -e '.[redis]'")]
             client = redis.Redis.from_url(url)
             shared = Throttle("bench-" + str(os.getpid()), max_running=4, redis_url=url)
             k = n // 25

@@ -85,7 +85,7 @@ def _client(url: str) -> tuple[Any, Any, Any]:
                 import redis
             except ImportError as exc:
                 raise ImportError(
-                    "Throttle(redis_url=...) needs the redis client; install it with: pip install 'nous_sched[redis]'"
+                    "Throttle(redis_url=...) needs the redis client; install it with: pip install -e '.[redis]'"
                 ) from exc
             client = redis.Redis.from_url(url)
             entry = _clients[url] = (client, client.register_script(_ACQUIRE), client.register_script(_RENEW))
