@@ -63,7 +63,7 @@ from .events import Event
 from .gate import Admitted
 from .outcome import Outcome, quote_name
 from .result import RunError, RunResult
-from .runtime import Limits, RuntimeOutcome
+from .runtime import AnyCancel, Limits, RuntimeOutcome
 from .runtime.engine import CLOCK_MARK
 from .tool import Tool
 
@@ -334,17 +334,6 @@ _PARKED: dict[str, _Park] = {}
 _PARKED_LOCK = threading.Lock()
 
 
-class _Either:
-    __slots__ = ("a", "b")
-
-    def __init__(self, a: Any, b: threading.Event) -> None:
-        self.a = a
-        self.b = b
-
-    def is_set(self) -> bool:
-        return self.b.is_set() or (self.a is not None and self.a.is_set())
-
-
 class _DurableHost:
     """The run's host, seen through the ledger: what a runtime calls instead of run_code's own."""
 
@@ -352,7 +341,7 @@ class _DurableHost:
         self.inner = inner
         self.run = run
         self.names = inner.names
-        self.cancel = _Either(inner.cancel, run.stop)
+        self.cancel = AnyCancel(inner.cancel, run.stop)
         self._batched = False
 
     def clock(self, values: list[Any]) -> None:

@@ -52,6 +52,7 @@ from .outcome import Outcome
 from .records import CallRecord
 from .result import RunResult
 from .run_code import execute, live_stream, prepare, run_code
+from .runtime import AnyCancel
 from .tool import Tool
 
 __all__ = ["start_run", "Run", "RunEvent", "EventStream", "EVENT_KINDS", "HISTORY", "DEFAULT_BUFFER"]
@@ -199,19 +200,6 @@ def received_chars(outcome: Outcome) -> int:
     return len(_compact(outcome.error.as_dict() if outcome.error is not None else None))
 
 
-class _AnyOf:
-    """Set when the run's own cancel event or the caller's is."""
-
-    __slots__ = ("own", "theirs")
-
-    def __init__(self, own: threading.Event, theirs: Any) -> None:
-        self.own = own
-        self.theirs = theirs
-
-    def is_set(self) -> bool:
-        return self.own.is_set() or (self.theirs is not None and self.theirs.is_set())
-
-
 class Run:
     """A run started by :func:`start_run`: watch it, wait for it, or cancel it."""
 
@@ -298,7 +286,7 @@ def start_run(code: Any, tools: Iterable[Tool] = (), **options: Any) -> Run:
     own = threading.Event()
     store = arguments.pop("approval_store")
     prepared = prepare(code, tools, arguments)  # every check, on this thread
-    prepared.options["cancel"] = _AnyOf(own, arguments["cancel"])
+    prepared.options["cancel"] = AnyCancel(arguments["cancel"], own)
     run = Run(EventStream(), own)
     if store is None:
         serve: Callable[[], Any] = partial(run._serve, prepared)

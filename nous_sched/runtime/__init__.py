@@ -35,6 +35,22 @@ class Cancel(Protocol):
     def is_set(self) -> bool: ...
 
 
+class AnyCancel:
+    """A :class:`Cancel` set when either of two is: ``first`` (``None`` for
+    none) or ``second``. Each run that adds a reason of its own to stop (a
+    handle's ``cancel()``, a durable run's gate, a second Ctrl-C) wraps the
+    caller's ``cancel`` in one, and never sets the caller's."""
+
+    __slots__ = ("first", "second")
+
+    def __init__(self, first: Optional[Cancel], second: Cancel) -> None:
+        self.first = first
+        self.second = second
+
+    def is_set(self) -> bool:
+        return self.second.is_set() or (self.first is not None and self.first.is_set())
+
+
 class PendingCall(Protocol):
     def wait(self, timeout: float) -> Optional[Outcome]:
         """The call's outcome, or ``None`` if ``timeout`` seconds pass first."""

@@ -42,7 +42,7 @@ import time
 from typing import Any, Optional
 
 from ..result import RunError
-from . import Host, Limits, RuntimeOutcome
+from . import AnyCancel, Host, Limits, RuntimeOutcome
 from .engine import CANCELLED, Engine, Finish, drive
 
 __all__ = ["QuickJSRuntime", "STACK_MARGIN"]
@@ -158,26 +158,13 @@ class _CancelWatch:
                 del ctx
 
 
-class _Either:
-    """Set when either event is."""
-
-    __slots__ = ("a", "b")
-
-    def __init__(self, a: Any, b: threading.Event) -> None:
-        self.a = a
-        self.b = b
-
-    def is_set(self) -> bool:
-        return self.b.is_set() or (self.a is not None and self.a.is_set())
-
-
 def _run_on_own_thread(program: str, host: Host, limits: Limits, deadline: float, cancel: Any, needed: int) -> Finish:
     box: list[Any] = []
     stop = threading.Event()
 
     def target() -> None:
         try:
-            box.append(_run(program, host, limits, deadline, _Either(cancel, stop)))
+            box.append(_run(program, host, limits, deadline, AnyCancel(cancel, stop)))
         except BaseException as exc:  # handed to the caller's thread
             box.append(exc)
 
