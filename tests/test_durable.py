@@ -265,7 +265,7 @@ def test_a_tampered_or_forged_token_is_refused(env, tmp_path):
     sid, expires, mac = token.split(".")
     for bad in (
         f"{sid}.{int(expires) + 3600}.{mac}",  # a later expiry
-        f"{sid[:-1]}x.{expires}.{mac}",  # another suspension
+        f"{sid[:-1]}{'y' if sid[-1] == 'x' else 'x'}.{expires}.{mac}",  # another suspension (never the same id)
         "made.up.token",
         "nonsense",
     ):
