@@ -157,6 +157,10 @@ class ApprovalStore:
     def decide(self, token: Any, seq: int, approved: bool, reason: str = "") -> None:
         """Record an operator's decision on pending call ``seq``, for a later resume.
 
+        Atomic in the store: decisions on different calls made at once, from any
+        processes, all land, and a decision that loses a race with a resume's
+        claim is refused rather than written into a run that has begun.
+
         :raises TokenError: the token is bad, expired, unknown or already claimed.
         :raises ConfigError: ``seq`` is not one of the suspension's pending calls.
         """
@@ -164,10 +168,15 @@ class ApprovalStore:
         seqs = [p["seq"] for p in record["pending"]]
         if seq not in seqs:
             v.fail("decide", "seq", seq, f"one of the pending calls {seqs}")
-        decisions = record["decisions"]
-        decisions[str(seq)] = {"approved": bool(approved), "reason": reason}
         sid, _ = self.verify(token)
-        self._set(sid, decisions=json.dumps(decisions))
+        # One read-modify-write in the store: two operators deciding two calls at
+        # once both land, and a decision that loses a race with a resume's claim
+        # is refused, never written into a run that has already begun.
+        decision = json.dumps({"approved": bool(approved), "reason": reason}, separators=(",", ":"))
+        row = self._decide(sid, str(seq), decision)
+        if row is None:
+            raise TokenError("the approval token is unknown to this store (or its record has expired)")
+        _refuse_claimed(row)
 
     def suspensions(self) -> list[dict[str, Any]]:
         """Every unexpired suspension: ``{token, state, expires_at, pending, decisions, claimed_by}``,
@@ -209,6 +218,11 @@ class ApprovalStore:
     def _set(self, sid: str, **fields: str) -> None:
         raise NotImplementedError
 
+    def _decide(self, sid: str, seq: str, decision: str) -> Optional[dict[str, Any]]:
+        """Atomically add ``decision`` (JSON text) under ``seq`` to a *pending*
+        row's decisions; the row as it is after (``None`` when there is none)."""
+        raise NotImplementedError
+
     def _rows(self) -> list[tuple[str, dict[str, Any]]]:
         raise NotImplementedError
 
@@ -225,6 +239,16 @@ def _record(row: dict[str, Any]) -> dict[str, Any]:
     except (TypeError, ValueError) as exc:
         raise TokenError(f"the suspension's record in the store is damaged: {exc}") from None
     return record
+
+
+def _decisions(text: Any) -> dict[str, Any]:
+    try:
+        found = json.loads(text or "{}", parse_constant=_no_constant)
+    except (TypeError, ValueError) as exc:
+        raise TokenError(f"the suspension's decisions in the store are damaged: {exc}") from None
+    if not isinstance(found, dict):
+        raise TokenError("the suspension's decisions in the store are damaged: not an object")
+    return found
 
 
 def _when(epoch: float) -> str:
@@ -334,6 +358,26 @@ class SqliteApprovalStore(ApprovalStore):
         with self._connect() as db:
             db.execute(f"UPDATE nous_suspensions SET {assignments} WHERE id = ?", (*fields.values(), sid))
 
+    def _decide(self, sid: str, seq: str, decision: str) -> Optional[dict[str, Any]]:
+        db = self._connect()
+        try:
+            # BEGIN IMMEDIATE takes the write lock before the read, so no other
+            # decision or claim can come between the read and the write.
+            db.execute("BEGIN IMMEDIATE")
+            row = db.execute(
+                "SELECT record, expires, state, decisions, claimed_by FROM nous_suspensions WHERE id = ?", (sid,)
+            ).fetchone()
+            if row is not None and row[2] == "pending":
+                decisions = _decisions(row[3])
+                decisions[seq] = json.loads(decision)
+                merged = json.dumps(decisions, separators=(",", ":"))
+                db.execute("UPDATE nous_suspensions SET decisions = ? WHERE id = ?", (merged, sid))
+                row = (*row[:3], merged, row[4])
+            db.execute("COMMIT")
+        finally:
+            db.close()
+        return None if row is None else dict(zip(_COLUMNS, row, strict=False))
+
     def _rows(self) -> list[tuple[str, dict[str, Any]]]:
         with self._connect() as db:
             rows = db.execute(
@@ -356,6 +400,20 @@ end
 local row = redis.call('HMGET', KEYS[1], 'record', 'expires', 'state', 'decisions', 'claimed_by')
 table.insert(row, won)
 return row
+"""
+
+
+# Decide: merge one decision into a pending record's decisions, read and write as
+# one step (a decision racing a claim either lands before it or is refused).
+_DECIDE = """
+local state = redis.call('HGET', KEYS[1], 'state')
+if not state then return nil end
+if state == 'pending' then
+  local decisions = cjson.decode(redis.call('HGET', KEYS[1], 'decisions') or '{}')
+  decisions[ARGV[1]] = cjson.decode(ARGV[2])
+  redis.call('HSET', KEYS[1], 'decisions', cjson.encode(decisions))
+end
+return redis.call('HMGET', KEYS[1], 'record', 'expires', 'state', 'decisions', 'claimed_by')
 """
 
 
@@ -393,6 +451,7 @@ class RedisApprovalStore(ApprovalStore):
         self.prefix = prefix
         self._redis = redis.Redis.from_url(url)
         self._claim_script = self._redis.register_script(_CLAIM)
+        self._decide_script = self._redis.register_script(_DECIDE)
 
     def __repr__(self) -> str:
         return f"RedisApprovalStore({self.url!r})"
@@ -431,6 +490,10 @@ class RedisApprovalStore(ApprovalStore):
 
     def _set(self, sid: str, **fields: str) -> None:
         self._redis.hset(self._name(sid), mapping=dict(fields.items()))
+
+    def _decide(self, sid: str, seq: str, decision: str) -> Optional[dict[str, Any]]:
+        values = self._decide_script(keys=[self._name(sid)], args=[seq, decision])
+        return None if values is None else _decoded(values)
 
     def _rows(self) -> list[tuple[str, dict[str, Any]]]:
         index = f"{self.prefix}:index"

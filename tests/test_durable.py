@@ -448,3 +448,76 @@ def test_a_resume_with_a_bad_option_runs_nothing_and_keeps_the_token(env, tmp_pa
         resume(suspended.suspended.token, {0: True}, durable_tools.TOOLS, approval_store=store, timeout=-1)
     assert _ran(env) == []
     assert resume(suspended.suspended.token, {0: True}, durable_tools.TOOLS, approval_store=store).result == {"paid": 1}
+
+
+def _store_paused_after_load(kind, tmp_path, request):
+    """A store whose ``load`` (decide's first read) stops, once, until told to go on:
+    so another operator's decision, or a claim, lands between decide's read and its write."""
+    import threading
+
+    base = SqliteApprovalStore if kind == "sqlite" else nous_sched.RedisApprovalStore
+
+    class Paused(base):  # type: ignore[misc, valid-type]
+        read = threading.Event()
+        go = threading.Event()
+        paused = False
+
+        def load(self, token):
+            record = super().load(token)
+            if not Paused.paused:
+                Paused.paused = True
+                Paused.read.set()
+                assert Paused.go.wait(BOUND)
+            return record
+
+    if kind == "sqlite":
+        return Paused(str(tmp_path / "paused.db"))
+    return Paused(request.getfixturevalue("redis_url"), prefix=f"paused-{os.getpid()}-{id(Paused)}")
+
+
+def _suspension_of_two(store):
+    token, _ = store.save({"description": "two gated calls", "pending": [{"seq": 0}, {"seq": 1}]})
+    return token
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "redis"])
+def test_two_operators_deciding_two_calls_at_once_both_land(kind, tmp_path, request):
+    import threading
+
+    store = _store_paused_after_load(kind, tmp_path, request)
+    token = _suspension_of_two(store)
+    first = threading.Thread(target=store.decide, args=(token, 0, True, "first"))
+    first.start()
+    assert type(store).read.wait(BOUND)  # the first decide has read the decisions
+    store.decide(token, 1, False, "second")  # and the second decides in between
+    type(store).go.set()
+    first.join(BOUND)
+    assert store.load(token)["decisions"] == {
+        "0": {"approved": True, "reason": "first"},
+        "1": {"approved": False, "reason": "second"},
+    }
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "redis"])
+def test_a_decision_that_loses_the_race_with_a_claim_is_refused(kind, tmp_path, request):
+    import threading
+
+    store = _store_paused_after_load(kind, tmp_path, request)
+    token = _suspension_of_two(store)
+    refused = []
+
+    def decide():
+        try:
+            store.decide(token, 0, True, "too late")
+        except TokenError as exc:
+            refused.append(str(exc))
+
+    late = threading.Thread(target=decide)
+    late.start()
+    assert type(store).read.wait(BOUND)
+    claimed = store.claim(token)  # a resume begins between the decision's read and its write
+    type(store).go.set()
+    late.join(BOUND)
+    assert claimed["decisions"] == {}
+    assert len(refused) == 1 and "already claimed" in refused[0]
+    assert [row["decisions"] for row in store.suspensions() if row["token"] == token] == [{}]
