@@ -69,7 +69,6 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Optional, TypeGuard
 
 from . import _validators as v
-from .errors import ConfigError
 
 __all__ = [
     "GLOBAL",
@@ -232,8 +231,8 @@ def render(tools: Iterable[Any], language: str = "typescript", *, budget: Option
     Never raises on a schema; raises :class:`~nous_sched.errors.ConfigError`
     for an unknown ``language`` or a ``budget`` that is not a positive int.
     """
-    lang = _require_language(language)
-    _require_budget(budget)
+    lang = _require_language("render", language)
+    _require_budget("render", budget)
     ordered = _unique_sorted(tools)
     full = _render_python(ordered) if lang == "python" else _render_typescript(ordered)
     if budget is None or len(full) <= budget:
@@ -250,7 +249,9 @@ def json_schema_to_type(schema: Any, language: str = "typescript") -> str:
     the escape hatch, since a lone expression has nowhere to declare a name.
     """
     doc = _Doc(schema, None)
-    return _py(schema, 0, doc) if _require_language(language) == "python" else _ts(schema, 0, doc)
+    return (
+        _py(schema, 0, doc) if _require_language("json_schema_to_type", language) == "python" else _ts(schema, 0, doc)
+    )
 
 
 class ToolIndex:
@@ -263,7 +264,7 @@ class ToolIndex:
     """
 
     def __init__(self, tools: Iterable[Any], language: str = "typescript") -> None:
-        self._language = _require_language(language)
+        self._language = _require_language("ToolIndex", language)
         ordered = _unique_sorted(tools)
         self._tools = {tool.name: tool for tool in ordered}
         self._words = {tool.name: _tool_words(tool) for tool in ordered}
@@ -311,17 +312,16 @@ class ToolIndex:
         return [{"name": name, "summary": _summary(self._tools[name])} for _, name in scored[:limit]]
 
 
-def _require_language(language: Any) -> str:
+def _require_language(owner: str, language: Any) -> str:
     lang = coerce_language(language)
     if lang is None:
-        accepted = ", ".join(repr(name) for name in _CANONICAL)
-        raise ConfigError(f"unsupported SDK language {language!r}; expected one of {accepted}")
+        v.fail(owner, "language", language, "one of " + ", ".join(repr(name) for name in _CANONICAL))
     return lang
 
 
-def _require_budget(budget: Any) -> None:
+def _require_budget(owner: str, budget: Any) -> None:
     if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget <= 0):
-        raise ConfigError(f"SDK `budget` must be a positive number of characters or None, got {budget!r}")
+        v.fail(owner, "budget", budget, "a positive number of characters or None")
 
 
 def _unique_sorted(tools: Iterable[Any]) -> list[Any]:
