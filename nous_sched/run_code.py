@@ -521,7 +521,7 @@ class _Host:
             return _Settled(admitted, name if isinstance(name, str) else str(name))
         # The gate's arguments are a fresh snapshot no one else holds: not copied again.
         tool = admitted.tool
-        return self.scheduler._submit_snapshot(tool, tool.name, admitted.args, self.run_ctx)
+        return self.scheduler._submit_snapshot(tool, tool.name, admitted.args, self.run_ctx, admitted.text)
 
     def on_settled(self, pending: Any, outcome: Outcome, payload: str) -> None:
         """The runtime's hook for each answer the program receives, ``payload`` its JSON text."""

@@ -1,0 +1,156 @@
+"""Private: the optional fast path of :mod:`nous_sched.snapshot`, through ``orjson`` when it is installed.
+
+``pip install 'nous_sched[speed]'`` installs ``orjson``; it is imported on
+first use, never at ``import nous_sched``. It changes no answer: each function
+here returns what :mod:`nous_sched.snapshot`'s own walk would, or
+:data:`UNSURE`, and then the walk answers (refusals, with their paths, always
+come from the walk). ``tests/test_fast_json.py`` pins both functions to the
+walk by property tests, with ``orjson`` and with it hidden.
+
+Why each answer is the walk's (orjson's rules are not the snapshot rules):
+
+* **One encode, then proof.** A value is encoded once by orjson (in C,
+  holding the GIL: a consistent snapshot, however the tool's threads go on),
+  the text is parsed back into the copy, and the copy must equal the value
+  all the way down (``==``, in C). Whatever orjson wrote in a way of its own
+  fails that: a NaN or an infinity (written ``null``), an ``orjson.Fragment``
+  (raw text), a ``uuid.UUID`` or a plain ``enum`` member (not equal to their
+  text), a tuple (not equal to a list).
+* **Types.** ``OPT_PASSTHROUGH_SUBCLASS``, ``_DATETIME`` and ``_DATACLASS``
+  make orjson refuse every subclass, date and dataclass (no ``default``):
+  an overridden ``__eq__`` or ``__str__`` never takes part.
+* **Keys.** orjson refuses a key that is not exactly a ``str``, so no two
+  keys can spell the same.
+* **Integers.** ``OPT_STRICT_INTEGER`` refuses any beyond ±(2**53 - 1).
+  Parsing, orjson reads a longer integer as a float: text with 16 digits in
+  a row (not after a ``.``) goes to the walk.
+* **Depth.** orjson encodes at most 254 nested containers: a value is
+  encoded inside 54 lists of our own (taken off the text after), so it
+  passes only within 200 levels. A parsed value deep enough to ask is
+  encoded so too.
+* **NaN and Infinity in text.** orjson refuses ``NaN`` and ``Infinity``;
+  text with an exponent goes to the walk (``1e400`` is ``inf`` to Python).
+* **Spelling.** The program receives compact ASCII JSON spelled by the
+  standard library (a float as ``repr`` writes it, non-ASCII and DEL as
+  ``\\u`` escapes), and the audit its unescaped UTF-8 size. orjson spells
+  floats under ``1e-4`` or with an exponent otherwise (``0.00001`` for
+  ``1e-05``): a text with a digit before an ``e`` or with ``0.0000``
+  anywhere goes to the walk. Its text is the program's as it is when it
+  is ASCII with no DEL; else the standard library spells the copy. Control
+  characters both escape alike.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+__all__ = ["UNSURE", "available", "encode", "parse", "reset"]
+
+#: What a function here answers when the walk must.
+UNSURE: Any = object()
+
+#: The nesting orjson encodes (it refuses a 255th level), less our 200:
+#: the copy is checked inside this many lists of our own.
+_PAD = 54
+
+_DIGITS = frozenset(b"0123456789")
+
+_orjson: Any = None
+_options = 0
+_resolved = False
+
+
+def _load() -> Any:
+    global _orjson, _options, _resolved
+    if not _resolved:
+        try:
+            import orjson
+        except ImportError:
+            orjson = None
+        if orjson is not None:
+            _options = (
+                orjson.OPT_STRICT_INTEGER
+                | orjson.OPT_PASSTHROUGH_SUBCLASS
+                | orjson.OPT_PASSTHROUGH_DATETIME
+                | orjson.OPT_PASSTHROUGH_DATACLASS
+            )
+        _orjson, _resolved = orjson, True
+    return _orjson
+
+
+def available() -> bool:
+    """True when ``orjson`` is importable (and not hidden): the fast path is on."""
+    return _load() is not None
+
+
+def reset() -> None:
+    """Forget whether ``orjson`` was found: the next use imports it again (the
+    tests hide it through ``sys.modules`` to run the path without it)."""
+    global _orjson, _resolved
+    _orjson, _resolved = None, False
+
+
+def encode(value: Any, ascii_text: Callable[[Any], str]) -> Any:
+    """``(copy, text, size)`` as the walk would make them, or :data:`UNSURE`.
+
+    ``copy`` is the snapshot of ``value``, ``text`` its compact ASCII JSON
+    (``ascii_text(copy)``, the standard library's spelling), ``size`` the
+    UTF-8 bytes of the same text unescaped (``ensure_ascii=False``).
+    """
+    orjson = _load()
+    if orjson is None:
+        return UNSURE
+    try:
+        # One encode (in C, holding the GIL: a consistent snapshot), inside our own lists.
+        out = orjson.dumps(_padded(value), option=_options)[_PAD:-_PAD]
+        if _exponent(out) or b"0.0000" in out:  # a float orjson spells otherwise than repr
+            return UNSURE
+        copy = orjson.loads(out)
+    except (TypeError, ValueError):  # orjson's errors are both
+        return UNSURE
+    try:
+        # Equal all the way down (compared in C): nothing was a NaN or an infinity
+        # (written null), a Fragment, a tuple, a UUID, or an enum member not equal to its value.
+        if copy != value:
+            return UNSURE
+    except Exception:  # an enum member's own __eq__ may raise anything: the walk will judge it
+        return UNSURE
+    if out.isascii() and b"\x7f" not in out:
+        text = out.decode("ascii")
+    else:
+        text = ascii_text(copy)
+    return copy, text, len(out)
+
+
+def _padded(value: Any) -> Any:
+    for _ in range(_PAD):
+        value = [value]
+    return value
+
+
+def _exponent(out: bytes) -> bool:
+    """True when orjson's text holds a number with an exponent (orjson always signs it)."""
+    for mark in (b"e+", b"e-"):
+        at = out.find(mark)
+        while at > 0:  # (in a string too, e.g. "re-run": only the digit before tells)
+            if out[at - 1] in _DIGITS:
+                return True
+            at = out.find(mark, at + 2)
+    return False
+
+
+def parse(text: str) -> Any:
+    """``json.loads(text)`` when the result obeys the snapshot rules, else :data:`UNSURE`."""
+    orjson = _load()
+    if orjson is None:
+        return UNSURE
+    try:
+        value = orjson.loads(text)  # refuses NaN, Infinity, 1e400 and lone surrogates: the walk words it
+        # Encoded again, strictly and inside our own lists: within 200 levels and no integer
+        # beyond 2**53 - 1. Beyond 2**64 orjson read it as a float, as it reads 1e20: text with
+        # a number of 1e16 or more goes to the walk, which tells an int from a float.
+        if _exponent(orjson.dumps(_padded(value), option=_options)):
+            return UNSURE
+    except (TypeError, ValueError):
+        return UNSURE
+    return value
