@@ -54,6 +54,7 @@ UNSURE: Any = object()
 _PAD = 54
 
 _DIGITS = frozenset(b"0123456789")
+_EXP = frozenset(b"eE")
 
 _orjson: Any = None
 _options = 0
@@ -103,7 +104,7 @@ def encode(value: Any, ascii_text: Callable[[Any], str]) -> Any:
     try:
         # One encode (in C, holding the GIL: a consistent snapshot), inside our own lists.
         out = orjson.dumps(_padded(value), option=_options)[_PAD:-_PAD]
-        if _exponent(out) or b"0.0000" in out:  # a float orjson spells otherwise than repr
+        if _respelled(out):
             return UNSURE
         copy = orjson.loads(out)
     except (TypeError, ValueError):  # orjson's errors are both
@@ -128,14 +129,29 @@ def _padded(value: Any) -> Any:
     return value
 
 
-def _exponent(out: bytes) -> bool:
-    """True when orjson's text holds a number with an exponent (orjson always signs it)."""
-    for mark in (b"e+", b"e-"):
-        at = out.find(mark)
-        while at > 0:  # (in a string too, e.g. "re-run": only the digit before tells)
-            if out[at - 1] in _DIGITS:
-                return True
-            at = out.find(mark, at + 2)
+def _large(out: bytes) -> bool:
+    """True when orjson's text may hold a number of 1e16 or more: one with an
+    exponent, which orjson always signs (``1e+16``). ``+`` is rare in JSON
+    text, so this is a ``memchr`` (in a string too, e.g. ``"C++"``: the
+    characters before tell)."""
+    at = out.find(b"+")
+    while at > 1:
+        if out[at - 1] in _EXP and out[at - 2] in _DIGITS:
+            return True
+        at = out.find(b"+", at + 1)
+    return False
+
+
+def _respelled(out: bytes) -> bool:
+    """True when orjson's text may hold a float it spells otherwise than ``repr``:
+    one of 1e16 or more, or under 1e-4 (``0.00001`` or ``1e-09``, which ``repr`` spells ``1e-05``, ``1e-09``)."""
+    if _large(out) or b"0.0000" in out:
+        return True
+    at = out.find(b"e-")
+    while at > 0:
+        if out[at - 1] in _DIGITS:
+            return True
+        at = out.find(b"e-", at + 2)
     return False
 
 
@@ -149,7 +165,7 @@ def parse(text: str) -> Any:
         # Encoded again, strictly and inside our own lists: within 200 levels and no integer
         # beyond 2**53 - 1. Beyond 2**64 orjson read it as a float, as it reads 1e20: text with
         # a number of 1e16 or more goes to the walk, which tells an int from a float.
-        if _exponent(orjson.dumps(_padded(value), option=_options)):
+        if _large(orjson.dumps(_padded(value), option=_options)):
             return UNSURE
     except (TypeError, ValueError):
         return UNSURE

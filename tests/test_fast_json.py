@@ -217,6 +217,35 @@ def test_a_crossed_outcome_carries_its_text_to_the_program():
     assert engine._payload(Outcome.failure("t", "no")) == (False, '{"tool":"t","message":"no"}')
 
 
+def test_the_fast_path_answers_for_plain_json_and_leaves_the_rest_to_the_walk(json_path):
+    # Not a timing: which values orjson answers for at all, so the properties above test it.
+    records = [{"id": i, "name": f"item-{i}", "tags": ["a"], "score": i * 0.5, "note": None} for i in range(50)]
+    text = json.dumps(records)
+    answers = _fastjson.encode(records, snapshot_module.dumps) is not _fastjson.UNSURE
+    assert answers == (json_path == "orjson") == (_fastjson.parse(text) is not _fastjson.UNSURE)
+    assert (_fastjson.encode({"é": "ü\x7f"}, snapshot_module.dumps) is not _fastjson.UNSURE) == answers
+    for value in (
+        float("nan"),
+        [1.0, float("inf")],
+        [1e-05],
+        [1e16],
+        [3e-10],
+        (1, 2),
+        {"a": orjson.Fragment(b"[1]")},
+        uuid.UUID(int=1),
+        Colour.RED,
+        {"a": Str("x")},
+        {1: 2},
+        [2**53],
+        _nested(MAX_DEPTH + 1),
+        "\ud800",
+    ):
+        assert _fastjson.encode(value, snapshot_module.dumps) is _fastjson.UNSURE, value
+    deep = "[" * (MAX_DEPTH + 1) + "]" * (MAX_DEPTH + 1)
+    for text in ("18446744073709551616", "9007199254740992", "[1e400]", "NaN", '"\\ud800"', deep, "[1e16]"):
+        assert _fastjson.parse(text) is _fastjson.UNSURE, text
+
+
 # -- JSON text in: a program's arguments ---------------------------------------------------
 
 
