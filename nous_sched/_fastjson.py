@@ -64,18 +64,19 @@ _resolved = False
 def _load() -> Any:
     global _orjson, _options, _resolved
     if not _resolved:
+        module: Any
         try:
-            import orjson
+            import orjson as module
         except ImportError:
-            orjson = None
-        if orjson is not None:
+            module = None
+        if module is not None:
             _options = (
-                orjson.OPT_STRICT_INTEGER
-                | orjson.OPT_PASSTHROUGH_SUBCLASS
-                | orjson.OPT_PASSTHROUGH_DATETIME
-                | orjson.OPT_PASSTHROUGH_DATACLASS
+                module.OPT_STRICT_INTEGER
+                | module.OPT_PASSTHROUGH_SUBCLASS
+                | module.OPT_PASSTHROUGH_DATETIME
+                | module.OPT_PASSTHROUGH_DATACLASS
             )
-        _orjson, _resolved = orjson, True
+        _orjson, _resolved = module, True
     return _orjson
 
 
