@@ -44,7 +44,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-__all__ = ["UNSURE", "available", "encode", "parse", "reset"]
+__all__ = ["UNSURE", "available", "encode", "parse", "spaced_chars", "reset"]
 
 #: What a function here answers when the walk must.
 UNSURE: Any = object()
@@ -171,3 +171,35 @@ def parse(text: str) -> Any:
     except (TypeError, ValueError):
         return UNSURE
     return value
+
+
+def spaced_chars(value: Any) -> Any:
+    """``len(json.dumps(value, ensure_ascii=False))`` (``", "`` and ``": "``
+    between items) for a value that obeys the snapshot rules, or :data:`UNSURE`.
+
+    Counted on orjson's compact text: its characters, plus one space per
+    separator. A key's colon is a ``":`` whose quote closes a string: with no
+    escaped quote in the text, a quote that opens a string follows ``[``,
+    ``{``, ``,`` or ``:`` (or starts the text), so text where one of those
+    comes before a ``":`` goes to the walk. A comma between items is a ``,``
+    followed by a newline in the indented text (no string holds a raw newline).
+    """
+    orjson = _load()
+    if orjson is None:
+        return UNSURE
+    try:
+        compact = orjson.dumps(value, option=_options)
+        if b'\\"' in compact or _respelled(compact) or _opens_with_colon(compact):
+            return UNSURE
+        indented = orjson.dumps(value, option=_options | orjson.OPT_INDENT_2)
+    except (TypeError, ValueError):
+        return UNSURE
+    chars = len(compact) if compact.isascii() else len(compact.decode("utf-8"))
+    return chars + compact.count(b'":') + indented.count(b",\n")
+
+
+def _opens_with_colon(compact: bytes) -> bool:
+    # A string that may begin with ":" (its opening quote would look like a key's closing one).
+    if compact.startswith(b'":'):
+        return True
+    return any(mark in compact for mark in (b'[":', b'{":', b',":', b':":'))

@@ -224,6 +224,7 @@ def test_the_fast_path_answers_for_plain_json_and_leaves_the_rest_to_the_walk(js
     answers = _fastjson.encode(records, snapshot_module.dumps) is not _fastjson.UNSURE
     assert answers == (json_path == "orjson") == (_fastjson.parse(text) is not _fastjson.UNSURE)
     assert (_fastjson.encode({"é": "ü\x7f"}, snapshot_module.dumps) is not _fastjson.UNSURE) == answers
+    assert (_fastjson.spaced_chars({"logs": ["a, b"], "result": records}) is not _fastjson.UNSURE) == answers
     for value in (
         float("nan"),
         [1.0, float("inf")],
@@ -462,3 +463,40 @@ def test_a_scheduler_result_is_its_snapshot_with_its_text():
         outcome = s.call(Tool("t", lambda args: {"when": datetime.date(2024, 1, 2), "n": (1, 2)}), {})
     assert outcome == Outcome.success({"when": "2024-01-02", "n": [1, 2]})
     assert outcome.text == '{"when":"2024-01-02","n":[1,2]}'
+
+
+# -- the characters a model reads ----------------------------------------------------------
+
+_model_text = st.one_of(
+    _text,
+    st.text(alphabet=st.sampled_from(list(',:"\\\n{}[] aé\u2028')), max_size=8),
+)
+_answers = st.recursive(
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(-(2**53) + 1, 2**53 - 1),
+        st.floats(allow_nan=False, allow_infinity=False),
+        _model_text,
+    ),
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(_model_text, inner, max_size=4)),
+    max_leaves=25,
+)
+
+
+@settings(max_examples=600, deadline=None)
+@given(_answers)
+@example({"logs": ["a, b: c", 'say "hi"'], "result": {"k:": [1, {}, []], '":': "\\"}})
+@example({"logs": [], "result": [1e-05, 1e16, 0.5]})
+@example(":")
+@example({"a": ":b", "c:": [":", ",", "{"], "": ""})
+def test_the_characters_a_model_reads_are_counted_as_json_dumps_writes_them(value):
+    assert snapshot_module.text_chars(value) == len(json.dumps(value, ensure_ascii=False))
+
+
+def test_a_runs_answer_is_counted_as_the_model_reads_it(runtime):
+    program = 'console.log("a, b: \\"c\\""); return {"k: v": [1, 2.5, "x,y"], "n": null, "s": "é"};'
+    result = run_code(program, [], description="an answer with separators in its strings")
+    assert result.ok, result.error
+    answer = {"logs": list(result.logs), "result": result.result}
+    assert result.usage.answer_chars == len(json.dumps(answer, ensure_ascii=False))
