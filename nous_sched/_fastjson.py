@@ -1,6 +1,6 @@
 """Private: the optional fast path of :mod:`nous_sched.snapshot`, through ``orjson`` when it is installed.
 
-``pip install 'nous_sched[speed]'`` installs ``orjson``; it is imported on
+``pip install -e '.[speed]'`` installs ``orjson``; it is imported on
 first use, never at ``import nous_sched``. It changes no answer: each function
 here returns what :mod:`nous_sched.snapshot`'s own walk would, or
 :data:`UNSURE`, and then the walk answers (refusals, with their paths, always
