@@ -22,22 +22,26 @@ Why each answer is the walk's (orjson's rules are not the snapshot rules):
 * **Keys.** orjson refuses a key that is not exactly a ``str``, so no two
   keys can spell the same.
 * **Integers.** ``OPT_STRICT_INTEGER`` refuses any beyond ±(2**53 - 1).
-  Parsing, orjson reads a longer integer as a float: text with 16 digits in
-  a row (not after a ``.``) goes to the walk.
+  A parsed value is encoded again so, strictly: orjson reads an integer
+  beyond 2**64 as a float, which it then writes with an exponent, and any
+  number it writes with one (1e16 or more) goes to the walk, which tells an
+  int from a float.
 * **Depth.** orjson encodes at most 254 nested containers: a value is
   encoded inside 54 lists of our own (taken off the text after), so it
-  passes only within 200 levels. A parsed value deep enough to ask is
-  encoded so too.
-* **NaN and Infinity in text.** orjson refuses ``NaN`` and ``Infinity``;
-  text with an exponent goes to the walk (``1e400`` is ``inf`` to Python).
+  passes only within 200 levels; a parsed value too.
+* **NaN and Infinity in text.** orjson refuses ``NaN``, ``Infinity`` and
+  ``1e400`` (which Python reads as ``inf``); so does it a lone surrogate
+  escape, and any text it cannot parse: the walk words the refusal.
 * **Spelling.** The program receives compact ASCII JSON spelled by the
   standard library (a float as ``repr`` writes it, non-ASCII and DEL as
   ``\\u`` escapes), and the audit its unescaped UTF-8 size. orjson spells
   floats under ``1e-4`` or with an exponent otherwise (``0.00001`` for
-  ``1e-05``): a text with a digit before an ``e`` or with ``0.0000``
-  anywhere goes to the walk. Its text is the program's as it is when it
-  is ASCII with no DEL; else the standard library spells the copy. Control
-  characters both escape alike.
+  ``1e-05``): a text with a digit before ``e+`` or ``e-`` (orjson signs
+  every exponent) or with ``0.0000`` anywhere goes to the walk. Its text is
+  the program's as it is when it is ASCII with no DEL; else the standard
+  library spells the copy. Control characters both escape alike.
+* **A model's characters** (:func:`spaced_chars`): counted on orjson's
+  text, for a value that already obeys the rules (a run's answer).
 """
 
 from __future__ import annotations

@@ -50,7 +50,9 @@ fast path that parses JSON text itself must pass its value through
 :func:`check` (or parse with :func:`loads`).
 
 These are the only refusal rules; every crossing, in either direction, goes
-through one of these three functions.
+through one of these three functions (or :func:`snapshot_text`, which is
+:func:`snapshot` with the copy's JSON text, :func:`dumps`, the one spelling
+in which a value crosses to a program).
 
 **Where the rules live.** One walk (``_walk``) applies them, driven by one
 table of what may cross per function (``_SNAPSHOT``: what :func:`snapshot`
@@ -63,7 +65,11 @@ built only on the way back up from a refusal, and a cycle is found only then,
 on the refused path (a cycle always ends as nesting too deep), so a value
 that crosses pays for neither. :func:`check` has one fast path, ``_obeys``,
 which copies nothing and only answers "obeys" or "ask the walk";
-``tests/test_hot_path.py`` pins it to the walk by a property test.
+``tests/test_hot_path.py`` pins it to the walk by a property test. With
+``orjson`` installed (the ``speed`` extra), :func:`snapshot_text` and
+:func:`loads` first ask ``_fastjson``, which answers as the walk would or
+leaves the value to it; ``tests/test_fast_json.py`` pins both, with
+``orjson`` and with it hidden.
 """
 
 from __future__ import annotations
@@ -153,9 +159,9 @@ def snapshot_text(value: Any) -> tuple[Any, str, int]:
     is the UTF-8 size of the same text with nothing escaped
     (``ensure_ascii=False``), what the audit records. Raises as
     :func:`snapshot` does. With ``orjson`` installed (the ``speed`` extra)
-    the three come from one encode, one parse and one check encode, all in C,
-    and are the same as without it (``_fastjson``); without it, from the walk
-    and one encode. Thread-safe: it only reads ``value``.
+    the three come from one encode, one parse and one comparison with
+    ``value``, all in C, and are the same as without it (``_fastjson``);
+    without it, from the walk and one encode. Thread-safe: it only reads ``value``.
     """
     fast = _fastjson.encode(value, dumps)
     if fast is not _fastjson.UNSURE:
