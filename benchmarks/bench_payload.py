@@ -12,10 +12,18 @@
 Baseline for each: one ``json.dumps`` + ``json.loads`` of the same object in
 Python, the least any bridge that speaks JSON pays. Target: at most 1.5x.
 Beside each, the floor (``_floor.py``) moving the same payload.
+
+Then the parts, in this process with no run (INFO rows, each against the same
+JSON round trip): the ways to check and copy a result and to parse, check and
+freeze arguments that were measured to choose the ones ``nous_sched`` uses:
+the walk, the C parser's hooks (``object_pairs_hook``), ``orjson`` (the
+``speed`` extra) and the audit's copy kept as text and frozen on first read.
+``--without-orjson`` runs everything as if ``orjson`` were not installed.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import statistics
 import sys
@@ -25,7 +33,10 @@ from typing import Any, Callable
 import _common as c
 import _floor
 
-from nous_sched import Limits, Tool, run_code
+if "--without-orjson" in sys.argv:  # before nous_sched is imported: as on a machine without it
+    sys.modules["orjson"] = None  # type: ignore[assignment]
+
+from nous_sched import Limits, Tool, run_code  # noqa: E402
 
 TARGET = 1.5
 
@@ -49,8 +60,92 @@ def json_round_trip(value: Any) -> float:
     return time.perf_counter() - t0
 
 
+def _flag(p: Any) -> None:
+    p.add_argument("--without-orjson", action="store_true", help="run as if orjson were not installed")
+
+
+def parts(opts: c.Options, big: list[dict[str, Any]], args_records: list[dict[str, Any]]) -> list[c.Row]:
+    """Where a payload's time goes, part by part, against a JSON round trip of it."""
+    events = importlib.import_module("nous_sched.events")
+    snap = importlib.import_module("nous_sched.snapshot")  # the module, not the function of that name
+
+    if not hasattr(snap, "snapshot_text"):  # an older nous_sched (e.g. PYTHONPATH at main)
+        return [c.skip_row("payload parts", "this nous_sched has no snapshot.snapshot_text")]
+    _fastjson = importlib.import_module("nous_sched._fastjson")
+
+    ms = 1000.0
+    k = 3 if opts.quick else 7
+    compact = json.JSONEncoder(separators=(",", ":"), allow_nan=False, check_circular=False).encode
+    unescaped = json.JSONEncoder(
+        separators=(",", ":"), ensure_ascii=False, allow_nan=False, check_circular=False
+    ).encode
+    with_nulls = [dict(r, note=None) for r in big]
+    sent = {"records": args_records}
+    text = compact(sent)
+    parsed = json.loads(text)
+    have_orjson = _fastjson.available()
+    missing: Any = object()
+
+    def timed(fn: Callable[[], Any]) -> Callable[[], float]:
+        return lambda: statistics.median(c.timed(fn) for _ in range(k))
+
+    def without_orjson(fn: Callable[[], Any]) -> Callable[[], Any]:
+        def run() -> Any:
+            saved = sys.modules.get("orjson", missing)
+            sys.modules["orjson"] = None  # type: ignore[assignment]
+            _fastjson.reset()
+            try:
+                return fn()
+            finally:
+                if saved is missing:
+                    sys.modules.pop("orjson", None)
+                else:
+                    sys.modules["orjson"] = saved
+                _fastjson.reset()
+
+        return run
+
+    def before(value: Any) -> None:  # main's result path: the walk, then one encode for the size, one for the program
+        copy = snap.snapshot(value)
+        len(unescaped(copy).encode("utf-8", "surrogatepass"))
+        compact(copy)
+
+    result_parts: list[tuple[str, Callable[[], Any]]] = [
+        ("result 1 MB: walk + two encodes (before)", lambda: before(big)),
+        ("result 1 MB: snapshot_text, walk + one encode", without_orjson(lambda: snap.snapshot_text(big))),
+        ("result 1 MB: snapshot_text, orjson", lambda: snap.snapshot_text(big)),
+        ("result 1 MB with nulls: snapshot_text, orjson", lambda: snap.snapshot_text(with_nulls)),
+    ]
+    args_parts: list[tuple[str, Callable[[], Any]]] = [
+        ("args 100 KB: json.loads + check", lambda: snap.check(json.loads(text))),
+        ("args 100 KB: snapshot.loads, orjson", lambda: snap.loads(text)),
+        ("args 100 KB: audit copy, freeze walk (before)", lambda: events.freeze(parsed)),
+        (
+            "args 100 KB: audit copy, C parser + object_pairs_hook (lists not frozen)",
+            lambda: json.loads(text, object_pairs_hook=events._frozen_dict),
+        ),
+        (
+            "args 100 KB: audit copy, C parser + object_hook (lists not frozen)",
+            lambda: json.loads(text, object_hook=events._frozen_dict),
+        ),
+        ("args 100 KB: audit copy kept as text (frozen_later), unread", lambda: events.frozen_later(text)),
+        ("args 100 KB: audit copy kept as text, first read", lambda: events.frozen_later(text).get()),
+    ]
+    rows: list[c.Row] = []
+    for value, named in ((big, result_parts), (sent, args_parts)):
+        if not have_orjson:
+            named = [(n, f) for n, f in named if "orjson" not in n]
+        fns = [timed(f) for _, f in named] + [timed(lambda value=value: json_round_trip(value))]
+        for fn in fns:
+            fn()
+        s = c.interleave(opts.reps, *fns)
+        for i, (name, _) in enumerate(named):
+            rows.append(c.ours_vs(name, s[i], s[-1], s, scale=ms, unit="ms", base_name="json round trip"))
+    return rows
+
+
 def main() -> int:
-    opts = c.options(__doc__.splitlines()[0], default_reps=7, quick_reps=2)
+    opts = c.options(__doc__.splitlines()[0], default_reps=7, quick_reps=2, add_arguments=_flag)
     ms = 1000.0
     big = records(1_000_000)
     args_records = records(100_000)
@@ -232,7 +327,7 @@ def main() -> int:
 
     return c.run(
         "5. payloads (each row: the payload's extra time against a JSON round trip of it)",
-        c.per_runtime(opts, "payloads", section),
+        [*c.per_runtime(opts, "payloads", section), ("payload parts", lambda: parts(opts, big, args_records))],
         opts,
     )
 

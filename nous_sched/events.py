@@ -16,15 +16,24 @@ Audit records are immutable once written: every :class:`Event`,
 ``dict`` and ``list`` they hold and refuse every change, so one reader cannot
 alter what the next one reads. ``dict(data)`` or ``copy`` through JSON gives
 a copy to edit.
+
+A started call's arguments may be kept as the JSON text the gate parsed them
+from (:func:`frozen_later`): the text is immutable, so it is already a copy
+no tool can reach, and its frozen form is built the first time anyone reads
+``ToolCallEvent.arguments`` (or the ``data`` of its :class:`Event`), once,
+whichever thread reads first. A reader cannot tell the difference: it gets a
+:class:`FrozenDict` equal to what the tool got before it ran.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import abc
-from typing import Any, Iterable, Mapping, NoReturn
+from typing import Any, Callable, Iterable, Mapping, NoReturn, Optional
 
 import attrs
+
+from .snapshot import loads
 
 __all__ = [
     "FrozenDict",
@@ -122,10 +131,11 @@ _IMMUTABLE = frozenset({str, int, float, bool, type(None)})
 def freeze(value: Any) -> Any:
     """``value`` with every dict (any mapping) and list (or tuple) replaced by a frozen copy, recursively.
 
-    Already-frozen containers are returned as they are: everything inside one is frozen.
+    Already-frozen containers are returned as they are: everything inside one
+    is frozen; so is a value still to be frozen (:func:`frozen_later`).
     """
     kind = type(value)
-    if kind in _IMMUTABLE or kind is FrozenDict or kind is FrozenList:
+    if kind in _IMMUTABLE or kind is FrozenDict or kind is FrozenList or kind is _Later:
         return value
     # Scalars inline, not one call each: this runs over every call's arguments.
     if kind is dict or isinstance(value, abc.Mapping):
@@ -133,6 +143,57 @@ def freeze(value: Any) -> Any:
     if kind is list or isinstance(value, (list, tuple)):
         return _frozen_list([item if type(item) in _IMMUTABLE else freeze(item) for item in value])
     return value
+
+
+class _Later:
+    """A value built on first read, once: ``make(arg)``. Immutable to its readers."""
+
+    __slots__ = ("_make", "_arg", "_value")
+
+    def __init__(self, make: Callable[[Any], Any], arg: Any) -> None:
+        self._make: Optional[Callable[[Any], Any]] = make
+        self._arg = arg
+        self._value: Any = _UNREAD
+
+    def get(self) -> Any:
+        value = self._value
+        if value is _UNREAD:
+            with _FIRST_READ:  # two first readers get one value
+                value = self._value
+                if value is _UNREAD:
+                    assert self._make is not None
+                    value = self._value = self._make(self._arg)
+                    self._make = self._arg = None  # the text is not needed again
+        return value
+
+
+_UNREAD: Any = object()
+_FIRST_READ = threading.RLock()  # reentrant: an event's data reads its arguments
+
+
+def _thaw(text: str) -> Any:
+    return freeze(loads(text))
+
+
+def frozen_later(text: str) -> Any:
+    """An audit copy of the JSON object ``text`` for :class:`ToolCallEvent`'s
+    ``arguments``: read, it is ``freeze(snapshot.loads(text))``, built on first
+    read. ``text`` must be what the tool's own copy was parsed from, and parse
+    under the snapshot rules (the gate has parsed it)."""
+    return _Later(_thaw, text)
+
+
+def _resolving(cls: type, name: str) -> None:
+    """Make ``cls.<name>`` (an attrs slot) read a :class:`_Later` it holds as its value."""
+    slot = cls.__dict__[name]  # the member descriptor attrs made for the field
+
+    def read(self: Any) -> Any:
+        value = slot.__get__(self, cls)
+        return value.get() if type(value) is _Later else value
+
+    # The setter is the slot's own: attrs' __init__ sets fields through it; a
+    # frozen class's __setattr__ still refuses everyone else.
+    setattr(cls, name, property(read, slot.__set__, doc=f"``{name}`` (frozen on first read when kept as text)."))
 
 
 @attrs.frozen
@@ -145,6 +206,9 @@ class Event:
     @property
     def surface(self) -> bool:
         return self.type in SURFACE_TYPES
+
+
+_resolving(Event, "data")
 
 
 @attrs.frozen
@@ -170,18 +234,29 @@ class ToolCallEvent:
     type = "tool_call"
 
     def as_event(self) -> Event:
-        """This record as a session :class:`Event`; both are immutable, so they may share data."""
-        # Not attrs.asdict, nor a loop over the fields: this runs on the driver for every call.
-        # Every field, in field order (tests/test_hot_path.py checks it).
-        data = {
-            "id": self.id,
-            "name": self.name,
-            "arguments": self.arguments,
-            "mode": self.mode,
-            "seq": self.seq,
-            "source": self.source,
-        }
-        return Event(self.type, _frozen_dict(data))
+        """This record as a session :class:`Event`; both are immutable, so they may share data.
+        Arguments still kept as text stay so: the event's ``data`` is built when first read."""
+        if type(_ARGUMENTS(self)) is _Later:
+            return Event(self.type, _Later(_tool_call_data, self))
+        return Event(self.type, _tool_call_data(self))
+
+
+def _tool_call_data(event: ToolCallEvent) -> FrozenDict:
+    # Not attrs.asdict, nor a loop over the fields: this runs on the driver for every call.
+    # Every field, in field order (tests/test_hot_path.py checks it).
+    data = {
+        "id": event.id,
+        "name": event.name,
+        "arguments": event.arguments,
+        "mode": event.mode,
+        "seq": event.seq,
+        "source": event.source,
+    }
+    return _frozen_dict(data)
+
+
+_ARGUMENTS = ToolCallEvent.__dict__["arguments"].__get__  # the slot itself: the value as held
+_resolving(ToolCallEvent, "arguments")
 
 
 @attrs.frozen

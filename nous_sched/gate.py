@@ -70,13 +70,19 @@ _TOO_BIG = "arguments are {size} bytes of JSON, over the limit of {n} for one ca
 
 
 class Admitted:
-    """A call the gate let through: the tool and its arguments (a fresh JSON-shaped dict)."""
+    """A call the gate let through: the tool and its arguments (a fresh JSON-shaped dict).
 
-    __slots__ = ("tool", "args")
+    ``text`` is the JSON text ``args`` were parsed from (:meth:`Gate.admit_json`),
+    or ``None``: immutable, it may stand as the audit's own copy of them
+    (:func:`~nous_sched.events.frozen_later`).
+    """
 
-    def __init__(self, tool: Tool, args: dict[str, Any]) -> None:
+    __slots__ = ("tool", "args", "text")
+
+    def __init__(self, tool: Tool, args: dict[str, Any], text: Optional[str] = None) -> None:
         self.tool = tool
         self.args = args
+        self.text = text
 
 
 class Gate:
@@ -134,7 +140,8 @@ class Gate:
             if why.startswith("not valid JSON"):  # only a direct call: a program's text is always JSON
                 return self._refuse(name, f"the arguments are {why}; send one JSON object")
             return self._refuse(name, f"arguments cannot cross: {why}")
-        return self._after_parse(name, args)
+        # The text stands for the arguments only when they are the object it spells (not `null` made {}).
+        return self._after_parse(name, args, text if type(args) is dict else None)
 
     def admit(self, name: Any, args: Any) -> Union[Admitted, Outcome]:
         """Check a call whose arguments are a Python value (``None`` means ``{}``): admitted, or a failed Outcome."""
@@ -209,7 +216,7 @@ class Gate:
         self.args_bytes += size
         return None
 
-    def _after_parse(self, name: str, args: Any) -> Union[Admitted, Outcome]:
+    def _after_parse(self, name: str, args: Any, text: Optional[str] = None) -> Union[Admitted, Outcome]:
         if args is None:  # `tools.x()`: no arguments
             args = {}
         elif not isinstance(args, dict):
@@ -220,7 +227,7 @@ class Gate:
         problem = argument_error(tool, args)
         if problem is not None:
             return self._refuse(name, problem)
-        return Admitted(tool, args)
+        return Admitted(tool, args, text)
 
     def _refuse(self, name: str, message: str) -> Outcome:
         if len(name) > _MAX_NAME:  # a name the program made up may be of any length

@@ -50,15 +50,28 @@ class Outcome:
     """The committed result of one sub-call.
 
     Exactly one of ``value`` (when ``ok``) and ``error`` is meaningful.
+    ``text`` is the value's JSON text as a program receives it
+    (:func:`nous_sched.snapshot.dumps` of it) when the scheduler made it with
+    the snapshot (:meth:`crossed`), else ``None`` (and whoever needs it
+    encodes ``value``); it takes no part in equality.
     """
 
     ok: bool
     value: Any = None
     error: Optional[SubCallError] = None
+    text: Optional[str] = attrs.field(default=None, init=False, eq=False, repr=False)
 
     @classmethod
     def success(cls, value: Any) -> "Outcome":
         return cls(True, value, None)
+
+    @classmethod
+    def crossed(cls, value: Any, text: str) -> "Outcome":
+        """A success whose ``value`` is a snapshot and ``text`` its :func:`~nous_sched.snapshot.dumps`,
+        made together (:func:`~nous_sched.snapshot.snapshot_text`): the text is not made again."""
+        made = cls(True, value, None)
+        object.__setattr__(made, "text", text)  # not an __init__ argument: only a snapshot's own text
+        return made
 
     @classmethod
     def failure(cls, tool: str, message: str) -> "Outcome":

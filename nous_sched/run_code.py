@@ -52,6 +52,7 @@ from .result import RunError, RunResult
 from .runtime import Cancel, CodeRuntime, Limits, PendingCall, RuntimeOutcome
 from .runtime.syntax import explain as explain_syntax
 from .scheduler import Scheduler
+from .snapshot import text_chars
 from .tool import Tool
 from .usage import CallUsage, Usage
 
@@ -387,7 +388,7 @@ def _result(
         if error is None
         else {"logs": list(logs), "error": error.as_dict()}
     )
-    answer_chars = budget_size(answer)
+    answer_chars = text_chars(answer)  # budget.size, counted faster: the answer obeys the snapshot rules
     budgeted = fit(answer, budget) if budget is not None and answer_chars > budget else None
     usage = Usage(
         calls=tuple(CallUsage(*row) for row in host.ledger),
@@ -521,7 +522,7 @@ class _Host:
             return _Settled(admitted, name if isinstance(name, str) else str(name))
         # The gate's arguments are a fresh snapshot no one else holds: not copied again.
         tool = admitted.tool
-        return self.scheduler._submit_snapshot(tool, tool.name, admitted.args, self.run_ctx)
+        return self.scheduler._submit_snapshot(tool, tool.name, admitted.args, self.run_ctx, admitted.text)
 
     def on_settled(self, pending: Any, outcome: Outcome, payload: str) -> None:
         """The runtime's hook for each answer the program receives, ``payload`` its JSON text."""

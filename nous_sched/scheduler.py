@@ -34,7 +34,6 @@ from __future__ import annotations
 import concurrent.futures
 import contextvars
 import itertools
-import json
 import logging
 import queue
 import threading
@@ -48,11 +47,11 @@ from ._tool_threads import Task, ToolThreads
 from ._validators import require
 from .dispatch import CallInfo, Dispatch, RunContext, approval_sink, current_call, direct_dispatch
 from .errors import ToolError
-from .events import ApprovalEvent, SessionLog, ToolCallEvent, ToolOutcomeEvent, freeze
+from .events import ApprovalEvent, SessionLog, ToolCallEvent, ToolOutcomeEvent, freeze, frozen_later
 from .lane import COMMIT, START, Lane
 from .outcome import Outcome
 from .records import CallRecord, LaneState
-from .snapshot import snapshot
+from .snapshot import snapshot, snapshot_text
 from .throttle import _Hold
 from .tool import Mode, Tool, concurrency_mode, exclusive_reason
 
@@ -539,13 +538,20 @@ class Scheduler:
         return self._submit_snapshot(tool, name, snapshot(args), run_ctx)
 
     def _submit_snapshot(
-        self, tool: Tool, name: str, dispatched: dict[str, Any], run_ctx: Optional[RunContext] = None
+        self,
+        tool: Tool,
+        name: str,
+        dispatched: dict[str, Any],
+        run_ctx: Optional[RunContext] = None,
+        text: Optional[str] = None,
     ) -> Ticket:
         """:meth:`submit` for arguments that are already a snapshot no one else
         holds (a runtime's, parsed from the program's JSON text under the
         snapshot rules by the gate): the tool gets them as they are, and the
-        audit its own frozen copy of them."""
-        logged = freeze(dispatched)  # the audit's own copy, before the tool can touch `dispatched`
+        audit its own frozen copy of them; ``text``, the JSON text they were
+        parsed from, is that copy, frozen on first read (``events.frozen_later``)."""
+        # The audit's own copy, before the tool can touch `dispatched`.
+        logged = freeze(dispatched) if text is None else frozen_later(text)
         ticket = Ticket(name)
         call = _Call(ticket, tool, dispatched, logged, run_ctx, contextvars.copy_context())
         with self._lock:
@@ -1075,23 +1081,12 @@ def _outcome_of(value: Any, name: str, info: CallInfo) -> tuple[Outcome, Optiona
     if isinstance(value, Outcome):
         value = value.value
     try:
-        snapped = snapshot(value)
+        # The copy, the program's text and the audit's size, in one go (the text is not made again).
+        snapped, text, size = snapshot_text(value)
     except Exception as exc:
         log.error("code-mode sub-call %s (tool %r) returned a value that is not JSON: %s", info.id, name, exc)
         return Outcome.failure(name, f"tool returned a value that is not JSON: {exc}"), "invalid_result", 0
-    return Outcome.success(snapped), None, _json_size(snapped)
-
-
-def _json_size(value: Any) -> int:
-    """The UTF-8 size of ``value``'s compact JSON text (a snapshot: always JSON)."""
-    if type(value) is str:
-        return len(value.encode("utf-8", "surrogatepass")) + 2
-    if value is None:
-        return 4
-    try:
-        return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass"))
-    except (TypeError, ValueError):
-        return 0
+    return Outcome.crossed(snapped, text), None, size
 
 
 def _safe_str(exc: BaseException) -> str:

@@ -50,7 +50,9 @@ fast path that parses JSON text itself must pass its value through
 :func:`check` (or parse with :func:`loads`).
 
 These are the only refusal rules; every crossing, in either direction, goes
-through one of these three functions.
+through one of these three functions (or :func:`snapshot_text`, which is
+:func:`snapshot` with the copy's JSON text, :func:`dumps`, the one spelling
+in which a value crosses to a program).
 
 **Where the rules live.** One walk (``_walk``) applies them, driven by one
 table of what may cross per function (``_SNAPSHOT``: what :func:`snapshot`
@@ -63,7 +65,11 @@ built only on the way back up from a refusal, and a cycle is found only then,
 on the refused path (a cycle always ends as nesting too deep), so a value
 that crosses pays for neither. :func:`check` has one fast path, ``_obeys``,
 which copies nothing and only answers "obeys" or "ask the walk";
-``tests/test_hot_path.py`` pins it to the walk by a property test.
+``tests/test_hot_path.py`` pins it to the walk by a property test. With
+``orjson`` installed (the ``speed`` extra), :func:`snapshot_text` and
+:func:`loads` first ask ``_fastjson``, which answers as the walk would or
+leaves the value to it; ``tests/test_fast_json.py`` pins both, with
+``orjson`` and with it hidden.
 """
 
 from __future__ import annotations
@@ -71,15 +77,28 @@ from __future__ import annotations
 import datetime
 import enum
 import json
+import json.encoder
 import math
 import pathlib
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Optional, Union
 
+from . import _fastjson
 from .errors import SnapshotError
 
-__all__ = ["snapshot", "loads", "check", "describe_path", "MAX_DEPTH", "MAX_SAFE_INTEGER", "safe_int"]
+__all__ = [
+    "snapshot",
+    "snapshot_text",
+    "dumps",
+    "text_chars",
+    "loads",
+    "check",
+    "describe_path",
+    "MAX_DEPTH",
+    "MAX_SAFE_INTEGER",
+    "safe_int",
+]
 
 MAX_DEPTH = 200
 
@@ -133,6 +152,64 @@ def snapshot(value: Any) -> Any:
         raise SnapshotError(f"$: nested too deep to copy (the limit is {MAX_DEPTH} levels)") from None
 
 
+def snapshot_text(value: Any) -> tuple[Any, str, int]:
+    """:func:`snapshot` of ``value``, with its JSON text: ``(copy, text, size)``.
+
+    ``text`` is :func:`dumps` of the copy, what a program receives; ``size``
+    is the UTF-8 size of the same text with nothing escaped
+    (``ensure_ascii=False``), what the audit records. Raises as
+    :func:`snapshot` does. With ``orjson`` installed (the ``speed`` extra)
+    the three come from one encode, one parse and one comparison with
+    ``value``, all in C, and are the same as without it (``_fastjson``);
+    without it, from the walk and one encode. Thread-safe: it only reads ``value``.
+    """
+    fast = _fastjson.encode(value, dumps)
+    if fast is not _fastjson.UNSURE:
+        return fast  # type: ignore[no-any-return]
+    copy = snapshot(value)
+    text = dumps(copy)
+    if "\\u" not in text:  # nothing was escaped to ASCII: the two spellings are one
+        return copy, text, len(text)
+    return copy, text, len(_dumps_unescaped(copy).encode("utf-8", "surrogatepass"))
+
+
+def text_chars(value: Any) -> int:
+    """``len(json.dumps(value, ensure_ascii=False))``: the characters of the
+    text a model reads (``nous_sched.budget.size``), for a ``value`` that
+    obeys the rules above (what :func:`loads` returns, in dicts and lists of
+    one's own). With ``orjson`` installed it is counted on orjson's text
+    (``_fastjson``), with the same answer."""
+    fast = _fastjson.spaced_chars(value)
+    if fast is not _fastjson.UNSURE:
+        return fast  # type: ignore[no-any-return]
+    return len(json.dumps(value, ensure_ascii=False))
+
+
+def _compact_encoder(ensure_ascii: bool) -> Callable[[Any], str]:
+    # The C encoder made once (JSONEncoder.encode builds one per call), compact,
+    # refusing NaN and Infinity, no cycle check: it only ever encodes a snapshot.
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:  # pragma: no cover - CPython always has it
+        return json.JSONEncoder(
+            ensure_ascii=ensure_ascii, allow_nan=False, separators=(",", ":"), check_circular=False
+        ).encode
+    spell = json.encoder.encode_basestring_ascii if ensure_ascii else json.encoder.encode_basestring
+    chunks = make(None, None, spell, None, ":", ",", False, False, False)
+    join = "".join
+
+    def encode(value: Any) -> str:
+        return join(chunks(value, 0))
+
+    return encode
+
+
+#: ``dumps(snapshot)``: its compact ASCII JSON text, the one spelling in which a
+#: value crosses to a program (non-ASCII, lone surrogates, NUL and DEL
+#: escaped), as ``runtime/engine.py`` writes it too (a test pins the two).
+dumps = _compact_encoder(ensure_ascii=True)
+_dumps_unescaped = _compact_encoder(ensure_ascii=False)
+
+
 def loads(text: str) -> Any:
     """Parse JSON ``text`` under the rules above: the value, or :class:`SnapshotError`.
 
@@ -140,8 +217,13 @@ def loads(text: str) -> Any:
     ``NaN``, ``Infinity``, unsafe integers, nesting past :data:`MAX_DEPTH`)
     and turns what it would raise (a ``ValueError`` for a 5000-digit integer
     or bad text, a ``RecursionError`` for deep nesting) into the same error.
-    Thread-safe.
+    Thread-safe. With ``orjson`` installed (the ``speed`` extra) most texts
+    are parsed by it instead, with the same result (``_fastjson``).
     """
+    if type(text) is str:
+        fast = _fastjson.parse(text)
+        if fast is not _fastjson.UNSURE:
+            return fast
     try:
         value = _decode(text)
     except RecursionError:

@@ -91,6 +91,19 @@ def _one_shot_encoder(allow_nan: bool) -> Callable[[Any], str]:
 
 _encode_value = _one_shot_encoder(allow_nan=False)
 _encode = _one_shot_encoder(allow_nan=True)
+
+
+def _payload(outcome: Any) -> tuple[bool, str]:
+    """What the bridge settles a call with: ok, and the value's (or the
+    ``{tool, message}`` error's) ASCII JSON, which escapes lone surrogates (the
+    binding cannot pass them) and NUL. A value made with its text
+    (``Outcome.crossed``: the snapshot's own encode) is not encoded again."""
+    if outcome.ok:
+        text = getattr(outcome, "text", None)
+        return True, text if text is not None else _encode_value(outcome.value)
+    return False, _encode(outcome.error.as_dict())
+
+
 #: Extra memory and CPU time the salvage drain may use after a limit tripped.
 _SALVAGE_MEMORY = 16 * 1024 * 1024
 _SALVAGE_SECONDS = 0.5
@@ -493,11 +506,7 @@ def _at_deadline(state: Any, book: "_LogBook", limits: Any, abandoned: int) -> F
 
 
 def _settle(engine: Any, call_id: int, pending: Any, outcome: Any, on_settled: Any) -> str:
-    # ASCII JSON: escapes lone surrogates (the binding cannot pass them) and NUL.
-    if outcome.ok:
-        ok, payload = True, _encode_value(outcome.value)
-    else:
-        ok, payload = False, _encode(outcome.error.as_dict())
+    ok, payload = _payload(outcome)
     if on_settled is not None:
         on_settled(pending, outcome, payload)
     return engine.settle(call_id, ok, payload)  # type: ignore[no-any-return]

@@ -1,0 +1,209 @@
+"""Private: the optional fast path of :mod:`nous_sched.snapshot`, through ``orjson`` when it is installed.
+
+``pip install -e '.[speed]'`` installs ``orjson``; it is imported on
+first use, never at ``import nous_sched``. It changes no answer: each function
+here returns what :mod:`nous_sched.snapshot`'s own walk would, or
+:data:`UNSURE`, and then the walk answers (refusals, with their paths, always
+come from the walk). ``tests/test_fast_json.py`` pins both functions to the
+walk by property tests, with ``orjson`` and with it hidden.
+
+Why each answer is the walk's (orjson's rules are not the snapshot rules):
+
+* **One encode, then proof.** A value is encoded once by orjson (in C,
+  holding the GIL: a consistent snapshot, however the tool's threads go on),
+  the text is parsed back into the copy, and the copy must equal the value
+  all the way down (``==``, in C). Whatever orjson wrote in a way of its own
+  fails that: a NaN or an infinity (written ``null``), an ``orjson.Fragment``
+  (raw text), a ``uuid.UUID`` or a plain ``enum`` member (not equal to their
+  text), a tuple (not equal to a list).
+* **Types.** ``OPT_PASSTHROUGH_SUBCLASS``, ``_DATETIME`` and ``_DATACLASS``
+  make orjson refuse every subclass, date and dataclass (no ``default``):
+  an overridden ``__eq__`` or ``__str__`` never takes part.
+* **Keys.** orjson refuses a key that is not exactly a ``str``, so no two
+  keys can spell the same.
+* **Integers.** ``OPT_STRICT_INTEGER`` refuses any beyond ±(2**53 - 1).
+  A parsed value is encoded again so, strictly: orjson reads an integer
+  beyond 2**64 as a float, which it then writes with an exponent, and any
+  number it writes with one (1e16 or more) goes to the walk, which tells an
+  int from a float.
+* **Depth.** orjson encodes at most 254 nested containers: a value is
+  encoded inside 54 lists of our own (taken off the text after), so it
+  passes only within 200 levels; a parsed value too.
+* **NaN and Infinity in text.** orjson refuses ``NaN``, ``Infinity`` and
+  ``1e400`` (which Python reads as ``inf``); so does it a lone surrogate
+  escape, and any text it cannot parse: the walk words the refusal.
+* **Spelling.** The program receives compact ASCII JSON spelled by the
+  standard library (a float as ``repr`` writes it, non-ASCII and DEL as
+  ``\\u`` escapes), and the audit its unescaped UTF-8 size. orjson spells
+  floats under ``1e-4`` or with an exponent otherwise (``0.00001`` for
+  ``1e-05``): a text with a digit before ``e+`` or ``e-`` (orjson signs
+  every exponent) or with ``0.0000`` anywhere goes to the walk. Its text is
+  the program's as it is when it is ASCII with no DEL; else the standard
+  library spells the copy. Control characters both escape alike.
+* **A model's characters** (:func:`spaced_chars`): counted on orjson's
+  text, for a value that already obeys the rules (a run's answer).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+__all__ = ["UNSURE", "available", "encode", "parse", "spaced_chars", "reset"]
+
+#: What a function here answers when the walk must.
+UNSURE: Any = object()
+
+#: The nesting orjson encodes (it refuses a 255th level), less our 200:
+#: the copy is checked inside this many lists of our own.
+_PAD = 54
+
+_DIGITS = frozenset(b"0123456789")
+_EXP = frozenset(b"eE")
+
+_orjson: Any = None
+_options = 0
+_resolved = False
+
+
+def _load() -> Any:
+    global _orjson, _options, _resolved
+    if not _resolved:
+        module: Any
+        try:
+            import orjson as module
+        except ImportError:
+            module = None
+        if module is not None:
+            _options = (
+                module.OPT_STRICT_INTEGER
+                | module.OPT_PASSTHROUGH_SUBCLASS
+                | module.OPT_PASSTHROUGH_DATETIME
+                | module.OPT_PASSTHROUGH_DATACLASS
+            )
+        _orjson, _resolved = module, True
+    return _orjson
+
+
+def available() -> bool:
+    """True when ``orjson`` is importable (and not hidden): the fast path is on."""
+    return _load() is not None
+
+
+def reset() -> None:
+    """Forget whether ``orjson`` was found: the next use imports it again (the
+    tests hide it through ``sys.modules`` to run the path without it)."""
+    global _orjson, _resolved
+    _orjson, _resolved = None, False
+
+
+def encode(value: Any, ascii_text: Callable[[Any], str]) -> Any:
+    """``(copy, text, size)`` as the walk would make them, or :data:`UNSURE`.
+
+    ``copy`` is the snapshot of ``value``, ``text`` its compact ASCII JSON
+    (``ascii_text(copy)``, the standard library's spelling), ``size`` the
+    UTF-8 bytes of the same text unescaped (``ensure_ascii=False``).
+    """
+    orjson = _load()
+    if orjson is None:
+        return UNSURE
+    try:
+        # One encode (in C, holding the GIL: a consistent snapshot), inside our own lists.
+        out = orjson.dumps(_padded(value), option=_options)[_PAD:-_PAD]
+        if _respelled(out):
+            return UNSURE
+        copy = orjson.loads(out)
+    except (TypeError, ValueError):  # orjson's errors are both
+        return UNSURE
+    try:
+        # Equal all the way down (compared in C): nothing was a NaN or an infinity
+        # (written null), a Fragment, a tuple, a UUID, or an enum member not equal to its value.
+        if copy != value:
+            return UNSURE
+    except Exception:  # an enum member's own __eq__ may raise anything: the walk will judge it
+        return UNSURE
+    if out.isascii() and b"\x7f" not in out:
+        text = out.decode("ascii")
+    else:
+        text = ascii_text(copy)
+    return copy, text, len(out)
+
+
+def _padded(value: Any) -> Any:
+    for _ in range(_PAD):
+        value = [value]
+    return value
+
+
+def _large(out: bytes) -> bool:
+    """True when orjson's text may hold a number of 1e16 or more: one with an
+    exponent, which orjson always signs (``1e+16``). ``+`` is rare in JSON
+    text, so this is a ``memchr`` (in a string too, e.g. ``"C++"``: the
+    characters before tell)."""
+    at = out.find(b"+")
+    while at > 1:
+        if out[at - 1] in _EXP and out[at - 2] in _DIGITS:
+            return True
+        at = out.find(b"+", at + 1)
+    return False
+
+
+def _respelled(out: bytes) -> bool:
+    """True when orjson's text may hold a float it spells otherwise than ``repr``:
+    one of 1e16 or more, or under 1e-4 (``0.00001`` or ``1e-09``, which ``repr`` spells ``1e-05``, ``1e-09``)."""
+    if _large(out) or b"0.0000" in out:
+        return True
+    at = out.find(b"e-")
+    while at > 0:
+        if out[at - 1] in _DIGITS:
+            return True
+        at = out.find(b"e-", at + 2)
+    return False
+
+
+def parse(text: str) -> Any:
+    """``json.loads(text)`` when the result obeys the snapshot rules, else :data:`UNSURE`."""
+    orjson = _load()
+    if orjson is None:
+        return UNSURE
+    try:
+        value = orjson.loads(text)  # refuses NaN, Infinity, 1e400 and lone surrogates: the walk words it
+        # Encoded again, strictly and inside our own lists: within 200 levels and no integer
+        # beyond 2**53 - 1. Beyond 2**64 orjson read it as a float, as it reads 1e20: text with
+        # a number of 1e16 or more goes to the walk, which tells an int from a float.
+        if _large(orjson.dumps(_padded(value), option=_options)):
+            return UNSURE
+    except (TypeError, ValueError):
+        return UNSURE
+    return value
+
+
+def spaced_chars(value: Any) -> Any:
+    """``len(json.dumps(value, ensure_ascii=False))`` (``", "`` and ``": "``
+    between items) for a value that obeys the snapshot rules, or :data:`UNSURE`.
+
+    Counted on orjson's compact text: its characters, plus one space per
+    separator. A key's colon is a ``":`` whose quote closes a string: with no
+    escaped quote in the text, a quote that opens a string follows ``[``,
+    ``{``, ``,`` or ``:`` (or starts the text), so text where one of those
+    comes before a ``":`` goes to the walk. A comma between items is a ``,``
+    followed by a newline in the indented text (no string holds a raw newline).
+    """
+    orjson = _load()
+    if orjson is None:
+        return UNSURE
+    try:
+        compact = orjson.dumps(value, option=_options)
+        if b'\\"' in compact or _respelled(compact) or _opens_with_colon(compact):
+            return UNSURE
+        indented = orjson.dumps(value, option=_options | orjson.OPT_INDENT_2)
+    except (TypeError, ValueError):
+        return UNSURE
+    chars = len(compact) if compact.isascii() else len(compact.decode("utf-8"))
+    return chars + compact.count(b'":') + indented.count(b",\n")
+
+
+def _opens_with_colon(compact: bytes) -> bool:
+    # A string that may begin with ":" (its opening quote would look like a key's closing one).
+    if compact.startswith(b'":'):
+        return True
+    return any(mark in compact for mark in (b'[":', b'{":', b',":', b':":'))
