@@ -43,7 +43,9 @@ Host to worker:
 
 Worker to host (exactly one answer to each ``R`` and ``S``):
 
-* ``H`` hello, once: ``{"pid", "os_bounds"}``.
+* ``H`` hello, once, when the worker is ready: bounded, and the first run's
+  context prepared: ``{"pid", "os_bounds", "prepared"}`` (``prepared``: false
+  if that failed; the run then makes its own).
 * ``E`` envelope: the prelude's envelope text, unchanged.
 * ``X`` stopped: ``{"kind", "message", "memory"}``, a newline, then the
   salvaged envelope text (possibly empty). The run's context is gone.
@@ -84,6 +86,8 @@ STACK_MARGIN = 2 * 1024 * 1024
 JS_STACK = MAX_STACK_BYTES + STACK_MARGIN
 #: The exit status of a worker that ran out of memory outside the engine.
 EXIT_MEMORY = 3
+#: A spawn request's flag: the child boots in the background (see :func:`_boot_policy`).
+BACKGROUND = b"background"
 #: The test-only payload's file (see :func:`_test_payload`).
 PAYLOAD_ENV = "NOUS_SCHED_TEST_PAYLOAD"
 
@@ -318,6 +322,44 @@ _SCHED_BATCH = getattr(os, "SCHED_BATCH", None)
 _SCHED_OTHER = getattr(os, "SCHED_OTHER", 0)
 
 
+def _boot_policy() -> Any:
+    """The policy a worker booting in the background works at until it is
+    ready, so a spare started while runs go never takes the CPU from them:
+    ``SCHED_IDLE`` where the worker may certainly leave it once bounded (see
+    :func:`_may_leave_idle`), else ``SCHED_BATCH``, which any thread may leave
+    (no preemption on wake-up, but the same share of the CPU); ``None`` where
+    neither exists. Each thread sets it for its own boot work and returns to
+    the normal policy before the worker says hello (:func:`_set_policy`)."""
+    idle = getattr(os, "SCHED_IDLE", None)
+    if idle is None or _SCHED_BATCH is None:
+        return None
+    return idle if _may_leave_idle() else _SCHED_BATCH
+
+
+def _may_leave_idle() -> bool:
+    """Whether this process may return from ``SCHED_IDLE`` to its nice value
+    once unprivileged: the kernel asks ``RLIMIT_NICE`` for that, so raise it
+    to just what that takes where this process may (as root: the limit
+    outlives the drop to another user). It lets the worker back to its own
+    nice value and no higher (``setpriority`` is not on the allow list)."""
+    try:
+        import resource
+
+        needed = 20 - os.getpriority(os.PRIO_PROCESS, 0)  # the kernel's nice_to_rlimit()
+        soft, hard = resource.getrlimit(resource.RLIMIT_NICE)
+        if soft >= needed:
+            return True
+        if os.geteuid() == 0:
+            resource.setrlimit(resource.RLIMIT_NICE, (needed, needed))
+            return True
+        if hard == resource.RLIM_INFINITY or hard >= needed:
+            resource.setrlimit(resource.RLIMIT_NICE, (needed, hard))
+            return True
+    except (ImportError, AttributeError, ValueError, OSError):
+        pass
+    return False
+
+
 def _set_policy(policy: int) -> bool:
     try:
         os.sched_setscheduler(0, policy, os.sched_param(0))  # 0: this thread (Linux)
@@ -329,7 +371,9 @@ def _set_policy(policy: int) -> bool:
 class _Server:
     """The serving thread's state: the running engine, the next run's context."""
 
-    def __init__(self, engine: Any, oslimits: Any, watchdog: _Watchdog, fd_out: int, payload: Any) -> None:
+    def __init__(
+        self, engine: Any, oslimits: Any, watchdog: _Watchdog, fd_out: int, payload: Any, prepared: Any = None
+    ) -> None:
         import collections
 
         self.engine = engine
@@ -340,8 +384,9 @@ class _Server:
         self.Limits = collections.namedtuple("Limits", LIMIT_FIELDS)  # type: ignore[misc]
         self.current: Any = None
         # The next run's fresh context, its prelude evaluated while this worker
-        # waits (the prelude's compilation is most of a run's start-up).
-        self.spare = _prepare(engine)
+        # waits (the prelude's compilation is most of a run's start-up); a new
+        # worker has prepared its first before it said hello.
+        self.spare = prepared if prepared is not None else _prepare(engine)
 
     def settle(self, body: bytes) -> str:
         first = body.index(b" ")
@@ -405,9 +450,18 @@ class _Server:
         write_all(self.fd_out, frame(STOPPED, head.encode()))
 
 
-def serve(engine: Any, oslimits: Any, watchdog: _Watchdog, fd_in: int, fd_out: int, payload: Any = None) -> None:
-    """Answer frames until the host closes the pipe."""
-    server = _Server(engine, oslimits, watchdog, fd_out, payload)
+def serve(
+    engine: Any,
+    oslimits: Any,
+    watchdog: _Watchdog,
+    fd_in: int,
+    fd_out: int,
+    payload: Any = None,
+    prepared: Any = None,
+) -> None:
+    """Answer frames until the host closes the pipe. ``prepared``: the first
+    run's context, from :func:`_prepare` (made here when ``None``)."""
+    server = _Server(engine, oslimits, watchdog, fd_out, payload, prepared)
     reader = _Reader(fd_in)
     steps = {SETTLE: server.settle, RUN: server.run}
     while True:
@@ -502,6 +556,11 @@ def _become_worker(
     import threading
 
     quickjs, engine, oslimits = modules
+    # A spare's boot works at the lowest priority; every thread is back to
+    # the normal policy before the worker says hello.
+    boot = _boot_policy() if options.get("background") else None
+    if boot is not None:
+        _set_policy(boot)
     # The terminal's Ctrl-C is the host's to handle: it kills this worker if it must.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _set_thread_name(name.replace("nous-sched-worker-", "nous-worker-"))
@@ -523,13 +582,24 @@ def _become_worker(
         # interrupt the blocking read that lets its handler run.
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1, signal.SIGUSR2})
         try:
+            # The first run's context first: a worker that has said hello is
+            # ready, and a pool hands out only ready spares (so a run never
+            # waits for the prelude's compilation).
+            if boot is not None:
+                _set_policy(boot)
+            prepared = _prepare(engine)
+            if boot is not None:
+                _set_policy(_SCHED_OTHER)
+            hello = {"pid": os.getpid(), "os_bounds": bounds, "prepared": prepared is not None}
             # This thread writes every frame, the hello included: one writer.
-            write_all(1, frame(HELLO, json.dumps({"pid": os.getpid(), "os_bounds": bounds}).encode()))
-            serve(engine, oslimits, watchdog, 0, 1, payload)
+            write_all(1, frame(HELLO, json.dumps(hello).encode()))
+            serve(engine, oslimits, watchdog, 0, 1, payload, prepared)
         finally:
             os._exit(0)
 
     watchdog.install()
+    if boot is not None:
+        _set_policy(_SCHED_OTHER)
     threading.stack_size(JS_STACK)
     thread = threading.Thread(target=run, name="nous-sched-js", daemon=True)
     thread.start()
@@ -561,6 +631,9 @@ def _fork_server(sock_fd: int, modules: tuple[Any, Any, Any], options: dict[str,
     import socket
 
     offset = _budget_offset(modules[0])
+    # A spare is forked at the boot's policy and born with it (the fork's own
+    # work, the copy of this process's page tables, included): see _boot_policy.
+    boot = _boot_policy()
     # Everything loaded so far is shared with every child: keep the collector
     # from touching it (a touched page is a copied page in each child).
     modules[2]._libc()
@@ -589,17 +662,21 @@ def _fork_server(sock_fd: int, modules: tuple[Any, Any, Any], options: dict[str,
             for fd in fds:
                 os.close(fd)
             continue
+        name, *flags = msg.split() or [b"?"]
+        background = BACKGROUND in flags and boot is not None and _set_policy(boot)
         pid = os.fork()
         if pid == 0:
             signal.set_wakeup_fd(-1)
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             _child(
-                msg.decode("ascii", "replace"),
+                name.decode("ascii", "replace"),
                 fds,
                 (sock_fd, wake_r, wake_w),
                 modules,
-                {**options, "offset": offset, "pdeathsig": True},
+                {**options, "offset": offset, "pdeathsig": True, "background": BACKGROUND in flags},
             )
+        if background:
+            _set_policy(_SCHED_OTHER)
         for fd in fds:
             os.close(fd)
         pidfd = os.pidfd_open(pid)
