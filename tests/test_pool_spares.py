@@ -173,3 +173,27 @@ def test_fresh_runs_leave_no_process_behind_and_no_worker_serves_two(monkeypatch
         assert server is not None
     assert _gone(server.proc.pid)
     assert _children() <= before, "no worker, spare or fork server outlives the pool"
+
+
+@pytest.mark.skipif(not (LINUX and os.uname().machine in ("x86_64", "aarch64")), reason="seccomp on Linux only")
+def test_the_filter_a_fork_server_builds_once_is_each_childs_own(monkeypatch):
+    from nous_sched.runtime import oslimits
+
+    machine = os.uname().machine
+    monkeypatch.setattr(oslimits, "_TEMPLATE", None)
+    expected = {pid: oslimits.filter_bytes(machine, pid) for pid in (7, 4242, 2**22 - 1)}
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)  # build the template only: keep this process's capabilities
+    oslimits.prepare()
+    assert oslimits._TEMPLATE is not None and len(oslimits._TEMPLATE[2]) >= 1
+    assert {pid: oslimits.filter_bytes(machine, pid) for pid in expected} == expected
+
+
+@pytest.mark.skipif(not (LINUX and os.geteuid() == 0), reason="a root host's workers only")
+def test_a_root_hosts_spare_has_an_empty_bounding_set_and_no_capability():
+    with WorkerPool(size=2, spares=1) as pool:
+        assert pool.wait_for_spares(WAIT_S)
+        (pid,) = pool.pids()
+        status = _status(pid)
+    for field in ("CapBnd", "CapPrm", "CapEff", "CapInh", "CapAmb"):
+        assert int(status[field], 16) == 0, (field, status[field])
+    assert status["Uid"].split() == ["65534"] * 4

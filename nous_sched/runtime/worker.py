@@ -154,13 +154,17 @@ class _Reader:
         return op, body  # type: ignore[return-value]
 
 
-def _set_thread_name(name: str) -> None:
+def _set_thread_name(name: str, libc: Any = None) -> None:
     # prctl(PR_SET_NAME): what `top -H` and /proc/<pid>/task/*/comm show (15 bytes).
+    # (``libc``: oslimits' own, made once in a fork server; its prctl takes numbers.)
     if sys.platform.startswith("linux"):
         try:
             import ctypes
 
-            ctypes.CDLL(None).prctl(15, name.encode()[:15], 0, 0, 0)
+            if libc is None:
+                libc = ctypes.CDLL(None)
+            name_buf = ctypes.create_string_buffer(name.encode()[:15])
+            libc.prctl(15, ctypes.c_ulong(ctypes.addressof(name_buf)), 0, 0, 0)
         except Exception:
             pass
 
@@ -324,40 +328,14 @@ _SCHED_OTHER = getattr(os, "SCHED_OTHER", 0)
 
 def _boot_policy() -> Any:
     """The policy a worker booting in the background works at until it is
-    ready, so a spare started while runs go never takes the CPU from them:
-    ``SCHED_IDLE`` where the worker may certainly leave it once bounded (see
-    :func:`_may_leave_idle`), else ``SCHED_BATCH``, which any thread may leave
-    (no preemption on wake-up, but the same share of the CPU); ``None`` where
-    neither exists. Each thread sets it for its own boot work and returns to
-    the normal policy before the worker says hello (:func:`_set_policy`)."""
-    idle = getattr(os, "SCHED_IDLE", None)
-    if idle is None or _SCHED_BATCH is None:
-        return None
-    return idle if _may_leave_idle() else _SCHED_BATCH
-
-
-def _may_leave_idle() -> bool:
-    """Whether this process may return from ``SCHED_IDLE`` to its nice value
-    once unprivileged: the kernel asks ``RLIMIT_NICE`` for that, so raise it
-    to just what that takes where this process may (as root: the limit
-    outlives the drop to another user). It lets the worker back to its own
-    nice value and no higher (``setpriority`` is not on the allow list)."""
-    try:
-        import resource
-
-        needed = 20 - os.getpriority(os.PRIO_PROCESS, 0)  # the kernel's nice_to_rlimit()
-        soft, hard = resource.getrlimit(resource.RLIMIT_NICE)
-        if soft >= needed:
-            return True
-        if os.geteuid() == 0:
-            resource.setrlimit(resource.RLIMIT_NICE, (needed, needed))
-            return True
-        if hard == resource.RLIM_INFINITY or hard >= needed:
-            resource.setrlimit(resource.RLIMIT_NICE, (needed, hard))
-            return True
-    except (ImportError, AttributeError, ValueError, OSError):
-        pass
-    return False
+    ready, or ``None`` where there is none: ``SCHED_BATCH``, so the boot of a
+    spare never preempts a run's threads when it wakes (the fork server's
+    answer, the host's frames). Not ``SCHED_IDLE``: on a loaded machine an
+    idle-policy boot can starve for as long as other work runs, and a run may
+    be waiting for that spare. Each thread sets it for its own boot work and
+    returns to the normal policy before the worker says hello
+    (:func:`_set_policy`; any thread may leave ``SCHED_BATCH``)."""
+    return _SCHED_BATCH
 
 
 def _set_policy(policy: int) -> bool:
@@ -563,7 +541,8 @@ def _become_worker(
         _set_policy(boot)
     # The terminal's Ctrl-C is the host's to handle: it kills this worker if it must.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _set_thread_name(name.replace("nous-sched-worker-", "nous-worker-"))
+    libc = oslimits._libc() if sys.platform.startswith("linux") else None
+    _set_thread_name(name.replace("nous-sched-worker-", "nous-worker-"), libc)
     payload = _test_payload()
     # (A fork server verified the layout once for all its children.)
     watchdog = _Watchdog(lifeline, _budget_offset(quickjs) if offset is False else offset)
@@ -577,7 +556,7 @@ def _become_worker(
     bounds["wall_clock_stop"] = watchdog._offset is not None
 
     def run() -> None:
-        _set_thread_name("nous-js-" + name.rsplit("-", 1)[-1])
+        _set_thread_name("nous-js-" + name.rsplit("-", 1)[-1], libc)
         # The deadline signal is for the main thread: only there does it
         # interrupt the blocking read that lets its handler run.
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1, signal.SIGUSR2})
@@ -636,7 +615,7 @@ def _fork_server(sock_fd: int, modules: tuple[Any, Any, Any], options: dict[str,
     boot = _boot_policy()
     # Everything loaded so far is shared with every child: keep the collector
     # from touching it (a touched page is a copied page in each child).
-    modules[2]._libc()
+    modules[2].prepare()  # (what every child's bounds would otherwise build alike)
     gc.collect()
     gc.freeze()
     sock = socket.socket(fileno=sock_fd)
