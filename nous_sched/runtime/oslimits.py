@@ -28,6 +28,10 @@ the worker sends to the host (see :attr:`nous_sched.WorkerPool.os_bounds` and
   few allowed calls are checked by argument (:data:`ARGUMENT_RULES`); a system
   call of another ABI (i386, x32) kills the process.
 
+:func:`prepare`, in a fork server, builds once what every child would
+build alike (the filter, with each child's pid written in; the bounding set
+emptied but ``CAP_SETPCAP``, which each child then drops itself).
+
 ``RLIMIT_AS`` (the address space, so shared and anonymous mappings count
 alike) is set by :func:`cap_memory` before the worker's first program, to the
 address space in use when :func:`apply` ran plus that run's allowance.

@@ -3,11 +3,17 @@
 :class:`WorkerPool` is a :class:`~nous_sched.CodeRuntime`. By default each run
 gets a worker process that has never run anything, uses it for its whole
 length and discards it: no two callers ever share a process. The pool keeps
-:attr:`WorkerPool.spares` fresh workers ready, started in the background by
-a thread of its own, from a fork server that has loaded the engine (see
-:mod:`nous_sched.runtime.procio`), so a run does not wait for one. Reuse is an
-explicit opt-in scoped to a trust domain (:meth:`WorkerPool.domain`): a
-worker then serves further runs of that domain only.
+:attr:`WorkerPool.spares` fresh workers ready, forked by a fork server that
+has loaded the engine (see :mod:`nous_sched.runtime.procio`). A spare is
+handed out only once it has said hello, which it does once it is bounded
+(namespaces, privileges, filter) and has prepared its first context: a run
+that takes one sends it the program at once and waits for nothing of its
+start-up. Spares are started by a thread of the pool's own, which reads
+their hellos, and boot as ``SCHED_BATCH`` (never preempting a run's threads);
+the spare a run took is replaced when that run ends (at once only if no
+spare is left), so no replacement competes with the run for the CPU. Reuse
+is an explicit opt-in scoped to a trust domain (:meth:`WorkerPool.domain`):
+a worker then serves further runs of that domain only.
 
 The JavaScript runs in the worker; everything else stays in the host, on
 the calling thread: :func:`~nous_sched.runtime.engine.drive` checks every
@@ -105,7 +111,8 @@ class WorkerPool:
         most runs at once. Default: the core count, at least 8
         (:func:`default_size`): programs beyond the cores only share them.
     :param spares: fresh workers kept ready (within ``size``; default 2),
-        each started in the background as soon as one is used.
+        each started in the background when a run that used one ends (at
+        once when none is left); :meth:`wait_for_spares` waits for them.
     :param start_method: ``"forkserver"`` (default on Linux): workers are
         forked from one process that has loaded the engine (about a
         millisecond each); ``"spawn"``: each worker is a fresh interpreter

@@ -7,7 +7,8 @@ The host (:mod:`nous_sched.runtime.pool`) starts it as::
 It imports only the standard library, the C module ``_quickjs`` (by file
 path) and ``engine.py`` and ``oslimits.py`` (by file path, beside this file),
 never the ``nous_sched`` package. It applies its OS bounds
-(:func:`oslimits.apply`), says hello, and serves frames on standard input and
+(:func:`oslimits.apply`), prepares its first run's context, says hello (so a
+worker that has said hello is ready), and serves frames on standard input and
 output from one thread whose stack is sized for the largest
 ``Limits.stack_bytes`` plus a margin, so runaway recursion always stops at the
 engine's own stack limit.
@@ -594,6 +595,10 @@ def _fork_server(sock_fd: int, modules: tuple[Any, Any, Any], options: dict[str,
     Single-threaded (so forking it is safe), it has loaded the engine but
     never made a context or run anything: each child starts from this
     state, binds itself and prepares its own context (its own random seed).
+    What every child's bounds would build alike it builds once
+    (:func:`oslimits.prepare`: the seccomp filter, the bounding set). A
+    request flagged :data:`BACKGROUND` (a spare) is forked as
+    ``SCHED_BATCH``, so the child is born with it (see :func:`_boot_policy`).
     Requests: a datagram with the worker's name and three descriptors (its
     standard input, output, lifeline); the answer ``P <pid>`` carries a
     pidfd of the child, so the host signals exactly that process. Each
