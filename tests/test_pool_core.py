@@ -297,6 +297,7 @@ def test_a_keyboard_interrupt_anywhere_in_worker_start_up_leaks_nothing(monkeypa
                 assert run_code("return 3", runtime=pool, description="test").result == 3, (name, n)
                 assert not pool._core.slots or all(s.state != "starting" for s in pool._core.slots.values())
         _settle(base_children)
+        assert pool._reaped(30.0), "the spares thread reaps every discarded worker (and closes its pidfd)"
         assert len(os.listdir("/proc/self/fd")) <= base_fds
         assert _descendants(os.getpid()) <= base_children | set(pool.pids()) | _server_tree(pool)
     finally:

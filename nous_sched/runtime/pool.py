@@ -192,6 +192,7 @@ class WorkerPool:
         self._server_lock = threading.Lock()  # held while the fork server starts
         self._spare_thread: Optional[threading.Thread] = None
         self._dying: list[tuple[int, Worker]] = []  # killed fork server children, not yet gone
+        self._reaping = 0  # taken from _dying by the spares thread, not yet gone
         self._spares_failed = False  # a spare could not start: leave starting to the runs
         self._empty_dir: Optional[str] = None
         self._owner = os.getpid()
@@ -627,11 +628,28 @@ class WorkerPool:
         """Wait for the killed workers to be gone; give their places back."""
         with self._lock:
             dying, self._dying = self._dying, []
+            self._reaping += len(dying)
         for wid, w in dying:
-            w.gone(2.0)
-            with self._lock:
-                self._core.dead(wid)
-                self._cond.notify_all()
+            try:
+                w.gone(2.0)
+            finally:
+                with self._lock:
+                    self._reaping -= 1
+                    self._core.dead(wid)
+                    self._cond.notify_all()
+
+    def _reaped(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` until every discarded worker is gone and its
+        pidfd closed (the spares thread reaps them after their runs); whether
+        they are. For tests that count processes and descriptors."""
+        end = time.monotonic() + timeout
+        with self._lock:
+            while self._dying or self._reaping:
+                left = end - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(left)
+            return True
 
     def _after_fork_in_child(self) -> None:
         # The workers belong to the parent: forget them (closing our copies of
