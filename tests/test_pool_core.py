@@ -35,6 +35,7 @@ class PoolMachine(RuleBasedStateMachine):
         self.starting: set[int] = set()  # wids whose process the "shell" is making
         self.retiring: set[int] = set()  # wids killed, not yet gone
         self.served: dict[int, set] = {}  # wid -> domains it ran
+        self.fresh_runs: dict[int, int] = {}  # wid -> runs without a domain it was handed to
         self.order: list[int] = []  # waiting runs, in the order they started waiting
 
     def _ask(self, run: int, domain: object) -> None:
@@ -59,6 +60,8 @@ class PoolMachine(RuleBasedStateMachine):
             self.starting.add(wid)
         self.holding[run] = (wid, domain)
         self.served.setdefault(wid, set()).add(domain)
+        if domain is FRESH:
+            self.fresh_runs[wid] = self.fresh_runs.get(wid, 0) + 1
 
     @rule(domain=DOMAINS)
     def a_run_asks(self, domain: object) -> None:
@@ -138,6 +141,10 @@ class PoolMachine(RuleBasedStateMachine):
     def a_process_serves_one_trust_domain(self) -> None:
         for wid, domains in self.served.items():
             assert len(domains) == 1, (wid, domains)  # a run without a domain: its worker's only run
+
+    @invariant()
+    def a_fresh_worker_is_handed_to_one_run_only(self) -> None:
+        assert all(n == 1 for n in self.fresh_runs.values()), self.fresh_runs
 
     @invariant()
     def every_place_is_accounted_for(self) -> None:
@@ -290,6 +297,7 @@ def test_a_keyboard_interrupt_anywhere_in_worker_start_up_leaks_nothing(monkeypa
                 assert run_code("return 3", runtime=pool, description="test").result == 3, (name, n)
                 assert not pool._core.slots or all(s.state != "starting" for s in pool._core.slots.values())
         _settle(base_children)
+        assert pool._reaped(30.0), "the spares thread reaps every discarded worker (and closes its pidfd)"
         assert len(os.listdir("/proc/self/fd")) <= base_fds
         assert _descendants(os.getpid()) <= base_children | set(pool.pids()) | _server_tree(pool)
     finally:

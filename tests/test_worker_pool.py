@@ -924,6 +924,7 @@ child = os.fork()
 if child == 0:
     os.close(r)
     result = run_code("return 2", description="t").result
+    default_pool().wait_for_spares(30)  # (they start once the run has ended)
     mine = default_pool().pids()
     os.write(w, json.dumps([result, mine]).encode())
     default_pool().close()

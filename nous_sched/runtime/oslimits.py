@@ -28,6 +28,10 @@ the worker sends to the host (see :attr:`nous_sched.WorkerPool.os_bounds` and
   few allowed calls are checked by argument (:data:`ARGUMENT_RULES`); a system
   call of another ABI (i386, x32) kills the process.
 
+:func:`prepare`, in a fork server, builds once what every child would
+build alike (the filter, with each child's pid written in; the bounding set
+emptied but ``CAP_SETPCAP``, which each child then drops itself).
+
 ``RLIMIT_AS`` (the address space, so shared and anonymous mappings count
 alike) is set by :func:`cap_memory` before the worker's first program, to the
 address space in use when :func:`apply` ran plus that run's allowance.
@@ -41,7 +45,7 @@ import struct
 import sys
 from typing import Any, Optional
 
-__all__ = ["apply", "cap_memory", "ALLOWED", "ARGUMENT_RULES", "NOFILE", "UNPRIVILEGED"]
+__all__ = ["apply", "cap_memory", "filter_bytes", "prepare", "ALLOWED", "ARGUMENT_RULES", "NOFILE", "UNPRIVILEGED"]
 
 NOFILE = 16
 #: The uid and gid a worker started by root drops to (``nobody``).
@@ -141,6 +145,7 @@ _PR_SET_NO_NEW_PRIVS = 38
 _PR_SET_SECCOMP = 22
 _SECCOMP_MODE_FILTER = 2
 _CAP_LAST = 63
+_CAP_SETPCAP = 8
 # unshare(2) flags.
 _CLONE_NEWNS = 0x00020000
 _CLONE_NEWUTS = 0x04000000
@@ -222,10 +227,12 @@ def apply(
     _baseline_vm = _vm_size()
     if libc is None:
         return report
+    root_user = os.geteuid() == 0
+    bounding = _bounding_set() if root_user else []  # (read before the empty root hides /proc)
     if namespaces:
         _isolate(libc, root, report)
-    if os.geteuid() == 0:
-        _drop_privilege(libc, uid, gid, report)
+    if root_user:
+        _drop_privilege(libc, uid, gid, report, bounding)
     machine = os.uname().machine
     if machine in _ARCHES:
         try:
@@ -271,10 +278,11 @@ def _isolate(libc: Any, root: Optional[str], report: dict[str, Any]) -> None:
             pass
 
 
-def _drop_privilege(libc: Any, uid: int, gid: int, report: dict[str, Any]) -> None:
-    """Root: empty the bounding set, drop to ``uid``/``gid``, clear every capability set."""
+def _drop_privilege(libc: Any, uid: int, gid: int, report: dict[str, Any], bounding: list[int]) -> None:
+    """Root: empty the bounding set (``bounding``, what is in it), drop to
+    ``uid``/``gid``, clear every capability set."""
     try:
-        for cap in range(_CAP_LAST + 1):
+        for cap in bounding:  # (a fork server's child has one left: see prepare())
             libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0)  # EINVAL past the kernel's last: fine
         os.setgroups([])
         os.setresgid(gid, gid, gid)
@@ -367,10 +375,65 @@ def _arg_block(nr: int, index: int, values: tuple[int, ...], jset: int = 0) -> l
     return block
 
 
+#: The filter built once (by :func:`prepare`): (machine, its bytes, the
+#: instructions that hold the process's own pid).
+_TEMPLATE: Optional[tuple[str, bytes, list[int]]] = None
+
+
+def _pack(prog: list[tuple[int, int, int, int]]) -> bytes:
+    return b"".join(struct.pack("=HBBI", code, jt, jf, k) for code, jt, jf, k in prog)
+
+
+def filter_bytes(machine: str, own_pid: int) -> bytes:
+    """:func:`filter_program` as the kernel reads it: from the template
+    :func:`prepare` made, with ``own_pid`` written in, when there is one."""
+    if _TEMPLATE is not None and _TEMPLATE[0] == machine:
+        raw = bytearray(_TEMPLATE[1])
+        for at in _TEMPLATE[2]:
+            struct.pack_into("=I", raw, 8 * at + 4, own_pid)  # the instruction's k
+        return bytes(raw)
+    return _pack(filter_program(machine, own_pid))
+
+
+def prepare() -> None:
+    """What every worker's :func:`apply` would otherwise do alike, done once in
+    a fork server before it forks them: the C library, the seccomp filter
+    (each child writes only its own pid in), and, as root, every capability
+    but ``CAP_SETPCAP`` out of the bounding set (it limits only what an
+    ``execve`` could gain, which a fork server never does; each child drops
+    the last one itself). Best effort: whatever fails here, :func:`apply`
+    does in full."""
+    global _TEMPLATE
+    if not sys.platform.startswith("linux"):
+        return
+    libc = _libc()
+    machine = os.uname().machine
+    if machine in _ARCHES:
+        one, two = filter_program(machine, 1), filter_program(machine, 2)
+        _TEMPLATE = (machine, _pack(one), [i for i, (a, b) in enumerate(zip(one, two, strict=True)) if a != b])
+    if os.geteuid() == 0:
+        for cap in _bounding_set():
+            if cap != _CAP_SETPCAP:
+                libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0)
+
+
+def _bounding_set() -> list[int]:
+    """The capabilities in this process's bounding set (every one if unreadable)."""
+    try:
+        fd = os.open("/proc/self/status", os.O_RDONLY)
+        try:
+            text = os.read(fd, 1 << 16)
+        finally:
+            os.close(fd)
+        bits = int(text.split(b"CapBnd:", 1)[1].split()[0], 16)
+    except (OSError, ValueError, IndexError):
+        return list(range(_CAP_LAST + 1))
+    return [cap for cap in range(_CAP_LAST + 1) if bits >> cap & 1]
+
+
 def _install_seccomp(libc: Any, machine: str) -> None:
-    prog = filter_program(machine, os.getpid())
-    raw = b"".join(struct.pack("=HBBI", code, jt, jf, k) for code, jt, jf, k in prog)
+    raw = filter_bytes(machine, os.getpid())
     buf = ctypes.create_string_buffer(raw, len(raw))
-    fprog = _Fprog(len(prog), ctypes.addressof(buf))
+    fprog = _Fprog(len(raw) // 8, ctypes.addressof(buf))
     _check(libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
     _check(libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.addressof(fprog), 0, 0), "prctl(PR_SET_SECCOMP)")

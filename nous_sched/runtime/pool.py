@@ -3,11 +3,17 @@
 :class:`WorkerPool` is a :class:`~nous_sched.CodeRuntime`. By default each run
 gets a worker process that has never run anything, uses it for its whole
 length and discards it: no two callers ever share a process. The pool keeps
-:attr:`WorkerPool.spares` fresh workers ready, started in the background by
-a thread of its own, from a fork server that has loaded the engine (see
-:mod:`nous_sched.runtime.procio`), so a run does not wait for one. Reuse is an
-explicit opt-in scoped to a trust domain (:meth:`WorkerPool.domain`): a
-worker then serves further runs of that domain only.
+:attr:`WorkerPool.spares` fresh workers ready, forked by a fork server that
+has loaded the engine (see :mod:`nous_sched.runtime.procio`). A spare is
+handed out only once it has said hello, which it does once it is bounded
+(namespaces, privileges, filter) and has prepared its first context: a run
+that takes one sends it the program at once and waits for nothing of its
+start-up. Spares are started by a thread of the pool's own, which reads
+their hellos, and boot as ``SCHED_BATCH`` (never preempting a run's threads);
+the spare a run took is replaced when that run ends (at once only if no
+spare is left), so no replacement competes with the run for the CPU. Reuse
+is an explicit opt-in scoped to a trust domain (:meth:`WorkerPool.domain`):
+a worker then serves further runs of that domain only.
 
 The JavaScript runs in the worker; everything else stays in the host, on
 the calling thread: :func:`~nous_sched.runtime.engine.drive` checks every
@@ -76,6 +82,10 @@ RESIGNAL = 0.05
 #: The default :attr:`WorkerPool.size`: the core count, at least this.
 MIN_DEFAULT_SIZE = 8
 _HAS_FORK_SERVER = sys.platform.startswith("linux") and hasattr(os, "pidfd_open")
+#: Spares boot at the lowest priority (a run's own worker at the normal one).
+_BACKGROUND_SPARES = True
+#: Seconds the spares thread waits for more work before it exits.
+SPARES_LINGER = 1.0
 
 
 def default_size() -> int:
@@ -101,7 +111,8 @@ class WorkerPool:
         most runs at once. Default: the core count, at least 8
         (:func:`default_size`): programs beyond the cores only share them.
     :param spares: fresh workers kept ready (within ``size``; default 2),
-        each started in the background as soon as one is used.
+        each started in the background when a run that used one ends (at
+        once when none is left); :meth:`wait_for_spares` waits for them.
     :param start_method: ``"forkserver"`` (default on Linux): workers are
         forked from one process that has loaded the engine (about a
         millisecond each); ``"spawn"``: each worker is a fresh interpreter
@@ -181,6 +192,7 @@ class WorkerPool:
         self._server_lock = threading.Lock()  # held while the fork server starts
         self._spare_thread: Optional[threading.Thread] = None
         self._dying: list[tuple[int, Worker]] = []  # killed fork server children, not yet gone
+        self._reaping = 0  # taken from _dying by the spares thread, not yet gone
         self._spares_failed = False  # a spare could not start: leave starting to the runs
         self._empty_dir: Optional[str] = None
         self._owner = os.getpid()
@@ -226,6 +238,13 @@ class WorkerPool:
             except BaseException:
                 self._release(wid, FRESH, False)
                 raise
+            # The spare it took is replaced when the run ends (_release), so
+            # nothing of the replacement runs beside it; now only if no spare
+            # is left for the next run.
+            with self._lock:
+                low = self.spares > 0 and not self._core.spares_ready()
+            if low:
+                self._top_up()
             return Begun(self, remote, limits, deadline, cancel, domain)
 
     def domain(self, key: Hashable) -> "DomainRuntime":
@@ -287,24 +306,34 @@ class WorkerPool:
 
     def prestart(self, n: Optional[int] = None) -> None:
         """Start ``n`` fresh workers (default ``spares``, at least 1) now and wait
-        for each to say hello, so the first runs find them ready.
+        for each to be ready (bounded, its context prepared), so the first runs
+        find them ready.
 
         :raises RunCodeError: a worker could not start.
         """
         n = max(1, self.spares) if n is None else n
-        started = []
         with self._lock:
             if self._core.closed:
                 raise RunCodeError("the worker pool is closed")
             room = min(n, self.size - len(self._core.slots))
             wids = [self._core._new(None) for _ in range(max(room, 0))]
-        for wid in wids:
-            w = self._start(wid)
-            if w is not None:
-                started.append(w)
-        for w in started:
-            w.hello(time.monotonic() + self.start_timeout)
-            self.os_bounds = w.os_bounds
+        self._start_ready(wids)
+
+    def wait_for_spares(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds until :attr:`spares` fresh workers are
+        idle and ready (each has said hello: bounded, its first context
+        prepared), starting them if none are on their way; whether they are.
+        False at once if the pool is closed or a spare could not start."""
+        self._top_up()
+        end = time.monotonic() + timeout
+        with self._lock:
+            while True:
+                if self._core.spares_ready() >= self.spares:
+                    return True
+                left = end - time.monotonic()
+                if left <= 0 or self._core.closed or self._spares_failed:
+                    return False
+                self._cond.wait(left)
 
     def pids(self) -> list[int]:
         """The process ids of the live workers (for monitoring and tests)."""
@@ -330,7 +359,6 @@ class WorkerPool:
             elif w.proc.poll() is not None:
                 self._release(wid, FRESH, False)
                 continue
-            self._top_up()
             self._ready(wid, w, limits, deadline)
             return wid, w
 
@@ -386,22 +414,67 @@ class WorkerPool:
             raise
 
     def _start(self, wid: int) -> Optional[Worker]:
-        """Start the process for the place ``wid`` the core reserved; ``None`` if
-        the pool closed meanwhile. The place is given back on any failure,
-        KeyboardInterrupt included, and no process or descriptor is left."""
+        """Start the process for the place ``wid`` the core reserved for a run;
+        ``None`` if the pool closed meanwhile. The place is given back on any
+        failure, KeyboardInterrupt included, and no process or descriptor is
+        left. The run reads the worker's hello itself (:meth:`_ready`)."""
+        w = self._spawn(wid)
+        return None if w is None else self._admit(wid, w)
+
+    def _start_ready(self, wids: list[int], background: bool = False) -> None:
+        """Start a spare for each place in ``wids`` and admit each once it is
+        ready: it has said hello, so it is bounded and its context prepared
+        (the worker prepares it before it says hello). The processes boot side
+        by side (``background``: at the lowest priority until ready, see
+        ``worker._boot_policy``). A place whose process could not start is
+        given back, every place not yet started too, and the first error is
+        raised."""
+        booting: list[tuple[int, Worker]] = []
+        try:
+            for wid in list(wids):
+                w = self._spawn(wid, background)
+                wids.remove(wid)
+                if w is not None:
+                    booting.append((wid, w))
+            while booting:
+                wid, w = booting[0]
+                try:
+                    w.hello(time.monotonic() + self.start_timeout)
+                except StartTimeout:
+                    raise RunCodeError(
+                        f"a worker process did not start within {self.start_timeout:g}s ({self.python})"
+                    ) from None
+                booting.pop(0)
+                self.os_bounds = w.os_bounds
+                self._admit(wid, w)
+        except BaseException:
+            with self._lock:
+                for wid in wids + [b[0] for b in booting]:
+                    self._core.started(wid, False)
+                    self._workers.pop(wid, None)
+                self._cond.notify_all()
+            for _, w in booting:
+                w.kill()
+            raise
+
+    def _spawn(self, wid: int, background: bool = False) -> Optional[Worker]:
+        """The process for place ``wid``, booting, owned by the calling thread
+        (``busy``: a close kills it but leaves its pipes to this thread);
+        ``None`` if the pool closed meanwhile. On any failure the place is
+        given back and nothing is left."""
         w: Optional[Worker] = None
         try:
             server = self._fork_server()
             with self._lock:
                 cwd = self._empty_dir
             assert cwd is not None
-            w = Worker(f"nous-sched-worker-{next(_numbers)}", self.python, cwd, server, self._options_for(cwd))
+            name = f"nous-sched-worker-{next(_numbers)}"
+            w = Worker(name, self.python, cwd, server, self._options_for(cwd), background)
             with self._lock:
-                kill = self._core.started(wid, True) or wid not in self._core.slots
+                kill = wid not in self._core.slots
                 if not kill:
+                    w.busy = True
                     self._workers[wid] = w
-                    w.busy = self._core.slots[wid].state == "busy"
-                self._cond.notify_all()
         except BaseException:
             with self._lock:
                 self._core.started(wid, False)
@@ -409,6 +482,23 @@ class WorkerPool:
             if w is not None:
                 w.kill()
             raise
+        if kill:
+            with self._lock:
+                self._core.started(wid, False)
+            w.kill()
+            return None
+        return w
+
+    def _admit(self, wid: int, w: Worker) -> Optional[Worker]:
+        """Tell the core the process for ``wid`` exists (a spare: is ready);
+        ``None`` (and it is killed) if its place is gone meanwhile."""
+        with self._lock:
+            kill = self._core.started(wid, True) or wid not in self._core.slots
+            if kill:
+                self._workers.pop(wid, None)
+            else:
+                w.busy = self._core.slots[wid].state == "busy"
+            self._cond.notify_all()
         if kill:
             w.kill()
             return None
@@ -479,11 +569,16 @@ class WorkerPool:
     # -- spares ------------------------------------------------------------------
 
     def _top_up(self) -> None:
-        """Start the spares thread if the core wants spares and none is running.
-        The thread lives only while it has spares to start (no thread stays
-        behind an idle pool)."""
+        """Have the spares thread start the spares the core wants and reap the
+        discarded workers: wake it, or start it if there is none. Called when a
+        run ends, so a spare's start never runs beside the run that took one
+        (the spare boots at the lowest priority anyway: see
+        ``worker._boot_policy``)."""
         with self._lock:
-            if self._core.closed or self._spare_thread is not None:
+            if self._core.closed:
+                return
+            if self._spare_thread is not None:
+                self._cond.notify_all()  # (it lingers, waiting on the condition)
                 return
             wids = [] if self._spares_failed else self._core.want_spares()
             if not wids and not self._dying:
@@ -494,36 +589,67 @@ class WorkerPool:
             self._spare_thread.start()
 
     def _keep_spares(self, wids: list[int]) -> None:
-        """The spares thread: start fresh workers while the core wants them, then exit."""
+        """The spares thread: start fresh workers while the core wants them and
+        reap the discarded ones; exit once there has been nothing to do for
+        :data:`SPARES_LINGER` seconds (so a busy pool starts no thread per run,
+        and no thread stays behind an idle one)."""
         try:
             while True:
+                self._start_ready(wids, _BACKGROUND_SPARES)  # (it gives every place back if it fails)
                 self._reap()
-                while wids:
-                    self._start(wids[0])  # (it gives its place back if it fails)
-                    wids.pop(0)
                 with self._lock:
-                    wanted = self._owner == os.getpid() and not self._spares_failed
-                    wids = self._core.want_spares() if wanted else []
-                    if not wids and not self._dying:
+                    more = self._spares_work(time.monotonic() + SPARES_LINGER)
+                    if more is None:
                         self._spare_thread = None
                         return
+                    wids = more
         except Exception:  # (RunCodeError, OSError): a run that needs a worker will say why
             with self._lock:
-                for wid in wids[1:]:  # reserved, never started
-                    self._core.started(wid, False)
                 self._spares_failed = True
                 self._spare_thread = None
                 self._cond.notify_all()
+
+    def _spares_work(self, until: float) -> Optional[list[int]]:
+        """(With the lock held.) The places of the next spares to start, once
+        there are some or a discarded worker to reap, waiting until ``until``;
+        ``None`` when none came by then or the pool is closed."""
+        while True:
+            if self._core.closed or self._owner != os.getpid():
+                return None
+            wids = [] if self._spares_failed else self._core.want_spares()
+            if wids or self._dying:
+                return wids
+            left = until - time.monotonic()
+            if left <= 0:
+                return None
+            self._cond.wait(left)
 
     def _reap(self) -> None:
         """Wait for the killed workers to be gone; give their places back."""
         with self._lock:
             dying, self._dying = self._dying, []
+            self._reaping += len(dying)
         for wid, w in dying:
-            w.gone(2.0)
-            with self._lock:
-                self._core.dead(wid)
-                self._cond.notify_all()
+            try:
+                w.gone(2.0)
+            finally:
+                with self._lock:
+                    self._reaping -= 1
+                    self._core.dead(wid)
+                    self._cond.notify_all()
+
+    def _reaped(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` until every discarded worker is gone and its
+        pidfd closed (the spares thread reaps them after their runs); whether
+        they are. For tests that count processes and descriptors."""
+        end = time.monotonic() + timeout
+        with self._lock:
+            while self._dying or self._reaping:
+                left = end - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(left)
+            return True
 
     def _after_fork_in_child(self) -> None:
         # The workers belong to the parent: forget them (closing our copies of

@@ -15,6 +15,11 @@ What the core guarantees, whatever the order of calls:
   gets a worker that has never run anything and is retired after it; a
   run with a domain may get an idle worker that served only that domain;
 * runs waiting for a place are served first come, first served;
+* a spare is handed out only once it is ready (the shell calls
+  :meth:`started` for a spare after the worker has said it is bounded and
+  its context prepared); a run that finds no idle worker waits for a spare
+  already on its way, when there is one for every run waiting, rather than
+  start another process beside it;
 * every reserved place is given back: by :meth:`started` (the process
   exists, or could not be made), :meth:`release`, :meth:`dead` or
   :meth:`close`.
@@ -92,6 +97,12 @@ class PoolCore:
             self.slots[wid].state = "busy"
             self.leave(run)
             return USE, wid, None
+        if self._coming() >= max(len(self.waiting), 1):
+            # Spares are on their way for every run waiting (one is started as
+            # soon as one is taken), each ready sooner than a process started now.
+            if run not in self.waiting:
+                self.waiting.append(run)
+            return WAIT, None, None
         retire = None
         if len(self.slots) >= self.size:
             retire = self._victim()
@@ -116,6 +127,11 @@ class PoolCore:
                 return wid
         return fresh
 
+    def _coming(self) -> int:
+        """Spares being started. (Asked for the first waiting run, or with none
+        waiting: the waiting runs are served in order.)"""
+        return sum(1 for s in self.slots.values() if s.state == "starting" and s.for_run is None)
+
     def _victim(self) -> Optional[int]:
         """An idle worker no waiting run can use (one of another domain, or
         whose cap is too low): the one idle longest."""
@@ -139,7 +155,12 @@ class PoolCore:
         the places themselves, first come, first served."""
         if self.closed or self.waiting:
             return []
-        ready = sum(1 for s in self.slots.values() if s.domain is FRESH and s.state != "busy" and s.for_run is None)
+        # (A spare being started counts; one retiring, killed after its run, does not.)
+        ready = sum(
+            1
+            for s in self.slots.values()
+            if s.for_run is None and s.state in ("starting", "idle") and s.domain is FRESH
+        )
         made = []
         while ready < self.spares and len(self.slots) < self.size:
             made.append(self._new(None))
@@ -148,7 +169,9 @@ class PoolCore:
 
     def started(self, wid: int, ok: bool) -> bool:
         """The process for ``wid`` exists (``ok``) or could not be made; whether
-        the shell must kill it (the pool closed or the place is gone meanwhile)."""
+        the shell must kill it (the pool closed or the place is gone meanwhile).
+        For a spare, "exists" means ready: it has said hello (bounded, its
+        context prepared), so a run that takes it waits for nothing."""
         slot = self.slots.get(wid)
         if slot is None or slot.state != "starting":
             return ok
@@ -209,6 +232,10 @@ class PoolCore:
             self.idle.remove(wid)
 
     # -- what the shell and the tests read ----------------------------------------------
+
+    def spares_ready(self) -> int:
+        """Idle workers that have never run anything (each one ready: see :meth:`started`)."""
+        return sum(1 for wid in self.idle if self.slots[wid].domain is FRESH)
 
     def busy(self) -> int:
         return sum(1 for s in self.slots.values() if s.state == "busy")

@@ -158,12 +158,14 @@ class ForkServer:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def spawn(self, name: str, fds: tuple[int, int, int]) -> tuple[int, int]:
-        """A fresh child serving ``fds``; its ``(pid, pidfd)``. The answer names
-        the request: one left unread by an interrupted spawn is recognised as
-        stale, and that child killed."""
+    def spawn(self, name: str, fds: tuple[int, int, int], background: bool = False) -> tuple[int, int]:
+        """A fresh child serving ``fds``; its ``(pid, pidfd)``. ``background``:
+        it boots at the lowest priority (see ``worker._boot_policy``). The answer
+        names the request: one left unread by an interrupted spawn is
+        recognised as stale, and that child killed."""
+        request = name.encode("ascii") + (b" " + worker.BACKGROUND if background else b"")
         with self._lock:
-            socket.send_fds(self.sock, [name.encode("ascii")], list(fds))
+            socket.send_fds(self.sock, [request], list(fds))
             while True:
                 msg, got, _, _ = socket.recv_fds(self.sock, 256, 1)
                 if not msg:
@@ -171,7 +173,7 @@ class ForkServer:
                     raise OSError("the fork server is gone")
                 parts = msg.split()
                 if parts[0] == b"P" and len(got) == 1:
-                    if parts[2:] == [name.encode("ascii")]:
+                    if parts[2:] == request.split():
                         return int(parts[1]), got[0]
                     _kill_stale(got[0])
                     continue
@@ -277,13 +279,24 @@ class Worker:
     """One worker process and its pipes. One run at a time uses it; the pool's
     lock guards the hand-over between runs."""
 
-    def __init__(self, name: str, python: str, cwd: str, server: Optional[ForkServer], options: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        name: str,
+        python: str,
+        cwd: str,
+        server: Optional[ForkServer],
+        options: dict[str, Any],
+        background: bool = False,
+    ) -> None:
+        """Start the process (``background``: a spare, booting at the lowest
+        priority until it is ready); :meth:`hello` says when it is."""
         self.name = name
         self.runs = 0
         self.domain: Any = None  # the trust domain it has served, if any
         self.cap: Optional[int] = None  # RLIMIT_AS, set by the worker's first run
-        self.ready = False
-        self.busy = False  # a run holds it (the pool's lock guards this)
+        self.ready = False  # its hello has been read
+        self.prepared = False  # its hello said the first run's context is ready
+        self.busy = False  # a run or its starter holds it (the pool's lock guards this)
         self.os_bounds: Optional[dict[str, Any]] = None
         self.buf = bytearray()
         self.fd_in = self.fd_out = self.lifeline = -1
@@ -296,7 +309,9 @@ class Worker:
             fds += from_worker
             lifeline = os.pipe()
             fds += lifeline
-            self.proc = self._start(python, cwd, server, options, to_worker[0], from_worker[1], lifeline[0])
+            self.proc = self._start(
+                python, cwd, server, {**options, "background": background}, to_worker[0], from_worker[1], lifeline[0]
+            )
             _close_all((to_worker[0], from_worker[1], lifeline[0]))
             fds = [to_worker[1], from_worker[0], lifeline[1]]
             os.set_blocking(to_worker[1], False)
@@ -335,7 +350,7 @@ class Worker:
     ) -> Any:
         if server is not None:
             try:
-                pid, pidfd = server.spawn(self.name, (fd_in, fd_out, life))
+                pid, pidfd = server.spawn(self.name, (fd_in, fd_out, life), options["background"])
             except OSError as exc:
                 raise RunCodeError(f"could not start a worker process ({python}): {exc}") from None
             return ForkedProc(server, pid, pidfd)
@@ -373,6 +388,7 @@ class Worker:
             raise RunCodeError("a worker process broke the protocol while starting") from None
         if isinstance(bounds, dict):
             self.os_bounds = bounds
+        self.prepared = hello.get("prepared") is True
         self.ready = True
 
     def send(self, data: bytes, until: float) -> None:

@@ -7,7 +7,8 @@ The host (:mod:`nous_sched.runtime.pool`) starts it as::
 It imports only the standard library, the C module ``_quickjs`` (by file
 path) and ``engine.py`` and ``oslimits.py`` (by file path, beside this file),
 never the ``nous_sched`` package. It applies its OS bounds
-(:func:`oslimits.apply`), says hello, and serves frames on standard input and
+(:func:`oslimits.apply`), prepares its first run's context, says hello (so a
+worker that has said hello is ready), and serves frames on standard input and
 output from one thread whose stack is sized for the largest
 ``Limits.stack_bytes`` plus a margin, so runaway recursion always stops at the
 engine's own stack limit.
@@ -43,7 +44,9 @@ Host to worker:
 
 Worker to host (exactly one answer to each ``R`` and ``S``):
 
-* ``H`` hello, once: ``{"pid", "os_bounds"}``.
+* ``H`` hello, once, when the worker is ready: bounded, and the first run's
+  context prepared: ``{"pid", "os_bounds", "prepared"}`` (``prepared``: false
+  if that failed; the run then makes its own).
 * ``E`` envelope: the prelude's envelope text, unchanged.
 * ``X`` stopped: ``{"kind", "message", "memory"}``, a newline, then the
   salvaged envelope text (possibly empty). The run's context is gone.
@@ -84,6 +87,8 @@ STACK_MARGIN = 2 * 1024 * 1024
 JS_STACK = MAX_STACK_BYTES + STACK_MARGIN
 #: The exit status of a worker that ran out of memory outside the engine.
 EXIT_MEMORY = 3
+#: A spawn request's flag: the child boots in the background (see :func:`_boot_policy`).
+BACKGROUND = b"background"
 #: The test-only payload's file (see :func:`_test_payload`).
 PAYLOAD_ENV = "NOUS_SCHED_TEST_PAYLOAD"
 
@@ -150,13 +155,17 @@ class _Reader:
         return op, body  # type: ignore[return-value]
 
 
-def _set_thread_name(name: str) -> None:
+def _set_thread_name(name: str, libc: Any = None) -> None:
     # prctl(PR_SET_NAME): what `top -H` and /proc/<pid>/task/*/comm show (15 bytes).
+    # (``libc``: oslimits' own, made once in a fork server; its prctl takes numbers.)
     if sys.platform.startswith("linux"):
         try:
             import ctypes
 
-            ctypes.CDLL(None).prctl(15, name.encode()[:15], 0, 0, 0)
+            if libc is None:
+                libc = ctypes.CDLL(None)
+            name_buf = ctypes.create_string_buffer(name.encode()[:15])
+            libc.prctl(15, ctypes.c_ulong(ctypes.addressof(name_buf)), 0, 0, 0)
         except Exception:
             pass
 
@@ -318,6 +327,18 @@ _SCHED_BATCH = getattr(os, "SCHED_BATCH", None)
 _SCHED_OTHER = getattr(os, "SCHED_OTHER", 0)
 
 
+def _boot_policy() -> Any:
+    """The policy a worker booting in the background works at until it is
+    ready, or ``None`` where there is none: ``SCHED_BATCH``, so the boot of a
+    spare never preempts a run's threads when it wakes (the fork server's
+    answer, the host's frames). Not ``SCHED_IDLE``: on a loaded machine an
+    idle-policy boot can starve for as long as other work runs, and a run may
+    be waiting for that spare. Each thread sets it for its own boot work and
+    returns to the normal policy before the worker says hello
+    (:func:`_set_policy`; any thread may leave ``SCHED_BATCH``)."""
+    return _SCHED_BATCH
+
+
 def _set_policy(policy: int) -> bool:
     try:
         os.sched_setscheduler(0, policy, os.sched_param(0))  # 0: this thread (Linux)
@@ -329,7 +350,9 @@ def _set_policy(policy: int) -> bool:
 class _Server:
     """The serving thread's state: the running engine, the next run's context."""
 
-    def __init__(self, engine: Any, oslimits: Any, watchdog: _Watchdog, fd_out: int, payload: Any) -> None:
+    def __init__(
+        self, engine: Any, oslimits: Any, watchdog: _Watchdog, fd_out: int, payload: Any, prepared: Any = None
+    ) -> None:
         import collections
 
         self.engine = engine
@@ -340,8 +363,9 @@ class _Server:
         self.Limits = collections.namedtuple("Limits", LIMIT_FIELDS)  # type: ignore[misc]
         self.current: Any = None
         # The next run's fresh context, its prelude evaluated while this worker
-        # waits (the prelude's compilation is most of a run's start-up).
-        self.spare = _prepare(engine)
+        # waits (the prelude's compilation is most of a run's start-up); a new
+        # worker has prepared its first before it said hello.
+        self.spare = prepared if prepared is not None else _prepare(engine)
 
     def settle(self, body: bytes) -> str:
         first = body.index(b" ")
@@ -405,9 +429,18 @@ class _Server:
         write_all(self.fd_out, frame(STOPPED, head.encode()))
 
 
-def serve(engine: Any, oslimits: Any, watchdog: _Watchdog, fd_in: int, fd_out: int, payload: Any = None) -> None:
-    """Answer frames until the host closes the pipe."""
-    server = _Server(engine, oslimits, watchdog, fd_out, payload)
+def serve(
+    engine: Any,
+    oslimits: Any,
+    watchdog: _Watchdog,
+    fd_in: int,
+    fd_out: int,
+    payload: Any = None,
+    prepared: Any = None,
+) -> None:
+    """Answer frames until the host closes the pipe. ``prepared``: the first
+    run's context, from :func:`_prepare` (made here when ``None``)."""
+    server = _Server(engine, oslimits, watchdog, fd_out, payload, prepared)
     reader = _Reader(fd_in)
     steps = {SETTLE: server.settle, RUN: server.run}
     while True:
@@ -502,9 +535,15 @@ def _become_worker(
     import threading
 
     quickjs, engine, oslimits = modules
+    # A spare's boot works at the lowest priority; every thread is back to
+    # the normal policy before the worker says hello.
+    boot = _boot_policy() if options.get("background") else None
+    if boot is not None:
+        _set_policy(boot)
     # The terminal's Ctrl-C is the host's to handle: it kills this worker if it must.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _set_thread_name(name.replace("nous-sched-worker-", "nous-worker-"))
+    libc = oslimits._libc() if sys.platform.startswith("linux") else None
+    _set_thread_name(name.replace("nous-sched-worker-", "nous-worker-"), libc)
     payload = _test_payload()
     # (A fork server verified the layout once for all its children.)
     watchdog = _Watchdog(lifeline, _budget_offset(quickjs) if offset is False else offset)
@@ -518,18 +557,29 @@ def _become_worker(
     bounds["wall_clock_stop"] = watchdog._offset is not None
 
     def run() -> None:
-        _set_thread_name("nous-js-" + name.rsplit("-", 1)[-1])
+        _set_thread_name("nous-js-" + name.rsplit("-", 1)[-1], libc)
         # The deadline signal is for the main thread: only there does it
         # interrupt the blocking read that lets its handler run.
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1, signal.SIGUSR2})
         try:
+            # The first run's context first: a worker that has said hello is
+            # ready, and a pool hands out only ready spares (so a run never
+            # waits for the prelude's compilation).
+            if boot is not None:
+                _set_policy(boot)
+            prepared = _prepare(engine)
+            if boot is not None:
+                _set_policy(_SCHED_OTHER)
+            hello = {"pid": os.getpid(), "os_bounds": bounds, "prepared": prepared is not None}
             # This thread writes every frame, the hello included: one writer.
-            write_all(1, frame(HELLO, json.dumps({"pid": os.getpid(), "os_bounds": bounds}).encode()))
-            serve(engine, oslimits, watchdog, 0, 1, payload)
+            write_all(1, frame(HELLO, json.dumps(hello).encode()))
+            serve(engine, oslimits, watchdog, 0, 1, payload, prepared)
         finally:
             os._exit(0)
 
     watchdog.install()
+    if boot is not None:
+        _set_policy(_SCHED_OTHER)
     threading.stack_size(JS_STACK)
     thread = threading.Thread(target=run, name="nous-sched-js", daemon=True)
     thread.start()
@@ -545,6 +595,10 @@ def _fork_server(sock_fd: int, modules: tuple[Any, Any, Any], options: dict[str,
     Single-threaded (so forking it is safe), it has loaded the engine but
     never made a context or run anything: each child starts from this
     state, binds itself and prepares its own context (its own random seed).
+    What every child's bounds would build alike it builds once
+    (:func:`oslimits.prepare`: the seccomp filter, the bounding set). A
+    request flagged :data:`BACKGROUND` (a spare) is forked as
+    ``SCHED_BATCH``, so the child is born with it (see :func:`_boot_policy`).
     Requests: a datagram with the worker's name and three descriptors (its
     standard input, output, lifeline); the answer ``P <pid>`` carries a
     pidfd of the child, so the host signals exactly that process. Each
@@ -561,9 +615,12 @@ def _fork_server(sock_fd: int, modules: tuple[Any, Any, Any], options: dict[str,
     import socket
 
     offset = _budget_offset(modules[0])
+    # A spare is forked at the boot's policy and born with it (the fork's own
+    # work, the copy of this process's page tables, included): see _boot_policy.
+    boot = _boot_policy()
     # Everything loaded so far is shared with every child: keep the collector
     # from touching it (a touched page is a copied page in each child).
-    modules[2]._libc()
+    modules[2].prepare()  # (what every child's bounds would otherwise build alike)
     gc.collect()
     gc.freeze()
     sock = socket.socket(fileno=sock_fd)
@@ -589,17 +646,21 @@ def _fork_server(sock_fd: int, modules: tuple[Any, Any, Any], options: dict[str,
             for fd in fds:
                 os.close(fd)
             continue
+        name, *flags = msg.split() or [b"?"]
+        background = BACKGROUND in flags and boot is not None and _set_policy(boot)
         pid = os.fork()
         if pid == 0:
             signal.set_wakeup_fd(-1)
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             _child(
-                msg.decode("ascii", "replace"),
+                name.decode("ascii", "replace"),
                 fds,
                 (sock_fd, wake_r, wake_w),
                 modules,
-                {**options, "offset": offset, "pdeathsig": True},
+                {**options, "offset": offset, "pdeathsig": True, "background": BACKGROUND in flags},
             )
+        if background:
+            _set_policy(_SCHED_OTHER)
         for fd in fds:
             os.close(fd)
         pidfd = os.pidfd_open(pid)

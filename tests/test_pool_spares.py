@@ -1,0 +1,216 @@
+"""Spares: a fresh worker is handed out only once it is ready (bounded, its
+first context prepared), its start-up never on the run's thread; a run waits
+for a spare on its way rather than start another process; every worker a run
+leaves behind is gone afterwards. Checked through the pool's own events (the
+hello each worker sends when it is ready, the core's states), never timing."""
+
+from __future__ import annotations
+
+import os
+import select
+import sys
+import threading
+
+import pytest
+
+from nous_sched import Tool, WorkerPool, run_code
+from nous_sched.runtime import procio
+from nous_sched.runtime.poolcore import FRESH, SPAWN, USE, WAIT, PoolCore
+
+pytestmark = pytest.mark.timeout(120)
+
+LINUX = sys.platform.startswith("linux")
+WAIT_S = 30.0
+
+
+def _status(pid: int) -> dict[str, str]:
+    with open(f"/proc/{pid}/status", encoding="ascii") as fh:
+        return dict(line.rstrip("\n").split(":\t", 1) for line in fh if ":\t" in line)
+
+
+def _policies(pid: int) -> list[int]:
+    """The scheduling policy of each thread of ``pid`` (``/proc/.../stat`` field 41)."""
+    found = []
+    for task in sorted(os.listdir(f"/proc/{pid}/task")):
+        with open(f"/proc/{pid}/task/{task}/stat", encoding="ascii") as fh:
+            found.append(int(fh.read().rsplit(")", 1)[1].split()[38]))
+    return found
+
+
+def _children() -> set[int]:
+    pids: set[int] = set()
+    todo = [os.getpid()]
+    while todo:
+        p = todo.pop()
+        try:
+            for task in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{task}/children", encoding="ascii") as fh:
+                    kids = [int(k) for k in fh.read().split()]
+                pids.update(kids)
+                todo += kids
+        except (FileNotFoundError, ProcessLookupError):
+            pass
+    return pids
+
+
+def _gone(pid: int, timeout: float = WAIT_S) -> bool:
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    try:
+        return bool(select.select([fd], [], [], timeout)[0])
+    finally:
+        os.close(fd)
+
+
+def _hello_readers(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The name of every thread that reads a worker's hello from here on."""
+    readers: list[str] = []
+    real = procio.Worker.hello
+
+    def hello(self: procio.Worker, until: float) -> None:
+        readers.append(threading.current_thread().name)
+        real(self, until)
+
+    monkeypatch.setattr(procio.Worker, "hello", hello)
+    return readers
+
+
+@pytest.mark.skipif(not LINUX, reason="/proc")
+def test_a_spare_is_ready_before_it_is_handed_out_and_the_run_never_waits_for_its_start_up(monkeypatch):
+    readers = _hello_readers(monkeypatch)
+    with WorkerPool(size=4, spares=2) as pool:
+        assert pool.wait_for_spares(WAIT_S)
+        with pool._lock:
+            spares = {wid: w for wid, w in pool._workers.items() if wid in pool._core.idle}
+        assert len(spares) == 2
+        for w in spares.values():
+            # Its hello said so: bounded (the filter is on) and its context prepared.
+            assert w.ready and w.prepared
+            status = _status(w.proc.pid)
+            assert status["Seccomp"] == "2" and status["NoNewPrivs"] == "1"
+            # It booted in the background, and serves at the normal policy, every thread of it.
+            assert _policies(w.proc.pid) == [os.SCHED_OTHER] * 2
+        assert readers and "MainThread" not in readers, "the spares' hellos were read off the run's thread"
+        del readers[:]
+        ran_on: list[int] = []
+
+        def where(args: dict) -> int:
+            with pool._lock:
+                ran_on.extend(wid for wid, s in pool._core.slots.items() if s.state == "busy")
+            return 1
+
+        result = run_code("return await tools.where({})", [Tool("where", where)], runtime=pool, description="test")
+        assert result.error is None and result.result == 1
+        assert len(ran_on) == 1 and ran_on[0] in spares, "the run took a ready spare"
+        assert "MainThread" not in readers, "the run read no hello: its worker was ready"
+
+
+def test_a_run_waits_for_a_spare_on_its_way_rather_than_start_another_process():
+    core = PoolCore(size=4, spares=1, runs_per_worker=5)
+    (spare,) = core.want_spares()
+    assert core.ask(1, FRESH, 1) == (WAIT, None, None), "a spare is on its way"
+    assert core.ask(2, "a", 1) == (WAIT, None, None), "first come, first served"
+    assert core.spares_ready() == 0
+    assert not core.started(spare, True)
+    assert core.spares_ready() == 1 and core.changed()
+    assert core.ask(1, FRESH, 1) == (USE, spare, None)
+    verdict, wid, retire = core.ask(2, "a", 1)
+    assert verdict == SPAWN and wid not in (None, spare) and retire is None, "no spare on its way: start one"
+
+
+def test_with_more_runs_waiting_than_spares_on_their_way_the_first_starts_its_own():
+    core = PoolCore(size=4, spares=1, runs_per_worker=5)
+    (spare,) = core.want_spares()
+    assert core.ask(1, FRESH, 1)[0] == WAIT
+    assert core.ask(2, FRESH, 1)[0] == WAIT
+    verdict, wid, _ = core.ask(1, FRESH, 1)  # two waiting, one spare coming: a free place is not left idle
+    assert verdict == SPAWN and wid != spare
+    core.started(spare, True)
+    assert core.ask(2, FRESH, 1) == (USE, spare, None)
+
+
+def test_a_spare_that_could_not_start_lets_the_waiting_run_start_its_own():
+    core = PoolCore(size=2, spares=1, runs_per_worker=5)
+    (spare,) = core.want_spares()
+    assert core.ask(1, FRESH, 1)[0] == WAIT
+    core.started(spare, False)
+    assert core.changed()
+    assert core.ask(1, FRESH, 1)[0] == SPAWN
+
+
+def test_a_used_spare_being_killed_is_not_counted_as_a_spare():
+    core = PoolCore(size=4, spares=1, runs_per_worker=5)
+    (spare,) = core.want_spares()
+    core.started(spare, True)
+    assert core.ask(1, FRESH, 1) == (USE, spare, None)
+    (replacement,) = core.want_spares()
+    core.started(replacement, True)
+    assert not core.release(spare, FRESH, True)  # retiring until it is gone
+    assert core.want_spares() == [] and core.spares_ready() == 1
+
+
+@pytest.mark.skipif(not LINUX, reason="/proc")
+def test_fresh_runs_leave_no_process_behind_and_no_worker_serves_two(monkeypatch):
+    before = _children()
+    served: list[set[int]] = []
+    with WorkerPool(size=3, spares=2) as pool:
+        assert pool.wait_for_spares(WAIT_S)
+
+        def who(args: dict) -> int:
+            with pool._lock:
+                served.append({pool._workers[w].proc.pid for w, s in pool._core.slots.items() if s.state == "busy"})
+            return 1
+
+        tool = Tool("who", who)
+        for _ in range(6):
+            assert run_code("return await tools.who({})", [tool], runtime=pool, description="test").result == 1
+        used = [pids.pop() for pids in served]
+        assert len(set(used)) == 6, "every run had a worker of its own"
+        assert all(_gone(pid) for pid in used), "each was discarded after its run"
+        server = pool._server
+        assert server is not None
+    assert _gone(server.proc.pid)
+    assert _children() <= before, "no worker, spare or fork server outlives the pool"
+
+
+@pytest.mark.skipif(not (LINUX and os.uname().machine in ("x86_64", "aarch64")), reason="seccomp on Linux only")
+def test_the_filter_a_fork_server_builds_once_is_each_childs_own(monkeypatch):
+    from nous_sched.runtime import oslimits
+
+    machine = os.uname().machine
+    monkeypatch.setattr(oslimits, "_TEMPLATE", None)
+    expected = {pid: oslimits.filter_bytes(machine, pid) for pid in (7, 4242, 2**22 - 1)}
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)  # build the template only: keep this process's capabilities
+    oslimits.prepare()
+    assert oslimits._TEMPLATE is not None and len(oslimits._TEMPLATE[2]) >= 1
+    assert {pid: oslimits.filter_bytes(machine, pid) for pid in expected} == expected
+
+
+@pytest.mark.skipif(not (LINUX and os.geteuid() == 0), reason="a root host's workers only")
+def test_a_root_hosts_spare_has_an_empty_bounding_set_and_no_capability():
+    with WorkerPool(size=2, spares=1) as pool:
+        assert pool.wait_for_spares(WAIT_S)
+        (pid,) = pool.pids()
+        status = _status(pid)
+    for field in ("CapBnd", "CapPrm", "CapEff", "CapInh", "CapAmb"):
+        assert int(status[field], 16) == 0, (field, status[field])
+    assert status["Uid"].split() == ["65534"] * 4
+
+
+def test_a_busy_pool_replaces_its_spares_from_one_thread_which_leaves_with_the_pool(monkeypatch):
+    from nous_sched.runtime import pool as pool_module
+
+    monkeypatch.setattr(pool_module, "SPARES_LINGER", 60.0)  # (busy: runs come well within it)
+    with WorkerPool(size=3, spares=1) as pool:
+        assert pool.wait_for_spares(WAIT_S)
+        seen = set()
+        for n in range(4):
+            assert run_code(f"return {n}", runtime=pool, description="test").result == n
+            assert pool.wait_for_spares(WAIT_S), "the spare a run took was replaced when it ended"
+            seen |= {t.ident for t in threading.enumerate() if t.name.startswith("nous-sched-spares-")}
+        assert len(seen) == 1, "one spares thread for every run"
+        (thread,) = [t for t in threading.enumerate() if t.ident in seen]
+    thread.join(WAIT_S)
+    assert not thread.is_alive(), "closing the pool ends it"
