@@ -2,8 +2,12 @@
 
 Each test is one promise, checked with events and joins, never sleeps:
 
-* teardown: ``stop()`` shuts a private executor down, also when it comes from
-  an observer; an interrupt while the driver starts leaks no thread;
+* teardown: ``stop()`` winds the driver down, also when it comes from an
+  observer, and takes back its calls no tool thread has taken up; an
+  interrupt while the driver starts leaks no thread;
+* the shared tool threads: a warm run starts no thread, a hung tool does not
+  starve other runs, the threads are named, and each call gets its own copy
+  of the submitting thread's ``contextvars``;
 * observers: whatever one raises, ``KeyboardInterrupt`` and ``SystemExit``
   included, the lane goes on and calls that succeeded commit as successes;
 * reads: ``trail()`` and ``logged_events()`` never wait on the driver, and
@@ -15,22 +19,21 @@ Each test is one promise, checked with events and joins, never sleeps:
 
 from __future__ import annotations
 
+import contextvars
 import copy
 import gc
 import json
 import pickle
+import re
 import threading
 
 import pytest
 
-from nous_sched import Event, Outcome, Scheduler, SessionLog, Tool, run_code
+from nous_sched import Event, Limits, Outcome, Scheduler, SessionLog, Tool, run_code
+from nous_sched._tool_threads import retire_shared, shared
 from nous_sched.events import FrozenDict, FrozenList, freeze
 
 WAIT = 10.0
-
-
-def named(prefix: str) -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name.startswith(prefix)]
 
 
 def assert_exited(threads: list[threading.Thread]) -> None:
@@ -39,8 +42,11 @@ def assert_exited(threads: list[threading.Thread]) -> None:
     assert not [t.name for t in threads if t.is_alive()]
 
 
-def pool_prefix(scheduler: Scheduler) -> str:
-    return "nous-sched-tool-" + scheduler._driver.name.rsplit("-", 1)[1] + "_"
+TOOL_THREAD = re.compile(r"nous-sched-tool-\d+")
+
+
+def tool_threads() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.name.startswith("nous-sched-tool-")}
 
 
 def whoami(args):
@@ -50,22 +56,27 @@ def whoami(args):
 # -- teardown -------------------------------------------------------------------------
 
 
-def test_stop_from_an_observer_still_shuts_the_private_executor_down():
+def test_stop_from_an_observer_still_winds_the_driver_down_and_queued_calls_never_run():
     stopped = threading.Event()
+    ran: list = []
 
     def observer(record, phase):
-        if phase == "commit":
+        if phase == "commit" and record.seq == 0:
             s.stop()  # on the driver: returns at once, the driver winds down after this callback
             stopped.set()
 
-    s = Scheduler(observer=observer, timeout=30, max_parallel=3)
-    outcome = s.call(Tool("whoami", whoami), {})
-    assert outcome.ok and outcome.value.startswith(pool_prefix(s))
+    s = Scheduler(observer=observer, timeout=30, max_parallel=1)
+    with s._batched():  # both reach the driver at once: the second queues behind the first
+        first = s.submit(Tool("whoami", whoami), {})
+        second = s.submit(Tool("never", lambda a: ran.append(a)), {})
+    outcome = s.wait(first)
+    assert outcome.ok and TOOL_THREAD.fullmatch(outcome.value)
     assert stopped.wait(WAIT)
     assert_exited([s._driver])
-    # The driver joined its idle pool before exiting: no tool thread is left.
-    assert named(pool_prefix(s)) == []
+    assert s.wait(second).error.message == "code run is over; tool call abandoned"
+    assert ran == []
     assert s.call(Tool("late", whoami), {}).error.message == "code run is over; scheduler is gone"
+    assert retire_shared() == [], "no tool thread is left busy"
 
 
 def test_keyboard_interrupt_while_the_driver_starts_leaks_no_thread(monkeypatch):
@@ -86,6 +97,86 @@ def test_keyboard_interrupt_while_the_driver_starts_leaks_no_thread(monkeypatch)
     assert_exited(drivers)
 
 
+# -- the shared tool threads ---------------------------------------------------------
+
+FAN = 50
+
+
+def fan_out(max_parallel: int = FAN) -> set[str]:
+    """A fan-out of FAN calls that all run at once (a barrier holds each until
+    every one has started); the names of the threads they ran on."""
+    barrier = threading.Barrier(FAN, timeout=WAIT)
+
+    def meet(args):
+        barrier.wait()
+        return threading.current_thread().name
+
+    tool = Tool("meet", meet, concurrency_safe=lambda a: True)
+    with Scheduler(timeout=30, max_parallel=max_parallel) as s:
+        tickets = [s.submit(tool, {"i": i}) for i in range(FAN)]
+        names = {s.wait(t).unwrap() for t in tickets}
+    assert len(names) == FAN
+    return names
+
+
+def test_a_warm_fan_out_starts_no_tool_thread(monkeypatch):
+    idle = threading.Semaphore(0)
+    monkeypatch.setattr(shared(), "_went_idle", idle)
+    fan_out()  # warms the shared set: FAN threads at least
+    for _ in range(FAN):
+        assert idle.acquire(timeout=WAIT)  # every one of them is idle again
+    before = tool_threads()
+    names = fan_out()
+    assert tool_threads() == before, "the run started no tool thread"
+    assert names <= {t.name for t in before}
+    assert all(TOOL_THREAD.fullmatch(name) for name in names)
+
+
+def test_a_hung_tool_does_not_starve_other_runs(make_event):
+    hang = make_event()
+    hung: list = []
+
+    def stuck(args):
+        hung.append(threading.current_thread())
+        hang.wait(60)
+
+    safe = {"concurrency_safe": lambda a: True}
+    result = run_code(
+        "return await Promise.all([tools.stuck({}), tools.stuck({})]);",
+        [Tool("stuck", stuck, **safe)],
+        limits=Limits(timeout=0.5),
+        description="test",
+    )
+    assert result.error is not None and result.error.kind == "timeout"
+    assert len(hung) == 2 and all(t.is_alive() for t in hung), "both tools still hold their threads"
+    fan_out()  # 50 more at once, while they hang: the set grew past them
+    hang.set()
+    for t in hung:
+        assert t not in retire_shared(), "the hung threads came free once their tools returned"
+
+
+def test_each_call_runs_in_its_own_copy_of_the_submitting_threads_context():
+    var: contextvars.ContextVar[str] = contextvars.ContextVar("test_shell_var", default="unset")
+    seen: list = []
+
+    def look(args):
+        seen.append(var.get())
+        var.set("set by the tool")  # on a shared thread: must not reach the next call
+        return True
+
+    tool = Tool("look", look)
+    with Scheduler(timeout=30, max_parallel=1) as s:
+        token = var.set("the caller's")
+        try:
+            assert s.call(tool, {}).ok
+        finally:
+            var.reset(token)
+        assert s.call(tool, {}).ok
+        assert s.call(tool, {}).ok
+    assert seen == ["the caller's", "unset", "unset"]
+    assert var.get() == "unset"
+
+
 # -- observers ------------------------------------------------------------------------
 
 
@@ -104,7 +195,7 @@ def test_whatever_an_observer_raises_the_lane_goes_on(exc, caplog):
     finally:
         s.stop(timeout=WAIT)
     assert_exited([s._driver])
-    assert named(pool_prefix(s)) == [], "the private pool is still shut down"
+    assert retire_shared() == [], "no tool thread is left busy"
     assert sum("observer raised" in r.getMessage() for r in caplog.records) == 6  # start and commit, 3 calls
 
 
