@@ -52,7 +52,7 @@ from ._tool_threads import Task, ToolThreads
 from ._validators import require
 from .dispatch import CallInfo, Dispatch, RunContext, approval_sink, current_call, direct_dispatch
 from .errors import ToolError
-from .events import ApprovalEvent, SessionLog, ToolCallEvent, ToolOutcomeEvent, freeze
+from .events import ApprovalEvent, Event, SessionLog, ToolCallEvent, ToolOutcomeEvent, freeze
 from .lane import COMMIT, START, Lane
 from .outcome import Outcome
 from .records import CallRecord, LaneState
@@ -354,6 +354,36 @@ class _Batch:
             self.scheduler._queue.put(self.calls)
 
 
+class _RunLog(SessionLog):
+    """The session log a scheduler makes when it is given none.
+
+    A :class:`SessionLog` to every reader; inside, it keeps the driver's audit
+    records as they are and makes each one's :class:`Event` when the log is
+    first read (most runs' logs never are), in place, so every reader gets the
+    same Event objects in append order.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._made = 0  # every entry before this index is an Event
+
+    def _keep(self, records: list[Any]) -> None:
+        """Append audit records (each with ``as_event()``), in order, as one."""
+        with self._lock:
+            self._events += records
+
+    @property
+    def events(self) -> list[Event]:
+        with self._lock:
+            entries: list[Any] = self._events
+            for i in range(self._made, len(entries)):
+                entry = entries[i]
+                if type(entry) is not Event:
+                    entries[i] = entry.as_event()
+            self._made = len(entries)
+            return list(entries)
+
+
 class _Query:
     """Answer ``reply`` with the lane's state."""
 
@@ -463,7 +493,7 @@ class Scheduler:
         require("Scheduler", "observer", observer, v.OPTIONAL_CALLABLE)
 
         self._dispatch = dispatch
-        self._session_log = SessionLog() if session_log is None else session_log
+        self._session_log = _RunLog() if session_log is None else session_log
         self._max_parallel = max_parallel
         self._call_id = call_id
         self._executor = executor
@@ -736,22 +766,23 @@ class Scheduler:
 
     def _drive_loop(self) -> None:
         get = self._queue.get
-        get_nowait = self._queue.get_nowait
+        empty = self._queue.empty
         handle = self._handle
         drive = self._drive
         try:
             while True:
                 msg = get()
                 # Take everything already queued before driving, so a burst of
-                # completions commits in one pass.
+                # completions commits in one pass. (Only this thread gets, so a
+                # queue that is not empty answers get() at once; asking is
+                # cheaper than get_nowait's exception at the end of every burst.)
                 while True:
                     if msg is _STOP:
                         return
                     handle(msg)
-                    try:
-                        msg = get_nowait()
-                    except queue.Empty:
+                    if empty():
                         break
+                    msg = get()
                 drive()
         except BaseException:
             log.critical("%s crashed; releasing every caller", self._driver.name, exc_info=True)
@@ -828,9 +859,7 @@ class Scheduler:
             self._events += records
             self._trail += timelines
         finished.clear()
-        append = self._session_log.append
-        for record in records:
-            append(record.as_event())
+        self._log_records(records)
         if self._observer is None and self._on_outcome is None:
             self._hand_over_and_publish(actions)
             return
@@ -961,7 +990,17 @@ class Scheduler:
         """Add one audit record to the run's list and the session log (any thread)."""
         with self._records_lock:
             self._events.append(record)
-        self._session_log.append(record.as_event())
+        self._log_records([record])
+
+    def _log_records(self, records: list[Any]) -> None:
+        """Append audit records to the session log, as Events (any thread)."""
+        session_log = self._session_log
+        if type(session_log) is _RunLog:
+            session_log._keep(records)  # its Events are made when it is read
+        else:
+            append = session_log.append
+            for record in records:
+                append(record.as_event())
 
     def _outcome_record(self, call: _Call, outcome: Outcome, kind: Optional[str], size: int) -> ToolOutcomeEvent:
         error = None

@@ -349,7 +349,7 @@ def test_a_hung_server_is_bounded_by_the_runs_deadline_and_the_request_cancelled
         assert result.error.kind == "timeout"
         # The server saw the request cancelled, and the tool thread that waited for it is free again.
         wait_until(lambda: tools["stats"].function({})["cancelled"] == cancelled + 1, what="the cancellation")
-        retire_shared()  # warm shared threads exit when retired; one still waiting on the server would not
+        retire_shared(0)  # warm shared threads exit when retired (joined below); one still waiting would not
         stuck = {t for t in threading.enumerate() if t.name.startswith("nous-sched-tool-")} - before
         for thread in stuck:
             thread.join(10)

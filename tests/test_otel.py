@@ -282,7 +282,7 @@ def test_no_thread_is_left_behind(otel):
     for t in threading.enumerate():
         if t.name.startswith("nous-sched-spares-"):  # the worker pool's, ends once its spares are started
             t.join(WAIT)
-    assert retire_shared() == [], "no tool thread is still busy"  # the idle, warm ones exit
+    retire_shared()  # the idle, warm tool threads exit; a busy one from before this test is in `before`
     after = {t.name for t in threading.enumerate() if t.name.startswith("nous-sched")}
     assert after <= before
 

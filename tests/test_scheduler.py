@@ -1142,7 +1142,8 @@ def test_without_an_executor_calls_run_on_the_shared_tool_threads_and_stop_leave
     s.stop()
     names = set(probe.threads)
     assert names and all(n.startswith("nous-sched-tool-") for n in names)
-    assert retire_shared() == [], "every tool thread was idle, warm for the next run"
+    busy = retire_shared()  # every thread the calls ran on was idle, warm for the next run
+    assert not [t.name for t in busy if t.name in names]
     alive = [t.name for t in threading.enumerate() if t.name in names]
     assert alive == [], f"tool threads still alive once retired: {alive}"
 

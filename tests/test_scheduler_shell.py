@@ -26,6 +26,7 @@ import json
 import pickle
 import re
 import threading
+import time
 
 import pytest
 
@@ -76,7 +77,7 @@ def test_stop_from_an_observer_still_winds_the_driver_down_and_queued_calls_neve
     assert s.wait(second).error.message == "code run is over; tool call abandoned"
     assert ran == []
     assert s.call(Tool("late", whoami), {}).error.message == "code run is over; scheduler is gone"
-    assert retire_shared() == [], "no tool thread is left busy"
+    assert outcome.value not in {t.name for t in retire_shared()}, "its tool thread is not left busy"
 
 
 def test_keyboard_interrupt_while_the_driver_starts_leaks_no_thread(monkeypatch):
@@ -155,6 +156,23 @@ def test_a_hung_tool_does_not_starve_other_runs(make_event):
         assert t not in retire_shared(), "the hung threads came free once their tools returned"
 
 
+def test_calls_committed_in_one_pass_are_all_published_when_the_oldest_is(make_event):
+    gates = [make_event() for _ in range(3)]
+    tool = Tool("gated", lambda a: gates[a["i"]].wait(WAIT) and a["i"], concurrency_safe=lambda a: True)
+    with Scheduler(timeout=30, max_parallel=3) as s:
+        tickets = [s.submit(tool, {"i": i}) for i in range(3)]
+        gates[2].set()
+        gates[1].set()
+        deadline = time.monotonic() + WAIT
+        while s.lane_state().settled != (1, 2):  # both finished, waiting for the oldest to commit
+            assert time.monotonic() < deadline, s.lane_state()
+        gates[0].set()
+        assert s.wait(tickets[0]).value == 0
+        # Published newest first, after one lock: the waiter on the oldest wakes to find the rest done.
+        assert tickets[1].done() and tickets[2].done()
+        assert [s.wait(t).value for t in tickets[1:]] == [1, 2]
+
+
 def test_each_call_runs_in_its_own_copy_of_the_submitting_threads_context():
     var: contextvars.ContextVar[str] = contextvars.ContextVar("test_shell_var", default="unset")
     seen: list = []
@@ -195,7 +213,7 @@ def test_whatever_an_observer_raises_the_lane_goes_on(exc, caplog):
     finally:
         s.stop(timeout=WAIT)
     assert_exited([s._driver])
-    assert retire_shared() == [], "no tool thread is left busy"
+    assert not {o.value for o in outcomes} & {t.name for t in retire_shared()}, "no tool thread is left busy"
     assert sum("observer raised" in r.getMessage() for r in caplog.records) == 6  # start and commit, 3 calls
 
 
@@ -283,6 +301,32 @@ def test_a_wedged_lane_recovers_once_the_condemning_call_is_accepted(make_event)
 
 
 # -- the audit ------------------------------------------------------------------------
+
+
+def test_the_session_log_a_scheduler_makes_reads_as_events_in_append_order_every_time():
+    s = Scheduler(timeout=30)
+    try:
+        session = s.session_log()
+        assert isinstance(session, SessionLog)
+        assert s.call(Tool("a", lambda a: 1), {}).ok
+        session.append(Event("note", {"by": "the caller"}))  # as the gate appends its refusals
+        assert s.call(Tool("b", lambda a: 2), {}).ok
+        first = session.events
+        assert all(type(e) is Event for e in first)
+        assert [(e.type, e.data.get("name") or e.data.get("tool") or e.data.get("by")) for e in first] == [
+            ("tool_call", "a"),
+            ("tool_outcome", "a"),
+            ("note", "the caller"),
+            ("tool_call", "b"),
+            ("tool_outcome", "b"),
+        ]
+        assert [e.as_event() for e in s.audit_events()] == [e for e in first if e.type != "note"]
+        assert s.call(Tool("c", lambda a: 3), {}).ok
+        second = session.events
+        assert second[:5] == first and all(x is y for x, y in zip(first, second)), "the same Events, read again"
+        assert len(session) == 7 and [e.type for e in second[5:]] == ["tool_call", "tool_outcome"]
+    finally:
+        s.stop()
 
 
 def test_audit_records_are_immutable_for_every_reader():

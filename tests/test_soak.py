@@ -162,7 +162,7 @@ def _fds() -> int:
 def _join_new_threads(baseline: set[threading.Thread]) -> None:
     # The shared tool threads stay warm between runs: retired, each exits
     # unless a tool still runs on it (a leak, caught below).
-    retire_shared()
+    retire_shared(0)  # joined just below
     for t in set(threading.enumerate()) - baseline:
         if t is not threading.current_thread():
             t.join(JOIN)
