@@ -153,7 +153,7 @@ def main() -> int:
                 base_name="ideal",
                 target=c.ratio_at_most(TARGET, "x ideal"),
                 regime=s.regime,
-                note="clock from the run_code call: sandbox, scheduler and the run's private executor included",
+                note="clock from the run_code call: sandbox, scheduler and the shared tool threads included",
             ),
             c.ours_vs(
                 "  vs a bare ThreadPoolExecutor(10)",

@@ -8,8 +8,8 @@ threads and child processes alive afterwards, which must equal those before
 
 Baseline, same process, same 16 threads: each "run" is plain Python fanning
 the same 10 calls out on its own ``ThreadPoolExecutor(10)`` (run_code's
-default is a private pool per run too). Beside it, run_code with one shared
-executor passed in, the set-up a server would use.
+default: the process's shared tool threads, warm across runs). Beside it,
+run_code with one shared executor passed in, the set-up a server would use.
 """
 
 from __future__ import annotations
