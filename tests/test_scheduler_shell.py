@@ -124,8 +124,8 @@ def test_a_warm_fan_out_starts_no_tool_thread(monkeypatch):
     idle = threading.Semaphore(0)
     monkeypatch.setattr(shared(), "_went_idle", idle)
     fan_out()  # warms the shared set: FAN threads at least
-    for _ in range(FAN):
-        assert idle.acquire(timeout=WAIT)  # every one of them is idle again
+    while shared().counts()[1] < FAN:  # until FAN of them are idle again (each wait is for one to go idle)
+        assert idle.acquire(timeout=WAIT)
     before = tool_threads()
     names = fan_out()
     assert tool_threads() == before, "the run started no tool thread"
@@ -152,8 +152,8 @@ def test_a_hung_tool_does_not_starve_other_runs(make_event):
     assert len(hung) == 2 and all(t.is_alive() for t in hung), "both tools still hold their threads"
     fan_out()  # 50 more at once, while they hang: the set grew past them
     hang.set()
-    for t in hung:
-        assert t not in retire_shared(), "the hung threads came free once their tools returned"
+    busy = retire_shared()
+    assert not [t for t in hung if t in busy], "the hung threads came free once their tools returned"
 
 
 def test_calls_committed_in_one_pass_are_all_published_when_the_oldest_is(make_event):

@@ -122,12 +122,12 @@ def test_a_hung_task_does_not_starve_others_until_the_bound_and_there_they_wait_
         assert cancelled.cancel() is True
         assert pool.counts() == (3, 0), "no thread past the bound"
         assert done == [] and not second.is_set()
-        hang.set()  # a thread comes free: the backlog runs, in order
+        hang.set()  # the threads come free: the backlog runs
         assert second.wait(WAIT)
-        assert done == ["waited"] and waiting.cancel() is False
     finally:
         hang.set()
-        pool.shutdown()
+        pool.shutdown()  # joins: every task that was to run has run
+    assert done == ["waited"] and waiting.cancel() is False
 
 
 def test_an_idle_thread_retires_after_idle_seconds():
