@@ -77,24 +77,6 @@ def test_warm_threads_are_reused_and_no_thread_is_started_for_them():
         pool.shutdown()
 
 
-def test_the_last_thread_to_go_idle_takes_the_next_task():
-    pool = ToolThreads(4, "test-tt-lifo")
-    idle = watched(pool)
-    barrier = threading.Barrier(2, timeout=WAIT)
-    names: list = []
-    try:
-        pool.submit(barrier.wait)
-        pool.submit(barrier.wait)
-        assert idle.acquire(timeout=WAIT) and idle.acquire(timeout=WAIT)
-        last = pool._idle[-1].thread
-        for _ in range(3):  # one at a time: always the warmest thread, so the others can retire
-            pool.submit(lambda: names.append(threading.current_thread()))
-            assert idle.acquire(timeout=WAIT)
-        assert names == [last, last, last]
-    finally:
-        pool.shutdown()
-
-
 def test_a_hung_task_does_not_starve_others_until_the_bound_and_there_they_wait_in_order():
     pool = ToolThreads(3, "test-tt-bound")
     hang = threading.Event()
