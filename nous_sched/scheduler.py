@@ -332,7 +332,9 @@ class _Done:
 
 
 class _Batch:
-    """Submits from one thread, held back and queued as one message when the batch ends."""
+    """Submits from one thread, held back, then admitted (their tickets join
+    ``_open`` under one ``_lock``) or refused together, and queued as one
+    message, when the batch ends."""
 
     __slots__ = ("scheduler", "owner", "calls")
 
@@ -348,10 +350,22 @@ class _Batch:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.scheduler._batch = None
-        if self.calls:
-            # Whatever interrupted the batch, its tickets are in _open: queue them.
-            self.scheduler._queue.put(self.calls)
+        scheduler = self.scheduler
+        scheduler._batch = None
+        calls = self.calls
+        if not calls:
+            return
+        # Whatever interrupted the batch, its tickets are admitted or refused here.
+        tickets = [call.ticket for call in calls]
+        with scheduler._lock:
+            refusal = scheduler._refusal()
+            if refusal is None:
+                scheduler._open.update(tickets)
+        if refusal is None:
+            scheduler._queue.put(calls)
+        else:
+            for ticket in tickets:
+                ticket._publish(Outcome.failure(ticket.tool, refusal))
 
 
 class _RunLog(SessionLog):
@@ -450,7 +464,8 @@ class Scheduler:
     #                   that owns the batch, which alone appends to it; any
     #                   other submitting thread sees a batch that is not its own.
     #   _lock guards    _open      tickets queued and not yet released (submit
-    #                              adds, the driver and stop() release). Taking
+    #                              adds, a batch's when it ends; the driver
+    #                              and stop() release). Taking
     #                              a ticket out of _open is the right to publish
     #                              its outcome: each ticket is published once.
     #                   _closed    no more submits: set by stop() or the exiting driver
@@ -583,29 +598,34 @@ class Scheduler:
         logged = freeze(dispatched)  # the audit's own copy, before the tool can touch `dispatched`
         ticket = Ticket(name)
         call = _Call(ticket, tool, dispatched, logged, run_ctx, contextvars.copy_context())
+        batch = self._batch
+        if batch is not None and batch.owner == threading.get_ident():
+            batch.calls.append(call)  # admitted (or refused) with the rest when the batch ends
+            return ticket
         with self._lock:
-            if self._closed:
-                refusal: Optional[str] = GONE
-            elif self._wedged_by is not None and self._wedged_by.seq is None:
-                refusal = NO_ANSWER.format(s=self._timeout)
-            else:
+            refusal = self._refusal()
+            if refusal is None:
                 self._open.add(ticket)
-                refusal = None
         if refusal is None:
-            batch = self._batch
-            if batch is not None and batch.owner == threading.get_ident():
-                batch.calls.append(call)
-            else:
-                self._queue.put(call)
+            self._queue.put(call)
         else:
             ticket._publish(Outcome.failure(name, refusal))
         return ticket
 
+    def _refusal(self) -> Optional[str]:
+        """Why a submit is refused now, or None (under _lock)."""
+        if self._closed:
+            return GONE
+        if self._wedged_by is not None and self._wedged_by.seq is None:
+            return NO_ANSWER.format(s=self._timeout)
+        return None
+
     def _batched(self) -> _Batch:
         """``with scheduler._batched():`` the calling thread's submits reach the
         driver as one message, in order, when the block ends (a runtime
-        submits every call one step of a program started). Private: a caller
-        that waited on a ticket inside the block would wait for nothing."""
+        submits every call one step of a program started); a submit refused
+        (the scheduler stopped) is released then too. Private: a caller that
+        waited on a ticket inside the block would wait for nothing."""
         return _Batch(self)
 
     def wait(self, ticket: Ticket, timeout: Optional[float] = None) -> Outcome:
@@ -883,16 +903,13 @@ class Scheduler:
                 commits.append(call)
         if not commits:
             return
-        publish = []
-        with self._lock:
-            still_open = self._open
-            for call in commits:
-                ticket = call.ticket
-                if ticket in still_open:  # else stop() already released it, from a driver that stopped answering
-                    still_open.remove(ticket)
-                    publish.append((ticket, call.outcome))
-        for ticket, outcome in reversed(publish):
-            ticket._publish(outcome)
+        tickets = {call.ticket for call in commits}
+        with self._lock:  # set operations in C: the lock is held for no Python loop
+            mine = tickets & self._open  # the rest stop() already released, from a driver that stopped answering
+            self._open -= mine
+        for call in reversed(commits):
+            if call.ticket in mine:
+                call.ticket._publish(call.outcome)
 
     def _started(self, call: _Call, now: float) -> tuple[ToolCallEvent, _Timeline]:
         """The ``tool_call`` record and the timeline of a call the lane starts now."""
