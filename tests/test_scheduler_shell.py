@@ -133,6 +133,32 @@ def test_a_warm_fan_out_starts_no_tool_thread(monkeypatch):
     assert all(TOOL_THREAD.fullmatch(name) for name in names)
 
 
+def test_a_warm_run_code_fan_out_starts_no_tool_thread(monkeypatch):
+    barrier = threading.Barrier(FAN, timeout=WAIT)
+
+    def meet(args):
+        barrier.wait()
+        return threading.current_thread().name
+
+    tool = Tool("meet", meet, concurrency_safe=lambda a: True)
+    program = f"return await Promise.all(Array.from({{ length: {FAN} }}, (_, i) => tools.meet({{ i }})));"
+
+    def run() -> set:
+        result = run_code(program, [tool], max_parallel=FAN, timeout=WAIT, description="test")
+        assert result.ok, result.error
+        return set(result.result)
+
+    idle = threading.Semaphore(0)
+    monkeypatch.setattr(shared(), "_went_idle", idle)
+    run()  # warms the shared set
+    while shared().counts()[1] < FAN:
+        assert idle.acquire(timeout=WAIT)
+    before = tool_threads()
+    names = run()
+    assert tool_threads() == before, "the run started no tool thread"
+    assert len(names) == FAN and names <= {t.name for t in before}
+
+
 def test_a_hung_tool_does_not_starve_other_runs(make_event):
     hang = make_event()
     hung: list = []

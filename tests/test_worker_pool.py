@@ -616,6 +616,8 @@ try:
 except KeyboardInterrupt:
     out["raised"] = "KeyboardInterrupt"
 out["seconds"] = time.monotonic() - sent[0]
+from nous_sched._tool_threads import retire_shared
+retire_shared(0)  # the shared tool threads stay warm for the next run: retired, each exits (joined below)
 for t in threading.enumerate():
     if t is not threading.main_thread():
         t.join(10)
