@@ -4,9 +4,15 @@
 concurrency-safe, ``max_parallel`` 10: ideal wall = 200 / 10 x 5 ms = 100 ms.
 
 - ``run_code``, end to end: the clock starts at the call, so it covers the
-  sandbox, the scheduler and the run's private executor, against a bare
+  sandbox, the scheduler and the run's tool threads, against a bare
   ``ThreadPoolExecutor(10)`` made inside its clock too, and the ideal.
   Target: at most 1.15 x ideal.
+- The wide fan-out of the peers' rows (``bench_vercel.py``,
+  ``bench_peer.py``): 50 calls of the same tool at ``max_parallel`` 50, one
+  wave: ideal 5 ms. Target: at most 1.5 x ideal (7.5 ms), end to end from
+  the ``run_code`` call, start-up included. Beside it, a bare
+  ``ThreadPoolExecutor(50)`` made inside its clock, and one made before it
+  (warm, as the peers' rows keep theirs).
 - The lane alone (``Scheduler.submit`` / ``wait`` from Python), the same
   target; then call #100 exclusive (5 ms alone, barriers either side):
   target at most (ideal + 5 ms) x 1.10, beside a bare pool doing the same by
@@ -33,11 +39,15 @@ SLEEP = 0.005
 TARGET = 1.15
 TARGET_EXCL = 1.10
 EXPECTED = CALLS * (CALLS - 1) // 2
+WIDE = 50
+TARGET_WIDE = 1.5
+WIDE_EXPECTED = WIDE * (WIDE - 1) // 2
 
 PROGRAM = f"""
 const parts = await Promise.all(Array.from({{ length: {CALLS} }}, (_, i) => tools.sleepy({{ i }})));
 return parts.reduce((a, b) => a + b, 0);
 """
+WIDE_PROGRAM = PROGRAM.replace(f"length: {CALLS} ", f"length: {WIDE} ")
 
 
 def sleepy(args: dict[str, Any]) -> Any:
@@ -56,10 +66,30 @@ def run_code_fanout(runtime: Any) -> float:
     return dt
 
 
+def run_code_wide(runtime: Any) -> float:
+    t0 = time.perf_counter()
+    r = run_code(WIDE_PROGRAM, [TOOL], runtime=runtime, max_parallel=WIDE, timeout=60, description="test")
+    dt = time.perf_counter() - t0
+    assert r.ok and r.result == WIDE_EXPECTED, r.error
+    return dt
+
+
+def pool_wide(pool: concurrent.futures.ThreadPoolExecutor | None = None) -> float:
+    t0 = time.perf_counter()
+    if pool is None:
+        with concurrent.futures.ThreadPoolExecutor(WIDE) as fresh:
+            total = sum(f.result() for f in [fresh.submit(sleepy, {"i": i}) for i in range(WIDE)])
+    else:
+        total = sum(f.result() for f in [pool.submit(sleepy, {"i": i}) for i in range(WIDE)])
+    dt = time.perf_counter() - t0
+    assert total == WIDE_EXPECTED
+    return dt
+
+
 def lane_fanout(exclusive_at: int | None) -> float:
     with Scheduler(max_parallel=PARALLEL, timeout=60) as sched:
-        # Timed from the first submit, like the bare pool below: both start
-        # their worker threads on demand inside the timed region.
+        # Timed from the first submit, like the bare pool below, which starts
+        # its threads inside the timed region; ours come warm (shared).
         t0 = time.perf_counter()
         tickets = [
             sched.submit(TOOL, {"i": i, "exclusive": i == exclusive_at} if exclusive_at is not None else {"i": i})
@@ -123,7 +153,7 @@ def main() -> int:
                 base_name="ideal",
                 target=c.ratio_at_most(TARGET, "x ideal"),
                 regime=s.regime,
-                note="clock from the run_code call: sandbox, scheduler and the run's private executor included",
+                note="clock from the run_code call: sandbox, scheduler and the shared tool threads included",
             ),
             c.ours_vs(
                 "  vs a bare ThreadPoolExecutor(10)",
@@ -167,9 +197,45 @@ def main() -> int:
             measured_ideal("  ideal at the measured sleep", ideal_excl / SLEEP, ideal + SLEEP, "ideal+5ms"),
         ]
 
+    def wide(rc: c.RuntimeChoice) -> list[c.Row]:
+        warm = concurrent.futures.ThreadPoolExecutor(WIDE)
+        try:
+            for _ in range(2):  # warm-up: the runtime, the shared tool threads, the warm pool
+                run_code_wide(rc.runtime), pool_wide(warm)
+            s = c.interleave(
+                opts.reps, lambda: run_code_wide(rc.runtime), lambda: pool_wide(None), lambda: pool_wide(warm)
+            )
+        finally:
+            warm.shutdown(wait=True)
+        return [
+            c.Row(
+                f"run_code fan-out {WIDE} x 5 ms, max_parallel {WIDE} [{rc.name}]",
+                c.Stats.of([x * ms for x in s[0]]),
+                c.Stats.fixed(SLEEP * ms),
+                unit="ms",
+                base_name="ideal",
+                target=c.ratio_at_most(TARGET_WIDE, "x ideal"),
+                regime=s.regime,
+                note="clock from the run_code call: start-up, sandbox, scheduler, tool threads included",
+            ),
+            c.ours_vs(
+                f"  vs a bare ThreadPoolExecutor({WIDE}) made in its clock",
+                s[0],
+                s[1],
+                s,
+                scale=ms,
+                unit="ms",
+                base_name="pool",
+            ),
+            c.ours_vs(f"  vs a warm ThreadPoolExecutor({WIDE})", s[0], s[2], s, scale=ms, unit="ms", base_name="pool"),
+            measured_ideal("  ideal at the measured sleep", 1, SLEEP, "ideal"),
+        ]
+
     return c.run(
         "3. fan-out (tool = time.sleep(5 ms))",
-        c.per_runtime(opts, "run_code fan-out", through_run_code) + [("lane fan-out", lane)],
+        c.per_runtime(opts, "run_code fan-out", through_run_code)
+        + c.per_runtime(opts, "run_code wide fan-out", wide)
+        + [("lane fan-out", lane)],
         opts,
     )
 

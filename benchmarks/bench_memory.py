@@ -10,7 +10,8 @@ K, divided by K.
 
 Baseline, alternating with it: the same, each handler thread making the same
 blocked call on a ``ThreadPoolExecutor(10)`` of its own (a plain Python run
-with a private pool, as ``run_code`` makes one). Target: at most 0.15 MiB
+with a private pool; ``run_code``'s blocked call holds one of the shared tool
+threads). Target: at most 0.15 MiB
 per concurrent run for the in-process runtime.
 """
 

@@ -1,7 +1,8 @@
 """9. A peer, side by side: nous_sched against langchain-quickjs (the deepagents JS REPL).
 
-Two programs, run by ``run_code`` (defaults: a fresh sandbox, scheduler and
-private executor per run, ``max_parallel`` 10, all in the clock) and by
+Two programs, run by ``run_code`` (defaults: a fresh sandbox and scheduler
+per run, its calls on the shared tool threads, ``max_parallel`` 10, all in
+the clock) and by
 langchain-quickjs's ``CodeInterpreterMiddleware``:
 
 - sequential: N ``await tools.noop({ i })`` in a loop;

@@ -149,8 +149,8 @@ def main() -> int:
                 unit="ms",
                 base_name="in-process",
                 target=c.value_below(STARTUP_TARGET_MS, "ms"),
-                note=f"median of {batch} runs per sample; a warm worker from the pool, its scheduler and "
-                "private executor made per run",
+                note=f"median of {batch} runs per sample; a warm worker from the pool, its scheduler made per run, "
+                "its call on the shared tool threads",
             ),
             c.ours_vs(
                 "  same, one shared executor",

@@ -82,8 +82,8 @@ def main() -> int:
                 target=c.value_below(TARGET_MS, "ms"),
                 ratio=c.ratios(s[0], s[1]),
                 regime=s.regime,
-                note="run_code end to end, its private executor starting the call's thread; "
-                "the floor makes a fresh ThreadPoolExecutor(10) per run too",
+                note="run_code end to end, its call on the shared tool threads (warm); "
+                "the floor makes a fresh ThreadPoolExecutor(10) per run",
             ),
             c.ours_vs(
                 "  same, one shared executor",

@@ -177,7 +177,11 @@ def run_code(
     (``"<call_id>:code:<n>"``; a random ``"run_code-…"`` by default).
 
     Safe to call from many threads at once: runs share nothing unless you
-    pass them the same ``executor`` or ``session_log``.
+    pass them the same ``executor`` or ``session_log``. Without an
+    ``executor``, tools run on the process's shared tool threads
+    (``nous-sched-tool-<k>``: warm, so a run starts no thread for its calls;
+    bounded per process, idle ones retire), each run at most ``max_parallel``
+    calls at once.
 
     ``description`` is the sentence the model wrote saying what the program
     does: it is logged, and every :class:`~nous_sched.ApprovalRequest`
@@ -436,7 +440,7 @@ def _check_size(code: str, limit: int) -> None:
 _SATURATED = (
     "run_code was called from a tool running on the executor it was given, and every thread of that "
     "executor is busy (this one included): the program's tool calls would wait for a thread until the "
-    "deadline. Give the nested run its own executor (or none: a private pool), or a bigger one."
+    "deadline. Give the nested run its own executor (or none: the shared tool threads), or a bigger one."
 )
 
 

@@ -16,10 +16,13 @@ those calls may interleave. The :class:`Scheduler` decides, conservatively:
   everything before it has committed, runs alone, and holds the barrier through
   its own commit, so nothing starts or commits inside its window.
 * **At most ``max_parallel`` calls run at once**; more queue, they never fail.
-* **Tools run on an executor**: the scheduler's own threads by default (at most
-  ``max_parallel``, :mod:`nous_sched._tool_threads`), or any
+* **Tools run on an executor**: by default the process's shared tool threads
+  (:mod:`nous_sched._tool_threads`: warm, so a run starts no thread of its
+  own; bounded per process, idle ones retire; this scheduler still runs at
+  most ``max_parallel`` of its calls at once), or any
   ``concurrent.futures.Executor`` you pass (shared, never shut down here).
-  The submitting thread's ``contextvars`` are visible inside the tool.
+  The submitting thread's ``contextvars`` are visible inside the tool, and
+  only there: each call runs in its own copy of them.
 * **Failure is data.** A failed call commits an :class:`~nous_sched.Outcome`
   holding two strings; the traceback goes to the ``nous_sched`` logger.
 * **Every wait is bounded** by ``timeout`` (the run's deadline), and
@@ -41,13 +44,14 @@ import time
 from collections.abc import Mapping
 from typing import Any, Callable, Optional
 
+from . import _tool_threads
 from . import _validators as v
 from ._options import OPTIONAL_SESSION_LOG
 from ._tool_threads import Task, ToolThreads
 from ._validators import require
 from .dispatch import CallInfo, Dispatch, RunContext, approval_sink, current_call, direct_dispatch
 from .errors import ToolError
-from .events import ApprovalEvent, SessionLog, ToolCallEvent, ToolOutcomeEvent, freeze, frozen_later
+from .events import ApprovalEvent, Event, SessionLog, ToolCallEvent, ToolOutcomeEvent, freeze, frozen_later
 from .lane import COMMIT, START, Lane
 from .outcome import Outcome
 from .records import CallRecord, LaneState
@@ -327,7 +331,9 @@ class _Done:
 
 
 class _Batch:
-    """Submits from one thread, held back and queued as one message when the batch ends."""
+    """Submits from one thread, held back, then admitted (their tickets join
+    ``_open`` under one ``_lock``) or refused together, and queued as one
+    message, when the batch ends."""
 
     __slots__ = ("scheduler", "owner", "calls")
 
@@ -343,10 +349,52 @@ class _Batch:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.scheduler._batch = None
-        if self.calls:
-            # Whatever interrupted the batch, its tickets are in _open: queue them.
-            self.scheduler._queue.put(self.calls)
+        scheduler = self.scheduler
+        scheduler._batch = None
+        calls = self.calls
+        if not calls:
+            return
+        # Whatever interrupted the batch, its tickets are admitted or refused here.
+        tickets = [call.ticket for call in calls]
+        with scheduler._lock:
+            refusal = scheduler._refusal()
+            if refusal is None:
+                scheduler._open.update(tickets)
+        if refusal is None:
+            scheduler._queue.put(calls)
+        else:
+            for ticket in tickets:
+                ticket._publish(Outcome.failure(ticket.tool, refusal))
+
+
+class _RunLog(SessionLog):
+    """The session log a scheduler makes when it is given none.
+
+    A :class:`SessionLog` to every reader; inside, it keeps the driver's audit
+    records as they are and makes each one's :class:`Event` when the log is
+    first read (most runs' logs never are), in place, so every reader gets the
+    same Event objects in append order.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._made = 0  # every entry before this index is an Event
+
+    def _keep(self, records: list[Any]) -> None:
+        """Append audit records (each with ``as_event()``), in order, as one."""
+        with self._lock:
+            self._events += records
+
+    @property
+    def events(self) -> list[Event]:
+        with self._lock:
+            entries: list[Any] = self._events
+            for i in range(self._made, len(entries)):
+                entry = entries[i]
+                if type(entry) is not Event:
+                    entries[i] = entry.as_event()
+            self._made = len(entries)
+            return list(entries)
 
 
 class _Query:
@@ -384,9 +432,9 @@ class Scheduler:
     :param max_parallel: the ceiling on calls running at once (positive int).
     :param call_id: prefix of event ids, ``"<call_id>:code:<seq>"``.
     :param executor: where tools run. Yours is shared and never shut down;
-        without one the scheduler starts up to ``max_parallel`` tool threads
-        of its own (named ``nous-sched-tool-<n>_<k>``) and shuts them down
-        when it stops.
+        without one, the process's shared tool threads (named
+        ``nous-sched-tool-<k>``; :mod:`nous_sched._tool_threads`), which
+        outlive the scheduler, warm for the next run, and retire when idle.
     :param timeout: the bound, in seconds, on every wait (the run's deadline).
     :param observer: ``observer(record: CallRecord, phase)`` is called on the
         driver at ``"start"`` and ``"commit"``; it must be quick and must not
@@ -400,8 +448,10 @@ class Scheduler:
 
     # Fields shared across threads, and what guards each. Every other field is
     # either set in __init__ and never written again, or owned by the driver
-    # thread alone (the lane, the private executor, each _Call once it is
-    # queued): the driver is the lock.
+    # thread alone (the lane, _finished, each _Call once it is
+    # queued): the driver is the lock. _tool_threads (the process's shared
+    # set, or None with a caller's executor) is set in __init__ and guards
+    # itself.
     #
     #   _queue          SimpleQueue, thread-safe by itself. Any thread puts;
     #                   only the driver gets. Queries are put under _lock, so
@@ -413,7 +463,8 @@ class Scheduler:
     #                   that owns the batch, which alone appends to it; any
     #                   other submitting thread sees a batch that is not its own.
     #   _lock guards    _open      tickets queued and not yet released (submit
-    #                              adds, the driver and stop() release). Taking
+    #                              adds, a batch's when it ends; the driver
+    #                              and stop() release). Taking
     #                              a ticket out of _open is the right to publish
     #                              its outcome: each ticket is published once.
     #                   _closed    no more submits: set by stop() or the exiting driver
@@ -422,17 +473,15 @@ class Scheduler:
     #                              condemned the scheduler (callers write it; it
     #                              is wedged while that ticket's seq is None)
     #   _records_lock   _events, _trail and every _Timeline's fields: the driver
+    #                   writes them (a pass's worth at once, see _drive), any
+    #                   thread copies them out; a tool thread writes its call's
+    #                   `began` and `throttled`, and appends ApprovalEvents.
     #   guards also     _throttle_waits (the _Holds of calls waiting for their
     #                   throttles' places: added by a tool thread only while not
     #                   _stopping, cancelled by whoever sets _stopping)
     #   guards also     _stopping (set by stop() and the exiting driver; read by a
     #                   tool thread as it takes up a call, _Begin, which stamps
     #                   `began`: so no call begins after the scheduler stops)
-    #   guards          writes them, any thread copies them out.
-    #                   It also guards _stopping (set by stop() and the exiting
-    #                   driver; read by a tool thread as it takes up a call,
-    #                   _Begin, which stamps `began`: so no call begins after
-    #                   the scheduler stops).
     #   _final          the lane's last state, written by the driver before it
     #                   sets _exited (under _lock), read only after that.
     #   Ticket.seq      written once by the driver when it accepts the call; read
@@ -458,11 +507,12 @@ class Scheduler:
         require("Scheduler", "observer", observer, v.OPTIONAL_CALLABLE)
 
         self._dispatch = dispatch
-        self._session_log = SessionLog() if session_log is None else session_log
+        self._session_log = _RunLog() if session_log is None else session_log
         self._max_parallel = max_parallel
         self._call_id = call_id
         self._executor = executor
-        self._tool_threads: Optional[ToolThreads] = None  # driver-owned: made at the first start
+        # Without an executor, tools run on the process's shared tool threads (warm: no thread per run).
+        self._tool_threads: Optional[ToolThreads] = _tool_threads.shared() if executor is None else None
         self._timeout = float(timeout)
         self._observer = observer
         # run_code's hook for each commit with its outcome (a run's event
@@ -488,7 +538,7 @@ class Scheduler:
 
         self._final: Optional[LaneState] = None
         self._lane: Lane[_Call] = Lane(max_parallel)  # driver-owned from here on
-        self._still_running = 0  # driver-owned: abandoned calls whose tool is still running
+        self._finished: list[tuple[_Timeline, float]] = []  # driver-owned: stamps for the next pass
 
         self._driver = threading.Thread(target=self._drive_loop, name=f"nous-sched-driver-{self._n}", daemon=True)
         try:
@@ -554,29 +604,34 @@ class Scheduler:
         logged = freeze(dispatched) if text is None else frozen_later(text)
         ticket = Ticket(name)
         call = _Call(ticket, tool, dispatched, logged, run_ctx, contextvars.copy_context())
+        batch = self._batch
+        if batch is not None and batch.owner == threading.get_ident():
+            batch.calls.append(call)  # admitted (or refused) with the rest when the batch ends
+            return ticket
         with self._lock:
-            if self._closed:
-                refusal: Optional[str] = GONE
-            elif self._wedged_by is not None and self._wedged_by.seq is None:
-                refusal = NO_ANSWER.format(s=self._timeout)
-            else:
+            refusal = self._refusal()
+            if refusal is None:
                 self._open.add(ticket)
-                refusal = None
         if refusal is None:
-            batch = self._batch
-            if batch is not None and batch.owner == threading.get_ident():
-                batch.calls.append(call)
-            else:
-                self._queue.put(call)
+            self._queue.put(call)
         else:
             ticket._publish(Outcome.failure(name, refusal))
         return ticket
 
+    def _refusal(self) -> Optional[str]:
+        """Why a submit is refused now, or None (under _lock)."""
+        if self._closed:
+            return GONE
+        if self._wedged_by is not None and self._wedged_by.seq is None:
+            return NO_ANSWER.format(s=self._timeout)
+        return None
+
     def _batched(self) -> _Batch:
         """``with scheduler._batched():`` the calling thread's submits reach the
         driver as one message, in order, when the block ends (a runtime
-        submits every call one step of a program started). Private: a caller
-        that waited on a ticket inside the block would wait for nothing."""
+        submits every call one step of a program started); a submit refused
+        (the scheduler stopped) is released then too. Private: a caller that
+        waited on a ticket inside the block would wait for nothing."""
         return _Batch(self)
 
     def wait(self, ticket: Ticket, timeout: Optional[float] = None) -> Outcome:
@@ -681,10 +736,12 @@ class Scheduler:
         abandoned"`` and never start; running ones get the same error (their
         threads finish on their own: Python cannot kill a thread); calls that
         had finished but not yet committed get their real outcome, in order.
-        Callers blocked in :meth:`wait` return at once. A private executor is
-        shut down by the driver on its way out, also when the first ``stop()``
-        comes from an observer (which returns at once, before the driver
-        winds down); a caller's executor is left alone.
+        Callers blocked in :meth:`wait` return at once. The driver, on its way
+        out, takes back from the shared tool threads every call of this
+        scheduler that no thread has taken up yet, also when the first
+        ``stop()`` comes from an observer (which returns at once, before the
+        driver winds down); the threads themselves stay, for other runs. A
+        caller's executor is left alone.
 
         :raises ConfigError: ``timeout`` is not ``None`` or a number of seconds
             from 0 to ``threading.TIMEOUT_MAX``.
@@ -735,22 +792,23 @@ class Scheduler:
 
     def _drive_loop(self) -> None:
         get = self._queue.get
-        get_nowait = self._queue.get_nowait
+        empty = self._queue.empty
         handle = self._handle
         drive = self._drive
         try:
             while True:
                 msg = get()
                 # Take everything already queued before driving, so a burst of
-                # completions commits in one pass.
+                # completions commits in one pass. (Only this thread gets, so a
+                # queue that is not empty answers get() at once; asking is
+                # cheaper than get_nowait's exception at the end of every burst.)
                 while True:
                     if msg is _STOP:
                         return
                     handle(msg)
-                    try:
-                        msg = get_nowait()
-                    except queue.Empty:
+                    if empty():
                         break
+                    msg = get()
                 drive()
         except BaseException:
             log.critical("%s crashed; releasing every caller", self._driver.name, exc_info=True)
@@ -766,11 +824,10 @@ class Scheduler:
                 return
             result = msg.result
             ran = result if result is not None else self._collect(call, msg.problem)
-            call.outcome, finished = ran[0], ran[1]
+            call.outcome = ran[0]
             call.audit = (ran[2], ran[3])
-            timeline = call.timeline
-            with self._records_lock:
-                timeline.finished = finished
+            # Stamped with the pass's other records, under one lock (_drive).
+            self._finished.append((call.timeline, ran[1]))
         elif kind is _Call:
             self._accept(msg)
         elif kind is list:
@@ -785,18 +842,83 @@ class Scheduler:
         call.seq = call.ticket.seq = self._lane.accept(call, call.mode)
 
     def _drive(self) -> None:
+        """One pass: every action the lane allows now, in its order, the
+        bookkeeping batched. The audit records, the trail and the stamps of
+        the whole pass are written under one ``_records_lock``, before any tool
+        of the pass is handed over (so a tool's approval records come after
+        its ``tool_call``); then, with no observer and no outcome hook (the
+        common case), the tools are handed over, and every committed ticket
+        is published after one ``_lock``, newest first, so a caller waiting on
+        the oldest wakes once, to find the rest published too. With either
+        hook, each action's hand-over, publish and callbacks go in the lane's
+        order, as the hooks expect."""
         step = self._lane.step
-        while True:
-            action = step()
-            if action is None:
-                return
+        action = step()
+        finished = self._finished
+        if action is None and not finished:
+            return
+        actions: list[tuple[str, _Call, Any]] = []  # (START or COMMIT, the call, its audit record)
+        records: list[Any] = []
+        timelines: list[_Timeline] = []
+        committed: list[tuple[_Call, float]] = []
+        t0 = self._t0
+        perf_counter = time.perf_counter
+        record: Any
+        while action is not None:
             kind, call = action
             if kind is START:
-                self._start(call)
+                record, timeline = self._started(call, perf_counter() - t0)
+                timelines.append(timeline)
             else:
-                self._commit(call)
+                record = self._outcome_record(call, call.outcome, call.audit[0], call.audit[1])
+                committed.append((call, perf_counter() - t0))
+            records.append(record)
+            actions.append((kind, call, record))
+            action = step()
+        with self._records_lock:
+            for timeline, at in finished:
+                timeline.finished = at
+            for call, at in committed:
+                timeline = call.timeline
+                timeline.committed = at
+                timeline.ok = call.outcome.ok
+            self._events += records
+            self._trail += timelines
+        finished.clear()
+        self._log_records(records)
+        if self._observer is None and self._on_outcome is None:
+            self._hand_over_and_publish(actions)
+            return
+        for kind, call, record in actions:
+            if kind is START:
+                self._notify(call.timeline, START)
+                self._hand_over(call, record.id)
+            else:
+                self._deliver(call.ticket, call.outcome)
+                self._notify(call.timeline, COMMIT)
+                if self._on_outcome is not None:
+                    self._tell_outcome(call.timeline, call.outcome)
 
-    def _start(self, call: _Call) -> None:
+    def _hand_over_and_publish(self, actions: list[tuple[str, _Call, Any]]) -> None:
+        """A pass's hand-overs, then its publishes: one ``_lock``, newest first (see :meth:`_drive`)."""
+        commits = []
+        for kind, call, record in actions:
+            if kind is START:
+                self._hand_over(call, record.id)
+            else:
+                commits.append(call)
+        if not commits:
+            return
+        tickets = {call.ticket for call in commits}
+        with self._lock:  # set operations in C: the lock is held for no Python loop
+            mine = tickets & self._open  # the rest stop() already released, from a driver that stopped answering
+            self._open -= mine
+        for call in reversed(commits):
+            if call.ticket in mine:
+                call.ticket._publish(call.outcome)
+
+    def _started(self, call: _Call, now: float) -> tuple[ToolCallEvent, _Timeline]:
+        """The ``tool_call`` record and the timeline of a call the lane starts now."""
         seq = call.seq
         name = call.tool.name
         # Positional: attrs' generated __init__ binds keywords at about twice the cost.
@@ -807,22 +929,24 @@ class Scheduler:
             call.mode,
             seq,
         )
-        timeline = call.timeline = _Timeline(
-            seq, name, call.mode, time.perf_counter() - self._t0, exclusive_reason(call.tool, call.mode)
+        call.timeline = _Timeline(seq, name, call.mode, now, exclusive_reason(call.tool, call.mode))
+        return event, call.timeline
+
+    def _hand_over(self, call: _Call, event_id: str) -> None:
+        """Hand a started call (its ``tool_call`` record's id) to the tool threads, or the caller's executor."""
+        seq = call.seq
+        timeline = call.timeline
+        info = CallInfo(event_id, timeline.tool, seq, call.mode, call.run_ctx)
+        tool = call.tool
+        begin = (
+            _Begin(self, timeline, tool.throttles, getattr(call.run_ctx, "deadline", None))
+            if getattr(tool, "throttles", None)
+            else _Begin(self, timeline)
         )
-        with self._records_lock:
-            self._events.append(event)
-            self._trail.append(timeline)
-        self._session_log.append(event.as_event())
-        self._notify(timeline, START)
-        info = CallInfo(event.id, name, seq, call.mode, call.run_ctx)
         put = self._queue.put
-        executor = self._executor
+        threads = self._tool_threads
         try:
-            if executor is None:
-                threads = self._tool_threads
-                if threads is None:
-                    threads = self._tool_threads = ToolThreads(self._max_parallel, f"nous-sched-tool-{self._n}")
+            if threads is not None:
                 # Our own threads: the task reports back itself, with no future.
                 # What it cannot report (cancelled before it ran) happens only
                 # when the lane is abandoned, and needs no report.
@@ -832,31 +956,20 @@ class Scheduler:
                     seq,
                     call.ctx,
                     self._dispatch,
-                    call.tool,
+                    tool,
                     call.args,
                     call.run_ctx,
                     info,
                     self._t0,
-                    _Begin(self, timeline, call.tool.throttles, getattr(call.run_ctx, "deadline", None))
-                    if getattr(call.tool, "throttles", None)
-                    else _Begin(self, timeline),
+                    begin,
                 )
                 return
-            future = executor.submit(
-                _InContext(call.ctx),
-                _run_call,
-                self._dispatch,
-                call.tool,
-                call.args,
-                call.run_ctx,
-                info,
-                self._t0,
-                _Begin(self, timeline, call.tool.throttles, getattr(call.run_ctx, "deadline", None))
-                if getattr(call.tool, "throttles", None)
-                else _Begin(self, timeline),
+            assert self._executor is not None
+            future = self._executor.submit(
+                _InContext(call.ctx), _run_call, self._dispatch, tool, call.args, call.run_ctx, info, self._t0, begin
             )
         except Exception:
-            log.error("code-mode sub-call %s could not be handed to the executor", event.id, exc_info=True)
+            log.error("code-mode sub-call %s could not be handed to the executor", info.id, exc_info=True)
             future = concurrent.futures.Future()
             future.set_exception(RuntimeError("executor refused the call"))
         call.future = future
@@ -882,6 +995,7 @@ class Scheduler:
         return Outcome.failure(call.tool.name, DID_NOT_COMPLETE), time.perf_counter() - self._t0, "did_not_complete", 0
 
     def _commit(self, call: _Call) -> None:
+        """Commit one call on its own (a settled call of an abandoned lane; a pass batches, :meth:`_drive`)."""
         outcome = call.outcome
         timeline = call.timeline
         committed = time.perf_counter() - self._t0
@@ -889,7 +1003,7 @@ class Scheduler:
             timeline.committed = committed
             timeline.ok = outcome.ok
         kind, size = call.audit
-        self._record_outcome(call, outcome, kind, size)
+        self._record(self._outcome_record(call, outcome, kind, size))
         self._deliver(call.ticket, outcome)
         self._notify(timeline, COMMIT)
         if self._on_outcome is not None:
@@ -899,14 +1013,24 @@ class Scheduler:
         """Add one audit record to the run's list and the session log (any thread)."""
         with self._records_lock:
             self._events.append(record)
-        self._session_log.append(record.as_event())
+        self._log_records([record])
 
-    def _record_outcome(self, call: _Call, outcome: Outcome, kind: Optional[str], size: int) -> None:
+    def _log_records(self, records: list[Any]) -> None:
+        """Append audit records to the session log, as Events (any thread)."""
+        session_log = self._session_log
+        if type(session_log) is _RunLog:
+            session_log._keep(records)  # its Events are made when it is read
+        else:
+            append = session_log.append
+            for record in records:
+                append(record.as_event())
+
+    def _outcome_record(self, call: _Call, outcome: Outcome, kind: Optional[str], size: int) -> ToolOutcomeEvent:
         error = None
         if not outcome.ok:
             message = outcome.error.message if outcome.error is not None else FAILED
             error = {"kind": kind or "tool_error", "message": message}
-        self._record(ToolOutcomeEvent(call.seq, call.tool.name, outcome.ok, error, size))
+        return ToolOutcomeEvent(call.seq, call.tool.name, outcome.ok, error, size)
 
     def _deliver(self, ticket: Ticket, outcome: Outcome) -> None:
         with self._lock:
@@ -942,9 +1066,8 @@ class Scheduler:
         try:
             self._abandon()
         finally:
-            if self._tool_threads is not None:
-                # Joining idle threads is quick; joining one stuck in a tool is not.
-                self._tool_threads.shutdown(wait=self._still_running == 0, cancel_futures=True)
+            # The shared tool threads stay (warm, for the next run); this
+            # scheduler's calls that had not started were cancelled above.
             final = self._final = self._lane.state()
             with self._lock:
                 self._exited = True
@@ -967,17 +1090,21 @@ class Scheduler:
     def _abandon(self) -> None:
         # Same order as the original: queued calls, then running ones, then the
         # finished-but-uncommitted ones with their real outcome, by seq.
+        with self._records_lock:
+            for timeline, at in self._finished:
+                timeline.finished = at
+        self._finished.clear()
         abandoned = self._lane.abandon()
         for call in abandoned.queued:
             self._deliver(call.ticket, Outcome.failure(call.tool.name, ABANDONED))
         for call in abandoned.running:
             # No future only if the driver crashed while starting this call.
             future = getattr(call, "future", None)
-            if future is not None and not future.cancel():
-                self._still_running += 1
+            if future is not None:
+                future.cancel()  # taken back if no thread has taken it up; else it finishes on its own
             abandoned_outcome = Outcome.failure(call.tool.name, ABANDONED)
             if getattr(call, "timeline", None) is not None:  # it started: its tool_call is in the audit
-                self._record_outcome(call, abandoned_outcome, "abandoned", 0)
+                self._record(self._outcome_record(call, abandoned_outcome, "abandoned", 0))
             self._deliver(call.ticket, abandoned_outcome)
         for call in abandoned.settled:
             self._commit(call)

@@ -38,6 +38,7 @@ import time
 import pytest
 
 from nous_sched import ERROR_KINDS, Limits, PermissionPolicy, RunResult, Tool, ToolError, run_code
+from nous_sched._tool_threads import retire_shared
 
 # Every test runs against both runtimes (conftest.py `runtime`).
 pytestmark = [pytest.mark.timeout(120), pytest.mark.usefixtures("runtime")]
@@ -84,6 +85,7 @@ def _sched_threads() -> set[threading.Thread]:
 
 
 def _assert_threads_released(before: set[threading.Thread]) -> None:
+    retire_shared(0)  # the shared tool threads stay warm: retired, each exits (joined below) unless busy
     for t in _sched_threads() - before:
         t.join(THREAD_JOIN)
     alive = sorted(t.name for t in _sched_threads() - before)

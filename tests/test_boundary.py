@@ -37,6 +37,7 @@ from nous_sched import (
     run_code,
     snapshot,
 )
+from nous_sched._tool_threads import retire_shared
 from nous_sched.snapshot import MAX_DEPTH, MAX_SAFE_INTEGER, check, loads, safe_int
 
 WAIT = 30.0
@@ -358,7 +359,8 @@ def test_an_approval_that_answers_after_the_run_is_over_starts_nothing(make_even
     assert result.error is not None and result.error.kind == "timeout"
     release.set()  # approve, now that the run is over
     assert answered.wait(WAIT)
-    threads[0].join(WAIT)  # the private pool's thread exits once the call is done
+    # The call's thread is done with it: a shared tool thread, it exits once retired.
+    assert threads[0] not in retire_shared(WAIT)
     assert not threads[0].is_alive()
     assert ran == []
 

@@ -31,6 +31,7 @@ from nous_sched import (
     current_call,
     run_code,
 )
+from nous_sched._tool_threads import retire_shared
 from nous_sched.discovery import unknown_tool_message
 
 pytestmark = pytest.mark.timeout(120)
@@ -47,6 +48,7 @@ def sched_threads() -> set[threading.Thread]:
 
 
 def assert_released(before: set[threading.Thread]) -> None:
+    retire_shared(0)  # the shared tool threads stay warm: retired, each exits (joined below) unless busy
     for t in sched_threads() - before:
         t.join(JOIN)
     assert not sorted(t.name for t in sched_threads() - before)

@@ -1,7 +1,7 @@
 """The host itself (issue 9): a hung tool, a saturated executor, a nested run.
 
 * a tool hung past its run's deadline does not hold the interpreter's exit
-  (the private pool's threads are daemon threads), with either runtime;
+  (the shared tool threads are daemon threads), with either runtime;
 * on a shared executor saturated by other work, the audit says whether and
   when a call actually began (``CallRecord.began``), and a call that never
   began before its run was over never runs;
@@ -44,7 +44,7 @@ def test_a_tool_hung_past_the_deadline_does_not_hold_interpreter_exit(runtime):
     assert done.stdout.strip() == "timeout"
 
 
-def test_the_private_pool_threads_are_daemon_threads_named_for_the_scheduler():
+def test_the_shared_tool_threads_are_daemon_threads_named_for_what_they_do():
     seen = []
     with Scheduler(timeout=WAIT) as scheduler:
         ticket = scheduler.submit(Tool("t", lambda a: seen.append(threading.current_thread())), {})

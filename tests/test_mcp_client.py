@@ -22,6 +22,7 @@ import pytest
 from mcp_servers import http_lab, lab, loop_threads, processes_running, stdio_command, wait_until
 
 from nous_sched import ConfigError, ToolError, run_code, sdk
+from nous_sched._tool_threads import retire_shared
 from nous_sched.mcp import ServerSpec, ToolOverride, connect
 
 RUN_TIMEOUT = 30.0
@@ -348,6 +349,7 @@ def test_a_hung_server_is_bounded_by_the_runs_deadline_and_the_request_cancelled
         assert result.error.kind == "timeout"
         # The server saw the request cancelled, and the tool thread that waited for it is free again.
         wait_until(lambda: tools["stats"].function({})["cancelled"] == cancelled + 1, what="the cancellation")
+        retire_shared(0)  # warm shared threads exit when retired (joined below); one still waiting would not
         stuck = {t for t in threading.enumerate() if t.name.startswith("nous-sched-tool-")} - before
         for thread in stuck:
             thread.join(10)

@@ -40,6 +40,7 @@ from nous_sched import (
     ToolError,
     current_call,
 )
+from nous_sched._tool_threads import retire_shared
 
 WAIT = 10.0  # the bound on every wait for something that must happen
 
@@ -1132,7 +1133,7 @@ def test_callers_executor_is_used_and_not_shut_down(make_scheduler, probe):
         executor.shutdown(wait=True)
 
 
-def test_private_executor_is_shut_down_by_stop(make_scheduler, probe):
+def test_without_an_executor_calls_run_on_the_shared_tool_threads_and_stop_leaves_none_busy(make_scheduler, probe):
     s = make_scheduler(max_parallel=3)
     probe.release_all()
     tool = safe_tool("t", probe.run)
@@ -1141,8 +1142,10 @@ def test_private_executor_is_shut_down_by_stop(make_scheduler, probe):
     s.stop()
     names = set(probe.threads)
     assert names and all(n.startswith("nous-sched-tool-") for n in names)
+    busy = retire_shared()  # every thread the calls ran on was idle, warm for the next run
+    assert not [t.name for t in busy if t.name in names]
     alive = [t.name for t in threading.enumerate() if t.name in names]
-    assert alive == [], f"tool threads still alive after stop: {alive}"
+    assert alive == [], f"tool threads still alive once retired: {alive}"
 
 
 def test_observer_sees_start_and_commit(make_scheduler, probe, caplog):

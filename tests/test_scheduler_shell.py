@@ -2,8 +2,12 @@
 
 Each test is one promise, checked with events and joins, never sleeps:
 
-* teardown: ``stop()`` shuts a private executor down, also when it comes from
-  an observer; an interrupt while the driver starts leaks no thread;
+* teardown: ``stop()`` winds the driver down, also when it comes from an
+  observer, and takes back its calls no tool thread has taken up; an
+  interrupt while the driver starts leaks no thread;
+* the shared tool threads: a warm run starts no thread, a hung tool does not
+  starve other runs, the threads are named, and each call gets its own copy
+  of the submitting thread's ``contextvars``;
 * observers: whatever one raises, ``KeyboardInterrupt`` and ``SystemExit``
   included, the lane goes on and calls that succeeded commit as successes;
 * reads: ``trail()`` and ``logged_events()`` never wait on the driver, and
@@ -15,22 +19,22 @@ Each test is one promise, checked with events and joins, never sleeps:
 
 from __future__ import annotations
 
+import contextvars
 import copy
 import gc
 import json
 import pickle
+import re
 import threading
+import time
 
 import pytest
 
-from nous_sched import Event, Outcome, Scheduler, SessionLog, Tool, run_code
+from nous_sched import Event, Limits, Outcome, Scheduler, SessionLog, Tool, run_code
+from nous_sched._tool_threads import retire_shared, shared
 from nous_sched.events import FrozenDict, FrozenList, freeze
 
 WAIT = 10.0
-
-
-def named(prefix: str) -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name.startswith(prefix)]
 
 
 def assert_exited(threads: list[threading.Thread]) -> None:
@@ -39,8 +43,11 @@ def assert_exited(threads: list[threading.Thread]) -> None:
     assert not [t.name for t in threads if t.is_alive()]
 
 
-def pool_prefix(scheduler: Scheduler) -> str:
-    return "nous-sched-tool-" + scheduler._driver.name.rsplit("-", 1)[1] + "_"
+TOOL_THREAD = re.compile(r"nous-sched-tool-\d+")
+
+
+def tool_threads() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.name.startswith("nous-sched-tool-")}
 
 
 def whoami(args):
@@ -50,22 +57,27 @@ def whoami(args):
 # -- teardown -------------------------------------------------------------------------
 
 
-def test_stop_from_an_observer_still_shuts_the_private_executor_down():
+def test_stop_from_an_observer_still_winds_the_driver_down_and_queued_calls_never_run():
     stopped = threading.Event()
+    ran: list = []
 
     def observer(record, phase):
-        if phase == "commit":
+        if phase == "commit" and record.seq == 0:
             s.stop()  # on the driver: returns at once, the driver winds down after this callback
             stopped.set()
 
-    s = Scheduler(observer=observer, timeout=30, max_parallel=3)
-    outcome = s.call(Tool("whoami", whoami), {})
-    assert outcome.ok and outcome.value.startswith(pool_prefix(s))
+    s = Scheduler(observer=observer, timeout=30, max_parallel=1)
+    with s._batched():  # both reach the driver at once: the second queues behind the first
+        first = s.submit(Tool("whoami", whoami), {})
+        second = s.submit(Tool("never", lambda a: ran.append(a)), {})
+    outcome = s.wait(first)
+    assert outcome.ok and TOOL_THREAD.fullmatch(outcome.value)
     assert stopped.wait(WAIT)
     assert_exited([s._driver])
-    # The driver joined its idle pool before exiting: no tool thread is left.
-    assert named(pool_prefix(s)) == []
+    assert s.wait(second).error.message == "code run is over; tool call abandoned"
+    assert ran == []
     assert s.call(Tool("late", whoami), {}).error.message == "code run is over; scheduler is gone"
+    assert outcome.value not in {t.name for t in retire_shared()}, "its tool thread is not left busy"
 
 
 def test_keyboard_interrupt_while_the_driver_starts_leaks_no_thread(monkeypatch):
@@ -86,6 +98,129 @@ def test_keyboard_interrupt_while_the_driver_starts_leaks_no_thread(monkeypatch)
     assert_exited(drivers)
 
 
+# -- the shared tool threads ---------------------------------------------------------
+
+FAN = 50
+
+
+def fan_out(max_parallel: int = FAN) -> set[str]:
+    """A fan-out of FAN calls that all run at once (a barrier holds each until
+    every one has started); the names of the threads they ran on."""
+    barrier = threading.Barrier(FAN, timeout=WAIT)
+
+    def meet(args):
+        barrier.wait()
+        return threading.current_thread().name
+
+    tool = Tool("meet", meet, concurrency_safe=lambda a: True)
+    with Scheduler(timeout=30, max_parallel=max_parallel) as s:
+        tickets = [s.submit(tool, {"i": i}) for i in range(FAN)]
+        names = {s.wait(t).unwrap() for t in tickets}
+    assert len(names) == FAN
+    return names
+
+
+def test_a_warm_fan_out_starts_no_tool_thread(monkeypatch):
+    idle = threading.Semaphore(0)
+    monkeypatch.setattr(shared(), "_went_idle", idle)
+    fan_out()  # warms the shared set: FAN threads at least
+    while shared().counts()[1] < FAN:  # until FAN of them are idle again (each wait is for one to go idle)
+        assert idle.acquire(timeout=WAIT)
+    before = tool_threads()
+    names = fan_out()
+    assert tool_threads() == before, "the run started no tool thread"
+    assert names <= {t.name for t in before}
+    assert all(TOOL_THREAD.fullmatch(name) for name in names)
+
+
+def test_a_warm_run_code_fan_out_starts_no_tool_thread(monkeypatch):
+    barrier = threading.Barrier(FAN, timeout=WAIT)
+
+    def meet(args):
+        barrier.wait()
+        return threading.current_thread().name
+
+    tool = Tool("meet", meet, concurrency_safe=lambda a: True)
+    program = f"return await Promise.all(Array.from({{ length: {FAN} }}, (_, i) => tools.meet({{ i }})));"
+
+    def run() -> set:
+        result = run_code(program, [tool], max_parallel=FAN, timeout=WAIT, description="test")
+        assert result.ok, result.error
+        return set(result.result)
+
+    idle = threading.Semaphore(0)
+    monkeypatch.setattr(shared(), "_went_idle", idle)
+    run()  # warms the shared set
+    while shared().counts()[1] < FAN:
+        assert idle.acquire(timeout=WAIT)
+    before = tool_threads()
+    names = run()
+    assert tool_threads() == before, "the run started no tool thread"
+    assert len(names) == FAN and names <= {t.name for t in before}
+
+
+def test_a_hung_tool_does_not_starve_other_runs(make_event):
+    hang = make_event()
+    hung: list = []
+
+    def stuck(args):
+        hung.append(threading.current_thread())
+        hang.wait(60)
+
+    safe = {"concurrency_safe": lambda a: True}
+    result = run_code(
+        "return await Promise.all([tools.stuck({}), tools.stuck({})]);",
+        [Tool("stuck", stuck, **safe)],
+        limits=Limits(timeout=0.5),
+        description="test",
+    )
+    assert result.error is not None and result.error.kind == "timeout"
+    assert len(hung) == 2 and all(t.is_alive() for t in hung), "both tools still hold their threads"
+    fan_out()  # 50 more at once, while they hang: the set grew past them
+    hang.set()
+    busy = retire_shared()
+    assert not [t for t in hung if t in busy], "the hung threads came free once their tools returned"
+
+
+def test_calls_committed_in_one_pass_are_all_published_when_the_oldest_is(make_event):
+    gates = [make_event() for _ in range(3)]
+    tool = Tool("gated", lambda a: gates[a["i"]].wait(WAIT) and a["i"], concurrency_safe=lambda a: True)
+    with Scheduler(timeout=30, max_parallel=3) as s:
+        tickets = [s.submit(tool, {"i": i}) for i in range(3)]
+        gates[2].set()
+        gates[1].set()
+        deadline = time.monotonic() + WAIT
+        while s.lane_state().settled != (1, 2):  # both finished, waiting for the oldest to commit
+            assert time.monotonic() < deadline, s.lane_state()
+        gates[0].set()
+        assert s.wait(tickets[0]).value == 0
+        # Published newest first, after one lock: the waiter on the oldest wakes to find the rest done.
+        assert tickets[1].done() and tickets[2].done()
+        assert [s.wait(t).value for t in tickets[1:]] == [1, 2]
+
+
+def test_each_call_runs_in_its_own_copy_of_the_submitting_threads_context():
+    var: contextvars.ContextVar[str] = contextvars.ContextVar("test_shell_var", default="unset")
+    seen: list = []
+
+    def look(args):
+        seen.append(var.get())
+        var.set("set by the tool")  # on a shared thread: must not reach the next call
+        return True
+
+    tool = Tool("look", look)
+    with Scheduler(timeout=30, max_parallel=1) as s:
+        token = var.set("the caller's")
+        try:
+            assert s.call(tool, {}).ok
+        finally:
+            var.reset(token)
+        assert s.call(tool, {}).ok
+        assert s.call(tool, {}).ok
+    assert seen == ["the caller's", "unset", "unset"]
+    assert var.get() == "unset"
+
+
 # -- observers ------------------------------------------------------------------------
 
 
@@ -104,7 +239,7 @@ def test_whatever_an_observer_raises_the_lane_goes_on(exc, caplog):
     finally:
         s.stop(timeout=WAIT)
     assert_exited([s._driver])
-    assert named(pool_prefix(s)) == [], "the private pool is still shut down"
+    assert not {o.value for o in outcomes} & {t.name for t in retire_shared()}, "no tool thread is left busy"
     assert sum("observer raised" in r.getMessage() for r in caplog.records) == 6  # start and commit, 3 calls
 
 
@@ -192,6 +327,32 @@ def test_a_wedged_lane_recovers_once_the_condemning_call_is_accepted(make_event)
 
 
 # -- the audit ------------------------------------------------------------------------
+
+
+def test_the_session_log_a_scheduler_makes_reads_as_events_in_append_order_every_time():
+    s = Scheduler(timeout=30)
+    try:
+        session = s.session_log()
+        assert isinstance(session, SessionLog)
+        assert s.call(Tool("a", lambda a: 1), {}).ok
+        session.append(Event("note", {"by": "the caller"}))  # as the gate appends its refusals
+        assert s.call(Tool("b", lambda a: 2), {}).ok
+        first = session.events
+        assert all(type(e) is Event for e in first)
+        assert [(e.type, e.data.get("name") or e.data.get("tool") or e.data.get("by")) for e in first] == [
+            ("tool_call", "a"),
+            ("tool_outcome", "a"),
+            ("note", "the caller"),
+            ("tool_call", "b"),
+            ("tool_outcome", "b"),
+        ]
+        assert [e.as_event() for e in s.audit_events()] == [e for e in first if e.type != "note"]
+        assert s.call(Tool("c", lambda a: 3), {}).ok
+        second = session.events
+        assert second[:5] == first and all(x is y for x, y in zip(first, second)), "the same Events, read again"
+        assert len(session) == 7 and [e.type for e in second[5:]] == ["tool_call", "tool_outcome"]
+    finally:
+        s.stop()
 
 
 def test_audit_records_are_immutable_for_every_reader():

@@ -34,6 +34,7 @@ import time
 import pytest
 
 from nous_sched import Limits, Tool, ToolError, WorkerPool, run_code
+from nous_sched._tool_threads import retire_shared
 
 # Imported up front: the quickjs package starts a process-lifetime worker thread on import,
 # which is not a leak and must be part of the thread baseline.
@@ -159,6 +160,9 @@ def _fds() -> int:
 
 
 def _join_new_threads(baseline: set[threading.Thread]) -> None:
+    # The shared tool threads stay warm between runs: retired, each exits
+    # unless a tool still runs on it (a leak, caught below).
+    retire_shared(0)  # joined just below
     for t in set(threading.enumerate()) - baseline:
         if t is not threading.current_thread():
             t.join(JOIN)

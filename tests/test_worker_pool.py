@@ -32,6 +32,7 @@ from nous_sched import (
     WorkerPool,
     run_code,
 )
+from nous_sched._tool_threads import retire_shared
 from nous_sched.runtime import oslimits
 
 pytestmark = pytest.mark.timeout(120)
@@ -500,6 +501,7 @@ def test_cancel_from_another_thread_kills_a_busy_worker_and_leaks_nothing(make_e
         assert result.logs == ("x",)
         assert ended - stamp[0] < 1.0
         assert wait_gone(pid), "the cancelled run's worker was discarded"
+        retire_shared(0)  # the shared tool threads stay warm: retired, each exits (joined below) unless busy
         for thread in sched_threads() - threads:
             thread.join(WAIT)
         assert sched_threads() <= threads
@@ -614,6 +616,8 @@ try:
 except KeyboardInterrupt:
     out["raised"] = "KeyboardInterrupt"
 out["seconds"] = time.monotonic() - sent[0]
+from nous_sched._tool_threads import retire_shared
+retire_shared(0)  # the shared tool threads stay warm for the next run: retired, each exits (joined below)
 for t in threading.enumerate():
     if t is not threading.main_thread():
         t.join(10)
