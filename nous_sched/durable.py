@@ -207,6 +207,10 @@ class _Settled:
     def __init__(self, outcome: Outcome) -> None:
         self.outcome = outcome
 
+    def done(self) -> bool:
+        """Always: a replayed answer is batched with the calls before it (runtime/engine.py, drive)."""
+        return True
+
     def wait(self, timeout: float) -> Outcome:
         return self.outcome
 

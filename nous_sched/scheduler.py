@@ -91,13 +91,17 @@ class Ticket:
     # released once, by _publish, after ``_outcome`` is written; a waiter
     # acquires it and releases it at once, so every waiter passes. That only
     # one release ever publishes is the scheduler's to ensure (_open, under its
-    # _lock: see Scheduler._deliver).
-    __slots__ = ("tool", "seq", "_outcome", "_gate")
+    # _lock: see Scheduler._deliver). ``_then``, when a runtime sets it, is
+    # called once by whichever thread publishes, just after the release (the
+    # worker runtime writes the settle frame from there, runtime/pool.py
+    # _Relay); it must neither block nor raise.
+    __slots__ = ("tool", "seq", "_outcome", "_gate", "_then")
 
     def __init__(self, tool: str) -> None:
         self.tool = tool
         self.seq: Optional[int] = None
         self._outcome: Optional[Outcome] = None
+        self._then: Optional[Callable[[], None]] = None
         gate = self._gate = threading.Lock()
         gate.acquire()
 
@@ -108,6 +112,9 @@ class Ticket:
     def _publish(self, outcome: Outcome) -> None:
         self._outcome = outcome
         self._gate.release()
+        then = self._then
+        if then is not None:
+            then()
 
     def _wait(self, timeout: float) -> Optional[Outcome]:
         """The outcome, or ``None`` after ``timeout`` seconds (-1: no limit)."""

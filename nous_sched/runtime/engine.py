@@ -12,19 +12,23 @@ imported), so a worker process loads it by file path without the
   output budgets (the bridge's ``configure``); then the program becomes the
   body of an ``async function`` (so top-level ``await`` and ``return`` work)
   and starts.
-  Each step (:meth:`Engine.start`, then one :meth:`Engine.settle` per call)
-  runs every pending job and answers with the *envelope*: the JSON text the
-  prelude drains (new calls, new log lines, the program's state).
+  Each step (:meth:`Engine.start`, then one settle per call) runs every
+  pending job and answers with the *envelope*: the JSON text the prelude
+  drains (new calls, new log lines, the program's state).
+  :meth:`Engine.settle_many` makes several settle steps in one call.
 * :func:`drive`, the host side. It checks each envelope (nothing from the
   sandbox is trusted), keeps the logs within their byte budget, hands new
-  calls to the :class:`Host`, and settles the *oldest* outstanding call next:
-  one call per step, oldest first, is what makes a program observe one
-  deterministic order. A run ends when the program has settled *and* every
-  call it started has committed.
+  calls to the :class:`Host`, and settles the *oldest* outstanding call next,
+  with every call committed in order behind it: one call per step, oldest
+  first, is what makes a program observe one deterministic order, and a
+  batch is only those steps made back to back. A run ends when the program
+  has settled *and* every call it started has committed.
 
 In-process, :func:`drive` calls an :class:`Engine` directly. With worker
 processes the :class:`Engine` runs in the worker and :func:`drive` in the host,
-each step one round trip over a pipe; the envelope text crosses unchanged.
+each batch of steps one round trip over a pipe (its frame written by the
+thread that committed the oldest call, when it can); the envelope text
+crosses unchanged.
 
 Nothing crosses between Python and the engine but strings: the binding
 truncates ints to 32 bits and strings at NUL, so every value travels as JSON
@@ -119,15 +123,26 @@ class Stopped(Exception):
 
     ``envelope`` is the last envelope the engine could still drain (so the
     logs it held are kept), or ``None``. ``memory`` is true when the memory
-    limit stopped it (a worker that hit it is retired).
+    limit stopped it (a worker that hit it is retired). ``steps``: when it
+    stopped part way through a batch of settles, the envelopes of the
+    settles before it, in order (their logs are kept too).
     """
 
-    def __init__(self, kind: str, message: str, *, envelope: Optional[str] = None, memory: bool = False) -> None:
+    def __init__(
+        self,
+        kind: str,
+        message: str,
+        *,
+        envelope: Optional[str] = None,
+        memory: bool = False,
+        steps: Sequence[str] = (),
+    ) -> None:
         super().__init__(kind, message)
         self.kind = kind
         self.message = message
         self.envelope = envelope
         self.memory = memory
+        self.steps = steps
 
 
 class _Syntax(Exception):
@@ -231,15 +246,34 @@ class Engine:
     def settle(self, call_id: int, ok: bool, payload: str) -> str:
         """Settle call ``call_id`` with ``payload`` (JSON text: the value, or the
         ``{tool, message}`` error), run what that wakes; the envelope."""
-        self._arm()
+        return self.settle_many(((call_id, None, None, ok, payload),))[0]
+
+    def settle_many(self, batch: Sequence[Sequence[Any]]) -> list[str]:
+        """Settle each call of ``batch`` in order, each item ``(call_id, _, _,
+        ok, payload)`` (a :func:`drive` batch), and after each run every job
+        it wakes, then drain: exactly the steps that many :meth:`settle`
+        calls would make, so what the program observes does not depend on
+        how the settles were batched. The envelope of each, in order. A stop
+        part way raises :class:`Stopped` with the envelopes before it as its
+        ``steps``."""
+        self._arm()  # the binding's CPU slice starts afresh at each call into the engine
         bridge = self.bridge
+        deadline = self.deadline
+        texts: list[str] = []
         try:
-            bridge("settle", call_id, ok, payload)
-        except _quickjs.JSException as exc:
-            self._stopped(bridge, exc)
-        # The limit armed above covers the pump that follows.
-        self._pump(armed=True)
-        return self._drain()
+            for item in batch:
+                if texts and time.monotonic() > deadline:
+                    raise self._killed("timeout", timeout_message(self.limits.timeout, "running JavaScript"))
+                try:
+                    bridge("settle", item[0], item[3], item[4])
+                except _quickjs.JSException as exc:
+                    self._stopped(bridge, exc)
+                self._pump(armed=True)
+                texts.append(self._drain())
+        except Stopped as stop:
+            stop.steps = texts
+            raise
+        return texts
 
     def close(self) -> None:
         """Free the context. Drop the handles before the context: a context is
@@ -359,6 +393,16 @@ class Finish:
         self.error = error
 
 
+#: A batch of settles (:func:`drive`) takes at most this many calls, and no
+#: more once its payloads reach this many characters (the first is always
+#: taken, however large): a batch's frame stays small, its answers prompt.
+BATCH_CALLS = 256
+BATCH_BYTES = 32 * 1024
+#: The envelope of a step that changed nothing the host sees: no calls, no
+#: logs, nothing dropped, no result. Most steps of a Promise.all are this.
+QUIET = '{"calls":[],"logs":[],"dropped":0,"main":null}'
+
+
 def drive(
     engine: Any,
     host: Host,
@@ -373,48 +417,177 @@ def drive(
     ``is_set()``, e.g. a :class:`threading.Event`) ends the run with a
     ``cancelled`` error at the next step or while waiting for a call.
 
+    **Settles go in batches.** The oldest outstanding call is settled first;
+    once it has committed, every call committed in order behind it (the
+    committed prefix, up to :data:`BATCH_CALLS`) goes with it, in one
+    ``settle_many`` (one frame to a worker). The engine settles them one at
+    a time, running the jobs each wakes before the next, and answers with an
+    envelope per settle, which this loop reads in order as separate steps:
+    what the program observes, and what the host sees, is the same however
+    many were batched. A call joins a batch behind the oldest only if its
+    pending call has ``done()``, which promises that ``done()`` and, once
+    true, ``wait(0.0)`` may be called from any thread and do nothing else
+    (a :class:`~nous_sched.Ticket`, an outcome known at once). An engine
+    with a ``relay`` (the worker runtime's) lets the thread that commits the
+    oldest call send its batch itself; this thread then only reads the
+    answers (see :class:`nous_sched.runtime.pool._Relay`).
+
     Two optional host hooks watch the run as it goes, on this thread:
     ``host.on_logs(lines)`` gets the log lines each step kept, as the step
     ends (the lines the run's logs hold, budget markers included; not the
     notes the host adds when the run ends), and ``host.on_settled(pending, outcome, payload)``
-    gets each call's outcome and its JSON text just before the program
-    receives it.
+    gets each call's outcome and its JSON text, in order, just before the
+    host reads the step that answer began (the program has it by then).
     """
     book = _LogBook(limits.max_log_bytes, limits.max_log_lines)
     on_logs = getattr(host, "on_logs", None)
     try:
         return _drive(engine, host, limits, deadline, cancel, book, on_logs)
     except Stopped as stop:
+        for text in stop.steps:
+            _keep_salvaged(text, book, on_logs)
         if stop.envelope is not None:
-            salvaged = _checked(stop.envelope)
-            if salvaged is not None:
-                _keep_logs(salvaged, book, on_logs)
+            _keep_salvaged(stop.envelope, book, on_logs)
         return Finish(book.lines(), error=(stop.kind, stop.message))
+
+
+def _keep_salvaged(text: str, book: "_LogBook", on_logs: Any) -> None:
+    salvaged = _checked(text)
+    if salvaged is not None:
+        _keep_logs(salvaged, book, on_logs)
 
 
 def _drive(engine: Any, host: Any, limits: Any, deadline: float, cancel: Any, book: "_LogBook", on_logs: Any) -> Finish:
     # (call id, pending call), oldest first: ids grow, so the left end is the oldest.
     outstanding: collections.deque[tuple[int, Any]] = collections.deque()
-    submit = _submitter(host, outstanding, deadline)
-    on_settled = getattr(host, "on_settled", None)
-    state = None
-    text = engine.start()
+    steps = _Steps(host, limits, book, on_logs, _submitter(host, outstanding, deadline))
+    take = _taker(outstanding, getattr(engine, "max_payload", None))
+    settle = _settler(engine)
+    relay = getattr(engine, "relay", None)
+    batch: Sequence[Any] = ()
+    texts: Sequence[str] = (engine.start(),)
     while True:
-        envelope = _step_envelope(text, book, on_logs, host)
-        unstarted = submit(envelope["calls"])
-        if state is None:
-            state = envelope["main"]
-        if unstarted:
-            _past_deadline(state, unstarted, book, limits)
+        steps.read(texts, batch)
         if cancel is not None and cancel.is_set():
             raise Stopped("cancelled", CANCELLED)
         if not outstanding:
-            return _settled_program(state, book, limits)
-        call_id, pending = outstanding.popleft()
-        outcome = _wait(pending, deadline, cancel)
-        if outcome is None:
-            return _at_deadline(state, book, limits, len(outstanding) + 1)
-        text = _settle(engine, call_id, pending, outcome, on_settled)
+            return _settled_program(steps.state, book, limits)
+        batch = take(None)
+        relayed = False
+        if not batch:
+            head = outstanding[0][1]
+            if relay is not None and relay.hookable(head):
+                # The thread that commits it sends the batch; this one waits for the answers.
+                batch = relay.settled(take, head)
+                relayed = True
+            else:
+                outcome = _wait(head, deadline, cancel)
+                batch = take(outcome) if outcome is not None else []
+            if not batch:
+                return _at_deadline(steps.state, book, limits, len(outstanding))
+        try:
+            texts = engine.answers(batch) if relayed else settle(batch)
+        except Stopped as stop:
+            steps.answered(batch[: len(stop.steps) + 1])  # (the one it stopped in too, as a lone settle's)
+            raise
+
+
+class _Steps:
+    """The host's side of each step, in order: the answer it began with
+    (``host.on_settled``), then its envelope: logs kept, new calls handed to
+    the host, the program's result noted (``state``) from the first envelope
+    that carries it."""
+
+    __slots__ = ("host", "limits", "book", "on_logs", "submit", "on_settled", "state")
+
+    def __init__(self, host: Any, limits: Any, book: "_LogBook", on_logs: Any, submit: Any) -> None:
+        self.host = host
+        self.limits = limits
+        self.book = book
+        self.on_logs = on_logs
+        self.submit = submit
+        self.on_settled = getattr(host, "on_settled", None)
+        self.state: Any = None
+
+    def read(self, texts: Sequence[str], batch: Sequence[Any]) -> None:
+        """``texts``, the envelopes answering ``batch`` (or the first, ``batch`` empty)."""
+        on_settled = self.on_settled if batch else None
+        for i, text in enumerate(texts):
+            if on_settled is not None:
+                item = batch[i]
+                on_settled(item[1], item[2], item[4])
+            if text == QUIET:
+                continue
+            envelope = _step_envelope(text, self.book, self.on_logs, self.host)
+            unstarted = self.submit(envelope["calls"])
+            if self.state is None:
+                self.state = envelope["main"]
+            if unstarted:
+                _past_deadline(self.state, unstarted, self.book, self.limits)
+
+    def answered(self, batch: Sequence[Any]) -> None:
+        """The program received ``batch``'s answers, but the run stopped before its steps were read."""
+        if self.on_settled is not None:
+            for item in batch:
+                self.on_settled(item[1], item[2], item[4])
+
+
+def _taker(outstanding: "collections.deque[tuple[int, Any]]", max_payload: Optional[int]) -> Callable[[Any], list[Any]]:
+    """``take(first)``: pop the committed prefix of ``outstanding`` as a batch
+    of ``(call_id, pending, outcome, ok, payload)`` items, ``payload`` the
+    outcome's JSON text; ``first`` is the oldest call's outcome when the
+    caller has waited for it (else it is taken only if ``done()``). A payload
+    over ``max_payload`` characters only ever goes first (the engine refuses
+    it, and that must not cost the calls before it their answers). Any
+    thread may call it while the loop that owns ``outstanding`` waits."""
+    popleft = outstanding.popleft
+    payload_of = _payload
+
+    def take(first: Any) -> list[Any]:
+        batch: list[Any] = []
+        size = 0
+        while outstanding:
+            call_id, pending = outstanding[0]
+            if first is not None:
+                outcome, first = first, None
+            else:
+                done = getattr(pending, "done", None)
+                if done is None or not done():
+                    break
+                outcome = pending.wait(0.0)
+                if outcome is None:
+                    break
+            ok, payload = payload_of(outcome)
+            if batch and max_payload is not None and len(payload) > max_payload:
+                break
+            popleft()
+            batch.append((call_id, pending, outcome, ok, payload))
+            size += len(payload)
+            if size >= BATCH_BYTES or len(batch) >= BATCH_CALLS:
+                break
+        return batch
+
+    return take
+
+
+def _settler(engine: Any) -> Callable[[Sequence[Any]], Sequence[str]]:
+    """The engine's ``settle_many``, or one built of its ``settle`` steps."""
+    many = getattr(engine, "settle_many", None)
+    if many is not None:
+        return many  # type: ignore[no-any-return]
+    one = engine.settle
+
+    def settle_each(batch: Sequence[Any]) -> list[str]:
+        texts: list[str] = []
+        try:
+            for item in batch:
+                texts.append(one(item[0], item[3], item[4]))
+        except Stopped as stop:
+            stop.steps = texts
+            raise
+        return texts
+
+    return settle_each
 
 
 def _step_envelope(text: Any, book: "_LogBook", on_logs: Any, host: Any) -> dict[str, Any]:
@@ -505,13 +678,6 @@ def _at_deadline(state: Any, book: "_LogBook", limits: Any, abandoned: int) -> F
     raise Stopped("timeout", timeout_message(limits.timeout, "waiting for a tool call"))
 
 
-def _settle(engine: Any, call_id: int, pending: Any, outcome: Any, on_settled: Any) -> str:
-    ok, payload = _payload(outcome)
-    if on_settled is not None:
-        on_settled(pending, outcome, payload)
-    return engine.settle(call_id, ok, payload)  # type: ignore[no-any-return]
-
-
 def _past_deadline(state: Any, unstarted: int, book: "_LogBook", limits: Any) -> None:
     """A step's calls met the deadline: the run ends, with the program's
     result if it has one already."""
@@ -534,6 +700,9 @@ class _Unanswered:
     """The answer of a host that takes no questions (it has no ``discover``)."""
 
     ok = False
+
+    def done(self) -> bool:
+        return True
 
     def wait(self, timeout: float) -> "_Unanswered":
         return self

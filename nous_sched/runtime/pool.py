@@ -19,8 +19,12 @@ The JavaScript runs in the worker; everything else stays in the host, on
 the calling thread: :func:`~nous_sched.runtime.engine.drive` checks every
 envelope the worker sends, keeps the logs within budget, hands calls to the
 :class:`~nous_sched.runtime.Host` (scheduler, tools, approval, audit) and
-sends back the oldest call's outcome. One step is one pipe round trip, and
-no timer wakes anything. ``run_code`` starts the program in its worker
+sends back the outcomes, oldest first, every committed one in one frame.
+When the calling thread has nothing to send it waits on the worker's pipe,
+and the thread that commits the oldest call (the scheduler's driver) writes
+the settle frame itself (:class:`_Relay`): one batch of steps is one pipe
+round trip, with no hop through the calling thread, and no timer wakes
+anything. ``run_code`` starts the program in its worker
 (:meth:`WorkerPool.begin`) before it builds the run's scheduler, so the
 worker compiles it and runs it to its first call meanwhile.
 
@@ -57,6 +61,7 @@ from .. import _validators as v
 from .._validators import require
 from ..errors import RunCodeError
 from ..result import RunError
+from ..scheduler import Ticket
 from . import Host, Limits, RuntimeOutcome, worker
 from .engine import CANCEL_POLL, CANCELLED, Finish, Stopped, clip, drive, memory_message, timeout_message
 from .poolcore import FRESH, WAIT, Closed, PoolCore
@@ -732,8 +737,10 @@ class Begun:
         except BaseException:
             # KeyboardInterrupt (or a host bug): the worker may be mid-step. Kill
             # it, replace it later, and let the exception go on at once.
+            remote.relay.close()
             self._pool._release(remote.wid, self._domain, False)
             raise
+        remote.relay.close()  # before the worker goes back: no settle is written after this
         # After any abort (memory, stack, a tampered bridge) the worker is retired.
         reusable = remote.reusable and (finish.error is None or finish.error[0] not in ("abort", "cancelled"))
         self._pool._release(remote.wid, self._domain, reusable)
@@ -759,6 +766,182 @@ def max_frame(limits: Limits) -> int:
     engine's heap could hold as UTF-8 (twice its size), plus 1 MiB of envelope."""
     crossing = 6 * (limits.max_log_bytes + limits.max_output_bytes + limits.max_calls * limits.max_args_bytes)
     return min(crossing, 2 * limits.memory_bytes) + _MIB
+
+
+def settle_frame(batch: Sequence[Sequence[Any]]) -> bytes:
+    """The ``S`` frame settling ``batch``: per call ``b"<id> <1|0> <bytes> "``,
+    then its payload's bytes (see :mod:`.worker`)."""
+    parts: list[bytes] = []
+    for item in batch:
+        data = item[4].encode("utf-8", "surrogatepass")
+        parts += (b"%d %d %d " % (item[0], item[3], len(data)), data)
+    return worker.frame(worker.SETTLE, *parts)
+
+
+class _Relay:
+    """A run's settles sent by the thread that commits the call: no hop
+    through the thread that drives the run.
+
+    :func:`~nous_sched.runtime.engine.drive`, with nothing committed to
+    settle, calls :meth:`settled` with the oldest outstanding call, a
+    :class:`~nous_sched.Ticket`: it arms the ticket's hook, ``_then``, and
+    waits on the worker's pipe. Whichever thread publishes that ticket (the
+    scheduler's driver as it commits; ``stop()`` releasing it) calls
+    :meth:`kick`, which takes the committed prefix as it stands (the calls
+    that commit while the worker works go in the next batch, which the
+    driving thread sends as soon as it has read the answers), encodes it and
+    writes the frame to the worker's pipe, then returns: the worker wakes,
+    settles, answers, and the driving thread wakes once, to read the answers.
+
+    **The committing thread never waits on the worker.** The write is
+    non-blocking, into a pipe that is empty (one frame is in flight at a
+    time, and the worker reads a frame whole before it answers), so any
+    frame the pipe can hold goes in one write whatever the worker is doing,
+    stuck or stopped. Whatever it cannot finish (a frame larger than the
+    pipe's buffer, a payload the worker must not get, an error), it hands to
+    the driving thread: :attr:`handoff`, and a byte on the wake pipe; that
+    thread sends the rest with the deadline and kill as any step's
+    (:meth:`_Remote.answers`). It never raises into the driver.
+
+    ``lock`` guards :attr:`state`, the batch, the hand-off fields and the
+    writes. Only :data:`ARMED` lets a kick act: the driving thread sets it
+    under the lock and takes it back (deadline, cancel, the worker's end of
+    file) under the lock, so a frame is written exactly when the driving
+    thread is waiting for its answer, never after the run has moved on.
+    """
+
+    ARMED = "armed"  # the worker is idle; the head's commit sends the next batch
+    SENT = "sent"  # a kick took a batch (written, or handed off)
+    IDLE = "idle"  # the driving thread's own: kicks do nothing
+
+    def __init__(self, remote: "_Remote") -> None:
+        self.remote = remote
+        self.lock = threading.Lock()
+        self.state = self.IDLE
+        self.take: Any = None
+        self.batch: list[Any] = []
+        self.handoff = False  # the driving thread must finish the send
+        self.unsent: Optional[memoryview] = None  # what the write left, or None: the whole frame
+        self.error: Optional[BaseException] = None  # what the kick raised, for the driving thread
+        self.wake = (-1, -1)
+
+    @staticmethod
+    def hookable(pending: Any) -> bool:
+        """Whether the thread that commits ``pending`` can send its settle."""
+        return type(pending) is Ticket
+
+    def settled(self, take: Any, head: Ticket) -> list[Any]:
+        """Wait for ``head`` to commit and its batch to be sent; the batch
+        (``[]``: the deadline came first, nothing sent). :class:`Stopped` on
+        cancel or the worker's end before anything was sent."""
+        remote = self.remote
+        if self.wake[0] < 0:
+            r, w = os.pipe()
+            os.set_blocking(r, False)
+            os.set_blocking(w, False)
+            self.wake = (r, w)
+        self.take = take
+        with self.lock:
+            self.state = self.ARMED
+        head._then = self.kick
+        try:
+            if head.done():  # published before the hook was set: no one else will kick
+                self.kick()
+            while True:
+                try:
+                    spoke = remote.worker.wait_readable(remote.deadline, remote.cancel, self.wake[0])
+                except Expired:
+                    if self._disarm():
+                        return []
+                    return self._taken()
+                except Stopped:  # cancelled
+                    if self._disarm():
+                        raise
+                    return self._taken()  # the answers' own wait sees the cancel
+                if self.state is self.SENT:
+                    return self._taken()
+                if spoke and self._disarm():
+                    # Answering nothing: its end of file, or a broken protocol.
+                    remote._answer()
+                    remote._broken()
+        finally:
+            head._then = None
+            with self.lock:
+                self.state = self.IDLE
+
+    def _disarm(self) -> bool:
+        """Take the worker back from the kicks; whether no batch was taken."""
+        with self.lock:
+            if self.state is self.ARMED:
+                self.state = self.IDLE
+                return True
+            return False
+
+    def _taken(self) -> list[Any]:
+        """The batch a kick took; what it raised, raised here."""
+        with self.lock:
+            batch, self.batch = self.batch, []
+            error, self.error = self.error, None
+            self.state = self.IDLE
+        if error is not None:
+            self.handoff = False
+            raise error
+        return batch
+
+    def kick(self) -> None:
+        """The head has committed (on the thread that published it): send the
+        batch, or hand it to the driving thread. Never blocks, never raises."""
+        try:
+            with self.lock:
+                if self.state is not self.ARMED:
+                    return
+                batch = self.take(None)
+                if not batch:
+                    return
+                self.batch = batch
+                self.state = self.SENT
+                if self._write(batch):
+                    return
+                self.handoff = True
+                self._wake()
+        except BaseException as exc:  # (a payload the encoder refuses, MemoryError): the run's to raise
+            with self.lock:
+                self.error = exc
+                self.handoff = True
+                self.state = self.SENT
+                self._wake()
+
+    def _write(self, batch: list[Any]) -> bool:
+        """Write ``batch``'s frame, or what the pipe takes of it (the rest in
+        :attr:`unsent`); whether there is nothing left to do. Under ``lock``."""
+        remote = self.remote
+        if len(batch[0][4]) > remote.limits.memory_bytes:
+            return False  # the driving thread refuses it (_Remote._check)
+        data = settle_frame(batch)
+        try:
+            n = remote.worker.offer(data)
+        except OSError:  # the worker is gone: its end of file tells the driving thread
+            return True
+        if n == len(data):
+            return True
+        self.unsent = memoryview(data)[n:]
+        return False
+
+    def _wake(self) -> None:
+        # Under ``lock``, which close() takes before it closes the pipe: never a stale descriptor.
+        try:
+            os.write(self.wake[1], b"!")
+        except OSError:  # full (it is awake already) or closed
+            pass
+
+    def close(self) -> None:
+        """The run is over: no kick acts again; the wake pipe is closed."""
+        with self.lock:
+            self.state = self.IDLE
+            wake, self.wake = self.wake, (-1, -1)
+        for fd in wake:
+            if fd >= 0:
+                os.close(fd)
 
 
 class _Remote:
@@ -787,6 +970,7 @@ class _Remote:
         self.reusable = True
         self.unsent = False  # the run frame could not be sent by the kill deadline
         self.max_frame = max_frame(limits)
+        self.relay = _Relay(self)
 
     def send_run(self) -> None:
         """Send the run frame. :class:`_NotStarted` if the worker is gone."""
@@ -824,22 +1008,65 @@ class _Remote:
         return self._answer()
 
     def settle(self, call_id: int, ok: bool, payload: str) -> str:
-        if len(payload) > self.limits.memory_bytes:
+        """One settle step: :meth:`settle_many` of one call."""
+        return self.settle_many(((call_id, None, None, ok, payload),))[0]
+
+    def settle_many(self, batch: Sequence[Sequence[Any]]) -> list[str]:
+        """Send ``batch`` (:func:`~nous_sched.runtime.engine.drive`'s items) in
+        one settle frame; the worker's envelope for each, in order."""
+        self._check(batch)
+        try:
+            self.worker.send(settle_frame(batch), self.until)
+        except BrokenPipeError:
+            self._died()
+        except Expired:
+            self._expired()
+        return self._answers(batch, self._spin())
+
+    def answers(self, batch: Sequence[Sequence[Any]]) -> list[str]:
+        """The envelopes answering ``batch``, which :attr:`relay` handed over:
+        sent by the thread that committed it, or (a frame larger than the
+        pipe holds, or a payload the worker must not get) finished here."""
+        relay = self.relay
+        if relay.handoff:
+            relay.handoff = False
+            rest, relay.unsent = relay.unsent, None
+            self._check(batch)
+            try:
+                self.worker.send(settle_frame(batch) if rest is None else rest, self.until)
+            except BrokenPipeError:
+                self._died()
+            except Expired:
+                self._expired()
+        return self._answers(batch, 0.0, ready=True)
+
+    def _check(self, batch: Sequence[Sequence[Any]]) -> None:
+        # (drive's batches put a payload this large first, alone.)
+        if len(batch[0][4]) > self.limits.memory_bytes:
             # It cannot fit in the program's memory (in-process, parsing it
             # fails the same way): never send it.
             raise Stopped("abort", memory_message(self.limits.memory_bytes))
-        data = worker.frame(worker.SETTLE, b"%d %d " % (call_id, ok), payload.encode("utf-8", "surrogatepass"))
-        try:
-            self.worker.send(data, self.until)
-        except BrokenPipeError:
-            return self._died()
-        except Expired:
-            return self._expired()
-        return self._answer()
 
-    def _answer(self) -> str:
+    @property
+    def max_payload(self) -> int:
+        """The largest payload the worker may be sent (:meth:`_check`)."""
+        return self.limits.memory_bytes
+
+    def _answers(self, batch: Sequence[Sequence[Any]], spin: float, ready: bool = False) -> list[str]:
+        """One answer per call of ``batch``: the worker writes them at once."""
+        texts: list[str] = []
         try:
-            op, body = self._step()
+            for _ in batch:
+                texts.append(self._answer(len(batch) - len(texts), spin, ready))
+                spin = 0.0  # the rest came with the first
+        except Stopped as stop:
+            stop.steps = [*texts, *stop.steps]
+            raise
+        return texts
+
+    def _answer(self, expected: int = 1, spin: float = 0.0, ready: bool = False) -> str:
+        try:
+            op, body = self._step(expected, spin, ready)
         except Expired:
             return self._expired()
         except Died:
@@ -855,23 +1082,27 @@ class _Remote:
             raise self._stopped(body)
         return self._broken()
 
-    def _step(self) -> tuple[bytes, bytes]:
+    def _step(self, expected: int = 1, spin: float = 0.0, ready: bool = False) -> tuple[bytes, bytes]:
         """The worker's answer; at the deadline, or on cancel, after a soft stop."""
         try:
-            return self._receive()
+            return self._receive(spin, ready)
         except Expired:
             # The deadline passed mid-step: the worker's engine stops now,
             # keeping its logs; the kill comes only if it has not by the grace.
             return self._stop_softly(self.until, signal.SIGUSR1, self.cancel)
         except Stopped:
-            return self._cancel_softly()
+            return self._cancel_softly(expected)
 
-    def _receive(self) -> tuple[bytes, bytes]:
-        pool, w = self.pool, self.worker
-        spin = pool._wake.spin(len(pool._core.slots) - len(pool._core.idle))
-        answer = w.receive(self.deadline, self.cancel, self.max_frame, spin)
+    def _spin(self) -> float:
+        """How long to look for the next answer busily (see :mod:`.wake`)."""
+        pool = self.pool
+        return pool._wake.spin(len(pool._core.slots) - len(pool._core.idle))
+
+    def _receive(self, spin: float, ready: bool = False) -> tuple[bytes, bytes]:
+        w = self.worker
+        answer = w.receive(self.deadline, self.cancel, self.max_frame, spin, ready)
         if spin:
-            pool._wake.answered(w.missed)
+            self.pool._wake.answered(w.missed)
             w.missed = False
         return answer
 
@@ -903,21 +1134,27 @@ class _Remote:
                 if time.monotonic() >= until:
                     raise
 
-    def _cancel_softly(self) -> tuple[bytes, bytes]:
+    def _cancel_softly(self, expected: int = 1) -> NoReturn:
         """Cancelled mid-step: stop the engine (``SIGUSR2``) and keep the logs of
-        the step it was in; kill the worker if it has not stopped within the grace."""
+        the steps it was in (``expected`` answers, a batch's); kill the worker
+        if it has not stopped within the grace."""
         self.reusable = False
+        until = time.monotonic() + self.pool.kill_grace
+        steps: list[str] = []
+        envelope = None
         try:
-            op, body = self._stop_softly(time.monotonic() + self.pool.kill_grace, signal.SIGUSR2, None)
+            while len(steps) < expected:
+                op, body = self._stop_softly(until, signal.SIGUSR2, None)
+                if op == worker.ENVELOPE:
+                    steps.append(body.decode("utf-8", "surrogatepass"))
+                    continue
+                if op == worker.STOPPED:
+                    envelope = body.partition(b"\n")[2].decode("utf-8", "surrogatepass") or None
+                break
         except (Expired, Died, Garbled):
             self._kill()
-            raise Stopped("cancelled", CANCELLED) from None
-        envelope = None
-        if op == worker.ENVELOPE:
-            envelope = body.decode("utf-8", "surrogatepass")
-        elif op == worker.STOPPED:
-            envelope = body.partition(b"\n")[2].decode("utf-8", "surrogatepass") or None
-        raise Stopped("cancelled", CANCELLED, envelope=envelope)
+            raise Stopped("cancelled", CANCELLED, steps=steps) from None
+        raise Stopped("cancelled", CANCELLED, envelope=envelope, steps=steps)
 
     def _kill(self) -> None:
         self.reusable = False

@@ -279,6 +279,9 @@ class Worker:
     """One worker process and its pipes. One run at a time uses it; the pool's
     lock guards the hand-over between runs."""
 
+    #: :meth:`wait_readable`'s poll of the answers' pipe and a wake pipe: ((fds), poll).
+    _both_poll: Optional[tuple[tuple[int, int], Any]] = None
+
     def __init__(
         self,
         name: str,
@@ -391,7 +394,7 @@ class Worker:
         self.prepared = hello.get("prepared") is True
         self.ready = True
 
-    def send(self, data: bytes, until: float) -> None:
+    def send(self, data: "bytes | memoryview", until: float) -> None:
         """Write one frame; :class:`Expired` if the pipe stays full past ``until``."""
         view = memoryview(data)
         while view:
@@ -405,15 +408,72 @@ class Worker:
                 if time.monotonic() >= until:
                     raise Expired
 
-    def receive(self, until: float, cancel: Any, max_frame: int, spin: float = 0.0) -> tuple[bytes, bytes]:
+    def offer(self, data: bytes) -> int:
+        """Write what the pipe takes of ``data`` now, without waiting; how many
+        bytes that was (a frame the pipe's free buffer holds goes whole).
+        ``OSError`` (``BrokenPipeError``: the worker is gone) as ``os.write``."""
+        try:
+            return os.write(self.fd_in, data)
+        except BlockingIOError:
+            return 0
+
+    def wait_readable(self, until: float, cancel: Any, wake: int) -> bool:
+        """Wait until the worker has written (true) or ``wake`` is readable
+        (false; what it held is read); :class:`Expired` past ``until``,
+        :class:`Stopped` once ``cancel`` is set, as :meth:`receive`."""
+        if self.buf:
+            return True
+        key = (self.fd_out, wake)
+        both = self._both_poll
+        if both is None or both[0] != key:
+            poll = select.poll()
+            poll.register(self.fd_out, select.POLLIN)
+            poll.register(wake, select.POLLIN)
+            both = self._both_poll = (key, poll)
+        poll = both[1]
+        while True:
+            timeout = until - time.monotonic()
+            if timeout <= 0:
+                raise Expired
+            if cancel is not None:
+                if cancel.is_set():
+                    raise Stopped("cancelled", CANCELLED)
+                timeout = min(timeout, CANCEL_POLL)
+            ready = poll.poll(ms(timeout))
+            if not ready:
+                continue
+            woken = False
+            for fd, _ in ready:
+                if fd != wake:
+                    return True
+                woken = True
+            if woken:
+                try:
+                    os.read(wake, 64)
+                except BlockingIOError:
+                    pass
+                return False
+
+    def receive(
+        self, until: float, cancel: Any, max_frame: int, spin: float = 0.0, ready: bool = False
+    ) -> tuple[bytes, bytes]:
         """One frame; :class:`Expired` past ``until``, :class:`Died` at end of
         file, :class:`Garbled` for a frame over ``max_frame`` bytes, and
         :class:`Stopped` (``cancelled``) once ``cancel`` is set. ``spin``: seconds
-        to look for the frame before sleeping (see ``_Remote._spin``). A large
-        frame is read straight into one buffer of its size: the host holds one
-        copy of it while reading."""
+        to look for the frame before sleeping (see ``_Remote._spin``);
+        ``ready``: the caller knows the worker has written (read before any
+        poll). A large frame is read straight into one buffer of its size: the
+        host holds one copy of it while reading."""
         if not self.buf:
             data = self._spin(spin) if spin else None
+            if data is None and ready:
+                try:
+                    data = os.read(self.fd_out, 65536)
+                except BlockingIOError:
+                    pass
+                else:
+                    if not data:
+                        raise Died
             if data is None:
                 data = self._read_some(until, cancel, 65536)
             if len(data) >= 5 and worker.HEADER.unpack_from(data)[0] == len(data) - 4:

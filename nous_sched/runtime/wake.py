@@ -3,8 +3,11 @@
 A worker's step after a settle takes tens of microseconds. Sleeping for it
 costs a wake-up when it answers, and on an idle machine (a virtual CPU
 halted, to be woken by the hypervisor) that wake-up alone costs as much as
-the step; every call pays it. So the driving thread looks for the answer
-for up to :data:`SPIN` first, but only while its pool runs fewer programs
+the step; every call pays it. So after a settle frame it sent itself, the
+driving thread looks for the answer for up to :data:`SPIN` first (a frame
+the scheduler's driver sent as it committed the call, ``pool._Relay``,
+wakes it with the answer: it was asleep already, so a look would only
+spend a CPU the tools need), but only while its pool runs fewer programs
 than there are CPUs and the machine is otherwise idle (the load average says
 so), so the worker has a CPU of its own meanwhile; on a busy machine no CPU
 halts and wake-ups are cheap, and a spin would take the worker's CPU. Not

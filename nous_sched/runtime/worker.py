@@ -36,20 +36,25 @@ Host to worker:
 * ``R`` run: ``{"program", "names", "limits": [LIMIT_FIELDS...],
   "remaining": seconds, "memory_cap": bytes or 0}``; closes any previous
   run. A first run's ``memory_cap`` sets ``RLIMIT_DATA`` for good.
-* ``S`` settle: ``b"<call id> <1|0> "`` then the payload's JSON text (the
-  value, or the ``{tool, message}`` error).
+* ``S`` settle: one or more calls, oldest first, each ``b"<call id> <1|0>
+  <n> "`` then the ``n`` bytes of its payload's JSON text (the value, or the
+  ``{tool, message}`` error). The worker settles them one at a time, running
+  the jobs each wakes before the next (exactly as that many frames of one
+  call would), and answers each.
 * ``D`` done: free the run's context. No answer. The worker then frees it and
   prepares the next run's context as ``SCHED_BATCH``, after yielding, so this
   work never preempts the host (see :func:`_between_runs`).
 
-Worker to host (exactly one answer to each ``R`` and ``S``):
+Worker to host (exactly one answer to each ``R`` and to each call an ``S``
+settles, a batch's answers in one write):
 
 * ``H`` hello, once, when the worker is ready: bounded, and the first run's
   context prepared: ``{"pid", "os_bounds", "prepared"}`` (``prepared``: false
   if that failed; the run then makes its own).
 * ``E`` envelope: the prelude's envelope text, unchanged.
 * ``X`` stopped: ``{"kind", "message", "memory"}``, a newline, then the
-  salvaged envelope text (possibly empty). The run's context is gone.
+  salvaged envelope text (possibly empty). The run's context is gone; the
+  calls of its batch after the one it stopped in get no answer.
 * ``F`` fatal: a message (the worker could not start); then it exits.
 """
 
@@ -367,16 +372,29 @@ class _Server:
         # worker has prepared its first before it said hello.
         self.spare = prepared if prepared is not None else _prepare(engine)
 
-    def settle(self, body: bytes) -> str:
-        first = body.index(b" ")
-        second = body.index(b" ", first + 1)
-        call_id = int(body[:first])
-        ok = body[first + 1 : second] == b"1"
-        payload = str(memoryview(body)[second + 1 :], "utf-8", "surrogatepass")
-        del body  # one copy of a big payload at a time
-        return str(self.current.settle(call_id, ok, payload))
+    def settle(self, body: bytes) -> bytes:
+        """Settle every call the frame carries, in order, each a step of its
+        own (the engine's ``settle_many``); an ``E`` frame for each, joined."""
+        items = []
+        view = memoryview(body)
+        at, end = 0, len(body)
+        index = body.index
+        while at < end:
+            first = index(b" ", at)
+            second = index(b" ", first + 1)
+            third = index(b" ", second + 1)
+            start = third + 1
+            stop = start + int(body[second + 1 : third])
+            if stop > end:
+                raise ValueError("a settle frame cut short")
+            ok = body[first + 1 : second] == b"1"
+            items.append((int(body[at:first]), None, None, ok, str(view[start:stop], "utf-8", "surrogatepass")))
+            at = stop
+        del view, body
+        texts = self.current.settle_many(items)
+        return b"".join([frame(ENVELOPE, text.encode("utf-8", "surrogatepass")) for text in texts])
 
-    def run(self, body: bytes) -> str:
+    def run(self, body: bytes) -> bytes:
         import json
         import time
 
@@ -400,7 +418,7 @@ class _Server:
         )
         self.spare = None
         self.watchdog.arm(self.current, deadline)
-        return str(self.current.start())
+        return frame(ENVELOPE, str(self.current.start()).encode("utf-8", "surrogatepass"))
 
     def done(self) -> None:
         done, self.current = self.current, None
@@ -416,7 +434,10 @@ class _Server:
         self.watchdog.disarm()
         head = json.dumps({"kind": stop.kind, "message": stop.message, "memory": stop.memory})
         tail = stop.envelope or ""
-        write_all(self.fd_out, frame(STOPPED, (head + "\n" + tail).encode("utf-8", "surrogatepass")))
+        # The settles of its batch before the stop answered as usual, in the same write.
+        done = [frame(ENVELOPE, text.encode("utf-8", "surrogatepass")) for text in stop.steps]
+        done.append(frame(STOPPED, (head + "\n" + tail).encode("utf-8", "surrogatepass")))
+        write_all(self.fd_out, b"".join(done))
         # After a memory stop the host retires this worker: prepare nothing.
         return self.spare is None and not stop.memory
 
@@ -458,14 +479,14 @@ def serve(
             step = steps.get(op)
             if step is None:
                 raise ValueError(f"unknown op {op!r}")
-            text = step(body)
+            answer = step(body)
         except engine.Stopped as stop:
             prepare = server.stopped(stop)
         except MemoryError:
             server.out_of_memory()
             continue
         else:
-            write_all(fd_out, frame(ENVELOPE, text.encode("utf-8", "surrogatepass")))
+            write_all(fd_out, answer)  # a batch's answers in one write: one wake-up for the host
             continue
         # Out of the except block, whose exception's traceback holds the engine's frames.
         server.spare = _between_runs(engine, done, prepare) or server.spare
