@@ -51,6 +51,7 @@ BENCHMARKS = [
     ("durable", "bench_durable.py", False),
     ("throttle", "bench_throttle.py", False),
     ("peer", "bench_peer.py", False),
+    ("ab", "bench_ab.py", False),
     ("wall", "bench_wall.py", False),
     ("vercel", "bench_vercel.py", True),
 ]
