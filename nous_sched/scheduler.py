@@ -42,7 +42,7 @@ import queue
 import threading
 import time
 from collections.abc import Mapping
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 from . import _tool_threads
 from . import _validators as v
@@ -362,16 +362,7 @@ class _Batch:
         if not calls:
             return
         # Whatever interrupted the batch, its tickets are admitted or refused here.
-        tickets = [call.ticket for call in calls]
-        with scheduler._lock:
-            refusal = scheduler._refusal()
-            if refusal is None:
-                scheduler._open.update(tickets)
-        if refusal is None:
-            scheduler._queue.put(calls)
-        else:
-            for ticket in tickets:
-                ticket._publish(Outcome.failure(ticket.tool, refusal))
+        scheduler._admit(calls, calls)
 
 
 class _RunLog(SessionLog):
@@ -615,15 +606,23 @@ class Scheduler:
         if batch is not None and batch.owner == threading.get_ident():
             batch.calls.append(call)  # admitted (or refused) with the rest when the batch ends
             return ticket
+        self._admit((call,), call)
+        return ticket
+
+    def _admit(self, calls: Sequence["_Call"], message: Any) -> None:
+        """Open the tickets of ``calls`` and put ``message`` (the calls, one
+        or a batch) on the driver's queue; or, if the scheduler refuses new
+        calls, publish each ticket's refusal instead."""
+        tickets = [call.ticket for call in calls]
         with self._lock:
             refusal = self._refusal()
             if refusal is None:
-                self._open.add(ticket)
+                self._open.update(tickets)
         if refusal is None:
-            self._queue.put(call)
+            self._queue.put(message)
         else:
-            ticket._publish(Outcome.failure(name, refusal))
-        return ticket
+            for ticket in tickets:
+                ticket._publish(Outcome.failure(ticket.tool, refusal))
 
     def _refusal(self) -> Optional[str]:
         """Why a submit is refused now, or None (under _lock)."""

@@ -275,6 +275,20 @@ class ForkedProc:
             os.close(fd)
 
 
+def _poll_seconds(until: float, cancel: Any) -> float:
+    """How long one poll may last: until ``until``, or :data:`CANCEL_POLL`
+    when there is a ``cancel`` to look at; :class:`Expired` past ``until``,
+    :class:`Stopped` once ``cancel`` is set."""
+    timeout = until - time.monotonic()
+    if timeout <= 0:
+        raise Expired
+    if cancel is not None:
+        if cancel.is_set():
+            raise Stopped("cancelled", CANCELLED)
+        timeout = min(timeout, CANCEL_POLL)
+    return timeout
+
+
 class Worker:
     """One worker process and its pipes. One run at a time uses it; the pool's
     lock guards the hand-over between runs."""
@@ -432,14 +446,7 @@ class Worker:
             both = self._both_poll = (key, poll)
         poll = both[1]
         while True:
-            timeout = until - time.monotonic()
-            if timeout <= 0:
-                raise Expired
-            if cancel is not None:
-                if cancel.is_set():
-                    raise Stopped("cancelled", CANCELLED)
-                timeout = min(timeout, CANCEL_POLL)
-            ready = poll.poll(ms(timeout))
+            ready = poll.poll(ms(_poll_seconds(until, cancel)))
             if not ready:
                 continue
             woken = False
@@ -522,14 +529,7 @@ class Worker:
         """Whether the worker's pipe has data after one poll, which lasts until
         ``until`` or :data:`CANCEL_POLL`, whichever is sooner; :class:`Expired`
         past ``until``, :class:`Stopped` once ``cancel`` is set."""
-        timeout = until - time.monotonic()
-        if timeout <= 0:
-            raise Expired
-        if cancel is not None:
-            if cancel.is_set():
-                raise Stopped("cancelled", CANCELLED)
-            timeout = min(timeout, CANCEL_POLL)
-        return bool(self._out_poll.poll(ms(timeout)))
+        return bool(self._out_poll.poll(ms(_poll_seconds(until, cancel))))
 
     def _spin(self, seconds: float) -> Optional[bytes]:
         """What the worker has written within ``seconds``, looking without
