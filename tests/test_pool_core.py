@@ -15,6 +15,7 @@ import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from procs import descendants
 
 from nous_sched import Tool, WorkerPool, run_code
 from nous_sched.runtime import poolcore, procio
@@ -186,25 +187,10 @@ def test_a_fresh_run_after_a_domain_run_never_gets_that_worker():
 LINUX = sys.platform.startswith("linux")
 
 
-def _descendants(pid: int) -> set[int]:
-    found, todo = set(), [pid]
-    while todo:
-        p = todo.pop()
-        try:
-            for task in os.listdir(f"/proc/{p}/task"):
-                with open(f"/proc/{p}/task/{task}/children", encoding="ascii") as fh:
-                    kids = [int(k) for k in fh.read().split()]
-                found.update(kids)
-                todo += kids
-        except (FileNotFoundError, ProcessLookupError):
-            pass
-    return found
-
-
 def _workers_alive(server_pid: int) -> int:
     """Live worker processes under the fork server (zombies excluded)."""
     n = 0
-    for pid in _descendants(server_pid):
+    for pid in descendants(server_pid):
         try:
             with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
                 if fh.read().rsplit(")", 1)[1].split()[0] != "Z":
@@ -274,7 +260,7 @@ def test_a_keyboard_interrupt_anywhere_in_worker_start_up_leaks_nothing(monkeypa
     pool.prestart(1)  # the fork server (if any) is up; measure from here
     assert run_code("return 1", runtime=pool, description="test").result == 1
     base_fds = len(os.listdir("/proc/self/fd"))
-    base_children = _descendants(os.getpid())
+    base_children = descendants(os.getpid())
     try:
         for owner, name in points:
             real = getattr(owner, name)
@@ -299,7 +285,7 @@ def test_a_keyboard_interrupt_anywhere_in_worker_start_up_leaks_nothing(monkeypa
         _settle(base_children)
         assert pool._reaped(30.0), "the spares thread reaps every discarded worker (and closes its pidfd)"
         assert len(os.listdir("/proc/self/fd")) <= base_fds
-        assert _descendants(os.getpid()) <= base_children | set(pool.pids()) | _server_tree(pool)
+        assert descendants(os.getpid()) <= base_children | set(pool.pids()) | _server_tree(pool)
     finally:
         pool.close()
 
@@ -307,7 +293,7 @@ def test_a_keyboard_interrupt_anywhere_in_worker_start_up_leaks_nothing(monkeypa
 def _server_tree(pool: WorkerPool) -> set[int]:
     if pool._server is None:
         return set()
-    return {pool._server.proc.pid} | {p for p in _descendants(pool._server.proc.pid) if _is_zombie(p)}
+    return {pool._server.proc.pid} | {p for p in descendants(pool._server.proc.pid) if _is_zombie(p)}
 
 
 def _is_zombie(pid: int) -> bool:
@@ -320,7 +306,7 @@ def _is_zombie(pid: int) -> bool:
 
 def _settle(base: set[int]) -> None:
     """Wait (on pidfds) for every process started since ``base`` but already killed."""
-    for pid in _descendants(os.getpid()) - base:
+    for pid in descendants(os.getpid()) - base:
         try:
             fd = os.pidfd_open(pid)
         except (ProcessLookupError, OSError):

@@ -7,11 +7,11 @@ hello each worker sends when it is ready, the core's states), never timing."""
 from __future__ import annotations
 
 import os
-import select
 import sys
 import threading
 
 import pytest
+from procs import descendants, wait_gone
 
 from nous_sched import Tool, WorkerPool, run_code
 from nous_sched.runtime import procio
@@ -35,33 +35,6 @@ def _policies(pid: int) -> list[int]:
         with open(f"/proc/{pid}/task/{task}/stat", encoding="ascii") as fh:
             found.append(int(fh.read().rsplit(")", 1)[1].split()[38]))
     return found
-
-
-def _children() -> set[int]:
-    pids: set[int] = set()
-    todo = [os.getpid()]
-    while todo:
-        p = todo.pop()
-        try:
-            for task in os.listdir(f"/proc/{p}/task"):
-                with open(f"/proc/{p}/task/{task}/children", encoding="ascii") as fh:
-                    kids = [int(k) for k in fh.read().split()]
-                pids.update(kids)
-                todo += kids
-        except (FileNotFoundError, ProcessLookupError):
-            pass
-    return pids
-
-
-def _gone(pid: int, timeout: float = WAIT_S) -> bool:
-    try:
-        fd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        return True
-    try:
-        return bool(select.select([fd], [], [], timeout)[0])
-    finally:
-        os.close(fd)
 
 
 def _hello_readers(monkeypatch: pytest.MonkeyPatch) -> list[str]:
@@ -153,7 +126,7 @@ def test_a_used_spare_being_killed_is_not_counted_as_a_spare():
 
 @pytest.mark.skipif(not LINUX, reason="/proc")
 def test_fresh_runs_leave_no_process_behind_and_no_worker_serves_two(monkeypatch):
-    before = _children()
+    before = descendants(os.getpid())
     served: list[set[int]] = []
     with WorkerPool(size=3, spares=2) as pool:
         assert pool.wait_for_spares(WAIT_S)
@@ -168,11 +141,11 @@ def test_fresh_runs_leave_no_process_behind_and_no_worker_serves_two(monkeypatch
             assert run_code("return await tools.who({})", [tool], runtime=pool, description="test").result == 1
         used = [pids.pop() for pids in served]
         assert len(set(used)) == 6, "every run had a worker of its own"
-        assert all(_gone(pid) for pid in used), "each was discarded after its run"
+        assert all(wait_gone(pid, WAIT_S) for pid in used), "each was discarded after its run"
         server = pool._server
         assert server is not None
-    assert _gone(server.proc.pid)
-    assert _children() <= before, "no worker, spare or fork server outlives the pool"
+    assert wait_gone(server.proc.pid, WAIT_S)
+    assert descendants(os.getpid()) <= before, "no worker, spare or fork server outlives the pool"
 
 
 @pytest.mark.skipif(not (LINUX and os.uname().machine in ("x86_64", "aarch64")), reason="seccomp on Linux only")

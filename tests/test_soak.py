@@ -32,6 +32,7 @@ import threading
 import time
 
 import pytest
+from procs import children
 
 from nous_sched import Limits, Tool, ToolError, WorkerPool, run_code
 from nous_sched._tool_threads import retire_shared
@@ -168,19 +169,11 @@ def _join_new_threads(baseline: set[threading.Thread]) -> None:
             t.join(JOIN)
 
 
-def _children() -> set[int]:
-    pids = set()
-    for task in os.listdir("/proc/self/task"):
-        with open(f"/proc/self/task/{task}/children", encoding="ascii") as fh:
-            pids.update(int(p) for p in fh.read().split())
-    return pids
-
-
 def test_soak_concurrent_runs_leak_nothing(runtime):
     gc.collect()
     baseline_threads = set(threading.enumerate())
     baseline_fds = _fds()
-    baseline_children = _children()
+    baseline_children = children()
     # The worker runtime gets a pool of its own, so closing it can be checked.
     runtime = WorkerPool(size=THREADS) if isinstance(runtime, WorkerPool) else runtime
 
@@ -197,7 +190,7 @@ def test_soak_concurrent_runs_leak_nothing(runtime):
         assert runtime.pids(), "the soak ran without worker processes"
         runtime.close()
         assert not runtime.pids()
-        assert _children() <= baseline_children, "worker processes outlived their pool"
+        assert children() <= baseline_children, "worker processes outlived their pool"
 
     leftover = sorted(t.name for t in set(threading.enumerate()) - baseline_threads)
     assert not leftover, f"threads left behind: {leftover}"
