@@ -42,8 +42,7 @@ import time
 from typing import Any, Optional
 
 from ..result import RunError
-from . import AnyCancel, Host, Limits, RuntimeOutcome
-from . import spare
+from . import AnyCancel, Host, Limits, RuntimeOutcome, spare
 from .engine import CANCELLED, Engine, Finish, drive
 
 __all__ = ["QuickJSRuntime", "STACK_MARGIN"]
