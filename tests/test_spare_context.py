@@ -8,6 +8,7 @@ condition (``ready``) or a thread's join, bounded generously; no sleeps.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import textwrap
@@ -51,6 +52,7 @@ def test_take_never_waits_for_a_spare(monkeypatch):
         assert gate.wait(WAIT)
         return real()
 
+    _held()  # nothing left in the making from an earlier test: the thread waits for a request
     spare.discard()
     monkeypatch.setattr(spare, "prepare", slow)
     try:
@@ -85,15 +87,29 @@ def test_a_run_on_a_spare_sees_a_fresh_sandbox():
 
 
 def test_the_preparing_thread_is_named_and_exits_when_idle(monkeypatch):
-    monkeypatch.setattr(spare, "IDLE_SECONDS", 0.01)
+    gate = threading.Event()
+    real = spare.prepare
+
+    def held():
+        assert gate.wait(WAIT)
+        return real()
+
     for t in _preparers():  # one from an earlier test exits on its own idle wait
         t.join(WAIT)
-    _held()
-    threads = _preparers()
-    assert len(threads) == 1 and threads[0].daemon
+    monkeypatch.setattr(spare, "IDLE_SECONDS", 0.01)
+    monkeypatch.setattr(spare, "prepare", held)
+    spare.discard()
+    try:
+        spare.take()  # starts the thread, which now waits in `held`
+        threads = _preparers()
+        assert len(threads) == 1 and threads[0].daemon
+        assert re.fullmatch(PRELUDE + r"\d+", threads[0].name)
+    finally:
+        gate.set()
     threads[0].join(WAIT)
     assert not threads[0].is_alive(), "no request came: it exited"
     assert spare._spare is not None, "the spare it made stays for the next run"
+    monkeypatch.undo()
     assert spare.take() is not None  # and a later take() starts a new one for the next
     assert spare.ready(WAIT)
 
