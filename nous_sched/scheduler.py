@@ -547,9 +547,6 @@ class Scheduler:
         self._lane: Lane[_Call] = Lane(max_parallel)  # driver-owned from here on
         self._finished: list[tuple[_Timeline, float]] = []  # driver-owned: stamps for the next pass
 
-        # Set by the driver once it has wound down (its last act): what stop() waits for,
-        # rather than the thread's exit, which comes after the interpreter's own teardown of it.
-        self._wound_down = threading.Event()
         self._driver = threading.Thread(target=self._drive_loop, name=f"nous-sched-driver-{self._n}", daemon=True)
         try:
             self._driver.start()
@@ -770,7 +767,8 @@ class Scheduler:
             self._queue.put(_STOP)
         if threading.current_thread() is self._driver:
             return  # an observer stopping its own scheduler: the driver winds down after this callback
-        if not self._wound_down.wait(limit):
+        self._driver.join(limit)
+        if self._driver.is_alive():
             log.warning(
                 "%s did not stop within %.3gs (a tool's concurrency_safe predicate may be stuck); "
                 "its callers are released and the thread will exit when the predicate returns",
@@ -823,10 +821,7 @@ class Scheduler:
             log.critical("%s crashed; releasing every caller", self._driver.name, exc_info=True)
             raise
         finally:
-            try:
-                self._wind_down()
-            finally:
-                self._wound_down.set()
+            self._wind_down()
 
     def _handle(self, msg: Any) -> None:
         kind = type(msg)

@@ -42,7 +42,7 @@ import time
 from typing import Any, Optional
 
 from ..result import RunError
-from . import AnyCancel, Host, Limits, RuntimeOutcome, spare
+from . import AnyCancel, Host, Limits, RuntimeOutcome
 from .engine import CANCELLED, Engine, Finish, drive
 
 __all__ = ["QuickJSRuntime", "STACK_MARGIN"]
@@ -83,9 +83,7 @@ class QuickJSRuntime:
 
 def _run(program: str, host: Host, limits: Limits, deadline: float, cancel: Any) -> Finish:
     watch = _CancelWatch(cancel) if cancel is not None and _budget() is not None else None
-    # The context made ahead for the next run, when one is ready (spare.py): its prelude is off this run's path.
-    # (Not held in a local here: the engine drops the context's handles before the context, see Engine.close.)
-    engine = Engine(program, host.names, limits, deadline, spare.take(), before_salvage=watch.stop if watch else None)
+    engine = Engine(program, host.names, limits, deadline, before_salvage=watch.stop if watch else None)
     if watch is not None:
         watch.start(engine)
     try:
