@@ -4,16 +4,18 @@
 One set per process (:func:`shared`), so a run starts no thread of its own:
 a 50-wide fan-out finds its threads already waiting. What a caller may rely on:
 
-* **Warm, on demand.** Tasks go on one FIFO queue that every thread takes
-  from, so a thread that finishes a task takes the next one without
-  sleeping; a new thread is started only when no thread is idle, while the
-  set has fewer than its ``max_threads`` (the process-wide set:
-  :data:`HARD_CAP`). So the set grows
+* **Warm, on demand, the hottest first.** A task goes to the thread that
+  went idle most recently (idle threads wait on a stack, each on its own
+  lock), so calls made one after another keep reusing one thread while the
+  others stay parked; a thread that finishes a task takes the next one
+  waiting at the bound without sleeping. A new thread is started only when
+  no thread is idle, while the set has fewer than its ``max_threads`` (the
+  process-wide set: :data:`HARD_CAP`). So the set grows
   to the largest number of tasks that ran at once, across every scheduler in
   the process, and a run whose calls find it that large starts no thread.
   Each scheduler still enforces its own ``max_parallel`` (its lane never
   hands over more); this set only bounds the process.
-* **Bounded.** At ``max_threads`` a task waits in the queue for the next
+* **Bounded.** At ``max_threads`` a task waits in a FIFO backlog for the next
   thread to finish (in submission order), or until it is cancelled: a
   scheduler that stops cancels its calls that have not started
   (:meth:`Task.cancel`), and a call that waited past its run's deadline
@@ -21,11 +23,12 @@ a 50-wide fan-out finds its threads already waiting. What a caller may rely on:
   holds its thread for good (Python cannot kill a thread); the set grows past
   it for other runs, up to the bound, and only there do calls wait.
 * **Idle threads retire.** A thread that waits ``idle_seconds``
-  (:data:`IDLE_SECONDS`) for a task while another idle thread could take the
-  next one exits. So a process that stops running tools ends up with no tool
-  thread. (Waiting threads take tasks in turn, so under a steady trickle of
-  calls a set grown by a burst shrinks only once the trickle leaves a thread
-  a whole ``idle_seconds`` without a task; it never exceeds its bound.) :func:`retire_shared`
+  (:data:`IDLE_SECONDS`) without a task exits. So a process that stops
+  running tools ends up with no tool thread, and under a steady trickle of
+  calls a set grown by a burst shrinks to the threads the trickle keeps
+  busy: the threads below the top of the idle stack get no task and retire
+  ``idle_seconds`` after they went idle. It never exceeds its bound.
+  :func:`retire_shared`
   retires them at once and says which are still busy (what a leak check
   counts: a thread still busy is a tool that has not returned).
 * **Named** ``<prefix>-<k>`` (``nous-sched-tool-<k>`` for the shared set),
@@ -115,8 +118,19 @@ class ToolThreads:
     # the backlog runs in submission order. Invariant: _parked and _backlog
     # are never both non-empty.
     #
-    # _lock guards _parked, _backlog, _count, _threads, _retire_before and
-    # _closed. A parked thread whose wait times out leaves only if it is
+    # A burst does not make the submitting thread (the driver) wake every
+    # thread itself: while one thread handed a task has not yet woken
+    # (_waking), the next hand-off joins _to_wake, and each thread that
+    # wakes with a task first releases the next one there (a chain, as a
+    # shared queue's waiters wake each other). One hand-off at a time, the
+    # case of sequential calls, is one release by the submitter. A thread
+    # that finishes a task while hand-offs wait in _to_wake takes the first
+    # one's task itself and puts that thread back on the stack, still asleep:
+    # a burst that meets busy threads costs no wake-up for what they take
+    # (as a shared queue's finishing threads take the next task first).
+    #
+    # _lock guards _parked, _backlog, _waking, _to_wake, _count, _threads,
+    # _retire_before and _closed. A parked thread whose wait times out leaves only if it is
     # still on the stack; if a hand-off took it off meanwhile, the release
     # is coming and it takes that task.
 
@@ -127,6 +141,8 @@ class ToolThreads:
         self._lock = threading.Lock()
         self._parked: list[_Parked] = []  # the idle stack: the top is the most recently idled
         self._backlog: collections.deque[Task] = collections.deque()
+        self._waking = False  # a thread was handed a task and released, and has not yet woken
+        self._to_wake: collections.deque[_Parked] = collections.deque()  # handed a task, not yet released
         self._count = 0  # threads alive or starting
         self._threads: set[threading.Thread] = set()
         self._serial = itertools.count()
@@ -161,9 +177,7 @@ class ToolThreads:
             if self._closed:
                 raise RuntimeError("cannot run a tool call after the tool threads were shut down")
             if self._parked:
-                parked = self._parked.pop()
-                parked.task = task
-                parked.wake.release()
+                self._hand(task)
                 return task
             if self._count >= self._max:
                 self._backlog.append(task)  # the next thread to finish takes it
@@ -190,13 +204,32 @@ class ToolThreads:
                 others = self._count > 0 and isinstance(exc, Exception)
                 if others:
                     if self._parked:
-                        parked = self._parked.pop()
-                        parked.task = task
-                        parked.wake.release()
+                        self._hand(task)
                     else:
                         self._backlog.append(task)  # a running thread takes it when it finishes
             if not others:
                 raise
+
+    def _hand(self, task: Task) -> None:
+        """Hand ``task`` to the top of the idle stack (under _lock; _parked not empty)."""
+        parked = self._parked.pop()
+        parked.task = task
+        if self._waking:
+            self._to_wake.append(parked)  # the thread woken last wakes it
+        else:
+            self._waking = True
+            parked.wake.release()
+
+    def _woke(self, parked: _Parked) -> Optional[Task]:
+        """Once woken with a task: wake the next thread handed one meanwhile, if any."""
+        task = parked.task
+        if task is not None:  # None: retired, not part of the chain
+            with self._lock:
+                if self._to_wake:
+                    self._to_wake.popleft().wake.release()
+                else:
+                    self._waking = False
+        return task
 
     def retire_idle(self) -> list[threading.Thread]:
         """Retire every thread of the set now: the idle ones exit at once, the
@@ -243,6 +276,8 @@ class ToolThreads:
         with self._lock:
             if self._backlog:
                 return self._backlog.popleft()  # without sleeping
+            if self._to_wake:
+                return self._steal()  # without sleeping, and one thread fewer to wake
             if serial < self._retire_before or self._closed:
                 return None
             parked.task = None
@@ -251,14 +286,26 @@ class ToolThreads:
             self._went_idle.release()
         # Its wake lock is held here (by itself: acquired at creation or by
         # the last acquire below), so this blocks until a hand-off releases it.
-        if parked.wake.acquire(True, self._idle_seconds):
-            return parked.task
-        with self._lock:
-            if parked in self._parked:  # idle too long, and no task on its way
-                self._parked.remove(parked)
-                return None
-        parked.wake.acquire()  # taken off the stack as it timed out: the release is coming
-        return parked.task
+        while not parked.wake.acquire(True, self._idle_seconds):
+            with self._lock:
+                if parked in self._parked:  # idle too long, and no task on its way
+                    self._parked.remove(parked)
+                    return None
+            # Handed a task as it timed out: the release is coming (or the
+            # task is taken back and it is on the stack again).
+        return self._woke(parked)
+
+    def _steal(self) -> Task:
+        """Take the task of the next thread waiting to be woken, and put that
+        thread back on the idle stack, still asleep (under _lock)."""
+        victim = self._to_wake.popleft()
+        task = victim.task
+        assert task is not None
+        victim.task = None
+        self._parked.append(victim)
+        if self._went_idle is not None:
+            self._went_idle.release()
+        return task
 
     def _leave(self) -> None:
         """This thread leaves the set (under _lock)."""
