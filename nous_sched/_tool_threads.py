@@ -130,9 +130,10 @@ class ToolThreads:
     # (as a shared queue's finishing threads take the next task first).
     #
     # _lock guards _parked, _backlog, _waking, _to_wake, _count, _threads,
-    # _retire_before and _closed. A parked thread whose wait times out leaves only if it is
-    # still on the stack; if a hand-off took it off meanwhile, the release
-    # is coming and it takes that task.
+    # _retire_before and _closed. A parked thread whose wait times out
+    # leaves only if it is still on the stack; if a hand-off took it off
+    # meanwhile, it waits again: the release is coming, or its task was
+    # taken back and it is on the stack again.
 
     def __init__(self, max_threads: int = HARD_CAP, prefix: str = PREFIX, idle_seconds: float = IDLE_SECONDS) -> None:
         self._max = max_threads
