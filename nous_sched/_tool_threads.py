@@ -89,9 +89,10 @@ class Task:
 class _Parked:
     """An idle thread's place on the idle stack: the lock it sleeps on and the task handed to it."""
 
-    __slots__ = ("wake", "task")
+    __slots__ = ("wake", "task", "serial")
 
-    def __init__(self) -> None:
+    def __init__(self, serial: int) -> None:
+        self.serial = serial  # its thread's
         self.wake = threading.Lock()
         self.wake.acquire()  # held while the thread has nothing: a hand-off releases it
         self.task: Optional[Task] = None  # set before each release; None then: retire
@@ -264,7 +265,7 @@ class ToolThreads:
                     thread.join()
 
     def _work(self, serial: int, first: Task) -> None:
-        parked = _Parked()  # this thread's own place on the idle stack, reused each time it idles
+        parked = _Parked(serial)  # this thread's own place on the idle stack, reused each time it idles
         task: Optional[Task] = first
         while task is not None:
             _run(task)
@@ -298,14 +299,19 @@ class ToolThreads:
 
     def _steal(self) -> Task:
         """Take the task of the next thread waiting to be woken, and put that
-        thread back on the idle stack, still asleep (under _lock)."""
+        thread back on the idle stack, still asleep (under _lock); or, if it
+        was retired meanwhile (:meth:`retire_idle` did not see it idle), let
+        it exit now rather than after ``idle_seconds``."""
         victim = self._to_wake.popleft()
         task = victim.task
         assert task is not None
         victim.task = None
-        self._parked.append(victim)
-        if self._went_idle is not None:
-            self._went_idle.release()
+        if victim.serial < self._retire_before or self._closed:
+            victim.wake.release()  # with no task: it exits
+        else:
+            self._parked.append(victim)
+            if self._went_idle is not None:
+                self._went_idle.release()
         return task
 
     def _leave(self) -> None:
