@@ -113,7 +113,9 @@ class ApprovalStore:
 
     def save(self, record: dict[str, Any]) -> tuple[str, float]:
         """Keep a new suspension's record; its ``(token, expires_at)``."""
-        sid = secrets.token_urlsafe(12).replace(".", "_")
+        # Hex: a token is typed into a shell (``nous-sched approvals approve
+        # TOKEN``), where one starting with "-" would read as an option.
+        sid = secrets.token_hex(12)
         expires_at = float(int(_now() + self.ttl))
         self._put(sid, json.dumps(record, separators=(",", ":")), expires_at)
         return self.token_for(sid, expires_at), expires_at

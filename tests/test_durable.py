@@ -521,3 +521,11 @@ def test_a_decision_that_loses_the_race_with_a_claim_is_refused(kind, tmp_path, 
     assert claimed["decisions"] == {}
     assert len(refused) == 1 and "already claimed" in refused[0]
     assert [row["decisions"] for row in store.suspensions() if row["token"] == token] == [{}]
+
+
+def test_a_token_never_starts_with_a_dash_so_a_shell_command_takes_it_as_an_argument(tmp_path):
+    # (One token in 64 did: `nous-sched approvals approve -x...` read it as an option.)
+    store = SqliteApprovalStore(str(tmp_path / "tokens.db"))
+    tokens = [store.save({"n": n})[0] for n in range(300)]
+    assert all(token[0] in "0123456789abcdef" for token in tokens), [t for t in tokens if t[0] == "-"]
+    assert [store.load(token)["n"] for token in tokens[:3]] == [0, 1, 2]
