@@ -99,6 +99,7 @@ from ..policy import PermissionPolicy
 from ..run_code import live_stream
 from ..tool import Tool
 from .client import DEADLINE_GRACE
+from .event_store import BoundedEventStore
 from .live_forward import Forwarder, SessionLevels
 
 __all__ = ["CodeModeServer", "AuditLog", "OUTPUT_SCHEMA"]
@@ -106,6 +107,8 @@ __all__ = ["CodeModeServer", "AuditLog", "OUTPUT_SCHEMA"]
 log = logging.getLogger("nous_sched")
 
 _MODERN = "2026-07-28"  # the first revision that carries elicitation in InputRequiredResult
+#: The SSE ``retry`` (milliseconds) serve-mcp suggests to Streamable HTTP clients.
+RETRY_MS = 1000
 _KEEP_FINISHED = 120.0  # seconds a finished run waits for a retry that collects it
 
 #: The JSON Schema of ``run_code``'s structured result.
@@ -373,8 +376,17 @@ class CodeModeServer:
         anyio.run(serve)
 
     def http_app(self, *, host: str = "127.0.0.1", path: str = "/mcp") -> Any:
-        """The Starlette app serving Streamable HTTP at ``path`` (DNS-rebinding protection on loopback)."""
-        return self.server.streamable_http_app(streamable_http_path=path, host=host)
+        """The Starlette app serving Streamable HTTP at ``path`` (DNS-rebinding protection on loopback).
+
+        POST SSE streams start with a priming event with an id and carry a
+        ``retry`` field of :data:`RETRY_MS` (SEP-1699); the events are kept in
+        a :class:`~.event_store.BoundedEventStore` for clients that reconnect.
+        """
+        # An event store makes the SDK start each POST SSE stream with a priming
+        # event that has an id, and send a `retry` field (SEP-1699).
+        return self.server.streamable_http_app(
+            streamable_http_path=path, host=host, event_store=BoundedEventStore(), retry_interval=RETRY_MS
+        )
 
     def run_http(
         self,
