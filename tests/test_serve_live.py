@@ -8,12 +8,14 @@ client's callbacks and the result in one list, so order is checked, not timed.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import subprocess
 import sys
 import uuid
 
 import anyio
+import httpx
 import pytest
 from mcp import Client
 from mcp_servers import lab
@@ -23,6 +25,7 @@ from test_mcp_serve import serve_mcp_params
 from nous_sched.mcp import CodeModeServer, ServerSpec, connect
 from nous_sched.mcp.event_store import BoundedEventStore
 from nous_sched.mcp.live_forward import line_level
+from nous_sched.mcp.serve import RETRY_MS
 
 PROGRAM = """
 const found = await Promise.all(["a", "b", "c"].map((key) => tools.lookup({ key })));
@@ -76,7 +79,9 @@ def test_progress_in_commit_order_and_log_lines_come_before_the_result_over_stdi
     ]
 
 
-def test_progress_in_commit_order_and_log_lines_come_before_the_result_over_http():
+@contextlib.contextmanager
+def serve_http():
+    """``nous-sched serve-mcp --http 127.0.0.1:0`` over the lab server; yields its URL."""
     tag = f"live-http-{uuid.uuid4().hex[:8]}"
     command = " ".join([sys.executable, str(lab.__file__), "--tag", tag, "--linger"])
     process = subprocess.Popen(
@@ -86,10 +91,9 @@ def test_progress_in_commit_order_and_log_lines_come_before_the_result_over_http
         text=True,
     )
     try:
-        line = process.stderr.readline()
+        line = process.stderr.readline()  # printed once the socket listens
         assert " at http://127.0.0.1:" in line, line
-        url = line.split(" at ", 1)[1].split(";", 1)[0]
-        seen = watch(lambda on_log: Client(url, mode="legacy", logging_callback=on_log))
+        yield line.split(" at ", 1)[1].split(";", 1)[0]
     finally:
         process.send_signal(signal.SIGINT)
         try:
@@ -97,11 +101,32 @@ def test_progress_in_commit_order_and_log_lines_come_before_the_result_over_http
         finally:
             process.kill()
             process.stderr.close()
+
+
+def test_progress_in_commit_order_and_log_lines_come_before_the_result_over_http():
+    with serve_http() as url:
+        seen = watch(lambda on_log: Client(url, mode="legacy", logging_callback=on_log))
     assert seen == [
         *COMMITTED,
         *LOGGED,
         ("result", {"logs": ["found 3", "[warn] careful", "[error] bad"], "result": 3}),
     ]
+
+
+def test_post_sse_streams_start_with_a_priming_event_with_an_id_and_a_retry():
+    headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+    hello = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
+    with serve_http() as url, httpx.Client(timeout=30) as http:
+        opened = http.post(
+            url, headers=headers, json={"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": hello}
+        )
+        headers |= {"mcp-session-id": opened.headers["mcp-session-id"], "mcp-protocol-version": "2025-11-25"}
+        http.post(url, headers=headers, json={"jsonrpc": "2.0", "method": "notifications/initialized"})
+        listed = http.post(url, headers=headers, json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"})
+    first = listed.text.split("\r\n\r\n" if "\r\n\r\n" in listed.text else "\n\n", 1)[0]
+    fields = dict(line.split(":", 1) for line in first.splitlines())
+    assert fields["id"].strip() and fields["data"].strip() == "" and fields["retry"].strip() == str(RETRY_MS)
+    assert '"tools"' in listed.text
 
 
 @pytest.fixture
