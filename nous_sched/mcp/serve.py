@@ -46,6 +46,16 @@ schema): ``approval`` has ``seq``, ``tool``, ``approved`` and ``reason`` (plus
 denied tool, arguments that fail the schema, a call past the budget) is in
 the file too. (The outcome line was ``tool_result`` before: see the CHANGELOG.)
 
+Live: a run's console lines go to the client as ``notifications/message``
+while it runs (levels from ``console.log``/``warn``/``error``; lines below
+the session's ``logging/setLevel`` are not sent; bounded as the run's logs
+are, which the result still carries), and, when the call carries a progress
+token, each committed call is a ``notifications/progress`` in commit order,
+as is each wait for an approval. Every notification is sent before the
+result. See :mod:`.live_forward` (built on the run's live event stream,
+:mod:`nous_sched.live`). Over HTTP, POST SSE streams start with a priming
+event with an id and a ``retry`` field (SEP-1699, :mod:`.event_store`).
+
 Fair sharing: one client session (one MCP connection) may have at most
 ``max_runs_per_session`` runs going at once (default: a quarter of the worker
 pool); a ``run_code`` call past that is refused at once, as data, so one
