@@ -22,6 +22,7 @@ from mcp_servers import lab
 from mcp_types import ElicitResult
 from test_mcp_serve import serve_mcp_params
 
+from nous_sched import Limits
 from nous_sched.mcp import CodeModeServer, ServerSpec, connect
 from nous_sched.mcp.event_store import BoundedEventStore
 from nous_sched.mcp.live_forward import line_level
@@ -190,3 +191,32 @@ def test_the_event_store_is_bounded_and_replays_one_stream():
         assert all(s != "s1" for s, _ in store._events.values())
 
     anyio.run(go)
+
+
+def test_log_messages_are_bounded_like_the_logs_and_the_result_keeps_them():
+    with connect(ServerSpec(lab.build(), trusted=True)) as conn:
+        served = CodeModeServer(conn.tools(), timeout=30, limits=Limits(max_log_lines=2))
+        code = "for (let i = 0; i < 5; i++) console.log('line', i); return 1;"
+        seen = watch(lambda on_log: Client(served.server, mode="legacy", logging_callback=on_log), code)
+        served.close()
+    assert [s[2] for s in seen if s[0] == "log"] == ["line 0", "line 1"]  # what the logs keep, no more
+    assert seen[-1][1]["logs"] == ["line 0", "line 1", "[output truncated at 2 lines]"]
+
+
+def test_a_2026_client_that_answers_a_question_hears_each_line_once_in_order(server):
+    async def approve(ctx, params):
+        return ElicitResult(action="accept", content={"approve": True})
+
+    code = "console.log('before'); const r = await tools.put({ key: 'x', value: 1 }); console.log('after'); return r;"
+    seen = watch(
+        lambda on_log: Client(
+            server.server, mode="auto", log_level="info", logging_callback=on_log, elicitation_callback=approve
+        ),
+        code,
+        progress=False,
+    )
+    assert seen == [
+        ("log", "info", "before"),
+        ("log", "info", "after"),
+        ("result", {"logs": ["before", "after"], "result": {"stored": "x", "value": 1}}),
+    ]

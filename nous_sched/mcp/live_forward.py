@@ -22,7 +22,11 @@ What a client may rely on:
   :class:`SessionLevels`) is not sent. The lines are those the run's logs
   keep, so they are bounded like the logs (``Limits.max_log_lines`` and
   ``max_log_bytes``): a line the logs drop is not sent either. The final
-  result still carries every kept line in ``logs``;
+  result still carries every kept line in ``logs`` (and the note that says
+  where they were truncated, which is not sent as a log message);
+* on a 2026-07-28 connection whose run asks through ``InputRequiredResult``,
+  each request of the call sends what happened since the last one's
+  notifications: no line or commit twice, none lost;
 * **before the result**: every notification is sent before the ``run_code``
   result: the handler awaits :meth:`Forwarder.drain` before it returns.
 """
