@@ -34,6 +34,7 @@ What a client may rely on:
 from __future__ import annotations
 
 import itertools
+import logging
 import threading
 import warnings
 import weakref
@@ -47,14 +48,16 @@ from ..live import EventStream, RunEvent
 __all__ = ["Forwarder", "SessionLevels", "LEVELS", "line_level"]
 
 # The logging capability is deprecated as of MCP 2026-07-28; serve-mcp still
-# offers it to the handshake-era clients that use it (issue 25).
-warnings.filterwarnings("ignore", category=MCPDeprecationWarning)
+# offers it to the handshake-era clients that use it (issue 25). Only the
+# warnings serve.py's own calls raise are silenced, not the user's.
+warnings.filterwarnings("ignore", category=MCPDeprecationWarning, module=r"nous_sched\.mcp\.serve")
 
 #: The MCP log levels (RFC 5424's severities), least severe first.
 LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 _RANK = {level: n for n, level in enumerate(LEVELS)}
 _PREFIXES = (("[warn] ", "warning"), ("[error] ", "error"))  # the prelude's console.warn / console.error
 _numbers = itertools.count(1)
+log = logging.getLogger("nous_sched")
 
 
 def line_level(line: str) -> tuple[str, str]:
@@ -163,7 +166,10 @@ class Forwarder:
             async with self._receive:
                 async for event in self._receive:
                     if event is not None and self._handled >= self._skip:
-                        await self._forward(event)
+                        try:
+                            await self._forward(event)
+                        except Exception as exc:  # a notification lost must not cost the client its result
+                            log.debug("a live notification could not be sent: %s", exc)
                     self._handled += 1
         finally:
             self._done.set()
