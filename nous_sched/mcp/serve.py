@@ -46,6 +46,16 @@ schema): ``approval`` has ``seq``, ``tool``, ``approved`` and ``reason`` (plus
 denied tool, arguments that fail the schema, a call past the budget) is in
 the file too. (The outcome line was ``tool_result`` before: see the CHANGELOG.)
 
+Live: a run's console lines go to the client as ``notifications/message``
+while it runs (levels from ``console.log``/``warn``/``error``; lines below
+the session's ``logging/setLevel`` are not sent; bounded as the run's logs
+are, which the result still carries), and, when the call carries a progress
+token, each committed call is a ``notifications/progress`` in commit order,
+as is each wait for an approval. Every notification is sent before the
+result. See :mod:`.live_forward` (built on the run's live event stream,
+:mod:`nous_sched.live`). Over HTTP, POST SSE streams start with a priming
+event with an id and a ``retry`` field (SEP-1699, :mod:`.event_store`).
+
 Fair sharing: one client session (one MCP connection) may have at most
 ``max_runs_per_session`` runs going at once (default: a quarter of the worker
 pool); a ``run_code`` call past that is refused at once, as data, so one
@@ -76,9 +86,11 @@ from mcp_types import (
     CallToolResult,
     ElicitRequest,
     ElicitRequestFormParams,
+    EmptyResult,
     InputRequiredResult,
     ListToolsResult,
     PaginatedRequestParams,
+    SetLevelRequestParams,
     TextContent,
     ToolAnnotations,
 )
@@ -92,15 +104,21 @@ from ..dispatch import ApprovalRequest, current_call, direct_dispatch
 from ..errors import ConfigError, RunCodeError, ToolError
 from ..events import Event, SessionLog
 from ..limits import Limits
+from ..live import EventStream
 from ..policy import PermissionPolicy
+from ..run_code import live_stream
 from ..tool import Tool
 from .client import DEADLINE_GRACE
+from .event_store import BoundedEventStore
+from .live_forward import Forwarder, SessionLevels
 
 __all__ = ["CodeModeServer", "AuditLog", "OUTPUT_SCHEMA"]
 
 log = logging.getLogger("nous_sched")
 
 _MODERN = "2026-07-28"  # the first revision that carries elicitation in InputRequiredResult
+#: The SSE ``retry`` (milliseconds) serve-mcp suggests to Streamable HTTP clients.
+RETRY_MS = 1000
 _KEEP_FINISHED = 120.0  # seconds a finished run waits for a retry that collects it
 
 #: The JSON Schema of ``run_code``'s structured result.
@@ -233,6 +251,8 @@ class _Run:
         self._abandoned: Optional[str] = None  # why nobody will answer any more
         self.cancel = threading.Event()
         self.session: Any = None  # the client session that started it, for its per-session cap
+        self.live = EventStream()  # the run's live events (nous_sched.live), read by a Forwarder
+        self.forwarded = (0, 0)  # (events, commits) a Forwarder already handled, for a retry's Forwarder
 
     def ask(self, request: ApprovalRequest, deadline: Optional[float]) -> _Ask:
         """Post a question and wait for its answer, at most until ``deadline`` (tool thread)."""
@@ -344,7 +364,13 @@ class CodeModeServer:
         # goes when its last run ends, so the map is as big as the clients with runs going.
         self._per_session: dict[Any, int] = {}
         self._runs_lock = threading.Lock()  # guards _runs and _per_session: handlers on the loop, sweeps, runs
-        self.server: LowLevelServer = LowLevelServer(name, on_list_tools=self._list_tools, on_call_tool=self._call_tool)
+        self._levels = SessionLevels()  # each session's logging/setLevel (live_forward)
+        self.server: LowLevelServer = LowLevelServer(
+            name,
+            on_list_tools=self._list_tools,
+            on_call_tool=self._call_tool,
+            on_set_logging_level=self._set_level,
+        )
         self.server.middleware.append(RequestStateBoundary(RequestStateSecurity.ephemeral(), default_audience=name))
 
     # -- serving ---------------------------------------------------------------
@@ -360,8 +386,17 @@ class CodeModeServer:
         anyio.run(serve)
 
     def http_app(self, *, host: str = "127.0.0.1", path: str = "/mcp") -> Any:
-        """The Starlette app serving Streamable HTTP at ``path`` (DNS-rebinding protection on loopback)."""
-        return self.server.streamable_http_app(streamable_http_path=path, host=host)
+        """The Starlette app serving Streamable HTTP at ``path`` (DNS-rebinding protection on loopback).
+
+        POST SSE streams start with a priming event with an id and carry a
+        ``retry`` field of :data:`RETRY_MS` (SEP-1699); the events are kept in
+        a :class:`~.event_store.BoundedEventStore` for clients that reconnect.
+        """
+        # An event store makes the SDK start each POST SSE stream with a priming
+        # event that has an id, and send a `retry` field (SEP-1699).
+        return self.server.streamable_http_app(
+            streamable_http_path=path, host=host, event_store=BoundedEventStore(), retry_interval=RETRY_MS
+        )
 
     def run_http(
         self,
@@ -454,6 +489,47 @@ class CodeModeServer:
             if refusal is not None:
                 return _error_result(refusal)
             run = self._start(dict(params.arguments or {}), _client_can_elicit(ctx), client)
+        forwarder = self._forwarder(ctx, run)
+        try:
+            async with anyio.create_task_group() as live:
+                forwarder.start(live)
+                result = await self._follow(ctx, run)
+                if isinstance(result, CallToolResult):
+                    await forwarder.drain()  # every notification goes before the result
+                live.cancel_scope.cancel()  # an InputRequiredResult: the retry's Forwarder goes on
+        finally:
+            run.forwarded = forwarder.position
+        return result
+
+    def _forwarder(self, ctx: Any, run: _Run) -> Forwarder:
+        """The run's live events to this request's client (:mod:`.live_forward`)."""
+
+        token = _progress_token(ctx)
+
+        async def send_progress(progress: float, message: str) -> None:
+            await ctx.session.send_progress_notification(
+                token, progress, None, message, related_request_id=ctx.request_id
+            )
+
+        async def send_log(level: str, text: str) -> None:
+            await ctx.session.send_log_message(level, text, logger="run_code", related_request_id=ctx.request_id)
+
+        return Forwarder(
+            run.live,
+            progress=token is not None,
+            level=self._levels.get(_client_of(ctx)),
+            send_progress=send_progress,
+            send_log=send_log,
+            position=run.forwarded,
+        )
+
+    async def _set_level(self, ctx: Any, params: SetLevelRequestParams) -> EmptyResult:
+        """``logging/setLevel``: the lowest level of the run logs this session is sent."""
+        self._levels.set(_client_of(ctx), params.level)
+        return EmptyResult()
+
+    async def _follow(self, ctx: Any, run: _Run) -> Union[CallToolResult, InputRequiredResult]:
+        """Wait for the run's result, asking the client its questions on the way."""
         modern = is_version_at_least(ctx.protocol_version, _MODERN)
         try:
             while True:
@@ -544,6 +620,7 @@ class CodeModeServer:
             cancel=run.cancel,
             **self._run_options,
         )
+        bound = live_stream.set(run.live)  # run_code's execute() emits into it
         try:
             value = tool.function(arguments)
             if isinstance(value, agent.WithContextUpdate):
@@ -556,7 +633,9 @@ class CodeModeServer:
             log.exception("run %s failed inside nous_sched", run.id)
             outcome, error = ("refused", f"internal error: {exc}"), {"kind": "internal", "message": str(exc)}
         finally:
+            live_stream.reset(bound)
             run.abandon("run over")  # the run ended (its deadline, say) while a question was open
+            run.live.emit("end", None, {})  # the Forwarder's last event
         self._write(
             "run_end",
             run=run.id,
@@ -674,6 +753,14 @@ def _client_of(ctx: Any) -> Any:
     if session_id:
         return f"session {session_id}"
     return f"address {getattr(getattr(request, 'client', None), 'host', '?')}"
+
+
+def _progress_token(ctx: Any) -> Any:
+    """The request's ``_meta.progressToken``, or ``None``."""
+    meta = getattr(ctx, "meta", None)
+    if isinstance(meta, dict):
+        return meta.get("progress_token", meta.get("progressToken"))
+    return getattr(meta, "progress_token", None) or getattr(meta, "progressToken", None)
 
 
 def _default_share(runtime: Any) -> int:

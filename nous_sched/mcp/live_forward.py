@@ -1,0 +1,192 @@
+"""A served run, live: its commits as MCP progress, its console lines as MCP log messages.
+
+:class:`Forwarder` reads one run's live event stream
+(:class:`nous_sched.live.EventStream`, the same events
+:func:`nous_sched.start_run` consumers see, in the same order) on a thread of
+its own (``nous-sched-mcp-live-<n>``) and hands each event to the request's
+event loop through ``loop.call_soon_threadsafe`` (which keeps their order);
+a task on that loop sends the notifications. The run's threads never wait
+for the client: emitting an event only appends it to the stream.
+
+What a client may rely on:
+
+* **progress** (only when the request carried ``_meta.progressToken``): one
+  ``notifications/progress`` per committed call, in commit (``seq``) order,
+  ``progress`` = calls committed so far, message ``"<tool> committed"`` (or
+  ``"<tool> failed"``); and one, message ``"waiting for approval of <tool>"``,
+  each time the run waits for an approval;
+* **log messages**: each line the program logs, as ``notifications/message``
+  with ``logger`` ``"run_code"``, level ``info`` for ``console.log``/``info``/
+  ``debug``, ``warning`` for ``console.warn``, ``error`` for
+  ``console.error``; a line below the session's level (``logging/setLevel``,
+  :class:`SessionLevels`) is not sent. The lines are those the run's logs
+  keep, so they are bounded like the logs (``Limits.max_log_lines`` and
+  ``max_log_bytes``): a line the logs drop is not sent either. The final
+  result still carries every kept line in ``logs`` (and the note that says
+  where they were truncated, which is not sent as a log message);
+* on a 2026-07-28 connection whose run asks through ``InputRequiredResult``,
+  each request of the call sends what happened since the last one's
+  notifications: no line or commit twice, none lost;
+* **before the result**: every notification is sent before the ``run_code``
+  result: the handler awaits :meth:`Forwarder.drain` before it returns.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import warnings
+import weakref
+from typing import Any, Awaitable, Callable, Optional
+
+import anyio
+from mcp.shared.exceptions import MCPDeprecationWarning
+
+from ..live import EventStream, RunEvent
+
+__all__ = ["Forwarder", "SessionLevels", "LEVELS", "line_level"]
+
+# The logging capability is deprecated as of MCP 2026-07-28; serve-mcp still
+# offers it to the handshake-era clients that use it (issue 25). Only the
+# warnings serve.py's own calls raise are silenced, not the user's.
+warnings.filterwarnings("ignore", category=MCPDeprecationWarning, module=r"nous_sched\.mcp\.serve")
+
+#: The MCP log levels (RFC 5424's severities), least severe first.
+LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
+_RANK = {level: n for n, level in enumerate(LEVELS)}
+_PREFIXES = (("[warn] ", "warning"), ("[error] ", "error"))  # the prelude's console.warn / console.error
+_numbers = itertools.count(1)
+log = logging.getLogger("nous_sched")
+
+
+def line_level(line: str) -> tuple[str, str]:
+    """A kept log line's MCP level and its text without the console prefix."""
+    for prefix, level in _PREFIXES:
+        if line.startswith(prefix):
+            return level, line[len(prefix) :]
+    return "info", line
+
+
+class SessionLevels:
+    """Each client session's ``logging/setLevel`` level (default ``debug``: send everything).
+
+    Keyed weakly by the session's connection object, so a closed session's
+    entry goes with it; a key that cannot be weakly referenced (a stateless
+    request's) keeps the default: such a request states its level in its own
+    ``_meta`` (the SDK filters it).
+    """
+
+    def __init__(self) -> None:
+        self._levels: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+
+    def set(self, session: Any, level: str) -> None:
+        try:
+            self._levels[session] = level
+        except TypeError:
+            pass
+
+    def get(self, session: Any) -> str:
+        try:
+            return self._levels.get(session, "debug")
+        except TypeError:
+            return "debug"
+
+
+class Forwarder:
+    """Forwards one run's live events to one request's client; see the module docstring.
+
+    ``send_progress(progress, message)`` and ``send_log(level, text)`` are
+    coroutines on the request's loop; ``progress`` is false when the request
+    carried no progress token, ``level`` is the lowest level sent.
+    """
+
+    def __init__(
+        self,
+        stream: EventStream,
+        *,
+        progress: bool,
+        level: str,
+        send_progress: Callable[[float, str], Awaitable[None]],
+        send_log: Callable[[str, str], Awaitable[None]],
+        position: tuple[int, int] = (0, 0),
+    ) -> None:
+        self._stream = stream
+        self._progress = progress
+        self._floor = _RANK.get(level, 0)
+        self._send_progress = send_progress
+        self._send_log = send_log
+        # A retry's Forwarder (a 2026-07-28 run that asked through InputRequiredResult)
+        # skips the events the earlier request's Forwarder handled: `position`.
+        self._skip, self._committed = position
+        self._handled = 0
+        self._send, self._receive = anyio.create_memory_object_stream[Optional[RunEvent]](float("inf"))
+        self._done = anyio.Event()
+
+    def start(self, tg: Any) -> None:
+        """Start the loop-side task in ``tg`` and the reading thread (call on the loop)."""
+        import asyncio
+
+        loop = asyncio.get_running_loop()
+        tg.start_soon(self._pump)
+        thread = threading.Thread(
+            target=self._read, args=(loop,), name=f"nous-sched-mcp-live-{next(_numbers)}", daemon=True
+        )
+        thread.start()
+
+    def _read(self, loop: Any) -> None:
+        """The reading thread: every event to the loop, in stream order, then ``None``."""
+        try:
+            for event in self._stream.consume():
+                loop.call_soon_threadsafe(self._offer, event)
+        except RuntimeError:  # the loop closed: nobody is left to tell
+            return
+        try:
+            loop.call_soon_threadsafe(self._send.close)
+        except RuntimeError:
+            pass
+
+    def _offer(self, event: RunEvent) -> None:
+        try:
+            self._send.send_nowait(event)
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            pass  # the request is over (cancelled, or an InputRequiredResult went out)
+
+    @property
+    def position(self) -> tuple[int, int]:
+        """(events handled, calls committed): where a later Forwarder of the same run starts."""
+        return self._handled, self._committed
+
+    async def drain(self) -> None:
+        """Wait until every notification of the run has been sent (its stream ended)."""
+        await self._done.wait()
+
+    async def _pump(self) -> None:
+        try:
+            async with self._receive:
+                async for event in self._receive:
+                    if event is not None and self._handled >= self._skip:
+                        try:
+                            await self._forward(event)
+                        except Exception as exc:  # a notification lost must not cost the client its result
+                            log.debug("a live notification could not be sent: %s", exc)
+                    self._handled += 1
+        finally:
+            self._done.set()
+
+    async def _forward(self, event: RunEvent) -> None:
+        data = event.data
+        if event.kind == "commit":
+            self._committed += 1
+            if self._progress:
+                verb = "committed" if data.get("ok", True) else "failed"
+                await self._send_progress(self._committed, f"{data.get('tool')} {verb}")
+        elif event.kind == "log":
+            level, text = line_level(str(data.get("line", "")))
+            if _RANK[level] >= self._floor:
+                await self._send_log(level, text)
+        elif self._progress and (
+            (event.kind == "approval" and data.get("state") == "asked") or event.kind == "suspended"
+        ):
+            tool = data.get("tool") or ", ".join(str(p.get("tool")) for p in data.get("pending", []) or [])
+            await self._send_progress(self._committed, f"waiting for approval of {tool}")

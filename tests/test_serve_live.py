@@ -1,0 +1,222 @@
+"""serve-mcp shows a run live (issue 25): progress as calls commit, console lines as log messages.
+
+The clients are the SDK's own ``Client``; the subprocess tests start
+``nous-sched serve-mcp`` as an MCP host would (stdio, and Streamable HTTP on
+a loopback port), with the lab server as upstream. Every test records the
+client's callbacks and the result in one list, so order is checked, not timed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import subprocess
+import sys
+import uuid
+
+import anyio
+import httpx
+import pytest
+from mcp import Client
+from mcp_servers import lab
+from mcp_types import ElicitResult
+from test_mcp_serve import serve_mcp_params
+
+from nous_sched import Limits
+from nous_sched.mcp import CodeModeServer, ServerSpec, connect
+from nous_sched.mcp.event_store import BoundedEventStore
+from nous_sched.mcp.live_forward import line_level
+from nous_sched.mcp.serve import RETRY_MS
+
+PROGRAM = """
+const found = await Promise.all(["a", "b", "c"].map((key) => tools.lookup({ key })));
+console.log("found", found.length);
+console.warn("careful");
+console.error("bad");
+return found.length;
+"""
+COMMITTED = [
+    ("progress", 1.0, "lookup committed"),
+    ("progress", 2.0, "lookup committed"),
+    ("progress", 3.0, "lookup committed"),
+]
+LOGGED = [("log", "info", "found 3"), ("log", "warning", "careful"), ("log", "error", "bad")]
+
+
+def watch(make_client, code=PROGRAM, *, progress=True, level=None, elicit=None):
+    """Call run_code once; return the progress/log callbacks and the result, in the order they came."""
+    seen = []
+
+    async def on_progress(value, total, message):
+        seen.append(("progress", value, message))
+
+    async def on_log(params):
+        seen.append(("log", params.level, params.data))
+
+    async def go():
+        with anyio.fail_after(60):
+            async with make_client(on_log) as client:
+                if level is not None:
+                    await client.set_logging_level(level)
+                result = await client.call_tool(
+                    "run_code",
+                    {"code": code, "description": "live"},
+                    progress_callback=on_progress if progress else None,
+                )
+                seen.append(("result", result.structured_content))
+
+    anyio.run(go)
+    return seen
+
+
+def test_progress_in_commit_order_and_log_lines_come_before_the_result_over_stdio():
+    tag = f"live-{uuid.uuid4().hex[:8]}"
+    params = serve_mcp_params("--trust", "lab", tag=tag)
+    seen = watch(lambda on_log: Client(params, mode="legacy", logging_callback=on_log))
+    assert seen == [
+        *COMMITTED,
+        *LOGGED,
+        ("result", {"logs": ["found 3", "[warn] careful", "[error] bad"], "result": 3}),
+    ]
+
+
+@contextlib.contextmanager
+def serve_http():
+    """``nous-sched serve-mcp --http 127.0.0.1:0`` over the lab server; yields its URL."""
+    tag = f"live-http-{uuid.uuid4().hex[:8]}"
+    command = " ".join([sys.executable, str(lab.__file__), "--tag", tag, "--linger"])
+    process = subprocess.Popen(
+        [sys.executable, "-m", "nous_sched", "serve-mcp", "--server", f"lab={command}", "--trust", "lab"]
+        + ["--http", "127.0.0.1:0"],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        line = process.stderr.readline()  # printed once the socket listens
+        assert " at http://127.0.0.1:" in line, line
+        yield line.split(" at ", 1)[1].split(";", 1)[0]
+    finally:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(30)
+        finally:
+            process.kill()
+            process.stderr.close()
+
+
+def test_progress_in_commit_order_and_log_lines_come_before_the_result_over_http():
+    with serve_http() as url:
+        seen = watch(lambda on_log: Client(url, mode="legacy", logging_callback=on_log))
+    assert seen == [
+        *COMMITTED,
+        *LOGGED,
+        ("result", {"logs": ["found 3", "[warn] careful", "[error] bad"], "result": 3}),
+    ]
+
+
+def test_post_sse_streams_start_with_a_priming_event_with_an_id_and_a_retry():
+    headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+    hello = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
+    with serve_http() as url, httpx.Client(timeout=30) as http:
+        opened = http.post(
+            url, headers=headers, json={"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": hello}
+        )
+        headers |= {"mcp-session-id": opened.headers["mcp-session-id"], "mcp-protocol-version": "2025-11-25"}
+        http.post(url, headers=headers, json={"jsonrpc": "2.0", "method": "notifications/initialized"})
+        listed = http.post(url, headers=headers, json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"})
+    first = listed.text.split("\r\n\r\n" if "\r\n\r\n" in listed.text else "\n\n", 1)[0]
+    fields = dict(line.split(":", 1) for line in first.splitlines())
+    assert fields["id"].strip() and fields["data"].strip() == "" and fields["retry"].strip() == str(RETRY_MS)
+    assert '"tools"' in listed.text
+
+
+@pytest.fixture
+def server():
+    with connect(ServerSpec(lab.build(), trusted=True)) as conn:
+        served = CodeModeServer(conn.tools(), timeout=30)
+        yield served
+        served.close()
+
+
+def test_set_level_error_filters_out_info_and_warning_lines(server):
+    seen = watch(lambda on_log: Client(server.server, mode="legacy", logging_callback=on_log), level="error")
+    assert [s for s in seen if s[0] == "log"] == [("log", "error", "bad")]
+    assert seen[-1][0] == "result" and seen[-1][1]["logs"] == ["found 3", "[warn] careful", "[error] bad"]
+
+
+def test_no_progress_token_no_progress_notifications(server):
+    seen = watch(lambda on_log: Client(server.server, mode="legacy", logging_callback=on_log), progress=False)
+    assert seen[:-1] == LOGGED
+
+
+def test_a_run_that_waits_for_approval_says_so_as_progress(server):
+    async def approve(ctx, params):
+        return ElicitResult(action="accept", content={"approve": True})
+
+    code = "const r = await tools.put({ key: 'x', value: 1 }); return r;"
+    seen = watch(
+        lambda on_log: Client(server.server, mode="legacy", logging_callback=on_log, elicitation_callback=approve), code
+    )
+    assert seen == [
+        ("progress", 0.0, "waiting for approval of put"),
+        ("progress", 1.0, "put committed"),
+        ("result", {"logs": [], "result": {"stored": "x", "value": 1}}),
+    ]
+
+
+def test_console_levels():
+    assert line_level("plain") == ("info", "plain")
+    assert line_level("[warn] w") == ("warning", "w")
+    assert line_level("[error] e") == ("error", "e")
+
+
+def test_the_event_store_is_bounded_and_replays_one_stream():
+    store = BoundedEventStore(max_events=3, max_streams=2)
+
+    async def go():
+        ids = [await store.store_event("s1", None)]  # a priming event: no message
+        ids += [await store.store_event("s1", {"jsonrpc": "2.0", "method": f"m{n}"}) for n in range(2)]
+        ids.append(await store.store_event("s2", {"jsonrpc": "2.0", "method": "other"}))
+        replayed = []
+
+        async def send(event):
+            replayed.append(event.message)
+
+        assert ids[0] not in store._events  # the oldest went: 3 events at most
+        assert await store.replay_events_after(ids[0], send) is None  # an evicted id replays nothing
+        assert await store.replay_events_after(ids[1], send) == "s1"
+        assert replayed == [{"jsonrpc": "2.0", "method": "m1"}]  # s1's events after it, not s2's
+        await store.store_event("s3", None)
+        assert set(store._streams) == {"s2", "s3"}  # 2 streams at most: s1 and its events went
+        assert all(s != "s1" for s, _ in store._events.values())
+
+    anyio.run(go)
+
+
+def test_log_messages_are_bounded_like_the_logs_and_the_result_keeps_them():
+    with connect(ServerSpec(lab.build(), trusted=True)) as conn:
+        served = CodeModeServer(conn.tools(), timeout=30, limits=Limits(max_log_lines=2))
+        code = "for (let i = 0; i < 5; i++) console.log('line', i); return 1;"
+        seen = watch(lambda on_log: Client(served.server, mode="legacy", logging_callback=on_log), code)
+        served.close()
+    assert [s[2] for s in seen if s[0] == "log"] == ["line 0", "line 1"]  # what the logs keep, no more
+    assert seen[-1][1]["logs"] == ["line 0", "line 1", "[output truncated at 2 lines]"]
+
+
+def test_a_2026_client_that_answers_a_question_hears_each_line_once_in_order(server):
+    async def approve(ctx, params):
+        return ElicitResult(action="accept", content={"approve": True})
+
+    code = "console.log('before'); const r = await tools.put({ key: 'x', value: 1 }); console.log('after'); return r;"
+    seen = watch(
+        lambda on_log: Client(
+            server.server, mode="auto", log_level="info", logging_callback=on_log, elicitation_callback=approve
+        ),
+        code,
+        progress=False,
+    )
+    assert seen == [
+        ("log", "info", "before"),
+        ("log", "info", "after"),
+        ("result", {"logs": ["before", "after"], "result": {"stored": "x", "value": 1}}),
+    ]
