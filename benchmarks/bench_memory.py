@@ -18,6 +18,7 @@ per concurrent run for the in-process runtime.
 from __future__ import annotations
 
 import concurrent.futures
+import faulthandler
 import sys
 import threading
 import time
@@ -59,6 +60,7 @@ def live_phase(k: int, start_one: Callable[[Callable[[Any], int]], None], lead: 
             handlers.append(t)
         for _ in range(n):
             if not entered.acquire(timeout=60):
+                faulthandler.dump_traceback(sys.stderr)  # where every thread waits: the why of a stuck run
                 raise RuntimeError("a run never reached its tool call")
         time.sleep(0.05)  # let every thread settle into its wait
 

@@ -6,7 +6,7 @@ import importlib.util
 
 import pytest
 
-from nous_sched import ConfigError, QuickJSRuntime, RunCodeError, Tool, run_code, visible_tools
+from nous_sched import ConfigError, QuickJSRuntime, RunCodeError, Tool, WorkerPool, run_code, visible_tools
 from nous_sched.runtime.syntax import unclosed
 
 RUNTIMES = [QuickJSRuntime(), None]
@@ -80,6 +80,7 @@ def test_run_code_refuses_a_missing_description_as_a_config_error():
 
 # -- 5. Ctrl-C and cancel ------------------------------------------------------------------------
 
+import os  # noqa: E402
 import signal  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
@@ -101,11 +102,29 @@ TOOLS = [Tool("ready", ready)]
 """
 
 
-def spin_and_cancel(runtime):
+def _cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def spin_and_cancel(runtime, worker_pid=None):
     cancel = threading.Event()
 
+    def cancel_once_spinning(spent: float) -> None:
+        # The worker burns CPU only once its program has the answer and spins:
+        # a cancel before that would find the run still waiting for the call.
+        for _ in range(6000):
+            if _cpu_seconds(worker_pid) - spent >= 0.2:
+                break
+            time.sleep(0.01)
+        cancel.set()
+
     def ready(args):
-        cancel.set()  # the program is past its first step: the next one logs, then spins
+        if worker_pid is None:
+            cancel.set()  # the program is past its first step: the next one logs, then spins
+        else:
+            threading.Thread(target=cancel_once_spinning, args=(_cpu_seconds(worker_pid),)).start()
         return True
 
     started = time.monotonic()
@@ -129,8 +148,11 @@ def test_a_cancelled_in_process_run_stops_inside_a_javascript_loop_and_keeps_the
 
 def test_a_cancelled_worker_run_keeps_the_logs_of_the_step_in_progress():
     # The pool stops the program softly first (SIGUSR2), so the step's logs come back.
-    result, took = spin_and_cancel(None)
-    assert result.error.kind == "cancelled" and took < 10
+    with WorkerPool(size=1, spares=0) as pool:
+        pool.prestart(1)
+        (pid,) = pool.pids()
+        result, took = spin_and_cancel(pool, worker_pid=pid)
+    assert result.error.kind == "cancelled" and took < 30
     assert result.logs == ("before", "spinning")
 
 

@@ -165,12 +165,16 @@ class Forwarder:
         try:
             async with self._receive:
                 async for event in self._receive:
-                    if event is not None and self._handled >= self._skip:
-                        try:
-                            await self._forward(event)
-                        except Exception as exc:  # a notification lost must not cost the client its result
-                            log.debug("a live notification could not be sent: %s", exc)
-                    self._handled += 1
+                    # Shielded: a cancel (an InputRequiredResult went out) lands between
+                    # events, never between a send and its count, or the retry's
+                    # Forwarder would send that event again.
+                    with anyio.CancelScope(shield=True):
+                        if event is not None and self._handled >= self._skip:
+                            try:
+                                await self._forward(event)
+                            except Exception as exc:  # a notification lost must not cost the client its result
+                                log.debug("a live notification could not be sent: %s", exc)
+                        self._handled += 1
         finally:
             self._done.set()
 
