@@ -24,7 +24,7 @@ from test_mcp_serve import serve_mcp_params
 
 from nous_sched import Limits
 from nous_sched.mcp import CodeModeServer, ServerSpec, connect
-from nous_sched.mcp.event_store import BoundedEventStore
+from nous_sched.mcp.event_store import PrimingEventStore
 from nous_sched.mcp.live_forward import line_level
 from nous_sched.mcp.serve import RETRY_MS
 
@@ -170,25 +170,56 @@ def test_console_levels():
     assert line_level("[error] e") == ("error", "e")
 
 
-def test_the_event_store_is_bounded_and_replays_one_stream():
-    store = BoundedEventStore(max_events=3, max_streams=2)
+def test_one_client_cannot_replay_another_sessions_stream():
+    """The SDK names a POST's stream by its JSON-RPC id, one store for every session:
+    a store that replayed would hand client A, reconnecting with the id of its own
+    priming event, what session B stored later on a stream of the same id."""
+    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 
+    def initialize(http, url, client):
+        hello = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": client, "version": "0"}}
+        opened = http.post(
+            url, headers=headers, json={"jsonrpc": "2.0", "id": 7, "method": "initialize", "params": hello}
+        )
+        session = {"mcp-session-id": opened.headers["mcp-session-id"], "mcp-protocol-version": "2025-11-25"}
+        http.post(url, headers=headers | session, json={"jsonrpc": "2.0", "method": "notifications/initialized"})
+        priming = [line[3:].strip() for line in opened.text.splitlines() if line.startswith("id:")][0]
+        return session, priming
+
+    with serve_http() as url, httpx.Client(timeout=60) as http:
+        a, a_priming = initialize(http, url, "a")
+        b, _ = initialize(http, url, "b")
+        arguments = {"code": "return 'B-SECRET';", "description": "b's run"}
+        call = {
+            "jsonrpc": "2.0",
+            "id": 7,
+            "method": "tools/call",
+            "params": {"name": "run_code", "arguments": arguments},
+        }
+        assert "B-SECRET" in http.post(url, headers=headers | b, json=call).text
+        replay = {"Accept": "text/event-stream", **a, "last-event-id": a_priming}
+        heard = ""
+        with http.stream("GET", url, headers=replay, timeout=httpx.Timeout(60, read=3)) as response:
+            try:
+                for chunk in response.iter_text():
+                    heard += chunk
+            except httpx.ReadTimeout:  # a stream that stays open with nothing to say: the expected case
+                pass
+    assert "B-SECRET" not in heard and '"b"' not in heard
+
+
+def test_the_event_store_gives_random_ids_and_replays_nothing():
     async def go():
-        ids = [await store.store_event("s1", None)]  # a priming event: no message
-        ids += [await store.store_event("s1", {"jsonrpc": "2.0", "method": f"m{n}"}) for n in range(2)]
-        ids.append(await store.store_event("s2", {"jsonrpc": "2.0", "method": "other"}))
-        replayed = []
+        store = PrimingEventStore()
+        assert store  # the SDK tests it for truth
+        ids = {await store.store_event("1", None) for _ in range(100)}
+        heard = []
 
-        async def send(event):
-            replayed.append(event.message)
+        async def hear(event):
+            heard.append(event)
 
-        assert ids[0] not in store._events  # the oldest went: 3 events at most
-        assert await store.replay_events_after(ids[0], send) is None  # an evicted id replays nothing
-        assert await store.replay_events_after(ids[1], send) == "s1"
-        assert replayed == [{"jsonrpc": "2.0", "method": "m1"}]  # s1's events after it, not s2's
-        await store.store_event("s3", None)
-        assert set(store._streams) == {"s2", "s3"}  # 2 streams at most: s1 and its events went
-        assert all(s != "s1" for s, _ in store._events.values())
+        assert len(ids) == 100
+        assert await store.replay_events_after(next(iter(ids)), hear) is None and heard == []
 
     anyio.run(go)
 

@@ -109,7 +109,7 @@ from ..policy import PermissionPolicy
 from ..run_code import live_stream
 from ..tool import Tool
 from .client import DEADLINE_GRACE
-from .event_store import BoundedEventStore
+from .event_store import PrimingEventStore
 from .live_forward import Forwarder, SessionLevels
 
 __all__ = ["CodeModeServer", "AuditLog", "OUTPUT_SCHEMA"]
@@ -389,13 +389,13 @@ class CodeModeServer:
         """The Starlette app serving Streamable HTTP at ``path`` (DNS-rebinding protection on loopback).
 
         POST SSE streams start with a priming event with an id and carry a
-        ``retry`` field of :data:`RETRY_MS` (SEP-1699); the events are kept in
-        a :class:`~.event_store.BoundedEventStore` for clients that reconnect.
+        ``retry`` field of :data:`RETRY_MS` (SEP-1699); nothing is replayed to a
+        client that reconnects (:class:`~.event_store.PrimingEventStore` says why).
         """
         # An event store makes the SDK start each POST SSE stream with a priming
         # event that has an id, and send a `retry` field (SEP-1699).
         return self.server.streamable_http_app(
-            streamable_http_path=path, host=host, event_store=BoundedEventStore(), retry_interval=RETRY_MS
+            streamable_http_path=path, host=host, event_store=PrimingEventStore(), retry_interval=RETRY_MS
         )
 
     def run_http(
