@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import os
 import resource
-import select
 import signal
 import subprocess
 import sys
 import textwrap
 
 import pytest
+from procs import wait_gone
 
 from nous_sched import Limits, Tool, WorkerPool, run_code
 from nous_sched.runtime import worker
@@ -246,7 +246,7 @@ def test_a_compromised_worker_never_sees_a_later_run(compromised):
         """
     )
     compromised_pid = attack(pool)["pid"]
-    assert _wait_gone(compromised_pid), "the worker that ran the payload was discarded"
+    assert wait_gone(compromised_pid, 15.0), "the worker that ran the payload was discarded"
     secret = Tool("secret", lambda a: "s3cr3t")
     result = run_code("return await tools.secret({})", [secret], runtime=pool, description="test")
     assert result.result == "s3cr3t"
@@ -289,7 +289,7 @@ def test_a_worker_that_skips_its_exit_does_not_outlive_its_host(tmp_path):
     )
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     pids = [int(p) for p in proc.stdout.split()]
-    assert pids and all(_wait_gone(pid) for pid in pids), "no worker or fork server outlives its host"
+    assert pids and all(wait_gone(pid, 15.0) for pid in pids), "no worker or fork server outlives its host"
 
 
 def test_performance_clock_tells_nothing_about_other_runs():
@@ -315,17 +315,6 @@ def test_every_layer_is_reported_on_the_pool():
 def _rss() -> int:
     with open("/proc/self/statm", encoding="ascii") as fh:
         return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-def _wait_gone(pid: int, timeout: float = 15.0) -> bool:
-    try:
-        fd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        return True
-    try:
-        return bool(select.select([fd], [], [], timeout)[0])
-    finally:
-        os.close(fd)
 
 
 def test_the_payload_hook_needs_the_hosts_environment():
