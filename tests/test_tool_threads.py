@@ -10,7 +10,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 
 import pytest
 
@@ -74,52 +73,6 @@ def test_warm_threads_are_reused_and_no_thread_is_started_for_them():
         for _ in range(4):
             assert idle.acquire(timeout=WAIT)
         assert set(pool.threads()) == first, "the second fan-out found its threads warm"
-    finally:
-        pool.shutdown()
-
-
-def test_sequential_tasks_reuse_the_most_recently_idled_thread_while_the_others_stay_parked():
-    pool = ToolThreads(8, "test-tt-lifo")
-    idle = watched(pool)
-    barrier = threading.Barrier(4, timeout=WAIT)
-    ran: list = []
-    try:
-        for _ in range(4):
-            pool.submit(barrier.wait)  # four at once: four threads, then all four idle
-        for _ in range(4):
-            assert idle.acquire(timeout=WAIT)
-        first = set(pool.threads())
-        assert pool.counts() == (4, 4)
-        for _ in range(20):  # each waited (done, and its thread idle again) before the next
-            done = threading.Event()
-            pool.submit(lambda: (ran.append(threading.current_thread()), done.set()))
-            assert done.wait(WAIT) and idle.acquire(timeout=WAIT)
-            assert pool.counts() == (4, 4)
-        assert len(set(ran)) == 1, "one hot thread took every sequential task"
-        assert set(pool.threads()) == first and ran[0] in first, "no thread was started for them"
-    finally:
-        pool.shutdown()
-
-
-def test_under_a_trickle_the_threads_it_does_not_need_retire():
-    pool = ToolThreads(8, "test-tt-trickle", idle_seconds=0.3)
-    idle = watched(pool)
-    barrier = threading.Barrier(4, timeout=WAIT)
-    try:
-        for _ in range(4):
-            pool.submit(barrier.wait)
-        for _ in range(4):
-            assert idle.acquire(timeout=WAIT)
-        first = pool.threads()
-        deadline = time.monotonic() + WAIT
-        # One task at a time, without pause: the top of the idle stack takes
-        # each, so the three below it see no task and retire (a shared queue
-        # would wake them in turn and keep all four alive).
-        while sum(t.is_alive() for t in first) > 1 and time.monotonic() < deadline:
-            done = threading.Event()
-            pool.submit(done.set)
-            assert done.wait(WAIT)
-        assert sum(t.is_alive() for t in first) <= 1
     finally:
         pool.shutdown()
 
