@@ -462,7 +462,7 @@ def _drive(engine: Any, host: Any, limits: Any, deadline: float, cancel: Any, bo
     outstanding: collections.deque[tuple[int, Any]] = collections.deque()
     steps = _Steps(host, limits, book, on_logs, _submitter(host, outstanding, deadline))
     take = _taker(outstanding, getattr(engine, "max_payload", None))
-    settle = _settler(engine)
+    settle = engine.settle_many
     relay = getattr(engine, "relay", None)
     batch: Sequence[Any] = ()
     texts: Sequence[str] = (engine.start(),)
@@ -568,26 +568,6 @@ def _taker(outstanding: "collections.deque[tuple[int, Any]]", max_payload: Optio
         return batch
 
     return take
-
-
-def _settler(engine: Any) -> Callable[[Sequence[Any]], Sequence[str]]:
-    """The engine's ``settle_many``, or one built of its ``settle`` steps."""
-    many = getattr(engine, "settle_many", None)
-    if many is not None:
-        return many  # type: ignore[no-any-return]
-    one = engine.settle
-
-    def settle_each(batch: Sequence[Any]) -> list[str]:
-        texts: list[str] = []
-        try:
-            for item in batch:
-                texts.append(one(item[0], item[3], item[4]))
-        except Stopped as stop:
-            stop.steps = texts
-            raise
-        return texts
-
-    return settle_each
 
 
 def _step_envelope(text: Any, book: "_LogBook", on_logs: Any, host: Any) -> dict[str, Any]:

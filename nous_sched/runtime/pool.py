@@ -1007,21 +1007,22 @@ class _Remote:
             return self._expired()
         return self._answer()
 
-    def settle(self, call_id: int, ok: bool, payload: str) -> str:
-        """One settle step: :meth:`settle_many` of one call."""
-        return self.settle_many(((call_id, None, None, ok, payload),))[0]
-
     def settle_many(self, batch: Sequence[Sequence[Any]]) -> list[str]:
         """Send ``batch`` (:func:`~nous_sched.runtime.engine.drive`'s items) in
         one settle frame; the worker's envelope for each, in order."""
         self._check(batch)
+        self._send_settles(settle_frame(batch))
+        return self._answers(batch, self._spin())
+
+    def _send_settles(self, data: "bytes | memoryview") -> None:
+        """Write a settle frame (or its unsent rest); a dead worker or the
+        deadline ends the run, as a stop of the engine's would."""
         try:
-            self.worker.send(settle_frame(batch), self.until)
+            self.worker.send(data, self.until)
         except BrokenPipeError:
             self._died()
         except Expired:
             self._expired()
-        return self._answers(batch, self._spin())
 
     def answers(self, batch: Sequence[Sequence[Any]]) -> list[str]:
         """The envelopes answering ``batch``, which :attr:`relay` handed over:
@@ -1032,12 +1033,7 @@ class _Remote:
             relay.handoff = False
             rest, relay.unsent = relay.unsent, None
             self._check(batch)
-            try:
-                self.worker.send(settle_frame(batch) if rest is None else rest, self.until)
-            except BrokenPipeError:
-                self._died()
-            except Expired:
-                self._expired()
+            self._send_settles(settle_frame(batch) if rest is None else rest)
         return self._answers(batch, 0.0, ready=True)
 
     def _check(self, batch: Sequence[Sequence[Any]]) -> None:
