@@ -12,7 +12,7 @@ raised where the agent is built.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Iterable, Optional
 
 import attrs
@@ -39,7 +39,7 @@ __all__ = [
 ]
 
 RUN_CODE_NAME = "run_code"
-_BUDGET = v.optional(v.int_at_least(1, "a positive number of characters"))
+_BUDGET = v.optional(v.int_at_least(sdk.MIN_BUDGET, f"a number of characters of at least {sdk.MIN_BUDGET:,}"))
 # Set by the run_code tool itself, per call or from its own arguments.
 _NOT_RUN_OPTIONS = frozenset({"code", "tools", "description", "policy", "runtime", "output_budget"})
 _RUN_OPTIONS = sorted(
@@ -92,6 +92,7 @@ def run_code_tool(
     runtime: Optional[CodeRuntime] = None,
     budget: Optional[int] = sdk.DEFAULT_BUDGET,
     output_budget: Optional[int] = DEFAULT_OUTPUT_BUDGET,
+    ranking: Optional[Sequence[str]] = None,
     **run_options: Any,
 ) -> Tool:
     """The ``run_code`` :class:`~nous_sched.Tool` for an agent loop.
@@ -104,11 +105,16 @@ def run_code_tool(
     :class:`RunCodeError` when nothing ran. ``run_options`` go to
     :func:`run_code` on every call.
 
-    ``budget`` (characters, default :data:`nous_sched.sdk.DEFAULT_BUDGET`;
-    ``None`` for no limit): a tool set whose SDK would be longer is described
-    compactly, one line per tool, and the program reads a tool's declaration
-    with ``sdk.describe(name)`` or finds tools with ``sdk.search(words)``
-    (:mod:`nous_sched.discovery`; ``sdk`` is there in every run).
+    ``budget`` (characters, default :data:`nous_sched.sdk.DEFAULT_BUDGET`,
+    32,000; at least :data:`nous_sched.sdk.MIN_BUDGET`, 1,500; ``None`` for
+    no limit): the whole description is never longer. A tool set whose SDK
+    would not fit is described by the first of :data:`nous_sched.sdk.STEPS`
+    that does (one line per tool, one line without argument names, counts by
+    name prefix, or no listing at all), and the program reads a tool's
+    declaration with ``sdk.describe(name)`` or finds tools with
+    ``sdk.search(words)`` (:mod:`nous_sched.discovery`; ``sdk`` is there in
+    every run). ``ranking`` (tool names, most relevant first): the last step
+    names the first few of them the policy grants.
 
     ``output_budget`` (characters, default
     :data:`nous_sched.budget.DEFAULT_OUTPUT_BUDGET`, 20,000; at least 200;
@@ -122,11 +128,12 @@ def run_code_tool(
     require("run_code_tool", "tools", tools, v.TOOLS)
     require("run_code_tool", "budget", budget, _BUDGET)
     require("run_code_tool", "output_budget", output_budget, OUTPUT_BUDGET)
+    require("run_code_tool", "ranking", ranking, sdk._RANKING)
     _check_run_options("run_code_tool", run_options)
     tools = list(tools)
     granted, _ = partition(tools, policy, "run_code_tool")
     rt = resolve_runtime(runtime)
-    description = RUN_CODE_DESCRIPTION + "\n\n" + sdk.render(granted.values(), "typescript", budget=budget)
+    description = _description(granted.values(), budget, ranking)
 
     def function(args: Any) -> Any:
         if not isinstance(args, Mapping):
@@ -171,6 +178,13 @@ def run_code_tool(
     )
 
 
+def _description(granted: Iterable[Tool], budget: Optional[int], ranking: Optional[Sequence[str]]) -> str:
+    # The budget is the whole description's: the SDK gets what run_code's own words leave.
+    head = RUN_CODE_DESCRIPTION + "\n\n"
+    room = None if budget is None else budget - len(head)
+    return head + sdk._fitted(granted, "typescript", room, ranking or ())
+
+
 def visible_tools(
     mode: str,
     tools: Iterable[Tool],
@@ -179,6 +193,7 @@ def visible_tools(
     runtime: Optional[CodeRuntime] = None,
     budget: Optional[int] = sdk.DEFAULT_BUDGET,
     output_budget: Optional[int] = DEFAULT_OUTPUT_BUDGET,
+    ranking: Optional[Sequence[str]] = None,
     **run_options: Any,
 ) -> list[Tool]:
     """The tools a model should be offered in ``mode``.
@@ -188,13 +203,14 @@ def visible_tools(
     when no runtime is available (so ``"code"`` is the only mode that can fail
     for want of one). ``run_code`` is added after the policy filter: a
     deny-all policy still leaves it reachable, and every call it makes is
-    filtered again. ``budget``, ``output_budget`` and ``run_options`` are
+    filtered again. ``budget``, ``output_budget``, ``ranking`` and ``run_options`` are
     :func:`run_code_tool`'s, checked in every mode.
     """
     require("visible_tools", "mode", mode, _MODE)
     require("visible_tools", "tools", tools, v.TOOLS)
     require("visible_tools", "budget", budget, _BUDGET)
     require("visible_tools", "output_budget", output_budget, OUTPUT_BUDGET)
+    require("visible_tools", "ranking", ranking, sdk._RANKING)
     _check_run_options("visible_tools", run_options)
     tools = list(tools)
     granted = list(partition(tools, policy, "visible_tools")[0].values())
@@ -206,9 +222,17 @@ def visible_tools(
         except RunCodeError:
             return granted
         code_tool = run_code_tool(
-            tools, policy=policy, runtime=rt, budget=budget, output_budget=output_budget, **run_options
+            tools, policy=policy, runtime=rt, budget=budget, output_budget=output_budget, ranking=ranking, **run_options
         )
         return granted + [code_tool]
     return [
-        run_code_tool(tools, policy=policy, runtime=runtime, budget=budget, output_budget=output_budget, **run_options)
+        run_code_tool(
+            tools,
+            policy=policy,
+            runtime=runtime,
+            budget=budget,
+            output_budget=output_budget,
+            ranking=ranking,
+            **run_options,
+        )
     ]

@@ -9,12 +9,13 @@ and says how to list them, so the next program can be right.
 The ``sdk`` global (:data:`nous_sched.sdk.DISCOVERY_GLOBAL`) is in every run,
 whatever the size of the tool set: ``sdk.describe(name)`` resolves to the
 tool's full declaration (the TypeScript the full SDK would show) and
-``sdk.search(words, limit?)`` to ``[{name, summary}]`` of the best matching
-tools (:class:`~nous_sched.sdk.ToolIndex`). A question is not a tool call: it
-passes no policy or approval and writes no audit event, and it reveals nothing
-the run's own description would not (only granted tools are described or
-found; a denied one is named as denied). The index is built on the first
-question, so a run that asks none pays nothing.
+``sdk.search(words, limit?)`` to ``[{name, summary, args}]`` of the best
+matching tools (:class:`~nous_sched.sdk.ToolIndex`, ranked by BM25F). A
+question is not a tool call: it passes no policy or approval and writes no
+audit event, and it reveals nothing the run's own description would not (only
+granted tools are described or found; a denied one is named as denied). The
+index is built on the first question and kept for the next runs of the same
+tools (:func:`shared_index`), so a run that asks none pays nothing.
 
 For a tool that declares no output schema (``Tool.returns`` is ``None``),
 ``sdk.describe(name)`` adds the JSON shape (keys and types, in TypeScript
@@ -28,6 +29,8 @@ from __future__ import annotations
 import difflib
 import itertools
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any, Optional
 
@@ -37,7 +40,7 @@ from .outcome import Outcome, quote_name
 from .policy import denied_message
 from .sdk import _LIMIT, _QUERY_SHAPE, DISCOVERY_GLOBAL, GLOBAL, ToolIndex, _fits_query, _words
 
-__all__ = ["closest_names", "unknown_tool_message", "Discovery", "Shape", "SHAPE_SAMPLES"]
+__all__ = ["closest_names", "unknown_tool_message", "Discovery", "Shape", "SHAPE_SAMPLES", "shared_index"]
 
 #: How many close names an unknown-tool message suggests at most.
 SUGGESTIONS = 3
@@ -154,6 +157,36 @@ class Shape:
         return "{ " + "; ".join(fields) + " }"
 
 
+#: How many tool sets' indexes are kept for the next run that asks.
+INDEX_CACHE = 8
+_cache_lock = threading.Lock()  # guards _cache
+# key: the ids of a tool set's tools, in order -> (those tools, their index). The
+# tools are held so that no id in a live key can be reused by another object.
+_cache: OrderedDict[tuple[int, ...], tuple[tuple[Any, ...], ToolIndex]] = OrderedDict()
+
+
+def shared_index(tools: Sequence[Any]) -> ToolIndex:
+    """The :class:`~nous_sched.sdk.ToolIndex` of ``tools`` (TypeScript), shared by every run of the same tool objects.
+
+    A search index over thousands of tools costs tens of milliseconds to
+    build; an agent's runs reuse one tool set, so the last
+    :data:`INDEX_CACHE` sets are kept. Tools are values (:class:`~nous_sched.Tool`
+    is frozen), so an index never goes stale. Thread-safe.
+    """
+    key = tuple(map(id, tools))
+    with _cache_lock:
+        hit = _cache.get(key)
+        if hit is not None:
+            _cache.move_to_end(key)
+            return hit[1]
+    index = ToolIndex(tools, "typescript")  # outside the lock: other runs' questions need not wait
+    with _cache_lock:
+        _cache[key] = (tuple(tools), index)
+        while len(_cache) > INDEX_CACHE:
+            _cache.popitem(last=False)
+    return index
+
+
 class Discovery:
     """Answers one run's ``sdk`` questions; built per run, used by one thread.
 
@@ -193,7 +226,7 @@ class Discovery:
     @property
     def index(self) -> ToolIndex:
         if self._index is None:
-            self._index = ToolIndex(self._granted.values(), "typescript")
+            self._index = shared_index(list(self._granted.values()))
         return self._index
 
     def answer(self, question: Any) -> Outcome:

@@ -38,13 +38,22 @@ Return types
     ``outputSchema``) becomes ``Promise<T>``; without one, ``Promise<unknown>``.
 
 Large tool sets
-    With a ``budget`` (characters), an SDK that would be longer is rendered
-    *compact*: one line per tool (its name, the first sentence of its
-    description, its argument names) and a note telling the program how to
-    ask for a tool's full declaration or search the tools by words, through
-    the :data:`DISCOVERY_GLOBAL` object (``sdk.describe(name)``,
+    With a ``budget`` (characters), the text is never longer: it is the first
+    of :data:`STEPS` that fits, each tried only when the one before it does
+    not, and it names its step in a line of its own (:func:`step_of`):
+    ``full`` declares every tool; ``lines`` lists one tool per line (its
+    name, the first sentence of its description, its argument names);
+    ``names`` the same without argument names; ``groups`` names no tool but
+    counts them by namespace or common prefix with the words those names use
+    most (fewer words before the step is given up); ``search`` lists nothing:
+    the count of tools and, if the caller ranks them, a handful of the most
+    relevant names. Every step below ``full`` tells the program how to ask
+    for a tool's full declaration or search the tools by words, through the
+    :data:`DISCOVERY_GLOBAL` object (``sdk.describe(name)``,
     ``sdk.search(words)``), which lives outside ``tools`` so it can never
-    collide with a tool's name. :class:`ToolIndex` answers those two questions.
+    collide with a tool's name. :class:`ToolIndex` answers those two
+    questions. The README's table gives the sizes ``run_code_tool``'s
+    default budget (:data:`DEFAULT_BUDGET`) leads to for 10 to 2,500 tools.
 
 Addressing
     ``tools`` is indexed by each tool's exact name (``tools["my-tool"](args)``),
@@ -64,18 +73,24 @@ from __future__ import annotations
 import json
 import math
 import re
+import textwrap
 import urllib.parse
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Optional, TypeGuard
 
 from . import _validators as v
+from ._tool_groups import group_names
+from ._tool_search import WordIndex
 
 __all__ = [
     "GLOBAL",
     "ERROR_CLASS",
     "DISCOVERY_GLOBAL",
     "DEFAULT_BUDGET",
+    "MIN_BUDGET",
+    "STEPS",
     "render",
+    "step_of",
     "json_schema_to_type",
     "coerce_language",
     "languages",
@@ -89,8 +104,13 @@ ERROR_CLASS = "ToolError"
 #: The global through which a program asks about tools (``describe``, ``search``):
 #: outside ``tools``, whose keys are arbitrary tool names.
 DISCOVERY_GLOBAL = "sdk"
-#: A budget (characters) for callers that want one: about 8k tokens of SDK.
+#: ``run_code_tool``'s budget (characters) for its description: about 8k tokens.
 DEFAULT_BUDGET = 32_000
+#: The smallest budget :func:`render` and ``run_code_tool`` take.
+MIN_BUDGET = 1_500
+#: How a budgeted SDK shrinks, largest first; each is used only when the one
+#: before it does not fit (see the module docstring).
+STEPS = ("full", "lines", "names", "groups", "search")
 
 _CANONICAL = {
     "typescript": "typescript",
@@ -126,18 +146,6 @@ _TS_HEADER = f"""\
 // name and a message.
 """
 
-_COMPACT_NOTE = f"""\
-//
-// This tool set is large, so each tool below is listed in one line: its
-// name, what it does and its argument names ("?" marks an optional one).
-// Before calling a tool, read its full declaration: return it from a
-// program, then write the next program with it.
-//
-//     return await {DISCOVERY_GLOBAL}.describe("<tool name>");  // one tool's declaration
-//     return await {DISCOVERY_GLOBAL}.search("words");          // [{{ name, summary }}] of matching tools
-//
-"""
-
 _PY_HEADER = f"""\
 # Tool SDK (generated). These declarations are the only description of the
 # tools your program may call.
@@ -151,15 +159,6 @@ _PY_HEADER = f"""\
 # name and a message.
 """
 _PY_IMPORTS = "\nfrom typing import Any, Callable, Literal, NotRequired, TypedDict\n"
-_PY_COMPACT_NOTE = f"""\
-#
-# This tool set is large, so each tool below is listed in one line. Before
-# calling a tool, read its full declaration:
-#
-#     return {DISCOVERY_GLOBAL}.describe("<tool name>")
-#     return {DISCOVERY_GLOBAL}.search("words")
-"""
-
 # Control characters count as whitespace too: a NUL or a line separator in a
 # one-line comment would break the Python stub.
 _RUNS_OF_SPACE = re.compile(r"[\s\x00-\x1f\x7f]+")
@@ -179,6 +178,15 @@ def _fits_query(value: Any) -> bool:
 
 _QUERY = v.Check(_QUERY_SHAPE, _fits_query)
 _LIMIT = v.int_between(1, 100, "an integer from 1 to 100")
+_RANKING = v.optional(
+    v.Check(
+        "a list or tuple of tool names (str), most relevant first",
+        lambda value: isinstance(value, (list, tuple)) and all(isinstance(name, str) for name in value),
+    )
+)
+#: A search hit lists at most this many argument names, each at most this long.
+SEARCH_ARGS = 32
+SEARCH_ARG_CHARS = 64
 # A named type is written as a placeholder until every name is chosen. NUL
 # never reaches the output otherwise: literals are JSON-escaped and comments
 # have their control characters replaced.
@@ -213,31 +221,57 @@ def coerce_language(value: Any) -> str | None:
     return _CANONICAL.get(value) if isinstance(value, str) else None
 
 
-def render(tools: Iterable[Any], language: str = "typescript", *, budget: Optional[int] = None) -> str:
+def render(
+    tools: Iterable[Any],
+    language: str = "typescript",
+    *,
+    budget: Optional[int] = None,
+    ranking: Optional[Sequence[str]] = None,
+) -> str:
     """Render the SDK declaring ``tools``.
 
     A tool is any object with ``name``, ``description`` and ``parameters`` (a
     JSON Schema mapping or ``None``), and optionally ``returns`` (the JSON
     Schema of its result). Tools whose name is not a non-empty string are
     skipped; of several with one name the first wins. The output depends only
-    on the resulting set of tools, never on their order, and is identical on
-    every call.
+    on the resulting set of tools (and ``ranking``), never on their order,
+    and is identical on every call.
 
-    ``budget`` (characters, or ``None`` for no limit): when the full SDK is
-    longer, the compact form is returned instead (see the module docstring).
-    The compact form is one line per tool whatever its length, so a set of
-    thousands of tools can still exceed the budget.
+    ``budget`` (characters, at least :data:`MIN_BUDGET`, or ``None`` for no
+    limit): the text is never longer. It is the first of the :data:`STEPS`
+    that fits (see the module docstring), and says which one it is.
+
+    ``ranking`` (tool names, most relevant first; optional): the last step,
+    which lists no tools, names the first few of them that are in ``tools``.
 
     Never raises on a schema; raises :class:`~nous_sched.errors.ConfigError`
-    for an unknown ``language`` or a ``budget`` that is not a positive int.
+    for an unknown ``language``, a ``budget`` that is not an int of at least
+    :data:`MIN_BUDGET`, or a ``ranking`` that is not a sequence of strings.
     """
     lang = _require_language("render", language)
     _require_budget("render", budget)
+    v.require("render", "ranking", ranking, _RANKING)
+    return _fitted(tools, lang, budget, ranking or ())
+
+
+def _fitted(tools: Iterable[Any], lang: str, budget: Optional[int], ranking: Sequence[str]) -> str:
+    """:func:`render` after its checks; ``budget`` may be smaller than :data:`MIN_BUDGET` by ``run_code``'s own words.
+
+    The last step without ranked names is under 1,000 characters for any tool
+    count (a test holds it to ``MIN_BUDGET`` less ``run_code``'s words).
+    """
     ordered = _unique_sorted(tools)
-    full = _render_python(ordered) if lang == "python" else _render_typescript(ordered)
-    if budget is None or len(full) <= budget:
-        return full
-    return _compact_python(ordered) if lang == "python" else _compact_typescript(ordered)
+    for step in STEPS:
+        text = _render_step(step, ordered, lang, ranking, budget)
+        if text is not None and (budget is None or len(text) <= budget):
+            return text
+    raise AssertionError(f"the last step is longer than {budget}")  # pragma: no cover: tests hold every count
+
+
+def step_of(text: str) -> Optional[str]:
+    """The step (one of :data:`STEPS`) a text :func:`render` returned says it is, or ``None``."""
+    found = _STEP_LINE.search(text)
+    return found.group(1) if found else None
 
 
 def json_schema_to_type(schema: Any, language: str = "typescript") -> str:
@@ -267,7 +301,8 @@ class ToolIndex:
         self._language = _require_language("ToolIndex", language)
         ordered = _unique_sorted(tools)
         self._tools = {tool.name: tool for tool in ordered}
-        self._words = {tool.name: _tool_words(tool) for tool in ordered}
+        self._order = list(self._tools)
+        self._search: Optional[WordIndex] = None
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -286,30 +321,42 @@ class ToolIndex:
             return _render_python([tool], header=False)
         return _render_typescript([tool], header=False)
 
-    def search(self, query: Any, limit: int = 10) -> list[dict[str, str]]:
-        """The tools best matching the words of ``query``, best first: ``[{"name", "summary"}]``.
+    def search(self, query: Any, limit: int = 10) -> list[dict[str, Any]]:
+        """The tools best matching the words of ``query``, best first: ``[{"name", "summary", "args"}]``.
 
-        Words match a tool's name (weighted most), its argument names, and its
-        own and its arguments' descriptions, case-insensitively; ``snake_case``
-        and ``camelCase`` names count as separate words and a word of three or
-        more letters also matches as a prefix. Ties go to the name that sorts
-        first. Tools matching no word are left out; at most ``limit`` (1 to
-        100) are returned. A query holds at most :data:`MAX_QUERY_WORDS` words
-        and :data:`MAX_QUERY_CHARS` characters, so one costs at most that many
-        words times the tools.
+        ``summary`` is the first sentence of the tool's description; ``args``
+        its top-level argument names, required first, an optional one ending
+        in ``?`` (at most :data:`SEARCH_ARGS` of them, each cut to
+        :data:`SEARCH_ARG_CHARS` characters; :meth:`describe` has them all).
+
+        Ranked by BM25F (:mod:`nous_sched._tool_search`) over the tool's name
+        (weighted most), its argument names, and its own and its arguments'
+        descriptions, case-insensitively: ``snake_case`` and ``camelCase``
+        names count as separate words, a word of three or more letters also
+        matches as a prefix (half weight), and a word every tool has counts
+        for almost nothing. Ties go to the name that sorts first. Tools
+        matching no word are left out; at most ``limit`` (1 to 100) are
+        returned. A query holds at most :data:`MAX_QUERY_WORDS` words and
+        :data:`MAX_QUERY_CHARS` characters, which bounds its cost.
 
         :raises ConfigError: ``query`` is not such a string, or ``limit`` is out of range.
         """
         v.require("search", "query", query, _QUERY)
         v.require("search", "limit", limit, _LIMIT)
-        terms = list(dict.fromkeys(_words(query)))
-        scored = []
-        for name, fields in self._words.items():
-            score = sum(_term_score(term, fields) for term in terms)
-            if score > 0:
-                scored.append((-score, name))
-        scored.sort()
-        return [{"name": name, "summary": _summary(self._tools[name])} for _, name in scored[:limit]]
+        if self._search is None:
+            # Built on the first question: describing tools never pays for it.
+            # Two threads asking at once may both build it; either result is
+            # the same, and the assignment is atomic.
+            self._search = WordIndex([_tool_words(self._tools[name]) for name in self._order])
+        hits = self._search.rank(list(dict.fromkeys(_words(query))), limit)
+        return [self._hit(self._tools[self._order[i]]) for i in hits]
+
+    @staticmethod
+    def _hit(tool: Any) -> dict[str, Any]:
+        args = [
+            name if len(name) <= SEARCH_ARG_CHARS else name[: SEARCH_ARG_CHARS - 1] + "…" for name in _arg_names(tool)
+        ]
+        return {"name": tool.name, "summary": _summary(tool), "args": args[:SEARCH_ARGS]}
 
 
 def _require_language(owner: str, language: Any) -> str:
@@ -320,8 +367,8 @@ def _require_language(owner: str, language: Any) -> str:
 
 
 def _require_budget(owner: str, budget: Any) -> None:
-    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget <= 0):
-        v.fail(owner, "budget", budget, "a positive number of characters or None")
+    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < MIN_BUDGET):
+        v.fail(owner, "budget", budget, f"a number of characters of at least {MIN_BUDGET:,} or None")
 
 
 def _unique_sorted(tools: Iterable[Any]) -> list[Any]:
@@ -698,12 +745,143 @@ def _ts_literal(value: Any) -> str | None:
     return None
 
 
-def _compact_typescript(tools: list[Any]) -> str:
-    lines = [
-        f"  {_literal(tool.name)}(args: object): Promise<{_TS_ANY}>; // {_compact_comment(tool)}" for tool in tools
-    ]
-    body = "\n" + "\n".join(lines) + "\n" if lines else ""
-    return f"{_TS_HEADER}{_COMPACT_NOTE}\ndeclare const {GLOBAL}: {{{body}}};\n"
+# --- Steps: an SDK within its budget -------------------------------------------------
+
+
+def _render_step(step: str, tools: list[Any], lang: str, ranking: Sequence[str], budget: Optional[int]) -> str | None:
+    """``step``'s text for ``tools``, or ``None`` when the step has nothing to show for them."""
+    python = lang == "python"
+    if step == "full":
+        full = _render_python(tools) if python else _render_typescript(tools)
+        head = _PY_HEADER if python else _TS_HEADER
+        return head + _note(python, [_step_line("full", "every tool is declared in full below.")]) + full[len(head) :]
+    if step in ("lines", "names"):
+        comments = [_compact_comment(tool, args=step == "lines") for tool in tools]
+        if python:
+            rows = [
+                f"    {_literal(t.name)}: Callable[[Any], Any],  # {c}" for t, c in zip(tools, comments, strict=True)
+            ]
+        else:
+            rows = [
+                f"  {_literal(t.name)}(args: object): Promise<{_TS_ANY}>; // {c}"
+                for t, c in zip(tools, comments, strict=True)
+            ]
+        return _listed(python, step, rows)
+    if step == "groups":
+        return _grouped(tools, python, budget)
+    return _searched(tools, python, ranking, budget)
+
+
+_HOW_TO_ASK_TS = [
+    "",
+    f'    return await {DISCOVERY_GLOBAL}.search("words");          // [{{ name, summary, args }}], best first',
+    f'    return await {DISCOVERY_GLOBAL}.describe("<tool name>");  // one tool\'s full declaration',
+    "",
+]
+_HOW_TO_ASK_PY = [
+    "",
+    f'    return {DISCOVERY_GLOBAL}.search("words")          # [{{name, summary, args}}], best first',
+    f'    return {DISCOVERY_GLOBAL}.describe("<tool name>")  # one tool\'s full declaration',
+    "",
+]
+_ASK_FIRST = (
+    "Before calling a tool, read its full declaration: return it from a program, then write the next program with it."
+)
+_LISTED_NOTES = {
+    "lines": "the tool set is large, so each tool below is listed in one line: its name, what it does and its "
+    'argument names ("?" marks an optional one). ' + _ASK_FIRST,
+    "names": "the tool set is large, so each tool below is listed in one line: its name and what it does. "
+    + _ASK_FIRST,
+}
+_STEP_LINE = re.compile(r'^(?://|#) SDK step "([a-z]+)"', re.MULTILINE)
+#: How many of a ``ranking``'s names the last step shows at most.
+RANKED_NAMES = 8
+#: How many of a group's words its line shows at most.
+_GROUP_WORDS = 6
+_INDEX_SIGNATURE = f"  [name: string]: (args: object) => Promise<{_TS_ANY}>;"
+
+
+def _step_line(step: str, text: str) -> str:
+    return f'SDK step "{step}": {text}'
+
+
+def _note(python: bool, paragraphs: list[str], *, ask: bool = False) -> str:
+    """Comment lines: ``paragraphs`` wrapped to 78 columns, then how to ask ``sdk`` if ``ask``."""
+    mark = "#" if python else "//"
+    rows = [mark]
+    for paragraph in paragraphs:
+        rows.extend(
+            f"{mark} {row}"
+            for row in textwrap.wrap(paragraph, 78 - len(mark) - 1, break_long_words=False, break_on_hyphens=False)
+        )
+    if ask:
+        rows.extend(f"{mark} {row}".rstrip() for row in (_HOW_TO_ASK_PY if python else _HOW_TO_ASK_TS))
+    return "\n".join(rows) + "\n"
+
+
+def _listed(python: bool, step: str, rows: list[str]) -> str:
+    note = _note(python, [_step_line(step, _LISTED_NOTES[step])], ask=True)
+    body = "\n" + "\n".join(rows) + "\n" if rows else ""
+    if python:
+        return f'{_PY_HEADER}{note}{_PY_IMPORTS}\n\nTools = TypedDict("Tools", {{{body}}})\n\n{GLOBAL}: Tools\n'
+    return f"{_TS_HEADER}{note}\ndeclare const {GLOBAL}: {{{body}}};\n"
+
+
+def _open_ended(python: bool, note: str, comments: list[str]) -> str:
+    """An SDK that declares ``tools`` as indexed by any name, with ``comments`` inside the declaration."""
+    if python:
+        listed = "".join(f"# {row}\n" for row in comments) + ("\n" if comments else "")
+        imports = "\nfrom typing import Any, Callable\n"
+        return f"{_PY_HEADER}{note}{imports}\n{listed}Tools = dict[str, Callable[[Any], Any]]\n\n{GLOBAL}: Tools\n"
+    listed = "".join(f"  // {row}\n" for row in comments)
+    return f"{_TS_HEADER}{note}\ndeclare const {GLOBAL}: {{\n{listed}{_INDEX_SIGNATURE}\n}};\n"
+
+
+def _grouped(tools: list[Any], python: bool, budget: Optional[int]) -> str | None:
+    groups, alone = group_names((tool.name for tool in tools), lambda rest: _words(rest))
+    if not groups:
+        return None
+    count = len(tools)
+    text = (
+        f"{count:,} tools, too many to list, so below they are counted by the prefix of their names, with the "
+        "words those names use most. Find a tool by what it does, read its full declaration, then call it in "
+        "the next program:"
+    )
+    note = _note(python, [_step_line("groups", text)], ask=True)
+    # Fewer words per group before giving the step up: the counts are what matters.
+    for shown in (_GROUP_WORDS, 3, 0):
+        rows = []
+        for group in groups:
+            words = group.words[:shown]
+            more = ", ..." if len(group.words) > shown else ""
+            about = f" ({', '.join(words)}{more})" if words else ""
+            rows.append(_one_line(f"{group.prefix}*: {group.count:,} tools{about}"))
+        if alone:
+            rows.append(f"{alone:,} other tool{'s' if alone != 1 else ''}")
+        text = _open_ended(python, note, rows)
+        if budget is None or len(text) <= budget:
+            break
+    return text
+
+
+def _searched(tools: list[Any], python: bool, ranking: Sequence[str], budget: Optional[int]) -> str:
+    count = len(tools)
+    many = f"{count:,} tools, too many to list here" if count >= 10 else f"{count} tool(s), too long to declare here"
+    text = f"{many}. Find a tool by what it does, read its full declaration, then call it in the next program:"
+    paragraphs = [_step_line("search", text)]
+    note = _note(python, paragraphs, ask=True)
+    plain = _open_ended(python, note, [])
+    known = {tool.name for tool in tools}
+    # ASCII JSON: exact, and no line separator in a name can end the comment early.
+    names = [json.dumps(name) for name in dict.fromkeys(ranking) if name in known][:RANKED_NAMES]
+    # As many of the ranked names as the budget leaves room for.
+    while names:
+        ranked = _note(python, paragraphs + [f"Most relevant: {', '.join(names)}."], ask=True)
+        text = _open_ended(python, ranked, [])
+        if budget is None or len(text) <= budget:
+            return text
+        names.pop()
+    return plain
 
 
 # --- Python -------------------------------------------------------------------
@@ -794,12 +972,6 @@ def _py_literal(value: Any) -> str | None:
     return None  # `Literal[...]` admits no float
 
 
-def _compact_python(tools: list[Any]) -> str:
-    lines = [f"    {_literal(tool.name)}: Callable[[Any], Any],  # {_compact_comment(tool)}" for tool in tools]
-    body = "\n" + "\n".join(lines) + "\n" if lines else ""
-    return f'{_PY_HEADER}{_PY_COMPACT_NOTE}{_PY_IMPORTS}\n\nTools = TypedDict("Tools", {{{body}}})\n\n{GLOBAL}: Tools\n'
-
-
 # --- Schema classification ----------------------------------------------------
 
 # One classifier, two formatters. Schemas come from tool authors, so every
@@ -875,48 +1047,48 @@ def _summary(tool: Any) -> str:
     return text if len(text) <= _SUMMARY_MAX else text[: _SUMMARY_MAX - 1] + "…"
 
 
-def _compact_comment(tool: Any) -> str:
-    doc = _Doc(getattr(tool, "parameters", None), None)
-    match _classify(doc.unwrap(getattr(tool, "parameters", None)), 0):
-        case ("object", [_, *_] as fields, _):
-            names = ", ".join(name + ("" if required else "?") for name, _, required in fields)
-            args = f"Args: {_one_line(names)}"
-        case _:
-            args = ""
+def _compact_comment(tool: Any, *, args: bool) -> str:
     summary = _summary(tool)
-    return " ".join(part for part in (summary, args) if part) or "(no description)"
+    names = ", ".join(_arg_names(tool)) if args else ""
+    parts = (summary, f"Args: {_one_line(names)}" if names else "")
+    return " ".join(part for part in parts if part) or "(no description)"
+
+
+def _arg_names(tool: Any) -> list[str]:
+    """A tool's top-level argument names, required first, an optional one marked with ``?``."""
+    parameters = getattr(tool, "parameters", None)
+    match _classify(_Doc(parameters, None).unwrap(parameters), 0):
+        case ("object", fields, _):
+            return [name + ("" if required else "?") for name, _, required in fields]
+    return []
+
+
+_NON_WORD = re.compile(r"[\W_]+")
+_CASE_BOUNDARY = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+_UPPER = re.compile(r"[A-Z]")
 
 
 def _words(text: str) -> list[str]:
-    words = []
-    for chunk in re.split(r"[\W_]+", text):
-        words.extend(re.split(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", chunk))
-    return [word.lower() for word in words if word]
+    """``text``'s words, lower-cased: split at non-word characters, ``_`` and camelCase boundaries."""
+    words: list[str] = []
+    for chunk in _NON_WORD.split(text):
+        if _UPPER.search(chunk):
+            words.extend(word.lower() for word in _CASE_BOUNDARY.split(chunk) if word)
+        elif chunk:
+            words.append(chunk.lower())
+    return words
 
 
-def _tool_words(tool: Any) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
+def _tool_words(tool: Any) -> tuple[list[str], list[str], list[str]]:
     """The words of a tool's name, of its argument names, and of its descriptions."""
     parameters = getattr(tool, "parameters", None)
-    doc = _Doc(parameters, None)
     arg_names, texts = [], [getattr(tool, "description", None)]
-    if (kind := _classify(doc.unwrap(parameters), 0))[0] == "object":
+    if (kind := _classify(_Doc(parameters, None).unwrap(parameters), 0))[0] == "object":
         for name, node, _ in kind[1]:
             arg_names.append(name)
             texts.append(_description_of(node))
     described = " ".join(text for text in texts if isinstance(text, str))
-    return (frozenset(_words(tool.name)), frozenset(_words(" ".join(arg_names))), frozenset(_words(described)))
-
-
-def _term_score(term: str, fields: tuple[frozenset[str], ...]) -> float:
-    best = 0.0
-    for weight, words in zip((4.0, 2.0, 1.0), fields, strict=True):
-        if term in words:
-            best = max(best, weight)
-        elif len(term) >= 3 and any(
-            word.startswith(term) or term.startswith(word) and len(word) >= 4 for word in words
-        ):
-            best = max(best, weight / 2)
-    return best
+    return _words(tool.name), _words(" ".join(arg_names)), _words(described)
 
 
 # --- Helpers ------------------------------------------------------------------

@@ -5,7 +5,7 @@ in both runtimes, without a tool call's policy, approval or audit.
 
 from __future__ import annotations
 
-from nous_sched import PermissionPolicy, Tool, run_code, run_code_tool
+from nous_sched import PermissionPolicy, Tool, run_code, run_code_tool, sdk
 from nous_sched.sdk import ToolIndex
 
 
@@ -44,8 +44,8 @@ def test_search_resolves_to_the_best_matches(runtime):
     )
     assert result.ok, result.error
     assert result.result == [
-        [{"name": "get_weather", "summary": "Current weather for a city."}],
-        [{"name": "send_email", "summary": "Send an email to one address."}],
+        [{"name": "get_weather", "summary": "Current weather for a city.", "args": ["city"]}],
+        [{"name": "send_email", "summary": "Send an email to one address.", "args": []}],
     ]
 
 
@@ -134,12 +134,13 @@ def many_tools(n=60):
 def test_run_code_tool_over_its_budget_describes_each_tool_in_one_line_and_the_program_asks(runtime):
     tools = many_tools()
     full = run_code_tool(tools, budget=None).description
-    compact = run_code_tool(tools, budget=2000).description
+    compact = run_code_tool(tools, budget=len(full) - 1).description
+    assert sdk.step_of(compact) == "lines"
     assert len(compact) < len(full)
     assert compact.count("\n") < full.count("\n")
     assert 'sdk.describe("<tool name>")' in compact and "sdk.describe" not in full
     assert '  "get_kind07"(args: object): Promise<unknown>; // Fetch one kind07 by id. Args: id?' in compact
-    tool = run_code_tool(tools, budget=2000)
+    tool = run_code_tool(tools, budget=len(full) - 1)
     answer = tool.function({"code": 'return await sdk.describe("get_kind07");', "description": "read a declaration"})
     assert answer["result"] == ToolIndex(tools).describe("get_kind07")
     assert "/** The record's id. */" in answer["result"]

@@ -389,6 +389,8 @@ def test_the_typescript_layout_byte_for_byte():
     assert out.startswith("// Tool SDK (generated). These declarations are the only description of the\n")
     assert out.endswith(
         "name and a message.\n"
+        "//\n"
+        '// SDK step "full": every tool is declared in full below.\n'
         "\n"
         "declare const tools: {\n"
         '  "bare"(args: unknown): Promise<unknown>;\n'
@@ -670,8 +672,9 @@ def many_tools(n=40):
 
 
 def test_under_the_budget_the_full_sdk_is_rendered():
-    tools = many_tools(3)
+    tools = many_tools(8)
     full = sdk.render(tools)
+    assert len(full) >= sdk.MIN_BUDGET and sdk.step_of(full) == "full"
     assert sdk.render(tools, budget=len(full)) == full
     assert sdk.render(tools, budget=None) == full
 
@@ -687,18 +690,22 @@ def test_over_the_budget_each_tool_is_one_line_and_the_program_is_told_how_to_as
     assert "more detail" not in compact
     assert f'return await {sdk.DISCOVERY_GLOBAL}.describe("<tool name>");' in compact
     assert f'return await {sdk.DISCOVERY_GLOBAL}.search("words");' in compact
-    assert compact.startswith(sdk.render([]).split("\n\n")[0])  # the same header first
+    assert sdk.step_of(compact) == "lines"
+    header = sdk.render([]).split('//\n// SDK step "full"')[0]
+    assert compact.startswith(header + '//\n// SDK step "lines": the tool set is large')  # the same header first
     for order in (list(reversed(tools)), tools[::2] + tools[1::2]):
         assert sdk.render(order, budget=len(full) - 1) == compact
-    python = sdk.render(tools, "python", budget=100)
+    python = sdk.render(tools, "python", budget=len(sdk.render(tools, "python")) - 1)
+    assert sdk.step_of(python) == "lines"
     compile(python, "<sdk>", "exec")
     assert '    "tool_07": Callable[[Any], Any],  # Does thing number 7. Args: a, b?\n' in python
 
 
 def test_a_bad_budget_is_a_configuration_error():
-    for bad in (0, -1, 1.5, "10", True):
-        with pytest.raises(ConfigError, match="budget"):
+    for bad in (0, -1, 1.5, "10", True, sdk.MIN_BUDGET - 1):
+        with pytest.raises(ConfigError, match="budget.*at least 1,500"):
             sdk.render([], budget=bad)
+    assert sdk.step_of(sdk.render([], budget=sdk.MIN_BUDGET)) == "full"
 
 
 def test_the_discovery_global_cannot_collide_with_a_tool_name():
@@ -742,7 +749,7 @@ def test_search_ranks_name_matches_first_and_splits_identifiers():
     ]
     index = sdk.ToolIndex(tools)
     assert [hit["name"] for hit in index.search("weather")] == ["getWeather", "send_email"]
-    assert index.search("weather")[0] == {"name": "getWeather", "summary": "Forecast for a city."}
+    assert index.search("weather")[0] == {"name": "getWeather", "summary": "Forecast for a city.", "args": ["city?"]}
     assert [hit["name"] for hit in index.search("cit")] == ["list_cities", "getWeather"]  # a prefix
     assert [hit["name"] for hit in index.search("EMAIL user")] == ["delete_user", "send_email"]
     assert index.search("zebra") == [] and index.search("") == []
@@ -773,7 +780,7 @@ defs = {n: {"type": "object", "properties": {"next": {"$ref": f"#/$defs/{m}"}, "
 refs = {k.lower(): {"$ref": f"#/$defs/{k}"} for k in defs}
 tools = [Tool(f"t{i}", print, parameters={"type": "object", "properties": {**refs, **refs}, "$defs": defs},
               returns={"$ref": "#/$defs/D", "$defs": defs}) for i in range(3)]
-sys.stdout.write(sdk.render(tools) + sdk.render(tools, "python") + sdk.render(tools, budget=1))
+sys.stdout.write(sdk.render(tools) + sdk.render(tools, "python") + sdk.render(tools, budget=1500))
 """
     outputs = {
         subprocess.run(
