@@ -284,7 +284,7 @@ def test_the_index_is_shared_by_the_runs_of_one_tool_set(runtime):
 
 def test_the_readme_table_is_what_the_tools_give():
     readme = (pathlib.Path(__file__).parent.parent / "README.rst").read_text()
-    assert size_table() in readme
+    assert size_table() in readme, "the SDK's sizes changed: paste `python tests/toolsets.py` into README.rst"
 
 
 def test_a_ranked_name_cannot_end_its_comment_early():
