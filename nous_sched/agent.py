@@ -12,7 +12,7 @@ raised where the agent is built.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Iterable, Optional
 
 import attrs
@@ -125,33 +125,11 @@ def run_code_tool(
     :raises ConfigError: a bad option, or one :func:`run_code` does not take,
         named in the message, here rather than on the model's first call.
     """
-    require("run_code_tool", "tools", tools, v.TOOLS)
     require("run_code_tool", "budget", budget, _BUDGET)
-    require("run_code_tool", "output_budget", output_budget, OUTPUT_BUDGET)
     require("run_code_tool", "ranking", ranking, sdk._RANKING)
-    _check_run_options("run_code_tool", run_options)
-    tools = list(tools)
+    function, tools = _program_runner("run_code_tool", tools, policy, runtime, output_budget, run_options)
     granted, _ = partition(tools, policy, "run_code_tool")
-    rt = resolve_runtime(runtime)
     description = _description(granted.values(), budget, ranking)
-
-    def function(args: Any) -> Any:
-        if not isinstance(args, Mapping):
-            raise RunCodeError(NO_CODE)
-        code = args.get("code")
-        if not isinstance(code, str):
-            raise RunCodeError(NO_CODE)
-        what = args.get("description")
-        if not isinstance(what, str):
-            raise RunCodeError(_NO_DESCRIPTION)
-        if not what.strip():
-            raise RunCodeError(_BLANK_DESCRIPTION)
-        result = run_code(
-            code, tools, description=what, policy=policy, runtime=rt, output_budget=output_budget, **run_options
-        )
-        if not result.events:
-            return result.for_model()
-        return WithContextUpdate(result.for_model(), result.context_update())
 
     return Tool(
         name=RUN_CODE_NAME,
@@ -176,6 +154,44 @@ def run_code_tool(
         category="execute",
         requires_approval=False,
     )
+
+
+def _program_runner(
+    owner: str,
+    tools: Iterable[Tool],
+    policy: Optional[PermissionPolicy],
+    runtime: Optional[CodeRuntime],
+    output_budget: Optional[int],
+    run_options: dict[str, Any],
+) -> tuple[Callable[[Any], Any], list[Tool]]:
+    """The ``run_code`` tool's function (its options checked, its runtime
+    resolved), without the description: serve-mcp makes one per run, and
+    rendering the SDK of thousands of tools each time would be wasted."""
+    require(owner, "tools", tools, v.TOOLS)
+    require(owner, "output_budget", output_budget, OUTPUT_BUDGET)
+    _check_run_options(owner, run_options)
+    tools = list(tools)
+    rt = resolve_runtime(runtime)
+
+    def function(args: Any) -> Any:
+        if not isinstance(args, Mapping):
+            raise RunCodeError(NO_CODE)
+        code = args.get("code")
+        if not isinstance(code, str):
+            raise RunCodeError(NO_CODE)
+        what = args.get("description")
+        if not isinstance(what, str):
+            raise RunCodeError(_NO_DESCRIPTION)
+        if not what.strip():
+            raise RunCodeError(_BLANK_DESCRIPTION)
+        result = run_code(
+            code, tools, description=what, policy=policy, runtime=rt, output_budget=output_budget, **run_options
+        )
+        if not result.events:
+            return result.for_model()
+        return WithContextUpdate(result.for_model(), result.context_update())
+
+    return function, tools
 
 
 def _description(granted: Iterable[Tool], budget: Optional[int], ranking: Optional[Sequence[str]]) -> str:

@@ -24,8 +24,9 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp_servers import lab, loop_threads, processes_running, wait_until
 from mcp_types import ElicitResult
+from toolsets import api_tools
 
-from nous_sched import ApprovalRequest, ConfigError, PermissionPolicy, Tool
+from nous_sched import ApprovalRequest, ConfigError, PermissionPolicy, Tool, sdk
 from nous_sched.cli import main
 from nous_sched.mcp import CodeModeServer, ServerSpec, connect
 from nous_sched.mcp.serve import OUTPUT_SCHEMA, AuditLog, _Run
@@ -265,6 +266,10 @@ def test_serve_mcp_over_streamable_http(stop):
         (["--tools", "examples/tools.py", "--trust", "web"], "--trust web: no upstream server of that name"),
         (["--tools", "examples/tools.py", "--http", "localhost:http"], "--http localhost:http: expected"),
         (["--tools", "examples/tools.py", "--policy", "missing.json"], "policy missing.json: cannot read it"),
+        (
+            ["--tools", "examples/tools.py", "--description-budget", "900"],
+            "`budget` must be None or a number of characters of at least 1,500, got 900",
+        ),
     ],
 )
 def test_serve_mcp_usage_errors_exit_2_with_a_message(args, message, capsys, monkeypatch):
@@ -519,3 +524,12 @@ def test_plain_python_tools_serve_in_process():
     server = CodeModeServer(tools, policy=PermissionPolicy(deny={"nothing"}))
     _, result = call_run_code(lambda: Client(server.server), "return await tools.double({ x: 21 });")
     assert result.structured_content == {"logs": [], "result": 42}
+
+
+def test_a_server_of_thousands_of_tools_keeps_its_description_within_the_budget_and_searches():
+    server = CodeModeServer(api_tools(2_500), budget=4_000, ranking=["stripe__create_refund"])
+    program = 'const [hit] = await sdk.search("create a refund in stripe", 1); return hit.name;'
+    listed, result = call_run_code(lambda: Client(server.server), program)
+    (tool,) = listed
+    assert len(tool.description) <= 4_000 and sdk.step_of(tool.description) == "groups"
+    assert result.structured_content == {"logs": [], "result": "stripe__create_refund"}

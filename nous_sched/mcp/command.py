@@ -95,6 +95,14 @@ def add_parser(sub: Any, *, positive_int: Any, seconds: Any) -> argparse.Argumen
         "--max-parallel", type=positive_int, default=10, metavar="N", help="most tool calls running at once (10)"
     )
     parser.add_argument(
+        "--description-budget",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="most characters of run_code's description, at least 1,500 (32,000); "
+        "larger tool sets are listed shorter, down to a count and sdk.search",
+    )
+    parser.add_argument(
         "--max-runs-per-session",
         type=positive_int,
         default=None,
@@ -169,6 +177,7 @@ def _serve(args: argparse.Namespace, err: TextIO) -> int:
             timeout=args.timeout,
             max_parallel=args.max_parallel,
             max_runs_per_session=args.max_runs_per_session,
+            **({} if args.description_budget is None else {"budget": args.description_budget}),
             **_durable_options(args),
         )
         try:

@@ -100,6 +100,7 @@ from mcp_types.version import is_version_at_least
 from .. import agent
 from .._text import escape_surrogates
 from .._validators import NAMES, POSITIVE_INT, TOOLS, instance_of, names, optional, require
+from ..budget import DEFAULT_OUTPUT_BUDGET
 from ..dispatch import ApprovalRequest, current_call, direct_dispatch
 from ..errors import ConfigError, RunCodeError, ToolError
 from ..events import Event, SessionLog
@@ -322,7 +323,9 @@ class CodeModeServer:
         so one client waiting on approvals it never answers cannot hold every
         worker.
     :param run_options: passed to every :func:`~nous_sched.run_code` (``timeout``,
-        ``max_parallel``, ``runtime``, ``limits``, ``executor``...).
+        ``max_parallel``, ``runtime``, ``limits``, ``executor``...), except
+        ``budget`` and ``ranking``, which shape the description as in
+        :func:`~nous_sched.run_code_tool` (rendered once, not per run).
 
     :attr:`server` is the SDK server: run it with :meth:`run_stdio` or
     :meth:`run_http`, mount :meth:`http_app` in an ASGI app, or connect an SDK
@@ -610,19 +613,28 @@ class CodeModeServer:
             description=run.description,
             **_audited_code(arguments.get("code"), self._run_options),
         )
-        tool = agent.run_code_tool(
+        options = dict(self._run_options)
+        # The description's options: the template rendered it once.
+        options.pop("budget", None)
+        options.pop("ranking", None)
+        function, _ = agent._program_runner(
+            "CodeModeServer",
             self._tools,
-            policy=self._policy,
-            approval_handler=lambda request: self._approve_call(run, request),
-            dispatch=lambda tool, args, run_ctx: self._dispatch(run, tool, args, run_ctx),
-            session_log=_GateAudit(self, run),
-            call_id=run.id,
-            cancel=run.cancel,
-            **self._run_options,
+            self._policy,
+            options.pop("runtime", None),
+            options.pop("output_budget", DEFAULT_OUTPUT_BUDGET),
+            {
+                **options,
+                "approval_handler": lambda request: self._approve_call(run, request),
+                "dispatch": lambda tool, args, run_ctx: self._dispatch(run, tool, args, run_ctx),
+                "session_log": _GateAudit(self, run),
+                "call_id": run.id,
+                "cancel": run.cancel,
+            },
         )
         bound = live_stream.set(run.live)  # run_code's execute() emits into it
         try:
-            value = tool.function(arguments)
+            value = function(arguments)
             if isinstance(value, agent.WithContextUpdate):
                 value = value.value
             outcome: tuple[str, Any] = ("ran", value)
