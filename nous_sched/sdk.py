@@ -805,17 +805,21 @@ def _step_line(step: str, text: str) -> str:
     return f'SDK step "{step}": {text}'
 
 
-def _note(python: bool, paragraphs: list[str], *, ask: bool = False) -> str:
-    """Comment lines: ``paragraphs`` wrapped to 78 columns, then how to ask ``sdk`` if ``ask``."""
+def _note(python: bool, paragraphs: list[str], *, ask: bool = False, after: tuple[str, ...] = ()) -> str:
+    """Comment lines: ``paragraphs`` wrapped to 78 columns, how to ask ``sdk`` if ``ask``, then ``after``."""
     mark = "#" if python else "//"
-    rows = [mark]
-    for paragraph in paragraphs:
-        rows.extend(
-            f"{mark} {row}"
-            for row in textwrap.wrap(paragraph, 78 - len(mark) - 1, break_long_words=False, break_on_hyphens=False)
-        )
+
+    def wrapped(paragraph: str) -> list[str]:
+        width = 78 - len(mark) - 1
+        return [
+            f"{mark} {row}" for row in textwrap.wrap(paragraph, width, break_long_words=False, break_on_hyphens=False)
+        ]
+
+    rows = [mark, *(row for paragraph in paragraphs for row in wrapped(paragraph))]
     if ask:
         rows.extend(f"{mark} {row}".rstrip() for row in (_HOW_TO_ASK_PY if python else _HOW_TO_ASK_TS))
+    for paragraph in after:
+        rows.extend([*wrapped(paragraph), mark])
     return "\n".join(rows) + "\n"
 
 
@@ -876,7 +880,7 @@ def _searched(tools: list[Any], python: bool, ranking: Sequence[str], budget: Op
     names = [json.dumps(name) for name in dict.fromkeys(ranking) if name in known][:RANKED_NAMES]
     # As many of the ranked names as the budget leaves room for.
     while names:
-        ranked = _note(python, paragraphs + [f"Most relevant: {', '.join(names)}."], ask=True)
+        ranked = _note(python, paragraphs, ask=True, after=(f"Most relevant: {', '.join(names)}.",))
         text = _open_ended(python, ranked, [])
         if budget is None or len(text) <= budget:
             return text
