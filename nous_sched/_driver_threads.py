@@ -8,8 +8,10 @@ scheduler borrows a driver from this set and gives it back when it stops. What
 a caller may rely on:
 
 * **One scheduler per thread, one thread per scheduler.** :meth:`DriverThreads.drive`
-  runs ``fn()`` on a thread of the set that runs nothing else until ``fn``
-  returns; a thread takes its next ``fn`` only after that. So a scheduler's
+  gives ``fn()`` a thread of the set that runs nothing else until ``fn``
+  returns; a thread takes its next ``fn`` only after that. ``fn`` runs once
+  the caller calls the ``wake`` it got back (a scheduler: with its first
+  message), so a warm thread wakes once per scheduler. So a scheduler's
   driver is one thread for its whole life, and owns every decision of its lane.
 * **Done means done.** ``done``, a lock the caller holds when it calls
   :meth:`~DriverThreads.drive`, is released by the thread once ``fn`` has
@@ -124,10 +126,14 @@ class DriverThreads:
         with self._lock:
             return list(self._threads)
 
-    def drive(self, fn: Callable[[], Any], name: str, done: Any) -> None:
-        """Run ``fn()`` on a thread of the set, named ``name`` from now until
-        ``fn`` is over; returns at once.
+    def drive(self, fn: Callable[[], Any], name: str, done: Any) -> Callable[[], None]:
+        """Give ``fn()`` a thread of the set, named ``name`` from now until
+        ``fn`` is over; returns at once, with ``wake``.
 
+        ``fn`` runs once ``wake()`` has been called (call it exactly once, at
+        the latest when ``fn`` has something to do: a warm thread sleeps until
+        then, so a scheduler's driver wakes once, for its first message, not
+        once more before it); a thread started for it may begin at once.
         ``done`` (a held ``threading.Lock``) is released once ``fn`` is over.
 
         :raises RuntimeError: no thread could be started and none is idle
@@ -139,11 +145,12 @@ class DriverThreads:
             if self._waiting:
                 waiting = self._waiting.pop()
                 try:
-                    waiting.thread.name = name
                     waiting.job = job
-                finally:  # whatever lands here, the thread taken off the stack is woken
+                    waiting.thread.name = name
+                except BaseException:  # the thread taken off the stack must not wait for a wake that never comes
                     waiting.lock.release()
-                return
+                    raise
+                return waiting.lock.release
             serial = next(self._serial)
             # The job goes in a list the thread empties: Thread keeps its args
             # until the thread ends, and they must not keep fn alive.
@@ -158,6 +165,7 @@ class DriverThreads:
                     self._count -= 1
                     self._threads.discard(start)
             raise  # else it started (a KeyboardInterrupt landed as it did): it runs the job
+        return _started
 
     def retire_idle(self) -> list[threading.Thread]:
         """Retire every thread of the set now: the idle ones exit at once, the
@@ -232,6 +240,10 @@ class DriverThreads:
         """This thread leaves the set (under _lock)."""
         self._count -= 1
         self._threads.discard(me)
+
+
+def _started() -> None:
+    """The ``wake`` of a job given to a thread started for it: it runs already."""
 
 
 _shared: Optional[DriverThreads] = None

@@ -490,6 +490,9 @@ class Scheduler:
     #   _driver         the thread driving this scheduler: written once, by
     #                   that thread as it takes the scheduler up; read by stop()
     #                   (is the caller the driver?), None until then.
+    #   _wake           the driver's wake-up (_driver_threads.drive), taken
+    #                   (set None) under _lock by whoever puts the first
+    #                   message, who calls it just after the put.
     #   _driven         a Lock held from __init__ until the driver is done with
     #                   this scheduler for good (released by _driver_threads
     #                   after _drive_loop returned): what stop() waits on.
@@ -558,12 +561,17 @@ class Scheduler:
         driven = self._driven = threading.Lock()
         driven.acquire()
         self._drivers = _driver_threads.shared()
+        # Called (under _lock, exactly once: whoever takes it sets None) right
+        # after the first message is put, so a warm driver wakes once, for it.
+        self._wake: Optional[Callable[[], None]] = None
         try:
-            self._drivers.drive(self._drive_loop, self._name, driven)
+            self._wake = self._drivers.drive(self._drive_loop, self._name, driven)
         except BaseException:
             # A KeyboardInterrupt can land while a driver is started for it;
             # the caller never gets this scheduler to stop, so stop it here.
             self._queue.put(_STOP)
+            if self._wake is not None:
+                self._wake()
             raise
 
     # -- public API ------------------------------------------------------
@@ -637,8 +645,11 @@ class Scheduler:
             refusal = self._refusal()
             if refusal is None:
                 self._open.update(tickets)
+                wake, self._wake = self._wake, None
         if refusal is None:
             self._queue.put(message)
+            if wake is not None:
+                wake()
         else:
             for ticket in tickets:
                 ticket._publish(Outcome.failure(ticket.tool, refusal))
@@ -738,10 +749,14 @@ class Scheduler:
         """
         require("Scheduler.lane_state", "timeout", timeout, v.WAIT_SECONDS)
         reply: concurrent.futures.Future[LaneState] = concurrent.futures.Future()
+        wake = None
         with self._lock:
             exited = self._exited
             if not exited:
                 self._queue.put(_Query(reply))
+                wake, self._wake = self._wake, None
+        if wake is not None:
+            wake()
         if exited:
             return self._final
         try:
@@ -784,8 +799,11 @@ class Scheduler:
         with self._lock:
             first = not self._closed
             self._closed = True
+            wake, self._wake = self._wake, None
         if first:
             self._queue.put(_STOP)
+        if wake is not None:
+            wake()
         if threading.current_thread() is self._driver:
             return  # an observer stopping its own scheduler: the driver winds down after this callback
         if not self._wait_driver(limit):

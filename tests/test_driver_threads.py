@@ -30,6 +30,11 @@ def held() -> threading.Lock:
     return lock
 
 
+def wake(threads: DriverThreads, fn, name: str, done: threading.Lock) -> None:
+    """``drive`` and its wake at once."""
+    threads.drive(fn, name, done)()
+
+
 def done_within(lock: threading.Lock) -> bool:
     if lock.acquire(timeout=WAIT):
         lock.release()
@@ -64,7 +69,7 @@ def test_fn_runs_on_a_thread_named_for_it_from_the_moment_drive_returns(make_set
         seen.append(threading.current_thread())
         go.wait(WAIT)
 
-    threads.drive(fn, "nous-sched-driver-x", done)
+    wake(threads, fn, "nous-sched-driver-x", done)
     named = [t for t in threading.enumerate() if t.name == "nous-sched-driver-x"]
     assert len(named) == 1, "named before drive() returned"
     go.set()
@@ -80,7 +85,7 @@ def test_each_fn_has_a_thread_of_its_own_while_it_runs(make_set):
     seen = []
     dones = [held() for _ in range(n)]
     for i in range(n):
-        threads.drive(lambda: seen.append((threading.current_thread(), barrier.wait())), f"d-{i}", dones[i])
+        wake(threads, lambda: seen.append((threading.current_thread(), barrier.wait())), f"d-{i}", dones[i])
     assert all(done_within(d) for d in dones)
     assert len({t for t, _ in seen}) == n
     assert threads.counts() == (n, n)
@@ -89,16 +94,30 @@ def test_each_fn_has_a_thread_of_its_own_while_it_runs(make_set):
 def test_a_finished_thread_is_reused_warm_and_no_thread_is_started(make_set, monkeypatch):
     threads = make_set()
     first = held()
-    threads.drive(lambda: None, "a", first)
+    wake(threads, lambda: None, "a", first)
     assert done_within(first) and threads.counts() == (1, 1)
     (warm,) = threads.threads()
     started = []
     real_start = threading.Thread.start
     monkeypatch.setattr(threading.Thread, "start", lambda t: (started.append(t), real_start(t)))
     ran_on, second = [], held()
-    threads.drive(lambda: ran_on.append(threading.current_thread().name), "b", second)
+    wake(threads, lambda: ran_on.append(threading.current_thread().name), "b", second)
     assert done_within(second)
     assert started == [] and ran_on == ["b"] and threads.threads() == [warm]
+
+
+def test_a_warm_thread_runs_fn_only_once_woken(make_set):
+    threads = make_set()
+    first = held()
+    wake(threads, lambda: None, "first", first)
+    assert done_within(first)
+    (warm,) = threads.threads()
+    ran, done = threading.Event(), held()
+    woken = threads.drive(ran.set, "second", done)
+    assert warm.name == "second", "named for its fn from the moment drive() returns"
+    assert not ran.wait(0.05), "asleep until woken"
+    woken()
+    assert ran.wait(WAIT) and done_within(done)
 
 
 def test_done_is_released_after_the_thread_let_go_of_fn(make_set):
@@ -110,7 +129,7 @@ def test_done_is_released_after_the_thread_let_go_of_fn(make_set):
 
     owner, done = Owner(), held()
     gone = weakref.ref(owner)
-    threads.drive(owner.run, "owner", done)
+    wake(threads, owner.run, "owner", done)
     del owner
     assert done_within(done)
     gc.collect()
@@ -124,7 +143,7 @@ def test_at_most_max_idle_threads_stay_the_others_exit(make_set):
     dones = [held() for _ in range(n)]
     every = []
     for i in range(n):
-        threads.drive(lambda: every.append((threading.current_thread(), barrier.wait())[0]), f"d-{i}", dones[i])
+        wake(threads, lambda: every.append((threading.current_thread(), barrier.wait())[0]), f"d-{i}", dones[i])
     assert all(done_within(d) for d in dones)
     assert len(every) == n
     assert threads.counts() == (2, 2)
@@ -138,7 +157,7 @@ def test_at_most_max_idle_threads_stay_the_others_exit(make_set):
 def test_an_idle_thread_exits_after_idle_seconds(make_set):
     threads = make_set(idle_seconds=0.05)
     done = held()
-    threads.drive(lambda: None, "brief", done)
+    wake(threads, lambda: None, "brief", done)
     (thread,) = threads.threads()
     assert done_within(done)
     thread.join(WAIT)
@@ -149,8 +168,8 @@ def test_the_most_recently_idle_thread_is_reused_so_a_bursts_surplus_retires_und
     threads = make_set(idle_seconds=0.3)
     barrier = threading.Barrier(2, timeout=WAIT)
     a, b = held(), held()
-    threads.drive(barrier.wait, "a", a)
-    threads.drive(barrier.wait, "b", b)
+    wake(threads, barrier.wait, "a", a)
+    wake(threads, barrier.wait, "b", b)
     assert done_within(a) and done_within(b)
     assert threads._went_idle.acquire(timeout=WAIT) and threads._went_idle.acquire(timeout=WAIT)
     warm = threads._waiting[-1].thread  # the one a drive takes next
@@ -158,7 +177,7 @@ def test_the_most_recently_idle_thread_is_reused_so_a_bursts_surplus_retires_und
     deadline = time.monotonic() + WAIT
     while other.is_alive() and time.monotonic() < deadline:  # a trickle: one scheduler at a time
         done, ran_on = held(), []
-        threads.drive(lambda: ran_on.append(threading.current_thread()), "trickle", done)
+        wake(threads, lambda: ran_on.append(threading.current_thread()), "trickle", done)
         assert done_within(done) and ran_on == [warm]
         other.join(0.01)
     assert not other.is_alive(), "the thread left idle at the bottom of the stack retired"
@@ -169,11 +188,11 @@ def test_retire_idle_ends_idle_threads_now_and_driving_ones_when_done(make_set):
     threads = make_set()
     go = threading.Event()
     idle, driving = held(), held()
-    threads.drive(lambda: None, "idle", idle)
+    wake(threads, lambda: None, "idle", idle)
     assert done_within(idle)
-    threads.drive(lambda: go.wait(WAIT), "long", driving)  # takes the idle thread
+    wake(threads, lambda: go.wait(WAIT), "long", driving)  # takes the idle thread
     spare = held()
-    threads.drive(lambda: None, "spare", spare)  # a second thread, idle once done
+    wake(threads, lambda: None, "spare", spare)  # a second thread, idle once done
     assert done_within(spare)
     retired = threads.retire_idle()
     assert len(retired) == 2
@@ -225,7 +244,7 @@ def test_an_fn_that_raises_ends_its_thread_as_a_thread_of_its_own_would(make_set
         ran_on.append(threading.current_thread())
         raise Boom("driver bug")
 
-    threads.drive(fn, "nous-sched-driver-boom", done)
+    wake(threads, fn, "nous-sched-driver-boom", done)
     assert done_within(done)
     (thread,) = ran_on
     assert hooked.wait(WAIT)
