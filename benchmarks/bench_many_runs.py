@@ -33,6 +33,10 @@ SHARED_PREFIX = "bench-shared"
 # caller's shared pool, they are counted apart, and checked against the bound.
 TOOL_PREFIX = "nous-sched-tool-"
 TOOL_BOUND = 256
+# Its warm driver threads, idle between runs (a run borrows one for its
+# scheduler's life): counted apart too; one still named nous-sched-driver-<n>
+# after the runs would be a scheduler left running, and is counted.
+IDLE_DRIVER_PREFIX = "nous-sched-idle-driver-"
 
 PROGRAM = f"""
 const parts = await Promise.all(Array.from({{ length: {FAN} }}, (_, i) => tools.work({{ i }})));
@@ -53,7 +57,7 @@ def _shared_threads() -> int:
     # The shared pools grow on demand up to their size: that is the caller's
     # pool (or nous_sched's shared tool threads) doing its job, not a thread
     # left behind by a run.
-    return sum(1 for t in threading.enumerate() if t.name.startswith((SHARED_PREFIX, TOOL_PREFIX)))
+    return sum(1 for t in threading.enumerate() if t.name.startswith((SHARED_PREFIX, TOOL_PREFIX, IDLE_DRIVER_PREFIX)))
 
 
 def tool_threads() -> int:

@@ -4,9 +4,14 @@ A program is a batch of tool calls written as code, and nothing in it says how
 those calls may interleave. The :class:`Scheduler` decides, conservatively:
 
 * **One driver thread owns every decision.** Classify, start and commit all
-  happen on the thread ``nous-sched-driver-<n>``, which reads commands from a
-  queue. The ordering itself is a pure :class:`~nous_sched.lane.Lane` that no
-  other thread touches, so it needs no lock: the driver is the lock.
+  happen on one thread, named ``nous-sched-driver-<n>`` while it drives this
+  scheduler, which reads commands from a queue. The ordering itself is a pure
+  :class:`~nous_sched.lane.Lane` that no other thread touches, so it needs no
+  lock: the driver is the lock. The thread is borrowed, warm, from the
+  process's driver threads (:mod:`nous_sched._driver_threads`) for the
+  scheduler's whole life and given back when it stops; :meth:`Scheduler.stop`
+  returns only once the driver is done with this scheduler for good, so a
+  run starts no thread of its own.
 * **Commits are strictly in submission order.** A call that finishes early
   waits for its predecessors, so a caller observes one deterministic order
   however the work raced.
@@ -44,7 +49,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, Callable, Optional, Sequence
 
-from . import _tool_threads
+from . import _driver_threads, _tool_threads
 from . import _validators as v
 from ._options import OPTIONAL_SESSION_LOG
 from ._tool_threads import Task, ToolThreads
@@ -482,6 +487,15 @@ class Scheduler:
     #                   `began`: so no call begins after the scheduler stops)
     #   _final          the lane's last state, written by the driver before it
     #                   sets _exited (under _lock), read only after that.
+    #   _driver         the thread driving this scheduler: written once, by
+    #                   that thread as it takes the scheduler up; read by stop()
+    #                   (is the caller the driver?), None until then.
+    #   _wake           the driver's wake-up (_driver_threads.drive), taken
+    #                   (set None) under _lock by whoever puts the first
+    #                   message, who calls it just after the put.
+    #   _driven         a Lock held from __init__ until the driver is done with
+    #                   this scheduler for good (released by _driver_threads
+    #                   after _drive_loop returned): what stop() waits on.
     #   Ticket.seq      written once by the driver when it accepts the call; read
     #                   anywhere (None: not yet accepted).
     #   Ticket._outcome written once, before Ticket._gate is released (_publish).
@@ -538,13 +552,26 @@ class Scheduler:
         self._lane: Lane[_Call] = Lane(max_parallel)  # driver-owned from here on
         self._finished: list[tuple[_Timeline, float]] = []  # driver-owned: stamps for the next pass
 
-        self._driver = threading.Thread(target=self._drive_loop, name=f"nous-sched-driver-{self._n}", daemon=True)
+        # The driver: a thread borrowed from the process's warm driver threads
+        # for this scheduler's life (_driver_threads), named after it
+        # meanwhile. It sets _driver to itself as it takes this scheduler up,
+        # and releases _driven once it is done with it for good.
+        self._name = f"nous-sched-driver-{self._n}"
+        self._driver: Optional[threading.Thread] = None
+        driven = self._driven = threading.Lock()
+        driven.acquire()
+        self._drivers = _driver_threads.shared()
+        # Called (under _lock, exactly once: whoever takes it sets None) right
+        # after the first message is put, so a warm driver wakes once, for it.
+        self._wake: Optional[Callable[[], None]] = None
         try:
-            self._driver.start()
+            self._wake = self._drivers.drive(self._drive_loop, self._name, driven)
         except BaseException:
-            # A KeyboardInterrupt can land while start() waits for the thread to
-            # run; the caller never gets this scheduler to stop, so stop it here.
+            # A KeyboardInterrupt can land while a driver is started for it;
+            # the caller never gets this scheduler to stop, so stop it here.
             self._queue.put(_STOP)
+            if self._wake is not None:
+                self._wake()
             raise
 
     # -- public API ------------------------------------------------------
@@ -618,8 +645,11 @@ class Scheduler:
             refusal = self._refusal()
             if refusal is None:
                 self._open.update(tickets)
+                wake, self._wake = self._wake, None
         if refusal is None:
             self._queue.put(message)
+            if wake is not None:
+                wake()
         else:
             for ticket in tickets:
                 ticket._publish(Outcome.failure(ticket.tool, refusal))
@@ -719,10 +749,14 @@ class Scheduler:
         """
         require("Scheduler.lane_state", "timeout", timeout, v.WAIT_SECONDS)
         reply: concurrent.futures.Future[LaneState] = concurrent.futures.Future()
+        wake = None
         with self._lock:
             exited = self._exited
             if not exited:
                 self._queue.put(_Query(reply))
+                wake, self._wake = self._wake, None
+        if wake is not None:
+            wake()
         if exited:
             return self._final
         try:
@@ -735,8 +769,11 @@ class Scheduler:
 
         ``timeout`` bounds the wait for the driver to wind down: a healthy one
         answers in microseconds, so the default is the smaller of 2 s and the
-        scheduler's own timeout; a driver stuck in a predicate is left to exit
-        when the predicate returns.
+        scheduler's own timeout; a driver stuck in a predicate is left to
+        wind down when the predicate returns. When ``stop()`` has waited the
+        driver out, the driver is done with this scheduler for good: its
+        thread is back idle among the process's driver threads and never
+        touches this scheduler again.
 
         Queued calls are released with ``"code run is over; tool call
         abandoned"`` and never start; running ones get the same error (their
@@ -762,19 +799,33 @@ class Scheduler:
         with self._lock:
             first = not self._closed
             self._closed = True
+            wake, self._wake = self._wake, None
         if first:
             self._queue.put(_STOP)
+        if wake is not None:
+            wake()
         if threading.current_thread() is self._driver:
             return  # an observer stopping its own scheduler: the driver winds down after this callback
-        self._driver.join(limit)
-        if self._driver.is_alive():
+        if not self._wait_driver(limit):
             log.warning(
                 "%s did not stop within %.3gs (a tool's concurrency_safe predicate may be stuck); "
-                "its callers are released and the thread will exit when the predicate returns",
-                self._driver.name,
+                "its callers are released and its thread will leave it when the predicate returns",
+                self._name,
                 limit,
             )
         self._release_open(ABANDONED)
+
+    def _wait_driver(self, timeout: float) -> bool:
+        """True once the driver is done with this scheduler for good (it
+        never touches it again), waiting at most ``timeout`` seconds; False
+        while it still drives it."""
+        if self._drivers.forked_away:
+            return True  # a scheduler inherited across a fork: no driver of it runs in this process
+        driven = self._driven
+        if driven.acquire(True, timeout):
+            driven.release()
+            return True
+        return False
 
     def __enter__(self) -> Scheduler:
         return self
@@ -785,7 +836,7 @@ class Scheduler:
     def __repr__(self) -> str:
         with self._lock:
             state = "stopped" if self._closed else "running"
-        return f"<Scheduler {self._driver.name} {state} max_parallel={self._max_parallel}>"
+        return f"<Scheduler {self._name} {state} max_parallel={self._max_parallel}>"
 
     def _release_open(self, message: str) -> None:
         """Release every ticket not yet delivered with ``message`` (any thread)."""
@@ -797,6 +848,7 @@ class Scheduler:
     # -- the driver ---------------------------------------------------------
 
     def _drive_loop(self) -> None:
+        self._driver = threading.current_thread()
         get = self._queue.get
         empty = self._queue.empty
         handle = self._handle
@@ -817,7 +869,7 @@ class Scheduler:
                     msg = get()
                 drive()
         except BaseException:
-            log.critical("%s crashed; releasing every caller", self._driver.name, exc_info=True)
+            log.critical("%s crashed; releasing every caller", self._name, exc_info=True)
             raise
         finally:
             self._wind_down()

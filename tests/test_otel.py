@@ -9,7 +9,7 @@ import threading
 import pytest
 
 import nous_sched
-from nous_sched import Scheduler, Tool
+from nous_sched import Scheduler, Tool, _driver_threads
 from nous_sched._tool_threads import retire_shared
 
 WAIT = 10.0
@@ -283,6 +283,7 @@ def test_no_thread_is_left_behind(otel):
         if t.name.startswith("nous-sched-spares-"):  # the worker pool's, ends once its spares are started
             t.join(WAIT)
     retire_shared()  # the idle, warm tool threads exit; a busy one from before this test is in `before`
+    _driver_threads.retire_shared()  # so do the idle drivers; one still driving a scheduler would not
     after = {t.name for t in threading.enumerate() if t.name.startswith("nous-sched")}
     assert after <= before
 

@@ -13,10 +13,12 @@ Python mapping of the Elixir shapes:
   runtimes here drive the lane through ``host.call(name, args).wait(t)``
   without any JavaScript.
 * ``{:ok, out, %ContextUpdate{}}`` is :class:`WithContextUpdate`.
-* "The scheduler is dead" means its driver thread (``nous-sched-driver-*``)
-  has exited once ``run_code`` returns. The driver is captured either by an
-  ``observer`` (which runs on the driver) or by a fake runtime that looks at
-  the threads alive while it runs.
+* "The scheduler is dead" means its driver (``nous-sched-driver-*``, a
+  thread borrowed from the warm driver threads) is done with it once
+  ``run_code`` returns: no thread bears that name, and the thread went back
+  idle or exited, not leaked (``drivers.assert_released``). The driver is
+  captured either by an ``observer`` (which runs on the driver) or by a fake
+  runtime that looks at the threads driving while it runs.
 
 Ordering is controlled with Events/Barriers only; every wait is bounded.
 """
@@ -30,6 +32,7 @@ import time
 from types import SimpleNamespace
 
 import pytest
+from drivers import assert_released, driving, me
 
 import nous_sched
 from nous_sched import (
@@ -57,7 +60,6 @@ from nous_sched.runtime.quickjs import QuickJSRuntime
 pytestmark = pytest.mark.usefixtures("runtime")
 
 WAIT = 10.0  # bound on every wait for something that must happen
-DRIVER_PREFIX = "nous-sched-driver-"
 
 
 # --- helpers -------------------------------------------------------------------------
@@ -72,17 +74,12 @@ def const_tool(name, value, **kw):
 
 
 def drivers() -> set:
-    return {t for t in threading.enumerate() if t.name.startswith(DRIVER_PREFIX)}
+    return driving()
 
 
-def assert_dead(threads) -> None:
-    """Every thread in ``threads`` exits (joined briefly first)."""
-    threads = list(threads)
-    assert threads, "no scheduler driver thread was captured"
-    for t in threads:
-        t.join(2.0)
-    alive = [t.name for t in threads if t.is_alive()]
-    assert not alive, f"scheduler driver(s) still alive after run_code returned: {alive}"
+def assert_dead(captured) -> None:
+    """Every captured driver is done with its scheduler, idle or exited (not leaked)."""
+    assert_released(captured)
 
 
 class LaneSpy:
@@ -95,7 +92,7 @@ class LaneSpy:
 
     def __call__(self, record, phase) -> None:
         with self.lock:
-            self.threads.add(threading.current_thread())
+            self.threads.add(me())
             self.phases.append((record.seq, record.tool, phase))
 
     def assert_dead(self) -> None:

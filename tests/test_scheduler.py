@@ -24,7 +24,9 @@ import time
 from types import SimpleNamespace
 from unittest import mock
 
+import drivers
 import pytest
+from drivers import Driver, released
 
 import nous_sched
 from nous_sched import (
@@ -165,10 +167,12 @@ def sync(scheduler) -> None:
     scheduler.lane_state()
 
 
-def driver_thread(scheduler) -> threading.Thread:
-    name = scheduler._driver.name  # also in repr(); looked up in threading.enumerate() by name
-    assert name.startswith("nous-sched-driver-")
-    return next((t for t in threading.enumerate() if t.name == name), None)
+def driver_of(scheduler) -> Driver:
+    """The thread driving ``scheduler`` and its name; the thread has taken it up (a round trip through it)."""
+    driver = drivers.of(scheduler)
+    scheduler.lane_state()
+    assert scheduler._driver is driver[0]
+    return driver
 
 
 def assert_clean_message(message: str) -> None:
@@ -956,7 +960,8 @@ def test_submit_after_stop_is_an_error_and_stop_is_idempotent(make_scheduler):
 def test_context_manager_stops(make_scheduler):
     with Scheduler(timeout=30) as s:
         assert s.call(Tool("t", lambda a: 1), {}).value == 1
-    assert not s._driver.is_alive()
+        driver = driver_of(s)
+    released(s, driver)  # its driver is done with it, back idle in the shared set (not leaked)
     assert s.call(Tool("t", lambda a: 1), {}).error.message == GONE
 
 
@@ -1044,6 +1049,7 @@ def test_bad_arguments_to_methods_are_config_errors(make_scheduler):
 
 def test_a_dispatch_that_never_returns_times_out_the_wait(probe):
     s = Scheduler(timeout=0.2)
+    driver = driver_of(s)
     try:
         ticket = s.submit(Tool("hangs", probe.run), {"k": "h"})
         probe.wait_started(1)  # accepted and running: the wait below can only time out
@@ -1057,10 +1063,7 @@ def test_a_dispatch_that_never_returns_times_out_the_wait(probe):
         start = time.monotonic()
         assert s.stop() is None
         assert time.monotonic() - start < WAIT
-    driver = driver_thread(s)
-    if driver is not None:
-        driver.join(WAIT)
-    assert not s._driver.is_alive(), "the lane is dead after stop"
+    released(s, driver)  # the lane is dead after stop: its driver is done with it
     assert s.wait(ticket).error.message == ABANDONED
     probe.release_all()
 
@@ -1076,7 +1079,7 @@ def test_a_predicate_that_blocks_forever_fails_the_wait_and_later_submits(make_e
         return True
 
     s = Scheduler(timeout=0.3)
-    name = s._driver.name
+    driver = driver_of(s)
     try:
         first = s.submit(Tool("stuck", lambda a: "ran", concurrency_safe=stuck), {})
         assert entered.wait(WAIT)
@@ -1094,13 +1097,12 @@ def test_a_predicate_that_blocks_forever_fails_the_wait_and_later_submits(make_e
         assert time.monotonic() - start < WAIT
         assert any("did not stop" in r.getMessage() for r in caplog.records)
         assert s.wait(first, timeout=0).ok is False, "stop released the stuck caller"
+        assert driver[0].name == driver[1], "the stuck driver still bears its scheduler's name"
     finally:
         unblock.set()
         s.stop(timeout=WAIT)
-    driver = next((t for t in threading.enumerate() if t.name == name), None)
-    if driver is not None:
-        driver.join(WAIT)
-        assert not driver.is_alive(), f"{name} did not exit once the predicate returned"
+    assert s._wait_driver(WAIT), f"{driver[1]} did not leave its scheduler once the predicate returned"
+    released(s, driver)
     assert s.call(Tool("after", lambda a: 1), {}).ok is False
 
 

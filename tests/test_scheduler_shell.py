@@ -28,9 +28,12 @@ import re
 import threading
 import time
 
+import drivers
 import pytest
+from drivers import IDLE, assert_released
 
-from nous_sched import Event, Limits, Outcome, Scheduler, SessionLog, Tool, run_code
+from nous_sched import Event, Limits, Outcome, Scheduler, SessionLog, Tool, _driver_threads, run_code
+from nous_sched._driver_threads import DriverThreads
 from nous_sched._tool_threads import retire_shared, shared
 from nous_sched.events import FrozenDict, FrozenList, freeze
 
@@ -67,13 +70,15 @@ def test_stop_from_an_observer_still_winds_the_driver_down_and_queued_calls_neve
             stopped.set()
 
     s = Scheduler(observer=observer, timeout=30, max_parallel=1)
+    driver = drivers.of(s)
     with s._batched():  # both reach the driver at once: the second queues behind the first
         first = s.submit(Tool("whoami", whoami), {})
         second = s.submit(Tool("never", lambda a: ran.append(a)), {})
     outcome = s.wait(first)
     assert outcome.ok and TOOL_THREAD.fullmatch(outcome.value)
     assert stopped.wait(WAIT)
-    assert_exited([s._driver])
+    assert s._wait_driver(WAIT), "the driver winds down after the observer's stop()"
+    assert_released([driver])
     assert s.wait(second).error.message == "code run is over; tool call abandoned"
     assert ran == []
     assert s.call(Tool("late", whoami), {}).error.message == "code run is over; scheduler is gone"
@@ -81,21 +86,29 @@ def test_stop_from_an_observer_still_winds_the_driver_down_and_queued_calls_neve
 
 
 def test_keyboard_interrupt_while_the_driver_starts_leaks_no_thread(monkeypatch):
+    # A set with no idle thread, so Scheduler() starts one; the interrupt lands
+    # once it runs. The scheduler stops itself, and its driver goes back idle.
+    private = DriverThreads()
+    private._went_idle = threading.Semaphore(0)
+    monkeypatch.setattr(_driver_threads, "_shared", private)
     real_start = threading.Thread.start
-    drivers = []
+    started = []
 
     def start(thread):
         real_start(thread)
         if thread.name.startswith("nous-sched-driver-"):
-            drivers.append(thread)
+            started.append(thread)
             raise KeyboardInterrupt  # lands once the thread runs, before __init__ returns
 
     monkeypatch.setattr(threading.Thread, "start", start)
     with pytest.raises(KeyboardInterrupt):
         Scheduler(timeout=30)
-    monkeypatch.undo()
-    assert len(drivers) == 1
-    assert_exited(drivers)
+    monkeypatch.setattr(threading.Thread, "start", real_start)
+    assert len(started) == 1
+    assert private._went_idle.acquire(timeout=WAIT), "the driver of the scheduler that never was went back idle"
+    assert started[0].name.startswith(IDLE) and private.counts() == (1, 1)
+    private.retire_idle()
+    assert_exited(started)
 
 
 # -- the shared tool threads ---------------------------------------------------------
@@ -232,13 +245,15 @@ def test_whatever_an_observer_raises_the_lane_goes_on(exc, caplog):
         raise exc("observer broke")
 
     s = Scheduler(observer=observer, timeout=30, max_parallel=2)
+    driver = drivers.of(s)
     try:
         outcomes = [s.call(Tool("whoami", whoami), {}) for _ in range(3)]
         assert all(o.ok for o in outcomes), "calls that succeeded commit as successes, not abandoned"
-        assert s.lane_state().cursor == 3 and s._driver.is_alive()
+        assert s.lane_state().cursor == 3 and driver[0].is_alive() and driver[0].name == driver[1]
     finally:
         s.stop(timeout=WAIT)
-    assert_exited([s._driver])
+    assert s._wait_driver(0)
+    assert_released([driver])
     assert not {o.value for o in outcomes} & {t.name for t in retire_shared()}, "no tool thread is left busy"
     assert sum("observer raised" in r.getMessage() for r in caplog.records) == 6  # start and commit, 3 calls
 

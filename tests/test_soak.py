@@ -34,7 +34,7 @@ import time
 import pytest
 from procs import children
 
-from nous_sched import Limits, Tool, ToolError, WorkerPool, run_code
+from nous_sched import Limits, Tool, ToolError, WorkerPool, _driver_threads, run_code
 from nous_sched._tool_threads import retire_shared
 
 # Imported up front: the quickjs package starts a process-lifetime worker thread on import,
@@ -161,9 +161,11 @@ def _fds() -> int:
 
 
 def _join_new_threads(baseline: set[threading.Thread]) -> None:
-    # The shared tool threads stay warm between runs: retired, each exits
-    # unless a tool still runs on it (a leak, caught below).
+    # The shared tool and driver threads stay warm between runs: retired, each
+    # exits unless a tool still runs on it or it still drives a scheduler (a
+    # leak, caught below).
     retire_shared(0)  # joined just below
+    _driver_threads.retire_shared(0)
     for t in set(threading.enumerate()) - baseline:
         if t is not threading.current_thread():
             t.join(JOIN)

@@ -1,4 +1,5 @@
-"""Thread hygiene: a stopped Scheduler leaves no thread of its own behind, and no busy tool thread."""
+"""Thread hygiene: a stopped Scheduler leaves no thread of its own behind: its
+driver went back idle to the shared driver threads, and no tool thread is busy."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import concurrent.futures
 import threading
 import time
 
-from nous_sched import Scheduler, Tool
+from nous_sched import Scheduler, Tool, _driver_threads
 from nous_sched._tool_threads import retire_shared
 
 PREFIX = "nous-sched"
@@ -42,9 +43,11 @@ def test_a_thousand_schedulers_leave_no_threads_behind():
     finally:
         shared.shutdown(wait=True)
 
-    # The shared tool threads stay warm for the next run; retired, every one
-    # exits unless a tool is still running on it (which would be a leak).
+    # The shared tool and driver threads stay warm for the next run; retired,
+    # every one exits unless a tool is still running on it, or it still drives
+    # a scheduler (either would be a leak).
     assert retire_shared() == []
+    assert _driver_threads.retire_shared() == []
     deadline = time.monotonic() + 10
     for t in _ours():
         t.join(max(0.0, deadline - time.monotonic()))

@@ -30,6 +30,7 @@ from nous_sched import (
     RunCodeError,
     Tool,
     WorkerPool,
+    _driver_threads,
     run_code,
 )
 from nous_sched._tool_threads import retire_shared
@@ -485,6 +486,7 @@ def test_cancel_from_another_thread_kills_a_busy_worker_and_leaks_nothing(make_e
         assert ended - stamp[0] < 1.0
         assert wait_gone(pid, WAIT), "the cancelled run's worker was discarded"
         retire_shared(0)  # the shared tool threads stay warm: retired, each exits (joined below) unless busy
+        _driver_threads.retire_shared(0)  # and the driver threads: each exits unless still driving
         for thread in sched_threads() - threads:
             thread.join(WAIT)
         assert sched_threads() <= threads
@@ -600,7 +602,9 @@ except KeyboardInterrupt:
     out["raised"] = "KeyboardInterrupt"
 out["seconds"] = time.monotonic() - sent[0]
 from nous_sched._tool_threads import retire_shared
+from nous_sched import _driver_threads
 retire_shared(0)  # the shared tool threads stay warm for the next run: retired, each exits (joined below)
+_driver_threads.retire_shared(0)  # and the driver threads: each exits unless still driving a scheduler
 for t in threading.enumerate():
     if t is not threading.main_thread():
         t.join(10)
