@@ -213,6 +213,26 @@ def test_a_task_submitted_at_the_bound_while_the_only_thread_is_exiting_runs():
     assert not first[0].is_alive()
 
 
+def test_a_task_submitted_at_the_bound_just_after_a_retire_runs():
+    # The retired idle thread exits; until it has, it must not count against
+    # the bound, or the task waits for it (the FIFO queue of afa3b1c lost it
+    # so: its retire marker was taken, the task after it never).
+    pool = ToolThreads(1, "test-tt-retired-bound")
+    idle = watched(pool)
+    try:
+        pool.submit(lambda: None)
+        assert idle.acquire(timeout=WAIT)
+        [retired] = pool.retire_idle()
+        assert pool.counts() == (0, 0), "uncounted at once, before it has exited"
+        done = threading.Event()
+        pool.submit(done.set)
+        assert done.wait(WAIT)
+        retired.join(WAIT)
+        assert not retired.is_alive()
+    finally:
+        pool.shutdown()
+
+
 def test_a_wait_that_times_out_as_its_thread_is_handed_a_task_takes_the_task(wakes: list[HeldWake]):
     pool = ToolThreads(4, "test-tt-timeout-race")
     idle = watched(pool)
