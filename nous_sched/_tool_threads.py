@@ -243,8 +243,13 @@ class ToolThreads:
                     if self._idle and not self._waking:
                         self._signal_top()  # invariant 2: a member is busy, starting, woken, or this one
                     return
+                # No thread to come for it: not queued. (A task an earlier
+                # submit queued while this start was still counted, and
+                # whose own thread failed too, waits in _pending for the
+                # next thread the set manages to start: the one gap in
+                # invariant 2, when the OS refuses every thread.)
                 try:
-                    self._pending.remove(task)  # no thread to come for it: not queued
+                    self._pending.remove(task)
                 except ValueError:
                     return  # a finishing thread took it already: it runs
             raise
