@@ -4,11 +4,20 @@
 One set per process (:func:`shared`), so a run starts no thread of its own:
 a 50-wide fan-out finds its threads already waiting. What a caller may rely on:
 
-* **Warm, on demand.** Tasks go on one FIFO queue that every thread takes
-  from, so a thread that finishes a task takes the next one without
-  sleeping; a new thread is started only when no thread is idle, while the
-  set has fewer than its ``max_threads`` (the process-wide set:
-  :data:`HARD_CAP`). So the set grows
+* **Every task runs once, or is cancelled.** A submitted task is, at every
+  moment, either waiting in the set's one FIFO ``pending`` queue or owned by
+  exactly one thread, which runs it (:meth:`Task.cancel` makes that run a
+  no-op). While a task waits, some thread is on its way to it: one woken
+  for it, or one busy that looks at the queue before it sleeps or exits.
+* **Warm, on demand, the hottest first.** Idle threads wait on a stack, each
+  on its own lock; a task wakes the thread that went idle most recently, so
+  calls made one after another keep reusing one thread while the others
+  stay parked. A thread that finishes a task takes the next one waiting
+  without sleeping, and a burst wakes its threads in a chain (each woken
+  thread wakes the next), not all from the submitting thread. A new thread
+  is started only when the tasks waiting outnumber the threads idle or on
+  their way, while the set has fewer than its ``max_threads`` (the
+  process-wide set: :data:`HARD_CAP`). So the set grows
   to the largest number of tasks that ran at once, across every scheduler in
   the process, and a run whose calls find it that large starts no thread.
   Each scheduler still enforces its own ``max_parallel`` (its lane never
@@ -19,13 +28,17 @@ a 50-wide fan-out finds its threads already waiting. What a caller may rely on:
   (:meth:`Task.cancel`), and a call that waited past its run's deadline
   finds its scheduler stopped and does not start. A tool that never returns
   holds its thread for good (Python cannot kill a thread); the set grows past
-  it for other runs, up to the bound, and only there do calls wait.
+  it for other runs, up to the bound, and only there do calls wait. The
+  bound counts the threads that still take tasks: a thread stops counting
+  when it decides to exit (idle too long, or retired), a moment before it
+  is gone.
 * **Idle threads retire.** A thread that waits ``idle_seconds``
-  (:data:`IDLE_SECONDS`) for a task while another idle thread could take the
-  next one exits. So a process that stops running tools ends up with no tool
-  thread. (Waiting threads take tasks in turn, so under a steady trickle of
-  calls a set grown by a burst shrinks only once the trickle leaves a thread
-  a whole ``idle_seconds`` without a task; it never exceeds its bound.) :func:`retire_shared`
+  (:data:`IDLE_SECONDS`) without a task exits. So a process that stops
+  running tools ends up with no tool thread, and under a steady trickle of
+  calls a set grown by a burst shrinks to the threads the trickle keeps
+  busy: the threads below the top of the idle stack get no task and retire
+  ``idle_seconds`` after they went idle. It never exceeds its bound.
+  :func:`retire_shared`
   retires them at once and says which are still busy (what a leak check
   counts: a thread still busy is a tool that has not returned).
 * **Named** ``<prefix>-<k>`` (``nous-sched-tool-<k>`` for the shared set),
@@ -45,12 +58,12 @@ Thread-safety: every method may be called from any thread.
 
 from __future__ import annotations
 
+import collections
 import itertools
 import os
-import queue
 import threading
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Union
 
 __all__ = ["ToolThreads", "Task", "shared", "retire_shared", "HARD_CAP", "IDLE_SECONDS", "PREFIX"]
 
@@ -83,6 +96,29 @@ class Task:
         return True
 
 
+class _Slot:
+    """A thread's place on the idle stack, reused each time it idles.
+
+    ``wake`` is a lock its thread holds while it has work or sleeps; a signal
+    releases it once, and the thread's next acquire takes that signal.
+    ``retire`` (set before the signal) says the signal means "exit".
+    ``idle`` is true while the slot is on the stack. Both flags are guarded by
+    :attr:`ToolThreads._lock`; ``wake`` is released only under that lock.
+    """
+
+    __slots__ = ("wake", "retire", "idle")
+
+    def __init__(self) -> None:
+        self.wake = threading.Lock()
+        self.wake.acquire()
+        self.retire = False
+        self.idle = False
+
+
+_PARKED = "parked"  # _after's answer: the thread is on the idle stack now
+_LEAVE = "leave"  # _after's answer: the thread has left the set (uncounted): it exits
+
+
 class ToolThreads:
     """At most ``max_threads`` threads running tasks, warm and idle-retiring (see the module docstring).
 
@@ -90,45 +126,67 @@ class ToolThreads:
     at once, as soon as it finds nothing to do).
     """
 
-    # One FIFO queue of tasks that every thread takes from: a thread that
-    # finishes a task takes the next one queued without sleeping, whoever it
-    # was queued for. (Handing each task to one chosen idle thread costs a
-    # wake-up per call: measured, 2.6-3.1 voluntary context switches per call
-    # of a 1,000-call fan-out against 0.7 this way.)
+    # One lock, _lock, guards every field below but the constants, and each
+    # slot's flags; a slot's wake lock is released only while _lock is held.
     #
-    # _lock guards _idle, _count, _threads, _retire_before and _closed.
-    # _idle is the number of threads waiting (or about to wait) on the queue
-    # less the tasks queued for them: submit() takes one (that is a promise:
-    # some waiting thread will take this task), or starts a thread while
-    # under max_threads; at the bound it takes one anyway, and _idle goes
-    # below zero: the next thread to finish owes that task. A thread retires
-    # (idle too long, or retired by retire_idle) only while _idle > 0, or,
-    # as it finishes a task, while _idle >= 0: never with a task owed.
+    # Invariant 1 (no task lost or run twice): a task not yet taken is in
+    # _pending exactly once; a thread takes a task by popleft under _lock,
+    # and from then on that thread alone owns it and runs it.
+    #
+    # Invariant 2 (someone is coming): whenever _lock is free and _pending is
+    # not empty, either _waking is true (a thread was signalled for a task and
+    # has not yet come for one: it will), or _idle is empty and some member
+    # thread is busy or starting (it looks at _pending under _lock before it
+    # parks or exits, and takes a task if there is one). Each lock section
+    # keeps it: submit signals the top of the stack, or starts a thread, or
+    # (at the bound, nothing idle) relies on the busy members; a woken thread
+    # that takes a task and sees more waiting signals the next one (the
+    # chain); a thread parks or exits only with _pending empty.
+    #
+    # Signals: a slot leaves the stack either by its own timeout (no signal;
+    # under _lock, so a signaller never sees it) or by a signal (task or
+    # retire), which releases its wake lock once, under _lock. So a thread
+    # whose wait timed out and that finds, under _lock, its slot off the
+    # stack, knows the release has happened: its acquire cannot block, and no
+    # stale signal is left for its next idle spell. A thread counts in
+    # _count (the bound) from its start until the lock section in which it
+    # decides to exit, so a task queued at the bound never waits for a
+    # thread that is leaving.
+    #
+    # (Measured against one shared queue that every idle thread waits on,
+    # which wakes the longest-waiting thread: a worker runtime's sequential
+    # awaits take fewer context switches on one hot thread; see
+    # benchmarks/README.rst.)
 
     def __init__(self, max_threads: int = HARD_CAP, prefix: str = PREFIX, idle_seconds: float = IDLE_SECONDS) -> None:
         self._max = max_threads
         self._prefix = prefix
         self._idle_seconds = idle_seconds
-        self._queue: queue.SimpleQueue[Optional[Task]] = queue.SimpleQueue()
         self._lock = threading.Lock()
-        self._idle = 0
-        self._count = 0  # threads alive or starting
-        self._threads: set[threading.Thread] = set()
+        self._pending: collections.deque[Task] = collections.deque()  # FIFO: tasks no thread has taken
+        self._idle: list[_Slot] = []  # the idle stack: the top is the most recently idled
+        self._waking = False  # a slot was signalled for a task and its thread has not yet come for one
+        self._starting = 0  # threads started that have not yet looked at _pending
+        self._count = 0  # member threads: started and not yet decided to exit (the bound counts these)
+        self._threads: set[threading.Thread] = set()  # threads started and not yet exited (or exiting)
         self._serial = itertools.count()
         self._retire_before = -1  # threads with a serial below this retire once their task is done
         self._closed = False
-        # Released each time a thread goes idle, when set (tests wait on it
-        # for "every thread is idle" without polling).
+        # Test hooks, called outside _lock when set: _went_idle is released
+        # each time a thread goes idle (tests wait on it for "every thread is
+        # idle" without polling); _on_leave is called by a thread that has
+        # decided to exit, just before it does.
         self._went_idle: Optional[threading.Semaphore] = None
+        self._on_leave: Optional[Callable[[], None]] = None
 
     @property
     def max_threads(self) -> int:
         return self._max
 
     def counts(self) -> tuple[int, int]:
-        """(threads alive or starting, of which idle). A snapshot: it may be stale at once."""
+        """(threads that take tasks, of which idle). A snapshot: it may be stale at once."""
         with self._lock:
-            return self._count, max(self._idle, 0)
+            return self._count, len(self._idle)
 
     def threads(self) -> list[threading.Thread]:
         """The set's threads, alive or starting (a snapshot)."""
@@ -146,47 +204,69 @@ class ToolThreads:
         with self._lock:
             if self._closed:
                 raise RuntimeError("cannot run a tool call after the tool threads were shut down")
-            if self._idle > 0 or self._count >= self._max:
-                self._idle -= 1  # a waiting thread takes it; at the bound, the next to finish
-            else:
+            pending = self._pending
+            pending.append(task)
+            if self._idle and not self._waking:
+                self._signal_top()
+            elif len(pending) > self._waking + len(self._idle) + self._starting and self._count < self._max:
                 serial = next(self._serial)
                 start = threading.Thread(
                     target=self._work, args=(serial,), name=f"{self._prefix}-{serial}", daemon=True
                 )
                 self._count += 1
+                self._starting += 1
                 self._threads.add(start)
         if start is not None:
-            self._start(start)
-        self._queue.put(task)
+            self._start(start, task)
         return task
 
-    def _start(self, thread: threading.Thread) -> None:
-        """Start a new thread (counted already); if it cannot start, a running one owes its task."""
+    def _signal_top(self) -> None:
+        """Wake the top of the idle stack to come for a task (under _lock; _idle not empty, not _waking)."""
+        slot = self._idle.pop()
+        slot.idle = False
+        self._waking = True
+        slot.wake.release()
+
+    def _start(self, thread: threading.Thread, task: Task) -> None:
+        """Start a new thread (counted already) for the queue; if it cannot
+        start, the others take ``task`` or, with none left, it is taken back."""
         try:
             thread.start()
         except BaseException as exc:
             if thread.ident is not None:
-                raise  # it started (a KeyboardInterrupt landed as it did): it takes the task
+                raise  # it started (a KeyboardInterrupt landed as it did): it comes for the queue
             with self._lock:
                 self._count -= 1
+                self._starting -= 1
                 self._threads.discard(thread)
-                others = self._count > 0 and isinstance(exc, Exception)
-                if others:
-                    self._idle -= 1
-            if not others:
-                raise
+                if self._count > 0 and isinstance(exc, Exception):
+                    if self._idle and not self._waking:
+                        self._signal_top()  # invariant 2: a member is busy, starting, woken, or this one
+                    return
+                # No thread to come for it: not queued. (A task an earlier
+                # submit queued while this start was still counted, and
+                # whose own thread failed too, waits in _pending for the
+                # next thread the set manages to start: the one gap in
+                # invariant 2, when the OS refuses every thread.)
+                try:
+                    self._pending.remove(task)
+                except ValueError:
+                    return  # a finishing thread took it already: it runs
+            raise
 
     def retire_idle(self) -> list[threading.Thread]:
         """Retire every thread of the set now: the idle ones exit at once, the
         busy ones when their current task is done and no task waits. Threads
         started after this call are not affected. Returns the threads retired."""
         with self._lock:
-            idle = max(self._idle, 0)
-            self._idle -= idle
             self._retire_before = next(self._serial)
             retired = list(self._threads)
-        for _ in range(idle):
-            self._queue.put(None)  # each waiting thread that takes one exits
+            idle, self._idle = self._idle, []
+            self._count -= len(idle)
+            for slot in idle:
+                slot.idle = False
+                slot.retire = True
+                slot.wake.release()
         return retired
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
@@ -197,21 +277,11 @@ class ToolThreads:
         """
         with self._lock:
             self._closed = True
-        if cancel_futures:
-            markers = 0
-            while True:
-                try:
-                    task = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if task is None:
-                    markers += 1
-                    continue
-                task.cancel()
-                with self._lock:
-                    self._idle += 1  # the promise it held is void
-            for _ in range(markers):
-                self._queue.put(None)
+            dropped = list(self._pending) if cancel_futures else []
+            if cancel_futures:
+                self._pending.clear()
+        for task in dropped:
+            task.cancel()
         threads = self.retire_idle()
         if wait:
             for thread in threads:
@@ -219,35 +289,78 @@ class ToolThreads:
                     thread.join()
 
     def _work(self, serial: int) -> None:
-        get = self._queue.get
+        slot = _Slot()  # this thread's own place on the idle stack
         lock = self._lock
-        idle_seconds = self._idle_seconds
+        with lock:
+            self._starting -= 1
+            step = self._after(slot, serial)
         while True:
-            try:
-                task = get(True, idle_seconds)
-            except queue.Empty:
-                with lock:
-                    if self._idle <= 0:
-                        continue  # a task is queued for a waiting thread: this one may be it
-                    self._idle -= 1
-                    self._leave()
-                return
-            if task is None:  # retire_idle: its promise was taken back there
-                with lock:
-                    self._leave()
-                return
-            _run(task)
-            del task
+            if step is _PARKED:
+                if self._went_idle is not None:
+                    self._went_idle.release()
+                step = self._wait(slot)
+                continue
+            if step is _LEAVE:
+                break
+            assert isinstance(step, Task)
+            _run(step)
+            del step
             with lock:
-                if self._idle >= 0 and (serial < self._retire_before or self._closed):
+                step = self._after(slot, serial)
+        if self._on_leave is not None:
+            self._on_leave()
+
+    def _after(self, slot: _Slot, serial: int) -> Union[Task, str]:
+        """What a thread with no task does next (under _lock): the queue's
+        head, or exit (retired or shut down), or park on the idle stack."""
+        if self._pending:
+            return self._pending.popleft()  # without sleeping
+        if serial < self._retire_before or self._closed:
+            self._leave()
+            return _LEAVE
+        slot.idle = True
+        self._idle.append(slot)
+        return _PARKED  # invariant 2 holds: _pending is empty
+
+    def _wait(self, slot: _Slot) -> Union[Task, str]:
+        """Sleep on the idle stack until signalled, or ``idle_seconds``; then what to do."""
+        if not slot.wake.acquire(True, self._idle_seconds):
+            with self._lock:
+                if slot.idle:  # no signal came, nor will while this holds _lock
+                    slot.idle = False
+                    self._idle.remove(slot)
+                    if self._pending:
+                        # A task waits for the thread being woken (invariant
+                        # 2): this one is awake, so it takes it; the other,
+                        # finding none, parks again.
+                        return self._pending.popleft()
                     self._leave()
-                    return
-                self._idle += 1
-            if self._went_idle is not None:
-                self._went_idle.release()
+                    return _LEAVE
+            # Signalled under _lock before this thread took it: released already.
+            slot.wake.acquire()
+        with self._lock:
+            return self._woken(slot)
+
+    def _woken(self, slot: _Slot) -> Union[Task, str]:
+        """A signalled thread comes for its task (under _lock)."""
+        if slot.retire:
+            slot.retire = False
+            self._threads.discard(threading.current_thread())  # uncounted by retire_idle already
+            return _LEAVE
+        self._waking = False
+        pending = self._pending
+        if not pending:
+            # A thread that finished first took the task: idle again, unwoken.
+            slot.idle = True
+            self._idle.append(slot)
+            return _PARKED
+        task = pending.popleft()
+        if pending and self._idle:
+            self._signal_top()  # the chain: the next waiting task wakes the next thread
+        return task
 
     def _leave(self) -> None:
-        """This thread leaves the set (under _lock)."""
+        """This thread leaves the set (under _lock): it no longer counts, and exits."""
         self._count -= 1
         self._threads.discard(threading.current_thread())
 

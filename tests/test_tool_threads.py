@@ -1,7 +1,10 @@
 """The tool threads (nous_sched/_tool_threads.py): order, the bound, warm reuse,
-retirement, cancel, shutdown, names, and a fresh shared set after fork.
+the LIFO hand-off and its races, retirement, cancel, shutdown, names, and a
+fresh shared set after fork.
 
-Every wait is on an event, a semaphore or a join, never a sleep.
+Every wait is on an event, a semaphore or a join, never a sleep. The races
+are driven, not hoped for: a thread is held at the racy point (its wake
+lock's wait, or its exit) while the test does the other side.
 """
 
 from __future__ import annotations
@@ -10,6 +13,8 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
+from typing import Any
 
 import pytest
 
@@ -23,6 +28,58 @@ def watched(pool: ToolThreads) -> threading.Semaphore:
     """A semaphore released each time one of ``pool``'s threads goes idle."""
     pool._went_idle = threading.Semaphore(0)
     return pool._went_idle
+
+
+class HeldWake:
+    """A slot's wake lock that a test can hold at one point of a thread's wait.
+
+    ``time_out_at``: the next timed wait "times out" (returns False without
+    taking the lock) once ``go`` is set, after announcing it on ``held``: a
+    timeout that lands as a signal is sent. ``hold_woken``: the next wait
+    that takes the lock announces it and then waits for ``go`` before it
+    returns: a thread signalled but not yet come for its task.
+    """
+
+    def __init__(self) -> None:
+        self.real = threading.Lock()
+        self.thread = threading.current_thread()  # a slot is made by its own thread
+        self.held = threading.Event()
+        self.go = threading.Event()
+        self.time_out_at = False
+        self.hold_woken = False
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        if self.time_out_at and timeout >= 0:
+            self.time_out_at = False
+            self.held.set()
+            assert self.go.wait(WAIT)
+            return False
+        got = self.real.acquire(blocking, timeout)
+        if got and self.hold_woken:
+            self.hold_woken = False
+            self.held.set()
+            assert self.go.wait(WAIT)
+        return got
+
+    def release(self) -> None:
+        self.real.release()
+
+
+@pytest.fixture
+def wakes(monkeypatch: pytest.MonkeyPatch) -> list[HeldWake]:
+    """Every slot made from now on gets a :class:`HeldWake`; the list holds them, in order."""
+    made: list[HeldWake] = []
+    real_slot = _tool_threads._Slot
+
+    def slot() -> Any:
+        one = real_slot()
+        one.wake = HeldWake()
+        one.wake.acquire()
+        made.append(one.wake)
+        return one
+
+    monkeypatch.setattr(_tool_threads, "_Slot", slot)
+    return made
 
 
 def test_tasks_run_in_submission_order_on_named_threads_up_to_the_ceiling():
@@ -73,6 +130,218 @@ def test_warm_threads_are_reused_and_no_thread_is_started_for_them():
         for _ in range(4):
             assert idle.acquire(timeout=WAIT)
         assert set(pool.threads()) == first, "the second fan-out found its threads warm"
+    finally:
+        pool.shutdown()
+
+
+def test_sequential_tasks_reuse_the_most_recently_idled_thread_while_the_others_stay_parked():
+    pool = ToolThreads(8, "test-tt-lifo")
+    idle = watched(pool)
+    barrier = threading.Barrier(4, timeout=WAIT)
+    ran: list = []
+    try:
+        for _ in range(4):
+            pool.submit(barrier.wait)  # four at once: four threads, then all four idle
+        for _ in range(4):
+            assert idle.acquire(timeout=WAIT)
+        first = set(pool.threads())
+        assert pool.counts() == (4, 4)
+        for _ in range(20):  # each waited (done, and its thread idle again) before the next
+            done = threading.Event()
+            pool.submit(lambda: (ran.append(threading.current_thread()), done.set()))
+            assert done.wait(WAIT) and idle.acquire(timeout=WAIT)
+            assert pool.counts() == (4, 4)
+        assert len(set(ran)) == 1, "one hot thread took every sequential task"
+        assert set(pool.threads()) == first and ran[0] in first, "no thread was started for them"
+    finally:
+        pool.shutdown()
+
+
+def test_under_a_trickle_the_threads_it_does_not_need_retire():
+    pool = ToolThreads(8, "test-tt-trickle", idle_seconds=0.3)
+    idle = watched(pool)
+    barrier = threading.Barrier(4, timeout=WAIT)
+    try:
+        for _ in range(4):
+            pool.submit(barrier.wait)
+        for _ in range(4):
+            assert idle.acquire(timeout=WAIT)
+        first = pool.threads()
+        deadline = time.monotonic() + WAIT  # a bound on the wait, not a timing
+        # One task at a time, without pause: the top of the idle stack takes
+        # each, so the three below it see no task and retire (a shared queue
+        # would wake them in turn and keep all four alive).
+        while sum(t.is_alive() for t in first) > 1 and time.monotonic() < deadline:
+            done = threading.Event()
+            pool.submit(done.set)
+            assert done.wait(WAIT)
+        assert sum(t.is_alive() for t in first) <= 1
+    finally:
+        pool.shutdown()
+
+
+def test_a_task_submitted_at_the_bound_while_the_only_thread_is_exiting_runs():
+    # The lost task of the first LIFO hand-off (aed349f): a thread that had
+    # timed out and left the idle stack still counted against the bound until
+    # it exited, so a task submitted then went to the backlog, which only a
+    # thread finishing a task looks at, and the exiting thread did not: the
+    # task never ran. Here the only thread (bound 1, idle_seconds 0: it times
+    # out as soon as it idles) is held after it decided to exit.
+    pool = ToolThreads(1, "test-tt-exiting", idle_seconds=0)
+    exiting = threading.Event()
+    go = threading.Event()
+    first: list[threading.Thread] = []
+
+    def on_leave() -> None:
+        if threading.current_thread() is first[0]:
+            exiting.set()
+            assert go.wait(WAIT)
+
+    pool._on_leave = on_leave
+    try:
+        pool.submit(lambda: first.append(threading.current_thread()))
+        assert exiting.wait(WAIT), "the thread idled, timed out at once and is exiting"
+        assert pool.counts() == (0, 0), "an exiting thread no longer counts against the bound"
+        done = threading.Event()
+        pool.submit(done.set)  # at the bound had the exiting thread still counted
+        assert done.wait(WAIT), "the task ran (on a new thread) while the old one was still exiting"
+        assert first[0].is_alive()
+    finally:
+        go.set()
+        pool.shutdown()
+    first[0].join(WAIT)
+    assert not first[0].is_alive()
+
+
+def test_a_task_submitted_at_the_bound_just_after_a_retire_runs():
+    # The retired idle thread exits; until it has, it must not count against
+    # the bound, or the task waits for it (the FIFO queue of afa3b1c lost it
+    # so: its retire marker was taken, the task after it never).
+    pool = ToolThreads(1, "test-tt-retired-bound")
+    idle = watched(pool)
+    try:
+        pool.submit(lambda: None)
+        assert idle.acquire(timeout=WAIT)
+        [retired] = pool.retire_idle()
+        assert pool.counts() == (0, 0), "uncounted at once, before it has exited"
+        done = threading.Event()
+        pool.submit(done.set)
+        assert done.wait(WAIT)
+        retired.join(WAIT)
+        assert not retired.is_alive()
+    finally:
+        pool.shutdown()
+
+
+def test_a_wait_that_times_out_as_its_thread_is_handed_a_task_takes_the_task(wakes: list[HeldWake]):
+    pool = ToolThreads(4, "test-tt-timeout-race")
+    idle = watched(pool)
+    try:
+        # Its first task arms its thread's wake: the wait it enters next, on
+        # the idle stack, "times out" once the test lets it, after the signal.
+        pool.submit(lambda: setattr(wakes[0], "time_out_at", True))
+        [wake] = wakes
+        assert idle.acquire(timeout=WAIT) and wake.held.wait(WAIT)
+        [thread] = pool.threads()
+        assert pool.counts() == (1, 1)
+        done = threading.Event()
+        ran_on: list = []
+        pool.submit(lambda: (ran_on.append(threading.current_thread()), done.set()))  # signals it
+        assert pool.counts() == (1, 0), "the hand-off took it off the idle stack"
+        wake.go.set()  # its wait returns as timed out, after the signal
+        assert done.wait(WAIT)
+        assert idle.acquire(timeout=WAIT)
+        assert ran_on == [thread], "the thread whose wait timed out took its task"
+        assert pool.threads() == [thread] and pool.counts() == (1, 1), "none was started, none left"
+        assert wake.real.locked(), "the signal was taken: none is left to wake the next wait early"
+        again = threading.Event()
+        pool.submit(again.set)
+        assert again.wait(WAIT) and idle.acquire(timeout=WAIT)
+        assert pool.counts() == (1, 1) and pool.threads() == [thread]
+    finally:
+        for wake in wakes:
+            wake.go.set()
+        pool.shutdown()
+
+
+def test_a_finishing_thread_takes_the_task_a_woken_thread_has_not_come_for_yet(wakes: list[HeldWake]):
+    pool = ToolThreads(4, "test-tt-steal")
+    idle = watched(pool)
+    barrier = threading.Barrier(2, timeout=WAIT)
+    try:
+        for _ in range(2):
+            pool.submit(barrier.wait)
+        for _ in range(2):
+            assert idle.acquire(timeout=WAIT)
+        finish = threading.Event()
+        busy_started = threading.Event()
+        busy: list = []
+
+        def hold() -> None:
+            busy.append(threading.current_thread())
+            busy_started.set()
+            assert finish.wait(WAIT)
+
+        pool.submit(hold)
+        assert busy_started.wait(WAIT)
+        [parked] = [w for w in wakes if w.thread is not busy[0]]
+        parked.hold_woken = True
+        ran: list = []
+        pool.submit(lambda: ran.append(threading.current_thread()))  # wakes the parked thread
+        assert parked.held.wait(WAIT), "the parked thread was signalled and holds before it comes for the task"
+        assert pool.counts() == (2, 0)
+        finish.set()  # the busy thread finishes first: it takes the task without sleeping
+        assert idle.acquire(timeout=WAIT)
+        assert ran == busy, "the finishing thread ran it"
+        parked.go.set()  # the woken thread comes, finds nothing, and parks again
+        assert idle.acquire(timeout=WAIT)
+        assert pool.counts() == (2, 2) and ran == busy, "it ran once"
+        both = threading.Barrier(2, timeout=WAIT)
+        for _ in range(2):
+            pool.submit(both.wait)  # both threads take one: neither was lost to the race
+        for _ in range(2):
+            assert idle.acquire(timeout=WAIT)
+        assert pool.counts() == (2, 2) and len(pool.threads()) == 2
+    finally:
+        for wake in wakes:
+            wake.go.set()
+        pool.shutdown()
+
+
+def test_a_retire_while_a_thread_is_woken_for_a_task_runs_the_task_then_retires_it(wakes: list[HeldWake]):
+    pool = ToolThreads(4, "test-tt-retire-race")
+    idle = watched(pool)
+    try:
+        pool.submit(lambda: None)
+        assert idle.acquire(timeout=WAIT)
+        [wake] = wakes
+        [thread] = pool.threads()
+        wake.hold_woken = True
+        done = threading.Event()
+        pool.submit(done.set)
+        assert wake.held.wait(WAIT)
+        assert pool.retire_idle() == [thread]  # not idle: it is on its way to the task
+        wake.go.set()
+        assert done.wait(WAIT)
+        thread.join(WAIT)
+        assert not thread.is_alive() and pool.counts() == (0, 0)
+    finally:
+        for wake in wakes:
+            wake.go.set()
+        pool.shutdown()
+
+
+def test_a_burst_wakes_every_parked_thread():
+    pool = ToolThreads(16, "test-tt-burst")
+    idle = watched(pool)
+    try:
+        for width in (8, 3, 8, 1, 8):
+            barrier = threading.Barrier(width, timeout=WAIT)
+            for _ in range(width):
+                pool.submit(barrier.wait)  # every one must run at once: every wake-up of the chain came
+            for _ in range(width):
+                assert idle.acquire(timeout=WAIT)
+            assert pool.counts() == (8, 8), "the bursts after the first found their threads warm"
     finally:
         pool.shutdown()
 
