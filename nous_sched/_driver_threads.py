@@ -55,10 +55,10 @@ Thread-safety: every method may be called from any thread.
 from __future__ import annotations
 
 import itertools
-import os
 import threading
-import time
 from typing import Any, Callable, Optional
+
+from ._per_process import PerProcess, join_all
 
 __all__ = ["DriverThreads", "shared", "retire_shared", "MAX_IDLE", "IDLE_SECONDS", "IDLE_PREFIX"]
 
@@ -246,16 +246,20 @@ def _started() -> None:
     """The ``wake`` of a job given to a thread started for it: it runs already."""
 
 
-_shared: Optional[DriverThreads] = None
-_shared_lock = threading.Lock()
+def _forsake(parents: DriverThreads) -> None:
+    # In a forked child: the parent's threads do not exist here. A scheduler
+    # inherited from the parent has no driver here; forked_away tells its
+    # stop() not to wait for one.
+    parents.forked_away = True
+
+
+# A child process forked while threads run gets a fresh, empty set.
+_SHARED: PerProcess[DriverThreads] = PerProcess(DriverThreads, _forsake)
 
 
 def shared() -> DriverThreads:
     """The process's shared driver threads (made on first use; a fresh set in a forked child)."""
-    threads = _shared
-    if threads is None:
-        threads = _make_shared()
-    return threads
+    return _SHARED.get()
 
 
 def retire_shared(timeout: float = 10.0) -> list[threading.Thread]:
@@ -264,32 +268,4 @@ def retire_shared(timeout: float = 10.0) -> list[threading.Thread]:
     alive, each driving a scheduler that has not stopped (or stuck in a
     predicate). For whoever counts threads (tests, leak checks): the next
     scheduler starts its driver afresh."""
-    deadline = time.monotonic() + timeout
-    retired = shared().retire_idle()
-    for thread in retired:
-        if thread is not threading.current_thread():
-            thread.join(max(0.0, deadline - time.monotonic()))
-    return [t for t in retired if t.is_alive()]
-
-
-def _make_shared() -> DriverThreads:
-    global _shared
-    with _shared_lock:
-        if _shared is None:
-            _shared = DriverThreads()
-        return _shared
-
-
-def _after_fork_in_child() -> None:
-    # The parent's threads do not exist here, and its lock may have been held
-    # at the fork: start over. A scheduler inherited from the parent has no
-    # driver here; forked_away tells its stop() not to wait for one.
-    global _shared, _shared_lock
-    if _shared is not None:
-        _shared.forked_away = True
-    _shared = None
-    _shared_lock = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+    return join_all(shared().retire_idle(), timeout)

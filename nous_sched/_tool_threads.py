@@ -60,10 +60,10 @@ from __future__ import annotations
 
 import collections
 import itertools
-import os
 import threading
-import time
 from typing import Any, Callable, Optional, Union
+
+from ._per_process import PerProcess, join_all
 
 __all__ = ["ToolThreads", "Task", "shared", "retire_shared", "HARD_CAP", "IDLE_SECONDS", "PREFIX"]
 
@@ -376,16 +376,13 @@ def _run(task: Task) -> None:
         pass
 
 
-_shared: Optional[ToolThreads] = None
-_shared_lock = threading.Lock()
+# A child process forked while threads run gets a fresh, empty set.
+_SHARED: PerProcess[ToolThreads] = PerProcess(ToolThreads)
 
 
 def shared() -> ToolThreads:
     """The process's shared tool threads (made on first use; a fresh set in a forked child)."""
-    threads = _shared
-    if threads is None:
-        threads = _make_shared()
-    return threads
+    return _SHARED.get()
 
 
 def retire_shared(timeout: float = 10.0) -> list[threading.Thread]:
@@ -393,30 +390,4 @@ def retire_shared(timeout: float = 10.0) -> list[threading.Thread]:
     wait up to ``timeout`` seconds for them to exit; returns those still
     alive, each busy in a tool that has not returned. For whoever counts
     threads (tests, leak checks): the next run starts its threads afresh."""
-    deadline = time.monotonic() + timeout
-    retired = shared().retire_idle()
-    for thread in retired:
-        if thread is not threading.current_thread():
-            thread.join(max(0.0, deadline - time.monotonic()))
-    return [t for t in retired if t.is_alive()]
-
-
-def _make_shared() -> ToolThreads:
-    global _shared
-    with _shared_lock:
-        if _shared is None:
-            _shared = ToolThreads()
-        return _shared
-
-
-def _after_fork_in_child() -> None:
-    # The parent's threads do not exist here, and its lock may have been held
-    # at the fork: start over. (A scheduler inherited from the parent has no
-    # driver here either.)
-    global _shared, _shared_lock
-    _shared = None
-    _shared_lock = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+    return join_all(shared().retire_idle(), timeout)

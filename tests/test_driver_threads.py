@@ -227,16 +227,22 @@ class Boom(BaseException):
     pass
 
 
-def test_an_fn_that_raises_ends_its_thread_as_a_thread_of_its_own_would(make_set, monkeypatch):
-    threads = make_set()
+def uncaught(monkeypatch) -> tuple[list, threading.Event]:
+    """What ``threading.excepthook`` is handed from now on, (exception type, thread name); set at the first."""
     hooked = threading.Event()
-    caught = []
+    caught: list = []
 
     def hook(args):
         caught.append((args.exc_type, args.thread.name))
         hooked.set()
 
     monkeypatch.setattr(threading, "excepthook", hook)
+    return caught, hooked
+
+
+def test_an_fn_that_raises_ends_its_thread_as_a_thread_of_its_own_would(make_set, monkeypatch):
+    threads = make_set()
+    caught, hooked = uncaught(monkeypatch)
     done = held()
     ran_on = []
 
@@ -261,15 +267,8 @@ def test_a_crashed_driver_releases_every_caller_and_is_reported_under_the_schedu
 ):
     caplog.set_level(logging.CRITICAL, logger="nous_sched")
     threads = make_set()
-    monkeypatch.setattr(_driver_threads, "_shared", threads)
-    hooked = threading.Event()
-    caught = []
-
-    def hook(args):
-        caught.append((args.exc_type, args.thread.name))
-        hooked.set()
-
-    monkeypatch.setattr(threading, "excepthook", hook)
+    monkeypatch.setattr(_driver_threads._SHARED, "_value", threads)
+    caught, hooked = uncaught(monkeypatch)
     real_handle = Scheduler._handle
 
     def handle(self, msg):
@@ -293,7 +292,7 @@ def test_a_crashed_driver_releases_every_caller_and_is_reported_under_the_schedu
 
 def test_a_schedulers_driver_goes_back_idle_and_drives_the_next(make_set, monkeypatch):
     threads = make_set()
-    monkeypatch.setattr(_driver_threads, "_shared", threads)
+    monkeypatch.setattr(_driver_threads._SHARED, "_value", threads)
     names = []
     for _ in range(3):
         with Scheduler(timeout=30, observer=lambda r, p: names.append(threading.current_thread().name)) as s:
@@ -308,7 +307,7 @@ def test_a_schedulers_driver_goes_back_idle_and_drives_the_next(make_set, monkey
 
 def test_stop_waits_until_the_driver_is_done_with_the_scheduler(make_set, monkeypatch):
     threads = make_set()
-    monkeypatch.setattr(_driver_threads, "_shared", threads)
+    monkeypatch.setattr(_driver_threads._SHARED, "_value", threads)
     s = Scheduler(timeout=30)
     real = s._wind_down
     finished = []

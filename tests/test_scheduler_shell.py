@@ -90,7 +90,7 @@ def test_keyboard_interrupt_while_the_driver_starts_leaks_no_thread(monkeypatch)
     # once it runs. The scheduler stops itself, and its driver goes back idle.
     private = DriverThreads()
     private._went_idle = threading.Semaphore(0)
-    monkeypatch.setattr(_driver_threads, "_shared", private)
+    monkeypatch.setattr(_driver_threads._SHARED, "_value", private)
     real_start = threading.Thread.start
     started = []
 
