@@ -164,6 +164,14 @@ class PoolMachine(RuleBasedStateMachine):
     def the_core_queues_runs_as_they_came(self) -> None:
         assert list(self.core.waiting) == self.order
 
+    @invariant()
+    def a_head_that_could_go_on_is_said_to_be_worth_waking(self) -> None:
+        # The shell wakes the waiting runs only when changed() says so (after
+        # every grant too): a head it leaves asleep must have nothing to get.
+        if self.core.waiting and not self.core.changed():
+            head = self.core.waiting[0]
+            assert self.core.ask(head, self.waiting[head], 1) == (WAIT, None, None)
+
 
 PoolMachine.TestCase.settings = settings(max_examples=300, stateful_step_count=40, deadline=None)
 test_the_pool_core_state_machine = PoolMachine.TestCase

@@ -9,12 +9,14 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
 
 import pytest
 from procs import descendants, wait_gone
 
 from nous_sched import Tool, WorkerPool, run_code
-from nous_sched.runtime import procio
+from nous_sched.errors import RunCodeError
+from nous_sched.runtime import Limits, procio
 from nous_sched.runtime.poolcore import FRESH, SPAWN, USE, WAIT, PoolCore
 
 pytestmark = pytest.mark.timeout(120)
@@ -189,3 +191,54 @@ def test_a_busy_pool_replaces_its_spares_from_one_thread_which_leaves_with_the_p
         (thread,) = seen
     thread.join(WAIT_S)
     assert not thread.is_alive(), "closing the pool ends it"
+
+
+def test_a_run_that_takes_the_head_of_the_queue_wakes_the_run_behind_it(monkeypatch):
+    """bench_memory.py's stall: one notify (a spare ready) wakes two waiting
+    runs; the second re-checks first, is not at the head, and sleeps again;
+    the first then takes the spare and leaves the queue. The second is now at
+    the head with a free place, and must be woken: no spare is on its way
+    and no run ends, so nothing else would wake it before its deadline."""
+    limits = Limits()
+    asked: dict[int, list[str]] = {1: [], 2: []}
+    waits_of_2 = [threading.Event(), threading.Event()]  # its first and second WAIT
+
+    with WorkerPool(size=4, spares=1) as pool:
+        real_ask = pool._core.ask
+
+        def ask(run, domain, need):  # (called with the pool's lock held, up to the condition's wait)
+            verdict = real_ask(run, domain, need)
+            asked[run].append(verdict[0])
+            if run == 2 and verdict[0] == WAIT and asked[2].count(WAIT) <= 2:
+                waits_of_2[asked[2].count(WAIT) - 1].set()
+            return verdict
+
+        monkeypatch.setattr(pool._core, "ask", ask)
+        with pool._lock:
+            (spare,) = pool._core.want_spares()  # a spare on its way (no process: the core's word only)
+            assert pool._core.ask(1, FRESH, 1)[0] == WAIT, "run 1 waits for the spare"
+        got: list[object] = []
+
+        def run_2() -> None:
+            try:
+                got.append(pool._place(2, 1, limits, time.monotonic() + 120, None, FRESH))
+            except RunCodeError as exc:  # (the pool closed under it: the failure below says why)
+                got.append(exc)
+
+        second = threading.Thread(target=run_2, name="test-run-2")
+        second.start()
+        assert waits_of_2[0].wait(WAIT_S), "run 2 waits behind run 1"
+        with pool._lock:  # run 2 is in the condition's wait: it released the lock there
+            pool._core.started(spare, True)  # the spare is ready, as _admit says it ...
+            pool._cond.notify_all()  # ... and wakes every waiting run
+        assert waits_of_2[1].wait(WAIT_S), "run 2 woke, was not at the head, and waits again"
+        wid, w, retire = pool._place(1, 1, limits, time.monotonic() + 120, None, FRESH)
+        assert (wid, w, retire) == (spare, None, None), "run 1 took the spare"
+        second.join(WAIT_S)
+        alive = second.is_alive()
+        if alive:
+            pool.close()  # (wakes it with "closed", so the test ends)
+            second.join(WAIT_S)
+        assert not alive, "run 2 was left asleep at the head of the queue with a free place"
+        (place,) = got
+        assert asked[2][-1] == SPAWN and isinstance(place, tuple) and place[0] not in (None, spare)

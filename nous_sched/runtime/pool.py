@@ -378,6 +378,12 @@ class WorkerPool:
                     verdict, wid, retire = self._core.ask(ticket, domain, need)
                     if verdict != WAIT:
                         assert wid is not None
+                        if self._core.changed():
+                            # This run has left the head of the queue: the next
+                            # one may now get a place, and nothing else may wake
+                            # it (the notify that told it of this place may have
+                            # found it awake, behind this run; it then slept again).
+                            self._cond.notify_all()
                         w = self._workers.get(wid)
                         if w is not None:
                             w.busy = True

@@ -82,7 +82,9 @@ class PoolCore:
     def ask(self, run: Hashable, domain: Any, need: int) -> tuple[str, Optional[int], Optional[int]]:
         """``(USE, wid, None)``: take idle worker ``wid``; ``(SPAWN, wid, retire)``:
         start worker ``wid`` for this run, after killing ``retire`` (or None);
-        ``(WAIT, None, None)``: ask again when :meth:`changed` says so.
+        ``(WAIT, None, None)``: ask again when :meth:`changed` says so, which
+        the shell looks at after every change, this call's own grant included
+        (the head leaving the queue may let the next run go on).
         :class:`Closed` once the pool is closed."""
         if self.closed:
             self.leave(run)
@@ -241,5 +243,6 @@ class PoolCore:
         return sum(1 for s in self.slots.values() if s.state == "busy")
 
     def changed(self) -> bool:
-        """Whether a waiting run may now get somewhere (worth waking the first)."""
+        """Whether a waiting run may now get somewhere (worth waking the first).
+        When false, the first waiting run's :meth:`ask` answers ``WAIT``."""
         return bool(self.waiting) and (bool(self.idle) or len(self.slots) < self.size)
