@@ -39,7 +39,6 @@ __all__ = [
 ]
 
 RUN_CODE_NAME = "run_code"
-_BUDGET = v.optional(v.int_at_least(sdk.MIN_BUDGET, f"a number of characters of at least {sdk.MIN_BUDGET:,}"))
 # Set by the run_code tool itself, per call or from its own arguments.
 _NOT_RUN_OPTIONS = frozenset({"code", "tools", "description", "policy", "runtime", "output_budget"})
 _RUN_OPTIONS = sorted(
@@ -125,7 +124,7 @@ def run_code_tool(
     :raises ConfigError: a bad option, or one :func:`run_code` does not take,
         named in the message, here rather than on the model's first call.
     """
-    require("run_code_tool", "budget", budget, _BUDGET)
+    require("run_code_tool", "budget", budget, sdk._BUDGET)
     require("run_code_tool", "ranking", ranking, sdk._RANKING)
     function, tools = _program_runner("run_code_tool", tools, policy, runtime, output_budget, run_options)
     granted, _ = partition(tools, policy, "run_code_tool")
@@ -224,7 +223,7 @@ def visible_tools(
     """
     require("visible_tools", "mode", mode, _MODE)
     require("visible_tools", "tools", tools, v.TOOLS)
-    require("visible_tools", "budget", budget, _BUDGET)
+    require("visible_tools", "budget", budget, sdk._BUDGET)
     require("visible_tools", "output_budget", output_budget, OUTPUT_BUDGET)
     require("visible_tools", "ranking", ranking, sdk._RANKING)
     _check_run_options("visible_tools", run_options)

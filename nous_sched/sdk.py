@@ -178,6 +178,8 @@ def _fits_query(value: Any) -> bool:
 
 _QUERY = v.Check(_QUERY_SHAPE, _fits_query)
 _LIMIT = v.int_between(1, 100, "an integer from 1 to 100")
+#: ``render``'s and ``run_code_tool``'s check of ``budget``.
+_BUDGET = v.optional(v.int_at_least(MIN_BUDGET, f"a number of characters of at least {MIN_BUDGET:,}"))
 _RANKING = v.optional(
     v.Check(
         "a list or tuple of tool names (str), most relevant first",
@@ -249,7 +251,7 @@ def render(
     :data:`MIN_BUDGET`, or a ``ranking`` that is not a sequence of strings.
     """
     lang = _require_language("render", language)
-    _require_budget("render", budget)
+    v.require("render", "budget", budget, _BUDGET)
     v.require("render", "ranking", ranking, _RANKING)
     return _fitted(tools, lang, budget, ranking or ())
 
@@ -364,11 +366,6 @@ def _require_language(owner: str, language: Any) -> str:
     if lang is None:
         v.fail(owner, "language", language, "one of " + ", ".join(repr(name) for name in _CANONICAL))
     return lang
-
-
-def _require_budget(owner: str, budget: Any) -> None:
-    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < MIN_BUDGET):
-        v.fail(owner, "budget", budget, f"a number of characters of at least {MIN_BUDGET:,} or None")
 
 
 def _unique_sorted(tools: Iterable[Any]) -> list[Any]:
@@ -635,13 +632,14 @@ def _type_name(pointer: str, target: Any) -> str:
 # --- TypeScript ---------------------------------------------------------------
 
 
-def _render_typescript(tools: list[Any], *, header: bool = True) -> str:
+def _render_typescript(tools: list[Any], *, header: bool = True, note: str = "") -> str:
+    """The full TypeScript SDK; ``note`` (comment lines) goes right after the header."""
     types = _Types()
     members = [_ts_member(tool, types) for tool in tools]
     members, declarations = types.finish(members)
     body = "\n" + "\n\n".join(members) + "\n" if members else ""
     declared = "\n".join(declarations) + "\n\n" if declarations else ""
-    head = _TS_HEADER + "\n" if header else ""
+    head = _TS_HEADER + note + "\n" if header else ""
     return f"{head}{declared}declare const {GLOBAL}: {{{body}}};\n"
 
 
@@ -752,9 +750,8 @@ def _render_step(step: str, tools: list[Any], lang: str, ranking: Sequence[str],
     """``step``'s text for ``tools``, or ``None`` when the step has nothing to show for them."""
     python = lang == "python"
     if step == "full":
-        full = _render_python(tools) if python else _render_typescript(tools)
-        head = _PY_HEADER if python else _TS_HEADER
-        return head + _note(python, [_step_line("full", "every tool is declared in full below.")]) + full[len(head) :]
+        note = _note(python, [_step_line("full", "every tool is declared in full below.")])
+        return _render_python(tools, note=note) if python else _render_typescript(tools, note=note)
     if step in ("lines", "names"):
         comments = [_compact_comment(tool, args=step == "lines") for tool in tools]
         if python:
@@ -842,7 +839,7 @@ def _open_ended(python: bool, note: str, comments: list[str]) -> str:
 
 
 def _grouped(tools: list[Any], python: bool, budget: Optional[int]) -> str | None:
-    groups, alone = group_names((tool.name for tool in tools), lambda rest: _words(rest))
+    groups, alone = group_names((tool.name for tool in tools), _words)
     if not groups:
         return None
     count = len(tools)
@@ -891,7 +888,8 @@ def _searched(tools: list[Any], python: bool, ranking: Sequence[str], budget: Op
 # --- Python -------------------------------------------------------------------
 
 
-def _render_python(tools: list[Any], *, header: bool = True) -> str:
+def _render_python(tools: list[Any], *, header: bool = True, note: str = "") -> str:
+    """The full Python stub; ``note`` (comment lines) goes right after the header."""
     aliases, members = [], []
     for index, tool in enumerate(tools, 1):
         alias, arg_type = _py_args(tool, index)
@@ -902,7 +900,7 @@ def _render_python(tools: list[Any], *, header: bool = True) -> str:
         members.append(f"    {_literal(tool.name)}: Callable[[{arg_type}], {result}],")
     alias_text = "\n".join(aliases) + "\n" if aliases else ""
     body = "\n" + "\n".join(members) + "\n" if members else ""
-    head = (_PY_HEADER + _PY_IMPORTS if header else _PY_IMPORTS.lstrip("\n")) + "\n"
+    head = (_PY_HEADER + note + _PY_IMPORTS if header else _PY_IMPORTS.lstrip("\n")) + "\n"
     return f'{head}{alias_text}\nTools = TypedDict("Tools", {{{body}}})\n\n{GLOBAL}: Tools\n'
 
 
