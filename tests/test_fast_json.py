@@ -490,8 +490,22 @@ _answers = st.recursive(
 @example({"logs": [], "result": [1e-05, 1e16, 0.5]})
 @example(":")
 @example({"a": ":b", "c:": [":", ",", "{"], "": ""})
+@example(["", "", {"": ""}, [[]], {}])
+@example({"a": "x,y", "b": "p"})
+@example(["é,", "ü"])
 def test_the_characters_a_model_reads_are_counted_as_json_dumps_writes_them(value):
     assert snapshot_module.text_chars(value) == len(json.dumps(value, ensure_ascii=False))
+
+
+def test_separators_are_counted_in_one_pass_unless_a_string_may_hold_one():
+    # Which texts the one-pass count answers for (the property above pins every answer):
+    # plain records do; a string holding a separator, or any escape, goes to the indented count.
+    def count(value):
+        return _fastjson._separators(orjson.dumps(value))
+
+    records = [{"id": i, "name": f"item-{i}", "tags": ["a", ""], "score": 0.5} for i in range(3)]
+    assert count(records) == len(json.dumps(records)) - len(json.dumps(records, separators=(",", ":")))
+    assert count({"a": "x,y"}) is None and count([":"]) is None and count(['say "hi"']) is None
 
 
 def test_a_runs_answer_is_counted_as_the_model_reads_it(runtime):
