@@ -66,12 +66,39 @@ def run_code_fanout(runtime: Any) -> float:
     return dt
 
 
+#: Where each timed wide run went (:func:`timeline`), for the rows under the wide fan-out's.
+TIMELINES: list[tuple[float, ...]] = []
+
+
 def run_code_wide(runtime: Any) -> float:
     t0 = time.perf_counter()
     r = run_code(WIDE_PROGRAM, [TOOL], runtime=runtime, max_parallel=WIDE, timeout=60, description="test")
     dt = time.perf_counter() - t0
     assert r.ok and r.result == WIDE_EXPECTED, r.error
+    TIMELINES.append(timeline(r, dt))
     return dt
+
+
+def timeline(r: Any, wall: float) -> tuple[float, ...]:
+    """One run's parts, from its calls' timelines (``RunResult.trail``, seconds
+    since its scheduler started; the run's clock is ``wall``, from the
+    ``run_code`` call): start-up to the first call handed to a tool thread,
+    the spread of the calls' ``began``, first ``began`` to last ``finished``,
+    last ``finished`` to last ``committed``, and last commit to the end of
+    ``run_code`` (the settles into the program, its result, the RunResult)."""
+    trail = r.trail
+    began = [c.began for c in trail]
+    finished = max(c.finished for c in trail)
+    committed = max(c.committed for c in trail)
+    # The scheduler's clock starts a little after run_code's: put it on the run's clock by its end.
+    offset = wall - r.elapsed
+    return (
+        offset + min(c.started for c in trail),
+        max(began) - min(began),
+        finished - min(began),
+        committed - finished,
+        r.elapsed - committed,
+    )
 
 
 def pool_wide(pool: concurrent.futures.ThreadPoolExecutor | None = None) -> float:
@@ -202,6 +229,7 @@ def main() -> int:
         try:
             for _ in range(2):  # warm-up: the runtime, the shared tool threads, the warm pool
                 run_code_wide(rc.runtime), pool_wide(warm)
+            TIMELINES.clear()
             s = c.interleave(
                 opts.reps, lambda: run_code_wide(rc.runtime), lambda: pool_wide(None), lambda: pool_wide(warm)
             )
@@ -229,6 +257,28 @@ def main() -> int:
             ),
             c.ours_vs(f"  vs a warm ThreadPoolExecutor({WIDE})", s[0], s[2], s, scale=ms, unit="ms", base_name="pool"),
             measured_ideal("  ideal at the measured sleep", 1, SLEEP, "ideal"),
+            *timeline_rows(s[0]),
+        ]
+
+    def timeline_rows(walls: list[float]) -> list[c.Row]:
+        parts = (
+            "start-up: to the first call handed to a tool thread",
+            f"the {WIDE} calls' began, first to last",
+            "tools: first began to last finished",
+            "last finished to last committed",
+            "last commit to the end: settles, result, RunResult",
+        )
+        whole = c.Stats.of([x * ms for x in walls])
+        return [
+            c.Row(
+                f"  where it goes: {part}",
+                c.Stats.of([t[i] * ms for t in TIMELINES]),
+                whole,
+                unit="ms",
+                base_name="the run",
+                note="from the calls' timelines (RunResult.trail)" if i == 0 else "",
+            )
+            for i, part in enumerate(parts)
         ]
 
     return c.run(

@@ -17,7 +17,9 @@ Then the parts, in this process with no run (INFO rows, each against the same
 JSON round trip): the ways to check and copy a result and to parse, check and
 freeze arguments that were measured to choose the ones ``nous_sched`` uses:
 the walk, the C parser's hooks (``object_pairs_hook``), ``orjson`` (the
-``speed`` extra) and the audit's copy kept as text and frozen on first read.
+``speed`` extra), the audit's copy kept as text and frozen on first read,
+the arguments' crossing (a JSON string inside the envelope, or after it as
+they are) and the count of the characters a model reads (``text_chars``).
 ``--without-orjson`` runs everything as if ``orjson`` were not installed.
 """
 
@@ -110,15 +112,37 @@ def parts(opts: c.Options, big: list[dict[str, Any]], args_records: list[dict[st
         len(unescaped(copy).encode("utf-8", "surrogatepass"))
         compact(copy)
 
+    answer = {"logs": [], "result": big}
+    escaped = compact(text)  # the arguments as a JSON string inside the envelope (before)
+    envelope_head = '{"calls":[[1,"sink",0]],"logs":[],"dropped":0,"main":null}'
+    out_of_line = envelope_head + "\x01" + text  # after the envelope, as they are
+    engine = importlib.import_module("nous_sched.runtime.engine")
+    has_split = hasattr(engine, "_split")
+
+    def indented_count(value: Any) -> Any:  # main's text_chars: compact + indented dumps, 2- and 3-byte scans
+        orjson = _fastjson._load()
+        compact_bytes = orjson.dumps(value, option=_fastjson._options)
+        if _fastjson._respelled(compact_bytes):
+            return None
+        return len(compact_bytes) + _fastjson._separators_by_indent(orjson, value, compact_bytes)
+
     result_parts: list[tuple[str, Callable[[], Any]]] = [
         ("result 1 MB: walk + two encodes (before)", lambda: before(big)),
         ("result 1 MB: snapshot_text, walk + one encode", without_orjson(lambda: snap.snapshot_text(big))),
         ("result 1 MB: snapshot_text, orjson", lambda: snap.snapshot_text(big)),
         ("result 1 MB with nulls: snapshot_text, orjson", lambda: snap.snapshot_text(with_nulls)),
+        ("answer 1 MB: text_chars, the stdlib's json.dumps", without_orjson(lambda: snap.text_chars(answer))),
+        ("answer 1 MB: text_chars, orjson + indented dump (before)", lambda: indented_count(answer)),
+        ("answer 1 MB: text_chars, orjson + one translate", lambda: snap.text_chars(answer)),
     ]
     args_parts: list[tuple[str, Callable[[], Any]]] = [
         ("args 100 KB: json.loads + check", lambda: snap.check(json.loads(text))),
         ("args 100 KB: snapshot.loads, orjson", lambda: snap.loads(text)),
+        (
+            "args 100 KB: cross as a JSON string in the envelope (before; both escapes by the stdlib)",
+            lambda: (compact(text), json.loads(escaped)),
+        ),
+        ("args 100 KB: cross after the envelope, as they are", lambda: engine._checked(out_of_line)),
         ("args 100 KB: audit copy, freeze walk (before)", lambda: events.freeze(parsed)),
         (
             "args 100 KB: audit copy, C parser + object_pairs_hook (lists not frozen)",
@@ -135,6 +159,8 @@ def parts(opts: c.Options, big: list[dict[str, Any]], args_records: list[dict[st
     for value, named in ((big, result_parts), (sent, args_parts)):
         if not have_orjson:
             named = [(n, f) for n, f in named if "orjson" not in n]
+        if not has_split:  # an older nous_sched: the parts it does not have
+            named = [(n, f) for n, f in named if "envelope" not in n and "text_chars" not in n]
         fns = [timed(f) for _, f in named] + [timed(lambda value=value: json_round_trip(value))]
         for fn in fns:
             fn()

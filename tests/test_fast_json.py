@@ -490,8 +490,22 @@ _answers = st.recursive(
 @example({"logs": [], "result": [1e-05, 1e16, 0.5]})
 @example(":")
 @example({"a": ":b", "c:": [":", ",", "{"], "": ""})
+@example(["", "", {"": ""}, [[]], {}])
+@example({"a": "x,y", "b": "p"})
+@example(["é,", "ü"])
 def test_the_characters_a_model_reads_are_counted_as_json_dumps_writes_them(value):
     assert snapshot_module.text_chars(value) == len(json.dumps(value, ensure_ascii=False))
+
+
+def test_separators_are_counted_in_one_pass_unless_a_string_may_hold_one():
+    # Which texts the one-pass count answers for (the property above pins every answer):
+    # plain records do; a string holding a separator, or any escape, goes to the indented count.
+    def count(value):
+        return _fastjson._separators(orjson.dumps(value))
+
+    records = [{"id": i, "name": f"item-{i}", "tags": ["a", ""], "score": 0.5} for i in range(3)]
+    assert count(records) == len(json.dumps(records)) - len(json.dumps(records, separators=(",", ":")))
+    assert count({"a": "x,y"}) is None and count([":"]) is None and count(['say "hi"']) is None
 
 
 def test_a_runs_answer_is_counted_as_the_model_reads_it(runtime):
@@ -500,3 +514,51 @@ def test_a_runs_answer_is_counted_as_the_model_reads_it(runtime):
     assert result.ok, result.error
     answer = {"logs": list(result.logs), "result": result.result}
     assert result.usage.answer_chars == len(json.dumps(answer, ensure_ascii=False))
+
+
+# -- long JSON texts cross after the envelope, as they are ----------------------------------------
+
+
+def test_long_arguments_and_a_long_result_cross_after_the_envelope_unchanged(runtime):
+    # Past prelude.js's OUT_OF_LINE (512 units) a call's arguments and the result cross
+    # unescaped after the envelope; what the tool and the caller get is the same value.
+    got = []
+    value = {
+        "s": 'quote " back \\ nl \n tab \t ctl \x01 é \u2028 😀',
+        "n": [1, 2.5, -0.0, None, True],
+        "pad": "x" * 600,
+    }
+    program = (
+        "const v = "
+        + json.dumps(value)
+        + ";\nconst a = await tools.keep(v);\nawait tools.keep({short: 1});\nreturn [v, a];"
+    )
+    tool = Tool("keep", lambda args: got.append(args) or args, concurrency_safe=lambda args: True)
+    result = run_code(program, [tool], description="long texts")
+    assert result.ok, result.error
+    assert got == [value, {"short": 1}]
+    assert result.result == [value, value]
+    assert result.calls[0].arguments == value
+
+
+def _envelope(calls, main, *pieces):
+    head = json.dumps({"calls": calls, "logs": [], "dropped": 0, "main": main}, separators=(",", ":"))
+    return head + "".join("\x01" + piece for piece in pieces)
+
+
+def test_an_envelope_takes_its_long_texts_in_order_each_once():
+    text = _envelope(
+        [[1, "t", 0], [2, "t", "{}"], [3, "t", 1]], {"state": "fulfilled", "json": 2}, '{"a":1}', "[2]", "3"
+    )
+    envelope = engine._checked(text)
+    assert [c[2] for c in envelope["calls"]] == ['{"a":1}', "{}", "[2]"] and envelope["main"]["json"] == "3"
+    for bad in (
+        _envelope([[1, "t", 0]], None),  # a piece missing
+        _envelope([[1, "t", 0]], None, "{}", "{}"),  # one left over
+        _envelope([[1, "t", 1], [2, "t", 0]], None, "{}", "{}"),  # out of order
+        _envelope([[1, "t", True]], None, "{}"),  # not an index
+        _envelope([[1, "t", 0.0]], None, "{}"),
+        _envelope([], {"state": "fulfilled", "json": 1}, "1"),
+        "\x01{}",  # no envelope before the pieces
+    ):
+        assert engine._checked(bad) is None, bad

@@ -16,11 +16,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nous_sched import Limits, Outcome, SnapshotError, Tool, ToolCallEvent
-from nous_sched.runtime.engine import Engine
+from nous_sched.runtime.engine import Engine, _checked
 
 
 def _main_of(text: str):
-    return json.loads(text)["main"]
+    return _checked(text)["main"]
 
 
 def test_a_result_returned_while_calls_are_outstanding_crosses_once():
@@ -29,9 +29,9 @@ def test_a_result_returned_while_calls_are_outstanding_crosses_once():
     program = "tools.a({}); tools.a({}); return 'x'.repeat(1000);"
     engine = Engine(program, ["a"], Limits(), time.monotonic() + 30)
     try:
-        first = json.loads(engine.start())
+        first = _checked(engine.start())  # the envelope's one reader (a long result follows it)
         assert [c[0] for c in first["calls"]] == [1, 2]
-        assert first["main"] is not None and first["main"]["state"] == "fulfilled"
+        assert first["main"] == {"state": "fulfilled", "json": json.dumps("x" * 1000)}
         assert _main_of(engine.settle(1, True, "null")) is None
         assert _main_of(engine.settle(2, True, "null")) is None
     finally:

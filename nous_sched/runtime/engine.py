@@ -817,6 +817,7 @@ class _LogBook:
 def _checked(text: Any) -> Optional[dict[str, Any]]:
     """The drained envelope, or ``None`` unless it has exactly the prelude's shape."""
     try:
+        text, pieces = _split(text)
         envelope, end = _scan(text, 0)
         if end != len(text):
             return None
@@ -832,7 +833,7 @@ def _checked(text: Any) -> Optional[dict[str, Any]]:
             and len(c) == 3
             and type(c[0]) is int
             and (c[1] is None or type(c[1]) is str)
-            and type(c[2]) is str
+            and (type(c[2]) is str or pieces)
         ):
             return None
     for line in logs:
@@ -840,11 +841,37 @@ def _checked(text: Any) -> Optional[dict[str, Any]]:
             return None
     if main is not None and not (isinstance(main, dict) and main.get("state") in _STATES):
         return None
+    if pieces and not _placed(calls, main, pieces):
+        return None
     if main is not None and main["state"] == "fulfilled" and type(main.get("json")) is not str:
         return None
     if len(envelope) > 4 and not _durable_fields(envelope):
         return None
     return envelope  # type: ignore[no-any-return]
+
+
+def _split(text: str) -> tuple[str, list[str]]:
+    """The envelope, and the long JSON texts after it, as they are (prelude.js, OUT_OF_LINE)."""
+    if _SEP not in text:  # a memchr: most envelopes carry none
+        return text, []
+    head, *pieces = text.split(_SEP)
+    return head, pieces
+
+
+def _placed(calls: list[Any], main: Any, pieces: list[str]) -> bool:
+    """Put each long text in its place (a call's arguments, the result), where
+    the envelope holds its index: 0, 1, 2, ... in order, each once. False if not so."""
+    places: list[tuple[Any, Any]] = [(c, 2) for c in calls if type(c[2]) is not str]
+    if main is not None and main["state"] == "fulfilled" and type(main.get("json")) is not str:
+        places.append((main, "json"))
+    if len(places) != len(pieces):
+        return False
+    for i, (holder, key) in enumerate(places):
+        index = holder[key]
+        if type(index) is not int or index != i:
+            return False
+        holder[key] = pieces[i]
+    return True
 
 
 def _durable(host: Any, envelope: dict[str, Any]) -> None:
@@ -870,6 +897,9 @@ def _durable_fields(envelope: dict[str, Any]) -> bool:
 
 
 _STATES = frozenset({"fulfilled", "rejected", "invalid", "output_limit"})
+#: What precedes each long JSON text the prelude sends after the envelope
+#: (prelude.js, OUT_OF_LINE): no JSON text holds it unescaped.
+_SEP = "\x01"
 # The decoder's scanner itself (the C one where there is one), without
 # json.loads's layers: an envelope is one JSON value with no whitespace around
 # it, so _checked compares the end it reports with the text's length.

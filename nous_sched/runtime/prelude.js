@@ -148,6 +148,15 @@
   let logDropped = 0;
   let logKept = 0;
   let mainJson = "null";
+  // The program's result, as JSON text, until a drain sends it (then null).
+  let mainText = null;
+  // A JSON text at least this long (a call's arguments, the result) crosses
+  // after the envelope, as it is, instead of as a JSON string inside it: no
+  // escaping here, no unescaping on the host. Each is preceded by SEP, which
+  // no JSON.stringify output holds (it escapes every code unit below 0x20),
+  // and stands in the envelope as its index among them.
+  const OUT_OF_LINE = 512;
+  const SEP = "\x01";
 
   class ToolError extends ErrorCtor {
     constructor(tool, message) {
@@ -389,12 +398,23 @@
 
   function drain() {
     let out = '{"calls":[';
+    let tail = "";
+    let pieces = 0;
     for (let first = true; outHead < outTail; first = false) {
       const c = outbox[outHead];
       delete outbox[outHead++];
-      // The arguments cross as a JSON string: the host parses each call's
-      // text on its own, under its own rules, so one bad call fails alone.
-      out += (first ? "[" : ",[") + c[0] + "," + JSONstringify(c[1]) + "," + JSONstringify(c[2]) + "]";
+      // The arguments cross as their own text (a JSON string, or after the
+      // envelope when long): the host parses each call's text on its own,
+      // under its own rules, so one bad call fails alone.
+      const json = c[2];
+      let arg;
+      if (json.length >= OUT_OF_LINE) {
+        arg = "" + pieces++;
+        tail += SEP + json;
+      } else {
+        arg = JSONstringify(json);
+      }
+      out += (first ? "[" : ",[") + c[0] + "," + JSONstringify(c[1]) + "," + arg + "]";
     }
     out += '],"logs":[';
     for (let i = 0; i < logCount; i++) out += (i ? "," : "") + JSONstringify(logs[i]);
@@ -402,7 +422,16 @@
     logCount = 0;
     // The program's result crosses once: the host keeps it from the first
     // envelope that carries it, however many calls are still outstanding.
-    out += '],"dropped":' + logDropped + ',"main":' + mainJson + clockDrained() + "}";
+    if (mainText !== null) {
+      if (mainText.length >= OUT_OF_LINE) {
+        mainJson = '{"state":"fulfilled","json":' + pieces++ + "}";
+        tail += SEP + mainText;
+      } else {
+        mainJson = '{"state":"fulfilled","json":' + JSONstringify(mainText) + "}";
+      }
+      mainText = null;
+    }
+    out += '],"dropped":' + logDropped + ',"main":' + mainJson + clockDrained() + "}" + tail;
     mainJson = "null";
     // Concatenation builds a rope string, which the binding cannot convert: flatten it.
     return apply(strSlice, out, [0]);
@@ -426,7 +455,7 @@
       mainJson = '{"state":"output_limit","size":' + json.length + "}";
       return;
     }
-    mainJson = '{"state":"fulfilled","json":' + JSONstringify(json) + "}";
+    mainText = json;
   }
 
   function onRejected(e) {
