@@ -61,6 +61,9 @@ _PAD = 54
 _DIGITS = frozenset(b"0123456789")
 _EXP = frozenset(b"eE")
 
+#: Text of at most this many characters nests at most 200 levels (each takes
+#: two brackets): its value needs no check inside our lists.
+_SHALLOW = 2 * 200 + 1
 #: Exact types that hold nothing: their text needs no depth check.
 _SCALARS = frozenset({type(None), bool, int, float, str})
 _pads = threading.local()  # each thread's own _PAD nested lists (_dumps_padded)
@@ -194,7 +197,8 @@ def parse(text: str) -> Any:
         # Encoded again, strictly and inside our own lists: within 200 levels and no integer
         # beyond 2**53 - 1. Beyond 2**64 orjson read it as a float, as it reads 1e20: text with
         # a number of 1e16 or more goes to the walk, which tells an int from a float.
-        if _large(_dumps_padded(orjson, value)):
+        again = orjson.dumps(value, option=_options) if len(text) <= _SHALLOW else _dumps_padded(orjson, value)
+        if _large(again):
             return UNSURE
     except (TypeError, ValueError):
         return UNSURE
