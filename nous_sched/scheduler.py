@@ -52,7 +52,7 @@ from typing import Any, Callable, Optional, Sequence
 from . import _driver_threads, _tool_threads
 from . import _validators as v
 from ._options import OPTIONAL_SESSION_LOG
-from ._tool_threads import Task, ToolThreads
+from ._tool_threads import Task, Then, ToolThreads
 from ._validators import require
 from .dispatch import CallInfo, Dispatch, RunContext, approval_sink, current_call, direct_dispatch
 from .errors import ToolError
@@ -332,7 +332,7 @@ class _Call:
 _Ran = tuple[Outcome, float, Optional[str], int]
 
 
-class _Done:
+class _Done(Then):
     """Call ``seq``'s tool has finished (put on any thread).
 
     ``result`` is what :func:`_run_call` returned, or ``None`` when the task
@@ -344,12 +344,20 @@ class _Done:
     cycle, left for the garbage collector.
     """
 
-    __slots__ = ("seq", "result", "problem")
+    __slots__ = ("seq", "result", "problem", "put")
+
+    # The driver queue's put, set by a task that returns this report to its tool
+    # thread to put (a Then) rather than putting it itself.
+    put: Callable[[Any], None]
 
     def __init__(self, seq: int, result: Optional[_Ran], problem: Any = None) -> None:
         self.seq = seq
         self.result = result
         self.problem = problem
+
+    def __call__(self) -> None:
+        """Put this report on the driver's queue (a tool thread calls it as it goes idle: :class:`Then`)."""
+        self.put(self)
 
 
 class _Batch:
@@ -1236,7 +1244,7 @@ class _InContext:
         return "nous_sched.call"  # Dask names tasks after it: one stable prefix, not an address
 
 
-def _run_reporting(put: Callable[[Any], None], seq: int, ctx: contextvars.Context, *args: Any) -> None:
+def _run_reporting(put: Callable[[Any], None], seq: int, ctx: contextvars.Context, *args: Any) -> "_Done":
     """On a tool thread of the scheduler's own pool: run call ``seq`` in
     ``ctx`` (:func:`_run_call`), then tell the driver, whatever happened."""
     try:
@@ -1244,7 +1252,9 @@ def _run_reporting(put: Callable[[Any], None], seq: int, ctx: contextvars.Contex
     except BaseException as exc:  # escaped _run_call's `except Exception`: the task died
         put(_Done(seq, None, exc))
         raise
-    put(_Done(seq, result))
+    done = _Done(seq, result)
+    done.put = put
+    return done  # its thread puts it once it has parked: the driver it wakes finds the GIL free sooner
 
 
 def _run_call(
