@@ -1043,7 +1043,7 @@ class Scheduler:
         """Hand a started call (its ``tool_call`` record's id) to the tool threads, or the caller's executor."""
         seq = call.seq
         timeline = call.timeline
-        info = CallInfo(event_id, timeline.tool, seq, call.mode, call.run_ctx)
+        info = _call_info(event_id, timeline.tool, seq, call.mode, call.run_ctx)
         tool = call.tool
         begin = (
             _Begin(self, timeline, tool.throttles, getattr(call.run_ctx, "deadline", None))
@@ -1215,6 +1215,23 @@ class Scheduler:
             self._deliver(call.ticket, abandoned_outcome)
         for call in abandoned.settled:
             self._commit(call)
+
+
+_new = object.__new__
+_SET_INFO = tuple(CallInfo.__dict__[name].__set__ for name in ("id", "tool", "seq", "mode", "run_ctx"))
+
+
+def _call_info(id: str, tool: str, seq: int, mode: str, run_ctx: Optional[RunContext]) -> CallInfo:
+    """``CallInfo(id, tool, seq, mode, run_ctx)``, its slots set directly (the
+    driver makes one per call; attrs' ``__init__`` costs about twice)."""
+    info: CallInfo = _new(CallInfo)
+    set_id, set_tool, set_seq, set_mode, set_run_ctx = _SET_INFO
+    set_id(info, id)
+    set_tool(info, tool)
+    set_seq(info, seq)
+    set_mode(info, mode)
+    set_run_ctx(info, run_ctx)
+    return info
 
 
 class _InContext:

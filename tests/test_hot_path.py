@@ -16,8 +16,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nous_sched import Limits, Outcome, SnapshotError, Tool, ToolCallEvent, ToolOutcomeEvent
+from nous_sched.dispatch import CallInfo, RunContext
 from nous_sched.events import FrozenDict, freeze, frozen_later, tool_call_event, tool_outcome_event
 from nous_sched.runtime.engine import Engine
+from nous_sched.scheduler import _call_info
 
 
 def _main_of(text: str):
@@ -116,6 +118,15 @@ def test_the_drivers_record_makers_make_the_records_attrs_would():
         assert made.as_event() == ToolOutcomeEvent(5, "t", error is None, error, 7).as_event()
         assert error is None or type(made.error) is FrozenDict
     assert repr(made) == repr(ToolOutcomeEvent(5, "t", False, {"kind": "tool_error", "message": "boom"}, 7))
+
+
+def test_the_drivers_call_info_is_the_one_attrs_would_make():
+    # scheduler._call_info sets CallInfo's slots directly (once per call, on the driver).
+    assert [f.name for f in attrs.fields(CallInfo)] == ["id", "tool", "seq", "mode", "run_ctx"]
+    run_ctx = RunContext(deadline=1.0)
+    made = _call_info("r:code:2", "t", 2, "parallel", run_ctx)
+    assert made == CallInfo("r:code:2", "t", 2, "parallel", run_ctx) and made.run_ctx is run_ctx
+    assert repr(made) == repr(CallInfo("r:code:2", "t", 2, "parallel", run_ctx))
 
 
 def test_a_crossed_outcome_is_a_success_with_its_text():
