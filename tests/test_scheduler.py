@@ -19,6 +19,7 @@ import enum
 import inspect
 import logging
 import os
+import pickle
 import threading
 import time
 from types import SimpleNamespace
@@ -43,6 +44,7 @@ from nous_sched import (
     current_call,
 )
 from nous_sched._tool_threads import retire_shared
+from nous_sched.dispatch import approval_sink
 
 WAIT = 10.0  # the bound on every wait for something that must happen
 
@@ -858,6 +860,31 @@ def test_contextvars_and_current_call_reach_the_tool(make_scheduler):
     t.join(WAIT)
     assert seen["other"] == "req-2"
     assert request_id.get() is None
+
+
+def test_what_a_call_sets_in_its_context_is_gone_after_it_on_every_executor(make_scheduler):
+    # A call runs in a context copied for it alone (nothing resets what it set):
+    # the submitter's copy, or, for an executor that pickles its tasks (and so
+    # runs them without the submitter's context), a copy of its thread's own.
+    def fn(args):
+        request_id.set("set by the tool")
+        return [current_call.get().seq, request_id.get()]
+
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="test-pickled") as pool:
+
+        class Pickling(concurrent.futures.Executor):
+            def submit(self, task, /, *args):
+                return pool.submit(pickle.loads(pickle.dumps(task)), *args)
+
+        for executor in (None, Pickling()):
+            s = make_scheduler(executor=executor)
+            assert [s.call(safe_tool("sets", fn), {}).value for _ in range(2)] == [
+                [0, "set by the tool"],
+                [1, "set by the tool"],
+            ]
+            assert request_id.get() is None and current_call.get() is None
+        left = pool.submit(lambda: (request_id.get(), current_call.get(), approval_sink.get())).result(WAIT)
+        assert left == (None, None, None), "the executor's thread keeps nothing of the calls it ran"
 
 
 # --- dispatch seam ------------------------------------------------------------------
