@@ -394,11 +394,14 @@ class _RunLog(SessionLog):
     A :class:`SessionLog` to every reader; inside, it keeps the driver's audit
     records as they are and makes each one's :class:`Event` when the log is
     first read (most runs' logs never are), in place, so every reader gets the
-    same Event objects in append order.
+    same Event objects in append order. Its lock is its scheduler's
+    ``_records_lock``, so a driver's pass appends to both under one lock
+    (``Scheduler._write_pass``).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, lock: threading.Lock) -> None:
         super().__init__()
+        self._lock = lock
         self._made = 0  # every entry before this index is an Event
 
     def _keep(self, records: list[Any]) -> None:
@@ -537,7 +540,9 @@ class Scheduler:
         require("Scheduler", "observer", observer, v.OPTIONAL_CALLABLE)
 
         self._dispatch = dispatch
-        self._session_log = _RunLog() if session_log is None else session_log
+        # The run log's lock is _records_lock: a pass writes both lists under it at once.
+        self._records_lock = threading.Lock()
+        self._session_log = _RunLog(self._records_lock) if session_log is None else session_log
         self._max_parallel = max_parallel
         self._call_id = call_id
         self._executor = executor
@@ -560,7 +565,6 @@ class Scheduler:
         self._exited = False
         self._wedged_by: Optional[Ticket] = None
 
-        self._records_lock = threading.Lock()
         self._stopping = False
         self._events: list[Any] = []  # audit records: ToolCallEvent, ApprovalEvent, ToolOutcomeEvent
         self._trail: list[_Timeline] = []
@@ -981,7 +985,8 @@ class Scheduler:
     def _write_pass(
         self, records: list[Any], started: list[tuple[_Call, Any]], committed: list[tuple[_Call, float]]
     ) -> None:
-        """A pass's audit records, trail and stamps, under one ``_records_lock``; then its session log."""
+        """A pass's audit records, trail and stamps under one ``_records_lock``, and the run's own log with
+        them (under the same lock: see :class:`_RunLog`); a session log of the caller's gets them after."""
         finished = self._finished
         with self._records_lock:
             for call in finished:
@@ -994,8 +999,12 @@ class Scheduler:
             trail = self._trail
             for call, _ in started:
                 trail.append(call.timeline)
+            run_log = self._session_log
+            kept = type(run_log) is _RunLog
+            if kept:  # under the same lock (its own): its Events are made when it is read
+                run_log._events += records
         finished.clear()
-        if records:
+        if records and not kept:
             self._log_records(records)
 
     def _act_in_order(self, actions: list[tuple[str, _Call, Any]]) -> None:

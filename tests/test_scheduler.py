@@ -1226,3 +1226,22 @@ def test_trail_timestamps_are_ordered(make_scheduler, probe):
     assert commits == sorted(commits), "commits in seq order"
     s.stop()
     assert s.trail() == trail, "after stop the trail is final and still readable"
+
+
+def test_the_run_log_holds_each_pass_s_records_as_soon_as_the_audit_does(make_scheduler):
+    # Without a session log of the caller's, the scheduler's own (read as
+    # Events) is written in the same breath as its audit list: an observer,
+    # called after a pass has written, finds both the same, at every step.
+    seen: list[tuple[str, list[Event], list[Event]]] = []
+
+    def observer(record, phase):
+        log = scheduler.session_log()
+        seen.append((phase, [e.as_event() for e in scheduler.audit_events()], log.events))
+
+    scheduler = make_scheduler(observer=observer)
+    for n in range(3):
+        assert scheduler.call(safe_tool("t", lambda args: args["n"]), {"n": n}).value == n
+    assert [phase for phase, _, _ in seen] == ["start", "commit"] * 3
+    for _, audit, logged in seen:
+        assert audit == logged and audit
+    assert [e.type for e in scheduler.session_log().events] == ["tool_call", "tool_outcome"] * 3
