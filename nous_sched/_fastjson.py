@@ -46,6 +46,7 @@ Why each answer is the walk's (orjson's rules are not the snapshot rules):
 
 from __future__ import annotations
 
+import threading
 from typing import Any, Callable
 
 __all__ = ["UNSURE", "available", "encode", "parse", "spaced_chars", "reset"]
@@ -59,6 +60,13 @@ _PAD = 54
 
 _DIGITS = frozenset(b"0123456789")
 _EXP = frozenset(b"eE")
+
+#: Text of at most this many characters nests at most 200 levels (each takes
+#: two brackets): its value needs no check inside our lists.
+_SHALLOW = 2 * 200 + 1
+#: Exact types that hold nothing: their text needs no depth check.
+_SCALARS = frozenset({type(None), bool, int, float, str})
+_pads = threading.local()  # each thread's own _PAD nested lists (_dumps_padded)
 
 _orjson: Any = None
 _options = 0
@@ -108,7 +116,10 @@ def encode(value: Any, ascii_text: Callable[[Any], str]) -> Any:
         return UNSURE
     try:
         # One encode (in C, holding the GIL: a consistent snapshot), inside our own lists.
-        out = orjson.dumps(_padded(value), option=_options)[_PAD:-_PAD]
+        if type(value) in _SCALARS:  # nothing nested: no need of our lists
+            out = orjson.dumps(value, option=_options)
+        else:
+            out = _dumps_padded(orjson, value)[_PAD:-_PAD]
         if _respelled(out):
             return UNSURE
         copy = orjson.loads(out)
@@ -121,17 +132,33 @@ def encode(value: Any, ascii_text: Callable[[Any], str]) -> Any:
             return UNSURE
     except Exception:  # an enum member's own __eq__ may raise anything: the walk will judge it
         return UNSURE
-    if out.isascii() and b"\x7f" not in out:
+    if out.isascii() and out.find(b"\x7f") < 0:  # (find: `in` on bytes raises and clears a TypeError inside)
         text = out.decode("ascii")
     else:
         text = ascii_text(copy)
     return copy, text, len(out)
 
 
-def _padded(value: Any) -> Any:
-    for _ in range(_PAD):
-        value = [value]
-    return value
+def _dumps_padded(orjson: Any, value: Any) -> bytes:
+    """``orjson.dumps`` of ``value`` inside :data:`_PAD` lists of our own.
+
+    The lists are made once per thread and reused (54 fresh lists per value
+    were most of a small value's cost, and fed the garbage collector): the
+    innermost holds ``value`` only during the encode, which runs no Python
+    code (no ``default``), so nothing else can see or change them meanwhile.
+    """
+    try:
+        outer, inner = _pads.chain
+    except AttributeError:  # this thread's first value
+        inner = outer = [None]
+        for _ in range(_PAD - 1):
+            outer = [outer]
+        _pads.chain = (outer, inner)
+    inner[0] = value
+    try:
+        return orjson.dumps(outer, option=_options)  # type: ignore[no-any-return]
+    finally:
+        inner[0] = None
 
 
 def _large(out: bytes) -> bool:
@@ -150,7 +177,7 @@ def _large(out: bytes) -> bool:
 def _respelled(out: bytes) -> bool:
     """True when orjson's text may hold a float it spells otherwise than ``repr``:
     one of 1e16 or more, or under 1e-4 (``0.00001`` or ``1e-09``, which ``repr`` spells ``1e-05``, ``1e-09``)."""
-    if _large(out) or b"0.0000" in out:
+    if _large(out) or out.find(b"0.0000") >= 0:
         return True
     at = out.find(b"e-")
     while at > 0:
@@ -170,7 +197,8 @@ def parse(text: str) -> Any:
         # Encoded again, strictly and inside our own lists: within 200 levels and no integer
         # beyond 2**53 - 1. Beyond 2**64 orjson read it as a float, as it reads 1e20: text with
         # a number of 1e16 or more goes to the walk, which tells an int from a float.
-        if _large(orjson.dumps(_padded(value), option=_options)):
+        again = orjson.dumps(value, option=_options) if len(text) <= _SHALLOW else _dumps_padded(orjson, value)
+        if _large(again):
             return UNSURE
     except (TypeError, ValueError):
         return UNSURE

@@ -52,6 +52,12 @@ a 50-wide fan-out finds its threads already waiting. What a caller may rely on:
   shared set (``os.register_at_fork``): the parent's threads do not exist there.
 * A task that raises is the task's affair (it reports its own end: see
   ``scheduler._run_reporting``); the thread goes on to the next one.
+* **A task's last word comes last.** A task may return a :class:`Then`: its
+  thread calls it once it has parked on the idle stack (or taken its next
+  task), just before it sleeps. The scheduler's task returns its report to
+  the driver so: the driver it wakes does not wait for this thread's
+  bookkeeping to let go of the GIL (a woken thread that finds the GIL held
+  sleeps again, a context switch per call). What a Then raises is ignored.
 
 Thread-safety: every method may be called from any thread.
 """
@@ -65,7 +71,7 @@ from typing import Any, Callable, Optional, Union
 
 from ._per_process import PerProcess, join_all
 
-__all__ = ["ToolThreads", "Task", "shared", "retire_shared", "HARD_CAP", "IDLE_SECONDS", "PREFIX"]
+__all__ = ["ToolThreads", "Task", "Then", "shared", "retire_shared", "HARD_CAP", "IDLE_SECONDS", "PREFIX"]
 
 #: The shared set's bound on its threads, running or idle.
 HARD_CAP = 256
@@ -308,10 +314,14 @@ class ToolThreads:
             if step is _LEAVE:
                 break
             assert isinstance(step, Task)
-            _run(step)
+            then = _run(step)
             del step
             with lock:
                 step = self._after(slot, serial)
+            if then is not None:
+                # The task's last word (its report), said once this thread has parked or
+                # taken its next task: whoever it wakes finds the GIL about to be free.
+                _then(then)
         if self._on_leave is not None:
             self._on_leave()
 
@@ -370,15 +380,37 @@ class ToolThreads:
         self._threads.discard(threading.current_thread())
 
 
-def _run(task: Task) -> None:
+def _run(task: Task) -> "Optional[Then]":
+    """Run ``task``; what it returned, when that is a :class:`Then`, to be called next."""
     try:
         fn, args = task._slot.pop()
     except IndexError:
-        return  # cancelled before it started
+        return None  # cancelled before it started
     try:
-        fn(*args)
+        then = fn(*args)
     except BaseException:  # the task has reported it; this thread goes on
+        return None
+    return then if isinstance(then, Then) else None
+
+
+def _then(then: "Then") -> None:
+    try:
+        then()
+    except BaseException:  # the task's own, as above
         pass
+
+
+class Then:
+    """What a task may return: called by its thread once it has parked (or
+    taken its next task), just before it sleeps, instead of at the task's end.
+    A task that wakes another thread as its last act (a report) does it here,
+    so the woken thread does not wait for this one's bookkeeping to let go of
+    the GIL. Subclass it and define ``__call__``."""
+
+    __slots__ = ()
+
+    def __call__(self) -> None:
+        raise NotImplementedError
 
 
 # A child process forked while threads run gets a fresh, empty set.

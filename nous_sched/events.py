@@ -256,7 +256,25 @@ def _tool_call_data(event: ToolCallEvent) -> FrozenDict:
 
 
 _ARGUMENTS = ToolCallEvent.__dict__["arguments"].__get__  # the slot itself: the value as held
+_SET_CALL = tuple(ToolCallEvent.__dict__[name].__set__ for name in ("id", "name", "arguments", "mode", "seq", "source"))
 _resolving(ToolCallEvent, "arguments")
+_new = object.__new__
+
+
+def tool_call_event(id: str, name: str, arguments: Any, mode: str, seq: int) -> ToolCallEvent:
+    """``ToolCallEvent(id, name, arguments, mode, seq)`` for ``arguments`` that
+    are frozen already (:func:`freeze`, :func:`frozen_later`): the same record,
+    its slots set directly, without attrs' ``__init__`` (at about half the
+    cost: the scheduler's driver makes one per call)."""
+    event: ToolCallEvent = _new(ToolCallEvent)
+    set_id, set_name, set_arguments, set_mode, set_seq, set_source = _SET_CALL
+    set_id(event, id)
+    set_name(event, name)
+    set_arguments(event, arguments)
+    set_mode(event, mode)
+    set_seq(event, seq)
+    set_source(event, "code_mode")
+    return event
 
 
 @attrs.frozen
@@ -325,6 +343,23 @@ class ToolOutcomeEvent:
     def as_event(self) -> Event:
         data = {"seq": self.seq, "tool": self.tool, "ok": self.ok, "error": self.error, "bytes": self.bytes}
         return Event(self.type, data)
+
+
+_SET_OUTCOME = tuple(ToolOutcomeEvent.__dict__[name].__set__ for name in ("seq", "tool", "ok", "error", "bytes"))
+
+
+def tool_outcome_event(seq: int, tool: str, ok: bool, error: Any, size: int) -> ToolOutcomeEvent:
+    """``ToolOutcomeEvent(seq, tool, ok, error, size)``, the same record, its
+    slots set directly, without attrs' ``__init__`` (``error`` is frozen here,
+    as the field's converter would; the scheduler's driver makes one per call)."""
+    event: ToolOutcomeEvent = _new(ToolOutcomeEvent)
+    set_seq, set_tool, set_ok, set_error, set_bytes = _SET_OUTCOME
+    set_seq(event, seq)
+    set_tool(event, tool)
+    set_ok(event, ok)
+    set_error(event, None if error is None else freeze(error))
+    set_bytes(event, size)
+    return event
 
 
 #: ``ToolOutcomeEvent.error["kind"]`` values: the approval step refused the call

@@ -52,17 +52,27 @@ from typing import Any, Callable, Optional, Sequence
 from . import _driver_threads, _tool_threads
 from . import _validators as v
 from ._options import OPTIONAL_SESSION_LOG
-from ._tool_threads import Task, ToolThreads
+from ._tool_threads import Task, Then, ToolThreads
 from ._validators import require
 from .dispatch import CallInfo, Dispatch, RunContext, approval_sink, current_call, direct_dispatch
 from .errors import ToolError
-from .events import ApprovalEvent, Event, SessionLog, ToolCallEvent, ToolOutcomeEvent, freeze, frozen_later
+from .events import (
+    ApprovalEvent,
+    Event,
+    SessionLog,
+    ToolCallEvent,
+    ToolOutcomeEvent,
+    freeze,
+    frozen_later,
+    tool_call_event,
+    tool_outcome_event,
+)
 from .lane import COMMIT, START, Lane
 from .outcome import Outcome
 from .records import CallRecord, LaneState
 from .snapshot import snapshot, snapshot_text
 from .throttle import _Hold
-from .tool import Mode, Tool, concurrency_mode, exclusive_reason
+from .tool import PARALLEL, Mode, Tool, concurrency_mode, exclusive_reason
 
 __all__ = ["Scheduler", "Ticket"]
 
@@ -287,18 +297,18 @@ class _Call:
         "future",
         "outcome",
         "timeline",
-        "audit",
+        "ran",
     )
 
     # Set by the driver, each before it is first read: seq and mode when it
-    # accepts the call, timeline and future when it starts it, outcome when
-    # the tool has finished. (Unset, not None: one store fewer per call.)
+    # accepts the call, timeline and future when it starts it, outcome and ran
+    # when the tool has finished. (Unset, not None: one store fewer per call.)
     seq: int
     mode: Mode
     timeline: _Timeline
     future: concurrent.futures.Future[Any] | Task  # the executor's, or the scheduler's own threads'
     outcome: Outcome
-    audit: tuple[Optional[str], int]  # the outcome's error kind (None: ok) and its result's size
+    ran: "_Ran"  # what its task reported: the outcome, when it finished, its error kind and result size
 
     def __init__(
         self,
@@ -322,7 +332,7 @@ class _Call:
 _Ran = tuple[Outcome, float, Optional[str], int]
 
 
-class _Done:
+class _Done(Then):
     """Call ``seq``'s tool has finished (put on any thread).
 
     ``result`` is what :func:`_run_call` returned, or ``None`` when the task
@@ -334,12 +344,20 @@ class _Done:
     cycle, left for the garbage collector.
     """
 
-    __slots__ = ("seq", "result", "problem")
+    __slots__ = ("seq", "result", "problem", "put")
+
+    # The driver queue's put, set by a task that returns this report to its tool
+    # thread to put (a Then) rather than putting it itself.
+    put: Callable[[Any], None]
 
     def __init__(self, seq: int, result: Optional[_Ran], problem: Any = None) -> None:
         self.seq = seq
         self.result = result
         self.problem = problem
+
+    def __call__(self) -> None:
+        """Put this report on the driver's queue (a tool thread calls it as it goes idle: :class:`Then`)."""
+        self.put(self)
 
 
 class _Batch:
@@ -376,11 +394,14 @@ class _RunLog(SessionLog):
     A :class:`SessionLog` to every reader; inside, it keeps the driver's audit
     records as they are and makes each one's :class:`Event` when the log is
     first read (most runs' logs never are), in place, so every reader gets the
-    same Event objects in append order.
+    same Event objects in append order. Its lock is its scheduler's
+    ``_records_lock``, so a driver's pass appends to both under one lock
+    (``Scheduler._write_pass``).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, lock: threading.Lock) -> None:
         super().__init__()
+        self._lock = lock
         self._made = 0  # every entry before this index is an Event
 
     def _keep(self, records: list[Any]) -> None:
@@ -519,7 +540,9 @@ class Scheduler:
         require("Scheduler", "observer", observer, v.OPTIONAL_CALLABLE)
 
         self._dispatch = dispatch
-        self._session_log = _RunLog() if session_log is None else session_log
+        # The run log's lock is _records_lock: a pass writes both lists under it at once.
+        self._records_lock = threading.Lock()
+        self._session_log = _RunLog(self._records_lock) if session_log is None else session_log
         self._max_parallel = max_parallel
         self._call_id = call_id
         self._executor = executor
@@ -542,7 +565,6 @@ class Scheduler:
         self._exited = False
         self._wedged_by: Optional[Ticket] = None
 
-        self._records_lock = threading.Lock()
         self._stopping = False
         self._events: list[Any] = []  # audit records: ToolCallEvent, ApprovalEvent, ToolOutcomeEvent
         self._trail: list[_Timeline] = []
@@ -550,7 +572,7 @@ class Scheduler:
 
         self._final: Optional[LaneState] = None
         self._lane: Lane[_Call] = Lane(max_parallel)  # driver-owned from here on
-        self._finished: list[tuple[_Timeline, float]] = []  # driver-owned: stamps for the next pass
+        self._finished: list[_Call] = []  # driver-owned: calls whose `finished` the next pass stamps
 
         # The driver: a thread borrowed from the process's warm driver threads
         # for this scheduler's life (_driver_threads), named after it
@@ -633,7 +655,20 @@ class Scheduler:
         if batch is not None and batch.owner == threading.get_ident():
             batch.calls.append(call)  # admitted (or refused) with the rest when the batch ends
             return ticket
-        self._admit((call,), call)
+        # _admit for one call, inline: a sequential program's every call comes this way.
+        with self._lock:
+            if self._closed or self._wedged_by is not None:
+                admitted = False
+            else:
+                admitted = True
+                self._open.add(ticket)
+                wake, self._wake = self._wake, None
+        if not admitted:
+            self._admit((call,), call)  # refused, or maybe not (a wedged scheduler may have answered since)
+            return ticket
+        self._queue.put(call)
+        if wake is not None:
+            wake()
         return ticket
 
     def _admit(self, calls: Sequence["_Call"], message: Any) -> None:
@@ -883,9 +918,9 @@ class Scheduler:
             result = msg.result
             ran = result if result is not None else self._collect(call, msg.problem)
             call.outcome = ran[0]
-            call.audit = (ran[2], ran[3])
-            # Stamped with the pass's other records, under one lock (_drive).
-            self._finished.append((call.timeline, ran[1]))
+            call.ran = ran
+            # Stamped (ran[1]) with the pass's other records, under one lock (_drive).
+            self._finished.append(call)
         elif kind is _Call:
             self._accept(msg)
         elif kind is list:
@@ -915,38 +950,65 @@ class Scheduler:
         finished = self._finished
         if action is None and not finished:
             return
-        actions: list[tuple[str, _Call, Any]] = []  # (START or COMMIT, the call, its audit record)
-        records: list[Any] = []
-        timelines: list[_Timeline] = []
-        committed: list[tuple[_Call, float]] = []
+        records: list[Any] = []  # the pass's audit records, in the lane's order
+        started: list[tuple[_Call, ToolCallEvent]] = []
+        committed: list[tuple[_Call, float]] = []  # each with when it committed
+        # (START or COMMIT, the call, its audit record): kept only for the hooks.
+        actions: Optional[list[tuple[str, _Call, Any]]] = (
+            None if self._observer is None and self._on_outcome is None else []
+        )
         t0 = self._t0
         perf_counter = time.perf_counter
         record: Any
         while action is not None:
             kind, call = action
             if kind is START:
-                record, timeline = self._started(call, perf_counter() - t0)
-                timelines.append(timeline)
+                record = self._started(call, perf_counter() - t0)
+                started.append((call, record))
             else:
-                record = self._outcome_record(call, call.outcome, call.audit[0], call.audit[1])
+                ran = call.ran
+                record = self._outcome_record(call, call.outcome, ran[2], ran[3])
                 committed.append((call, perf_counter() - t0))
             records.append(record)
-            actions.append((kind, call, record))
+            if actions is not None:
+                actions.append((kind, call, record))
             action = step()
+        self._write_pass(records, started, committed)
+        if actions is not None:
+            self._act_in_order(actions)
+            return
+        for call, record in started:
+            self._hand_over(call, record.id)
+        if committed:
+            self._publish_newest_first(committed)
+
+    def _write_pass(
+        self, records: list[Any], started: list[tuple[_Call, Any]], committed: list[tuple[_Call, float]]
+    ) -> None:
+        """A pass's audit records, trail and stamps under one ``_records_lock``, and the run's own log with
+        them (under the same lock: see :class:`_RunLog`); a session log of the caller's gets them after."""
+        finished = self._finished
         with self._records_lock:
-            for timeline, at in finished:
-                timeline.finished = at
+            for call in finished:
+                call.timeline.finished = call.ran[1]
             for call, at in committed:
                 timeline = call.timeline
                 timeline.committed = at
                 timeline.ok = call.outcome.ok
             self._events += records
-            self._trail += timelines
+            trail = self._trail
+            for call, _ in started:
+                trail.append(call.timeline)
+            run_log = self._session_log
+            kept = type(run_log) is _RunLog
+            if kept:  # under the same lock (its own): its Events are made when it is read
+                run_log._events += records
         finished.clear()
-        self._log_records(records)
-        if self._observer is None and self._on_outcome is None:
-            self._hand_over_and_publish(actions)
-            return
+        if records and not kept:
+            self._log_records(records)
+
+    def _act_in_order(self, actions: list[tuple[str, _Call, Any]]) -> None:
+        """With an observer or an outcome hook: each action's hand-over, publish and callbacks, in the lane's order."""
         for kind, call, record in actions:
             if kind is START:
                 self._notify(call.timeline, START)
@@ -957,44 +1019,40 @@ class Scheduler:
                 if self._on_outcome is not None:
                     self._tell_outcome(call.timeline, call.outcome)
 
-    def _hand_over_and_publish(self, actions: list[tuple[str, _Call, Any]]) -> None:
-        """A pass's hand-overs, then its publishes: one ``_lock``, newest first (see :meth:`_drive`)."""
-        commits = []
-        for kind, call, record in actions:
-            if kind is START:
-                self._hand_over(call, record.id)
-            else:
-                commits.append(call)
-        if not commits:
+    def _publish_newest_first(self, committed: list[tuple[_Call, float]]) -> None:
+        """Publish a pass's commits after one ``_lock``, newest first (see :meth:`_drive`)."""
+        if len(committed) == 1:
+            call = committed[0][0]
+            self._deliver(call.ticket, call.outcome)
             return
-        tickets = {call.ticket for call in commits}
+        tickets = {call.ticket for call, _ in committed}
         with self._lock:  # set operations in C: the lock is held for no Python loop
             mine = tickets & self._open  # the rest stop() already released, from a driver that stopped answering
             self._open -= mine
-        for call in reversed(commits):
+        for call, _ in reversed(committed):
             if call.ticket in mine:
                 call.ticket._publish(call.outcome)
 
-    def _started(self, call: _Call, now: float) -> tuple[ToolCallEvent, _Timeline]:
-        """The ``tool_call`` record and the timeline of a call the lane starts now."""
+    def _started(self, call: _Call, now: float) -> ToolCallEvent:
+        """The ``tool_call`` record of a call the lane starts now; its timeline is ``call.timeline``."""
         seq = call.seq
         name = call.tool.name
-        # Positional: attrs' generated __init__ binds keywords at about twice the cost.
-        event = ToolCallEvent(
+        mode = call.mode
+        event = tool_call_event(
             f"{self._call_id}:code:{seq}" if self._call_id is not None else f"code:{seq}",
             name,
             call.logged,
-            call.mode,
+            mode,
             seq,
         )
-        call.timeline = _Timeline(seq, name, call.mode, now, exclusive_reason(call.tool, call.mode))
-        return event, call.timeline
+        call.timeline = _Timeline(seq, name, mode, now, "" if mode == PARALLEL else exclusive_reason(call.tool, mode))
+        return event
 
     def _hand_over(self, call: _Call, event_id: str) -> None:
         """Hand a started call (its ``tool_call`` record's id) to the tool threads, or the caller's executor."""
         seq = call.seq
         timeline = call.timeline
-        info = CallInfo(event_id, timeline.tool, seq, call.mode, call.run_ctx)
+        info = _call_info(event_id, timeline.tool, seq, call.mode, call.run_ctx)
         tool = call.tool
         begin = (
             _Begin(self, timeline, tool.throttles, getattr(call.run_ctx, "deadline", None))
@@ -1060,8 +1118,8 @@ class Scheduler:
         with self._records_lock:
             timeline.committed = committed
             timeline.ok = outcome.ok
-        kind, size = call.audit
-        self._record(self._outcome_record(call, outcome, kind, size))
+        ran = call.ran
+        self._record(self._outcome_record(call, outcome, ran[2], ran[3]))
         self._deliver(call.ticket, outcome)
         self._notify(timeline, COMMIT)
         if self._on_outcome is not None:
@@ -1088,7 +1146,7 @@ class Scheduler:
         if not outcome.ok:
             message = outcome.error.message if outcome.error is not None else FAILED
             error = {"kind": kind or "tool_error", "message": message}
-        return ToolOutcomeEvent(call.seq, call.tool.name, outcome.ok, error, size)
+        return tool_outcome_event(call.seq, call.tool.name, outcome.ok, error, size)
 
     def _deliver(self, ticket: Ticket, outcome: Outcome) -> None:
         with self._lock:
@@ -1149,8 +1207,8 @@ class Scheduler:
         # Same order as the original: queued calls, then running ones, then the
         # finished-but-uncommitted ones with their real outcome, by seq.
         with self._records_lock:
-            for timeline, at in self._finished:
-                timeline.finished = at
+            for call in self._finished:
+                call.timeline.finished = call.ran[1]
         self._finished.clear()
         abandoned = self._lane.abandon()
         for call in abandoned.queued:
@@ -1168,14 +1226,32 @@ class Scheduler:
             self._commit(call)
 
 
+_new = object.__new__
+_SET_INFO = tuple(CallInfo.__dict__[name].__set__ for name in ("id", "tool", "seq", "mode", "run_ctx"))
+
+
+def _call_info(id: str, tool: str, seq: int, mode: str, run_ctx: Optional[RunContext]) -> CallInfo:
+    """``CallInfo(id, tool, seq, mode, run_ctx)``, its slots set directly (the
+    driver makes one per call; attrs' ``__init__`` costs about twice)."""
+    info: CallInfo = _new(CallInfo)
+    set_id, set_tool, set_seq, set_mode, set_run_ctx = _SET_INFO
+    set_id(info, id)
+    set_tool(info, tool)
+    set_seq(info, seq)
+    set_mode(info, mode)
+    set_run_ctx(info, run_ctx)
+    return info
+
+
 class _InContext:
     """What the executor is handed in place of ``ctx.run``: ``fn(*args)`` inside ``ctx``.
 
     Unlike ``ctx.run`` it pickles, for executors that serialize their tasks
     (Dask, even with ``processes=False``; process pools). It pickles *without*
     the context: a ``contextvars.Context`` cannot be pickled, and its values
-    would mean nothing in another process. There, tools see the worker's own
-    context; ``current_call`` is still set, by ``_run_call``.
+    would mean nothing in another process. There, tools see a copy of the
+    worker thread's own context, made for the call (what it sets is gone
+    after it); ``current_call`` is still set, by ``_run_call``.
     """
 
     __slots__ = ("ctx",)
@@ -1184,9 +1260,10 @@ class _InContext:
         self.ctx = ctx
 
     def __call__(self, fn: Callable[..., Any], /, *args: Any) -> Any:
-        if self.ctx is None:
-            return fn(*args)
-        return self.ctx.run(fn, *args)
+        # Unpickled (no context): a copy of the worker thread's own, so what the
+        # call sets is gone after it, as with a submitter's (see _run_begun).
+        ctx = self.ctx if self.ctx is not None else contextvars.copy_context()
+        return ctx.run(fn, *args)
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_InContext, (None,))
@@ -1195,7 +1272,7 @@ class _InContext:
         return "nous_sched.call"  # Dask names tasks after it: one stable prefix, not an address
 
 
-def _run_reporting(put: Callable[[Any], None], seq: int, ctx: contextvars.Context, *args: Any) -> None:
+def _run_reporting(put: Callable[[Any], None], seq: int, ctx: contextvars.Context, *args: Any) -> "_Done":
     """On a tool thread of the scheduler's own pool: run call ``seq`` in
     ``ctx`` (:func:`_run_call`), then tell the driver, whatever happened."""
     try:
@@ -1203,7 +1280,9 @@ def _run_reporting(put: Callable[[Any], None], seq: int, ctx: contextvars.Contex
     except BaseException as exc:  # escaped _run_call's `except Exception`: the task died
         put(_Done(seq, None, exc))
         raise
-    put(_Done(seq, result))
+    done = _Done(seq, result)
+    done.put = put
+    return done  # its thread puts it once it has parked: the driver it wakes finds the GIL free sooner
 
 
 def _run_call(
@@ -1241,29 +1320,30 @@ def _run_call(
 def _run_begun(
     dispatch: Dispatch, tool: Tool, args: dict[str, Any], run_ctx: Optional[RunContext], info: CallInfo, begin: Any
 ) -> tuple[Outcome, Optional[str], int]:
-    """The tool's own part of :func:`_run_call`: its outcome, error kind (None: ok) and result size."""
+    """The tool's own part of :func:`_run_call`: its outcome, error kind (None: ok) and result size.
+
+    It runs in the call's own context, a copy made for it alone (the
+    submitter's, or the executor thread's: :class:`_InContext`), which no
+    code runs in after it: what it sets here needs no reset (two fewer
+    context copies per call)."""
     name = tool.name
-    token = current_call.set(info)
-    sink = approval_sink.set(getattr(begin, "record_approval", None))
+    current_call.set(info)
+    approval_sink.set(getattr(begin, "record_approval", None))
     try:
-        result, kind, size = _outcome_of(dispatch(tool, args, run_ctx), name, info)
+        return _outcome_of(dispatch(tool, args, run_ctx), name, info)
     except ToolError as exc:
-        result, kind, size = Outcome.failure(name, _safe_str(exc)), getattr(exc, "kind", "tool_error"), 0
+        return Outcome.failure(name, _safe_str(exc)), getattr(exc, "kind", "tool_error"), 0
     except Exception as exc:
         log.warning("code-mode sub-call %s (tool %r) raised", info.id, name, exc_info=True)
-        result, kind, size = Outcome.failure(name, _safe_str(exc)), "tool_error", 0
-    finally:
-        approval_sink.reset(sink)
-        current_call.reset(token)
-    return result, kind, size
+        return Outcome.failure(name, _safe_str(exc)), "tool_error", 0
 
 
 def _outcome_of(value: Any, name: str, info: CallInfo) -> tuple[Outcome, Optional[str], int]:
     """What dispatch returned as an Outcome, its error kind (None: ok) and the result's JSON size."""
-    if isinstance(value, Outcome) and not value.ok:
-        message = value.error.message if value.error is not None else FAILED
-        return Outcome.failure(name, message), "tool_error", 0
     if isinstance(value, Outcome):
+        if not value.ok:
+            message = value.error.message if value.error is not None else FAILED
+            return Outcome.failure(name, message), "tool_error", 0
         value = value.value
     try:
         # The copy, the program's text and the audit's size, in one go (the text is not made again).

@@ -516,6 +516,29 @@ def test_a_runs_answer_is_counted_as_the_model_reads_it(runtime):
     assert result.usage.answer_chars == len(json.dumps(answer, ensure_ascii=False))
 
 
+def test_each_thread_encodes_inside_its_own_lists_and_keeps_no_value(json_path):
+    # The fast path reuses one set of nesting lists per thread (_dumps_padded):
+    # threads encoding at once each get their own value's text, and once a
+    # value is encoded the lists hold nothing of it.
+    values = [[{"t": t, "i": i, "deep": _nested(MAX_DEPTH - 2, leaf=t)}] for t in range(4) for i in range(3)]
+    texts: dict[int, list[str]] = {}
+    start = threading.Barrier(4)
+
+    def encode(t):
+        start.wait()
+        texts[t] = [snapshot_module.snapshot_text(value)[1] for value in values if value[0]["t"] == t]
+
+    threads = [threading.Thread(target=encode, args=(t,)) for t in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for t in range(4):
+        assert texts[t] == [_reference_text(value)[2] for value in values if value[0]["t"] == t]
+    chain = getattr(_fastjson._pads, "chain", None)
+    assert json_path == "stdlib" or chain is None or chain[1] == [None]
+
+
 # -- long JSON texts cross after the envelope, as they are ----------------------------------------
 
 

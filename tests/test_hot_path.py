@@ -15,8 +15,11 @@ import attrs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nous_sched import Limits, Outcome, SnapshotError, Tool, ToolCallEvent
+from nous_sched import Limits, Outcome, SnapshotError, Tool, ToolCallEvent, ToolOutcomeEvent
+from nous_sched.dispatch import CallInfo, RunContext
+from nous_sched.events import FrozenDict, freeze, frozen_later, tool_call_event, tool_outcome_event
 from nous_sched.runtime.engine import Engine, _checked
+from nous_sched.scheduler import _call_info
 
 
 def _main_of(text: str):
@@ -95,6 +98,48 @@ def test_a_tool_call_events_session_form_has_every_field_in_order():
     data = event.as_event().data
     assert list(data) == [field.name for field in attrs.fields(ToolCallEvent)]
     assert data == attrs.asdict(event, recurse=False) and event.as_event().type == "tool_call"
+
+
+def test_the_drivers_record_makers_make_the_records_attrs_would():
+    # events.tool_call_event and tool_outcome_event set the slots directly (one
+    # of each per call, on the driver): the same fields, the same values, the
+    # same frozen data, whatever the fields become.
+    assert [f.name for f in attrs.fields(ToolCallEvent)] == ["id", "name", "arguments", "mode", "seq", "source"]
+    assert [f.name for f in attrs.fields(ToolOutcomeEvent)] == ["seq", "tool", "ok", "error", "bytes"]
+    made = tool_call_event("r:code:3", "t", freeze({"a": [1]}), "exclusive", 3)
+    assert made == ToolCallEvent("r:code:3", "t", {"a": [1]}, "exclusive", 3)
+    assert made.as_event() == ToolCallEvent("r:code:3", "t", {"a": [1]}, "exclusive", 3).as_event()
+    later = tool_call_event("code:0", "t", frozen_later('{"b":null}'), "parallel", 0)
+    assert later == ToolCallEvent("code:0", "t", {"b": None}, "parallel", 0)
+    assert type(later.arguments) is FrozenDict
+    for error in (None, {"kind": "tool_error", "message": "boom"}):
+        made = tool_outcome_event(5, "t", error is None, error, 7)
+        assert made == ToolOutcomeEvent(5, "t", error is None, error, 7)
+        assert made.as_event() == ToolOutcomeEvent(5, "t", error is None, error, 7).as_event()
+        assert error is None or type(made.error) is FrozenDict
+    assert repr(made) == repr(ToolOutcomeEvent(5, "t", False, {"kind": "tool_error", "message": "boom"}, 7))
+
+
+def test_the_drivers_call_info_is_the_one_attrs_would_make():
+    # scheduler._call_info sets CallInfo's slots directly (once per call, on the driver).
+    assert [f.name for f in attrs.fields(CallInfo)] == ["id", "tool", "seq", "mode", "run_ctx"]
+    run_ctx = RunContext(deadline=1.0)
+    made = _call_info("r:code:2", "t", 2, "parallel", run_ctx)
+    assert made == CallInfo("r:code:2", "t", 2, "parallel", run_ctx) and made.run_ctx is run_ctx
+    assert repr(made) == repr(CallInfo("r:code:2", "t", 2, "parallel", run_ctx))
+
+
+def test_a_crossed_outcome_is_a_success_with_its_text():
+    # Outcome.crossed sets the slots directly (once per call, on a tool thread).
+    crossed = Outcome.crossed([1, {"a": None}], '[1,{"a":null}]')
+    assert crossed == Outcome.success([1, {"a": None}]) and hash(Outcome.crossed(2, "2")) == hash(Outcome.success(2))
+    assert (crossed.ok, crossed.value, crossed.error, crossed.text) == (True, [1, {"a": None}], None, '[1,{"a":null}]')
+    assert [f.name for f in attrs.fields(Outcome)] == ["ok", "value", "error", "text"]
+
+    class Mine(Outcome):
+        pass
+
+    assert type(Mine.crossed(1, "1")) is Mine and Mine.crossed(1, "1").text == "1"
 
 
 # -- snapshot's fast path: the same copy, or the same refusal, as the full walk ----------

@@ -19,6 +19,7 @@ import enum
 import inspect
 import logging
 import os
+import pickle
 import threading
 import time
 from types import SimpleNamespace
@@ -43,6 +44,7 @@ from nous_sched import (
     current_call,
 )
 from nous_sched._tool_threads import retire_shared
+from nous_sched.dispatch import approval_sink
 
 WAIT = 10.0  # the bound on every wait for something that must happen
 
@@ -860,6 +862,31 @@ def test_contextvars_and_current_call_reach_the_tool(make_scheduler):
     assert request_id.get() is None
 
 
+def test_what_a_call_sets_in_its_context_is_gone_after_it_on_every_executor(make_scheduler):
+    # A call runs in a context copied for it alone (nothing resets what it set):
+    # the submitter's copy, or, for an executor that pickles its tasks (and so
+    # runs them without the submitter's context), a copy of its thread's own.
+    def fn(args):
+        request_id.set("set by the tool")
+        return [current_call.get().seq, request_id.get()]
+
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="test-pickled") as pool:
+
+        class Pickling(concurrent.futures.Executor):
+            def submit(self, task, /, *args):
+                return pool.submit(pickle.loads(pickle.dumps(task)), *args)
+
+        for executor in (None, Pickling()):
+            s = make_scheduler(executor=executor)
+            assert [s.call(safe_tool("sets", fn), {}).value for _ in range(2)] == [
+                [0, "set by the tool"],
+                [1, "set by the tool"],
+            ]
+            assert request_id.get() is None and current_call.get() is None
+        left = pool.submit(lambda: (request_id.get(), current_call.get(), approval_sink.get())).result(WAIT)
+        assert left == (None, None, None), "the executor's thread keeps nothing of the calls it ran"
+
+
 # --- dispatch seam ------------------------------------------------------------------
 
 
@@ -1199,3 +1226,22 @@ def test_trail_timestamps_are_ordered(make_scheduler, probe):
     assert commits == sorted(commits), "commits in seq order"
     s.stop()
     assert s.trail() == trail, "after stop the trail is final and still readable"
+
+
+def test_the_run_log_holds_each_pass_s_records_as_soon_as_the_audit_does(make_scheduler):
+    # Without a session log of the caller's, the scheduler's own (read as
+    # Events) is written in the same breath as its audit list: an observer,
+    # called after a pass has written, finds both the same, at every step.
+    seen: list[tuple[str, list[Event], list[Event]]] = []
+
+    def observer(record, phase):
+        log = scheduler.session_log()
+        seen.append((phase, [e.as_event() for e in scheduler.audit_events()], log.events))
+
+    scheduler = make_scheduler(observer=observer)
+    for n in range(3):
+        assert scheduler.call(safe_tool("t", lambda args: args["n"]), {"n": n}).value == n
+    assert [phase for phase, _, _ in seen] == ["start", "commit"] * 3
+    for _, audit, logged in seen:
+        assert audit == logged and audit
+    assert [e.type for e in scheduler.session_log().events] == ["tool_call", "tool_outcome"] * 3

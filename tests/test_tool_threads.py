@@ -533,3 +533,40 @@ def test_a_forked_child_gets_a_fresh_shared_set():
     done = subprocess.run([sys.executable, "-c", FORK_SCRIPT], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "0"
+
+
+def test_a_tasks_then_is_called_once_its_thread_has_parked_or_taken_the_next_task():
+    # A task may return a Then: its thread calls it after its bookkeeping (on
+    # the idle stack, or holding its next task), just before it sleeps, so the
+    # thread it wakes need not wait for that bookkeeping. One that raises is ignored.
+    pool = ToolThreads(max_threads=1, idle_seconds=WAIT)
+    idle = watched(pool)
+    seen: list[tuple[str, int]] = []
+    told = threading.Event()
+
+    class Report(_tool_threads.Then):
+        __slots__ = ("label",)
+
+        def __call__(self) -> None:
+            seen.append((self.label, pool.counts()[1]))  # (which, threads idle meanwhile)
+            if self.label == "second":
+                told.set()
+                raise RuntimeError("a report that raises")
+
+    def task(label: str, gate: threading.Event | None = None) -> Report:
+        if gate is not None:
+            assert gate.wait(WAIT)
+        report = Report()
+        report.label = label
+        return report
+
+    gate = threading.Event()
+    pool.submit(task, "first", gate)
+    pool.submit(task, "second")  # queued behind the first: its thread takes it before the first's Then
+    gate.set()
+    assert told.wait(WAIT) and idle.acquire(timeout=WAIT)
+    pool.submit(lambda: "not a Then")  # any other return value is ignored, as before
+    assert idle.acquire(timeout=WAIT)
+    assert seen == [("first", 0), ("second", 1)]
+    assert pool.counts() == (1, 1)
+    pool.shutdown()
