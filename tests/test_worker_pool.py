@@ -1143,3 +1143,14 @@ def test_the_random_state_is_found_and_a_reseed_changes_the_sequence():
     # ...until one is reseeded.
     worker._reseed(second, at)
     assert [first[0].eval("Math.random()") for _ in range(3)] != [second[0].eval("Math.random()") for _ in range(3)]
+
+
+def test_a_workers_threads_are_named():
+    with WorkerPool(size=1) as pool:
+        pool.prestart(1)
+        (pid,) = pool.pids()
+        names = set()
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/comm", encoding="utf-8") as fh:
+                names.add(fh.read().strip().rsplit("-", 1)[0])
+    assert names == {"nous-worker", "nous-js"}
