@@ -106,6 +106,39 @@ def test_with_more_runs_waiting_than_spares_on_their_way_the_first_starts_its_ow
     assert core.ask(2, FRESH, 1) == (USE, spare, None)
 
 
+def test_runs_that_find_no_spare_ready_raise_the_spares_kept_ready_up_to_the_bound():
+    core = PoolCore(size=8, spares=1, runs_per_worker=5, max_spares=3)
+    (spare,) = core.want_spares()
+    for run in (1, 2, 3):  # each finds none ready
+        assert core.ask(run, FRESH, 1)[0] == WAIT
+    assert core.target == 3, "one more per run that found none, up to max_spares"
+    core.started(spare, True)
+    assert core.ask(1, FRESH, 1) == (USE, spare, None)
+    core.leave(2)
+    core.leave(3)
+    made = core.want_spares()
+    assert len(made) == 3
+    for wid in made:
+        core.started(wid, True)
+    assert core.ask(4, "a", 1)[0] == USE and core.target == 3, "a domain's run never moves it"
+
+
+def test_the_spares_kept_ready_fall_back_to_spares_once_runs_find_them_ready():
+    core = PoolCore(size=8, spares=1, runs_per_worker=5)
+    assert core.max_spares == 2, "default: twice spares"
+    assert core.ask(1, FRESH, 1)[0] == SPAWN  # none ready, none coming
+    assert core.target == 2
+    made = core.want_spares()
+    assert len(made) == 2
+    for wid in made:
+        core.started(wid, True)
+    assert core.ask(2, FRESH, 1)[0] == USE  # two ready: it leaves the other
+    assert core.target == 1
+    assert core.want_spares() == [], "one ready is enough again"
+    assert core.ask(3, FRESH, 1)[0] == USE
+    assert core.target == 1, "never below spares"
+
+
 def test_a_spare_that_could_not_start_lets_the_waiting_run_start_its_own():
     core = PoolCore(size=2, spares=1, runs_per_worker=5)
     (spare,) = core.want_spares()
