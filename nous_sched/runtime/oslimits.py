@@ -161,6 +161,11 @@ _baseline_vm = 0  # the address space in use when apply() ran (bytes)
 
 
 _LIBC: Any = None
+#: Made once by :func:`prepare` in a fork server, which its children inherit:
+#: the bounding set it left (each child's own, as fork keeps it), and the
+#: ``capset`` call with its arguments ready.
+_BOUNDING: Optional[list[int]] = None
+_CAPSET: Any = None
 
 
 def _libc() -> Any:
@@ -228,7 +233,8 @@ def apply(
     if libc is None:
         return report
     root_user = os.geteuid() == 0
-    bounding = _bounding_set() if root_user else []  # (read before the empty root hides /proc)
+    # (Read before the empty root hides /proc; a fork server read it once.)
+    bounding = (_bounding_set() if _BOUNDING is None else _BOUNDING) if root_user else []
     if namespaces:
         _isolate(libc, root, report)
     if root_user:
@@ -294,14 +300,24 @@ def _drop_privilege(libc: Any, uid: int, gid: int, report: dict[str, Any], bound
         report["privilege_error"] = str(exc)
 
 
-def _clear_capabilities(libc: Any) -> None:
-    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
-    data = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable x 2: all zero
+def _capset_call(libc: Any) -> Any:
+    """``capset`` with arguments that clear every set of this process, ready
+    to call: ``(function, number, header, data)``, or ``None`` here."""
     table = _ARCHES.get(os.uname().machine, (0, {}, None))[1]
     if "capset" not in table:
-        return
-    libc.syscall.restype = ctypes.c_long
-    _check(libc.syscall(ctypes.c_long(table["capset"]), header, data), "capset")
+        return None
+    call = libc.syscall
+    call.restype = ctypes.c_long
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
+    data = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable x 2: all zero
+    return call, ctypes.c_long(table["capset"]), header, data
+
+
+def _clear_capabilities(libc: Any) -> None:
+    capset = _CAPSET if _CAPSET is not None else _capset_call(libc)
+    if capset is not None:
+        call, number, header, data = capset
+        _check(call(number, header, data), "capset")
 
 
 def cap_memory(limit: int) -> int:
@@ -401,9 +417,9 @@ def prepare() -> None:
     (each child writes only its own pid in), and, as root, every capability
     but ``CAP_SETPCAP`` out of the bounding set (it limits only what an
     ``execve`` could gain, which a fork server never does; each child drops
-    the last one itself). Best effort: whatever fails here, :func:`apply`
-    does in full."""
-    global _TEMPLATE
+    the last one itself), what is left in it, and the ``capset`` call's
+    arguments. Best effort: whatever fails here, :func:`apply` does in full."""
+    global _TEMPLATE, _BOUNDING, _CAPSET
     if not sys.platform.startswith("linux"):
         return
     libc = _libc()
@@ -415,6 +431,8 @@ def prepare() -> None:
         for cap in _bounding_set():
             if cap != _CAP_SETPCAP:
                 libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0)
+        _BOUNDING = _bounding_set()
+        _CAPSET = _capset_call(libc)
 
 
 def _bounding_set() -> list[int]:

@@ -160,9 +160,26 @@ class _Reader:
         return op, body  # type: ignore[return-value]
 
 
+#: prctl taking a name, made once by a fork server (see :func:`_name_setter`).
+_NAMER: Any = None
+
+
+def _name_setter() -> Any:
+    """``prctl`` declared to take a name (bytes) as its second argument."""
+    import ctypes
+
+    call = ctypes.CDLL(None).prctl
+    call.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    call.restype = ctypes.c_int
+    return call
+
+
 def _set_thread_name(name: str, libc: Any = None) -> None:
     # prctl(PR_SET_NAME): what `top -H` and /proc/<pid>/task/*/comm show (15 bytes).
     # (``libc``: oslimits' own, made once in a fork server; its prctl takes numbers.)
+    if _NAMER is not None:  # (in a fork server's child: nothing to make)
+        _NAMER(15, name.encode()[:15], 0, 0, 0)
+        return
     if sys.platform.startswith("linux"):
         try:
             import ctypes
@@ -623,7 +640,9 @@ def _become_worker(
     if boot is not None:
         _set_policy(boot)
     # The terminal's Ctrl-C is the host's to handle: it kills this worker if it must.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # (A fork server's child inherits the server's SIG_IGN.)
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     libc = oslimits._libc() if sys.platform.startswith("linux") else None
     _set_thread_name(name.replace("nous-sched-worker-", "nous-worker-"), libc)
     payload = _test_payload()
@@ -705,20 +724,12 @@ def _fork_server(sock_fd: int, modules: tuple[Any, Any, Any], options: dict[str,
     import signal
     import socket
 
-    offset = _budget_offset(modules[0])
-    # The first run's context of every child, prepared once here (the
-    # prelude's compilation is the largest part of a worker's start): each
-    # child gets a copy-on-write copy and gives it a fresh Math.random seed.
-    # Only where that seed can be found; otherwise each child makes its own.
-    # No program ever runs in this process or in this context here.
-    seed_at = _random_offset(modules[0])
-    prepared = _prepare(modules[1]) if seed_at is not None else None
+    offset, seed_at, prepared = _prepare_server(modules)
     # A spare is forked at the boot's policy and born with it (the fork's own
     # work, the copy of this process's page tables, included): see _boot_policy.
     boot = _boot_policy()
     # Everything loaded so far is shared with every child: keep the collector
     # from touching it (a touched page is a copied page in each child).
-    modules[2].prepare()  # (what every child's bounds would otherwise build alike)
     gc.collect()
     gc.freeze()
     sock = socket.socket(fileno=sock_fd)
@@ -767,6 +778,33 @@ def _fork_server(sock_fd: int, modules: tuple[Any, Any, Any], options: dict[str,
             socket.send_fds(sock, [b"P %d %s" % (pid, msg)], [pidfd])
         finally:
             os.close(pidfd)
+
+
+def _prepare_server(modules: tuple[Any, Any, Any]) -> tuple[Any, Any, Any]:
+    """What a fork server makes once for all its children, before the first
+    fork: the budget's offset, the random state's offset, and the first
+    run's context ``(offset, seed_at, prepared)``; and what the children
+    inherit ready (:func:`oslimits.prepare`, the thread namer, Ctrl-C
+    ignored: the host's to handle)."""
+    import signal
+
+    offset = _budget_offset(modules[0])
+    # The first run's context of every child, prepared once here (the
+    # prelude's compilation is the largest part of a worker's start): each
+    # child gets a copy-on-write copy and gives it a fresh Math.random seed.
+    # Only where that seed can be found; otherwise each child makes its own.
+    # No program ever runs in this process or in this context here.
+    seed_at = _random_offset(modules[0])
+    prepared = _prepare(modules[1]) if seed_at is not None else None
+    modules[2].prepare()  # (what every child's bounds would otherwise build alike)
+    global _NAMER
+    if sys.platform.startswith("linux"):
+        try:
+            _NAMER = _name_setter()
+        except (OSError, AttributeError):
+            pass
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    return offset, seed_at, prepared
 
 
 def _reap(sock: Any) -> None:
