@@ -669,12 +669,17 @@ def _become_worker(
             # ready, and a pool hands out only ready spares (so a run never
             # waits for the prelude's compilation).
             first = prepared
+            if boot is not None:
+                _set_policy(boot)
             if first is None:
-                if boot is not None:
-                    _set_policy(boot)
                 first = _prepare(engine)
-                if boot is not None:
-                    _set_policy(_SCHED_OTHER)
+            else:
+                # The server's context is this process's copy-on-write copy:
+                # a collection writes to every object of it, so the copies
+                # are made now, while booting, not by the run that takes it.
+                first[0].gc()
+            if boot is not None:
+                _set_policy(_SCHED_OTHER)
             hello = {"pid": os.getpid(), "os_bounds": bounds, "prepared": first is not None}
             # This thread writes every frame, the hello included: one writer.
             write_all(1, frame(HELLO, json.dumps(hello).encode()))
