@@ -6,6 +6,7 @@ hello each worker sends when it is ready, the core's states), never timing."""
 
 from __future__ import annotations
 
+import ctypes
 import os
 import sys
 import threading
@@ -189,11 +190,17 @@ def test_the_filter_a_fork_server_builds_once_is_each_childs_own(monkeypatch):
 
     machine = os.uname().machine
     monkeypatch.setattr(oslimits, "_TEMPLATE", None)
+    monkeypatch.setattr(oslimits, "_FILTER", None)
     expected = {pid: oslimits.filter_bytes(machine, pid) for pid in (7, 4242, 2**22 - 1)}
+    assert len(set(expected.values())) == 3
     monkeypatch.setattr(os, "geteuid", lambda: 1000)  # build the template only: keep this process's capabilities
     oslimits.prepare()
     assert oslimits._TEMPLATE is not None and len(oslimits._TEMPLATE[2]) >= 1
     assert {pid: oslimits.filter_bytes(machine, pid) for pid in expected} == expected
+    assert oslimits._FILTER is not None
+    for pid, raw in expected.items():  # what a child installs: the ready buffer, its own pid written in
+        fprog, buf = oslimits._ready_filter(machine, pid)
+        assert fprog.len * 8 == len(raw) and ctypes.string_at(fprog.filter, len(raw)) == raw
 
 
 @pytest.mark.skipif(not (LINUX and os.geteuid() == 0), reason="a root host's workers only")

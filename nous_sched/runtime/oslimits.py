@@ -394,6 +394,10 @@ def _arg_block(nr: int, index: int, values: tuple[int, ...], jset: int = 0) -> l
 #: The filter built once (by :func:`prepare`): (machine, its bytes, the
 #: instructions that hold the process's own pid).
 _TEMPLATE: Optional[tuple[str, bytes, list[int]]] = None
+#: That filter ready to install, also made by :func:`prepare`: (machine, its
+#: buffer, the ``sock_fprog`` pointing to it, the byte offsets of the pid).
+#: A fork server's child writes its own pid into its copy and installs it.
+_FILTER: Any = None
 
 
 def _pack(prog: list[tuple[int, int, int, int]]) -> bytes:
@@ -419,7 +423,7 @@ def prepare() -> None:
     ``execve`` could gain, which a fork server never does; each child drops
     the last one itself), what is left in it, and the ``capset`` call's
     arguments. Best effort: whatever fails here, :func:`apply` does in full."""
-    global _TEMPLATE, _BOUNDING, _CAPSET
+    global _TEMPLATE, _BOUNDING, _CAPSET, _FILTER
     if not sys.platform.startswith("linux"):
         return
     libc = _libc()
@@ -427,6 +431,8 @@ def prepare() -> None:
     if machine in _ARCHES:
         one, two = filter_program(machine, 1), filter_program(machine, 2)
         _TEMPLATE = (machine, _pack(one), [i for i, (a, b) in enumerate(zip(one, two, strict=True)) if a != b])
+        buf = ctypes.create_string_buffer(_TEMPLATE[1], len(_TEMPLATE[1]))
+        _FILTER = (machine, buf, _Fprog(len(buf) // 8, ctypes.addressof(buf)), [8 * at + 4 for at in _TEMPLATE[2]])
     if os.geteuid() == 0:
         for cap in _bounding_set():
             if cap != _CAP_SETPCAP:
@@ -449,9 +455,22 @@ def _bounding_set() -> list[int]:
     return [cap for cap in range(_CAP_LAST + 1) if bits >> cap & 1]
 
 
-def _install_seccomp(libc: Any, machine: str) -> None:
-    raw = filter_bytes(machine, os.getpid())
+def _ready_filter(machine: str, own_pid: int) -> tuple[Any, Any]:
+    """The filter for ``own_pid`` as the kernel takes it: ``(sock_fprog, its
+    buffer)`` (the buffer must live until it is installed). A fork server's
+    child writes its pid into its copy of the one :func:`prepare` built."""
+    if _FILTER is not None and _FILTER[0] == machine:
+        _, buf, fprog, words = _FILTER
+        for at in words:
+            struct.pack_into("=I", buf, at, own_pid)  # the instruction's k
+        return fprog, buf
+    raw = filter_bytes(machine, own_pid)
     buf = ctypes.create_string_buffer(raw, len(raw))
-    fprog = _Fprog(len(raw) // 8, ctypes.addressof(buf))
+    return _Fprog(len(raw) // 8, ctypes.addressof(buf)), buf
+
+
+def _install_seccomp(libc: Any, machine: str) -> None:
+    fprog, buf = _ready_filter(machine, os.getpid())
     _check(libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
     _check(libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.addressof(fprog), 0, 0), "prctl(PR_SET_SECCOMP)")
+    del buf
