@@ -7,18 +7,24 @@ floor doing the same (``_floor.py``: a fresh context, its prelude, one call on
 a fresh ``ThreadPoolExecutor(10)``). Each sample is the median of a batch of
 runs. Target: median under 2 ms. Beside it: the same with one shared
 executor on both sides (no thread started per run), an empty run against a
-bare ``quickjs.Context()``, and a Scheduler made and stopped on its own.
+bare ``quickjs.Context()``, the CPU each run cost the host and its child
+processes (a worker runtime's fork server and workers, the reaped ones
+included: it moves less with the machine's load than the wall time), and a
+Scheduler made and stopped on its own.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import os
 import sys
+import time
 from typing import Any, Callable, Optional
 
 import _common as c
 import _floor
 import quickjs
+from bench_wall import _tree_cpu
 
 from nous_sched import Scheduler, Tool, run_code
 
@@ -72,6 +78,17 @@ def main() -> int:
         for fn in fns:
             c.median_of(fn, 10)  # warm-up
         s = c.interleave(opts.reps, *[(lambda fn=fn: batch(fn)) for fn in fns])
+        cpu: tuple[list[float], list[float]] = ([], [])
+
+        def cpu_of(fn: Callable[[], Any], into: list[float]) -> float:
+            before = _tree_cpu(os.getpid())
+            for _ in range(per):
+                fn()
+            time.sleep(0.3)  # the discarded workers are gone, their CPU reaped into the fork server's
+            into.append((_tree_cpu(os.getpid()) - before) / per)
+            return into[-1]
+
+        c.interleave(opts.reps, lambda: cpu_of(one_call, cpu[0]), lambda: cpu_of(floor_one_call, cpu[1]))
         return [
             c.Row(
                 f"start-up: a run with one tool call [{rc.name}]",
@@ -94,6 +111,15 @@ def main() -> int:
                 unit="ms",
                 base_name="floor, shared",
                 note="run_code(..., executor=<one ThreadPoolExecutor(10)>): no thread started per run",
+            ),
+            c.Row(
+                "  CPU per run (host + its child processes)",
+                c.Stats.of([x * ms for x in cpu[0]]),
+                c.Stats.of([x * ms for x in cpu[1]]),
+                unit="ms",
+                base_name="floor",
+                note=f"from /proc, {per} runs back to back per sample: the host's and its descendants' "
+                "CPU time, the reaped workers' included (not the kernel's threads, which free a worker's namespaces)",
             ),
             c.ours_vs(
                 "  an empty run: run_code('')",

@@ -203,7 +203,7 @@ def _workers_alive(server_pid: int) -> int:
             with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
                 if fh.read().rsplit(")", 1)[1].split()[0] != "Z":
                     n += 1
-        except FileNotFoundError:
+        except (FileNotFoundError, ProcessLookupError):  # (gone between the listing and the read)
             pass
     return n
 

@@ -6,6 +6,7 @@ hello each worker sends when it is ready, the core's states), never timing."""
 
 from __future__ import annotations
 
+import ctypes
 import os
 import sys
 import threading
@@ -106,6 +107,39 @@ def test_with_more_runs_waiting_than_spares_on_their_way_the_first_starts_its_ow
     assert core.ask(2, FRESH, 1) == (USE, spare, None)
 
 
+def test_runs_that_find_no_spare_ready_raise_the_spares_kept_ready_up_to_the_bound():
+    core = PoolCore(size=8, spares=1, runs_per_worker=5, max_spares=3)
+    (spare,) = core.want_spares()
+    for run in (1, 2, 3):  # each finds none ready
+        assert core.ask(run, FRESH, 1)[0] == WAIT
+    assert core.target == 3, "one more per run that found none, up to max_spares"
+    core.started(spare, True)
+    assert core.ask(1, FRESH, 1) == (USE, spare, None)
+    core.leave(2)
+    core.leave(3)
+    made = core.want_spares()
+    assert len(made) == 3
+    for wid in made:
+        core.started(wid, True)
+    assert core.ask(4, "a", 1)[0] == USE and core.target == 3, "a domain's run never moves it"
+
+
+def test_the_spares_kept_ready_fall_back_to_spares_once_runs_find_them_ready():
+    core = PoolCore(size=8, spares=1, runs_per_worker=5)
+    assert core.max_spares == 2, "default: twice spares"
+    assert core.ask(1, FRESH, 1)[0] == SPAWN  # none ready, none coming
+    assert core.target == 2
+    made = core.want_spares()
+    assert len(made) == 2
+    for wid in made:
+        core.started(wid, True)
+    assert core.ask(2, FRESH, 1)[0] == USE  # two ready: it leaves the other
+    assert core.target == 1
+    assert core.want_spares() == [], "one ready is enough again"
+    assert core.ask(3, FRESH, 1)[0] == USE
+    assert core.target == 1, "never below spares"
+
+
 def test_a_spare_that_could_not_start_lets_the_waiting_run_start_its_own():
     core = PoolCore(size=2, spares=1, runs_per_worker=5)
     (spare,) = core.want_spares()
@@ -156,11 +190,17 @@ def test_the_filter_a_fork_server_builds_once_is_each_childs_own(monkeypatch):
 
     machine = os.uname().machine
     monkeypatch.setattr(oslimits, "_TEMPLATE", None)
+    monkeypatch.setattr(oslimits, "_FILTER", None)
     expected = {pid: oslimits.filter_bytes(machine, pid) for pid in (7, 4242, 2**22 - 1)}
+    assert len(set(expected.values())) == 3
     monkeypatch.setattr(os, "geteuid", lambda: 1000)  # build the template only: keep this process's capabilities
     oslimits.prepare()
     assert oslimits._TEMPLATE is not None and len(oslimits._TEMPLATE[2]) >= 1
     assert {pid: oslimits.filter_bytes(machine, pid) for pid in expected} == expected
+    assert oslimits._FILTER is not None
+    for pid, raw in expected.items():  # what a child installs: the ready buffer, its own pid written in
+        fprog, buf = oslimits._ready_filter(machine, pid)
+        assert fprog.len * 8 == len(raw) and ctypes.string_at(fprog.filter, len(raw)) == raw
 
 
 @pytest.mark.skipif(not (LINUX and os.geteuid() == 0), reason="a root host's workers only")

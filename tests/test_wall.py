@@ -323,3 +323,16 @@ def test_the_payload_hook_needs_the_hosts_environment():
     with WorkerPool(size=1) as pool:
         result = run_code("/*payload*/ return 1", runtime=pool, description="test")
     assert result.result == 1
+
+
+def test_fresh_workers_draw_different_random_numbers():
+    # The fork server prepares the first run's context once, and every
+    # child inherits a copy: each must reseed it, or every run on a fresh
+    # worker would draw the same Math.random() sequence as every other.
+    with WorkerPool(size=2) as pool:
+        drawn = [
+            tuple(run_code("return [Math.random(), Math.random()]", runtime=pool, description="test").result)
+            for _ in range(6)
+        ]
+    assert len(set(drawn)) == len(drawn)
+    assert all(0 <= x < 1 for pair in drawn for x in pair)

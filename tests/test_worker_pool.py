@@ -10,6 +10,7 @@ waits on those.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import signal
@@ -1124,3 +1125,32 @@ def test_the_seccomp_filter_program_is_well_formed():
                 assert at + 1 + max(jt, jf) < len(prog)
         assert prog[-2] == (0x06, 0, 0, 0x00050000 | 1), "anything not allowed: EPERM"
         assert prog[-1] == (0x06, 0, 0, 0x7FFF0000)
+
+
+def test_the_random_state_is_found_and_a_reseed_changes_the_sequence():
+    import _quickjs
+
+    from nous_sched.runtime import engine, worker
+
+    at = worker._random_offset(_quickjs)
+    assert at is not None, "the binding's layout did not match: each fresh worker prepares its own context"
+    first = engine.prepare()
+    second = engine.prepare()
+    # Two copies of one context draw alike (as a fork server's children would)...
+    state = ctypes.c_uint64.from_address(ctypes.c_void_p.from_address(id(first[0]) + 24).value + at).value
+    ctypes.c_uint64.from_address(ctypes.c_void_p.from_address(id(second[0]) + 24).value + at).value = state
+    assert first[0].eval("Math.random()") == second[0].eval("Math.random()")
+    # ...until one is reseeded.
+    worker._reseed(second, at)
+    assert [first[0].eval("Math.random()") for _ in range(3)] != [second[0].eval("Math.random()") for _ in range(3)]
+
+
+def test_a_workers_threads_are_named():
+    with WorkerPool(size=1) as pool:
+        pool.prestart(1)
+        (pid,) = pool.pids()
+        names = set()
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/comm", encoding="utf-8") as fh:
+                names.add(fh.read().strip().rsplit("-", 1)[0])
+    assert names == {"nous-worker", "nous-js"}

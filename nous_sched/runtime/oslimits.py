@@ -161,6 +161,11 @@ _baseline_vm = 0  # the address space in use when apply() ran (bytes)
 
 
 _LIBC: Any = None
+#: Made once by :func:`prepare` in a fork server, which its children inherit:
+#: the bounding set it left (each child's own, as fork keeps it), and the
+#: ``capset`` call with its arguments ready.
+_BOUNDING: Optional[list[int]] = None
+_CAPSET: Any = None
 
 
 def _libc() -> Any:
@@ -228,7 +233,8 @@ def apply(
     if libc is None:
         return report
     root_user = os.geteuid() == 0
-    bounding = _bounding_set() if root_user else []  # (read before the empty root hides /proc)
+    # (Read before the empty root hides /proc; a fork server read it once.)
+    bounding = (_bounding_set() if _BOUNDING is None else _BOUNDING) if root_user else []
     if namespaces:
         _isolate(libc, root, report)
     if root_user:
@@ -294,14 +300,24 @@ def _drop_privilege(libc: Any, uid: int, gid: int, report: dict[str, Any], bound
         report["privilege_error"] = str(exc)
 
 
-def _clear_capabilities(libc: Any) -> None:
-    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
-    data = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable x 2: all zero
+def _capset_call(libc: Any) -> Any:
+    """``capset`` with arguments that clear every set of this process, ready
+    to call: ``(function, number, header, data)``, or ``None`` here."""
     table = _ARCHES.get(os.uname().machine, (0, {}, None))[1]
     if "capset" not in table:
-        return
-    libc.syscall.restype = ctypes.c_long
-    _check(libc.syscall(ctypes.c_long(table["capset"]), header, data), "capset")
+        return None
+    call = libc.syscall
+    call.restype = ctypes.c_long
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
+    data = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable x 2: all zero
+    return call, ctypes.c_long(table["capset"]), header, data
+
+
+def _clear_capabilities(libc: Any) -> None:
+    capset = _CAPSET if _CAPSET is not None else _capset_call(libc)
+    if capset is not None:
+        call, number, header, data = capset
+        _check(call(number, header, data), "capset")
 
 
 def cap_memory(limit: int) -> int:
@@ -378,6 +394,10 @@ def _arg_block(nr: int, index: int, values: tuple[int, ...], jset: int = 0) -> l
 #: The filter built once (by :func:`prepare`): (machine, its bytes, the
 #: instructions that hold the process's own pid).
 _TEMPLATE: Optional[tuple[str, bytes, list[int]]] = None
+#: That filter ready to install, also made by :func:`prepare`: (machine, its
+#: buffer, the ``sock_fprog`` pointing to it, the byte offsets of the pid).
+#: A fork server's child writes its own pid into its copy and installs it.
+_FILTER: Any = None
 
 
 def _pack(prog: list[tuple[int, int, int, int]]) -> bytes:
@@ -401,9 +421,9 @@ def prepare() -> None:
     (each child writes only its own pid in), and, as root, every capability
     but ``CAP_SETPCAP`` out of the bounding set (it limits only what an
     ``execve`` could gain, which a fork server never does; each child drops
-    the last one itself). Best effort: whatever fails here, :func:`apply`
-    does in full."""
-    global _TEMPLATE
+    the last one itself), what is left in it, and the ``capset`` call's
+    arguments. Best effort: whatever fails here, :func:`apply` does in full."""
+    global _TEMPLATE, _BOUNDING, _CAPSET, _FILTER
     if not sys.platform.startswith("linux"):
         return
     libc = _libc()
@@ -411,10 +431,14 @@ def prepare() -> None:
     if machine in _ARCHES:
         one, two = filter_program(machine, 1), filter_program(machine, 2)
         _TEMPLATE = (machine, _pack(one), [i for i, (a, b) in enumerate(zip(one, two, strict=True)) if a != b])
+        buf = ctypes.create_string_buffer(_TEMPLATE[1], len(_TEMPLATE[1]))
+        _FILTER = (machine, buf, _Fprog(len(buf) // 8, ctypes.addressof(buf)), [8 * at + 4 for at in _TEMPLATE[2]])
     if os.geteuid() == 0:
         for cap in _bounding_set():
             if cap != _CAP_SETPCAP:
                 libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0)
+        _BOUNDING = _bounding_set()
+        _CAPSET = _capset_call(libc)
 
 
 def _bounding_set() -> list[int]:
@@ -431,9 +455,22 @@ def _bounding_set() -> list[int]:
     return [cap for cap in range(_CAP_LAST + 1) if bits >> cap & 1]
 
 
-def _install_seccomp(libc: Any, machine: str) -> None:
-    raw = filter_bytes(machine, os.getpid())
+def _ready_filter(machine: str, own_pid: int) -> tuple[Any, Any]:
+    """The filter for ``own_pid`` as the kernel takes it: ``(sock_fprog, its
+    buffer)`` (the buffer must live until it is installed). A fork server's
+    child writes its pid into its copy of the one :func:`prepare` built."""
+    if _FILTER is not None and _FILTER[0] == machine:
+        _, buf, fprog, words = _FILTER
+        for at in words:
+            struct.pack_into("=I", buf, at, own_pid)  # the instruction's k
+        return fprog, buf
+    raw = filter_bytes(machine, own_pid)
     buf = ctypes.create_string_buffer(raw, len(raw))
-    fprog = _Fprog(len(raw) // 8, ctypes.addressof(buf))
+    return _Fprog(len(raw) // 8, ctypes.addressof(buf)), buf
+
+
+def _install_seccomp(libc: Any, machine: str) -> None:
+    fprog, buf = _ready_filter(machine, os.getpid())
     _check(libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
     _check(libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.addressof(fprog), 0, 0), "prctl(PR_SET_SECCOMP)")
+    del buf

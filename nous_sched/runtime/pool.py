@@ -10,8 +10,9 @@ handed out only once it has said hello, which it does once it is bounded
 that takes one sends it the program at once and waits for nothing of its
 start-up. Spares are started by a thread of the pool's own, which reads
 their hellos, and boot as ``SCHED_BATCH`` (never preempting a run's threads);
-the spare a run took is replaced when that run ends (at once only if no
-spare is left), so no replacement competes with the run for the CPU. Reuse
+the spare a run took is replaced as soon as it is taken, and while runs find
+no spare ready, more are kept booting side by side (up to twice
+:attr:`WorkerPool.spares`: see :class:`~nous_sched.runtime.poolcore.PoolCore`). Reuse
 is an explicit opt-in scoped to a trust domain (:meth:`WorkerPool.domain`):
 a worker then serves further runs of that domain only.
 
@@ -116,8 +117,9 @@ class WorkerPool:
         most runs at once. Default: the core count, at least 8
         (:func:`default_size`): programs beyond the cores only share them.
     :param spares: fresh workers kept ready (within ``size``; default 2),
-        each started in the background when a run that used one ends (at
-        once when none is left); :meth:`wait_for_spares` waits for them.
+        each replaced in the background as soon as a run takes it; while
+        runs find none ready, up to twice as many are kept (within
+        ``size``); :meth:`wait_for_spares` waits for ``spares`` of them.
     :param start_method: ``"forkserver"`` (default on Linux): workers are
         forked from one process that has loaded the engine (about a
         millisecond each); ``"spawn"``: each worker is a fresh interpreter
@@ -243,12 +245,10 @@ class WorkerPool:
             except BaseException:
                 self._release(wid, FRESH, False)
                 raise
-            # The spare it took is replaced when the run ends (_release), so
-            # nothing of the replacement runs beside it; now only if no spare
-            # is left for the next run.
-            with self._lock:
-                low = self.spares > 0 and not self._core.spares_ready()
-            if low:
+            # The spare it took is replaced now, not when the run ends: a
+            # replacement boots as SCHED_BATCH (it never preempts this run's
+            # threads), and runs that follow each other find it ready sooner.
+            if self.spares > 0:
                 self._top_up()
             return Begun(self, remote, limits, deadline, cancel, domain)
 
@@ -582,8 +582,8 @@ class WorkerPool:
     def _top_up(self) -> None:
         """Have the spares thread start the spares the core wants and reap the
         discarded workers: wake it, or start it if there is none. Called when a
-        run ends, so a spare's start never runs beside the run that took one
-        (the spare boots at the lowest priority anyway: see
+        run takes a spare and when a run ends (a spare boots as
+        ``SCHED_BATCH``, so it never preempts the run: see
         ``worker._boot_policy``)."""
         with self._lock:
             if self._core.closed:

@@ -22,7 +22,14 @@ What the core guarantees, whatever the order of calls:
   start another process beside it;
 * every reserved place is given back: by :meth:`started` (the process
   exists, or could not be made), :meth:`release`, :meth:`dead` or
-  :meth:`close`.
+  :meth:`close`;
+* the number of spares kept ready follows demand, within bounds: it starts
+  at ``spares``, grows by one (up to ``max_spares``) whenever a run without
+  a domain finds no spare ready, and shrinks by one (down to ``spares``)
+  whenever such a run takes a spare and leaves all but one of the others
+  ready. Runs that follow each other keep more spares booting side by side
+  (a spare's boot is mostly waiting on the CPU, so two booting at once are
+  ready sooner than two one after the other).
 """
 
 from __future__ import annotations
@@ -65,11 +72,14 @@ class Slot:
 class PoolCore:
     """See the module docstring. ``size``: most workers; ``spares``: fresh
     workers to keep ready (within ``size``); ``runs_per_worker``: most runs a
-    worker serves within one trust domain."""
+    worker serves within one trust domain; ``max_spares``: most spares kept
+    ready while runs find none (default twice ``spares``, within ``size``)."""
 
-    def __init__(self, size: int, spares: int, runs_per_worker: int) -> None:
+    def __init__(self, size: int, spares: int, runs_per_worker: int, max_spares: Optional[int] = None) -> None:
         self.size = size
         self.spares = min(spares, size)
+        self.max_spares = min(size, max(self.spares, 2 * self.spares if max_spares is None else max_spares))
+        self.target = self.spares  # spares to keep ready now: see the module docstring
         self.runs_per_worker = runs_per_worker
         self.slots: dict[int, Slot] = {}
         self.idle: list[int] = []  # longest idle first
@@ -89,6 +99,8 @@ class PoolCore:
         if self.closed:
             self.leave(run)
             raise Closed
+        if domain is FRESH and run not in self.waiting:
+            self._follow_demand(self.spares_ready())
         if self.waiting and self.waiting[0] != run:
             if run not in self.waiting:
                 self.waiting.append(run)
@@ -116,6 +128,13 @@ class PoolCore:
         wid = self._new(run)
         self.leave(run)
         return SPAWN, wid, retire
+
+    def _follow_demand(self, ready: int) -> None:
+        """A run without a domain arrives and finds ``ready`` spares ready."""
+        if ready == 0:
+            self.target = min(self.target + 1, self.max_spares)
+        elif ready >= self.target and self.target > self.spares:
+            self.target -= 1  # (it takes one and leaves all but one ready)
 
     def _pick(self, domain: Any, need: int) -> Optional[int]:
         """The idle worker for a run of ``domain``: one that served only that
@@ -164,7 +183,7 @@ class PoolCore:
             if s.for_run is None and s.state in ("starting", "idle") and s.domain is FRESH
         )
         made = []
-        while ready < self.spares and len(self.slots) < self.size:
+        while ready < self.target and len(self.slots) < self.size:
             made.append(self._new(None))
             ready += 1
         return made

@@ -160,9 +160,26 @@ class _Reader:
         return op, body  # type: ignore[return-value]
 
 
+#: prctl taking a name, made once by a fork server (see :func:`_name_setter`).
+_NAMER: Any = None
+
+
+def _name_setter() -> Any:
+    """``prctl`` declared to take a name (bytes) as its second argument."""
+    import ctypes
+
+    call = ctypes.CDLL(None).prctl
+    call.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    call.restype = ctypes.c_int
+    return call
+
+
 def _set_thread_name(name: str, libc: Any = None) -> None:
     # prctl(PR_SET_NAME): what `top -H` and /proc/<pid>/task/*/comm show (15 bytes).
     # (``libc``: oslimits' own, made once in a fork server; its prctl takes numbers.)
+    if _NAMER is not None:  # (in a fork server's child: nothing to make)
+        _NAMER(15, name.encode()[:15], 0, 0, 0)
+        return
     if sys.platform.startswith("linux"):
         try:
             import ctypes
@@ -294,6 +311,60 @@ def _budget_offset(quickjs: Any) -> Any:
         return 64
     except Exception:
         return None
+
+
+def _random_offset(quickjs: Any) -> Any:
+    """Where a context keeps ``Math.random``'s state (quickjs-ng's
+    ``JSContext.random_state``, a xorshift64* state), as an offset into the
+    context struct the binding points to, or ``None`` unless exactly one
+    place behaves so and a state written there is the one ``Math.random``
+    then draws from. A fork server uses it to give each child's copy of the
+    context it prepared a fresh seed (:func:`_reseed`)."""
+    import ctypes
+
+    if ctypes.sizeof(ctypes.c_void_p) != 8:
+        return None
+    mask = (1 << 64) - 1
+
+    def step(state: int) -> tuple[int, float]:
+        state ^= state >> 12
+        state ^= (state << 25) & mask
+        state ^= state >> 27
+        out = (state * 0x2545F4914F6CDD1D) & mask
+        return state, struct.unpack("<d", struct.pack("<Q", 0x3FF << 52 | out >> 12))[0] - 1.0
+
+    try:
+        ctx = quickjs.Context()
+        base = ctypes.c_void_p.from_address(id(ctx) + 24).value
+        if not base:
+            return None
+        words = range(0, 1024, 8)  # (the struct is larger; the state lies well within)
+        before = [ctypes.c_uint64.from_address(base + at).value for at in words]
+        drawn = ctx.eval("Math.random()")
+        found = [
+            at
+            for at, old in zip(words, before, strict=True)
+            if step(old) == (ctypes.c_uint64.from_address(base + at).value, drawn)
+        ]
+        if len(found) != 1:
+            return None
+        for seed in (0x9E3779B97F4A7C15, 12345):
+            ctypes.c_uint64.from_address(base + found[0]).value = seed
+            if ctx.eval("Math.random()") != step(seed)[1]:
+                return None
+        return found[0]
+    except Exception:
+        return None
+
+
+def _reseed(prepared: Any, at: int) -> None:
+    """A fresh ``Math.random`` seed for this process's copy of a context its
+    fork server prepared (every child would otherwise draw the same numbers)."""
+    import ctypes
+
+    base = ctypes.c_void_p.from_address(id(prepared[0]) + 24).value
+    if base:
+        ctypes.c_uint64.from_address(base + at).value = int.from_bytes(os.urandom(8), "little") | 1
 
 
 def _prepare(engine: Any) -> Any:
@@ -548,12 +619,19 @@ def _test_payload() -> Any:
 
 
 def _become_worker(
-    name: str, lifeline: int, modules: tuple[Any, Any, Any], options: dict[str, Any], offset: Any = False
+    name: str,
+    lifeline: int,
+    modules: tuple[Any, Any, Any],
+    options: dict[str, Any],
+    offset: Any = False,
+    prepared: Any = None,
 ) -> None:
-    """Bound this process and serve frames on standard input and output; never returns."""
+    """Bound this process and serve frames on standard input and output; never
+    returns. ``prepared``: the first run's context, its prelude evaluated by
+    the fork server (and reseeded here); made here when ``None``."""
+    import _thread
     import json
     import signal
-    import threading
 
     quickjs, engine, oslimits = modules
     # A spare's boot works at the lowest priority; every thread is back to
@@ -562,10 +640,14 @@ def _become_worker(
     if boot is not None:
         _set_policy(boot)
     # The terminal's Ctrl-C is the host's to handle: it kills this worker if it must.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # (A fork server's child inherits the server's SIG_IGN.)
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     libc = oslimits._libc() if sys.platform.startswith("linux") else None
     _set_thread_name(name.replace("nous-sched-worker-", "nous-worker-"), libc)
     payload = _test_payload()
+    if prepared is not None:
+        _reseed(prepared, options["seed_at"])
     # (A fork server verified the layout once for all its children.)
     watchdog = _Watchdog(lifeline, _budget_offset(quickjs) if offset is False else offset)
     bounds = oslimits.apply(
@@ -586,24 +668,34 @@ def _become_worker(
             # The first run's context first: a worker that has said hello is
             # ready, and a pool hands out only ready spares (so a run never
             # waits for the prelude's compilation).
+            first = prepared
             if boot is not None:
                 _set_policy(boot)
-            prepared = _prepare(engine)
+            if first is None:
+                first = _prepare(engine)
+            else:
+                # The server's context is this process's copy-on-write copy:
+                # a collection writes to every object of it, so the copies
+                # are made now, while booting, not by the run that takes it.
+                first[0].gc()
             if boot is not None:
                 _set_policy(_SCHED_OTHER)
-            hello = {"pid": os.getpid(), "os_bounds": bounds, "prepared": prepared is not None}
+            hello = {"pid": os.getpid(), "os_bounds": bounds, "prepared": first is not None}
             # This thread writes every frame, the hello included: one writer.
             write_all(1, frame(HELLO, json.dumps(hello).encode()))
-            serve(engine, oslimits, watchdog, 0, 1, payload, prepared)
+            serve(engine, oslimits, watchdog, 0, 1, payload, first)
         finally:
             os._exit(0)
 
     watchdog.install()
     if boot is not None:
         _set_policy(_SCHED_OTHER)
-    threading.stack_size(JS_STACK)
-    thread = threading.Thread(target=run, name="nous-sched-js", daemon=True)
-    thread.start()
+    # The JS thread, named by run() itself (prctl). A bare thread, not a
+    # threading.Thread: in a fresh fork server child, the Thread object's
+    # bookkeeping and start handshake cost 0.3 ms of CPU (about 70 page
+    # faults) more than the thread does; nothing here joins or lists it.
+    _thread.stack_size(JS_STACK)
+    _thread.start_new_thread(run, ())
     try:
         watchdog.watch()
     finally:
@@ -613,9 +705,11 @@ def _become_worker(
 def _fork_server(sock_fd: int, modules: tuple[Any, Any, Any], options: dict[str, Any]) -> None:
     """Fork a fresh worker for each request on the host's socket; never returns.
 
-    Single-threaded (so forking it is safe), it has loaded the engine but
-    never made a context or run anything: each child starts from this
-    state, binds itself and prepares its own context (its own random seed).
+    Single-threaded (so forking it is safe), it has loaded the engine and
+    prepared one context (the prelude evaluated) but never run a program:
+    each child starts from this state, binds itself and gives its copy of
+    that context a fresh ``Math.random`` seed (:func:`_random_offset`; where
+    the seed cannot be found, each child prepares its own context instead).
     What every child's bounds would build alike it builds once
     (:func:`oslimits.prepare`: the seccomp filter, the bounding set). A
     request flagged :data:`BACKGROUND` (a spare) is forked as
@@ -635,13 +729,12 @@ def _fork_server(sock_fd: int, modules: tuple[Any, Any, Any], options: dict[str,
     import signal
     import socket
 
-    offset = _budget_offset(modules[0])
+    offset, seed_at, prepared = _prepare_server(modules)
     # A spare is forked at the boot's policy and born with it (the fork's own
     # work, the copy of this process's page tables, included): see _boot_policy.
     boot = _boot_policy()
     # Everything loaded so far is shared with every child: keep the collector
     # from touching it (a touched page is a copied page in each child).
-    modules[2].prepare()  # (what every child's bounds would otherwise build alike)
     gc.collect()
     gc.freeze()
     sock = socket.socket(fileno=sock_fd)
@@ -678,7 +771,8 @@ def _fork_server(sock_fd: int, modules: tuple[Any, Any, Any], options: dict[str,
                 fds,
                 (sock_fd, wake_r, wake_w),
                 modules,
-                {**options, "offset": offset, "pdeathsig": True, "background": BACKGROUND in flags},
+                {**options, "offset": offset, "pdeathsig": True, "background": BACKGROUND in flags, "seed_at": seed_at},
+                prepared,
             )
         if background:
             _set_policy(_SCHED_OTHER)
@@ -689,6 +783,33 @@ def _fork_server(sock_fd: int, modules: tuple[Any, Any, Any], options: dict[str,
             socket.send_fds(sock, [b"P %d %s" % (pid, msg)], [pidfd])
         finally:
             os.close(pidfd)
+
+
+def _prepare_server(modules: tuple[Any, Any, Any]) -> tuple[Any, Any, Any]:
+    """What a fork server makes once for all its children, before the first
+    fork: the budget's offset, the random state's offset, and the first
+    run's context ``(offset, seed_at, prepared)``; and what the children
+    inherit ready (:func:`oslimits.prepare`, the thread namer, Ctrl-C
+    ignored: the host's to handle)."""
+    import signal
+
+    offset = _budget_offset(modules[0])
+    # The first run's context of every child, prepared once here (the
+    # prelude's compilation is the largest part of a worker's start): each
+    # child gets a copy-on-write copy and gives it a fresh Math.random seed.
+    # Only where that seed can be found; otherwise each child makes its own.
+    # No program ever runs in this process or in this context here.
+    seed_at = _random_offset(modules[0])
+    prepared = _prepare(modules[1]) if seed_at is not None else None
+    modules[2].prepare()  # (what every child's bounds would otherwise build alike)
+    global _NAMER
+    if sys.platform.startswith("linux"):
+        try:
+            _NAMER = _name_setter()
+        except (OSError, AttributeError):
+            pass
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    return offset, seed_at, prepared
 
 
 def _reap(sock: Any) -> None:
@@ -707,7 +828,9 @@ def _reap(sock: Any) -> None:
             pass
 
 
-def _child(name: str, fds: list[int], close: tuple[int, ...], modules: Any, options: dict[str, Any]) -> None:
+def _child(
+    name: str, fds: list[int], close: tuple[int, ...], modules: Any, options: dict[str, Any], prepared: Any = None
+) -> None:
     for fd in close:
         os.close(fd)
     os.dup2(fds[0], 0)
@@ -716,7 +839,7 @@ def _child(name: str, fds: list[int], close: tuple[int, ...], modules: Any, opti
     os.closerange(4, 1 << 16)
     os.setpgid(0, 0)  # a process group of its own, killed as a group
     try:
-        _become_worker(name, 3, modules, options, options["offset"])
+        _become_worker(name, 3, modules, options, options["offset"], prepared)
     finally:
         os._exit(1)
 
