@@ -137,6 +137,8 @@ def freeze(value: Any) -> Any:
     kind = type(value)
     if kind in _IMMUTABLE or kind is FrozenDict or kind is FrozenList or kind is _Later:
         return value
+    if kind is tuple and value and value[0] is _TEXT:  # frozen_later's: frozen when first read
+        return value
     # Scalars inline, not one call each: this runs over every call's arguments.
     if kind is dict or isinstance(value, abc.Mapping):
         return _frozen_dict({key: item if type(item) in _IMMUTABLE else freeze(item) for key, item in value.items()})
@@ -180,7 +182,14 @@ def frozen_later(text: str) -> Any:
     ``arguments``: read, it is ``freeze(snapshot.loads(text))``, built on first
     read. ``text`` must be what the tool's own copy was parsed from, and parse
     under the snapshot rules (the gate has parsed it)."""
-    return _Later(_thaw, text)
+    # A tuple of a sentinel and a str, not an object: the garbage collector
+    # stops tracking it at its first look, so the one a record keeps per call
+    # does not count toward the collections of the whole process that the
+    # records a run keeps bring on (benchmarks/README.rst, the GC paragraph).
+    return (_TEXT, text)
+
+
+_TEXT: Any = object()  # frozen_later's mark
 
 
 def _resolving(cls: type, name: str) -> None:
@@ -236,7 +245,7 @@ class ToolCallEvent:
     def as_event(self) -> Event:
         """This record as a session :class:`Event`; both are immutable, so they may share data.
         Arguments still kept as text stay so: the event's ``data`` is built when first read."""
-        if type(_ARGUMENTS(self)) is _Later:
+        if type(_ARGUMENTS(self)) is tuple:  # kept as text (frozen_later)
             return Event(self.type, _Later(_tool_call_data, self))
         return Event(self.type, _tool_call_data(self))
 
@@ -257,7 +266,25 @@ def _tool_call_data(event: ToolCallEvent) -> FrozenDict:
 
 _ARGUMENTS = ToolCallEvent.__dict__["arguments"].__get__  # the slot itself: the value as held
 _SET_CALL = tuple(ToolCallEvent.__dict__[name].__set__ for name in ("id", "name", "arguments", "mode", "seq", "source"))
-_resolving(ToolCallEvent, "arguments")
+_SET_ARGUMENTS = _SET_CALL[2]
+
+
+def _read_arguments(self: ToolCallEvent) -> Any:
+    value = _ARGUMENTS(self)
+    if type(value) is tuple:  # frozen_later's text: frozen now, once, in its place
+        with _FIRST_READ:  # two first readers get one value
+            value = _ARGUMENTS(self)
+            if type(value) is tuple:
+                value = _thaw(value[1])
+                _SET_ARGUMENTS(self, value)
+    return value
+
+
+# The setter is the slot's own: attrs' __init__ sets fields through it; a
+# frozen class's __setattr__ still refuses everyone else.
+ToolCallEvent.arguments = property(
+    _read_arguments, _SET_ARGUMENTS, doc="``arguments`` (frozen on first read when kept as text)."
+)
 _new = object.__new__
 
 
