@@ -153,7 +153,10 @@ def parts(opts: c.Options, big: list[dict[str, Any]], args_records: list[dict[st
             lambda: json.loads(text, object_hook=events._frozen_dict),
         ),
         ("args 100 KB: audit copy kept as text (frozen_later), unread", lambda: events.frozen_later(text)),
-        ("args 100 KB: audit copy kept as text, first read", lambda: events.frozen_later(text).get()),
+        (
+            "args 100 KB: audit copy kept as text, first read",
+            lambda: events.ToolCallEvent("c:0", "t", events.frozen_later(text), "parallel", 0).arguments,
+        ),
     ]
     rows: list[c.Row] = []
     for value, named in ((big, result_parts), (sent, args_parts)):
