@@ -428,7 +428,7 @@ class CodeModeServer:
         bound = sock.getsockname()[1]
         shown = f"[{host}]" if ":" in host else host
         config = uvicorn.Config(self.http_app(host=host, path=path), log_level="warning", lifespan="on")
-        server = uvicorn.Server(config)
+        server = _signalled_server(config)
 
         async def serve() -> None:
             async with anyio.create_task_group() as tg:
@@ -440,6 +440,12 @@ class CodeModeServer:
 
         try:
             anyio.run(serve)
+            if server.signalled:
+                # uvicorn raises the signal again once it has shut down, and
+                # asyncio's runner turns a SIGINT into a cancel of the main
+                # task; when that task was already ending, the runner returns
+                # normally and the interrupt is lost (exit 0, not 130).
+                raise KeyboardInterrupt
         finally:
             sock.close()
 
@@ -829,3 +835,18 @@ def _final_result(outcome: tuple[str, Any]) -> CallToolResult:
 
 def _error_result(message: str) -> CallToolResult:
     return CallToolResult(content=[TextContent(type="text", text=message)], is_error=True)
+
+
+def _signalled_server(config: Any) -> Any:
+    """A uvicorn server (an optional import, so made here) that remembers
+    whether a signal stopped it: ``.signalled``."""
+    import uvicorn
+
+    class SignalledServer(uvicorn.Server):
+        signalled = False
+
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            self.signalled = True
+            super().handle_exit(sig, frame)
+
+    return SignalledServer(config)
