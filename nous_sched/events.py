@@ -33,6 +33,7 @@ from typing import Any, Callable, Iterable, Mapping, NoReturn, Optional
 
 import attrs
 
+from ._slots import maker
 from .snapshot import loads
 
 __all__ = [
@@ -265,8 +266,9 @@ def _tool_call_data(event: ToolCallEvent) -> FrozenDict:
 
 
 _ARGUMENTS = ToolCallEvent.__dict__["arguments"].__get__  # the slot itself: the value as held
-_SET_CALL = tuple(ToolCallEvent.__dict__[name].__set__ for name in ("id", "name", "arguments", "mode", "seq", "source"))
-_SET_ARGUMENTS = _SET_CALL[2]
+# Made before ``arguments`` becomes a property below: the maker sets the slot itself.
+_make_call = maker(ToolCallEvent, "id", "name", "arguments", "mode", "seq", "source")
+_SET_ARGUMENTS = ToolCallEvent.__dict__["arguments"].__set__
 
 
 def _read_arguments(self: ToolCallEvent) -> Any:
@@ -285,7 +287,6 @@ def _read_arguments(self: ToolCallEvent) -> Any:
 ToolCallEvent.arguments = property(
     _read_arguments, _SET_ARGUMENTS, doc="``arguments`` (frozen on first read when kept as text)."
 )
-_new = object.__new__
 
 
 def tool_call_event(id: str, name: str, arguments: Any, mode: str, seq: int) -> ToolCallEvent:
@@ -293,15 +294,7 @@ def tool_call_event(id: str, name: str, arguments: Any, mode: str, seq: int) -> 
     are frozen already (:func:`freeze`, :func:`frozen_later`): the same record,
     its slots set directly, without attrs' ``__init__`` (at about half the
     cost: the scheduler's driver makes one per call)."""
-    event: ToolCallEvent = _new(ToolCallEvent)
-    set_id, set_name, set_arguments, set_mode, set_seq, set_source = _SET_CALL
-    set_id(event, id)
-    set_name(event, name)
-    set_arguments(event, arguments)
-    set_mode(event, mode)
-    set_seq(event, seq)
-    set_source(event, "code_mode")
-    return event
+    return _make_call(id, name, arguments, mode, seq, "code_mode")
 
 
 @attrs.frozen
@@ -372,21 +365,14 @@ class ToolOutcomeEvent:
         return Event(self.type, data)
 
 
-_SET_OUTCOME = tuple(ToolOutcomeEvent.__dict__[name].__set__ for name in ("seq", "tool", "ok", "error", "bytes"))
+_make_outcome = maker(ToolOutcomeEvent, "seq", "tool", "ok", "error", "bytes")
 
 
 def tool_outcome_event(seq: int, tool: str, ok: bool, error: Any, size: int) -> ToolOutcomeEvent:
     """``ToolOutcomeEvent(seq, tool, ok, error, size)``, the same record, its
     slots set directly, without attrs' ``__init__`` (``error`` is frozen here,
     as the field's converter would; the scheduler's driver makes one per call)."""
-    event: ToolOutcomeEvent = _new(ToolOutcomeEvent)
-    set_seq, set_tool, set_ok, set_error, set_bytes = _SET_OUTCOME
-    set_seq(event, seq)
-    set_tool(event, tool)
-    set_ok(event, ok)
-    set_error(event, None if error is None else freeze(error))
-    set_bytes(event, size)
-    return event
+    return _make_outcome(seq, tool, ok, None if error is None else freeze(error), size)
 
 
 #: ``ToolOutcomeEvent.error["kind"]`` values: the approval step refused the call

@@ -14,6 +14,7 @@ from typing import Any, Optional
 
 import attrs
 
+from ._slots import maker
 from .errors import ToolError
 
 __all__ = ["Outcome", "SubCallError", "clamp", "quote_name", "MAX_MESSAGE", "TRUNCATION_MARK"]
@@ -74,13 +75,7 @@ class Outcome:
             object.__setattr__(made, "text", text)  # not an __init__ argument: only a snapshot's own text
             return made
         # Every call's answer: the slots set directly, without attrs' __init__ (at about half the cost).
-        made = _new(Outcome)
-        set_ok, set_value, set_error, set_text = _SET
-        set_ok(made, True)
-        set_value(made, value)
-        set_error(made, None)
-        set_text(made, text)
-        return made
+        return _make(True, value, None, text)
 
     @classmethod
     def failure(cls, tool: str, message: str) -> "Outcome":
@@ -94,5 +89,4 @@ class Outcome:
         raise ToolError(self.error.message, tool=self.error.tool)
 
 
-_new = object.__new__
-_SET = tuple(Outcome.__dict__[name].__set__ for name in ("ok", "value", "error", "text"))
+_make = maker(Outcome, "ok", "value", "error", "text")

@@ -52,6 +52,7 @@ from typing import Any, Callable, Optional, Sequence
 from . import _driver_threads, _tool_threads
 from . import _validators as v
 from ._options import OPTIONAL_SESSION_LOG
+from ._slots import maker
 from ._tool_threads import Task, Then, ToolThreads
 from ._validators import require
 from .dispatch import CallInfo, Dispatch, RunContext, approval_sink, current_call, direct_dispatch
@@ -655,20 +656,7 @@ class Scheduler:
         if batch is not None and batch.owner == threading.get_ident():
             batch.calls.append(call)  # admitted (or refused) with the rest when the batch ends
             return ticket
-        # _admit for one call, inline: a sequential program's every call comes this way.
-        with self._lock:
-            if self._closed or self._wedged_by is not None:
-                admitted = False
-            else:
-                admitted = True
-                self._open.add(ticket)
-                wake, self._wake = self._wake, None
-        if not admitted:
-            self._admit((call,), call)  # refused, or maybe not (a wedged scheduler may have answered since)
-            return ticket
-        self._queue.put(call)
-        if wake is not None:
-            wake()
+        self._admit((call,), call)
         return ticket
 
     def _admit(self, calls: Sequence["_Call"], message: Any) -> None:
@@ -1226,21 +1214,8 @@ class Scheduler:
             self._commit(call)
 
 
-_new = object.__new__
-_SET_INFO = tuple(CallInfo.__dict__[name].__set__ for name in ("id", "tool", "seq", "mode", "run_ctx"))
-
-
-def _call_info(id: str, tool: str, seq: int, mode: str, run_ctx: Optional[RunContext]) -> CallInfo:
-    """``CallInfo(id, tool, seq, mode, run_ctx)``, its slots set directly (the
-    driver makes one per call; attrs' ``__init__`` costs about twice)."""
-    info: CallInfo = _new(CallInfo)
-    set_id, set_tool, set_seq, set_mode, set_run_ctx = _SET_INFO
-    set_id(info, id)
-    set_tool(info, tool)
-    set_seq(info, seq)
-    set_mode(info, mode)
-    set_run_ctx(info, run_ctx)
-    return info
+# CallInfo(id, tool, seq, mode, run_ctx): the driver makes one per call.
+_call_info = maker(CallInfo, "id", "tool", "seq", "mode", "run_ctx")
 
 
 class _InContext:
