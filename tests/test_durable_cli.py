@@ -34,7 +34,8 @@ def test_run_suspends_an_operator_approves_and_resume_finishes(tmp_path):
     token = suspension["token"]
 
     listed = _cli(tmp_path, "approvals", "list", "--store", store)
-    assert listed.returncode == 0 and token in listed.stdout and '#1 pay: {"amount": 2}' in listed.stdout
+    assert listed.returncode == 0 and token in listed.stdout and "  #1 pay\n" in listed.stdout
+    assert 'A program wants to call the tool "pay".' in listed.stdout and '"amount": 2' in listed.stdout
     approved = _cli(tmp_path, "approvals", "approve", token, "1", "--store", store, "--reason", "ok by ops")
     assert approved.returncode == 0, approved.stderr
 

@@ -23,6 +23,7 @@ import time
 import unicodedata
 from typing import Annotated
 
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -30,7 +31,7 @@ from pydantic import Field
 
 from nous_sched import ConfigError, Limits, RunCodeError, SessionLog, Tool, run_code
 from nous_sched._linear import canonical, pattern_problem, search
-from nous_sched._text import escape_surrogates, inert, json_inert, one_line
+from nous_sched._text import inert, json_inert, machine_text, one_line
 from nous_sched.cli.render import inert as cli_inert
 from nous_sched.cli.render import json_text
 from nous_sched.discovery import Discovery, closest_names
@@ -359,7 +360,7 @@ def test_a_lone_surrogate_in_the_description_is_logged_escaped(runtime, caplog):
     assert "\n" not in line
 
 
-def test_the_audit_log_escapes_a_lone_surrogate_and_loses_no_line(tmp_path):
+def test_the_audit_log_replaces_a_lone_surrogate_and_loses_no_line(tmp_path):
     path = tmp_path / "audit.jsonl"
     audit = AuditLog(path)
     audit.write("tool_call", args={"path": "/tmp/\ud800", "\udc00": "é"})
@@ -367,8 +368,8 @@ def test_the_audit_log_escapes_a_lone_surrogate_and_loses_no_line(tmp_path):
     audit.close()
     lines = path.read_text(encoding="utf-8").splitlines()
     assert len(lines) == 2
-    first = json.loads(lines[0])
-    assert first["args"] == {"path": "/tmp/\ud800", "\udc00": "é"}
+    first = orjson.loads(lines[0])  # strict: a lone surrogate, even escaped, would be refused
+    assert first["args"] == {"path": "/tmp/\ufffd", "\ufffd": "é"}
     assert "é" in lines[0]  # still readable UTF-8, not all escapes
 
 
@@ -389,9 +390,10 @@ def test_the_cli_escapes_every_format_character_the_tag_block_and_u061c():
 def test_json_output_escapes_the_same_characters_and_stays_the_same_json():
     value = {"k\u202e": ["\U000e0041\u061c\x7f\x9f", "\ud800", "é\u2029"]}
     text = json_text(value, indent=2)
-    assert json.loads(text) == value
+    # The same JSON, but a lone surrogate, which no strict decoder takes, is U+FFFD.
+    assert orjson.loads(text) == {"k\u202e": ["\U000e0041\u061c\x7f\x9f", "\ufffd", "é\u2029"]}
     for char in ("\u202e", "\U000e0041", "\u061c", "\x7f", "\x9f", "\ud800", "\u2029"):
-        assert char not in text
+        assert char not in text and char not in json_text(value)
     assert "é" in text
     assert json.loads(json_inert(json.dumps("\U000e0020", ensure_ascii=False))) == "\U000e0020"
 
@@ -399,7 +401,7 @@ def test_json_output_escapes_the_same_characters_and_stays_the_same_json():
 def test_one_line_escapes_newlines_and_tabs_too():
     assert one_line("a\nb\tc\r\u2028\u200b") == "a\\nb\\tc\\r\\u2028\\u200b"
     assert inert("a\nb") == "a\nb"
-    assert escape_surrogates('"\ud800é"') == '"\\ud800é"'
+    assert machine_text('"\ud800é"') == '"\ufffdé"'
 
 
 def test_a_tool_name_in_a_log_record_is_escaped(caplog):
