@@ -697,3 +697,24 @@ def test_the_terminal_check_can_fail():
     with pytest.raises(TypeError):
         check_wire_value({"k": "\ud800"})
     check_terminal("tab\tnewline\n\U0001f600 é \ufffd")
+
+
+def test_serve_mcp_lists_a_tool_whose_own_description_holds_a_lone_surrogate():
+    # The tools module's strings leave through serve-mcp too: its tools/list is what the SDK writes.
+    from nous_sched import Tool
+    from nous_sched.mcp import CodeModeServer
+
+    tool = Tool("echo", lambda args: args, description="echoes \ud800 back\u202e")
+    server = CodeModeServer([tool], timeout=WAIT, runtime=QuickJSRuntime())
+
+    async def go() -> tuple[Any, Any]:
+        with anyio.fail_after(WAIT):
+            async with Client(server.server, mode="legacy") as client:
+                listed = await client.list_tools()
+                result = await client.call_tool("run_code", {"code": HONEST, "description": "honest"})
+                return listed, result
+
+    listed, result = anyio.run(go)
+    description = listed.tools[0].description
+    assert "echoes \ufffd back\u202e" in description and "\ud800" not in description
+    assert result.structured_content == {"logs": ["honest 1"], "result": "honest 1"}
