@@ -48,6 +48,7 @@ from typing import Any, Callable, Optional
 import anyio
 import anyio.from_thread
 import hostile_tools
+import httpx
 import orjson
 import pytest
 from mcp import Client, StdioServerParameters
@@ -220,7 +221,7 @@ OUTPUT_PATHS: dict[str, Callable[[Any], None]] = {
     "sse_stream": SSE,  # examples/flask_events.py's text/event-stream
     "call_tool_text": WIRE,  # call_tool's (and the framework adapters') JSON text for a model
     "otel_attributes": WIRE_VALUE,  # span names and attributes, for an exporter
-    "mcp_result_text": WIRE,  # serve-mcp's result, text content, as a client received it
+    "mcp_result_text": WIRE,  # serve-mcp's result, text content, as a client received it (or a refusal's body)
     "mcp_structured": WIRE_VALUE,  # serve-mcp's result, structured content
     "mcp_log_notifications": WIRE_VALUE,  # serve-mcp's notifications/message
     "audit_log_file": JSON_LINES,  # serve-mcp --audit-log
@@ -360,9 +361,11 @@ def enter_flask_sse(program: str, description: str, env: Any) -> Seen:
 
 def _mcp_entry(transport: str) -> Callable[..., Seen]:
     def enter(program: Any, description: str, env: Any) -> Seen:
-        if isinstance(program, bytes):  # serve-mcp's only door for bytes: its tools module
+        if isinstance(program, bytes) and transport == "stdio":  # stdio's door for bytes: the tools module
             return env.serve_mcp_bytes(program)
         server = env.mcp(transport)
+        if isinstance(program, bytes):  # HTTP's: a request body that is not UTF-8
+            return server.post_raw(program)
         # The SDK's client cannot even send a lone surrogate; the program carries them as escapes.
         return server.call(program, _SURROGATE.sub("\ufffd", description))
 
@@ -442,6 +445,7 @@ ENTRY_POINTS = [
         "serve_mcp_http",
         _mcp_entry("http"),
         ("mcp_result_text", "mcp_structured", "mcp_log_notifications", "audit_log_file", "logging"),
+        takes_bytes=True,
     ),
     Entry("cli_human", _cli_entry(), ("cli_human", "cli_stderr", "chrome_trace_file", "logging"), takes_bytes=True),
     Entry("cli_json", _cli_entry("--json"), ("cli_json", "cli_stderr", "logging"), takes_bytes=True),
@@ -488,6 +492,26 @@ class _Server:
 
     def __init__(self, portal: Any, client: Any, audit: pathlib.Path, logs: list[Any], alive: Callable[[], bool]):
         self.portal, self.client, self.audit, self.logs, self.alive = portal, client, audit, logs, alive
+        self.url = ""
+
+    def post_raw(self, program: bytes) -> Seen:
+        """A tools/call whose body holds ``program``'s bytes as they are, on a session of its own."""
+        headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+        hello = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}
+        with httpx.Client(timeout=WAIT) as http:
+            opened = http.post(
+                self.url, json={"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": hello}, headers=headers
+            )
+            assert opened.status_code == 200, opened.text[:300]
+            headers["mcp-session-id"] = opened.headers["mcp-session-id"]
+            headers["mcp-protocol-version"] = "2025-06-18"
+            code = program.replace(b"\\", b"\\\\").replace(b'"', b'\\"').replace(b"\n", b"\\n")
+            body = b'{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"run_code","arguments":'
+            body += b'{"code":"' + code + b'","description":"raw bytes"}}}'
+            answer = http.post(self.url, content=body, headers=headers)
+        assert self.alive(), "serve-mcp died"
+        assert answer.status_code == 400, answer.text[:300]
+        return Seen(False, "refused", answer.text, {"mcp_result_text": answer.content})
 
     def call(self, program: str, description: str) -> Seen:
         self.logs.clear()
@@ -610,7 +634,9 @@ class _Shared:
         client = self._stack.enter_context(
             portal.wrap_async_context_manager(Client(target, mode="legacy", logging_callback=on_log))
         )
-        return _Server(portal, client, audit, logs, alive)
+        server = _Server(portal, client, audit, logs, alive)
+        server.url = target if isinstance(target, str) else ""
+        return server
 
 
 def _stop(process: subprocess.Popen) -> None:
