@@ -14,6 +14,7 @@ from typing import Any, Callable, Optional
 
 from . import _validators as v
 from ._options import OPTIONAL_LIMITS, OPTIONAL_POLICY, OPTIONAL_SESSION_LOG
+from ._text import machine_text
 from .agent import WithContextUpdate
 from .dispatch import ApprovalRequest, CallInfo, RunContext, approval_sink, current_call, direct_dispatch
 from .errors import RunCodeError, SnapshotError, ToolError
@@ -99,7 +100,9 @@ def call_tool(
     call_id: Optional[str] = None,
 ) -> str:
     """Run a model's direct call of ``tool`` on its ``arguments`` (a JSON string,
-    bytes or a dict) and return the JSON text to send back as the tool result.
+    bytes or a dict) and return the JSON text to send back as the tool result
+    (strict JSON: a lone surrogate in it is U+FFFD, :mod:`nous_sched._text`, so
+    it encodes for any model API).
 
     The call passes the same gate as a program's sub-call
     (:mod:`nous_sched.gate`): ``policy`` (a denied tool is refused), the
@@ -203,8 +206,8 @@ def _dispatched(
     except SnapshotError as exc:
         message = f"tool returned a value that is not JSON: {exc}"
         return _error(message), "invalid_result", message
-    return json.dumps(value, ensure_ascii=False), None, ""
+    return machine_text(json.dumps(value, ensure_ascii=False)), None, ""
 
 
 def _error(message: str) -> str:
-    return json.dumps({"error": clamp(message)}, ensure_ascii=False)
+    return machine_text(json.dumps({"error": clamp(message)}, ensure_ascii=False))

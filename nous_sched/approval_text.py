@@ -2,7 +2,9 @@
 
 :func:`question` turns one :class:`~nous_sched.ApprovalRequest` into text.
 ``serve-mcp``'s elicitation question is this text, ``nous-sched run --ask``
-asks it on the terminal, and so is
+asks it on the terminal, ``nous-sched approvals list`` and a suspended run's
+output show each pending call with it (and the run's description with
+:func:`description_line`), and so is
 :meth:`ApprovalRequest.question <nous_sched.ApprovalRequest.question>`, the
 library's default for an approval handler that shows the call to a person.
 What a caller may rely on:
@@ -28,7 +30,7 @@ import json
 import unicodedata
 from typing import Any
 
-__all__ = ["question", "inert_line", "KEY_CHARS", "VALUE_CHARS", "DESCRIPTION_CHARS"]
+__all__ = ["question", "description_line", "inert_line", "KEY_CHARS", "VALUE_CHARS", "DESCRIPTION_CHARS"]
 
 #: Characters of each argument key shown before it is clipped.
 KEY_CHARS = 80
@@ -95,5 +97,11 @@ def question(request: Any) -> str:
     lines = [f"A program wants to call the tool {tool}.", *_argument_lines(getattr(request, "arguments", None))]
     description = getattr(request, "description", "")
     if isinstance(description, str) and description:
-        lines.append(f"The program's own words, unverified: {_clip(description, DESCRIPTION_CHARS)}")
+        lines.append(description_line(description))
     return "\n".join(lines)
+
+
+def description_line(description: str) -> str:
+    """The run's description as :func:`question` shows it: labelled as the
+    program's own words, unverified, on one line, clipped to :data:`DESCRIPTION_CHARS`."""
+    return f"The program's own words, unverified: {_clip(description, DESCRIPTION_CHARS)}"

@@ -48,6 +48,7 @@ from typing import Any, Callable, Iterable, Iterator, Optional
 import attrs
 
 from . import _validators as v
+from ._text import machine_json
 from .outcome import Outcome
 from .records import CallRecord
 from .result import RunResult
@@ -85,8 +86,10 @@ class RunEvent:
         return {"kind": self.kind, "seq": self.seq, "at": self.at, "data": self.data}
 
     def to_json(self) -> str:
-        """One line of JSON (the CLI's ``--events`` format)."""
-        return json.dumps(self.as_dict(), ensure_ascii=False)
+        """One line of strict JSON (the CLI's ``--events`` format, an SSE message's
+        data): lone surrogates as U+FFFD, control and format characters as JSON
+        escapes, so it encodes as UTF-8 and is inert on a terminal."""
+        return machine_json(self.as_dict(), default=str)
 
 
 class EventStream:

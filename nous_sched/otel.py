@@ -64,6 +64,7 @@ except ImportError as exc:  # pragma: no cover - tested by hiding the package
 
 from . import _validators as v
 from ._options import check_run_options
+from ._text import machine_text
 from ._validators import require
 from .dispatch import Dispatch, RunContext, current_call, direct_dispatch
 from .records import CallRecord
@@ -227,11 +228,12 @@ class SpanObserver:
             if self._origin is None:
                 # The record was stamped an instant ago on the scheduler's clock: anchor that clock to epoch time.
                 self._origin = time.time_ns() - int(record.started * 1e9)
+            tool = machine_text(record.tool)  # an exporter encodes attributes as UTF-8 (nous_sched._text)
             span = self._tracer.start_span(
-                TOOL_SPAN_PREFIX + record.tool,
+                TOOL_SPAN_PREFIX + tool,
                 context=self._context,
                 kind=SpanKind.INTERNAL,
-                attributes={ATTR_SEQ: record.seq, ATTR_TOOL: record.tool, ATTR_MODE: record.mode},
+                attributes={ATTR_SEQ: record.seq, ATTR_TOOL: tool, ATTR_MODE: record.mode},
                 start_time=self._ns(record.started),
             )
             self._open[record.seq] = span
@@ -327,7 +329,9 @@ def traced_run_code(
     tracer = _tracer(tracer)
     if call_id is None:
         call_id = "run_code-" + secrets.token_urlsafe(6)
-    with tracer.start_as_current_span(RUN_SPAN, kind=SpanKind.INTERNAL, attributes={ATTR_CALL_ID: call_id}) as run_span:
+    with tracer.start_as_current_span(
+        RUN_SPAN, kind=SpanKind.INTERNAL, attributes={ATTR_CALL_ID: machine_text(call_id)}
+    ) as run_span:
         spans = SpanObserver(tracer, context=trace.set_span_in_context(run_span), then=observer)
         result = None
         try:

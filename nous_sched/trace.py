@@ -47,10 +47,10 @@ Guarantees:
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any, Optional, Union
 
+from ._text import machine_json
 from .result import RunResult
 
 __all__ = ["chrome_trace", "write_chrome_trace", "assign_lanes"]
@@ -185,13 +185,13 @@ def _complete(name: str, cat: str, start: float, end: float, tid: int, args: dic
 
 
 def write_chrome_trace(result: RunResult, path: Union[str, "os.PathLike[str]"], *, name: str = "run_code") -> str:
-    """Write :func:`chrome_trace` of ``result`` to ``path`` as UTF-8 JSON; return the path.
+    """Write :func:`chrome_trace` of ``result`` to ``path`` as UTF-8 JSON (strict JSON: a lone
+    surrogate in a name as U+FFFD, :mod:`nous_sched._text`); return the path.
 
     :raises OSError: the file cannot be written.
     """
     data = chrome_trace(result, name=name)
     path = os.fspath(path)
     with open(path, "w", encoding="utf-8") as fh:
-        json.dump(data, fh, ensure_ascii=False, indent=1)
-        fh.write("\n")
+        fh.write(machine_json(data, indent=1) + "\n")
     return path

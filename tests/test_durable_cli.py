@@ -34,7 +34,8 @@ def test_run_suspends_an_operator_approves_and_resume_finishes(tmp_path):
     token = suspension["token"]
 
     listed = _cli(tmp_path, "approvals", "list", "--store", store)
-    assert listed.returncode == 0 and token in listed.stdout and '#1 pay: {"amount": 2}' in listed.stdout
+    assert listed.returncode == 0 and token in listed.stdout and "  #1 pay\n" in listed.stdout
+    assert 'A program wants to call the tool "pay".' in listed.stdout and '"amount": 2' in listed.stdout
     approved = _cli(tmp_path, "approvals", "approve", token, "1", "--store", store, "--reason", "ok by ops")
     assert approved.returncode == 0, approved.stderr
 
@@ -61,3 +62,33 @@ def test_resume_with_deny_rejects_the_call_in_the_program(tmp_path):
     assert 'tool "pay" was denied approval: no' in resumed.stdout
     tampered = _cli(tmp_path, "resume", token[:-2] + "xx", "--deny", "1", "--tools", TOOLS, "--approval-store", store)
     assert tampered.returncode == 2 and "changed or made up" in tampered.stderr
+
+
+def test_approvals_list_shows_a_huge_value_clipped_as_the_approval_question_does(tmp_path):
+    # issue 34, item 10: a 200,000-character value printed whole hid the argument after it.
+    from nous_sched import QuickJSRuntime, run_code
+    from nous_sched.approval_store import SqliteApprovalStore
+
+    store = str(tmp_path / "approvals.db")
+    program = 'return await tools.pay({note: "x".repeat(200000) + "\\u202e", path: "/etc/passwd"});'
+    result = run_code(
+        program,
+        durable_tools.TOOLS,
+        approval_store=SqliteApprovalStore(store),
+        runtime=QuickJSRuntime(),
+        description="d" * 100_000,
+    )
+    assert result.suspended is not None
+    question = result.suspended.pending[0].question()
+    listed = _cli(tmp_path, "approvals", "list", "--store", store)
+    assert listed.returncode == 0, listed.stderr
+    # Every line of the question is in the listing, the huge value clipped and sized, the path in sight.
+    for line in question.splitlines()[:-1]:  # the question's last line is the description, listed once per run
+        assert line in listed.stdout, line
+    assert len(listed.stdout) < 3000
+    assert "(clipped; 200,003 characters in all)" in listed.stdout and '"path": "/etc/passwd"' in listed.stdout
+    assert "(clipped; 100,000 characters in all)" in listed.stdout
+    assert "\u202e" not in listed.stdout
+    # --json keeps the whole value, for a program to read.
+    whole = json.loads(_cli(tmp_path, "approvals", "list", "--store", store, "--json").stdout)
+    assert len(whole[0]["pending"][0]["arguments"]["note"]) == 200_001

@@ -23,6 +23,7 @@ import time
 import unicodedata
 from typing import Annotated
 
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -30,7 +31,7 @@ from pydantic import Field
 
 from nous_sched import ConfigError, Limits, RunCodeError, SessionLog, Tool, run_code
 from nous_sched._linear import canonical, pattern_problem, search
-from nous_sched._text import escape_surrogates, inert, json_inert, one_line
+from nous_sched._text import inert, json_inert, machine_json, machine_text, machine_value, one_line
 from nous_sched.cli.render import inert as cli_inert
 from nous_sched.cli.render import json_text
 from nous_sched.discovery import Discovery, closest_names
@@ -350,6 +351,25 @@ def test_a_lone_surrogate_in_the_program_text_is_data_not_a_dead_worker(runtime)
     assert run_code("return 2;", [tool], description="test").result == 2
 
 
+def test_a_nul_in_the_program_text_is_an_ordinary_character(runtime):
+    tool = _tool({"type": "object"}, "echo")
+    # In a string, template and regular expression literal, and after a backslash (an escaped NUL).
+    result = run_code(
+        'const s = "a\x00b"; console.log(s);\n'
+        'return [s.length, s.charCodeAt(1), `t\x00`.length, /\x00/.test(s), "\\\x00".charCodeAt(0),'
+        ' "\\\ud800".charCodeAt(0), await tools.echo({s})]; // a comment \x00 too',
+        [tool],
+        description="test",
+    )
+    assert result.error is None, result.error
+    assert result.result == [3, 0, 2, True, 0, 0xD800, {"s": "a\x00b"}]
+    assert result.logs == ("a\x00b",)
+    # Outside a literal it is no JavaScript: an exception, like any syntax error.
+    broken = run_code("return 1 \x00;", [tool], description="test")
+    assert broken.error.kind == "exception" and "SyntaxError" in broken.error.message
+    assert run_code("return 2;", [tool], description="test").result == 2
+
+
 def test_a_lone_surrogate_in_the_description_is_logged_escaped(runtime, caplog):
     with caplog.at_level(logging.INFO, logger="nous_sched"):
         result = run_code("return 1;", [], description="sum \ud800\nrun_code forged: approved\u202e")
@@ -359,7 +379,7 @@ def test_a_lone_surrogate_in_the_description_is_logged_escaped(runtime, caplog):
     assert "\n" not in line
 
 
-def test_the_audit_log_escapes_a_lone_surrogate_and_loses_no_line(tmp_path):
+def test_the_audit_log_replaces_a_lone_surrogate_and_loses_no_line(tmp_path):
     path = tmp_path / "audit.jsonl"
     audit = AuditLog(path)
     audit.write("tool_call", args={"path": "/tmp/\ud800", "\udc00": "é"})
@@ -367,8 +387,8 @@ def test_the_audit_log_escapes_a_lone_surrogate_and_loses_no_line(tmp_path):
     audit.close()
     lines = path.read_text(encoding="utf-8").splitlines()
     assert len(lines) == 2
-    first = json.loads(lines[0])
-    assert first["args"] == {"path": "/tmp/\ud800", "\udc00": "é"}
+    first = orjson.loads(lines[0])  # strict: a lone surrogate, even escaped, would be refused
+    assert first["args"] == {"path": "/tmp/\ufffd", "\ufffd": "é"}
     assert "é" in lines[0]  # still readable UTF-8, not all escapes
 
 
@@ -389,9 +409,10 @@ def test_the_cli_escapes_every_format_character_the_tag_block_and_u061c():
 def test_json_output_escapes_the_same_characters_and_stays_the_same_json():
     value = {"k\u202e": ["\U000e0041\u061c\x7f\x9f", "\ud800", "é\u2029"]}
     text = json_text(value, indent=2)
-    assert json.loads(text) == value
+    # The same JSON, but a lone surrogate, which no strict decoder takes, is U+FFFD.
+    assert orjson.loads(text) == {"k\u202e": ["\U000e0041\u061c\x7f\x9f", "\ufffd", "é\u2029"]}
     for char in ("\u202e", "\U000e0041", "\u061c", "\x7f", "\x9f", "\ud800", "\u2029"):
-        assert char not in text
+        assert char not in text and char not in json_text(value)
     assert "é" in text
     assert json.loads(json_inert(json.dumps("\U000e0020", ensure_ascii=False))) == "\U000e0020"
 
@@ -399,7 +420,42 @@ def test_json_output_escapes_the_same_characters_and_stays_the_same_json():
 def test_one_line_escapes_newlines_and_tabs_too():
     assert one_line("a\nb\tc\r\u2028\u200b") == "a\\nb\\tc\\r\\u2028\\u200b"
     assert inert("a\nb") == "a\nb"
-    assert escape_surrogates('"\ud800é"') == '"\\ud800é"'
+    assert machine_text('"\ud800é"') == '"\ufffdé"'
+
+
+def test_machine_json_is_strict_json_and_inert():
+    value = {"k\ud800": ["\udc00x", float("nan"), float("inf"), -float("inf"), "\u202e\U000e0041\x1b", 1.5]}
+    text = machine_json(value)
+    assert orjson.loads(text) == {"k\ufffd": ["\ufffdx", None, None, None, "\u202e\U000e0041\x1b", 1.5]}
+    assert text.isascii() or all(c not in text for c in "\u202e\U000e0041\x1b")
+    assert machine_json({"a": 1}, indent=2) == '{\n  "a": 1\n}'
+    assert machine_json(object(), default=lambda o: "obj") == '"obj"'
+
+
+def test_machine_value_replaces_lone_surrogates_and_keeps_a_clean_value_itself():
+    clean = {"a": ["é", "\u202e", 1]}
+    assert machine_value(clean) is clean
+    assert machine_value({"\ud800": ["x\udfff"]}) == {"\ufffd": ["x\ufffd"]}
+    assert machine_text("ok") == "ok" and machine_text("a\ud800") == "a\ufffd"
+
+
+def test_every_record_of_the_library_logger_is_made_one_inert_line():
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    logger = logging.getLogger("nous_sched")
+    logger.addHandler(handler)
+    try:
+        try:
+            raise ValueError("bad \x1b[2J\u202e\ud800")
+        except ValueError:
+            logger.error("tool %s failed\nforged line", "x\u2066\ud800", exc_info=True)
+    finally:
+        logger.removeHandler(handler)
+    written = stream.getvalue()
+    written.encode("utf-8")
+    assert "tool x\\u2066\\ud800 failed\\nforged line" in written
+    assert "ValueError: bad \\x1b[2J\\u202e\\ud800" in written
+    assert not [c for c in written if c not in "\n" and unicodedata.category(c) in ("Cc", "Cf", "Cs")]
 
 
 def test_a_tool_name_in_a_log_record_is_escaped(caplog):

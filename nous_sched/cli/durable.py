@@ -10,14 +10,21 @@
   resume (by ``nous-sched resume`` or :func:`nous_sched.resume`).
 
 ``FILE`` is a SQLite file, or a ``redis://`` URL for a Redis store.
+
+A pending call is shown as an approval question is
+(:func:`nous_sched.approval_text.question`: every key, each value clipped on
+its own and escaped), so one huge argument can neither flood the terminal nor
+push a later one out of sight; ``--json`` prints the whole values.
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+from types import SimpleNamespace
 from typing import Any, TextIO
 
+from ..approval_text import description_line, question
 from ..errors import ConfigError
 from .loading import UsageError, load_tools
 from .render import human, inert, json_text, result_json
@@ -91,7 +98,7 @@ def show_suspended(result: Any, out: TextIO, as_json: bool) -> int:
     out.write(f"suspended: {len(suspension.pending)} call(s) need approval\n")
     for request in suspension.pending:
         where = f" at line:col {request.site}" if request.site else ""
-        out.write(f"  #{request.seq} {inert(request.tool)}{where}: {inert(json_text(request.arguments))}\n")
+        _pending(out, request.seq, request.tool, request.arguments, where)
     out.write(f"\ntoken (expires {_when(suspension.expires_at)}):\n  {suspension.token}\n")
     out.write(f"\nlogs ({len(result.logs)}):\n")
     for line in result.logs:
@@ -149,14 +156,22 @@ def _list(store: Any, out: TextIO, as_json: bool) -> int:
     if not rows:
         out.write("no suspended runs\n")
     for row in rows:
-        out.write(f"{row['state']}  expires {_when(row['expires_at'])}  {inert(row['description'])}\n")
+        out.write(f"{row['state']}  expires {_when(row['expires_at'])}\n")
         out.write(f"  token {row['token']}\n")
+        if row["description"]:
+            out.write(f"  {description_line(str(row['description']))}\n")
         for request in row["pending"]:
             decided = row["decisions"].get(str(request["seq"]))
-            verdict = "" if decided is None else (" approved" if decided["approved"] else " denied")
-            args = inert(json_text(request["arguments"]))
-            out.write(f"  #{request['seq']} {inert(request['tool'])}: {args}{verdict}\n")
+            verdict = "" if decided is None else (" (approved)" if decided["approved"] else " (denied)")
+            _pending(out, request["seq"], request["tool"], request["arguments"], verdict)
     return 0
+
+
+def _pending(out: TextIO, seq: Any, tool: Any, arguments: Any, note: str) -> None:
+    """One pending call: ``#SEQ tool`` and ``note``, then its approval question, indented."""
+    out.write(f"  #{inert(str(seq))} {inert(str(tool)[:120])}{note}\n")
+    for line in question(SimpleNamespace(tool=tool, arguments=arguments, description="")).splitlines():
+        out.write(f"    {line}\n")
 
 
 def _when(epoch: float) -> str:

@@ -17,7 +17,7 @@ from ..errors import ConfigError
 from . import durable as cli_durable
 from .loading import UsageError, load_tools, read_program
 from .progress import Progress, isatty
-from .render import human, json_text, result_json
+from .render import human, inert, json_text, result_json
 
 __all__ = ["main", "build_parser", "PROG"]
 
@@ -147,7 +147,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return cli_durable.run(args, stdout, stderr)
         return _run(args, stdout, stderr)
     except UsageError as exc:
-        stderr.write(f"{PROG}: {exc}\n")
+        stderr.write(f"{PROG}: {inert(str(exc))}\n")
         stderr.flush()
         return EXIT_USAGE
     except KeyboardInterrupt:

@@ -6,8 +6,9 @@ BEL, DEL, the C1 range), Unicode line separators, every Unicode format
 character (category Cf: bidi controls, U+061C, zero-width characters, the tag
 block U+E0000-U+E007F) and lone surrogates are written as escapes (``\x1b``,
 ``\r``, ``\u202e``, ``\U000e0041``, ``\ud800``); only newline and tab stay, and every line a program wrote is
-indented, so it cannot pass for a line of ours. ``--json`` output is JSON
-whose strings escape the same characters, and lone surrogates as ``\udXXX``.
+indented, so it cannot pass for a line of ours. ``--json`` and ``--events`` output is strict JSON whose strings escape the same
+characters as JSON escapes, with each lone surrogate replaced by U+FFFD (the
+library's rule for JSON it writes, :func:`nous_sched._text.machine_json`).
 """
 
 from __future__ import annotations
@@ -19,10 +20,10 @@ from typing import Any, Optional, Sequence, TextIO
 import attrs
 
 from .._text import inert as _inert
-from .._text import json_inert
+from .._text import json_inert, machine_json
 from ..result import RunResult
 
-__all__ = ["format_trail", "human", "result_json", "inert", "json_text", "BAR_WIDTH", "NULL_HINT"]
+__all__ = ["format_trail", "human", "result_json", "inert", "json_text", "shown_json", "BAR_WIDTH", "NULL_HINT"]
 
 #: Printed under a ``null`` result: the usual cause is a program with no ``return``.
 NULL_HINT = (
@@ -37,8 +38,15 @@ def inert(text: str) -> str:
 
 
 def json_text(value: Any, **options: Any) -> str:
-    """``json.dumps(value, ensure_ascii=False)`` whose strings also escape what :func:`inert` escapes."""
-    return json_inert(json.dumps(value, ensure_ascii=False, **options))
+    """``value`` as strict JSON (``json.dumps`` ``options``) whose strings escape what :func:`inert`
+    escapes, lone surrogates as U+FFFD (module docstring)."""
+    return machine_json(value, **options)
+
+
+def shown_json(value: Any, **options: Any) -> str:
+    """``value`` as JSON for a person (human output): what :func:`inert` escapes written as
+    JSON escapes, a lone surrogate too (``\\ud800``, shown, not replaced)."""
+    return json_inert(json.dumps(value, ensure_ascii=False, default=repr, **options))
 
 
 BAR_WIDTH = 40
@@ -157,7 +165,7 @@ def _peak_parallel(trail: Sequence[Any]) -> int:
 def human(result: RunResult, out: TextIO) -> None:
     if result.error is None:
         out.write("result:\n")
-        out.write(_indent(json_text(result.result, indent=2)) + "\n")
+        out.write(_indent(shown_json(result.result, indent=2)) + "\n")
         if result.result is None:
             out.write(_indent(NULL_HINT) + "\n")
     else:

@@ -61,6 +61,13 @@ Fair sharing: one client session (one MCP connection) may have at most
 pool); a ``run_code`` call past that is refused at once, as data, so one
 client waiting on approvals it never answers cannot hold every worker.
 
+Strings: any string a program writes is data. What the SDK writes for the
+server (results, log and progress notifications, questions) has each lone
+surrogate replaced by U+FFFD, and audit lines are strict JSON with control
+and format characters escaped (:mod:`nous_sched._text`, the rules every
+output path follows): no value can stop a writer, so no value can take the
+connection down with it.
+
 Threads: each run gets its own thread, ``nous-sched-mcp-run-<n>``, and its
 own scheduler, as :func:`~nous_sched.run_code` makes.
 """
@@ -98,7 +105,7 @@ from mcp_types import Tool as MCPTool
 from mcp_types.version import is_version_at_least
 
 from .. import agent
-from .._text import escape_surrogates
+from .._text import machine_json, machine_text, machine_value
 from .._validators import NAMES, POSITIVE_INT, TOOLS, instance_of, names, optional, require
 from ..budget import DEFAULT_OUTPUT_BUDGET
 from ..dispatch import ApprovalRequest, current_call, direct_dispatch
@@ -192,11 +199,9 @@ class AuditLog:
             self._file, self._owned = target, False
 
     def write(self, event: str, **fields: Any) -> None:
-        # Readable UTF-8, but a lone surrogate (data like any other string) is
-        # written as its JSON escape: raw, the line could not be encoded at all.
-        line = escape_surrogates(
-            json.dumps({"ts": round(time.time(), 6), "event": event, **fields}, ensure_ascii=False, default=str)
-        )
+        # Strict JSON, readable UTF-8 and inert on a terminal (nous_sched._text):
+        # raw, a lone surrogate could not be encoded at all.
+        line = machine_json({"ts": round(time.time(), 6), "event": event, **fields}, default=str)
         with self._lock:
             try:
                 self._file.write(line + "\n")
@@ -467,7 +472,7 @@ class CodeModeServer:
                 MCPTool(
                     name=tool.name,
                     title="Run code",
-                    description=tool.description,
+                    description=machine_text(tool.description),
                     input_schema=dict(tool.parameters or {}),
                     output_schema=OUTPUT_SCHEMA,
                     annotations=ToolAnnotations(
@@ -517,11 +522,13 @@ class CodeModeServer:
 
         async def send_progress(progress: float, message: str) -> None:
             await ctx.session.send_progress_notification(
-                token, progress, None, message, related_request_id=ctx.request_id
+                token, progress, None, machine_text(message), related_request_id=ctx.request_id
             )
 
         async def send_log(level: str, text: str) -> None:
-            await ctx.session.send_log_message(level, text, logger="run_code", related_request_id=ctx.request_id)
+            await ctx.session.send_log_message(
+                level, machine_text(text), logger="run_code", related_request_id=ctx.request_id
+            )
 
         return Forwarder(
             run.live,
@@ -807,7 +814,7 @@ def _question(run: _Run, ask: _Ask) -> str:
     request = ask.request
     if not request.description and run.description:
         request = attrs.evolve(request, description=run.description)
-    return request.question()
+    return machine_text(request.question())
 
 
 def _accepted(response: Any) -> bool:
@@ -826,6 +833,7 @@ def _final_result(outcome: tuple[str, Any]) -> CallToolResult:
     kind, value = outcome
     if kind == "refused":
         return _error_result(value)
+    value = machine_value(value)  # the SDK's encoder refuses a lone surrogate (nous_sched._text)
     return CallToolResult(
         content=[TextContent(type="text", text=json.dumps(value, ensure_ascii=False))],
         structured_content=value,
@@ -834,7 +842,7 @@ def _final_result(outcome: tuple[str, Any]) -> CallToolResult:
 
 
 def _error_result(message: str) -> CallToolResult:
-    return CallToolResult(content=[TextContent(type="text", text=message)], is_error=True)
+    return CallToolResult(content=[TextContent(type="text", text=machine_text(message))], is_error=True)
 
 
 def _signalled_server(config: Any) -> Any:

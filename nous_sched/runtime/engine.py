@@ -358,24 +358,38 @@ class Engine:
         return text if type(text) is str else None
 
 
-_LONE = re.compile("[\ud800-\udfff]")
+# A lone surrogate or a NUL, with the backslashes right before it.
+_UNFIT = re.compile("(\\\\*)([\x00\ud800-\udfff])")
+
+
+def _escaped(match: "re.Match[str]") -> str:
+    slashes, char = match.groups()
+    # After an odd run of backslashes the character was itself escaped: ``u0000``
+    # completes that escape (``\\u0000``), the same code unit either way.
+    lead = "" if len(slashes) % 2 else "\\"
+    return f"{slashes}{lead}u{ord(char):04x}"
 
 
 def _well_formed(program: str) -> str:
-    """The program with each lone surrogate written as its escape ``\\uXXXX``.
+    """The program with each lone surrogate and each NUL written as its escape ``\\uXXXX``.
 
-    The binding takes only UTF-8, which a lone surrogate is not. In a string,
-    template or regular expression literal the escape means the same code
-    unit; anywhere else the program was no valid JavaScript either, and is
-    now a syntax error like any other (an ``exception`` result).
+    The binding takes only UTF-8 without NUL (a C string), which a lone
+    surrogate is not and a NUL would cut. In a string, template or regular
+    expression literal the escape means the same code unit (a NUL is an
+    ordinary character of a program); anywhere else the program was no valid
+    JavaScript either, and is now a syntax error like any other (an
+    ``exception`` result).
     """
-    if program.isascii():
-        return program
-    try:
-        program.encode("utf-8")
-    except UnicodeEncodeError:
-        return _LONE.sub(lambda m: f"\\u{ord(m.group()):04x}", program)
-    return program
+    if "\x00" not in program:
+        if program.isascii():
+            return program
+        try:
+            program.encode("utf-8")
+        except UnicodeEncodeError:
+            pass
+        else:
+            return program
+    return _UNFIT.sub(_escaped, program)
 
 
 # -- the host side -------------------------------------------------------------------
