@@ -225,16 +225,21 @@ def hostile_client(url, calls=0, **options):
         thread.join(60)
 
 
-def call(url, arguments=ANSWER, token=None):
-    """One ``run_code`` call by a fresh SDK client (its own connection); the result."""
+def calls(url, each, token=None, headers=None):
+    """One fresh SDK client (its own connection) calls ``run_code`` with each of ``each`` in turn; the results."""
 
     async def go():
-        headers = {} if token is None else {"Authorization": f"Bearer {token}"}
-        async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(120)) as http:
+        sent = dict(headers or {}) | ({} if token is None else {"Authorization": f"Bearer {token}"})
+        async with httpx2.AsyncClient(headers=sent, timeout=httpx2.Timeout(120)) as http:
             async with Client(streamable_http_client(url, http_client=http)) as client:
-                return await client.call_tool("run_code", arguments)
+                return [await client.call_tool("run_code", arguments) for arguments in each]
 
     return anyio.run(go)
+
+
+def call(url, arguments=ANSWER, token=None, headers=None):
+    """One ``run_code`` call by a fresh SDK client; its result."""
+    return calls(url, [arguments], token, headers)[0]
 
 
 def refused_for_its_cap(result):
@@ -304,6 +309,37 @@ def test_a_handshake_era_session_is_capped_on_every_connection_it_uses(lab):
         assert call(lab.url).structured_content == {"logs": [], "result": 42}  # another client is served
 
 
+def test_sixteen_clients_on_one_address_are_all_served():
+    """Issue 43 item 6: sixteen SDK clients at once on the default (stateless) protocol, two of them
+    running programs that spin to their deadline: every honest call is answered, none refused."""
+    pool = WorkerPool(size=8)
+    server = CodeModeServer([Tool("t", lambda a: 1)], runtime=pool, timeout=5)
+    spin = {"code": "while (true) {}", "description": "spins to its deadline"}
+    answers: dict[int, list] = {}
+    start = threading.Barrier(16)
+
+    def client(i):
+        start.wait(60)
+        hostile = i in (3, 11)
+        answers[i] = calls(url, [spin if hostile else ANSWER, ANSWER, ANSWER])
+
+    try:
+        with served(server) as url:
+            threads = [threading.Thread(target=client, args=(i,), name=f"test-client-{i}") for i in range(16)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(300)
+    finally:
+        pool.close()
+    assert sorted(answers) == list(range(16))
+    results = [r for i in answers for r in answers[i]]
+    assert not [r for r in results if refused_for_its_cap(r)]
+    honest = [r for i in answers for n, r in enumerate(answers[i]) if not (i in (3, 11) and n == 0)]
+    assert [r.structured_content for r in honest] == [{"logs": [], "result": 42}] * 46
+    assert [answers[i][0].structured_content["error"]["kind"] for i in (3, 11)] == ["timeout", "timeout"]
+
+
 def test_with_bearer_tokens_the_principal_is_the_client(tmp_path):
     lab = Lab()
     pool = WorkerPool(size=4)
@@ -364,9 +400,13 @@ def test_a_forged_host_or_origin_is_refused_on_every_loopback_binding(host, tmp_
             forged_origin = http.post(url, headers=MCP_HEADERS | {"Origin": f"http://evil.example:{port}"}, json=CALL)
             assert forged_origin.status_code == 403, forged_origin.text
         assert audited_runs(audit) == []  # no program ran
-        # The address itself is served: an SDK client that names it runs a program.
+        # The address itself, and the other loopback names, are served (any port, or none).
         assert call(url).structured_content == {"logs": [], "result": 42}
-        assert len(audited_runs(audit)) == 1
+        for name in sorted({shown, "127.0.0.1", "localhost", "[::1]"}):
+            for named in (f"{name}:{port}", name):
+                sent = {"Host": named, "Origin": f"http://{named}"}
+                assert call(url, headers=sent).structured_content == {"logs": [], "result": 42}, sent
+        assert len(audited_runs(audit)) == 1 + 2 * len({shown, "127.0.0.1", "localhost", "[::1]"})
 
 
 @pytest.mark.parametrize(

@@ -93,7 +93,8 @@ class BearerTokens:
     :data:`MIN_TOKEN_CHARS` characters, no whitespace; names and tokens
     unique). A request whose ``Authorization: Bearer TOKEN`` carries one of
     them is that client (the principal's client id is its name); any other is
-    answered 401 by the SDK. Tokens are compared in constant time.
+    answered 401 by the SDK. Each token given is compared with every known
+    one by ``hmac.compare_digest``.
     """
 
     def __init__(self, tokens: dict[str, str], *, source: str = "tokens") -> None:
@@ -145,7 +146,7 @@ class BearerTokens:
         given = token.encode("utf-8", "surrogatepass")
         found: Optional[str] = None
         for name, known in self._tokens:
-            if hmac.compare_digest(given, known):  # every entry compared: the time says nothing of which
+            if hmac.compare_digest(given, known):  # every entry compared: the time does not say which matched
                 found = name
         if found is None:
             return None

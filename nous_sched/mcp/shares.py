@@ -22,8 +22,10 @@ everyone else, first come, first served, as soon as one is free.
 * Without HTTP: the SDK's connection on a handshake-era session; a stateless
   request is the one client a stdio process serves.
 
-Without authorization a client that opens more connections gets more quota:
-where clients are not trusted, configure bearer tokens (``serve-mcp
+Without authorization a client that opens more connections gets more quota,
+and behind a reverse proxy that pools its connections to serve-mcp, clients
+riding one pooled connection share its quota: where clients are not trusted,
+or behind such a proxy, configure bearer tokens (``serve-mcp
 --auth-token-file``).
 """
 
