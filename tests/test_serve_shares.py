@@ -364,7 +364,7 @@ def test_with_bearer_tokens_the_principal_is_the_client(tmp_path):
 
 @contextlib.contextmanager
 def serve_mcp(*args):
-    """``nous-sched serve-mcp --tools examples/tools.py ARGS``; yields its URL and its stderr's first line."""
+    """``nous-sched serve-mcp --tools examples/tools.py ARGS``; yields its URL and its banner's cap line."""
     process = subprocess.Popen(
         [sys.executable, "-m", "nous_sched", "serve-mcp", "--tools", "examples/tools.py", *args],
         stderr=subprocess.PIPE,
@@ -374,7 +374,8 @@ def serve_mcp(*args):
     try:
         line = process.stderr.readline()  # printed once the socket listens
         assert " at http://" in line, line + process.stderr.read()
-        yield line.split(" at ", 1)[1].split(";", 1)[0], line
+        cap = next(more for more in iter(process.stderr.readline, "") if "runs at once per client" in more)
+        yield line.split(" at ", 1)[1].split(";", 1)[0], cap
     finally:
         process.send_signal(signal.SIGINT)
         try:
@@ -392,7 +393,8 @@ def audited_runs(path):
 def test_a_forged_host_or_origin_is_refused_on_every_loopback_binding(host, tmp_path):
     audit = tmp_path / "audit.jsonl"
     shown = f"[{host}]" if ":" in host else host
-    with serve_mcp("--http", f"{shown}:0", "--audit-log", str(audit)) as (url, _):
+    with serve_mcp("--http", f"{shown}:0", "--audit-log", str(audit)) as (url, cap):
+        assert cap.endswith("per client (--max-runs-per-session); a client is its connection\n"), cap
         port = url.rsplit(":", 1)[1].split("/", 1)[0]
         with httpx.Client(timeout=60) as http:
             forged_host = http.post(url, headers=MCP_HEADERS | {"Host": f"evil.example:{port}"}, json=CALL)
@@ -438,7 +440,8 @@ def test_a_binding_that_is_not_loopback_needs_bearer_tokens(tmp_path, capsys, mo
     assert "needs bearer-token authorization (token_verifier; --auth-token-file" in capsys.readouterr().err
     tokens = tmp_path / "tokens"
     tokens.write_text(f"# who may call\nalice {ALICE}\n\nbob {BOB}\n")
-    with serve_mcp("--http", "0.0.0.0:0", "--auth-token-file", str(tokens)) as (url, banner):
+    with serve_mcp("--http", "0.0.0.0:0", "--auth-token-file", str(tokens)) as (url, cap):
+        assert cap.endswith("per client (--max-runs-per-session); a client is its bearer token's name\n"), cap
         local = url.replace("0.0.0.0", "127.0.0.1")
         assert httpx.post(local, headers=MCP_HEADERS, json=CALL, timeout=60).status_code == 401
         assert call(local, token=BOB).structured_content == {"logs": [], "result": 42}
