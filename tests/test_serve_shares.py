@@ -23,6 +23,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from types import SimpleNamespace
 
 import anyio
 import httpx
@@ -33,14 +34,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from mcp.server.auth.provider import AccessToken
 from mcp_servers import wait_until
 from mcp_types import ElicitResult
+from starlette.requests import Request
 
 from nous_sched import ConfigError, Tool
 from nous_sched.cli import main
 from nous_sched.mcp import BearerTokens, CodeModeServer
 from nous_sched.mcp.access import is_loopback
-from nous_sched.mcp.shares import Shares, default_cap, pool_size
+from nous_sched.mcp.shares import Shares, client_keys, default_cap, pool_size
 from nous_sched.runtime.pool import WorkerPool, default_size
 
 REPO = Path(__file__).resolve().parent.parent
@@ -96,6 +100,29 @@ def test_no_key_ever_has_more_than_the_cap_going(cap, steps):
     for run in admitted:
         shares.release(run)
     assert [shares.going(k) for k in "abc"] == [0, 0, 0]
+
+
+def request_context(client, headers, user=None):
+    """The parts of the SDK's request context :func:`client_keys` reads: a real Starlette request."""
+    scope = {"type": "http", "method": "POST", "path": "/mcp", "client": client, "headers": headers}
+    if user is not None:
+        scope["user"] = user
+    return SimpleNamespace(session=SimpleNamespace(), protocol_version="2026-07-28", request=Request(scope))
+
+
+HEADER_TEXT = st.text(st.characters(min_codepoint=0x20, max_codepoint=0xFF), max_size=40)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.sampled_from(["mcp-session-id", "x-forwarded-for", "host", "user-agent"]), HEADER_TEXT)),
+    st.integers(min_value=1, max_value=65535),
+)
+def test_no_header_a_client_chooses_changes_who_it_is(headers, port):
+    raw = [(name.encode(), value.encode("latin-1")) for name, value in headers]
+    assert client_keys(request_context(("127.0.0.1", port), raw)) == (("connection", "127.0.0.1", port),)
+    alice = AuthenticatedUser(AccessToken(token="t" * 20, client_id="alice", scopes=[]))
+    assert client_keys(request_context(("127.0.0.1", port), raw, alice)) == (("principal", "alice", None, None),)
 
 
 # -- an in-process server over real HTTP ------------------------------------------------------------
