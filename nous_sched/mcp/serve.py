@@ -86,6 +86,7 @@ import anyio
 import anyio.to_thread
 import attrs
 from mcp.server import Server as LowLevelServer
+from mcp.server.auth.provider import TokenVerifier
 from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
 from mcp_types import (
     CallToolRequestParams,
@@ -391,7 +392,9 @@ class CodeModeServer:
 
         anyio.run(serve)
 
-    def http_app(self, *, host: str = "127.0.0.1", path: str = "/mcp", token_verifier: Any = None) -> Any:
+    def http_app(
+        self, *, host: str = "127.0.0.1", path: str = "/mcp", token_verifier: Optional[TokenVerifier] = None
+    ) -> Any:
         """The Starlette app serving Streamable HTTP at ``path``, to be served on ``host``.
 
         ``host`` decides the checks (:mod:`.access`): on any loopback address,
@@ -416,7 +419,8 @@ class CodeModeServer:
             event_store=PrimingEventStore(),
             retry_interval=RETRY_MS,
             transport_security=security,
-            **({} if token_verifier is None else {"auth": auth_settings(), "token_verifier": token_verifier}),
+            auth=None if token_verifier is None else auth_settings(),
+            token_verifier=token_verifier,
         )
 
     def run_http(
@@ -426,7 +430,7 @@ class CodeModeServer:
         *,
         path: str = "/mcp",
         ready: Optional[Callable[[str], Any]] = None,
-        token_verifier: Any = None,
+        token_verifier: Optional[TokenVerifier] = None,
     ) -> None:
         """Serve Streamable HTTP until interrupted; ``port=0`` picks a free port.
 
