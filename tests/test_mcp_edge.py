@@ -31,6 +31,7 @@ from nous_sched.mcp import CodeModeServer, ServerSpec, ToolOverride, connect
 from nous_sched.mcp.bounded_http import RunCounter
 from nous_sched.mcp.command import approval_banner
 from nous_sched.mcp.stdio import LineReader, MessageTooLarge
+from nous_sched.runtime.pool import default_size
 
 SERVERS = Path(__file__).resolve().parent / "mcp_servers"
 REPO = Path(__file__).resolve().parent.parent
@@ -149,7 +150,8 @@ def test_the_serve_mcp_banner_lists_what_needs_approval_and_why(tmp_path):
         "nous-sched serve-mcp:   move_file: untrusted server; asked",
         "nous-sched serve-mcp:   read_file: untrusted server; approved without asking (--approve)",
         "nous-sched serve-mcp:   write_file: untrusted server; asked",
-        "nous-sched serve-mcp: at most 8 runs at once per client session (--max-runs-per-session)",
+        f"nous-sched serve-mcp: at most {max(1, default_size() // 2)} runs at once per client "
+        "(--max-runs-per-session); a client is its connection",
     ]
     wait_until(lambda: processes_running(tag) == [], what="the files server to exit")
 
@@ -250,10 +252,10 @@ def test_one_client_session_cannot_hold_more_than_its_share_of_runs():
     release = threading.Event()
     tools = [Tool("wait", lambda a: release.wait(60) and "released", requires_approval=True)]
     server = CodeModeServer(tools, approve={"wait"}, timeout=60, max_runs_per_session=2)
-    assert CodeModeServer(tools).max_runs_per_session == 8  # a quarter of the default pool's 32 workers
+    assert CodeModeServer(tools).max_runs_per_session == max(1, default_size() // 2)  # half the real default pool
     started = threading.Semaphore(0)
     # Handshake-era connections, each one client (a stateless 2026-07-28 client has no lasting
-    # session: over stdio the process serves one, over HTTP its session id or address counts).
+    # session: over stdio the process serves one; over HTTP see test_serve_shares.py).
 
     async def greedy(results):
         async with Client(server.server, mode="legacy") as client:
@@ -447,4 +449,4 @@ def test_serve_mcp_takes_max_runs_per_session(capsys, monkeypatch):
     )
     assert done.returncode == 0, done.stderr
     assert "serving run_code over" in done.stderr
-    assert "at most 3 runs at once per client session (--max-runs-per-session)" in done.stderr
+    assert "at most 3 runs at once per client (--max-runs-per-session); a client is its connection" in done.stderr

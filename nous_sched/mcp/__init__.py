@@ -11,7 +11,8 @@ install it when it is missing.
 * :func:`load_config` reads servers from a JSON file in the ``mcpServers``
   format MCP clients use.
 * :class:`CodeModeServer` is an MCP server with one ``run_code`` tool over
-  a set of tools; ``nous-sched serve-mcp`` runs one.
+  a set of tools; ``nous-sched serve-mcp`` runs one. :class:`BearerTokens`
+  is a token verifier over fixed named tokens for its HTTP app.
 """
 
 from __future__ import annotations
@@ -20,12 +21,22 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from .access import BearerTokens
     from .client import Connection, connect
     from .config import load_config
     from .serve import CodeModeServer
     from .spec import ServerSpec, ToolOverride
 
-__all__ = ["connect", "Connection", "ServerSpec", "ToolOverride", "load_config", "CodeModeServer", "INSTALL_HINT"]
+__all__ = [
+    "connect",
+    "Connection",
+    "ServerSpec",
+    "ToolOverride",
+    "load_config",
+    "CodeModeServer",
+    "BearerTokens",
+    "INSTALL_HINT",
+]
 
 #: What to run when the MCP SDK is missing.
 INSTALL_HINT = "nous_sched.mcp needs the MCP SDK: pip install -e '.[mcp]'"
@@ -35,6 +46,7 @@ _LAZY = {
     "connect": (".client", True),
     "Connection": (".client", True),
     "CodeModeServer": (".serve", True),
+    "BearerTokens": (".access", True),
     "ServerSpec": (".spec", False),
     "ToolOverride": (".spec", False),
     "load_config": (".config", False),

@@ -5,7 +5,7 @@ Usage::
     nous-sched serve-mcp [--tools MODULE] [--server NAME=TARGET ...] [--mcp-config FILE]
                          [--trust NAME ...] [--policy FILE] [--approve TOOL ...]
                          [--deny TOOL ...] [--require-approval TOOL ...]
-                         [--audit-log FILE] [--http [HOST:]PORT]
+                         [--audit-log FILE] [--http [HOST:]PORT] [--auth-token-file FILE]
                          [--timeout S] [--max-parallel N] [--max-runs-per-session N]
 
 Programs call the tools of ``MODULE`` (as ``nous-sched run`` takes it) and of
@@ -16,7 +16,11 @@ or marked ``"trusted": true`` in the config; an untrusted server's tools all
 need approval (fail safe), and a start-up line on standard error lists every
 tool that needs approval and why. Serves stdio by default,
 Streamable HTTP with ``--http`` (loopback unless a host is given; port 0
-picks a free one, and the URL is printed on standard error). It stops when
+picks a free one, and the URL is printed on standard error). On a loopback
+address ``Host`` and ``Origin`` are checked; any other address needs
+``--auth-token-file`` (lines ``NAME TOKEN``: each client sends
+``Authorization: Bearer TOKEN``, and NAME is the client for its fair share),
+or serve-mcp refuses to start (:mod:`.access`). It stops when
 its stdio client disconnects, or on Ctrl-C or SIGTERM (exit status 130),
 closing the upstream servers it started either way.
 
@@ -90,6 +94,12 @@ def add_parser(sub: Any, *, positive_int: Any, seconds: Any) -> argparse.Argumen
         metavar="[HOST:]PORT",
         help="serve Streamable HTTP at http://HOST:PORT/mcp (HOST defaults to 127.0.0.1) instead of stdio",
     )
+    parser.add_argument(
+        "--auth-token-file",
+        metavar="FILE",
+        help="with --http: every request must carry one of FILE's bearer tokens (lines NAME TOKEN); "
+        "needed to serve on an address that is not loopback",
+    )
     parser.add_argument("--timeout", type=seconds, default=30.0, metavar="S", help="each run's deadline (30)")
     parser.add_argument(
         "--max-parallel", type=positive_int, default=10, metavar="N", help="most tool calls running at once (10)"
@@ -107,7 +117,8 @@ def add_parser(sub: Any, *, positive_int: Any, seconds: Any) -> argparse.Argumen
         type=positive_int,
         default=None,
         metavar="N",
-        help="most runs one client session may have going at once (default: a quarter of the worker pool)",
+        help="most runs one client may have going at once (default: half the worker pool, at least 1); "
+        "a client is its bearer token's NAME (--auth-token-file), else its connection",
     )
     return parser
 
@@ -142,6 +153,7 @@ def _serve(args: argparse.Namespace, err: TextIO) -> int:
     from .spec import ServerSpec
 
     address = _address(args.http) if args.http is not None else None
+    verifier = _token_verifier(args, address)
     specs = _servers(args, ServerSpec, load_config)
     if args.tools is None and not specs:
         raise UsageError(
@@ -187,7 +199,8 @@ def _serve(args: argparse.Namespace, err: TextIO) -> int:
             flags = connection.flags() if connection is not None else {}
             approvals = approval_banner([t for t in tools if policy.permits(t)], policy, approve, flags)
             approvals.append(
-                f"at most {server.max_runs_per_session} runs at once per client session (--max-runs-per-session)"
+                f"at most {server.max_runs_per_session} runs at once per client (--max-runs-per-session); "
+                + ("a client is its bearer token's name" if verifier is not None else "a client is its connection")
             )
 
             def banner(where: str) -> None:
@@ -199,7 +212,7 @@ def _serve(args: argparse.Namespace, err: TextIO) -> int:
                 banner("over stdio")
                 server.run_stdio()
             else:
-                server.run_http(*address, ready=lambda url: banner(f"at {url}"))
+                server.run_http(*address, ready=lambda url: banner(f"at {url}"), token_verifier=verifier)
         finally:
             server.close()
     finally:
@@ -291,6 +304,22 @@ def _address(text: str) -> tuple[str, int]:
     if not 0 <= port <= 65535:
         raise UsageError(f"--http {text}: expected [HOST:]PORT with a port from 0 to 65535")
     return host, port
+
+
+def _token_verifier(args: argparse.Namespace, address: Any) -> Any:
+    """``--auth-token-file``'s tokens (:class:`.access.BearerTokens`), checked before anything starts."""
+    from ..cli.loading import UsageError
+    from .access import BearerTokens, transport_security
+
+    path = getattr(args, "auth_token_file", None)
+    if path is not None and address is None:
+        raise UsageError(
+            "--auth-token-file: bearer tokens are for --http; stdio serves the one process that started it"
+        )
+    verifier = BearerTokens.from_file(path) if path is not None else None
+    if address is not None:
+        transport_security(address[0], authorized=verifier is not None)  # the address's rule, before any upstream
+    return verifier
 
 
 def _say(err: TextIO, message: str) -> None:

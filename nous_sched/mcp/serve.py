@@ -56,10 +56,16 @@ result. See :mod:`.live_forward` (built on the run's live event stream,
 :mod:`nous_sched.live`). Over HTTP, POST SSE streams start with a priming
 event with an id and a ``retry`` field (SEP-1699, :mod:`.event_store`).
 
-Fair sharing: one client session (one MCP connection) may have at most
-``max_runs_per_session`` runs going at once (default: a quarter of the worker
-pool); a ``run_code`` call past that is refused at once, as data, so one
-client waiting on approvals it never answers cannot hold every worker.
+Fair sharing (:mod:`.shares`): one client may have at most
+``max_runs_per_session`` runs going at once (default: half the worker pool's
+real size, at least 1); a ``run_code`` call past that is refused at once, as
+data, so one client waiting on approvals it never answers cannot hold every
+worker. A client is its authenticated principal where bearer tokens are
+configured, else its connection; never a header it chooses freely.
+
+Over HTTP (:mod:`.access`): every loopback binding checks ``Host`` and
+``Origin`` (DNS-rebinding protection); any other binding needs bearer-token
+authorization (``token_verifier``), or the server refuses to start.
 
 Strings: any string a program writes is data. What the SDK writes for the
 server (results, log and progress notifications, questions) has each lone
@@ -87,6 +93,7 @@ import anyio
 import anyio.to_thread
 import attrs
 from mcp.server import Server as LowLevelServer
+from mcp.server.auth.provider import TokenVerifier
 from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
 from mcp_types import (
     CallToolRequestParams,
@@ -116,9 +123,11 @@ from ..live import EventStream
 from ..policy import PermissionPolicy
 from ..run_code import live_stream
 from ..tool import Tool
+from .access import auth_settings, transport_security
 from .client import DEADLINE_GRACE
 from .event_store import PrimingEventStore
 from .live_forward import Forwarder, SessionLevels
+from .shares import Shares, client_keys, default_cap, pool_size
 
 __all__ = ["CodeModeServer", "AuditLog", "OUTPUT_SCHEMA"]
 
@@ -164,9 +173,6 @@ _APPROVAL_SCHEMA: dict[str, Any] = {
 }
 
 _runs_started = itertools.count(1)
-#: By default one client session may have at most 1/RUNS_SHARE of the worker pool's runs going.
-RUNS_SHARE = 4
-_DEFAULT_POOL_SIZE = 32  # the default WorkerPool's size; also for a runtime without one (QuickJSRuntime)
 _OPTIONAL_POSITIVE_INT = optional(POSITIVE_INT)
 _POLICY = optional(instance_of(PermissionPolicy, "a nous_sched.PermissionPolicy"))
 
@@ -256,7 +262,7 @@ class _Run:
         self._keys = itertools.count(1)
         self._abandoned: Optional[str] = None  # why nobody will answer any more
         self.cancel = threading.Event()
-        self.session: Any = None  # the client session that started it, for its per-session cap
+        self.client: tuple[Any, ...] = ()  # who started it (shares.client_keys), for its per-client cap
         self.live = EventStream()  # the run's live events (nous_sched.live), read by a Forwarder
         self.forwarded = (0, 0)  # (events, commits) a Forwarder already handled, for a retry's Forwarder
 
@@ -321,12 +327,12 @@ class CodeModeServer:
     :param policy: which tools are granted and which need approval.
     :param approve: names of tools whose calls are approved without asking.
     :param audit_log: a path or an open text file for the JSON-lines audit; ``None`` for none.
-    :param max_runs_per_session: most runs one client session (one MCP
-        connection) may have going at once; a ``run_code`` call past it is
-        refused at once with an error result saying so, and nothing runs.
-        ``None``: a quarter of the runtime's worker pool (:data:`RUNS_SHARE`),
-        so one client waiting on approvals it never answers cannot hold every
-        worker.
+    :param max_runs_per_session: most runs one client (its authenticated
+        principal, else its connection: :mod:`.shares`) may have going at
+        once; a ``run_code`` call past it is refused at once with an error
+        result saying so, and nothing runs. ``None``: half the runtime's
+        worker pool, at least 1 (:func:`.shares.default_cap`), so one client
+        waiting on approvals it never answers leaves the other half to others.
     :param run_options: passed to every :func:`~nous_sched.run_code` (``timeout``,
         ``max_parallel``, ``runtime``, ``limits``, ``executor``...), except
         ``budget`` and ``ranking``, which shape the description as in
@@ -366,12 +372,10 @@ class CodeModeServer:
         else:
             self._audit = AuditLog(audit_log)
         require("CodeModeServer", "max_runs_per_session", max_runs_per_session, _OPTIONAL_POSITIVE_INT)
-        self.max_runs_per_session: int = max_runs_per_session or _default_share(run_options.get("runtime"))
+        self.max_runs_per_session: int = max_runs_per_session or default_cap(pool_size(run_options.get("runtime")))
         self._runs: dict[str, _Run] = {}
-        # Runs going per client (_client_of: a connection object or a name); a client's entry
-        # goes when its last run ends, so the map is as big as the clients with runs going.
-        self._per_session: dict[Any, int] = {}
-        self._runs_lock = threading.Lock()  # guards _runs and _per_session: handlers on the loop, sweeps, runs
+        self._shares = Shares(self.max_runs_per_session)  # runs going per client
+        self._runs_lock = threading.Lock()  # guards _runs: handlers on the loop, sweeps, runs
         self._levels = SessionLevels()  # each session's logging/setLevel (live_forward)
         self.server: LowLevelServer = LowLevelServer(
             name,
@@ -393,17 +397,35 @@ class CodeModeServer:
 
         anyio.run(serve)
 
-    def http_app(self, *, host: str = "127.0.0.1", path: str = "/mcp") -> Any:
-        """The Starlette app serving Streamable HTTP at ``path`` (DNS-rebinding protection on loopback).
+    def http_app(
+        self, *, host: str = "127.0.0.1", path: str = "/mcp", token_verifier: Optional[TokenVerifier] = None
+    ) -> Any:
+        """The Starlette app serving Streamable HTTP at ``path``, to be served on ``host``.
+
+        ``host`` decides the checks (:mod:`.access`): on any loopback address,
+        ``Host`` and ``Origin`` are checked (421 and 403, nothing runs); any
+        other address needs ``token_verifier``. ``token_verifier`` (an MCP SDK
+        ``TokenVerifier``, such as :class:`~.access.BearerTokens`): every
+        request must carry a bearer token it accepts (401 otherwise), and the
+        token's principal is the client for its fair share.
 
         POST SSE streams start with a priming event with an id and carry a
         ``retry`` field of :data:`RETRY_MS` (SEP-1699); nothing is replayed to a
         client that reconnects (:class:`~.event_store.PrimingEventStore` says why).
+
+        :raises ConfigError: ``host`` is not a loopback address and no ``token_verifier`` is given.
         """
+        security = transport_security(host, authorized=token_verifier is not None)
         # An event store makes the SDK start each POST SSE stream with a priming
         # event that has an id, and send a `retry` field (SEP-1699).
         return self.server.streamable_http_app(
-            streamable_http_path=path, host=host, event_store=PrimingEventStore(), retry_interval=RETRY_MS
+            streamable_http_path=path,
+            host=host,
+            event_store=PrimingEventStore(),
+            retry_interval=RETRY_MS,
+            transport_security=security,
+            auth=None if token_verifier is None else auth_settings(),
+            token_verifier=token_verifier,
         )
 
     def run_http(
@@ -413,15 +435,21 @@ class CodeModeServer:
         *,
         path: str = "/mcp",
         ready: Optional[Callable[[str], Any]] = None,
+        token_verifier: Optional[TokenVerifier] = None,
     ) -> None:
         """Serve Streamable HTTP until interrupted; ``port=0`` picks a free port.
 
         ``ready(url)`` is called once the socket listens, with the URL clients use.
+        ``host`` and ``token_verifier`` as for :meth:`http_app`.
+
+        :raises ConfigError: the address cannot be listened on, or is not a
+            loopback address and no ``token_verifier`` is given.
         """
         import socket
 
         import uvicorn
 
+        app = self.http_app(host=host, path=path, token_verifier=token_verifier)  # its checks before the socket
         sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
@@ -432,7 +460,7 @@ class CodeModeServer:
         sock.listen(128)
         bound = sock.getsockname()[1]
         shown = f"[{host}]" if ":" in host else host
-        config = uvicorn.Config(self.http_app(host=host, path=path), log_level="warning", lifespan="on")
+        config = uvicorn.Config(app, log_level="warning", lifespan="on")
         server = _signalled_server(config)
 
         async def serve() -> None:
@@ -498,7 +526,7 @@ class CodeModeServer:
             for key, response in (params.input_responses or {}).items():
                 run.answer(key, _accepted(response), "client")
         else:
-            client = _client_of(ctx)
+            client = client_keys(ctx)
             refusal = self._admit(client)
             if refusal is not None:
                 return _error_result(refusal)
@@ -533,7 +561,7 @@ class CodeModeServer:
         return Forwarder(
             run.live,
             progress=token is not None,
-            level=self._levels.get(_client_of(ctx)),
+            level=self._levels.get(_session_of(ctx)),
             send_progress=send_progress,
             send_log=send_log,
             position=run.forwarded,
@@ -541,7 +569,7 @@ class CodeModeServer:
 
     async def _set_level(self, ctx: Any, params: SetLevelRequestParams) -> EmptyResult:
         """``logging/setLevel``: the lowest level of the run logs this session is sent."""
-        self._levels.set(_client_of(ctx), params.level)
+        self._levels.set(_session_of(ctx), params.level)
         return EmptyResult()
 
     async def _follow(self, ctx: Any, run: _Run) -> Union[CallToolResult, InputRequiredResult]:
@@ -583,33 +611,25 @@ class CodeModeServer:
 
     # -- one run -----------------------------------------------------------------
 
-    def _admit(self, client: Any) -> Optional[str]:
-        """Count one more run for ``client`` (:func:`_client_of`), or say why it may not start (its cap)."""
-        key = client
-        with self._runs_lock:
-            going = self._per_session.get(key, 0)
-            if going >= self.max_runs_per_session:
-                refusal = (
-                    f"this client already has {going} runs going, the most one client session may have at once "
-                    f"(max_runs_per_session); wait for one to finish, or answer its approval questions"
-                )
-                return refusal
-            self._per_session[key] = going + 1
-        return None
+    def _admit(self, client: tuple[Any, ...]) -> Optional[str]:
+        """Count one more run for ``client`` (:func:`.shares.client_keys`), or say why it may not start (its cap)."""
+        going = self._shares.admit(client)
+        if going is None:
+            return None
+        return (
+            f"this client already has {going} runs going, the most one client may have at once "
+            f"(max_runs_per_session); wait for one to finish, or answer its approval questions"
+        )
 
     def _release(self, run: _Run) -> None:
-        key = run.session
-        with self._runs_lock:
-            going = self._per_session.pop(key, 0) - 1
-            if going > 0:
-                self._per_session[key] = going
+        self._shares.release(run.client)
 
-    def _start(self, arguments: dict[str, Any], can_ask: bool, client: Any = None) -> _Run:
+    def _start(self, arguments: dict[str, Any], can_ask: bool, client: tuple[Any, ...] = ()) -> _Run:
         n = next(_runs_started)
         run_id = f"mcp-run-{n}-{secrets.token_hex(3)}"
         what = arguments.get("description")
         run = _Run(run_id, what if isinstance(what, str) else "", can_ask)
-        run.session = client
+        run.client = client
         with self._runs_lock:
             self._runs[run.token] = run
         thread = threading.Thread(
@@ -756,28 +776,13 @@ class _GateAudit(SessionLog):
         # An `approval` record is written by the server's own handler, with who answered (_approve_call).
 
 
-_ONE_CLIENT = "stdio"  # a stateless connection with no HTTP request: stdio, whose process serves one client
-
-
-def _client_of(ctx: Any) -> Any:
-    """The object that stands for the client making this request, for its per-session cap.
-
-    A handshake-era connection is one client (the SDK's connection object). A
-    stateless (2026-07-28) request has no connection that lasts: over HTTP its
-    client is its ``Mcp-Session-Id`` when it sends one, else its address; over
-    stdio the process serves one client.
-    """
+def _session_of(ctx: Any) -> Any:
+    """A handshake-era request's connection, whose ``logging/setLevel`` lasts; ``None`` for a
+    stateless request, which states its level in its own ``_meta``."""
     connection = getattr(ctx.session, "_connection", None)
     if connection is not None and not is_version_at_least(ctx.protocol_version, _MODERN):
         return connection
-    request = getattr(ctx, "request", None)
-    headers = getattr(request, "headers", None)
-    if headers is None:
-        return _ONE_CLIENT
-    session_id = headers.get("mcp-session-id")
-    if session_id:
-        return f"session {session_id}"
-    return f"address {getattr(getattr(request, 'client', None), 'host', '?')}"
+    return None
 
 
 def _progress_token(ctx: Any) -> Any:
@@ -786,14 +791,6 @@ def _progress_token(ctx: Any) -> Any:
     if isinstance(meta, dict):
         return meta.get("progress_token", meta.get("progressToken"))
     return getattr(meta, "progress_token", None) or getattr(meta, "progressToken", None)
-
-
-def _default_share(runtime: Any) -> int:
-    """A quarter (:data:`RUNS_SHARE`) of the worker pool's size: the default ``max_runs_per_session``."""
-    size = getattr(runtime, "size", None)  # None for the default pool: not created until a run needs it
-    if not isinstance(size, int) or size < 1:
-        size = _DEFAULT_POOL_SIZE
-    return max(1, size // RUNS_SHARE)
 
 
 def _client_can_elicit(ctx: Any) -> bool:
