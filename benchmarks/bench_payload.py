@@ -19,7 +19,7 @@ freeze arguments that were measured to choose the ones ``nous_sched`` uses:
 the walk, the C parser's hooks (``object_pairs_hook``), ``orjson`` (the
 ``speed`` extra), the audit's copy kept as text and frozen on first read,
 the arguments' crossing (a JSON string inside the envelope, or after it as
-they are) and the count of the characters a model reads (``text_chars``).
+they are) and the count of the characters a model reads (``text_bytes``).
 ``--without-orjson`` runs everything as if ``orjson`` were not installed.
 """
 
@@ -119,7 +119,7 @@ def parts(opts: c.Options, big: list[dict[str, Any]], args_records: list[dict[st
     engine = importlib.import_module("nous_sched.runtime.engine")
     has_split = hasattr(engine, "_split")
 
-    def indented_count(value: Any) -> Any:  # main's text_chars: compact + indented dumps, 2- and 3-byte scans
+    def indented_count(value: Any) -> Any:  # main's text_bytes: compact + indented dumps, 2- and 3-byte scans
         orjson = _fastjson._load()
         compact_bytes = orjson.dumps(value, option=_fastjson._options)
         if _fastjson._respelled(compact_bytes):
@@ -131,9 +131,9 @@ def parts(opts: c.Options, big: list[dict[str, Any]], args_records: list[dict[st
         ("result 1 MB: snapshot_text, walk + one encode", without_orjson(lambda: snap.snapshot_text(big))),
         ("result 1 MB: snapshot_text, orjson", lambda: snap.snapshot_text(big)),
         ("result 1 MB with nulls: snapshot_text, orjson", lambda: snap.snapshot_text(with_nulls)),
-        ("answer 1 MB: text_chars, the stdlib's json.dumps", without_orjson(lambda: snap.text_chars(answer))),
-        ("answer 1 MB: text_chars, orjson + indented dump (before)", lambda: indented_count(answer)),
-        ("answer 1 MB: text_chars, orjson + one translate", lambda: snap.text_chars(answer)),
+        ("answer 1 MB: text_bytes, the stdlib's json.dumps", without_orjson(lambda: snap.text_bytes(answer))),
+        ("answer 1 MB: text_bytes, orjson + indented dump (before)", lambda: indented_count(answer)),
+        ("answer 1 MB: text_bytes, orjson + one translate", lambda: snap.text_bytes(answer)),
     ]
     args_parts: list[tuple[str, Callable[[], Any]]] = [
         ("args 100 KB: json.loads + check", lambda: snap.check(json.loads(text))),
@@ -163,7 +163,7 @@ def parts(opts: c.Options, big: list[dict[str, Any]], args_records: list[dict[st
         if not have_orjson:
             named = [(n, f) for n, f in named if "orjson" not in n]
         if not has_split:  # an older nous_sched: the parts it does not have
-            named = [(n, f) for n, f in named if "envelope" not in n and "text_chars" not in n]
+            named = [(n, f) for n, f in named if "envelope" not in n and "text_bytes" not in n]
         fns = [timed(f) for _, f in named] + [timed(lambda value=value: json_round_trip(value))]
         for fn in fns:
             fn()
