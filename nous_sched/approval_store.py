@@ -47,8 +47,8 @@ editing its state. Two limits follow from what a key can prove:
   read the rows can read it too: then the seals catch damage and edits made
   without it, not a deliberate attacker. Against one, pass ``key=`` from
   where the rows' writers cannot read it (a secret manager, an environment
-  variable of the resuming service), or keep the key's Redis key out of their
-  ACL.
+  variable of the resuming service; the command line reads
+  ``NOUS_SCHED_APPROVAL_KEY``), or keep the key's Redis key out of their ACL.
 * A seal proves where a row came from, not that it is the latest one. A
   writer who copied a row's exact bytes before its claim and writes them all
   back afterwards restores a state the store itself cannot tell from the
