@@ -564,24 +564,23 @@ if state == 'pending' and redis.call('HGET', KEYS[1], 'state_seal') == ARGV[3]
   redis.call('HSET', KEYS[1], 'state', 'claimed', 'claimed_by', ARGV[2], 'state_seal', '')
   won = 1
 end
-local row = redis.call('HMGET', KEYS[1], 'record', 'expires', 'state', 'decisions', 'claimed_by', 'seal', 'state_seal')
-table.insert(row, won)
-return row
+return {won, redis.call('HGETALL', KEYS[1])}
 """
 
 
-# Decide: merge one decision into a pending record's decisions, read and write as
-# one step (a decision racing a claim either lands before it or is refused).
+# Decide: one decision, under its own field (``decision:<seq>``, the JSON text as
+# given: never decoded here, so a lone surrogate escape in a reason is kept as
+# it is), into a pending record, read and write as one step (a decision racing
+# a claim either lands before it or is refused).
 _DECIDE = """
 local state = redis.call('HGET', KEYS[1], 'state')
 if not state then return nil end
 if state == 'pending' then
-  local decisions = cjson.decode(redis.call('HGET', KEYS[1], 'decisions') or '{}')
-  decisions[ARGV[1]] = cjson.decode(ARGV[2])
-  redis.call('HSET', KEYS[1], 'decisions', cjson.encode(decisions))
+  redis.call('HSET', KEYS[1], 'decision:' .. ARGV[1], ARGV[2])
 end
-return redis.call('HMGET', KEYS[1], 'record', 'expires', 'state', 'decisions', 'claimed_by', 'seal', 'state_seal')
+return redis.call('HGETALL', KEYS[1])
 """
+_DECISION_FIELD = "decision:"
 
 
 class RedisApprovalStore(ApprovalStore):
@@ -636,24 +635,22 @@ class RedisApprovalStore(ApprovalStore):
     def _put(self, sid: str, record: str, expires: float, seal: str, state_seal: str) -> None:
         name = self._name(sid)
         pipe = self._redis.pipeline()
-        fields: dict[Any, Any] = {"record": record, "expires": repr(expires), "state": "pending", "decisions": "{}"}
+        fields: dict[Any, Any] = {"record": record, "expires": repr(expires), "state": "pending"}
         pipe.hset(name, mapping={**fields, "claimed_by": "", "seal": seal, "state_seal": state_seal})
         pipe.expireat(name, int(expires) + 1)
         pipe.zadd(f"{self.prefix}:index", {sid: expires})
         pipe.execute()
 
     def _get(self, sid: str) -> Optional[dict[str, Any]]:
-        values = self._redis.hmget(self._name(sid), list(_COLUMNS))
-        if values[0] is None:
-            return None
-        return _decoded(values)
+        fields = self._redis.hgetall(self._name(sid))
+        return _decoded(fields) if fields else None
 
     def _claim(self, sid: str, now: float, by: str, state_seal: str) -> Optional[dict[str, Any]]:
         values = self._claim_script(keys=[self._name(sid)], args=[repr(now), by, state_seal])
         if values is None:
             return None
-        row = _decoded(values[: len(_COLUMNS)])
-        row["won"] = int(values[len(_COLUMNS)]) == 1
+        row = _decoded(_pairs(values[1]))
+        row["won"] = int(values[0]) == 1
         return row
 
     def _set(self, sid: str, **fields: str) -> None:
@@ -661,7 +658,7 @@ class RedisApprovalStore(ApprovalStore):
 
     def _decide(self, sid: str, seq: str, decision: str) -> Optional[dict[str, Any]]:
         values = self._decide_script(keys=[self._name(sid)], args=[seq, decision])
-        return None if values is None else _decoded(values)
+        return None if values is None else _decoded(_pairs(values))
 
     def _rows(self) -> list[tuple[str, dict[str, Any]]]:
         index = f"{self.prefix}:index"
@@ -675,10 +672,22 @@ class RedisApprovalStore(ApprovalStore):
         return out
 
 
-def _decoded(values: list[Any]) -> dict[str, Any]:
-    text = [value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else value for value in values]
-    row = dict(zip(_COLUMNS, text, strict=True))
-    for column in _SEAL_COLUMNS:  # a row written before the seals: refused as tampered
-        row[column] = row[column] or ""
-    row["expires"] = float(row["expires"])
+def _pairs(flat: list[Any]) -> dict[Any, Any]:
+    """HGETALL's reply from a script (a flat list) as a mapping."""
+    return dict(zip(flat[::2], flat[1::2], strict=True))
+
+
+def _decoded(fields: dict[Any, Any]) -> dict[str, Any]:
+    """A Redis hash as a row: its columns, and its ``decision:<seq>`` fields as the decisions' JSON text."""
+    text = {_text(name): _text(value) for name, value in fields.items()}
+    row: dict[str, Any] = {column: text.get(column, "") for column in _COLUMNS}
+    row["expires"] = float(row["expires"] or 0.0)
+    decisions = [
+        (name[len(_DECISION_FIELD) :], value) for name, value in text.items() if name.startswith(_DECISION_FIELD)
+    ]
+    row["decisions"] = "{" + ",".join(f"{json.dumps(seq)}:{value}" for seq, value in sorted(decisions)) + "}"
     return row
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else str(value)

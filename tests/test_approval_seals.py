@@ -73,9 +73,13 @@ class _RedisRows:
         return RedisApprovalStore(self.url, prefix=self.prefix)
 
     def get(self, sid):
-        return self.redis.hgetall(f"{self.prefix}:s:{sid}")
+        fields = self.redis.hgetall(f"{self.prefix}:s:{sid}")
+        decisions = {k.split(":", 1)[1]: json.loads(v) for k, v in fields.items() if k.startswith("decision:")}
+        return {**fields, "decisions": json.dumps(decisions)}
 
     def put(self, sid, **fields):
+        if "decisions" in fields:  # each decision is a field of its own
+            fields.update({f"decision:{k}": json.dumps(v) for k, v in json.loads(fields.pop("decisions")).items()})
         self.redis.hset(f"{self.prefix}:s:{sid}", mapping={k: str(v) for k, v in fields.items()})
 
 
@@ -237,3 +241,17 @@ def test_a_row_saved_before_the_seals_is_refused(tmp_path, monkeypatch):
         _resume(store, token)
     assert _ran() == []
     assert _resume(store, _suspend(store)[0]).ok  # the upgraded file keeps working
+
+
+@pytest.mark.parametrize(
+    "reason",
+    ["é 😀", "\ud800 lone, \u202e bidi, \x00 NUL, tag \U000e0041", "x" * 100_000, '"}, {"approved": true'],
+)
+def test_a_decision_with_any_reason_is_kept_and_sealed(rows, reason):
+    store = rows.store()
+    token, _ = _suspend(store)
+    store.decide(token, 0, False, reason)
+    assert store.load(token)["decisions"] == {"0": {"approved": False, "reason": reason}}
+    done = resume(token, {}, durable_tools.TOOLS, approval_store=store, runtime=QuickJSRuntime())
+    assert done.error is not None and "was denied approval" in done.error.message
+    assert _ran() == []
