@@ -483,7 +483,7 @@ class SqliteApprovalStore(ApprovalStore):
     def _get(self, sid: str) -> Optional[dict[str, Any]]:
         with self._connect() as db:
             row = db.execute(_SELECT, (sid,)).fetchone()
-        return None if row is None else dict(zip(_COLUMNS, row, strict=True))
+        return None if row is None else _row_of(row)
 
     def _claim(self, sid: str, now: float, by: str, state_seal: str) -> Optional[dict[str, Any]]:
         db = self._connect()
@@ -502,7 +502,7 @@ class SqliteApprovalStore(ApprovalStore):
             db.close()
         if row is None:
             return None
-        found = dict(zip(_COLUMNS, row, strict=True))
+        found = _row_of(row)
         found["won"] = won == 1
         return found
 
@@ -528,14 +528,27 @@ class SqliteApprovalStore(ApprovalStore):
             db.execute("COMMIT")
         finally:
             db.close()
-        return None if row is None else dict(zip(_COLUMNS, row, strict=True))
+        return None if row is None else _row_of(row)
 
     def _rows(self) -> list[tuple[str, dict[str, Any]]]:
         with self._connect() as db:
             rows = db.execute(
                 "SELECT id, " + ", ".join(_COLUMNS) + " FROM nous_suspensions ORDER BY expires"
             ).fetchall()
-        return [(row[0], dict(zip(_COLUMNS, row[1:], strict=True))) for row in rows]
+        return [(row[0], _row_of(row[1:])) for row in rows]
+
+
+def _row_of(values: Any) -> dict[str, Any]:
+    """A SQLite row as a dict of columns: text as text, the expiry a number
+    (a row written by hand with anything else is treated as expired; the
+    token's own expiry is what counts)."""
+    row = {
+        column: value if isinstance(value, (str, float)) else str(value)
+        for column, value in zip(_COLUMNS, values, strict=True)
+    }
+    if not isinstance(row["expires"], float):
+        row["expires"] = float(values[1]) if isinstance(values[1], int) else 0.0
+    return row
 
 
 def _add_seal_columns(db: sqlite3.Connection) -> None:
@@ -559,8 +572,9 @@ _CLAIM = """
 local state = redis.call('HGET', KEYS[1], 'state')
 if not state then return nil end
 local won = 0
+local expires = tonumber(redis.call('HGET', KEYS[1], 'expires'))
 if state == 'pending' and redis.call('HGET', KEYS[1], 'state_seal') == ARGV[3]
-    and tonumber(redis.call('HGET', KEYS[1], 'expires')) > tonumber(ARGV[1]) then
+    and expires and expires > tonumber(ARGV[1]) then
   redis.call('HSET', KEYS[1], 'state', 'claimed', 'claimed_by', ARGV[2], 'state_seal', '')
   won = 1
 end
@@ -681,7 +695,10 @@ def _decoded(fields: dict[Any, Any]) -> dict[str, Any]:
     """A Redis hash as a row: its columns, and its ``decision:<seq>`` fields as the decisions' JSON text."""
     text = {_text(name): _text(value) for name, value in fields.items()}
     row: dict[str, Any] = {column: text.get(column, "") for column in _COLUMNS}
-    row["expires"] = float(row["expires"] or 0.0)
+    try:
+        row["expires"] = float(row["expires"] or 0.0)
+    except ValueError:  # a row written by hand: treated as expired (the token's own expiry is what counts)
+        row["expires"] = 0.0
     decisions = [
         (name[len(_DECISION_FIELD) :], value) for name, value in text.items() if name.startswith(_DECISION_FIELD)
     ]

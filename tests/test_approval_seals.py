@@ -255,3 +255,13 @@ def test_a_decision_with_any_reason_is_kept_and_sealed(rows, reason):
     done = resume(token, {}, durable_tools.TOOLS, approval_store=store, runtime=QuickJSRuntime())
     assert done.error is not None and "was denied approval" in done.error.message
     assert _ran() == []
+
+
+def test_a_row_with_garbage_in_every_column_is_refused_cleanly(rows):
+    store = rows.store()
+    token, sid = _suspend(store)
+    rows.put(sid, expires="soon", state="pending\x00", claimed_by="\xff\u202e", seal="", state_seal="x" * 10_000)
+    with pytest.raises(TokenError):
+        _resume(store, token)
+    assert all(row["state"] in ("tampered", "pending\x00") for row in store.suspensions())
+    assert _ran() == []
