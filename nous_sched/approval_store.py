@@ -225,7 +225,10 @@ class ApprovalStore:
         """
         sid, expires = self.verify(token)
         if _claimed_here(sid):
-            self.load(token)  # says how the row stands; a row that says pending was rolled back
+            row = self._get(sid)  # says how the row stands; one that says pending was rolled back
+            if row is not None:
+                _refuse_claimed(row)
+            _refuse_claimed_here(sid)
         row = self._claim(sid, _now(), f"pid {os.getpid()}", self._seal(_pending_body(sid, expires)))
         if row is None:
             raise TokenError("the approval token is unknown to this store (or its record has expired)")
