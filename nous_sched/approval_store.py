@@ -151,7 +151,7 @@ class ApprovalStore:
         require(type(self).__name__, "key", key, _OPTIONAL_KEY)
         require(type(self).__name__, "ttl", ttl, v.SECONDS)
         require(type(self).__name__, "park", park, _PARK)
-        self._key_given = key
+        self._hmac_key = key
         self.ttl = float(ttl)
         #: Seconds a process holds a run it suspended, so that a resume in the
         #: same process continues it without replay (0: never; it counts against the run's timeout).
@@ -160,7 +160,10 @@ class ApprovalStore:
     # -- tokens ----------------------------------------------------------------
 
     def _key(self) -> bytes:
-        return self._key_given if self._key_given is not None else self._stored_key()
+        if self._hmac_key is None:
+            # Read once: a stored key is written once (never replaced), and each seal needs it.
+            self._hmac_key = self._stored_key()
+        return self._hmac_key
 
     def token_for(self, sid: str, expires_at: float) -> str:
         """The signed token of suspension ``sid``."""
