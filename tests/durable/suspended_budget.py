@@ -2,8 +2,14 @@
 check and the cases, for any test to reuse (tests/test_durable_budget.py, and
 a row of the hostile-value matrix).
 
-    result = suspend_case("four-huge-arguments", store, budget=2000)
-    check_suspended_answer(result, 2000)
+    sys.path.insert(0, os.path.join(TESTS, "durable"))  # as tests/test_durable_budget.py does
+    from suspended_budget import CASES, check_suspended_answer, suspend_case
+
+    store = nous_sched.SqliteApprovalStore(str(tmp_path / "approvals.db"))
+    for name in CASES:  # one matrix row each
+        check_suspended_answer(suspend_case(name, store, 2000), 2000, pending=CASES[name][1])
+
+No tool runs (every case suspends at its first gated call), so no count file is needed.
 
 ``check_suspended_answer`` asserts what a model reads of a suspended run: at
 most ``budget`` bytes of UTF-8 (a lone surrogate counted as its 6-byte
