@@ -33,7 +33,7 @@ What a caller may rely on, for both:
   resumes of one token exactly one gets the record, the other a
   :class:`TokenError`. A claimed token stays claimed, whether its resume
   finishes (``done``) or its process dies mid-run (``claimed``, which
-  :meth:`list` shows): it is never handed out again, because the calls its
+  :meth:`suspensions` shows): it is never handed out again, because the calls its
   run made after the suspension may already have run.
 * Records are JSON, data only, never code that the host runs.
 
@@ -52,11 +52,15 @@ editing its state. Two limits follow from what a key can prove:
 * A seal proves where a row came from, not that it is the latest one. A
   writer who copied a row's exact bytes before its claim and writes them all
   back afterwards restores a state the store itself cannot tell from the
-  original (no data inside the store moves only forward). A process keeps the
-  ids it has claimed (until they expire) and refuses such a rolled-back token
-  itself; another process trusts the store. Where at most once must hold
-  against that writer too, keep the store where rows cannot be rolled back
-  (no write access but the resuming services').
+  original (no data inside the store moves only forward); so does one who
+  writes back an operator's earlier decision on a call that was decided
+  again. A process keeps the ids it has claimed (until they expire) and
+  refuses such a rolled-back token itself; another process trusts the
+  store. Where at most once must hold against that writer too, keep the
+  store where rows cannot be rolled back (no write access but the resuming
+  services'). Deleting a row or a decision is always possible to such a
+  writer: the token is then unknown, or the resume lacks a decision, and
+  nothing runs.
 """
 
 from __future__ import annotations
