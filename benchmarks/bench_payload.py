@@ -19,7 +19,8 @@ freeze arguments that were measured to choose the ones ``nous_sched`` uses:
 the walk, the C parser's hooks (``object_pairs_hook``), ``orjson`` (the
 ``speed`` extra), the audit's copy kept as text and frozen on first read,
 the arguments' crossing (a JSON string inside the envelope, or after it as
-they are) and the count of the characters a model reads (``text_chars``).
+they are) and the count of the bytes a model reads (``text_bytes``; before,
+its characters).
 ``--without-orjson`` runs everything as if ``orjson`` were not installed.
 """
 
@@ -119,21 +120,50 @@ def parts(opts: c.Options, big: list[dict[str, Any]], args_records: list[dict[st
     engine = importlib.import_module("nous_sched.runtime.engine")
     has_split = hasattr(engine, "_split")
 
-    def indented_count(value: Any) -> Any:  # main's text_chars: compact + indented dumps, 2- and 3-byte scans
+    def indented_count(
+        value: Any,
+    ) -> Any:  # an older count of characters: compact + indented dumps, 2- and 3-byte scans
         orjson = _fastjson._load()
         compact_bytes = orjson.dumps(value, option=_fastjson._options)
         if _fastjson._respelled(compact_bytes):
             return None
         return len(compact_bytes) + _fastjson._separators_by_indent(orjson, value, compact_bytes)
 
+    def chars_before(value: Any) -> Any:  # the count in characters (text_chars, before bytes): decoded when not ASCII
+        orjson = _fastjson._load()
+        compact_bytes = orjson.dumps(value, option=_fastjson._options)
+        if _fastjson._respelled(compact_bytes):
+            return None
+        separators = _fastjson._separators(compact_bytes)
+        if separators is None:
+            separators = _fastjson._separators_by_indent(orjson, value, compact_bytes)
+        return (len(compact_bytes) if compact_bytes.isascii() else len(compact_bytes.decode("utf-8"))) + separators
+
+    # The same records with non-ASCII names (accents, an emoji): the count in bytes differs from characters.
+    answer_u = {"logs": [], "result": [dict(r, name=f"élément {r['id']} \U0001f600") for r in big]}
     result_parts: list[tuple[str, Callable[[], Any]]] = [
         ("result 1 MB: walk + two encodes (before)", lambda: before(big)),
         ("result 1 MB: snapshot_text, walk + one encode", without_orjson(lambda: snap.snapshot_text(big))),
         ("result 1 MB: snapshot_text, orjson", lambda: snap.snapshot_text(big)),
         ("result 1 MB with nulls: snapshot_text, orjson", lambda: snap.snapshot_text(with_nulls)),
-        ("answer 1 MB: text_chars, the stdlib's json.dumps", without_orjson(lambda: snap.text_chars(answer))),
-        ("answer 1 MB: text_chars, orjson + indented dump (before)", lambda: indented_count(answer)),
-        ("answer 1 MB: text_chars, orjson + one translate", lambda: snap.text_chars(answer)),
+        (
+            "answer 1 MB: characters, the stdlib's json.dumps (before)",
+            without_orjson(lambda: len(json.dumps(answer, ensure_ascii=False))),
+        ),
+        ("answer 1 MB: text_bytes, the stdlib's json.dumps", without_orjson(lambda: snap.text_bytes(answer))),
+        ("answer 1 MB: characters, orjson + indented dump (before)", lambda: indented_count(answer)),
+        ("answer 1 MB: characters, orjson + one translate (before)", lambda: chars_before(answer)),
+        ("answer 1 MB: text_bytes, orjson + one translate", lambda: snap.text_bytes(answer)),
+        (
+            "answer 1 MB non-ASCII: characters, the stdlib's json.dumps (before)",
+            without_orjson(lambda: len(json.dumps(answer_u, ensure_ascii=False))),
+        ),
+        (
+            "answer 1 MB non-ASCII: text_bytes, the stdlib's json.dumps",
+            without_orjson(lambda: snap.text_bytes(answer_u)),
+        ),
+        ("answer 1 MB non-ASCII: characters, orjson + one translate (before)", lambda: chars_before(answer_u)),
+        ("answer 1 MB non-ASCII: text_bytes, orjson + one translate", lambda: snap.text_bytes(answer_u)),
     ]
     args_parts: list[tuple[str, Callable[[], Any]]] = [
         ("args 100 KB: json.loads + check", lambda: snap.check(json.loads(text))),
@@ -163,7 +193,9 @@ def parts(opts: c.Options, big: list[dict[str, Any]], args_records: list[dict[st
         if not have_orjson:
             named = [(n, f) for n, f in named if "orjson" not in n]
         if not has_split:  # an older nous_sched: the parts it does not have
-            named = [(n, f) for n, f in named if "envelope" not in n and "text_chars" not in n]
+            named = [(n, f) for n, f in named if "envelope" not in n and "answer 1 MB" not in n]
+        if not hasattr(snap, "text_bytes"):  # one that counts a model's answer in characters
+            named = [(n, f) for n, f in named if "text_bytes" not in n]
         fns = [timed(f) for _, f in named] + [timed(lambda value=value: json_round_trip(value))]
         for fn in fns:
             fn()

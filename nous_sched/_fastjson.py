@@ -40,7 +40,7 @@ Why each answer is the walk's (orjson's rules are not the snapshot rules):
   every exponent) or with ``0.0000`` anywhere goes to the walk. Its text is
   the program's as it is when it is ASCII with no DEL; else the standard
   library spells the copy. Control characters both escape alike.
-* **A model's characters** (:func:`spaced_chars`): counted on orjson's
+* **A model's bytes** (:func:`spaced_bytes`): counted on orjson's UTF-8
   text, for a value that already obeys the rules (a run's answer).
 """
 
@@ -49,7 +49,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable
 
-__all__ = ["UNSURE", "available", "encode", "parse", "spaced_chars", "reset"]
+__all__ = ["UNSURE", "available", "encode", "parse", "spaced_bytes", "reset"]
 
 #: What a function here answers when the walk must.
 UNSURE: Any = object()
@@ -205,11 +205,12 @@ def parse(text: str) -> Any:
     return value
 
 
-def spaced_chars(value: Any) -> Any:
-    """``len(json.dumps(value, ensure_ascii=False))`` (``", "`` and ``": "``
-    between items) for a value that obeys the snapshot rules, or :data:`UNSURE`.
+def spaced_bytes(value: Any) -> Any:
+    """The UTF-8 bytes of ``json.dumps(value, ensure_ascii=False)`` (``", "``
+    and ``": "`` between items) for a value that obeys the snapshot rules, or
+    :data:`UNSURE` (a lone surrogate, which orjson refuses, among them).
 
-    Counted on orjson's compact text: its characters, plus one space per
+    Counted on orjson's compact text, UTF-8 as it comes: its bytes, plus one space per
     separator (:func:`_separators`, one ``translate`` and two counts, when no
     string holds an escape, a ``,`` or a ``:``; else :func:`_separators_by_indent`).
     """
@@ -227,8 +228,7 @@ def spaced_chars(value: Any) -> Any:
         return UNSURE
     if separators is UNSURE:
         return UNSURE
-    chars = len(compact) if compact.isascii() else len(compact.decode("utf-8"))
-    return chars + separators
+    return len(compact) + separators
 
 
 #: Every byte but ``"``, ``,`` and ``:``: what :func:`_separators` deletes.

@@ -115,8 +115,8 @@ def run_code_tool(
     every run). ``ranking`` (tool names, most relevant first): the last step
     names the first few of them the policy grants.
 
-    ``output_budget`` (characters, default
-    :data:`nous_sched.budget.DEFAULT_OUTPUT_BUDGET`, 20,000; at least 200;
+    ``output_budget`` (bytes of UTF-8, which bound the tokens a model pays
+    for, default :data:`nous_sched.budget.DEFAULT_OUTPUT_BUDGET`, 20,000; at least 256;
     ``None`` for no limit): the answer the model reads (logs, result and
     error together, as JSON text) is at most that long, cut structurally and
     saying in place what it left out (:mod:`nous_sched.budget`).

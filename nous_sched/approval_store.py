@@ -17,6 +17,15 @@ What a caller may rely on, for both:
   kept in the store) or the one the caller passes (``key=``). A token changed
   in any way, or made up, is refused with :class:`TokenError` before the store
   is asked anything else.
+* **The record bound to its token.** What a token approves is sealed under
+  the same key, bound to the token's id and expiry: the record (the program,
+  its description, the tool set's hash, the ledger of committed calls and
+  clock values, and each pending call's seq, tool and arguments), the
+  record's *pending* state, and each operator decision (its seq, verdict and
+  reason). A row edited in the store (arguments changed, a record or a
+  decision copied from another suspension, a claimed or finished state set
+  back to ``pending``) is refused as tampered with :class:`TokenError`, and
+  nothing runs; :meth:`suspensions` lists such a row as ``tampered``.
 * **Expires.** Past ``expires_at`` (``ttl`` seconds after the suspension,
   24 hours by default) a token is refused; Redis drops the record then too.
 * **At most once.** :meth:`claim` is atomic (SQLite: one conditional
@@ -24,9 +33,34 @@ What a caller may rely on, for both:
   resumes of one token exactly one gets the record, the other a
   :class:`TokenError`. A claimed token stays claimed, whether its resume
   finishes (``done``) or its process dies mid-run (``claimed``, which
-  :meth:`list` shows): it is never handed out again, because the calls its
+  :meth:`suspensions` shows): it is never handed out again, because the calls its
   run made after the suspension may already have run.
 * Records are JSON, data only, never code that the host runs.
+
+**The threat model.** Someone who can read and write the store's rows (SQL on
+the file, commands to Redis) but does not have the key: they cannot make a
+row resume anything the key's holder did not save, or resume a token twice by
+editing its state. Two limits follow from what a key can prove:
+
+* The key must be out of their reach. By default it is kept *in* the store
+  (table ``nous_meta``; Redis key ``<prefix>:hmac_key``), where whoever can
+  read the rows can read it too: then the seals catch damage and edits made
+  without it, not a deliberate attacker. Against one, pass ``key=`` from
+  where the rows' writers cannot read it (a secret manager, an environment
+  variable of the resuming service; the command line reads
+  ``NOUS_SCHED_APPROVAL_KEY``), or keep the key's Redis key out of their ACL.
+* A seal proves where a row came from, not that it is the latest one. A
+  writer who copied a row's exact bytes before its claim and writes them all
+  back afterwards restores a state the store itself cannot tell from the
+  original (no data inside the store moves only forward); so does one who
+  writes back an operator's earlier decision on a call that was decided
+  again. A process keeps the ids it has claimed (until they expire) and
+  refuses such a rolled-back token itself; another process trusts the
+  store. Where at most once must hold against that writer too, keep the
+  store where rows cannot be rolled back (no write access but the resuming
+  services'). Deleting a row or a decision is always possible to such a
+  writer: the token is then unknown, or the resume lacks a decision, and
+  nothing runs.
 """
 
 from __future__ import annotations
@@ -38,6 +72,7 @@ import json
 import os
 import secrets
 import sqlite3
+import threading
 import time
 from typing import Any, Optional
 
@@ -64,8 +99,49 @@ def _now() -> float:
 
 
 def _mac(key: bytes, body: str) -> str:
-    digest = hmac.new(key, body.encode("ascii"), hashlib.sha256).digest()
+    digest = hmac.new(key, body.encode("utf-8", "surrogatepass"), hashlib.sha256).digest()
     return base64.urlsafe_b64encode(digest).decode("ascii").rstrip("=")
+
+
+# What each seal covers, one purpose word first (so a seal made for one can never pass as another),
+# then the suspension's id and expiry (so a record, state or decision copied from another row fails).
+def _record_body(sid: str, expires: float, record: str) -> str:
+    return f"record\n{sid}\n{int(expires)}\n{record}"
+
+
+def _pending_body(sid: str, expires: float) -> str:
+    return f"pending\n{sid}\n{int(expires)}"
+
+
+def _decision_body(sid: str, seq: str, approved: bool, reason: str) -> str:
+    return f"decision\n{sid}\n{seq}\n{int(approved)}\n{reason}"
+
+
+#: Suspensions this process claimed, by id, with their expiry: a row rolled back
+#: to ``pending`` after its claim is refused here even with its old seal.
+_CLAIMED: dict[str, float] = {}
+_CLAIMED_LOCK = threading.Lock()
+
+
+def _remember_claim(sid: str, expires: float) -> None:
+    now = _now()
+    with _CLAIMED_LOCK:
+        for old in [s for s, until in _CLAIMED.items() if until <= now]:
+            del _CLAIMED[old]
+        _CLAIMED[sid] = expires
+
+
+def _forget_claim(sid: str) -> None:
+    with _CLAIMED_LOCK:
+        _CLAIMED.pop(sid, None)
+
+
+def _claimed_here(sid: str) -> bool:
+    with _CLAIMED_LOCK:
+        return sid in _CLAIMED
+
+
+_TAMPERED = "the suspension's {what} in the store was changed without the store's key (tampered): nothing ran"
 
 
 class ApprovalStore:
@@ -79,7 +155,7 @@ class ApprovalStore:
         require(type(self).__name__, "key", key, _OPTIONAL_KEY)
         require(type(self).__name__, "ttl", ttl, v.SECONDS)
         require(type(self).__name__, "park", park, _PARK)
-        self._key_given = key
+        self._hmac_key = key
         self.ttl = float(ttl)
         #: Seconds a process holds a run it suspended, so that a resume in the
         #: same process continues it without replay (0: never; it counts against the run's timeout).
@@ -88,7 +164,10 @@ class ApprovalStore:
     # -- tokens ----------------------------------------------------------------
 
     def _key(self) -> bytes:
-        return self._key_given if self._key_given is not None else self._stored_key()
+        if self._hmac_key is None:
+            # Read once: a stored key is written once (never replaced), and each seal needs it.
+            self._hmac_key = self._stored_key()
+        return self._hmac_key
 
     def token_for(self, sid: str, expires_at: float) -> str:
         """The signed token of suspension ``sid``."""
@@ -111,59 +190,82 @@ class ApprovalStore:
 
     # -- records ---------------------------------------------------------------
 
+    def _seal(self, body: str) -> str:
+        return _mac(self._key(), body)
+
     def save(self, record: dict[str, Any]) -> tuple[str, float]:
-        """Keep a new suspension's record; its ``(token, expires_at)``."""
+        """Keep a new suspension's record, sealed with its token; its ``(token, expires_at)``."""
         # Hex: a token is typed into a shell (``nous-sched approvals approve
         # TOKEN``), where one starting with "-" would read as an option.
         sid = secrets.token_hex(12)
         expires_at = float(int(_now() + self.ttl))
-        self._put(sid, json.dumps(record, separators=(",", ":")), expires_at)
+        text = json.dumps(record, separators=(",", ":"))
+        seals = (self._seal(_record_body(sid, expires_at, text)), self._seal(_pending_body(sid, expires_at)))
+        self._put(sid, text, expires_at, *seals)
         return self.token_for(sid, expires_at), expires_at
 
     def load(self, token: Any) -> dict[str, Any]:
         """The record of a pending token, without claiming it.
 
-        :raises TokenError: the token is bad, expired, unknown or already claimed.
+        :raises TokenError: the token is bad, expired, unknown or already
+            claimed, or its row was changed without the key (tampered).
         """
-        sid, _ = self.verify(token)
+        sid, expires = self.verify(token)
         row = self._get(sid)
         if row is None:
             raise TokenError("the approval token is unknown to this store (or its record has expired)")
         _refuse_claimed(row)
-        return _record(row)
+        _refuse_claimed_here(sid)
+        self._check_pending(sid, expires, row)
+        return self._opened(sid, expires, row)
 
     def claim(self, token: Any) -> dict[str, Any]:
         """Claim the token, at most once across every process sharing the store; its record.
 
-        :raises TokenError: the token is bad, expired, unknown, or another resume claimed it first.
+        Only a row whose pending state carries its seal is claimed, in one
+        atomic step; a row set back to ``pending`` without it is refused as
+        tampered, and one this process claimed before is refused here whatever
+        the row says.
+
+        :raises TokenError: the token is bad, expired, unknown, tampered with,
+            or another resume claimed it first.
         """
-        sid, _ = self.verify(token)
-        row = self._claim(sid, _now(), f"pid {os.getpid()}")
+        sid, expires = self.verify(token)
+        if _claimed_here(sid):
+            row = self._get(sid)  # says how the row stands; one that says pending was rolled back
+            if row is not None:
+                _refuse_claimed(row)
+            _refuse_claimed_here(sid)
+        row = self._claim(sid, _now(), f"pid {os.getpid()}", self._seal(_pending_body(sid, expires)))
         if row is None:
             raise TokenError("the approval token is unknown to this store (or its record has expired)")
         if row.get("won") is not True:
             _refuse_claimed(row)
+            self._check_pending(sid, expires, row)
             raise TokenError("the approval token could not be claimed")
-        return _record(row)
+        _remember_claim(sid, expires)
+        return self._opened(sid, expires, row)
 
     def finish(self, token: str) -> None:
         """Mark a claimed token's resume finished (``done``)."""
         sid, _ = self.verify(token)
-        self._set(sid, state="done")
+        self._set(sid, state="done", state_seal="")
 
     def release(self, token: str) -> None:
         """Give a claimed token back (``pending``): only for a resume that ran nothing (a bad option)."""
-        sid, _ = self.verify(token)
-        self._set(sid, state="pending")
+        sid, expires = self.verify(token)
+        self._set(sid, state="pending", state_seal=self._seal(_pending_body(sid, expires)), claimed_by="")
+        _forget_claim(sid)
 
     def decide(self, token: Any, seq: int, approved: bool, reason: str = "") -> None:
         """Record an operator's decision on pending call ``seq``, for a later resume.
 
         Atomic in the store: decisions on different calls made at once, from any
         processes, all land, and a decision that loses a race with a resume's
-        claim is refused rather than written into a run that has begun.
+        claim is refused rather than written into a run that has begun. The
+        decision is sealed with its token, seq, verdict and reason.
 
-        :raises TokenError: the token is bad, expired, unknown or already claimed.
+        :raises TokenError: the token is bad, expired, unknown, tampered with or already claimed.
         :raises ConfigError: ``seq`` is not one of the suspension's pending calls.
         """
         record = self.load(token)
@@ -174,7 +276,8 @@ class ApprovalStore:
         # One read-modify-write in the store: two operators deciding two calls at
         # once both land, and a decision that loses a race with a resume's claim
         # is refused, never written into a run that has already begun.
-        decision = json.dumps({"approved": bool(approved), "reason": reason}, separators=(",", ":"))
+        mac = self._seal(_decision_body(sid, str(seq), bool(approved), reason))
+        decision = json.dumps({"approved": bool(approved), "reason": reason, "mac": mac}, separators=(",", ":"))
         row = self._decide(sid, str(seq), decision)
         if row is None:
             raise TokenError("the approval token is unknown to this store (or its record has expired)")
@@ -183,38 +286,74 @@ class ApprovalStore:
     def suspensions(self) -> list[dict[str, Any]]:
         """Every unexpired suspension: ``{token, state, expires_at, pending, decisions, claimed_by}``,
         ``state`` one of ``pending``, ``claimed`` (a resume began and did not
-        finish: its process may have died) and ``done``."""
+        finish: its process may have died), ``done`` and ``tampered`` (a row
+        changed without the key: its token is refused, and ``pending`` is
+        what the row claims)."""
         out = []
         now = _now()
         for sid, row in self._rows():
             if row["expires"] <= now:
                 continue
-            record = json.loads(row["record"])
+            state = row["state"]
+            try:
+                if state == "pending":
+                    self._check_pending(sid, row["expires"], row)
+                record = self._opened(sid, row["expires"], row)
+            except TokenError:
+                state, record = "tampered", _unsealed(row)
             out.append(
                 {
                     "token": self.token_for(sid, row["expires"]),
-                    "state": row["state"],
+                    "state": state,
                     "expires_at": row["expires"],
-                    "pending": record["pending"],
-                    "decisions": json.loads(row.get("decisions") or "{}"),
+                    "pending": record.get("pending", []),
+                    "decisions": record.get("decisions", {}),
                     "claimed_by": row.get("claimed_by") or "",
                     "description": record.get("description", ""),
                 }
             )
         return out
 
+    # -- the seals -------------------------------------------------------------
+
+    def _check_pending(self, sid: str, expires: float, row: dict[str, Any]) -> None:
+        """A row that says ``pending`` must carry the pending state's seal."""
+        if row["state"] == "pending" and not _same(row.get("state_seal"), self._seal(_pending_body(sid, expires))):
+            raise TokenError(_TAMPERED.format(what="state"))
+
+    def _opened(self, sid: str, expires: float, row: dict[str, Any]) -> dict[str, Any]:
+        """The row's record and decisions once their seals hold. :raises TokenError: tampered or damaged."""
+        if not _same(row.get("seal"), self._seal(_record_body(sid, expires, row["record"]))):
+            raise TokenError(_TAMPERED.format(what="record"))
+        record = _record(row)
+        for seq, decision in record["decisions"].items():
+            if not (
+                isinstance(decision, dict)
+                and isinstance(decision.get("reason"), str)
+                and isinstance(decision.get("approved"), bool)
+                and _same(
+                    decision.get("mac"),
+                    self._seal(_decision_body(sid, seq, decision["approved"], decision["reason"])),
+                )
+            ):
+                raise TokenError(_TAMPERED.format(what=f"decision on call {seq}"))
+            del decision["mac"]
+        return record
+
     # -- what a subclass keeps -------------------------------------------------
 
     def _stored_key(self) -> bytes:
         raise NotImplementedError
 
-    def _put(self, sid: str, record: str, expires: float) -> None:
+    def _put(self, sid: str, record: str, expires: float, seal: str, state_seal: str) -> None:
         raise NotImplementedError
 
     def _get(self, sid: str) -> Optional[dict[str, Any]]:
         raise NotImplementedError
 
-    def _claim(self, sid: str, now: float, by: str) -> Optional[dict[str, Any]]:
+    def _claim(self, sid: str, now: float, by: str, state_seal: str) -> Optional[dict[str, Any]]:
+        """Atomically: a row that is ``pending``, unexpired and carries
+        ``state_seal`` becomes ``claimed`` (``won``); the row as it is after."""
         raise NotImplementedError
 
     def _set(self, sid: str, **fields: str) -> None:
@@ -229,6 +368,27 @@ class ApprovalStore:
         raise NotImplementedError
 
 
+def _same(found: Any, expected: str) -> bool:
+    return isinstance(found, str) and hmac.compare_digest(found.encode("ascii", "replace"), expected.encode("ascii"))
+
+
+def _refuse_claimed_here(sid: str) -> None:
+    if _claimed_here(sid):
+        raise TokenError(
+            "the approval token was already claimed by this process; its row in the store says otherwise, "
+            "so the row was rolled back: nothing ran"
+        )
+
+
+def _unsealed(row: dict[str, Any]) -> dict[str, Any]:
+    """What a tampered row claims, for a listing only (never resumed)."""
+    try:
+        found = json.loads(row["record"])
+    except (TypeError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
@@ -237,7 +397,7 @@ def _record(row: dict[str, Any]) -> dict[str, Any]:
     """A row's record and decisions: strict JSON (no NaN or Infinity), data only."""
     try:
         record: dict[str, Any] = json.loads(row["record"], parse_constant=_no_constant)
-        record["decisions"] = json.loads(row.get("decisions") or "{}", parse_constant=_no_constant)
+        record["decisions"] = _decisions(row.get("decisions"))
     except (TypeError, ValueError) as exc:
         raise TokenError(f"the suspension's record in the store is damaged: {exc}") from None
     return record
@@ -275,9 +435,12 @@ _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS nous_meta (name TEXT PRIMARY KEY, value BLOB NOT NULL)",
     "CREATE TABLE IF NOT EXISTS nous_suspensions (id TEXT PRIMARY KEY, record TEXT NOT NULL, "
     "expires REAL NOT NULL, state TEXT NOT NULL, decisions TEXT NOT NULL DEFAULT '{}', "
-    "claimed_by TEXT NOT NULL DEFAULT '')",
+    "claimed_by TEXT NOT NULL DEFAULT '', seal TEXT NOT NULL DEFAULT '', state_seal TEXT NOT NULL DEFAULT '')",
 )
-_COLUMNS = ("record", "expires", "state", "decisions", "claimed_by")
+#: Columns a store made before the seals lacks: added empty, so its old rows are refused as tampered.
+_SEAL_COLUMNS = ("seal", "state_seal")
+_COLUMNS = ("record", "expires", "state", "decisions", "claimed_by", *_SEAL_COLUMNS)
+_SELECT = "SELECT " + ", ".join(_COLUMNS) + " FROM nous_suspensions WHERE id = ?"
 
 
 class SqliteApprovalStore(ApprovalStore):
@@ -302,6 +465,7 @@ class SqliteApprovalStore(ApprovalStore):
             db.execute("PRAGMA journal_mode=WAL")
             for statement in _SCHEMA:
                 db.execute(statement)
+            _add_seal_columns(db)
 
     def __repr__(self) -> str:
         return f"SqliteApprovalStore({self.path!r})"
@@ -318,45 +482,43 @@ class SqliteApprovalStore(ApprovalStore):
             row = db.execute("SELECT value FROM nous_meta WHERE name = 'hmac_key'").fetchone()
         return bytes(row[0])
 
-    def _put(self, sid: str, record: str, expires: float) -> None:
+    def _put(self, sid: str, record: str, expires: float, seal: str, state_seal: str) -> None:
         with self._connect() as db:
             db.execute(
-                "INSERT INTO nous_suspensions (id, record, expires, state) VALUES (?, ?, ?, 'pending')",
-                (sid, record, expires),
+                "INSERT INTO nous_suspensions (id, record, expires, state, seal, state_seal) "
+                "VALUES (?, ?, ?, 'pending', ?, ?)",
+                (sid, record, expires, seal, state_seal),
             )
 
     def _get(self, sid: str) -> Optional[dict[str, Any]]:
         with self._connect() as db:
-            row = db.execute(
-                "SELECT record, expires, state, decisions, claimed_by FROM nous_suspensions WHERE id = ?", (sid,)
-            ).fetchone()
-        return None if row is None else dict(zip(_COLUMNS, row, strict=False))
+            row = db.execute(_SELECT, (sid,)).fetchone()
+        return None if row is None else _row_of(row)
 
-    def _claim(self, sid: str, now: float, by: str) -> Optional[dict[str, Any]]:
+    def _claim(self, sid: str, now: float, by: str, state_seal: str) -> Optional[dict[str, Any]]:
         db = self._connect()
         try:
             # One writer at a time: the conditional UPDATE is the claim, and its
             # row count says who won.
             db.execute("BEGIN IMMEDIATE")
             won = db.execute(
-                "UPDATE nous_suspensions SET state = 'claimed', claimed_by = ? "
-                "WHERE id = ? AND state = 'pending' AND expires > ?",
-                (by, sid, now),
+                "UPDATE nous_suspensions SET state = 'claimed', claimed_by = ?, state_seal = '' "
+                "WHERE id = ? AND state = 'pending' AND state_seal = ? AND expires > ?",
+                (by, sid, state_seal, now),
             ).rowcount
-            row = db.execute(
-                "SELECT record, expires, state, decisions, claimed_by FROM nous_suspensions WHERE id = ?", (sid,)
-            ).fetchone()
+            row = db.execute(_SELECT, (sid,)).fetchone()
             db.execute("COMMIT")
         finally:
             db.close()
         if row is None:
             return None
-        found = dict(zip(_COLUMNS, row, strict=False))
+        found = _row_of(row)
         found["won"] = won == 1
         return found
 
     def _set(self, sid: str, **fields: str) -> None:
-        assignments = ", ".join(f"{name} = ?" for name in fields if name in ("state", "decisions"))
+        assert set(fields) <= {"state", "decisions", "claimed_by", "state_seal"}, fields
+        assignments = ", ".join(f"{name} = ?" for name in fields)
         with self._connect() as db:
             db.execute(f"UPDATE nous_suspensions SET {assignments} WHERE id = ?", (*fields.values(), sid))
 
@@ -366,26 +528,51 @@ class SqliteApprovalStore(ApprovalStore):
             # BEGIN IMMEDIATE takes the write lock before the read, so no other
             # decision or claim can come between the read and the write.
             db.execute("BEGIN IMMEDIATE")
-            row = db.execute(
-                "SELECT record, expires, state, decisions, claimed_by FROM nous_suspensions WHERE id = ?", (sid,)
-            ).fetchone()
+            row = db.execute(_SELECT, (sid,)).fetchone()
             if row is not None and row[2] == "pending":
                 decisions = _decisions(row[3])
                 decisions[seq] = json.loads(decision)
                 merged = json.dumps(decisions, separators=(",", ":"))
                 db.execute("UPDATE nous_suspensions SET decisions = ? WHERE id = ?", (merged, sid))
-                row = (*row[:3], merged, row[4])
+                row = (*row[:3], merged, *row[4:])
             db.execute("COMMIT")
         finally:
             db.close()
-        return None if row is None else dict(zip(_COLUMNS, row, strict=False))
+        return None if row is None else _row_of(row)
 
     def _rows(self) -> list[tuple[str, dict[str, Any]]]:
         with self._connect() as db:
             rows = db.execute(
-                "SELECT id, record, expires, state, decisions, claimed_by FROM nous_suspensions ORDER BY expires"
+                "SELECT id, " + ", ".join(_COLUMNS) + " FROM nous_suspensions ORDER BY expires"
             ).fetchall()
-        return [(row[0], dict(zip(_COLUMNS, row[1:], strict=False))) for row in rows]
+        return [(row[0], _row_of(row[1:])) for row in rows]
+
+
+def _row_of(values: Any) -> dict[str, Any]:
+    """A SQLite row as a dict of columns: text as text, the expiry a number
+    (a row written by hand with anything else is treated as expired; the
+    token's own expiry is what counts)."""
+    row = {
+        column: value if isinstance(value, (str, float)) else str(value)
+        for column, value in zip(_COLUMNS, values, strict=True)
+    }
+    if not isinstance(row["expires"], float):
+        row["expires"] = float(values[1]) if isinstance(values[1], int) else 0.0
+    return row
+
+
+def _add_seal_columns(db: sqlite3.Connection) -> None:
+    """Bring a store made before the seals up to date (its unsealed rows are then refused as tampered)."""
+    db.execute("BEGIN IMMEDIATE")  # one process adds them, another finds them
+    try:
+        have = {row[1] for row in db.execute("PRAGMA table_info(nous_suspensions)")}
+        for column in _SEAL_COLUMNS:
+            if column not in have:
+                db.execute(f"ALTER TABLE nous_suspensions ADD COLUMN {column} TEXT NOT NULL DEFAULT ''")
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
 
 
 # -- Redis -------------------------------------------------------------------------
@@ -395,28 +582,29 @@ _CLAIM = """
 local state = redis.call('HGET', KEYS[1], 'state')
 if not state then return nil end
 local won = 0
-if state == 'pending' and tonumber(redis.call('HGET', KEYS[1], 'expires')) > tonumber(ARGV[1]) then
-  redis.call('HSET', KEYS[1], 'state', 'claimed', 'claimed_by', ARGV[2])
+local expires = tonumber(redis.call('HGET', KEYS[1], 'expires'))
+if state == 'pending' and redis.call('HGET', KEYS[1], 'state_seal') == ARGV[3]
+    and expires and expires > tonumber(ARGV[1]) then
+  redis.call('HSET', KEYS[1], 'state', 'claimed', 'claimed_by', ARGV[2], 'state_seal', '')
   won = 1
 end
-local row = redis.call('HMGET', KEYS[1], 'record', 'expires', 'state', 'decisions', 'claimed_by')
-table.insert(row, won)
-return row
+return {won, redis.call('HGETALL', KEYS[1])}
 """
 
 
-# Decide: merge one decision into a pending record's decisions, read and write as
-# one step (a decision racing a claim either lands before it or is refused).
+# Decide: one decision, under its own field (``decision:<seq>``, the JSON text as
+# given: never decoded here, so a lone surrogate escape in a reason is kept as
+# it is), into a pending record, read and write as one step (a decision racing
+# a claim either lands before it or is refused).
 _DECIDE = """
 local state = redis.call('HGET', KEYS[1], 'state')
 if not state then return nil end
 if state == 'pending' then
-  local decisions = cjson.decode(redis.call('HGET', KEYS[1], 'decisions') or '{}')
-  decisions[ARGV[1]] = cjson.decode(ARGV[2])
-  redis.call('HSET', KEYS[1], 'decisions', cjson.encode(decisions))
+  redis.call('HSET', KEYS[1], 'decision:' .. ARGV[1], ARGV[2])
 end
-return redis.call('HMGET', KEYS[1], 'record', 'expires', 'state', 'decisions', 'claimed_by')
+return redis.call('HGETALL', KEYS[1])
 """
+_DECISION_FIELD = "decision:"
 
 
 class RedisApprovalStore(ApprovalStore):
@@ -468,26 +656,25 @@ class RedisApprovalStore(ApprovalStore):
         assert isinstance(value, bytes)
         return value
 
-    def _put(self, sid: str, record: str, expires: float) -> None:
+    def _put(self, sid: str, record: str, expires: float, seal: str, state_seal: str) -> None:
         name = self._name(sid)
         pipe = self._redis.pipeline()
-        pipe.hset(name, mapping={"record": record, "expires": repr(expires), "state": "pending", "decisions": "{}"})
+        fields: dict[Any, Any] = {"record": record, "expires": repr(expires), "state": "pending"}
+        pipe.hset(name, mapping={**fields, "claimed_by": "", "seal": seal, "state_seal": state_seal})
         pipe.expireat(name, int(expires) + 1)
         pipe.zadd(f"{self.prefix}:index", {sid: expires})
         pipe.execute()
 
     def _get(self, sid: str) -> Optional[dict[str, Any]]:
-        values = self._redis.hmget(self._name(sid), list(_COLUMNS))
-        if values[0] is None:
-            return None
-        return _decoded(values)
+        fields = self._redis.hgetall(self._name(sid))
+        return _decoded(fields) if fields else None
 
-    def _claim(self, sid: str, now: float, by: str) -> Optional[dict[str, Any]]:
-        values = self._claim_script(keys=[self._name(sid)], args=[repr(now), by])
+    def _claim(self, sid: str, now: float, by: str, state_seal: str) -> Optional[dict[str, Any]]:
+        values = self._claim_script(keys=[self._name(sid)], args=[repr(now), by, state_seal])
         if values is None:
             return None
-        row = _decoded(values[:5])
-        row["won"] = int(values[5]) == 1
+        row = _decoded(_pairs(values[1]))
+        row["won"] = int(values[0]) == 1
         return row
 
     def _set(self, sid: str, **fields: str) -> None:
@@ -495,7 +682,7 @@ class RedisApprovalStore(ApprovalStore):
 
     def _decide(self, sid: str, seq: str, decision: str) -> Optional[dict[str, Any]]:
         values = self._decide_script(keys=[self._name(sid)], args=[seq, decision])
-        return None if values is None else _decoded(values)
+        return None if values is None else _decoded(_pairs(values))
 
     def _rows(self) -> list[tuple[str, dict[str, Any]]]:
         index = f"{self.prefix}:index"
@@ -509,8 +696,25 @@ class RedisApprovalStore(ApprovalStore):
         return out
 
 
-def _decoded(values: list[Any]) -> dict[str, Any]:
-    text = [value.decode("utf-8") if isinstance(value, bytes) else value for value in values]
-    row = dict(zip(_COLUMNS, text, strict=False))
-    row["expires"] = float(row["expires"])
+def _pairs(flat: list[Any]) -> dict[Any, Any]:
+    """HGETALL's reply from a script (a flat list) as a mapping."""
+    return dict(zip(flat[::2], flat[1::2], strict=True))
+
+
+def _decoded(fields: dict[Any, Any]) -> dict[str, Any]:
+    """A Redis hash as a row: its columns, and its ``decision:<seq>`` fields as the decisions' JSON text."""
+    text = {_text(name): _text(value) for name, value in fields.items()}
+    row: dict[str, Any] = {column: text.get(column, "") for column in _COLUMNS}
+    try:
+        row["expires"] = float(row["expires"] or 0.0)
+    except ValueError:  # a row written by hand: treated as expired (the token's own expiry is what counts)
+        row["expires"] = 0.0
+    decisions = [
+        (name[len(_DECISION_FIELD) :], value) for name, value in text.items() if name.startswith(_DECISION_FIELD)
+    ]
+    row["decisions"] = "{" + ",".join(f"{json.dumps(seq)}:{value}" for seq, value in sorted(decisions)) + "}"
     return row
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else str(value)

@@ -38,6 +38,14 @@ and it continues without replay. Past that time it ends, and a resume
 replays. Both give the same result (a parked run's audit also says
 ``parked``; its suspended result has no logs yet).
 
+**Within the output budget.** What the model reads of a suspended run
+(:meth:`RunResult.for_model <nous_sched.RunResult.for_model>`: ``{"logs",
+"suspended": {token, expires_at, pending}}``) fits the run's
+``output_budget`` like any answer (:mod:`nous_sched.budget`): the token and
+expiry always whole, each pending call's ``seq`` and ``tool`` kept and its
+arguments cut with their sizes said, the logs cut around it. It is never
+reported as an error; ``result.usage`` counts that answer.
+
 With a user ``approval_handler`` the durable host asks it before the call is
 submitted, on the thread driving the run: ``True`` approves, :data:`DEFER`
 suspends, anything else denies.
@@ -57,6 +65,8 @@ import attrs
 from . import _validators as v
 from ._validators import require
 from .approval_store import ApprovalStore, TokenError
+from .budget import fit
+from .budget import size as budget_size
 from .dispatch import ApprovalRequest
 from .errors import ConfigError
 from .events import Event
@@ -167,6 +177,7 @@ class _Run:
         self._lock = threading.Lock()
         self.park: Optional[_Park] = None
         self.deferred: list[_Deferred] = []
+        self.budget: Optional[int] = None  # the run's output_budget
 
     # The run's own approval handler: only calls the durable host let through.
     def approval_handler(self, request: ApprovalRequest) -> bool:
@@ -586,6 +597,7 @@ def _execute(code: Any, tools: list[Tool], store: ApprovalStore, options: dict[s
     from .run_code import resolve_runtime
 
     runtime = _DurableRuntime(resolve_runtime(options.pop("runtime", None)), run)
+    run.budget = options.get("output_budget")
     if store.park <= 0:
         return _run_once(code, tools, store, options, run, runtime)
     park = run.park = _Park(store.park)
@@ -614,7 +626,7 @@ def _parked_result(code: str, tools: list[Tool], store: ApprovalStore, run: _Run
     with _PARKED_LOCK:
         _PARKED[park.token_id] = park
     # The logs so far are still in the parked run: its resumed result has all of them.
-    return RunResult(suspended=suspension, audit=tuple(run.audit))
+    return _within_budget(RunResult(suspended=suspension, audit=tuple(run.audit)), run.budget)
 
 
 def _run_once(
@@ -635,7 +647,24 @@ def _run_once(
     if log is not None:
         for event in run.audit:
             log.append(event)
-    return attrs.evolve(result, error=error, suspended=suspended, audit=(*result.audit, *run.audit))
+    if error is result.error and suspended is None:
+        return attrs.evolve(result, audit=(*result.audit, *run.audit))
+    # The answer changed (a suspension, or the error that ended the replay): cut again what the model reads.
+    told = attrs.evolve(result, error=error, suspended=suspended, audit=(*result.audit, *run.audit))
+    return _within_budget(told, run.budget)
+
+
+def _within_budget(result: RunResult, budget: Optional[int]) -> RunResult:
+    """``result`` with what the model reads (``budgeted``) and the ledger's
+    answer sizes made for its answer as it stands (:meth:`RunResult.to_dict`):
+    a suspension fits ``budget`` like any answer, its token always kept
+    (:mod:`nous_sched.budget`)."""
+    answer = result.to_dict()
+    answer_bytes = budget_size(answer)
+    budgeted = fit(answer, budget) if budget is not None and answer_bytes > budget else None
+    model_bytes = answer_bytes if budgeted is None else budget_size(budgeted)
+    usage = attrs.evolve(result.usage, answer_bytes=answer_bytes, model_bytes=model_bytes)
+    return attrs.evolve(result, budgeted=budgeted, usage=usage)
 
 
 def _suspend(code: str, tools: list[Tool], store: ApprovalStore, run: _Run) -> Suspension:

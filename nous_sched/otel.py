@@ -17,8 +17,8 @@ What is recorded (attribute names are the ``ATTR_*`` constants below):
   ``result.usage``): ``nous_sched.usage.call_chars`` (the size of each
   result the program received, in the order it received them),
   ``nous_sched.usage.received_chars`` (their sum),
-  ``nous_sched.usage.answer_chars``, ``nous_sched.usage.model_chars`` and
-  ``nous_sched.usage.cut_chars`` (what the output budget took off).
+  ``nous_sched.usage.answer_bytes``, ``nous_sched.usage.model_bytes`` and
+  ``nous_sched.usage.cut_bytes`` (what the output budget took off).
   The program's text, its description, arguments, results and error messages
   are *not* recorded: they are model-written or tool data.
 * ``nous_sched.tool/<name>``, one per started sub-call, a child of the run span
@@ -115,9 +115,9 @@ ATTR_MODE = "nous_sched.mode"
 ATTR_OUTCOME = "nous_sched.outcome"
 ATTR_USAGE_CALLS = "nous_sched.usage.call_chars"
 ATTR_USAGE_RECEIVED = "nous_sched.usage.received_chars"
-ATTR_USAGE_ANSWER = "nous_sched.usage.answer_chars"
-ATTR_USAGE_MODEL = "nous_sched.usage.model_chars"
-ATTR_USAGE_CUT = "nous_sched.usage.cut_chars"
+ATTR_USAGE_ANSWER = "nous_sched.usage.answer_bytes"
+ATTR_USAGE_MODEL = "nous_sched.usage.model_bytes"
+ATTR_USAGE_CUT = "nous_sched.usage.cut_bytes"
 ATTR_THROTTLED = "nous_sched.throttled"
 THROTTLED_EVENT = "nous_sched.throttle_granted"
 
@@ -299,9 +299,9 @@ def _record_usage(span: trace.Span, result: RunResult) -> None:
     usage = result.usage
     span.set_attribute(ATTR_USAGE_CALLS, [c.chars for c in usage.calls])
     span.set_attribute(ATTR_USAGE_RECEIVED, usage.received_chars)
-    span.set_attribute(ATTR_USAGE_ANSWER, usage.answer_chars)
-    span.set_attribute(ATTR_USAGE_MODEL, usage.model_chars)
-    span.set_attribute(ATTR_USAGE_CUT, usage.cut_chars)
+    span.set_attribute(ATTR_USAGE_ANSWER, usage.answer_bytes)
+    span.set_attribute(ATTR_USAGE_MODEL, usage.model_bytes)
+    span.set_attribute(ATTR_USAGE_CUT, usage.cut_bytes)
 
 
 def traced_run_code(

@@ -52,7 +52,7 @@ from .result import RunError, RunResult
 from .runtime import Cancel, CodeRuntime, Limits, PendingCall, RuntimeOutcome
 from .runtime.syntax import explain as explain_syntax
 from .scheduler import Scheduler
-from .snapshot import text_chars
+from .snapshot import text_bytes
 from .tool import Tool
 from .usage import CallUsage, Usage
 
@@ -63,7 +63,7 @@ log = logging.getLogger("nous_sched")
 _LIMITS = LIMITS
 _OPTIONAL_POLICY = OPTIONAL_POLICY
 _OPTIONAL_EVENT = CANCEL
-OUTPUT_BUDGET = v.optional(v.int_at_least(MIN_OUTPUT_BUDGET, f"a number of characters, at least {MIN_OUTPUT_BUDGET}"))
+OUTPUT_BUDGET = v.optional(v.int_at_least(MIN_OUTPUT_BUDGET, f"a number of bytes, at least {MIN_OUTPUT_BUDGET}"))
 
 NO_CODE = "run_code requires a `code` parameter containing the program to run."
 NO_DESCRIPTION = (
@@ -196,9 +196,10 @@ def run_code(
     :func:`~nous_sched.resume` continues it later, anywhere
     (:mod:`nous_sched.durable`).
 
-    ``output_budget`` (characters, ``None`` by default: no budget): the
+    ``output_budget`` (bytes of UTF-8, ``None`` by default: no budget): the
     model-facing answer (:meth:`~nous_sched.RunResult.for_model`) is cut to it
-    structurally, saying in place what it left out (:mod:`nous_sched.budget`);
+    structurally, saying in place what it left out (:mod:`nous_sched.budget`;
+    a suspended run's answer too, its token always kept);
     ``result.usage`` says what the model got and what was cut.
     :func:`~nous_sched.run_code_tool` sets it to 20,000 by default.
 
@@ -392,12 +393,12 @@ def _result(
         if error is None
         else {"logs": list(logs), "error": error.as_dict()}
     )
-    answer_chars = text_chars(answer)  # budget.size, counted faster: the answer obeys the snapshot rules
-    budgeted = fit(answer, budget) if budget is not None and answer_chars > budget else None
+    answer_bytes = text_bytes(answer)  # budget.size, counted faster: the answer obeys the snapshot rules
+    budgeted = fit(answer, budget) if budget is not None and answer_bytes > budget else None
     usage = Usage(
         calls=tuple(CallUsage(*row) for row in host.ledger),
-        answer_chars=answer_chars,
-        model_chars=answer_chars if budgeted is None else budget_size(budgeted),
+        answer_bytes=answer_bytes,
+        model_bytes=answer_bytes if budgeted is None else budget_size(budgeted),
     )
     return RunResult(
         logs=logs,

@@ -91,7 +91,7 @@ __all__ = [
     "snapshot",
     "snapshot_text",
     "dumps",
-    "text_chars",
+    "text_bytes",
     "loads",
     "check",
     "describe_path",
@@ -173,16 +173,18 @@ def snapshot_text(value: Any) -> tuple[Any, str, int]:
     return copy, text, len(_dumps_unescaped(copy).encode("utf-8", "surrogatepass"))
 
 
-def text_chars(value: Any) -> int:
-    """``len(json.dumps(value, ensure_ascii=False))``: the characters of the
-    text a model reads (``nous_sched.budget.size``), for a ``value`` that
-    obeys the rules above (what :func:`loads` returns, in dicts and lists of
-    one's own). With ``orjson`` installed it is counted on orjson's text
-    (``_fastjson``), with the same answer."""
-    fast = _fastjson.spaced_chars(value)
+def text_bytes(value: Any) -> int:
+    """The UTF-8 bytes of ``json.dumps(value, ensure_ascii=False)``, a lone
+    surrogate counted as its 6-byte ``\\udXXX`` escape: the size of the text a
+    model reads, in the output budget's unit (``nous_sched.budget.size``),
+    for a ``value`` that obeys the rules above (what :func:`loads` returns,
+    in dicts and lists of one's own). With ``orjson`` installed it is counted
+    on orjson's UTF-8 text (``_fastjson``), with the same answer."""
+    fast = _fastjson.spaced_bytes(value)
     if fast is not _fastjson.UNSURE:
         return fast  # type: ignore[no-any-return]
-    return len(json.dumps(value, ensure_ascii=False))
+    text = json.dumps(value, ensure_ascii=False)
+    return len(text) if text.isascii() else len(text.encode("utf-8", "backslashreplace"))
 
 
 def _compact_encoder(ensure_ascii: bool) -> Callable[[Any], str]:

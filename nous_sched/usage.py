@@ -1,4 +1,4 @@
-"""The usage ledger: where a run's characters went.
+"""The usage ledger: where a run's context went.
 
 Every value that crosses into a program and every answer that goes back to a
 model costs context. :class:`Usage`, on every :class:`~nous_sched.RunResult`,
@@ -8,10 +8,13 @@ and for the run what the model got back and what the output budget
 (:mod:`nous_sched.live`: each ``commit``'s ``chars``, the ``end`` event's
 ``usage``) and in the OpenTelemetry run span (:mod:`nous_sched.otel`).
 
-Sizes are characters: of a sub-call's result, its compact JSON text as the
-program receives it (non-ASCII characters escaped as ``\\uXXXX``, as it
-crosses into the sandbox); of the model's answer, ``json.dumps(answer,
-ensure_ascii=False)``, as the adapters send it.
+Sizes: of a sub-call's result (``chars``), the characters of its compact
+JSON text as the program receives it (non-ASCII characters escaped as
+``\\uXXXX``, as it crosses into the sandbox: ASCII, so as many bytes); of
+the model's answer (``answer_bytes``, ``model_bytes``, ``cut_bytes``), the
+bytes of the UTF-8 of ``json.dumps(answer, ensure_ascii=False)``, as the
+adapters send it, the output budget's unit (:mod:`nous_sched.budget`: bytes
+bound what a model pays, characters do not).
 """
 
 from __future__ import annotations
@@ -47,16 +50,17 @@ class Usage:
     """A run's ledger. ``calls`` in the order the program received them
     (sequence order for started calls).
 
-    ``answer_chars`` is the size of the model-facing answer before any budget
-    (:meth:`~nous_sched.RunResult.to_dict`), ``model_chars`` what the model
-    got (:meth:`~nous_sched.RunResult.for_model`), and ``cut_chars`` their
+    ``answer_bytes`` is the size in bytes (UTF-8, :func:`nous_sched.budget.size`)
+    of the model-facing answer before any budget
+    (:meth:`~nous_sched.RunResult.to_dict`), ``model_bytes`` what the model
+    got (:meth:`~nous_sched.RunResult.for_model`), and ``cut_bytes`` their
     difference: what the output budget took off (0 without one, or when the
     answer fit).
     """
 
     calls: tuple[CallUsage, ...] = ()
-    answer_chars: int = 0
-    model_chars: int = 0
+    answer_bytes: int = 0
+    model_bytes: int = 0
 
     @property
     def received_chars(self) -> int:
@@ -64,14 +68,14 @@ class Usage:
         return sum(c.chars for c in self.calls)
 
     @property
-    def cut_chars(self) -> int:
-        return self.answer_chars - self.model_chars
+    def cut_bytes(self) -> int:
+        return self.answer_bytes - self.model_bytes
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "calls": [c.as_dict() for c in self.calls],
             "received_chars": self.received_chars,
-            "answer_chars": self.answer_chars,
-            "model_chars": self.model_chars,
-            "cut_chars": self.cut_chars,
+            "answer_bytes": self.answer_bytes,
+            "model_bytes": self.model_bytes,
+            "cut_bytes": self.cut_bytes,
         }

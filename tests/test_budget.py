@@ -1,5 +1,5 @@
 """nous_sched.budget and run_code_tool(output_budget=N): the model-facing answer within N
-characters, valid JSON, cut structurally, and saying in place what it left out."""
+bytes of UTF-8, valid JSON, cut structurally, and saying in place what it left out."""
 
 from __future__ import annotations
 
@@ -25,6 +25,11 @@ def _count(match):
 
 def _text(answer):
     return json.dumps(answer, ensure_ascii=False)
+
+
+def _bytes(text):
+    """What the budget bounds: UTF-8 bytes, a lone surrogate as its 6-byte escape (computed here on its own)."""
+    return sum(6 if 0xD800 <= ord(c) <= 0xDFFF else len(c.encode("utf-8")) for c in text)
 
 
 # -- the checker: every difference between the original and the cut value is a marker that counts it --------
@@ -123,7 +128,7 @@ def test_any_answer_is_cut_to_valid_json_within_the_budget_saying_what_it_left_o
     answer = {"logs": logs, "result": result}
     cut = fit(answer, budget)
     text = _text(cut)
-    assert len(text) <= budget
+    assert _bytes(text) <= budget
     assert json.loads(text) == cut  # valid JSON, and what the model reads is this value
     assert set(cut) == {"logs", "result"}
     assert _logs_accounted(logs, cut["logs"])
@@ -141,7 +146,7 @@ def test_any_answer_is_cut_to_valid_json_within_the_budget_saying_what_it_left_o
 def test_an_error_answer_keeps_its_kind_and_cuts_its_message(message, logs, budget):
     answer = {"logs": logs, "error": {"kind": "exception", "message": message}}
     cut = fit(answer, budget)
-    assert len(_text(cut)) <= budget
+    assert _bytes(_text(cut)) <= budget
     assert cut["error"]["kind"] == "exception"
     assert _accounts_for(message, cut["error"]["message"])
     assert _logs_accounted(logs, cut["logs"])
@@ -162,7 +167,7 @@ def test_each_json_type_is_cut_structurally(result, marker):
     answer = {"logs": ["one line"], "result": result}
     cut = fit(answer, 1000)
     text = _text(cut)
-    assert len(text) <= 1000
+    assert _bytes(text) <= 1000
     assert re.search(marker, text)
     assert _accounts_for(result, cut["result"])
     assert cut["logs"] == ["one line"]  # the small part keeps all it needs
@@ -212,7 +217,7 @@ def test_run_code_tool_cuts_what_the_model_reads_by_default():
         )
     )
     text = _text(out)
-    assert len(text) <= DEFAULT_OUTPUT_BUDGET
+    assert _bytes(text) <= DEFAULT_OUTPUT_BUDGET
     assert re.search(r"… [\d,]+ more items", text)
     assert re.search(r"… \[[\d,]+ lines omitted\]", text)
     assert out["logs"][0] == "row 0" and out["result"][0] == {"id": 0, "name": "item 0"}
@@ -222,14 +227,14 @@ def test_run_code_tool_output_budget_option_and_none_for_no_limit():
     tools = [Tool(name="big", function=_big, description="b")]
     small = run_code_tool(tools, output_budget=500)
     out = _answer(small.function({"code": "return await tools.big({})", "description": "all"}))
-    assert len(_text(out)) <= 500
+    assert _bytes(_text(out)) <= 500
     unlimited = run_code_tool(tools, output_budget=None)
     out = _answer(unlimited.function({"code": "return await tools.big({})", "description": "all"}))
     assert len(out["result"]) == 5000
 
 
 def test_bad_output_budgets_are_config_errors_naming_the_option():
-    for bad in (0, 199, "20000", 1.5, True):
+    for bad in (0, 255, "20000", 1.5, True):
         with pytest.raises(ConfigError, match="output_budget"):
             run_code_tool([], output_budget=bad)
         with pytest.raises(ConfigError, match="output_budget"):
@@ -242,6 +247,95 @@ def test_run_code_output_budget_keeps_the_full_result_and_cuts_only_for_the_mode
     result = run_code("return 'x'.repeat(10000)", output_budget=300, description="test")
     assert result.result == "x" * 10000  # the caller keeps everything
     model = result.for_model()
-    assert len(_text(model)) <= 300
+    assert _bytes(_text(model)) <= 300
     assert _accounts_for("x" * 10000, model["result"])
     assert result.to_dict()["result"] == "x" * 10000
+
+
+# -- the unit: bytes of UTF-8, which bound what a model pays -----------------------------------------------------
+
+
+def test_the_budget_bounds_utf8_bytes_of_astral_text():
+    # 20,000 astral characters are 80,000 bytes: a budget in code points let 79,838 of them through.
+    astral = "\U0001f600" * 20_000
+    cut = fit({"logs": [], "result": astral}, 20_000)
+    text = _text(cut)
+    assert _bytes(text) <= 20_000 < len(text) * 4
+    assert _accounts_for(astral, cut["result"])
+    result = run_code('return "\\u{1F600}".repeat(20000)', output_budget=20_000, description="astral")
+    model = _text(result.for_model())
+    assert result.result == astral
+    assert _bytes(model) == result.usage.model_bytes <= 20_000
+    assert result.usage.answer_bytes == _bytes(_text(result.to_dict())) > 80_000
+
+
+def test_a_lone_surrogate_counts_as_its_escape_and_ascii_as_characters():
+    assert size("\ud800") == len('"\\ud800"') == 8
+    assert size("\U0001f600") == 6 and size("é") == 4 and size("abc") == 5
+    assert size({"logs": ["a, b"], "result": None}) == len('{"logs": ["a, b"], "result": null}')
+
+
+any_text = st.text(alphabet=st.characters(blacklist_categories=()), max_size=300)
+unicode_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**53) + 1, 2**53 - 1) | any_text,
+    lambda children: st.lists(children, max_size=20) | st.dictionaries(any_text, children, max_size=10),
+    max_leaves=100,
+)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(result=unicode_values, logs=st.lists(any_text, max_size=30), budget=st.integers(MIN_OUTPUT_BUDGET, 2000))
+def test_any_unicode_answer_is_cut_within_the_budgets_bytes(result, logs, budget):
+    answer = {"logs": logs, "result": result}
+    cut = fit(answer, budget)
+    assert _bytes(_text(cut)) <= budget
+    assert _logs_accounted(logs, cut["logs"])
+    assert _accounts_for(result, cut["result"]) or _CHARS.match(cut["result"])
+
+
+# -- a suspension: its token always --------------------------------------------------------------------------
+
+small_values = st.recursive(
+    st.none() | st.integers(-(2**53) + 1, 2**53 - 1) | any_text,
+    lambda children: st.lists(children, max_size=8) | st.dictionaries(any_text, children, max_size=4),
+    max_leaves=20,
+)
+_TOKEN = "0123456789abcdef01234567.1765000000.QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVphYmNkZWZnaGk"
+pending_calls = st.lists(
+    st.fixed_dictionaries(
+        {
+            "seq": st.integers(0, 10_000),
+            "tool": st.text(min_size=1, max_size=40),
+            "arguments": st.dictionaries(any_text, small_values, max_size=4),
+            "description": any_text,
+            "site": st.just("3:14"),
+            "committed": st.lists(st.fixed_dictionaries({"seq": st.integers(0, 99), "ok": st.booleans()}), max_size=5),
+        }
+    ),
+    min_size=1,
+    max_size=12,
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(pending=pending_calls, logs=st.lists(any_text, max_size=300), budget=st.integers(MIN_OUTPUT_BUDGET, 3000))
+def test_a_suspension_is_cut_within_the_budget_and_keeps_its_token(pending, logs, budget):
+    suspension = {"token": _TOKEN, "expires_at": 1765000000.0, "pending": pending}
+    answer = {"logs": logs, "suspended": suspension}
+    cut = fit(answer, budget)
+    assert _bytes(_text(cut)) <= budget
+    assert set(cut) == {"logs", "suspended"}
+    assert cut["suspended"]["token"] == _TOKEN and cut["suspended"]["expires_at"] == 1765000000.0
+    assert _logs_accounted(logs, cut["logs"])
+    shown = cut["suspended"]["pending"]
+    calls = [p for p in shown if isinstance(p, dict)]
+    assert [(p["seq"], p["tool"]) for p in calls] == [(p["seq"], p["tool"]) for p in pending[: len(calls)]]
+    if len(calls) < len(pending):
+        m = _ITEMS.match(shown[-1])
+        assert m and _count(m) == len(pending) - len(calls)
+    for original, call in zip(pending, calls):
+        arguments = call.get("arguments", original["arguments"])
+        size_said = isinstance(arguments, str) and _CHARS.match(arguments)
+        assert size_said or _accounts_for(original["arguments"], arguments)
+    if size(answer) <= budget:
+        assert cut == answer

@@ -63,6 +63,16 @@ def _resume(env, token, decisions):
     return _proc(env, "resume", env["store"], token, json.dumps({str(k): d for k, d in decisions.items()}))
 
 
+def _reseal(db, token, record):
+    """Write ``record`` into ``token``'s row sealed with the store's own key: what
+    only the key's holder can do (a test of replay, not of tampering)."""
+    sid, expires, _ = token.split(".")
+    (key,) = db.execute("SELECT value FROM nous_meta WHERE name = 'hmac_key'").fetchone()
+    seal = approval_store_module._mac(bytes(key), approval_store_module._record_body(sid, float(expires), record))
+    db.execute("UPDATE nous_suspensions SET record = ?, seal = ? WHERE id = ?", (record, seal, sid))
+    db.commit()
+
+
 def _ran(env):
     return durable_tools.ran(env["count"])
 
@@ -187,8 +197,7 @@ def test_a_call_that_differs_from_the_ledger_is_replay_diverged_and_runs_nothing
     (record,) = db.execute("SELECT record FROM nous_suspensions").fetchone()
     changed = json.loads(record)
     changed["ledger"][0][2] = '{"i":99}'  # the run that suspended called read({i: 99}) first
-    db.execute("UPDATE nous_suspensions SET record = ?", (json.dumps(changed),))
-    db.commit()
+    _reseal(db, suspended["token"], json.dumps(changed))  # as the key's holder would: not tampering
     db.close()
     done = _resume(env, suspended["token"], {2: True})
     assert done["out"]["error"]["kind"] == "replay_diverged"
@@ -431,10 +440,12 @@ def test_a_damaged_record_is_refused_before_the_token_is_claimed(env, tmp_path):
     for bad in damaged:
         db.execute("UPDATE nous_suspensions SET record = ?", (bad,))
         db.commit()
+        with pytest.raises(TokenError, match="tampered"):  # changed without the key
+            resume(suspended.suspended.token, {2: True}, durable_tools.TOOLS, approval_store=store)
+        _reseal(db, suspended.suspended.token, bad)  # written so by the key's holder: damaged all the same
         with pytest.raises(TokenError, match="damaged"):
             resume(suspended.suspended.token, {2: True}, durable_tools.TOOLS, approval_store=store)
-    db.execute("UPDATE nous_suspensions SET record = ?", (good,))
-    db.commit()
+    _reseal(db, suspended.suspended.token, good)
     db.close()
     assert resume(suspended.suspended.token, {2: True}, durable_tools.TOOLS, approval_store=store).ok
 

@@ -14,9 +14,12 @@ import durable_tools  # noqa: E402
 PROGRAM = "const a = await tools.read({i: 1});\nconst p = await tools.pay({amount: 2});\nreturn [a, p];\n"
 
 
-def _cli(tmp_path, *args):
+def _cli(tmp_path, *args, key=None):
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ, NOUS_DURABLE_COUNT=str(tmp_path / "ran.jsonl"))
+    env.pop("NOUS_SCHED_APPROVAL_KEY", None)
+    if key is not None:
+        env["NOUS_SCHED_APPROVAL_KEY"] = key
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
     return subprocess.run(
         [sys.executable, "-m", "nous_sched", *args], env=env, capture_output=True, text=True, timeout=120, check=False
@@ -92,3 +95,32 @@ def test_approvals_list_shows_a_huge_value_clipped_as_the_approval_question_does
     # --json keeps the whole value, for a program to read.
     whole = json.loads(_cli(tmp_path, "approvals", "list", "--store", store, "--json").stdout)
     assert len(whole[0]["pending"][0]["arguments"]["note"]) == 200_001
+
+
+def test_a_key_from_the_environment_seals_what_the_store_cannot_forge(tmp_path):
+    # The key kept out of the store: someone who can write the file (and its
+    # nous_meta key) still cannot make an edited row pass.
+    import sqlite3
+
+    key = "k" * 40
+    program = tmp_path / "p.js"
+    program.write_text(PROGRAM, encoding="utf-8")
+    store = str(tmp_path / "approvals.db")
+    ran = _cli(tmp_path, "run", str(program), "--tools", TOOLS, "--approval-store", store, "--json", key=key)
+    assert ran.returncode == 3, ran.stderr
+    token = json.loads(ran.stdout)["suspended"]["token"]
+    without = _cli(tmp_path, "approvals", "approve", token, "1", "--store", store)
+    assert without.returncode == 2 and "not signed by this store's key" in without.stderr
+    short = _cli(tmp_path, "approvals", "list", "--store", store, key="short")
+    assert short.returncode == 2 and "NOUS_SCHED_APPROVAL_KEY" in short.stderr
+
+    db = sqlite3.connect(store)
+    (record,) = db.execute("SELECT record FROM nous_suspensions").fetchone()
+    db.execute("UPDATE nous_suspensions SET record = ?", (record.replace('"amount":2', '"amount":5000'),))
+    db.commit()
+    db.close()
+    listed = _cli(tmp_path, "approvals", "list", "--store", store, key=key)
+    assert listed.returncode == 0 and listed.stdout.startswith("tampered"), listed.stdout
+    resumed = _cli(tmp_path, "resume", token, "--approve", "1", "--tools", TOOLS, "--approval-store", store, key=key)
+    assert resumed.returncode == 2 and "tampered" in resumed.stderr
+    assert durable_tools.ran(str(tmp_path / "ran.jsonl")) == [["read", {"i": 1}]]

@@ -27,7 +27,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from nous_sched import Scheduler, SnapshotError, Tool, ToolCallEvent, _fastjson, run_code
+from nous_sched import Scheduler, SnapshotError, Tool, ToolCallEvent, _fastjson, budget, run_code
 from nous_sched.events import Event, FrozenDict, FrozenList, freeze, frozen_later
 from nous_sched.outcome import Outcome
 from nous_sched.runtime import engine
@@ -225,7 +225,7 @@ def test_the_fast_path_answers_for_plain_json_and_leaves_the_rest_to_the_walk(js
     answers = _fastjson.encode(records, snapshot_module.dumps) is not _fastjson.UNSURE
     assert answers == (json_path == "orjson") == (_fastjson.parse(text) is not _fastjson.UNSURE)
     assert (_fastjson.encode({"é": "ü\x7f"}, snapshot_module.dumps) is not _fastjson.UNSURE) == answers
-    assert (_fastjson.spaced_chars({"logs": ["a, b"], "result": records}) is not _fastjson.UNSURE) == answers
+    assert (_fastjson.spaced_bytes({"logs": ["a, b"], "result": records}) is not _fastjson.UNSURE) == answers
     for value in (
         float("nan"),
         [1.0, float("inf")],
@@ -477,11 +477,11 @@ def test_a_scheduler_result_is_its_snapshot_with_its_text():
     assert outcome.text == '{"when":"2024-01-02","n":[1,2]}'
 
 
-# -- the characters a model reads ----------------------------------------------------------
+# -- the bytes a model reads ----------------------------------------------------------
 
 _model_text = st.one_of(
     _text,
-    st.text(alphabet=st.sampled_from(list(',:"\\\n{}[] aé\u2028')), max_size=8),
+    st.text(alphabet=st.sampled_from(list(',:"\\\n{}[] aé\u2028\U0001f600\ud800')), max_size=8),
 )
 _answers = st.recursive(
     st.one_of(
@@ -505,8 +505,9 @@ _answers = st.recursive(
 @example(["", "", {"": ""}, [[]], {}])
 @example({"a": "x,y", "b": "p"})
 @example(["é,", "ü"])
-def test_the_characters_a_model_reads_are_counted_as_json_dumps_writes_them(value):
-    assert snapshot_module.text_chars(value) == len(json.dumps(value, ensure_ascii=False))
+def test_the_bytes_a_model_reads_are_counted_as_json_dumps_writes_them(value):
+    text = json.dumps(value, ensure_ascii=False)
+    assert snapshot_module.text_bytes(value) == len(text.encode("utf-8", "backslashreplace")) == budget.size(value)
 
 
 def test_separators_are_counted_in_one_pass_unless_a_string_may_hold_one():
@@ -525,7 +526,7 @@ def test_a_runs_answer_is_counted_as_the_model_reads_it(runtime):
     result = run_code(program, [], description="an answer with separators in its strings")
     assert result.ok, result.error
     answer = {"logs": list(result.logs), "result": result.result}
-    assert result.usage.answer_chars == len(json.dumps(answer, ensure_ascii=False))
+    assert result.usage.answer_bytes == len(json.dumps(answer, ensure_ascii=False).encode("utf-8"))
 
 
 def test_each_thread_encodes_inside_its_own_lists_and_keeps_no_value(json_path):

@@ -113,9 +113,9 @@ def test_a_run_and_its_calls_become_parented_spans(otel):
         # The run's usage ledger (result.usage), the same numbers.
         "nous_sched.usage.call_chars": tuple(c.chars for c in result.usage.calls),
         "nous_sched.usage.received_chars": result.usage.received_chars,
-        "nous_sched.usage.answer_chars": result.usage.answer_chars,
-        "nous_sched.usage.model_chars": result.usage.model_chars,
-        "nous_sched.usage.cut_chars": 0,
+        "nous_sched.usage.answer_bytes": result.usage.answer_bytes,
+        "nous_sched.usage.model_bytes": result.usage.model_bytes,
+        "nous_sched.usage.cut_bytes": 0,
     }
     assert [dict(s.attributes) for s in calls] == [
         {"nous_sched.seq": i, "nous_sched.tool": tool, "nous_sched.mode": mode, "nous_sched.outcome": outcome}

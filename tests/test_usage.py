@@ -54,8 +54,8 @@ def test_the_ledger_counts_what_each_sub_call_returned_to_the_program(runtime):
     assert result.usage.received_chars == sum(c.chars for c in calls)
     # Without a budget the model gets the whole answer: nothing cut.
     answer = json.dumps(result.to_dict(), ensure_ascii=False)
-    assert result.usage.answer_chars == result.usage.model_chars == len(answer)
-    assert result.usage.cut_chars == 0
+    assert result.usage.answer_bytes == result.usage.model_bytes == len(answer.encode("utf-8"))
+    assert result.usage.cut_bytes == 0
 
 
 def test_sdk_questions_are_not_sub_calls_in_the_ledger():
@@ -65,14 +65,14 @@ def test_sdk_questions_are_not_sub_calls_in_the_ledger():
 
 def test_the_ledger_says_what_the_model_got_and_what_the_budget_cut():
     result = run_code("return await tools.rows({n: 2000})", TOOLS, output_budget=1000, description="test")
-    full = len(json.dumps(result.to_dict(), ensure_ascii=False))
-    model = len(json.dumps(result.for_model(), ensure_ascii=False))
-    assert result.usage.answer_chars == full
-    assert result.usage.model_chars == model <= 1000
-    assert result.usage.cut_chars == full - model > 0
+    full = len(json.dumps(result.to_dict(), ensure_ascii=False).encode("utf-8"))
+    model = len(json.dumps(result.for_model(), ensure_ascii=False).encode("utf-8"))
+    assert result.usage.answer_bytes == full
+    assert result.usage.model_bytes == model <= 1000
+    assert result.usage.cut_bytes == full - model > 0
     as_dict = result.usage.as_dict()
     assert (
-        as_dict["cut_chars"] == result.usage.cut_chars and as_dict["calls"][0]["chars"] == result.usage.calls[0].chars
+        as_dict["cut_bytes"] == result.usage.cut_bytes and as_dict["calls"][0]["chars"] == result.usage.calls[0].chars
     )
 
 
@@ -91,7 +91,7 @@ def test_the_same_numbers_in_the_events(runtime):
     end = events[-1]
     assert end.kind == "end"
     assert end.data["usage"] == result.usage.as_dict()
-    assert end.data["usage"]["cut_chars"] > 0
+    assert end.data["usage"]["cut_bytes"] > 0
 
 
 def test_the_same_numbers_in_the_otel_run_span():
@@ -118,15 +118,15 @@ def test_the_same_numbers_in_the_otel_run_span():
     attrs = run_span.attributes
     assert list(attrs[otel.ATTR_USAGE_CALLS]) == [c.chars for c in result.usage.calls]
     assert attrs[otel.ATTR_USAGE_RECEIVED] == result.usage.received_chars
-    assert attrs[otel.ATTR_USAGE_ANSWER] == result.usage.answer_chars
-    assert attrs[otel.ATTR_USAGE_MODEL] == result.usage.model_chars <= 400
-    assert attrs[otel.ATTR_USAGE_CUT] == result.usage.cut_chars > 0
+    assert attrs[otel.ATTR_USAGE_ANSWER] == result.usage.answer_bytes
+    assert attrs[otel.ATTR_USAGE_MODEL] == result.usage.model_bytes <= 400
+    assert attrs[otel.ATTR_USAGE_CUT] == result.usage.cut_bytes > 0
 
 
 def test_usage_values():
-    usage = Usage(calls=(CallUsage(0, "a", 10, True), CallUsage(None, "b", 5, False)), answer_chars=100, model_chars=60)
-    assert usage.received_chars == 15 and usage.cut_chars == 40
-    assert Usage().as_dict() == {"calls": [], "received_chars": 0, "answer_chars": 0, "model_chars": 0, "cut_chars": 0}
+    usage = Usage(calls=(CallUsage(0, "a", 10, True), CallUsage(None, "b", 5, False)), answer_bytes=100, model_bytes=60)
+    assert usage.received_chars == 15 and usage.cut_bytes == 40
+    assert Usage().as_dict() == {"calls": [], "received_chars": 0, "answer_bytes": 0, "model_bytes": 0, "cut_bytes": 0}
 
 
 # -- sdk.describe: shapes observed this run ----------------------------------------------------------------

@@ -9,7 +9,12 @@
   the suspensions waiting in a store, and a decision recorded for a later
   resume (by ``nous-sched resume`` or :func:`nous_sched.resume`).
 
-``FILE`` is a SQLite file, or a ``redis://`` URL for a Redis store.
+``FILE`` is a SQLite file, or a ``redis://`` URL for a Redis store. The
+store's tokens and seals use the key in ``NOUS_SCHED_APPROVAL_KEY`` (at least
+16 characters) when it is set, else the one kept in the store: set it where
+someone who can write the store must not be able to forge a row
+(``nous_sched.approval_store``, the threat model); every command that opens
+the store (``run``, ``resume``, ``approvals``, ``serve-mcp``) must see the same.
 
 A pending call is shown as an approval question is
 (:func:`nous_sched.approval_text.question`: every key, each value clipped on
@@ -20,29 +25,46 @@ push a later one out of sight; ``--json`` prints the whole values.
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from types import SimpleNamespace
-from typing import Any, TextIO
+from typing import Any, Optional, TextIO
 
 from ..approval_text import description_line, question
 from ..errors import ConfigError
 from .loading import UsageError, load_tools
 from .render import human, inert, json_text, result_json
 
-__all__ = ["EXIT_SUSPENDED", "open_store", "runtime_named", "add_parsers", "run", "show_suspended"]
+__all__ = ["EXIT_SUSPENDED", "KEY_ENV", "open_store", "runtime_named", "add_parsers", "run", "show_suspended"]
 
 #: The exit status of a run (or resume) that suspended for approval.
 EXIT_SUSPENDED = 3
 
 
+#: The environment variable holding the approval stores' HMAC key (its UTF-8 bytes).
+KEY_ENV = "NOUS_SCHED_APPROVAL_KEY"
+_MIN_KEY_CHARS = 16
+
+
+def _key() -> Optional[bytes]:
+    value = os.environ.get(KEY_ENV)
+    if value is None:
+        return None
+    if len(value) < _MIN_KEY_CHARS:
+        raise UsageError(f"{KEY_ENV} must hold at least {_MIN_KEY_CHARS} characters of secret (openssl rand -hex 32)")
+    return value.encode("utf-8", "surrogateescape")
+
+
 def open_store(spec: str) -> Any:
-    """The approval store ``spec`` names: a ``redis://`` URL, or a SQLite file."""
+    """The approval store ``spec`` names: a ``redis://`` URL, or a SQLite file
+    (its key from :data:`KEY_ENV` when set)."""
     from ..approval_store import RedisApprovalStore, SqliteApprovalStore
 
+    key = _key()
     try:
         if spec.startswith(("redis://", "rediss://", "unix://")):
-            return RedisApprovalStore(spec)
-        return SqliteApprovalStore(spec)
+            return RedisApprovalStore(spec, key=key)
+        return SqliteApprovalStore(spec, key=key)
     except (ConfigError, OSError) as exc:
         raise UsageError(f"approval store {spec}: {exc}") from None
     except Exception as exc:  # sqlite3.Error: not a database, a locked folder

@@ -3,7 +3,7 @@
     python proc.py run STORE PROGRAM_FILE [auto]
     python proc.py resume STORE TOKEN DECISIONS_JSON [wait]
 
-STORE is ``sqlite:PATH`` or ``redis:URL``. ``auto`` runs with no store and an
+STORE is ``sqlite:PATH`` or ``redis:URL`` (``redis:URL#PREFIX`` for a store with its own key prefix). ``auto`` runs with no store and an
 approval handler that approves everything (the un-suspended baseline).
 ``wait`` reads one line from standard input before resuming (a barrier the
 test opens for two racing processes at once). Prints one JSON line: the
@@ -25,7 +25,8 @@ def store_of(spec):
     kind, _, where = spec.partition(":")
     if kind == "sqlite":
         return nous_sched.SqliteApprovalStore(where)
-    return nous_sched.RedisApprovalStore(where)
+    url, _, prefix = where.partition("#")
+    return nous_sched.RedisApprovalStore(url, **({"prefix": prefix} if prefix else {}))
 
 
 def shown(result):
