@@ -68,6 +68,9 @@ from nous_sched.cli import main
 from nous_sched.integrations import to_langchain
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent / "durable"))
+import suspended_budget  # noqa: E402  (tests/durable: the suspended-answer cases and their check)
+
 TOOLS_FILE = str(pathlib.Path(hostile_tools.__file__).resolve())
 TOOLS = hostile_tools.TOOLS
 WAIT = 60
@@ -472,8 +475,13 @@ ISSUE_34 = {
         ("cli_events_json", "tag_characters_and_rlo"),
         ("cli_events", "bidi_overrides"),
     ],
-    # "7: a suspended run escapes the output budget": edge-durable's cells go here
-    # (see enter_durable_resume).
+    # A suspended run's answer: each door that can suspend, with each of the durable cases
+    # (tests/durable/suspended_budget.py), under a 2,000-byte budget (SUSPENDED_CELLS, below).
+    "7: a suspended run escapes the output budget": [
+        ("run_code", "four-huge-arguments"),
+        ("run_code", "300-log-lines"),
+        ("run_code_in_process", "hostile-text"),
+    ],
 }
 
 CELLS = [
@@ -708,9 +716,26 @@ def test_every_output_path_is_written_by_an_entry_point_and_every_value_is_a_row
 
 
 def test_the_cells_of_issue_34_are_in_the_matrix():
-    cells = set(CELLS)
+    cells = set(CELLS) | set(SUSPENDED_CELLS)
     for item, wanted in ISSUE_34.items():
         assert wanted and set(wanted) <= cells, item
+
+
+# -- a suspension within the budget (issue 34, item 7) ------------------------------------------------
+
+#: The doors a run can suspend by, each with its runtime option, and the durable cases
+#: (huge arguments, a flood of logs, hostile text, many pending calls) as rows.
+SUSPENDING_DOORS = {"run_code": {}, "run_code_in_process": {"runtime": QuickJSRuntime()}}
+SUSPENDED_CELLS = [(door, case) for door in SUSPENDING_DOORS for case in suspended_budget.CASES]
+
+
+@pytest.mark.parametrize("door, case", SUSPENDED_CELLS, ids=[f"{d}-{c}" for d, c in SUSPENDED_CELLS])
+def test_a_suspended_answer_fits_the_budget_and_carries_its_token(door, case, tmp_path):
+    store = SqliteApprovalStore(str(tmp_path / "approvals.db"))
+    result = suspended_budget.suspend_case(case, store, 2000, timeout=WAIT, **SUSPENDING_DOORS[door])
+    suspended_budget.check_suspended_answer(result, 2000, pending=suspended_budget.CASES[case][1])
+    # The host unharmed: the same door answers an honest program right after.
+    assert run_code(HONEST, TOOLS, description="honest", timeout=WAIT, **SUSPENDING_DOORS[door]).ok
 
 
 def test_the_terminal_check_can_fail():
