@@ -7,20 +7,46 @@ while it goes, ``run.result()`` waits for its :class:`~nous_sched.RunResult`,
 ``run.cancel()`` ends it early. ``run_code(...)`` behaves as
 ``start_run(...).result()``, on the caller's thread and with no stream.
 
-The events, each with ``kind``, ``seq`` (the sub-call's, or ``None``), ``at``
-(seconds since the run started) and ``data`` (a JSON-shaped dict):
+The events, each with ``kind``, ``seq`` (the sub-call's, the same number
+as its audit records, its ``call_id`` and the trail's; ``None`` for events of
+no started call), ``at`` (seconds since the run started) and ``data`` (a
+JSON-shaped dict). Every string the program chose (arguments, values, error
+messages, log lines) is its own text: a page writes it as text, never markup.
 
-* ``"call"``: a sub-call started (``data``: ``tool``, ``mode``);
+* ``"call"``: a sub-call started (``data``: ``tool``, ``call_id`` (its audit
+  id), ``mode`` (``"parallel"`` or ``"exclusive"``) and ``why`` (why it ran
+  exclusive, ``""`` when parallel), ``throttles`` (the names of the
+  throttles it may wait for), ``approval`` (whether it waits for an approval
+  before it runs), ``arguments``: one row per top-level key,
+  :func:`nous_sched.approval_text.arguments`, the renderer the approval
+  question uses: ``key``, ``value`` (its JSON text, clipped on its own and
+  inert), ``chars`` (the value's full size), ``clipped``);
 * ``"commit"``: it committed, in ``seq`` order whatever order the calls
   finished in (``tool``, ``ok``, ``chars``: the size of the result the
-  program receives, as the ledger counts it, :mod:`nous_sched.usage`);
+  program receives, as the ledger counts it, :mod:`nous_sched.usage`;
+  ``duration``: seconds from when a tool thread took it up to when it
+  finished, ``None`` when it never ran; ``waited``: seconds it waited for a
+  thread and its throttles before that, ``throttled``: of which for its
+  throttles (``None`` when it names none); ``value``: the result as
+  :func:`~nous_sched.approval_text.clipped` shows it (``text``, ``chars``,
+  ``clipped``), ``None`` for a failure; ``error``: ``None``, or ``kind`` (one
+  of :data:`~nous_sched.events.OUTCOME_ERROR_KINDS`) and ``message``, what the
+  program saw, clipped the same way);
+* ``"refused"``: the gate refused a call before it started (``seq`` is
+  ``None``: it has none; ``tool``, ``reason``, one of
+  :data:`nous_sched.gate.REFUSAL_REASONS`, ``message``, what the program
+  saw); bounded as the audit is (at most ``Limits.max_calls`` plus one);
 * ``"log"``: a line the program wrote, as each step of the program ends
   (``line``), the lines the run's logs keep;
 * ``"approval"``: an approval asked and decided (``tool``, ``call_id``,
-  ``state``: ``"asked"``, then ``"approved"`` or ``"rejected"``);
+  ``state``: ``"asked"`` (with ``question``, the text
+  :meth:`~nous_sched.ApprovalRequest.question` gives), then ``"approved"`` or
+  ``"rejected"``);
 * ``"suspended"``: the run waits for a durable approval (sent by
   :func:`nous_sched.dispatch.live_event`; its ``data`` is the suspension's);
-* ``"end"``, always last (``ok``, ``error``, ``logs``, ``usage``: the ledger);
+* ``"end"``, always last (``ok``, ``error``, ``logs``, ``usage``: the ledger,
+  ``answer``: what the model reads, :meth:`~nous_sched.RunResult.for_model`,
+  within the run's output budget);
 * ``"gap"``, only for a consumer that fell behind: ``missed`` events it
   will never see.
 
@@ -43,11 +69,12 @@ import json
 import threading
 import time
 from functools import partial
-from typing import Any, Callable, Iterable, Iterator, Optional
+from typing import Any, Callable, Collection, Iterable, Iterator, Optional
 
 import attrs
 
 from . import _validators as v
+from . import approval_text
 from .outcome import Outcome
 from .records import CallRecord
 from .result import RunResult
@@ -58,7 +85,7 @@ from .tool import Tool
 __all__ = ["start_run", "Run", "RunEvent", "EventStream", "EVENT_KINDS", "HISTORY", "DEFAULT_BUFFER"]
 
 #: Every ``RunEvent.kind``.
-EVENT_KINDS = ("call", "commit", "log", "approval", "suspended", "end", "gap")
+EVENT_KINDS = ("call", "commit", "refused", "log", "approval", "suspended", "end", "gap")
 #: How many events a run's stream holds for consumers that start late.
 HISTORY = 100_000
 #: How many events one consumer may fall behind before it skips (a ``gap``).
@@ -126,21 +153,49 @@ class EventStream:
 
     # -- the run's hooks ----------------------------------------------------
 
-    def observer(self, then: Optional[Callable[[CallRecord, str], Any]]) -> Callable[[CallRecord, str], Any]:
-        """A scheduler observer that emits ``call`` at each start, then calls ``then``."""
+    def started(self, needs_approval: Collection[str], record: CallRecord, call_id: str, args: Any, tool: Any) -> None:
+        """The scheduler's hook at each start, before the tool has its arguments: a ``call`` event."""
+        name = record.tool
+        throttles = getattr(tool, "throttles", ())
+        data = {
+            "tool": name,
+            "call_id": call_id,
+            "mode": record.mode,
+            "why": record.reason,
+            "throttles": [t.name for t in throttles] if throttles else [],
+            "approval": bool(getattr(tool, "requires_approval", False)) or name in needs_approval,
+            "arguments": approval_text.arguments(args) if args else [],
+        }
+        self.emit("call", record.seq, data)
 
-        def observe(record: CallRecord, phase: str) -> None:
-            if phase == "start":
-                self.emit("call", record.seq, {"tool": record.tool, "mode": record.mode})
-            if then is not None:
-                then(record, phase)
-
-        return observe
-
-    def committed(self, record: CallRecord, outcome: Outcome) -> None:
-        """The scheduler's hook at each commit: a ``commit`` event with the result's size."""
-        data: dict[str, Any] = {"tool": record.tool, "ok": outcome.ok, "chars": received_chars(outcome)}
+    def committed(self, record: CallRecord, outcome: Outcome, kind: Optional[str] = None) -> None:
+        """The scheduler's hook at each commit: a ``commit`` event with how it went."""
+        began, finished = record.began, record.finished
+        data: dict[str, Any] = {
+            "tool": record.tool,
+            "ok": outcome.ok,
+            "chars": 0,
+            "duration": None if began is None or finished is None else finished - began,
+            "waited": None if began is None else began - record.started,
+            "throttled": record.throttled,
+            "value": None,
+            "error": None,
+        }
+        if outcome.ok:
+            value = outcome.value
+            text = "null" if value is None else _compact(value)
+            data["chars"] = len(text)
+            # The program's text is ASCII JSON; a person reads the characters it escaped.
+            data["value"] = approval_text.clipped(_readable(value) if "\\u" in text else text)
+        else:
+            data["chars"] = received_chars(outcome)
+            message = outcome.error.message if outcome.error is not None else ""
+            data["error"] = {"kind": kind or "tool_error", "message": approval_text.clipped(message)["text"]}
         self.emit("commit", record.seq, data)
+
+    def refused(self, tool: str, message: str, reason: str) -> None:
+        """The gate's hook for each refusal it audits: a ``refused`` event."""
+        self.emit("refused", None, {"tool": tool, "reason": reason, "message": approval_text.clipped(message)["text"]})
 
     def logs(self, lines: Iterable[str]) -> None:
         """The runtime's hook for one step's log lines: a ``log`` event each."""
@@ -150,13 +205,15 @@ class EventStream:
     def end(self, result: Optional[RunResult], problem: Optional[BaseException] = None) -> None:
         """The last event: how the run ended, its logs and its ledger."""
         if result is None:
-            data: dict[str, Any] = {"ok": False, "error": {"kind": "abort", "message": repr(problem)}, "usage": None}
+            error = {"kind": "abort", "message": repr(problem)}
+            data: dict[str, Any] = {"ok": False, "error": error, "logs": 0, "usage": None, "answer": {"error": error}}
         else:
             data = {
                 "ok": result.ok,
                 "error": None if result.error is None else result.error.as_dict(),
                 "logs": len(result.logs),
                 "usage": result.usage.as_dict(),
+                "answer": result.for_model(),
             }
         self.emit("end", None, data)
 
@@ -189,6 +246,9 @@ class EventStream:
 
 # Made once: json.dumps with separators builds a new encoder per call.
 _compact = json.JSONEncoder(separators=(",", ":"), check_circular=False).encode
+
+
+_readable = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), check_circular=False).encode
 
 
 def received_chars(outcome: Outcome) -> int:

@@ -71,7 +71,8 @@ def test_a_call_event_arrives_before_the_call_ends(runtime, make_event):
     run = start_run("return await tools.slow({})", tools, description="test")
     for event in run.events():
         if event.kind == "call":
-            assert event.seq == 0 and event.data == {"tool": "slow", "mode": "exclusive"}
+            assert event.seq == 0 and event.data["tool"] == "slow" and event.data["mode"] == "exclusive"
+            assert event.data["call_id"].endswith(":code:0") and event.data["arguments"] == []
             assert not run.done()
             release.set()
     assert run.result(timeout=WAIT).ok
