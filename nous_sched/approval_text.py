@@ -89,7 +89,12 @@ def arguments(args: Any) -> list[dict[str, Any]]:
 
 def _row(key: Any, value: Any) -> dict[str, Any]:
     text = _json(value)
-    return {"key": _clip(str(key), KEY_CHARS), "value": _clip(text, VALUE_CHARS), "chars": len(text), "clipped": len(text) > VALUE_CHARS}
+    return {
+        "key": _clip(str(key), KEY_CHARS),
+        "value": _clip(text, VALUE_CHARS),
+        "chars": len(text),
+        "clipped": len(text) > VALUE_CHARS,
+    }
 
 
 def _json(value: Any) -> str:

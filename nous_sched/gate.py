@@ -212,7 +212,9 @@ class Gate:
         if name not in self.granted:
             if name in self.denied:
                 return self._refuse(name, denied_message(name), "policy")
-            return self._refuse(name, self._unknown(name) if self._unknown else f"unknown tool {quote_name(name)}", "unknown")
+            return self._refuse(
+                name, self._unknown(name) if self._unknown else f"unknown tool {quote_name(name)}", "unknown"
+            )
         return None
 
     def _size(self, name: str, size: int) -> Optional[Outcome]:

@@ -66,6 +66,7 @@ import contextvars
 import inspect
 import itertools
 import json
+import secrets
 import threading
 import time
 from functools import partial
@@ -132,6 +133,7 @@ class EventStream:
         self._first = 0  # the index of _events[0] among every event emitted
         self._ended = False
         self._t0 = time.perf_counter()
+        self.started_at = time.time()
 
     @property
     def ended(self) -> bool:
@@ -263,7 +265,15 @@ def received_chars(outcome: Outcome) -> int:
 class Run:
     """A run started by :func:`start_run`: watch it, wait for it, or cancel it."""
 
-    def __init__(self, stream: EventStream, cancel_event: threading.Event) -> None:
+    def __init__(
+        self, stream: EventStream, cancel_event: threading.Event, *, call_id: str = "", description: str = ""
+    ) -> None:
+        #: The run's id: its audit events' prefix (``"<call_id>:code:<seq>"``).
+        self.call_id = call_id
+        #: The run's description, the sentence the model wrote (the page's title).
+        self.description = description
+        #: When it started, in seconds since the epoch (``RunEvent.at`` counts from here).
+        self.started_at = stream.started_at
         self._stream = stream
         self._cancel = cancel_event
         self._done = threading.Event()
@@ -343,11 +353,13 @@ def start_run(code: Any, tools: Iterable[Tool] = (), **options: Any) -> Run:
     bound.apply_defaults()
     arguments = dict(bound.arguments)
     code, tools = arguments.pop("code"), arguments.pop("tools")
+    if arguments["call_id"] is None:  # named here, so the Run knows its id (run_code's default form)
+        arguments["call_id"] = "run_code-" + secrets.token_urlsafe(6)
     own = threading.Event()
     store = arguments.pop("approval_store")
     prepared = prepare(code, tools, arguments)  # every check, on this thread
     prepared.options["cancel"] = AnyCancel(arguments["cancel"], own)
-    run = Run(EventStream(), own)
+    run = Run(EventStream(), own, call_id=str(arguments["call_id"]), description=str(arguments["description"]))
     if store is None:
         serve: Callable[[], Any] = partial(run._serve, prepared)
     else:  # a durable run goes through run_code (it may replay): the stream reaches it by context
