@@ -76,6 +76,7 @@ import attrs
 
 from . import _validators as v
 from . import approval_text
+from .durable import resume
 from .outcome import Outcome
 from .records import CallRecord
 from .result import RunResult
@@ -83,7 +84,7 @@ from .run_code import execute, live_stream, prepare, run_code
 from .runtime import AnyCancel
 from .tool import Tool
 
-__all__ = ["start_run", "Run", "RunEvent", "EventStream", "EVENT_KINDS", "HISTORY", "DEFAULT_BUFFER"]
+__all__ = ["start_run", "resume_run", "Run", "RunEvent", "EventStream", "EVENT_KINDS", "HISTORY", "DEFAULT_BUFFER"]
 
 #: Every ``RunEvent.kind``.
 EVENT_KINDS = ("call", "commit", "refused", "log", "approval", "suspended", "end", "gap")
@@ -320,16 +321,20 @@ class Run:
             self._stream.end(self._result, self._problem)
             self._done.set()
 
-    def _serve_durable(self, code: str, tools: Any, options: dict[str, Any]) -> None:
-        """A run with an approval store: ``run_code`` itself, this run's stream in
-        :data:`~nous_sched.run_code.live_stream`; a ``suspended`` event before ``end``
-        when it suspends (its token and what waits: see :class:`~nous_sched.Suspension`)."""
+    def _serve_durable(self, call: Callable[[], RunResult]) -> None:
+        """A run with an approval store: ``call()`` (``run_code``, or ``resume``) itself,
+        this run's stream in :data:`~nous_sched.run_code.live_stream`; a ``suspended``
+        event before ``end`` when it suspends (its token and what waits: see
+        :class:`~nous_sched.Suspension`)."""
         try:
             live_stream.set(self._stream)
-            self._result = run_code(code, tools, **options)
+            self._result = call()
             suspension = self._result.suspended
             if suspension is not None:
-                pending = [{"seq": p.seq, "tool": p.tool} for p in suspension.pending]
+                pending = [
+                    {"seq": p.seq, "tool": p.tool, "arguments": p.arguments, "question": p.question()}
+                    for p in suspension.pending
+                ]
                 data = {"token": suspension.token, "expires_at": suspension.expires_at, "pending": pending}
                 self._stream.emit("suspended", None, data)
         except BaseException as exc:  # handed to result()
@@ -337,6 +342,27 @@ class Run:
         finally:
             self._stream.end(self._result, self._problem)
             self._done.set()
+
+
+def _thread(run: Run, serve: Callable[[], Any]) -> Run:
+    context = contextvars.copy_context()
+    thread = threading.Thread(target=context.run, args=(serve,), name=f"nous-sched-run-{next(_numbers)}", daemon=True)
+    run.thread = thread
+    thread.start()
+    return run
+
+
+def resume_run(token: str, decisions: Any, tools: Iterable[Tool] = (), **options: Any) -> Run:
+    """:func:`~nous_sched.resume` started now, watched as :func:`start_run`'s runs are:
+    the resumed run's :class:`Run` at once (its ``result()`` is what ``resume`` returns,
+    and raises what it raises). ``options`` are ``resume``'s, ``approval_store`` among them."""
+    description = options.get("description") or "a resumed run"
+    call_id = options.setdefault("call_id", "run_code-" + secrets.token_urlsafe(6))
+    own = threading.Event()
+    if options.get("cancel") is None:
+        options["cancel"] = own
+    run = Run(EventStream(), own, call_id=str(call_id), description=str(description))
+    return _thread(run, partial(run._serve_durable, partial(resume, token, decisions, list(tools), **options)))
 
 
 def start_run(code: Any, tools: Iterable[Tool] = (), **options: Any) -> Run:
@@ -363,9 +389,7 @@ def start_run(code: Any, tools: Iterable[Tool] = (), **options: Any) -> Run:
     if store is None:
         serve: Callable[[], Any] = partial(run._serve, prepared)
     else:  # a durable run goes through run_code (it may replay): the stream reaches it by context
-        serve = partial(run._serve_durable, code, tools, dict(prepared.options, approval_store=store))
-    context = contextvars.copy_context()
-    thread = threading.Thread(target=context.run, args=(serve,), name=f"nous-sched-run-{next(_numbers)}", daemon=True)
-    run.thread = thread
-    thread.start()
-    return run
+        serve = partial(
+            run._serve_durable, partial(run_code, code, tools, **dict(prepared.options, approval_store=store))
+        )
+    return _thread(run, serve)
