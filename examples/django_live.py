@@ -44,7 +44,6 @@ if not settings.configured:
     django.setup()
 
 
-
 def _flask_page() -> str:
     """The Flask example's PAGE, read from its source (without importing Flask)."""
     source = pathlib.Path(__file__).with_name("flask_events.py").read_text(encoding="utf-8")
