@@ -11,6 +11,9 @@ import subprocess
 import sys
 import threading
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from nous_sched import PermissionPolicy, SqliteApprovalStore, Tool, agui, start_run
 from nous_sched.live import RunEvent
 
@@ -196,3 +199,72 @@ def test_a_consumer_that_missed_a_start_still_gets_a_well_formed_call(tmp_path):
         "RUN_FINISHED",
     ]
     assert translator.feed(RunEvent("log", None, 0.3, {"line": "late"})) == []
+
+
+_ROW = {"key": "k", "value": '"v"', "chars": 3, "clipped": False}
+
+
+def _live_events():
+    """Any order of live events a consumer may see (gaps drop starts), ending or not with ``end``."""
+    seqs = st.integers(0, 5)
+    text = st.text(max_size=8)
+    call = st.builds(lambda s, t: RunEvent("call", s, 0.0, {"tool": t, "arguments": [_ROW]}), seqs, text)
+    commit = st.builds(
+        lambda s, ok, t: RunEvent(
+            "commit",
+            s,
+            0.0,
+            {"tool": t, "ok": ok, "value": {"text": "1"} if ok else None, "error": None if ok else {"kind": "x"}},
+        ),
+        seqs,
+        st.booleans(),
+        text,
+    )
+    other = st.sampled_from(
+        [
+            RunEvent("log", None, 0.0, {"line": "a"}),
+            RunEvent("log", None, 0.0, {"line": ""}),
+            RunEvent("refused", None, 0.0, {"tool": "t", "reason": "schema", "message": "m"}),
+            RunEvent("approval", 1, 0.0, {"tool": "t", "call_id": "c", "state": "asked", "question": "q"}),
+            RunEvent("gap", None, 0.0, {"missed": 2}),
+        ]
+    )
+    end = st.sampled_from(
+        [
+            RunEvent("end", None, 0.0, {"ok": True, "answer": {"result": 1}}),
+            RunEvent("end", None, 0.0, {"ok": False, "error": {"kind": "timeout", "message": "late"}}),
+            RunEvent("end", None, 0.0, {"ok": False, "error": {"kind": "cancelled", "message": "c"}}),
+        ]
+    )
+    return st.tuples(st.lists(st.one_of(call, commit, other), max_size=30), end)
+
+
+@given(_live_events())
+@settings(max_examples=200, deadline=None)
+def test_any_live_stream_translates_to_a_well_formed_ag_ui_stream(events_and_end):
+    events, end = events_and_end
+    translator = agui.Translator("r", "t")
+    out = [e for event in [*events, end, *events] for e in translator.feed(event)]
+    types = [e.type.value for e in out]
+    assert types[0] == "RUN_STARTED" and types.count("RUN_STARTED") == 1
+    assert types[-1] in ("RUN_FINISHED", "RUN_ERROR")
+    assert sum(t in ("RUN_FINISHED", "RUN_ERROR") for t in types) == 1  # nothing after the end
+    open_calls, ended, messages = set(), set(), set()
+    for e in out:
+        kind = e.type.value
+        if kind == "TOOL_CALL_START":
+            open_calls.add(e.tool_call_id)
+        elif kind in ("TOOL_CALL_ARGS", "TOOL_CALL_END"):
+            assert e.tool_call_id in open_calls
+            if kind == "TOOL_CALL_ARGS":
+                json.loads(e.delta)
+            else:
+                ended.add(e.tool_call_id)
+        elif kind == "TOOL_CALL_RESULT":
+            assert e.tool_call_id in ended
+        elif kind == "TEXT_MESSAGE_START":
+            assert e.message_id not in messages
+            messages.add(e.message_id)
+        elif kind == "TEXT_MESSAGE_CONTENT":
+            assert e.message_id in messages and e.delta
+    assert open_calls == ended
