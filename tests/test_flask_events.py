@@ -55,7 +55,9 @@ def serve():
     running = []
 
     def start(**options):
-        httpd = make_server("127.0.0.1", 0, flask_events.create_app(**options), threaded=True)
+        app = flask_events.create_app(**options)
+        start.apps.append(app)  # the last app made: its runs are app.config["NOUS_SCHED_RUNS"]
+        httpd = make_server("127.0.0.1", 0, app, threaded=True)
         thread = threading.Thread(
             target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="test-flask-events", daemon=True
         )
@@ -63,6 +65,7 @@ def serve():
         running.append((httpd, thread))
         return f"http://127.0.0.1:{httpd.server_port}"
 
+    start.apps = []
     yield start
     for httpd, thread in running:
         httpd.shutdown()
@@ -239,6 +242,10 @@ def test_a_durable_run_suspends_and_the_page_approval_resumes_it(serve, browser,
     wait.until(lambda d: d.current_url.split("/")[-1] != run_id and _text(d, "status") == "done")
     assert json.loads(_text(browser, "result")) == {"ok": 4}
     assert _text(browser, "title") == "a durable approval"
+    app_runs = serve.apps[-1].config["NOUS_SCHED_RUNS"]
+    resumed = app_runs[browser.current_url.split("/")[-1]]["run"].result(timeout=WAIT)
+    decisions = [dict(e.data) for e in resumed.audit if e.type == "approval"]
+    assert decisions == [{"seq": 0, "tool": "population", "approved": True, "reason": "approved on the page"}]
 
 
 def _post_raw(url, body, headers):
