@@ -143,7 +143,7 @@ def test_the_page_shows_calls_and_logs_while_the_run_is_still_going(serve, brows
     assert started.is_set() and not release.is_set()
     assert _part(browser, "call-0", "head") == "#0 quick: ok"
     assert _part(browser, "call-0", "outcome").startswith("ok in ")
-    assert _part(browser, "call-0", "outcome").endswith(' ms: {"n":1}')
+    assert ' ms: {"n":1}' in _part(browser, "call-0", "outcome")  # then how long it waited, if it did
     assert _part(browser, "call-1", "head") == "#1 slow: running"
     assert _part(browser, "call-1", "args") == "n = 2 (1 chars)"
     assert _part(browser, "call-1", "how") == "exclusive (no concurrency_safe predicate)"
