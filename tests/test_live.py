@@ -429,3 +429,26 @@ def test_commit_events_carry_duration_value_and_the_error_the_program_saw(runtim
     assert ok["chars"] == len('{"v":"\\u00e9"}')  # the ledger's count: the program's ASCII JSON text
     assert not bad["ok"] and bad["value"] is None and bad["error"]["kind"] == "tool_error"
     assert bad["error"]["message"] == result.result
+
+
+def test_resume_run_watches_a_resume_and_raises_what_resume_raises(tmp_path):
+    store = nous_sched.SqliteApprovalStore(str(tmp_path / "approvals.db"))
+    pay = Tool(name="pay", function=lambda a: {"paid": a["n"]}, description="p")
+    options = dict(policy=PermissionPolicy(require_approval={"pay"}), approval_store=store)
+    first = start_run('console.log("paying"); return await tools.pay({n: 3})', [pay], description="pays", **options)
+    suspended = [e for e in first.events() if e.kind == "suspended"]
+    token = first.result(timeout=WAIT).suspended.token
+    assert (
+        suspended[0].data["pending"][0]["arguments"] == {"n": 3}
+        and "pay" in suspended[0].data["pending"][0]["question"]
+    )
+    run = nous_sched.resume_run(token, {0: True}, [pay], approval_store=store, description="pays")
+    assert isinstance(run, nous_sched.Run) and run.description == "pays" and run.call_id.startswith("run_code-")
+    events = list(run.events())
+    assert [e.kind for e in events if e.kind in ("call", "commit", "end")] == ["call", "commit", "end"]
+    assert events[-1].data["answer"] == {"logs": ["paying"], "result": {"paid": 3}}
+    assert run.result(timeout=WAIT).result == {"paid": 3}
+    again = nous_sched.resume_run(token, {0: True}, [pay], approval_store=store)
+    with pytest.raises(nous_sched.TokenError):
+        again.result(timeout=WAIT)
+    assert [e.kind for e in again.events()] == ["end"]
