@@ -45,6 +45,15 @@ live event                    AG-UI events
 ``gap``                       ``CUSTOM`` ``nous_sched.gap``
 ============================  ===========================================================
 
+Approvals: AG-UI has no channel from the consumer into a running run, so
+its human-in-the-loop pattern ends the run with an interrupt and a new run
+carries the answers. That is what a durable run does (it suspends; the
+interrupt's ``message`` is the approval question, and
+:func:`~nous_sched.resume_run` with the decisions is the next run). A live
+approval handler is answered out of band (:class:`~nous_sched.ApprovalDesk`
+behind a page's buttons, say) while the run goes on, so its asks and
+decisions are ``CUSTOM`` events.
+
 Every ``CUSTOM`` value is ``{"seq", **data}`` of the live event. A result
 whose call's start a consumer missed (a ``gap``) gets its start first, so the
 stream stays well formed. Every string is the program's text as data: a lone
@@ -246,7 +255,7 @@ class Translator:
                     id=f"{token}#{p.get('seq')}",
                     reason="approval_required",
                     tool_call_id=self._call_id(p.get("seq")),
-                    message=clean(f"the call of {p.get('tool')} waits for approval"),
+                    message=clean(str(p.get("question") or f"the call of {p.get('tool')} waits for approval")),
                 )
                 for p in self._suspension.get("pending", []) or []
             ]

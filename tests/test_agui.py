@@ -166,6 +166,7 @@ def test_a_durable_suspension_is_ag_uis_interrupt(tmp_path):
     assert end["type"] == "RUN_FINISHED" and end["outcome"]["type"] == "interrupt"
     (interrupt,) = end["outcome"]["interrupts"]
     assert interrupt["reason"] == "approval_required" and interrupt["id"] == f"{suspension.token}#0"
+    assert interrupt["message"] == suspension.pending[0].question()
     start = next(e for e in events if e["type"] == "TOOL_CALL_START")
     assert start["toolCallId"] == interrupt["toolCallId"] and start["toolCallName"] == "population"
 
