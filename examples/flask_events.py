@@ -354,7 +354,8 @@ def create_app(tools: Optional[Iterable[Tool]] = None, *, approval_store: Any = 
             decisions = entry["decisions"]
             decisions[seq] = ApprovalDecision(approved, "approved on the page" if approved else "denied on the page")
             if len(decisions) < len(suspension.pending) or entry.get("next"):
-                return jsonify({"waiting": len(suspension.pending) - len(decisions), "next": entry.get("next")})
+                ready = entry.get("next") if entry.get("next") != "starting" else None  # another request resumes it
+                return jsonify({"waiting": len(suspension.pending) - len(decisions), "next": ready})
             entry["next"] = "starting"
         options = {k: v for k, v in run_options.items() if k != "approval_handler"}
         resumed = resume_run(
