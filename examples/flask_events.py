@@ -1,20 +1,40 @@
-"""Watch a run live in the browser: a run's events as Server-Sent Events, and a small page that shows them.
+"""Watch a run live in the browser, and answer its approvals there.
 
 Routes:
 
 * ``POST /runs`` with ``{"code", "description"}`` starts a run
   (:func:`nous_sched.start_run`) and answers ``{"id": "<run id>"}`` at once.
+* ``GET /runs/<id>`` is the page. Its title is the run's description. Each
+  call appears as it starts, with its arguments (each value clipped on its
+  own, its size stated: the approval question's renderer), whether it ran in
+  parallel or exclusive and why, the throttles it may wait for; it shows
+  ``waiting for approval`` with **Approve** / **Deny** buttons while a person
+  must decide, then its outcome: the duration and the value, or the error's
+  kind and the message the program saw, and how long it waited for a thread
+  or its throttles. Calls the gate refused are listed with the reason. The
+  log lines appear as the program writes them; the value the run returned
+  (what the model reads) at the end.
 * ``GET /runs/<id>/events`` streams the run's events (``text/event-stream``,
   one ``data: <RunEvent as JSON>`` message each, ``end`` last, then the
   stream closes). Any number of viewers may watch one run; each gets every
   event from the first, and a viewer that falls behind never slows the run.
-* ``GET /runs/<id>`` is the page: each call appears as it starts
-  (``running``), turns ``ok``/``error`` when it commits, the log lines appear
-  as the program writes them, and the run's status is shown at the end.
+* ``GET /runs/<id>/agui`` the same run in the AG-UI protocol
+  (:func:`nous_sched.agui.sse`), for agent front ends that speak it.
+* ``POST /runs/<id>/decisions`` with ``{"call_id", "seq", "approved"}``
+  answers a pending approval: the live approval handler's
+  (:class:`nous_sched.ApprovalDesk`), or, for an app made with an
+  ``approval_store``, the suspended run's, which is resumed
+  (:func:`nous_sched.resume_run`) once every pending call is decided; the
+  answer then names the resumed run (``{"next": "<run id>"}``). The request
+  must carry the page's CSRF token in an ``X-CSRF-Token`` header (a page of
+  another site cannot read it) and a JSON body; anything else is refused
+  with 403. The decision is in the run's audit (its ``approval`` event).
 * ``GET /`` a form that starts a run and opens its page.
 
-The page writes everything with ``textContent``: logs and tool names are
-model-written, never HTML.
+The page writes every string with ``textContent``: arguments, values, logs,
+errors and the description are the program's or the model's text, never HTML.
+The page's own data (run id, description, CSRF token) is JSON, all ASCII,
+HTML-escaped into one attribute.
 
 Run it::
 
@@ -25,6 +45,9 @@ Run it::
 from __future__ import annotations
 
 import collections
+import hmac
+import html
+import json
 import secrets
 import threading
 import time
@@ -32,7 +55,7 @@ from typing import Any, Iterable, Optional
 
 from flask import Flask, Response, abort, jsonify, request, stream_with_context
 
-from nous_sched import Run, Tool, start_run
+from nous_sched import ApprovalDecision, ApprovalDesk, Run, Tool, resume_run, start_run
 
 __all__ = ["create_app", "TOOLS", "PAGE"]
 
@@ -67,48 +90,138 @@ return found;"""
 PAGE = """<!doctype html>
 <html><head><meta charset="utf-8"><title>nous_sched run</title>
 <style>
- body { font: 14px system-ui, sans-serif; margin: 2em; }
- li.running { color: #a60; } li.ok { color: #080; } li.error { color: #b00; }
- pre { background: #f4f4f4; padding: .5em; min-height: 2em; }
+ body { font: 14px system-ui, sans-serif; margin: 2em; max-width: 60em; }
+ .call { border-left: 4px solid #aaa; padding: .3em .8em; margin: .6em 0; }
+ .call.running { border-color: #a60; } .call.ok { border-color: #080; } .call.error { border-color: #b00; }
+ .call.waiting { border-color: #06c; background: #eef5ff; }
+ .args { margin: .2em 0 .2em 1em; font-family: monospace; white-space: pre-wrap; }
+ .how, .outcome { color: #444; } .error .outcome { color: #b00; }
+ pre { background: #f4f4f4; padding: .5em; min-height: 1.5em; white-space: pre-wrap; }
+ button { margin-right: .5em; }
 </style></head>
-<body>
-<h1>Run <span id="run-id"></span></h1>
-<p>Status: <b id="status">connecting</b></p>
-<h2>Calls</h2><ol id="calls"></ol>
+<body data-run="__RUN__">
+<h1 id="title"></h1>
+<p>Run <code id="run-id"></code> &middot; status: <b id="status">connecting</b></p>
+<h2>Calls</h2><div id="calls"></div>
+<h2>Refused calls</h2><ul id="refused"></ul>
+<div id="pending"></div>
 <h2>Logs</h2><pre id="logs"></pre>
+<h2>Returned</h2><pre id="result"></pre>
 <script>
-const runId = document.body.dataset.run || location.pathname.split("/").pop();
-document.getElementById("run-id").textContent = runId;
+// Every string goes to the page through put(): as text, never markup; a lone
+// surrogate (the page data may hold one; the stream has U+FFFD in its place) as its escape.
+const LONE = /[\\ud800-\\udbff](?![\\udc00-\\udfff])|(?<![\\ud800-\\udbff])[\\udc00-\\udfff]/g;
+function shown(text) { return String(text).replace(LONE, c => "\\\\u" + c.charCodeAt(0).toString(16)); }
+function put(node, text) { node.textContent = shown(text); }
+const run = JSON.parse(document.body.dataset.run);
+document.title = shown(run.description);
+put(document.getElementById("title"), run.description);
+put(document.getElementById("run-id"), run.id);
 const status = document.getElementById("status");
-const calls = document.getElementById("calls");
 const logs = document.getElementById("logs");
-function callItem(seq) {
-  let li = document.getElementById("call-" + seq);
-  if (!li) { li = document.createElement("li"); li.id = "call-" + seq; calls.appendChild(li); }
-  return li;
+function el(tag, cls, text) {
+  const e = document.createElement(tag);
+  if (cls) e.className = cls;
+  if (text !== undefined) put(e, text);
+  return e;
 }
-const source = new EventSource("/runs/" + encodeURIComponent(runId) + "/events");
-source.onopen = () => { status.textContent = "running"; };
+function ms(seconds) { return (seconds * 1000).toFixed(0) + " ms"; }
+function part(row, cls) { return row.querySelector("." + cls); }
+function callRow(seq) {
+  let row = document.getElementById("call-" + seq);
+  if (!row) {
+    row = el("div", "call running"); row.id = "call-" + seq;
+    for (const cls of ["head", "args", "how", "approval", "outcome"]) row.appendChild(el("div", cls));
+    document.getElementById("calls").appendChild(row);
+  }
+  return row;
+}
+function args(rows) {
+  if (!rows.length) return "no arguments";
+  return rows.map(r => r.key + " = " + r.value + (r.clipped ? "" : " (" + r.chars + " chars)")).join("\\n");
+}
+async function decide(body, buttons) {
+  for (const b of buttons) b.disabled = true;
+  const response = await fetch("/runs/" + encodeURIComponent(run.id) + "/decisions", {
+    method: "POST", credentials: "same-origin",
+    headers: {"Content-Type": "application/json", "X-CSRF-Token": run.csrf},
+    body: JSON.stringify(body)});
+  const answer = await response.json();
+  if (answer.next) location.href = "/runs/" + encodeURIComponent(answer.next);
+}
+function ask(box, seq, callId, question) {
+  box.replaceChildren(el("pre", "question", question));
+  const yes = el("button", "approve", "Approve"), no = el("button", "deny", "Deny");
+  yes.id = "approve-" + seq; no.id = "deny-" + seq;
+  yes.onclick = () => decide({seq: seq, call_id: callId, approved: true}, [yes, no]);
+  no.onclick = () => decide({seq: seq, call_id: callId, approved: false}, [yes, no]);
+  box.append(yes, no);
+}
+const handlers = {
+  call(e) {
+    const row = callRow(e.seq), d = e.data;
+    put(part(row, "head"), "#" + e.seq + " " + d.tool + ": running");
+    put(part(row, "args"), args(d.arguments));
+    let how = d.mode === "parallel" ? "parallel" : "exclusive (" + d.why + ")";
+    if (d.throttles.length) how += "; may wait for throttles " + d.throttles.join(", ");
+    if (d.approval) how += "; needs approval";
+    put(part(row, "how"), how);
+  },
+  approval(e) {
+    const row = callRow(e.seq), d = e.data, box = part(row, "approval");
+    if (d.state === "asked") {
+      row.className = "call waiting";
+      put(part(row, "head"), "#" + e.seq + " " + d.tool + ": waiting for approval");
+      ask(box, e.seq, d.call_id, d.question);
+    } else {
+      row.className = "call running";
+      put(part(row, "head"), "#" + e.seq + " " + d.tool + ": " + d.state + ", running");
+      box.replaceChildren(el("span", "decision", d.state));
+    }
+  },
+  commit(e) {
+    const row = callRow(e.seq), d = e.data;
+    row.className = "call " + (d.ok ? "ok" : "error");
+    put(part(row, "head"), "#" + e.seq + " " + d.tool + ": " + (d.ok ? "ok" : "error"));
+    let text = d.ok ? "ok in " + ms(d.duration) + ": " + d.value.text
+                    : "error (" + d.error.kind + ")" + (d.duration === null ? "" : " after " + ms(d.duration)) + ": " + d.error.message;
+    const waits = [];
+    if (d.waited !== null && d.waited >= 0.01) waits.push("waited " + ms(d.waited) + " to start");
+    if (d.throttled) waits.push(ms(d.throttled) + " of it for throttles");
+    if (waits.length) text += " (" + waits.join(", ") + ")";
+    put(part(row, "outcome"), text);
+  },
+  refused(e) {
+    const d = e.data;
+    document.getElementById("refused").appendChild(el("li", "refusal", d.tool + ": refused (" + d.reason + "): " + d.message));
+  },
+  log(e) { put(logs, logs.textContent + e.data.line + "\\n"); },
+  gap(e) { put(logs, logs.textContent + "[missed " + e.data.missed + " events]\\n"); },
+  suspended(e) {
+    const box = document.getElementById("pending");
+    box.replaceChildren(el("h2", "", "Waiting for approval"));
+    for (const p of e.data.pending) {
+      const item = el("div", "call waiting"); item.id = "pending-" + p.seq;
+      box.appendChild(item);
+      ask(item, p.seq, "", p.question);
+    }
+  },
+  end(e) {
+    const d = e.data, answer = d.answer || {};
+    if (answer.suspended) put(status, "waiting for approval");
+    else put(status, d.ok ? "done" : "failed: " + d.error.kind);
+    const result = document.getElementById("result");
+    if ("result" in answer) put(result, JSON.stringify(answer.result, null, 2));
+    else if (answer.error) put(result, answer.error.kind + ": " + answer.error.message);
+    source.close();  // or EventSource would reconnect and replay the run
+  },
+};
+const source = new EventSource("/runs/" + encodeURIComponent(run.id) + "/events");
+source.onopen = () => { if (status.textContent === "connecting") put(status, "running"); };
 source.onmessage = (message) => {
   const e = JSON.parse(message.data);
-  if (e.kind === "call") {
-    const li = callItem(e.seq);
-    li.className = "running";
-    li.textContent = "#" + e.seq + " " + e.data.tool + ": running";
-  } else if (e.kind === "commit") {
-    const li = callItem(e.seq);
-    li.className = e.data.ok ? "ok" : "error";
-    li.textContent = "#" + e.seq + " " + e.data.tool + ": " + (e.data.ok ? "ok" : "error") + " (" + e.data.chars + " chars)";
-  } else if (e.kind === "log") {
-    logs.textContent += e.data.line + "\\n";
-  } else if (e.kind === "approval") {
-    callItem(e.seq).textContent += " [approval " + e.data.state + "]";
-  } else if (e.kind === "gap") {
-    logs.textContent += "[missed " + e.data.missed + " events]\\n";
-  } else if (e.kind === "end") {
-    status.textContent = e.data.ok ? "done" : "failed: " + e.data.error.kind;
-    source.close();  // or EventSource would reconnect and replay the run
-  }
+  const handle = handlers[e.kind];
+  if (handle) handle(e);
 };
 </script>
 </body></html>
@@ -135,21 +248,45 @@ document.getElementById("run").onclick = async () => {
 
 def _sse(run: Run) -> Iterable[str]:
     for event in run.events():
-        yield f"data: {event.to_json()}\n\n"
+        yield f"data: {event.to_json()}\n\n"  # strict JSON: a lone surrogate is U+FFFD, NaN null
 
 
-def create_app(tools: Optional[Iterable[Tool]] = None, **run_options: Any) -> Flask:
+def _page_data(run_id: str, entry: dict[str, Any]) -> str:
+    """The page's data attribute: JSON, all ASCII (a lone surrogate is an escape), HTML-escaped."""
+    data = {"id": run_id, "description": entry["run"].description, "csrf": entry["csrf"]}
+    return html.escape(json.dumps(data, ensure_ascii=True), quote=True)
+
+
+def create_app(tools: Optional[Iterable[Tool]] = None, *, approval_store: Any = None, **run_options: Any) -> Flask:
     """The app, running programs with ``tools`` (:data:`TOOLS` by default) and
-    ``run_options`` (any :func:`nous_sched.run_code` option) for every run."""
+    ``run_options`` (any :func:`nous_sched.run_code` option) for every run.
+
+    Approvals (the tools ``run_options``' policy or the tools themselves
+    require it for) are answered on the page: by a live
+    :class:`~nous_sched.ApprovalDesk` unless ``run_options`` names an
+    ``approval_handler``; with an ``approval_store``, the run suspends and the
+    page's decisions resume it.
+    """
     app = Flask(__name__)
     chosen = list(TOOLS if tools is None else tools)
-    runs: collections.OrderedDict[str, Run] = collections.OrderedDict()
+    runs: collections.OrderedDict[str, dict[str, Any]] = collections.OrderedDict()
     lock = threading.Lock()
+    app.config["NOUS_SCHED_RUNS"] = runs  # run id -> {"run", "csrf", ...}: the runs the app keeps
+    desk: Optional[ApprovalDesk] = None
+    if approval_store is None and run_options.get("approval_handler") is None:
+        desk = ApprovalDesk()
+        run_options = dict(run_options, approval_handler=desk)
+
+    def keep(run: Run) -> str:
+        run_id = secrets.token_urlsafe(8)
+        with lock:
+            runs[run_id] = {"run": run, "csrf": secrets.token_urlsafe(24), "decisions": {}}
+            while len(runs) > MAX_RUNS:
+                runs.popitem(last=False)
+        return run_id
 
     @app.get("/")
     def form() -> str:
-        import json
-
         return FORM.replace("__PROGRAM__", json.dumps(EXAMPLE_PROGRAM).replace("</", "<\\/"))
 
     @app.post("/runs")
@@ -158,31 +295,79 @@ def create_app(tools: Optional[Iterable[Tool]] = None, **run_options: Any) -> Fl
         if not isinstance(body, dict) or not isinstance(body.get("code"), str):
             return jsonify({"error": 'expected {"code": "...", "description": "..."}'}), 400
         description = body.get("description") or "a program run from the browser"
-        run = start_run(body["code"], chosen, description=str(description), **run_options)
-        run_id = secrets.token_urlsafe(8)
-        with lock:
-            runs[run_id] = run
-            while len(runs) > MAX_RUNS:
-                runs.popitem(last=False)
-        return jsonify({"id": run_id})
+        options = dict(run_options)
+        if approval_store is not None:
+            options["approval_store"] = approval_store
+        run = start_run(body["code"], chosen, description=str(description), **options)
+        return jsonify({"id": keep(run)})
 
-    def find(run_id: str) -> Run:
+    def find(run_id: str) -> dict[str, Any]:
         with lock:
-            run = runs.get(run_id)
-        if run is None:
+            entry = runs.get(run_id)
+        if entry is None:
             abort(404)
-        return run
+        return entry
 
     @app.get("/runs/<run_id>")
-    def page(run_id: str) -> str:
-        find(run_id)
-        return PAGE
+    def page(run_id: str) -> Response:
+        entry = find(run_id)
+        response = Response(PAGE.replace("__RUN__", _page_data(run_id, entry)), mimetype="text/html")
+        response.headers["X-Frame-Options"] = "DENY"  # no clicking Approve through another site's frame
+        return response
 
     @app.get("/runs/<run_id>/events")
     def events(run_id: str) -> Response:
-        run = find(run_id)
+        run = find(run_id)["run"]
         headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
         return Response(stream_with_context(_sse(run)), mimetype="text/event-stream", headers=headers)
+
+    @app.get("/runs/<run_id>/agui")
+    def agui_events(run_id: str) -> Response:
+        from nous_sched import agui  # the agui extra
+
+        run = find(run_id)["run"]
+        headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+        return Response(stream_with_context(agui.sse(run)), mimetype=agui.MEDIA_TYPE, headers=headers)
+
+    @app.post("/runs/<run_id>/decisions")
+    def decide(run_id: str) -> Any:
+        entry = find(run_id)
+        token = request.headers.get("X-CSRF-Token", "")
+        body = request.get_json(silent=True)
+        if not hmac.compare_digest(token.encode(), entry["csrf"].encode()) or not isinstance(body, dict):
+            return jsonify({"error": "a decision needs the page's CSRF token and a JSON body"}), 403
+        approved = body.get("approved") is True
+        run: Run = entry["run"]
+        if approval_store is None:
+            call_id = str(body.get("call_id", ""))
+            if desk is None or not call_id.startswith(run.call_id + ":code:") or not desk.answer(call_id, approved):
+                return jsonify({"error": "no such call waits for approval"}), 409
+            return jsonify({"answered": call_id, "approved": approved})
+        return _durable(entry, body.get("seq"), approved)
+
+    def _durable(entry: dict[str, Any], seq: Any, approved: bool) -> Any:
+        run: Run = entry["run"]
+        suspension = run.result(timeout=0).suspended if run.done() else None
+        if suspension is None or seq not in {p.seq for p in suspension.pending}:
+            return jsonify({"error": "no such call waits for approval"}), 409
+        with lock:
+            decisions = entry["decisions"]
+            decisions[seq] = ApprovalDecision(approved, "approved on the page" if approved else "denied on the page")
+            if len(decisions) < len(suspension.pending) or entry.get("next"):
+                ready = entry.get("next") if entry.get("next") != "starting" else None  # another request resumes it
+                return jsonify({"waiting": len(suspension.pending) - len(decisions), "next": ready})
+            entry["next"] = "starting"
+        options = {k: v for k, v in run_options.items() if k != "approval_handler"}
+        resumed = resume_run(
+            suspension.token,
+            dict(decisions),
+            chosen,
+            approval_store=approval_store,
+            description=run.description,
+            **options,
+        )
+        entry["next"] = keep(resumed)
+        return jsonify({"next": entry["next"]})
 
     return app
 

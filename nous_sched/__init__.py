@@ -9,6 +9,7 @@ from ._version import __version__ as __version__
 from .adapters import anthropic_tool, call_tool, openai_tool
 from .agent import MODES, WithContextUpdate, run_code_tool, visible_tools
 from .aio import acall_tool, arun_code
+from .approval_desk import ApprovalDesk
 from .approval_store import ApprovalStore, RedisApprovalStore, SqliteApprovalStore, TokenError
 from .dispatch import ApprovalRequest, CallInfo, RunContext, current_call, direct_dispatch
 from .durable import DEFER, ApprovalDecision, Suspension, resume
@@ -25,7 +26,7 @@ from .events import (
 )
 from .function_tool import function_tool
 from .integrations import from_langchain, from_llamaindex, from_openai_agents, from_pydantic_ai
-from .live import Run, RunEvent, start_run
+from .live import Run, RunEvent, resume_run, start_run
 from .outcome import Outcome, SubCallError
 from .policy import PermissionPolicy
 from .records import CallRecord, LaneState
@@ -51,6 +52,7 @@ __all__ = [
     "ApprovalEvent",
     "ApprovalDecision",
     "ApprovalRequest",
+    "ApprovalDesk",
     "ApprovalStore",
     "call_tool",
     "CallInfo",
@@ -96,6 +98,7 @@ __all__ = [
     "SessionLog",
     "snapshot",
     "start_run",
+    "resume_run",
     "SqliteApprovalStore",
     "Suspension",
     "SnapshotError",

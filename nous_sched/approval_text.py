@@ -30,7 +30,16 @@ import json
 import unicodedata
 from typing import Any
 
-__all__ = ["question", "description_line", "inert_line", "KEY_CHARS", "VALUE_CHARS", "DESCRIPTION_CHARS"]
+__all__ = [
+    "question",
+    "description_line",
+    "inert_line",
+    "clipped",
+    "arguments",
+    "KEY_CHARS",
+    "VALUE_CHARS",
+    "DESCRIPTION_CHARS",
+]
 
 #: Characters of each argument key shown before it is clipped.
 KEY_CHARS = 80
@@ -70,6 +79,33 @@ def _clip(text: str, limit: int) -> str:
     if len(text) <= limit:
         return inert_line(text)
     return f"{inert_line(text[:limit])}… (clipped; {len(text):,} characters in all)"
+
+
+def clipped(text: str, limit: int = VALUE_CHARS) -> dict[str, Any]:
+    """``{"text", "chars", "clipped"}``: ``text`` made inert (:func:`inert_line`)
+    and clipped to ``limit`` characters as the question clips a value, its full
+    length in ``chars``."""
+    return {"text": _clip(text, limit), "chars": len(text), "clipped": len(text) > limit}
+
+
+def arguments(args: Any) -> list[dict[str, Any]]:
+    """The arguments as the question shows them, one row per top-level key in
+    the program's order: ``{"key", "value", "chars", "clipped"}``, ``key`` and
+    ``value`` (the value's JSON text) each clipped on its own and inert,
+    ``chars`` the value's full JSON length. A non-object is one row with key ``""``."""
+    if not isinstance(args, dict):
+        return [_row("", args)]
+    return [_row(key, value) for key, value in args.items()]
+
+
+def _row(key: Any, value: Any) -> dict[str, Any]:
+    text = _json(value)
+    return {
+        "key": _clip(str(key), KEY_CHARS),
+        "value": _clip(text, VALUE_CHARS),
+        "chars": len(text),
+        "clipped": len(text) > VALUE_CHARS,
+    }
 
 
 def _json(value: Any) -> str:

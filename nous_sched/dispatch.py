@@ -152,10 +152,17 @@ def live_event(run_ctx: Any, kind: str, seq: Optional[int], data: dict[str, Any]
         live.emit(kind, seq, data)
 
 
-def _approval_event(run_ctx: Any, info: Optional[CallInfo], tool: str, state: str) -> None:
+def _approval_event(
+    run_ctx: Any, info: Optional[CallInfo], tool: str, state: str, request: Optional[ApprovalRequest] = None
+) -> None:
+    if getattr(run_ctx, "live", None) is None:
+        return
     seq = info.seq if info is not None else None
     call_id = info.id if info is not None else ""
-    live_event(run_ctx, "approval", seq, {"tool": tool, "call_id": call_id, "state": state})
+    data = {"tool": tool, "call_id": call_id, "state": state}
+    if request is not None:  # asked: what the person deciding reads
+        data["question"] = request.question()
+    live_event(run_ctx, "approval", seq, data)
 
 
 class Refused(ToolError):
@@ -204,7 +211,7 @@ def _asked(handler: Callable[[ApprovalRequest], Any], request: ApprovalRequest, 
     """The handler's answer (``True`` only), recorded in the audit and told to
     the run's stream as it is asked and decided. A handler that raises
     rejects: the call fails with the exception's message."""
-    _approval_event(run_ctx, info, request.tool, "asked")
+    _approval_event(run_ctx, info, request.tool, "asked", request)
     approved = False
     try:
         approved = _ask(handler, request)

@@ -53,7 +53,12 @@ from .schema import argument_error
 from .snapshot import loads, snapshot
 from .tool import Tool
 
-__all__ = ["Gate", "Admitted", "BUDGET_SPENT", "MAX_NAME_CHARS"]
+__all__ = ["Gate", "Admitted", "BUDGET_SPENT", "MAX_NAME_CHARS", "REFUSAL_REASONS"]
+
+#: Why the gate refused a call, by check: the run was over (1), the name is not
+#: a string or too long, the tool is unknown or the policy denies it (2), the
+#: budget is spent (3), the arguments cannot cross (4), they fail the schema (5).
+REFUSAL_REASONS = ("run_over", "name", "unknown", "policy", "budget", "arguments", "schema")
 
 BUDGET_SPENT = "the run has made its {n} tool calls, the most one run may make (Limits.max_calls)"
 _TOTAL_SPENT = (
@@ -121,6 +126,9 @@ class Gate:
         self.args_bytes = 0
         #: Every refusal audited so far, in order.
         self.refused: list[ToolRefusedEvent] = []
+        #: Told of each refusal as it is audited: ``on_refused(tool, message, reason)``,
+        #: ``reason`` one of :data:`REFUSAL_REASONS` (a run's event stream).
+        self.on_refused: Optional[Callable[[str, str, str], Any]] = None
 
     def admit_json(self, name: Any, text: Any) -> Union[Admitted, Outcome]:
         """Check a call whose arguments are JSON text (from a program): admitted, or a failed Outcome."""
@@ -128,7 +136,7 @@ class Gate:
         if refusal is not None:
             return refusal
         if not isinstance(text, str):
-            return self._refuse(name, "arguments must be a JSON object")
+            return self._refuse(name, "arguments must be a JSON object", "arguments")
         size = _utf8_size(text)
         refusal = self._size(name, size)
         if refusal is not None:
@@ -138,8 +146,8 @@ class Gate:
         except SnapshotError as exc:
             why = str(exc)
             if why.startswith("not valid JSON"):  # only a direct call: a program's text is always JSON
-                return self._refuse(name, f"the arguments are {why}; send one JSON object")
-            return self._refuse(name, f"arguments cannot cross: {why}")
+                return self._refuse(name, f"the arguments are {why}; send one JSON object", "arguments")
+            return self._refuse(name, f"arguments cannot cross: {why}", "arguments")
         # The text stands for the arguments only when they are the object it spells (not `null` made {}).
         return self._after_parse(name, args, text if type(args) is dict else None)
 
@@ -151,11 +159,11 @@ class Gate:
         if args is None:
             args = {}
         if not isinstance(args, Mapping):
-            return self._refuse(name, f"arguments must be an object, got {_shown(args)}")
+            return self._refuse(name, f"arguments must be an object, got {_shown(args)}", "arguments")
         try:
             copied = snapshot(args)
         except SnapshotError as exc:
-            return self._refuse(name, f"arguments cannot cross: {exc}")
+            return self._refuse(name, f"arguments cannot cross: {exc}", "arguments")
         refusal = self._size(name, _utf8_size(json.dumps(copied, ensure_ascii=False, separators=(",", ":"))))
         if refusal is not None:
             return refusal
@@ -168,22 +176,22 @@ class Gate:
         reach no tool, so no policy or schema applies."""
         self.calls += 1
         if self.deadline is not None and time.monotonic() >= self.deadline:
-            return self._refuse("sdk", RUN_OVER)
+            return self._refuse("sdk", RUN_OVER, "run_over")
         if self.calls > self.limits.max_calls:
-            return self._refuse("sdk", BUDGET_SPENT.format(n=self.limits.max_calls))
+            return self._refuse("sdk", BUDGET_SPENT.format(n=self.limits.max_calls), "budget")
         if not isinstance(text, str):
-            return self._refuse("sdk", "a question must be JSON text")
+            return self._refuse("sdk", "a question must be JSON text", "arguments")
         refusal = self._size("sdk", _utf8_size(text))
         if refusal is not None:
             return refusal
         try:
             return loads(text)
         except SnapshotError as exc:
-            return self._refuse("sdk", f"the question cannot cross: {exc}")
+            return self._refuse("sdk", f"the question cannot cross: {exc}", "arguments")
 
-    def refuse(self, name: str, message: str) -> str:
+    def refuse(self, name: str, message: str, reason: str = "arguments") -> str:
         """Refuse a call that never got as far as the checks (audited like any refusal); the message."""
-        outcome = self._refuse(name, message)
+        outcome = self._refuse(name, message, reason)
         assert outcome.error is not None
         return outcome.error.message
 
@@ -194,25 +202,27 @@ class Gate:
         # the budget, so no loop can grow the audit past max_calls + 1.
         self.calls += 1
         if not isinstance(name, str):
-            return self._refuse(str(name)[:_MAX_NAME], "a tool name must be a string")
+            return self._refuse(str(name)[:_MAX_NAME], "a tool name must be a string", "name")
         if len(name) > MAX_NAME_CHARS:  # before any lookup or "did you mean" on it
-            return self._refuse(name, NAME_TOO_LONG.format(n=MAX_NAME_CHARS))
+            return self._refuse(name, NAME_TOO_LONG.format(n=MAX_NAME_CHARS), "name")
         if self.deadline is not None and time.monotonic() >= self.deadline:
-            return self._refuse(name, RUN_OVER)
+            return self._refuse(name, RUN_OVER, "run_over")
         if self.calls > self.limits.max_calls:
-            return self._refuse(name, BUDGET_SPENT.format(n=self.limits.max_calls))
+            return self._refuse(name, BUDGET_SPENT.format(n=self.limits.max_calls), "budget")
         if name not in self.granted:
             if name in self.denied:
-                return self._refuse(name, denied_message(name))
-            return self._refuse(name, self._unknown(name) if self._unknown else f"unknown tool {quote_name(name)}")
+                return self._refuse(name, denied_message(name), "policy")
+            return self._refuse(
+                name, self._unknown(name) if self._unknown else f"unknown tool {quote_name(name)}", "unknown"
+            )
         return None
 
     def _size(self, name: str, size: int) -> Optional[Outcome]:
         limits = self.limits
         if size > limits.max_args_bytes:
-            return self._refuse(name, _TOO_BIG.format(size=size, n=limits.max_args_bytes))
+            return self._refuse(name, _TOO_BIG.format(size=size, n=limits.max_args_bytes), "budget")
         if self.args_bytes + size > limits.max_total_args_bytes:
-            return self._refuse(name, _TOTAL_SPENT.format(n=self.args_bytes))
+            return self._refuse(name, _TOTAL_SPENT.format(n=self.args_bytes), "budget")
         self.args_bytes += size
         return None
 
@@ -220,16 +230,16 @@ class Gate:
         if args is None:  # `tools.x()`: no arguments
             args = {}
         elif not isinstance(args, dict):
-            return self._refuse(name, f"arguments must be an object, got {_shown(args)}")
+            return self._refuse(name, f"arguments must be an object, got {_shown(args)}", "arguments")
         if self.deadline is not None and time.monotonic() >= self.deadline:  # the copy took the rest of the run
-            return self._refuse(name, RUN_OVER)
+            return self._refuse(name, RUN_OVER, "run_over")
         tool = self.granted[name]
         problem = argument_error(tool, args)
         if problem is not None:
-            return self._refuse(name, problem)
+            return self._refuse(name, problem, "schema")
         return Admitted(tool, args, text)
 
-    def _refuse(self, name: str, message: str) -> Outcome:
+    def _refuse(self, name: str, message: str, reason: str) -> Outcome:
         if len(name) > _MAX_NAME:  # a name the program made up may be of any length
             name = name[:_MAX_NAME] + "…"
         outcome = Outcome.failure(name, message)
@@ -240,6 +250,8 @@ class Gate:
             self.refused.append(record)
             if self._audit is not None:
                 self._audit(record.as_event())
+            if self.on_refused is not None:
+                self.on_refused(record.name, record.message, reason)
         return outcome
 
 

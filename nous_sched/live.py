@@ -7,20 +7,46 @@ while it goes, ``run.result()`` waits for its :class:`~nous_sched.RunResult`,
 ``run.cancel()`` ends it early. ``run_code(...)`` behaves as
 ``start_run(...).result()``, on the caller's thread and with no stream.
 
-The events, each with ``kind``, ``seq`` (the sub-call's, or ``None``), ``at``
-(seconds since the run started) and ``data`` (a JSON-shaped dict):
+The events, each with ``kind``, ``seq`` (the sub-call's, the same number
+as its audit records, its ``call_id`` and the trail's; ``None`` for events of
+no started call), ``at`` (seconds since the run started) and ``data`` (a
+JSON-shaped dict). Every string the program chose (arguments, values, error
+messages, log lines) is its own text: a page writes it as text, never markup.
 
-* ``"call"``: a sub-call started (``data``: ``tool``, ``mode``);
+* ``"call"``: a sub-call started (``data``: ``tool``, ``call_id`` (its audit
+  id), ``mode`` (``"parallel"`` or ``"exclusive"``) and ``why`` (why it ran
+  exclusive, ``""`` when parallel), ``throttles`` (the names of the
+  throttles it may wait for), ``approval`` (whether it waits for an approval
+  before it runs), ``arguments``: one row per top-level key,
+  :func:`nous_sched.approval_text.arguments`, the renderer the approval
+  question uses: ``key``, ``value`` (its JSON text, clipped on its own and
+  inert), ``chars`` (the value's full size), ``clipped``);
 * ``"commit"``: it committed, in ``seq`` order whatever order the calls
   finished in (``tool``, ``ok``, ``chars``: the size of the result the
-  program receives, as the ledger counts it, :mod:`nous_sched.usage`);
+  program receives, as the ledger counts it, :mod:`nous_sched.usage`;
+  ``duration``: seconds from when a tool thread took it up to when it
+  finished, ``None`` when it never ran; ``waited``: seconds it waited for a
+  thread and its throttles before that, ``throttled``: of which for its
+  throttles (``None`` when it names none); ``value``: the result as
+  :func:`~nous_sched.approval_text.clipped` shows it (``text``, ``chars``,
+  ``clipped``), ``None`` for a failure; ``error``: ``None``, or ``kind`` (one
+  of :data:`~nous_sched.events.OUTCOME_ERROR_KINDS`) and ``message``, what the
+  program saw, clipped the same way);
+* ``"refused"``: the gate refused a call before it started (``seq`` is
+  ``None``: it has none; ``tool``, ``reason``, one of
+  :data:`nous_sched.gate.REFUSAL_REASONS`, ``message``, what the program
+  saw); bounded as the audit is (at most ``Limits.max_calls`` plus one);
 * ``"log"``: a line the program wrote, as each step of the program ends
   (``line``), the lines the run's logs keep;
 * ``"approval"``: an approval asked and decided (``tool``, ``call_id``,
-  ``state``: ``"asked"``, then ``"approved"`` or ``"rejected"``);
+  ``state``: ``"asked"`` (with ``question``, the text
+  :meth:`~nous_sched.ApprovalRequest.question` gives), then ``"approved"`` or
+  ``"rejected"``);
 * ``"suspended"``: the run waits for a durable approval (sent by
   :func:`nous_sched.dispatch.live_event`; its ``data`` is the suspension's);
-* ``"end"``, always last (``ok``, ``error``, ``logs``, ``usage``: the ledger);
+* ``"end"``, always last (``ok``, ``error``, ``logs``, ``usage``: the ledger,
+  ``answer``: what the model reads, :meth:`~nous_sched.RunResult.for_model`,
+  within the run's output budget);
 * ``"gap"``, only for a consumer that fell behind: ``missed`` events it
   will never see.
 
@@ -40,15 +66,18 @@ import contextvars
 import inspect
 import itertools
 import json
+import secrets
 import threading
 import time
 from functools import partial
-from typing import Any, Callable, Iterable, Iterator, Optional
+from typing import Any, Callable, Collection, Iterable, Iterator, Optional
 
 import attrs
 
 from . import _validators as v
+from . import approval_text
 from ._text import machine_json
+from .durable import resume
 from .outcome import Outcome
 from .records import CallRecord
 from .result import RunResult
@@ -56,10 +85,10 @@ from .run_code import execute, live_stream, prepare, run_code
 from .runtime import AnyCancel
 from .tool import Tool
 
-__all__ = ["start_run", "Run", "RunEvent", "EventStream", "EVENT_KINDS", "HISTORY", "DEFAULT_BUFFER"]
+__all__ = ["start_run", "resume_run", "Run", "RunEvent", "EventStream", "EVENT_KINDS", "HISTORY", "DEFAULT_BUFFER"]
 
 #: Every ``RunEvent.kind``.
-EVENT_KINDS = ("call", "commit", "log", "approval", "suspended", "end", "gap")
+EVENT_KINDS = ("call", "commit", "refused", "log", "approval", "suspended", "end", "gap")
 #: How many events a run's stream holds for consumers that start late.
 HISTORY = 100_000
 #: How many events one consumer may fall behind before it skips (a ``gap``).
@@ -108,6 +137,7 @@ class EventStream:
         self._first = 0  # the index of _events[0] among every event emitted
         self._ended = False
         self._t0 = time.perf_counter()
+        self.started_at = time.time()
 
     @property
     def ended(self) -> bool:
@@ -129,21 +159,49 @@ class EventStream:
 
     # -- the run's hooks ----------------------------------------------------
 
-    def observer(self, then: Optional[Callable[[CallRecord, str], Any]]) -> Callable[[CallRecord, str], Any]:
-        """A scheduler observer that emits ``call`` at each start, then calls ``then``."""
+    def started(self, needs_approval: Collection[str], record: CallRecord, call_id: str, args: Any, tool: Any) -> None:
+        """The scheduler's hook at each start, before the tool has its arguments: a ``call`` event."""
+        name = record.tool
+        throttles = getattr(tool, "throttles", ())
+        data = {
+            "tool": name,
+            "call_id": call_id,
+            "mode": record.mode,
+            "why": record.reason,
+            "throttles": [t.name for t in throttles] if throttles else [],
+            "approval": bool(getattr(tool, "requires_approval", False)) or name in needs_approval,
+            "arguments": approval_text.arguments(args) if args else [],
+        }
+        self.emit("call", record.seq, data)
 
-        def observe(record: CallRecord, phase: str) -> None:
-            if phase == "start":
-                self.emit("call", record.seq, {"tool": record.tool, "mode": record.mode})
-            if then is not None:
-                then(record, phase)
-
-        return observe
-
-    def committed(self, record: CallRecord, outcome: Outcome) -> None:
-        """The scheduler's hook at each commit: a ``commit`` event with the result's size."""
-        data: dict[str, Any] = {"tool": record.tool, "ok": outcome.ok, "chars": received_chars(outcome)}
+    def committed(self, record: CallRecord, outcome: Outcome, kind: Optional[str] = None) -> None:
+        """The scheduler's hook at each commit: a ``commit`` event with how it went."""
+        began, finished = record.began, record.finished
+        data: dict[str, Any] = {
+            "tool": record.tool,
+            "ok": outcome.ok,
+            "chars": 0,
+            "duration": None if began is None or finished is None else finished - began,
+            "waited": None if began is None else began - record.started,
+            "throttled": record.throttled,
+            "value": None,
+            "error": None,
+        }
+        if outcome.ok:
+            value = outcome.value
+            text = "null" if value is None else _compact(value)
+            data["chars"] = len(text)
+            # The program's text is ASCII JSON; a person reads the characters it escaped.
+            data["value"] = approval_text.clipped(_readable(value) if "\\u" in text else text)
+        else:
+            data["chars"] = received_chars(outcome)
+            message = outcome.error.message if outcome.error is not None else ""
+            data["error"] = {"kind": kind or "tool_error", "message": approval_text.clipped(message)["text"]}
         self.emit("commit", record.seq, data)
+
+    def refused(self, tool: str, message: str, reason: str) -> None:
+        """The gate's hook for each refusal it audits: a ``refused`` event."""
+        self.emit("refused", None, {"tool": tool, "reason": reason, "message": approval_text.clipped(message)["text"]})
 
     def logs(self, lines: Iterable[str]) -> None:
         """The runtime's hook for one step's log lines: a ``log`` event each."""
@@ -153,13 +211,15 @@ class EventStream:
     def end(self, result: Optional[RunResult], problem: Optional[BaseException] = None) -> None:
         """The last event: how the run ended, its logs and its ledger."""
         if result is None:
-            data: dict[str, Any] = {"ok": False, "error": {"kind": "abort", "message": repr(problem)}, "usage": None}
+            error = {"kind": "abort", "message": repr(problem)}
+            data: dict[str, Any] = {"ok": False, "error": error, "logs": 0, "usage": None, "answer": {"error": error}}
         else:
             data = {
                 "ok": result.ok,
                 "error": None if result.error is None else result.error.as_dict(),
                 "logs": len(result.logs),
                 "usage": result.usage.as_dict(),
+                "answer": result.for_model(),
             }
         self.emit("end", None, data)
 
@@ -194,6 +254,9 @@ class EventStream:
 _compact = json.JSONEncoder(separators=(",", ":"), check_circular=False).encode
 
 
+_readable = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), check_circular=False).encode
+
+
 def received_chars(outcome: Outcome) -> int:
     """The size of ``outcome`` as the program receives it: its compact ASCII JSON
     text (what :func:`~nous_sched.runtime.engine.drive` hands the program)."""
@@ -206,7 +269,15 @@ def received_chars(outcome: Outcome) -> int:
 class Run:
     """A run started by :func:`start_run`: watch it, wait for it, or cancel it."""
 
-    def __init__(self, stream: EventStream, cancel_event: threading.Event) -> None:
+    def __init__(
+        self, stream: EventStream, cancel_event: threading.Event, *, call_id: str = "", description: str = ""
+    ) -> None:
+        #: The run's id: its audit events' prefix (``"<call_id>:code:<seq>"``).
+        self.call_id = call_id
+        #: The run's description, the sentence the model wrote (the page's title).
+        self.description = description
+        #: When it started, in seconds since the epoch (``RunEvent.at`` counts from here).
+        self.started_at = stream.started_at
         self._stream = stream
         self._cancel = cancel_event
         self._done = threading.Event()
@@ -253,16 +324,20 @@ class Run:
             self._stream.end(self._result, self._problem)
             self._done.set()
 
-    def _serve_durable(self, code: str, tools: Any, options: dict[str, Any]) -> None:
-        """A run with an approval store: ``run_code`` itself, this run's stream in
-        :data:`~nous_sched.run_code.live_stream`; a ``suspended`` event before ``end``
-        when it suspends (its token and what waits: see :class:`~nous_sched.Suspension`)."""
+    def _serve_durable(self, call: Callable[[], RunResult]) -> None:
+        """A run with an approval store: ``call()`` (``run_code``, or ``resume``) itself,
+        this run's stream in :data:`~nous_sched.run_code.live_stream`; a ``suspended``
+        event before ``end`` when it suspends (its token and what waits: see
+        :class:`~nous_sched.Suspension`)."""
         try:
             live_stream.set(self._stream)
-            self._result = run_code(code, tools, **options)
+            self._result = call()
             suspension = self._result.suspended
             if suspension is not None:
-                pending = [{"seq": p.seq, "tool": p.tool} for p in suspension.pending]
+                pending = [
+                    {"seq": p.seq, "tool": p.tool, "arguments": p.arguments, "question": p.question()}
+                    for p in suspension.pending
+                ]
                 data = {"token": suspension.token, "expires_at": suspension.expires_at, "pending": pending}
                 self._stream.emit("suspended", None, data)
         except BaseException as exc:  # handed to result()
@@ -270,6 +345,27 @@ class Run:
         finally:
             self._stream.end(self._result, self._problem)
             self._done.set()
+
+
+def _thread(run: Run, serve: Callable[[], Any]) -> Run:
+    context = contextvars.copy_context()
+    thread = threading.Thread(target=context.run, args=(serve,), name=f"nous-sched-run-{next(_numbers)}", daemon=True)
+    run.thread = thread
+    thread.start()
+    return run
+
+
+def resume_run(token: str, decisions: Any, tools: Iterable[Tool] = (), **options: Any) -> Run:
+    """:func:`~nous_sched.resume` started now, watched as :func:`start_run`'s runs are:
+    the resumed run's :class:`Run` at once (its ``result()`` is what ``resume`` returns,
+    and raises what it raises). ``options`` are ``resume``'s, ``approval_store`` among them."""
+    description = options.get("description") or "a resumed run"
+    call_id = options.setdefault("call_id", "run_code-" + secrets.token_urlsafe(6))
+    own = threading.Event()
+    if options.get("cancel") is None:
+        options["cancel"] = own
+    run = Run(EventStream(), own, call_id=str(call_id), description=str(description))
+    return _thread(run, partial(run._serve_durable, partial(resume, token, decisions, list(tools), **options)))
 
 
 def start_run(code: Any, tools: Iterable[Tool] = (), **options: Any) -> Run:
@@ -286,17 +382,17 @@ def start_run(code: Any, tools: Iterable[Tool] = (), **options: Any) -> Run:
     bound.apply_defaults()
     arguments = dict(bound.arguments)
     code, tools = arguments.pop("code"), arguments.pop("tools")
+    if arguments["call_id"] is None:  # named here, so the Run knows its id (run_code's default form)
+        arguments["call_id"] = "run_code-" + secrets.token_urlsafe(6)
     own = threading.Event()
     store = arguments.pop("approval_store")
     prepared = prepare(code, tools, arguments)  # every check, on this thread
     prepared.options["cancel"] = AnyCancel(arguments["cancel"], own)
-    run = Run(EventStream(), own)
+    run = Run(EventStream(), own, call_id=str(arguments["call_id"]), description=str(arguments["description"]))
     if store is None:
         serve: Callable[[], Any] = partial(run._serve, prepared)
     else:  # a durable run goes through run_code (it may replay): the stream reaches it by context
-        serve = partial(run._serve_durable, code, tools, dict(prepared.options, approval_store=store))
-    context = contextvars.copy_context()
-    thread = threading.Thread(target=context.run, args=(serve,), name=f"nous-sched-run-{next(_numbers)}", daemon=True)
-    run.thread = thread
-    thread.start()
-    return run
+        serve = partial(
+            run._serve_durable, partial(run_code, code, tools, **dict(prepared.options, approval_store=store))
+        )
+    return _thread(run, serve)

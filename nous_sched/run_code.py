@@ -32,6 +32,7 @@ import logging
 import secrets
 import threading
 import time
+from functools import partial
 from typing import Any, Callable, Iterable, Optional, Sequence
 
 from . import _validators as v
@@ -352,7 +353,7 @@ def _build(p: Prepared, deadline: float, live: Any) -> tuple[Scheduler, Gate, Ru
         description=o["description"] or "",
         live=live,
     )
-    observer = o["observer"] if live is None else live.observer(o["observer"])
+    observer = o["observer"]
     call_id = o["call_id"]
     scheduler = Scheduler(
         dispatch=o["dispatch"],
@@ -364,6 +365,7 @@ def _build(p: Prepared, deadline: float, live: Any) -> tuple[Scheduler, Gate, Ru
         observer=observer,
     )
     if live is not None:
+        scheduler._on_start = partial(live.started, run_ctx.require_approval)
         scheduler._on_outcome = live.committed
     names = p.names
     gate = Gate(
@@ -374,6 +376,8 @@ def _build(p: Prepared, deadline: float, live: Any) -> tuple[Scheduler, Gate, Ru
         scheduler.session_log().append,
         unknown=lambda name: unknown_tool_message(name, names),
     )
+    if live is not None:
+        gate.on_refused = live.refused
     return scheduler, gate, run_ctx
 
 

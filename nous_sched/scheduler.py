@@ -551,9 +551,12 @@ class Scheduler:
         self._tool_threads: Optional[ToolThreads] = _tool_threads.shared() if executor is None else None
         self._timeout = float(timeout)
         self._observer = observer
-        # run_code's hook for each commit with its outcome (a run's event
-        # stream): set before the first submit, read only by the driver.
-        self._on_outcome: Optional[Callable[[CallRecord, Outcome], Any]] = None
+        # run_code's hooks for a run's event stream, set before the first submit,
+        # read only by the driver: each start (its record, audit id, the tool's
+        # own arguments before the tool has them, the tool), and each commit
+        # (its record, outcome and error kind: the tool_outcome record's).
+        self._on_start: Optional[Callable[[CallRecord, str, Any, Any], Any]] = None
+        self._on_outcome: Optional[Callable[[CallRecord, Outcome, Optional[str]], Any]] = None
         self._n = next(_ids)
         self._t0 = time.perf_counter()
         # SimpleQueue: the C queue from `queue`, without Queue's task tracking we never use.
@@ -943,7 +946,7 @@ class Scheduler:
         committed: list[tuple[_Call, float]] = []  # each with when it committed
         # (START or COMMIT, the call, its audit record): kept only for the hooks.
         actions: Optional[list[tuple[str, _Call, Any]]] = (
-            None if self._observer is None and self._on_outcome is None else []
+            None if self._observer is None and self._on_outcome is None and self._on_start is None else []
         )
         t0 = self._t0
         perf_counter = time.perf_counter
@@ -999,13 +1002,15 @@ class Scheduler:
         """With an observer or an outcome hook: each action's hand-over, publish and callbacks, in the lane's order."""
         for kind, call, record in actions:
             if kind is START:
+                if self._on_start is not None:
+                    self._tell_start(call, record.id)
                 self._notify(call.timeline, START)
                 self._hand_over(call, record.id)
             else:
                 self._deliver(call.ticket, call.outcome)
                 self._notify(call.timeline, COMMIT)
                 if self._on_outcome is not None:
-                    self._tell_outcome(call.timeline, call.outcome)
+                    self._tell_outcome(call.timeline, call.outcome, call.ran[2])
 
     def _publish_newest_first(self, committed: list[tuple[_Call, float]]) -> None:
         """Publish a pass's commits after one ``_lock``, newest first (see :meth:`_drive`)."""
@@ -1111,7 +1116,7 @@ class Scheduler:
         self._deliver(call.ticket, outcome)
         self._notify(timeline, COMMIT)
         if self._on_outcome is not None:
-            self._tell_outcome(timeline, outcome)
+            self._tell_outcome(timeline, outcome, ran[2])
 
     def _record(self, record: Any) -> None:
         """Add one audit record to the run's list and the session log (any thread)."""
@@ -1151,10 +1156,17 @@ class Scheduler:
         except BaseException:  # even KeyboardInterrupt: raised by the observer's own code, not a signal
             log.warning("scheduler observer raised; ignoring it", exc_info=True)
 
-    def _tell_outcome(self, timeline: _Timeline, outcome: Outcome) -> None:
+    def _tell_start(self, call: _Call, event_id: str) -> None:
+        assert self._on_start is not None
+        try:
+            self._on_start(call.timeline.record(), event_id, call.args, call.tool)
+        except Exception:
+            log.warning("scheduler start hook raised; ignoring it", exc_info=True)
+
+    def _tell_outcome(self, timeline: _Timeline, outcome: Outcome, kind: Optional[str]) -> None:
         assert self._on_outcome is not None
         try:
-            self._on_outcome(timeline.record(), outcome)
+            self._on_outcome(timeline.record(), outcome, kind)
         except Exception:
             log.warning("scheduler outcome hook raised; ignoring it", exc_info=True)
 

@@ -62,3 +62,26 @@ def test_events_from_a_real_subprocess_stream_line_by_line():
     assert proc.returncode == 0, proc.stderr
     events = _lines(proc.stdout)
     assert events[0]["kind"] in ("call", "log") and events[-1]["kind"] == "end"
+
+
+def test_events_carry_arguments_durations_errors_refusals_and_the_answer(capsys, tmp_path):
+    program = tmp_path / "mixed.js"
+    program.write_text(
+        'const r = await tools.lookup_city({name: "Paris"});'
+        "try { await tools.lookup_city({}); } catch (e) {}"
+        "try { await tools.nowhere({}); } catch (e) {}"
+        "return r.name",
+        encoding="utf-8",
+    )
+    assert main(["run", str(program), "--tools", TOOLS, "--events", "--no-progress"]) == 0
+    events = _lines(capsys.readouterr()[0])
+    (call,) = [e for e in events if e["kind"] == "call"]
+    assert call["seq"] == 0 and call["data"]["tool"] == "lookup_city"
+    assert call["data"]["arguments"] == [{"key": "name", "value": '"Paris"', "chars": 7, "clipped": False}]
+    assert call["data"]["call_id"].endswith(":code:0") and call["data"]["mode"] in ("parallel", "exclusive")
+    (commit,) = [e for e in events if e["kind"] == "commit"]
+    assert commit["seq"] == 0 and commit["data"]["ok"] is True and commit["data"]["duration"] >= 0
+    assert commit["data"]["error"] is None and '"population"' in commit["data"]["value"]["text"]
+    refused = [(e["seq"], e["data"]["tool"], e["data"]["reason"]) for e in events if e["kind"] == "refused"]
+    assert refused == [(None, "lookup_city", "schema"), (None, "nowhere", "unknown")]
+    assert events[-1]["data"]["answer"]["result"] == json.loads(commit["data"]["value"]["text"])["name"]

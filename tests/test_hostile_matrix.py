@@ -34,8 +34,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import html
 import importlib.util
 import io
+import json
 import logging
 import pathlib
 import re
@@ -352,10 +354,23 @@ def enter_durable_resume(program: str, description: str, env: Any) -> Seen:
 
 
 def enter_flask_sse(program: str, description: str, env: Any) -> Seen:
+    # As a person would: the page's CSRF token, the stream read as it comes, each
+    # approval the stream asks answered with the page's Approve.
     client = env.flask.test_client()
     started = client.post("/runs", json={"code": program, "description": description})
     assert started.status_code == 200, started.data[:300]
-    body = client.get(f"/runs/{started.get_json()['id']}/events").data
+    run_id = started.get_json()["id"]
+    page = client.get(f"/runs/{run_id}").get_data(as_text=True)
+    csrf = json.loads(html.unescape(page.split('data-run="', 1)[1].split('"', 1)[0]))["csrf"]
+    chunks: list[bytes] = []
+    for chunk in client.get(f"/runs/{run_id}/events", buffered=False).response:
+        chunks.append(chunk)
+        event = orjson.loads(chunk.decode("utf-8")[len("data: ") :])
+        if event["kind"] == "approval" and event["data"]["state"] == "asked":
+            body = {"seq": event["seq"], "call_id": event["data"]["call_id"], "approved": True}
+            answered = client.post(f"/runs/{run_id}/decisions", json=body, headers={"X-CSRF-Token": csrf})
+            assert answered.status_code == 200, answered.data[:300]
+    body = b"".join(chunks)
     events = [orjson.loads(line[6:]) for line in body.decode("utf-8").splitlines() if line.startswith("data: ")]
     end = events[-1]["data"]
     kind = None if end["ok"] else end["error"]["kind"]

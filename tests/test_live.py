@@ -71,7 +71,8 @@ def test_a_call_event_arrives_before_the_call_ends(runtime, make_event):
     run = start_run("return await tools.slow({})", tools, description="test")
     for event in run.events():
         if event.kind == "call":
-            assert event.seq == 0 and event.data == {"tool": "slow", "mode": "exclusive"}
+            assert event.seq == 0 and event.data["tool"] == "slow" and event.data["mode"] == "exclusive"
+            assert event.data["call_id"].endswith(":code:0") and event.data["arguments"] == []
             assert not run.done()
             release.set()
     assert run.result(timeout=WAIT).ok
@@ -379,3 +380,75 @@ def test_a_durable_run_says_it_suspended_before_it_ends(tmp_path):
     suspended = events[-2]
     assert suspended.data["token"] == result.suspended.token
     assert [p["tool"] for p in suspended.data["pending"]] == ["pay"]
+
+
+def test_refused_events_say_why_and_are_bounded_as_the_audit_is(runtime):
+    tools = [_parallel("ok", lambda a: 1), _parallel("secret", lambda a: 2)]
+    code = (
+        "for (const name of ['secret', 'nope']) { try { await tools[name]({}); } catch (e) {} }"
+        "for (let i = 0; i < 10; i++) { try { await tools.ok({}); } catch (e) {} } return 1"
+    )
+    run = start_run(
+        code, tools, description="test", policy=PermissionPolicy(deny={"secret"}), limits=nous_sched.Limits(max_calls=5)
+    )
+    refused = [(e.seq, e.data["tool"], e.data["reason"]) for e in run.events() if e.kind == "refused"]
+    result = run.result(timeout=WAIT)
+    assert refused == [(None, "secret", "policy"), (None, "nope", "unknown"), (None, "ok", "budget")]
+    assert len(refused) == len(result.refused)  # one event per audited refusal, no more
+
+
+def test_call_arguments_are_clipped_per_value_and_inert(runtime):
+    echo = _parallel("echo", lambda a: {"n": len(a["big"])})
+    code = 'return await tools.echo({big: "x".repeat(5000), evil: "\\u202e\\ud800<b>", path: "/etc/passwd"})'
+    run = start_run(code, [echo], description="test")
+    (call,) = [e for e in run.events() if e.kind == "call"]
+    big, evil, path = call.data["arguments"]
+    assert big["key"] == "big" and big["clipped"] and big["chars"] == 5002
+    assert big["value"].endswith("… (clipped; 5,002 characters in all)") and len(big["value"]) < 400
+    assert evil == {
+        "key": "evil",
+        "value": '"\\u202e\\ud800<b>"',
+        "chars": 7,
+        "clipped": False,
+    }  # its JSON text's length
+    assert path["value"] == '"/etc/passwd"'  # a long first value cannot push a later one out of sight
+    assert run.result(timeout=WAIT).result == {"n": 5000}
+
+
+def test_commit_events_carry_duration_value_and_the_error_the_program_saw(runtime):
+    def fail(args):
+        raise ValueError("boom <b>")
+
+    tools = [_parallel("ok", lambda a: {"v": "é"}), _parallel("bad", fail)]
+    code = "await tools.ok({}); try { await tools.bad({}); } catch (e) { return e.message; }"
+    run = start_run(code, tools, description="test")
+    commits = [e.data for e in run.events() if e.kind == "commit"]
+    result = run.result(timeout=WAIT)
+    ok, bad = commits
+    assert ok["ok"] and ok["duration"] >= 0 and ok["waited"] >= 0 and ok["value"]["text"] == '{"v":"é"}'
+    assert ok["chars"] == len('{"v":"\\u00e9"}')  # the ledger's count: the program's ASCII JSON text
+    assert not bad["ok"] and bad["value"] is None and bad["error"]["kind"] == "tool_error"
+    assert bad["error"]["message"] == result.result
+
+
+def test_resume_run_watches_a_resume_and_raises_what_resume_raises(tmp_path):
+    store = nous_sched.SqliteApprovalStore(str(tmp_path / "approvals.db"))
+    pay = Tool(name="pay", function=lambda a: {"paid": a["n"]}, description="p")
+    options = dict(policy=PermissionPolicy(require_approval={"pay"}), approval_store=store)
+    first = start_run('console.log("paying"); return await tools.pay({n: 3})', [pay], description="pays", **options)
+    suspended = [e for e in first.events() if e.kind == "suspended"]
+    token = first.result(timeout=WAIT).suspended.token
+    assert (
+        suspended[0].data["pending"][0]["arguments"] == {"n": 3}
+        and "pay" in suspended[0].data["pending"][0]["question"]
+    )
+    run = nous_sched.resume_run(token, {0: True}, [pay], approval_store=store, description="pays")
+    assert isinstance(run, nous_sched.Run) and run.description == "pays" and run.call_id.startswith("run_code-")
+    events = list(run.events())
+    assert [e.kind for e in events if e.kind in ("call", "commit", "end")] == ["call", "commit", "end"]
+    assert events[-1].data["answer"] == {"logs": ["paying"], "result": {"paid": 3}}
+    assert run.result(timeout=WAIT).result == {"paid": 3}
+    again = nous_sched.resume_run(token, {0: True}, [pay], approval_store=store)
+    with pytest.raises(nous_sched.TokenError):
+        again.result(timeout=WAIT)
+    assert [e.kind for e in again.events()] == ["end"]

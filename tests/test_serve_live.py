@@ -9,6 +9,7 @@ client's callbacks and the result in one list, so order is checked, not timed.
 from __future__ import annotations
 
 import contextlib
+import re
 import signal
 import subprocess
 import sys
@@ -36,9 +37,9 @@ console.error("bad");
 return found.length;
 """
 COMMITTED = [
-    ("progress", 1.0, "lookup committed"),
-    ("progress", 2.0, "lookup committed"),
-    ("progress", 3.0, "lookup committed"),
+    ("progress", 1.0, '#0 lookup(key: "a") committed in N ms'),
+    ("progress", 2.0, '#1 lookup(key: "b") committed in N ms'),
+    ("progress", 3.0, '#2 lookup(key: "c") committed in N ms'),
 ]
 LOGGED = [("log", "info", "found 3"), ("log", "warning", "careful"), ("log", "error", "bad")]
 
@@ -48,7 +49,7 @@ def watch(make_client, code=PROGRAM, *, progress=True, level=None, elicit=None):
     seen = []
 
     async def on_progress(value, total, message):
-        seen.append(("progress", value, message))
+        seen.append(("progress", value, re.sub(r" \d+ ms", " N ms", message)))  # durations vary
 
     async def on_log(params):
         seen.append(("log", params.level, params.data))
@@ -158,10 +159,27 @@ def test_a_run_that_waits_for_approval_says_so_as_progress(server):
         lambda on_log: Client(server.server, mode="legacy", logging_callback=on_log, elicitation_callback=approve), code
     )
     assert seen == [
-        ("progress", 0.0, "waiting for approval of put"),
-        ("progress", 1.0, "put committed"),
+        ("progress", 0.0, '#0 waiting for approval of put(key: "x", value: 1)'),
+        ("progress", 1.0, '#0 put(key: "x", value: 1) committed in N ms'),
         ("result", {"logs": [], "result": {"stored": "x", "value": 1}}),
     ]
+
+
+def test_a_refused_call_is_a_warning_and_a_failed_one_says_why(server):
+    code = (
+        "try { await tools.lookup({}); } catch (e) {} try { await tools.nothing({}); } catch (e) {}"
+        " try { await tools.fail({message: 'no <b>luck</b>'}); } catch (e) {} return 1;"
+    )
+    seen = watch(lambda on_log: Client(server.server, mode="legacy", logging_callback=on_log), code)
+    (failed,) = [s for s in seen if s[0] == "progress"]
+    assert failed[:2] == ("progress", 1.0)
+    assert failed[2].startswith('#0 fail(message: "no <b>luck</b>") failed after N ms (tool_error): ')
+    assert "no <b>luck</b>" in failed[2].split("(tool_error): ", 1)[1]
+    refusals = [s for s in seen if s[0] == "log"]
+    assert [r[1] for r in refusals] == ["warning", "warning"]
+    assert refusals[0][2].startswith("refused lookup (schema): ") and "key" in refusals[0][2]
+    assert refusals[1][2].startswith('refused nothing (unknown): unknown tool "nothing"')
+    assert seen[-1] == ("result", {"logs": [], "result": 1})
 
 
 def test_console_levels():

@@ -12,9 +12,15 @@ What a client may rely on:
 
 * **progress** (only when the request carried ``_meta.progressToken``): one
   ``notifications/progress`` per committed call, in commit (``seq``) order,
-  ``progress`` = calls committed so far, message ``"<tool> committed"`` (or
-  ``"<tool> failed"``); and one, message ``"waiting for approval of <tool>"``,
-  each time the run waits for an approval;
+  ``progress`` = calls committed so far, message ``"#<seq> <tool>(<arguments>)
+  committed in <n> ms"`` (or ``"... failed after <n> ms (<error kind>):
+  <message the program saw>"``); and one, message ``"#<seq> waiting for
+  approval of <tool>(<arguments>)"``, each time the run waits for an
+  approval. The arguments are the live ``call`` event's
+  (:mod:`nous_sched.live`: each value clipped on its own, inert), the whole
+  message at most :data:`MESSAGE_CHARS` characters;
+* **refusals**: each call the gate refused, as a ``warning`` log message
+  ``"refused <tool> (<reason>): <message>"`` (filtered by level like the lines);
 * **log messages**: each line the program logs, as ``notifications/message``
   with ``logger`` ``"run_code"``, level ``info`` for ``console.log``/``info``/
   ``debug``, ``warning`` for ``console.warn``, ``error`` for
@@ -45,7 +51,10 @@ from mcp.shared.exceptions import MCPDeprecationWarning
 
 from ..live import EventStream, RunEvent
 
-__all__ = ["Forwarder", "SessionLevels", "LEVELS", "line_level"]
+__all__ = ["Forwarder", "SessionLevels", "LEVELS", "line_level", "MESSAGE_CHARS"]
+
+#: The most characters of one progress message (the arguments are cut to fit).
+MESSAGE_CHARS = 1000
 
 # The logging capability is deprecated as of MCP 2026-07-28; serve-mcp still
 # offers it to the handshake-era clients that use it (issue 25). Only the
@@ -120,6 +129,7 @@ class Forwarder:
         # skips the events the earlier request's Forwarder handled: `position`.
         self._skip, self._committed = position
         self._handled = 0
+        self._calls: dict[Any, str] = {}  # seq -> "tool(arguments)", from its call event to its commit
         self._send, self._receive = anyio.create_memory_object_stream[Optional[RunEvent]](float("inf"))
         self._done = anyio.Event()
 
@@ -180,17 +190,47 @@ class Forwarder:
 
     async def _forward(self, event: RunEvent) -> None:
         data = event.data
-        if event.kind == "commit":
+        kind = event.kind
+        if kind == "call":
+            self._calls[event.seq] = _call_text(data)
+        elif kind == "commit":
             self._committed += 1
+            call = self._calls.pop(event.seq, None) or str(data.get("tool"))
             if self._progress:
-                verb = "committed" if data.get("ok", True) else "failed"
-                await self._send_progress(self._committed, f"{data.get('tool')} {verb}")
-        elif event.kind == "log":
+                await self._send_progress(self._committed, _clip(f"#{event.seq} {call} {_commit_text(data)}"))
+        elif kind == "log":
             level, text = line_level(str(data.get("line", "")))
             if _RANK[level] >= self._floor:
                 await self._send_log(level, text)
-        elif self._progress and (
-            (event.kind == "approval" and data.get("state") == "asked") or event.kind == "suspended"
-        ):
-            tool = data.get("tool") or ", ".join(str(p.get("tool")) for p in data.get("pending", []) or [])
+        elif kind == "refused":
+            if _RANK["warning"] >= self._floor:
+                await self._send_log(
+                    "warning", f"refused {data.get('tool')} ({data.get('reason')}): {data.get('message')}"
+                )
+        elif self._progress and kind == "approval" and data.get("state") == "asked":
+            call = self._calls.get(event.seq) or str(data.get("tool"))
+            await self._send_progress(self._committed, _clip(f"#{event.seq} waiting for approval of {call}"))
+        elif self._progress and kind == "suspended":
+            tool = ", ".join(str(p.get("tool")) for p in data.get("pending", []) or [])
             await self._send_progress(self._committed, f"waiting for approval of {tool}")
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= MESSAGE_CHARS else text[: MESSAGE_CHARS - 1] + "…"
+
+
+def _call_text(data: dict[str, Any]) -> str:
+    """``tool(key: value, ...)`` from a live ``call`` event (values already clipped and inert)."""
+    rows = data.get("arguments") or []
+    shown = ", ".join(f"{row.get('key')}: {row.get('value')}" for row in rows)
+    return f"{data.get('tool')}({_clip(shown)})"
+
+
+def _commit_text(data: dict[str, Any]) -> str:
+    duration = data.get("duration")
+    took = "" if duration is None else f" {duration * 1000:.0f} ms"
+    if data.get("ok", True):
+        return f"committed in{took}" if took else "committed"
+    error = data.get("error") or {}
+    after = f" after{took}" if took else ""
+    return f"failed{after} ({error.get('kind')}): {error.get('message')}"
