@@ -92,6 +92,17 @@ _HAS_FORK_SERVER = sys.platform.startswith("linux") and hasattr(os, "pidfd_open"
 _BACKGROUND_SPARES = True
 #: Seconds the spares thread waits for more work before it exits.
 SPARES_LINGER = 1.0
+#: The most workers one fork server forks before it is replaced (its
+#: children share its address layout: see ``procio.ForkServer``). The cost,
+#: measured in ``benchmarks/bench_wall.py``: a new server every this many
+#: workers (about 40 ms of CPU, off the runs' path when spares are kept).
+SERVER_CHILDREN = 64
+#: The wall's parts added for issue 34 that cost something, each switchable
+#: off only so ``benchmarks/bench_wall.py`` can measure it against its
+#: absence in one process (read when a pool is made): the task bound (see
+#: ``oslimits``), a session per worker, and :data:`SERVER_CHILDREN` (0: a
+#: fork server for the pool's whole life).
+WALL: dict[str, Any] = {"task_bound": True, "own_session": True, "server_children": SERVER_CHILDREN}
 
 
 def default_size() -> int:
@@ -184,7 +195,14 @@ class WorkerPool:
         self.memory_headroom = memory_headroom
         self.start_timeout = float(start_timeout)
         self.python = python or sys.executable
-        self._options = {"uid": uid, "gid": gid, "namespaces": namespaces}
+        self._options = {
+            "uid": uid,
+            "gid": gid,
+            "namespaces": namespaces,
+            "task_bound": WALL["task_bound"],
+            "own_session": WALL["own_session"],
+        }
+        self._server_children = WALL["server_children"]
         self._reset()
         _POOLS.add(self)
 
@@ -196,6 +214,7 @@ class WorkerPool:
         self._core = PoolCore(self.size, self.spares, self.runs_per_worker)
         self._workers: dict[int, Worker] = {}  # wid -> process, for every started worker
         self._server: Optional[ForkServer] = None
+        self._retired: list[ForkServer] = []  # replaced fork servers, closed when their last child is gone
         self._server_lock = threading.Lock()  # held while the fork server starts
         self._spare_thread: Optional[threading.Thread] = None
         self._dying: list[tuple[int, Worker]] = []  # killed fork server children, not yet gone
@@ -282,6 +301,7 @@ class WorkerPool:
             self._cond.notify_all()
             empty, self._empty_dir = self._empty_dir, None
             server, self._server = self._server, None
+            retired, self._retired = self._retired, []
             dying, self._dying = self._dying, []
         for _, w in dying:
             w.gone(0)
@@ -293,8 +313,9 @@ class WorkerPool:
                 w.terminate()
             else:
                 w.kill()
-        if server is not None:
-            server.close()
+        for old in [server, *retired]:
+            if old is not None:
+                old.close()
         if empty is not None and self._owner == os.getpid():
             shutil.rmtree(empty, ignore_errors=True)
 
@@ -529,19 +550,25 @@ class WorkerPool:
                     self._empty_dir = tempfile.mkdtemp(prefix="nous-sched-cwd-")
                     os.chmod(self._empty_dir, 0o755)  # a worker dropped to nobody may enter it
                 server, cwd = self._server, self._empty_dir
-            if self.start_method != "forkserver" or (server is not None and server.alive()):
+            if self.start_method != "forkserver" or (server is not None and server.alive() and server.hold()):
                 return server
-            fresh = ForkServer(self.python, quickjs_origin(), cwd, self._options_for(cwd), self.start_timeout)
-            if not self._adopt(fresh):
+            fresh = ForkServer(
+                self.python, quickjs_origin(), cwd, self._options_for(cwd), self.start_timeout, self._server_children
+            )
+            if not fresh.hold() or not self._adopt(fresh):
                 fresh.close()
                 raise RunCodeError("the worker pool is closed")
             return fresh
 
     def _adopt(self, server: ForkServer) -> bool:
+        """Make ``server`` the one new workers are forked from; the one it
+        replaces (retired, or dead) closes once its last child is gone."""
         with self._lock:
             if self._core.closed:
                 return False
-            self._server = server
+            old, self._server = self._server, server
+            if old is not None:
+                self._retired = [s for s in self._retired if s.alive()] + [old]
             return True
 
     def _release(self, wid: int, domain: Any, reusable: bool) -> None:
@@ -667,8 +694,9 @@ class WorkerPool:
         # their pipes) without killing them. The child starts its own on demand.
         for w in list(self._workers.values()):
             w.forget()
-        if self._server is not None:
-            self._server.forget()
+        for server in [self._server, *self._retired]:
+            if server is not None:
+                server.forget()
         self._reset()
 
 
@@ -705,6 +733,8 @@ def layers_of(bounds: Optional[dict[str, Any]]) -> dict[str, Any]:
         "namespaces": tuple(bounds.get("namespaces") or ()),
         "empty_root": bool(bounds.get("empty_root")),
         "parent_death_signal": bool(bounds.get("pdeathsig")),
+        "task_bound": bool(bounds.get("task_bound")),
+        "own_session": bool(bounds.get("own_session")),
         "address_space_limit": "RLIMIT_NOFILE" in bounds.get("rlimits", {}),
         "wall_clock_stop": bool(bounds.get("wall_clock_stop")),
     }
@@ -765,12 +795,25 @@ def _outcome(finish: Finish) -> RuntimeOutcome:
     return RuntimeOutcome(finish.logs, result=finish.result, error=error)
 
 
+#: What one call costs an envelope beside its arguments: its id, its name (the
+#: prelude cuts it at 1024 characters, each escaped in at most 6 bytes), its
+#: call site (a durable run's), the brackets and commas.
+_PER_CALL = 6 * 1024 + 64
+
+
 def max_frame(limits: Limits) -> int:
-    """The largest frame a worker may send for a run with ``limits``: what may
-    legitimately cross (the logs, escaped at most 6 bytes a character, the
-    result, every call's arguments, escaped once more), never more than the
-    engine's heap could hold as UTF-8 (twice its size), plus 1 MiB of envelope."""
-    crossing = 6 * (limits.max_log_bytes + limits.max_output_bytes + limits.max_calls * limits.max_args_bytes)
+    """The largest frame a worker may send for a run with ``limits``: what the
+    run's limits let cross (see ``prelude.js``), never more than the engine's
+    heap could hold as UTF-8 (twice its size), plus 1 MiB of envelope (error
+    messages, a durable run's clock values). What crosses: the logs (each
+    character escaped in at most 6 bytes, each line's quotes and comma), the
+    result (sent as it is, at most 3 bytes a character), and at most
+    ``max_calls`` + 1 calls (the prelude refuses the rest) whose arguments
+    together are at most ``max_total_args_bytes`` characters (3 bytes each).
+    A frame over it is refused at its header, before its body is read."""
+    logs = 6 * limits.max_log_bytes + 3 * limits.max_log_lines
+    calls = 3 * limits.max_total_args_bytes + (limits.max_calls + 1) * _PER_CALL
+    crossing = logs + 3 * limits.max_output_bytes + calls
     return min(crossing, 2 * limits.memory_bytes) + _MIB
 
 
