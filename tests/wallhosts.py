@@ -1,13 +1,12 @@
 """Hosts of their own for the wall's tests: a host process run as root, or as
 an unprivileged user, on the root machine CI runs on.
 
-The unprivileged host is started by a root launcher that gives it a mount
-namespace of its own in which every folder on the way to what it needs (the
-interpreter, its libraries, this checkout) can be passed through: a folder
-only root may enter (``/root``, where pyenv and many CI images keep Python)
-is replaced, in that namespace only, by a bare one holding just the entries
-on those paths, bound to the real ones. Nothing outside the namespace
-changes. The launcher then drops to :data:`UNPRIVILEGED_UID` (groups, gid,
+The unprivileged host is started by a root launcher. Where a folder on the
+way to what the host needs (the interpreter, its libraries, this checkout)
+is one only root may enter (``/root``, where pyenv and many CI images keep
+Python), the launcher gives the host a mount namespace of its own in which
+that folder is replaced by a bare one holding just the entries on those
+paths, bound to the real ones. Nothing outside the namespace changes. The launcher then drops to :data:`UNPRIVILEGED_UID` (groups, gid,
 uid; every capability goes with the uid) and executes the host afresh, so the
 host and everything it starts run as that user with no privilege at all.
 """
@@ -50,13 +49,16 @@ def first_closed(paths):
                 return folder, entries
     return None, None
 
-check(libc.unshare(0x00020000), "unshare(CLONE_NEWNS)")
-check(libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "mount(MS_PRIVATE)")
 need = sorted({os.path.realpath(p) for p in [sys.executable, *sys.path] if p and os.path.exists(p)})
+private = False
 for _ in range(32):
     folder, entries = first_closed(need)
     if folder is None:
         break
+    if not private:  # (only where something is closed: elsewhere no mount is needed)
+        check(libc.unshare(0x00020000), "unshare(CLONE_NEWNS)")
+        check(libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "mount(MS_PRIVATE)")
+        private = True
     bare = tempfile.mkdtemp(dir=base)
     os.chmod(bare, 0o755)
     for entry in entries:

@@ -216,6 +216,7 @@ class WorkerPool:
         self._server: Optional[ForkServer] = None
         self._retired: list[ForkServer] = []  # replaced fork servers, closed when their last child is gone
         self._server_lock = threading.Lock()  # held while the fork server starts
+        self._successor: Optional[threading.Thread] = None  # starting the next fork server (_server_lock)
         self._spare_thread: Optional[threading.Thread] = None
         self._dying: list[tuple[int, Worker]] = []  # killed fork server children, not yet gone
         self._reaping = 0  # taken from _dying by the spares thread, not yet gone
@@ -540,36 +541,74 @@ class WorkerPool:
         return {**self._options, "root": cwd}
 
     def _fork_server(self) -> Optional[ForkServer]:
-        """The fork server (started on first need, restarted if it died), or
-        ``None`` for ``spawn``; also makes the workers' empty folder."""
-        with self._server_lock:
-            with self._lock:
-                if self._core.closed:
-                    raise RunCodeError("the worker pool is closed")
-                if self._empty_dir is None:
-                    self._empty_dir = tempfile.mkdtemp(prefix="nous-sched-cwd-")
-                    os.chmod(self._empty_dir, 0o755)  # a worker dropped to nobody may enter it
-                server, cwd = self._server, self._empty_dir
-            if self.start_method != "forkserver" or (server is not None and server.alive() and server.hold()):
-                return server
-            fresh = ForkServer(
-                self.python, quickjs_origin(), cwd, self._options_for(cwd), self.start_timeout, self._server_children
-            )
-            if not fresh.hold() or not self._adopt(fresh):
-                fresh.close()
-                raise RunCodeError("the worker pool is closed")
-            return fresh
+        """The fork server, held for one spawn (:meth:`ForkServer.hold`), or
+        ``None`` for ``spawn``; started on first need, restarted if it died,
+        replaced once it has forked ``SERVER_CHILDREN`` workers (its
+        successor starts in the background a quarter of them before, so the
+        spawns go on meanwhile). Also makes the workers' empty folder."""
+        while True:
+            with self._server_lock:
+                with self._lock:
+                    if self._core.closed:
+                        raise RunCodeError("the worker pool is closed")
+                    if self._empty_dir is None:
+                        self._empty_dir = tempfile.mkdtemp(prefix="nous-sched-cwd-")
+                        os.chmod(self._empty_dir, 0o755)  # a worker dropped to nobody may enter it
+                    server, cwd = self._server, self._empty_dir
+                if self.start_method != "forkserver":
+                    return None
+                if server is not None and server.alive() and server.hold():
+                    if server.limit and server.spawned >= server.limit - server.limit // 4:
+                        self._start_successor()
+                    return server
+                successor = self._successor
+                if successor is None:
+                    fresh = self._new_server(cwd)
+                    if not fresh.hold() or not self._adopt(fresh):
+                        fresh.close()
+                        raise RunCodeError("the worker pool is closed")
+                    return fresh
+            successor.join(self.start_timeout + 5.0)  # (then it is adopted, or failed: look again)
+
+    def _new_server(self, cwd: str) -> ForkServer:
+        return ForkServer(
+            self.python, quickjs_origin(), cwd, self._options_for(cwd), self.start_timeout, self._server_children
+        )
+
+    def _start_successor(self) -> None:
+        """(``_server_lock`` held.) Start the current server's successor in the
+        background, once: a thread of its own starts it and adopts it."""
+        if self._successor is not None:
+            return
+        with self._lock:
+            cwd = self._empty_dir
+        assert cwd is not None
+
+        def replace() -> None:
+            try:
+                fresh: Optional[ForkServer] = self._new_server(cwd)
+            except Exception:  # (RunCodeError): the next spawn starts one itself, and says why
+                fresh = None
+            with self._server_lock:
+                self._successor = None
+                if fresh is not None and not self._adopt(fresh):
+                    fresh.close()
+
+        self._successor = threading.Thread(target=replace, name=f"nous-sched-forkserver-{id(self):x}", daemon=True)
+        self._successor.start()
 
     def _adopt(self, server: ForkServer) -> bool:
         """Make ``server`` the one new workers are forked from; the one it
-        replaces (retired, or dead) closes once its last child is gone."""
+        replaces is retired, and closes once its last child is gone."""
         with self._lock:
             if self._core.closed:
                 return False
             old, self._server = self._server, server
             if old is not None:
                 self._retired = [s for s in self._retired if s.alive()] + [old]
-            return True
+        if old is not None:
+            old.retire()
+        return True
 
     def _release(self, wid: int, domain: Any, reusable: bool) -> None:
         """A run is over on worker ``wid``: keep it (its domain's, idle) or kill it."""

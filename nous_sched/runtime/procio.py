@@ -107,10 +107,11 @@ class ForkServer:
     **A bounded life.** A fork server's children share its address layout
     (the kernel randomises it at ``execve`` only), so an address one run
     leaks holds for every child of the same server. After ``children``
-    children a server is *retired*: :attr:`retired` turns true, the pool
-    starts a new one for the next worker, and this one is closed as soon as
-    no child of it and no :meth:`hold` on it is left (its children die with
-    it). One leak then tells about at most ``children`` workers."""
+    children a server is *retired* (:meth:`retire`, or its last spawn):
+    :attr:`retired` turns true, the pool forks the next worker from a new
+    one, and this one is closed as soon as no child of it and no
+    :meth:`hold` on it is left (its children die with it). One leak then
+    tells about at most ``children`` workers."""
 
     def __init__(
         self,
@@ -188,6 +189,15 @@ class ForkServer:
                 return False
             self._held += 1
             return True
+
+    def retire(self) -> None:
+        """Fork no more (another server has taken over); closed at once if
+        nothing holds it, else when the last :meth:`release` comes."""
+        with self._lock:
+            self.retired = True
+            done = self._held <= 0 and not self._closed
+        if done:
+            self.close()
 
     def release(self) -> None:
         """A :meth:`hold` is over (the child is gone, or was never made); a

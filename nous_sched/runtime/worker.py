@@ -7,8 +7,10 @@ The host (:mod:`nous_sched.runtime.pool`) starts it as::
 It imports only the standard library, the C module ``_quickjs`` (by file
 path) and ``engine.py`` and ``oslimits.py`` (by file path, beside this file),
 never the ``nous_sched`` package. It applies its OS bounds
-(:func:`oslimits.apply`), prepares its first run's context, says hello (so a
-worker that has said hello is ready), and serves frames on standard input and
+(:func:`oslimits.apply`), starts its second thread, after which neither of
+its two threads can start another task (:func:`oslimits.forbid_tasks`),
+prepares its first run's context, says hello (so a worker that has said
+hello is ready, and bounded), and serves frames on standard input and
 output from one thread whose stack is sized for the largest
 ``Limits.stack_bytes`` plus a margin, so runaway recursion always stops at the
 engine's own stack limit.
