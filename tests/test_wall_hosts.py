@@ -10,6 +10,7 @@ a call to a tool (``started``, ``ready``) tells the host it is at work.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -71,8 +72,11 @@ def threads(pid):
 
 def _host(kind: str, payload: str, body: str) -> subprocess.CompletedProcess:
     folder = shared_dir()
-    path = write(folder, "payload.py", _PRELUDE + textwrap.dedent(payload))
-    return run_host(kind, folder, _HOST + textwrap.dedent(body), path)
+    try:
+        path = write(folder, "payload.py", _PRELUDE + textwrap.dedent(payload))
+        return run_host(kind, folder, _HOST + textwrap.dedent(body), path)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.mark.parametrize("kind", HOSTS)
@@ -97,7 +101,10 @@ def test_a_worker_outlives_no_sigkilled_host(kind):
     assert proc.returncode == -signal.SIGKILL, (proc.stdout, proc.stderr[-4000:])
     report = last_json(proc)
     assert report["layers"]["parent_death_signal"] is True, "what the kernel holds, read back"
-    assert wait_gone(report["worker"], 30.0), "the worker died with its fork server, which died with the host"
+    gone = wait_gone(report["worker"], 30.0)
+    if not gone:  # (a failure must not leave it holding its lock for an hour)
+        os.kill(report["worker"], signal.SIGKILL)
+    assert gone, "the worker died with its fork server, which died with the host"
 
 
 _BOMB = """
