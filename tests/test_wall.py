@@ -467,3 +467,22 @@ def test_fresh_workers_draw_different_random_numbers():
         ]
     assert len(set(drawn)) == len(drawn)
     assert all(0 <= x < 1 for pair in drawn for x in pair)
+
+
+def test_a_durable_run_reading_the_clock_many_times_in_one_step_is_not_cut(tmp_path):
+    # A durable run's envelope also carries every clock value it read: 60,000
+    # in one step (about 1.4 MB) under limits whose own bound is 1 MiB and a bit.
+    from nous_sched import SqliteApprovalStore
+
+    limits = Limits(max_log_bytes=100, max_output_bytes=100, max_total_args_bytes=100, max_calls=1)
+    program = "let s = 0; for (let i = 0; i < 60000; i++) s += Math.random(); return s > 0"
+    with WorkerPool(size=1) as pool:
+        result = run_code(
+            program,
+            [],
+            runtime=pool,
+            limits=limits,
+            approval_store=SqliteApprovalStore(str(tmp_path / "a.db")),
+            description="test",
+        )
+    assert result.error is None and result.result is True, result.error

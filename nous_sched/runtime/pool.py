@@ -64,7 +64,17 @@ from ..errors import RunCodeError
 from ..result import RunError
 from ..scheduler import Ticket
 from . import Host, Limits, RuntimeOutcome, worker
-from .engine import CANCEL_POLL, CANCELLED, Finish, Stopped, clip, drive, memory_message, timeout_message
+from .engine import (
+    CANCEL_POLL,
+    CANCELLED,
+    CLOCK_MARK,
+    Finish,
+    Stopped,
+    clip,
+    drive,
+    memory_message,
+    timeout_message,
+)
 from .poolcore import FRESH, WAIT, Closed, PoolCore
 from .procio import Died, Expired, ForkServer, Garbled, NotStarted, StartTimeout, Worker, quickjs_origin
 from .wake import CPUS, SPIN, SPIN_BACKOFF, SPIN_BACKOFF_MAX, WakePolicy
@@ -834,6 +844,10 @@ def _outcome(finish: Finish) -> RuntimeOutcome:
     return RuntimeOutcome(finish.logs, result=finish.result, error=error)
 
 
+#: What a durable run's envelope may carry beside what :func:`max_frame`
+#: counts: the clock values it read (``Date.now()``, ``Math.random()``), each
+#: at most about 25 bytes of JSON, of which a durable run may read 100,000.
+CLOCK_ALLOWANCE = 4 * _MIB
 #: What one call costs an envelope beside its arguments: its id, its name (the
 #: prelude cuts it at 1024 characters, each escaped in at most 6 bytes), its
 #: call site (a durable run's), the brackets and commas.
@@ -1057,7 +1071,8 @@ class _Remote:
         self.cancel = cancel
         self.reusable = True
         self.unsent = False  # the run frame could not be sent by the kill deadline
-        self.max_frame = max_frame(limits)
+        # A durable run's envelopes also carry the clock values it read (its host bounds their number).
+        self.max_frame = max_frame(limits) + (CLOCK_ALLOWANCE if program.startswith(CLOCK_MARK) else 0)
         self.relay = _Relay(self)
 
     def send_run(self) -> None:
