@@ -20,7 +20,7 @@ import sys
 import textwrap
 
 import pytest
-from procs import children, wait_gone
+from procs import children, descendants, wait_gone
 
 import nous_sched.runtime.pool as pool_module
 from nous_sched import Limits, Tool, WorkerPool, run_code
@@ -352,13 +352,9 @@ def test_a_fork_server_is_replaced_after_its_children_and_closed_after_the_last(
     # the old one is closed once its last child is gone. Runs go on correct.
     monkeypatch.setitem(pool_module.WALL, "server_children", 3)
     seen: set[int] = set()
-    most = 0
 
     def look(args):
-        nonlocal most
-        servers = _fork_servers()
-        seen.update(servers)
-        most = max(most, len(servers))
+        seen.update(_fork_servers())
         return args["x"] + 1
 
     with WorkerPool(size=2, spares=1) as pool:
@@ -366,10 +362,17 @@ def test_a_fork_server_is_replaced_after_its_children_and_closed_after_the_last(
             run_code(f"return await tools.look({{x: {i}}})", [Tool("look", look)], runtime=pool, description="t").result
             for i in range(12)
         ]
+        assert pool.wait_for_spares(30.0)  # (no spawn in flight: it holds a server that has no child yet)
+        successor = pool._successor
+        if successor is not None:
+            successor.join(30.0)
         assert pool._reaped(15.0)
+        current = pool._server.proc.pid
+        # Every server still there is the current one or has a child alive.
+        idle = [pid for pid in _fork_servers() if pid != current and not descendants(pid)]
     assert results == list(range(1, 13))
     assert len(seen) >= 4, "a new fork server every 3 workers"
-    assert most <= 3, "a replaced server is closed once its children are gone"
+    assert idle == [], "a replaced server is closed once its last child is gone"
     assert all(wait_gone(pid, 15.0) for pid in seen)
 
 
