@@ -321,6 +321,12 @@ def test_every_layer_is_reported_on_the_pool():
     assert layers["seccomp_allow_list"] and layers["no_new_privs"] and layers["parent_death_signal"]
     assert layers["unprivileged"] and layers["capabilities_cleared"]
     assert layers["task_bound"] and layers["own_session"]
+    try:
+        with open("/proc/sys/kernel/sched_autogroup_enabled", encoding="ascii") as fh:
+            grouped = fh.read().strip() == "1"
+    except FileNotFoundError:  # a kernel without autogroup
+        grouped = False
+    assert layers["cpu_share"] == ("session" if grouped else "one thread")
     assert set(layers) >= {"namespaces", "empty_root", "address_space_limit", "wall_clock_stop"}
 
 

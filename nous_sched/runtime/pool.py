@@ -784,6 +784,7 @@ def layers_of(bounds: Optional[dict[str, Any]]) -> dict[str, Any]:
         "parent_death_signal": bool(bounds.get("pdeathsig")),
         "task_bound": bool(bounds.get("task_bound")),
         "own_session": bool(bounds.get("own_session")),
+        "cpu_share": "session" if bounds.get("own_session") and bounds.get("autogroup") else "one thread",
         "address_space_limit": "RLIMIT_NOFILE" in bounds.get("rlimits", {}),
         "wall_clock_stop": bool(bounds.get("wall_clock_stop")),
     }

@@ -655,6 +655,7 @@ def _become_worker(
     # (A fork server verified the layout once for all its children.)
     watchdog = _Watchdog(lifeline, _budget_offset(quickjs) if offset is False else offset)
     own_session = os.getsid(0) == os.getpid()  # (before the filter, which refuses getsid)
+    autogroup = options["autogroup"] if "autogroup" in options else _autogroup()
     bounds = oslimits.apply(
         uid=options.get("uid", oslimits.UNPRIVILEGED),
         gid=options.get("gid", oslimits.UNPRIVILEGED),
@@ -664,6 +665,7 @@ def _become_worker(
     )
     bounds["wall_clock_stop"] = watchdog._offset is not None
     bounds["own_session"] = own_session
+    bounds["autogroup"] = autogroup
     tasks = options.get("task_bound", True)
     # Released once the main thread can make no more tasks: no program runs before.
     main_bound = _thread.allocate_lock()
@@ -746,6 +748,7 @@ def _fork_server(sock_fd: int, modules: tuple[Any, Any, Any], options: dict[str,
 
     offset, seed_at, prepared = _prepare_server(modules)
     server = os.getpid()
+    options = {**options, "autogroup": _autogroup()}  # (read once for every child)
     # A spare is forked at the boot's policy and born with it (the fork's own
     # work, the copy of this process's page tables, included): see _boot_policy.
     boot = _boot_policy()
@@ -799,6 +802,18 @@ def _fork_server(sock_fd: int, modules: tuple[Any, Any, Any], options: dict[str,
             socket.send_fds(sock, [b"P %d %s" % (pid, msg)], [pidfd])
         finally:
             os.close(pidfd)
+
+
+def _autogroup() -> bool:
+    """Whether the kernel groups tasks by session for the CPU (``sched_autogroup``)."""
+    try:
+        fd = os.open("/proc/sys/kernel/sched_autogroup_enabled", os.O_RDONLY)
+        try:
+            return os.read(fd, 8).strip() == b"1"
+        finally:
+            os.close(fd)
+    except OSError:
+        return False
 
 
 def _prepare_server(modules: tuple[Any, Any, Any]) -> tuple[Any, Any, Any]:
