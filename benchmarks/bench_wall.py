@@ -17,19 +17,40 @@ which goes first:
   (``start_method="spawn"``, which every cancel used to pay for with a
   replacement worker); beside it, the CPU the host and the pool's processes
   spent per cancel (from ``/proc``).
+
+The costs of the wall's parts added for issue 34 (section ``changes``), each
+pool made with ``nous_sched.runtime.pool.WALL`` set one way, both measured in
+this process, alternating which goes first:
+
+* warm start-up and time per run (16 threads), every part on (after) against
+  every part off (before), then each part alone off against all on: the task
+  bound (a second filter per thread), a session per worker, a fork server
+  replaced every ``SERVER_CHILDREN`` workers;
+* the fresh address layout the replacement stands in for: a worker that is a
+  fresh interpreter (``spawn``, a layout of its own) against one forked from
+  the fork server (start-up), and what one fork server costs to start (wall
+  and CPU), spread over its ``SERVER_CHILDREN`` workers;
+* (section ``share``) an honest CPU-bound run beside a compromised worker of
+  the same pool that tries to start 32 threads spinning natively (and spins
+  itself), wall on against wall off, each against the same run alone.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import statistics
+import sys
+import tempfile
 import threading
 import time
 from typing import Any, Callable
 
 import _common as c
 
+import nous_sched.runtime.pool as pool_module
 from nous_sched import Tool, WorkerPool, run_code
+from nous_sched.runtime import worker
 
 TARGET_MS = 2.0
 ONE_CALL = "return await tools.noop({});"
@@ -60,7 +81,9 @@ def main() -> int:
         default_reps=5,
         quick_reps=2,
         add_arguments=lambda p: p.add_argument(
-            "--sections", default="", help="comma-separated: start-up, throughput, cancel (default: all)"
+            "--sections",
+            default="",
+            help="comma-separated: start-up, throughput, cancel, changes, share (default: all)",
         ),
     )
     per = 15 if opts.quick else 40
@@ -207,13 +230,275 @@ def main() -> int:
             ),
         ]
 
-    sections = [("start-up", section_startup), ("throughput", section_throughput), ("cancel", section_cancel)]
+    sections = [
+        ("start-up", section_startup),
+        ("throughput", section_throughput),
+        ("cancel", section_cancel),
+        ("changes", lambda: _section_changes(opts, startup, per_run)),
+        ("share", lambda: _section_share(opts)),
+    ]
     chosen = {x.strip() for x in opts.args.sections.split(",") if x.strip()}
     try:
         return c.run("14. the wall: fresh workers", [x for x in sections if not chosen or x[0] in chosen], opts)
     finally:
         pool.close()
         spawned.close()
+
+
+# -- the wall's parts of issue 34 ---------------------------------------------------
+
+_ALL_ON = dict(pool_module.WALL)
+_ALL_OFF = {"task_bound": False, "own_session": False, "server_children": 0}
+_PARTS = {
+    "task bound": {"task_bound": False},
+    "own session": {"own_session": False},
+    "fork server replaced": {"server_children": 0},
+}
+
+
+def _pool_with(wall: dict[str, Any], **options: Any) -> WorkerPool:
+    saved = dict(pool_module.WALL)
+    pool_module.WALL.update(wall)
+    try:
+        p = WorkerPool(size=8, **options)
+    finally:
+        pool_module.WALL.clear()
+        pool_module.WALL.update(saved)
+    p.prestart()
+    return p
+
+
+def _section_changes(opts: Any, startup: Callable[[Any], float], per_run: Callable[[Any], float]) -> list[c.Row]:
+    ms = 1000.0
+    rows: list[c.Row] = []
+    after, before = _pool_with(_ALL_ON), _pool_with(_ALL_OFF)
+    pools = [after, before]
+    try:
+        for rt in (after, before):
+            startup(rt)
+        s = c.interleave(opts.reps, lambda: startup(after), lambda: startup(before))
+        rows.append(
+            c.ours_vs(
+                "wall parts (34): warm start-up, every part on",
+                s[0],
+                s[1],
+                s,
+                scale=ms,
+                unit="ms",
+                base_name="every part off",
+                note="task bound, a session per worker, fork server replaced every "
+                f"{pool_module.SERVER_CHILDREN} workers",
+            )
+        )
+        s = c.interleave(opts.reps, lambda: per_run(after), lambda: per_run(before))
+        rows.append(
+            c.ours_vs(
+                "wall parts (34): time per run, 16 threads, every part on",
+                s[0],
+                s[1],
+                s,
+                scale=ms,
+                unit="ms",
+                base_name="every part off",
+                note=f"runs/s on {1 / statistics.median(s[0]):.0f}, off {1 / statistics.median(s[1]):.0f}",
+            )
+        )
+        for name, off in _PARTS.items():
+            without = _pool_with({**_ALL_ON, **off})
+            pools.append(without)
+            startup(without)
+            s = c.interleave(opts.reps, lambda: startup(after), lambda w=without: startup(w))
+            rows.append(
+                c.ours_vs(f"  {name}: warm start-up", s[0], s[1], s, scale=ms, unit="ms", base_name=f"{name} off")
+            )
+            s = c.interleave(opts.reps, lambda: per_run(after), lambda w=without: per_run(w))
+            rows.append(
+                c.ours_vs(
+                    f"  {name}: time per run, 16 threads",
+                    s[0],
+                    s[1],
+                    s,
+                    scale=ms,
+                    unit="ms",
+                    base_name=f"{name} off",
+                    note=f"runs/s on {1 / statistics.median(s[0]):.0f}, off {1 / statistics.median(s[1]):.0f}",
+                )
+            )
+        spawned = _pool_with(_ALL_ON, start_method="spawn")
+        pools.append(spawned)
+        startup(spawned)
+        s = c.interleave(opts.reps, lambda: startup(spawned), lambda: startup(after))
+        rows.append(
+            c.ours_vs(
+                "  a fresh layout per worker (spawn): warm start-up",
+                s[0],
+                s[1],
+                s,
+                scale=ms,
+                unit="ms",
+                base_name="forked (fork server's layout)",
+                note="spares ready in both: the exec's cost is off the run's path but not off the CPU",
+            )
+        )
+        s = c.interleave(opts.reps, lambda: per_run(spawned), lambda: per_run(after))
+        rows.append(
+            c.ours_vs(
+                "  a fresh layout per worker (spawn): time per run, 16 threads",
+                s[0],
+                s[1],
+                s,
+                scale=ms,
+                unit="ms",
+                base_name="forked, server replaced",
+                note=f"runs/s spawn {1 / statistics.median(s[0]):.0f}, forked {1 / statistics.median(s[1]):.0f}",
+            )
+        )
+        rows += _server_start_rows(opts)
+    finally:
+        for p in pools:
+            p.close()
+    return rows
+
+
+def _server_start_rows(opts: Any) -> list[c.Row]:
+    """What starting one fork server costs (wall, and its CPU to ready), and that
+    CPU spread over the workers it forks before it is replaced."""
+    from nous_sched.runtime.procio import ForkServer, quickjs_origin
+
+    walls, cpus = [], []
+    folder = tempfile.mkdtemp(prefix="nous-bench-")
+    try:
+        for _ in range(max(3, opts.reps * 2)):
+            t0 = time.perf_counter()
+            server = ForkServer(sys.executable, quickjs_origin(), folder, {"root": folder}, 30.0)
+            walls.append(time.perf_counter() - t0)
+            cpus.append(_tree_cpu(server.proc.pid))
+            server.close()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    n = pool_module.SERVER_CHILDREN
+    return [
+        c.Row("  one fork server started, to ready (wall)", c.Stats.of([x * 1000 for x in walls]), unit="ms"),
+        c.Row(
+            f"  its CPU, and per worker over {n}",
+            c.Stats.of([x * 1000 for x in cpus]),
+            c.Stats.of([x * 1000 / n for x in cpus]),
+            unit="ms",
+            base_name=f"per worker (/{n})",
+            note="from /proc (clock ticks: 10 ms resolution per sample)",
+        ),
+    ]
+
+
+_SPINNER = """
+import ctypes, json, os, struct, _thread
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+page = libc.mmap(None, 4096, 3, 0x22, -1, 0)
+ctypes.memmove(page, bytes([0xEB, 0xFE]), 2)  # jmp . (x86-64): spins without the interpreter's lock
+libc.mprotect(ctypes.c_void_p(page), ctypes.c_size_t(4096), 5)
+spin = ctypes.CFUNCTYPE(None)(page)
+started = 0
+for _ in range(32):
+    try:
+        _thread.start_new_thread(spin, ())
+        started += 1
+    except RuntimeError:
+        pass
+body = json.dumps({"calls": [[1, "started", json.dumps({"threads": started})]], "logs": [], "dropped": 0,
+                   "main": None}).encode()
+os.write(1, struct.pack(">I", len(body) + 1) + b"E" + body)
+spin()
+"""
+_HONEST = "let x = 0; for (let i = 0; i < 3e6; i++) x = (x + i * 7) % 1000003; return x"
+
+
+def _section_share(opts: Any) -> list[c.Row]:
+    """An honest run beside a compromised worker of the same pool that spins on
+    every thread it can start: with the wall's parts on, and off."""
+    if os.uname().machine != "x86_64":
+        return [c.Row("wall parts (34): CPU share", None, note="x86-64 only (the spinner is machine code)")]
+    folder = tempfile.mkdtemp(prefix="nous-bench-")
+    payload = os.path.join(folder, "spin.py")
+    with open(payload, "w", encoding="utf-8") as fh:
+        fh.write(_SPINNER)
+    os.chmod(folder, 0o755)
+    os.chmod(payload, 0o644)
+    rows: list[c.Row] = []
+    threads_started: dict[str, list[int]] = {"on": [], "off": []}
+    try:
+        for label, wall in (("on", _ALL_ON), ("off", _ALL_OFF)):
+            # One pool: the honest runs take its other workers (only a program
+            # marked /*payload*/ runs the spinner), the worst case, as the
+            # workers of one pool shared one session (the fork server's).
+            os.environ[worker.PAYLOAD_ENV] = payload
+            try:
+                pool = _pool_with(wall)
+            finally:
+                del os.environ[worker.PAYLOAD_ENV]
+            try:
+                alone, beside = _share_samples(opts, pool, pool, threads_started[label])
+            finally:
+                pool.close()
+            rows.append(
+                c.Row(
+                    f"wall parts (34): honest run beside a spinning worker, parts {label}",
+                    c.Stats.of([x * 1000 for x in beside]),
+                    c.Stats.of([x * 1000 for x in alone]),
+                    unit="ms",
+                    base_name="the same run alone",
+                    note=f"threads the compromised worker started: {sorted(set(threads_started[label]))}; "
+                    f"slowdown {statistics.median(beside) / statistics.median(alone):.2f}x",
+                )
+            )
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    return rows
+
+
+def _share_samples(
+    opts: Any, honest: WorkerPool, bomb: WorkerPool, started: list[int]
+) -> tuple[list[float], list[float]]:
+    def timed() -> float:
+        t0 = time.perf_counter()
+        r = run_code(_HONEST, runtime=honest, timeout=300, description="test")
+        assert r.ok, r.error
+        return time.perf_counter() - t0
+
+    def beside() -> float:
+        cancel, spinning, done = threading.Event(), threading.Event(), threading.Event()
+
+        def mark(args: Any) -> int:
+            started.append(args["threads"])
+            spinning.set()
+            done.wait(60)
+            return 1
+
+        t = threading.Thread(
+            target=run_code,
+            args=("/*payload*/", [Tool("started", mark)]),
+            kwargs={"runtime": bomb, "cancel": cancel, "timeout": 120, "description": "test"},
+        )
+        t.start()
+        assert spinning.wait(60), "the spinner started"
+        time.sleep(0.2)
+        took = timed()
+        done.set()
+        cancel.set()
+        t.join()
+        return took
+
+    timed()
+    alone_s, beside_s = [], []
+    for i in range(opts.reps):
+        pair = [
+            lambda: alone_s.append(statistics.median([timed() for _ in range(3)])),
+            lambda: beside_s.append(beside()),
+        ]
+        for fn in pair if i % 2 == 0 else pair[::-1]:
+            fn()
+    return alone_s, beside_s
 
 
 if __name__ == "__main__":

@@ -32,7 +32,11 @@ class Limits:
       program that a model writes needs, and far below what a runaway loop
       would make.
     * ``max_total_args_bytes``: the UTF-8 bytes of every call's arguments in
-      the run, together; the calls past it fail with a ``ToolError``.
+      the run, together; the calls past it fail with a ``ToolError``. The
+      sandbox also refuses, before it crosses, a call whose arguments would
+      bring the characters of every call sent (refused ones too) past it;
+      likewise every call after the first past ``max_calls``. So what a
+      worker may send is bounded by the limits (see ``WorkerPool``).
     * ``max_code_bytes``: the program's own text, in UTF-8 bytes; a bigger
       program is refused (``RunCodeError``) before anything runs or is
       audited.

@@ -20,10 +20,12 @@ import sys
 import textwrap
 
 import pytest
-from procs import wait_gone
+from procs import children, descendants, wait_gone
 
+import nous_sched.runtime.pool as pool_module
 from nous_sched import Limits, Tool, WorkerPool, run_code
 from nous_sched.runtime import worker
+from nous_sched.runtime.pool import max_frame
 
 pytestmark = [
     pytest.mark.timeout(180),
@@ -232,20 +234,29 @@ def test_a_frame_far_over_the_limits_is_refused_at_its_header(compromised):
 
 
 def test_a_compromised_worker_never_sees_a_later_run(compromised):
-    # The payload leaves a thread reading everything the host sends after its
-    # run; the host discards the worker after that run, so the next caller's
-    # program and its secret tool result go to another process.
+    # The payload cannot leave a thread behind (the task bound), so it answers
+    # its run itself and stays reading everything the host sends after it; the
+    # host discards the worker after that run, so the next caller's program
+    # and its secret tool result go to another process.
     pool = compromised(
         """
-        import threading
-        def listen():
-            while True:
-                os.read(0, 65536)
-        threading.Thread(target=listen, daemon=True).start()
-        report["pid"] = libc.syscall(ctypes.c_long(39))
+        import json, struct, threading
+        try:
+            threading.Thread(target=lambda: None, daemon=True).start()
+            thread = "started"
+        except RuntimeError:
+            thread = "refused"
+        mine = {"pid": libc.syscall(ctypes.c_long(39)), "thread": thread}
+        main = {"state": "fulfilled", "json": json.dumps(mine)}
+        envelope = json.dumps({"calls": [], "logs": [], "dropped": 0, "main": main}).encode()
+        os.write(1, struct.pack(">I", len(envelope) + 1) + b"E" + envelope)
+        while os.read(0, 65536):
+            pass
         """
     )
-    compromised_pid = attack(pool)["pid"]
+    answer = attack(pool)
+    assert answer["thread"] == "refused"
+    compromised_pid = answer["pid"]
     assert wait_gone(compromised_pid, 15.0), "the worker that ran the payload was discarded"
     secret = Tool("secret", lambda a: "s3cr3t")
     result = run_code("return await tools.secret({})", [secret], runtime=pool, description="test")
@@ -309,7 +320,136 @@ def test_every_layer_is_reported_on_the_pool():
         layers = pool.layers
     assert layers["seccomp_allow_list"] and layers["no_new_privs"] and layers["parent_death_signal"]
     assert layers["unprivileged"] and layers["capabilities_cleared"]
+    assert layers["task_bound"] and layers["own_session"]
+    try:
+        with open("/proc/sys/kernel/sched_autogroup_enabled", encoding="ascii") as fh:
+            grouped = fh.read().strip() == "1"
+    except FileNotFoundError:  # a kernel without autogroup
+        grouped = False
+    assert layers["cpu_share"] == ("session" if grouped else "one thread")
     assert set(layers) >= {"namespaces", "empty_root", "address_space_limit", "wall_clock_stop"}
+
+
+def test_a_spawned_worker_reports_no_parent_death_signal_it_does_not_have():
+    # A worker started as a fresh interpreter has no parent-death signal (its
+    # parent is one of the host's threads): the layer says what the kernel holds.
+    with WorkerPool(size=1, start_method="spawn") as pool:
+        pool.prestart(1)
+        layers = pool.layers
+    assert layers["parent_death_signal"] is False
+    assert layers["task_bound"] and layers["own_session"] and layers["seccomp_allow_list"]
+
+
+def _fork_servers() -> set[int]:
+    found = set()
+    for pid in children():
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                if b"--fork-server" in fh.read():
+                    found.add(pid)
+        except FileNotFoundError:
+            pass
+    return found
+
+
+def test_a_fork_server_is_replaced_after_its_children_and_closed_after_the_last(monkeypatch):
+    # Every child of a fork server shares its address layout: after
+    # SERVER_CHILDREN children (3 here) the pool forks from a new server, and
+    # the old one is closed once its last child is gone. Runs go on correct.
+    monkeypatch.setitem(pool_module.WALL, "server_children", 3)
+    seen: set[int] = set()
+
+    def look(args):
+        seen.update(_fork_servers())
+        return args["x"] + 1
+
+    with WorkerPool(size=2, spares=1) as pool:
+        results = [
+            run_code(f"return await tools.look({{x: {i}}})", [Tool("look", look)], runtime=pool, description="t").result
+            for i in range(12)
+        ]
+        assert pool.wait_for_spares(30.0)  # (no spawn in flight: it holds a server that has no child yet)
+        successor = pool._successor
+        if successor is not None:
+            successor.join(30.0)
+        assert pool._reaped(15.0)
+        current = pool._server.proc.pid
+        # Every server still there is the current one or has a child alive.
+        idle = [pid for pid in _fork_servers() if pid != current and not descendants(pid)]
+    assert results == list(range(1, 13))
+    assert len(seen) >= 4, "a new fork server every 3 workers"
+    assert idle == [], "a replaced server is closed once its last child is gone"
+    assert all(wait_gone(pid, 15.0) for pid in seen)
+
+
+def test_calls_past_the_budget_are_refused_before_they_cross():
+    # Past Limits.max_calls the host refuses every call, and audits the first
+    # refusal only: the prelude refuses the rest itself, in the host's words,
+    # so what a worker sends stays within what the limits let through.
+    program = """
+        const out = [];
+        const calls = [];
+        for (let i = 0; i < 10; i++) calls.push(tools.add({x: i}).then(v => v, e => e.message));
+        return await Promise.all(calls);
+    """
+    add = Tool("add", lambda a: a["x"] + 1)
+    with WorkerPool(size=1) as pool:
+        result = run_code(program, [add], runtime=pool, limits=Limits(max_calls=3), description="test")
+    assert result.result[:3] == [1, 2, 3]
+    assert all("(Limits.max_calls)" in m for m in result.result[3:]) and len(set(result.result[3:])) == 1
+    assert len(result.refused) == 1
+
+
+def test_arguments_past_the_runs_total_are_refused_before_they_cross():
+    program = """
+        const r = [];
+        for (let i = 0; i < 6; i++) {
+            try { r.push(await tools.echo({s: "é".repeat(290)})); } catch (e) { r.push(e.message); }
+        }
+        return r.map(x => typeof x === "string" ? x : "ok");
+    """
+    echo = Tool("echo", lambda a: {"n": len(a["s"])})
+    with WorkerPool(size=1) as pool:
+        result = run_code(program, [echo], runtime=pool, limits=Limits(max_total_args_bytes=1000), description="t")
+    assert result.result[0] == "ok"
+    assert all("Limits.max_total_args_bytes" in m for m in result.result[2:]), result.result
+
+
+def test_the_frame_bound_follows_the_runs_limits():
+    # A 10,000-byte log limit under a 32 MiB heap: the old bound (twice the
+    # heap) let a 60 MiB frame through; the run's limits let far less cross.
+    assert max_frame(Limits(max_log_bytes=10_000, memory_bytes=32 * MIB)) < 30 * MIB
+    assert max_frame(Limits(max_log_bytes=1000, max_output_bytes=1000, max_total_args_bytes=1000)) < 8 * MIB
+
+
+def test_a_run_that_uses_every_limit_to_the_full_is_not_cut_by_the_frame_bound():
+    # The worst an honest run can send under small limits, in one step: logs
+    # of characters escaped in 6 bytes each, a result and arguments of 3-byte
+    # characters (the prelude counts characters, the host then refuses them
+    # in bytes: the arguments as too big, the result as over its limit), as
+    # many calls as the total allows. The run ends as the limits say, never
+    # as a broken protocol.
+    limits = Limits(
+        max_log_bytes=20_000,
+        max_log_lines=100,
+        max_output_bytes=20_000,
+        max_args_bytes=20_000,
+        max_total_args_bytes=60_000,
+        max_calls=4,
+    )
+    program = """
+        for (let i = 0; i < 100; i++) console.log("\u0001".repeat(199));
+        const calls = [];
+        for (let i = 0; i < 6; i++) calls.push(tools.echo({s: "\u0800".repeat(19990)}).then(v => 1, e => 0));
+        const got = await Promise.all(calls);
+        return ["\u0800".repeat(19990 - 20), got];
+    """
+    echo = Tool("echo", lambda a: 1)
+    with WorkerPool(size=1) as pool:
+        result = run_code(program, [echo], runtime=pool, limits=limits, description="test")
+    assert result.error is not None and result.error.kind == "output_limit", result.error
+    assert len(result.logs) == 100 and len(result.refused) == 3
+    assert all("Limits.max_args_bytes" in r.message for r in result.refused)
 
 
 def _rss() -> int:
@@ -336,3 +476,22 @@ def test_fresh_workers_draw_different_random_numbers():
         ]
     assert len(set(drawn)) == len(drawn)
     assert all(0 <= x < 1 for pair in drawn for x in pair)
+
+
+def test_a_durable_run_reading_the_clock_many_times_in_one_step_is_not_cut(tmp_path):
+    # A durable run's envelope also carries every clock value it read: 60,000
+    # in one step (about 1.4 MB) under limits whose own bound is 1 MiB and a bit.
+    from nous_sched import SqliteApprovalStore
+
+    limits = Limits(max_log_bytes=100, max_output_bytes=100, max_total_args_bytes=100, max_calls=1)
+    program = "let s = 0; for (let i = 0; i < 60000; i++) s += Math.random(); return s > 0"
+    with WorkerPool(size=1) as pool:
+        result = run_code(
+            program,
+            [],
+            runtime=pool,
+            limits=limits,
+            approval_store=SqliteApprovalStore(str(tmp_path / "a.db")),
+            description="test",
+        )
+    assert result.error is None and result.result is True, result.error

@@ -222,7 +222,7 @@ class Engine:
         ctx.set_max_stack_size(limits.stack_bytes)
         budgets = (
             f"[{int(limits.max_log_bytes)},{int(limits.max_output_bytes)},{int(limits.max_args_bytes)},"
-            f"{int(limits.max_log_lines)}]"
+            f"{int(limits.max_log_lines)},{int(limits.max_calls)},{int(limits.max_total_args_bytes)}]"
         )
         self._arm()
         self._guard(bridge, "configure", json.dumps(list(self.names)), budgets, 1)

@@ -6,9 +6,6 @@ and before the first program; it returns a report of what was applied, which
 the worker sends to the host (see :attr:`nous_sched.WorkerPool.os_bounds` and
 :attr:`nous_sched.WorkerPool.layers`). In order:
 
-* ``PR_SET_PDEATHSIG`` (``SIGKILL``) for a fork server's child: it dies with
-  its parent (which exits when the host does), as well as on its lifeline's
-  end of file;
 * ``RLIMIT_CORE`` 0, ``RLIMIT_NOFILE`` :data:`NOFILE`;
 * namespaces (Linux): new IPC, network, UTS and mount namespaces (and a new
   user namespace when not root), then ``chroot`` into the pool's empty
@@ -20,6 +17,13 @@ the worker sends to the host (see :attr:`nous_sched.WorkerPool.os_bounds` and
   gid set to an unprivileged pair (default 65534, ``nobody``), which clears
   the permitted, effective and ambient sets; the inheritable set is cleared
   with ``capset``;
+* ``PR_SET_PDEATHSIG`` (``SIGKILL``) for a fork server's child: it dies with
+  its parent (which exits when the host does), as well as on its lifeline's
+  end of file. Set *after* the last change of credentials (a change of uid
+  clears it), read back with ``PR_GET_PDEATHSIG`` (the report says what the
+  kernel holds, not what was asked), and then the parent is checked to be
+  still there: a parent that died before the signal was set would never
+  send it, so the worker exits at once;
 * ``PR_SET_NO_NEW_PRIVS`` and a seccomp filter (Linux x86-64 and AArch64;
   classic BPF installed through ``prctl``, no library needed). It is an
   **allow list**: :data:`ALLOWED` names every system call the worker makes
@@ -35,6 +39,24 @@ emptied but ``CAP_SETPCAP``, which each child then drops itself).
 ``RLIMIT_AS`` (the address space, so shared and anonymous mappings count
 alike) is set by :func:`cap_memory` before the worker's first program, to the
 address space in use when :func:`apply` ran plus that run's allowance.
+
+**The task bound.** A worker has exactly two threads, its main thread (the
+watchdog) and the thread that runs programs, and can make no more: once the
+second exists, each thread installs a second filter of its own
+(:func:`forbid_tasks`) that refuses ``clone`` and ``clone3`` (``EPERM``, as
+the allow list refuses what it does not name). A thread bomb in a
+compromised worker stops at its first ``clone``: it can neither take the
+machine's pids nor the quota of the uid the workers of every pool share.
+Chosen over the alternatives, measured in ``benchmarks/bench_wall.py``: a
+per-worker uid with ``RLIMIT_NPROC`` exists only for a root host (and needs
+a range of uids nobody else uses), and a pids cgroup only where cgroup v2 is
+delegated to the host; the filter holds on every host that has seccomp, for
+any user, and costs one ``prctl`` per thread at start-up (no cost per run).
+Without threads, a worker's CPU is at most its one running thread's; each
+worker is also the leader of a session of its own (``worker._child``), so
+where the kernel groups tasks by session (``sched_autogroup``) one worker
+gets one share of the CPU against the host's and every other worker's,
+whatever it runs.
 """
 
 from __future__ import annotations
@@ -45,7 +67,17 @@ import struct
 import sys
 from typing import Any, Optional
 
-__all__ = ["apply", "cap_memory", "filter_bytes", "prepare", "ALLOWED", "ARGUMENT_RULES", "NOFILE", "UNPRIVILEGED"]
+__all__ = [
+    "apply",
+    "cap_memory",
+    "filter_bytes",
+    "forbid_tasks",
+    "prepare",
+    "ALLOWED",
+    "ARGUMENT_RULES",
+    "NOFILE",
+    "UNPRIVILEGED",
+]
 
 NOFILE = 16
 #: The uid and gid a worker started by root drops to (``nobody``).
@@ -87,7 +119,7 @@ ALLOWED = {
     "sched_yield": "yielding the CPU to the host between runs",
     "sched_setscheduler": "this thread's own policy between runs (pid 0 only)",
     "prlimit64": "lowering its own limits (pid 0 only)",
-    "prctl": "naming its own threads (PR_SET_NAME and PR_GET_NAME only)",
+    "prctl": "naming its own threads, one more filter per thread (PR_SET_NAME, PR_GET_NAME, PR_SET_SECCOMP)",
     "fcntl": "reading descriptor flags (F_GETFD, F_GETFL, F_SETFD only)",
     "getrandom": "the interpreter's hash seed and Math.random",
 }
@@ -97,7 +129,7 @@ ALLOWED = {
 ARGUMENT_RULES = {
     "sched_setscheduler": (0, (0,)),
     "prlimit64": (0, (0,)),
-    "prctl": (0, (15, 16)),  # PR_SET_NAME, PR_GET_NAME
+    "prctl": (0, (15, 16, 22)),  # PR_SET_NAME, PR_GET_NAME, PR_SET_SECCOMP (a filter only adds refusals)
     "fcntl": (1, (1, 2, 3)),  # F_GETFD, F_SETFD, F_GETFL
 }
 
@@ -140,6 +172,7 @@ _EPERM = 1
 _ENOSYS = 38
 _CLONE_THREAD = 0x00010000
 _PR_SET_PDEATHSIG = 1
+_PR_GET_PDEATHSIG = 2
 _PR_CAPBSET_DROP = 24
 _PR_SET_NO_NEW_PRIVS = 38
 _PR_SET_SECCOMP = 22
@@ -195,12 +228,13 @@ def apply(
     gid: int = UNPRIVILEGED,
     namespaces: bool = True,
     root: Optional[str] = None,
-    pdeathsig: bool = False,
+    parent: Optional[int] = None,
 ) -> dict[str, Any]:
     """Apply every bound available here; a report of what was applied.
 
-    ``pdeathsig``: die with the parent (only for a parent with one thread:
-    the signal comes when the thread that started this process ends).
+    ``parent``: the pid of the parent to die with (only for a parent with one
+    thread: the signal comes when the thread that started this process
+    ends); if it is already gone, the process exits (status 0) here.
     ``uid``/``gid``: what a worker started as root drops to. ``namespaces``:
     try new namespaces; ``root``: an empty folder to ``chroot`` into (when
     a namespace or root privilege allows it)."""
@@ -220,8 +254,6 @@ def apply(
         return report
     linux = sys.platform.startswith("linux")
     libc = _libc() if linux else None
-    if libc is not None and pdeathsig:
-        report["pdeathsig"] = libc.prctl(_PR_SET_PDEATHSIG, 9, 0, 0, 0) == 0
     for name, value in (("RLIMIT_CORE", 0), ("RLIMIT_NOFILE", NOFILE)):
         try:
             resource.setrlimit(getattr(resource, name), (value, value))
@@ -232,6 +264,9 @@ def apply(
     _baseline_vm = _vm_size()
     if libc is None:
         return report
+    machine = os.uname().machine
+    if machine in _ARCHES and _NO_TASKS is None:
+        _make_no_tasks(machine)
     root_user = os.geteuid() == 0
     # (Read before the empty root hides /proc; a fork server read it once.)
     bounding = (_bounding_set() if _BOUNDING is None else _BOUNDING) if root_user else []
@@ -239,7 +274,8 @@ def apply(
         _isolate(libc, root, report)
     if root_user:
         _drop_privilege(libc, uid, gid, report, bounding)
-    machine = os.uname().machine
+    if parent is not None:  # after the last change of credentials, which clears it
+        report["pdeathsig"] = _die_with(libc, parent)
     if machine in _ARCHES:
         try:
             _install_seccomp(libc, machine)
@@ -248,6 +284,56 @@ def apply(
         except OSError as exc:
             report["seccomp_error"] = str(exc)
     return report
+
+
+def _die_with(libc: Any, parent: int) -> bool:
+    """``SIGKILL`` when ``parent`` ends; whether the kernel holds it (read
+    back). Exits at once if ``parent`` is gone already (its death, before the
+    signal was set, would never send it)."""
+    libc.prctl(_PR_SET_PDEATHSIG, 9, 0, 0, 0)
+    held = ctypes.c_int(0)
+    libc.prctl(_PR_GET_PDEATHSIG, ctypes.addressof(held), 0, 0, 0)
+    if os.getppid() != parent:
+        os._exit(0)
+    return held.value == 9
+
+
+def forbid_tasks() -> bool:
+    """Refuse every further ``clone`` and ``clone3`` of the calling thread
+    (``EPERM``) with a filter of its own, stacked on the allow list; whether
+    it is installed. Each thread of a worker calls it once both exist (see
+    the module docstring: the task bound)."""
+    if _NO_TASKS is None:  # (made by apply() or prepare(), before the filter refuses uname)
+        return False
+    # (No new privileges: inherited from the thread that installed the allow list.)
+    return bool(_libc().prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.addressof(_NO_TASKS[1]), 0, 0) == 0)
+
+
+#: The task bound's filter, ready to install: (its buffer, the ``sock_fprog``).
+_NO_TASKS: Any = None
+
+
+def _make_no_tasks(machine: str) -> None:
+    global _NO_TASKS
+    raw = _pack(no_tasks_program(machine))
+    buf = ctypes.create_string_buffer(raw, len(raw))
+    _NO_TASKS = (buf, _Fprog(len(raw) // 8, ctypes.addressof(buf)))
+
+
+def no_tasks_program(machine: str) -> list[tuple[int, int, int, int]]:
+    """The task bound's BPF program: ``clone`` and ``clone3`` fail with
+    ``EPERM``, everything else passes on to the allow list."""
+    audit_arch, table, _ = _ARCHES[machine]
+    return [
+        (_LD_W_ABS, 0, 0, _ARCH),
+        (_JEQ_K, 1, 0, audit_arch),
+        (_RET_K, 0, 0, _RET_KILL_PROCESS),
+        (_LD_W_ABS, 0, 0, _NR),
+        (_JEQ_K, 1, 0, table["clone"]),
+        (_JEQ_K, 0, 1, table["clone3"]),
+        (_RET_K, 0, 0, _RET_ERRNO | _EPERM),
+        (_RET_K, 0, 0, _RET_ALLOW),
+    ]
 
 
 def _vm_size() -> int:
@@ -429,6 +515,7 @@ def prepare() -> None:
     libc = _libc()
     machine = os.uname().machine
     if machine in _ARCHES:
+        _make_no_tasks(machine)
         one, two = filter_program(machine, 1), filter_program(machine, 2)
         _TEMPLATE = (machine, _pack(one), [i for i, (a, b) in enumerate(zip(one, two, strict=True)) if a != b])
         buf = ctypes.create_string_buffer(_TEMPLATE[1], len(_TEMPLATE[1]))

@@ -64,7 +64,17 @@ from ..errors import RunCodeError
 from ..result import RunError
 from ..scheduler import Ticket
 from . import Host, Limits, RuntimeOutcome, worker
-from .engine import CANCEL_POLL, CANCELLED, Finish, Stopped, clip, drive, memory_message, timeout_message
+from .engine import (
+    CANCEL_POLL,
+    CANCELLED,
+    CLOCK_MARK,
+    Finish,
+    Stopped,
+    clip,
+    drive,
+    memory_message,
+    timeout_message,
+)
 from .poolcore import FRESH, WAIT, Closed, PoolCore
 from .procio import Died, Expired, ForkServer, Garbled, NotStarted, StartTimeout, Worker, quickjs_origin
 from .wake import CPUS, SPIN, SPIN_BACKOFF, SPIN_BACKOFF_MAX, WakePolicy
@@ -92,6 +102,17 @@ _HAS_FORK_SERVER = sys.platform.startswith("linux") and hasattr(os, "pidfd_open"
 _BACKGROUND_SPARES = True
 #: Seconds the spares thread waits for more work before it exits.
 SPARES_LINGER = 1.0
+#: The most workers one fork server forks before it is replaced (its
+#: children share its address layout: see ``procio.ForkServer``). The cost,
+#: measured in ``benchmarks/bench_wall.py``: a new server every this many
+#: workers (about 40 ms of CPU, off the runs' path when spares are kept).
+SERVER_CHILDREN = 64
+#: The wall's parts added for issue 34 that cost something, each switchable
+#: off only so ``benchmarks/bench_wall.py`` can measure it against its
+#: absence in one process (read when a pool is made): the task bound (see
+#: ``oslimits``), a session per worker, and :data:`SERVER_CHILDREN` (0: a
+#: fork server for the pool's whole life).
+WALL: dict[str, Any] = {"task_bound": True, "own_session": True, "server_children": SERVER_CHILDREN}
 
 
 def default_size() -> int:
@@ -184,7 +205,14 @@ class WorkerPool:
         self.memory_headroom = memory_headroom
         self.start_timeout = float(start_timeout)
         self.python = python or sys.executable
-        self._options = {"uid": uid, "gid": gid, "namespaces": namespaces}
+        self._options = {
+            "uid": uid,
+            "gid": gid,
+            "namespaces": namespaces,
+            "task_bound": WALL["task_bound"],
+            "own_session": WALL["own_session"],
+        }
+        self._server_children = WALL["server_children"]
         self._reset()
         _POOLS.add(self)
 
@@ -196,7 +224,9 @@ class WorkerPool:
         self._core = PoolCore(self.size, self.spares, self.runs_per_worker)
         self._workers: dict[int, Worker] = {}  # wid -> process, for every started worker
         self._server: Optional[ForkServer] = None
+        self._retired: list[ForkServer] = []  # replaced fork servers, closed when their last child is gone
         self._server_lock = threading.Lock()  # held while the fork server starts
+        self._successor: Optional[threading.Thread] = None  # starting the next fork server (_server_lock)
         self._spare_thread: Optional[threading.Thread] = None
         self._dying: list[tuple[int, Worker]] = []  # killed fork server children, not yet gone
         self._reaping = 0  # taken from _dying by the spares thread, not yet gone
@@ -282,6 +312,7 @@ class WorkerPool:
             self._cond.notify_all()
             empty, self._empty_dir = self._empty_dir, None
             server, self._server = self._server, None
+            retired, self._retired = self._retired, []
             dying, self._dying = self._dying, []
         for _, w in dying:
             w.gone(0)
@@ -293,8 +324,9 @@ class WorkerPool:
                 w.terminate()
             else:
                 w.kill()
-        if server is not None:
-            server.close()
+        for old in [server, *retired]:
+            if old is not None:
+                old.close()
         if empty is not None and self._owner == os.getpid():
             shutil.rmtree(empty, ignore_errors=True)
 
@@ -519,30 +551,74 @@ class WorkerPool:
         return {**self._options, "root": cwd}
 
     def _fork_server(self) -> Optional[ForkServer]:
-        """The fork server (started on first need, restarted if it died), or
-        ``None`` for ``spawn``; also makes the workers' empty folder."""
-        with self._server_lock:
-            with self._lock:
-                if self._core.closed:
-                    raise RunCodeError("the worker pool is closed")
-                if self._empty_dir is None:
-                    self._empty_dir = tempfile.mkdtemp(prefix="nous-sched-cwd-")
-                    os.chmod(self._empty_dir, 0o755)  # a worker dropped to nobody may enter it
-                server, cwd = self._server, self._empty_dir
-            if self.start_method != "forkserver" or (server is not None and server.alive()):
-                return server
-            fresh = ForkServer(self.python, quickjs_origin(), cwd, self._options_for(cwd), self.start_timeout)
-            if not self._adopt(fresh):
-                fresh.close()
-                raise RunCodeError("the worker pool is closed")
-            return fresh
+        """The fork server, held for one spawn (:meth:`ForkServer.hold`), or
+        ``None`` for ``spawn``; started on first need, restarted if it died,
+        replaced once it has forked ``SERVER_CHILDREN`` workers (its
+        successor starts in the background a quarter of them before, so the
+        spawns go on meanwhile). Also makes the workers' empty folder."""
+        while True:
+            with self._server_lock:
+                with self._lock:
+                    if self._core.closed:
+                        raise RunCodeError("the worker pool is closed")
+                    if self._empty_dir is None:
+                        self._empty_dir = tempfile.mkdtemp(prefix="nous-sched-cwd-")
+                        os.chmod(self._empty_dir, 0o755)  # a worker dropped to nobody may enter it
+                    server, cwd = self._server, self._empty_dir
+                if self.start_method != "forkserver":
+                    return None
+                if server is not None and server.alive() and server.hold():
+                    if server.limit and server.spawned >= server.limit - server.limit // 4:
+                        self._start_successor()
+                    return server
+                successor = self._successor
+                if successor is None:
+                    fresh = self._new_server(cwd)
+                    if not fresh.hold() or not self._adopt(fresh):
+                        fresh.close()
+                        raise RunCodeError("the worker pool is closed")
+                    return fresh
+            successor.join(self.start_timeout + 5.0)  # (then it is adopted, or failed: look again)
+
+    def _new_server(self, cwd: str) -> ForkServer:
+        return ForkServer(
+            self.python, quickjs_origin(), cwd, self._options_for(cwd), self.start_timeout, self._server_children
+        )
+
+    def _start_successor(self) -> None:
+        """(``_server_lock`` held.) Start the current server's successor in the
+        background, once: a thread of its own starts it and adopts it."""
+        if self._successor is not None:
+            return
+        with self._lock:
+            cwd = self._empty_dir
+        assert cwd is not None
+
+        def replace() -> None:
+            try:
+                fresh: Optional[ForkServer] = self._new_server(cwd)
+            except Exception:  # (RunCodeError): the next spawn starts one itself, and says why
+                fresh = None
+            with self._server_lock:
+                self._successor = None
+                if fresh is not None and not self._adopt(fresh):
+                    fresh.close()
+
+        self._successor = threading.Thread(target=replace, name=f"nous-sched-forkserver-{id(self):x}", daemon=True)
+        self._successor.start()
 
     def _adopt(self, server: ForkServer) -> bool:
+        """Make ``server`` the one new workers are forked from; the one it
+        replaces is retired, and closes once its last child is gone."""
         with self._lock:
             if self._core.closed:
                 return False
-            self._server = server
-            return True
+            old, self._server = self._server, server
+            if old is not None:
+                self._retired = [s for s in self._retired if s.alive()] + [old]
+        if old is not None:
+            old.retire()
+        return True
 
     def _release(self, wid: int, domain: Any, reusable: bool) -> None:
         """A run is over on worker ``wid``: keep it (its domain's, idle) or kill it."""
@@ -667,8 +743,9 @@ class WorkerPool:
         # their pipes) without killing them. The child starts its own on demand.
         for w in list(self._workers.values()):
             w.forget()
-        if self._server is not None:
-            self._server.forget()
+        for server in [self._server, *self._retired]:
+            if server is not None:
+                server.forget()
         self._reset()
 
 
@@ -705,6 +782,9 @@ def layers_of(bounds: Optional[dict[str, Any]]) -> dict[str, Any]:
         "namespaces": tuple(bounds.get("namespaces") or ()),
         "empty_root": bool(bounds.get("empty_root")),
         "parent_death_signal": bool(bounds.get("pdeathsig")),
+        "task_bound": bool(bounds.get("task_bound")),
+        "own_session": bool(bounds.get("own_session")),
+        "cpu_share": "session" if bounds.get("own_session") and bounds.get("autogroup") else "one thread",
         "address_space_limit": "RLIMIT_NOFILE" in bounds.get("rlimits", {}),
         "wall_clock_stop": bool(bounds.get("wall_clock_stop")),
     }
@@ -765,12 +845,29 @@ def _outcome(finish: Finish) -> RuntimeOutcome:
     return RuntimeOutcome(finish.logs, result=finish.result, error=error)
 
 
+#: What a durable run's envelope may carry beside what :func:`max_frame`
+#: counts: the clock values it read (``Date.now()``, ``Math.random()``), each
+#: at most about 25 bytes of JSON, of which a durable run may read 100,000.
+CLOCK_ALLOWANCE = 4 * _MIB
+#: What one call costs an envelope beside its arguments: its id, its name (the
+#: prelude cuts it at 1024 characters, each escaped in at most 6 bytes), its
+#: call site (a durable run's), the brackets and commas.
+_PER_CALL = 6 * 1024 + 64
+
+
 def max_frame(limits: Limits) -> int:
-    """The largest frame a worker may send for a run with ``limits``: what may
-    legitimately cross (the logs, escaped at most 6 bytes a character, the
-    result, every call's arguments, escaped once more), never more than the
-    engine's heap could hold as UTF-8 (twice its size), plus 1 MiB of envelope."""
-    crossing = 6 * (limits.max_log_bytes + limits.max_output_bytes + limits.max_calls * limits.max_args_bytes)
+    """The largest frame a worker may send for a run with ``limits``: what the
+    run's limits let cross (see ``prelude.js``), never more than the engine's
+    heap could hold as UTF-8 (twice its size), plus 1 MiB of envelope (error
+    messages, a durable run's clock values). What crosses: the logs (each
+    character escaped in at most 6 bytes, each line's quotes and comma), the
+    result (sent as it is, at most 3 bytes a character), and at most
+    ``max_calls`` + 1 calls (the prelude refuses the rest) whose arguments
+    together are at most ``max_total_args_bytes`` characters (3 bytes each).
+    A frame over it is refused at its header, before its body is read."""
+    logs = 6 * limits.max_log_bytes + 3 * limits.max_log_lines
+    calls = 3 * limits.max_total_args_bytes + (limits.max_calls + 1) * _PER_CALL
+    crossing = logs + 3 * limits.max_output_bytes + calls
     return min(crossing, 2 * limits.memory_bytes) + _MIB
 
 
@@ -975,7 +1072,8 @@ class _Remote:
         self.cancel = cancel
         self.reusable = True
         self.unsent = False  # the run frame could not be sent by the kill deadline
-        self.max_frame = max_frame(limits)
+        # A durable run's envelopes also carry the clock values it read (its host bounds their number).
+        self.max_frame = max_frame(limits) + (CLOCK_ALLOWANCE if program.startswith(CLOCK_MARK) else 0)
         self.relay = _Relay(self)
 
     def send_run(self) -> None:

@@ -133,6 +133,12 @@
   let MAX_OUTPUT_UNITS = 0;
   let MAX_ARGS_UNITS = 0;
   let MAX_LOG_LINES = 0;
+  let MAX_CALLS = 0;
+  let MAX_TOTAL_ARGS_UNITS = 0;
+  // What the calls sent so far carry: no more crosses than the run's limits
+  // let through, so the host bounds every envelope by them (see call()).
+  let callsSent = 0;
+  let argsUnitsSent = 0;
   // A message longer than this is cut here, before it crosses; the host clips it further.
   const MAX_MESSAGE_UNITS = 8000;
   const MAX_NAME_UNITS = 1024;
@@ -242,6 +248,23 @@
       const message = "arguments are " + json.length + " characters of JSON, over the run's limit of " + MAX_ARGS_UNITS;
       return apply(promiseReject, PromiseCtor, [failedCall(label, message, sites)]);
     }
+    // Past the call budget the host refuses every call (the first past it
+    // with an audit event): the calls after that one are refused here, with
+    // the host's words, and never cross.
+    if (callsSent > MAX_CALLS) {
+      const message = "the run has made its " + MAX_CALLS + " tool calls, the most one run may make (Limits.max_calls)";
+      return apply(promiseReject, PromiseCtor, [failedCall(name === null ? "sdk" : label, message, sites)]);
+    }
+    const units = json === undefined ? 4 : json.length;
+    if (argsUnitsSent + units > MAX_TOTAL_ARGS_UNITS) {
+      // Every call sent counts here, refused ones too (the host counts the
+      // UTF-8 bytes of those it admits, never fewer than these characters).
+      const message =
+        "the run's tool calls have sent " + argsUnitsSent + " characters of arguments in all, the most one run may send (Limits.max_total_args_bytes)";
+      return apply(promiseReject, PromiseCtor, [failedCall(name === null ? "sdk" : label, message, sites)]);
+    }
+    callsSent++;
+    argsUnitsSent += units;
     const id = ++nextId;
     // A name longer than any the host accepts (gate.MAX_NAME_CHARS) crosses
     // cut, still too long: the host refuses it without the whole of it.
@@ -527,7 +550,8 @@
   });
   freeze(sdkObject);
 
-  // namesJson: a JSON array of tool names; limitsJson: [log, output, args] units, then log lines;
+  // namesJson: a JSON array of tool names; limitsJson: [log, output, args] units, then log lines,
+  // calls and the run's total argument units;
   // offset: the lines of the wrapper's header before the program's first line.
   function configure(namesJson, limitsJson, offset) {
     if (configured) return;
@@ -538,6 +562,8 @@
     MAX_OUTPUT_UNITS = limits[1];
     MAX_ARGS_UNITS = limits[2];
     MAX_LOG_LINES = limits[3];
+    MAX_CALLS = limits[4];
+    MAX_TOTAL_ARGS_UNITS = limits[5];
     if (typeof offset === "number") LINE_OFFSET = offset;
     for (let i = 0; i < names.length; i++) {
       defineProperty(declared, names[i], { value: makeTool(names[i]), enumerable: true });

@@ -102,11 +102,33 @@ class ForkServer:
 
     ``spawn`` is serialised by a lock; the same lock guards reading the
     socket, where the server's ``W`` reports of exited children arrive
-    between answers and are kept in ``statuses`` (the most recent ones)."""
+    between answers and are kept in ``statuses`` (the most recent ones).
 
-    def __init__(self, python: str, quickjs_path: str, cwd: str, options: dict[str, Any], timeout: float) -> None:
+    **A bounded life.** A fork server's children share its address layout
+    (the kernel randomises it at ``execve`` only), so an address one run
+    leaks holds for every child of the same server. After ``children``
+    children a server is *retired* (:meth:`retire`, or its last spawn):
+    :attr:`retired` turns true, the pool forks the next worker from a new
+    one, and this one is closed as soon as no child of it and no
+    :meth:`hold` on it is left (its children die with it). One leak then
+    tells about at most ``children`` workers."""
+
+    def __init__(
+        self,
+        python: str,
+        quickjs_path: str,
+        cwd: str,
+        options: dict[str, Any],
+        timeout: float,
+        children: int = 0,
+    ) -> None:
         self._lock = threading.Lock()
         self.statuses: dict[int, int] = {}
+        self.limit = children  # 0: no limit
+        self.spawned = 0
+        self.retired = False
+        self._held = 0  # handed out by hold(), or a child's, not yet released
+        self._closed = False
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         argv = [python, "-I", "-S", "-B", WORKER_SCRIPT, "--fork-server", quickjs_path, json.dumps(options)]
         try:
@@ -158,6 +180,34 @@ class ForkServer:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
+    def hold(self) -> bool:
+        """Keep this server open until :meth:`release` (a worker about to be
+        spawned from it; its child, once spawned); false if it is retired or
+        closed, so another must be used."""
+        with self._lock:
+            if self.retired or self._closed:
+                return False
+            self._held += 1
+            return True
+
+    def retire(self) -> None:
+        """Fork no more (another server has taken over); closed at once if
+        nothing holds it, else when the last :meth:`release` comes."""
+        with self._lock:
+            self.retired = True
+            done = self._held <= 0 and not self._closed
+        if done:
+            self.close()
+
+    def release(self) -> None:
+        """A :meth:`hold` is over (the child is gone, or was never made); a
+        retired server with none left is closed."""
+        with self._lock:
+            self._held -= 1
+            done = self.retired and self._held <= 0 and not self._closed
+        if done:
+            self.close()
+
     def spawn(self, name: str, fds: tuple[int, int, int], background: bool = False) -> tuple[int, int]:
         """A fresh child serving ``fds``; its ``(pid, pidfd)``. ``background``:
         it boots at the lowest priority (see ``worker._boot_policy``). The answer
@@ -165,6 +215,9 @@ class ForkServer:
         recognised as stale, and that child killed."""
         request = name.encode("ascii") + (b" " + worker.BACKGROUND if background else b"")
         with self._lock:
+            self.spawned += 1
+            if self.limit and self.spawned >= self.limit:
+                self.retired = True
             socket.send_fds(self.sock, [request], list(fds))
             while True:
                 msg, got, _, _ = socket.recv_fds(self.sock, 256, 1)
@@ -208,6 +261,8 @@ class ForkServer:
         self.sock.close()
 
     def close(self) -> None:
+        with self._lock:
+            self._closed = self.retired = True
         try:
             self.sock.close()
         except OSError:
@@ -269,10 +324,15 @@ class ForkedProc:
         self.close()
         return self.returncode
 
-    def close(self) -> None:
+    def close(self, release: bool = True) -> None:
+        """Close the pidfd (the process is gone, or no longer ours) and, the
+        first time, give back its hold on the server (``release``: false in a
+        forked copy of the host, which must leave the server alone)."""
         fd, self.pidfd = self.pidfd, -1
         if fd >= 0:
             os.close(fd)
+            if release:
+                self.server.release()
 
 
 def _poll_seconds(until: float, cancel: Any) -> float:
@@ -306,8 +366,11 @@ class Worker:
         background: bool = False,
     ) -> None:
         """Start the process (``background``: a spare, booting at the lowest
-        priority until it is ready); :meth:`hello` says when it is."""
+        priority until it is ready); :meth:`hello` says when it is. A
+        ``server`` must be held (:meth:`ForkServer.hold`): the child takes
+        the hold over, or it is released here if there is none."""
         self.name = name
+        self._server = server
         self.runs = 0
         self.domain: Any = None  # the trust domain it has served, if any
         self.cap: Optional[int] = None  # RLIMIT_AS, set by the worker's first run
@@ -351,6 +414,8 @@ class Worker:
         if isinstance(proc, ForkedProc):
             proc.kill()
             proc.close()
+        elif proc is None and self._server is not None:
+            self._server.release()  # the caller's hold, which no child took
         elif proc is not None:
             proc.kill()
             proc.wait()
@@ -366,6 +431,7 @@ class Worker:
         life: int,
     ) -> Any:
         if server is not None:
+            # (The caller's hold on the server passes to the child.)
             try:
                 pid, pidfd = server.spawn(self.name, (fd_in, fd_out, life), options["background"])
             except OSError as exc:
@@ -612,7 +678,7 @@ class Worker:
         """In a forked child: drop this (the parent's) worker without touching it."""
         self._close_fds()
         if isinstance(self.proc, ForkedProc):
-            self.proc.close()
+            self.proc.close(release=False)
 
     def _close_fds(self) -> None:
         for name in ("fd_in", "fd_out", "lifeline"):

@@ -7,8 +7,10 @@ The host (:mod:`nous_sched.runtime.pool`) starts it as::
 It imports only the standard library, the C module ``_quickjs`` (by file
 path) and ``engine.py`` and ``oslimits.py`` (by file path, beside this file),
 never the ``nous_sched`` package. It applies its OS bounds
-(:func:`oslimits.apply`), prepares its first run's context, says hello (so a
-worker that has said hello is ready), and serves frames on standard input and
+(:func:`oslimits.apply`), starts its second thread, after which neither of
+its two threads can start another task (:func:`oslimits.forbid_tasks`),
+prepares its first run's context, says hello (so a worker that has said
+hello is ready, and bounded), and serves frames on standard input and
 output from one thread whose stack is sized for the largest
 ``Limits.stack_bytes`` plus a margin, so runaway recursion always stops at the
 engine's own stack limit.
@@ -83,6 +85,8 @@ LIMIT_FIELDS = (
     "max_output_bytes",
     "max_args_bytes",
     "max_log_lines",
+    "max_calls",
+    "max_total_args_bytes",
 )
 #: The largest ``Limits.stack_bytes`` (nous_sched.Limits refuses more).
 MAX_STACK_BYTES = 4 * 1024 * 1024
@@ -650,20 +654,31 @@ def _become_worker(
         _reseed(prepared, options["seed_at"])
     # (A fork server verified the layout once for all its children.)
     watchdog = _Watchdog(lifeline, _budget_offset(quickjs) if offset is False else offset)
+    own_session = os.getsid(0) == os.getpid()  # (before the filter, which refuses getsid)
+    autogroup = options["autogroup"] if "autogroup" in options else _autogroup()
     bounds = oslimits.apply(
         uid=options.get("uid", oslimits.UNPRIVILEGED),
         gid=options.get("gid", oslimits.UNPRIVILEGED),
         namespaces=options.get("namespaces", True),
         root=options.get("root"),
-        pdeathsig=options.get("pdeathsig", False),
+        parent=options.get("parent"),
     )
     bounds["wall_clock_stop"] = watchdog._offset is not None
+    bounds["own_session"] = own_session
+    bounds["autogroup"] = autogroup
+    tasks = options.get("task_bound", True)
+    # Released once the main thread can make no more tasks: no program runs before.
+    main_bound = _thread.allocate_lock()
+    main_bound.acquire()
 
     def run() -> None:
+        own = oslimits.forbid_tasks() if tasks else False
         _set_thread_name("nous-js-" + name.rsplit("-", 1)[-1], libc)
         # The deadline signal is for the main thread: only there does it
         # interrupt the blocking read that lets its handler run.
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1, signal.SIGUSR2})
+        main_bound.acquire()
+        bounds["task_bound"] = own and bounds.pop("main_task_bound", False)
         try:
             # The first run's context first: a worker that has said hello is
             # ready, and a pool hands out only ready spares (so a run never
@@ -696,6 +711,8 @@ def _become_worker(
     # faults) more than the thread does; nothing here joins or lists it.
     _thread.stack_size(JS_STACK)
     _thread.start_new_thread(run, ())
+    bounds["main_task_bound"] = oslimits.forbid_tasks() if tasks else False
+    main_bound.release()
     try:
         watchdog.watch()
     finally:
@@ -730,6 +747,8 @@ def _fork_server(sock_fd: int, modules: tuple[Any, Any, Any], options: dict[str,
     import socket
 
     offset, seed_at, prepared = _prepare_server(modules)
+    server = os.getpid()
+    options = {**options, "autogroup": _autogroup()}  # (read once for every child)
     # A spare is forked at the boot's policy and born with it (the fork's own
     # work, the copy of this process's page tables, included): see _boot_policy.
     boot = _boot_policy()
@@ -771,7 +790,7 @@ def _fork_server(sock_fd: int, modules: tuple[Any, Any, Any], options: dict[str,
                 fds,
                 (sock_fd, wake_r, wake_w),
                 modules,
-                {**options, "offset": offset, "pdeathsig": True, "background": BACKGROUND in flags, "seed_at": seed_at},
+                {**options, "offset": offset, "parent": server, "background": BACKGROUND in flags, "seed_at": seed_at},
                 prepared,
             )
         if background:
@@ -783,6 +802,18 @@ def _fork_server(sock_fd: int, modules: tuple[Any, Any, Any], options: dict[str,
             socket.send_fds(sock, [b"P %d %s" % (pid, msg)], [pidfd])
         finally:
             os.close(pidfd)
+
+
+def _autogroup() -> bool:
+    """Whether the kernel groups tasks by session for the CPU (``sched_autogroup``)."""
+    try:
+        fd = os.open("/proc/sys/kernel/sched_autogroup_enabled", os.O_RDONLY)
+        try:
+            return os.read(fd, 8).strip() == b"1"
+        finally:
+            os.close(fd)
+    except OSError:
+        return False
 
 
 def _prepare_server(modules: tuple[Any, Any, Any]) -> tuple[Any, Any, Any]:
@@ -837,7 +868,13 @@ def _child(
     os.dup2(fds[1], 1)
     os.dup2(fds[2], 3)
     os.closerange(4, 1 << 16)
-    os.setpgid(0, 0)  # a process group of its own, killed as a group
+    # A session of its own (so a process group of its own, killed as a group):
+    # where the kernel groups tasks by session (autogroup), this worker gets
+    # one share of the CPU, whatever it runs (see oslimits: the task bound).
+    if options.get("own_session", True):
+        os.setsid()
+    else:
+        os.setpgid(0, 0)
     try:
         _become_worker(name, 3, modules, options, options["offset"], prepared)
     finally:
