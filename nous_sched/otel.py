@@ -416,6 +416,8 @@ class _Auto:
         return _traced_run(_tracer(None), options, go)
 
     def call(self, tool: str, call_id: str, go: Callable[[], Any]) -> Any:
+        if getattr(trace.get_current_span(), "name", None) == TOOL_SPAN_PREFIX + tool:
+            return go()  # the framework made this call's tool span already (pydantic-ai's, say)
         attributes = {
             ATTR_GEN_AI_OPERATION: EXECUTE_TOOL,
             ATTR_GEN_AI_TOOL_NAME: tool,

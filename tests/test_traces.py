@@ -184,7 +184,10 @@ def test_serve_mcp_runs_nest_under_the_clients_span_across_the_protocol(global_s
     spans = global_spans.get_finished_spans()
     (run_span,) = named(spans, "nous_sched.run_code")
     above = ancestors(run_span, spans)
-    assert above[0] == "tools/call run_code" and above[-1] == "agent", above
+    assert above and above[0] == "tools/call run_code" and above[-1] == "agent", (
+        above,
+        [(x.name, x.parent) for x in spans],
+    )
     calls = sorted(
         (s for s in spans if s.parent is not None and s.parent.span_id == run_span.context.span_id),
         key=lambda s: s.attributes["nous_sched.seq"],

@@ -1,0 +1,230 @@
+"""One switch turns an agent's own tools into Code Mode, in each framework, run for real with a scripted model.
+
+Each agent has a tool that reads its run's context (per-run deps), the tools
+of a real MCP server (tests/mcp_servers/lab.py, a subprocess) through the
+framework's own MCP support, and a tool its owner gated behind approval. One
+line switches it to Code Mode; the scripted model then sees only
+``run_code``, writes a program that fans out over all of them (two MCP
+``meet`` calls that only return together prove the fan-out), the gated tool
+asks the approval handler, and the model reads the program's answer. Traces:
+the framework's agent span, the ``run_code`` span under it, one
+``execute_tool`` span per nested call under that.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import otel_global
+import pytest
+from otel_global import ancestors, named
+
+from nous_sched import ApprovalRequest, ConfigError, SessionLog
+
+LAB = Path(__file__).parent / "mcp_servers" / "lab.py"
+WAIT = 60.0
+ORDERS = {"ada": ["A-1", "A-2"], "bob": ["B-7"]}
+
+PROGRAM = """
+const [mine, a, b, entry] = await Promise.all([
+  tools.my_orders({ status: "open" }),
+  tools.meet({ group: "fan", n: 2, key: "a" }),
+  tools.meet({ group: "fan", n: 2, key: "b" }),
+  tools.lookup({ key: "k1" }),
+]);
+const cancelled = await tools.cancel_order({ order_id: mine[0] });
+return { mine, met: [a.met, b.met], entry: entry.value, cancelled };
+"""
+
+
+def expected(user):
+    first = ORDERS[user][0]
+    return {"mine": ORDERS[user], "met": [True, True], "entry": 2, "cancelled": f"cancelled {first} for {user}"}
+
+
+@dataclass
+class Deps:
+    user: str
+
+
+class Asked:
+    """An approval handler that approves, remembering what it was asked."""
+
+    def __init__(self):
+        self.requests: list[ApprovalRequest] = []
+        self.lock = threading.Lock()
+
+    def __call__(self, request):
+        with self.lock:
+            self.requests.append(request)
+        return True
+
+
+def answer_of(text):
+    """The program's result out of run_code's JSON answer."""
+    return json.loads(text)["result"]
+
+
+# -- pydantic-ai -------------------------------------------------------------------------------------
+
+from pydantic_ai import Agent, RunContext  # noqa: E402
+from pydantic_ai.mcp import MCPToolset  # noqa: E402
+from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart, ToolReturnPart  # noqa: E402
+from pydantic_ai.models.function import AgentInfo, FunctionModel  # noqa: E402
+
+from nous_sched.integrations.pydantic_ai import CodeMode, CodeModeToolset  # noqa: E402
+
+
+def pydantic_ai_model(seen):
+    def respond(messages, info: AgentInfo):
+        returns = [p for m in messages for p in getattr(m, "parts", []) if isinstance(p, ToolReturnPart)]
+        if not returns:
+            seen["offered"] = [t.name for t in info.function_tools]
+            seen["description"] = info.function_tools[0].description
+            return ModelResponse(
+                parts=[ToolCallPart("run_code", {"code": PROGRAM, "description": "open orders, cancel the first"})]
+            )
+        seen["answer"] = returns[-1].content
+        return ModelResponse(parts=[TextPart("done")])
+
+    return FunctionModel(respond)
+
+
+def pydantic_ai_agent(seen, **code_mode):
+    """The agent as its owner wrote it, plus the one line (capabilities=[CodeMode(...)])."""
+    agent = Agent(
+        pydantic_ai_model(seen),
+        deps_type=Deps,
+        toolsets=[MCPToolset(LAB, id="lab", init_timeout=WAIT, read_timeout=WAIT)],
+        capabilities=[CodeMode(**code_mode)],
+    )
+
+    @agent.tool
+    async def my_orders(ctx: RunContext[Deps], status: str) -> list[str]:
+        """The current user's orders with this status."""
+        assert ctx.tool_name == "my_orders" and ctx.tool_call_id  # the nested call's own
+        return ORDERS[ctx.deps.user]
+
+    @agent.tool(requires_approval=True)
+    def cancel_order(ctx: RunContext[Deps], order_id: str) -> str:
+        """Cancel an order."""
+        assert ctx.tool_call_approved
+        return f"cancelled {order_id} for {ctx.deps.user}"
+
+    return agent
+
+
+def test_pydantic_ai_agent_switched_to_code_mode_in_one_line():
+    asked = Asked()
+    log = SessionLog()
+    seen = {}
+    agent = pydantic_ai_agent(seen, approval_handler=asked, session_log=log, timeout=WAIT)
+
+    async def go():
+        async with agent:
+            first = await agent.run("cancel my first open order", deps=Deps("ada"))
+            second = await agent.run("cancel my first open order", deps=Deps("bob"))
+        return first, second
+
+    first, second = asyncio.run(go())
+    assert first.output == second.output == "done"
+    assert seen["offered"] == ["run_code"]  # the model sees run_code in place of the tools
+    for name in ("my_orders", "cancel_order", "meet", "lookup"):
+        assert f'"{name}"(' in seen["description"]  # the tools, declared in run_code's SDK
+    assert answer_of(seen["answer"]) == expected("bob")  # the last run's deps reached the tool
+    # The gated tool asked on every call, with its real arguments, once per run.
+    assert [(r.tool, r.arguments) for r in asked.requests] == [
+        ("cancel_order", {"order_id": "A-1"}),
+        ("cancel_order", {"order_id": "B-7"}),
+    ]
+    # The audit: every nested call of both runs.
+    calls = [e for e in log.events if e.type == "tool_call"]
+    assert sorted(e.data["name"] for e in calls) == sorted(
+        ["run_code", "my_orders", "meet", "meet", "lookup", "cancel_order"] * 2
+    )
+
+
+def test_pydantic_ai_code_mode_toolset_over_chosen_toolsets_and_mcp_read_only_rule():
+    from pydantic_ai.toolsets import FunctionToolset
+
+    def shout(text: str) -> str:
+        return text.upper()
+
+    seen = {}
+    program = 'return [await tools.shout({ text: "hi" }), (await tools.lookup({ key: "abc" })).value];'
+
+    def respond(messages, info):
+        returns = [p for m in messages for p in getattr(m, "parts", []) if isinstance(p, ToolReturnPart)]
+        if not returns:
+            return ModelResponse(parts=[ToolCallPart("run_code", {"code": program, "description": "shout"})])
+        seen["answer"] = returns[-1].content
+        return ModelResponse(parts=[TextPart("ok")])
+
+    toolset = CodeModeToolset(
+        FunctionToolset([shout]), MCPToolset(LAB, id="lab", init_timeout=WAIT, read_timeout=WAIT), timeout=WAIT
+    )
+    agent = Agent(FunctionModel(respond), toolsets=[toolset])
+
+    async def go():
+        async with agent:
+            assert (await agent.run("go")).output == "ok"
+            from pydantic_ai.models.test import TestModel
+            from pydantic_ai.usage import RunUsage
+
+            ctx = RunContext(deps=None, model=TestModel(), usage=RunUsage())
+            return {t.name: t.concurrency_safe is not None for t in await toolset.nested_tools(ctx)}
+
+    safe = asyncio.run(go())
+    assert answer_of(seen["answer"]) == ["HI", 3]
+    # MCP tools run beside others only when the server says read-only; function tools as pydantic-ai runs them.
+    assert safe["lookup"] is True and safe["put"] is False and safe["plain"] is False
+    assert safe["shout"] is True
+
+
+def test_pydantic_ai_code_mode_refuses_bad_options_where_the_agent_is_built():
+    with pytest.raises(ConfigError, match="CodeModeToolset: .*timeout"):
+        CodeModeToolset(timeout=-1)
+    with pytest.raises(ConfigError, match="expected pydantic-ai toolsets"):
+        CodeModeToolset(object())
+    with pytest.raises(ConfigError, match="deps"):
+        CodeMode(deps=1)
+    with pytest.raises(ConfigError, match="requires_approval"):
+        CodeModeToolset(requires_approval={"x": "yes"})
+
+
+def test_pydantic_ai_traces_nest_under_the_agent_span():
+    spans = otel_global.global_spans()
+    exporter = next(spans)
+    try:
+        from opentelemetry import trace
+
+        seen = {}
+        agent = pydantic_ai_agent(seen, approval_handler=Asked(), timeout=WAIT)
+        agent.instrument = True  # pydantic-ai's own OpenTelemetry spans, on the global provider
+        with trace.get_tracer("test").start_as_current_span("request"):
+            assert agent.run_sync("go", deps=Deps("ada")).output == "done"
+        assert answer_of(seen["answer"]) == expected("ada")
+        finished = exporter.get_finished_spans()
+    finally:
+        spans.close()
+    (run_span,) = named(finished, "nous_sched.run_code")
+    above = ancestors(run_span, finished)
+    # pydantic-ai's own spans: the agent run, its tool call (nous_sched adds no second one for it).
+    assert above == ["execute_tool run_code", "invoke_agent agent", "request"]
+    nested = [s for s in finished if s.parent is not None and s.parent.span_id == run_span.context.span_id]
+    assert sorted(s.attributes["gen_ai.tool.name"] for s in nested) == sorted(
+        ["my_orders", "meet", "meet", "lookup", "cancel_order"]
+    )
+    for span in nested:
+        assert span.name == "execute_tool " + span.attributes["gen_ai.tool.name"]
+        assert span.attributes["gen_ai.operation.name"] == "execute_tool"
+        assert span.attributes["gen_ai.tool.call.id"].startswith(run_span.attributes["nous_sched.call_id"] + ":code:")
+    (cancel,) = [s for s in nested if s.attributes["gen_ai.tool.name"] == "cancel_order"]
+    assert cancel.attributes["nous_sched.approved"] is True
+    assert {s.attributes["nous_sched.mode"] for s in nested if s.attributes["gen_ai.tool.name"] == "meet"} == {
+        "parallel"
+    }
