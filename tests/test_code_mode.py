@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import otel_global
 import pytest
@@ -228,3 +230,267 @@ def test_pydantic_ai_traces_nest_under_the_agent_span():
     assert {s.attributes["nous_sched.mode"] for s in nested if s.attributes["gen_ai.tool.name"] == "meet"} == {
         "parallel"
     }
+
+
+# -- OpenAI Agents SDK -------------------------------------------------------------------------------
+
+import agents  # noqa: E402
+from agents.items import ModelResponse as AgentsResponse  # noqa: E402
+from agents.mcp import MCPServerStdio  # noqa: E402
+from agents.models.interface import Model  # noqa: E402
+from agents.usage import Usage  # noqa: E402
+from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText  # noqa: E402
+
+from nous_sched.integrations.openai_agents import code_mode  # noqa: E402
+
+
+class ScriptedAgentsModel(Model):
+    """The Agents SDK's model seam: one run_code call with PROGRAM, then a final message."""
+
+    def __init__(self, seen):
+        self.seen = seen
+
+    async def get_response(self, system_instructions, input, model_settings, tools, *args, **kwargs):
+        outputs = [i["output"] for i in input if isinstance(i, dict) and i.get("type") == "function_call_output"]
+        if not outputs:
+            self.seen["offered"] = [t.name for t in tools]
+            self.seen["description"] = tools[-1].description
+            arguments = json.dumps({"code": PROGRAM, "description": "open orders, cancel the first"})
+            call = ResponseFunctionToolCall(
+                type="function_call", call_id="call_1", name="run_code", arguments=arguments, id="fc_1"
+            )
+            return AgentsResponse(output=[call], usage=Usage(), response_id=None)
+        self.seen["answer"] = outputs[-1]
+        text = ResponseOutputText(type="output_text", text="done", annotations=[])
+        message = ResponseOutputMessage(type="message", id="msg", role="assistant", status="completed", content=[text])
+        return AgentsResponse(output=[message], usage=Usage(), response_id=None)
+
+    def stream_response(self, *args, **kwargs):
+        raise NotImplementedError
+
+
+@agents.function_tool
+def my_orders(ctx: agents.RunContextWrapper[Deps], status: str) -> list[str]:
+    """The current user's orders with this status."""
+    return ORDERS[ctx.context.user]
+
+
+@agents.function_tool(needs_approval=True)
+def cancel_order(ctx: agents.RunContextWrapper[Deps], order_id: str) -> str:
+    """Cancel an order."""
+    return f"cancelled {order_id} for {ctx.context.user}"
+
+
+def lab_server():
+    params = {"command": sys.executable, "args": [str(LAB)]}
+    return MCPServerStdio(params, cache_tools_list=True, client_session_timeout_seconds=WAIT)
+
+
+def test_openai_agents_agent_switched_to_code_mode_in_one_line():
+    asked = Asked()
+    seen = {}
+
+    async def go():
+        async with lab_server() as lab:
+            agent = agents.Agent(
+                name="orders",
+                model=ScriptedAgentsModel(seen),
+                tools=[my_orders, cancel_order],
+                mcp_servers=[lab],
+            )
+            agent = code_mode(agent, approval_handler=asked, timeout=WAIT)  # the one line
+            first = await agents.Runner.run(agent, "cancel my first open order", context=Deps("ada"))
+            first_answer = seen["answer"]
+            second = await agents.Runner.run(agent, "cancel my first open order", context=Deps("bob"))
+            return first, first_answer, second
+
+    first, first_answer, second = asyncio.run(go())
+    assert first.final_output == second.final_output == "done"
+    assert seen["offered"] == ["run_code"]
+    for name in ("my_orders", "cancel_order", "meet", "lookup"):
+        assert f'"{name}"(' in seen["description"]
+    assert answer_of(first_answer) == expected("ada")  # each run's own context reached the tool
+    assert answer_of(seen["answer"]) == expected("bob")
+    assert [(r.tool, r.arguments) for r in asked.requests] == [
+        ("cancel_order", {"order_id": "A-1"}),
+        ("cancel_order", {"order_id": "B-7"}),
+    ]
+
+
+def test_openai_agents_code_mode_refuses_what_it_cannot_honour():
+    with pytest.raises(ConfigError, match="expected an agents.Agent"):
+        code_mode(object())
+    with pytest.raises(ConfigError, match="code_mode: .*max_parallel"):
+        code_mode(agents.Agent(name="a"), max_parallel=0)
+
+    def guard(ctx, agent, data):
+        return agents.ToolGuardrailFunctionOutput.allow()
+
+    guarded = agents.function_tool(lambda x: x, name_override="guarded")
+    guarded.tool_input_guardrails = [agents.tool_input_guardrail(guard)]
+    with pytest.raises(ConfigError, match="guardrails"):
+        code_mode(agents.Agent(name="a", tools=[guarded]))
+
+
+# -- LangChain create_agent ----------------------------------------------------------------------------
+
+from langchain.agents import create_agent  # noqa: E402
+from langchain.agents.middleware import HumanInTheLoopMiddleware  # noqa: E402
+from langchain.tools import ToolRuntime  # noqa: E402
+from langchain_core.language_models.chat_models import BaseChatModel  # noqa: E402
+from langchain_core.messages import AIMessage, ToolMessage  # noqa: E402
+from langchain_core.outputs import ChatGeneration, ChatResult  # noqa: E402
+from langchain_core.tools import tool as langchain_tool  # noqa: E402
+from mcp_servers import stdio_command  # noqa: E402
+
+from nous_sched.integrations import to_langchain  # noqa: E402
+from nous_sched.integrations.langchain import CodeModeMiddleware  # noqa: E402
+from nous_sched.mcp import ServerSpec, connect  # noqa: E402
+
+
+class ScriptedChatModel(BaseChatModel):
+    """One run_code call with PROGRAM, then "done"; remembers the tools it was offered and what it read."""
+
+    seen: Any = None  # the test's own dict (a `dict` field would be copied)
+
+    @property
+    def _llm_type(self) -> str:
+        return "scripted"
+
+    def bind_tools(self, tools, **kwargs):
+        self.seen["offered"] = [t.name for t in tools]
+        self.seen["description"] = tools[-1].description
+        return self
+
+    def _generate(self, messages, stop=None, run_manager=None, **kwargs):
+        answers = [m for m in messages if isinstance(m, ToolMessage)]
+        if not answers:
+            args = {"code": PROGRAM, "description": "open orders, cancel the first"}
+            call = {"name": "run_code", "args": args, "id": "call_1", "type": "tool_call"}
+            return ChatResult(generations=[ChatGeneration(message=AIMessage(content="", tool_calls=[call]))])
+        self.seen["answer"] = answers[-1].content
+        return ChatResult(generations=[ChatGeneration(message=AIMessage(content="done"))])
+
+
+@langchain_tool("my_orders")
+def lc_my_orders(status: str, runtime: ToolRuntime[Deps]) -> list[str]:
+    """The current user's orders with this status."""
+    assert runtime.tool_call_id and runtime.tool_call_id != "call_1"  # the nested call's own id
+    return ORDERS[runtime.context.user]
+
+
+@langchain_tool("cancel_order")
+def lc_cancel_order(order_id: str, runtime: ToolRuntime[Deps]) -> str:
+    """Cancel an order."""
+    return f"cancelled {order_id} for {runtime.context.user}"
+
+
+def mcp_as_langchain(conn):
+    """The lab server's tools as LangChain tools, their MCP read-only hint in metadata
+    (as langchain-mcp-adapters copies a tool's annotations)."""
+    tools = []
+    for tool in conn.tools():
+        lc = to_langchain(tool)
+        lc.metadata = {"readOnlyHint": conn.flags()[tool.name].parallel}
+        tools.append(lc)
+    return tools
+
+
+def langchain_agent(seen, conn, **options):
+    hitl = HumanInTheLoopMiddleware(interrupt_on={"cancel_order": True})
+    return create_agent(
+        ScriptedChatModel(seen=seen),
+        [lc_my_orders, lc_cancel_order, *mcp_as_langchain(conn)],
+        context_schema=Deps,
+        middleware=[CodeModeMiddleware(interrupt_on=hitl, **options)],  # the one line
+    )
+
+
+@pytest.mark.parametrize("door", ["invoke", "ainvoke"])
+def test_langchain_agent_switched_to_code_mode_in_one_line(door):
+    asked = Asked()
+    seen = {}
+    with connect(ServerSpec(stdio_command(f"code-mode-{door}"), trusted=True), connect_timeout=WAIT) as conn:
+        agent = langchain_agent(seen, conn, approval_handler=asked, timeout=WAIT)
+        answers = []
+        for user in ("ada", "bob"):
+            question = {"messages": [{"role": "user", "content": "cancel my first open order"}]}
+            if door == "invoke":
+                state = agent.invoke(question, context=Deps(user))
+            else:
+                state = asyncio.run(agent.ainvoke(question, context=Deps(user)))
+            assert state["messages"][-1].content == "done"
+            answers.append(seen["answer"])
+    assert seen["offered"] == ["run_code"]
+    for name in ("my_orders", "cancel_order", "meet", "lookup"):
+        assert f'"{name}"(' in seen["description"]
+    assert [answer_of(a) for a in answers] == [expected("ada"), expected("bob")]
+    assert [(r.tool, r.arguments) for r in asked.requests] == [
+        ("cancel_order", {"order_id": "A-1"}),
+        ("cancel_order", {"order_id": "B-7"}),
+    ]
+
+
+def test_langchain_code_mode_refuses_bad_options():
+    with pytest.raises(ConfigError, match="interrupt_on"):
+        CodeModeMiddleware(interrupt_on=["cancel_order"])
+    with pytest.raises(ConfigError, match="CodeModeMiddleware: .*output_budget"):
+        CodeModeMiddleware(output_budget=5)
+
+
+# -- traces: the agent span, run_code under it, the nested calls under that -----------------------------
+
+
+def _traced(run):
+    """``run()`` under an agent span on a global tracer provider; the finished spans."""
+    spans = otel_global.global_spans()
+    exporter = next(spans)
+    try:
+        from opentelemetry import trace
+
+        with trace.get_tracer("test").start_as_current_span("invoke_agent orders"):
+            run()
+        return exporter.get_finished_spans()
+    finally:
+        spans.close()
+
+
+def _check_nested(finished):
+    (run_span,) = named(finished, "nous_sched.run_code")
+    assert ancestors(run_span, finished) == ["execute_tool run_code", "invoke_agent orders"]
+    nested = [s for s in finished if s.parent is not None and s.parent.span_id == run_span.context.span_id]
+    assert sorted(s.attributes["gen_ai.tool.name"] for s in nested) == sorted(
+        ["my_orders", "meet", "meet", "lookup", "cancel_order"]
+    )
+    for span in nested:
+        assert span.attributes["gen_ai.operation.name"] == "execute_tool"
+        assert span.attributes["gen_ai.tool.call.id"].startswith(run_span.attributes["nous_sched.call_id"] + ":code:")
+    (cancel,) = [s for s in nested if s.attributes["gen_ai.tool.name"] == "cancel_order"]
+    assert cancel.attributes["nous_sched.approved"] is True
+    return nested
+
+
+def test_openai_agents_traces_nest_under_the_agent_span():
+    seen = {}
+
+    async def go():
+        async with lab_server() as lab:
+            agent = agents.Agent(
+                name="orders", model=ScriptedAgentsModel(seen), tools=[my_orders, cancel_order], mcp_servers=[lab]
+            )
+            await agents.Runner.run(code_mode(agent, approval_handler=Asked(), timeout=WAIT), "go", context=Deps("ada"))
+
+    _check_nested(_traced(lambda: asyncio.run(go())))
+    assert answer_of(seen["answer"]) == expected("ada")
+
+
+def test_langchain_traces_nest_under_the_agent_span():
+    seen = {}
+    with connect(ServerSpec(stdio_command("code-mode-traces"), trusted=True), connect_timeout=WAIT) as conn:
+        agent = langchain_agent(seen, conn, approval_handler=Asked(), timeout=WAIT)
+        question = {"messages": [{"role": "user", "content": "go"}]}
+        nested = _check_nested(_traced(lambda: agent.invoke(question, context=Deps("ada"))))
+    assert answer_of(seen["answer"]) == expected("ada")
+    # The MCP tools came in as LangChain tools that call through nous_sched: their own call spans nest too.
+    (lookup,) = [s for s in nested if s.attributes["gen_ai.tool.name"] == "lookup"]
+    assert lookup.attributes["nous_sched.mode"] == "parallel"

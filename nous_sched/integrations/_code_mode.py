@@ -28,7 +28,7 @@ from ..function_tool import _always_safe
 from ..policy import PermissionPolicy
 from ..tool import Tool
 
-__all__ = ["Bridge", "CodeModeOptions", "bridge", "Overrides"]
+__all__ = ["Bridge", "CodeModeOptions", "asking", "bridge", "Overrides"]
 
 #: Per tool name: ``True``/``False`` (or, for ``concurrency_safe``, a predicate on the arguments).
 Overrides = Optional[Mapping[str, Any]]
@@ -180,6 +180,16 @@ class CodeModeOptions:
     async def arun(self, tools: list[Tool], context: Any, arguments: Any) -> str:
         """One ``run_code`` call, awaited: the JSON text the model reads (a mistake answered as ``{"error"}``)."""
         return await acall_tool(self.run_code_tool(tools, context), arguments, self.session_log)
+
+
+def asking(name: str, description: Any) -> Tool:
+    """A stand-in for tool ``name`` that needs approval, for :func:`~nous_sched.dispatch.approve`
+    to ask about a call whose tool decided only now that it must be asked."""
+    return Tool(name, _never, description=description if isinstance(description, str) else "", requires_approval=True)
+
+
+def _never(args: dict[str, Any]) -> Any:
+    raise AssertionError("only asked about, never called")
 
 
 def _running_loop() -> Optional[asyncio.AbstractEventLoop]:

@@ -27,7 +27,7 @@ from ..errors import ConfigError, ToolError
 from ..events import SessionLog
 from ..policy import PermissionPolicy
 from ..tool import Tool
-from ._code_mode import CodeModeOptions, Overrides, bridge
+from ._code_mode import CodeModeOptions, Overrides, asking, bridge
 
 __all__ = ["CodeModeToolset", "CodeMode"]
 
@@ -170,7 +170,7 @@ class CodeModeToolset(AbstractToolset[Any]):
                     output = way.run(lambda: call(gated))
                 except ApprovalRequired:
                     # The tool (or an ApprovalRequiredToolset) asks now: the run's handler answers.
-                    approve(_asking(name, found), args, info.run_ctx)
+                    approve(asking(name, found.tool_def.description), args, info.run_ctx)
                     output = way.run(lambda: call(True))
             except (ModelRetry, ToolFailed) as exc:
                 raise ToolError(str(getattr(exc, "message", exc))) from None
@@ -183,14 +183,6 @@ class CodeModeToolset(AbstractToolset[Any]):
             return jsonable(output.return_value if isinstance(output, ToolReturn) else output)
 
         return function
-
-
-def _asking(name: str, found: Any) -> Tool:
-    return Tool(name, _never, description=found.tool_def.description or "", requires_approval=True)
-
-
-def _never(args: dict[str, Any]) -> Any:
-    raise AssertionError("only asked about")
 
 
 def _safe(definition: Any) -> bool:
