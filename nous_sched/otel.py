@@ -1,6 +1,19 @@
 """OpenTelemetry spans for code-mode runs: one for the run, one for each sub-call.
 
-Needs the ``otel`` extra (``pip install -e '.[otel]'``)::
+Needs the ``otel`` extra (``pip install -e '.[otel]'``). Once the
+application sets a tracer provider (``trace.set_tracer_provider(...)``, or
+Logfire, Langfuse, Phoenix... doing it), every entry point makes these spans
+with the global tracer, as children of the span current where it was called
+(a framework's agent span): :func:`~nous_sched.run_code` and so
+:func:`~nous_sched.start_run` (the span current where it started),
+``run_code_tool`` and serve-mcp (under the MCP SDK's server span) make the
+run span and its sub-call spans; :func:`~nous_sched.call_tool` and the
+adapters out make one ``execute_tool <tool>`` span for the direct call
+(``nous_sched.mode`` ``"exclusive"``, ``nous_sched.outcome``,
+``nous_sched.approved``), unless the current span already is that call's
+``execute_tool`` span (a framework's own). With no provider set, none of
+this runs (:mod:`nous_sched._tracing`). For another tracer than the
+global one::
 
     from nous_sched.otel import traced_run_code
 
@@ -21,7 +34,8 @@ What is recorded (attribute names are the ``ATTR_*`` constants below):
   ``nous_sched.usage.cut_chars`` (what the output budget took off).
   The program's text, its description, arguments, results and error messages
   are *not* recorded: they are model-written or tool data.
-* ``nous_sched.tool/<name>``, one per started sub-call, a child of the run span
+* ``execute_tool <name>``, one per started sub-call (the OpenTelemetry GenAI
+  semantic conventions for a tool execution), a child of the run span
   although the scheduler creates it on its driver thread (the run span's
   context is passed explicitly). It runs from the call's start to its commit,
   timed from the scheduler's own clock (:class:`~nous_sched.CallRecord`), with
@@ -29,8 +43,13 @@ What is recorded (attribute names are the ``ATTR_*`` constants below):
   after that for its predecessors to commit). A call whose tool names
   throttles (:class:`~nous_sched.Throttle`) carries ``nous_sched.throttled``,
   the seconds it waited for their places, and an event
-  ``nous_sched.throttle_granted`` when it had them and began. Attributes: ``nous_sched.seq``,
-  ``nous_sched.tool``, ``nous_sched.mode`` and ``nous_sched.outcome``:
+  ``nous_sched.throttle_granted`` when it had them and began. Attributes:
+  ``gen_ai.operation.name`` (``"execute_tool"``), ``gen_ai.tool.name``,
+  ``gen_ai.tool.call.id`` (the call's audit event id, ``"<call_id>:code:<seq>"``),
+  ``gen_ai.tool.type`` (``"function"``), ``nous_sched.seq``,
+  ``nous_sched.tool``, ``nous_sched.mode``, ``nous_sched.waited`` (seconds
+  from its start until a tool thread took it up, throttles included),
+  ``nous_sched.approved`` (for a call that asked: the answer) and ``nous_sched.outcome``:
   ``"ok"``, ``"error"`` (status ERROR) or ``"abandoned"`` (status ERROR; the
   run ended while the call was queued behind a commit or still running).
 * Spans that a tool itself creates (an instrumented HTTP client, say) are
