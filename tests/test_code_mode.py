@@ -494,3 +494,107 @@ def test_langchain_traces_nest_under_the_agent_span():
     # The MCP tools came in as LangChain tools that call through nous_sched: their own call spans nest too.
     (lookup,) = [s for s in nested if s.attributes["gen_ai.tool.name"] == "lookup"]
     assert lookup.attributes["nous_sched.mode"] == "parallel"
+
+
+# -- failure is data, hostile values cross, approval refused ------------------------------------------
+
+HOSTILE = "a\ud800b\x00c\u202ed\U000e0041e"
+
+
+def test_pydantic_ai_code_mode_failures_and_hostile_values_reach_the_model_as_answers():
+    from pydantic_ai import ModelRetry
+    from pydantic_ai.toolsets import ApprovalRequiredToolset, FunctionToolset
+
+    def odd(ctx: RunContext[None], kind: str) -> object:
+        """Misbehaves as asked."""
+        if kind == "raise":
+            raise RuntimeError("broke " + HOSTILE)
+        if kind == "retry":
+            raise ModelRetry("try again " + HOSTILE)
+        if kind == "nan":
+            return float("nan")
+        return HOSTILE * 2000
+
+    def delete(path: str) -> str:
+        """Deletes a file."""
+        raise AssertionError("never approved")
+
+    program = """
+    const out = {};
+    for (const kind of ["raise", "retry", "nan", "big"]) {
+      try { const v = await tools.odd({ kind }); out[kind] = typeof v === "string" ? v.length : v; }
+      catch (e) { out[kind] = e.message; }
+    }
+    try { await tools.delete({ path: "/" }); } catch (e) { out.delete = e.message; }
+    return out;
+    """
+    answers = []
+    scripts = [program, "while (true) {}"]
+
+    def respond(messages, info):
+        returns = [p for m in messages for p in getattr(m, "parts", []) if isinstance(p, ToolReturnPart)]
+        answers[:] = [p.content for p in returns]
+        if len(returns) < len(scripts):
+            code = scripts[len(returns)]
+            return ModelResponse(parts=[ToolCallPart("run_code", {"code": code, "description": "probe"})])
+        return ModelResponse(parts=[TextPart("ok")])
+
+    asked = []
+    toolset = CodeModeToolset(
+        FunctionToolset([odd]),
+        ApprovalRequiredToolset(FunctionToolset([delete])),
+        approval_handler=lambda request: asked.append(request.tool) and False,
+        timeout=3,
+    )
+    agent = Agent(FunctionModel(respond), toolsets=[toolset])
+    assert agent.run_sync("go").output == "ok"  # nothing raised into the agent run
+    first, second = (json.loads(a) for a in answers)
+    out = first["result"]
+    assert out["raise"] == "broke " + HOSTILE  # lone surrogate, NUL, bidi and tag characters intact
+    assert out["retry"] == "try again " + HOSTILE
+    assert out["nan"] == "tool returned a value that is not JSON: $: nan is not JSON (JSON has no NaN or Infinity)"
+    assert out["big"] == 2000 * len(HOSTILE.encode("utf-16-le", "surrogatepass")) // 2  # JavaScript's length
+    assert "rejected" in out["delete"] and asked == ["delete"]  # asked when the toolset said so, refused
+    assert second["error"]["kind"] == "timeout"
+
+
+def test_openai_agents_a_needs_approval_function_is_asked_per_call_and_direct_only_tools_stay_the_models():
+    async def only_big(ctx, params, call_id):
+        return params["amount"] > 100
+
+    @agents.function_tool(needs_approval=only_big)
+    def refund(ctx: agents.RunContextWrapper[Deps], amount: int) -> str:
+        """Refund an amount."""
+        return f"refunded {amount} to {ctx.context.user}"
+
+    @agents.function_tool
+    def direct_only(x: int) -> int:
+        """Only the model may call this."""
+        return x
+
+    direct_only.allowed_callers = ["direct"]
+    program = "return [await tools.refund({ amount: 5 }), await tools.refund({ amount: 500 })];"
+    seen = {}
+
+    class Model(ScriptedAgentsModel):
+        async def get_response(self, system_instructions, input, model_settings, tools, *args, **kwargs):
+            outputs = [i["output"] for i in input if isinstance(i, dict) and i.get("type") == "function_call_output"]
+            seen["offered"] = [t.name for t in tools]
+            if outputs:
+                seen["answer"] = outputs[-1]
+                text = ResponseOutputText(type="output_text", text="done", annotations=[])
+                message = ResponseOutputMessage(
+                    type="message", id="m", role="assistant", status="completed", content=[text]
+                )
+                return AgentsResponse(output=[message], usage=Usage(), response_id=None)
+            arguments = json.dumps({"code": program, "description": "refunds"})
+            call = ResponseFunctionToolCall(type="function_call", call_id="c1", name="run_code", arguments=arguments)
+            return AgentsResponse(output=[call], usage=Usage(), response_id=None)
+
+    asked = Asked()
+    agent = code_mode(agents.Agent(name="a", model=Model(seen), tools=[refund, direct_only]), approval_handler=asked)
+    result = asyncio.run(agents.Runner.run(agent, "refund", context=Deps("ada")))
+    assert result.final_output == "done"
+    assert seen["offered"] == ["direct_only", "run_code"]
+    assert answer_of(seen["answer"]) == ["refunded 5 to ada", "refunded 500 to ada"]
+    assert [(r.tool, r.arguments) for r in asked.requests] == [("refund", {"amount": 500})]
