@@ -598,3 +598,47 @@ def test_openai_agents_a_needs_approval_function_is_asked_per_call_and_direct_on
     assert seen["offered"] == ["direct_only", "run_code"]
     assert answer_of(seen["answer"]) == ["refunded 5 to ada", "refunded 500 to ada"]
     assert [(r.tool, r.arguments) for r in asked.requests] == [("refund", {"amount": 500})]
+
+
+def test_langchain_a_hitl_when_predicate_picks_the_calls_that_ask():
+    @langchain_tool
+    def refund(amount: int, runtime: ToolRuntime[Deps]) -> str:
+        """Refund an amount."""
+        return f"refunded {amount} to {runtime.context.user}"
+
+    class Model(ScriptedChatModel):
+        def _generate(self, messages, stop=None, run_manager=None, **kwargs):
+            answers = [m for m in messages if isinstance(m, ToolMessage)]
+            if answers:
+                self.seen["answer"] = answers[-1].content
+                return ChatResult(generations=[ChatGeneration(message=AIMessage(content="done"))])
+            program = """
+            const out = [];
+            for (const amount of [5, 500, 50]) {
+              try { out.push(await tools.refund({ amount })); } catch (e) { out.push(e.message); }
+            }
+            return out;"""
+            args = {"code": program, "description": "refunds"}
+            call = {"name": "run_code", "args": args, "id": "call_1", "type": "tool_call"}
+            return ChatResult(generations=[ChatGeneration(message=AIMessage(content="", tool_calls=[call]))])
+
+    def big(request):
+        return request.tool_call["args"]["amount"] > 100
+
+    seen = {}
+    asked = []
+    hitl = {"refund": {"allowed_decisions": ["approve", "reject"], "when": big}}
+    agent = create_agent(
+        Model(seen=seen),
+        [refund],
+        context_schema=Deps,
+        middleware=[CodeModeMiddleware(interrupt_on=hitl, approval_handler=lambda r: asked.append(r.arguments))],
+    )
+    state = agent.invoke({"messages": [{"role": "user", "content": "refund"}]}, context=Deps("ada"))
+    assert state["messages"][-1].content == "done"
+    assert answer_of(seen["answer"]) == [
+        "refunded 5 to ada",
+        'tool "refund" was rejected by the approval handler',
+        "refunded 50 to ada",
+    ]
+    assert asked == [{"amount": 500}]

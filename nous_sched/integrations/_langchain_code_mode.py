@@ -17,12 +17,12 @@ from .. import sdk
 from ..adapters import call_tool
 from ..agent import RUN_CODE_NAME
 from ..budget import DEFAULT_OUTPUT_BUDGET
-from ..dispatch import ApprovalRequest, current_call
+from ..dispatch import ApprovalRequest, approve, current_call
 from ..errors import ConfigError, ToolError
 from ..events import SessionLog
 from ..policy import PermissionPolicy
 from ..tool import Tool
-from ._code_mode import Bridge, CodeModeOptions, Overrides, bridge, schema_text
+from ._code_mode import Bridge, CodeModeOptions, Overrides, asking, bridge, schema_text
 
 __all__ = ["CodeModeMiddleware"]
 
@@ -104,18 +104,22 @@ class CodeModeMiddleware(AgentMiddleware):
                 # What LangChain sends a model: injected arguments (runtime, state, store) left out.
                 parameters=convert_to_openai_function(tool).get("parameters"),
                 returns=None,
-                function=_nested_call(tool),
+                function=_nested_call(tool, self._gated.get(tool.name, _NOT_GATED)),
                 safe=(tool.metadata or {}).get("readOnlyHint") is True,
-                gated=tool.name in self._gated,
+                gated=self._gated.get(tool.name, _NOT_GATED) is None,
             )
             for tool in tools
         ]
 
 
-def _gated(interrupt_on: Any) -> frozenset[str]:
-    """The tools LangChain's human-in-the-loop settings gate: each asks, here, on every call."""
+_NOT_GATED = object()
+
+
+def _gated(interrupt_on: Any) -> dict[str, Any]:
+    """The tools LangChain's human-in-the-loop settings gate, each with its ``when`` predicate
+    (``None``: every call asks)."""
     if interrupt_on is None:
-        return frozenset()
+        return {}
     if isinstance(interrupt_on, HumanInTheLoopMiddleware):
         interrupt_on = interrupt_on.interrupt_on
     if not isinstance(interrupt_on, dict) or not all(isinstance(k, str) for k in interrupt_on):
@@ -123,7 +127,11 @@ def _gated(interrupt_on: Any) -> frozenset[str]:
             f"{_ADAPTER}: `interrupt_on` must be a HumanInTheLoopMiddleware or its interrupt_on mapping "
             f"(tool name to True, False or an InterruptOnConfig), got {type(interrupt_on).__name__}"
         )
-    return frozenset(name for name, config in interrupt_on.items() if config)
+    gated = {}
+    for name, config in interrupt_on.items():
+        if config:
+            gated[name] = config.get("when") if isinstance(config, dict) else None
+    return gated
 
 
 def _placeholder(code: Tool) -> Any:
@@ -137,7 +145,8 @@ def _placeholder(code: Tool) -> Any:
     )
 
 
-def _nested_call(tool: Any) -> Callable[[dict[str, Any]], Any]:
+def _nested_call(tool: Any, when: Any) -> Callable[[dict[str, Any]], Any]:
+    """The nested call of ``tool``; ``when``: the HITL predicate that decides per call whether it asks."""
     name = tool.name
 
     def function(args: dict[str, Any]) -> Any:
@@ -151,6 +160,8 @@ def _nested_call(tool: Any) -> Callable[[dict[str, Any]], Any]:
         nested = request.override(
             tool_call={"name": name, "args": args, "id": info.id, "type": "tool_call"}, tool=tool, runtime=runtime
         )
+        if callable(when) and when(nested):
+            approve(asking(name, tool.description), args, info.run_ctx)  # asks the handler now, or refuses
         # The agent's own tool node runs it: argument parsing, injected state, store and runtime, errors.
         message = _through(way, handler, nested)
         if not isinstance(message, ToolMessage):

@@ -28,7 +28,10 @@ is JSON reaches the program as the value.
 
 The tools of LangChain's human-in-the-loop settings (``interrupt_on``, the
 mapping ``HumanInTheLoopMiddleware`` takes, or that middleware itself) ask
-``approval_handler`` on every call here, and are refused without one.
+``approval_handler`` on every call here (or, for one with a ``when``
+predicate, on each call it picks: it gets the nested call's
+``ToolCallRequest``), and are refused without one; the reviewer's other
+decisions (edit, respond) have no counterpart inside a program.
 LangChain has no flag for concurrency: a tool is exclusive unless its
 ``metadata`` says ``readOnlyHint: True`` (as ``langchain-mcp-adapters``
 copies an MCP tool's annotations) or ``concurrency_safe`` says so. Other
