@@ -74,6 +74,16 @@ def _worker(otel: str, reps: int) -> dict[str, Any]:
             call_tool(noop, {"i": i})
 
     out: dict[str, Any] = {}
+    try:
+        from nous_sched import _tracing
+    except ImportError:  # the base commit has no seam
+        pass
+    else:  # the whole cost of "off": the check each run and each direct call makes
+        n = 200_000
+        t0 = time.perf_counter()
+        for _ in range(n):
+            _tracing.active()
+        out["check_ns"] = (time.perf_counter() - t0) / n * 1e9
     for name, fn, calls in (("run_code", program, CALLS), ("call_tool", direct, DIRECT)):
         fn()  # warm
         walls, cpus = [], []
@@ -138,6 +148,12 @@ def main() -> int:
         f"{'entry point':<10} {'condition':<14} {'wall us/call':>13} {'cpu us/call':>12} "
         f"{'wall vs base off':>17} {'cpu vs base off':>16}"
     )
+    for tree, otel in conditions:
+        checks = [s["check_ns"] for s in samples[(tree, otel)] if "check_ns" in s]
+        if checks and otel != "memory":
+            print(
+                f"the off check (_tracing.active()), {tree} {otel}: {statistics.median(checks):.0f} ns per run or call"
+            )
     for entry in ("run_code", "call_tool"):
         ref_wall = statistics.median(s[entry]["wall_us"] for s in samples[("base", "off")])
         ref_cpu = statistics.median(s[entry]["cpu_us"] for s in samples[("base", "off")])
