@@ -5,6 +5,7 @@ QuickJS sandbox and routes every tool call through one :class:`Scheduler`
 that decides how the calls interleave and commits them in submission order.
 """
 
+from . import _tracing
 from ._version import __version__ as __version__
 from .adapters import anthropic_tool, call_tool, openai_tool
 from .agent import MODES, WithContextUpdate, run_code_tool, visible_tools
@@ -45,6 +46,16 @@ from .usage import CallUsage, Usage
 #: :func:`function_tool`. (It hides the ``nous_sched.tool`` module's attribute;
 #: ``from nous_sched.tool import Tool`` still imports from the module.)
 tool = function_tool
+
+
+def _otel_tracing() -> _tracing.Tracing:
+    # Here, above both: nous_sched.otel imports run_code, so run_code cannot import it.
+    from .otel import AUTO
+
+    return AUTO
+
+
+_tracing.install(_otel_tracing)
 
 __all__ = [
     "acall_tool",

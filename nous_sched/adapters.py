@@ -12,6 +12,7 @@ import json
 import secrets
 from typing import Any, Callable, Optional
 
+from . import _tracing
 from . import _validators as v
 from ._options import OPTIONAL_LIMITS, OPTIONAL_POLICY, OPTIONAL_SESSION_LOG
 from ._text import machine_text
@@ -185,8 +186,12 @@ def _dispatched(
 
     token = current_call.set(info)
     sink_token = approval_sink.set(sink)
+    tracing = _tracing.active()
     try:
-        value = direct_dispatch(tool, copy.deepcopy(args), run_ctx)
+        if tracing is None:
+            value = direct_dispatch(tool, copy.deepcopy(args), run_ctx)
+        else:  # a span for the call, current while it runs: a run_code run's spans nest under it
+            value = tracing.call(tool.name, info.id, lambda: direct_dispatch(tool, copy.deepcopy(args), run_ctx))
     except (RunCodeError, ToolError) as exc:
         return _error(str(exc)), getattr(exc, "kind", "tool_error"), str(exc)
     finally:

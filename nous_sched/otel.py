@@ -1,6 +1,19 @@
 """OpenTelemetry spans for code-mode runs: one for the run, one for each sub-call.
 
-Needs the ``otel`` extra (``pip install -e '.[otel]'``)::
+Needs the ``otel`` extra (``pip install -e '.[otel]'``). Once the
+application sets a tracer provider (``trace.set_tracer_provider(...)``, or
+Logfire, Langfuse, Phoenix... doing it), every entry point makes these spans
+with the global tracer, as children of the span current where it was called
+(a framework's agent span): :func:`~nous_sched.run_code` and so
+:func:`~nous_sched.start_run` (the span current where it started),
+``run_code_tool`` and serve-mcp (under the MCP SDK's server span) make the
+run span and its sub-call spans; :func:`~nous_sched.call_tool` and the
+adapters out make one ``execute_tool <tool>`` span for the direct call
+(``nous_sched.mode`` ``"exclusive"``, ``nous_sched.outcome``,
+``nous_sched.approved``), unless the current span already is that call's
+``execute_tool`` span (a framework's own). With no provider set, none of
+this runs (:mod:`nous_sched._tracing`). For another tracer than the
+global one::
 
     from nous_sched.otel import traced_run_code
 
@@ -21,7 +34,8 @@ What is recorded (attribute names are the ``ATTR_*`` constants below):
   ``nous_sched.usage.cut_bytes`` (what the output budget took off).
   The program's text, its description, arguments, results and error messages
   are *not* recorded: they are model-written or tool data.
-* ``nous_sched.tool/<name>``, one per started sub-call, a child of the run span
+* ``execute_tool <name>``, one per started sub-call (the OpenTelemetry GenAI
+  semantic conventions for a tool execution), a child of the run span
   although the scheduler creates it on its driver thread (the run span's
   context is passed explicitly). It runs from the call's start to its commit,
   timed from the scheduler's own clock (:class:`~nous_sched.CallRecord`), with
@@ -29,8 +43,13 @@ What is recorded (attribute names are the ``ATTR_*`` constants below):
   after that for its predecessors to commit). A call whose tool names
   throttles (:class:`~nous_sched.Throttle`) carries ``nous_sched.throttled``,
   the seconds it waited for their places, and an event
-  ``nous_sched.throttle_granted`` when it had them and began. Attributes: ``nous_sched.seq``,
-  ``nous_sched.tool``, ``nous_sched.mode`` and ``nous_sched.outcome``:
+  ``nous_sched.throttle_granted`` when it had them and began. Attributes:
+  ``gen_ai.operation.name`` (``"execute_tool"``), ``gen_ai.tool.name``,
+  ``gen_ai.tool.call.id`` (the call's audit event id, ``"<call_id>:code:<seq>"``),
+  ``gen_ai.tool.type`` (``"function"``), ``nous_sched.seq``,
+  ``nous_sched.tool``, ``nous_sched.mode``, ``nous_sched.waited`` (seconds
+  from its start until a tool thread took it up, throttles included),
+  ``nous_sched.approved`` (for a call that asked: the answer) and ``nous_sched.outcome``:
   ``"ok"``, ``"error"`` (status ERROR) or ``"abandoned"`` (status ERROR; the
   run ended while the call was queued behind a commit or still running).
 * Spans that a tool itself creates (an instrumented HTTP client, say) are
@@ -66,7 +85,7 @@ from . import _validators as v
 from ._options import check_run_options
 from ._text import machine_text
 from ._validators import require
-from .dispatch import Dispatch, RunContext, current_call, direct_dispatch
+from .dispatch import Dispatch, RunContext, approval_sink, current_call, direct_dispatch
 from .records import CallRecord
 from .result import RunResult
 from .run_code import run_code
@@ -95,12 +114,21 @@ __all__ = [
     "ATTR_USAGE_CUT",
     "ATTR_THROTTLED",
     "THROTTLED_EVENT",
+    "ATTR_GEN_AI_OPERATION",
+    "ATTR_GEN_AI_TOOL_NAME",
+    "ATTR_GEN_AI_TOOL_CALL_ID",
+    "ATTR_GEN_AI_TOOL_TYPE",
+    "ATTR_WAITED",
+    "ATTR_APPROVED",
+    "EXECUTE_TOOL",
 ]
 
 log = logging.getLogger("nous_sched")
 
 RUN_SPAN = "nous_sched.run_code"
-TOOL_SPAN_PREFIX = "nous_sched.tool/"
+#: The OpenTelemetry GenAI semantic conventions' name for a tool execution span: ``execute_tool {gen_ai.tool.name}``.
+TOOL_SPAN_PREFIX = "execute_tool "
+EXECUTE_TOOL = "execute_tool"
 FINISHED_EVENT = "nous_sched.finished"
 
 ATTR_CALL_ID = "nous_sched.call_id"
@@ -120,6 +148,13 @@ ATTR_USAGE_MODEL = "nous_sched.usage.model_bytes"
 ATTR_USAGE_CUT = "nous_sched.usage.cut_bytes"
 ATTR_THROTTLED = "nous_sched.throttled"
 THROTTLED_EVENT = "nous_sched.throttle_granted"
+ATTR_WAITED = "nous_sched.waited"
+ATTR_APPROVED = "nous_sched.approved"
+# The OpenTelemetry GenAI semantic conventions for a tool execution span.
+ATTR_GEN_AI_OPERATION = "gen_ai.operation.name"
+ATTR_GEN_AI_TOOL_NAME = "gen_ai.tool.name"
+ATTR_GEN_AI_TOOL_CALL_ID = "gen_ai.tool.call.id"
+ATTR_GEN_AI_TOOL_TYPE = "gen_ai.tool.type"
 
 _INSTRUMENTATION = "nous_sched"
 
@@ -147,6 +182,9 @@ class SpanObserver:
         each sub-call span a root.
     :param then: another ``observer(record, phase)`` to call after this one;
         its exceptions are the scheduler's to log, as usual.
+    :param call_id: the run's ``call_id`` (the scheduler's), so that each
+        span's ``gen_ai.tool.call.id`` is the call's audit event id,
+        ``"<call_id>:code:<seq>"``.
 
     One instance per scheduler (spans are keyed by ``seq``). Call
     :meth:`close` when the run is over: it ends the spans of calls that never
@@ -158,13 +196,16 @@ class SpanObserver:
         tracer: Optional[trace.Tracer] = None,
         context: Optional[otel_context.Context] = None,
         then: Optional[Callable[[CallRecord, str], Any]] = None,
+        call_id: Optional[str] = None,
     ) -> None:
         require("SpanObserver", "tracer", tracer, _TRACER)
+        require("SpanObserver", "call_id", call_id, v.OPTIONAL_STR)
         require("SpanObserver", "context", context, _CONTEXT)
         require("SpanObserver", "then", then, v.OPTIONAL_CALLABLE)
         self._tracer = _tracer(tracer)
         self._context = context
         self._then = then
+        self._prefix = "code:" if call_id is None else call_id + ":code:"
         self._lock = threading.Lock()
         self._open: dict[int, trace.Span] = {}
         self._origin: Optional[int] = None  # the scheduler's clock zero, in epoch nanoseconds
@@ -233,7 +274,15 @@ class SpanObserver:
                 TOOL_SPAN_PREFIX + tool,
                 context=self._context,
                 kind=SpanKind.INTERNAL,
-                attributes={ATTR_SEQ: record.seq, ATTR_TOOL: tool, ATTR_MODE: record.mode},
+                attributes={
+                    ATTR_GEN_AI_OPERATION: EXECUTE_TOOL,
+                    ATTR_GEN_AI_TOOL_NAME: tool,
+                    ATTR_GEN_AI_TOOL_CALL_ID: machine_text(self._prefix + str(record.seq)),
+                    ATTR_GEN_AI_TOOL_TYPE: "function",
+                    ATTR_SEQ: record.seq,
+                    ATTR_TOOL: tool,
+                    ATTR_MODE: record.mode,
+                },
                 start_time=self._ns(record.started),
             )
             self._open[record.seq] = span
@@ -243,6 +292,8 @@ class SpanObserver:
         finished = None if record is None else record.finished
         if record is not None and record.throttled is not None:
             self._throttled(span, record, record.throttled)
+        if record is not None and record.began is not None:
+            span.set_attribute(ATTR_WAITED, max(0.0, record.began - record.started))
         if finished is not None:
             span.add_event(FINISHED_EVENT, timestamp=self._ns(finished))
         if record is None or (abandoned and (record.committed is None or record.ok is None)):
@@ -282,9 +333,11 @@ class _TracedDispatch:
         if span is None:
             return self.dispatch(tool, args, run_ctx)
         token = otel_context.attach(trace.set_span_in_context(span))
+        sink = approval_sink.set(_recording(span, approval_sink.get()))
         try:
             return self.dispatch(tool, args, run_ctx)
         finally:
+            approval_sink.reset(sink)
             otel_context.detach(token)
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -293,6 +346,17 @@ class _TracedDispatch:
 
 def _same(value: Any) -> Any:
     return value
+
+
+def _recording(span: trace.Span, then: Optional[Callable[[bool, str], None]]) -> Callable[[bool, str], None]:
+    """An approval sink that puts the decision on ``span`` (``nous_sched.approved``), then tells ``then``."""
+
+    def sink(approved: bool, reason: str) -> None:
+        span.set_attribute(ATTR_APPROVED, approved)
+        if then is not None:
+            then(approved, reason)
+
+    return sink
 
 
 def _record_usage(span: trace.Span, result: RunResult) -> None:
@@ -324,25 +388,35 @@ def traced_run_code(
     leaves ``dispatch`` unwrapped: tools then run with the run span
     current, not their sub-call's). Returns and raises exactly what
     ``run_code`` does; an exception is recorded on the run span.
+
+    With a tracer provider configured, plain :func:`~nous_sched.run_code`
+    makes the same spans with the global tracer; this is for another tracer,
+    or ``tool_context=False``.
     """
     _check_traced_options(tracer, call_id, observer, dispatch, tool_context, run_options)
-    tracer = _tracer(tracer)
+    options = {**run_options, "call_id": call_id, "observer": observer, "dispatch": dispatch}
+    return _traced_run(_tracer(tracer), options, lambda: run_code(code, tools, **options), tool_context=tool_context)
+
+
+def _traced_run(
+    tracer: trace.Tracer, options: dict[str, Any], go: Callable[[], RunResult], tool_context: bool = True
+) -> RunResult:
+    """``go()`` in a run span, with ``options``' observer, dispatch and call id set for its sub-call spans."""
+    call_id = options.get("call_id")
     if call_id is None:
-        call_id = "run_code-" + secrets.token_urlsafe(6)
+        call_id = options["call_id"] = "run_code-" + secrets.token_urlsafe(6)
     with tracer.start_as_current_span(
         RUN_SPAN, kind=SpanKind.INTERNAL, attributes={ATTR_CALL_ID: machine_text(call_id)}
     ) as run_span:
-        spans = SpanObserver(tracer, context=trace.set_span_in_context(run_span), then=observer)
+        spans = SpanObserver(
+            tracer, context=trace.set_span_in_context(run_span), then=options.get("observer"), call_id=call_id
+        )
+        options["observer"] = spans
+        if tool_context:
+            options["dispatch"] = spans.wrap_dispatch(options.get("dispatch", direct_dispatch))
         result = None
         try:
-            result = run_code(
-                code,
-                tools,
-                call_id=call_id,
-                observer=spans,
-                dispatch=spans.wrap_dispatch(dispatch) if tool_context else dispatch,
-                **run_options,
-            )
+            result = go()
         finally:
             spans.close(result.trail if result is not None else ())
             run_span.set_attribute(ATTR_CALLS, spans.started)
@@ -354,6 +428,44 @@ def traced_run_code(
             run_span.set_attribute(ATTR_ERROR_TYPE, result.error.kind)
             run_span.set_status(Status(StatusCode.ERROR, f"program failed: {result.error.kind}"))
     return result
+
+
+class _Auto:
+    """The :class:`nous_sched._tracing.Tracing` the entry points use once a tracer provider is configured."""
+
+    def run(self, options: dict[str, Any], go: Callable[[], Any]) -> Any:
+        if isinstance(options.get("observer"), SpanObserver):  # traced_run_code's own run: spanned already
+            return go()
+        return _traced_run(_tracer(None), options, go)
+
+    def call(self, tool: str, call_id: str, go: Callable[[], Any]) -> Any:
+        if getattr(trace.get_current_span(), "name", None) == TOOL_SPAN_PREFIX + tool:
+            return go()  # the framework made this call's tool span already (pydantic-ai's, say)
+        attributes = {
+            ATTR_GEN_AI_OPERATION: EXECUTE_TOOL,
+            ATTR_GEN_AI_TOOL_NAME: tool,
+            ATTR_GEN_AI_TOOL_CALL_ID: call_id,
+            ATTR_GEN_AI_TOOL_TYPE: "function",
+            ATTR_TOOL: tool,
+            ATTR_MODE: "exclusive",
+        }
+        with _tracer(None).start_as_current_span(
+            TOOL_SPAN_PREFIX + tool, kind=SpanKind.INTERNAL, attributes=attributes
+        ) as span:
+            sink = approval_sink.set(_recording(span, approval_sink.get()))
+            try:
+                value = go()
+            finally:
+                approval_sink.reset(sink)
+            failed = getattr(value, "ok", True) is False  # an Outcome the tool returned as a failure
+            span.set_attribute(ATTR_OUTCOME, "error" if failed else "ok")
+            if failed:
+                span.set_status(Status(StatusCode.ERROR, "call failed"))
+            return value
+
+
+#: What :func:`nous_sched._tracing.active` returns once this module is loaded and a provider is configured.
+AUTO = _Auto()
 
 
 def _check_traced_options(

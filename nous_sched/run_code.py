@@ -35,6 +35,7 @@ import time
 from functools import partial
 from typing import Any, Callable, Iterable, Optional, Sequence
 
+from . import _tracing
 from . import _validators as v
 from ._options import CANCEL, LIMITS, OPTIONAL_POLICY, check_run_options
 from ._text import one_line
@@ -299,8 +300,11 @@ def execute(p: Prepared, live: Any = None) -> RunResult:
     it hears each call start and commit, each step's log lines and each approval."""
     if live is None:
         live = live_stream.get()
+    tracing = _tracing.active()
     cleared = live_stream.set(None)
     try:
+        if tracing is not None:  # spans, as children of the caller's current span
+            return tracing.run(p.options, lambda: _execute(p, live))  # type: ignore[no-any-return]
         return _execute(p, live)
     finally:
         live_stream.reset(cleared)

@@ -85,10 +85,10 @@ def test_a_run_and_its_calls_become_parented_spans(otel):
     spans = exporter.get_finished_spans()
     names = _by_name(spans)
     assert sorted(names) == [
+        "execute_tool boom",
+        "execute_tool echo",
+        "execute_tool write",
         "nous_sched.run_code",
-        "nous_sched.tool/boom",
-        "nous_sched.tool/echo",
-        "nous_sched.tool/write",
     ]
     (run,) = names["nous_sched.run_code"]
     calls = sorted((s for s in spans if s is not run), key=lambda s: s.attributes["nous_sched.seq"])
@@ -117,8 +117,22 @@ def test_a_run_and_its_calls_become_parented_spans(otel):
         "nous_sched.usage.model_bytes": result.usage.model_bytes,
         "nous_sched.usage.cut_bytes": 0,
     }
-    assert [dict(s.attributes) for s in calls] == [
-        {"nous_sched.seq": i, "nous_sched.tool": tool, "nous_sched.mode": mode, "nous_sched.outcome": outcome}
+    attributes = [dict(s.attributes) for s in calls]
+    waited = [a.pop("nous_sched.waited") for a in attributes]
+    # How long each waited for a tool thread after the scheduler started it, from its record.
+    assert waited == [pytest.approx(r.began - r.started) for r in result.trail]
+    assert attributes == [
+        {
+            # The OpenTelemetry GenAI conventions for a tool execution; the call id is the audit event's.
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": tool,
+            "gen_ai.tool.call.id": f"t1:code:{i}",
+            "gen_ai.tool.type": "function",
+            "nous_sched.seq": i,
+            "nous_sched.tool": tool,
+            "nous_sched.mode": mode,
+            "nous_sched.outcome": outcome,
+        }
         for i, (tool, mode, outcome) in enumerate(
             [
                 ("echo", "parallel", "ok"),
@@ -164,7 +178,7 @@ def test_a_failed_program_marks_the_run_span(otel):
     assert run.attributes["nous_sched.ok"] is False
     assert run.attributes["nous_sched.calls"] == 1
     assert run.attributes["nous_sched.call_id"].startswith("run_code-")
-    assert len(names["nous_sched.tool/echo"]) == 1
+    assert len(names["execute_tool echo"]) == 1
 
 
 def test_no_calls_no_sub_call_spans(otel):
@@ -192,7 +206,7 @@ def test_spans_made_inside_a_tool_are_children_of_its_call_span(otel):
     )
     assert result.result == [1, 2]
     names = _by_name(exporter.get_finished_spans())
-    calls = {s.context.span_id: s for s in names["nous_sched.tool/fetch"]}
+    calls = {s.context.span_id: s for s in names["execute_tool fetch"]}
     inner = names["inner.fetch"]
     assert len(inner) == 2 and len(calls) == 2
     assert {s.parent.span_id for s in inner} == set(calls)
@@ -207,7 +221,7 @@ def test_a_call_abandoned_by_the_deadline_still_ends_its_span(otel, make_event):
     )
     assert result.error.kind == "timeout"
     names = _by_name(exporter.get_finished_spans())
-    (call,) = names["nous_sched.tool/hang"]
+    (call,) = names["execute_tool hang"]
     (run,) = names["nous_sched.run_code"]
     from opentelemetry.trace import StatusCode
 
@@ -242,7 +256,7 @@ def test_span_observer_on_a_plain_scheduler(otel):
     assert [o.value for o in outcomes] == [0, 1, 2]
     names = _by_name(exporter.get_finished_spans())
     (parent_span,) = names["parent"]
-    assert [s.parent.span_id for s in names["nous_sched.tool/echo"]] == [parent_span.context.span_id] * 3
+    assert [s.parent.span_id for s in names["execute_tool echo"]] == [parent_span.context.span_id] * 3
     assert observer.started == 3
 
 

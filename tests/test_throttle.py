@@ -706,7 +706,7 @@ def test_otel_spans_carry_the_throttle_wait():
     provider.shutdown()
     assert result.result == [1, 2]
     spans = {s.name: s for s in exporter.get_finished_spans()}
-    q, x = spans["nous_sched.tool/q"], spans["nous_sched.tool/x"]
+    q, x = spans["execute_tool q"], spans["execute_tool x"]
     assert q.attributes[ATTR_THROTTLED] == result.trail[0].throttled
     assert [e.name for e in q.events][0] == THROTTLED_EVENT
     assert ATTR_THROTTLED not in x.attributes

@@ -26,6 +26,12 @@ framework's own runner can honour (the Agents SDK's guardrails, pydantic-ai's
 ``prepare`` and run context) are refused when the tool is adapted rather than
 silently skipped.
 
+Code Mode switches (the agent's own tools reached from one ``run_code``
+tool, each call with the agent run's context; one line each):
+:class:`~.pydantic_ai.CodeModeToolset` and :class:`~.pydantic_ai.CodeMode`
+(pydantic-ai), :class:`~.langchain.CodeModeMiddleware` (LangChain
+``create_agent``), :func:`~.openai_agents.code_mode` (OpenAI Agents SDK).
+
 Adapters out (:mod:`.handoff`): :func:`to_langchain`, :func:`to_openai_agents`
 and :func:`to_pydantic_ai` hand any :class:`~nous_sched.Tool`,
 ``run_code_tool(...)`` included, to that framework, async-native.

@@ -8,11 +8,41 @@ thread. A ``ToolException`` or a pydantic validation error becomes a
 :class:`~nous_sched.ToolError` with its message. LangChain has no flag for
 concurrency or approval: the defaults are exclusive and no approval. The
 return annotation of the tool's function (``-> int``) becomes ``returns``.
+
+Code Mode for an agent (the other direction: the agent's tools reached from
+a program), one line: ``create_agent(model, tools,
+middleware=[CodeModeMiddleware(approval_handler=ask)])``.
+
+``CodeModeMiddleware(...)`` (needs the ``langchain`` package, v1) is an
+agent middleware: at each model call the model is offered ``run_code`` in
+place of the agent's tools (a provider's own tools, given as dicts, stay),
+its description carrying their SDK. A ``run_code`` call runs the program,
+and each nested call goes through the agent's own tool node (the handler
+``wrap_tool_call`` is given) as a tool call of its own, id the call's audit
+id: the real tool runs with its argument parsing and its injected arguments
+(``ToolRuntime`` with that id, ``InjectedState``, ``InjectedStore``, the
+run's context and config). A ``ToolMessage`` with ``status="error"``, or a
+tool's exception, fails the call with its message; a tool that returns a
+``Command`` fails it too (only the agent's graph can apply one). Text that
+is JSON reaches the program as the value.
+
+The tools of LangChain's human-in-the-loop settings (``interrupt_on``, the
+mapping ``HumanInTheLoopMiddleware`` takes, or that middleware itself) ask
+``approval_handler`` on every call here (or, for one with a ``when``
+predicate, on each call it picks: it gets the nested call's
+``ToolCallRequest``), and are refused without one; the reviewer's other
+decisions (edit, respond) have no counterpart inside a program.
+LangChain has no flag for concurrency: a tool is exclusive unless its
+``metadata`` says ``readOnlyHint: True`` (as ``langchain-mcp-adapters``
+copies an MCP tool's annotations) or ``concurrency_safe`` says so. Other
+options: ``requires_approval``, ``session_log``, ``policy``, ``budget``,
+``output_budget`` and any :func:`~nous_sched.run_code` option, checked where
+the middleware is built.
 """
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from .._pydantic import is_validation_error, jsonable, validation_message
 from ..errors import ConfigError, ToolError
@@ -20,7 +50,10 @@ from ..throttle import Throttle
 from ..tool import Tool
 from ._common import Predicate, build, require, return_schema
 
-__all__ = ["from_langchain"]
+if TYPE_CHECKING:  # made on first use (module __getattr__ below): it subclasses langchain's AgentMiddleware
+    from ._langchain_code_mode import CodeModeMiddleware
+
+__all__ = ["from_langchain", "CodeModeMiddleware"]
 
 _ADAPTER = "from_langchain"
 
@@ -78,3 +111,12 @@ def from_langchain(
         category=category,
         throttles=throttles,
     )
+
+
+def __getattr__(name: str) -> Any:
+    if name == "CodeModeMiddleware":
+        require("langchain.agents.middleware", "langchain", name)
+        from . import _langchain_code_mode
+
+        return _langchain_code_mode.CodeModeMiddleware
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -18,6 +18,9 @@ exception into an error *string* returned as the tool's result (except for a
 tool with an output schema, which raises); build the tool with
 ``failure_error_function=None`` to have every failure reach the program as a
 :class:`~nous_sched.ToolError`.
+
+Code Mode for an agent (the other direction), one line:
+``agent = code_mode(agent, approval_handler=ask)`` (:func:`code_mode`).
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from ..throttle import Throttle
 from ..tool import Tool
 from ._common import Predicate, build, require, return_schema
 
-__all__ = ["from_openai_agents"]
+__all__ = ["from_openai_agents", "code_mode"]
 
 _ADAPTER = "from_openai_agents"
 
@@ -122,3 +125,36 @@ def _wrapped_function(tool: Any) -> Any:
         return inspect.getclosurevars(impl).nonlocals.get("the_func")
     except Exception:
         return None
+
+
+def code_mode(agent: Any, **options: Any) -> Any:
+    """A copy of the Agents SDK ``agent`` whose model sees one ``run_code`` tool in place of its tools.
+
+    Every turn, the agent's enabled function tools and the tools of its
+    ``mcp_servers`` (connected as usual, ``async with server``) are listed as
+    the SDK lists them, and ``run_code`` is offered over them; hosted tools
+    (web search, ...) and tools whose ``allowed_callers`` leave out
+    ``"programmatic"`` stay the model's own. Each nested call runs the real
+    tool's ``on_invoke_tool`` on the agent's event loop with a ``ToolContext``
+    made from the run's ``RunContextWrapper`` (its ``context``, usage, agent
+    and run config) for that call: its ``tool_call_id`` is the call's audit
+    id and its ``tool_call`` says a program called it (``caller.type ==
+    "program"``). ``needs_approval=True`` asks ``approval_handler`` on every
+    call; a ``needs_approval`` function is asked first, and asks the handler
+    when it says so; without a handler such a call is refused. An MCP tool
+    runs side by side with others when its server marks it ``readOnlyHint``;
+    every other tool is exclusive unless ``concurrency_safe`` says otherwise.
+
+    Options: ``approval_handler``, ``concurrency_safe`` and
+    ``requires_approval`` (mappings of tool names to overrides),
+    ``session_log`` (the audit), ``policy``, ``budget``, ``output_budget`` and
+    any other :func:`~nous_sched.run_code` option.
+
+    :raises ConfigError: ``openai-agents`` is not installed, ``agent`` is not
+        an ``agents.Agent``, a bad option, or a function tool with tool
+        guardrails (only the SDK's runner runs them).
+    """
+    require("agents", "openai-agents", "code_mode")
+    from ._openai_agents_code_mode import code_mode as make
+
+    return make(agent, **options)

@@ -12,12 +12,48 @@ side by side with others, as pydantic-ai runs it, so it gets a predicate that
 is always true. ``requires_approval=True`` means approval. A tool that takes
 a ``RunContext``, or has a ``prepare`` or ``args_validator`` function (which
 need one), is refused: only an agent run can supply the context.
+
+Code Mode for a pydantic-ai agent (the other direction: the agent's tools
+reached from a program), one line::
+
+    agent = Agent(model, tools=[...], toolsets=[mcp], capabilities=[CodeMode(approval_handler=ask)])
+    # or over chosen toolsets:
+    agent = Agent(model, toolsets=[CodeModeToolset(FunctionToolset([...]), mcp, approval_handler=ask)])
+
+``CodeModeToolset(*toolsets, ...)`` is a pydantic-ai toolset that offers one
+tool, ``run_code``, over the tools of ``toolsets`` (function toolsets,
+``MCPToolset`` servers, any toolset), listed afresh at each step; the
+``CodeMode(...)`` capability wraps the agent's own assembled toolset (its
+``tools=``, ``@agent.tool`` functions and ``toolsets=``) in one. Entering it
+enters the wrapped toolsets (an MCP server's connection). Each nested call
+validates its arguments with the tool's own validator and calls the tool
+through its toolset with the *current* run's ``RunContext`` (its ``deps``,
+usage, model, messages), with ``tool_name`` and ``tool_call_id`` (the call's
+audit id) of the nested call, on the agent's event loop; the tool runs as
+it would for the model. Its flags: ``sequential`` means exclusive and other
+function tools run side by side, as pydantic-ai runs them; an MCP tool runs
+side by side only when its server marks it ``readOnlyHint``. A tool that
+requires approval (``requires_approval=True``, an ``ApprovalRequiredToolset``,
+or a tool raising ``ApprovalRequired``) asks ``approval_handler`` on every
+call, and is refused without one; approved, it runs with
+``tool_call_approved=True``. ``ModelRetry`` and ``ToolFailed`` reach the
+program as a :class:`~nous_sched.ToolError`; an external (deferred) tool is
+not offered, as a program cannot wait for its caller.
+
+Options: ``concurrency_safe`` and ``requires_approval``, mappings of tool
+names to overrides (``True``/``False``, or a predicate for
+``concurrency_safe``); ``approval_handler``; ``session_log`` (the audit);
+``policy``, ``budget`` and ``output_budget`` as in
+:func:`~nous_sched.run_code_tool`; ``id`` and ``max_retries`` (of
+``run_code``) as pydantic-ai's; any other :func:`~nous_sched.run_code`
+option (``timeout``, ``max_parallel``, ``runtime``...). A bad one is a
+:class:`~nous_sched.ConfigError` where the toolset is built.
 """
 
 from __future__ import annotations
 
 import inspect
-from typing import Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from .._pydantic import jsonable, validation_message
 from ..errors import ConfigError, ToolError
@@ -26,7 +62,10 @@ from ..throttle import Throttle
 from ..tool import Tool
 from ._common import Predicate, build, require
 
-__all__ = ["from_pydantic_ai"]
+if TYPE_CHECKING:  # made on first use (module __getattr__ below): they subclass pydantic-ai's classes
+    from ._pydantic_ai_code_mode import CodeMode, CodeModeToolset
+
+__all__ = ["from_pydantic_ai", "CodeModeToolset", "CodeMode"]
 
 _ADAPTER = "from_pydantic_ai"
 
@@ -99,3 +138,13 @@ def from_pydantic_ai(
         category=category,
         throttles=throttles,
     )
+
+
+def __getattr__(name: str) -> Any:
+    # CodeModeToolset and CodeMode subclass pydantic-ai's own classes: made when first asked for.
+    if name in ("CodeModeToolset", "CodeMode"):
+        require("pydantic_ai", "pydantic-ai", name)
+        from . import _pydantic_ai_code_mode
+
+        return getattr(_pydantic_ai_code_mode, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -80,6 +80,7 @@ own scheduler, as :func:`~nous_sched.run_code` makes.
 
 from __future__ import annotations
 
+import contextvars
 import itertools
 import json
 import logging
@@ -632,8 +633,11 @@ class CodeModeServer:
         run.client = client
         with self._runs_lock:
             self._runs[run.token] = run
+        # The request's context: its span (the MCP SDK's `tools/call run_code`, joined to the client's
+        # trace) is then the parent of the run's spans.
+        context = contextvars.copy_context()
         thread = threading.Thread(
-            target=self._execute, args=(run, arguments), name=f"nous-sched-mcp-run-{n}", daemon=True
+            target=context.run, args=(self._execute, run, arguments), name=f"nous-sched-mcp-run-{n}", daemon=True
         )
         thread.start()
         return run
