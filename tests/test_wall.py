@@ -358,9 +358,10 @@ def test_a_fork_server_is_replaced_after_its_children_and_closed_after_the_last(
     # the old one is closed once its last child is gone. Runs go on correct.
     monkeypatch.setitem(pool_module.WALL, "server_children", 3)
     seen: set[int] = set()
+    others = _fork_servers()  # other pools' servers (earlier tests' in this process) are not this pool's
 
     def look(args):
-        seen.update(_fork_servers())
+        seen.update(_fork_servers() - others)
         return args["x"] + 1
 
     with WorkerPool(size=2, spares=1) as pool:
@@ -375,7 +376,7 @@ def test_a_fork_server_is_replaced_after_its_children_and_closed_after_the_last(
         assert pool._reaped(15.0)
         current = pool._server.proc.pid
         # Every server still there is the current one or has a child alive.
-        idle = [pid for pid in _fork_servers() if pid != current and not descendants(pid)]
+        idle = [pid for pid in _fork_servers() - others if pid != current and not descendants(pid)]
     assert results == list(range(1, 13))
     assert len(seen) >= 4, "a new fork server every 3 workers"
     assert idle == [], "a replaced server is closed once its last child is gone"
