@@ -4,7 +4,7 @@
 as ``ag_ui.core`` events while it goes; :func:`sse` the same as
 server-sent-event text (``data: <JSON>\\n\\n`` each), for any web framework's
 streaming response (``text/event-stream``). Needs the ``agui`` extra
-(``pip install nous_sched[agui]``: ``ag-ui-protocol``).
+(``pip install -e '.[agui]'`` from a checkout: ``ag-ui-protocol``).
 
 The mapping (one run is one AG-UI run; ``<id>`` is the run's ``call_id``):
 
@@ -87,7 +87,7 @@ try:
     )
 except ImportError as exc:  # pragma: no cover - the extra is part of the test install
     raise ImportError(
-        "nous_sched.agui needs the `agui` extra: pip install 'nous_sched[agui]' (ag-ui-protocol)"
+        "nous_sched.agui needs the `agui` extra: pip install -e '.[agui]' (ag-ui-protocol)"
     ) from exc
 
 from .live import Run, RunEvent
