@@ -84,6 +84,9 @@ class RunResult:
     suspended: Any = None
     #: A durable run's audit events: ``suspended``, ``approval``, ``resumed``.
     audit: tuple[Event, ...] = ()
+    #: What the run probably did not mean, and the fix ("" for nothing):
+    #: see :mod:`nous_sched._hints`. In :meth:`to_dict` as ``"hint"`` when set.
+    hint: str = ""
 
     @property
     def ok(self) -> bool:
@@ -91,12 +94,18 @@ class RunResult:
         return self.error is None and self.suspended is None
 
     def to_dict(self) -> dict[str, Any]:
-        """The model-facing shape: ``{"logs", "result"}`` or ``{"logs", "error": {kind, message}}``."""
+        """The model-facing shape: ``{"logs", "result"}`` or ``{"logs", "error": {kind, message}}``,
+        with ``"hint"`` (:attr:`hint`) when the run has one."""
         if self.suspended is not None:
             return {"logs": list(self.logs), "suspended": self.suspended.as_dict()}
-        if self.error is None:
-            return {"logs": list(self.logs), "result": self.result}
-        return {"logs": list(self.logs), "error": self.error.as_dict()}
+        answer: dict[str, Any] = (
+            {"logs": list(self.logs), "result": self.result}
+            if self.error is None
+            else {"logs": list(self.logs), "error": self.error.as_dict()}
+        )
+        if self.hint:
+            answer["hint"] = self.hint
+        return answer
 
     def for_model(self) -> dict[str, Any]:
         """What the model reads: :meth:`to_dict`, cut to the run's output budget when it had one."""

@@ -57,6 +57,8 @@ class Usage:
     calls: tuple[CallUsage, ...] = ()
     answer_chars: int = 0
     model_chars: int = 0
+    #: The characters of the answer's ``hint`` (:mod:`nous_sched._hints`), counted in both sizes above.
+    hint_chars: int = 0
 
     @property
     def received_chars(self) -> int:
@@ -74,4 +76,5 @@ class Usage:
             "answer_chars": self.answer_chars,
             "model_chars": self.model_chars,
             "cut_chars": self.cut_chars,
+            "hint_chars": self.hint_chars,
         }

@@ -126,7 +126,14 @@ def test_the_same_numbers_in_the_otel_run_span():
 def test_usage_values():
     usage = Usage(calls=(CallUsage(0, "a", 10, True), CallUsage(None, "b", 5, False)), answer_chars=100, model_chars=60)
     assert usage.received_chars == 15 and usage.cut_chars == 40
-    assert Usage().as_dict() == {"calls": [], "received_chars": 0, "answer_chars": 0, "model_chars": 0, "cut_chars": 0}
+    assert Usage().as_dict() == {
+        "calls": [],
+        "received_chars": 0,
+        "answer_chars": 0,
+        "model_chars": 0,
+        "cut_chars": 0,
+        "hint_chars": 0,
+    }
 
 
 # -- sdk.describe: shapes observed this run ----------------------------------------------------------------

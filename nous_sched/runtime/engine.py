@@ -498,7 +498,7 @@ class _Steps:
     the host, the program's result noted (``state``) from the first envelope
     that carries it."""
 
-    __slots__ = ("host", "limits", "book", "on_logs", "submit", "on_settled", "state")
+    __slots__ = ("host", "limits", "book", "on_logs", "submit", "on_settled", "on_main", "state")
 
     def __init__(self, host: Any, limits: Any, book: "_LogBook", on_logs: Any, submit: Any) -> None:
         self.host = host
@@ -507,6 +507,8 @@ class _Steps:
         self.on_logs = on_logs
         self.submit = submit
         self.on_settled = getattr(host, "on_settled", None)
+        # The program's end as the sandbox saw it (its result's notes: the run's hints).
+        self.on_main = getattr(host, "on_main", None)
         self.state: Any = None
 
     def read(self, texts: Sequence[str], batch: Sequence[Any]) -> None:
@@ -522,6 +524,8 @@ class _Steps:
             unstarted = self.submit(envelope["calls"])
             if self.state is None:
                 self.state = envelope["main"]
+                if self.state is not None and self.on_main is not None:
+                    self.on_main(self.state)
             if unstarted:
                 _past_deadline(self.state, unstarted, self.book, self.limits)
 

@@ -150,6 +150,8 @@
   let mainJson = "null";
   // The program's result, as JSON text, until a drain sends it (then null).
   let mainText = null;
+  // The notes on the result (afterwords()), sent with it.
+  let mainExtra = "";
   // A JSON text at least this long (a call's arguments, the result) crosses
   // after the envelope, as it is, instead of as a JSON string inside it: no
   // escaping here, no unescaping on the host. Each is preceded by SEP, which
@@ -242,19 +244,65 @@
       const message = "arguments are " + json.length + " characters of JSON, over the run's limit of " + MAX_ARGS_UNITS;
       return apply(promiseReject, PromiseCtor, [failedCall(label, message, sites)]);
     }
+    if (json !== undefined && apply(strIndexOf, json, ["{}"]) !== -1) {
+      // A Promise crosses as {}: a call whose result the program forgot to await.
+      const at = promiseAt(args, "$", 0);
+      if (at !== null) {
+        const message = "argument " + at + " is a Promise, not a value: a call whose result was not awaited; write `await` before that call";
+        return apply(promiseReject, PromiseCtor, [failedCall(label, message, sites)]);
+      }
+    }
     const id = ++nextId;
     // A name longer than any the host accepts (gate.MAX_NAME_CHARS) crosses
     // cut, still too long: the host refuses it without the whole of it.
     if (name !== null && name.length > MAX_NAME_UNITS) name = apply(strSlice, name, [0, MAX_NAME_UNITS]);
     outbox[outTail++] = [id, name, json === undefined ? "null" : json];
     if (clockOn) siteNew[siteNew.length] = siteOf(sites);
-    return new PromiseCtor(
+    const promise = new PromiseCtor(
       own(function (res, rej) {
-        waiting[id] = { res: res, rej: rej, sites: sites };
+        waiting[id] = { res: res, rej: rej, sites: sites, name: label };
       }),
     );
+    // Iterating the call instead of its result: `for await` gets the result's
+    // items, a plain `for ... of` (or a spread) an error that names the fix.
+    defineProperty(promise, SymbolIterator, { value: notIterable });
+    defineProperty(promise, SymbolAsyncIterator, { value: itemsOf });
+    return promise;
   }
   own(call);
+
+  const SymbolIterator = Symbol.iterator;
+  const SymbolAsyncIterator = Symbol.asyncIterator;
+  const notIterable = own(function () {
+    throw new TypeError("a tool call returns a Promise, not its result: await it first, e.g. `for (const item of await tools.name(args))`");
+  });
+  const itemsOf = own(async function* () {
+    const value = await this;
+    if (value === null || typeof value !== "object" || typeof value[SymbolIterator] !== "function") {
+      throw new TypeError("`for await` over a tool call: its result is not a list; iterate a list inside it (e.g. `(await tools.name(args)).items`) or Object.entries(await tools.name(args))");
+    }
+    yield* value;
+  });
+  function promiseAt(v, path, depth) {
+    if (v === null || typeof v !== "object" || depth > 32) return null;
+    const proto = getPrototypeOf(v);
+    if (proto === PromiseProto) return path;
+    if (isArray(v)) {
+      for (let i = 0; i < v.length; i++) {
+        const at = promiseAt(v[i], path + "[" + i + "]", depth + 1);
+        if (at !== null) return at;
+      }
+      return null;
+    }
+    if (proto !== ObjectProto && proto !== null) return null;
+    const keys = objectKeys(v);
+    for (let i = 0; i < keys.length; i++) {
+      const at = promiseAt(v[keys[i]], pathKey(path, keys[i]), depth + 1);
+      if (at !== null) return at;
+    }
+    return null;
+  }
+  own(promiseAt);
 
   function __nous_settle(id, ok, payload) {
     const w = waiting[id];
@@ -272,7 +320,17 @@
       let text;
       if (typeof v === "string") text = v;
       else if (v instanceof ErrorCtor) text = describe(v);
-      else {
+      else if (typeof v === "object" && v !== null) {
+        // An object logs by the result's rule, its conversions said after it.
+        const notes = { count: 0, list: [] };
+        try {
+          text = toJSONText(v, notes);
+          if (text !== undefined && notes.count) text += " [" + apply(arrayJoin, notes.list, ["; "]) + "]";
+        } catch (_) {
+          text = undefined;
+        }
+        if (text === undefined) text = "[unprintable]";
+      } else {
         try {
           text = JSONstringify(v);
         } catch (_) {
@@ -424,10 +482,10 @@
     // envelope that carries it, however many calls are still outstanding.
     if (mainText !== null) {
       if (mainText.length >= OUT_OF_LINE) {
-        mainJson = '{"state":"fulfilled","json":' + pieces++ + "}";
+        mainJson = '{"state":"fulfilled","json":' + pieces++ + mainExtra + "}";
         tail += SEP + mainText;
       } else {
-        mainJson = '{"state":"fulfilled","json":' + JSONstringify(mainText) + "}";
+        mainJson = '{"state":"fulfilled","json":' + JSONstringify(mainText) + mainExtra + "}";
       }
       mainText = null;
     }
@@ -437,17 +495,197 @@
     return apply(strSlice, out, [0]);
   }
 
+  // The one rule for values with no faithful JSON form (documented in
+  // nous_sched/_hints.py, which turns the notes into the answer's hint):
+  // Map -> object (string keys) or [key, value] pairs, Set -> array,
+  // Date -> ISO string, typed array / ArrayBuffer -> array of numbers,
+  // BigInt -> decimal string, NaN/Infinity -> null, undefined -> null in an
+  // array and dropped from an object, function/symbol/Promise -> null in an
+  // array and dropped from an object, a reference back to an enclosing value
+  // (a cycle) -> null, any other class instance -> its own fields. Each
+  // conversion is noted with its path ($ is the value itself).
+  const MapProto = Map.prototype;
+  const SetProto = Set.prototype;
+  const DateProto = Date.prototype;
+  const ObjectProto = Object.prototype;
+  const ArrayProto = Array.prototype;
+  const PromiseProto = Promise.prototype;
+  const isArray = Array.isArray;
+  const objectKeys = Object.keys;
+  const mapEntries = Map.prototype.entries;
+  const setValues = Set.prototype.values;
+  const dateISO = Date.prototype.toISOString;
+  const dateTime = Date.prototype.getTime;
+  const isView = ArrayBuffer.isView;
+  const U8 = Uint8Array;
+  const ABProto = ArrayBuffer.prototype;
+  const numberIsFinite = Number.isFinite;
+  const regexTest = RegExp.prototype.test;
+  const IDENTIFIER = /^[A-Za-z_$][\w$]*$/;
+  const mapIterNext = getPrototypeOf(new Map().entries()).next;
+  const setIterNext = getPrototypeOf(new Set().values()).next;
+  const arrayJoin = Array.prototype.join;
+  const MAX_NOTES = 8;
+  const NOTE_UNITS = 200;
+  function pathKey(path, key) {
+    return apply(regexTest, IDENTIFIER, [key]) ? path + "." + key : path + "[" + JSONstringify(key) + "]";
+  }
+  function note(notes, path, what) {
+    notes.count++;
+    if (notes.list.length < MAX_NOTES) notes.list[notes.list.length] = apply(strSlice, path + ": " + what, [0, NOTE_UNITS]);
+  }
+  // `DROP` marks a value that has no place in an object (its key goes).
+  const DROP = create(null);
+  function plain(v, path, notes, stack) {
+    const kind = typeof v;
+    if (kind === "string" || kind === "boolean" || v === null) return v;
+    if (kind === "number") {
+      if (numberIsFinite(v)) return v;
+      note(notes, path, StringCtor(v) + ", sent as null");
+      return null;
+    }
+    if (kind === "bigint") {
+      note(notes, path, "a BigInt, sent as a decimal string");
+      return StringCtor(v);
+    }
+    if (kind === "undefined") return DROP;
+    if (kind === "function" || kind === "symbol") {
+      note(notes, path, "a " + kind + ", which has no JSON form, dropped");
+      return DROP;
+    }
+    for (let i = 0; i < stack.length; i++) {
+      if (stack[i] === v) {
+        note(notes, path, "a reference back to an enclosing value (a cycle), sent as null");
+        return null;
+      }
+    }
+    const proto = getPrototypeOf(v);
+    if (proto === PromiseProto) {
+      note(notes, path, "a Promise, dropped: a call whose result was not awaited (write `await` before it)");
+      return DROP;
+    }
+    stack[stack.length] = v;
+    try {
+      return plainObject(v, proto, path, notes, stack);
+    } finally {
+      stack.length--;
+    }
+  }
+  function plainObject(v, proto, path, notes, stack) {
+    if (isArray(v)) {
+      const out = [];
+      for (let i = 0; i < v.length; i++) {
+        const item = plain(v[i], path + "[" + i + "]", notes, stack);
+        if (item === DROP) {
+          if (v[i] === undefined) note(notes, path + "[" + i + "]", "undefined, sent as null");
+          out[i] = null;
+        } else out[i] = item;
+      }
+      return out;
+    }
+    if (proto === MapProto) return plainMap(v, path, notes, stack);
+    if (proto === SetProto) {
+      note(notes, path, "a Set, sent as an array");
+      const out = [];
+      const it = apply(setValues, v, []);
+      for (let r = apply(setIterNext, it, []), i = 0; !r.done; r = apply(setIterNext, it, []), i++) {
+        const item = plain(r.value, path + "[" + i + "]", notes, stack);
+        out[out.length] = item === DROP ? null : item;
+      }
+      return out;
+    }
+    if (proto === DateProto) {
+      const t = apply(dateTime, v, []);
+      if (!numberIsFinite(t)) {
+        note(notes, path, "an invalid Date, sent as null");
+        return null;
+      }
+      note(notes, path, "a Date, sent as its ISO string");
+      return apply(dateISO, v, []);
+    }
+    if (isView(v) || proto === ABProto) {
+      const bytes = proto === ABProto ? new U8(v) : v;
+      note(notes, path, (proto === ABProto ? "an ArrayBuffer" : "a typed array") + ", sent as an array of numbers");
+      const out = [];
+      if (typeof bytes.length !== "number") return out;
+      for (let i = 0; i < bytes.length; i++) out[i] = plain(bytes[i], path + "[" + i + "]", notes, stack);
+      return out;
+    }
+    if (typeof v.toJSON === "function") return plain(v.toJSON(), path, notes, stack);
+    if (proto !== ObjectProto && proto !== null) {
+      let name = "a class instance";
+      try {
+        const ctor = proto.constructor;
+        if (typeof ctor === "function" && typeof ctor.name === "string" && ctor.name) name = "an instance of " + ctor.name;
+      } catch (_) {}
+      if (v instanceof ErrorCtor) {
+        note(notes, path, name + ", sent as its name and message");
+        return { name: StringCtor(v.name), message: StringCtor(v.message) };
+      }
+      note(notes, path, name + ", sent as its own fields");
+    }
+    const out = {};
+    const keys = objectKeys(v);
+    for (let i = 0; i < keys.length; i++) {
+      const key = keys[i];
+      const item = plain(v[key], pathKey(path, key), notes, stack);
+      if (item === DROP) {
+        if (v[key] === undefined) note(notes, pathKey(path, key), "undefined, dropped");
+      } else defineProperty(out, key, { value: item, enumerable: true, writable: true, configurable: true });
+    }
+    return out;
+  }
+  function plainMap(v, path, notes, stack) {
+    const entries = [];
+    let strings = true;
+    const it = apply(mapEntries, v, []);
+    for (let r = apply(mapIterNext, it, []); !r.done; r = apply(mapIterNext, it, [])) {
+      entries[entries.length] = r.value;
+      if (typeof r.value[0] !== "string") strings = false;
+    }
+    if (strings) {
+      note(notes, path, "a Map, sent as an object");
+      const out = {};
+      for (let i = 0; i < entries.length; i++) {
+        const key = entries[i][0];
+        const item = plain(entries[i][1], pathKey(path, key), notes, stack);
+        if (item !== DROP) defineProperty(out, key, { value: item, enumerable: true, writable: true, configurable: true });
+      }
+      return out;
+    }
+    note(notes, path, "a Map with keys that are not strings, sent as a list of [key, value] pairs");
+    const out = [];
+    for (let i = 0; i < entries.length; i++) {
+      const key = plain(entries[i][0], path + "[" + i + "][0]", notes, stack);
+      const item = plain(entries[i][1], path + "[" + i + "][1]", notes, stack);
+      out[i] = [key === DROP ? null : key, item === DROP ? null : item];
+    }
+    return out;
+  }
+  // The value as JSON text by the rule above, and its notes ({count, list}).
+  function toJSONText(v, notes) {
+    const value = plain(v, "$", notes, []);
+    return value === DROP ? undefined : JSONstringify(value);
+  }
+  own(plain);
+  own(plainObject);
+  own(plainMap);
+  own(toJSONText);
+  own(note);
+  own(pathKey);
+
   function onFulfilled(v) {
     const kind = typeof v;
     if (kind === "function" || kind === "symbol") {
-      mainJson = '{"state":"invalid","error":' + JSONstringify("the program returned a " + kind + ", which has no JSON form") + "}";
+      mainJson = '{"state":"invalid","error":' + JSONstringify("the program returned a " + kind + ", which has no JSON form; return the data it computes instead") + "}";
       return;
     }
+    const notes = { count: 0, list: [] };
     let json;
     try {
-      json = JSONstringify(v === undefined ? null : v);
+      json = v === undefined ? "null" : toJSONText(v, notes);
     } catch (e) {
-      mainJson = '{"state":"invalid","error":' + JSONstringify("the program's result has no JSON form: " + brief(e)) + "}";
+      mainJson = '{"state":"invalid","error":' + JSONstringify("the program's result has no JSON form: " + brief(e) + "; return plain data (objects, arrays, strings, numbers)") + "}";
       return;
     }
     if (json === undefined) json = "null";
@@ -456,7 +694,25 @@
       return;
     }
     mainText = json;
+    mainExtra = afterwords(v === undefined, notes);
   }
+
+  // What the host turns into hints (nous_sched/_hints.py): the program
+  // returned nothing, what its result's conversion noted, which calls it
+  // left pending when it ended.
+  function afterwords(none, notes) {
+    let out = "";
+    if (none) out += ',"none":true';
+    if (notes.count) out += ',"notes":' + JSONstringify(notes.list) + ',"noted":' + notes.count;
+    const pending = [];
+    for (const id in waiting) {
+      if (pending.length >= MAX_NOTES) break;
+      pending[pending.length] = waiting[id].name;
+    }
+    if (pending.length) out += ',"pending":' + JSONstringify(pending);
+    return out;
+  }
+  own(afterwords);
 
   function onRejected(e) {
     mainJson = '{"state":"rejected","error":' + JSONstringify(cut(describe(e))) + "}";

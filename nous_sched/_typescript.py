@@ -1,0 +1,220 @@
+"""TypeScript syntax removed from a program, every position kept.
+
+Models shown the SDK as TypeScript declarations answer in TypeScript. The
+engine runs JavaScript, so before a program runs its type syntax is replaced
+by spaces (newlines kept): every remaining character stays at the line and
+column it had, and an error QuickJS reports points into the model's own text.
+
+The program is parsed by tree-sitter's TypeScript grammar (a maintained
+parser, never patterns over the text). What is removed: type annotations
+(``: T`` on variables, parameters, fields and return types), ``as`` and
+``satisfies`` casts, non-null ``!``, generic arguments and parameters
+(``f<T>(x)``, ``<T>x``), ``interface`` and ``type`` declarations, ``declare``
+statements, overload signatures, ``implements`` clauses, optional-mark ``?``
+and the modifiers ``private``/``public``/``protected``/``readonly``/
+``abstract``/``override``. What cannot be removed because it has a value at
+run time (``enum``, ``namespace``, decorators, constructor parameter
+properties) is refused with a :class:`Refused` naming the construct, its
+position and what to write instead.
+
+The same parse tells whether the program's last top-level statement is an
+expression (:attr:`Stripped.last`), for the REPL rule of
+:mod:`nous_sched._program`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+__all__ = ["Refused", "Stripped", "strip"]
+
+#: Nodes removed whole: nothing in them runs.
+_WHOLE = frozenset(
+    {
+        "type_annotation",
+        "type_arguments",
+        "type_parameters",
+        "type_predicate_annotation",
+        "asserts_annotation",
+        "interface_declaration",
+        "type_alias_declaration",
+        "implements_clause",
+        "accessibility_modifier",
+        "override_modifier",
+        "ambient_declaration",
+        "function_signature",
+        "abstract_method_signature",
+        "index_signature",
+        "import_statement_type",
+    }
+)
+#: A token removed where its parent is one of these.
+_TOKENS = {
+    "?": frozenset({"optional_parameter", "public_field_definition", "property_signature", "method_definition"}),
+    "!": frozenset({"variable_declarator", "public_field_definition"}),
+    "readonly": frozenset({"public_field_definition"}),
+    "abstract": frozenset({"abstract_class_declaration", "public_field_definition", "method_definition"}),
+    "declare": frozenset({"public_field_definition"}),
+}
+#: Casts: the expression stays, ``as T`` / ``satisfies T`` goes.
+_CASTS = frozenset({"as_expression", "satisfies_expression"})
+#: Constructs with a value at run time: what to write instead.
+_REFUSED = {
+    "enum_declaration": "an `enum` has a value at run time; write a plain object instead, "
+    "e.g. const Color = {Red: 0, Green: 1}",
+    "internal_module": "a `namespace` has a value at run time; write a plain object of functions instead",
+    "module": "a `module` block has a value at run time; write a plain object of functions instead",
+    "decorator": "a decorator has a value at run time; call the function on the class or method yourself",
+}
+_PARAMETER_PROPERTY = (
+    "a constructor parameter property (`public x` in a constructor's parameters) assigns a field at run time; "
+    "declare the field and assign it in the constructor's body"
+)
+
+_PARSER: Any = None
+
+
+class Refused(Exception):
+    """TypeScript that cannot be removed: ``message`` says what and what to write
+    instead, ``line`` and ``column`` (1-based) where."""
+
+    def __init__(self, message: str, line: int, column: int) -> None:
+        super().__init__(message)
+        self.message = message
+        self.line = line
+        self.column = column
+
+
+class Stripped:
+    """The program without its type syntax: ``text`` (same length, same lines
+    and columns), ``changed`` when anything was removed, ``clean`` when the
+    parse found no syntax error, and ``last``: the last top-level statement as
+    ``(start, end, ends_with_semicolon, previous_end)`` character offsets when
+    it is an expression statement (``previous_end`` is the end of the
+    statement before it, or ``None``), else ``None``."""
+
+    __slots__ = ("text", "changed", "clean", "last")
+
+    def __init__(self, text: str, changed: bool, clean: bool, last: Optional[tuple[int, int, bool, Optional[int]]]):
+        self.text = text
+        self.changed = changed
+        self.clean = clean
+        self.last = last
+
+
+def _parser() -> Any:
+    global _PARSER
+    if _PARSER is None:
+        # Loaded on first use: a plain JavaScript program never needs it.
+        import tree_sitter
+        import tree_sitter_typescript
+
+        _PARSER = tree_sitter.Parser(tree_sitter.Language(tree_sitter_typescript.language_typescript()))
+    return _PARSER
+
+
+class _Offsets:
+    """Byte offsets of the UTF-8 text (tree-sitter's) as character offsets (Python's)."""
+
+    def __init__(self, text: str, data: bytes) -> None:
+        self.ascii = len(text) == len(data)
+        self.data = data
+
+    def char(self, byte: int) -> int:
+        if self.ascii:
+            return byte
+        return len(self.data[:byte].decode("utf-8", "surrogatepass"))
+
+
+def strip(text: str) -> Stripped:
+    """``text`` with its TypeScript syntax replaced by spaces.
+
+    :raises Refused: the program uses TypeScript with a value at run time.
+    """
+    data = text.encode("utf-8", "surrogatepass")
+    tree = _parser().parse(data)
+    root = tree.root_node
+    offsets = _Offsets(text, data)
+    spans: list[tuple[int, int]] = []
+    try:
+        _collect(root, spans)
+    except _At as at:
+        raise _refused(at, text, offsets) from None
+    chars = list(text)
+    for start, end in spans:
+        for i in range(offsets.char(start), offsets.char(end)):
+            if chars[i] not in "\n\r\u2028\u2029":
+                chars[i] = " "
+    stripped = "".join(chars) if spans else text
+    return Stripped(stripped, bool(spans), not root.has_error, _last(root, offsets))
+
+
+def _collect(root: Any, spans: list[tuple[int, int]]) -> None:
+    """Every byte span to blank, in tree order; :class:`Refused` at the first construct that cannot go."""
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        kind = node.type
+        if kind in _REFUSED:
+            _refuse(_REFUSED[kind], node)
+        if kind in _WHOLE:
+            spans.append((node.start_byte, node.end_byte))
+            continue
+        if kind in _CASTS and node.child_count:
+            spans.append((node.children[0].end_byte, node.end_byte))
+            stack.append(node.children[0])
+            continue
+        if kind == "non_null_expression" and node.child_count:
+            spans.append((node.children[-1].start_byte, node.end_byte))
+        elif kind == "required_parameter" and _has_modifier(node):
+            _refuse(_PARAMETER_PROPERTY, node)
+        parents = _TOKENS.get(kind)
+        if parents is not None and not node.is_named and node.parent is not None and node.parent.type in parents:
+            spans.append((node.start_byte, node.end_byte))
+        stack.extend(reversed(node.children))
+
+
+def _has_modifier(node: Any) -> bool:
+    return any(c.type in ("accessibility_modifier", "readonly", "override_modifier") for c in node.children)
+
+
+class _At(Exception):
+    def __init__(self, why: str, start: int) -> None:
+        self.why = why
+        self.start = start
+
+
+def _refuse(why: str, node: Any) -> None:
+    raise _At(why, node.start_byte)
+
+
+def _refused(at: _At, text: str, offsets: _Offsets) -> Refused:
+    index = offsets.char(at.start)
+    line_start = text.rfind("\n", 0, index) + 1
+    line = text.count("\n", 0, index) + 1
+    shown = text[index:].split("\n", 1)[0][:60]
+    return Refused(f"TypeScript that cannot run: {at.why} (at `{shown}`)", line, index - line_start + 1)
+
+
+def _last(root: Any, offsets: _Offsets) -> Optional[tuple[int, int, bool, Optional[int]]]:
+    """The last top-level statement, when it is an expression statement (see :class:`Stripped`)."""
+    statements = [c for c in root.named_children if c.type != "comment"]
+    if not statements or root.has_error:
+        return None
+    last = statements[-1]
+    if last.type != "expression_statement" or any(c.type == "internal_module" for c in last.children):
+        return None
+    semicolon = last.child_count > 1 and last.children[-1].type == ";"
+    previous = offsets.char(_code_end(statements[-2])) if len(statements) > 1 else None
+    return offsets.char(last.start_byte), offsets.char(_code_end(last)), semicolon, previous
+
+
+def _code_end(node: Any) -> int:
+    """Where ``node``'s last token ends: a statement ended by a newline (no
+    semicolon) may span the comment after it, up to the newline."""
+    while node.child_count:
+        tokens = [c for c in node.children if c.type != "comment" and c.end_byte > c.start_byte]
+        if not tokens:
+            break
+        node = tokens[-1]
+    return int(node.end_byte)
