@@ -89,7 +89,10 @@ def _reference(message: str, names: Sequence[str]) -> str:
 
 
 def _waited_for(
-    trail: Sequence[CallRecord], events: Iterable[Any], throttles: Mapping[str, Sequence[str]], approvals: frozenset[str]
+    trail: Sequence[CallRecord],
+    events: Iterable[Any],
+    throttles: Mapping[str, Sequence[str]],
+    approvals: frozenset[str],
 ) -> str:
     """What the oldest call still open at the deadline was waiting for, or ""."""
     open_calls = [r for r in trail if r.committed is None]

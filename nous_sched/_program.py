@@ -122,7 +122,9 @@ def _parsed(original: str, text: str) -> Source:
     try:
         stripped = strip(text)
     except Refused as refused:
-        return Source(original, text, True, f"SyntaxError: {refused.message}\n    at <input>:{refused.line}:{refused.column}")
+        return Source(
+            original, text, True, f"SyntaxError: {refused.message}\n    at <input>:{refused.line}:{refused.column}"
+        )
     out = stripped.text
     if stripped.last is None or not stripped.clean:
         return Source(original, out, True)

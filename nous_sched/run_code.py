@@ -451,7 +451,9 @@ def _remaining(limits: Limits, deadline: float) -> Limits:
     return attrs.evolve(limits, timeout=max(deadline - time.monotonic(), 0.001))
 
 
-def _told(error: Optional[RunError], source: _program.Source, host: "_Host", scheduler: Scheduler) -> Optional[RunError]:
+def _told(
+    error: Optional[RunError], source: _program.Source, host: "_Host", scheduler: Scheduler
+) -> Optional[RunError]:
     """The run's error as the caller reads it: a syntax error said about the
     program's own text (:mod:`.runtime.syntax`), every position about the
     text the model wrote (:mod:`._program`), what to change added
@@ -463,9 +465,13 @@ def _told(error: Optional[RunError], source: _program.Source, host: "_Host", sch
     if error.kind == "exception" and message.startswith("SyntaxError"):
         message = explain_syntax(message, code)
     gate = host.gate
-    throttles = {n: [str(getattr(t, "name", t)) for t in getattr(tool, "throttles", ())] for n, tool in gate.granted.items()}
+    throttles = {
+        n: [str(getattr(t, "name", t)) for t in getattr(tool, "throttles", ())] for n, tool in gate.granted.items()
+    }
     trail = scheduler.trail() if error.kind == "timeout" else ()
-    message = _explain(error.kind, message, host.names, trail, scheduler.audit_events(), throttles, host.run_ctx.require_approval)
+    message = _explain(
+        error.kind, message, host.names, trail, scheduler.audit_events(), throttles, host.run_ctx.require_approval
+    )
     if message != error.message:
         error = RunError(error.kind, message)
     if len(error.message) > MAX_RUN_MESSAGE:

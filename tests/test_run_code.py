@@ -35,7 +35,6 @@ import pytest
 from drivers import assert_released, driving, me
 
 import nous_sched
-from nous_sched._explain import FIXES
 from nous_sched import (
     ApprovalRequest,
     ConfigError,
@@ -53,6 +52,7 @@ from nous_sched import (
     run_code_tool,
     visible_tools,
 )
+from nous_sched._explain import FIXES
 from nous_sched.agent import RUN_CODE_DESCRIPTION
 from nous_sched.run_code import resolve_runtime
 from nous_sched.runtime.quickjs import QuickJSRuntime
