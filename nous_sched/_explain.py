@@ -96,11 +96,19 @@ def _waited_for(
 ) -> str:
     """What the oldest call still open at the deadline was waiting for, or ""."""
     open_calls = [r for r in trail if r.committed is None]
-    if not open_calls:
-        return ""
-    record = min(open_calls, key=lambda r: r.seq)
+    if open_calls:
+        record = min(open_calls, key=lambda r: r.seq)
+    else:  # the answer came as the deadline passed: the last one
+        done = [r for r in trail if r.committed is not None]
+        if not done:
+            return ""
+        record = max(done, key=lambda r: (r.committed, r.seq))
     tool = one_line(record.tool[:100])
-    if record.began is None and throttles.get(record.tool):
+    if (
+        record.began is None
+        and (record.throttled is not None or record.committed is None)
+        and throttles.get(record.tool)
+    ):
         named = ", ".join(repr(one_line(n[:100])) for n in throttles[record.tool])
         return f"a place in throttle {named} before tool {tool!r} (call {record.seq})"
     decided = {e.seq for e in events if type(e) is ApprovalEvent}

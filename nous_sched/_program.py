@@ -37,7 +37,7 @@ from .runtime import RuntimeOutcome
 
 __all__ = ["Source", "prepare", "run"]
 
-_RETURN = "return ("
+_RETURN = b"return ("
 _AT = re.compile(r"<input>:(\d+):(\d+)")
 
 
@@ -125,17 +125,20 @@ def _parsed(original: str, text: str) -> Source:
         return Source(
             original, text, True, f"SyntaxError: {refused.message}\n    at <input>:{refused.line}:{refused.column}"
         )
-    out = stripped.text
     if stripped.last is None or not stripped.clean:
-        return Source(original, out, True)
+        return Source(original, stripped.text, True)
+    # In UTF-8 bytes, as tree-sitter's offsets and QuickJS's columns are.
+    out = stripped.data
     start, end, semicolon, previous = stripped.last
-    out = out[: end - 1] + ")" + out[end:] if semicolon else out[:end] + ")" + out[end:]
-    if previous is not None and "\n" in out[previous:start]:
+    out = out[: end - 1] + b")" + out[end:] if semicolon else out[:end] + b")" + out[end:]
+    if previous is not None and b"\n" in out[previous:start]:
         # After the statement before: `E`'s own lines keep their columns.
-        return Source(original, out[:previous] + ";" + _RETURN + out[previous:], True)
-    line = out.count("\n", 0, start) + 1
-    column = start - (out.rfind("\n", 0, start) + 1) + 1
-    return Source(original, out[:start] + _RETURN + out[start:], True, shifts=((line, column, len(_RETURN)),))
+        out = out[:previous] + b";" + _RETURN + out[previous:]
+        return Source(original, out.decode("utf-8", "surrogatepass"), True)
+    line = out.count(b"\n", 0, start) + 1
+    column = start - (out.rfind(b"\n", 0, start) + 1) + 1
+    out = out[:start] + _RETURN + out[start:]
+    return Source(original, out.decode("utf-8", "surrogatepass"), True, shifts=((line, column, len(_RETURN)),))
 
 
 def unfence(code: str) -> str:

@@ -86,20 +86,25 @@ class Refused(Exception):
 
 
 class Stripped:
-    """The program without its type syntax: ``text`` (same length, same lines
-    and columns), ``changed`` when anything was removed, ``clean`` when the
-    parse found no syntax error, and ``last``: the last top-level statement as
-    ``(start, end, ends_with_semicolon, previous_end)`` character offsets when
-    it is an expression statement (``previous_end`` is the end of the
-    statement before it, or ``None``), else ``None``."""
+    """The program without its type syntax: ``data``, its UTF-8 (same length
+    in bytes, same lines, the same columns as QuickJS counts them: UTF-8
+    bytes), ``changed`` when anything was removed, ``clean`` when the parse
+    found no syntax error, and ``last``: the last top-level statement as
+    ``(start, end, ends_with_semicolon, previous_end)`` byte offsets when it
+    is an expression statement (``previous_end`` is where the statement
+    before it ends, or ``None``), else ``None``."""
 
-    __slots__ = ("text", "changed", "clean", "last")
+    __slots__ = ("data", "changed", "clean", "last")
 
-    def __init__(self, text: str, changed: bool, clean: bool, last: Optional[tuple[int, int, bool, Optional[int]]]):
-        self.text = text
+    def __init__(self, data: bytes, changed: bool, clean: bool, last: Optional[tuple[int, int, bool, Optional[int]]]):
+        self.data = data
         self.changed = changed
         self.clean = clean
         self.last = last
+
+    @property
+    def text(self) -> str:
+        return self.data.decode("utf-8", "surrogatepass")
 
 
 def _parser() -> Any:
@@ -113,17 +118,7 @@ def _parser() -> Any:
     return _PARSER
 
 
-class _Offsets:
-    """Byte offsets of the UTF-8 text (tree-sitter's) as character offsets (Python's)."""
-
-    def __init__(self, text: str, data: bytes) -> None:
-        self.ascii = len(text) == len(data)
-        self.data = data
-
-    def char(self, byte: int) -> int:
-        if self.ascii:
-            return byte
-        return len(self.data[:byte].decode("utf-8", "surrogatepass"))
+_KEPT = ("\n", "\r", "\u2028", "\u2029")
 
 
 def strip(text: str) -> Stripped:
@@ -132,21 +127,26 @@ def strip(text: str) -> Stripped:
     :raises Refused: the program uses TypeScript with a value at run time.
     """
     data = text.encode("utf-8", "surrogatepass")
-    tree = _parser().parse(data)
-    root = tree.root_node
-    offsets = _Offsets(text, data)
+    root = _parser().parse(data).root_node
     spans: list[tuple[int, int]] = []
     try:
         _collect(root, spans)
     except _At as at:
-        raise _refused(at, text, offsets) from None
-    chars = list(text)
-    for start, end in spans:
-        for i in range(offsets.char(start), offsets.char(end)):
-            if chars[i] not in "\n\r\u2028\u2029":
-                chars[i] = " "
-    stripped = "".join(chars) if spans else text
-    return Stripped(stripped, bool(spans), not root.has_error, _last(root, offsets))
+        raise _refused(at, data) from None
+    if spans:
+        out = bytearray(data)
+        for start, end in spans:
+            out[start:end] = _blank(data[start:end])
+        data = bytes(out)
+    return Stripped(data, bool(spans), not root.has_error, _last(root))
+
+
+def _blank(piece: bytes) -> bytes:
+    """``piece`` as spaces, one per byte (QuickJS counts columns in UTF-8 bytes), its line ends kept."""
+    text = piece.decode("utf-8", "surrogatepass")
+    if text.isascii() and "\n" not in text and "\r" not in text:
+        return b" " * len(piece)
+    return b"".join(c.encode("utf-8") if c in _KEPT else b" " * len(c.encode("utf-8", "surrogatepass")) for c in text)
 
 
 def _collect(root: Any, spans: list[tuple[int, int]]) -> None:
@@ -188,15 +188,15 @@ def _refuse(why: str, node: Any) -> None:
     raise _At(why, node.start_byte)
 
 
-def _refused(at: _At, text: str, offsets: _Offsets) -> Refused:
-    index = offsets.char(at.start)
-    line_start = text.rfind("\n", 0, index) + 1
-    line = text.count("\n", 0, index) + 1
-    shown = text[index:].split("\n", 1)[0][:60]
+def _refused(at: _At, data: bytes) -> Refused:
+    index = at.start
+    line_start = data.rfind(b"\n", 0, index) + 1
+    line = data.count(b"\n", 0, index) + 1
+    shown = data[index:].split(b"\n", 1)[0][:60].decode("utf-8", "replace")
     return Refused(f"TypeScript that cannot run: {at.why} (at `{shown}`)", line, index - line_start + 1)
 
 
-def _last(root: Any, offsets: _Offsets) -> Optional[tuple[int, int, bool, Optional[int]]]:
+def _last(root: Any) -> Optional[tuple[int, int, bool, Optional[int]]]:
     """The last top-level statement, when it is an expression statement (see :class:`Stripped`)."""
     statements = [c for c in root.named_children if c.type != "comment"]
     if not statements or root.has_error:
@@ -205,8 +205,8 @@ def _last(root: Any, offsets: _Offsets) -> Optional[tuple[int, int, bool, Option
     if last.type != "expression_statement" or any(c.type == "internal_module" for c in last.children):
         return None
     semicolon = last.child_count > 1 and last.children[-1].type == ";"
-    previous = offsets.char(_code_end(statements[-2])) if len(statements) > 1 else None
-    return offsets.char(last.start_byte), offsets.char(_code_end(last)), semicolon, previous
+    previous = _code_end(statements[-2]) if len(statements) > 1 else None
+    return int(last.start_byte), _code_end(last), semicolon, previous
 
 
 def _code_end(node: Any) -> int:

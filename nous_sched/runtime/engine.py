@@ -256,7 +256,9 @@ class Engine:
         how the settles were batched. The envelope of each, in order. A stop
         part way raises :class:`Stopped` with the envelopes before it as its
         ``steps``."""
-        self._arm()  # the binding's CPU slice starts afresh at each call into the engine
+        # The binding's CPU slice starts afresh at each call into the engine. No
+        # JavaScript ran since the last step: a deadline already past came while the program waited.
+        self._arm("waiting for a tool call")
         bridge = self.bridge
         deadline = self.deadline
         texts: list[str] = []
@@ -284,10 +286,10 @@ class Engine:
 
     # -- stepping ------------------------------------------------------------
 
-    def _arm(self) -> None:
+    def _arm(self, doing: str = "running JavaScript") -> None:
         remaining = self.deadline - time.monotonic()
         if remaining <= 0:
-            raise self._killed("timeout", timeout_message(self.limits.timeout, "running JavaScript"))
+            raise self._killed("timeout", timeout_message(self.limits.timeout, doing))
         self.ctx.set_time_limit(remaining)
 
     def _pump(self, armed: bool = False) -> None:

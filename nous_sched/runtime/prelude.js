@@ -520,6 +520,7 @@
   const U8 = Uint8Array;
   const ABProto = ArrayBuffer.prototype;
   const numberIsFinite = Number.isFinite;
+  const isRawJSON = typeof JSON.isRawJSON === "function" ? JSON.isRawJSON : undefined;
   const regexTest = RegExp.prototype.test;
   const IDENTIFIER = /^[A-Za-z_$][\w$]*$/;
   const mapIterNext = getPrototypeOf(new Map().entries()).next;
@@ -611,6 +612,7 @@
       for (let i = 0; i < bytes.length; i++) out[i] = plain(bytes[i], path + "[" + i + "]", notes, stack);
       return out;
     }
+    if (isRawJSON !== undefined && isRawJSON(v)) return v; // JSON.rawJSON: its text, as JSON.stringify writes it
     if (typeof v.toJSON === "function") return plain(v.toJSON(), path, notes, stack);
     if (proto !== ObjectProto && proto !== null) {
       let name = "a class instance";
@@ -677,7 +679,7 @@
   function onFulfilled(v) {
     const kind = typeof v;
     if (kind === "function" || kind === "symbol") {
-      mainJson = '{"state":"invalid","error":' + JSONstringify("the program returned a " + kind + ", which has no JSON form; return the data it computes instead") + "}";
+      mainJson = '{"state":"invalid","error":' + JSONstringify("the program returned a " + kind + ", which has no JSON form") + "}";
       return;
     }
     const notes = { count: 0, list: [] };
@@ -685,7 +687,7 @@
     try {
       json = v === undefined ? "null" : toJSONText(v, notes);
     } catch (e) {
-      mainJson = '{"state":"invalid","error":' + JSONstringify("the program's result has no JSON form: " + brief(e) + "; return plain data (objects, arrays, strings, numbers)") + "}";
+      mainJson = '{"state":"invalid","error":' + JSONstringify("the program's result has no JSON form: " + brief(e)) + "}";
       return;
     }
     if (json === undefined) json = "null";
