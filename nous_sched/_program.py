@@ -29,7 +29,7 @@ anything of it ran) and run again (:func:`run`).
 from __future__ import annotations
 
 import re
-from typing import Callable, Optional
+from typing import Callable, Iterator, Optional
 
 from ._typescript import Refused, strip
 from .result import RunError
@@ -38,6 +38,11 @@ from .runtime import RuntimeOutcome
 __all__ = ["Source", "prepare", "run"]
 
 _RETURN = b"return ("
+#: A program up to this long is parsed whole when it may need the parser
+#: (tens of microseconds); a longer one only at its end (:func:`_tail`).
+_WHOLE_CHARS = 2048
+_TAIL_CHARS = 16384
+_TAIL_TRIES = 4
 _AT = re.compile(r"<input>:(\d+):(\d+)")
 
 
@@ -81,9 +86,13 @@ def prepare(code: str) -> Source:
     """``code`` made runnable: fences off, and parsed only when the cheap
     checks say it may need to be (see the module docstring)."""
     text = unfence(code)
-    if ">(" in text and _generic_call(text) or not _ends_in_return(text):
+    if ">(" in text and _generic_call(text):
         return _parsed(code, text)
-    return Source(code, text)
+    if _ends_in_return(text):
+        return Source(code, text)
+    if len(text) <= _WHOLE_CHARS:
+        return _parsed(code, text)
+    return _tail(code, text)
 
 
 def run(
@@ -106,7 +115,8 @@ def run(
         return outcome, source
     if outcome.logs or not untouched():  # it ran: a SyntaxError it threw itself
         return outcome, source
-    second = _parsed(source.original, source.text)
+    # From the model's text again: the first try may have rewritten its last statement already.
+    second = _parsed(source.original, unfence(source.original))
     if second.refused is not None:
         return _refusal(second.refused), second
     if second.text == source.text:
@@ -127,25 +137,75 @@ def _parsed(original: str, text: str) -> Source:
         )
     if stripped.last is None or not stripped.clean:
         return Source(original, stripped.text, True)
-    # In UTF-8 bytes, as tree-sitter's offsets and QuickJS's columns are.
-    out = stripped.data
-    start, end, semicolon, previous = stripped.last
-    out = out[: end - 1] + b")" + out[end:] if semicolon else out[:end] + b")" + out[end:]
+    return _rewritten(original, stripped.data, stripped.last, True)
+
+
+def _tail(original: str, text: str) -> Source:
+    """A long program's last statement, found by parsing only its end: from
+    the start of one of its last lines that may start a statement, tried
+    latest first. A suffix that starts inside a bracket, string, template or
+    comment leaves something unclosed or unopened and does not parse clean,
+    so the first clean one starts at the top level. TypeScript in it, or no
+    clean suffix, sends the whole program to the parser."""
+    for split in _statement_starts(text):
+        try:
+            stripped = strip(text[split:])
+        except Refused:
+            break
+        if stripped.changed:
+            break
+        if not stripped.clean:
+            continue
+        if stripped.last is None:
+            return Source(original, text)  # (not parsed: TypeScript elsewhere still fails to compile, then is)
+        prefix = text[:split].encode("utf-8", "surrogatepass")
+        start, end, semicolon, previous = stripped.last
+        offset = len(prefix)
+        last = (start + offset, end + offset, semicolon, None if previous is None else previous + offset)
+        return _rewritten(original, prefix + stripped.data, last, False)
+    return _parsed(original, text)
+
+
+def _statement_starts(text: str) -> Iterator[int]:
+    """The starts of the last lines (within :data:`_TAIL_CHARS`) that begin, at
+    column 0, with what may begin a statement; at most :data:`_TAIL_TRIES`."""
+    floor = max(len(text) - _TAIL_CHARS, 0)
+    end = len(text)
+    tries = 0
+    while tries < _TAIL_TRIES:
+        newline = text.rfind("\n", floor, end)
+        if newline < 0:
+            return
+        start = newline + 1
+        if start < len(text) and (text[start].isalpha() or text[start] in "_$(['\"`!"):
+            tries += 1
+            yield start
+        end = newline
+
+
+def _rewritten(original: str, data: bytes, last: tuple[int, int, bool, Optional[int]], parsed: bool) -> Source:
+    """``data`` (UTF-8) with its last statement, an expression ``E``, made ``return (E)``.
+
+    In UTF-8 bytes, as tree-sitter's offsets and QuickJS's columns are."""
+    start, end, semicolon, previous = last
+    out = data[: end - 1] + b")" + data[end:] if semicolon else data[:end] + b")" + data[end:]
     if previous is not None and b"\n" in out[previous:start]:
         # After the statement before: `E`'s own lines keep their columns.
         out = out[:previous] + b";" + _RETURN + out[previous:]
-        return Source(original, out.decode("utf-8", "surrogatepass"), True)
+        return Source(original, out.decode("utf-8", "surrogatepass"), parsed)
     line = out.count(b"\n", 0, start) + 1
     column = start - (out.rfind(b"\n", 0, start) + 1) + 1
     out = out[:start] + _RETURN + out[start:]
-    return Source(original, out.decode("utf-8", "surrogatepass"), True, shifts=((line, column, len(_RETURN)),))
+    return Source(original, out.decode("utf-8", "surrogatepass"), parsed, shifts=((line, column, len(_RETURN)),))
 
 
 def unfence(code: str) -> str:
     """``code`` without the Markdown fence around it, each fence line (and
     anything after the closing one) blanked so every other line keeps its number."""
-    head = code.lstrip()
-    if not head.startswith("```"):
+    first = 0
+    while first < len(code) and code[first].isspace():  # (not lstrip: a long program is not copied)
+        first += 1
+    if not code.startswith("```", first):
         return code
     lines = code.split("\n")
     opening = next(i for i, line in enumerate(lines) if line.strip())
@@ -170,7 +230,9 @@ def _ends_in_return(text: str) -> bool:
     statement: it starts with ``return``, and closes no bracket it did not open,
     outside strings, with no comment or template that might span lines. A
     conservative check: False sends the program to the parser."""
-    end = len(text.rstrip())
+    end = len(text)
+    while end and text[end - 1].isspace():  # (not rstrip: a long program is not copied)
+        end -= 1
     if end == 0:
         return True
     line = text[text.rfind("\n", 0, end) + 1 : end].strip()

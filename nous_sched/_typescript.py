@@ -24,40 +24,30 @@ expression (:attr:`Stripped.last`), for the REPL rule of
 
 from __future__ import annotations
 
+import threading
 from typing import Any, Optional
 
 __all__ = ["Refused", "Stripped", "strip"]
 
-#: Nodes removed whole: nothing in them runs.
-_WHOLE = frozenset(
-    {
-        "type_annotation",
-        "type_arguments",
-        "type_parameters",
-        "type_predicate_annotation",
-        "asserts_annotation",
-        "interface_declaration",
-        "type_alias_declaration",
-        "implements_clause",
-        "accessibility_modifier",
-        "override_modifier",
-        "ambient_declaration",
-        "function_signature",
-        "abstract_method_signature",
-        "index_signature",
-        "import_statement_type",
-    }
-)
-#: A token removed where its parent is one of these.
-_TOKENS = {
-    "?": frozenset({"optional_parameter", "public_field_definition", "property_signature", "method_definition"}),
-    "!": frozenset({"variable_declarator", "public_field_definition"}),
-    "readonly": frozenset({"public_field_definition"}),
-    "abstract": frozenset({"abstract_class_declaration", "public_field_definition", "method_definition"}),
-    "declare": frozenset({"public_field_definition"}),
-}
-#: Casts: the expression stays, ``as T`` / ``satisfies T`` goes.
-_CASTS = frozenset({"as_expression", "satisfies_expression"})
+#: What to remove and refuse, found by one tree-sitter query (run in C: a
+#: walk in Python would cost more than the parse). ``whole``: nodes of which
+#: nothing runs; ``cast``: ``as T`` / ``satisfies T`` after the expression;
+#: ``bang``: a non-null ``!``; ``token``: an optional mark or a modifier;
+#: ``refused``/``property``: constructs with a value at run time.
+_QUERY = """
+[(type_annotation) (type_arguments) (type_parameters) (type_predicate_annotation) (asserts_annotation)
+ (interface_declaration) (type_alias_declaration) (implements_clause) (accessibility_modifier)
+ (override_modifier) (ambient_declaration) (function_signature) (abstract_method_signature)
+ (index_signature) (method_signature)] @whole
+[(as_expression) (satisfies_expression)] @cast
+(non_null_expression) @bang
+(optional_parameter "?" @token)
+(public_field_definition ["?" "!" "readonly" "declare" "abstract"] @token)
+(method_definition "?" @token)
+(abstract_class_declaration "abstract" @token)
+[(enum_declaration) (internal_module) (module) (decorator)] @refused
+(required_parameter [(accessibility_modifier) (override_modifier) "readonly"]) @property
+"""
 #: Constructs with a value at run time: what to write instead.
 _REFUSED = {
     "enum_declaration": "an `enum` has a value at run time; write a plain object instead, "
@@ -72,6 +62,8 @@ _PARAMETER_PROPERTY = (
 )
 
 _PARSER: Any = None
+_CURSOR: Any = None
+_LOCK = threading.Lock()
 
 
 class Refused(Exception):
@@ -108,14 +100,23 @@ class Stripped:
 
 
 def _parser() -> Any:
-    global _PARSER
+    global _PARSER, _CURSOR
     if _PARSER is None:
-        # Loaded on first use: a plain JavaScript program never needs it.
+        # Loaded on first use: most plain JavaScript programs never need it.
         import tree_sitter
         import tree_sitter_typescript
 
-        _PARSER = tree_sitter.Parser(tree_sitter.Language(tree_sitter_typescript.language_typescript()))
+        language = tree_sitter.Language(tree_sitter_typescript.language_typescript())
+        _CURSOR = tree_sitter.QueryCursor(tree_sitter.Query(language, _QUERY))
+        _PARSER = tree_sitter.Parser(language)
     return _PARSER
+
+
+def _parse(data: bytes) -> tuple[Any, dict[str, list[Any]]]:
+    """The tree of ``data`` and the query's captures in it."""
+    with _LOCK:  # one parser and one query cursor; runs start on many threads at once
+        root = _parser().parse(data).root_node
+        return root, dict(_CURSOR.captures(root))
 
 
 _KEPT = ("\n", "\r", "\u2028", "\u2029")
@@ -127,10 +128,10 @@ def strip(text: str) -> Stripped:
     :raises Refused: the program uses TypeScript with a value at run time.
     """
     data = text.encode("utf-8", "surrogatepass")
-    root = _parser().parse(data).root_node
+    root, found = _parse(data)
     spans: list[tuple[int, int]] = []
     try:
-        _collect(root, spans)
+        _collect(found, spans)
     except _At as at:
         raise _refused(at, data) from None
     if spans:
@@ -149,43 +150,24 @@ def _blank(piece: bytes) -> bytes:
     return b"".join(c.encode("utf-8") if c in _KEPT else b" " * len(c.encode("utf-8", "surrogatepass")) for c in text)
 
 
-def _collect(root: Any, spans: list[tuple[int, int]]) -> None:
-    """Every byte span to blank, in tree order; :class:`Refused` at the first construct that cannot go."""
-    stack = [root]
-    while stack:
-        node = stack.pop()
-        kind = node.type
-        if kind in _REFUSED:
-            _refuse(_REFUSED[kind], node)
-        if kind in _WHOLE:
-            spans.append((node.start_byte, node.end_byte))
-            continue
-        if kind in _CASTS and node.child_count:
-            spans.append((node.children[0].end_byte, node.end_byte))
-            stack.append(node.children[0])
-            continue
-        if kind == "non_null_expression" and node.child_count:
-            spans.append((node.children[-1].start_byte, node.end_byte))
-        elif kind == "required_parameter" and _has_modifier(node):
-            _refuse(_PARAMETER_PROPERTY, node)
-        parents = _TOKENS.get(kind)
-        if parents is not None and not node.is_named and node.parent is not None and node.parent.type in parents:
-            spans.append((node.start_byte, node.end_byte))
-        stack.extend(reversed(node.children))
-
-
-def _has_modifier(node: Any) -> bool:
-    return any(c.type in ("accessibility_modifier", "readonly", "override_modifier") for c in node.children)
+def _collect(found: dict[str, list[Any]], spans: list[tuple[int, int]]) -> None:
+    """Every byte span to blank; :class:`_At` the first construct that cannot go."""
+    refused = [(n.start_byte, _REFUSED[n.type]) for n in found.get("refused", ())]
+    refused += [(n.start_byte, _PARAMETER_PROPERTY) for n in found.get("property", ())]
+    if refused:
+        raise _At(*min(refused)[::-1])
+    spans.extend((n.start_byte, n.end_byte) for n in found.get("whole", ()))
+    spans.extend((n.start_byte, n.end_byte) for n in found.get("token", ()))
+    for node in found.get("cast", ()):
+        spans.append((node.children[0].end_byte, node.end_byte))
+    for node in found.get("bang", ()):
+        spans.append((node.children[-1].start_byte, node.end_byte))
 
 
 class _At(Exception):
     def __init__(self, why: str, start: int) -> None:
         self.why = why
         self.start = start
-
-
-def _refuse(why: str, node: Any) -> None:
-    raise _At(why, node.start_byte)
 
 
 def _refused(at: _At, data: bytes) -> Refused:
