@@ -27,8 +27,10 @@ class RunError:
     * ``timeout`` - the run's deadline passed (a runaway loop, a hung tool).
     * ``abort`` - the engine stopped the program: memory or stack limit, or
       the worker process running it died (a signal, the OOM killer, a crash).
-    * ``invalid_output`` - the returned value has no JSON form (a function, a
-      symbol, a BigInt, a cycle).
+    * ``invalid_output`` - the returned value has no JSON form: a function or
+      a symbol, a getter that throws, or a number the host cannot hold (a
+      ``Map``, ``BigInt``, cycle and the like are converted instead, and the
+      ``hint`` says so: :mod:`nous_sched._hints`).
     * ``output_limit`` - the returned value's JSON exceeds the byte limit.
     * ``cancelled`` - the caller cancelled the run (``run_code(cancel=...)``).
     * ``replay_diverged`` - a resumed run (:func:`nous_sched.resume`) made a

@@ -11,7 +11,6 @@ from __future__ import annotations
 import re
 
 import pytest
-
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -151,3 +150,22 @@ def test_a_long_program_is_parsed_only_at_its_end(last: str, result: object) -> 
     for runtime in (RUNTIME, None):
         run = run_code(program, description="tail", runtime=runtime)
         assert run.error is None and run.result == result, run
+
+
+@pytest.mark.parametrize(
+    "program, result",
+    [
+        ('const s: string = "\ud800\u202e"; s', "\ud800\u202e"),  # a lone surrogate and a bidi control in a string
+        ("const t: `\ud800${number}` = `x`; t", "x"),  # ... in a type that is removed
+        ("\ufeffconst a: number = 1; a", 1),  # a byte-order mark first
+        ("const a: number[] = [" + "[" * 3000 + "]" * 3000 + "]; return 1", None),  # deep: the engine's stack stops it
+    ],
+)
+def test_hostile_text_in_a_typescript_program(program: str, result: object) -> None:
+    source = prepare(program)
+    assert len(source.text.encode("utf-8", "surrogatepass")) >= len(program.encode("utf-8", "surrogatepass"))
+    run = run_code(program, description="hostile", runtime=RUNTIME)
+    if result is None:
+        assert run.error is not None and run.error.kind == "abort", run.error
+    else:
+        assert run.error is None and run.result == result, run.error

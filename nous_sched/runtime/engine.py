@@ -434,7 +434,10 @@ def drive(
     oldest call send its batch itself; this thread then only reads the
     answers (see :class:`nous_sched.runtime.pool._Relay`).
 
-    Two optional host hooks watch the run as it goes, on this thread:
+    Three optional host hooks watch the run as it goes, on this thread:
+    ``host.on_main(state)`` gets the program's end as the sandbox reported
+    it (the first envelope's ``main`` that has one: untrusted, for the
+    run's hints),
     ``host.on_logs(lines)`` gets the log lines each step kept, as the step
     ends (the lines the run's logs hold, budget markers included; not the
     notes the host adds when the run ends), and ``host.on_settled(pending, outcome, payload)``
