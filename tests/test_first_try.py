@@ -369,3 +369,14 @@ def test_a_hint_survives_hostile_names() -> None:
     assert "\u202e" not in hint and "\x00" not in hint and "\u2028" not in hint
     assert "\\u202e" in hint and "an instance of Evil" in hint
     json.dumps(result.for_model()).encode("utf-8")  # no lone surrogate left to refuse
+
+
+@pytest.mark.parametrize("budget", [200, 300, 700, 5_000])
+def test_the_hint_and_the_output_budget(budget: int) -> None:
+    program = 'const c = tools.lookup_city({name: "Tokyo"});\nconsole.log("x".repeat(3000));\nreturn new Map([["a", "y".repeat(3000)]])'
+    result = run_code(program, TOOLS, description="budget", output_budget=budget)
+    answer = result.for_model()
+    size = len(json.dumps(answer, ensure_ascii=False))
+    assert size <= budget, (size, answer)
+    assert answer["hint"].startswith("The program ended while `tools.lookup_city(...)` was still running"[: len(answer["hint"]) - 1])
+    assert result.usage.model_chars == size and result.usage.hint_chars > 0
