@@ -378,5 +378,7 @@ def test_the_hint_and_the_output_budget(budget: int) -> None:
     answer = result.for_model()
     size = len(json.dumps(answer, ensure_ascii=False))
     assert size <= budget, (size, answer)
-    assert answer["hint"].startswith("The program ended while `tools.lookup_city(...)` was still running"[: len(answer["hint"]) - 1])
+    assert answer["hint"].startswith(
+        "The program ended while `tools.lookup_city(...)` was still running"[: len(answer["hint"]) - 1]
+    )
     assert result.usage.model_chars == size and result.usage.hint_chars > 0
