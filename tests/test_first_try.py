@@ -382,3 +382,22 @@ def test_the_hint_and_the_output_budget(budget: int) -> None:
         "The program ended while `tools.lookup_city(...)` was still running"[: len(answer["hint"]) - 1]
     )
     assert result.usage.model_chars == size and result.usage.hint_chars > 0
+
+
+@pytest.mark.parametrize(
+    "program, result",
+    [
+        ("Object.prototype.get = function () { return 5 };\nreturn {a: 1, b: [1, 2]}", {"a": 1, "b": [1, 2]}),
+        ('Object.prototype.get = function () { return 5 };\nreturn {a: new Map([["x", 1]])}', {"a": {"x": 1}}),
+        (
+            'Object.defineProperty(Array.prototype, "0", {set(v) {}, configurable: true});\n'
+            "return [[1], {m: new Set([2])}]",
+            [[1], {"m": [2]}],
+        ),
+        # A getter runs once, as JSON.stringify runs it.
+        ("let n = 0;\nreturn [{get a() { return ++n }}, n]", [{"a": 1}, 0]),
+    ],
+)
+def test_a_polluted_prototype_does_not_change_the_conversion(program: str, result: Any) -> None:
+    run = run_code(program, description="pollution")
+    assert run.error is None and run.result == result, run.error

@@ -61,6 +61,9 @@ __all__ = ["Engine", "Stopped", "Finish", "drive", "prepare", "stack_message", "
 
 with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "prelude.js"), encoding="utf-8") as _f:
     _PRELUDE = _f.read()
+# The rule for values JSON cannot hold: handed to the prelude, compiled only when a value needs it.
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "convert.js"), encoding="utf-8") as _f:
+    _CONVERTER = _f.read()
 del _f
 
 _TRUNCATED = "[output truncated at {n} bytes]"
@@ -172,6 +175,7 @@ def prepare() -> tuple[Any, Any]:
     ctx.set_memory_limit(_PREPARE_MEMORY)
     ctx.set_time_limit(_PREPARE_SECONDS)
     bridge = ctx.eval(_PRELUDE)
+    bridge("converter", _CONVERTER)
     ctx.set_time_limit(-1)
     return ctx, bridge
 

@@ -276,12 +276,25 @@
   const notIterable = own(function () {
     throw new TypeError("a tool call returns a Promise, not its result: await it first, e.g. `for (const item of await tools.name(args))`");
   });
-  const itemsOf = own(async function* () {
-    const value = await this;
-    if (value === null || typeof value !== "object" || typeof value[SymbolIterator] !== "function") {
-      throw new TypeError("`for await` over a tool call: its result is not a list; iterate a list inside it (e.g. `(await tools.name(args)).items`) or Object.entries(await tools.name(args))");
-    }
-    yield* value;
+  // (An iterator object, not an async generator: the prelude is evaluated for
+  // every run, and a generator function costs it a third of a millisecond.)
+  const itemsOf = own(function () {
+    const promise = this;
+    let items = null;
+    const step = own(function (value) {
+      if (items === null) {
+        if (value === null || typeof value !== "object" || typeof value[SymbolIterator] !== "function") {
+          throw new TypeError("`for await` over a tool call: its result is not a list; iterate a list inside it (e.g. `(await tools.name(args)).items`) or Object.entries(await tools.name(args))");
+        }
+        items = value[SymbolIterator]();
+      }
+      return items.next();
+    });
+    return {
+      next: own(function () {
+        return apply(promiseThen, promise, [step]);
+      }),
+    };
   });
   function promiseAt(v, path, depth) {
     if (v === null || typeof v !== "object" || depth > 32) return null;
@@ -521,160 +534,93 @@
   const ABProto = ArrayBuffer.prototype;
   const numberIsFinite = Number.isFinite;
   const isRawJSON = typeof JSON.isRawJSON === "function" ? JSON.isRawJSON : undefined;
-  const regexTest = RegExp.prototype.test;
-  const IDENTIFIER = /^[A-Za-z_$][\w$]*$/;
   const mapIterNext = getPrototypeOf(new Map().entries()).next;
   const setIterNext = getPrototypeOf(new Set().values()).next;
   const arrayJoin = Array.prototype.join;
+  const charCodeAt = String.prototype.charCodeAt;
   const MAX_NOTES = 8;
   const NOTE_UNITS = 200;
+  // (A loop, not a regular expression: compiling one costs every run's prelude a third of a millisecond.)
+  function isIdentifier(key) {
+    if (key.length === 0) return false;
+    for (let i = 0; i < key.length; i++) {
+      const c = apply(charCodeAt, key, [i]);
+      const letter = (c >= 65 && c <= 90) || (c >= 97 && c <= 122) || c === 95 || c === 36;
+      if (!letter && !(i > 0 && c >= 48 && c <= 57)) return false;
+    }
+    return true;
+  }
+  own(isIdentifier);
   function pathKey(path, key) {
-    return apply(regexTest, IDENTIFIER, [key]) ? path + "." + key : path + "[" + JSONstringify(key) + "]";
+    return isIdentifier(key) ? path + "." + key : path + "[" + JSONstringify(key) + "]";
   }
-  function note(notes, path, what) {
-    notes.count++;
-    if (notes.list.length < MAX_NOTES) notes.list[notes.list.length] = apply(strSlice, path + ": " + what, [0, NOTE_UNITS]);
+  // The converter (convert.js) is compiled the first time a value needs it:
+  // most results are plain data, and compiling it with the prelude would cost
+  // every run about 0.4 ms. Its source arrives once, before any program
+  // (the bridge's "converter"); it uses only what it is handed here.
+  let converterSource = null;
+  let converter = null;
+  const indirectEval = eval;
+  function toJSONText(v, notes) {
+    // Each value is read once (a getter runs once, as JSON.stringify runs it)
+    // into a plain copy; only what the copy cannot hold goes to the converter.
+    const copy = plainCopy(v, 0);
+    if (copy !== NOT_PLAIN) return JSONstringify(copy);
+    if (converter === null) {
+      const make = indirectEval(converterSource);
+      converter = make(freeze({
+        getPrototypeOf, isArray, objectKeys, defineProperty, create, apply, strSlice, StringCtor, ErrorCtor,
+        JSONstringify, mapEntries, setValues, mapIterNext, setIterNext, dateISO, dateTime, isView, U8,
+        ABProto, MapProto, SetProto, DateProto, ObjectProto, PromiseProto, numberIsFinite, isRawJSON,
+        pathKey, own, MAX_NOTES, NOTE_UNITS,
+      }));
+    }
+    return converter(v, notes);
   }
-  // `DROP` marks a value that has no place in an object (its key goes).
-  const DROP = create(null);
-  function plain(v, path, notes, stack) {
+  // `v` as JSON.stringify would write it, copied: finite numbers, strings,
+  // booleans, null, arrays and plain objects of them. NOT_PLAIN for anything
+  // else, or deeper than 64 (a cycle): then the converter reads it (again).
+  const NOT_PLAIN = create(null);
+  // A null-prototype descriptor: a program that sets Object.prototype.get
+  // cannot make it an accessor's.
+  const DATA = create(null);
+  DATA.value = undefined;
+  DATA.enumerable = true;
+  DATA.writable = true;
+  DATA.configurable = true;
+  function plainCopy(v, depth) {
     const kind = typeof v;
     if (kind === "string" || kind === "boolean" || v === null) return v;
-    if (kind === "number") {
-      if (numberIsFinite(v)) return v;
-      note(notes, path, StringCtor(v) + ", sent as null");
-      return null;
-    }
-    if (kind === "bigint") {
-      note(notes, path, "a BigInt, sent as a decimal string");
-      return StringCtor(v);
-    }
-    if (kind === "undefined") return DROP;
-    if (kind === "function" || kind === "symbol") {
-      note(notes, path, "a " + kind + ", which has no JSON form, dropped");
-      return DROP;
-    }
-    for (let i = 0; i < stack.length; i++) {
-      if (stack[i] === v) {
-        note(notes, path, "a reference back to an enclosing value (a cycle), sent as null");
-        return null;
-      }
-    }
-    const proto = getPrototypeOf(v);
-    if (proto === PromiseProto) {
-      note(notes, path, "a Promise, dropped: a call whose result was not awaited (write `await` before it)");
-      return DROP;
-    }
-    stack[stack.length] = v;
-    try {
-      return plainObject(v, proto, path, notes, stack);
-    } finally {
-      stack.length--;
-    }
-  }
-  function plainObject(v, proto, path, notes, stack) {
+    if (kind === "number") return numberIsFinite(v) ? v : NOT_PLAIN;
+    if (kind !== "object" || depth > 64) return NOT_PLAIN;
     if (isArray(v)) {
       const out = [];
-      for (let i = 0; i < v.length; i++) {
-        const item = plain(v[i], path + "[" + i + "]", notes, stack);
-        if (item === DROP) {
-          if (v[i] === undefined) note(notes, path + "[" + i + "]", "undefined, sent as null");
-          out[i] = null;
-        } else out[i] = item;
+      const n = v.length;
+      for (let i = 0; i < n; i++) {
+        const item = plainCopy(v[i], depth + 1);
+        if (item === NOT_PLAIN) return NOT_PLAIN;
+        DATA.value = item;
+        defineProperty(out, i, DATA);
       }
       return out;
     }
-    if (proto === MapProto) return plainMap(v, path, notes, stack);
-    if (proto === SetProto) {
-      note(notes, path, "a Set, sent as an array");
-      const out = [];
-      const it = apply(setValues, v, []);
-      for (let r = apply(setIterNext, it, []), i = 0; !r.done; r = apply(setIterNext, it, []), i++) {
-        const item = plain(r.value, path + "[" + i + "]", notes, stack);
-        out[out.length] = item === DROP ? null : item;
-      }
-      return out;
-    }
-    if (proto === DateProto) {
-      const t = apply(dateTime, v, []);
-      if (!numberIsFinite(t)) {
-        note(notes, path, "an invalid Date, sent as null");
-        return null;
-      }
-      note(notes, path, "a Date, sent as its ISO string");
-      return apply(dateISO, v, []);
-    }
-    if (isView(v) || proto === ABProto) {
-      const bytes = proto === ABProto ? new U8(v) : v;
-      note(notes, path, (proto === ABProto ? "an ArrayBuffer" : "a typed array") + ", sent as an array of numbers");
-      const out = [];
-      if (typeof bytes.length !== "number") return out;
-      for (let i = 0; i < bytes.length; i++) out[i] = plain(bytes[i], path + "[" + i + "]", notes, stack);
-      return out;
-    }
-    if (isRawJSON !== undefined && isRawJSON(v)) return v; // JSON.rawJSON: its text, as JSON.stringify writes it
-    if (typeof v.toJSON === "function") return plain(v.toJSON(), path, notes, stack);
-    if (proto !== ObjectProto && proto !== null) {
-      let name = "a class instance";
-      try {
-        const ctor = proto.constructor;
-        if (typeof ctor === "function" && typeof ctor.name === "string" && ctor.name) name = "an instance of " + ctor.name;
-      } catch (_) {}
-      if (v instanceof ErrorCtor) {
-        note(notes, path, name + ", sent as its name and message");
-        return { name: StringCtor(v.name), message: StringCtor(v.message) };
-      }
-      note(notes, path, name + ", sent as its own fields");
-    }
-    const out = {};
+    if (isRawJSON !== undefined && isRawJSON(v)) return v;
+    const proto = getPrototypeOf(v);
+    if (proto !== ObjectProto && proto !== null) return NOT_PLAIN;
+    if (typeof v.toJSON === "function") return NOT_PLAIN;
     const keys = objectKeys(v);
+    const out = {};
     for (let i = 0; i < keys.length; i++) {
-      const key = keys[i];
-      const item = plain(v[key], pathKey(path, key), notes, stack);
-      if (item === DROP) {
-        if (v[key] === undefined) note(notes, pathKey(path, key), "undefined, dropped");
-      } else defineProperty(out, key, { value: item, enumerable: true, writable: true, configurable: true });
+      const item = plainCopy(v[keys[i]], depth + 1);
+      if (item === NOT_PLAIN) return NOT_PLAIN;
+      DATA.value = item;
+      defineProperty(out, keys[i], DATA);
     }
+    DATA.value = undefined;
     return out;
   }
-  function plainMap(v, path, notes, stack) {
-    const entries = [];
-    let strings = true;
-    const it = apply(mapEntries, v, []);
-    for (let r = apply(mapIterNext, it, []); !r.done; r = apply(mapIterNext, it, [])) {
-      entries[entries.length] = r.value;
-      if (typeof r.value[0] !== "string") strings = false;
-    }
-    if (strings) {
-      note(notes, path, "a Map, sent as an object");
-      const out = {};
-      for (let i = 0; i < entries.length; i++) {
-        const key = entries[i][0];
-        const item = plain(entries[i][1], pathKey(path, key), notes, stack);
-        if (item !== DROP) defineProperty(out, key, { value: item, enumerable: true, writable: true, configurable: true });
-      }
-      return out;
-    }
-    note(notes, path, "a Map with keys that are not strings, sent as a list of [key, value] pairs");
-    const out = [];
-    for (let i = 0; i < entries.length; i++) {
-      const key = plain(entries[i][0], path + "[" + i + "][0]", notes, stack);
-      const item = plain(entries[i][1], path + "[" + i + "][1]", notes, stack);
-      out[i] = [key === DROP ? null : key, item === DROP ? null : item];
-    }
-    return out;
-  }
-  // The value as JSON text by the rule above, and its notes ({count, list}).
-  function toJSONText(v, notes) {
-    const value = plain(v, "$", notes, []);
-    return value === DROP ? undefined : JSONstringify(value);
-  }
-  own(plain);
-  own(plainObject);
-  own(plainMap);
   own(toJSONText);
-  own(note);
-  own(pathKey);
+  own(plainCopy);
 
   function onFulfilled(v) {
     const kind = typeof v;
@@ -706,12 +652,13 @@
     let out = "";
     if (none) out += ',"none":true';
     if (notes.count) out += ',"notes":' + JSONstringify(notes.list) + ',"noted":' + notes.count;
-    const pending = [];
+    let pending = "";
+    let count = 0;
     for (const id in waiting) {
-      if (pending.length >= MAX_NOTES) break;
-      pending[pending.length] = waiting[id].name;
+      if (count++ >= MAX_NOTES) break;
+      pending += (count > 1 ? "," : "") + JSONstringify(waiting[id].name);
     }
-    if (pending.length) out += ',"pending":' + JSONstringify(pending);
+    if (count) out += ',"pending":[' + pending + "]";
     return out;
   }
   own(afterwords);
@@ -848,6 +795,10 @@
     if (op === "start") return __nous_start(a);
     if (op === "configure") return configure(a, b, c);
     if (op === "clock") return clock(a);
+    if (op === "converter") {
+      if (converterSource === null) converterSource = a;
+      return undefined;
+    }
     return undefined;
   };
 })()
