@@ -401,3 +401,19 @@ def test_the_hint_and_the_output_budget(budget: int) -> None:
 def test_a_polluted_prototype_does_not_change_the_conversion(program: str, result: Any) -> None:
     run = run_code(program, description="pollution")
     assert run.error is None and run.result == result, run.error
+
+
+def test_a_big_result_is_converted_by_the_same_rule() -> None:
+    """Past 2,048 values JSON.stringify writes the result; the rule's values are the same."""
+    many = "Array.from({length: 3000}, (_, i) => i)"
+    cases = [
+        (f"return {{xs: {many}, m: new Map([['a', 1]])}}", lambda r: r["m"] == {"a": 1}, "$.m: a Map"),
+        (f"return {{xs: {many}, n: NaN}}", lambda r: r["n"] is None, "$.n: NaN"),
+        (f"return {{xs: {many}, b: 5n}}", lambda r: r["b"] == "5", "$.b: a BigInt"),
+        (f"return {{xs: {many}, t: new Uint8Array([7])}}", lambda r: r["t"] == [7], "$.t: a typed array"),
+        (f"return {{xs: {many}, d: new Date(0)}}", lambda r: r["d"] == "1970-01-01T00:00:00.000Z", None),
+    ]
+    for program, check, said in cases:
+        result = run_code(program, description="big")
+        assert result.ok and len(result.result["xs"]) == 3000 and check(result.result), result.error
+        assert (said in result.hint) if said else result.hint == "", result.hint

@@ -562,10 +562,27 @@
   let converter = null;
   const indirectEval = eval;
   function toJSONText(v, notes) {
-    // Each value is read once (a getter runs once, as JSON.stringify runs it)
-    // into a plain copy; only what the copy cannot hold goes to the converter.
+    // A value of up to COPY_VALUES values is read once (a getter runs once,
+    // as JSON.stringify runs it) into a plain copy; only what the copy cannot
+    // hold goes to the converter. A bigger one is written by JSON.stringify
+    // (a walk in JavaScript would double what crossing it costs), and goes to
+    // the converter only when its text shows what JSON.stringify did to a
+    // value the rule converts otherwise: `{}` (a Map, Set, Promise), `null`
+    // (NaN, undefined in an array), `{"0":` (a typed array), or when it
+    // throws (a BigInt, a cycle). Its Dates, dropped undefined fields and
+    // class instances come out as the rule has them, unnoted.
+    copyBudget = COPY_VALUES;
     const copy = plainCopy(v, 0);
-    if (copy !== NOT_PLAIN) return JSONstringify(copy);
+    if (copy === TOO_BIG) {
+      let json;
+      try {
+        json = JSONstringify(v);
+      } catch (_) {
+        json = undefined;
+      }
+      if (typeof json === "string" && apply(strIndexOf, json, ["{}"]) === -1 && apply(strIndexOf, json, ["null"]) === -1 &&
+          apply(strIndexOf, json, ['{"0":']) === -1) return json;
+    } else if (copy !== NOT_PLAIN) return JSONstringify(copy);
     if (converter === null) {
       const make = indirectEval(converterSource);
       converter = make(freeze({
@@ -581,6 +598,9 @@
   // booleans, null, arrays and plain objects of them. NOT_PLAIN for anything
   // else, or deeper than 64 (a cycle): then the converter reads it (again).
   const NOT_PLAIN = create(null);
+  const TOO_BIG = create(null);
+  const COPY_VALUES = 2048;
+  let copyBudget = 0;
   // A null-prototype descriptor: a program that sets Object.prototype.get
   // cannot make it an accessor's.
   const DATA = create(null);
@@ -589,6 +609,7 @@
   DATA.writable = true;
   DATA.configurable = true;
   function plainCopy(v, depth) {
+    if (--copyBudget < 0) return TOO_BIG;
     const kind = typeof v;
     if (kind === "string" || kind === "boolean" || v === null) return v;
     if (kind === "number") return numberIsFinite(v) ? v : NOT_PLAIN;
@@ -598,7 +619,7 @@
       const n = v.length;
       for (let i = 0; i < n; i++) {
         const item = plainCopy(v[i], depth + 1);
-        if (item === NOT_PLAIN) return NOT_PLAIN;
+        if (item === NOT_PLAIN || item === TOO_BIG) return item;
         DATA.value = item;
         defineProperty(out, i, DATA);
       }
@@ -612,7 +633,7 @@
     const out = {};
     for (let i = 0; i < keys.length; i++) {
       const item = plainCopy(v[keys[i]], depth + 1);
-      if (item === NOT_PLAIN) return NOT_PLAIN;
+      if (item === NOT_PLAIN || item === TOO_BIG) return item;
       DATA.value = item;
       defineProperty(out, keys[i], DATA);
     }
