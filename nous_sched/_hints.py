@@ -23,7 +23,13 @@ a class instance          its own fields (an ``Error``: its name and message)
 ========================  =====================================================
 
 The same rule applies to each value a program logs (its notes follow the line
-in brackets). The host adds what it saw itself: a tool that returned an empty
+in brackets). A value of more than 2,048 values is written by ``JSON.stringify``
+and walked only when its text shows a value the rule converts otherwise (a
+``{}``, a ``null``, a typed array's ``{"0":``, or an error): its values are
+the rule's all the same, but its dates, dropped ``undefined`` fields and
+class instances go unnoted.
+
+The host adds what it saw itself: a tool that returned an empty
 result where its earlier calls in the run returned data. :func:`hints`
 turns all of it into one ``hint`` string, each part naming the fix in one
 sentence, at most :data:`MAX_HINT_CHARS` characters: the model reads it in

@@ -9,15 +9,30 @@
 // fields (an Error: its name and message). Each conversion is noted with its
 // path ($ is the value itself).
 //
-// Compiled by the prelude (prelude.js, toJSONText) the first time a value
-// needs it, after the program may have changed every global: it uses only
+// Compiled by the prelude (prelude.js, loadConverter) the first time a value
+// needs it (or a call's arguments may hold a Promise: promiseAt), after the
+// program may have changed every global: it uses only
 // the intrinsics it is handed, captured before the program ran.
 (function (I) {
   "use strict";
   const { getPrototypeOf, isArray, objectKeys, defineProperty, create, apply, strSlice, StringCtor, ErrorCtor } = I;
   const { JSONstringify, mapEntries, setValues, mapIterNext, setIterNext, dateISO, dateTime, isView, U8 } = I;
   const { ABProto, MapProto, SetProto, DateProto, ObjectProto, PromiseProto, numberIsFinite, isRawJSON } = I;
-  const { pathKey, own, MAX_NOTES, NOTE_UNITS } = I;
+  const { charCodeAt, own, MAX_NOTES, NOTE_UNITS } = I;
+  // (A loop, not a regular expression: cheaper to compile.)
+  function isIdentifier(key) {
+    if (key.length === 0) return false;
+    for (let i = 0; i < key.length; i++) {
+      const c = apply(charCodeAt, key, [i]);
+      const letter = (c >= 65 && c <= 90) || (c >= 97 && c <= 122) || c === 95 || c === 36;
+      if (!letter && !(i > 0 && c >= 48 && c <= 57)) return false;
+    }
+    return true;
+  }
+  own(isIdentifier);
+  function pathKey(path, key) {
+    return isIdentifier(key) ? path + "." + key : path + "[" + JSONstringify(key) + "]";
+  }
 
   function note(notes, path, what) {
     notes.count++;
@@ -175,5 +190,27 @@
   own(plainObject);
   own(plainMap);
   own(note);
-  return own(toJSONText);
+  own(toJSONText);
+  // The first Promise in a call's arguments (a call whose result was not awaited): its path, or null.
+  function promiseAt(v, path, depth) {
+    if (v === null || typeof v !== "object" || depth > 32) return null;
+    const proto = getPrototypeOf(v);
+    if (proto === PromiseProto) return path;
+    if (isArray(v)) {
+      for (let i = 0; i < v.length; i++) {
+        const at = promiseAt(v[i], path + "[" + i + "]", depth + 1);
+        if (at !== null) return at;
+      }
+      return null;
+    }
+    if (proto !== ObjectProto && proto !== null) return null;
+    const keys = objectKeys(v);
+    for (let i = 0; i < keys.length; i++) {
+      const at = promiseAt(v[keys[i]], pathKey(path, keys[i]), depth + 1);
+      if (at !== null) return at;
+    }
+    return null;
+  }
+  own(promiseAt);
+  return { toJSONText, promiseAt };
 })

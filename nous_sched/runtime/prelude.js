@@ -246,7 +246,7 @@
     }
     if (json !== undefined && apply(strIndexOf, json, ["{}"]) !== -1) {
       // A Promise crosses as {}: a call whose result the program forgot to await.
-      const at = promiseAt(args, "$", 0);
+      const at = loadConverter().promiseAt(args, "$", 0);
       if (at !== null) {
         const message = "argument " + at + " is a Promise, not a value: a call whose result was not awaited; write `await` before that call";
         return apply(promiseReject, PromiseCtor, [failedCall(label, message, sites)]);
@@ -296,26 +296,6 @@
       }),
     };
   });
-  function promiseAt(v, path, depth) {
-    if (v === null || typeof v !== "object" || depth > 32) return null;
-    const proto = getPrototypeOf(v);
-    if (proto === PromiseProto) return path;
-    if (isArray(v)) {
-      for (let i = 0; i < v.length; i++) {
-        const at = promiseAt(v[i], path + "[" + i + "]", depth + 1);
-        if (at !== null) return at;
-      }
-      return null;
-    }
-    if (proto !== ObjectProto && proto !== null) return null;
-    const keys = objectKeys(v);
-    for (let i = 0; i < keys.length; i++) {
-      const at = promiseAt(v[keys[i]], pathKey(path, keys[i]), depth + 1);
-      if (at !== null) return at;
-    }
-    return null;
-  }
-  own(promiseAt);
 
   function __nous_settle(id, ok, payload) {
     const w = waiting[id];
@@ -540,20 +520,6 @@
   const charCodeAt = String.prototype.charCodeAt;
   const MAX_NOTES = 8;
   const NOTE_UNITS = 200;
-  // (A loop, not a regular expression: compiling one costs every run's prelude a third of a millisecond.)
-  function isIdentifier(key) {
-    if (key.length === 0) return false;
-    for (let i = 0; i < key.length; i++) {
-      const c = apply(charCodeAt, key, [i]);
-      const letter = (c >= 65 && c <= 90) || (c >= 97 && c <= 122) || c === 95 || c === 36;
-      if (!letter && !(i > 0 && c >= 48 && c <= 57)) return false;
-    }
-    return true;
-  }
-  own(isIdentifier);
-  function pathKey(path, key) {
-    return isIdentifier(key) ? path + "." + key : path + "[" + JSONstringify(key) + "]";
-  }
   // The converter (convert.js) is compiled the first time a value needs it:
   // most results are plain data, and compiling it with the prelude would cost
   // every run about 0.4 ms. Its source arrives once, before any program
@@ -561,6 +527,19 @@
   let converterSource = null;
   let converter = null;
   const indirectEval = eval;
+  function loadConverter() {
+    if (converter === null) {
+      const make = indirectEval(converterSource);
+      converter = make(freeze({
+        getPrototypeOf, isArray, objectKeys, defineProperty, create, apply, strSlice, StringCtor, ErrorCtor,
+        JSONstringify, mapEntries, setValues, mapIterNext, setIterNext, dateISO, dateTime, isView, U8,
+        ABProto, MapProto, SetProto, DateProto, ObjectProto, PromiseProto, numberIsFinite, isRawJSON,
+        charCodeAt, own, MAX_NOTES, NOTE_UNITS,
+      }));
+    }
+    return converter;
+  }
+  own(loadConverter);
   function toJSONText(v, notes) {
     // A value of up to COPY_VALUES values is read once (a getter runs once,
     // as JSON.stringify runs it) into a plain copy; only what the copy cannot
@@ -583,16 +562,7 @@
       if (typeof json === "string" && apply(strIndexOf, json, ["{}"]) === -1 && apply(strIndexOf, json, ["null"]) === -1 &&
           apply(strIndexOf, json, ['{"0":']) === -1) return json;
     } else if (copy !== NOT_PLAIN) return JSONstringify(copy);
-    if (converter === null) {
-      const make = indirectEval(converterSource);
-      converter = make(freeze({
-        getPrototypeOf, isArray, objectKeys, defineProperty, create, apply, strSlice, StringCtor, ErrorCtor,
-        JSONstringify, mapEntries, setValues, mapIterNext, setIterNext, dateISO, dateTime, isView, U8,
-        ABProto, MapProto, SetProto, DateProto, ObjectProto, PromiseProto, numberIsFinite, isRawJSON,
-        pathKey, own, MAX_NOTES, NOTE_UNITS,
-      }));
-    }
-    return converter(v, notes);
+    return loadConverter().toJSONText(v, notes);
   }
   // `v` as JSON.stringify would write it, copied: finite numbers, strings,
   // booleans, null, arrays and plain objects of them. NOT_PLAIN for anything
