@@ -417,3 +417,18 @@ def test_a_big_result_is_converted_by_the_same_rule() -> None:
         result = run_code(program, description="big")
         assert result.ok and len(result.result["xs"]) == 3000 and check(result.result), result.error
         assert (said in result.hint) if said else result.hint == "", result.hint
+
+
+def test_a_durable_run_gets_the_same_hints(tmp_path: Any) -> None:
+    from nous_sched import SqliteApprovalStore
+
+    store = SqliteApprovalStore(str(tmp_path / "approvals.db"))
+    typed = run_code(
+        "const x: number = (await tools.find_cities({prefix: 'T'})).length;\nx",
+        TOOLS,
+        description="d",
+        approval_store=store,
+    )
+    assert typed.result == 1
+    converted = run_code("return new Set([1])", TOOLS, description="d", approval_store=store)
+    assert converted.result == [1] and "$: a Set, sent as an array" in converted.for_model()["hint"]
