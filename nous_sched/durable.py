@@ -382,6 +382,12 @@ class _DurableHost:
         if inner is not None and hasattr(inner, "tool"):
             self.inner.on_settled(inner, outcome, payload)
 
+    def on_main(self, state: Any) -> None:
+        """The runtime's hook for the program's end, passed on (the run's hint)."""
+        on_main = getattr(self.inner, "on_main", None)
+        if on_main is not None:
+            on_main(state)
+
     def batch(self) -> Any:
         return _Step(self)
 

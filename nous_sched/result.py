@@ -27,8 +27,10 @@ class RunError:
     * ``timeout`` - the run's deadline passed (a runaway loop, a hung tool).
     * ``abort`` - the engine stopped the program: memory or stack limit, or
       the worker process running it died (a signal, the OOM killer, a crash).
-    * ``invalid_output`` - the returned value has no JSON form (a function, a
-      symbol, a BigInt, a cycle).
+    * ``invalid_output`` - the returned value has no JSON form: a function or
+      a symbol, a getter that throws, or a number the host cannot hold (a
+      ``Map``, ``BigInt``, cycle and the like are converted instead, and the
+      ``hint`` says so: :mod:`nous_sched._hints`).
     * ``output_limit`` - the returned value's JSON exceeds the byte limit.
     * ``cancelled`` - the caller cancelled the run (``run_code(cancel=...)``).
     * ``replay_diverged`` - a resumed run (:func:`nous_sched.resume`) made a
@@ -84,6 +86,9 @@ class RunResult:
     suspended: Any = None
     #: A durable run's audit events: ``suspended``, ``approval``, ``resumed``.
     audit: tuple[Event, ...] = ()
+    #: What the run probably did not mean, and the fix ("" for nothing):
+    #: see :mod:`nous_sched._hints`. In :meth:`to_dict` as ``"hint"`` when set.
+    hint: str = ""
 
     @property
     def ok(self) -> bool:
@@ -91,12 +96,18 @@ class RunResult:
         return self.error is None and self.suspended is None
 
     def to_dict(self) -> dict[str, Any]:
-        """The model-facing shape: ``{"logs", "result"}`` or ``{"logs", "error": {kind, message}}``."""
+        """The model-facing shape: ``{"logs", "result"}`` or ``{"logs", "error": {kind, message}}``,
+        with ``"hint"`` (:attr:`hint`) when the run has one."""
         if self.suspended is not None:
             return {"logs": list(self.logs), "suspended": self.suspended.as_dict()}
-        if self.error is None:
-            return {"logs": list(self.logs), "result": self.result}
-        return {"logs": list(self.logs), "error": self.error.as_dict()}
+        answer: dict[str, Any] = (
+            {"logs": list(self.logs), "result": self.result}
+            if self.error is None
+            else {"logs": list(self.logs), "error": self.error.as_dict()}
+        )
+        if self.hint:
+            answer["hint"] = self.hint
+        return answer
 
     def for_model(self) -> dict[str, Any]:
         """What the model reads: :meth:`to_dict`, cut to the run's output budget when it had one."""

@@ -35,12 +35,16 @@ import time
 from functools import partial
 from typing import Any, Callable, Iterable, Optional, Sequence
 
-from . import _tracing
+import attrs
+
+from . import _program, _tracing
 from . import _validators as v
+from ._explain import told as _explain
+from ._hints import Seen, hints
 from ._options import CANCEL, LIMITS, OPTIONAL_POLICY, check_run_options
 from ._text import one_line
 from ._validators import require
-from .budget import MIN_OUTPUT_BUDGET, fit
+from .budget import MIN_OUTPUT_BUDGET, fit, fit_value, utf8_size
 from .budget import size as budget_size
 from .discovery import Discovery, unknown_tool_message
 from .dispatch import ApprovalRequest, Dispatch, RunContext, direct_dispatch
@@ -245,7 +249,7 @@ def run_code(
 class Prepared:
     """A run whose options passed every check, ready for :func:`execute` (on any thread)."""
 
-    __slots__ = ("code", "rt", "limits", "granted", "denied", "names", "options")
+    __slots__ = ("code", "rt", "limits", "granted", "denied", "names", "options", "source")
 
     def __init__(
         self,
@@ -263,6 +267,8 @@ class Prepared:
         self.denied = denied
         self.names = tuple(sorted({*granted, *denied}))
         self.options = options
+        #: The program as it runs (fences, TypeScript, a last expression: :mod:`._program`).
+        self.source = _program.prepare(code)
 
 
 def prepare(code: Any, tools: Iterable[Tool], options: dict[str, Any]) -> Prepared:
@@ -318,7 +324,9 @@ def _execute(p: Prepared, live: Any) -> RunResult:
     # A runtime that can (the WorkerPool) starts the program now, so its worker
     # compiles and runs it to its first tool call while the scheduler is built.
     begin = getattr(p.rt, "begin", None)
-    begun = begin(p.code, p.names, p.limits, cancel) if callable(begin) else None
+    source = p.source
+    runnable = source.refused is None
+    begun = begin(source.text, p.names, p.limits, cancel) if callable(begin) and runnable else None
     try:
         scheduler, gate, run_ctx = _build(p, deadline, live)
     except BaseException:
@@ -329,7 +337,12 @@ def _execute(p: Prepared, live: Any) -> RunResult:
         host = _Host(scheduler, gate, run_ctx, cancel, p.names, live)
         if o["description"]:
             log.info("run_code %s: %s", one_line(str(scheduler.call_id)), one_line(o["description"]))
-        outcome = begun.run(host) if begun is not None else p.rt.run(p.code, host, p.limits)
+        outcome, source = _program.run(
+            source,
+            lambda text: begun.run(host) if begun is not None else p.rt.run(text, host, p.limits),
+            lambda text: p.rt.run(text, host, _remaining(p.limits, deadline)),
+            lambda: not host.ledger and not gate.refused and not scheduler.trail(),
+        )
         if not isinstance(outcome, RuntimeOutcome):
             raise RunCodeError(
                 f"code runtime {p.rt!r} returned {outcome!r} from run(); expected a nous_sched.RuntimeOutcome"
@@ -342,7 +355,7 @@ def _execute(p: Prepared, live: Any) -> RunResult:
         scheduler.stop(timeout=0.5)
     # From the program's start, a little before the trail's origin (the scheduler's epoch).
     elapsed = time.perf_counter() - started
-    return _result(outcome, scheduler, gate, host, elapsed, o["output_budget"], p.code)
+    return _result(outcome, scheduler, gate, host, elapsed, o["output_budget"], source)
 
 
 def _build(p: Prepared, deadline: float, live: Any) -> tuple[Scheduler, Gate, RunContext]:
@@ -392,21 +405,29 @@ def _result(
     host: "_Host",
     elapsed: float,
     budget: Optional[int],
-    code: str,
+    source: _program.Source,
 ) -> RunResult:
-    error = _told(outcome.error, code)
+    error = _told(outcome.error, source, host, scheduler)
     logs = tuple(outcome.logs)
     answer: dict[str, Any] = (
         {"logs": list(logs), "result": outcome.result}
         if error is None
         else {"logs": list(logs), "error": error.as_dict()}
     )
+    hint = hints(host.main, host.seen, logs, error is not None)
     answer_bytes = text_bytes(answer)  # budget.size, counted faster: the answer obeys the snapshot rules
-    budgeted = fit(answer, budget) if budget is not None and answer_bytes > budget else None
+    hint_bytes = 0
+    if hint:
+        # The hint is bounded (_hints.MAX_HINT_CHARS); a budget keeps the hint's start (_fitted).
+        answer["hint"] = hint
+        hint_bytes = text_bytes(answer) - answer_bytes
+        answer_bytes += hint_bytes
+    budgeted = _fitted(answer, budget, answer_bytes, hint)
     usage = Usage(
         calls=tuple(CallUsage(*row) for row in host.ledger),
         answer_bytes=answer_bytes,
         model_bytes=answer_bytes if budgeted is None else budget_size(budgeted),
+        hint_bytes=hint_bytes,
     )
     return RunResult(
         logs=logs,
@@ -418,16 +439,55 @@ def _result(
         elapsed=elapsed,
         usage=usage,
         budgeted=budgeted,
+        hint=hint,
     )
 
 
-def _told(error: Optional[RunError], code: str) -> Optional[RunError]:
+def _fitted(answer: dict[str, Any], budget: Optional[int], size: int, hint: str) -> Optional[dict[str, Any]]:
+    """``answer`` (``size`` bytes) cut to ``budget`` (None when it fits or there
+    is none). The hint keeps up to half of what the budget leaves above its
+    minimum (cut at its end past that), the rest of the answer the remainder."""
+    if budget is None or size <= budget:
+        return None
+    if not hint:
+        return fit(answer, budget)
+    rest = {k: v for k, v in answer.items() if k != "hint"}
+    allowance = max((budget - MIN_OUTPUT_BUDGET) // 2 - len(', "hint": ""'), 1)
+    if utf8_size(hint) > allowance:
+        cut = fit_value(hint, allowance)  # its head, with how much was cut said
+        hint = cut if isinstance(cut, str) else "…"
+    room = budget - text_bytes({"hint": hint})
+    return {**fit(rest, room), "hint": hint}
+
+
+def _remaining(limits: Limits, deadline: float) -> Limits:
+    """``limits`` with the time left before ``deadline`` (a program's second try runs in the first's time)."""
+    return attrs.evolve(limits, timeout=max(deadline - time.monotonic(), 0.001))
+
+
+def _told(
+    error: Optional[RunError], source: _program.Source, host: "_Host", scheduler: Scheduler
+) -> Optional[RunError]:
     """The run's error as the caller reads it: a syntax error said about the
-    program's own text (:mod:`.runtime.syntax`), the message clipped."""
+    program's own text (:mod:`.runtime.syntax`), every position about the
+    text the model wrote (:mod:`._program`), what to change added
+    (:mod:`._explain`), the message clipped."""
     if error is None:
         return None
-    if error.kind == "exception" and error.message.startswith("SyntaxError"):
-        error = RunError(error.kind, explain_syntax(error.message, code))
+    code = source.original
+    message = source.locate(error.message)
+    if error.kind == "exception" and message.startswith("SyntaxError"):
+        message = explain_syntax(message, code)
+    gate = host.gate
+    throttles = {
+        n: [str(getattr(t, "name", t)) for t in getattr(tool, "throttles", ())] for n, tool in gate.granted.items()
+    }
+    trail = scheduler.trail() if error.kind == "timeout" else ()
+    message = _explain(
+        error.kind, message, host.names, trail, scheduler.audit_events(), throttles, host.run_ctx.require_approval
+    )
+    if message != error.message:
+        error = RunError(error.kind, message)
     if len(error.message) > MAX_RUN_MESSAGE:
         error = RunError(error.kind, error.message[:MAX_RUN_MESSAGE] + TRUNCATION_MARK)
     return error
@@ -525,6 +585,9 @@ class _Host:
         self.names: Sequence[str] = tuple(sorted({*gate.granted, *gate.denied})) if names is None else names
         self.discovery = Discovery(gate.granted, self.names, gate.denied)
         self.ledger: list[tuple[Optional[int], str, int, bool]] = []
+        #: The program's end as the sandbox reported it (:meth:`on_main`), and what the host saw of results.
+        self.main: Any = None
+        self.seen = Seen()
         #: The runtime's hook for each step's log lines (:func:`~.runtime.engine.drive`).
         self.on_logs: Optional[Callable[[list[str]], None]] = None if live is None else live.logs
 
@@ -546,9 +609,15 @@ class _Host:
         tool = pending.tool
         if tool is None:  # an sdk question: not a sub-call
             return
-        self.ledger.append((getattr(pending, "seq", None), tool, len(payload), outcome.ok))
+        seq = getattr(pending, "seq", None)
+        self.ledger.append((seq, tool, len(payload), outcome.ok))
         if outcome.ok and type(pending) is not _Settled:
             self.discovery.observe(tool, outcome.value)
+            self.seen.observe(tool, seq, outcome.value)
+
+    def on_main(self, state: Any) -> None:
+        """The runtime's hook for the program's end as the sandbox reported it (:mod:`._hints`)."""
+        self.main = state
 
     def batch(self) -> Any:
         """A runtime hands every call one step of a program started inside

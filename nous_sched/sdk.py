@@ -139,11 +139,11 @@ _TS_HEADER = f"""\
 //
 //     const out = await {GLOBAL}["<tool name>"]({{ /* arguments */ }});
 //
-// `{GLOBAL}` is indexed by each tool's EXACT name, so a name that is not a
-// valid identifier needs no alias. Every tool takes a single arguments
-// object. Calls go through the same permission policy as a direct tool call:
-// one that is denied or fails raises `{ERROR_CLASS}` carrying only the tool
-// name and a message.
+// `{GLOBAL}` is indexed by each tool's EXACT name; each takes one arguments
+// object. A call that is denied or fails throws `{ERROR_CLASS}` (the tool's
+// name and a message). Write JavaScript or TypeScript (types are removed;
+// not enum, namespace or decorators); `await` every call; the result is
+// what the program returns, else its last expression's value.
 """
 
 _PY_HEADER = f"""\

@@ -61,6 +61,8 @@ class Usage:
     calls: tuple[CallUsage, ...] = ()
     answer_bytes: int = 0
     model_bytes: int = 0
+    #: The bytes of the answer's ``hint`` (:mod:`nous_sched._hints`), counted in both sizes above.
+    hint_bytes: int = 0
 
     @property
     def received_chars(self) -> int:
@@ -78,4 +80,5 @@ class Usage:
             "answer_bytes": self.answer_bytes,
             "model_bytes": self.model_bytes,
             "cut_bytes": self.cut_bytes,
+            "hint_bytes": self.hint_bytes,
         }

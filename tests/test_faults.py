@@ -191,7 +191,7 @@ def test_tool_hanging_past_the_deadline_times_out_as_data(event):
     elapsed = time.perf_counter() - started
     assert entered.is_set()
     assert r.error is not None and r.error.kind == "timeout"
-    assert "exceeded its 1s deadline (waiting for a tool call)" in r.error.message
+    assert "exceeded its 1s deadline (waiting for tool 'hang' (call 0) to return)" in r.error.message
     assert r.logs == ("waiting",)
     assert elapsed < 1.0 + SLACK
     assert_audit(r.calls, ["hang"])

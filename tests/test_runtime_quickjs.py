@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nous_sched import ConfigError, Limits, PermissionPolicy, Tool, ToolError, run_code
+from nous_sched._hints import NOTHING_RETURNED
 
 # Every test runs against both runtimes (conftest.py `runtime`).
 pytestmark = pytest.mark.usefixtures("runtime")
@@ -417,7 +418,7 @@ def test_tool_that_hangs_past_the_deadline_times_out_promptly(make_event):
     elapsed = time.monotonic() - t0
     assert entered.is_set()
     assert result.error.kind == "timeout"
-    assert "waiting for a tool call" in result.error.message
+    assert "waiting for tool 'hangs' (call 0) to return" in result.error.message
     assert result.logs == ("calling",)
     assert [e.name for e in result.calls] == ["hangs"]
     assert elapsed < 0.5 + 2.0
@@ -596,11 +597,20 @@ def test_top_level_await_and_return():
     assert result.result == "early 2"
 
 
-@pytest.mark.parametrize("program", ["return undefined", "return", "", "1 + 1", "return void 0", "// only a comment"])
+@pytest.mark.parametrize("program", ["return undefined", "return", "", "void 0", "return void 0", "// only a comment"])
 def test_undefined_result_is_none(program):
     result = run_code(program, description="test")
     assert result.ok and result.result is None
-    assert result.to_dict() == {"logs": [], "result": None}
+    # The model is told, with the fix (nous_sched._hints).
+    assert result.to_dict() == {"logs": [], "result": None, "hint": NOTHING_RETURNED}
+
+
+def test_a_last_expression_is_the_result_and_return_wins():
+    assert run_code("1 + 1", description="test").result == 2
+    assert run_code("const a = [1, 2];\na.length // the count", description="test").result == 2
+    assert run_code("if (true) return 'early'\n'late'", description="test").result == "early"
+    # A statement that is not an expression gives nothing, as before.
+    assert run_code("const a = 1", description="test").result is None
 
 
 def test_syntax_error_is_an_exception():
@@ -646,9 +656,6 @@ def test_throwing_errors_keeps_name_message_and_stack():
     [
         ("() => 1", "function"),
         ("Symbol('x')", "symbol"),
-        ("10n", "BigInt"),
-        ("{nested: [1, 2n]}", "BigInt"),
-        ("(() => { const a = {}; a.self = a; return a; })()", "circular"),
         ("{get boom() { throw new Error('getter'); }}", "getter"),
     ],
 )
@@ -661,10 +668,25 @@ def test_returning_values_without_json_form_is_invalid_output(returned, mentions
 
 def test_json_semantics_of_results():
     result = run_code(
-        "return {f: () => 1, u: undefined, d: new Date(0), n: NaN, m: new Map([[1, 2]]), a: [undefined]}",
+        "return {f: () => 1, u: undefined, d: new Date(0), n: NaN, m: new Map([[1, 2]]), a: [undefined], "
+        "b: 10n, c: (() => { const a = {}; a.self = a; return a; })()}",
         description="test",
     )
-    assert result.result == {"d": "1970-01-01T00:00:00.000Z", "n": None, "m": {}, "a": [None]}
+    assert result.result == {
+        "d": "1970-01-01T00:00:00.000Z",
+        "n": None,
+        "m": [[1, 2]],
+        "a": [None],
+        "b": "10",
+        "c": {"self": None},
+    }
+    # Each conversion is said, by its path (nous_sched._hints has the rule).
+    for said in ("$.f: a function", "$.u: undefined, dropped", "$.d: a Date", "$.n: NaN", "$.m: a Map with keys"):
+        assert said in result.hint, said
+    assert "$.a[0]: undefined, sent as null" in result.hint and "$.c.self: a reference back" in result.hint
+    # At most eight notes are listed; the rest are counted.
+    result = run_code("return Array.from({length: 11}, () => NaN)", description="test")
+    assert result.result == [None] * 11 and "$[7]: NaN" in result.hint and "; and 3 more." in result.hint
 
 
 def test_huge_result_is_an_output_limit():

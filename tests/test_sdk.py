@@ -388,7 +388,7 @@ def test_the_typescript_layout_byte_for_byte():
     out = sdk.render([greet, SimpleNamespace(name="bare", description="", parameters=None)])
     assert out.startswith("// Tool SDK (generated). These declarations are the only description of the\n")
     assert out.endswith(
-        "name and a message.\n"
+        "what the program returns, else its last expression's value.\n"
         "//\n"
         '// SDK step "full": every tool is declared in full below.\n'
         "\n"

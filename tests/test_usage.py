@@ -126,7 +126,14 @@ def test_the_same_numbers_in_the_otel_run_span():
 def test_usage_values():
     usage = Usage(calls=(CallUsage(0, "a", 10, True), CallUsage(None, "b", 5, False)), answer_bytes=100, model_bytes=60)
     assert usage.received_chars == 15 and usage.cut_bytes == 40
-    assert Usage().as_dict() == {"calls": [], "received_chars": 0, "answer_bytes": 0, "model_bytes": 0, "cut_bytes": 0}
+    assert Usage().as_dict() == {
+        "calls": [],
+        "received_chars": 0,
+        "answer_bytes": 0,
+        "model_bytes": 0,
+        "cut_bytes": 0,
+        "hint_bytes": 0,
+    }
 
 
 # -- sdk.describe: shapes observed this run ----------------------------------------------------------------

@@ -61,6 +61,9 @@ __all__ = ["Engine", "Stopped", "Finish", "drive", "prepare", "stack_message", "
 
 with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "prelude.js"), encoding="utf-8") as _f:
     _PRELUDE = _f.read()
+# The rule for values JSON cannot hold: handed to the prelude, compiled only when a value needs it.
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "convert.js"), encoding="utf-8") as _f:
+    _CONVERTER = _f.read()
 del _f
 
 _TRUNCATED = "[output truncated at {n} bytes]"
@@ -172,6 +175,7 @@ def prepare() -> tuple[Any, Any]:
     ctx.set_memory_limit(_PREPARE_MEMORY)
     ctx.set_time_limit(_PREPARE_SECONDS)
     bridge = ctx.eval(_PRELUDE)
+    bridge("converter", _CONVERTER)
     ctx.set_time_limit(-1)
     return ctx, bridge
 
@@ -256,7 +260,9 @@ class Engine:
         how the settles were batched. The envelope of each, in order. A stop
         part way raises :class:`Stopped` with the envelopes before it as its
         ``steps``."""
-        self._arm()  # the binding's CPU slice starts afresh at each call into the engine
+        # The binding's CPU slice starts afresh at each call into the engine. No
+        # JavaScript ran since the last step: a deadline already past came while the program waited.
+        self._arm("waiting for a tool call")
         bridge = self.bridge
         deadline = self.deadline
         texts: list[str] = []
@@ -284,10 +290,10 @@ class Engine:
 
     # -- stepping ------------------------------------------------------------
 
-    def _arm(self) -> None:
+    def _arm(self, doing: str = "running JavaScript") -> None:
         remaining = self.deadline - time.monotonic()
         if remaining <= 0:
-            raise self._killed("timeout", timeout_message(self.limits.timeout, "running JavaScript"))
+            raise self._killed("timeout", timeout_message(self.limits.timeout, doing))
         self.ctx.set_time_limit(remaining)
 
     def _pump(self, armed: bool = False) -> None:
@@ -446,7 +452,10 @@ def drive(
     oldest call send its batch itself; this thread then only reads the
     answers (see :class:`nous_sched.runtime.pool._Relay`).
 
-    Two optional host hooks watch the run as it goes, on this thread:
+    Three optional host hooks watch the run as it goes, on this thread:
+    ``host.on_main(state)`` gets the program's end as the sandbox reported
+    it (the first envelope's ``main`` that has one: untrusted, for the
+    run's hints),
     ``host.on_logs(lines)`` gets the log lines each step kept, as the step
     ends (the lines the run's logs hold, budget markers included; not the
     notes the host adds when the run ends), and ``host.on_settled(pending, outcome, payload)``
@@ -512,7 +521,7 @@ class _Steps:
     the host, the program's result noted (``state``) from the first envelope
     that carries it."""
 
-    __slots__ = ("host", "limits", "book", "on_logs", "submit", "on_settled", "state")
+    __slots__ = ("host", "limits", "book", "on_logs", "submit", "on_settled", "on_main", "state")
 
     def __init__(self, host: Any, limits: Any, book: "_LogBook", on_logs: Any, submit: Any) -> None:
         self.host = host
@@ -521,6 +530,8 @@ class _Steps:
         self.on_logs = on_logs
         self.submit = submit
         self.on_settled = getattr(host, "on_settled", None)
+        # The program's end as the sandbox saw it (its result's notes: the run's hints).
+        self.on_main = getattr(host, "on_main", None)
         self.state: Any = None
 
     def read(self, texts: Sequence[str], batch: Sequence[Any]) -> None:
@@ -536,6 +547,8 @@ class _Steps:
             unstarted = self.submit(envelope["calls"])
             if self.state is None:
                 self.state = envelope["main"]
+                if self.state is not None and self.on_main is not None:
+                    self.on_main(self.state)
             if unstarted:
                 _past_deadline(self.state, unstarted, self.book, self.limits)
 

@@ -156,6 +156,8 @@
   let mainJson = "null";
   // The program's result, as JSON text, until a drain sends it (then null).
   let mainText = null;
+  // The notes on the result (afterwords()), sent with it.
+  let mainExtra = "";
   // A JSON text at least this long (a call's arguments, the result) crosses
   // after the envelope, as it is, instead of as a JSON string inside it: no
   // escaping here, no unescaping on the host. Each is preceded by SEP, which
@@ -248,6 +250,14 @@
       const message = "arguments are " + json.length + " characters of JSON, over the run's limit of " + MAX_ARGS_UNITS;
       return apply(promiseReject, PromiseCtor, [failedCall(label, message, sites)]);
     }
+    if (json !== undefined && apply(strIndexOf, json, ["{}"]) !== -1) {
+      // A Promise crosses as {}: a call whose result the program forgot to await.
+      const at = loadConverter().promiseAt(args, "$", 0);
+      if (at !== null) {
+        const message = "argument " + at + " is a Promise, not a value: a call whose result was not awaited; write `await` before that call";
+        return apply(promiseReject, PromiseCtor, [failedCall(label, message, sites)]);
+      }
+    }
     // Past the call budget the host refuses every call (the first past it
     // with an audit event): the calls after that one are refused here, with
     // the host's words, and never cross.
@@ -271,13 +281,44 @@
     if (name !== null && name.length > MAX_NAME_UNITS) name = apply(strSlice, name, [0, MAX_NAME_UNITS]);
     outbox[outTail++] = [id, name, json === undefined ? "null" : json];
     if (clockOn) siteNew[siteNew.length] = siteOf(sites);
-    return new PromiseCtor(
+    const promise = new PromiseCtor(
       own(function (res, rej) {
-        waiting[id] = { res: res, rej: rej, sites: sites };
+        waiting[id] = { res: res, rej: rej, sites: sites, name: label };
       }),
     );
+    // Iterating the call instead of its result: `for await` gets the result's
+    // items, a plain `for ... of` (or a spread) an error that names the fix.
+    defineProperty(promise, SymbolIterator, { value: notIterable });
+    defineProperty(promise, SymbolAsyncIterator, { value: itemsOf });
+    return promise;
   }
   own(call);
+
+  const SymbolIterator = Symbol.iterator;
+  const SymbolAsyncIterator = Symbol.asyncIterator;
+  const notIterable = own(function () {
+    throw new TypeError("a tool call returns a Promise, not its result: await it first, e.g. `for (const item of await tools.name(args))`");
+  });
+  // (An iterator object, not an async generator: the prelude is evaluated for
+  // every run, and a generator function costs it a third of a millisecond.)
+  const itemsOf = own(function () {
+    const promise = this;
+    let items = null;
+    const step = own(function (value) {
+      if (items === null) {
+        if (value === null || typeof value !== "object" || typeof value[SymbolIterator] !== "function") {
+          throw new TypeError("`for await` over a tool call: its result is not a list; iterate a list inside it (e.g. `(await tools.name(args)).items`) or Object.entries(await tools.name(args))");
+        }
+        items = value[SymbolIterator]();
+      }
+      return items.next();
+    });
+    return {
+      next: own(function () {
+        return apply(promiseThen, promise, [step]);
+      }),
+    };
+  });
 
   function __nous_settle(id, ok, payload) {
     const w = waiting[id];
@@ -295,7 +336,17 @@
       let text;
       if (typeof v === "string") text = v;
       else if (v instanceof ErrorCtor) text = describe(v);
-      else {
+      else if (typeof v === "object" && v !== null) {
+        // An object logs by the result's rule, its conversions said after it.
+        const notes = { count: 0, list: [] };
+        try {
+          text = toJSONText(v, notes);
+          if (text !== undefined && notes.count) text += " [" + apply(arrayJoin, notes.list, ["; "]) + "]";
+        } catch (_) {
+          text = undefined;
+        }
+        if (text === undefined) text = "[unprintable]";
+      } else {
         try {
           text = JSONstringify(v);
         } catch (_) {
@@ -447,10 +498,10 @@
     // envelope that carries it, however many calls are still outstanding.
     if (mainText !== null) {
       if (mainText.length >= OUT_OF_LINE) {
-        mainJson = '{"state":"fulfilled","json":' + pieces++ + "}";
+        mainJson = '{"state":"fulfilled","json":' + pieces++ + mainExtra + "}";
         tail += SEP + mainText;
       } else {
-        mainJson = '{"state":"fulfilled","json":' + JSONstringify(mainText) + "}";
+        mainJson = '{"state":"fulfilled","json":' + JSONstringify(mainText) + mainExtra + "}";
       }
       mainText = null;
     }
@@ -460,15 +511,141 @@
     return apply(strSlice, out, [0]);
   }
 
+  // The one rule for values with no faithful JSON form (documented in
+  // nous_sched/_hints.py, which turns the notes into the answer's hint):
+  // Map -> object (string keys) or [key, value] pairs, Set -> array,
+  // Date -> ISO string, typed array / ArrayBuffer -> array of numbers,
+  // BigInt -> decimal string, NaN/Infinity -> null, undefined -> null in an
+  // array and dropped from an object, function/symbol/Promise -> null in an
+  // array and dropped from an object, a reference back to an enclosing value
+  // (a cycle) -> null, any other class instance -> its own fields. Each
+  // conversion is noted with its path ($ is the value itself).
+  const MapProto = Map.prototype;
+  const SetProto = Set.prototype;
+  const DateProto = Date.prototype;
+  const ObjectProto = Object.prototype;
+  const ArrayProto = Array.prototype;
+  const PromiseProto = Promise.prototype;
+  const isArray = Array.isArray;
+  const objectKeys = Object.keys;
+  const mapEntries = Map.prototype.entries;
+  const setValues = Set.prototype.values;
+  const dateISO = Date.prototype.toISOString;
+  const dateTime = Date.prototype.getTime;
+  const isView = ArrayBuffer.isView;
+  const U8 = Uint8Array;
+  const ABProto = ArrayBuffer.prototype;
+  const numberIsFinite = Number.isFinite;
+  const isRawJSON = typeof JSON.isRawJSON === "function" ? JSON.isRawJSON : undefined;
+  const mapIterNext = getPrototypeOf(new Map().entries()).next;
+  const setIterNext = getPrototypeOf(new Set().values()).next;
+  const arrayJoin = Array.prototype.join;
+  const charCodeAt = String.prototype.charCodeAt;
+  const MAX_NOTES = 8;
+  const NOTE_UNITS = 200;
+  // The converter (convert.js) is compiled the first time a value needs it:
+  // most results are plain data, and compiling it with the prelude would cost
+  // every run about 0.4 ms. Its source arrives once, before any program
+  // (the bridge's "converter"); it uses only what it is handed here.
+  let converterSource = null;
+  let converter = null;
+  const indirectEval = eval;
+  function loadConverter() {
+    if (converter === null) {
+      const make = indirectEval(converterSource);
+      converter = make(freeze({
+        getPrototypeOf, isArray, objectKeys, defineProperty, create, apply, strSlice, StringCtor, ErrorCtor,
+        JSONstringify, mapEntries, setValues, mapIterNext, setIterNext, dateISO, dateTime, isView, U8,
+        ABProto, MapProto, SetProto, DateProto, ObjectProto, PromiseProto, numberIsFinite, isRawJSON,
+        charCodeAt, own, MAX_NOTES, NOTE_UNITS,
+      }));
+    }
+    return converter;
+  }
+  own(loadConverter);
+  function toJSONText(v, notes) {
+    // A value of up to COPY_VALUES values is read once (a getter runs once,
+    // as JSON.stringify runs it) into a plain copy; only what the copy cannot
+    // hold goes to the converter. A bigger one is written by JSON.stringify
+    // (a walk in JavaScript would double what crossing it costs), and goes to
+    // the converter only when its text shows what JSON.stringify did to a
+    // value the rule converts otherwise: `{}` (a Map, Set, Promise), `null`
+    // (NaN, undefined in an array), `{"0":` (a typed array), or when it
+    // throws (a BigInt, a cycle). Its Dates, dropped undefined fields and
+    // class instances come out as the rule has them, unnoted.
+    copyBudget = COPY_VALUES;
+    const copy = plainCopy(v, 0);
+    if (copy === TOO_BIG) {
+      let json;
+      try {
+        json = JSONstringify(v);
+      } catch (_) {
+        json = undefined;
+      }
+      if (typeof json === "string" && apply(strIndexOf, json, ["{}"]) === -1 && apply(strIndexOf, json, ["null"]) === -1 &&
+          apply(strIndexOf, json, ['{"0":']) === -1) return json;
+    } else if (copy !== NOT_PLAIN) return JSONstringify(copy);
+    return loadConverter().toJSONText(v, notes);
+  }
+  // `v` as JSON.stringify would write it, copied: finite numbers, strings,
+  // booleans, null, arrays and plain objects of them. NOT_PLAIN for anything
+  // else, or deeper than 64 (a cycle): then the converter reads it (again).
+  const NOT_PLAIN = create(null);
+  const TOO_BIG = create(null);
+  const COPY_VALUES = 2048;
+  let copyBudget = 0;
+  // A null-prototype descriptor: a program that sets Object.prototype.get
+  // cannot make it an accessor's.
+  const DATA = create(null);
+  DATA.value = undefined;
+  DATA.enumerable = true;
+  DATA.writable = true;
+  DATA.configurable = true;
+  function plainCopy(v, depth) {
+    if (--copyBudget < 0) return TOO_BIG;
+    const kind = typeof v;
+    if (kind === "string" || kind === "boolean" || v === null) return v;
+    if (kind === "number") return numberIsFinite(v) ? v : NOT_PLAIN;
+    if (kind !== "object" || depth > 64) return NOT_PLAIN;
+    if (isArray(v)) {
+      const out = [];
+      const n = v.length;
+      for (let i = 0; i < n; i++) {
+        const item = plainCopy(v[i], depth + 1);
+        if (item === NOT_PLAIN || item === TOO_BIG) return item;
+        DATA.value = item;
+        defineProperty(out, i, DATA);
+      }
+      return out;
+    }
+    if (isRawJSON !== undefined && isRawJSON(v)) return v;
+    const proto = getPrototypeOf(v);
+    if (proto !== ObjectProto && proto !== null) return NOT_PLAIN;
+    if (typeof v.toJSON === "function") return NOT_PLAIN;
+    const keys = objectKeys(v);
+    const out = {};
+    for (let i = 0; i < keys.length; i++) {
+      const item = plainCopy(v[keys[i]], depth + 1);
+      if (item === NOT_PLAIN || item === TOO_BIG) return item;
+      DATA.value = item;
+      defineProperty(out, keys[i], DATA);
+    }
+    DATA.value = undefined;
+    return out;
+  }
+  own(toJSONText);
+  own(plainCopy);
+
   function onFulfilled(v) {
     const kind = typeof v;
     if (kind === "function" || kind === "symbol") {
       mainJson = '{"state":"invalid","error":' + JSONstringify("the program returned a " + kind + ", which has no JSON form") + "}";
       return;
     }
+    const notes = { count: 0, list: [] };
     let json;
     try {
-      json = JSONstringify(v === undefined ? null : v);
+      json = v === undefined ? "null" : toJSONText(v, notes);
     } catch (e) {
       mainJson = '{"state":"invalid","error":' + JSONstringify("the program's result has no JSON form: " + brief(e)) + "}";
       return;
@@ -479,7 +656,26 @@
       return;
     }
     mainText = json;
+    mainExtra = afterwords(v === undefined, notes);
   }
+
+  // What the host turns into hints (nous_sched/_hints.py): the program
+  // returned nothing, what its result's conversion noted, which calls it
+  // left pending when it ended.
+  function afterwords(none, notes) {
+    let out = "";
+    if (none) out += ',"none":true';
+    if (notes.count) out += ',"notes":' + JSONstringify(notes.list) + ',"noted":' + notes.count;
+    let pending = "";
+    let count = 0;
+    for (const id in waiting) {
+      if (count++ >= MAX_NOTES) break;
+      pending += (count > 1 ? "," : "") + JSONstringify(waiting[id].name);
+    }
+    if (count) out += ',"pending":[' + pending + "]";
+    return out;
+  }
+  own(afterwords);
 
   function onRejected(e) {
     mainJson = '{"state":"rejected","error":' + JSONstringify(cut(describe(e))) + "}";
@@ -616,6 +812,10 @@
     if (op === "start") return __nous_start(a);
     if (op === "configure") return configure(a, b, c);
     if (op === "clock") return clock(a);
+    if (op === "converter") {
+      if (converterSource === null) converterSource = a;
+      return undefined;
+    }
     return undefined;
   };
 })()
