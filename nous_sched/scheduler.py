@@ -51,6 +51,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from . import _driver_threads, _tool_threads
 from . import _validators as v
+from ._interrupts import deferred
 from ._options import OPTIONAL_SESSION_LOG
 from ._slots import maker
 from ._tool_threads import Task, Then, ToolThreads
@@ -814,6 +815,20 @@ class Scheduler:
         """
         require("Scheduler.stop", "timeout", timeout, v.WAIT_SECONDS)
         limit = min(self._timeout, _STOP_JOIN) if timeout is None else timeout
+        with deferred():  # (Ctrl-C: a stop begun is a stop the driver hears)
+            self._begin_stop()
+        if threading.current_thread() is self._driver:
+            return  # an observer stopping its own scheduler: the driver winds down after this callback
+        if not self._wait_driver(limit):
+            log.warning(
+                "%s did not stop within %.3gs (a tool's concurrency_safe predicate may be stuck); "
+                "its callers are released and its thread will leave it when the predicate returns",
+                self._name,
+                limit,
+            )
+        self._release_open(ABANDONED)
+
+    def _begin_stop(self) -> None:
         with self._records_lock:
             self._stopping = True  # from here on no call begins (_Begin)
             waits = list(self._throttle_waits)
@@ -827,16 +842,6 @@ class Scheduler:
             self._queue.put(_STOP)
         if wake is not None:
             wake()
-        if threading.current_thread() is self._driver:
-            return  # an observer stopping its own scheduler: the driver winds down after this callback
-        if not self._wait_driver(limit):
-            log.warning(
-                "%s did not stop within %.3gs (a tool's concurrency_safe predicate may be stuck); "
-                "its callers are released and its thread will leave it when the predicate returns",
-                self._name,
-                limit,
-            )
-        self._release_open(ABANDONED)
 
     def _wait_driver(self, timeout: float) -> bool:
         """True once the driver is done with this scheduler for good (it

@@ -107,6 +107,7 @@ class ForkServer:
     def __init__(self, python: str, quickjs_path: str, cwd: str, options: dict[str, Any], timeout: float) -> None:
         self._lock = threading.Lock()
         self.statuses: dict[int, int] = {}
+        self.gone = False  # its socket said end of file: never ask it again
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         argv = [python, "-I", "-S", "-B", WORKER_SCRIPT, "--fork-server", quickjs_path, json.dumps(options)]
         try:
@@ -156,7 +157,7 @@ class ForkServer:
         raise RunCodeError("a worker process broke the protocol while starting")
 
     def alive(self) -> bool:
-        return self.proc.poll() is None
+        return not self.gone and self.proc.poll() is None
 
     def spawn(self, name: str, fds: tuple[int, int, int], background: bool = False) -> tuple[int, int]:
         """A fresh child serving ``fds``; its ``(pid, pidfd)``. ``background``:
@@ -165,11 +166,20 @@ class ForkServer:
         recognised as stale, and that child killed."""
         request = name.encode("ascii") + (b" " + worker.BACKGROUND if background else b"")
         with self._lock:
-            socket.send_fds(self.sock, [request], list(fds))
+            try:
+                socket.send_fds(self.sock, [request], list(fds))
+            except OSError:  # (a broken pipe: it is gone, though it may not have exited yet)
+                self.gone = True
+                raise
             while True:
-                msg, got, _, _ = socket.recv_fds(self.sock, 256, 1)
+                try:
+                    msg, got, _, _ = socket.recv_fds(self.sock, 256, 1)
+                except OSError:
+                    self.gone = True
+                    raise
                 if not msg:
                     _close_all(got)
+                    self.gone = True
                     raise OSError("the fork server is gone")
                 parts = msg.split()
                 if parts[0] == b"P" and len(got) == 1:
