@@ -177,11 +177,13 @@ def cpu(args: argparse.Namespace) -> dict[str, Any]:
     # (0.3 s of CPU in the engine: a loop calibrated once, on the caller's thread.)
     from nous_sched import QuickJSRuntime, run_code
 
-    n = 1_000_000
-    t0 = time.process_time()
-    run_code(f"let s = 0; for (let i = 0; i < {n}; i++) s += i; return s", runtime=QuickJSRuntime(), description="c")
-    n = int(n * 0.3 / max(time.process_time() - t0, 1e-3))
-    return _many(f"let s = 0; for (let i = 0; i < {n}; i++) s += i; return 1", [])
+    n = args.loop
+    if not n:
+        n = 1_000_000
+        t0 = time.process_time()
+        run_code(f"let s = 0; for (let i = 0; i < {n}; i++) s += i; return s", runtime=QuickJSRuntime(), description="c")
+        n = int(n * 0.3 / max(time.process_time() - t0, 1e-3))
+    return {"loop": n, **_many(f"let s = 0; for (let i = 0; i < {n}; i++) s += i; return 1", [])}
 
 
 EXPERIMENTS: dict[str, Callable[[argparse.Namespace], dict[str, Any]]] = {
@@ -198,6 +200,7 @@ def main() -> None:
     parser.add_argument("only", nargs="*", choices=[[], *EXPERIMENTS], default=[])
     parser.add_argument("--interrupts", type=int, default=1000)
     parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--loop", type=int, default=0, help="the cpu runs' loop count (default: 0.3 s, calibrated)")
     args = parser.parse_args()
     for name in args.only or list(EXPERIMENTS):
         print(f"{name}: {json.dumps(EXPERIMENTS[name](args), sort_keys=True)}", flush=True)
