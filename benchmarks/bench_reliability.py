@@ -181,7 +181,9 @@ def cpu(args: argparse.Namespace) -> dict[str, Any]:
     if not n:
         n = 1_000_000
         t0 = time.process_time()
-        run_code(f"let s = 0; for (let i = 0; i < {n}; i++) s += i; return s", runtime=QuickJSRuntime(), description="c")
+        run_code(
+            f"let s = 0; for (let i = 0; i < {n}; i++) s += i; return s", runtime=QuickJSRuntime(), description="c"
+        )
         n = int(n * 0.3 / max(time.process_time() - t0, 1e-3))
     return {"loop": n, **_many(f"let s = 0; for (let i = 0; i < {n}; i++) s += i; return 1", [])}
 
