@@ -86,9 +86,7 @@ try:
         ToolCallStartEvent,
     )
 except ImportError as exc:  # pragma: no cover - the extra is part of the test install
-    raise ImportError(
-        "nous_sched.agui needs the `agui` extra: pip install -e '.[agui]' (ag-ui-protocol)"
-    ) from exc
+    raise ImportError("nous_sched.agui needs the `agui` extra: pip install -e '.[agui]' (ag-ui-protocol)") from exc
 
 from .live import Run, RunEvent
 

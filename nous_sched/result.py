@@ -26,7 +26,8 @@ class RunError:
       with the program's stack when it has one.
     * ``timeout`` - the run's deadline passed (a runaway loop, a hung tool).
     * ``abort`` - the engine stopped the program: memory or stack limit, or
-      the worker process running it died (a signal, the OOM killer, a crash).
+      the worker process running it died (a signal, the OOM killer, a crash),
+      or no worker process could be started for it (tried twice).
     * ``invalid_output`` - the returned value has no JSON form: a function or
       a symbol, a getter that throws, or a number the host cannot hold (a
       ``Map``, ``BigInt``, cycle and the like are converted instead, and the

@@ -41,6 +41,7 @@ from . import _program, _tracing
 from . import _validators as v
 from ._explain import told as _explain
 from ._hints import Seen, hints
+from ._interrupts import LOCAL, deferred, guarded, leave
 from ._options import CANCEL, LIMITS, OPTIONAL_POLICY, check_run_options
 from ._text import one_line
 from ._validators import require
@@ -309,9 +310,10 @@ def execute(p: Prepared, live: Any = None) -> RunResult:
     tracing = _tracing.active()
     cleared = live_stream.set(None)
     try:
-        if tracing is not None:  # spans, as children of the caller's current span
-            return tracing.run(p.options, lambda: _execute(p, live))  # type: ignore[no-any-return]
-        return _execute(p, live)
+        with guarded():  # Ctrl-C never splits a step that takes or gives back a worker, a driver
+            if tracing is not None:  # spans, as children of the caller's current span
+                return tracing.run(p.options, lambda: _execute(p, live))  # type: ignore[no-any-return]
+            return _execute(p, live)
     finally:
         live_stream.reset(cleared)
 
@@ -326,14 +328,12 @@ def _execute(p: Prepared, live: Any) -> RunResult:
     begin = getattr(p.rt, "begin", None)
     source = p.source
     runnable = source.refused is None
+    # (Interrupted before it is stored, a Begun gives its worker back as it is dropped.)
     begun = begin(source.text, p.names, p.limits, cancel) if callable(begin) and runnable else None
+    scheduler: Optional[Scheduler] = None
     try:
-        scheduler, gate, run_ctx = _build(p, deadline, live)
-    except BaseException:
-        if begun is not None:
-            begun.abandon()
-        raise
-    try:
+        with deferred():  # a scheduler made is a scheduler stopped below
+            scheduler, gate, run_ctx = _build(p, deadline, live)
         host = _Host(scheduler, gate, run_ctx, cancel, p.names, live)
         if o["description"]:
             log.info("run_code %s: %s", one_line(str(scheduler.call_id)), one_line(o["description"]))
@@ -348,11 +348,16 @@ def _execute(p: Prepared, live: Any) -> RunResult:
                 f"code runtime {p.rt!r} returned {outcome!r} from run(); expected a nous_sched.RuntimeOutcome"
             )
     finally:
-        if begun is not None:
-            begun.abandon()  # only if something above failed before it ran: its worker goes
-        # The driver winds down in microseconds unless a predicate is stuck;
-        # then waiting longer would only delay this run's answer.
-        scheduler.stop(timeout=0.5)
+        LOCAL.depth += 1  # (first: an interrupt cannot land before the clean-up begins)
+        try:
+            if begun is not None:
+                begun.abandon()  # only if something above failed before it ran: its worker goes
+            # The driver winds down in microseconds unless a predicate is stuck;
+            # then waiting longer would only delay this run's answer.
+            if scheduler is not None:
+                scheduler.stop(timeout=0.5)
+        finally:
+            leave()
     # From the program's start, a little before the trail's origin (the scheduler's epoch).
     elapsed = time.perf_counter() - started
     return _result(outcome, scheduler, gate, host, elapsed, o["output_budget"], source)

@@ -51,6 +51,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from . import _driver_threads, _tool_threads
 from . import _validators as v
+from ._interrupts import deferred
 from ._options import OPTIONAL_SESSION_LOG
 from ._slots import maker
 from ._tool_threads import Task, Then, ToolThreads
@@ -571,6 +572,9 @@ class Scheduler:
 
         self._stopping = False
         self._events: list[Any] = []  # audit records: ToolCallEvent, ApprovalEvent, ToolOutcomeEvent
+        # The seqs whose tool_outcome stop() wrote for a driver that did not
+        # wind down in time (under _records_lock); the driver writes none of them.
+        self._sealed: Optional[set[int]] = None
         self._trail: list[_Timeline] = []
         self._throttle_waits: set[_Hold] = set()
 
@@ -817,6 +821,21 @@ class Scheduler:
         """
         require("Scheduler.stop", "timeout", timeout, v.WAIT_SECONDS)
         limit = min(self._timeout, _STOP_JOIN) if timeout is None else timeout
+        with deferred():  # (Ctrl-C: a stop begun is a stop the driver hears)
+            self._begin_stop()
+        if threading.current_thread() is self._driver:
+            return  # an observer stopping its own scheduler: the driver winds down after this callback
+        if not self._wait_driver(limit):
+            self._seal()
+            log.warning(
+                "%s did not stop within %.3gs (a tool's concurrency_safe predicate may be stuck); "
+                "its callers are released and its thread will leave it when the predicate returns",
+                self._name,
+                limit,
+            )
+        self._release_open(ABANDONED)
+
+    def _begin_stop(self) -> None:
         with self._records_lock:
             self._stopping = True  # from here on no call begins (_Begin)
             waits = list(self._throttle_waits)
@@ -830,16 +849,38 @@ class Scheduler:
             self._queue.put(_STOP)
         if wake is not None:
             wake()
-        if threading.current_thread() is self._driver:
-            return  # an observer stopping its own scheduler: the driver winds down after this callback
-        if not self._wait_driver(limit):
-            log.warning(
-                "%s did not stop within %.3gs (a tool's concurrency_safe predicate may be stuck); "
-                "its callers are released and its thread will leave it when the predicate returns",
-                self._name,
-                limit,
-            )
-        self._release_open(ABANDONED)
+
+    def _seal(self) -> None:
+        """The driver did not stop in time (an observer or a predicate holds
+        it): write an ``abandoned`` tool_outcome for every started call that
+        has none yet, so the audit is complete when stop() returns, and keep
+        the driver from writing another for them."""
+        with self._records_lock:
+            if self._sealed is not None:
+                return
+            started = {e.seq: e.name for e in self._events if type(e) is ToolCallEvent}
+            for e in self._events:
+                if type(e) is ToolOutcomeEvent:
+                    started.pop(e.seq, None)
+            error = {"kind": "abandoned", "message": ABANDONED}
+            records: list[Any] = [
+                tool_outcome_event(seq, name, False, error, 0) for seq, name in sorted(started.items())
+            ]
+            self._events += records
+            self._sealed = set(started)
+            run_log = self._session_log
+            kept = type(run_log) is _RunLog
+            if kept:
+                run_log._events += records
+        if records and not kept:
+            self._log_records(records)
+
+    def _unsealed(self, records: list[Any]) -> list[Any]:
+        """(Under _records_lock, once stop() has sealed the audit.) ``records``
+        less the outcomes stop() wrote already."""
+        sealed = self._sealed
+        assert sealed is not None
+        return [r for r in records if type(r) is not ToolOutcomeEvent or r.seq not in sealed]
 
     def _wait_driver(self, timeout: float) -> bool:
         """True once the driver is done with this scheduler for good (it
@@ -986,6 +1027,8 @@ class Scheduler:
                 timeline = call.timeline
                 timeline.committed = at
                 timeline.ok = call.outcome.ok
+            if self._sealed is not None:
+                records = self._unsealed(records)
             self._events += records
             trail = self._trail
             for call, _ in started:
@@ -1121,6 +1164,8 @@ class Scheduler:
     def _record(self, record: Any) -> None:
         """Add one audit record to the run's list and the session log (any thread)."""
         with self._records_lock:
+            if self._sealed is not None and not self._unsealed([record]):
+                return
             self._events.append(record)
         self._log_records([record])
 

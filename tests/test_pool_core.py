@@ -25,7 +25,8 @@ DOMAINS = st.sampled_from([FRESH, FRESH, "a", "b"])
 
 
 class PoolMachine(RuleBasedStateMachine):
-    """Runs ask, wait, start, finish; spares come and go; the pool closes."""
+    """Runs ask, wait, start, finish, or are interrupted at any of those steps;
+    spares come and go; the pool closes."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -122,6 +123,31 @@ class PoolMachine(RuleBasedStateMachine):
     def an_idle_worker_is_found_dead(self, data: st.DataObject) -> None:
         self.core.dead(data.draw(st.sampled_from(list(self.core.idle))))
 
+    @precondition(lambda self: self.waiting or self.holding)
+    @rule(data=st.data())
+    def a_run_is_interrupted_at_any_step(self, data: st.DataObject) -> None:
+        # A KeyboardInterrupt cut the run off wherever it was (waiting, its
+        # process being made, running): the shell drops its ticket.
+        run = data.draw(st.sampled_from(sorted(set(self.waiting) | set(self.holding))))
+        kill = self.core.drop(run)
+        if run in self.waiting:
+            del self.waiting[run]
+            self.order.remove(run)
+        held = self.holding.pop(run, None)
+        if held is None:
+            assert kill == []
+        else:
+            wid = held[0]
+            assert kill == [wid]
+            if wid in self.starting:  # its place is gone; the shell kills what it was making
+                self.starting.discard(wid)
+                assert wid not in self.core.slots
+            else:
+                self.retiring.add(wid)
+                assert self.core.slots[wid].state == "retiring"
+        assert not self.core.holds(run)
+        assert self.core.drop(run) == [], "dropping a run twice gives nothing more back"
+
     @rule()
     def close(self) -> None:
         wids = set(self.core.close())
@@ -153,6 +179,7 @@ class PoolMachine(RuleBasedStateMachine):
         for wid, slot in self.core.slots.items():
             if slot.state == "busy":
                 assert wid in held
+                assert self.holding[slot.holder][0] == wid, "a busy place knows the run that holds it"
             if slot.state == "starting":
                 assert wid in self.starting
             if slot.state == "idle":

@@ -435,3 +435,32 @@ def test_outcome_values_are_not_frozen():
         s.stop()
     value["xs"].append(2)
     assert value == {"xs": [1, 2]} and type(value) is dict and Outcome.success(value).ok
+
+
+def test_an_observer_that_sleeps_past_the_deadline_leaves_the_audit_complete():
+    # The driver is held in the observer when the run's deadline passes and
+    # stop() gives up waiting for it: the call it started still gets its
+    # tool_outcome (abandoned) before run_code returns, and only one.
+    release = threading.Event()
+    log = SessionLog()
+
+    def observer(record, phase):
+        release.wait(30)
+
+    try:
+        result = run_code(
+            "return await Promise.all([1, 2, 3].map(i => tools.t({i})))",
+            [Tool("t", lambda a: a["i"])],
+            timeout=0.5,
+            observer=observer,
+            session_log=log,
+            description="test",
+        )
+        calls = [e.seq for e in result.events if e.type == "tool_call"]
+        outcomes = [e.seq for e in result.events if e.type == "tool_outcome"]
+        assert calls and sorted(outcomes) == sorted(calls), result.events
+        assert [e.data["error"]["kind"] for e in log.events if e.type == "tool_outcome"] == ["abandoned"] * len(calls)
+    finally:
+        release.set()
+    _driver_threads.retire_shared(10)  # (the driver leaves the observer, then writes nothing more)
+    assert sorted(e.data["seq"] for e in log.events if e.type == "tool_outcome") == sorted(calls)

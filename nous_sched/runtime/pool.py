@@ -37,7 +37,17 @@ answers ``timeout`` with the logs of every step so far. A cancel stops the
 program the same soft way first and kills only after the grace.
 
 A worker that dies (a signal, the OOM killer, an engine crash) gives its run
-an ``abort`` error with its logs. The pool's decisions live in
+an ``abort`` error with its logs. One that could not be started, or died
+before the program's first answer (the host has then served none of its
+calls), is replaced and the program started again, once, within the
+deadline (not after running out of memory: that is the program's own).
+
+An interrupt (``KeyboardInterrupt``) anywhere leaves the pool whole: every
+place a run holds belongs to its ticket (:meth:`PoolCore.drop
+<nous_sched.runtime.poolcore.PoolCore.drop>` gives them all back, whatever
+step was cut), a :class:`Begun` lost before it ran gives its worker back as
+it is collected, and the steps that must not be split run deferred
+(:mod:`nous_sched._interrupts`). The pool's decisions live in
 :mod:`nous_sched.runtime.poolcore` (pure), the processes and the frame
 protocol in :mod:`nous_sched.runtime.procio`, when to look for an answer
 busily in :mod:`nous_sched.runtime.wake`; this module joins them.
@@ -46,6 +56,7 @@ busily in :mod:`nous_sched.runtime.wake`; this module joins them.
 from __future__ import annotations
 
 import atexit
+import collections
 import itertools
 import json
 import os
@@ -56,9 +67,10 @@ import tempfile
 import threading
 import time
 import weakref
-from typing import Any, Hashable, NoReturn, Optional, Sequence
+from typing import Any, Deque, Hashable, NoReturn, Optional, Sequence
 
 from .. import _validators as v
+from .._interrupts import LOCAL, deferred, leave
 from .._validators import require
 from ..errors import RunCodeError
 from ..result import RunError
@@ -115,6 +127,14 @@ SERVER_CHILDREN = 64
 WALL: dict[str, Any] = {"task_bound": True, "own_session": True, "server_children": SERVER_CHILDREN}
 
 
+class _Lost(Exception):
+    """The worker died before the program's first answer (see ``_Remote.start``)."""
+
+
+class _StartTimedOut(RunCodeError):
+    """A worker said nothing within ``start_timeout``: another would cost as long."""
+
+
 def default_size() -> int:
     """The default pool size on this machine: its core count, at least :data:`MIN_DEFAULT_SIZE`."""
     return max(MIN_DEFAULT_SIZE, CPUS)
@@ -155,7 +175,8 @@ class WorkerPool:
         message the host may send it, and this many bytes. A later run (of the
         same trust domain) that needs more gets another worker.
     :param start_timeout: seconds a new worker may take to say hello before
-        :meth:`run` raises :class:`~nous_sched.RunCodeError`.
+        the run ends with an ``abort`` error (not tried again: another would
+        take as long).
     :param python: the interpreter to run workers with (default
         ``sys.executable``); set it when that is not a Python (an embedding
         server such as uWSGI).
@@ -229,6 +250,7 @@ class WorkerPool:
         self._successor: Optional[threading.Thread] = None  # starting the next fork server (_server_lock)
         self._spare_thread: Optional[threading.Thread] = None
         self._dying: list[tuple[int, Worker]] = []  # killed fork server children, not yet gone
+        self._orphans: Deque[int] = collections.deque()  # tickets of runs lost before they ran
         self._reaping = 0  # taken from _dying by the spares thread, not yet gone
         self._spares_failed = False  # a spare could not start: leave starting to the runs
         self._empty_dir: Optional[str] = None
@@ -241,7 +263,8 @@ class WorkerPool:
     def run(self, program: str, host: Host, limits: Limits) -> RuntimeOutcome:
         """Run ``program`` in a fresh worker; the calling thread drives it.
 
-        :raises RunCodeError: no worker could be started, or the pool is closed.
+        :raises RunCodeError: the pool is closed. (A worker that could not be
+            started is tried again once, then the run's ``abort`` error.)
         """
         return self.begin(program, host.names, limits, getattr(host, "cancel", None)).run(host)
 
@@ -257,30 +280,102 @@ class WorkerPool:
         whose ``cancel`` is ``cancel``) or :meth:`Begun.abandon` must follow.
         The run's deadline counts from here. ``domain``: see :meth:`domain`.
 
-        :raises RunCodeError: no worker could be started, or the pool is closed.
+        :raises RunCodeError: the pool is closed. (A worker that could not be
+            started is tried again once, then the run's ``abort`` error.)
         """
         deadline = time.monotonic() + limits.timeout
         need = self._cap(limits)
+        # Everything this run holds is the ticket's: whatever step an
+        # interrupt cuts (a grant not yet stored, a worker half started),
+        # dropping the ticket gives it all back.
+        ticket = next(_tickets)
+        try:
+            return self._begin(ticket, program, names, limits, deadline, need, cancel, domain)
+        except BaseException:
+            LOCAL.depth += 1
+            try:
+                self._drop(ticket)
+            finally:
+                leave()
+            raise
+
+    def _begin(
+        self,
+        ticket: int,
+        program: str,
+        names: Sequence[str],
+        limits: Limits,
+        deadline: float,
+        need: int,
+        cancel: Any,
+        domain: Hashable,
+    ) -> "Begun":
+        retried = False
         while True:
             try:
-                wid, worker_ = self._acquire(need, limits, deadline, cancel, domain)
+                wid, worker_ = self._acquire(ticket, need, limits, deadline, cancel, domain)
             except Stopped as stop:
                 return Begun(self, None, limits, deadline, cancel, FRESH, Finish((), error=(stop.kind, stop.message)))
+            except RunCodeError as exc:
+                # No worker could be started (its fork server was lost, it was
+                # killed as it booted): nothing of the program ran, so another
+                # worker is tried, once; then it is the run's error, not the caller's.
+                if self._core.closed:
+                    raise
+                if not retried and not isinstance(exc, _StartTimedOut) and time.monotonic() < deadline:
+                    retried = True
+                    continue
+                message = f"no worker process could be started for the program: {exc}"
+                return Begun(self, None, limits, deadline, cancel, FRESH, Finish((), error=("abort", message)))
             remote = _Remote(self, wid, worker_, program, names, limits, deadline, cancel)
+            remote.again = (ticket, need, domain) if not retried else None
             try:
                 remote.send_run()
             except NotStarted:
                 self._release(wid, FRESH, False)
                 continue  # the worker was dead before the run began: take another
-            except BaseException:
-                self._release(wid, FRESH, False)
-                raise
             # The spare it took is replaced now, not when the run ends: a
             # replacement boots as SCHED_BATCH (it never preempts this run's
             # threads), and runs that follow each other find it ready sooner.
             if self.spares > 0:
                 self._top_up()
-            return Begun(self, remote, limits, deadline, cancel, domain)
+            return Begun(self, remote, limits, deadline, cancel, domain, ticket=ticket)
+
+    def _orphaned(self, ticket: Optional[int]) -> None:
+        """A :class:`Begun` was lost before it ran (see ``Begun.__del__``): drop
+        its ticket now if the pool's lock is free, else at the next hand-out."""
+        if ticket is None:
+            return
+        self._orphans.append(ticket)
+        if self._lock.acquire(blocking=False):  # (never wait: the collector may run under it)
+            self._lock.release()
+            self._drop_orphans()
+
+    def _drop_orphans(self) -> None:
+        while self._orphans:
+            try:
+                ticket = self._orphans.popleft()
+            except IndexError:
+                return
+            self._drop(ticket)
+
+    def _drop(self, ticket: Optional[int]) -> None:
+        """Give back everything run ``ticket`` holds (see :meth:`PoolCore.drop`):
+        its processes are killed and their places freed once they are gone.
+        Idempotent; one deferred step."""
+        if ticket is None:
+            return
+        with deferred():
+            with self._lock:
+                wids = self._core.drop(ticket)
+                # (and any process whose place is gone: one an interrupt cut
+                # off between its place and its process)
+                wids += [wid for wid in self._workers if wid not in self._core.slots and wid not in wids]
+                workers = [(wid, self._workers.pop(wid, None)) for wid in wids]
+                self._cond.notify_all()
+            for wid, w in workers:
+                self._discard(wid, w)
+            self._top_up()
 
     def domain(self, key: Hashable) -> "DomainRuntime":
         """A runtime that runs programs in this pool's workers, reusing warm
@@ -382,9 +477,12 @@ class WorkerPool:
 
     # -- workers ---------------------------------------------------------------
 
-    def _acquire(self, need: int, limits: Limits, deadline: float, cancel: Any, domain: Any) -> tuple[int, Worker]:
-        """A worker for one run, ready (it has said hello) and marked busy."""
-        ticket = next(_tickets)
+    def _acquire(
+        self, ticket: int, need: int, limits: Limits, deadline: float, cancel: Any, domain: Any
+    ) -> tuple[int, Worker]:
+        """A worker for run ``ticket``, ready (it has said hello) and marked busy."""
+        if self._orphans:
+            self._drop_orphans()
         while True:
             wid, w, retire = self._place(ticket, need, limits, deadline, cancel, domain)
             if retire is not None:
@@ -397,36 +495,50 @@ class WorkerPool:
                 self._release(wid, FRESH, False)
                 continue
             self._ready(wid, w, limits, deadline)
+            if self._spares_failed:  # a worker started again: so may the spares
+                with self._lock:
+                    self._spares_failed = False
+                self._top_up()
             return wid, w
 
     def _place(
         self, ticket: int, need: int, limits: Limits, deadline: float, cancel: Any, domain: Any
     ) -> tuple[int, Optional[Worker], Optional[Worker]]:
         """Wait (first come, first served) for the core to grant a place: the
-        worker id, its process if it has one already, and a worker to kill first."""
-        with self._lock:
-            try:
-                while True:
-                    verdict, wid, retire = self._core.ask(ticket, domain, need)
-                    if verdict != WAIT:
-                        assert wid is not None
-                        if self._core.changed():
-                            # This run has left the head of the queue: the next
-                            # one may now get a place, and nothing else may wake
-                            # it (the notify that told it of this place may have
-                            # found it awake, behind this run; it then slept again).
-                            self._cond.notify_all()
-                        w = self._workers.get(wid)
-                        if w is not None:
-                            w.busy = True
-                        return wid, w, (self._workers.pop(retire, None) if retire is not None else None)
-                    self._wait_for_place(ticket, limits, deadline, cancel)
-            except Closed:
-                raise RunCodeError("the worker pool is closed") from None
-            except BaseException:
-                self._core.leave(ticket)
-                self._cond.notify_all()
-                raise
+        worker id, its process if it has one already, and a worker to kill first.
+        Deferred (the core's state is never left half changed) but while it
+        waits."""
+        LOCAL.depth += 1
+        try:
+            with self._lock:
+                try:
+                    while True:
+                        verdict, wid, retire = self._core.ask(ticket, domain, need)
+                        if verdict != WAIT:
+                            assert wid is not None
+                            if self._core.changed():
+                                # This run has left the head of the queue: the next
+                                # one may now get a place, and nothing else may wake
+                                # it (the notify that told it of this place may have
+                                # found it awake, behind this run; it then slept again).
+                                self._cond.notify_all()
+                            w = self._workers.get(wid)
+                            if w is not None:
+                                w.busy = True
+                            return wid, w, (self._workers.pop(retire, None) if retire is not None else None)
+                        LOCAL.depth -= 1
+                        try:
+                            self._wait_for_place(ticket, limits, deadline, cancel)
+                        finally:
+                            LOCAL.depth += 1
+                except Closed:
+                    raise RunCodeError("the worker pool is closed") from None
+                except BaseException:
+                    self._core.leave(ticket)
+                    self._cond.notify_all()
+                    raise
+        finally:
+            leave()
 
     def _wait_for_place(self, ticket: int, limits: Limits, deadline: float, cancel: Any) -> None:
         """One wait on the condition (lock held); :class:`Stopped` at the deadline or on cancel."""
@@ -449,7 +561,7 @@ class WorkerPool:
                 raise Stopped(
                     "timeout", timeout_message(limits.timeout, "waiting for a worker process to start")
                 ) from None
-            raise RunCodeError(
+            raise _StartTimedOut(
                 f"a worker process did not start within {self.start_timeout:g}s ({self.python})"
             ) from None
         except BaseException:  # RunCodeError (it could not start), KeyboardInterrupt
@@ -512,15 +624,19 @@ class WorkerPool:
                 cwd = self._empty_dir
             assert cwd is not None
             name = f"nous-sched-worker-{next(_numbers)}"
-            w = Worker(name, self.python, cwd, server, self._options_for(cwd), background)
-            with self._lock:
-                kill = wid not in self._core.slots
-                if not kill:
-                    w.busy = True
-                    self._workers[wid] = w
+            # One deferred step: a process made is a process the pool knows
+            # (an interrupt between would leave it running, holding its pipes).
+            with deferred():
+                w = Worker(name, self.python, cwd, server, self._options_for(cwd), background)
+                with self._lock:
+                    kill = wid not in self._core.slots
+                    if not kill:
+                        w.busy = True
+                        self._workers[wid] = w
         except BaseException:
             with self._lock:
                 self._core.started(wid, False)
+                self._workers.pop(wid, None)
                 self._cond.notify_all()
             if w is not None:
                 w.kill()
@@ -621,7 +737,15 @@ class WorkerPool:
         return True
 
     def _release(self, wid: int, domain: Any, reusable: bool) -> None:
-        """A run is over on worker ``wid``: keep it (its domain's, idle) or kill it."""
+        """A run is over on worker ``wid``: keep it (its domain's, idle) or kill
+        it. One deferred step."""
+        LOCAL.depth += 1
+        try:
+            self._release_now(wid, domain, reusable)
+        finally:
+            leave()
+
+    def _release_now(self, wid: int, domain: Any, reusable: bool) -> None:
         with self._lock:
             w = self._workers.get(wid)
             # (A run without a domain: its worker is killed, not told to tidy up.)
@@ -660,8 +784,9 @@ class WorkerPool:
         discarded workers: wake it, or start it if there is none. Called when a
         run takes a spare and when a run ends (a spare boots as
         ``SCHED_BATCH``, so it never preempts the run: see
-        ``worker._boot_policy``)."""
-        with self._lock:
+        ``worker._boot_policy``). One deferred step: a spares thread made is
+        a spares thread started."""
+        with deferred(), self._lock:
             if self._core.closed:
                 return
             if self._spare_thread is not None:
@@ -802,8 +927,10 @@ class Begun:
         cancel: Any,
         domain: Any,
         early: Optional[Finish] = None,
+        ticket: Optional[int] = None,
     ) -> None:
         self._pool = pool
+        self._ticket = ticket
         self._remote = remote
         self._limits = limits
         self._deadline = deadline
@@ -820,24 +947,42 @@ class Begun:
             return _outcome(self._early)
         try:
             finish = drive(remote, host, self._limits, self._deadline, self._cancel)
+            remote.relay.close()  # before the worker goes back: no settle is written after this
+            # After any abort (memory, stack, a tampered bridge) the worker is retired.
+            reusable = remote.reusable and (finish.error is None or finish.error[0] not in ("abort", "cancelled"))
+            self._pool._release(remote.wid, self._domain, reusable)
         except BaseException:
             # KeyboardInterrupt (or a host bug): the worker may be mid-step. Kill
             # it, replace it later, and let the exception go on at once.
-            remote.relay.close()
-            self._pool._release(remote.wid, self._domain, False)
+            LOCAL.depth += 1
+            try:
+                remote.relay.close()
+                self._pool._drop(self._ticket)
+            finally:
+                leave()
             raise
-        remote.relay.close()  # before the worker goes back: no settle is written after this
-        # After any abort (memory, stack, a tampered bridge) the worker is retired.
-        reusable = remote.reusable and (finish.error is None or finish.error[0] not in ("abort", "cancelled"))
-        self._pool._release(remote.wid, self._domain, reusable)
         return _outcome(finish)
 
     def abandon(self) -> None:
         """Never drive it: its worker is killed (the answer it is writing will never
         be read) and replaced. Idempotent."""
-        remote, self._remote = self._remote, None
+        with deferred():
+            remote, self._remote = self._remote, None
+            if remote is not None:
+                remote.relay.close()
+            # (Also when run() was cut before its first step: the ticket
+            # still holds the worker. After a run that ended, it holds nothing.)
+            self._pool._drop(self._ticket)
+
+    def __del__(self) -> None:
+        # Never driven nor abandoned: an interrupt landed between begin()
+        # returning it and the caller keeping it. Its worker goes, later if
+        # the pool's lock is taken (this may run inside the garbage collector).
+        remote = getattr(self, "_remote", None)
         if remote is not None:
-            self._pool._release(remote.wid, self._domain, False)
+            self._remote = None
+            remote.relay.close()
+            self._pool._orphaned(self._ticket)
 
 
 def _outcome(finish: Finish) -> RuntimeOutcome:
@@ -939,10 +1084,10 @@ class _Relay:
         cancel or the worker's end before anything was sent."""
         remote = self.remote
         if self.wake[0] < 0:
-            r, w = os.pipe()
-            os.set_blocking(r, False)
-            os.set_blocking(w, False)
-            self.wake = (r, w)
+            with deferred():  # a pipe made is a pipe close() closes
+                r, w = self.wake = os.pipe()
+                os.set_blocking(r, False)
+                os.set_blocking(w, False)
         self.take = take
         with self.lock:
             self.state = self.ARMED
@@ -1038,13 +1183,14 @@ class _Relay:
             pass
 
     def close(self) -> None:
-        """The run is over: no kick acts again; the wake pipe is closed."""
-        with self.lock:
-            self.state = self.IDLE
-            wake, self.wake = self.wake, (-1, -1)
-        for fd in wake:
-            if fd >= 0:
-                os.close(fd)
+        """The run is over: no kick acts again; the wake pipe is closed. Idempotent."""
+        with deferred():
+            with self.lock:
+                self.state = self.IDLE
+                wake, self.wake = self.wake, (-1, -1)
+            for fd in wake:
+                if fd >= 0:
+                    os.close(fd)
 
 
 class _Remote:
@@ -1075,6 +1221,10 @@ class _Remote:
         # A durable run's envelopes also carry the clock values it read (its host bounds their number).
         self.max_frame = max_frame(limits) + (CLOCK_ALLOWANCE if program.startswith(CLOCK_MARK) else 0)
         self.relay = _Relay(self)
+        #: (ticket, need, domain) while the run may still move to another
+        #: worker: its first answer has not come, and it has not moved before.
+        self.again: Optional[tuple[int, int, Any]] = None
+        self._starting = False
 
     def send_run(self) -> None:
         """Send the run frame. :class:`_NotStarted` if the worker is gone."""
@@ -1106,10 +1256,38 @@ class _Remote:
                 self.pool._core.set_cap(self.wid, cap)
 
     def start(self) -> str:
-        """The first step: the answer to the run frame :meth:`send_run` sent."""
+        """The first step: the answer to the run frame :meth:`send_run` sent.
+        A worker that dies before it (killed, its fork server lost; not out
+        of memory) has answered nothing and the host has served none of the
+        program's calls: the program is started again on another worker,
+        once, within the deadline."""
         if self.unsent:
             return self._expired()
-        return self._answer()
+        self._starting = self.again is not None
+        try:
+            return self._answer()
+        except _Lost:
+            pass
+        finally:
+            self._starting = False
+        return self._restart()
+
+    def _restart(self) -> str:
+        assert self.again is not None
+        ticket, need, domain = self.again
+        self.again = None
+        pool = self.pool
+        pool._release(self.wid, FRESH, False)
+        try:
+            self.wid, self.worker = pool._acquire(ticket, need, self.limits, self.deadline, self.cancel, domain)
+        except RunCodeError as exc:
+            raise Stopped("abort", f"no worker process could be started for the program: {exc}") from None
+        self.reusable = True
+        try:
+            self.send_run()
+        except NotStarted:
+            raise Stopped("abort", "the worker process running the program died before it started") from None
+        return self.start()
 
     def settle_many(self, batch: Sequence[Sequence[Any]]) -> list[str]:
         """Send ``batch`` (:func:`~nous_sched.runtime.engine.drive`'s items) in
@@ -1274,6 +1452,8 @@ class _Remote:
         self.reusable = False
         reason = self.worker.exit_reason()
         self.worker.kill()
+        if self._starting and self.worker.proc.returncode != worker.EXIT_MEMORY and time.monotonic() < self.deadline:
+            raise _Lost
         if self.worker.proc.returncode == worker.EXIT_MEMORY:
             raise Stopped("abort", memory_message(self.limits.memory_bytes, " (its worker process ran out of memory)"))
         raise Stopped("abort", f"the worker process running the program died ({reason})")

@@ -23,6 +23,10 @@ What the core guarantees, whatever the order of calls:
 * every reserved place is given back: by :meth:`started` (the process
   exists, or could not be made), :meth:`release`, :meth:`dead` or
   :meth:`close`;
+* a place knows the run that holds it, from the grant until :meth:`release`:
+  :meth:`drop` gives back everything a run holds, whatever step of its
+  protocol it was cut at (an interrupt between a grant and the variable that
+  would have kept it), and answers the same once it has;
 * the number of spares kept ready follows demand, within bounds: it starts
   at ``spares``, grows by one (up to ``max_spares``) whenever a run without
   a domain finds no spare ready, and shrinks by one (down to ``spares``)
@@ -55,7 +59,7 @@ class Slot:
     """One worker place: ``starting`` (a process is being made), ``idle``,
     ``busy``, or ``retiring`` (killed, not yet gone)."""
 
-    __slots__ = ("wid", "state", "domain", "runs", "cap", "for_run")
+    __slots__ = ("wid", "state", "domain", "runs", "cap", "for_run", "holder")
 
     def __init__(self, wid: int, for_run: Optional[Hashable]) -> None:
         self.wid = wid
@@ -64,6 +68,7 @@ class Slot:
         self.runs = 0
         self.cap: Optional[int] = None  # the memory cap its first run set
         self.for_run = for_run  # the run it is being started for, or None for a spare
+        self.holder = for_run  # the run it is granted to (until released), or None
 
     def __repr__(self) -> str:
         return f"Slot({self.wid}, {self.state}, domain={self.domain!r}, runs={self.runs})"
@@ -107,8 +112,10 @@ class PoolCore:
             return WAIT, None, None
         wid = self._pick(domain, need)
         if wid is not None:
+            slot = self.slots[wid]
+            slot.holder = run
             self.idle.remove(wid)
-            self.slots[wid].state = "busy"
+            slot.state = "busy"
             self.leave(run)
             return USE, wid, None
         if self._coming() >= max(len(self.waiting), 1):
@@ -219,6 +226,7 @@ class PoolCore:
         slot = self.slots.get(wid)
         if slot is None or slot.state != "busy":
             return False
+        slot.holder = None
         slot.runs += 1
         keep = reusable and domain is not FRESH and not self.closed and slot.runs < self.runs_per_worker
         keep = keep and slot.domain in (FRESH, domain)
@@ -229,6 +237,29 @@ class PoolCore:
         slot.state = "idle"
         self.idle.append(wid)
         return True
+
+    def drop(self, run: Hashable) -> list[int]:
+        """``run`` is over however far it got: it no longer waits, a place
+        being started for it is given back, and a worker it holds is to be
+        killed (``retiring``, until :meth:`dead`). The workers the shell must
+        kill (a place being started is gone already; the shell kills its
+        process if it has one) and then report :meth:`dead`."""
+        self.leave(run)
+        kill = []
+        for wid, slot in list(self.slots.items()):
+            if slot.holder != run:
+                continue
+            slot.holder = None
+            kill.append(wid)
+            if slot.state == "starting":
+                self._remove(wid)  # (the shell, if still making it, finds the place gone and kills it)
+            else:
+                slot.state = "retiring"
+        return kill
+
+    def holds(self, run: Hashable) -> bool:
+        """Whether ``run`` holds a place (granted, not yet released)."""
+        return any(s.holder == run for s in self.slots.values())
 
     def dead(self, wid: int) -> None:
         """Worker ``wid`` is gone (found dead, or killed by the shell)."""

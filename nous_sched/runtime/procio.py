@@ -129,6 +129,7 @@ class ForkServer:
         self.retired = False
         self._held = 0  # handed out by hold(), or a child's, not yet released
         self._closed = False
+        self.gone = False  # its socket said end of file: never ask it again
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         argv = [python, "-I", "-S", "-B", WORKER_SCRIPT, "--fork-server", quickjs_path, json.dumps(options)]
         try:
@@ -178,7 +179,7 @@ class ForkServer:
         raise RunCodeError("a worker process broke the protocol while starting")
 
     def alive(self) -> bool:
-        return self.proc.poll() is None
+        return not self.gone and self.proc.poll() is None
 
     def hold(self) -> bool:
         """Keep this server open until :meth:`release` (a worker about to be
@@ -218,11 +219,20 @@ class ForkServer:
             self.spawned += 1
             if self.limit and self.spawned >= self.limit:
                 self.retired = True
-            socket.send_fds(self.sock, [request], list(fds))
+            try:
+                socket.send_fds(self.sock, [request], list(fds))
+            except OSError:  # (a broken pipe: it is gone, though it may not have exited yet)
+                self.gone = True
+                raise
             while True:
-                msg, got, _, _ = socket.recv_fds(self.sock, 256, 1)
+                try:
+                    msg, got, _, _ = socket.recv_fds(self.sock, 256, 1)
+                except OSError:
+                    self.gone = True
+                    raise
                 if not msg:
                     _close_all(got)
+                    self.gone = True
                     raise OSError("the fork server is gone")
                 parts = msg.split()
                 if parts[0] == b"P" and len(got) == 1:

@@ -1,0 +1,140 @@
+"""Ctrl-C at random moments of short fan-out runs, then a health check.
+
+Run as a script (tests/test_pool_interrupts.py runs it in a subprocess; the
+reliability benchmark runs it with more interrupts): ``python
+_interrupt_fuzz.py N [SEED]``. One ``SIGINT`` per run, sent to the main
+thread after a random delay within about one run's length (as a person at a
+REPL, or a worker loop that catches ``KeyboardInterrupt``). Prints one JSON
+line: how many interrupts landed in a run, then the pool and process
+afterwards against the baseline taken before the first: places busy, zombie
+children, open descriptors, driver threads, and whether the next run works.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import sys
+import threading
+import time
+
+from nous_sched import Tool, WorkerPool, _driver_threads, run_code
+from nous_sched._tool_threads import retire_shared
+
+PROGRAM = "const r = await Promise.all([1, 2, 3, 4].map(i => tools.echo({i}))); return r.length"
+
+
+def children(pid: "int | str" = "self") -> dict[int, str]:
+    """A process's children and their states (``Z``: a zombie)."""
+    out = {}
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/children") as fh:
+            for p in fh.read().split():
+                try:
+                    with open(f"/proc/{p}/stat") as st:
+                        out[int(p)] = st.read().rsplit(")", 1)[1].split()[0]
+                except OSError:
+                    pass
+    return out
+
+
+def others(pool: WorkerPool) -> int:
+    """Descriptors open beside the pool's workers' own (pipes, pidfds)."""
+    with pool._lock:
+        mine = {fd for w in pool._workers.values() for fd in (w.fd_in, w.fd_out, w.lifeline)}
+        mine |= {getattr(w.proc, "pidfd", -1) for w in pool._workers.values()}
+    return len(set(map(int, os.listdir("/proc/self/fd"))) - mine)
+
+
+def settle(pool: WorkerPool) -> None:
+    """Let the background work finish: reaping, retiring idle threads."""
+    pool._reaped(10.0)
+    pool.wait_for_spares(10.0)
+    end = time.monotonic() + 10.0
+    while time.monotonic() < end:  # (no spare half made: its descriptors are in flight)
+        with pool._lock:
+            if all(s.state != "starting" for s in pool._core.slots.values()) and pool._spare_thread is None:
+                break
+        time.sleep(0.05)
+    retire_shared(0)
+    _driver_threads.retire_shared(0)
+    for t in threading.enumerate():
+        if t is not threading.main_thread() and not t.name.startswith("nous-sched-spares"):
+            t.join(5.0)
+
+
+def main(n: int, seed: int) -> dict:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    rng = random.Random(seed)
+    pool = WorkerPool(size=4, spares=1)
+    tools = [Tool("echo", lambda a: a["i"])]
+    main_id = threading.main_thread().ident
+    assert run_code(PROGRAM, tools, runtime=pool, description="fuzz").result == 4
+    t0 = time.monotonic()
+    for _ in range(5):
+        run_code(PROGRAM, tools, runtime=pool, description="fuzz")
+    span = (time.monotonic() - t0) / 5
+    settle(pool)
+    server = pool._server.proc.pid if pool._server else None
+    base = {"fds": others(pool), "threads": sorted(t.name for t in threading.enumerate())}
+    landed = 0
+    for _ in range(n):
+        delay = rng.uniform(0, span * 1.5)
+        fired = threading.Event()
+
+        def fire(delay: float = delay, fired: threading.Event = fired) -> None:
+            time.sleep(delay)
+            signal.pthread_kill(main_id, signal.SIGINT)
+            fired.set()
+
+        returned = False
+        try:
+            threading.Thread(target=fire, daemon=True).start()
+            run_code(PROGRAM, tools, runtime=pool, description="fuzz")
+            returned = True
+            while True:  # the interrupt comes after the run: wait for it here
+                fired.wait(0.05)
+        except KeyboardInterrupt:
+            landed += not returned
+    ok = run_code(PROGRAM, tools, runtime=pool, timeout=10, description="fuzz").result == 4
+    settle(pool)
+    with pool._lock:
+        busy = pool._core.busy()
+        places = {s.state for s in pool._core.slots.values()}
+    # Descriptors beside the workers' own (3 pipes and a pidfd each: the
+    # spares kept ready may differ from the baseline's).
+    spares = pool._core.spares_ready()
+    rest = others(pool)
+    end = time.monotonic() + 10.0
+    while True:  # (a killed worker is a zombie until the fork server reaps it, at once)
+        kids = children()
+        if server is not None:
+            kids.update(children(server))  # the workers: the fork server's children
+        if "Z" not in kids.values() or time.monotonic() > end:
+            break
+        time.sleep(0.05)
+    out = {
+        "interrupts": n,
+        "in_a_run": landed,
+        "next_run_works": ok,
+        "busy_places": busy,
+        "place_states": sorted(places),
+        "zombies": sorted(p for p, s in kids.items() if s == "Z"),
+        "processes": len(set(kids) - {server}),
+        "workers": len(pool._workers),
+        "spares_ready": spares,
+        "fds": rest,
+        "base_fds": base["fds"],
+        "threads": sorted(t.name for t in threading.enumerate()),
+        "base_threads": base["threads"],
+    }
+    pool.close()
+    return out
+
+
+if __name__ == "__main__":
+    n = int(sys.argv[1]) if len(sys.argv) > 1 else 200
+    seed = int(sys.argv[2]) if len(sys.argv) > 2 else 1
+    sys.stdout.write(json.dumps(main(n, seed)) + "\n")

@@ -1,0 +1,124 @@
+"""Ctrl-C at every step of a run, one run per step: ``python
+_interrupt_steps.py [STRIDE] [opcodes]``.
+
+A first run counts the steps the main thread takes in nous_sched's code
+(lines, or with ``opcodes`` each instruction); then, for every ``STRIDE``-th
+step k, a run on a fresh pool's worker gets a real ``SIGINT`` raised at its
+k-th step (``signal.raise_signal`` from a trace function, so the handler
+runs where the interpreter next checks for signals, as a Ctrl-C's would:
+deferred steps hold it back as they would a real one). After each, the pool
+must be whole and the next run must work; at the end, nothing may be left:
+no place held, no process the pool does not know, no zombie, the
+descriptors and threads of the baseline. Prints one JSON line.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import json
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+
+from _interrupt_fuzz import children, others, settle
+
+from nous_sched import Tool, WorkerPool, run_code
+
+PROGRAM = "const r = await Promise.all([1, 2].map(i => tools.echo({i}))); return r.length"
+TOOLS = [Tool("echo", lambda a: a["i"])]
+
+
+def run(pool: WorkerPool) -> object:
+    return run_code(PROGRAM, TOOLS, runtime=pool, description="steps", timeout=20).result
+
+
+def tracer(at: int, opcodes: bool, count: list[int]):  # type: ignore[no-untyped-def]
+    def local(frame, event, arg):  # type: ignore[no-untyped-def]
+        if event == ("opcode" if opcodes else "line"):
+            count[0] += 1
+            if count[0] == at:
+                signal.raise_signal(signal.SIGINT)
+        return local
+
+    def outer(frame, event, arg):  # type: ignore[no-untyped-def]
+        if "nous_sched" not in frame.f_code.co_filename:
+            return None
+        frame.f_trace_opcodes = opcodes
+        return local
+
+    return outer
+
+
+def main(stride: int, opcodes: bool) -> dict:
+    faulthandler.dump_traceback_later(240, exit=True)  # a hang says where, on stderr
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    pool = WorkerPool(size=2, spares=1)
+    assert run(pool) == 2
+    count = [0]
+    sys.settrace(tracer(-1, opcodes, count))
+    run(pool)
+    sys.settrace(None)
+    steps = count[0]
+    settle(pool)
+    server = pool._server.proc.pid if pool._server else None
+    base = {"fds": others(pool), "threads": sorted(t.name for t in threading.enumerate())}
+    interrupted = 0
+    broken = []
+    first = int(os.environ.get("STEPS_FROM", "1"))
+    for at in range(first, steps + 1, stride):
+        faulthandler.dump_traceback_later(60, exit=True)
+        count = [0]
+        try:
+            sys.settrace(tracer(at, opcodes, count))
+            try:
+                run(pool)
+            finally:
+                sys.settrace(None)
+        except KeyboardInterrupt:
+            interrupted += 1
+            if os.environ.get("STEPS_VERBOSE"):
+                traceback.print_exc(limit=-3)
+        with pool._lock:
+            held = [s for s in pool._core.slots.values() if s.holder is not None or s.state == "busy"]
+        t0 = time.monotonic()
+        try:
+            works = run(pool) == 2
+        except Exception as exc:  # (said, not raised: the next steps still run)
+            works = False
+            sys.stderr.write(f"step {at}: the next run raised {exc!r}\n")
+        if held or not works:
+            broken.append(at)
+        if os.environ.get("STEPS_VERBOSE"):
+            sys.stderr.write(f"{at} {time.monotonic() - t0:.3f}s {held}\n")
+    settle(pool)
+    end = time.monotonic() + 10.0
+    while True:
+        kids = children()
+        if server is not None:
+            kids.update(children(server))
+        if "Z" not in kids.values() or time.monotonic() > end:
+            break
+        time.sleep(0.05)
+    out = {
+        "steps": steps,
+        "runs": len(range(first, steps + 1, stride)),
+        "interrupted": interrupted,
+        "broken_at": broken,
+        "zombies": sorted(p for p, s in kids.items() if s == "Z"),
+        "processes": len(set(kids) - {server}),
+        "workers": len(pool._workers),
+        "fds": others(pool),
+        "base_fds": base["fds"],
+        "threads": sorted(t.name for t in threading.enumerate() if not t.name.startswith("nous-sched-spares")),
+        "base_threads": sorted(n for n in base["threads"] if not n.startswith("nous-sched-spares")),
+    }
+    pool.close()
+    return out
+
+
+if __name__ == "__main__":
+    stride = int(sys.argv[1]) if len(sys.argv) > 1 else 1
+    sys.stdout.write(json.dumps(main(stride, "opcodes" in sys.argv[2:])) + "\n")

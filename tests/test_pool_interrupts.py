@@ -1,0 +1,215 @@
+"""An interrupt anywhere leaves the pool whole (nous_sched._interrupts and the
+pool's tickets): Ctrl-C at random moments of short fan-out runs, and at
+sampled steps of one run, in a subprocess each; then no place is held, no
+process is left that the pool does not know, no zombie, the descriptors and
+threads are the baseline's, and the next run works. Also the deferral's own
+promises, and a fork server killed under load: every run gets a result."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+from procs import wait_gone
+
+from nous_sched import RunResult, Tool, WorkerPool, run_code
+from nous_sched import _interrupts as interrupts
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _script(name: str, *args: str) -> dict:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([HERE, os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run(
+        [sys.executable, os.path.join(HERE, name), *args], capture_output=True, text=True, timeout=600, env=env
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _whole(out: dict) -> None:
+    assert out["zombies"] == []
+    assert out["processes"] == out["workers"], "no process the pool does not know"
+    assert out["fds"] == out["base_fds"], "the descriptors are the baseline's (beside the workers' own)"
+    strip = [n for n in out["threads"] if not n.startswith("nous-sched-spares")]
+    assert strip == [n for n in out["base_threads"] if not n.startswith("nous-sched-spares")]
+
+
+@pytest.mark.timeout(600)
+def test_two_hundred_interrupts_at_random_moments_leave_the_pool_whole():
+    out = _script("_interrupt_fuzz.py", "200", "43")
+    assert out["in_a_run"] >= 50, out  # (most land inside a run: the delays span one)
+    assert out["next_run_works"] is True
+    assert out["busy_places"] == 0 and set(out["place_states"]) <= {"idle", "starting"}
+    _whole(out)
+
+
+@pytest.mark.timeout(600)
+def test_an_interrupt_at_sampled_steps_of_a_run_leaves_the_pool_whole():
+    out = _script("_interrupt_steps.py", "23")
+    assert out["steps"] > 500 and out["interrupted"] >= out["runs"] // 2, out
+    assert out["broken_at"] == [], "after each, no place held and the next run works"
+    _whole(out)
+
+
+# -- the deferral ---------------------------------------------------------------
+
+
+def _main_thread_only() -> None:
+    assert threading.current_thread() is threading.main_thread()
+
+
+def test_a_sigint_during_a_deferred_step_is_raised_once_as_it_ends():
+    _main_thread_only()
+    found = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        after = []
+        with pytest.raises(KeyboardInterrupt):
+            with interrupts.guarded():
+                with interrupts.deferred():
+                    signal.raise_signal(signal.SIGINT)
+                    after.append("the step went on")
+                    with interrupts.deferred():
+                        signal.raise_signal(signal.SIGINT)
+                    after.append("and its inner step ended without it")
+                after.append("never")
+        assert after == ["the step went on", "and its inner step ended without it"]
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        with pytest.raises(KeyboardInterrupt):  # outside a deferred step: at once, as ever
+            with interrupts.guarded():
+                signal.raise_signal(signal.SIGINT)
+                after.append("never")
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, found)
+
+
+def test_a_sigint_as_the_guarded_run_ends_is_not_lost_and_the_handler_found_is_back():
+    _main_thread_only()
+    found = signal.getsignal(signal.SIGINT)
+    seen = []
+    signal.signal(signal.SIGINT, lambda signum, frame: seen.append(signum))
+    try:
+        with interrupts.guarded():
+            interrupts.LOCAL.depth += 1
+            try:
+                signal.raise_signal(signal.SIGINT)
+                assert seen == []
+            finally:
+                interrupts.leave()
+            assert seen == [signal.SIGINT]  # (the handler found decides what a SIGINT does)
+        assert signal.getsignal(signal.SIGINT) is not None and seen == [signal.SIGINT]
+    finally:
+        signal.signal(signal.SIGINT, found)
+
+
+def test_another_threads_deferred_step_never_holds_the_main_threads_interrupt_back():
+    _main_thread_only()
+    found = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    inside, out = threading.Event(), threading.Event()
+    errors = []
+
+    def other() -> None:
+        try:
+            with interrupts.deferred():
+                inside.set()
+                out.wait(30)
+        except BaseException as exc:  # (a KeyboardInterrupt here would be the main thread's, lost)
+            errors.append(exc)
+
+    t = threading.Thread(target=other)
+    try:
+        t.start()
+        assert inside.wait(30)
+        with pytest.raises(KeyboardInterrupt):
+            with interrupts.guarded():
+                signal.raise_signal(signal.SIGINT)
+    finally:
+        out.set()
+        t.join(30)
+        signal.signal(signal.SIGINT, found)
+    assert errors == []
+
+
+# -- a fork server lost under load -------------------------------------------------
+
+
+@pytest.mark.timeout(300)
+def test_a_fork_server_killed_mid_load_gives_every_run_a_result_none_raises():
+    pool = WorkerPool(size=4, spares=2)
+    tools = [Tool("echo", lambda a: a["i"])]
+    program = "const r = await Promise.all([1, 2, 3].map(i => tools.echo({i}))); return r.length"
+    results: list[RunResult] = []
+    raised: list[BaseException] = []
+    stop = threading.Event()
+
+    def load() -> None:
+        while not stop.is_set():
+            try:
+                results.append(run_code(program, tools, runtime=pool, timeout=20, description="load"))
+            except BaseException as exc:
+                raised.append(exc)
+
+    threads = [threading.Thread(target=load) for _ in range(4)]
+    try:
+        for t in threads:
+            t.start()
+        kills = 0
+        while kills < 4:
+            time.sleep(0.5)
+            server = pool._server
+            if server is not None and server.alive():
+                os.kill(server.proc.pid, signal.SIGKILL)
+                kills += 1
+        time.sleep(0.3)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(60)
+    try:
+        assert raised == []
+        assert len(results) > 20
+        for r in results:
+            # Exact, or the run that was running on a worker the lost server
+            # took with it (a worker dies with its fork server): an abort.
+            assert r.result == 3 or (r.error is not None and r.error.kind == "abort"), r
+        assert any(r.result == 3 for r in results)
+        assert run_code(program, tools, runtime=pool, description="after").result == 3
+    finally:
+        pool.close()
+
+
+@pytest.mark.timeout(120)
+def test_after_workers_are_killed_the_pool_keeps_its_spares():
+    with WorkerPool(size=4, spares=2) as pool:
+        assert pool.wait_for_spares(30)
+        for _ in range(5):
+            killed = pool.pids()  # every worker, ready or booting
+            for pid in killed:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            assert all(wait_gone(pid, 30) for pid in killed)
+            assert run_code("return 1", runtime=pool, description="t").result == 1  # (it takes another worker)
+        assert pool.wait_for_spares(30), "spares are replenished after any loss"
+        end = time.monotonic() + 30
+        while time.monotonic() < end and sum(_alive(p) for p in pool.pids()) < 2:
+            time.sleep(0.05)
+        assert sum(_alive(p) for p in pool.pids()) >= 2
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
