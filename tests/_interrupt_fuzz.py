@@ -29,7 +29,11 @@ PROGRAM = "const r = await Promise.all([1, 2, 3, 4].map(i => tools.echo({i}))); 
 def children(pid: "int | str" = "self") -> dict[int, str]:
     """A process's children and their states (``Z``: a zombie)."""
     out = {}
-    for task in os.listdir(f"/proc/{pid}/task"):
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except FileNotFoundError:  # (gone: it has no children)
+        return out
+    for task in tasks:
         with open(f"/proc/{pid}/task/{task}/children") as fh:
             for p in fh.read().split():
                 try:
@@ -38,6 +42,23 @@ def children(pid: "int | str" = "self") -> dict[int, str]:
                 except OSError:
                     pass
     return out
+
+
+def servers(pool: WorkerPool) -> set[int]:
+    """The pool's fork servers: the current one and those replaced but not yet
+    closed (past SERVER_CHILDREN workers; each closes once its last child is gone)."""
+    with pool._lock:
+        every = ([pool._server] if pool._server else []) + list(pool._retired)
+    return {s.proc.pid for s in every if s.alive()}
+
+
+def processes(pool: WorkerPool) -> dict[int, str]:
+    """This process's children and every fork server's (the workers), but the servers."""
+    kids = children()
+    ours = servers(pool)
+    for server in ours:
+        kids.update(children(server))
+    return {pid: state for pid, state in kids.items() if pid not in ours}
 
 
 def others(pool: WorkerPool) -> int:
@@ -77,7 +98,6 @@ def main(n: int, seed: int) -> dict:
         run_code(PROGRAM, tools, runtime=pool, description="fuzz")
     span = (time.monotonic() - t0) / 5
     settle(pool)
-    server = pool._server.proc.pid if pool._server else None
     base = {"fds": others(pool), "threads": sorted(t.name for t in threading.enumerate())}
     landed = 0
     for _ in range(n):
@@ -109,9 +129,7 @@ def main(n: int, seed: int) -> dict:
     rest = others(pool)
     end = time.monotonic() + 10.0
     while True:  # (a killed worker is a zombie until the fork server reaps it, at once)
-        kids = children()
-        if server is not None:
-            kids.update(children(server))  # the workers: the fork server's children
+        kids = processes(pool)  # the workers: the fork servers' children
         if "Z" not in kids.values() or time.monotonic() > end:
             break
         time.sleep(0.05)
@@ -122,7 +140,7 @@ def main(n: int, seed: int) -> dict:
         "busy_places": busy,
         "place_states": sorted(places),
         "zombies": sorted(p for p, s in kids.items() if s == "Z"),
-        "processes": len(set(kids) - {server}),
+        "processes": len(kids),
         "workers": len(pool._workers),
         "spares_ready": spares,
         "fds": rest,

@@ -23,7 +23,7 @@ import threading
 import time
 import traceback
 
-from _interrupt_fuzz import children, others, settle
+from _interrupt_fuzz import others, processes, settle
 
 from nous_sched import Tool, WorkerPool, run_code
 
@@ -63,7 +63,6 @@ def main(stride: int, opcodes: bool) -> dict:
     sys.settrace(None)
     steps = count[0]
     settle(pool)
-    server = pool._server.proc.pid if pool._server else None
     base = {"fds": others(pool), "threads": sorted(t.name for t in threading.enumerate())}
     interrupted = 0
     broken = []
@@ -96,9 +95,7 @@ def main(stride: int, opcodes: bool) -> dict:
     settle(pool)
     end = time.monotonic() + 10.0
     while True:
-        kids = children()
-        if server is not None:
-            kids.update(children(server))
+        kids = processes(pool)
         if "Z" not in kids.values() or time.monotonic() > end:
             break
         time.sleep(0.05)
@@ -108,7 +105,7 @@ def main(stride: int, opcodes: bool) -> dict:
         "interrupted": interrupted,
         "broken_at": broken,
         "zombies": sorted(p for p, s in kids.items() if s == "Z"),
-        "processes": len(set(kids) - {server}),
+        "processes": len(kids),
         "workers": len(pool._workers),
         "fds": others(pool),
         "base_fds": base["fds"],

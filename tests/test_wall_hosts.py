@@ -191,7 +191,8 @@ def test_a_frame_past_the_runs_limits_is_refused_with_the_hosts_memory_unchanged
         """
         pool = compromised(size=2)
         add = Tool("add", lambda a: a["x"] + 1)
-        warm = run_code("return await tools.add({x: 1})", [add], runtime=pool, description="t")
+        # (Its last expression is its value: the host's TypeScript parser is loaded before the measure.)
+        warm = run_code("const v = await tools.add({x: 1}); v", [add], runtime=pool, description="t")
         limits = Limits(max_log_bytes=10_000, memory_bytes=32 * 1024 * 1024)
         before = rss()
         result = run_code("/*payload*/", runtime=pool, limits=limits, description="t")
