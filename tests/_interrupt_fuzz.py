@@ -62,10 +62,13 @@ def processes(pool: WorkerPool) -> dict[int, str]:
 
 
 def others(pool: WorkerPool) -> int:
-    """Descriptors open beside the pool's workers' own (pipes, pidfds)."""
+    """Descriptors open beside the pool's workers' own (pipes, pidfds) and its
+    fork servers' sockets (one more while a replaced server still has a child)."""
     with pool._lock:
         mine = {fd for w in pool._workers.values() for fd in (w.fd_in, w.fd_out, w.lifeline)}
         mine |= {getattr(w.proc, "pidfd", -1) for w in pool._workers.values()}
+        every = ([pool._server] if pool._server else []) + list(pool._retired)
+        mine |= {s.sock.fileno() for s in every if s.alive()}
     return len(set(map(int, os.listdir("/proc/self/fd"))) - mine)
 
 
