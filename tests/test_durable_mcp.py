@@ -64,3 +64,121 @@ def test_a_client_that_cannot_be_asked_gets_the_suspension_then_an_operator_deci
     done = resume(suspended["token"], {}, _tools(ran), approval_store=SqliteApprovalStore(path))
     assert done.result == {"bought": "pen"}
     assert ran == [{"item": "pen", "price": 7}]
+
+
+# -- run_result: the resumed run's result reaches the client that started it ---------------
+
+_TOOLS_MODULE = """
+import os
+from nous_sched import Tool
+
+def _buy(args):
+    with open(os.environ["BOUGHT_FILE"], "a") as f:
+        f.write(args["item"] + "\\n")
+    return {"bought": args["item"]}
+
+TOOLS = [
+    Tool("quote", lambda args: {"price": 7}, description="A price.", parameters={"type": "object"}),
+    Tool("buy", _buy, description="Buy an item.", parameters={"type": "object"}, requires_approval=True),
+]
+"""
+
+
+def _serve_mcp_http(tmp_path, store):
+    module = tmp_path / "shop_tools.py"
+    module.write_text(_TOOLS_MODULE)
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env["BOUGHT_FILE"] = str(tmp_path / "bought.txt")
+    argv = ["serve-mcp", "--tools", str(module), "--approval-store", store, "--http", "127.0.0.1:0"]
+    process = subprocess.Popen([sys.executable, "-m", "nous_sched", *argv], env=env, stderr=subprocess.PIPE, text=True)
+    line = process.stderr.readline()  # printed once the socket listens
+    assert " at http://127.0.0.1:" in line, line
+    return process, line.split(" at ", 1)[1].split(";", 1)[0]
+
+
+def _approve(store, token, seq):
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    argv = [sys.executable, "-m", "nous_sched", "approvals", "approve", token, str(seq), "--store", store]
+    operator = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert operator.returncode == 0, operator.stderr
+
+
+def test_run_result_delivers_the_resumed_run_to_the_client_that_started_it(tmp_path):
+    store = str(tmp_path / "approvals.db")
+    bought = tmp_path / "bought.txt"
+    process, url = _serve_mcp_http(tmp_path, store)
+    program = "const q = await tools.quote({}); return await tools.buy({item: 'pen', price: q.price});"
+    try:
+
+        async def go():
+            with anyio.fail_after(120):
+                async with Client(url) as client, Client(url) as other:
+                    names = [t.name for t in (await client.list_tools()).tools]
+                    assert names == ["run_code", "run_result"]
+                    first = await client.call_tool("run_code", {"code": program, "description": "buy a pen"})
+                    assert first.is_error is False
+                    suspended = first.structured_content["suspended"]
+                    token, claim = suspended["token"], suspended["claim"]
+                    poll = {"token": token, "claim": claim}
+
+                    waiting = await client.call_tool("run_result", poll)
+                    assert waiting.is_error is False
+                    assert waiting.structured_content["waiting"] == [1]
+                    assert waiting.structured_content["suspended"]["token"] == token
+                    assert not bought.exists()
+
+                    # Another client, or a wrong claim: refused the same way, before and after the approval.
+                    hostile = [
+                        {"token": token, "claim": "x" * 32},
+                        {"token": token},
+                        {"token": token, "claim": ["nested" * 1000]},
+                        {"token": "\x00\u202e" * 50_000, "claim": "\U000e0041" * 1000},
+                    ]
+                    for caller, arguments in [(other, a) for a in hostile]:
+                        refused = await caller.call_tool("run_result", arguments)
+                        assert refused.is_error is True
+
+                    await anyio.to_thread.run_sync(_approve, store, token, 1)  # the operator, another process
+
+                    stolen = await other.call_tool("run_result", {"token": token, "claim": claim[:-1] + "A"})
+                    assert stolen.is_error is True and "no run of yours" in stolen.content[0].text
+                    assert not bought.exists()  # a refused poll starts nothing
+
+                    done = await client.call_tool("run_result", poll)
+                    again = await client.call_tool("run_result", poll)
+                    return done, again
+
+        done, again = anyio.run(go)
+    finally:
+        process.terminate()
+        try:
+            process.wait(30)
+        finally:
+            process.kill()
+            process.stderr.close()
+    assert done.is_error is False, done.content
+    assert done.structured_content == {"logs": [], "result": {"bought": "pen"}}
+    assert again.structured_content == done.structured_content  # a repeated poll: the same result
+    assert bought.read_text() == "pen\n"  # the approved call ran once
+
+
+def test_run_result_is_bound_to_the_principal_where_bearer_tokens_are_configured():
+    from nous_sched.mcp.deliver import Deliveries
+
+    deliveries = Deliveries()
+    alice, bob = ("principal", "client-a", "issuer", "alice"), ("principal", "client-b", "issuer", "bob")
+    told = deliveries.register({"token": "t1", "expires_at": 4e9, "pending": []}, (alice,))
+    claim = told["claim"]
+    assert deliveries.owned("t1", claim, (alice,)) is not None
+    assert deliveries.owned("t1", claim, (bob,)) is None  # the claim alone is not enough
+    assert deliveries.owned("t1", claim, (("connection", "127.0.0.1", 5000),)) is None
+    assert deliveries.owned("t1", claim + "x", (alice,)) is None
+    assert deliveries.owned("t2", claim, (alice,)) is None
+    assert deliveries.owned("t1", None, (alice,)) is None
+    # Without authorization the claim is the proof: a new connection of the same client may poll.
+    told = deliveries.register({"token": "t3", "expires_at": 4e9, "pending": []}, (("connection", "127.0.0.1", 1),))
+    assert deliveries.owned("t3", told["claim"], (("connection", "127.0.0.1", 2),)) is not None
+    # An expired suspension is forgotten at the next registration.
+    deliveries.register({"token": "old", "expires_at": 1.0, "pending": []}, (alice,))
+    deliveries.register({"token": "t4", "expires_at": 4e9, "pending": []}, (alice,))
+    assert len(deliveries) == 3
