@@ -182,3 +182,40 @@ def test_run_result_is_bound_to_the_principal_where_bearer_tokens_are_configured
     deliveries.register({"token": "old", "expires_at": 1.0, "pending": []}, (alice,))
     deliveries.register({"token": "t4", "expires_at": 4e9, "pending": []}, (alice,))
     assert len(deliveries) == 3
+
+
+def test_run_result_of_a_run_that_suspends_again_is_a_new_suspension_for_the_same_client(tmp_path):
+    store = str(tmp_path / "approvals.db")
+    bought = tmp_path / "bought.txt"
+    process, url = _serve_mcp_http(tmp_path, store)
+    program = "await tools.buy({item: 'pen'}); return await tools.buy({item: 'ink'});"
+    try:
+
+        async def go():
+            with anyio.fail_after(120):
+                async with Client(url) as client:
+                    first = await client.call_tool("run_code", {"code": program, "description": "buy two things"})
+                    one = first.structured_content["suspended"]
+                    await anyio.to_thread.run_sync(_approve, store, one["token"], 0)
+                    again = await client.call_tool("run_result", {"token": one["token"], "claim": one["claim"]})
+                    two = again.structured_content["suspended"]
+                    assert two["token"] != one["token"] and two["claim"] != one["claim"]
+                    assert [p["tool"] for p in two["pending"]] == ["buy"]
+                    assert bought.read_text() == "pen\n"
+                    seq = two["pending"][0]["seq"]
+                    # The first token's claim does not open the second suspension.
+                    crossed = await client.call_tool("run_result", {"token": two["token"], "claim": one["claim"]})
+                    assert crossed.is_error is True
+                    await anyio.to_thread.run_sync(_approve, store, two["token"], seq)
+                    return await client.call_tool("run_result", {"token": two["token"], "claim": two["claim"]})
+
+        done = anyio.run(go)
+    finally:
+        process.terminate()
+        try:
+            process.wait(30)
+        finally:
+            process.kill()
+            process.stderr.close()
+    assert done.structured_content == {"logs": [], "result": {"bought": "ink"}}
+    assert bought.read_text() == "pen\nink\n"
