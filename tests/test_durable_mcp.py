@@ -84,12 +84,12 @@ TOOLS = [
 """
 
 
-def _serve_mcp_http(tmp_path, store):
+def _serve_mcp_http(tmp_path, store, *extra):
     module = tmp_path / "shop_tools.py"
     module.write_text(_TOOLS_MODULE)
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     env["BOUGHT_FILE"] = str(tmp_path / "bought.txt")
-    argv = ["serve-mcp", "--tools", str(module), "--approval-store", store, "--http", "127.0.0.1:0"]
+    argv = ["serve-mcp", "--tools", str(module), "--approval-store", store, "--http", "127.0.0.1:0", *extra]
     process = subprocess.Popen([sys.executable, "-m", "nous_sched", *argv], env=env, stderr=subprocess.PIPE, text=True)
     line = process.stderr.readline()  # printed once the socket listens
     assert " at http://127.0.0.1:" in line, line
@@ -219,3 +219,45 @@ def test_run_result_of_a_run_that_suspends_again_is_a_new_suspension_for_the_sam
             process.stderr.close()
     assert done.structured_content == {"logs": [], "result": {"bought": "ink"}}
     assert bought.read_text() == "pen\nink\n"
+
+
+def test_with_bearer_tokens_only_the_same_principal_reads_the_result_even_with_the_claim(tmp_path):
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    alice, bob = "alice-" + "a" * 24, "bob-" + "b" * 24
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"alice {alice}\nbob {bob}\n")
+    store = str(tmp_path / "approvals.db")
+    process, url = _serve_mcp_http(tmp_path, store, "--auth-token-file", str(tokens))
+    program = "return await tools.buy({item: 'pen'});"
+
+    async def as_client(token, name, arguments):
+        """A fresh SDK client (its own connection) with ``token``: one call."""
+        headers = {"Authorization": f"Bearer {token}"}
+        async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(120)) as http:
+            async with Client(streamable_http_client(url, http_client=http)) as client:
+                return await client.call_tool(name, arguments)
+
+    try:
+
+        async def go():
+            with anyio.fail_after(120):
+                first = await as_client(alice, "run_code", {"code": program, "description": "buy a pen"})
+                suspended = first.structured_content["suspended"]
+                poll = {"token": suspended["token"], "claim": suspended["claim"]}
+                await anyio.to_thread.run_sync(_approve, store, suspended["token"], 0)
+                stolen = await as_client(bob, "run_result", poll)  # the claim leaked to another principal
+                assert stolen.is_error is True and "no run of yours" in stolen.content[0].text
+                return await as_client(alice, "run_result", poll)  # alice again, on a new connection
+
+        done = anyio.run(go)
+    finally:
+        process.terminate()
+        try:
+            process.wait(30)
+        finally:
+            process.kill()
+            process.stderr.close()
+    assert done.structured_content == {"logs": [], "result": {"bought": "pen"}}
+    assert (tmp_path / "bought.txt").read_text() == "pen\n"
