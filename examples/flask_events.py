@@ -40,6 +40,24 @@ Run it::
 
     flask --app examples/flask_events.py run
     # open http://127.0.0.1:5000/ and press Run
+
+Serving the stream in production. Each viewer of ``/runs/<id>/events`` is
+one response the server writes for the run's whole life, on one thread of a
+threaded WSGI server. The stream is written one batch of ready events at a
+time (``Run.event_batches``: one write and one wake-up of the viewer's thread
+per batch, not per event), and a viewer more than :data:`SSE_BUFFER` events
+behind skips to the newest and is told so by a ``gap`` event: a viewer that
+reads slowly or not at all blocks only its own thread, in its own socket
+write, holding at most one batch; the run and the other viewers go on
+(``tests/test_sse_stalled.py``: five stalled viewers and one honest one).
+What it does hold is that thread, until the run ends and it has read the end,
+or its connection dies. So budget threads per watcher: the most viewers you
+expect at once plus your other requests (for example
+``gunicorn -k gthread --threads 64 --workers 1 "flask_events:app"``; one
+process, since the runs live in its memory), and put a proxy that drops idle
+clients in front. A server that serves a request per thread from a small
+fixed pool (waitress's 4 by default) is the wrong choice for SSE: a few
+watchers use it up.
 """
 
 from __future__ import annotations
@@ -246,9 +264,15 @@ document.getElementById("run").onclick = async () => {
 """
 
 
+#: Events one viewer may fall behind before it skips to the newest (a ``gap`` event says how many).
+SSE_BUFFER = 1000
+
+
 def _sse(run: Run) -> Iterable[str]:
-    for event in run.events():
-        yield f"data: {event.to_json()}\n\n"  # strict JSON: a lone surrogate is U+FFFD, NaN null
+    # One write per batch of ready events: a viewer's thread wakes once per batch, not per event,
+    # so watchers cost each other little; one that stops reading blocks only its own thread.
+    for batch in run.event_batches(buffer=SSE_BUFFER):
+        yield "".join(f"data: {event.to_json()}\n\n" for event in batch)  # strict JSON: U+FFFD, NaN null
 
 
 def _page_data(run_id: str, entry: dict[str, Any]) -> str:

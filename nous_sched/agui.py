@@ -274,12 +274,16 @@ def events(run: Run, *, run_id: Optional[str] = None, thread_id: Optional[str] =
     ``run_id`` and ``thread_id`` default to the run's ``call_id``. Each call is a
     new consumer of the run's stream (:meth:`~nous_sched.Run.events`).
     """
-    rid = run_id if run_id is not None else run.call_id
-    translator = Translator(
-        rid, thread_id if thread_id is not None else rid, description=run.description, started_at=run.started_at
-    )
+    translator = _translator(run, run_id, thread_id)
     for event in run.events():
         yield from translator.feed(event)
+
+
+def _translator(run: Run, run_id: Optional[str], thread_id: Optional[str]) -> Translator:
+    rid = run_id if run_id is not None else run.call_id
+    return Translator(
+        rid, thread_id if thread_id is not None else rid, description=run.description, started_at=run.started_at
+    )
 
 
 def encode(event: BaseEvent) -> str:
@@ -288,6 +292,14 @@ def encode(event: BaseEvent) -> str:
 
 
 def sse(run: Run, *, run_id: Optional[str] = None, thread_id: Optional[str] = None) -> Iterator[str]:
-    """:func:`events` as server-sent-event text, one ``data:`` message per event (:data:`MEDIA_TYPE`)."""
-    for event in events(run, run_id=run_id, thread_id=thread_id):
-        yield encode(event)
+    """:func:`events` as server-sent-event text, one ``data:`` message per event (:data:`MEDIA_TYPE`).
+
+    Each string is the messages of one batch of the run's ready events
+    (:meth:`~nous_sched.Run.event_batches`): a server writes each in one write,
+    so a watcher's thread wakes once per batch, not once per event.
+    """
+    translator = _translator(run, run_id, thread_id)
+    for batch in run.event_batches():
+        text = "".join(encode(out) for event in batch for out in translator.feed(event))
+        if text:
+            yield text

@@ -55,7 +55,11 @@ sees the same order. Any number of consumers may iterate, each from the
 run's first event; each has its own bounded buffer (``events(buffer=N)``):
 a consumer more than ``N`` events behind skips to the newest ``N`` and is told
 so by a ``gap`` event with the count. Emitting never waits for a consumer,
-so a slow consumer never slows the run. The stream holds the last
+so a slow consumer never slows the run. ``events()`` yields one event at a time;
+``event_batches()`` yields the same events as lists, each everything ready
+when the consumer woke, for a server that writes each list in one write (one
+wake-up per batch, not per event: many watchers then cost each other little).
+The stream holds the last
 :data:`HISTORY` events (up to a quarter more between trims); a consumer
 that starts later than that misses the oldest (a ``gap`` again).
 """
@@ -227,13 +231,22 @@ class EventStream:
 
     def consume(self, buffer: int = DEFAULT_BUFFER) -> Iterator[RunEvent]:
         """Every event from the first, live, ending after ``end``; see the module docstring."""
+        for batch in self.consume_batches(buffer):
+            yield from batch
+
+    def consume_batches(self, buffer: int = DEFAULT_BUFFER) -> Iterator[list[RunEvent]]:
+        """:meth:`consume`'s events, as lists: each one every event emitted since the
+        last (a ``gap`` first when some were skipped), never empty, at most ``buffer``
+        events plus the ``gap``. A writer that sends each list in one write wakes once
+        per list, not once per event, so a busy run costs each watcher far less."""
         v.require("events", "buffer", buffer, _BUFFER)
         cursor = 0
         while True:
             batch, cursor, missed, at, done = self._next(cursor, buffer)
             if missed:
-                yield RunEvent("gap", None, at, {"missed": missed})
-            yield from batch
+                batch = [RunEvent("gap", None, at, {"missed": missed}), *batch]
+            if batch:
+                yield batch
             if done:
                 return
 
@@ -293,6 +306,15 @@ class Run:
         """
         v.require("events", "buffer", buffer, _BUFFER)
         return self._stream.consume(buffer)
+
+    def event_batches(self, buffer: int = DEFAULT_BUFFER) -> Iterator[list[RunEvent]]:
+        """:meth:`events`, as lists of the events ready at once (:meth:`EventStream.consume_batches`):
+        what a server writing to a socket should iterate, one write per list.
+
+        :raises ConfigError: ``buffer`` is not a positive integer.
+        """
+        v.require("events", "buffer", buffer, _BUFFER)
+        return self._stream.consume_batches(buffer)
 
     def result(self, timeout: Optional[float] = None) -> RunResult:
         """The run's :class:`~nous_sched.RunResult`, once it has ended.

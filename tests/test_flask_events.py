@@ -257,6 +257,15 @@ def _post_raw(url, body, headers):
         return error.code, json.loads(error.read())
 
 
+def _sse_events(chunks):
+    """The events of an SSE body's chunks, as they come: each chunk holds whole ``data:`` messages."""
+    for chunk in chunks:
+        for block in chunk.decode().split("\n\n"):
+            if block:
+                assert block.startswith("data: ") and "\n" not in block
+                yield json.loads(block[len("data: ") :])
+
+
 def test_a_decision_without_the_pages_csrf_token_is_refused_and_the_audit_has_the_real_one(make_event):
     policy = PermissionPolicy(require_approval={"population"})
     app = flask_events.create_app(tools=[LOOKUP], policy=policy)
@@ -267,8 +276,7 @@ def test_a_decision_without_the_pages_csrf_token_is_refused_and_the_audit_has_th
     assert data["id"] == run_id and data["description"] == "d"
     events = client.get(f"/runs/{run_id}/events", buffered=False).response
     asked = None
-    for chunk in events:
-        event = json.loads(chunk.decode()[len("data: ") :])
+    for event in _sse_events(events):  # a chunk is a batch of events (one write per batch)
         if event["kind"] == "approval" and event["data"]["state"] == "asked":
             asked = event["data"]
             break
@@ -282,7 +290,7 @@ def test_a_decision_without_the_pages_csrf_token_is_refused_and_the_audit_has_th
     )
     ok = client.post(f"/runs/{run_id}/decisions", json=body, headers={"X-CSRF-Token": data["csrf"]})
     assert ok.status_code == 200
-    kinds = [json.loads(c.decode()[len("data: ") :])["kind"] for c in events]
+    kinds = [event["kind"] for event in _sse_events(events)]
     assert kinds[-1] == "end"
     result = app.config["NOUS_SCHED_RUNS"][run_id]["run"].result(timeout=WAIT)
     assert result.result == {"ok": 4}

@@ -452,3 +452,37 @@ def test_resume_run_watches_a_resume_and_raises_what_resume_raises(tmp_path):
     with pytest.raises(nous_sched.TokenError):
         again.result(timeout=WAIT)
     assert [e.kind for e in again.events()] == ["end"]
+
+
+def test_event_batches_are_the_events_as_lists_each_at_most_the_buffer_and_a_gap():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from nous_sched.live import EventStream
+
+    @settings(max_examples=60, deadline=None)
+    @given(st.lists(st.integers(min_value=1, max_value=40), min_size=1, max_size=8), st.integers(1, 30))
+    def check(bursts, buffer):
+        stream = EventStream()
+        batches = stream.consume_batches(buffer)
+        got = []
+        for i, n in enumerate(bursts):  # the consumer reads between bursts, as a slow writer would
+            for k in range(n):
+                stream.emit("log", None, {"line": f"{i}.{k}"})
+            if i == len(bursts) - 1:
+                stream.emit("end", None, {})
+            got.append(next(batches))
+        got.extend(batches)
+        for batch in got:
+            assert batch and len(batch) <= buffer + 1
+            assert all(e.kind != "gap" for e in batch[1:])  # a gap comes first, or not at all
+        flat = [e for batch in got for e in batch]
+        assert flat[-1].kind == "end"
+        shown = [e for e in flat if e.kind != "gap"]
+        missed = sum(e.data["missed"] for e in flat if e.kind == "gap")
+        assert len(shown) + missed == sum(bursts) + 1
+        emitted = [f"{i}.{k}" for i, n in enumerate(bursts) for k in range(n)] + [None]
+        positions = [emitted.index(e.data.get("line")) for e in shown]
+        assert positions == sorted(set(positions))  # in order, none twice: only skipped, never reordered
+
+    check()

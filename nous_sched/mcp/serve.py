@@ -20,8 +20,12 @@ with its real arguments:
   already waiting when one goes out go out with it;
 * otherwise, with an ``approval_store`` among the run options, the run
   suspends (:mod:`nous_sched.durable`): the result's structured content is
-  ``{"logs", "suspended": {token, expires_at, pending}}``, for an operator's
-  ``nous-sched approvals list|approve|deny --store ...`` and a later resume;
+  ``{"logs", "suspended": {token, expires_at, pending, claim}}``, for an
+  operator's ``nous-sched approvals list|approve|deny --store ...``; the
+  client then polls the second tool, ``run_result`` (listed only with an
+  approval store), with ``{token, claim}``: the suspension again while a call
+  is undecided, then the resumed run's result (serve-mcp resumes it on that
+  poll), to that client only (:mod:`.deliver`);
 * otherwise the call is refused (default deny: a server has no human at hand).
 
 An unanswered question is refused when the run's deadline passes (a second
@@ -87,6 +91,7 @@ import logging
 import secrets
 import threading
 import time
+from functools import partial
 from pathlib import Path
 from typing import IO, Any, Callable, Iterable, Optional, Union
 
@@ -115,8 +120,10 @@ from mcp_types.version import is_version_at_least
 from .. import agent
 from .._text import machine_json, machine_text, machine_value
 from .._validators import NAMES, POSITIVE_INT, TOOLS, instance_of, names, optional, require
+from ..approval_store import TokenError
 from ..budget import DEFAULT_OUTPUT_BUDGET
 from ..dispatch import ApprovalRequest, current_call, direct_dispatch
+from ..durable import resume
 from ..errors import ConfigError, RunCodeError, ToolError
 from ..events import Event, SessionLog
 from ..limits import Limits
@@ -126,6 +133,7 @@ from ..run_code import live_stream
 from ..tool import Tool
 from .access import auth_settings, transport_security
 from .client import DEADLINE_GRACE
+from .deliver import NOT_YOURS, Deliveries, Delivery
 from .event_store import PrimingEventStore
 from .live_forward import Forwarder, SessionLevels
 from .shares import Shares, client_keys, default_cap, pool_size
@@ -153,9 +161,16 @@ OUTPUT_SCHEMA: dict[str, Any] = {
         # A run that suspended for approval (serve-mcp with --approval-store; nous_sched.durable).
         "suspended": {
             "type": "object",
-            "properties": {"token": {"type": "string"}, "expires_at": {"type": "number"}, "pending": {"type": "array"}},
+            "properties": {
+                "token": {"type": "string"},
+                "expires_at": {"type": "number"},
+                "pending": {"type": "array"},
+                "claim": {"type": "string"},  # the secret run_result asks for (.deliver)
+            },
             "required": ["token", "expires_at", "pending"],
         },
+        # run_result, while a pending call is undecided: their seqs.
+        "waiting": {"type": "array", "items": {"type": "integer"}},
     },
     "required": ["logs"],
 }
@@ -173,6 +188,31 @@ _APPROVAL_SCHEMA: dict[str, Any] = {
     "required": ["approve"],
 }
 
+#: The second tool, listed with an approval store: a suspended run's result, polled (:mod:`.deliver`).
+RUN_RESULT = "run_result"
+_RUN_RESULT_TOOL = MCPTool(
+    name=RUN_RESULT,
+    title="Result of a suspended run",
+    description=(
+        "When run_code answered with `suspended` (a call waits for an operator's approval), call this with "
+        "that suspension's `token` and `claim` to get the run's result. While a call is still undecided the "
+        "answer is the suspension again with `waiting` (the undecided call numbers): call again later. Once "
+        "every call is decided the run continues and the answer is what run_code would have returned."
+    ),
+    input_schema={
+        "type": "object",
+        "properties": {"token": {"type": "string"}, "claim": {"type": "string"}},
+        "required": ["token", "claim"],
+    },
+    output_schema=OUTPUT_SCHEMA,
+    annotations=ToolAnnotations(
+        title="Result of a suspended run",
+        read_only_hint=False,
+        destructive_hint=True,
+        idempotent_hint=False,
+        open_world_hint=True,
+    ),
+)
 _runs_started = itertools.count(1)
 _OPTIONAL_POSITIVE_INT = optional(POSITIVE_INT)
 _POLICY = optional(instance_of(PermissionPolicy, "a nous_sched.PermissionPolicy"))
@@ -378,6 +418,7 @@ class CodeModeServer:
         self._shares = Shares(self.max_runs_per_session)  # runs going per client
         self._runs_lock = threading.Lock()  # guards _runs: handlers on the loop, sweeps, runs
         self._levels = SessionLevels()  # each session's logging/setLevel (live_forward)
+        self._deliveries = Deliveries()  # suspensions handed out, for run_result (.deliver)
         self.server: LowLevelServer = LowLevelServer(
             name,
             on_list_tools=self._list_tools,
@@ -513,9 +554,12 @@ class CodeModeServer:
                     ),
                 )
             ]
+            + ([_RUN_RESULT_TOOL] if self._run_options.get("approval_store") is not None else [])
         )
 
     async def _call_tool(self, ctx: Any, params: CallToolRequestParams) -> Union[CallToolResult, InputRequiredResult]:
+        if params.name == RUN_RESULT and self._run_options.get("approval_store") is not None:
+            return await self._run_result(ctx, dict(params.arguments or {}))
         if params.name != self._template.name:
             return _error_result(f"unknown tool {params.name!r}; this server has one tool, {self._template.name!r}")
         self._sweep()
@@ -532,6 +576,10 @@ class CodeModeServer:
             if refusal is not None:
                 return _error_result(refusal)
             run = self._start(dict(params.arguments or {}), _client_can_elicit(ctx), client)
+        return await self._deliver(ctx, run)
+
+    async def _deliver(self, ctx: Any, run: _Run) -> Union[CallToolResult, InputRequiredResult]:
+        """Follow ``run`` for this request: its live events, its questions, then its result."""
         forwarder = self._forwarder(ctx, run)
         try:
             async with anyio.create_task_group() as live:
@@ -543,6 +591,43 @@ class CodeModeServer:
         finally:
             run.forwarded = forwarder.position
         return result
+
+    async def _run_result(self, ctx: Any, arguments: dict[str, Any]) -> Union[CallToolResult, InputRequiredResult]:
+        """``run_result``: the suspended run's result for the client that started it (:mod:`.deliver`)."""
+        self._sweep()
+        client = client_keys(ctx)
+        delivery = self._deliveries.owned(arguments.get("token"), arguments.get("claim"), client)
+        if delivery is None:
+            return _error_result(NOT_YOURS)
+        if delivery.resumed is None:
+            waiting = await anyio.to_thread.run_sync(self._undecided, delivery)
+            if isinstance(waiting, str):
+                return _error_result(waiting)
+            if waiting:
+                value = {"logs": [], "suspended": delivery.suspended, "waiting": waiting}
+                return _final_result(("ran", value))
+            refusal = self._admit(client)
+            if refusal is not None:
+                return _error_result(refusal)
+            started = self._deliveries.resume_once(delivery, lambda: self._start_resume(delivery, client))
+            if started.client is not client:  # another poll started it first: not ours to count
+                self._shares.release(client)
+        result = await self._deliver(ctx, delivery.resumed)
+        if isinstance(result, CallToolResult):
+            self._deliveries.read(delivery)
+        return result
+
+    def _undecided(self, delivery: Delivery) -> Union[str, list[int]]:
+        """The pending seqs no one decided yet, or why the token cannot be resumed here."""
+        try:
+            record = self._run_options["approval_store"].load(delivery.token)
+        except TokenError as exc:
+            return f"this run cannot be resumed here: {exc} (was it resumed with `nous-sched resume`?)"
+        decided = {str(seq) for seq in record.get("decisions", {})}
+        return [int(p["seq"]) for p in record.get("pending", []) if str(p["seq"]) not in decided]
+
+    def _start_resume(self, delivery: Delivery, client: tuple[Any, ...]) -> _Run:
+        return self._start({"description": "a resumed run"}, False, client, resume_token=delivery.token)
 
     def _forwarder(self, ctx: Any, run: _Run) -> Forwarder:
         """The run's live events to this request's client (:mod:`.live_forward`)."""
@@ -625,7 +710,9 @@ class CodeModeServer:
     def _release(self, run: _Run) -> None:
         self._shares.release(run.client)
 
-    def _start(self, arguments: dict[str, Any], can_ask: bool, client: tuple[Any, ...] = ()) -> _Run:
+    def _start(
+        self, arguments: dict[str, Any], can_ask: bool, client: tuple[Any, ...] = (), resume_token: Optional[str] = None
+    ) -> _Run:
         n = next(_runs_started)
         run_id = f"mcp-run-{n}-{secrets.token_hex(3)}"
         what = arguments.get("description")
@@ -637,12 +724,15 @@ class CodeModeServer:
         # trace) is then the parent of the run's spans.
         context = contextvars.copy_context()
         thread = threading.Thread(
-            target=context.run, args=(self._execute, run, arguments), name=f"nous-sched-mcp-run-{n}", daemon=True
+            target=context.run,
+            args=(self._execute, run, arguments, resume_token),
+            name=f"nous-sched-mcp-run-{n}",
+            daemon=True,
         )
         thread.start()
         return run
 
-    def _execute(self, run: _Run, arguments: dict[str, Any]) -> None:
+    def _execute(self, run: _Run, arguments: dict[str, Any], resume_token: Optional[str] = None) -> None:
         started = time.perf_counter()
         self._write(
             "run_start",
@@ -654,26 +744,30 @@ class CodeModeServer:
         # The description's options: the template rendered it once.
         options.pop("budget", None)
         options.pop("ranking", None)
-        function, _ = agent._program_runner(
-            "CodeModeServer",
-            self._tools,
-            self._policy,
-            options.pop("runtime", None),
-            options.pop("output_budget", DEFAULT_OUTPUT_BUDGET),
-            {
-                **options,
-                "approval_handler": lambda request: self._approve_call(run, request),
-                "dispatch": lambda tool, args, run_ctx: self._dispatch(run, tool, args, run_ctx),
-                "session_log": _GateAudit(self, run),
-                "call_id": run.id,
-                "cancel": run.cancel,
-            },
-        )
+        runtime, budget = options.pop("runtime", None), options.pop("output_budget", DEFAULT_OUTPUT_BUDGET)
+        per_run = {
+            **options,
+            "approval_handler": lambda request: self._approve_call(run, request),
+            "dispatch": lambda tool, args, run_ctx: self._dispatch(run, tool, args, run_ctx),
+            "session_log": _GateAudit(self, run),
+            "call_id": run.id,
+            "cancel": run.cancel,
+        }
+        function, _ = agent._program_runner("CodeModeServer", self._tools, self._policy, runtime, budget, per_run)
+        if resume_token is not None:  # run_result: the suspended run, resumed by replay (.deliver)
+            per_run.pop("approval_store", None)
+            store = self._run_options["approval_store"]
+            function = partial(
+                _resumed, resume_token, self._tools, store, policy=self._policy, runtime=runtime, output_budget=budget
+            )
+            function = partial(function, **per_run)
         bound = live_stream.set(run.live)  # run_code's execute() emits into it
         try:
             value = function(arguments)
             if isinstance(value, agent.WithContextUpdate):
                 value = value.value
+            if isinstance(value.get("suspended"), dict):  # only this client may read the resumed result
+                value = dict(value, suspended=self._deliveries.register(value["suspended"], run.client))
             outcome: tuple[str, Any] = ("ran", value)
             error = value.get("error")
         except RunCodeError as exc:  # nothing ran: no code, no description
@@ -778,6 +872,11 @@ class _GateAudit(SessionLog):
         elif event.type == "tool_outcome":
             self._server._write("tool_outcome", run=self._run.id, call=f"{self._run.id}:code:{data['seq']}", **data)
         # An `approval` record is written by the server's own handler, with who answered (_approve_call).
+
+
+def _resumed(token: str, tools: list[Tool], store: Any, arguments: Any, **options: Any) -> Any:
+    """What ``run_code`` would answer for the resumed run (``arguments`` unused: the record has the code)."""
+    return resume(token, {}, tools, approval_store=store, **options).for_model()
 
 
 def _session_of(ctx: Any) -> Any:
