@@ -364,12 +364,15 @@ def enter_flask_sse(program: str, description: str, env: Any) -> Seen:
     csrf = json.loads(html.unescape(page.split('data-run="', 1)[1].split('"', 1)[0]))["csrf"]
     chunks: list[bytes] = []
     for chunk in client.get(f"/runs/{run_id}/events", buffered=False).response:
-        chunks.append(chunk)
-        event = orjson.loads(chunk.decode("utf-8")[len("data: ") :])
-        if event["kind"] == "approval" and event["data"]["state"] == "asked":
-            body = {"seq": event["seq"], "call_id": event["data"]["call_id"], "approved": True}
-            answered = client.post(f"/runs/{run_id}/decisions", json=body, headers={"X-CSRF-Token": csrf})
-            assert answered.status_code == 200, answered.data[:300]
+        chunks.append(chunk)  # (a batch of events: one "data: ..." line each)
+        for line in chunk.decode("utf-8").splitlines():
+            if not line.startswith("data: "):
+                continue
+            event = orjson.loads(line[len("data: ") :])
+            if event["kind"] == "approval" and event["data"]["state"] == "asked":
+                body = {"seq": event["seq"], "call_id": event["data"]["call_id"], "approved": True}
+                answered = client.post(f"/runs/{run_id}/decisions", json=body, headers={"X-CSRF-Token": csrf})
+                assert answered.status_code == 200, answered.data[:300]
     body = b"".join(chunks)
     events = [orjson.loads(line[6:]) for line in body.decode("utf-8").splitlines() if line.startswith("data: ")]
     end = events[-1]["data"]
