@@ -26,6 +26,9 @@ from typing import Any, Optional
 
 __all__ = ["claimer", "claim_alive", "describe"]
 
+#: A claimer's name is a few hundred bytes; a longer one was not written here.
+_MAX_NAME = 4096
+
 
 def _boot_id() -> str:
     try:
@@ -58,9 +61,11 @@ def claimer() -> str:
 
 
 def _parsed(by: Any) -> Optional[dict[str, Any]]:
+    if not isinstance(by, str) or len(by) > _MAX_NAME:
+        return None
     try:
-        found = json.loads(by) if isinstance(by, str) else None
-    except ValueError:
+        found = json.loads(by)
+    except (ValueError, RecursionError):  # not a name this module wrote
         return None
     if not isinstance(found, dict) or not isinstance(found.get("pid"), int) or isinstance(found.get("pid"), bool):
         return None

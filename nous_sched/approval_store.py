@@ -405,7 +405,7 @@ class ApprovalStore:
             raise TokenError(_TAMPERED.format(what="resume's progress"))
         try:
             progress = json.loads(text, parse_constant=_no_constant)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             raise TokenError(f"the resume's progress in the store is damaged: {exc}") from None
         if not isinstance(progress, dict):
             progress = {"tracked": False}
