@@ -40,10 +40,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 
+# Each call's error is caught, so a call settled as "ran" (its result lost) does not end the program.
 PROGRAM = """
-const a = await tools.pay({amount: 1});
-const b = await tools.step({i: 2});
-const c = await tools.step({i: 3});
+async function safe(call) { try { return await call(); } catch (e) { return String(e); } }
+const a = await safe(() => tools.pay({amount: 1}));
+const b = await safe(() => tools.step({i: 2}));
+const c = await safe(() => tools.step({i: 3}));
 return [a, b, c];
 """
 CALLS = [["pay", {"amount": 1}], ["step", {"i": 2}], ["step", {"i": 3}]]

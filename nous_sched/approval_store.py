@@ -31,10 +31,22 @@ What a caller may rely on, for both:
 * **At most once.** :meth:`claim` is atomic (SQLite: one conditional
   ``UPDATE`` in a transaction; Redis: a Lua script): of two concurrent
   resumes of one token exactly one gets the record, the other a
-  :class:`TokenError`. A claimed token stays claimed, whether its resume
-  finishes (``done``) or its process dies mid-run (``claimed``, which
-  :meth:`suspensions` shows): it is never handed out again, because the calls its
-  run made after the suspension may already have run.
+  :class:`TokenError`. A claimed token stays claimed while its resume runs
+  and once it finishes (``done``). When its process dies mid-run
+  (``claimed``, which :meth:`suspensions` shows), the resume's *progress*
+  is in the store (:mod:`nous_sched._resume_progress`: each call's start,
+  written before its tool runs, and each outcome), and a later resume on the
+  same host takes the claim over (:meth:`take_over`, atomic; the claimer
+  judged dead by :mod:`nous_sched._claimer`): it replays what committed, runs
+  what never started, and refuses while a started call has no outcome until
+  a person settles it (:meth:`settle`). Every write of a resume's progress is
+  conditional on its claim still being its own, so a resume that was taken
+  over starts nothing more.
+* **Progress sealed.** The claimed state is sealed with its claimer's name,
+  and the progress record with the token's id and expiry: a writer without
+  the key cannot point a live claim at a dead process, nor forge a call's
+  fate (``not ran``); a row so changed is ``tampered``. Rolling a row back
+  to an earlier sealed progress is the limit said below.
 * Records are JSON, data only, never code that the host runs.
 
 **The threat model.** Someone who can read and write the store's rows (SQL on
