@@ -11,7 +11,7 @@ from .adapters import anthropic_tool, call_tool, openai_tool
 from .agent import MODES, WithContextUpdate, run_code_tool, visible_tools
 from .aio import acall_tool, arun_code
 from .approval_desk import ApprovalDesk
-from .approval_store import ApprovalStore, RedisApprovalStore, SqliteApprovalStore, TokenError
+from .approval_store import ApprovalStore, RedisApprovalStore, SqliteApprovalStore, TokenError, UnsettledError
 from .dispatch import ApprovalRequest, CallInfo, RunContext, current_call, direct_dispatch
 from .durable import DEFER, ApprovalDecision, Suspension, resume
 from .errors import ConfigError, RunCodeError, SnapshotError, ToolError
@@ -117,6 +117,7 @@ __all__ = [
     "Throttle",
     "Ticket",
     "TokenError",
+    "UnsettledError",
     "Tool",
     "tool",
     "ToolCallEvent",

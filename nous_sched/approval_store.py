@@ -31,10 +31,22 @@ What a caller may rely on, for both:
 * **At most once.** :meth:`claim` is atomic (SQLite: one conditional
   ``UPDATE`` in a transaction; Redis: a Lua script): of two concurrent
   resumes of one token exactly one gets the record, the other a
-  :class:`TokenError`. A claimed token stays claimed, whether its resume
-  finishes (``done``) or its process dies mid-run (``claimed``, which
-  :meth:`suspensions` shows): it is never handed out again, because the calls its
-  run made after the suspension may already have run.
+  :class:`TokenError`. A claimed token stays claimed while its resume runs
+  and once it finishes (``done``). When its process dies mid-run
+  (``claimed``, which :meth:`suspensions` shows), the resume's *progress*
+  is in the store (:mod:`nous_sched._resume_progress`: each call's start,
+  written before its tool runs, and each outcome), and a later resume on the
+  same host takes the claim over (:meth:`take_over`, atomic; the claimer
+  judged dead by :mod:`nous_sched._claimer`): it replays what committed, runs
+  what never started, and refuses while a started call has no outcome until
+  a person settles it (:meth:`settle`). Every write of a resume's progress is
+  conditional on its claim still being its own, so a resume that was taken
+  over starts nothing more.
+* **Progress sealed.** The claimed state is sealed with its claimer's name,
+  and the progress record with the token's id and expiry: a writer without
+  the key cannot point a live claim at a dead process, nor forge a call's
+  fate (``not ran``); a row so changed is ``tampered``. Rolling a row back
+  to an earlier sealed progress is the limit said below.
 * Records are JSON, data only, never code that the host runs.
 
 **The threat model.** Someone who can read and write the store's rows (SQL on
@@ -77,10 +89,18 @@ import time
 from typing import Any, Optional
 
 from . import _validators as v
+from ._claimer import claim_alive, claimer, describe
 from ._validators import require
 from .errors import RunCodeError
 
-__all__ = ["ApprovalStore", "SqliteApprovalStore", "RedisApprovalStore", "TokenError", "DEFAULT_TTL"]
+__all__ = [
+    "ApprovalStore",
+    "SqliteApprovalStore",
+    "RedisApprovalStore",
+    "TokenError",
+    "UnsettledError",
+    "DEFAULT_TTL",
+]
 
 #: How long a suspension waits for its approvals by default: 24 hours.
 DEFAULT_TTL = 24 * 3600.0
@@ -92,6 +112,16 @@ _PARK = v.WAIT_SECONDS
 class TokenError(RunCodeError):
     """A token that cannot resume anything (nothing ran): forged or tampered,
     expired, unknown to the store, or already claimed."""
+
+
+class UnsettledError(TokenError):
+    """A crashed resume left calls whose fate is unknown (started, never
+    committed): a person must settle each (``nous-sched approvals settle``)
+    before the token resumes. Nothing ran. ``seqs`` names them."""
+
+    def __init__(self, message: str, seqs: tuple[int, ...]) -> None:
+        super().__init__(message)
+        self.seqs = seqs
 
 
 def _now() -> float:
@@ -115,6 +145,14 @@ def _pending_body(sid: str, expires: float) -> str:
 
 def _decision_body(sid: str, seq: str, approved: bool, reason: str) -> str:
     return f"decision\n{sid}\n{seq}\n{int(approved)}\n{reason}"
+
+
+def _claimed_body(sid: str, expires: float, by: str) -> str:
+    return f"claimed\n{sid}\n{int(expires)}\n{by}"
+
+
+def _progress_body(sid: str, expires: float, progress: str) -> str:
+    return f"progress\n{sid}\n{int(expires)}\n{progress}"
 
 
 #: Suspensions this process claimed, by id, with their expiry: a row rolled back
@@ -219,8 +257,11 @@ class ApprovalStore:
         self._check_pending(sid, expires, row)
         return self._opened(sid, expires, row)
 
-    def claim(self, token: Any) -> dict[str, Any]:
+    def claim(self, token: Any, first_progress: Optional[dict[str, Any]] = None) -> dict[str, Any]:
         """Claim the token, at most once across every process sharing the store; its record.
+
+        The claim names this process (:func:`claimer`) and writes the resume's
+        first progress record (``first_progress``, sealed), in the same atomic step.
 
         Only a row whose pending state carries its seal is claimed, in one
         atomic step; a row set back to ``pending`` without it is refused as
@@ -236,7 +277,14 @@ class ApprovalStore:
             if row is not None:
                 _refuse_claimed(row)
             _refuse_claimed_here(sid)
-        row = self._claim(sid, _now(), f"pid {os.getpid()}", self._seal(_pending_body(sid, expires)))
+        by = claimer()
+        progress = json.dumps(first_progress or {"tracked": False}, separators=(",", ":"))
+        after = {
+            "claimed_seal": self._seal(_claimed_body(sid, expires, by)),
+            "progress": progress,
+            "progress_seal": self._seal(_progress_body(sid, expires, progress)),
+        }
+        row = self._claim(sid, _now(), by, self._seal(_pending_body(sid, expires)), after)
         if row is None:
             raise TokenError("the approval token is unknown to this store (or its record has expired)")
         if row.get("won") is not True:
@@ -244,7 +292,9 @@ class ApprovalStore:
             self._check_pending(sid, expires, row)
             raise TokenError("the approval token could not be claimed")
         _remember_claim(sid, expires)
-        return self._opened(sid, expires, row)
+        opened = self._opened(sid, expires, row)
+        opened["claimed_by"] = by
+        return opened
 
     def finish(self, token: str) -> None:
         """Mark a claimed token's resume finished (``done``)."""
@@ -254,7 +304,14 @@ class ApprovalStore:
     def release(self, token: str) -> None:
         """Give a claimed token back (``pending``): only for a resume that ran nothing (a bad option)."""
         sid, expires = self.verify(token)
-        self._set(sid, state="pending", state_seal=self._seal(_pending_body(sid, expires)), claimed_by="")
+        self._set(
+            sid,
+            state="pending",
+            state_seal=self._seal(_pending_body(sid, expires)),
+            claimed_by="",
+            progress="",
+            progress_seal="",
+        )
         _forget_claim(sid)
 
     def decide(self, token: Any, seq: int, approved: bool, reason: str = "") -> None:
@@ -288,16 +345,23 @@ class ApprovalStore:
         ``state`` one of ``pending``, ``claimed`` (a resume began and did not
         finish: its process may have died), ``done`` and ``tampered`` (a row
         changed without the key: its token is refused, and ``pending`` is
-        what the row claims)."""
+        what the row claims). A ``claimed`` row's ``resume`` says how its
+        resume stands: ``{alive (true, false, or null: cannot tell),
+        tracked, committed: [seq], in_flight: [{seq, tool, arguments,
+        settled}]}`` (``in_flight``: calls started and never committed;
+        while ``alive`` is false and one has ``settled`` null, a person must
+        settle it); other rows' ``resume`` is null."""
         out = []
         now = _now()
         for sid, row in self._rows():
             if row["expires"] <= now:
                 continue
-            state = row["state"]
+            state, resume = row["state"], None
             try:
                 if state == "pending":
                     self._check_pending(sid, row["expires"], row)
+                if state == "claimed":
+                    resume = _resume_shown(self._claimed_row(sid, row["expires"], row))
                 record = self._opened(sid, row["expires"], row)
             except TokenError:
                 state, record = "tampered", _unsealed(row)
@@ -308,11 +372,101 @@ class ApprovalStore:
                     "expires_at": row["expires"],
                     "pending": record.get("pending", []),
                     "decisions": record.get("decisions", {}),
-                    "claimed_by": row.get("claimed_by") or "",
+                    "claimed_by": describe(row.get("claimed_by")) if row.get("claimed_by") else "",
                     "description": record.get("description", ""),
+                    "resume": resume,
                 }
             )
         return out
+
+    # -- a claimed resume's progress --------------------------------------------
+
+    def write_progress(self, token: str, by: str, progress: dict[str, Any]) -> bool:
+        """Replace the resume's progress record, sealed, only while ``by`` still
+        holds the claim (one atomic step); False when it no longer does."""
+        sid, expires = self.verify(token)
+        text = json.dumps(progress, separators=(",", ":"))
+        seal = self._seal(_progress_body(sid, expires, text))
+        return self._swap(sid, {"state": "claimed", "claimed_by": by}, {"progress": text, "progress_seal": seal})
+
+    def claimed(self, token: Any) -> Optional[dict[str, Any]]:
+        """A claimed token as the store holds it: ``{record, progress,
+        claimed_by, alive}`` (``alive``: :func:`nous_sched._claimer.claim_alive`),
+        only ``{claimed_by, alive}`` while its claimer is not known dead;
+        None when the token is not claimed.
+
+        :raises TokenError: the token is bad or unknown, or the claim or its progress was tampered with.
+        """
+        sid, expires = self.verify(token)
+        row = self._get(sid)
+        if row is None:
+            raise TokenError("the approval token is unknown to this store (or its record has expired)")
+        if row["state"] != "claimed":
+            return None
+        alive = claim_alive(row.get("claimed_by") or "")
+        if alive is not False:  # a live claim is never opened for taking over: only who holds it
+            return {"alive": alive, "claimed_by": row.get("claimed_by") or ""}
+        return self._claimed_row(sid, expires, row)
+
+    def _claimed_row(self, sid: str, expires: float, row: dict[str, Any]) -> dict[str, Any]:
+        by = row.get("claimed_by") or ""
+        if not _same(row.get("state_seal"), self._seal(_claimed_body(sid, expires, by))):
+            raise TokenError(_TAMPERED.format(what="claimed state"))
+        text = row.get("progress") or ""
+        if not _same(row.get("progress_seal"), self._seal(_progress_body(sid, expires, text))):
+            raise TokenError(_TAMPERED.format(what="resume's progress"))
+        try:
+            progress = json.loads(text, parse_constant=_no_constant)
+        except (ValueError, RecursionError) as exc:
+            raise TokenError(f"the resume's progress in the store is damaged: {exc}") from None
+        if not isinstance(progress, dict):
+            progress = {"tracked": False}
+        record = self._opened(sid, expires, row)
+        return {"record": record, "progress": progress, "claimed_by": by, "alive": claim_alive(by), "text": text}
+
+    def take_over(self, token: str, found: dict[str, Any]) -> str:
+        """Claim a token whose claimer died (``found``: :meth:`claimed`'s answer),
+        in one atomic step that fails if the claim or its progress moved since;
+        this process's claimer name.
+
+        :raises TokenError: another resume took it over first.
+        """
+        sid, expires = self.verify(token)
+        by = claimer()
+        expect = {"state": "claimed", "claimed_by": found["claimed_by"], "progress": found["text"]}
+        if not self._swap(sid, expect, {"claimed_by": by, "state_seal": self._seal(_claimed_body(sid, expires, by))}):
+            raise TokenError("another resume took over the approval token first: nothing ran here")
+        _remember_claim(sid, expires)
+        return by
+
+    def settle(self, token: Any, seq: int, ran: bool) -> dict[str, Any]:
+        """A person's word on call ``seq`` of a crashed resume, whose fate is unknown
+        (started, never committed): ``ran`` (it ran; the program gets an error
+        saying its result was lost) or not (a later resume runs it). Sealed in the
+        resume's progress; only while the claimer is dead. The settled call.
+
+        :raises TokenError: the token is bad, not claimed, its claimer alive (or on another host), tampered.
+        :raises ConfigError: ``seq`` is not a call whose fate is unknown.
+        """
+        sid, expires = self.verify(token)
+        found = self.claimed(token)
+        if found is None:
+            raise TokenError("the approval token is not held by a resume: there is nothing to settle")
+        _refuse_live(found)
+        progress = found["progress"]
+        started = progress.get("started") if progress.get("tracked") is True else None
+        if not isinstance(started, dict) or str(seq) not in started:
+            unknown = sorted(int(s) for s in started or {} if s.isdigit())
+            v.fail("settle", "seq", seq, f"one of the calls whose fate is unknown {unknown}")
+        settled = dict(progress.get("settled") or {})
+        settled[str(seq)] = "ran" if ran else "not-ran"
+        text = json.dumps({**progress, "settled": settled}, separators=(",", ":"))
+        seal = self._seal(_progress_body(sid, expires, text))
+        expect = {"state": "claimed", "claimed_by": found["claimed_by"], "progress": found["text"]}
+        if not self._swap(sid, expect, {"progress": text, "progress_seal": seal}):
+            raise TokenError("the resume's progress changed while settling (another settle or resume): try again")
+        call = started[str(seq)]
+        return {"seq": seq, "tool": call[0], "arguments": _arguments(call[1]), "settled": settled[str(seq)]}
 
     # -- the seals -------------------------------------------------------------
 
@@ -351,9 +505,15 @@ class ApprovalStore:
     def _get(self, sid: str) -> Optional[dict[str, Any]]:
         raise NotImplementedError
 
-    def _claim(self, sid: str, now: float, by: str, state_seal: str) -> Optional[dict[str, Any]]:
+    def _claim(self, sid: str, now: float, by: str, state_seal: str, after: dict[str, str]) -> Optional[dict[str, Any]]:
         """Atomically: a row that is ``pending``, unexpired and carries
-        ``state_seal`` becomes ``claimed`` (``won``); the row as it is after."""
+        ``state_seal`` becomes ``claimed`` by ``by`` (``won``), its
+        ``state_seal``, ``progress`` and ``progress_seal`` those of ``after``;
+        the row as it is after."""
+        raise NotImplementedError
+
+    def _swap(self, sid: str, expect: dict[str, str], fields: dict[str, str]) -> bool:
+        """Atomically: set ``fields`` when every column in ``expect`` holds its value; whether it did."""
         raise NotImplementedError
 
     def _set(self, sid: str, **fields: str) -> None:
@@ -370,6 +530,37 @@ class ApprovalStore:
 
 def _same(found: Any, expected: str) -> bool:
     return isinstance(found, str) and hmac.compare_digest(found.encode("ascii", "replace"), expected.encode("ascii"))
+
+
+def _resume_shown(found: dict[str, Any]) -> dict[str, Any]:
+    progress = found["progress"]
+    settled = progress.get("settled") or {}
+    started = progress.get("started") or {}
+    return {
+        "alive": found["alive"],
+        "tracked": progress.get("tracked") is True,
+        "committed": sorted(int(s) for s in progress.get("committed") or {} if str(s).isdigit()),
+        "in_flight": [
+            {"seq": int(s), "tool": call[0], "arguments": _arguments(call[1]), "settled": settled.get(s)}
+            for s, call in sorted(started.items(), key=lambda item: int(item[0]) if item[0].isdigit() else -1)
+        ],
+    }
+
+
+def _refuse_live(found: dict[str, Any]) -> None:
+    if found["alive"] is not False:
+        state = "still running" if found["alive"] else "on another host, or cannot be checked from here"
+        raise TokenError(
+            f"the approval token is held by a resume ({describe(found['claimed_by'])}) that is {state}; "
+            "only a dead resume's calls are settled or taken over"
+        )
+
+
+def _arguments(text: Any) -> Any:
+    try:
+        return json.loads(text) if isinstance(text, str) else None
+    except ValueError:
+        return None
 
 
 def _refuse_claimed_here(sid: str) -> None:
@@ -423,9 +614,9 @@ def _refuse_claimed(row: dict[str, Any]) -> None:
         raise TokenError("the approval token was already used: its run was resumed and finished")
     if state == "claimed":
         raise TokenError(
-            f"the approval token was already claimed by a resume ({row.get('claimed_by') or 'another process'}) "
-            "that has not finished; if that process died, the calls its run made after the suspension may have "
-            "run, so the token is not handed out again"
+            f"the approval token was already claimed by a resume ({describe(row.get('claimed_by'))}) "
+            "that has not finished; once that process has died, a resume continues it (calls whose fate is "
+            "unknown are settled first: nous-sched approvals settle)"
         )
 
 
@@ -435,10 +626,11 @@ _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS nous_meta (name TEXT PRIMARY KEY, value BLOB NOT NULL)",
     "CREATE TABLE IF NOT EXISTS nous_suspensions (id TEXT PRIMARY KEY, record TEXT NOT NULL, "
     "expires REAL NOT NULL, state TEXT NOT NULL, decisions TEXT NOT NULL DEFAULT '{}', "
-    "claimed_by TEXT NOT NULL DEFAULT '', seal TEXT NOT NULL DEFAULT '', state_seal TEXT NOT NULL DEFAULT '')",
+    "claimed_by TEXT NOT NULL DEFAULT '', seal TEXT NOT NULL DEFAULT '', state_seal TEXT NOT NULL DEFAULT '', "
+    "progress TEXT NOT NULL DEFAULT '', progress_seal TEXT NOT NULL DEFAULT '')",
 )
 #: Columns a store made before the seals lacks: added empty, so its old rows are refused as tampered.
-_SEAL_COLUMNS = ("seal", "state_seal")
+_SEAL_COLUMNS = ("seal", "state_seal", "progress", "progress_seal")
 _COLUMNS = ("record", "expires", "state", "decisions", "claimed_by", *_SEAL_COLUMNS)
 _SELECT = "SELECT " + ", ".join(_COLUMNS) + " FROM nous_suspensions WHERE id = ?"
 
@@ -495,16 +687,16 @@ class SqliteApprovalStore(ApprovalStore):
             row = db.execute(_SELECT, (sid,)).fetchone()
         return None if row is None else _row_of(row)
 
-    def _claim(self, sid: str, now: float, by: str, state_seal: str) -> Optional[dict[str, Any]]:
+    def _claim(self, sid: str, now: float, by: str, state_seal: str, after: dict[str, str]) -> Optional[dict[str, Any]]:
         db = self._connect()
         try:
             # One writer at a time: the conditional UPDATE is the claim, and its
             # row count says who won.
             db.execute("BEGIN IMMEDIATE")
             won = db.execute(
-                "UPDATE nous_suspensions SET state = 'claimed', claimed_by = ?, state_seal = '' "
-                "WHERE id = ? AND state = 'pending' AND state_seal = ? AND expires > ?",
-                (by, sid, state_seal, now),
+                "UPDATE nous_suspensions SET state = 'claimed', claimed_by = ?, state_seal = ?, progress = ?, "
+                "progress_seal = ? WHERE id = ? AND state = 'pending' AND state_seal = ? AND expires > ?",
+                (by, after["claimed_seal"], after["progress"], after["progress_seal"], sid, state_seal, now),
             ).rowcount
             row = db.execute(_SELECT, (sid,)).fetchone()
             db.execute("COMMIT")
@@ -516,8 +708,19 @@ class SqliteApprovalStore(ApprovalStore):
         found["won"] = won == 1
         return found
 
+    def _swap(self, sid: str, expect: dict[str, str], fields: dict[str, str]) -> bool:
+        assert set(fields) | set(expect) <= set(_COLUMNS), (fields, expect)
+        assignments = ", ".join(f"{name} = ?" for name in fields)
+        conditions = "".join(f" AND {name} = ?" for name in expect)
+        with self._connect() as db:
+            changed = db.execute(
+                f"UPDATE nous_suspensions SET {assignments} WHERE id = ?{conditions}",
+                (*fields.values(), sid, *expect.values()),
+            ).rowcount
+        return bool(changed == 1)
+
     def _set(self, sid: str, **fields: str) -> None:
-        assert set(fields) <= {"state", "decisions", "claimed_by", "state_seal"}, fields
+        assert set(fields) <= {"state", "decisions", "claimed_by", "state_seal", "progress", "progress_seal"}, fields
         assignments = ", ".join(f"{name} = ?" for name in fields)
         with self._connect() as db:
             db.execute(f"UPDATE nous_suspensions SET {assignments} WHERE id = ?", (*fields.values(), sid))
@@ -585,7 +788,8 @@ local won = 0
 local expires = tonumber(redis.call('HGET', KEYS[1], 'expires'))
 if state == 'pending' and redis.call('HGET', KEYS[1], 'state_seal') == ARGV[3]
     and expires and expires > tonumber(ARGV[1]) then
-  redis.call('HSET', KEYS[1], 'state', 'claimed', 'claimed_by', ARGV[2], 'state_seal', '')
+  redis.call('HSET', KEYS[1], 'state', 'claimed', 'claimed_by', ARGV[2], 'state_seal', ARGV[4],
+    'progress', ARGV[5], 'progress_seal', ARGV[6])
   won = 1
 end
 return {won, redis.call('HGETALL', KEYS[1])}
@@ -605,6 +809,20 @@ end
 return redis.call('HGETALL', KEYS[1])
 """
 _DECISION_FIELD = "decision:"
+
+# Swap: set fields only when every expected field holds its value (ARGV: n, then n name/value pairs, then the rest).
+_SWAP = """
+local n = tonumber(ARGV[1])
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+for i = 0, n - 1 do
+  local found = redis.call('HGET', KEYS[1], ARGV[2 + 2 * i])
+  if (found or '') ~= ARGV[3 + 2 * i] then return 0 end
+end
+for i = 2 + 2 * n, #ARGV, 2 do
+  redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
+end
+return 1
+"""
 
 
 class RedisApprovalStore(ApprovalStore):
@@ -642,6 +860,7 @@ class RedisApprovalStore(ApprovalStore):
         self._redis = redis.Redis.from_url(url)
         self._claim_script = self._redis.register_script(_CLAIM)
         self._decide_script = self._redis.register_script(_DECIDE)
+        self._swap_script = self._redis.register_script(_SWAP)
 
     def __repr__(self) -> str:
         return f"RedisApprovalStore({self.url!r})"
@@ -669,13 +888,20 @@ class RedisApprovalStore(ApprovalStore):
         fields = self._redis.hgetall(self._name(sid))
         return _decoded(fields) if fields else None
 
-    def _claim(self, sid: str, now: float, by: str, state_seal: str) -> Optional[dict[str, Any]]:
-        values = self._claim_script(keys=[self._name(sid)], args=[repr(now), by, state_seal])
+    def _claim(self, sid: str, now: float, by: str, state_seal: str, after: dict[str, str]) -> Optional[dict[str, Any]]:
+        seals = [after["claimed_seal"], after["progress"], after["progress_seal"]]
+        values = self._claim_script(keys=[self._name(sid)], args=[repr(now), by, state_seal, *seals])
         if values is None:
             return None
         row = _decoded(_pairs(values[1]))
         row["won"] = int(values[0]) == 1
         return row
+
+    def _swap(self, sid: str, expect: dict[str, str], fields: dict[str, str]) -> bool:
+        args: list[str] = [str(len(expect))]
+        for name, value in [*expect.items(), *fields.items()]:
+            args += [name, value]
+        return int(self._swap_script(keys=[self._name(sid)], args=args)) == 1
 
     def _set(self, sid: str, **fields: str) -> None:
         self._redis.hset(self._name(sid), mapping=dict(fields.items()))

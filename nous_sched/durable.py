@@ -31,6 +31,18 @@ Audit: ``suspended`` (the pending seqs), ``approval`` (``seq``, ``tool``,
 session log and :attr:`RunResult.audit <nous_sched.RunResult.audit>`;
 replayed calls are not audited again as started.
 
+**A crashed resume is finished safely.** A resume writes its progress to
+the store as it goes (:mod:`nous_sched._resume_progress`): each call's start
+before its tool runs, each outcome when the program gets it, sealed like the
+record. When the resuming process dies, a later :func:`resume` of the same
+token on the same host (the claimer judged dead: :mod:`nous_sched._claimer`)
+takes the claim over in one atomic step, replays what committed and runs
+what never started; a call that started and never committed stops it
+(:class:`~nous_sched.approval_store.UnsettledError`, nothing run) until a
+person says whether it ran (``nous-sched approvals settle TOKEN SEQ
+--ran|--not-ran``; ``approvals list`` shows such calls). A resume whose claim
+was taken over starts nothing more: its run ends with an ``abort`` error.
+
 **Park, then replay.** With a store's ``park`` seconds above 0, the run's
 thread stays held where it suspended for that long (within the run's
 timeout); a :func:`resume` in the same process then hands it the decisions
@@ -62,9 +74,12 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Union
 
 import attrs
 
+from . import _resume_progress as progress_of
 from . import _validators as v
+from ._claimer import describe
+from ._resume_progress import Progress
 from ._validators import require
-from .approval_store import ApprovalStore, TokenError
+from .approval_store import ApprovalStore, TokenError, UnsettledError
 from .budget import fit
 from .budget import size as budget_size
 from .dispatch import ApprovalRequest
@@ -178,6 +193,8 @@ class _Run:
         self.park: Optional[_Park] = None
         self.deferred: list[_Deferred] = []
         self.budget: Optional[int] = None  # the run's output_budget
+        self.progress: Optional[Progress] = None  # a resume's progress in the store
+        self.lost: Optional[str] = None  # why this resume may start nothing more (its claim was taken over)
 
     # The run's own approval handler: only calls the durable host let through.
     def approval_handler(self, request: ApprovalRequest) -> bool:
@@ -200,6 +217,26 @@ class _Run:
         else:
             assert outcome.error is not None
             self.recorded[seq] = [name, text, False, outcome.error.as_dict()]
+        if self.progress is not None and not self._wrote(lambda p: p.committed(seq, self.recorded[seq])):
+            self.stop.set()
+
+    def may_start(self, seq: int, name: str, text: str) -> bool:
+        """Before a tool runs in a resume: its start written to the store (False: it must not start)."""
+        if self.progress is None:
+            return True
+        return self._wrote(lambda p: p.started(seq, name, text, self.clock_values()))
+
+    def _wrote(self, write: Callable[[Progress], bool]) -> bool:
+        assert self.progress is not None
+        try:
+            if write(self.progress):
+                return True
+            self.lost = "another resume took over this run's approval token (this one was judged dead)"
+        except Exception as exc:  # the store failed: start nothing whose start is not on record
+            self.lost = f"the approval store could not record the resume's progress: {_clip(exc)}"
+        self.progress = None
+        self.stop.set()
+        return False
 
     def clock_values(self) -> list[Any]:
         return [*self.clock_replay, *self.clock_new]
@@ -453,6 +490,8 @@ class _DurableHost:
             run.record(seq, str(name), text, admitted)
             return _Settled(admitted)
         if not self._gated(admitted.tool):
+            if not run.may_start(seq, str(name), text):
+                return _Stop(run)
             return _Recording(self.inner._submit(admitted, name), run, seq, name, text)
         return self._decide(seq, admitted, text, site)
 
@@ -507,6 +546,8 @@ class _DurableHost:
             outcome = Outcome.failure(name, f"tool {quote_name(name)} was denied approval{why}")
             run.record(seq, name, text, outcome)
             return _Settled(outcome)
+        if not run.may_start(seq, name, text):
+            return _Stop(run)
         run.preapprove(name, admitted.args)
         return _Recording(self.inner._submit(admitted, name), run, seq, name, text)
 
@@ -644,6 +685,8 @@ def _run_once(
     error, suspended = result.error, None
     if run.diverged is not None:
         error = RunError("replay_diverged", run.diverged)
+    elif run.lost is not None:
+        error = RunError("abort", run.lost)
     elif run.overflow is not None:
         error = RunError("abort", run.overflow)
     elif run.pending and run.stop.is_set() and run.park is None:
@@ -716,39 +759,117 @@ def resume(
     result is a ``replay_diverged`` error, nothing runs and the token stays
     usable.
 
+    A token whose resume died (its claimer is judged dead on this host:
+    :mod:`nous_sched._claimer`) is taken over: what that resume committed is
+    replayed, what it never started runs, with the decisions it ran with
+    (they win over ``decisions``). While a call it started has no recorded
+    outcome, :class:`~nous_sched.approval_store.UnsettledError` is raised and
+    nothing runs, until a person settles it
+    (:meth:`~nous_sched.approval_store.ApprovalStore.settle`, ``nous-sched
+    approvals settle``).
+
     :raises TokenError: the token is forged or tampered with, expired, unknown,
-        or already claimed (at most one resume of a token ever runs).
+        already finished, or held by a resume that is alive (or on another
+        host); each call runs at most once.
+    :raises UnsettledError: a dead resume's call has an unknown fate (a TokenError).
     :raises ConfigError: a pending call has no decision, or a bad option.
     """
     require("resume", "approval_store", approval_store, _STORE)
     require("resume", "decisions", decisions, _DECISIONS)
+    found = approval_store.claimed(token)
+    if found is not None:  # a resume began: continue it if its process died
+        return _take_over(token, found, decisions, list(tools), approval_store, options)
     record = approval_store.load(token)
     _ledger_of(record)  # a damaged record is refused before the token is claimed
     tools = list(tools)
     if tool_set_hash(tools) != record["tools"]:
-        message = (
-            "the tools differ from the ones the run suspended with (their names and schemas); "
-            "resume with the same tools: nothing was run"
-        )
-        return RunResult(error=RunError("replay_diverged", message))
+        return RunResult(error=RunError("replay_diverged", _OTHER_TOOLS))
     merged = _merged_decisions(record, decisions)
-    record = approval_store.claim(token)
+    record = approval_store.claim(token, progress_of.initial(merged))
+    progress = _progress(token, approval_store, record["claimed_by"], progress_of.initial(merged))
     with _PARKED_LOCK:
         park = _PARKED.pop(token.split(".")[0], None)
     # A run this process still holds continues without replay; one whose park time passed is replayed.
-    resumed = _resume_parked(token, record, tools, approval_store, park, merged) if park is not None else None
+    resumed = _resume_parked(token, record, tools, approval_store, park, merged, progress) if park else None
     if resumed is not None:
         approval_store.finish(token)
         return resumed
     run = _resumed_run(record, merged, options)
+    run.progress = progress
     run.audit.append(Event("resumed", {"token_id": token.split(".")[0], "replayed": len(record["ledger"])}))
     try:
         result = _execute(record["code"], tools, approval_store, options, run)
     except ConfigError:  # a bad option: nothing ran, so the token stays usable
         approval_store.release(token)
         raise
-    approval_store.finish(token)
+    if run.lost is None:
+        approval_store.finish(token)
     return result
+
+
+_OTHER_TOOLS = (
+    "the tools differ from the ones the run suspended with (their names and schemas); "
+    "resume with the same tools: nothing was run"
+)
+
+
+def _progress(token: str, store: ApprovalStore, by: str, state: dict[str, Any]) -> Progress:
+    return Progress(state, lambda written: store.write_progress(token, by, written))
+
+
+def _take_over(
+    token: str,
+    found: dict[str, Any],
+    decisions: Mapping[Any, Any],
+    tools: list[Tool],
+    store: ApprovalStore,
+    options: dict[str, Any],
+) -> RunResult:
+    """Continue a resume whose process died: replay what it committed, run what
+    it never started; refused while a call it started has an unknown fate."""
+    if found["alive"] is not False:
+        store.load(token)  # raises: a live (or unknowable) claim is never taken over
+        raise TokenError("the approval token is held by a resume that has not finished")
+    progress, record = found["progress"], found["record"]
+    if progress.get("tracked") is not True:
+        raise TokenError(
+            "the approval token's resume continued a parked run in memory and died; the calls it made after the "
+            "suspension were not recorded and may have run, so it cannot be continued: nothing ran"
+        )
+    left = progress_of.unsettled(progress)
+    if left:
+        raise UnsettledError(_unsettled_message(token, found["claimed_by"], left), tuple(s for s, _ in left))
+    _ledger_of(record)
+    if tool_set_hash(tools) != record["tools"]:
+        return RunResult(error=RunError("replay_diverged", _OTHER_TOOLS))
+    more, prior = progress_of.recovered(progress)
+    merged = {_seq(k): _decision_of(k, d) for k, d in decisions.items()}
+    merged.update({seq: ApprovalDecision(bool(d["approved"]), str(d.get("reason", ""))) for seq, d in prior.items()})
+    by = store.take_over(token, found)
+    run = _resumed_run(record, merged, options)
+    run.ledger = {**run.ledger, **more}
+    clock = progress.get("clock") or []
+    if len(clock) > len(run.clock_replay):
+        run.clock_replay = list(clock)
+    state = {**progress_of.initial(merged), **progress}
+    run.progress = _progress(token, store, by, state)
+    shown = {"token_id": token.split(".")[0], "replayed": len(run.ledger), "took_over": describe(found["claimed_by"])}
+    run.audit.append(Event("resumed", shown))
+    result = _execute(record["code"], tools, store, options, run)
+    if run.lost is None:
+        store.finish(token)
+    return result
+
+
+def _unsettled_message(token: str, by: str, left: list[tuple[int, list[Any]]]) -> str:
+    calls = "; ".join(f"#{seq} {quote_name(str(call[0]))} with {_clip(call[1])}" for seq, call in left)
+    seqs = " ".join(str(seq) for seq, _ in left)
+    return (
+        f"the resume of this approval token died ({describe(by)}) while these calls had started and not "
+        f"finished: {calls}. Whether they ran is unknown: check, then settle each "
+        f"(nous-sched approvals settle {token} SEQ --ran|--not-ran; SEQ in: {seqs}) and resume again. "
+        "Nothing ran."
+    )
 
 
 def _resume_parked(
@@ -758,12 +879,16 @@ def _resume_parked(
     store: ApprovalStore,
     park: _Park,
     decisions: dict[int, ApprovalDecision],
+    progress: Progress,
 ) -> Optional[RunResult]:
     """Continue a run this process still holds, without replay; None when its park time is over."""
     run = park.run_state
     audit_from = len(run.audit)
     run.audit.append(Event("resumed", {"token_id": token.split(".")[0], "replayed": 0, "parked": True}))
+    # Its calls are not written as they start: a crash from here on leaves a claim no one takes over.
+    progress.track(False)
     if not park.deliver(decisions):
+        progress.track(True)  # replayed instead: tracked again before anything starts
         del run.audit[audit_from:]
         return None
     result = _parked_result(record["code"], tools, store, run, park)

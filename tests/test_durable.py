@@ -299,10 +299,10 @@ def test_an_expired_token_is_refused(env, tmp_path, monkeypatch):
     assert _ran(env) == []
 
 
-def test_a_resuming_process_that_dies_mid_run_leaves_the_token_claimed(env):
+def test_a_resuming_process_that_dies_mid_call_waits_for_a_person_then_finishes(env):
     program = """
     const paid = await tools.pay({amount: 4});
-    await tools.crash({});
+    try { await tools.crash({}); } catch (e) { return [paid, e.message]; }
     return paid;
     """
     suspended = _run(env, program)
@@ -315,11 +315,62 @@ def test_a_resuming_process_that_dies_mid_run_leaves_the_token_claimed(env):
         check=False,
     )
     assert died.returncode == 17
-    # The token is not handed out again: the calls after the suspension may have run.
+    # Not handed out blindly: the call in flight when the process died may have run.
     again = _resume(env, suspended["token"], {0: True})
-    assert "has not finished" in again["token_error"]
-    (row,) = SqliteApprovalStore(env["store"].partition(":")[2]).suspensions()
+    assert again["unsettled"] == [1] and "crash" in again["token_error"]
+    store = SqliteApprovalStore(env["store"].partition(":")[2])
+    (row,) = store.suspensions()
     assert row["state"] == "claimed" and row["claimed_by"].startswith("pid ")
+    assert row["resume"]["alive"] is False and row["resume"]["committed"] == [0]
+    assert row["resume"]["in_flight"] == [{"seq": 1, "tool": "crash", "arguments": {}, "settled": None}]
+    with pytest.raises(nous_sched.ConfigError, match="fate is unknown"):
+        store.settle(suspended["token"], 0, True)  # committed: not a call to settle
+    assert store.settle(suspended["token"], 1, True)["settled"] == "ran"
+    done = _resume(env, suspended["token"], {0: True})
+    paid, message = done["out"]["result"]
+    assert paid == {"paid": 4} and "result was lost" in message
+    assert [e[1].get("took_over", "")[:4] for e in done["audit"] if e[0] == "resumed"] == ["pid "]
+    assert _ran(env) == [["pay", {"amount": 4}], ["crash", {}]]
+
+
+def test_a_live_resume_is_never_taken_over_or_settled(env, tmp_path):
+    store = SqliteApprovalStore(str(tmp_path / "live.db"))
+    suspended = run_code(
+        "return await tools.pay({amount: 1})", durable_tools.TOOLS, approval_store=store, description="test"
+    )
+    token = suspended.suspended.token
+    store.claim(token, {"tracked": True, "started": {"0": ["pay", '{"amount":1}']}, "settled": {}})
+    # This process holds the claim and is alive: neither a resume nor a settle may touch it.
+    with pytest.raises(TokenError, match="has not finished"):
+        resume(token, {0: True}, durable_tools.TOOLS, approval_store=store)
+    with pytest.raises(TokenError, match="still running"):
+        store.settle(token, 0, False)
+    assert _ran(env) == []
+
+
+def test_a_forged_not_ran_is_refused(env):
+    # A writer without the key rewrites the progress to say the call in flight never started.
+    program = "const paid = await tools.pay({amount: 4});\nawait tools.crash({});\nreturn paid;"
+    suspended = _run(env, program)
+    subprocess.run(
+        [sys.executable, PROC, "resume", env["store"], suspended["token"], '{"0": true}'],
+        env=env["env"],
+        capture_output=True,
+        timeout=BOUND,
+        check=False,
+    )
+    sid = suspended["token"].split(".")[0]
+    db = sqlite3.connect(env["store"].partition(":")[2])
+    (text,) = db.execute("SELECT progress FROM nous_suspensions WHERE id = ?", (sid,)).fetchone()
+    forged = json.loads(text)
+    forged["settled"] = {"1": "not-ran"}
+    db.execute("UPDATE nous_suspensions SET progress = ? WHERE id = ?", (json.dumps(forged), sid))
+    db.commit()
+    db.close()
+    again = _resume(env, suspended["token"], {0: True})
+    assert "progress in the store was changed without the store's key" in again["token_error"]
+    (row,) = SqliteApprovalStore(env["store"].partition(":")[2]).suspensions()
+    assert row["state"] == "tampered"
     assert _ran(env) == [["pay", {"amount": 4}], ["crash", {}]]
 
 

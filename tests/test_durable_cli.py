@@ -124,3 +124,20 @@ def test_a_key_from_the_environment_seals_what_the_store_cannot_forge(tmp_path):
     resumed = _cli(tmp_path, "resume", token, "--approve", "1", "--tools", TOOLS, "--approval-store", store, key=key)
     assert resumed.returncode == 2 and "tampered" in resumed.stderr
     assert durable_tools.ran(str(tmp_path / "ran.jsonl")) == [["read", {"i": 1}]]
+
+
+def test_approvals_settle_needs_a_fate_and_a_token_a_resume_holds(tmp_path):
+    program = tmp_path / "p.js"
+    program.write_text(PROGRAM, encoding="utf-8")
+    store = str(tmp_path / "approvals.db")
+    ran = _cli(tmp_path, "run", str(program), "--tools", TOOLS, "--approval-store", store, "--json")
+    token = json.loads(ran.stdout)["suspended"]["token"]
+    no_fate = _cli(tmp_path, "approvals", "settle", token, "1", "--store", store)
+    assert no_fate.returncode == 2 and "--ran or --not-ran" in no_fate.stderr
+    both = _cli(tmp_path, "approvals", "settle", token, "1", "--ran", "--not-ran", "--store", store)
+    assert both.returncode == 2
+    pending = _cli(tmp_path, "approvals", "settle", token, "1", "--ran", "--store", store)
+    assert pending.returncode == 2 and "nothing to settle" in pending.stderr
+    hostile = _cli(tmp_path, "approvals", "settle", "\u202e\x01" + token, "1", "--not-ran", "--store", store)
+    assert hostile.returncode == 2 and "Traceback" not in hostile.stderr
+    assert durable_tools.ran(str(tmp_path / "ran.jsonl")) == [["read", {"i": 1}]]

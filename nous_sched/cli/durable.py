@@ -8,6 +8,11 @@
 * ``nous-sched approvals list|approve|deny --store FILE`` for an operator:
   the suspensions waiting in a store, and a decision recorded for a later
   resume (by ``nous-sched resume`` or :func:`nous_sched.resume`).
+* ``nous-sched approvals settle TOKEN SEQ --ran|--not-ran --store FILE``: a
+  person's word on a call a crashed resume started and never finished (``list``
+  shows it under ``fate unknown``): ``--ran``, it ran (the program gets an
+  error saying its result was lost); ``--not-ran``, the next resume runs it.
+  Then ``nous-sched resume TOKEN`` continues the run.
 
 ``FILE`` is a SQLite file, or a ``redis://`` URL for a Redis store. The
 store's tokens and seals use the key in ``NOUS_SCHED_APPROVAL_KEY`` (at least
@@ -100,12 +105,16 @@ def add_parsers(sub: Any) -> None:
     approvals = sub.add_parser(
         "approvals",
         help="list the suspended runs in a store, or record a decision",
-        description="For an operator: list the suspensions waiting in an approval store, or approve or deny a "
-        "pending call (the run continues at its next resume).",
+        description="For an operator: list the suspensions waiting in an approval store, approve or deny a "
+        "pending call (the run continues at its next resume), or settle a call a crashed resume left with an "
+        "unknown fate (--ran or --not-ran).",
     )
-    approvals.add_argument("action", choices=("list", "approve", "deny"))
-    approvals.add_argument("token", nargs="?", metavar="TOKEN", help="the suspension (approve, deny)")
-    approvals.add_argument("seq", nargs="?", type=int, metavar="SEQ", help="the pending call (approve, deny)")
+    approvals.add_argument("action", choices=("list", "approve", "deny", "settle"))
+    approvals.add_argument("token", nargs="?", metavar="TOKEN", help="the suspension (approve, deny, settle)")
+    approvals.add_argument("seq", nargs="?", type=int, metavar="SEQ", help="the call (approve, deny, settle)")
+    fate = approvals.add_mutually_exclusive_group()
+    fate.add_argument("--ran", action="store_true", help="settle: the call ran (it is not run again)")
+    fate.add_argument("--not-ran", action="store_true", help="settle: the call never ran (the next resume runs it)")
     approvals.add_argument("--store", required=True, metavar="FILE", help="SQLite file or redis:// URL")
     approvals.add_argument("--reason", default="", help="the reason kept in the audit")
     approvals.add_argument("--json", action="store_true", help="list as one JSON array")
@@ -162,11 +171,29 @@ def _approvals(args: argparse.Namespace, out: TextIO) -> int:
         return _list(store, out, args.json)
     if args.token is None or args.seq is None:
         raise UsageError(f"approvals {args.action} needs TOKEN and SEQ (see `nous-sched approvals list`)")
+    if args.action == "settle":
+        return _settle(store, args, out)
     try:
         store.decide(args.token, args.seq, args.action == "approve", args.reason)
     except ConfigError as exc:
         raise UsageError(str(exc)) from None
     out.write(f"{args.action}d call #{args.seq}; resume the run with its token to continue\n")
+    return 0
+
+
+def _settle(store: Any, args: argparse.Namespace, out: TextIO) -> int:
+    if args.ran == args.not_ran:
+        raise UsageError("approvals settle needs --ran or --not-ran: did the call run?")
+    try:
+        settled = store.settle(args.token, args.seq, bool(args.ran))
+    except ConfigError as exc:  # TokenError included
+        raise UsageError(str(exc)) from None
+    if args.json:
+        out.write(json_text(settled, indent=2) + "\n")
+        return 0
+    fate = "ran: the program gets an error saying its result was lost" if args.ran else "not run: the resume runs it"
+    out.write(f"settled call #{args.seq} {inert(str(settled['tool'])[:120])}: {fate}\n")
+    out.write("resume the run with its token to continue\n")
     return 0
 
 
@@ -186,7 +213,29 @@ def _list(store: Any, out: TextIO, as_json: bool) -> int:
             decided = row["decisions"].get(str(request["seq"]))
             verdict = "" if decided is None else (" (approved)" if decided["approved"] else " (denied)")
             _pending(out, request["seq"], request["tool"], request["arguments"], verdict)
+        if row.get("resume") is not None:
+            _resume_state(out, row)
     return 0
+
+
+def _resume_state(out: TextIO, row: dict[str, Any]) -> None:
+    """How a claimed token's resume stands, and what a person must do."""
+    resume = row["resume"]
+    alive = {True: "running", False: "dead", None: "cannot tell (another host?)"}[resume["alive"]]
+    out.write(f"  resume by {inert(str(row['claimed_by']))}: {alive}; committed {resume['committed']}\n")
+    if not resume["tracked"]:
+        out.write("  its calls were not recorded (a parked run): it cannot be continued\n")
+        return
+    for call in resume["in_flight"]:
+        settled = call["settled"]
+        note = " (fate unknown)" if settled is None else f" (settled: {settled})"
+        _pending(out, call["seq"], call["tool"], call["arguments"], note)
+    unknown = [c["seq"] for c in resume["in_flight"] if c["settled"] is None]
+    if resume["alive"] is False and unknown:
+        out.write(f"  it died mid-call: check whether #{unknown[0]} ran, then\n")
+        out.write(f"    nous-sched approvals settle {row['token']} {unknown[0]} --ran|--not-ran\n")
+    if resume["alive"] is False and not unknown:
+        out.write("  it died: resume the token again to continue\n")
 
 
 def _pending(out: TextIO, seq: Any, tool: Any, arguments: Any, note: str) -> None:

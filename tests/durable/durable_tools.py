@@ -4,13 +4,31 @@ across every process that shares the file."""
 
 import json
 import os
+import time
 
 from nous_sched import Tool
 
 
+def hold(where):
+    """Say ``where`` in the file ``NOUS_DURABLE_MARK`` names, then wait to be killed (SIGKILL, by the test)."""
+    with open(os.environ["NOUS_DURABLE_MARK"], "w", encoding="utf-8") as f:
+        f.write(where)
+    time.sleep(600)
+    os._exit(99)  # never reached in a test: it kills this process first
+
+
+def _held(name, args, when):
+    """``NOUS_DURABLE_HOLD`` is ``[tool, args, "before"|"after"]``: hold that call before or after its effect."""
+    spec = os.environ.get("NOUS_DURABLE_HOLD")
+    if spec and json.loads(spec) == [name, args, when]:
+        hold(f"{when} effect of {name}")
+
+
 def _ran(name, args):
+    _held(name, args, "before")
     with open(os.environ["NOUS_DURABLE_COUNT"], "a", encoding="utf-8") as f:
         f.write(json.dumps([name, args], sort_keys=True) + "\n")
+    _held(name, args, "after")
 
 
 def _read(args):

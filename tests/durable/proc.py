@@ -21,12 +21,39 @@ import durable_tools  # noqa: E402
 import nous_sched  # noqa: E402
 
 
+class _Holding:
+    """A real store that holds the resume at one progress write, to be killed there:
+    ``NOUS_DURABLE_HOLD_STORE`` is ``[seq, "before-start"|"before-commit"|"after-commit"]``
+    (before call seq's start is written, before its outcome is, after its outcome is)."""
+
+    def write_progress(self, token, by, progress):
+        seq, when = json.loads(os.environ["NOUS_DURABLE_HOLD_STORE"])
+        key = str(seq)
+        starting = key in progress["started"] and when == "before-start"
+        committing = key in progress["committed"] and when in ("before-commit", "after-commit")
+        if (starting or committing) and when != "after-commit":
+            durable_tools.hold(f"{when} of call {seq}")
+        written = super().write_progress(token, by, progress)
+        if committing and when == "after-commit":
+            durable_tools.hold(f"{when} of call {seq}")
+        return written
+
+
+class HoldingSqlite(_Holding, nous_sched.SqliteApprovalStore):
+    pass
+
+
+class HoldingRedis(_Holding, nous_sched.RedisApprovalStore):
+    pass
+
+
 def store_of(spec):
     kind, _, where = spec.partition(":")
+    holding = "NOUS_DURABLE_HOLD_STORE" in os.environ
     if kind == "sqlite":
-        return nous_sched.SqliteApprovalStore(where)
+        return (HoldingSqlite if holding else nous_sched.SqliteApprovalStore)(where)
     url, _, prefix = where.partition("#")
-    return nous_sched.RedisApprovalStore(url, **({"prefix": prefix} if prefix else {}))
+    return (HoldingRedis if holding else nous_sched.RedisApprovalStore)(url, **({"prefix": prefix} if prefix else {}))
 
 
 def shown(result):
@@ -57,6 +84,9 @@ def main(argv):
             sys.stdin.readline()
         try:
             result = nous_sched.resume(argv[2], decisions, durable_tools.TOOLS, approval_store=store_of(spec))
+        except nous_sched.UnsettledError as exc:
+            sys.stdout.write(json.dumps({"token_error": str(exc), "unsettled": list(exc.seqs)}) + "\n")
+            return
         except nous_sched.TokenError as exc:
             sys.stdout.write(json.dumps({"token_error": str(exc)}) + "\n")
             return
