@@ -48,7 +48,7 @@ def told(
     names: Sequence[str],
     trail: Sequence[CallRecord] = (),
     events: Iterable[Any] = (),
-    throttles: Optional[Mapping[str, Sequence[str]]] = None,
+    throttles: Optional[Mapping[str, Sequence[Any]]] = None,
     approvals: frozenset[str] = frozenset(),
 ) -> str:
     """``message`` of an error of ``kind`` with what to change added.
@@ -91,7 +91,7 @@ def _reference(message: str, names: Sequence[str]) -> str:
 def _waited_for(
     trail: Sequence[CallRecord],
     events: Iterable[Any],
-    throttles: Mapping[str, Sequence[str]],
+    throttles: Mapping[str, Sequence[Any]],
     approvals: frozenset[str],
 ) -> str:
     """What the oldest call still open at the deadline was waiting for, or ""."""
@@ -109,8 +109,12 @@ def _waited_for(
         and (record.throttled is not None or record.committed is None)
         and throttles.get(record.tool)
     ):
-        named = ", ".join(repr(one_line(n[:100])) for n in throttles[record.tool])
-        return f"a place in throttle {named} before tool {tool!r} (call {record.seq})"
+        named = ", ".join(repr(one_line(str(getattr(n, "name", n))[:100])) for n in throttles[record.tool])
+        trouble = "; ".join(
+            dict.fromkeys(t for n in throttles[record.tool] if (t := getattr(n, "redis_trouble", None)))
+        )
+        said = f" ({one_line(trouble[:300])})" if trouble else ""
+        return f"a place in throttle {named} before tool {tool!r} (call {record.seq}){said}"
     decided = {e.seq for e in events if type(e) is ApprovalEvent}
     if record.tool in approvals and record.seq not in decided:
         return f"an approval of tool {tool!r} (call {record.seq})"
