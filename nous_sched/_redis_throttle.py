@@ -188,7 +188,18 @@ def _run_script(which: int, keys: list[str], argv: list[Any]) -> Any:
 class RedisLimit:
     """Where one throttle lives in Redis, and the arguments its scripts take."""
 
-    __slots__ = ("name", "url", "timeout", "running_key", "starts_key", "config_key", "args", "lease_ms", "said")
+    __slots__ = (
+        "name",
+        "url",
+        "timeout",
+        "running_key",
+        "starts_key",
+        "config_key",
+        "args",
+        "lease_ms",
+        "said",
+        "trouble",
+    )
 
     def __init__(self, throttle: Throttle) -> None:
         assert throttle.redis_url is not None
@@ -206,15 +217,18 @@ class RedisLimit:
             window_ms = max(1, round(burst / throttle.per_second * 1000))
         self.lease_ms = max(1, round(throttle.lease * 1000))
         self.args = (throttle.max_running or 0, burst, window_ms, self.lease_ms)
-        self.said = -math.inf  # when trouble with this throttle's Redis was last logged (time.monotonic())
+        self.said: dict[str, float] = {}  # kind of trouble -> when it was last logged (time.monotonic())
+        #: What is wrong with the server now, or None: set by a failed try (to take or renew), cleared by a good one.
+        self.trouble: str | None = None
 
-    def tell(self, message: str) -> None:
-        """Log ``message`` about this throttle, at most once per :data:`LOG_INTERVAL` (no traceback)."""
+    def tell(self, message: str, kind: str = "trouble") -> None:
+        """Log ``message`` about this throttle, at most once per :data:`LOG_INTERVAL` per ``kind``
+        ("trouble" reaching the server, "lost" leases), without a traceback."""
         now = time.monotonic()
         with _said_lock:
-            if now - self.said < LOG_INTERVAL:
+            if now - self.said.get(kind, -math.inf) < LOG_INTERVAL:
                 return
-            self.said = now
+            self.said[kind] = now
         log.warning("throttle %r: %s", self.name, message)
 
 
@@ -367,9 +381,13 @@ def _renew_group(url: str, timeout: float, limits: tuple[RedisLimit, ...], owner
     try:
         lost = {x.decode() for x in _call(url, timeout, _run_script(2, keys, argv))}
     except RedisUnavailable as exc:
+        for limit in limits:
+            limit.trouble = str(exc)
         for hold, i in owners:
             _check_expiry(hold, i, exc)
         return False
+    for limit in limits:
+        limit.trouble = None
     for hold, i in owners:
         try:
             entry = hold.leased[i]
@@ -405,8 +423,7 @@ def _lose(hold: _Hold, i: int, why: str) -> None:
     hold.leased[i] = (url, timeout, [], sent)
     hold.lost = True
     for limit in limits:
-        limit.said = -math.inf  # always said
-        limit.tell(f"lease lost: {why}; a call still running may now be over the fleet's limit")
+        limit.tell(f"lease lost: {why}; a call still running may now be over the fleet's limit", "lost")
 
 
 _RENEWER = _Renewer()

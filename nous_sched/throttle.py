@@ -135,9 +135,6 @@ class Throttle:
         self.redis_url = redis_url
         self.lease = float(lease)
         self.redis_timeout = float(redis_timeout)
-        #: What is wrong with this throttle's Redis server now (``"Redis at host:port did not answer
-        #: within 0.5 s"``), or None: set when a try to take places fails to reach it, cleared when one succeeds.
-        self.redis_trouble: Optional[str] = None
         # In Redis the window is the server's; here only the places are counted (a local pre-check).
         self._limit = Limit(max_running, None if redis_url else self.per_second, burst)
         self._redis: Any = None
@@ -158,6 +155,13 @@ class Throttle:
         hold = _Hold((self,))
         hold.timeout = timeout
         return hold
+
+    @property
+    def redis_trouble(self) -> Optional[str]:
+        """What is wrong with this throttle's Redis server now (``"Redis at host:port did not answer
+        within 0.5 s"``), or None: set when a try to take or renew places fails to reach it,
+        cleared when one succeeds."""
+        return None if self._redis is None else self._redis.trouble
 
     @property
     def running(self) -> int:
@@ -188,7 +192,19 @@ class _Hold:
     so the scheduler may cancel a hold that was granted or released meanwhile.
     """
 
-    __slots__ = ("throttles", "request", "gate", "aborted", "abort", "lease_id", "leased", "timeout", "lost", "error")
+    __slots__ = (
+        "throttles",
+        "request",
+        "gate",
+        "aborted",
+        "abort",
+        "lease_id",
+        "leased",
+        "timeout",
+        "lost",
+        "error",
+        "in_redis",
+    )
 
     def __init__(self, throttles: Iterable[Throttle]) -> None:
         throttles = self.throttles = tuple(throttles)
@@ -202,6 +218,7 @@ class _Hold:
         self.lease_id = ""  # named by the Redis half when it first takes a lease
         self.leased: list[Any] = []  # the RedisLimits' groups holding a lease of ours
         self.timeout: Optional[float] = None  # for `with`: Throttle.hold's
+        self.in_redis = False  # trying for leases in Redis, holding the local places (under _LOCK)
         self.lost = False  # set by the lease thread when Redis no longer held a lease of ours
         self.error: Optional[Exception] = None  # a ConfigError from Redis (the fleet's limits differ)
 
@@ -268,14 +285,23 @@ class _Hold:
 
         with _LOCK:
             abort = self.abort = threading.Event()
-            if self.aborted:
-                abort.set()
+            self.in_redis = True
+            aborted = self.aborted
+        if aborted:  # cancelled between the local grant and here: no try at all
+            self.release()
+            return self._refusal(deadline)
         pause = _POLL_FIRST
         while True:
             trouble = None
             try:
                 if take_leases(self):
                     self._trouble(None)
+                    with _LOCK:
+                        self.in_redis = False
+                        aborted = self.aborted
+                    if aborted:  # cancelled while the try was on its way: the places go back
+                        self.release()
+                        return self._refusal(deadline)
                     return None
             except RedisUnavailable as exc:
                 trouble = str(exc)
@@ -296,7 +322,7 @@ class _Hold:
         """Note (and log, once per interval) what is wrong with the throttles' Redis, or that nothing is."""
         for throttle in self.throttles:
             if throttle._redis is not None:
-                throttle.redis_trouble = trouble
+                throttle._redis.trouble = trouble
                 if trouble is not None:
                     throttle._redis.tell(f"{trouble}; its calls wait (never run unthrottled)")
 
@@ -306,6 +332,9 @@ class _Hold:
             self.aborted = True
             if self.abort is not None:
                 self.abort.set()
+            if self.in_redis:  # its local places come back now, not when Redis answers
+                self.in_redis = False
+                _open(_ARBITER.release(self.request, _clock()))
             self._cancel_locked(_clock())
 
     def _cancel_locked(self, now: float) -> None:
@@ -317,6 +346,7 @@ class _Hold:
     def release(self) -> None:
         """Give every place back (idempotent)."""
         with _LOCK:
+            self.in_redis = False
             _open(_ARBITER.release(self.request, _clock()))
         if self.leased:
             from ._redis_throttle import give_leases

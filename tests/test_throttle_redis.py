@@ -9,8 +9,11 @@ the run's deadline bounds the wait for a lease.
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -20,8 +23,9 @@ import uuid
 from pathlib import Path
 
 import pytest
+from redis_server import redis_process
 
-from nous_sched import QuickJSRuntime, Throttle, Tool, run_code
+from nous_sched import ConfigError, QuickJSRuntime, Throttle, Tool, run_code
 
 redis = pytest.importorskip("redis")
 
@@ -230,3 +234,232 @@ def test_an_unreachable_redis_fails_the_call_at_its_deadline_and_holds_nothing()
     )
     assert result.result != "ran"
     assert (throttle.running, throttle.waiting) == (0, 0)
+
+
+# -- Faults: a Redis that is stopped, killed and restarted, slow, or silent on some connections -----------------
+
+TROUBLE = ("did not answer within", "could not be reached")
+
+
+class DelayProxy:
+    """A TCP proxy in front of a real Redis: the server's replies reach the client ``delay`` seconds late;
+    :meth:`stall` makes every connection open now silent for good (new ones work)."""
+
+    def __init__(self, port: int, delay: float = 0.0) -> None:
+        self.target = ("127.0.0.1", port)
+        self.delay = delay
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.stalled: set[socket.socket] = set()
+        self.sockets: list[socket.socket] = []
+        self.lock = threading.Lock()
+        threading.Thread(target=self._accept, name="nous-sched-test-proxy", daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(self.target)
+            with self.lock:
+                self.sockets += [client, server]
+            threading.Thread(target=self._pump, args=(client, server, 0.0, None), daemon=True).start()
+            threading.Thread(target=self._pump, args=(server, client, self.delay, client), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket, delay: float, watched: socket.socket | None) -> None:
+        lag = threading.Event()
+        try:
+            while data := src.recv(65536):
+                lag.wait(delay)  # a slow network: this reply arrives late
+                with self.lock:
+                    if watched in self.stalled:
+                        continue  # silent: the bytes are swallowed, the socket stays open
+                dst.sendall(data)
+        except OSError:
+            pass
+
+    def stall(self) -> None:
+        with self.lock:
+            self.stalled.update(self.sockets)
+
+    def close(self) -> None:
+        self.listener.close()
+        with self.lock:
+            for s in self.sockets:
+                s.close()
+
+
+def _fanout(throttle: Throttle, n: int, timeout: float, go: threading.Event | None = None, state=None):
+    """Run ``n`` parallel calls of a tool under ``throttle``; (result, {peak calls at once, calls begun})."""
+    state = {"now": 0, "peak": 0, "begun": 0} if state is None else state
+    lock = threading.Lock()
+
+    def q(args):
+        with lock:
+            state["now"] += 1
+            state["begun"] += 1
+            state["peak"] = max(state["peak"], state["now"])
+        try:
+            if go is not None:
+                go.wait(WAIT)
+            return args["i"]
+        finally:
+            with lock:
+                state["now"] -= 1
+
+    tool = Tool("q", q, throttles=(throttle,), concurrency_safe=lambda a: True)
+    code = (
+        f"const r = await Promise.allSettled([...Array({n}).keys()].map(i => tools.q({{i}})));"
+        "return r.map(x => x.status == 'fulfilled' ? x.value : String(x.reason.message || x.reason))"
+    )
+    result = run_code(code, [tool], runtime=QuickJSRuntime(), timeout=timeout, description="test")
+    return result, state
+
+
+def _said(caplog, name: str) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.name == "nous_sched" and repr(name) in r.getMessage()]
+
+
+def _message(result) -> str:
+    return result.error.message if result.error is not None else json.dumps(result.result)
+
+
+def test_a_stopped_redis_is_waited_on_named_logged_once_and_gives_places_back(caplog):
+    caplog.set_level(logging.WARNING, logger="nous_sched")
+    name = "stopped-" + uuid.uuid4().hex
+    with redis_process() as server:
+        throttle = Throttle(name, max_running=2, redis_url=server.url)
+        go = threading.Event()
+        results = []
+        state = {"now": 0, "peak": 0, "begun": 0}
+        runner = threading.Thread(target=lambda: results.append(_fanout(throttle, 6, 4.0, go, state)))
+        runner.start()
+        eventually(lambda: state["begun"] == 2, "two calls to hold their places")
+        server.signal(signal.SIGSTOP)  # silent: the sockets stay open, nothing answers
+        go.set()  # the holders return: their places come back here; the waiters try Redis
+        runner.join(WAIT)
+        # Given back here at once (the Redis give-back may time out meanwhile): within a second of the run's end.
+        eventually(lambda: (throttle.running, throttle.waiting) == (0, 0), "the places to come back", timeout=1.0)
+        ((result, state),) = results
+        assert state["peak"] <= 2 and state["begun"] == 2
+        message = _message(result)
+        assert f"Redis at 127.0.0.1:{server.port} did not answer within 0.5 s" in message, message
+        said = _said(caplog, name)
+        assert len(said) == 1 and said[0].exc_info is None, [r.getMessage() for r in said]
+        server.signal(signal.SIGCONT)
+        result, state = _fanout(throttle, 6, timeout=WAIT)
+        assert result.result == list(range(6)) and state["peak"] <= 2
+
+
+def test_a_killed_and_restarted_redis_is_waited_for(caplog):
+    caplog.set_level(logging.WARNING, logger="nous_sched")
+    name = "restarted-" + uuid.uuid4().hex
+    with redis_process() as server:
+        throttle = Throttle(name, max_running=2, redis_url=server.url, lease=1.5)
+        go = threading.Event()
+        results = []
+        state = {"now": 0, "peak": 0, "begun": 0}
+        runner = threading.Thread(target=lambda: results.append(_fanout(throttle, 8, WAIT, go, state)))
+        runner.start()
+        eventually(lambda: state["begun"] == 2 and throttle.waiting == 6, "two holders and six waiters")
+        server.kill()
+        go.set()  # the holders return while the server is gone: their places come back here at once
+        eventually(lambda: throttle.redis_trouble is not None, "a try to fail")
+        assert throttle.running <= 2
+        server.start()
+        runner.join(WAIT)
+        ((result, state),) = results
+        assert result.result == list(range(8)), _message(result)
+        assert state["peak"] <= 2
+        assert throttle.redis_trouble is None
+        troubles = [r for r in _said(caplog, name) if any(t in r.getMessage() for t in TROUBLE)]
+        assert 1 <= len(troubles) <= 2 and all(r.exc_info is None for r in troubles)  # at most one per server fault
+        assert f"Redis at 127.0.0.1:{server.port}" in troubles[0].getMessage()
+
+
+def test_slow_replies_within_the_timeout_still_throttle():
+    name = "slow-" + uuid.uuid4().hex
+    with redis_process() as server:
+        proxy = DelayProxy(server.port, delay=0.1)
+        try:
+            throttle = Throttle(name, max_running=2, redis_url=proxy.url)
+            result, state = _fanout(throttle, 6, timeout=WAIT)
+            assert result.result == list(range(6)), _message(result)
+            assert state["peak"] <= 2
+        finally:
+            proxy.close()
+
+
+def test_replies_slower_than_the_timeout_are_an_error_naming_redis(caplog):
+    caplog.set_level(logging.WARNING, logger="nous_sched")
+    name = "too-slow-" + uuid.uuid4().hex
+    with redis_process() as server:
+        proxy = DelayProxy(server.port, delay=1.0)
+        try:
+            throttle = Throttle(name, max_running=2, redis_url=proxy.url)
+            result, state = _fanout(throttle, 6, timeout=3.0)
+            message = _message(result)
+            assert f"Redis at 127.0.0.1:{proxy.port} did not answer within 0.5 s" in message, message
+            assert state["begun"] == 0
+            eventually(lambda: (throttle.running, throttle.waiting) == (0, 0), "the places to come back", timeout=1.0)
+            assert len(_said(caplog, name)) == 1
+        finally:
+            proxy.close()
+
+
+def test_a_stalled_connection_does_not_stop_renewals():
+    """The holder's connections go silent (new ones work): the lease thread times out, renews on a new
+    connection, and another holder (direct to the server) never gets the place for three leases."""
+    name = "stalled-" + uuid.uuid4().hex
+    with redis_process() as server:
+        proxy = DelayProxy(server.port)
+        try:
+            holder = Throttle(name, max_running=1, redis_url=proxy.url, lease=2.0)
+            other = Throttle(name, max_running=1, redis_url=server.url, lease=2.0)
+            with holder.hold(timeout=WAIT):
+                proxy.stall()
+                with pytest.raises(TimeoutError):
+                    with other.hold(timeout=6.0):
+                        pass
+            with other.hold(timeout=WAIT):
+                assert other.running == 1
+        finally:
+            proxy.close()
+
+
+def test_one_name_one_limit(redis_url):
+    name = "one-limit-" + uuid.uuid4().hex
+    fleet = Throttle(name, max_running=2, redis_url=redis_url)
+    mine = Throttle(name, max_running=40, redis_url=redis_url)
+    with fleet.hold(timeout=WAIT):
+        pass
+    with pytest.raises(ConfigError, match=r"`max_running` gives max_running=40.*max_running=2"):
+        with mine.hold(timeout=WAIT):
+            pass
+    result, state = _fanout(mine, 3, timeout=WAIT)
+    assert state["begun"] == 0 and "max_running=2" in _message(result)
+    assert (mine.running, mine.waiting) == (0, 0)
+    rate = Throttle(name, max_running=2, per_second=5, redis_url=redis_url)
+    with pytest.raises(ConfigError, match="per_second"):
+        with rate.hold(timeout=WAIT):
+            pass
+
+
+def test_an_unreachable_redis_is_named_in_the_runs_timeout(caplog):
+    caplog.set_level(logging.WARNING, logger="nous_sched")
+    name = "nowhere-" + uuid.uuid4().hex
+    throttle = Throttle(name, max_running=1, redis_url="redis://:secret@127.0.0.1:1/0")
+    result = run_code(
+        "await tools.q({}); return 'ran'",
+        [Tool("q", lambda a: 1, throttles=(throttle,))],
+        runtime=QuickJSRuntime(),
+        timeout=1.5,
+        description="test",
+    )
+    assert result.error is not None and result.result is None
+    assert "Redis at 127.0.0.1:1 could not be reached" in result.error.message, result.error.message
+    assert "secret" not in result.error.message
+    said = _said(caplog, name)
+    assert len(said) == 1 and said[0].exc_info is None and "secret" not in said[0].getMessage()
