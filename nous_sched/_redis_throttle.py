@@ -30,6 +30,7 @@ import urllib.parse
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from . import _redis_client
 from .errors import ConfigError
 
 if TYPE_CHECKING:
@@ -147,21 +148,11 @@ def _client(url: str, timeout: float) -> _Client:
         entry = _clients.get((url, timeout))
         if entry is None:
             try:
-                import redis
-                from redis.backoff import NoBackoff
-                from redis.retry import Retry
+                client = _redis_client.connect(url, timeout)
             except ImportError as exc:
                 raise ImportError(
                     "Throttle(redis_url=...) needs the redis client; install it with: pip install -e '.[redis]'"
                 ) from exc
-            # No retries inside the client: the throttle decides when to try again, so one try costs at most `timeout`.
-            client = redis.Redis.from_url(
-                url,
-                socket_connect_timeout=timeout,
-                socket_timeout=timeout,
-                retry_on_timeout=False,
-                retry=Retry(NoBackoff(), 0),
-            )
             entry = _clients[(url, timeout)] = (
                 client,
                 client.register_script(_ACQUIRE),

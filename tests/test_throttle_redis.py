@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 from redis_server import redis_process
 
-from nous_sched import ConfigError, QuickJSRuntime, Throttle, Tool, run_code
+from nous_sched import ConfigError, QuickJSRuntime, RedisApprovalStore, Throttle, Tool, run_code
 
 redis = pytest.importorskip("redis")
 
@@ -463,3 +463,50 @@ def test_an_unreachable_redis_is_named_in_the_runs_timeout(caplog):
     assert "secret" not in result.error.message
     said = _said(caplog, name)
     assert len(said) == 1 and said[0].exc_info is None and "secret" not in said[0].getMessage()
+
+
+def test_an_approval_stores_client_has_the_same_timeouts():
+    with redis_process() as server:
+        store = RedisApprovalStore(server.url)
+        assert store.suspensions() == []
+        server.signal(signal.SIGSTOP)
+        try:
+            with pytest.raises(redis.exceptions.TimeoutError, match=f"127.0.0.1:{server.port}"):
+                store.suspensions()  # an error naming the server, not a hang
+        finally:
+            server.signal(signal.SIGCONT)
+        assert store.suspensions() == []
+
+
+def _readme_redis_example() -> str:
+    text = (ROOT / "README.rst").read_text(encoding="utf-8")
+    blocks = [b for b in text.split(".. code-block:: python")[1:] if 'Throttle("search-api"' in b.split("\n\n\n")[0]]
+    assert len(blocks) == 1
+    lines = []
+    for line in blocks[0].split("\n")[1:]:
+        if line.strip() and not line.startswith("   "):
+            break
+        lines.append(line)
+    return textwrap.dedent("\n".join(lines))
+
+
+def _run_example(url: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, REDIS_URL=url, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.run(
+        [sys.executable, "-c", _readme_redis_example()], env=env, capture_output=True, text=True, timeout=WAIT
+    )
+
+
+def test_the_readmes_redis_example_runs_against_a_started_server(redis_url):
+    done = _run_example(redis_url)
+    assert (done.returncode, done.stdout) == (0, "{'hits': []}\n"), done.stderr
+
+
+def test_the_readmes_redis_example_against_a_dead_server_says_so_once():
+    with redis_process() as server:
+        url = server.url
+    done = _run_example(url)  # the server is gone: nothing listens there
+    assert done.returncode == 0, done.stderr
+    assert f"Redis at 127.0.0.1:{server.port} could not be reached" in done.stdout, done.stdout
+    said = [line for line in done.stderr.splitlines() if "search-api" in line]
+    assert len(said) == 1 and "Traceback" not in done.stderr, done.stderr
