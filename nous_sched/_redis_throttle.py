@@ -265,9 +265,13 @@ def take_leases(hold: _Hold) -> bool:
         sent = time.monotonic()
         try:
             answer = _call(url, timeout, _run_script(1, keys, argv))
+        except RedisUnavailable as exc:
+            give_leases(hold)
+            if "did not answer" in str(exc):  # the script may have run and its answer been lost: give that back too
+                hold.leased.append((url, timeout, limits, sent))
+                give_leases(hold, quiet=True)
+            raise
         except BaseException:
-            # The script may have run on a server whose answer was lost: give that lease back too, if we can.
-            hold.leased.append((url, timeout, limits, sent))
             give_leases(hold)
             raise
         if isinstance(answer, list):
@@ -282,8 +286,9 @@ def take_leases(hold: _Hold) -> bool:
     return True
 
 
-def give_leases(hold: _Hold) -> None:
-    """Give back every lease ``hold`` holds; a server that cannot be reached is logged: the lease expires."""
+def give_leases(hold: _Hold, quiet: bool = False) -> None:
+    """Give back every lease ``hold`` holds; a server that cannot be reached is logged (unless ``quiet``):
+    the lease expires by itself."""
     _RENEWER.discard(hold)
     leased, hold.leased = hold.leased, []
     for url, timeout, limits, _ in leased:
@@ -297,7 +302,7 @@ def give_leases(hold: _Hold) -> None:
         try:
             _call(url, timeout, zrem)
         except RedisUnavailable as exc:
-            for limit in limits:
+            for limit in () if quiet else limits:
                 limit.tell(f"{exc}; could not give back a place there (it comes back when its lease ends)")
 
 
