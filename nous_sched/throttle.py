@@ -46,6 +46,29 @@ first process to ask again (each waiting process asks every few ms, up to
 its process keeps renewing. Every throttle of one tool with a ``redis_url``
 is taken in one script per server (all or none there too).
 
+**When Redis fails** (``tests/test_throttle_redis.py``): every connect and
+reply takes at most ``redis_timeout`` seconds (0.5 by default). A server
+that is down or does not answer in time counts as a full throttle: the call
+waits (it never runs unthrottled) and tries again, until it gets its places
+or its run's deadline passes; then the refusal, and the run's timeout
+message, name the server (``Redis at 127.0.0.1:6399 did not answer within
+0.5 s``). The trouble is logged once per throttle per 10 s, without a
+traceback; :attr:`Throttle.redis_trouble` says what is wrong now. A call
+stopped or cancelled while it waits gives its places here back at once; a
+tool that returns gives them back here at once too, then in Redis (a try
+that takes at most ``redis_timeout``; a lease it cannot give back expires).
+A lease is renewed only while it has not expired, on a fresh connection
+after a failed try; keep ``lease`` well above ``3 * redis_timeout`` so a
+renewal can fail and be tried again before its lease runs out. A lease that
+ran out anyway is logged as lost (the call keeps running: Python cannot
+stop it).
+
+**One name, one limit**: the limits of a throttle in Redis are the fleet's
+(kept in ``...:config`` while any process uses it); a process that names it
+with another ``max_running``, ``per_second`` or ``burst`` gets a
+:class:`~nous_sched.ConfigError` naming the option (from the call, or
+``Throttle.hold``), not a second limit.
+
 A throttle is applied by the scheduler's own tool threads and by executors
 that run tasks in this process (thread pools); an executor that pickles its
 tasks to run them elsewhere (Dask, a process pool) runs them unthrottled.

@@ -252,6 +252,7 @@ class DelayProxy:
         self.port = self.listener.getsockname()[1]
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self.stalled: set[socket.socket] = set()
+        self.silent = False  # every connection, new ones too, silent
         self.sockets: list[socket.socket] = []
         self.lock = threading.Lock()
         threading.Thread(target=self._accept, name="nous-sched-test-proxy", daemon=True).start()
@@ -274,7 +275,7 @@ class DelayProxy:
             while data := src.recv(65536):
                 lag.wait(delay)  # a slow network: this reply arrives late
                 with self.lock:
-                    if watched in self.stalled:
+                    if watched in self.stalled or (watched is not None and self.silent):
                         continue  # silent: the bytes are swallowed, the socket stays open
                 dst.sendall(data)
         except OSError:
@@ -510,3 +511,23 @@ def test_the_readmes_redis_example_against_a_dead_server_says_so_once():
     assert f"Redis at 127.0.0.1:{server.port} could not be reached" in done.stdout, done.stdout
     said = [line for line in done.stderr.splitlines() if "search-api" in line]
     assert len(said) == 1 and "Traceback" not in done.stderr, done.stderr
+
+
+def test_a_lease_that_runs_out_unrenewed_is_logged_as_lost_once(caplog):
+    """Every connection of the holder goes silent: renewals fail, and once the lease has run out by
+    this process's clock it is lost (said once, never renewed again: the server may give it away)."""
+    caplog.set_level(logging.WARNING, logger="nous_sched")
+    name = "lost-" + uuid.uuid4().hex
+    with redis_process() as server:
+        proxy = DelayProxy(server.port)
+        try:
+            holder = Throttle(name, max_running=1, redis_url=proxy.url, lease=1.0)
+            with holder.hold(timeout=WAIT):
+                proxy.silent = True
+                proxy.stall()
+                eventually(lambda: any("lease lost" in r.getMessage() for r in _said(caplog, name)), "the loss")
+            lost = [r for r in _said(caplog, name) if "lease lost" in r.getMessage()]
+            assert len(lost) == 1 and lost[0].exc_info is None
+            assert f"Redis at 127.0.0.1:{proxy.port} did not answer within 0.5 s" in lost[0].getMessage()
+        finally:
+            proxy.close()
