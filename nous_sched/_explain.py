@@ -61,11 +61,27 @@ def told(
         waited = _waited_for(trail, events, throttles or {}, approvals)
         if waited:
             return message.replace("(waiting for a tool call)", f"(waiting for {waited})") + ". " + _WAIT_FIX
+    if kind == "timeout" and "(running JavaScript)" in message and _refused_at_deadline(trail, message):
+        waited = _waited_for(trail, events, throttles or {}, approvals)
+        if waited.startswith("a place in throttle"):
+            return message.replace("(running JavaScript)", f"(waiting for {waited})") + ". " + _WAIT_FIX
     fix = FIXES.get(kind)
     return message if fix is None or fix in message else message + ". " + fix
 
 
 _WAIT_FIX = "Make fewer or smaller calls, or ask for a longer timeout."
+_DEADLINE = re.compile(r"exceeded its ([0-9.]+)s deadline")
+
+
+def _refused_at_deadline(trail: Sequence[CallRecord], message: str) -> bool:
+    """Whether the run's last call was refused by its throttles as the deadline passed (the program
+    was handling that refusal when it was stopped): then what it waited for is the story."""
+    found = _DEADLINE.search(message)
+    if found is None or not trail or any(r.committed is None for r in trail):
+        return False
+    last = max(trail, key=lambda r: (r.committed or 0.0, r.seq))
+    deadline = float(found.group(1))
+    return last.began is None and last.throttled is not None and (last.committed or 0.0) >= deadline - 0.5
 
 
 def _reference(message: str, names: Sequence[str]) -> str:

@@ -531,3 +531,22 @@ def test_a_lease_that_runs_out_unrenewed_is_logged_as_lost_once(caplog):
             assert f"Redis at 127.0.0.1:{proxy.port} did not answer within 0.5 s" in lost[0].getMessage()
         finally:
             proxy.close()
+
+
+def test_a_refusal_at_the_deadline_is_told_as_the_wait_not_as_javascript():
+    """The throttle refused the call as the deadline passed and the program was stopped while it
+    handled that refusal: the message says what the call waited for, naming Redis."""
+    from nous_sched._explain import told
+    from nous_sched.records import CallRecord
+
+    throttle = Throttle("search-api", max_running=1, redis_url="redis://127.0.0.1:1/0")
+    throttle._redis.trouble = "Redis at 127.0.0.1:1 could not be reached"
+    refused = CallRecord(0, "search", "parallel", 0.01, 4.99, 5.0, False, None, "", 4.98)
+    message = "the program exceeded its 5s deadline (running JavaScript) and was stopped"
+    said = told("timeout", message, ["search"], [refused], (), {"search": [throttle]})
+    assert said.startswith(
+        "the program exceeded its 5s deadline (waiting for a place in throttle 'search-api' before tool "
+        "'search' (call 0) (Redis at 127.0.0.1:1 could not be reached)) and was stopped"
+    ), said
+    early = CallRecord(0, "search", "parallel", 0.01, 1.0, 1.0, False, None, "", 0.99)  # then JavaScript ran on
+    assert "(running JavaScript)" in told("timeout", message, ["search"], [early], (), {"search": [throttle]})
