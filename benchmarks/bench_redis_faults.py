@@ -191,8 +191,10 @@ def mismatch(url: str, server: Any) -> dict[str, Any]:
     holds = [fleet.hold(timeout=30), fleet.hold(timeout=30)]
     for h in holds:
         h.__enter__()
+    go = threading.Event()
+    threading.Timer(0.5, go.set).start()  # the calls last: they overlap
     try:
-        result, state = _fanout(mine, 10, timeout=5.0)
+        result, state = _fanout(mine, 10, 5.0, go)
     finally:
         for h in holds:
             h.__exit__(None, None, None)
