@@ -550,3 +550,9 @@ def test_a_refusal_at_the_deadline_is_told_as_the_wait_not_as_javascript():
     ), said
     early = CallRecord(0, "search", "parallel", 0.01, 1.0, 1.0, False, None, "", 0.99)  # then JavaScript ran on
     assert "(running JavaScript)" in told("timeout", message, ["search"], [early], (), {"search": [throttle]})
+
+
+@pytest.mark.parametrize("bad", [0, -1, float("nan"), float("inf"), "0.5", True, None])
+def test_redis_timeout_is_checked(bad):
+    with pytest.raises(ConfigError, match="redis_timeout"):
+        Throttle("checked", max_running=1, redis_url="redis://127.0.0.1:1/0", redis_timeout=bad)
