@@ -4,7 +4,12 @@ Two processes share one ``max_running=2`` throttle: the peak, counted in Redis
 by the tools themselves, is at most 2. A process killed with SIGKILL while
 holding the only place: the place comes back once its lease runs out, not
 before. In one process: the Redis throttle bounds runs on threads too, and
-the run's deadline bounds the wait for a lease.
+the run's deadline bounds the wait for a lease. Under faults (issue 43): a
+server stopped (SIGSTOP), killed and restarted, behind a proxy that delays
+its replies or silences its connections: never over the limit, places back
+here within a second of the run's end, one log line per throttle per
+interval, the messages naming Redis; one name, one limit; the README's
+Redis example against a started server and a dead one.
 """
 
 from __future__ import annotations
