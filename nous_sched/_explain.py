@@ -48,7 +48,7 @@ def told(
     names: Sequence[str],
     trail: Sequence[CallRecord] = (),
     events: Iterable[Any] = (),
-    throttles: Optional[Mapping[str, Sequence[str]]] = None,
+    throttles: Optional[Mapping[str, Sequence[Any]]] = None,
     approvals: frozenset[str] = frozenset(),
 ) -> str:
     """``message`` of an error of ``kind`` with what to change added.
@@ -61,11 +61,27 @@ def told(
         waited = _waited_for(trail, events, throttles or {}, approvals)
         if waited:
             return message.replace("(waiting for a tool call)", f"(waiting for {waited})") + ". " + _WAIT_FIX
+    if kind == "timeout" and "(running JavaScript)" in message and _refused_at_deadline(trail, message):
+        waited = _waited_for(trail, events, throttles or {}, approvals)
+        if waited.startswith("a place in throttle"):
+            return message.replace("(running JavaScript)", f"(waiting for {waited})") + ". " + _WAIT_FIX
     fix = FIXES.get(kind)
     return message if fix is None or fix in message else message + ". " + fix
 
 
 _WAIT_FIX = "Make fewer or smaller calls, or ask for a longer timeout."
+_DEADLINE = re.compile(r"exceeded its ([0-9.]+)s deadline")
+
+
+def _refused_at_deadline(trail: Sequence[CallRecord], message: str) -> bool:
+    """Whether the run's last call was refused by its throttles as the deadline passed (the program
+    was handling that refusal when it was stopped): then what it waited for is the story."""
+    found = _DEADLINE.search(message)
+    if found is None or not trail or any(r.committed is None for r in trail):
+        return False
+    last = max(trail, key=lambda r: (r.committed or 0.0, r.seq))
+    deadline = float(found.group(1))
+    return last.began is None and last.throttled is not None and (last.committed or 0.0) >= deadline - 0.5
 
 
 def _reference(message: str, names: Sequence[str]) -> str:
@@ -91,7 +107,7 @@ def _reference(message: str, names: Sequence[str]) -> str:
 def _waited_for(
     trail: Sequence[CallRecord],
     events: Iterable[Any],
-    throttles: Mapping[str, Sequence[str]],
+    throttles: Mapping[str, Sequence[Any]],
     approvals: frozenset[str],
 ) -> str:
     """What the oldest call still open at the deadline was waiting for, or ""."""
@@ -109,8 +125,12 @@ def _waited_for(
         and (record.throttled is not None or record.committed is None)
         and throttles.get(record.tool)
     ):
-        named = ", ".join(repr(one_line(n[:100])) for n in throttles[record.tool])
-        return f"a place in throttle {named} before tool {tool!r} (call {record.seq})"
+        named = ", ".join(repr(one_line(str(getattr(n, "name", n))[:100])) for n in throttles[record.tool])
+        trouble = "; ".join(
+            dict.fromkeys(t for n in throttles[record.tool] if (t := getattr(n, "redis_trouble", None)))
+        )
+        said = f" ({one_line(trouble[:300])})" if trouble else ""
+        return f"a place in throttle {named} before tool {tool!r} (call {record.seq}){said}"
     decided = {e.seq for e in events if type(e) is ApprovalEvent}
     if record.tool in approvals and record.seq not in decided:
         return f"an approval of tool {tool!r} (call {record.seq})"

@@ -88,6 +88,7 @@ import threading
 import time
 from typing import Any, Optional
 
+from . import _redis_client
 from . import _validators as v
 from ._claimer import claim_alive, claimer, describe
 from ._validators import require
@@ -850,14 +851,14 @@ class RedisApprovalStore(ApprovalStore):
         require("RedisApprovalStore", "prefix", prefix, v.NON_EMPTY_STR)
         super().__init__(key, ttl, park)
         try:
-            import redis
+            import redis  # noqa: F401  (here for the message below)
         except ImportError:
             raise RunCodeError(
                 "RedisApprovalStore needs the redis client: pip install -e '.[redis]' from a checkout"
             ) from None
         self.url = url
         self.prefix = prefix
-        self._redis = redis.Redis.from_url(url)
+        self._redis = _redis_client.connect(url)  # timeouts: a silent server is an error, not a hang
         self._claim_script = self._redis.register_script(_CLAIM)
         self._decide_script = self._redis.register_script(_DECIDE)
         self._swap_script = self._redis.register_script(_SWAP)

@@ -484,9 +484,7 @@ def _told(
     if error.kind == "exception" and message.startswith("SyntaxError"):
         message = explain_syntax(message, code)
     gate = host.gate
-    throttles = {
-        n: [str(getattr(t, "name", t)) for t in getattr(tool, "throttles", ())] for n, tool in gate.granted.items()
-    }
+    throttles = {n: list(getattr(tool, "throttles", ())) for n, tool in gate.granted.items()}
     trail = scheduler.trail() if error.kind == "timeout" else ()
     message = _explain(
         error.kind, message, host.names, trail, scheduler.audit_events(), throttles, host.run_ctx.require_approval

@@ -46,6 +46,29 @@ first process to ask again (each waiting process asks every few ms, up to
 its process keeps renewing. Every throttle of one tool with a ``redis_url``
 is taken in one script per server (all or none there too).
 
+**When Redis fails** (``tests/test_throttle_redis.py``): every connect and
+reply takes at most ``redis_timeout`` seconds (0.5 by default). A server
+that is down or does not answer in time counts as a full throttle: the call
+waits (it never runs unthrottled) and tries again, until it gets its places
+or its run's deadline passes; then the refusal, and the run's timeout
+message, name the server (``Redis at 127.0.0.1:6399 did not answer within
+0.5 s``). The trouble is logged once per throttle per 10 s, without a
+traceback; :attr:`Throttle.redis_trouble` says what is wrong now. A call
+stopped or cancelled while it waits gives its places here back at once; a
+tool that returns gives them back here at once too, then in Redis (a try
+that takes at most ``redis_timeout``; a lease it cannot give back expires).
+A lease is renewed only while it has not expired, on a fresh connection
+after a failed try; keep ``lease`` well above ``3 * redis_timeout`` so a
+renewal can fail and be tried again before its lease runs out. A lease that
+ran out anyway is logged as lost (the call keeps running: Python cannot
+stop it).
+
+**One name, one limit**: the limits of a throttle in Redis are the fleet's
+(kept in ``...:config`` while any process uses it); a process that names it
+with another ``max_running``, ``per_second`` or ``burst`` gets a
+:class:`~nous_sched.ConfigError` naming the option (from the call, or
+``Throttle.hold``), not a second limit.
+
 A throttle is applied by the scheduler's own tool threads and by executors
 that run tasks in this process (thread pools); an executor that pickles its
 tasks to run them elsewhere (Dask, a process pool) runs them unthrottled.
@@ -62,6 +85,7 @@ from typing import Any, Iterable, Optional
 from . import _validators as v
 from ._arbiter import Arbiter, Limit, Request
 from ._validators import require
+from .errors import ConfigError
 
 __all__ = ["Throttle", "DEADLINE_PASSED", "STOPPED"]
 
@@ -98,6 +122,8 @@ class Throttle:
     :param redis_url: share the limits across processes through this Redis server.
     :param lease: with ``redis_url``: seconds after which a place whose holder stopped
         renewing (a crashed process) comes back.
+    :param redis_timeout: with ``redis_url``: seconds to connect to Redis and for each of its
+        replies; a server that takes longer counts as not reachable for that try.
     :raises ConfigError: a bad option, or neither ``max_running`` nor ``per_second``.
 
     See the module docstring for what a caller may rely on.
@@ -112,6 +138,7 @@ class Throttle:
         burst: Optional[int] = None,
         redis_url: Optional[str] = None,
         lease: float = 10.0,
+        redis_timeout: float = 0.5,
     ) -> None:
         require("Throttle", "name", name, v.NON_EMPTY_STR)
         require("Throttle", "max_running", max_running, _OPTIONAL_POSITIVE_INT)
@@ -119,6 +146,7 @@ class Throttle:
         require("Throttle", "burst", burst, _OPTIONAL_POSITIVE_INT)
         require("Throttle", "redis_url", redis_url, v.OPTIONAL_STR)
         require("Throttle", "lease", lease, v.SECONDS)
+        require("Throttle", "redis_timeout", redis_timeout, v.SECONDS)
         if max_running is None and per_second is None:
             v.fail("Throttle", "max_running", None, "a positive integer (or per_second): a throttle needs a limit")
         if burst is not None and per_second is None:
@@ -129,6 +157,7 @@ class Throttle:
         self.burst = burst
         self.redis_url = redis_url
         self.lease = float(lease)
+        self.redis_timeout = float(redis_timeout)
         # In Redis the window is the server's; here only the places are counted (a local pre-check).
         self._limit = Limit(max_running, None if redis_url else self.per_second, burst)
         self._redis: Any = None
@@ -149,6 +178,13 @@ class Throttle:
         hold = _Hold((self,))
         hold.timeout = timeout
         return hold
+
+    @property
+    def redis_trouble(self) -> Optional[str]:
+        """What is wrong with this throttle's Redis server now (``"Redis at host:port did not answer
+        within 0.5 s"``), or None: set when a try to take or renew places fails to reach it,
+        cleared when one succeeds."""
+        return None if self._redis is None else self._redis.trouble
 
     @property
     def running(self) -> int:
@@ -179,7 +215,19 @@ class _Hold:
     so the scheduler may cancel a hold that was granted or released meanwhile.
     """
 
-    __slots__ = ("throttles", "request", "gate", "aborted", "abort", "lease_id", "leased", "timeout")
+    __slots__ = (
+        "throttles",
+        "request",
+        "gate",
+        "aborted",
+        "abort",
+        "lease_id",
+        "leased",
+        "timeout",
+        "lost",
+        "error",
+        "in_redis",
+    )
 
     def __init__(self, throttles: Iterable[Throttle]) -> None:
         throttles = self.throttles = tuple(throttles)
@@ -193,11 +241,18 @@ class _Hold:
         self.lease_id = ""  # named by the Redis half when it first takes a lease
         self.leased: list[Any] = []  # the RedisLimits' groups holding a lease of ours
         self.timeout: Optional[float] = None  # for `with`: Throttle.hold's
+        self.in_redis = False  # trying for leases in Redis, holding the local places (under _LOCK)
+        self.lost = False  # set by the lease thread when Redis no longer held a lease of ours
+        self.error: Optional[Exception] = None  # a ConfigError from Redis (the fleet's limits differ)
 
     def __enter__(self) -> None:
         timeout = self.timeout
-        if self.wait(None if timeout is None else _clock() + timeout) is not None:
-            raise TimeoutError(f"no place in throttle {throttle_names(self.throttles)} within {timeout}s")
+        refusal = self.wait(None if timeout is None else _clock() + timeout)
+        if self.error is not None:
+            raise self.error
+        if refusal is not None:
+            trouble = "".join(f": {t.redis_trouble}" for t in self.throttles[:1] if t.redis_trouble)
+            raise TimeoutError(f"no place in throttle {throttle_names(self.throttles)} within {timeout}s{trouble}")
 
     def __exit__(self, *exc: object) -> None:
         self.release()
@@ -243,31 +298,56 @@ class _Hold:
         return STOPPED.format(names=names)
 
     def _wait_redis(self, deadline: Optional[float]) -> Optional[str]:
-        """Holding the places here, take the leases in Redis, polling until the deadline."""
-        from ._redis_throttle import take_leases
+        """Holding the places here, take the leases in Redis, trying again until the deadline.
+
+        A server that cannot be reached or does not answer within ``redis_timeout`` counts
+        as a full throttle (the call waits, never runs unthrottled), logged once per
+        throttle per interval; the refusal at the deadline names the server.
+        """
+        from ._redis_throttle import RedisUnavailable, take_leases
 
         with _LOCK:
             abort = self.abort = threading.Event()
-            if self.aborted:
-                abort.set()
+            self.in_redis = True
+            aborted = self.aborted
+        if aborted:  # cancelled between the local grant and here: no try at all
+            self.release()
+            return self._refusal(deadline)
         pause = _POLL_FIRST
-        while not self._try_leases(take_leases):
+        while True:
+            trouble = None
+            try:
+                if take_leases(self):
+                    self._trouble(None)
+                    with _LOCK:
+                        self.in_redis = False
+                        aborted = self.aborted
+                    if aborted:  # cancelled while the try was on its way: the places go back
+                        self.release()
+                        return self._refusal(deadline)
+                    return None
+            except RedisUnavailable as exc:
+                trouble = str(exc)
+            except ConfigError as exc:
+                self.error = exc
+                self.release()
+                return str(exc)
+            self._trouble(trouble)
             if abort.wait(_seconds_until(deadline, _clock() + pause)) or (
                 deadline is not None and _clock() >= deadline
             ):
-                refusal = self._refusal(deadline)
+                refusal = self._refusal(deadline) + ("" if trouble is None else f": {trouble}")
                 self.release()
                 return refusal
             pause = min(_POLL_MAX, pause * 2)
-        return None
 
-    def _try_leases(self, take_leases: Any) -> bool:
-        """One try at the leases; a Redis that cannot be reached counts as no place (logged), until the deadline."""
-        try:
-            return bool(take_leases(self))
-        except Exception:
-            log.warning("throttle %s: could not reach Redis; waiting", throttle_names(self.throttles), exc_info=True)
-            return False
+    def _trouble(self, trouble: Optional[str]) -> None:
+        """Note (and log, once per interval) what is wrong with the throttles' Redis, or that nothing is."""
+        for throttle in self.throttles:
+            if throttle._redis is not None:
+                throttle._redis.trouble = trouble
+                if trouble is not None:
+                    throttle._redis.tell(f"{trouble}; its calls wait (never run unthrottled)")
 
     def cancel(self) -> None:
         """End a wait at once (any thread); a call that holds its places keeps them."""
@@ -275,6 +355,9 @@ class _Hold:
             self.aborted = True
             if self.abort is not None:
                 self.abort.set()
+            if self.in_redis:  # its local places come back now, not when Redis answers
+                self.in_redis = False
+                _open(_ARBITER.release(self.request, _clock()))
             self._cancel_locked(_clock())
 
     def _cancel_locked(self, now: float) -> None:
@@ -286,6 +369,7 @@ class _Hold:
     def release(self) -> None:
         """Give every place back (idempotent)."""
         with _LOCK:
+            self.in_redis = False
             _open(_ARBITER.release(self.request, _clock()))
         if self.leased:
             from ._redis_throttle import give_leases

@@ -4,13 +4,21 @@ Two processes share one ``max_running=2`` throttle: the peak, counted in Redis
 by the tools themselves, is at most 2. A process killed with SIGKILL while
 holding the only place: the place comes back once its lease runs out, not
 before. In one process: the Redis throttle bounds runs on threads too, and
-the run's deadline bounds the wait for a lease.
+the run's deadline bounds the wait for a lease. Under faults (issue 43): a
+server stopped (SIGSTOP), killed and restarted, behind a proxy that delays
+its replies or silences its connections: never over the limit, places back
+here within a second of the run's end, one log line per throttle per
+interval, the messages naming Redis; one name, one limit; the README's
+Redis example against a started server and a dead one.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -20,8 +28,9 @@ import uuid
 from pathlib import Path
 
 import pytest
+from redis_server import redis_process
 
-from nous_sched import QuickJSRuntime, Throttle, Tool, run_code
+from nous_sched import ConfigError, QuickJSRuntime, RedisApprovalStore, Throttle, Tool, run_code
 
 redis = pytest.importorskip("redis")
 
@@ -230,3 +239,325 @@ def test_an_unreachable_redis_fails_the_call_at_its_deadline_and_holds_nothing()
     )
     assert result.result != "ran"
     assert (throttle.running, throttle.waiting) == (0, 0)
+
+
+# -- Faults: a Redis that is stopped, killed and restarted, slow, or silent on some connections -----------------
+
+TROUBLE = ("did not answer within", "could not be reached")
+
+
+class DelayProxy:
+    """A TCP proxy in front of a real Redis: the server's replies reach the client ``delay`` seconds late;
+    :meth:`stall` makes every connection open now silent for good (new ones work)."""
+
+    def __init__(self, port: int, delay: float = 0.0) -> None:
+        self.target = ("127.0.0.1", port)
+        self.delay = delay
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.stalled: set[socket.socket] = set()
+        self.silent = False  # every connection, new ones too, silent
+        self.sockets: list[socket.socket] = []
+        self.lock = threading.Lock()
+        threading.Thread(target=self._accept, name="nous-sched-test-proxy", daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(self.target)
+            with self.lock:
+                self.sockets += [client, server]
+            threading.Thread(target=self._pump, args=(client, server, 0.0, None), daemon=True).start()
+            threading.Thread(target=self._pump, args=(server, client, self.delay, client), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket, delay: float, watched: socket.socket | None) -> None:
+        lag = threading.Event()
+        try:
+            while data := src.recv(65536):
+                lag.wait(delay)  # a slow network: this reply arrives late
+                with self.lock:
+                    if watched in self.stalled or (watched is not None and self.silent):
+                        continue  # silent: the bytes are swallowed, the socket stays open
+                dst.sendall(data)
+        except OSError:
+            pass
+
+    def stall(self) -> None:
+        with self.lock:
+            self.stalled.update(self.sockets)
+
+    def close(self) -> None:
+        self.listener.close()
+        with self.lock:
+            for s in self.sockets:
+                s.close()
+
+
+def _fanout(throttle: Throttle, n: int, timeout: float, go: threading.Event | None = None, state=None):
+    """Run ``n`` parallel calls of a tool under ``throttle``; (result, {peak calls at once, calls begun})."""
+    state = {"now": 0, "peak": 0, "begun": 0} if state is None else state
+    lock = threading.Lock()
+
+    def q(args):
+        with lock:
+            state["now"] += 1
+            state["begun"] += 1
+            state["peak"] = max(state["peak"], state["now"])
+        try:
+            if go is not None:
+                go.wait(WAIT)
+            return args["i"]
+        finally:
+            with lock:
+                state["now"] -= 1
+
+    tool = Tool("q", q, throttles=(throttle,), concurrency_safe=lambda a: True)
+    code = (
+        f"const r = await Promise.allSettled([...Array({n}).keys()].map(i => tools.q({{i}})));"
+        "return r.map(x => x.status == 'fulfilled' ? x.value : String(x.reason.message || x.reason))"
+    )
+    result = run_code(code, [tool], runtime=QuickJSRuntime(), timeout=timeout, description="test")
+    return result, state
+
+
+def _said(caplog, name: str) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.name == "nous_sched" and repr(name) in r.getMessage()]
+
+
+def _message(result) -> str:
+    return result.error.message if result.error is not None else json.dumps(result.result)
+
+
+def test_a_stopped_redis_is_waited_on_named_logged_once_and_gives_places_back(caplog):
+    caplog.set_level(logging.WARNING, logger="nous_sched")
+    name = "stopped-" + uuid.uuid4().hex
+    with redis_process() as server:
+        throttle = Throttle(name, max_running=2, redis_url=server.url)
+        go = threading.Event()
+        results = []
+        state = {"now": 0, "peak": 0, "begun": 0}
+        runner = threading.Thread(target=lambda: results.append(_fanout(throttle, 6, 4.0, go, state)))
+        runner.start()
+        eventually(lambda: state["begun"] == 2, "two calls to hold their places")
+        server.signal(signal.SIGSTOP)  # silent: the sockets stay open, nothing answers
+        go.set()  # the holders return: their places come back here; the waiters try Redis
+        runner.join(WAIT)
+        # Given back here at once (the Redis give-back may time out meanwhile): within a second of the run's end.
+        eventually(lambda: (throttle.running, throttle.waiting) == (0, 0), "the places to come back", timeout=1.0)
+        ((result, state),) = results
+        assert state["peak"] <= 2 and state["begun"] == 2
+        message = _message(result)
+        assert f"Redis at 127.0.0.1:{server.port} did not answer within 0.5 s" in message, message
+        said = _said(caplog, name)
+        assert len(said) == 1 and said[0].exc_info is None, [r.getMessage() for r in said]
+        server.signal(signal.SIGCONT)
+        result, state = _fanout(throttle, 6, timeout=WAIT)
+        assert result.result == list(range(6)) and state["peak"] <= 2
+
+
+def test_a_killed_and_restarted_redis_is_waited_for(caplog):
+    caplog.set_level(logging.WARNING, logger="nous_sched")
+    name = "restarted-" + uuid.uuid4().hex
+    with redis_process() as server:
+        throttle = Throttle(name, max_running=2, redis_url=server.url, lease=1.5)
+        go = threading.Event()
+        results = []
+        state = {"now": 0, "peak": 0, "begun": 0}
+        runner = threading.Thread(target=lambda: results.append(_fanout(throttle, 8, WAIT, go, state)))
+        runner.start()
+        eventually(lambda: state["begun"] == 2 and throttle.waiting == 6, "two holders and six waiters")
+        server.kill()
+        go.set()  # the holders return while the server is gone: their places come back here at once
+        eventually(lambda: throttle.redis_trouble is not None, "a try to fail")
+        assert throttle.running <= 2
+        server.start()
+        runner.join(WAIT)
+        ((result, state),) = results
+        assert result.result == list(range(8)), _message(result)
+        assert state["peak"] <= 2
+        assert throttle.redis_trouble is None
+        troubles = [r for r in _said(caplog, name) if any(t in r.getMessage() for t in TROUBLE)]
+        assert 1 <= len(troubles) <= 2 and all(r.exc_info is None for r in troubles)  # at most one per server fault
+        assert f"Redis at 127.0.0.1:{server.port}" in troubles[0].getMessage()
+
+
+def test_slow_replies_within_the_timeout_still_throttle():
+    name = "slow-" + uuid.uuid4().hex
+    with redis_process() as server:
+        proxy = DelayProxy(server.port, delay=0.1)
+        try:
+            throttle = Throttle(name, max_running=2, redis_url=proxy.url)
+            result, state = _fanout(throttle, 6, timeout=WAIT)
+            assert result.result == list(range(6)), _message(result)
+            assert state["peak"] <= 2
+        finally:
+            proxy.close()
+
+
+def test_replies_slower_than_the_timeout_are_an_error_naming_redis(caplog):
+    caplog.set_level(logging.WARNING, logger="nous_sched")
+    name = "too-slow-" + uuid.uuid4().hex
+    with redis_process() as server:
+        proxy = DelayProxy(server.port, delay=1.0)
+        try:
+            throttle = Throttle(name, max_running=2, redis_url=proxy.url)
+            result, state = _fanout(throttle, 6, timeout=3.0)
+            message = _message(result)
+            assert f"Redis at 127.0.0.1:{proxy.port} did not answer within 0.5 s" in message, message
+            assert state["begun"] == 0
+            eventually(lambda: (throttle.running, throttle.waiting) == (0, 0), "the places to come back", timeout=1.0)
+            assert len(_said(caplog, name)) == 1
+        finally:
+            proxy.close()
+
+
+def test_a_stalled_connection_does_not_stop_renewals():
+    """The holder's connections go silent (new ones work): the lease thread times out, renews on a new
+    connection, and another holder (direct to the server) never gets the place for three leases."""
+    name = "stalled-" + uuid.uuid4().hex
+    with redis_process() as server:
+        proxy = DelayProxy(server.port)
+        try:
+            holder = Throttle(name, max_running=1, redis_url=proxy.url, lease=2.0)
+            other = Throttle(name, max_running=1, redis_url=server.url, lease=2.0)
+            with holder.hold(timeout=WAIT):
+                proxy.stall()
+                with pytest.raises(TimeoutError):
+                    with other.hold(timeout=6.0):
+                        pass
+            with other.hold(timeout=WAIT):
+                assert other.running == 1
+        finally:
+            proxy.close()
+
+
+def test_one_name_one_limit(redis_url):
+    name = "one-limit-" + uuid.uuid4().hex
+    fleet = Throttle(name, max_running=2, redis_url=redis_url)
+    mine = Throttle(name, max_running=40, redis_url=redis_url)
+    with fleet.hold(timeout=WAIT):
+        pass
+    with pytest.raises(ConfigError, match=r"`max_running` gives max_running=40.*max_running=2"):
+        with mine.hold(timeout=WAIT):
+            pass
+    result, state = _fanout(mine, 3, timeout=WAIT)
+    assert state["begun"] == 0 and "max_running=2" in _message(result)
+    assert (mine.running, mine.waiting) == (0, 0)
+    rate = Throttle(name, max_running=2, per_second=5, redis_url=redis_url)
+    with pytest.raises(ConfigError, match="per_second"):
+        with rate.hold(timeout=WAIT):
+            pass
+
+
+def test_an_unreachable_redis_is_named_in_the_runs_timeout(caplog):
+    caplog.set_level(logging.WARNING, logger="nous_sched")
+    name = "nowhere-" + uuid.uuid4().hex
+    throttle = Throttle(name, max_running=1, redis_url="redis://:secret@127.0.0.1:1/0")
+    result = run_code(
+        "await tools.q({}); return 'ran'",
+        [Tool("q", lambda a: 1, throttles=(throttle,))],
+        runtime=QuickJSRuntime(),
+        timeout=1.5,
+        description="test",
+    )
+    assert result.error is not None and result.result is None
+    assert "Redis at 127.0.0.1:1 could not be reached" in result.error.message, result.error.message
+    assert "secret" not in result.error.message
+    said = _said(caplog, name)
+    assert len(said) == 1 and said[0].exc_info is None and "secret" not in said[0].getMessage()
+
+
+def test_an_approval_stores_client_has_the_same_timeouts():
+    with redis_process() as server:
+        store = RedisApprovalStore(server.url)
+        assert store.suspensions() == []
+        server.signal(signal.SIGSTOP)
+        try:
+            with pytest.raises(redis.exceptions.TimeoutError, match=f"127.0.0.1:{server.port}"):
+                store.suspensions()  # an error naming the server, not a hang
+        finally:
+            server.signal(signal.SIGCONT)
+        assert store.suspensions() == []
+
+
+def _readme_redis_example() -> str:
+    text = (ROOT / "README.rst").read_text(encoding="utf-8")
+    blocks = [b for b in text.split(".. code-block:: python")[1:] if 'Throttle("search-api"' in b.split("\n\n\n")[0]]
+    assert len(blocks) == 1
+    lines = []
+    for line in blocks[0].split("\n")[1:]:
+        if line.strip() and not line.startswith("   "):
+            break
+        lines.append(line)
+    return textwrap.dedent("\n".join(lines))
+
+
+def _run_example(url: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, REDIS_URL=url, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.run(
+        [sys.executable, "-c", _readme_redis_example()], env=env, capture_output=True, text=True, timeout=WAIT
+    )
+
+
+def test_the_readmes_redis_example_runs_against_a_started_server(redis_url):
+    done = _run_example(redis_url)
+    assert (done.returncode, done.stdout) == (0, "{'hits': []}\n"), done.stderr
+
+
+def test_the_readmes_redis_example_against_a_dead_server_says_so_once():
+    with redis_process() as server:
+        url = server.url
+    done = _run_example(url)  # the server is gone: nothing listens there
+    assert done.returncode == 0, done.stderr
+    assert f"Redis at 127.0.0.1:{server.port} could not be reached" in done.stdout, done.stdout
+    said = [line for line in done.stderr.splitlines() if "search-api" in line]
+    assert len(said) == 1 and "Traceback" not in done.stderr, done.stderr
+
+
+def test_a_lease_that_runs_out_unrenewed_is_logged_as_lost_once(caplog):
+    """Every connection of the holder goes silent: renewals fail, and once the lease has run out by
+    this process's clock it is lost (said once, never renewed again: the server may give it away)."""
+    caplog.set_level(logging.WARNING, logger="nous_sched")
+    name = "lost-" + uuid.uuid4().hex
+    with redis_process() as server:
+        proxy = DelayProxy(server.port)
+        try:
+            holder = Throttle(name, max_running=1, redis_url=proxy.url, lease=1.0)
+            with holder.hold(timeout=WAIT):
+                proxy.silent = True
+                proxy.stall()
+                eventually(lambda: any("lease lost" in r.getMessage() for r in _said(caplog, name)), "the loss")
+            lost = [r for r in _said(caplog, name) if "lease lost" in r.getMessage()]
+            assert len(lost) == 1 and lost[0].exc_info is None
+            assert f"Redis at 127.0.0.1:{proxy.port} did not answer within 0.5 s" in lost[0].getMessage()
+        finally:
+            proxy.close()
+
+
+def test_a_refusal_at_the_deadline_is_told_as_the_wait_not_as_javascript():
+    """The throttle refused the call as the deadline passed and the program was stopped while it
+    handled that refusal: the message says what the call waited for, naming Redis."""
+    from nous_sched._explain import told
+    from nous_sched.records import CallRecord
+
+    throttle = Throttle("search-api", max_running=1, redis_url="redis://127.0.0.1:1/0")
+    throttle._redis.trouble = "Redis at 127.0.0.1:1 could not be reached"
+    refused = CallRecord(0, "search", "parallel", 0.01, 4.99, 5.0, False, None, "", 4.98)
+    message = "the program exceeded its 5s deadline (running JavaScript) and was stopped"
+    said = told("timeout", message, ["search"], [refused], (), {"search": [throttle]})
+    assert said.startswith(
+        "the program exceeded its 5s deadline (waiting for a place in throttle 'search-api' before tool "
+        "'search' (call 0) (Redis at 127.0.0.1:1 could not be reached)) and was stopped"
+    ), said
+    early = CallRecord(0, "search", "parallel", 0.01, 1.0, 1.0, False, None, "", 0.99)  # then JavaScript ran on
+    assert "(running JavaScript)" in told("timeout", message, ["search"], [early], (), {"search": [throttle]})
+
+
+@pytest.mark.parametrize("bad", [0, -1, float("nan"), float("inf"), "0.5", True, None])
+def test_redis_timeout_is_checked(bad):
+    with pytest.raises(ConfigError, match="redis_timeout"):
+        Throttle("checked", max_running=1, redis_url="redis://127.0.0.1:1/0", redis_timeout=bad)
