@@ -34,13 +34,17 @@ def children(pid: "int | str" = "self") -> dict[int, str]:
     except FileNotFoundError:  # (gone: it has no children)
         return out
     for task in tasks:
-        with open(f"/proc/{pid}/task/{task}/children") as fh:
-            for p in fh.read().split():
-                try:
-                    with open(f"/proc/{p}/stat") as st:
-                        out[int(p)] = st.read().rsplit(")", 1)[1].split()[0]
-                except OSError:
-                    pass
+        try:
+            with open(f"/proc/{pid}/task/{task}/children") as fh:
+                found = fh.read().split()
+        except FileNotFoundError:  # (a thread that ended since the listing: its children are another's)
+            continue
+        for p in found:
+            try:
+                with open(f"/proc/{p}/stat") as st:
+                    out[int(p)] = st.read().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                pass
     return out
 
 
