@@ -88,6 +88,7 @@ try:
 except ImportError as exc:  # pragma: no cover - the extra is part of the test install
     raise ImportError("nous_sched.agui needs the `agui` extra: pip install -e '.[agui]' (ag-ui-protocol)") from exc
 
+from ._text import json_inert
 from .live import Run, RunEvent
 
 __all__ = ["events", "sse", "Translator", "MEDIA_TYPE"]
@@ -287,8 +288,10 @@ def _translator(run: Run, run_id: Optional[str], thread_id: Optional[str]) -> Tr
 
 
 def encode(event: BaseEvent) -> str:
-    """One AG-UI event as one server-sent event: ``data: <JSON>\\n\\n`` (camelCase, no nulls)."""
-    return f"data: {event.model_dump_json(by_alias=True, exclude_none=True)}\n\n"
+    """One AG-UI event as one server-sent event: ``data: <JSON>\\n\\n`` (camelCase, no nulls).
+    Control and format characters are JSON escapes, as in every JSON text the
+    library writes (``nous_sched._text.json_inert``): the same value, inert on a terminal."""
+    return f"data: {json_inert(event.model_dump_json(by_alias=True, exclude_none=True))}\n\n"
 
 
 def sse(run: Run, *, run_id: Optional[str] = None, thread_id: Optional[str] = None) -> Iterator[str]:

@@ -58,6 +58,7 @@ from mcp import Client, StdioServerParameters
 from nous_sched import (
     ERROR_KINDS,
     QuickJSRuntime,
+    agui,
     arun_code,
     call_tool,
     resume,
@@ -195,6 +196,13 @@ def check_sse(out: Any) -> None:
     assert events and events[-1]["kind"] == "end", text[-300:]
 
 
+def check_agui_sse(out: Any) -> None:
+    text = _text(out)
+    check_terminal(text)
+    events = [orjson.loads(line[len("data: ") :]) for line in text.splitlines() if line.startswith("data: ")]
+    assert events and events[-1]["type"] in ("RUN_FINISHED", "RUN_ERROR"), text[-300:]
+
+
 def check_wire(out: Any) -> None:
     orjson.loads(_text(out))
 
@@ -207,11 +215,12 @@ def check_value(out: Any) -> None:
     assert out is not None
 
 
-TERMINAL, JSON, JSON_LINES, SSE, WIRE, WIRE_VALUE, VALUE = (
+TERMINAL, JSON, JSON_LINES, SSE, AGUI_SSE, WIRE, WIRE_VALUE, VALUE = (
     check_terminal,
     check_json,
     check_json_lines,
     check_sse,
+    check_agui_sse,
     check_wire,
     check_wire_value,
     check_value,
@@ -224,6 +233,7 @@ OUTPUT_PATHS: dict[str, Callable[[Any], None]] = {
     "approval_question": TERMINAL,  # ApprovalRequest.question(): the one renderer
     "run_events_json": JSON_LINES,  # RunEvent.to_json of start_run's events
     "sse_stream": SSE,  # examples/flask_events.py's text/event-stream
+    "agui_sse": AGUI_SSE,  # nous_sched.agui.sse: a run's events as AG-UI server-sent events
     "call_tool_text": WIRE,  # call_tool's (and the framework adapters') JSON text for a model
     "otel_attributes": WIRE_VALUE,  # span names and attributes, for an exporter
     "mcp_result_text": WIRE,  # serve-mcp's result, text content, as a client received it (or a refusal's body)
@@ -288,6 +298,14 @@ def enter_start_run(program: str, description: str, env: Any) -> Seen:
     lines = [event.to_json() for event in run.events()]
     result = run.result(timeout=WAIT)
     return _of_result(result, {"approval_question": "\n".join(questions), "run_events_json": "\n".join(lines)})
+
+
+def enter_agui_sse(program: str, description: str, env: Any) -> Seen:
+    questions, approve = _asking()
+    run = start_run(program, TOOLS, description=description, approval_handler=approve, timeout=WAIT)
+    stream = "".join(agui.sse(run))
+    result = run.result(timeout=WAIT)
+    return _of_result(result, {"approval_question": "\n".join(questions), "agui_sse": stream})
 
 
 def enter_arun_code(program: str, description: str, env: Any) -> Seen:
@@ -446,6 +464,7 @@ ENTRY_POINTS = [
     Entry("run_code", enter_run_code, ("run_result", "approval_question", "logging")),
     Entry("run_code_in_process", enter_run_code_in_process, ("run_result", "approval_question", "logging")),
     Entry("start_run", enter_start_run, ("run_result", "approval_question", "run_events_json", "logging")),
+    Entry("agui_sse", enter_agui_sse, ("run_result", "approval_question", "agui_sse", "logging")),
     Entry("arun_code", enter_arun_code, ("run_result", "approval_question", "logging")),
     Entry("call_tool", enter_call_tool, ("run_result", "call_tool_text", "logging"), takes_bytes=True),
     Entry("langchain_adapter", enter_langchain, ("run_result", "call_tool_text", "logging")),
