@@ -37,14 +37,18 @@ def check(result, what):
 def first_closed(paths):
     # The first folder on the way to one of `paths` that others may not pass
     # through, and every entry of it on those paths.
+    # A needed folder may itself be closed (a checkout made by mktemp -d is
+    # 0700): then every entry of it is on the way.
     for path in paths:
         parts = path.strip("/").split("/")
-        for i in range(len(parts)):
+        for i in range(len(parts) + 1):
             folder = "/" + "/".join(parts[:i])
-            if not os.stat(folder).st_mode & 0o001:
+            if os.path.isdir(folder) and not os.stat(folder).st_mode & 0o001:
                 entries = set()
                 for other in paths:
-                    if other.startswith(folder.rstrip("/") + "/"):
+                    if other == folder:
+                        entries.update(os.listdir(folder))
+                    elif other.startswith(folder.rstrip("/") + "/"):
                         entries.add(other[len(folder.rstrip("/")) + 1:].split("/")[0])
                 return folder, entries
     return None, None
