@@ -91,6 +91,7 @@ from typing import Any, Optional
 from . import _redis_client
 from . import _validators as v
 from ._claimer import claim_alive, claimer, describe
+from ._extras import install_command
 from ._validators import require
 from .errors import RunCodeError
 
@@ -854,7 +855,7 @@ class RedisApprovalStore(ApprovalStore):
             import redis  # noqa: F401  (here for the message below)
         except ImportError:
             raise RunCodeError(
-                "RedisApprovalStore needs the redis client: pip install -e '.[redis]' from a checkout"
+                f"RedisApprovalStore needs the redis client; install it with: {install_command('redis')}"
             ) from None
         self.url = url
         self.prefix = prefix
