@@ -361,10 +361,12 @@ def test_readme_test_command_is_what_ci_runs():
     assert readme_command in README.read_text(encoding="utf-8")
     ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
     commands = [line for line in ci if line and not line.startswith(("#", "set ", "cd "))]
-    # The system packages, the README's test command, verbatim, then the checks configured in pyproject.toml.
+    # The system packages, the README's test command, verbatim, the wheel as a user installs it,
+    # then the checks configured in pyproject.toml.
     assert commands == [
         "bash .ci/system-deps",
         readme_command,
+        "bash .ci/wheel-check",
         "python -m ruff check .",
         "python -m ruff format --check .",
         "python -m mypy",
