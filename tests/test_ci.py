@@ -66,7 +66,7 @@ def test_ci_builds_the_wheel_installs_it_outside_the_checkout_and_runs_the_main_
     script = (ROOT / ".ci" / "wheel-check").read_text(encoding="utf-8")
     steps = [
         "set -euo pipefail",
-        'work=$(mktemp -d)\ntrap \'rm -rf "$work"\' EXIT',  # a temporary folder, removed however it ends
+        "work=$(mktemp -d)\ntrap 'rm -rf \"$work\"' EXIT",  # a temporary folder, removed however it ends
         'python -m build --outdir "$work/dist" .',
         'python -m twine check --strict "${wheels[0]}" "${sdists[0]}"',
         "unset PYTHONPATH PYTHONHOME",
