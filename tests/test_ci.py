@@ -88,3 +88,32 @@ def test_the_release_tools_come_from_the_projects_extras():
     for extra in ("test", "release"):
         section = config["options.extras_require"][extra]
         assert re.search(r"^build\b", section, re.M) and re.search(r"^twine\b", section, re.M), extra
+
+
+KINDS = ["Breaking changes", "Added", "Changed", "Deprecated", "Removed", "Fixed", "Security"]
+
+
+def _changelog_sections() -> list[tuple[str, list[str]]]:
+    """(release heading, its subsection headings) in order, from CHANGELOG.rst's underlines."""
+    lines = (ROOT / "CHANGELOG.rst").read_text(encoding="utf-8").splitlines()
+    releases: list[tuple[str, list[str]]] = []
+    for title, underline in zip(lines, lines[1:]):
+        if title and underline == "-" * len(title):
+            releases.append((title, []))
+        elif title and underline == "~" * len(title):
+            releases[-1][1].append(title)
+    return releases
+
+
+def test_the_changelog_keeps_one_section_per_kind_under_each_release():
+    releases = _changelog_sections()
+    assert releases[0] == ("Unreleased", []), "an empty Unreleased on top, for the next entries"
+    dated = [re.fullmatch(r"(\d+)\.(\d+)\.(\d+) - (\d{4}-\d{2}-\d{2})", title) for title, _ in releases[1:]]
+    assert all(dated), [title for title, _ in releases[1:]]
+    versions = [tuple(int(p) for p in m.groups()[:3]) for m in dated if m]
+    dates = [m.group(4) for m in dated if m]
+    assert versions == sorted(versions, reverse=True) and dates == sorted(dates, reverse=True)
+    for title, kinds in releases:
+        assert kinds == [k for k in KINDS if k in kinds], (title, kinds)  # each kind once, in order
+    text = (ROOT / "CHANGELOG.rst").read_text(encoding="utf-8")
+    assert "**Breaking**" not in text and "New default:" not in text, "breaking changes are marked one way"
