@@ -7,6 +7,7 @@ import configparser
 import datetime
 import importlib
 import json
+import os
 import re
 import shlex
 import subprocess
@@ -213,6 +214,7 @@ def test_each_framework_names_its_command(monkeypatch, adapter, package, extra):
 def test_the_serve_mcp_help_names_the_command():
     done = subprocess.run(
         [sys.executable, "-m", "nous_sched", "serve-mcp", "--help"],
+        env={**os.environ, "COLUMNS": "10000"},  # argparse wraps at hyphens, and a checkout's path may have some
         capture_output=True,
         text=True,
         cwd=ROOT,
