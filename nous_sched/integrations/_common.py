@@ -10,8 +10,8 @@ from typing import Any, Callable, Optional, Union
 from .. import _validators as v
 from .._extras import install_command
 from ..errors import ConfigError
-from ..function_tool import _always_safe, _no_return_type, _stdlib_schema
-from ..tool import Tool
+from ..tooling import Tool
+from ..tooling._function_tool import _always_safe, _no_return_type, _stdlib_schema
 
 Predicate = Union[Callable[[dict[str, Any]], Any], bool, None]
 
