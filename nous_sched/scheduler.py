@@ -172,7 +172,19 @@ class Ticket:
 class _Timeline:
     """When one started call started, finished and committed (seconds since the epoch of its scheduler)."""
 
-    __slots__ = ("seq", "tool", "mode", "started", "finished", "committed", "ok", "began", "reason", "throttled")
+    __slots__ = (
+        "seq",
+        "tool",
+        "mode",
+        "started",
+        "finished",
+        "committed",
+        "ok",
+        "began",
+        "reason",
+        "throttled",
+        "waiting_since",
+    )
 
     def __init__(self, seq: int, tool: str, mode: Mode, started: float, reason: str = "") -> None:
         self.seq = seq
@@ -185,8 +197,14 @@ class _Timeline:
         self.ok: Optional[bool] = None
         self.began: Optional[float] = None
         self.throttled: Optional[float] = None
+        self.waiting_since: Optional[float] = None  # perf_counter() as its throttles' wait began
 
     def record(self) -> CallRecord:
+        throttled = self.throttled
+        if throttled is None and self.waiting_since is not None:
+            # Still waiting: the run may end (its deadline) before the tool thread
+            # wakes to stamp the wait, and its trail must still show the wait.
+            throttled = time.perf_counter() - self.waiting_since
         return CallRecord(
             self.seq,
             self.tool,
@@ -197,7 +215,7 @@ class _Timeline:
             self.ok,
             self.began,
             self.reason,
-            self.throttled,
+            throttled,
         )
 
 
@@ -249,18 +267,19 @@ class _Begin:
         """Take the throttles' places (None), or why not: False once the scheduler stops, else the message."""
         scheduler = self.scheduler
         hold = self.hold = _Hold(self.throttles)
-        waiting_since = time.perf_counter()
+        timeline = self.timeline
         with scheduler._records_lock:
             if scheduler._stopping:
                 return False
             scheduler._throttle_waits.add(hold)
+            waiting_since = timeline.waiting_since = time.perf_counter()
         deadline = self.deadline if self.deadline is not None else time.monotonic() + scheduler._timeout
         try:
             refusal = hold.wait(deadline)
         finally:
             with scheduler._records_lock:
                 scheduler._throttle_waits.discard(hold)
-                self.timeline.throttled = time.perf_counter() - waiting_since
+                timeline.throttled = time.perf_counter() - waiting_since
         if refusal is not None and refusal.startswith(ABANDONED):
             return False
         return refusal
