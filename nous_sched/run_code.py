@@ -53,7 +53,7 @@ from .errors import RunCodeError
 from .events import SessionLog
 from .gate import Admitted, Gate
 from .outcome import TRUNCATION_MARK, Outcome
-from .policy import PermissionPolicy, partition
+from .policy import PermissionPolicy, approval_names, partition
 from .records import CallRecord
 from .result import RunError, RunResult
 from .runtime import Cancel, CodeRuntime, Limits, PendingCall, RuntimeOutcome
@@ -370,7 +370,7 @@ def _build(p: Prepared, deadline: float, live: Any) -> tuple[Scheduler, Gate, Ru
     run_ctx = RunContext(
         approval_handler=o["approval_handler"],
         deps=o["deps"],
-        require_approval=frozenset(n for n, t in p.granted.items() if policy is not None and policy.needs_approval(t)),
+        require_approval=approval_names(policy, p.granted.values()),
         deadline=deadline,
         description=o["description"] or "",
         live=live,
