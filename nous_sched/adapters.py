@@ -16,17 +16,17 @@ from typing import Any, Callable, Optional
 
 from . import _tracing
 from . import _validators as v
-from ._admitted import run_admitted
 from ._options import OPTIONAL_LIMITS, OPTIONAL_POLICY, OPTIONAL_SESSION_LOG
 from ._text import machine_text
 from .agent import WithContextUpdate
-from .dispatch import ApprovalRequest, CallInfo, RunContext, direct_dispatch
 from .events import ApprovalEvent, SessionLog, ToolCallEvent, ToolOutcomeEvent
 from .gate import Admitted, Gate
+from .gate._admitted import run_admitted
+from .gate.dispatch import ApprovalRequest, CallInfo, RunContext, direct_dispatch
+from .gate.policy import PermissionPolicy, approval_names, partition
 from .limits import Limits
 from .outcome import clamp
-from .policy import PermissionPolicy, approval_names, partition
-from .tool import EXCLUSIVE, Tool
+from .tooling import EXCLUSIVE, Tool
 
 __all__ = ["openai_tool", "anthropic_tool", "call_tool", "OPENAI_APIS"]
 
@@ -122,7 +122,7 @@ def call_tool(
     events appended to ``session_log`` (when given) and only its value returned.
 
     The admitted call runs as a program's sub-call does (one way,
-    :mod:`nous_sched._admitted`: the same outcome, error kinds and messages,
+    :mod:`nous_sched.gate._admitted`: the same outcome, error kinds and messages,
     and the same ``tool_outcome`` record and result size), in a copy of the
     caller's context. A model's mistake is answered, not raised, so the loop
     can send it back and the model can correct itself: arguments that are not

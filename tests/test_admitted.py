@@ -1,5 +1,5 @@
-"""One way to run an admitted call (nous_sched/_admitted.py) and one approval rule
-(nous_sched.dispatch.needs_approval): a program's sub-call (run_code, through the
+"""One way to run an admitted call (nous_sched/gate/_admitted.py) and one approval rule
+(nous_sched.gate.dispatch.needs_approval): a program's sub-call (run_code, through the
 scheduler) and a model's direct call (call_tool) of the same tool, doing the same
 thing, end the same way: what the caller reads, the call's ``tool_outcome`` audit
 record and its ``approval`` records. The only difference is who hears of an
@@ -26,8 +26,8 @@ from nous_sched import (
     call_tool,
     run_code,
 )
-from nous_sched.dispatch import needs_approval
-from nous_sched.policy import approval_names
+from nous_sched.gate.dispatch import needs_approval
+from nous_sched.gate.policy import approval_names
 
 PROGRAM = "try { return {ok: true, value: await tools.t({n: 1})} } catch (e) { return {ok: false, message: e.message} }"
 
