@@ -161,7 +161,7 @@ def call_tool(
         description=description or "",
     )
     if session_log is not None:
-        event = ToolCallEvent(id=event_id, name=tool.name, arguments=args, mode=EXCLUSIVE, seq=0, source="direct")
+        event = ToolCallEvent(id=event_id, tool=tool.name, arguments=args, mode=EXCLUSIVE, seq=0, source="direct")
         session_log.append(event.as_event())
     text, kind, error = _dispatched(
         tool, args, run_ctx, CallInfo(event_id, tool.name, 0, EXCLUSIVE, run_ctx), session_log

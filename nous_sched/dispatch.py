@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 import attrs
 
 from . import approval_text
+from ._slots import record
 from .errors import ToolError
 from .outcome import quote_name
 
@@ -103,7 +104,7 @@ class RunContext:
     live: Any = None
 
 
-@attrs.frozen
+@record
 class CallInfo:
     """Which sub-call the current thread is running (see :data:`current_call`)."""
 

@@ -82,6 +82,7 @@ from . import _validators as v
 from . import approval_text
 from ._text import machine_json
 from .durable import resume
+from .events import LIVE_KINDS
 from .outcome import Outcome
 from .records import CallRecord
 from .result import RunResult
@@ -91,8 +92,8 @@ from .tool import Tool
 
 __all__ = ["start_run", "resume_run", "Run", "RunEvent", "EventStream", "EVENT_KINDS", "HISTORY", "DEFAULT_BUFFER"]
 
-#: Every ``RunEvent.kind``.
-EVENT_KINDS = ("call", "commit", "refused", "log", "approval", "suspended", "end", "gap")
+#: Every ``RunEvent.kind``: the live projection of :data:`nous_sched.events.VOCABULARY`.
+EVENT_KINDS = LIVE_KINDS
 #: How many events a run's stream holds for consumers that start late.
 HISTORY = 100_000
 #: How many events one consumer may fall behind before it skips (a ``gap``).

@@ -207,5 +207,5 @@ def result_json(result: RunResult) -> dict[str, Any]:
     doc["trail"] = [attrs.asdict(r) for r in result.trail]
     # Each record with its type: tool_call, approval and tool_outcome share the list.
     doc["events"] = [{"type": e.type, **e.as_event().data} for e in result.events]
-    doc["refused"] = [attrs.asdict(r) for r in result.refused]
+    doc["refused"] = [dict(r.as_event().data) for r in result.refused]  # the audit's fields, as `events`
     return doc
