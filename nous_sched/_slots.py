@@ -16,7 +16,9 @@ converter would return it as it is), and sets each slot directly
 A field may be *held* in a cheaper form and built on first read
 (``metadata={"later": (form, build)}``): while the slot holds a value of
 type ``form``, reading the attribute builds ``build(held)`` once, whichever
-thread reads first, and keeps it in the slot. A reader cannot tell: every
+thread reads first, and keeps it in the slot. A ``tuple`` form names its
+``mark`` too (``metadata={"mark": mark}``): the constructor takes a tuple
+whose first item is ``mark`` as held, and converts any other. A reader cannot tell: every
 read, ``==``, ``repr`` and pickle see the built value. :func:`held` is the one
 reader that sees the slot as it is (to tell whether a value was built yet).
 
@@ -41,11 +43,12 @@ else:
 
 T = TypeVar("T")
 
-__all__ = ["record", "held", "READY", "LATER"]
+__all__ = ["record", "held", "READY", "LATER", "MARK"]
 
 #: ``attrs.field(metadata=...)`` keys :func:`record` reads.
 READY = "ready"
 LATER = "later"
+MARK = "mark"
 
 _FIRST_READ = threading.RLock()  # reentrant: one field's build may read another's
 _REQUIRED: Any = attrs.NOTHING
@@ -99,8 +102,18 @@ def _init(cls: type, fields: Any, slots: dict[str, Any]) -> Callable[..., None]:
                 params.append(f"{arg}=default{i}")
             if f.converter is not None:
                 scope[f"convert{i}"] = f.converter
-                ready = f.metadata.get(READY)
-                if ready:
+                ready, mark = f.metadata.get(READY), f.metadata.get(MARK)
+                if ready and mark is not None:  # a tuple form: held when its first item is the mark
+                    scope[f"ready{i}"], scope[f"form{i}"], scope[f"mark{i}"] = (
+                        frozenset(ready),
+                        f.metadata[LATER][0],
+                        mark,
+                    )
+                    body.append(
+                        f"    if type_of({arg}) not in ready{i} and not"
+                        f" (type_of({arg}) is form{i} and {arg} and {arg}[0] is mark{i}): {arg} = convert{i}({arg})"
+                    )
+                elif ready:
                     scope[f"ready{i}"] = frozenset(ready)
                     body.append(f"    if type_of({arg}) not in ready{i}: {arg} = convert{i}({arg})")
                 else:

@@ -34,7 +34,7 @@ from typing import Any, Callable, Iterable, Mapping, NoReturn, Optional
 
 import attrs
 
-from ._slots import LATER, READY, held, record
+from ._slots import LATER, MARK, READY, held, record
 from .snapshot import loads
 
 __all__ = [
@@ -229,7 +229,7 @@ class ToolCallEvent:
 
     id: str
     tool: str
-    arguments: Any = attrs.field(converter=freeze, metadata={READY: _READY, LATER: (tuple, _thaw)})
+    arguments: Any = attrs.field(converter=freeze, metadata={READY: _READY, LATER: (tuple, _thaw), MARK: _TEXT})
     mode: str
     seq: int
     source: str = "code_mode"
