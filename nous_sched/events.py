@@ -1,4 +1,13 @@
-"""Session events: the audit trail of sub-calls, kept out of model history.
+"""The event vocabulary, and the audit trail of sub-calls, kept out of model history.
+
+:data:`VOCABULARY` names every kind of thing that happens to a call or a run
+(``call``, ``outcome``, ``refused``, ``log``, ``approval``, ``suspended``,
+``resumed``, ``end``, ``gap``) once, with its record type here and its name
+in each projection: its audit type, its live kind (:mod:`nous_sched.live`),
+its scheduler observer phase (:data:`PHASES`). The audit, the observer, the
+live stream, OTel, AG-UI and serve-mcp's notifications are tables keyed by
+those names (ARCHITECTURE.rst, "Events": where a new kind goes). A call's
+tool is ``tool`` in every record.
 
 A :class:`SessionLog` is an append-only list of :class:`Event`. Only the
 *surface* types project to model messages (:meth:`SessionLog.messages`);
