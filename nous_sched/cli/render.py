@@ -177,7 +177,7 @@ def human(result: RunResult, out: TextIO) -> None:
     if result.refused:
         out.write(f"\nrefused by the gate ({len(result.refused)}):\n")
         for refusal in result.refused:
-            out.write(_indent(inert(f"{refusal.name}: {refusal.message}")) + "\n")
+            out.write(_indent(inert(f"{refusal.tool}: {refusal.message}")) + "\n")
     trail = result.trail
     failed = sum(1 for r in trail if r.ok is False)
     summary = f"\ntrail ({len(trail)} calls"
