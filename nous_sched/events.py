@@ -44,7 +44,7 @@ from typing import Any, Callable, Iterable, Mapping, NoReturn, Optional
 import attrs
 
 from ._slots import LATER, MARK, READY, held, record
-from .snapshot import loads
+from .crossing import loads
 
 __all__ = [
     "FrozenDict",

@@ -32,7 +32,7 @@ from nous_sched import (
     run_code,
     start_run,
 )
-from nous_sched.dispatch import CallInfo
+from nous_sched.gate.dispatch import CallInfo
 from nous_sched.mcp import live_forward
 
 VOCABULARY = events.VOCABULARY
