@@ -77,7 +77,10 @@ def record(cls: type[T]) -> type[T]:
 def held(obj: Any, name: str) -> Any:
     """The value of ``obj``'s field ``name`` as its slot holds it (a ``later`` field
     may still hold its cheaper form): only for telling whether it was built."""
-    return _HELD[type(obj), name](obj)
+    try:
+        return _HELD[type(obj), name](obj)
+    except KeyError:  # a subclass of the record: its slot is the record's
+        return next(_HELD[c, name] for c in type(obj).__mro__ if (c, name) in _HELD)(obj)
 
 
 def _init(cls: type, fields: Any, slots: dict[str, Any]) -> Callable[..., None]:

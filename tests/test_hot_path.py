@@ -164,6 +164,12 @@ def test_a_record_is_made_by_keyword_too_and_refuses_what_attrs_would():
     assert later == ToolCallEvent("code:0", "t", {"b": None}, "parallel", 0)
     assert type(later.arguments) is FrozenDict
 
+    class Mine(ToolCallEvent):
+        pass
+
+    mine = Mine("code:0", "t", frozen_later('{"b":null}'), "parallel", 0)
+    assert mine.as_event() == later.as_event() and type(mine.arguments) is FrozenDict
+
 
 def test_a_crossed_outcome_is_a_success_with_its_text():
     # Outcome.crossed sets the slots directly (once per call, on a tool thread).
