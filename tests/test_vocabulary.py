@@ -33,7 +33,7 @@ from nous_sched import (
     start_run,
 )
 from nous_sched.gate.dispatch import CallInfo
-from nous_sched.mcp import live_forward
+from nous_sched.mcp import live_forward, serve
 
 VOCABULARY = events.VOCABULARY
 
@@ -78,8 +78,9 @@ def test_the_live_kinds_and_the_observer_phases_are_the_vocabularys_columns():
         (agui.PROJECTION, live.EVENT_KINDS),
         (live_forward.PROJECTION, live.EVENT_KINDS),
         (otel.PROJECTION, events.PHASES),
+        (serve.AUDIT_LINES, events.AUDIT_TYPES),
     ],
-    ids=["agui", "mcp", "otel"],
+    ids=["agui", "mcp", "otel", "audit-log"],
 )
 def test_every_projection_says_what_it_does_with_every_kind_of_its_column(projection, keys):
     # A new kind in the vocabulary fails this until the projection names it
