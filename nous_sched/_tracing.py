@@ -20,7 +20,10 @@ from __future__ import annotations
 import functools
 import os
 import sys
-from typing import Any, Callable, Optional, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol
+
+if TYPE_CHECKING:
+    from ._run_options import RunOptions
 
 __all__ = ["Tracing", "active", "install"]
 
@@ -28,9 +31,9 @@ __all__ = ["Tracing", "active", "install"]
 class Tracing(Protocol):
     """What :mod:`nous_sched.otel` provides to the entry points."""
 
-    def run(self, options: dict[str, Any], go: Callable[[], Any]) -> Any:
-        """Call ``go()`` (one run) inside a run span; may set ``options``' ``observer``,
-        ``dispatch`` and ``call_id`` first (they are the run's own)."""
+    def run(self, options: RunOptions, go: Callable[[RunOptions], Any]) -> Any:
+        """Call ``go(options)`` (one run) inside a run span, ``options`` with their
+        ``observer``, ``dispatch`` and ``call_id`` changed first (they are the run's own)."""
 
     def call(self, tool: str, call_id: str, go: Callable[[], Any]) -> Any:
         """Call ``go()`` (one direct call of ``tool``) inside a tool-execution span."""

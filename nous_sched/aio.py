@@ -24,10 +24,14 @@ import itertools
 import threading
 from typing import Any, Callable, Iterable, Optional, TypeVar
 
+import attrs
+
+from ._run_code import run_code
+from ._run_options import RunOptions
+from ._runner import ambient_cancel
 from .adapters import call_tool
 from .events import SessionLog
 from .result import RunResult
-from .run_code import ambient_cancel, run_code
 from .tool import Tool
 
 __all__ = ["arun_code", "acall_tool", "CANCEL_WAIT"]
@@ -48,9 +52,15 @@ async def arun_code(code: Any, tools: Iterable[Tool] = (), **options: Any) -> Ru
     :raises RunCodeError: nothing ran (as :func:`~nous_sched.run_code`).
     :raises ConfigError: a bad option, named in the message.
     """
-    cancel = options.get("cancel")
+    given = options.get("options")
+    # The caller's (set by the task's cancellation as it would set ours), else a fresh event.
+    cancel: Any = given.cancel if isinstance(given, RunOptions) else options.get("cancel")
     if cancel is None:
-        cancel = options["cancel"] = threading.Event()
+        cancel = threading.Event()
+        if isinstance(given, RunOptions):
+            options["options"] = attrs.evolve(given, cancel=cancel)
+        else:
+            options["cancel"] = cancel
     tools = list(tools) if not isinstance(tools, (list, tuple)) else tools
     return await _on_thread(lambda: run_code(code, tools, **options), cancel)
 

@@ -54,7 +54,7 @@ from nous_sched import (
 )
 from nous_sched._explain import FIXES
 from nous_sched.agent import RUN_CODE_DESCRIPTION
-from nous_sched.run_code import resolve_runtime
+from nous_sched._runner import resolve_runtime
 from nous_sched.runtime.quickjs import QuickJSRuntime
 
 # Every test runs against both runtimes (conftest.py `runtime`).
