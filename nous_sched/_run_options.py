@@ -32,7 +32,7 @@ from .policy import PermissionPolicy
 from .records import CallRecord
 from .runtime import Cancel, CodeRuntime
 
-__all__ = ["RunOptions", "build", "FIELDS", "OUTPUT_BUDGET", "check_runtime"]
+__all__ = ["RunOptions", "build", "keywords", "FIELDS", "OUTPUT_BUDGET"]
 
 #: ``output_budget=``: ``None`` (no budget) or bytes of UTF-8, at least :data:`~nous_sched.budget.MIN_OUTPUT_BUDGET`.
 OUTPUT_BUDGET = v.optional(v.int_at_least(MIN_OUTPUT_BUDGET, f"a number of bytes, at least {MIN_OUTPUT_BUDGET}"))
@@ -129,6 +129,15 @@ class RunOptions:
 #: The name of every field of :class:`RunOptions`, in order.
 FIELDS: tuple[str, ...] = tuple(f.name for f in attrs.fields(RunOptions))
 _OPTIONS = v.instance_of(RunOptions, "a nous_sched.RunOptions")
+
+
+def keywords(door: str, given: dict[str, Any]) -> dict[str, Any]:
+    """``given``, each a keyword ``run_code`` takes (``options`` among them): a
+    door that forwards ``**options`` to it raises the ``TypeError`` it would."""
+    for name in given:
+        if name != "options" and name not in FIELDS:
+            raise TypeError(f"{door}() got an unexpected keyword argument {name!r}")
+    return given
 
 
 def build(door: str, given: Mapping[str, Any], accepted: Collection[str] = FIELDS) -> RunOptions:

@@ -80,7 +80,7 @@ import attrs
 from . import _validators as v
 from . import approval_text
 from ._run_code import run as run_with
-from ._run_options import FIELDS, RunOptions, build
+from ._run_options import RunOptions, build, keywords
 from ._runner import execute, live_stream, prepare
 from ._text import machine_json
 from .durable import resume
@@ -348,7 +348,7 @@ class Run:
 
     def _serve_durable(self, call: Callable[[], RunResult]) -> None:
         """A run with an approval store: ``call()`` (``run_code``, or ``resume``) itself,
-        this run's stream in :data:`~nous_sched.run_code.live_stream`; a ``suspended``
+        this run's stream in :data:`~nous_sched._runner.live_stream`; a ``suspended``
         event before ``end`` when it suspends (its token and what waits: see
         :class:`~nous_sched.Suspension`)."""
         try:
@@ -377,18 +377,19 @@ def _thread(run: Run, serve: Callable[[], Any]) -> Run:
     return run
 
 
-def resume_run(token: str, decisions: Any, tools: Iterable[Tool] = (), **options: Any) -> Run:
+def resume_run(
+    token: str, decisions: Any, tools: Iterable[Tool] = (), *, approval_store: Any = None, **options: Any
+) -> Run:
     """:func:`~nous_sched.resume` started now, watched as :func:`start_run`'s runs are:
     the resumed run's :class:`Run` at once (its ``result()`` is what ``resume`` returns,
     and raises what it raises). ``options`` are ``resume``'s, ``approval_store`` among them;
     the others are checked here (a :class:`~nous_sched.ConfigError` naming ``resume_run``)."""
-    store = options.pop("approval_store", None)
-    given = _named(build("resume_run", _keywords("resume_run", options)))
+    given = _named(build("resume_run", keywords("resume_run", options)))
     own = threading.Event()
     if given.cancel is None:
         given = attrs.evolve(given, cancel=own)
     run = Run(EventStream(), own, call_id=str(given.call_id), description=given.description or "a resumed run")
-    resumed = partial(resume, token, decisions, list(tools), approval_store=store, options=given)
+    resumed = partial(resume, token, decisions, list(tools), approval_store=approval_store, options=given)
     return _thread(run, partial(run._serve_durable, resumed))
 
 
@@ -403,7 +404,7 @@ def start_run(code: Any, tools: Iterable[Tool] = (), **options: Any) -> Run:
     thread's ``contextvars``; ``start_run(...).result()`` is what
     ``run_code(...)`` returns.
     """
-    given = _named(build("run_code", _keywords("start_run", options)))
+    given = _named(build("run_code", keywords("start_run", options)))
     own = threading.Event()
     prepared = prepare(code, tools, given)  # every check, on this thread
     prepared.cancel = AnyCancel(prepared.cancel, own)
@@ -414,14 +415,6 @@ def start_run(code: Any, tools: Iterable[Tool] = (), **options: Any) -> Run:
         durable = attrs.evolve(given, cancel=prepared.cancel)
         serve = partial(run._serve_durable, partial(run_with, code, tools, durable))
     return _thread(run, serve)
-
-
-def _keywords(door: str, options: dict[str, Any]) -> dict[str, Any]:
-    """``options``, each a keyword ``run_code`` takes: an unknown one is the ``TypeError`` run_code raises."""
-    for name in options:
-        if name != "options" and name not in FIELDS:
-            raise TypeError(f"{door}() got an unexpected keyword argument {name!r}")
-    return options
 
 
 def _named(options: RunOptions) -> RunOptions:

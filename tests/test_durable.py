@@ -1,4 +1,4 @@
-"""Durable approval (nous_sched/durable.py, nous_sched/approval_store.py).
+"""Durable approval (nous_sched/durable/).
 
 Most tests run each step in a process of its own (tests/durable/proc.py): one
 process suspends, another resumes, and the tools count every run in a file

@@ -53,8 +53,8 @@ from nous_sched import (
     visible_tools,
 )
 from nous_sched._explain import FIXES
-from nous_sched.agent import RUN_CODE_DESCRIPTION
 from nous_sched._runner import resolve_runtime
+from nous_sched.agent import RUN_CODE_DESCRIPTION
 from nous_sched.runtime.quickjs import QuickJSRuntime
 
 # Every test runs against both runtimes (conftest.py `runtime`).

@@ -270,7 +270,7 @@ def _run_options(args: argparse.Namespace, err: TextIO, cancel: Any, observer: A
     """
     from .._run_options import build
 
-    options: dict[str, Any] = {
+    options = {
         "max_parallel": args.max_parallel,
         "timeout": args.timeout,
         "runtime": cli_durable.runtime_named(args.runtime),
@@ -278,11 +278,9 @@ def _run_options(args: argparse.Namespace, err: TextIO, cancel: Any, observer: A
         "description": Path(args.program).name if args.program != "-" else "program from standard input",
         "cancel": cancel,
         "observer": observer,
+        "approval_handler": _terminal_approver(args.program, err) if args.ask else None,
+        "approval_store": cli_durable.open_store(args.approval_store) if args.approval_store else None,
     }
-    if args.ask:
-        options["approval_handler"] = _terminal_approver(args.program, err)
-    if args.approval_store:
-        options["approval_store"] = cli_durable.open_store(args.approval_store)
     return build("run_code", options)
 
 
