@@ -40,6 +40,9 @@ _STORE = v.optional(
     v.instance_of(ApprovalStore, "a nous_sched approval store (SqliteApprovalStore, RedisApprovalStore)")
 )
 
+# The default is one: its signature is not read again for every run (most of the checks' time).
+_DISPATCH = v.Check(v.DISPATCH.expected, lambda d: d is direct_dispatch or v.DISPATCH.accepts(d))
+
 # The door whose caller gave the options being checked: every refusal names it.
 _door: contextvars.ContextVar[str] = contextvars.ContextVar("nous_sched.run_options_door", default="RunOptions")
 
@@ -103,7 +106,7 @@ class RunOptions:
     max_parallel: int = _field(10, v.POSITIVE_INT)
     executor: Optional[concurrent.futures.Executor] = _field(None, v.EXECUTOR)
     call_id: Optional[str] = _field(None, v.OPTIONAL_STR)
-    dispatch: Dispatch = _field(direct_dispatch, v.DISPATCH)
+    dispatch: Dispatch = _field(direct_dispatch, _DISPATCH)
     session_log: Optional[SessionLog] = _field(None, OPTIONAL_SESSION_LOG)
     observer: Optional[Callable[[CallRecord, str], Any]] = _field(None, v.OPTIONAL_CALLABLE)
     cancel: Optional[Cancel] = _field(None, CANCEL)
