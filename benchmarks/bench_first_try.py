@@ -36,13 +36,14 @@ import sys
 import time
 from typing import Any, Callable
 
-from nous_sched import QuickJSRuntime, _program, run_code
-from nous_sched._typescript import strip
+from nous_sched import QuickJSRuntime, run_code
+from nous_sched.runtime import _program
+from nous_sched.runtime._typescript import strip
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_wall import _tree_cpu  # noqa: E402
 
-rc = importlib.import_module("nous_sched._runner")  # the machinery of run_code (its program preparation)
+rc = importlib.import_module("nous_sched._run.runner")  # the machinery of run_code (its program preparation)
 
 TARGET_MS = 0.2
 ONE_LINE_JS = "return 1"

@@ -1,6 +1,6 @@
 """Private: the checks of the options several entry points share, each written once.
 
-:class:`~nous_sched.RunOptions` (:mod:`nous_sched._run_options`), the
+:class:`~nous_sched.RunOptions` (:mod:`nous_sched._run.options`), the
 :class:`~nous_sched.Scheduler` and ``call_tool`` check their options with
 these. Every refusal is the one :class:`~nous_sched.ConfigError` shape of
 :mod:`nous_sched._validators`.
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from . import _validators as v
 from .events import SessionLog
+from .gate.policy import PermissionPolicy
 from .limits import Limits
-from .policy import PermissionPolicy
 
 __all__ = [
     "LIMITS",
@@ -19,6 +19,7 @@ __all__ = [
     "OPTIONAL_POLICY",
     "OPTIONAL_SESSION_LOG",
     "CANCEL",
+    "ApprovalStoreBase",
 ]
 
 LIMITS = v.instance_of(Limits, "a nous_sched.Limits")
@@ -27,3 +28,13 @@ OPTIONAL_POLICY = v.optional(v.instance_of(PermissionPolicy, "a nous_sched.Permi
 OPTIONAL_SESSION_LOG = v.optional(v.instance_of(SessionLog, "a nous_sched.SessionLog"))
 #: ``cancel=``: anything with ``is_set()`` (a ``threading.Event``; see :class:`nous_sched.runtime.Cancel`).
 CANCEL = v.optional(v.Check("a threading.Event", lambda e: callable(getattr(e, "is_set", None))))
+
+
+class ApprovalStoreBase:
+    """What ``approval_store=`` takes: the base of :class:`~nous_sched.durable.approval_store.ApprovalStore`.
+
+    Here, below the stores, so that :class:`~nous_sched.RunOptions` checks the
+    option without importing :mod:`nous_sched.durable` (which runs on those options).
+    """
+
+    __slots__ = ()

@@ -20,10 +20,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
-from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol
-
-if TYPE_CHECKING:
-    from ._run_options import RunOptions
+from typing import Any, Callable, Optional, Protocol
 
 __all__ = ["Tracing", "active", "install"]
 
@@ -31,8 +28,9 @@ __all__ = ["Tracing", "active", "install"]
 class Tracing(Protocol):
     """What :mod:`nous_sched.otel` provides to the entry points."""
 
-    def run(self, options: RunOptions, go: Callable[[RunOptions], Any]) -> Any:
-        """Call ``go(options)`` (one run) inside a run span, ``options`` with their
+    def run(self, options: Any, go: Callable[[Any], Any]) -> Any:
+        """Call ``go(options)`` (one run) inside a run span, ``options`` (the run's
+        :class:`~nous_sched.RunOptions`: the seam sits below them) with their
         ``observer``, ``dispatch`` and ``call_id`` changed first (they are the run's own)."""
 
     def call(self, tool: str, call_id: str, go: Callable[[], Any]) -> Any:

@@ -13,7 +13,7 @@ ends with ``CancelledError``. So when the ``await`` on a cancelled task
 returns, the program is no longer running (the worker runtime stops it within
 about 50 ms, the in-process one at its next step). Under :func:`acall_tool`,
 every run the tool starts on that thread (a ``run_code_tool``'s) is cancelled
-the same way, through :data:`~nous_sched._runner.ambient_cancel`.
+the same way, through :data:`~nous_sched._run.runner.ambient_cancel`.
 """
 
 from __future__ import annotations
@@ -26,13 +26,13 @@ from typing import Any, Callable, Iterable, Optional, TypeVar
 
 import attrs
 
-from ._run_code import run as run_with
-from ._run_options import build, keywords
-from ._runner import ambient_cancel
+from ._run.entry import run as run_with
+from ._run.options import build, keywords
+from ._run.runner import ambient_cancel
 from .adapters import call_tool
 from .events import SessionLog
 from .result import RunResult
-from .tool import Tool
+from .tooling import Tool
 
 __all__ = ["arun_code", "acall_tool", "CANCEL_WAIT"]
 

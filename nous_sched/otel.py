@@ -84,14 +84,14 @@ except ImportError as exc:  # pragma: no cover - tested by hiding the package
     ) from exc
 
 from . import _validators as v
-from ._run_code import run as run_with
-from ._run_options import RunOptions, build
+from ._run.entry import run as run_with
+from ._run.options import RunOptions, build
 from ._text import machine_text
 from ._validators import require
-from .dispatch import Dispatch, RunContext, approval_sink, current_call, direct_dispatch
-from .records import CallRecord
+from .gate.dispatch import Dispatch, RunContext, approval_sink, current_call, direct_dispatch
 from .result import RunResult
-from .tool import Tool
+from .result.records import CallRecord
+from .tooling import Tool
 
 __all__ = [
     "traced_run_code",
@@ -168,7 +168,7 @@ _CONTEXT = v.optional(v.instance_of(otel_context.Context, "an OpenTelemetry Cont
 def _tracer(tracer: Optional[trace.Tracer]) -> trace.Tracer:
     if tracer is not None:
         return tracer
-    from . import __version__
+    from ._version import __version__
 
     return trace.get_tracer(_INSTRUMENTATION, __version__)
 

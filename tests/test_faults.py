@@ -31,8 +31,8 @@ from nous_sched import (
     current_call,
     run_code,
 )
-from nous_sched._tool_threads import retire_shared
-from nous_sched.discovery import unknown_tool_message
+from nous_sched.scheduler._tool_threads import retire_shared
+from nous_sched.sdk.discovery import unknown_tool_message
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -636,7 +636,7 @@ def test_stop_while_a_run_code_program_waits(event, monkeypatch):
             original_init(self, *a, **kw)
             lanes.append(self)
 
-    rc = sys.modules["nous_sched._runner"]  # the machinery of run_code
+    rc = sys.modules["nous_sched._run.runner"]  # the machinery of run_code
 
     before = sched_threads()
     result: dict = {}

@@ -53,7 +53,7 @@ replays. Both give the same result (a parked run's audit also says
 **Within the output budget.** What the model reads of a suspended run
 (:meth:`RunResult.for_model <nous_sched.RunResult.for_model>`: ``{"logs",
 "suspended": {token, expires_at, pending}}``) fits the run's
-``output_budget`` like any answer (:mod:`nous_sched.budget`): the token and
+``output_budget`` like any answer (:mod:`nous_sched.result.budget`): the token and
 expiry always whole, each pending call's ``seq`` and ``tool`` kept and its
 arguments cut with their sizes said, the logs cut around it. It is never
 reported as an error; ``result.usage`` counts that answer.
@@ -65,13 +65,8 @@ suspends, anything else denies.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
-
+from ._replay import DEFER, ApprovalDecision, Suspension, resume, run_durable, tool_set_hash
 from .approval_store import ApprovalStore, RedisApprovalStore, SqliteApprovalStore, TokenError, UnsettledError
-
-if TYPE_CHECKING:
-    from ._replay import DEFER, ApprovalDecision, Suspension, resume, run_durable, tool_set_hash
 
 __all__ = [
     "DEFER",
@@ -86,15 +81,3 @@ __all__ = [
     "TokenError",
     "UnsettledError",
 ]
-
-# Loaded on first use: the stores sit below RunOptions (which names them), the
-# replay above it (it runs with them), so importing a store must not load the replay.
-_REPLAY = frozenset({"DEFER", "ApprovalDecision", "Suspension", "resume", "tool_set_hash", "run_durable"})
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _REPLAY:
-        raise AttributeError(f"module 'nous_sched.durable' has no attribute {name!r}")
-    value = getattr(importlib.import_module("._replay", __name__), name)
-    globals()[name] = value
-    return value

@@ -12,20 +12,20 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Union
 import attrs
 
 from .. import _validators as v
-from .._run_options import RunOptions, build
-from .._runner import execute, prepare, runtime_of
+from .._run.options import RunOptions, build
+from .._run.runner import execute, prepare, runtime_of
 from .._validators import require
-from ..budget import fit
-from ..budget import size as budget_size
-from ..dispatch import ApprovalRequest
 from ..errors import ConfigError
 from ..events import Event
 from ..gate import Admitted
+from ..gate.dispatch import ApprovalRequest
 from ..outcome import Outcome, quote_name
 from ..result import RunError, RunResult
+from ..result.budget import fit
+from ..result.budget import size as budget_size
 from ..runtime import AnyCancel, Limits, RuntimeOutcome
 from ..runtime.engine import CLOCK_MARK
-from ..tool import Tool
+from ..tooling import Tool
 from . import _progress as progress_of
 from ._claimer import describe
 from ._progress import Progress
@@ -574,7 +574,7 @@ _DECISIONS = v.instance_of(Mapping, "a mapping of seq to True, False or an Appro
 def run_durable(code: Any, tools: Iterable[Tool], options: RunOptions) -> RunResult:
     """``run_code(code, tools, options=options)`` with ``options.approval_store``: see the module docstring."""
     store = options.approval_store
-    assert store is not None  # (run_code's entry comes here only with one)
+    assert isinstance(store, ApprovalStore)  # (run_code's entry comes here only with one: RunOptions checked it)
     tools = list(tools)
     run = _Run({}, [], {}, {}, options.approval_handler, options.description or "")
     return _execute(code, tools, store, options, run)
@@ -645,7 +645,7 @@ def _within_budget(result: RunResult, budget: Optional[int]) -> RunResult:
     """``result`` with what the model reads (``budgeted``) and the ledger's
     answer sizes made for its answer as it stands (:meth:`RunResult.to_dict`):
     a suspension fits ``budget`` like any answer, its token always kept
-    (:mod:`nous_sched.budget`)."""
+    (:mod:`nous_sched.result.budget`)."""
     answer = result.to_dict()
     answer_bytes = budget_size(answer)
     budgeted = fit(answer, budget) if budget is not None and answer_bytes > budget else None

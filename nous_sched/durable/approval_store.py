@@ -90,6 +90,7 @@ from typing import Any, Optional
 
 from .. import _redis_client
 from .. import _validators as v
+from .._options import ApprovalStoreBase
 from .._validators import require
 from ..errors import RunCodeError
 from ._claimer import claim_alive, claimer, describe
@@ -183,7 +184,7 @@ def _claimed_here(sid: str) -> bool:
 _TAMPERED = "the suspension's {what} in the store was changed without the store's key (tampered): nothing ran"
 
 
-class ApprovalStore:
+class ApprovalStore(ApprovalStoreBase):
     """The shared half of both stores: tokens, expiry and the record's life.
 
     A subclass keeps rows: ``_put``, ``_get``, ``_claim``, ``_set``, ``_rows``

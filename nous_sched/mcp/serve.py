@@ -118,20 +118,20 @@ from mcp_types import Tool as MCPTool
 from mcp_types.version import is_version_at_least
 
 from .. import agent
-from .._run_options import RunOptions, build
-from .._runner import live_stream
+from .._run.options import RunOptions, build
+from .._run.runner import live_stream
 from .._text import machine_json, machine_text, machine_value
 from .._validators import NAMES, POSITIVE_INT, TOOLS, instance_of, names, optional, require
-from ..budget import DEFAULT_OUTPUT_BUDGET
-from ..dispatch import ApprovalRequest, current_call, direct_dispatch
 from ..durable import resume
-from ..durable.approval_store import TokenError
+from ..durable.approval_store import ApprovalStore, TokenError
 from ..errors import ConfigError, RunCodeError, ToolError
 from ..events import Event, SessionLog
+from ..gate.dispatch import ApprovalRequest, current_call, direct_dispatch
+from ..gate.policy import PermissionPolicy
 from ..limits import Limits
 from ..live import EventStream
-from ..policy import PermissionPolicy
-from ..tool import Tool
+from ..result.budget import DEFAULT_OUTPUT_BUDGET
+from ..tooling import Tool
 from .access import auth_settings, transport_security
 from .client import DEADLINE_GRACE
 from .deliver import NOT_YOURS, Deliveries, Delivery
@@ -624,7 +624,7 @@ class CodeModeServer:
         """The pending seqs no one decided yet, or why the token cannot be resumed here."""
         try:
             store = self._options.approval_store
-            assert store is not None  # (run_result is offered only with one)
+            assert isinstance(store, ApprovalStore)  # (run_result is offered only with one)
             record = store.load(delivery.token)
         except TokenError as exc:
             return f"this run cannot be resumed here: {exc} (was it resumed with `nous-sched resume`?)"
@@ -873,7 +873,7 @@ class _GateAudit(SessionLog):
 def _resumed(token: str, tools: list[Tool], options: RunOptions, arguments: Any) -> Any:
     """What ``run_code`` would answer for the resumed run (``arguments`` unused: the record has the code)."""
     store = options.approval_store
-    assert store is not None  # (a run is resumed only with one)
+    assert isinstance(store, ApprovalStore)  # (a run is resumed only with one)
     return resume(token, {}, tools, approval_store=store, options=options).for_model()
 
 
@@ -908,7 +908,7 @@ def _elicit_request(run: _Run, ask: _Ask) -> ElicitRequest:
 
 
 def _question(run: _Run, ask: _Ask) -> str:
-    """What the user reads: :func:`nous_sched.approval_text.question` of the call, with the run's description."""
+    """What the user reads: :func:`nous_sched.gate.approval_text.question` of the call, with the run's description."""
     request = ask.request
     if not request.description and run.description:
         request = attrs.evolve(request, description=run.description)

@@ -1,0 +1,525 @@
+"""Private: the machinery of one ``run_code`` run (prepare, then execute) and its host bindings.
+
+:func:`nous_sched.run_code` (the entry, :mod:`nous_sched._run.entry`) and a
+durable run (:mod:`nous_sched.durable`) both drive it with the run's
+:class:`~nous_sched.RunOptions`, checked already: nothing here imports either.
+
+One ``run_code`` call replaces a chain of tool calls: the program loops,
+branches and fans out in one round trip, and only what it logs or returns goes
+back to the model. Each run gets a fresh sandbox and a fresh
+:class:`~nous_sched.Scheduler`, both torn down when it ends, whatever happens.
+
+Results are data. :func:`run_code` returns a :class:`~nous_sched.RunResult`
+for every program that started, including one that threw, looped forever,
+ran out of memory or called a tool that hung. It raises
+:class:`~nous_sched.RunCodeError` only when nothing ran: a missing program, a
+missing or blank description (it is what the approval prompt and the audit
+show; the CLI passes the program's file name), no runtime.
+
+Every sub-call passes the gate (:mod:`nous_sched.gate`): tools the policy
+denies are still declared in ``tools`` (so the program gets a clear refusal)
+but their calls never reach the scheduler; they are audited as
+``tool_refused`` events, as are unknown tools, arguments that cannot cross or
+fail the tool's schema, and calls past the run's budget
+(:class:`~nous_sched.Limits`). Approval is per sub-call, default deny: a tool
+that needs approval asks ``approval_handler`` on every call with its real
+name, its own copy of the arguments, the run's description and the call's
+id, and is refused when there is no handler.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import importlib.util
+import logging
+import secrets
+import threading
+import time
+from functools import partial
+from typing import Any, Callable, Iterable, Optional, Sequence
+
+import attrs
+
+from .. import _tracing
+from .._interrupts import LOCAL, deferred, guarded, leave
+from .._text import one_line
+from ..crossing import text_bytes
+from ..errors import RunCodeError
+from ..gate import Admitted, Gate
+from ..gate.dispatch import RunContext
+from ..gate.policy import partition
+from ..outcome import TRUNCATION_MARK, Outcome
+from ..result import RunError, RunResult
+from ..result._explain import told as _explain
+from ..result._hints import Seen, hints
+from ..result.budget import MIN_OUTPUT_BUDGET, fit, fit_value, utf8_size
+from ..result.budget import size as budget_size
+from ..result.usage import CallUsage, Usage
+from ..runtime import Cancel, CodeRuntime, Limits, PendingCall, RuntimeOutcome, _program
+from ..runtime.syntax import explain as explain_syntax
+from ..scheduler import Scheduler
+from ..sdk.discovery import Discovery, unknown_tool_message
+from ..tooling import Tool
+from .options import RunOptions, check_runtime
+
+__all__ = [
+    "prepare",
+    "execute",
+    "Prepared",
+    "resolve_runtime",
+    "runtime_of",
+    "ambient_cancel",
+    "live_stream",
+]
+
+log = logging.getLogger("nous_sched")
+
+NO_CODE = "run_code requires a `code` parameter containing the program to run."
+NO_DESCRIPTION = (
+    "run_code requires a `description`: one sentence describing what the program does, "
+    "for the approval prompt and the audit log (description=...)."
+)
+BLANK_DESCRIPTION = (
+    "run_code requires a non-empty `description`: one sentence describing what the program does, "
+    "for the approval prompt and the audit log."
+)
+#: Every run error's message is clipped to this many characters (plus a marker).
+MAX_RUN_MESSAGE = 4000
+_NO_RUNTIME = (
+    "no code runtime is configured. Install quickjs-ng (`pip install quickjs-ng`) for the default "
+    "runtime, or pass runtime=<an object implementing nous_sched.CodeRuntime>; or run this agent in "
+    "mode 'native' and call tools directly."
+)
+
+
+#: The ``cancel`` event of every run started in this context without one of its
+#: own: set by the asyncio door (:mod:`nous_sched.aio`) around the call it runs
+#: on a thread, so cancelling the awaiting task cancels the runs inside it.
+ambient_cancel: contextvars.ContextVar[Optional[threading.Event]] = contextvars.ContextVar(
+    "nous_sched.ambient_cancel", default=None
+)
+
+
+#: The event stream of the run :func:`~nous_sched.start_run` is serving on
+#: this thread, for a run it reaches only through ``run_code`` (a durable run's
+#: replays): :func:`execute` takes it and clears it, so a run nested inside a
+#: tool never writes into its caller's stream.
+live_stream: contextvars.ContextVar[Any] = contextvars.ContextVar("nous_sched.live_stream", default=None)
+
+
+def _engine_installed() -> bool:
+    """Whether quickjs-ng's ``_quickjs`` module can be imported: the default
+    runtime's workers need it, and would only find out when the first starts."""
+    try:
+        spec = importlib.util.find_spec("_quickjs")
+    except (ImportError, ValueError):
+        return False
+    return spec is not None
+
+
+def resolve_runtime(runtime: Optional[CodeRuntime] = None) -> CodeRuntime:
+    """``runtime`` itself, or the default runtime when ``None``: the process's
+    :class:`~nous_sched.WorkerPool`, created on first use.
+
+    :raises RunCodeError: no runtime is available, or ``runtime`` does not
+        implement :class:`~nous_sched.CodeRuntime`.
+    """
+    check_runtime(runtime)
+    return runtime_of(runtime)
+
+
+def runtime_of(runtime: Optional[CodeRuntime]) -> CodeRuntime:
+    """``runtime`` (checked already), or the default one when ``None``, as :func:`resolve_runtime`."""
+    if runtime is not None:
+        return runtime
+    if not _engine_installed():
+        raise RunCodeError(_NO_RUNTIME)
+    try:
+        from ..runtime.pool import default_pool
+    except ImportError:
+        raise RunCodeError(_NO_RUNTIME) from None
+    return default_pool()
+
+
+class Prepared:
+    """A run whose options passed every check, ready for :func:`execute` (on any thread).
+
+    ``cancel`` is the run's: its options' own, else the ambient one
+    (:data:`ambient_cancel`); a door that adds a reason to stop wraps it
+    (:class:`~nous_sched.runtime.AnyCancel`) before the run starts.
+    """
+
+    __slots__ = ("code", "rt", "limits", "granted", "denied", "names", "options", "cancel", "source")
+
+    def __init__(
+        self,
+        code: str,
+        rt: CodeRuntime,
+        limits: Limits,
+        granted: dict[str, Tool],
+        denied: dict[str, Tool],
+        options: RunOptions,
+    ) -> None:
+        self.code = code
+        self.rt = rt
+        self.limits = limits
+        self.granted = granted
+        self.denied = denied
+        self.names = tuple(sorted({*granted, *denied}))
+        self.options = options
+        self.cancel: Optional[Cancel] = options.cancel if options.cancel is not None else ambient_cancel.get()
+        #: The program as it runs (fences, TypeScript, a last expression: :mod:`._program`).
+        self.source = _program.prepare(code)
+
+
+def prepare(code: Any, tools: Iterable[Tool], options: RunOptions) -> Prepared:
+    """Check a run's program against its ``options`` (made and checked already:
+    :class:`~nous_sched.RunOptions`) on the calling thread; raise what
+    :func:`~nous_sched.run_code` raises for it, before a worker is taken or a
+    thread started."""
+    if not isinstance(code, str):
+        raise RunCodeError(NO_CODE)
+    description = options.description
+    if description is None or not description.strip():
+        raise RunCodeError(BLANK_DESCRIPTION if isinstance(description, str) else NO_DESCRIPTION)
+    rt = runtime_of(options.runtime)
+    limits = options.run_limits
+    _check_size(code, limits.max_code_bytes)
+    executor = options.executor
+    if executor is not None and _saturated_by_caller(executor):
+        raise RunCodeError(_SATURATED)
+    granted, denied = partition(tools, options.policy, "run_code")
+    return Prepared(code, rt, limits, granted, denied, options)
+
+
+def execute(p: Prepared, live: Any = None) -> RunResult:
+    """Run a :func:`prepare`-d program to its end on this thread. ``live``, when
+    given, is the run's event stream (:class:`nous_sched.live.EventStream`):
+    it hears each call start and commit, each step's log lines and each approval."""
+    if live is None:
+        live = live_stream.get()
+    tracing = _tracing.active()
+    cleared = live_stream.set(None)
+    try:
+        with guarded():  # Ctrl-C never splits a step that takes or gives back a worker, a driver
+            if tracing is not None:  # spans, as children of the caller's current span
+                return tracing.run(p.options, lambda traced: _execute(p, live, traced))  # type: ignore[no-any-return]
+            return _execute(p, live, p.options)
+    finally:
+        live_stream.reset(cleared)
+
+
+def _execute(p: Prepared, live: Any, o: RunOptions) -> RunResult:
+    """The run of ``p`` with options ``o`` (``p``'s, or the tracing's copy of them)."""
+    cancel = p.cancel
+    started = time.perf_counter()
+    deadline = time.monotonic() + p.limits.timeout
+    # A runtime that can (the WorkerPool) starts the program now, so its worker
+    # compiles and runs it to its first tool call while the scheduler is built.
+    begin = getattr(p.rt, "begin", None)
+    source = p.source
+    runnable = source.refused is None
+    # (Interrupted before it is stored, a Begun gives its worker back as it is dropped.)
+    begun = begin(source.text, p.names, p.limits, cancel) if callable(begin) and runnable else None
+    scheduler: Optional[Scheduler] = None
+    try:
+        with deferred():  # a scheduler made is a scheduler stopped below
+            scheduler, gate, run_ctx = _build(p, o, deadline, live)
+        host = _Host(scheduler, gate, run_ctx, cancel, p.names, live)
+        if o.description:
+            log.info("run_code %s: %s", one_line(str(scheduler.call_id)), one_line(o.description))
+        outcome, source = _program.run(
+            source,
+            lambda text: begun.run(host) if begun is not None else p.rt.run(text, host, p.limits),
+            lambda text: p.rt.run(text, host, _remaining(p.limits, deadline)),
+            lambda: not host.ledger and not gate.refused and not scheduler.trail(),
+        )
+        if not isinstance(outcome, RuntimeOutcome):
+            raise RunCodeError(
+                f"code runtime {p.rt!r} returned {outcome!r} from run(); expected a nous_sched.RuntimeOutcome"
+            )
+    finally:
+        LOCAL.depth += 1  # (first: an interrupt cannot land before the clean-up begins)
+        try:
+            if begun is not None:
+                begun.abandon()  # only if something above failed before it ran: its worker goes
+            # The driver winds down in microseconds unless a predicate is stuck;
+            # then waiting longer would only delay this run's answer.
+            if scheduler is not None:
+                scheduler.stop(timeout=0.5)
+        finally:
+            leave()
+    # From the program's start, a little before the trail's origin (the scheduler's epoch).
+    elapsed = time.perf_counter() - started
+    return _result(outcome, scheduler, gate, host, elapsed, o.output_budget, source)
+
+
+def _build(p: Prepared, o: RunOptions, deadline: float, live: Any) -> tuple[Scheduler, Gate, RunContext]:
+    """The run's context, scheduler and gate."""
+    policy = o.policy
+    run_ctx = RunContext(
+        approval_handler=o.approval_handler,
+        deps=o.deps,
+        require_approval=frozenset(n for n, t in p.granted.items() if policy is not None and policy.needs_approval(t)),
+        deadline=deadline,
+        description=o.description or "",
+        live=live,
+    )
+    call_id = o.call_id
+    scheduler = Scheduler(
+        dispatch=o.dispatch,
+        session_log=o.session_log,
+        max_parallel=o.max_parallel,
+        call_id=call_id if call_id is not None else "run_code-" + secrets.token_urlsafe(6),
+        executor=o.executor,
+        timeout=p.limits.timeout,
+        observer=o.observer,
+    )
+    if live is not None:
+        scheduler._on_start = partial(live.started, run_ctx.require_approval)
+        scheduler._on_outcome = live.committed
+    names = p.names
+    gate = Gate(
+        p.granted,
+        p.denied,
+        p.limits,
+        deadline,
+        scheduler.session_log().append,
+        unknown=lambda name: unknown_tool_message(name, names),
+    )
+    if live is not None:
+        gate.on_refused = live.refused
+    return scheduler, gate, run_ctx
+
+
+def _result(
+    outcome: RuntimeOutcome,
+    scheduler: Scheduler,
+    gate: Gate,
+    host: "_Host",
+    elapsed: float,
+    budget: Optional[int],
+    source: _program.Source,
+) -> RunResult:
+    error = _told(outcome.error, source, host, scheduler)
+    logs = tuple(outcome.logs)
+    answer: dict[str, Any] = (
+        {"logs": list(logs), "result": outcome.result}
+        if error is None
+        else {"logs": list(logs), "error": error.as_dict()}
+    )
+    hint = hints(host.main, host.seen, logs, error is not None)
+    answer_bytes = text_bytes(answer)  # budget.size, counted faster: the answer obeys the snapshot rules
+    hint_bytes = 0
+    if hint:
+        # The hint is bounded (_hints.MAX_HINT_CHARS); a budget keeps the hint's start (_fitted).
+        answer["hint"] = hint
+        hint_bytes = text_bytes(answer) - answer_bytes
+        answer_bytes += hint_bytes
+    budgeted = _fitted(answer, budget, answer_bytes, hint)
+    usage = Usage(
+        calls=tuple(CallUsage(*row) for row in host.ledger),
+        answer_bytes=answer_bytes,
+        model_bytes=answer_bytes if budgeted is None else budget_size(budgeted),
+        hint_bytes=hint_bytes,
+    )
+    return RunResult(
+        logs=logs,
+        result=outcome.result,
+        error=error,
+        events=tuple(scheduler.audit_events()),
+        refused=tuple(gate.refused),
+        trail=tuple(scheduler.trail()),
+        elapsed=elapsed,
+        usage=usage,
+        budgeted=budgeted,
+        hint=hint,
+    )
+
+
+def _fitted(answer: dict[str, Any], budget: Optional[int], size: int, hint: str) -> Optional[dict[str, Any]]:
+    """``answer`` (``size`` bytes) cut to ``budget`` (None when it fits or there
+    is none). The hint keeps up to half of what the budget leaves above its
+    minimum (cut at its end past that), the rest of the answer the remainder."""
+    if budget is None or size <= budget:
+        return None
+    if not hint:
+        return fit(answer, budget)
+    rest = {k: v for k, v in answer.items() if k != "hint"}
+    allowance = max((budget - MIN_OUTPUT_BUDGET) // 2 - len(', "hint": ""'), 1)
+    if utf8_size(hint) > allowance:
+        cut = fit_value(hint, allowance)  # its head, with how much was cut said
+        hint = cut if isinstance(cut, str) else "…"
+    room = budget - text_bytes({"hint": hint})
+    return {**fit(rest, room), "hint": hint}
+
+
+def _remaining(limits: Limits, deadline: float) -> Limits:
+    """``limits`` with the time left before ``deadline`` (a program's second try runs in the first's time)."""
+    return attrs.evolve(limits, timeout=max(deadline - time.monotonic(), 0.001))
+
+
+def _told(
+    error: Optional[RunError], source: _program.Source, host: "_Host", scheduler: Scheduler
+) -> Optional[RunError]:
+    """The run's error as the caller reads it: a syntax error said about the
+    program's own text (:mod:`.runtime.syntax`), every position about the
+    text the model wrote (:mod:`._program`), what to change added
+    (:mod:`._explain`), the message clipped."""
+    if error is None:
+        return None
+    code = source.original
+    message = source.locate(error.message)
+    if error.kind == "exception" and message.startswith("SyntaxError"):
+        message = explain_syntax(message, code)
+    gate = host.gate
+    throttles = {n: list(getattr(tool, "throttles", ())) for n, tool in gate.granted.items()}
+    trail = scheduler.trail() if error.kind == "timeout" else ()
+    message = _explain(
+        error.kind, message, host.names, trail, scheduler.audit_events(), throttles, host.run_ctx.require_approval
+    )
+    if message != error.message:
+        error = RunError(error.kind, message)
+    if len(error.message) > MAX_RUN_MESSAGE:
+        error = RunError(error.kind, error.message[:MAX_RUN_MESSAGE] + TRUNCATION_MARK)
+    return error
+
+
+def _check_size(code: str, limit: int) -> None:
+    # Characters first: a program with more characters than the limit has
+    # bytes is over it, and is never encoded.
+    if len(code) > limit:
+        size = f"{len(code)} characters"
+    else:
+        n = len(code) if code.isascii() else len(code.encode("utf-8", "surrogatepass"))
+        if n <= limit:
+            return
+        size = f"{n} bytes of UTF-8"
+    raise RunCodeError(f"the program is {size}, over the limit of {limit} bytes (Limits.max_code_bytes); nothing ran")
+
+
+_SATURATED = (
+    "run_code was called from a tool running on the executor it was given, and every thread of that "
+    "executor is busy (this one included): the program's tool calls would wait for a thread until the "
+    "deadline. Give the nested run its own executor (or none: the shared tool threads), or a bigger one."
+)
+
+
+def _saturated_by_caller(executor: Any) -> bool:
+    """True when this thread is one of ``executor``'s own (a ``ThreadPoolExecutor``)
+    and no other of its threads is idle or may still be started.
+
+    Other executors cannot be asked; for them this is always False.
+    """
+    threads = getattr(executor, "_threads", None)
+    if not isinstance(threads, (set, frozenset)):
+        return False
+    current = threading.current_thread()
+    # A new thread may run its first task before the executor has added it to
+    # _threads: its name, "<prefix>_<k>", says whose it is.
+    prefix = getattr(executor, "_thread_name_prefix", None)
+    if current not in threads and not (isinstance(prefix, str) and current.name.startswith(prefix + "_")):
+        return False
+    if len(threads | {current}) < getattr(executor, "_max_workers", 0):
+        return False  # the executor will start another thread
+    idle = getattr(executor, "_idle_semaphore", None)
+    if idle is None:
+        return False
+    if idle.acquire(blocking=False):  # an idle thread: give its token back
+        idle.release()
+        return False
+    return True
+
+
+# -- the host side of `tools` ---------------------------------------------
+
+
+class _Settled:
+    """An outcome known at once: a refusal by the gate (``tool`` names it) or
+    the answer to an ``sdk`` question (``tool`` is ``None``)."""
+
+    __slots__ = ("outcome", "tool")
+
+    def __init__(self, outcome: Outcome, tool: Optional[str] = None) -> None:
+        self.outcome = outcome
+        self.tool = tool
+
+    def done(self) -> bool:
+        """Always: a runtime may batch its answer with the calls before it."""
+        return True
+
+    def wait(self, timeout: float) -> Outcome:
+        return self.outcome
+
+
+class _Host:
+    """What a runtime may ask of the outside world: start a call by name, through the run's gate.
+
+    It keeps the run's ledger (``ledger``: ``(seq, tool, chars, ok)`` per
+    answer the program received) and what the run learns of the shape of
+    results (:meth:`Discovery.observe`), and hands each step's log lines to
+    the run's event stream when it has one.
+    """
+
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        gate: Gate,
+        run_ctx: RunContext,
+        cancel: Optional[Cancel] = None,
+        names: Optional[Sequence[str]] = None,
+        live: Any = None,
+    ) -> None:
+        self.scheduler = scheduler
+        self.cancel = cancel
+        self.gate = gate
+        self.run_ctx = run_ctx
+        self.names: Sequence[str] = tuple(sorted({*gate.granted, *gate.denied})) if names is None else names
+        self.discovery = Discovery(gate.granted, self.names, gate.denied)
+        self.ledger: list[tuple[Optional[int], str, int, bool]] = []
+        #: The program's end as the sandbox reported it (:meth:`on_main`), and what the host saw of results.
+        self.main: Any = None
+        self.seen = Seen()
+        #: The runtime's hook for each step's log lines (:func:`~.runtime.engine.drive`).
+        self.on_logs: Optional[Callable[[list[str]], None]] = None if live is None else live.logs
+
+    def call(self, name: Any, args: Any) -> PendingCall:
+        return self._submit(self.gate.admit(name, args), name)
+
+    def call_json(self, name: Any, text: Any) -> PendingCall:
+        return self._submit(self.gate.admit_json(name, text), name)
+
+    def _submit(self, admitted: Any, name: Any) -> PendingCall:
+        if type(admitted) is not Admitted:
+            return _Settled(admitted, name if isinstance(name, str) else str(name))
+        # The gate's arguments are a fresh snapshot no one else holds: not copied again.
+        tool = admitted.tool
+        return self.scheduler._submit_snapshot(tool, tool.name, admitted.args, self.run_ctx, admitted.text)
+
+    def on_settled(self, pending: Any, outcome: Outcome, payload: str) -> None:
+        """The runtime's hook for each answer the program receives, ``payload`` its JSON text."""
+        tool = pending.tool
+        if tool is None:  # an sdk question: not a sub-call
+            return
+        seq = getattr(pending, "seq", None)
+        self.ledger.append((seq, tool, len(payload), outcome.ok))
+        if outcome.ok and type(pending) is not _Settled:
+            self.discovery.observe(tool, outcome.value)
+            self.seen.observe(tool, seq, outcome.value)
+
+    def on_main(self, state: Any) -> None:
+        """The runtime's hook for the program's end as the sandbox reported it (:mod:`._hints`)."""
+        self.main = state
+
+    def batch(self) -> Any:
+        """A runtime hands every call one step of a program started inside
+        ``with host.batch():``, so they reach the scheduler as one message."""
+        return self.scheduler._batched()
+
+    def discover(self, question: Any) -> PendingCall:
+        """Answer a question the program asked through ``sdk`` (see :mod:`.discovery`):
+        its JSON text, which passes the gate's budget and JSON rules first."""
+        parsed = self.gate.admit_question(question)
+        if isinstance(parsed, Outcome):
+            return _Settled(parsed)
+        return _Settled(self.discovery.answer(parsed))
