@@ -262,3 +262,27 @@ def test_a_cancel_given_in_options_cancels_the_run():
         "while (true) {}", options=RunOptions(description="test", runtime=QuickJSRuntime(), cancel=cancel)
     )
     assert result.error is not None and result.error.kind == "cancelled"
+
+
+def test_resume_hands_the_runtime_the_same_options(tmp_path):
+    from nous_sched import Tool, resume
+
+    rt = Recording()
+    store = SqliteApprovalStore(str(tmp_path / "a.db"))
+    pay = Tool("pay", lambda args: "paid", requires_approval=True)
+    policy = PermissionPolicy(require_approval={"pay"})
+    options = RunOptions(description="test", approval_store=store, policy=policy, **given(rt))
+    suspended = run_code("return await tools.pay({amount: 1})", [pay], options=options).suspended
+    assert suspended is not None
+    (pending,) = suspended.pending
+    with pytest.raises(ConfigError, match="resume: `approval_store`"):  # another store than the options'
+        resume(
+            suspended.token,
+            {pending.seq: True},
+            [pay],
+            approval_store=SqliteApprovalStore(str(tmp_path / "b.db")),
+            options=options,
+        )
+    resumed = resume(suspended.token, {pending.seq: True}, [pay], approval_store=store, options=options)
+    assert resumed.result == "paid"
+    assert rt.seen == [expected()] * 2
