@@ -286,3 +286,13 @@ def test_resume_hands_the_runtime_the_same_options(tmp_path):
     resumed = resume(suspended.token, {pending.seq: True}, [pay], approval_store=store, options=options)
     assert resumed.result == "paid"
     assert rt.seen == [expected()] * 2
+
+
+def test_an_unknown_keyword_is_the_type_error_run_code_raises_at_every_door_that_forwards():
+    for call in (
+        lambda: run_code("return 1", no_such_option=1),
+        lambda: start_run("return 1", no_such_option=1),
+        lambda: asyncio.run(arun_code("return 1", no_such_option=1)),
+    ):
+        with pytest.raises(TypeError, match="no_such_option"):
+            call()
