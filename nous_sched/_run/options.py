@@ -88,7 +88,10 @@ def _runtime(instance: Any, attribute: Any, value: Any) -> None:
 def _timeout(instance: Any, attribute: Any, value: Any) -> None:
     # ``limits`` carries its own timeout and overrides this one, which is then not looked at.
     if instance.limits is None:
-        _Named(v.SECONDS)(instance, attribute, value)
+        _SECONDS(instance, attribute, value)
+
+
+_SECONDS = _Named(v.SECONDS)
 
 
 @attrs.frozen
@@ -99,9 +102,9 @@ class RunOptions:
     and the same meaning (see :func:`~nous_sched.run_code`):
     ``run_code(code, tools, options=RunOptions(timeout=5, max_parallel=4))``
     runs as ``run_code(code, tools, timeout=5, max_parallel=4)``. One value
-    can start many runs (``start_run``, ``run_code_tool`` take the same
-    keywords); :func:`attrs.evolve` (or :meth:`evolve`) makes a changed copy,
-    checked again.
+    can start many runs, from many threads (``run_code``, ``start_run``,
+    ``arun_code`` and ``resume`` take it as ``options=``); :meth:`evolve`
+    (or :func:`attrs.evolve`) makes a changed copy, checked again.
 
     Frozen: a field cannot be set after it is made. Two ``RunOptions`` are
     equal when every field is (callables, events and stores by identity).
@@ -170,18 +173,18 @@ def build(door: str, given: Mapping[str, Any], accepted: Collection[str] = FIELD
         :class:`RunOptions`, or an option given both in ``options`` and as
         a keyword.
     """
-    keywords = dict(given)
-    options = keywords.pop("options", None)
-    for name in keywords:
+    named = dict(given)
+    options = named.pop("options", None)
+    for name in named:
         if name not in accepted:
             v.unknown(door, name, accepted, "run_code")
     if options is not None:
         v.require(door, "options", options, _OPTIONS)
-        for name, value in keywords.items():
+        for name, value in named.items():
             v.fail(door, name, value, "given once: as a keyword or in `options`, not both")
         return options  # type: ignore[no-any-return]
     token = _door.set(door)
     try:
-        return RunOptions(**keywords)
+        return RunOptions(**named)
     finally:
         _door.reset(token)
