@@ -125,7 +125,7 @@ def run_code(
         busy: the run's calls could only wait for a thread until the deadline).
     :raises ConfigError: a bad option, named in the message, before anything starts.
     """
-    given = locals()
+    given = locals()  # (first: only the parameters) each by name, to tell the given ones from the sentinel
     keywords = {name: given[name] for name in FIELDS if given[name] is not _GIVEN_NOT}
     if options is not None:
         keywords["options"] = options
