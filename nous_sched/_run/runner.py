@@ -47,7 +47,7 @@ from ..crossing import text_bytes
 from ..errors import RunCodeError
 from ..gate import Admitted, Gate
 from ..gate.dispatch import RunContext
-from ..gate.policy import partition
+from ..gate.policy import approval_names, partition
 from ..outcome import TRUNCATION_MARK, Outcome
 from ..result import RunError, RunResult
 from ..result._explain import told as _explain
@@ -260,7 +260,7 @@ def _build(p: Prepared, o: RunOptions, deadline: float, live: Any) -> tuple[Sche
     run_ctx = RunContext(
         approval_handler=o.approval_handler,
         deps=o.deps,
-        require_approval=frozenset(n for n, t in p.granted.items() if policy is not None and policy.needs_approval(t)),
+        require_approval=approval_names(policy, p.granted.values()),
         deadline=deadline,
         description=o.description or "",
         live=live,
