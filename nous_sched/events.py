@@ -181,7 +181,7 @@ def _thaw(held: tuple[Any, str]) -> Any:
 
 def frozen_later(text: str) -> Any:
     """An audit copy of the JSON object ``text`` for :class:`ToolCallEvent`'s
-    ``arguments``: read, it is ``freeze(snapshot.loads(text))``, built on first
+    ``arguments``: read, it is ``freeze(crossing.loads(text))``, built on first
     read. ``text`` must be what the tool's own copy was parsed from, and parse
     under the snapshot rules (the gate has parsed it)."""
     # A tuple of a sentinel and a str, not an object: the garbage collector
