@@ -10,12 +10,14 @@ time: the interleaving that used to lose is the only one.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import attrs
 import pytest
 
 from nous_sched import ApprovalDesk, Limits, PermissionPolicy, Throttle, Tool, run_code
+from nous_sched.gate.dispatch import current_call
 from nous_sched.runtime import CodeRuntime, Host, RuntimeOutcome
 
 pytestmark = pytest.mark.usefixtures("runtime")
@@ -67,6 +69,26 @@ def test_an_approval_that_gives_up_at_the_deadline_ends_the_run_as_a_timeout(run
     assert result.error.kind == "timeout"
     assert [(e.seq, e.approved) for e in result.events if e.type == "approval"] == [(0, False)]
     assert desk.pending() == {}
+
+
+def _bounded_by_the_deadline(args: Any) -> Any:
+    """A tool that bounds its wait by its run's deadline (as the MCP tools do), then gives up."""
+    info = current_call.get()
+    deadline = info.run_ctx.deadline if info is not None and info.run_ctx is not None else None
+    assert deadline is not None
+    while time.monotonic() < deadline:
+        time.sleep(max(0.0, deadline - time.monotonic()))
+    raise TimeoutError("the server did not answer before the run's deadline")
+
+
+def test_a_tool_that_gives_up_at_the_deadline_ends_the_run_as_a_timeout(runtime: Any) -> None:
+    tool = Tool("fetch", _bounded_by_the_deadline)
+    result = run_code(
+        CAUGHT.replace("{tool}", "fetch"), [tool], runtime=_LateClock(runtime), timeout=0.5, description="t"
+    )
+    assert result.error is not None, result.result  # old: "caught: TimeoutError: the server did not answer ..."
+    assert result.error.kind == "timeout"
+    assert "(waiting for tool 'fetch' (call 0) to return)" in result.error.message
 
 
 def test_a_program_that_returned_keeps_its_result_when_an_unawaited_call_gives_up(runtime: Any) -> None:
