@@ -59,6 +59,12 @@ a 50-wide fan-out finds its threads already waiting. What a caller may rely on:
   bookkeeping to let go of the GIL (a woken thread that finds the GIL held
   sleeps again, a context switch per call). What a Then raises is ignored.
 
+Every decision above (which thread takes which task, when a thread starts,
+parks, wakes or leaves) is made by the pure hand-off core,
+:mod:`nous_sched._tool_handoff`, whose state machine test drives it through
+every interleaving; this module is its shell: the lock, the threads, their
+wake locks, and running the tasks.
+
 Thread-safety: every method may be called from any thread.
 """
 
