@@ -1,4 +1,4 @@
-"""The tool threads' hand-off (nous_sched/_tool_handoff.py), driven through
+"""The tool threads' hand-off (nous_sched/scheduler/_tool_handoff.py), driven through
 every interleaving of threads, submitters, cancels, retires and shutdowns
 by a hypothesis state machine; and the interleaving that once lost a task
 (commit aed349f), replayed step by step, against the core and against a
@@ -28,7 +28,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from nous_sched._tool_handoff import LEAVE, PARKED, Handoff, Slot
+from nous_sched.scheduler._tool_handoff import LEAVE, PARKED, Handoff, Slot
 
 # A model thread's phases, in the order the shell's thread goes through them.
 UNSTARTED = "unstarted"  # the core said to start it; Thread.start not yet called

@@ -1,0 +1,267 @@
+"""The gate: the one path every tool call takes to its tool.
+
+A program's sub-calls (:func:`~nous_sched.run_code`), a model's direct call
+(:func:`~nous_sched.call_tool`) and a served ``run_code``'s sub-calls
+(``nous-sched serve-mcp``) all pass the same checks, in this order, and a
+refusal at any of them is the same two strings (tool, message) whichever
+entry point it came through:
+
+1. **The run is not over.** Nothing starts after the run's deadline.
+2. **The tool is granted.** An unknown name, or a tool the
+   :class:`~nous_sched.PermissionPolicy` denies, is refused.
+3. **The budget.** At most ``Limits.max_calls`` calls per run (refused
+   calls count too, those refused because the run is over included, so a
+   loop of bad calls ends as surely as a loop of good ones), a tool name of
+   at most :data:`MAX_NAME_CHARS` characters (checked before the name is
+   looked up), at most ``Limits.max_args_bytes`` UTF-8 bytes of arguments per
+   call and ``Limits.max_total_args_bytes`` for the run.
+4. **The arguments cross.** They are a JSON object that obeys the snapshot
+   rules (:mod:`nous_sched.crossing`: no NaN or Infinity, no integer a
+   double cannot hold, bounded depth).
+5. **The arguments fit the tool's schema** (:mod:`nous_sched.gate.schema`),
+   before anyone is asked to approve them.
+6. **The audit.** A call that passed 1-5 is audited as a ``tool_call``
+   event (:class:`~nous_sched.ToolCallEvent`) when it starts; a refused one
+   as a ``tool_refused`` event (:class:`~nous_sched.ToolRefusedEvent`).
+   Both go to the session log; once the call budget is spent only the first
+   refusal past it is audited, so a runaway loop cannot grow the audit: the
+   gate writes at most ``Limits.max_calls`` plus one events per run.
+7. **Approval**, when the tool needs it (:func:`~nous_sched.gate.dispatch.approve`,
+   on the thread that runs the call): the handler gets its own copy of the
+   arguments, the run's description, the call's id and the tool's
+   description; an approval that answers after the run is over starts
+   nothing.
+
+A :class:`Gate` is one run's (or one direct call's) state: its tools, its
+limits and its budget. It is used from one thread at a time (the thread that
+drives the run).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, Callable, Mapping, Optional, Union
+
+from ..crossing import loads, snapshot
+from ..errors import SnapshotError
+from ..events import Event, ToolRefusedEvent
+from ..limits import Limits
+from ..outcome import Outcome, quote_name
+from ..tooling import Tool
+from .dispatch import RUN_OVER
+from .policy import denied_message
+from .schema import argument_error
+
+__all__ = ["Gate", "Admitted", "BUDGET_SPENT", "MAX_NAME_CHARS", "REFUSAL_REASONS"]
+
+#: Why the gate refused a call, by check: the run was over (1), the name is not
+#: a string or too long, the tool is unknown or the policy denies it (2), the
+#: budget is spent (3), the arguments cannot cross (4), they fail the schema (5).
+REFUSAL_REASONS = ("run_over", "name", "unknown", "policy", "budget", "arguments", "schema")
+
+BUDGET_SPENT = "the run has made its {n} tool calls, the most one run may make (Limits.max_calls)"
+_TOTAL_SPENT = (
+    "the run's tool calls have sent {n} bytes of arguments in all, the most one run may send "
+    "(Limits.max_total_args_bytes)"
+)
+_MAX_NAME = 200
+#: A tool name longer than this many characters is refused before it is looked
+#: up: no declared tool may have one (MCP's own limit is 128), and the search
+#: for close names would otherwise cost time and memory in proportion to it.
+MAX_NAME_CHARS = 256
+NAME_TOO_LONG = "a tool name may be at most {n} characters; this one is longer, so no tool has it"
+_TOO_BIG = "arguments are {size} bytes of JSON, over the limit of {n} for one call (Limits.max_args_bytes)"
+
+
+class Admitted:
+    """A call the gate let through: the tool and its arguments (a fresh JSON-shaped dict).
+
+    ``text`` is the JSON text ``args`` were parsed from (:meth:`Gate.admit_json`),
+    or ``None``: immutable, it may stand as the audit's own copy of them
+    (:func:`~nous_sched.events.frozen_later`).
+    """
+
+    __slots__ = ("tool", "args", "text")
+
+    def __init__(self, tool: Tool, args: dict[str, Any], text: Optional[str] = None) -> None:
+        self.tool = tool
+        self.args = args
+        self.text = text
+
+
+class Gate:
+    """Checks 1-6 of the module docstring for one run; check 7 runs where the call runs.
+
+    :param granted: the tools calls may reach, by name.
+    :param denied: tools the policy denies, by name (their calls are refused
+        as denied, not as unknown).
+    :param limits: the run's :class:`~nous_sched.Limits`.
+    :param deadline: the ``time.monotonic()`` instant the run is over, or ``None``.
+    :param audit: where refusals are written (``audit(event)``), e.g. a
+        session log's ``append``; ``None`` keeps them only in :attr:`refused`.
+    :param source: the ``source`` of every refusal record.
+    :param unknown: the message for a call of a tool no one declared (by
+        default ``unknown tool "name"``; a run names the closest tools).
+    """
+
+    def __init__(
+        self,
+        granted: Mapping[str, Tool],
+        denied: Mapping[str, Tool],
+        limits: Limits,
+        deadline: Optional[float] = None,
+        audit: Optional[Callable[[Event], Any]] = None,
+        source: str = "code_mode",
+        unknown: Optional[Callable[[str], str]] = None,
+    ) -> None:
+        self.granted = granted
+        self.denied = denied
+        self.limits = limits
+        self.deadline = deadline
+        self._audit = audit
+        self._source = source
+        self._unknown = unknown
+        self.calls = 0
+        self.args_bytes = 0
+        #: Every refusal audited so far, in order.
+        self.refused: list[ToolRefusedEvent] = []
+        #: Told of each refusal as it is audited: ``on_refused(tool, message, reason)``,
+        #: ``reason`` one of :data:`REFUSAL_REASONS` (a run's event stream).
+        self.on_refused: Optional[Callable[[str, str, str], Any]] = None
+
+    def admit_json(self, name: Any, text: Any) -> Union[Admitted, Outcome]:
+        """Check a call whose arguments are JSON text (from a program): admitted, or a failed Outcome."""
+        refusal = self._before_arguments(name)
+        if refusal is not None:
+            return refusal
+        if not isinstance(text, str):
+            return self._refuse(name, "arguments must be a JSON object", "arguments")
+        size = _utf8_size(text)
+        refusal = self._size(name, size)
+        if refusal is not None:
+            return refusal
+        try:
+            args = loads(text)
+        except SnapshotError as exc:
+            why = str(exc)
+            if why.startswith("not valid JSON"):  # only a direct call: a program's text is always JSON
+                return self._refuse(name, f"the arguments are {why}; send one JSON object", "arguments")
+            return self._refuse(name, f"arguments cannot cross: {why}", "arguments")
+        # The text stands for the arguments only when they are the object it spells (not `null` made {}).
+        return self._after_parse(name, args, text if type(args) is dict else None)
+
+    def admit(self, name: Any, args: Any) -> Union[Admitted, Outcome]:
+        """Check a call whose arguments are a Python value (``None`` means ``{}``): admitted, or a failed Outcome."""
+        refusal = self._before_arguments(name)
+        if refusal is not None:
+            return refusal
+        if args is None:
+            args = {}
+        if not isinstance(args, Mapping):
+            return self._refuse(name, f"arguments must be an object, got {_shown(args)}", "arguments")
+        try:
+            copied = snapshot(args)
+        except SnapshotError as exc:
+            return self._refuse(name, f"arguments cannot cross: {exc}", "arguments")
+        refusal = self._size(name, _utf8_size(json.dumps(copied, ensure_ascii=False, separators=(",", ":"))))
+        if refusal is not None:
+            return refusal
+        return self._after_parse(name, copied)
+
+    def admit_question(self, text: Any) -> Any:
+        """A question about the tools (a program's ``sdk``), as JSON text: its
+        parsed value, or a failed Outcome (tool ``"sdk"``). Questions count
+        against the call budget and pass the same size and JSON rules; they
+        reach no tool, so no policy or schema applies."""
+        self.calls += 1
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            return self._refuse("sdk", RUN_OVER, "run_over")
+        if self.calls > self.limits.max_calls:
+            return self._refuse("sdk", BUDGET_SPENT.format(n=self.limits.max_calls), "budget")
+        if not isinstance(text, str):
+            return self._refuse("sdk", "a question must be JSON text", "arguments")
+        refusal = self._size("sdk", _utf8_size(text))
+        if refusal is not None:
+            return refusal
+        try:
+            return loads(text)
+        except SnapshotError as exc:
+            return self._refuse("sdk", f"the question cannot cross: {exc}", "arguments")
+
+    def refuse(self, name: str, message: str, reason: str = "arguments") -> str:
+        """Refuse a call that never got as far as the checks (audited like any refusal); the message."""
+        outcome = self._refuse(name, message, reason)
+        assert outcome.error is not None
+        return outcome.error.message
+
+    # -- the steps ---------------------------------------------------------------
+
+    def _before_arguments(self, name: Any) -> Optional[Outcome]:
+        # Counted first: a refusal of any kind (past the deadline too) spends
+        # the budget, so no loop can grow the audit past max_calls + 1.
+        self.calls += 1
+        if not isinstance(name, str):
+            return self._refuse(str(name)[:_MAX_NAME], "a tool name must be a string", "name")
+        if len(name) > MAX_NAME_CHARS:  # before any lookup or "did you mean" on it
+            return self._refuse(name, NAME_TOO_LONG.format(n=MAX_NAME_CHARS), "name")
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            return self._refuse(name, RUN_OVER, "run_over")
+        if self.calls > self.limits.max_calls:
+            return self._refuse(name, BUDGET_SPENT.format(n=self.limits.max_calls), "budget")
+        if name not in self.granted:
+            if name in self.denied:
+                return self._refuse(name, denied_message(name), "policy")
+            return self._refuse(
+                name, self._unknown(name) if self._unknown else f"unknown tool {quote_name(name)}", "unknown"
+            )
+        return None
+
+    def _size(self, name: str, size: int) -> Optional[Outcome]:
+        limits = self.limits
+        if size > limits.max_args_bytes:
+            return self._refuse(name, _TOO_BIG.format(size=size, n=limits.max_args_bytes), "budget")
+        if self.args_bytes + size > limits.max_total_args_bytes:
+            return self._refuse(name, _TOTAL_SPENT.format(n=self.args_bytes), "budget")
+        self.args_bytes += size
+        return None
+
+    def _after_parse(self, name: str, args: Any, text: Optional[str] = None) -> Union[Admitted, Outcome]:
+        if args is None:  # `tools.x()`: no arguments
+            args = {}
+        elif not isinstance(args, dict):
+            return self._refuse(name, f"arguments must be an object, got {_shown(args)}", "arguments")
+        if self.deadline is not None and time.monotonic() >= self.deadline:  # the copy took the rest of the run
+            return self._refuse(name, RUN_OVER, "run_over")
+        tool = self.granted[name]
+        problem = argument_error(tool, args)
+        if problem is not None:
+            return self._refuse(name, problem, "schema")
+        return Admitted(tool, args, text)
+
+    def _refuse(self, name: str, message: str, reason: str) -> Outcome:
+        if len(name) > _MAX_NAME:  # a name the program made up may be of any length
+            name = name[:_MAX_NAME] + "…"
+        outcome = Outcome.failure(name, message)
+        # Past the call budget only the first refusal is written: the audit stays bounded.
+        if self.calls <= self.limits.max_calls + 1:
+            assert outcome.error is not None
+            record = ToolRefusedEvent(outcome.error.tool, outcome.error.message, self._source)
+            self.refused.append(record)
+            if self._audit is not None:
+                self._audit(record.as_event())
+            if self.on_refused is not None:
+                self.on_refused(record.name, record.message, reason)
+        return outcome
+
+
+def _utf8_size(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
+def _shown(value: Any) -> str:
+    try:
+        shown = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        shown = type(value).__name__
+    return shown if len(shown) <= 200 else shown[:200] + "…"

@@ -1,0 +1,267 @@
+"""The dispatch seam: how one sub-call reaches its tool.
+
+The scheduler calls ``dispatch(tool, args, run_ctx)`` on an executor thread.
+:func:`direct_dispatch`, the default, is the last step of the gate
+(:mod:`nous_sched.gate`): it refuses a call whose run is over, applies
+per-call approval (:func:`approve`), and then calls ``tool.function(args)``. Replace it to add hooks, retries or remote
+execution; it keeps the same contract: return a JSON-shaped value (or an
+:class:`~nous_sched.Outcome`), or raise to fail the call.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import copy
+import logging
+import time
+from typing import TYPE_CHECKING, Any, Callable, Optional
+
+import attrs
+
+from ..errors import ToolError
+from ..outcome import quote_name
+from . import approval_text
+
+if TYPE_CHECKING:  # tool.py is above this module: only its name, for the types
+    from ..tooling import Tool
+
+log = logging.getLogger("nous_sched")
+
+__all__ = [
+    "RunContext",
+    "ApprovalRequest",
+    "CallInfo",
+    "Dispatch",
+    "direct_dispatch",
+    "current_call",
+    "approve",
+    "live_event",
+    "RUN_OVER",
+    "Refused",
+    "approval_sink",
+]
+
+
+@attrs.frozen
+class ApprovalRequest:
+    """What an approval handler is asked about one call.
+
+    ``tool`` and ``arguments`` are the real name and arguments: ``arguments``
+    is the handler's own copy, so changing it changes neither what runs nor
+    the audit. ``description`` is the *run's* description, the sentence the
+    model wrote for this prompt and the audit log (``""`` when the caller
+    gave none); ``call_id`` is the call's audit event id; ``tool_description``
+    is the tool's own description. A durable run's pending request also has
+    ``seq``, ``site`` and ``committed`` (:mod:`nous_sched.durable`).
+    """
+
+    tool: str
+    arguments: Any
+    description: str = ""
+    call_id: str = ""
+    tool_description: str = ""
+    #: Durable runs only (:mod:`nous_sched.durable`): the call's number in the
+    #: program, its call site ``"line:col"``, and the calls committed before it.
+    seq: Optional[int] = None
+    site: str = ""
+    committed: tuple[Any, ...] = ()
+
+    def question(self) -> str:
+        """This call as a person should read it before approving it: the same text
+        ``serve-mcp`` asks with (:func:`nous_sched.gate.approval_text.question`: every
+        argument key shown, each value clipped on its own with its size stated,
+        the description labelled as the program's words, nothing left that can
+        act on a terminal)."""
+        return approval_text.question(self)
+
+
+@attrs.frozen
+class RunContext:
+    """Per-run state handed to every dispatch.
+
+    ``approval_handler(request) -> bool`` is asked once per call of a tool that
+    requires approval, on the executor thread running that call; ``True``
+    approves, anything else rejects. With no handler such a call is refused
+    (default deny). ``deps`` is yours: tools reach it through
+    :data:`current_call`.
+
+    ``deadline`` is the ``time.monotonic()`` instant at which the run is over
+    (``None`` outside :func:`~nous_sched.run_code`). No tool starts after it,
+    and no approval is acted on after it; nothing kills a tool still running
+    then, so a tool that waits on something slow should bound its wait by
+    it, as the MCP tools do. ``description`` is the run's description, which
+    every :class:`ApprovalRequest` carries. ``live`` is the run's event stream
+    (:class:`nous_sched.live.EventStream`) when it was started with
+    :func:`~nous_sched.start_run`, else ``None``: see :func:`live_event`.
+    """
+
+    approval_handler: Optional[Callable[[ApprovalRequest], Any]] = None
+    deps: Any = None
+    require_approval: frozenset[str] = frozenset()
+    deadline: Optional[float] = None
+    description: str = ""
+    live: Any = None
+
+
+@attrs.frozen
+class CallInfo:
+    """Which sub-call the current thread is running (see :data:`current_call`)."""
+
+    id: str
+    tool: str
+    seq: int
+    mode: str
+    run_ctx: Optional[RunContext] = None
+
+
+#: The dispatch seam: ``dispatch(tool, args, run_ctx)`` returns the tool's value
+#: (or an :class:`~nous_sched.Outcome`), or raises to fail the call.
+Dispatch = Callable[["Tool", dict[str, Any], Optional[RunContext]], Any]
+
+#: Set inside every sub-call: the call's :class:`CallInfo`. ``None`` outside.
+current_call: contextvars.ContextVar[Optional[CallInfo]] = contextvars.ContextVar(
+    "nous_sched.current_call", default=None
+)
+
+
+def _approval_required(tool: Tool, run_ctx: Optional[RunContext]) -> bool:
+    if getattr(tool, "requires_approval", False):
+        return True
+    return getattr(tool, "name", None) in getattr(run_ctx, "require_approval", ())
+
+
+#: What a call that would start after its run's deadline fails with.
+RUN_OVER = "code run is over; the call was not started"
+
+
+def run_over(run_ctx: Optional[RunContext]) -> bool:
+    """True once ``run_ctx``'s deadline has passed (never without one)."""
+    deadline = getattr(run_ctx, "deadline", None)
+    return deadline is not None and time.monotonic() >= deadline
+
+
+def live_event(run_ctx: Any, kind: str, seq: Optional[int], data: dict[str, Any]) -> None:
+    """Tell the people watching the run (its event stream, ``run_ctx.live``) that
+    ``kind`` happened; nothing when the run has no stream. The live events'
+    own, independent of the audit: ``"approval"`` (asked, then approved or
+    rejected: :func:`approve`) and ``"suspended"`` (a run that waits for a
+    durable approval says so with ``live_event(run_ctx, "suspended", None,
+    {...})``). Never raises."""
+    live = getattr(run_ctx, "live", None)
+    if live is not None:
+        live.emit(kind, seq, data)
+
+
+def _approval_event(
+    run_ctx: Any, info: Optional[CallInfo], tool: str, state: str, request: Optional[ApprovalRequest] = None
+) -> None:
+    if getattr(run_ctx, "live", None) is None:
+        return
+    seq = info.seq if info is not None else None
+    call_id = info.id if info is not None else ""
+    data = {"tool": tool, "call_id": call_id, "state": state}
+    if request is not None:  # asked: what the person deciding reads
+        data["question"] = request.question()
+    live_event(run_ctx, "approval", seq, data)
+
+
+class Refused(ToolError):
+    """A :class:`ToolError` from the gate's own approval step; ``kind`` names why
+    (``"denied"`` or ``"run_over"``), for the call's ``tool_outcome`` audit record."""
+
+    def __init__(self, message: str, tool: str, kind: str) -> None:
+        super().__init__(message, tool)
+        self.kind = kind
+
+
+#: Set by the scheduler around each call it runs in this process:
+#: ``sink(approved, reason)`` records an approval decision in the run's audit
+#: (an ``approval`` event) as it is made. ``None`` elsewhere (a call run in
+#: another process by a serializing executor: its decision is not recorded).
+approval_sink: contextvars.ContextVar[Optional[Callable[[bool, str], None]]] = contextvars.ContextVar(
+    "nous_sched.approval_sink", default=None
+)
+
+APPROVED = "approved by the approval handler"
+REJECTED = "rejected by the approval handler"
+NO_HANDLER = "no approval handler is configured"
+
+
+def _decided(approved: bool, reason: str) -> None:
+    sink = approval_sink.get()
+    if sink is not None:
+        sink(approved, reason)
+
+
+def _ask(handler: Callable[[ApprovalRequest], Any], request: ApprovalRequest) -> bool:
+    """The handler's answer, recorded. A handler that raises rejects: the call
+    fails with the exception's message (a :class:`ToolError`'s as it is)."""
+    try:
+        answer = handler(request)
+    except Exception as exc:
+        _decided(False, f"the approval handler raised {type(exc).__name__}")
+        log.warning("the approval handler raised for tool %r", request.tool, exc_info=True)
+        raise Refused(str(exc) or f"the approval handler raised {type(exc).__name__}", request.tool, "denied") from exc
+    approved = answer is True
+    _decided(approved, APPROVED if approved else REJECTED)
+    return approved
+
+
+def _asked(handler: Callable[[ApprovalRequest], Any], request: ApprovalRequest, run_ctx: Any, info: Any) -> bool:
+    """The handler's answer (``True`` only), recorded in the audit and told to
+    the run's stream as it is asked and decided. A handler that raises
+    rejects: the call fails with the exception's message."""
+    _approval_event(run_ctx, info, request.tool, "asked", request)
+    approved = False
+    try:
+        approved = _ask(handler, request)
+    finally:
+        _approval_event(run_ctx, info, request.tool, "approved" if approved else "rejected")
+    return approved
+
+
+def approve(tool: Tool, args: dict[str, Any], run_ctx: Optional[RunContext]) -> None:
+    """The approval step of the gate: return if the call may run, else raise :class:`ToolError`.
+
+    Refused when the run is over (before asking, and again after the
+    handler answers: an approval that comes too late starts nothing), when
+    the tool needs approval and there is no handler, and when the handler
+    returns anything but ``True`` (or raises). The handler gets its own copy
+    of the arguments (:class:`ApprovalRequest`). Each decision on a tool that
+    needs approval is recorded in the run's audit as an ``approval`` event
+    (:class:`~nous_sched.events.ApprovalEvent`) as it is made.
+    """
+    if run_over(run_ctx):
+        raise Refused(RUN_OVER, tool.name, "run_over")
+    if not _approval_required(tool, run_ctx):
+        return
+    handler = getattr(run_ctx, "approval_handler", None)
+    if handler is None:
+        _decided(False, NO_HANDLER)
+        raise Refused(
+            f"tool {quote_name(tool.name)} requires approval and no approval handler is configured",
+            tool.name,
+            "denied",
+        )
+    info = current_call.get()
+    request = ApprovalRequest(
+        tool.name,
+        copy.deepcopy(args),
+        description=getattr(run_ctx, "description", "") or "",
+        call_id=info.id if info is not None else "",
+        tool_description=getattr(tool, "description", ""),
+    )
+    if not _asked(handler, request, run_ctx, info):
+        raise Refused(f"tool {quote_name(tool.name)} was rejected by the approval handler", tool.name, "denied")
+    if run_over(run_ctx):
+        raise Refused(RUN_OVER + " (its approval came after the deadline)", tool.name, "run_over")
+
+
+def direct_dispatch(tool: Tool, args: dict[str, Any], run_ctx: Optional[RunContext]) -> Any:
+    """The gate's last step: :func:`approve`, then run ``tool.function(args)``.
+
+    Raises :class:`ToolError` when the run is over, or approval is required
+    and there is no handler, or the handler does not return ``True``.
+    """
+    approve(tool, args, run_ctx)
+    return tool.function(args)

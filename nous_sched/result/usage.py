@@ -1,0 +1,84 @@
+"""The usage ledger: where a run's context went.
+
+Every value that crosses into a program and every answer that goes back to a
+model costs context. :class:`Usage`, on every :class:`~nous_sched.RunResult`,
+says how much: for each sub-call the size of the result the program received,
+and for the run what the model got back and what the output budget
+(:mod:`nous_sched.result.budget`) took off. The same numbers are in the live events
+(:mod:`nous_sched.live`: each ``commit``'s ``chars``, the ``end`` event's
+``usage``) and in the OpenTelemetry run span (:mod:`nous_sched.otel`).
+
+Sizes: of a sub-call's result (``chars``), the characters of its compact
+JSON text as the program receives it (non-ASCII characters escaped as
+``\\uXXXX``, as it crosses into the sandbox: ASCII, so as many bytes); of
+the model's answer (``answer_bytes``, ``model_bytes``, ``cut_bytes``), the
+bytes of the UTF-8 of ``json.dumps(answer, ensure_ascii=False)``, as the
+adapters send it, the output budget's unit (:mod:`nous_sched.result.budget`: bytes
+bound what a model pays, characters do not).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import attrs
+
+__all__ = ["CallUsage", "Usage"]
+
+
+@attrs.frozen
+class CallUsage:
+    """One sub-call the program received an answer to.
+
+    ``seq`` is the call's sequence number (``None`` for a call the gate
+    refused before it started); ``chars`` the size of the result (or the
+    ``{tool, message}`` error) the program received; ``ok`` whether it was a
+    result.
+    """
+
+    seq: Optional[int]
+    tool: str
+    chars: int
+    ok: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"seq": self.seq, "tool": self.tool, "chars": self.chars, "ok": self.ok}
+
+
+@attrs.frozen
+class Usage:
+    """A run's ledger. ``calls`` in the order the program received them
+    (sequence order for started calls).
+
+    ``answer_bytes`` is the size in bytes (UTF-8, :func:`nous_sched.result.budget.size`)
+    of the model-facing answer before any budget
+    (:meth:`~nous_sched.RunResult.to_dict`), ``model_bytes`` what the model
+    got (:meth:`~nous_sched.RunResult.for_model`), and ``cut_bytes`` their
+    difference: what the output budget took off (0 without one, or when the
+    answer fit).
+    """
+
+    calls: tuple[CallUsage, ...] = ()
+    answer_bytes: int = 0
+    model_bytes: int = 0
+    #: The bytes of the answer's ``hint`` (:mod:`nous_sched.result._hints`), counted in both sizes above.
+    hint_bytes: int = 0
+
+    @property
+    def received_chars(self) -> int:
+        """Everything the program received from its sub-calls."""
+        return sum(c.chars for c in self.calls)
+
+    @property
+    def cut_bytes(self) -> int:
+        return self.answer_bytes - self.model_bytes
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "calls": [c.as_dict() for c in self.calls],
+            "received_chars": self.received_chars,
+            "answer_bytes": self.answer_bytes,
+            "model_bytes": self.model_bytes,
+            "cut_bytes": self.cut_bytes,
+            "hint_bytes": self.hint_bytes,
+        }
