@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Optional
 
 import pytest
-from hypothesis import Phase, settings
+from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -25,7 +25,6 @@ from hypothesis.stateful import (
     invariant,
     precondition,
     rule,
-    run_state_machine_as_test,
 )
 
 from nous_sched.scheduler._tool_handoff import LEAVE, PARKED, Handoff, Slot
@@ -431,27 +430,6 @@ def test_the_machine_catches_a_thread_that_counts_until_it_is_gone():
     machine = LateUncountMachine(LateUncount(1))
     with pytest.raises(AssertionError, match="never ran: lost"):
         replay_the_lost_task(machine)
-
-
-def test_the_machine_finds_that_mistake_by_itself():
-    class Machine(LateUncountMachine):
-        @initialize(max_threads=st.integers(1, 4))
-        def a_set_of_at_most(self, max_threads: int) -> None:
-            self.core = LateUncount(max_threads)
-
-    with pytest.raises(AssertionError, match="lost|no thread will look"):
-        run_state_machine_as_test(
-            Machine,
-            settings=settings(
-                max_examples=200,
-                stateful_step_count=80,
-                deadline=None,
-                derandomize=True,
-                database=None,
-                phases=[Phase.generate],
-                report_multiple_bugs=False,
-            ),
-        )
 
 
 def test_a_retired_thread_stops_counting_as_it_is_signalled():
