@@ -1087,7 +1087,7 @@ class _Relay(RelayCore):
                 os.set_blocking(r, False)
                 os.set_blocking(w, False)
         self.take = take
-        with self.lock:
+        with deferred(), self.lock:
             self.arm()
         head._then = self.kick
         try:
@@ -1112,17 +1112,21 @@ class _Relay(RelayCore):
                     remote._broken()
         finally:
             head._then = None
-            with self.lock:
+            with deferred(), self.lock:
                 self.release()
+
+    # Every section under ``lock`` runs deferred: an interrupt raised as a
+    # ``with`` block ends, before its exit has run (as a trace function can),
+    # would leave the lock held, and close() waits for it.
 
     def _disarm(self) -> bool:
         """Take the worker back from the kicks; whether no batch was taken."""
-        with self.lock:
+        with deferred(), self.lock:
             return self.disarm()
 
     def _taken(self) -> list[Any]:
         """The batch a kick took; what it raised, raised here."""
-        with self.lock:
+        with deferred(), self.lock:
             batch, error = self.taken()
         if error is not None:
             raise error
@@ -1132,11 +1136,11 @@ class _Relay(RelayCore):
         """The head has committed (on the thread that published it): send the
         batch, or hand it to the driving thread. Never blocks, never raises."""
         try:
-            with self.lock:
+            with deferred(), self.lock:
                 if self.kicked(self.take, self._write):
                     self._wake()
         except BaseException as exc:  # (an interrupt): the run's to raise
-            with self.lock:
+            with deferred(), self.lock:
                 self.failed(exc)
                 self._wake()
 
