@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, Collection, Optional
 
 import attrs
 
+from .._slots import record
 from ..errors import ToolError
 from ..outcome import quote_name
 from . import approval_text
@@ -90,7 +91,9 @@ class RunContext:
     (``None`` outside :func:`~nous_sched.run_code`). No tool starts after it,
     and no approval is acted on after it; nothing kills a tool still running
     then, so a tool that waits on something slow should bound its wait by
-    it, as the MCP tools do. ``description`` is the run's description, which
+    it, as the MCP tools do (what such a tool returns or raises once the
+    deadline has passed never reaches the program: the run is a ``timeout``).
+    ``description`` is the run's description, which
     every :class:`ApprovalRequest` carries. ``live`` is the run's event stream
     (:class:`nous_sched.live.EventStream`) when it was started with
     :func:`~nous_sched.start_run`, else ``None``: see :func:`live_event`.
@@ -104,7 +107,7 @@ class RunContext:
     live: Any = None
 
 
-@attrs.frozen
+@record
 class CallInfo:
     """Which sub-call the current thread is running (see :data:`current_call`)."""
 
