@@ -7,9 +7,9 @@ that decides how the calls interleave and commits them in submission order.
 
 from . import _tracing
 from ._version import __version__ as __version__
-from .adapters import anthropic_tool, call_tool, openai_tool
 from .agent import MODES, WithContextUpdate, run_code_tool, visible_tools
-from .aio import acall_tool, arun_code
+from .agent.adapters import anthropic_tool, call_tool, openai_tool
+from .agent.aio import acall_tool, arun_code
 from .approval_store import ApprovalStore, RedisApprovalStore, SqliteApprovalStore, TokenError, UnsettledError
 from .crossing import snapshot
 from .durable import DEFER, ApprovalDecision, Suspension, resume

@@ -24,11 +24,11 @@ import itertools
 import threading
 from typing import Any, Callable, Iterable, Optional, TypeVar
 
+from ..events import SessionLog
+from ..result import RunResult
+from ..run_code import ambient_cancel, run_code
+from ..tooling import Tool
 from .adapters import call_tool
-from .events import SessionLog
-from .result import RunResult
-from .run_code import ambient_cancel, run_code
-from .tooling import Tool
 
 __all__ = ["arun_code", "acall_tool", "CANCEL_WAIT"]
 

@@ -17,18 +17,18 @@ from typing import Any, Iterable, Optional
 
 import attrs
 
-from . import _validators as v
-from . import sdk
-from ._options import check_run_options
-from ._validators import require
-from .errors import RunCodeError
-from .events import ContextUpdate
-from .gate.policy import PermissionPolicy, partition
-from .result.budget import DEFAULT_OUTPUT_BUDGET
-from .run_code import NO_CODE, OUTPUT_BUDGET, resolve_runtime, run_code
-from .runtime import CodeRuntime
-from .sdk import _steps
-from .tooling import Tool
+from .. import _validators as v
+from .. import sdk
+from .._options import check_run_options
+from .._validators import require
+from ..errors import RunCodeError
+from ..events import ContextUpdate
+from ..gate.policy import PermissionPolicy, partition
+from ..result.budget import DEFAULT_OUTPUT_BUDGET
+from ..run_code import NO_CODE, OUTPUT_BUDGET, resolve_runtime, run_code
+from ..runtime import CodeRuntime
+from ..sdk import _steps
+from ..tooling import Tool
 
 __all__ = [
     "run_code_tool",

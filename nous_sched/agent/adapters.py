@@ -12,20 +12,20 @@ import json
 import secrets
 from typing import Any, Callable, Optional
 
-from . import _tracing
-from . import _validators as v
-from ._options import OPTIONAL_LIMITS, OPTIONAL_POLICY, OPTIONAL_SESSION_LOG
-from ._text import machine_text
-from .agent import WithContextUpdate
-from .crossing import snapshot
-from .errors import RunCodeError, SnapshotError, ToolError
-from .events import ApprovalEvent, SessionLog, ToolCallEvent, ToolOutcomeEvent
-from .gate import Admitted, Gate
-from .gate.dispatch import ApprovalRequest, CallInfo, RunContext, approval_sink, current_call, direct_dispatch
-from .gate.policy import PermissionPolicy, partition
-from .limits import Limits
-from .outcome import Outcome, clamp
-from .tooling import EXCLUSIVE, Tool
+from .. import _tracing
+from .. import _validators as v
+from .._options import OPTIONAL_LIMITS, OPTIONAL_POLICY, OPTIONAL_SESSION_LOG
+from .._text import machine_text
+from ..crossing import snapshot
+from ..errors import RunCodeError, SnapshotError, ToolError
+from ..events import ApprovalEvent, SessionLog, ToolCallEvent, ToolOutcomeEvent
+from ..gate import Admitted, Gate
+from ..gate.dispatch import ApprovalRequest, CallInfo, RunContext, approval_sink, current_call, direct_dispatch
+from ..gate.policy import PermissionPolicy, partition
+from ..limits import Limits
+from ..outcome import Outcome, clamp
+from ..tooling import EXCLUSIVE, Tool
+from ._run_code_tool import WithContextUpdate
 
 __all__ = ["openai_tool", "anthropic_tool", "call_tool", "OPENAI_APIS"]
 
