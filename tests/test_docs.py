@@ -228,7 +228,7 @@ def _extras_in_setup_cfg() -> set[str]:
 def test_the_readmes_extras_table_is_setup_cfgs():
     text = README.read_text(encoding="utf-8")
     table = text[text.index(".. extras-table-start") : text.index(".. extras-table-end")]
-    named = re.findall(r"^   \* - ``([a-z-]+)``$", table, re.M)
+    named = re.findall(r"^``([a-z-]+)``\s", table, re.M)
     assert len(named) == len(set(named))
     assert set(named) == _extras_in_setup_cfg()
     assert {"all", "web"} <= set(named)
