@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import configparser
 import json
+import os
 import re
+import shlex
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -134,8 +137,28 @@ def test_readme_commands():
 
 
 def test_the_manuals_commands_are_the_readmes_or_an_examples():
+    # The example's command is run as typed by tests/test_mcp_example.py.
     commands = {c for page in PAGES for c in _console_commands(page)}
     assert commands == {MAIN_JOB, TEST_COMMAND, "pip install -e '.[mcp]' && python examples/mcp_fanout.py"}
+
+
+def test_the_main_job_runs_as_typed():
+    # Its second half, as a user types it from the repository root (the first is the install).
+    command = shlex.split(MAIN_JOB.split(" && ", 1)[1])
+    script = shutil.which(command[0])
+    assert script, "the nous-sched command is installed by `pip install -e .`"
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    done = subprocess.run([script, *command[1:]], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert '"largest": "Shanghai"' in done.stdout and "largest: Shanghai, China" in done.stdout
+
+
+def test_the_serve_mcp_host_configuration_is_a_command_serve_mcp_accepts():
+    (block,) = blocks(DOCS / "serve-mcp.rst", "json")
+    (server,) = json.loads(block)["mcpServers"].values()
+    assert server["command"] == "nous-sched"
+    args = nous_docs.build_parser().parse_args(server["args"])
+    assert (args.command, args.trust, args.audit_log) == ("serve-mcp", ["files"], "/var/log/code-mode.jsonl")
 
 
 def test_readme_test_command_is_what_ci_runs():
