@@ -23,8 +23,7 @@ copyright = "the nous_sched authors"
 release = nous_sched.__version__
 version = release
 
-extensions = ["sphinx.ext.autodoc", "sphinx.ext.intersphinx", "nous_docs"]
-intersphinx_mapping: dict[str, tuple[str, None]] = {}
+extensions = ["sphinx.ext.autodoc", "nous_docs"]
 root_doc = "index"
 exclude_patterns = ["_build"]
 html_theme = "furo"
@@ -33,5 +32,4 @@ html_title = f"nous_sched {release}"
 default_role = "literal"
 autodoc_member_order = "bysource"
 autodoc_typehints = "signature"
-autodoc_default_options = {"members": True, "undoc-members": False, "show-inheritance": False}
-suppress_warnings: list[str] = []
+autodoc_default_options = {"members": True}
