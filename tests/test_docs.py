@@ -11,6 +11,7 @@ limits) are also checked here, through the same functions.
 from __future__ import annotations
 
 import configparser
+import importlib
 import json
 import os
 import re
@@ -275,3 +276,36 @@ def test_the_manual_says_what_it_promises():
 
     for kind in ERROR_KINDS:
         assert f"``{kind}``" in text
+
+
+# OpenTelemetry attribute names the manual quotes, not Python names.
+NOT_PYTHON_NAMES = {"nous_sched.throttled"}
+
+
+def _resolves(dotted: str) -> bool:
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            value = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        try:
+            for attribute in parts[cut:]:
+                value = getattr(value, attribute)
+        except AttributeError:
+            return False
+        return True
+    return False
+
+
+def test_every_module_name_and_path_the_manual_gives_exists():
+    text = "\n".join(p.read_text(encoding="utf-8") for p in [README, *PAGES])
+    text = re.sub(r"\s+", " ", text)  # a name the text wraps is one name
+    names = set(re.findall(r"``(nous_sched(?:\.[A-Za-z_][A-Za-z0-9_]*)+)``", text)) - NOT_PYTHON_NAMES
+    assert len(names) > 15
+    missing = sorted(name for name in names if not _resolves(name))
+    assert not missing, f"the manual names what the code no longer has: {missing}"
+    paths = set(re.findall(r"``((?:nous_sched|examples|benchmarks|tests|docs|scripts)/[\w./-]*\w)``", text))
+    assert paths, "the manual names files"
+    gone = sorted(path for path in paths if "*" not in path and not (ROOT / path).exists())
+    assert not gone, f"the manual names files that do not exist: {gone}"
