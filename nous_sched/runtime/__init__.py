@@ -74,7 +74,7 @@ class Host(Protocol):
 
     def call_json(self, name: str, text: str) -> PendingCall:
         """:meth:`call` with the arguments as the program's JSON text, which the
-        host parses under its own rules (:func:`nous_sched.snapshot.loads`).
+        host parses under its own rules (:func:`nous_sched.crossing.loads`).
 
         Never raises: text that cannot cross fails that one call.
         """
