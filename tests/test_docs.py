@@ -168,9 +168,12 @@ def test_readme_test_command_is_what_ci_runs():
     commands = [line for line in ci if line and not line.startswith(("#", "set ", "cd "))]
     # The system packages, the README's test command, verbatim, the checks configured in
     # pyproject.toml, then the manual's build, where a warning (a broken reference) is an error.
+    # (The release branch's wheel check, once merged, runs right after the tests.)
+    wheel_check = ["bash .ci/wheel-check"] if (ROOT / ".ci" / "wheel-check").exists() else []
     assert commands == [
         "bash .ci/system-deps",
         TEST_COMMAND,
+        *wheel_check,
         "python -m ruff check .",
         "python -m ruff format --check .",
         "python -m mypy",
@@ -221,6 +224,11 @@ def test_the_error_kinds_page_names_every_kind():
 
     page = (DOCS / "reference" / "errors.rst").read_text(encoding="utf-8")
     assert nous_docs.kinds_in(page) == list(ERROR_KINDS)
+
+
+def test_the_live_events_page_names_every_kind():
+    page = (DOCS / "live.rst").read_text(encoding="utf-8")
+    assert set(nous_docs.kinds_in(page)) == set(nous_docs.live_kinds())
 
 
 def test_the_limits_table_names_every_field():

@@ -14,8 +14,9 @@ Two directives:
     renders its content (prose the manual writes by hand: what each thread is
     for, what each error kind means) and checks it names exactly what the
     code has: ``threads`` (every thread, process or folder name the library
-    gives, found in its source), ``error-kinds`` or ``limits`` (the fields of
-    :class:`nous_sched.Limits`, each the first cell of a table row). A name missing on either
+    gives, found in its source), ``error-kinds``, ``live-kinds`` (a run's live
+    events) or ``limits`` (the fields of :class:`nous_sched.Limits`, each the
+    first cell of a table row). A list item documents the literal it starts with. A name missing on either
     side is a warning, which ``sphinx-build -W`` makes an error.
 
 ``threads_in_code`` and ``names_in`` are also what ``tests/test_docs.py``
@@ -68,6 +69,12 @@ def error_kinds() -> tuple[str, ...]:
     import nous_sched
 
     return tuple(nous_sched.ERROR_KINDS)
+
+
+def live_kinds() -> tuple[str, ...]:
+    """The kinds of a run's live events (:data:`nous_sched.live.EVENT_KINDS`)."""
+    live = importlib.import_module("nous_sched.live")
+    return tuple(live.EVENT_KINDS)
 
 
 def kinds_in(text: str) -> list[str]:
@@ -209,6 +216,8 @@ class Checked(Directive):
             documented, in_code = names_in(text), threads_in_code()
         elif what == "error-kinds":
             documented, in_code = set(kinds_in(text)), set(error_kinds())
+        elif what == "live-kinds":
+            documented, in_code = set(kinds_in(text)), set(live_kinds())
         elif what == "limits":
             documented, in_code = set(re.findall(r"^``([a-z_]+)``\s", text, re.M)), set(limit_fields())
         else:
