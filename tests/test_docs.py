@@ -248,6 +248,23 @@ def test_the_run_options_are_run_codes():
     assert options["timeout"] == "30.0" and options["max_parallel"] == "10" and "description" in options
 
 
+def test_the_run_options_are_a_run_options_class_fields_where_there_is_one(monkeypatch):
+    import attrs
+
+    import nous_sched
+
+    @attrs.frozen
+    class RunOptions:
+        timeout: float = 30.0
+        tags: list = attrs.Factory(list)
+        name: str = attrs.field(kw_only=True)
+
+    monkeypatch.setattr(nous_sched, "RunOptions", RunOptions, raising=False)
+    options = nous_docs.run_options()
+    assert options[:3] == [("timeout", "30.0"), ("tags", "a new list"), ("name", "required")]
+    assert [name for name, _ in options].count("timeout") == 1  # run_code's own, not twice
+
+
 # -- the README ---------------------------------------------------------------------------------
 
 

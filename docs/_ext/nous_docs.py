@@ -126,11 +126,17 @@ def cli_help() -> list[tuple[str, str]]:
 
 
 def run_options() -> list[tuple[str, str]]:
-    """(option, default) for each keyword option of ``run_code``."""
+    """(option, default) for each option of a run: ``RunOptions``' fields where the package has
+    that class, and ``run_code``'s keyword options besides."""
     import nous_sched
 
-    out = []
+    out: list[tuple[str, str]] = []
+    options_class = getattr(nous_sched, "RunOptions", None)
+    if options_class is not None:
+        out += _fields(options_class)
     for name, parameter in inspect.signature(nous_sched.run_code).parameters.items():
+        if any(name == known for known, _ in out):
+            continue
         if parameter.kind is not inspect.Parameter.KEYWORD_ONLY:
             continue
         default = "required" if parameter.default is inspect.Parameter.empty else _spell(parameter.default)
@@ -138,10 +144,34 @@ def run_options() -> list[tuple[str, str]]:
     return out
 
 
+def _fields(cls: type) -> list[tuple[str, str]]:
+    import dataclasses
+
+    import attrs
+
+    if attrs.has(cls):
+        pairs = [(f.name, f.default) for f in attrs.fields(cls)]
+    elif dataclasses.is_dataclass(cls):
+        pairs = [(f.name, f.default) for f in dataclasses.fields(cls)]
+    else:
+        parameters = inspect.signature(cls).parameters.values()
+        pairs = [(p.name, p.default) for p in parameters if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    missing = (attrs.NOTHING, dataclasses.MISSING, inspect.Parameter.empty)
+    return [(name, "required" if any(d is m for m in missing) else _spell(d)) for name, d in pairs]
+
+
 def _spell(value: Any) -> str:
+    if isinstance(value, attrs_factory_type()):
+        return "a new " + getattr(value.factory, "__name__", "value")
     if inspect.isfunction(value) or inspect.isclass(value):
         return f"{value.__module__}.{value.__qualname__}".replace("nous_sched.", "", 1)
     return repr(value)
+
+
+def attrs_factory_type() -> type:
+    import attrs
+
+    return type(attrs.Factory(list))
 
 
 def public_names() -> list[tuple[str, str]]:
