@@ -54,8 +54,7 @@ from .._interrupts import deferred
 from .._options import OPTIONAL_SESSION_LOG
 from .._slots import maker
 from .._validators import require
-from ..crossing import snapshot, snapshot_text
-from ..errors import ToolError
+from ..crossing import snapshot
 from ..events import (
     ApprovalEvent,
     Event,
@@ -67,7 +66,9 @@ from ..events import (
     tool_call_event,
     tool_outcome_event,
 )
-from ..gate.dispatch import CallInfo, Dispatch, RunContext, approval_sink, current_call, direct_dispatch
+from ..gate._admitted import FAILED as FAILED  # re-exported: the scheduler's messages
+from ..gate._admitted import run_admitted
+from ..gate.dispatch import CallInfo, Dispatch, RunContext, direct_dispatch
 from ..outcome import Outcome
 from ..result.records import CallRecord, LaneState
 from ..throttle._throttle import _Hold
@@ -92,7 +93,6 @@ GONE = "code run is over; scheduler is gone"
 ABANDONED = "code run is over; tool call abandoned"
 AWAIT_TIMEOUT = "timed out waiting for the sub-call to commit"
 NO_ANSWER = "the scheduler did not answer within {s:g}s (a concurrency_safe predicate may be stuck)"
-FAILED = "tool call failed"
 DID_NOT_COMPLETE = "tool call did not complete"
 
 
@@ -172,7 +172,19 @@ class Ticket:
 class _Timeline:
     """When one started call started, finished and committed (seconds since the epoch of its scheduler)."""
 
-    __slots__ = ("seq", "tool", "mode", "started", "finished", "committed", "ok", "began", "reason", "throttled")
+    __slots__ = (
+        "seq",
+        "tool",
+        "mode",
+        "started",
+        "finished",
+        "committed",
+        "ok",
+        "began",
+        "reason",
+        "throttled",
+        "waiting_since",
+    )
 
     def __init__(self, seq: int, tool: str, mode: Mode, started: float, reason: str = "") -> None:
         self.seq = seq
@@ -185,8 +197,14 @@ class _Timeline:
         self.ok: Optional[bool] = None
         self.began: Optional[float] = None
         self.throttled: Optional[float] = None
+        self.waiting_since: Optional[float] = None  # perf_counter() as its throttles' wait began
 
     def record(self) -> CallRecord:
+        throttled = self.throttled
+        if throttled is None and self.waiting_since is not None:
+            # Still waiting: the run may end (its deadline) before the tool thread
+            # wakes to stamp the wait, and its trail must still show the wait.
+            throttled = time.perf_counter() - self.waiting_since
         return CallRecord(
             self.seq,
             self.tool,
@@ -197,7 +215,7 @@ class _Timeline:
             self.ok,
             self.began,
             self.reason,
-            self.throttled,
+            throttled,
         )
 
 
@@ -249,18 +267,19 @@ class _Begin:
         """Take the throttles' places (None), or why not: False once the scheduler stops, else the message."""
         scheduler = self.scheduler
         hold = self.hold = _Hold(self.throttles)
-        waiting_since = time.perf_counter()
+        timeline = self.timeline
         with scheduler._records_lock:
             if scheduler._stopping:
                 return False
             scheduler._throttle_waits.add(hold)
+            waiting_since = timeline.waiting_since = time.perf_counter()
         deadline = self.deadline if self.deadline is not None else time.monotonic() + scheduler._timeout
         try:
             refusal = hold.wait(deadline)
         finally:
             with scheduler._records_lock:
                 scheduler._throttle_waits.discard(hold)
-                self.timeline.throttled = time.perf_counter() - waiting_since
+                timeline.throttled = time.perf_counter() - waiting_since
         if refusal is not None and refusal.startswith(ABANDONED):
             return False
         return refusal
@@ -1288,7 +1307,7 @@ class _InContext:
 
     def __call__(self, fn: Callable[..., Any], /, *args: Any) -> Any:
         # Unpickled (no context): a copy of the worker thread's own, so what the
-        # call sets is gone after it, as with a submitter's (see _run_begun).
+        # call sets is gone after it, as with a submitter's (see _run_call).
         ctx = self.ctx if self.ctx is not None else contextvars.copy_context()
         return ctx.run(fn, *args)
 
@@ -1336,54 +1355,16 @@ def _run_call(
                 return Outcome.failure(name, verdict), time.perf_counter() - t0, "throttled", 0
             return Outcome.failure(name, ABANDONED), time.perf_counter() - t0, "abandoned", 0
     try:
-        result, kind, size = _run_begun(dispatch, tool, args, run_ctx, info, begin)
-        return result, time.perf_counter() - t0, kind, size
+        # Runs in the call's own context, a copy made for it alone (the submitter's,
+        # or the executor thread's: _InContext), which no code runs in after it:
+        # what run_admitted sets there needs no reset (two fewer context copies per call).
+        outcome, kind, size, raised = run_admitted(
+            dispatch, tool, args, run_ctx, info, getattr(begin, "record_approval", None)
+        )
+        if raised is not None:
+            log.warning("code-mode sub-call %s (tool %r) raised", info.id, name, exc_info=raised)
+        return outcome, time.perf_counter() - t0, kind, size
     finally:
         end = getattr(begin, "end", None)
         if end is not None:
             end()
-
-
-def _run_begun(
-    dispatch: Dispatch, tool: Tool, args: dict[str, Any], run_ctx: Optional[RunContext], info: CallInfo, begin: Any
-) -> tuple[Outcome, Optional[str], int]:
-    """The tool's own part of :func:`_run_call`: its outcome, error kind (None: ok) and result size.
-
-    It runs in the call's own context, a copy made for it alone (the
-    submitter's, or the executor thread's: :class:`_InContext`), which no
-    code runs in after it: what it sets here needs no reset (two fewer
-    context copies per call)."""
-    name = tool.name
-    current_call.set(info)
-    approval_sink.set(getattr(begin, "record_approval", None))
-    try:
-        return _outcome_of(dispatch(tool, args, run_ctx), name, info)
-    except ToolError as exc:
-        return Outcome.failure(name, _safe_str(exc)), getattr(exc, "kind", "tool_error"), 0
-    except Exception as exc:
-        log.warning("code-mode sub-call %s (tool %r) raised", info.id, name, exc_info=True)
-        return Outcome.failure(name, _safe_str(exc)), "tool_error", 0
-
-
-def _outcome_of(value: Any, name: str, info: CallInfo) -> tuple[Outcome, Optional[str], int]:
-    """What dispatch returned as an Outcome, its error kind (None: ok) and the result's JSON size."""
-    if isinstance(value, Outcome):
-        if not value.ok:
-            message = value.error.message if value.error is not None else FAILED
-            return Outcome.failure(name, message), "tool_error", 0
-        value = value.value
-    try:
-        # The copy, the program's text and the audit's size, in one go (the text is not made again).
-        snapped, text, size = snapshot_text(value)
-    except Exception as exc:
-        log.error("code-mode sub-call %s (tool %r) returned a value that is not JSON: %s", info.id, name, exc)
-        return Outcome.failure(name, f"tool returned a value that is not JSON: {exc}"), "invalid_result", 0
-    return Outcome.crossed(snapped, text), None, size
-
-
-def _safe_str(exc: BaseException) -> str:
-    try:
-        text = str(exc)
-    except Exception:
-        return FAILED
-    return text if text else FAILED
