@@ -52,7 +52,6 @@ from typing import Any, Callable, Optional, Sequence
 from .. import _validators as v
 from .._interrupts import deferred
 from .._options import OPTIONAL_SESSION_LOG
-from .._slots import maker
 from .._validators import require
 from ..crossing import snapshot
 from ..events import (
@@ -63,8 +62,6 @@ from ..events import (
     ToolOutcomeEvent,
     freeze,
     frozen_later,
-    tool_call_event,
-    tool_outcome_event,
 )
 from ..gate._admitted import FAILED as FAILED  # re-exported: the scheduler's messages
 from ..gate._admitted import run_admitted
@@ -872,14 +869,12 @@ class Scheduler:
         with self._records_lock:
             if self._sealed is not None:
                 return
-            started = {e.seq: e.name for e in self._events if type(e) is ToolCallEvent}
+            started = {e.seq: e.tool for e in self._events if type(e) is ToolCallEvent}
             for e in self._events:
                 if type(e) is ToolOutcomeEvent:
                     started.pop(e.seq, None)
             error = {"kind": "abandoned", "message": ABANDONED}
-            records: list[Any] = [
-                tool_outcome_event(seq, name, False, error, 0) for seq, name in sorted(started.items())
-            ]
+            records: list[Any] = [ToolOutcomeEvent(seq, name, False, error, 0) for seq, name in sorted(started.items())]
             self._events += records
             self._sealed = set(started)
             run_log = self._session_log
@@ -1088,7 +1083,7 @@ class Scheduler:
         seq = call.seq
         name = call.tool.name
         mode = call.mode
-        event = tool_call_event(
+        event = ToolCallEvent(
             f"{self._call_id}:code:{seq}" if self._call_id is not None else f"code:{seq}",
             name,
             call.logged,
@@ -1102,7 +1097,7 @@ class Scheduler:
         """Hand a started call (its ``tool_call`` record's id) to the tool threads, or the caller's executor."""
         seq = call.seq
         timeline = call.timeline
-        info = _call_info(event_id, timeline.tool, seq, call.mode, call.run_ctx)
+        info = CallInfo(event_id, timeline.tool, seq, call.mode, call.run_ctx)
         tool = call.tool
         begin = (
             _Begin(self, timeline, tool.throttles, getattr(call.run_ctx, "deadline", None))
@@ -1198,7 +1193,7 @@ class Scheduler:
         if not outcome.ok:
             message = outcome.error.message if outcome.error is not None else FAILED
             error = {"kind": kind or "tool_error", "message": message}
-        return tool_outcome_event(call.seq, call.tool.name, outcome.ok, error, size)
+        return ToolOutcomeEvent(call.seq, call.tool.name, outcome.ok, error, size)
 
     def _deliver(self, ticket: Ticket, outcome: Outcome) -> None:
         with self._lock:
@@ -1283,10 +1278,6 @@ class Scheduler:
             self._deliver(call.ticket, abandoned_outcome)
         for call in abandoned.settled:
             self._commit(call)
-
-
-# CallInfo(id, tool, seq, mode, run_ctx): the driver makes one per call.
-_call_info = maker(CallInfo, "id", "tool", "seq", "mode", "run_ctx")
 
 
 class _InContext:
