@@ -231,6 +231,15 @@ def test_the_live_events_page_names_every_kind():
     assert set(nous_docs.kinds_in(page)) == set(nous_docs.live_kinds())
 
 
+def test_the_events_table_is_the_vocabulary():
+    from nous_sched import events
+
+    rows = nous_docs.event_vocabulary()
+    assert [row["name"] for row in rows] == [kind.name for kind in events.VOCABULARY]
+    assert set(events.AUDIT_TYPES) <= {row["audit"] for row in rows}
+    assert all(row["meaning"] for row in rows)
+
+
 def test_the_limits_table_names_every_field():
     page = (DOCS / "reference" / "limits.rst").read_text(encoding="utf-8")
     table = page[page.index(".. nous-checked:: limits") : page.index("A call past")]

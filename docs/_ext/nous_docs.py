@@ -7,7 +7,8 @@ Two directives:
     ``nous-sched`` and of each of its commands, from its argparse parser;
     ``cli COMMAND`` that command's alone),
     ``run-options`` (``run_code``'s options and their defaults, from its
-    signature), ``error-kinds`` (:data:`nous_sched.ERROR_KINDS`) and ``api``
+    signature), ``error-kinds`` (:data:`nous_sched.ERROR_KINDS`), ``events``
+    (the event vocabulary, ``nous_sched.events.VOCABULARY``) and ``api``
     (an autodoc entry for every name in ``nous_sched.__all__``).
 
 ``.. nous-checked:: WHAT``
@@ -75,6 +76,13 @@ def live_kinds() -> tuple[str, ...]:
     """The kinds of a run's live events (:data:`nous_sched.live.EVENT_KINDS`)."""
     live = importlib.import_module("nous_sched.live")
     return tuple(live.EVENT_KINDS)
+
+
+def event_vocabulary() -> list[dict[str, Any]]:
+    """Every kind of thing that happens to a call or a run (``nous_sched.events.VOCABULARY``), as rows."""
+    events = importlib.import_module("nous_sched.events")
+    fields = ("name", "scope", "audit", "live", "meaning")
+    return [{field: getattr(kind, field) for field in fields} for kind in events.VOCABULARY]
 
 
 def kinds_in(text: str) -> list[str]:
@@ -219,6 +227,13 @@ class Generated(Directive):
                 lines += [f"   * - ``{name}``", f"     - ``{default}``"]
         elif what == "error-kinds":
             lines += [f"* ``{kind}``" for kind in error_kinds()]
+        elif what == "events":
+            lines += [".. list-table::", "   :header-rows: 1", ""]
+            lines += ["   * - kind", "     - of a", "     - audit record", "     - live event", "     - what happened"]
+            for kind in event_vocabulary():
+                lines += [f"   * - ``{kind['name']}``", f"     - {kind['scope']}"]
+                lines += [f"     - ``{cell}``" if cell else "     - (none)" for cell in (kind["audit"], kind["live"])]
+                lines.append(f"     - {kind['meaning']}")
         elif what == "api":
             for name, kind in public_names():
                 auto = {"exception": "autoexception", "class": "autoclass"}.get(kind, f"auto{kind}")
