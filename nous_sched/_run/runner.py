@@ -483,6 +483,12 @@ class _Host:
         #: The runtime's hook for each step's log lines (:func:`~.runtime.engine.drive`).
         self.on_logs: Optional[Callable[[list[str]], None]] = None if live is None else live.logs
 
+    @property
+    def deadline(self) -> Optional[float]:
+        """The run's deadline (``time.monotonic()``), the one its calls' waits give up at:
+        the runtime hands the program no answer from then on (:func:`~.runtime.engine.drive`)."""
+        return self.run_ctx.deadline
+
     def call(self, name: Any, args: Any) -> PendingCall:
         return self._submit(self.gate.admit(name, args), name)
 

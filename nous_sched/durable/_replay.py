@@ -333,6 +333,7 @@ class _DurableHost:
         self.run = run
         self.names = inner.names
         self.cancel = AnyCancel(inner.cancel, run.stop)
+        self.deadline: Optional[float] = getattr(inner, "deadline", None)  # the run's: see engine.drive
         self._batched = False
 
     def clock(self, values: list[Any]) -> None:

@@ -76,6 +76,7 @@ from ..errors import RunCodeError
 from ..result import RunError
 from ..scheduler import Ticket
 from . import Host, Limits, RuntimeOutcome, worker
+from ._relaycore import SENT, RelayCore
 from .engine import (
     CANCEL_POLL,
     CANCELLED,
@@ -1026,7 +1027,7 @@ def settle_frame(batch: Sequence[Sequence[Any]]) -> bytes:
     return worker.frame(worker.SETTLE, *parts)
 
 
-class _Relay:
+class _Relay(RelayCore):
     """A run's settles sent by the thread that commits the call: no hop
     through the thread that drives the run.
 
@@ -1051,26 +1052,23 @@ class _Relay:
     thread sends the rest with the deadline and kill as any step's
     (:meth:`_Remote.answers`). It never raises into the driver.
 
-    ``lock`` guards :attr:`state`, the batch, the hand-off fields and the
-    writes. Only :data:`ARMED` lets a kick act: the driving thread sets it
-    under the lock and takes it back (deadline, cancel, the worker's end of
-    file) under the lock, so a frame is written exactly when the driving
-    thread is waiting for its answer, never after the run has moved on.
+    Every decision (when a kick acts, what the driving thread collects) is
+    the relay core's (:class:`~nous_sched.runtime._relaycore.RelayCore`, whose
+    fields this shares: its invariants, per field, are written there and
+    checked by a state machine test). ``lock`` guards them, the hand-off's
+    :attr:`unsent` and the writes: a frame is written exactly when the
+    driving thread is waiting for its answer, never after the run has moved
+    on.
     """
 
-    ARMED = "armed"  # the worker is idle; the head's commit sends the next batch
-    SENT = "sent"  # a kick took a batch (written, or handed off)
-    IDLE = "idle"  # the driving thread's own: kicks do nothing
+    __slots__ = ("remote", "lock", "take", "unsent", "wake")
 
     def __init__(self, remote: "_Remote") -> None:
+        super().__init__()
         self.remote = remote
         self.lock = threading.Lock()
-        self.state = self.IDLE
         self.take: Any = None
-        self.batch: list[Any] = []
-        self.handoff = False  # the driving thread must finish the send
         self.unsent: Optional[memoryview] = None  # what the write left, or None: the whole frame
-        self.error: Optional[BaseException] = None  # what the kick raised, for the driving thread
         self.wake = (-1, -1)
 
     @staticmethod
@@ -1089,8 +1087,8 @@ class _Relay:
                 os.set_blocking(r, False)
                 os.set_blocking(w, False)
         self.take = take
-        with self.lock:
-            self.state = self.ARMED
+        with deferred(), self.lock:
+            self.arm()
         head._then = self.kick
         try:
             if head.done():  # published before the hook was set: no one else will kick
@@ -1106,7 +1104,7 @@ class _Relay:
                     if self._disarm():
                         raise
                     return self._taken()  # the answers' own wait sees the cancel
-                if self.state is self.SENT:
+                if self.state is SENT:
                     return self._taken()
                 if spoke and self._disarm():
                     # Answering nothing: its end of file, or a broken protocol.
@@ -1114,25 +1112,23 @@ class _Relay:
                     remote._broken()
         finally:
             head._then = None
-            with self.lock:
-                self.state = self.IDLE
+            with deferred(), self.lock:
+                self.release()
+
+    # Every section under ``lock`` runs deferred: an interrupt raised as a
+    # ``with`` block ends, before its exit has run (as a trace function can),
+    # would leave the lock held, and close() waits for it.
 
     def _disarm(self) -> bool:
         """Take the worker back from the kicks; whether no batch was taken."""
-        with self.lock:
-            if self.state is self.ARMED:
-                self.state = self.IDLE
-                return True
-            return False
+        with deferred(), self.lock:
+            return self.disarm()
 
     def _taken(self) -> list[Any]:
         """The batch a kick took; what it raised, raised here."""
-        with self.lock:
-            batch, self.batch = self.batch, []
-            error, self.error = self.error, None
-            self.state = self.IDLE
+        with deferred(), self.lock:
+            batch, error = self.taken()
         if error is not None:
-            self.handoff = False
             raise error
         return batch
 
@@ -1140,23 +1136,12 @@ class _Relay:
         """The head has committed (on the thread that published it): send the
         batch, or hand it to the driving thread. Never blocks, never raises."""
         try:
-            with self.lock:
-                if self.state is not self.ARMED:
-                    return
-                batch = self.take(None)
-                if not batch:
-                    return
-                self.batch = batch
-                self.state = self.SENT
-                if self._write(batch):
-                    return
-                self.handoff = True
-                self._wake()
-        except BaseException as exc:  # (a payload the encoder refuses, MemoryError): the run's to raise
-            with self.lock:
-                self.error = exc
-                self.handoff = True
-                self.state = self.SENT
+            with deferred(), self.lock:
+                if self.kicked(self.take, self._write):
+                    self._wake()
+        except BaseException as exc:  # (an interrupt): the run's to raise
+            with deferred(), self.lock:
+                self.failed(exc)
                 self._wake()
 
     def _write(self, batch: list[Any]) -> bool:
@@ -1186,7 +1171,7 @@ class _Relay:
         """The run is over: no kick acts again; the wake pipe is closed. Idempotent."""
         with deferred():
             with self.lock:
-                self.state = self.IDLE
+                self.release()
                 wake, self.wake = self.wake, (-1, -1)
             for fd in wake:
                 if fd >= 0:
