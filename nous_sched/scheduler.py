@@ -47,7 +47,7 @@ import queue
 import threading
 import time
 from collections.abc import Mapping
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, ContextManager, Optional, Sequence
 
 from . import _driver_threads, _tool_threads
 from . import _validators as v
@@ -108,10 +108,8 @@ class Ticket:
     # released once, by _publish, after ``_outcome`` is written; a waiter
     # acquires it and releases it at once, so every waiter passes. That only
     # one release ever publishes is the scheduler's to ensure (_open, under its
-    # _lock: see Scheduler._deliver). ``_then``, when a runtime sets it, is
-    # called once by whichever thread publishes, just after the release (the
-    # worker runtime writes the settle frame from there, runtime/pool.py
-    # _Relay); it must neither block nor raise.
+    # _lock: see Scheduler._deliver). ``_then`` is what a runtime asked for
+    # with on_done.
     __slots__ = ("tool", "seq", "_outcome", "_gate", "_then")
 
     def __init__(self, tool: str) -> None:
@@ -125,6 +123,16 @@ class Ticket:
     def done(self) -> bool:
         """True once the call has committed (or been released with an error)."""
         return self._outcome is not None
+
+    def on_done(self, then: Optional[Callable[[], None]]) -> bool:
+        """``then()`` is called once by whichever thread publishes the outcome,
+        just after :meth:`done` turns true (the worker runtime writes the
+        settle frame from there: ``runtime/pool.py``, the relay); it must
+        neither block nor raise. ``None`` takes it back. Always ``True``: a
+        ticket can tell (the runtime seam's ``PendingCall.on_done``). A ticket
+        published before the call is not told: check :meth:`done` after."""
+        self._then = then
+        return True
 
     def _publish(self, outcome: Outcome) -> None:
         self._outcome = outcome
@@ -640,9 +648,26 @@ class Scheduler:
             v.fail("Scheduler.submit", "tool", tool, _NAMED.expected)
         if type(args) is not dict:  # once per call: an exact dict needs no check
             require("Scheduler.submit", "args", args, v.MAPPING)
-        return self._submit_snapshot(tool, name, snapshot(args), run_ctx)
+        return self.submit_snapshot(tool, name, snapshot(args), run_ctx)
 
-    def _submit_snapshot(
+    # -- the runtime port: what a run's host asks of its scheduler --------
+
+    def watch(
+        self,
+        on_start: Optional[Callable[[CallRecord, str, Any, Any], Any]] = None,
+        on_outcome: Optional[Callable[[CallRecord, Outcome, Optional[str]], Any]] = None,
+    ) -> None:
+        """Hooks for a run's event stream, set before the first submit and
+        called on the driver thread, in commit order: ``on_start(record,
+        event_id, args, tool)`` as each call starts (its record, audit id, the
+        tool's own arguments before the tool has them, the tool), and
+        ``on_outcome(record, outcome, kind)`` as each commits (its record,
+        outcome and error kind: its ``tool_outcome`` audit record's). What a
+        hook raises is logged, never raised into the run."""
+        self._on_start = on_start
+        self._on_outcome = on_outcome
+
+    def submit_snapshot(
         self,
         tool: Tool,
         name: str,
@@ -692,12 +717,13 @@ class Scheduler:
             return NO_ANSWER.format(s=self._timeout)
         return None
 
-    def _batched(self) -> _Batch:
-        """``with scheduler._batched():`` the calling thread's submits reach the
+    def batch(self) -> ContextManager[object]:
+        """``with scheduler.batch():`` the calling thread's submits reach the
         driver as one message, in order, when the block ends (a runtime
         submits every call one step of a program started); a submit refused
-        (the scheduler stopped) is released then too. Private: a caller that
-        waited on a ticket inside the block would wait for nothing."""
+        (the scheduler stopped) is released then too. Batches do not nest
+        (``RuntimeError``). Wait on no ticket inside the block: its call has
+        not reached the driver yet, so the wait would wait for nothing."""
         return _Batch(self)
 
     def wait(self, ticket: Ticket, timeout: Optional[float] = None) -> Outcome:

@@ -27,6 +27,7 @@ import threading
 import pytest
 
 from nous_sched import Limits, Outcome, QuickJSRuntime, Tool, WorkerPool, run_code
+from nous_sched.runtime import Host, PendingCall
 from nous_sched.runtime import engine as engine_module
 from nous_sched.runtime import pool as pool_module
 from nous_sched.runtime.procio import Worker
@@ -91,7 +92,7 @@ def batches(monkeypatch):
     return sizes
 
 
-class _Answered:
+class _Answered(PendingCall):
     """A pending call answered at once: ``done()``, so it may join a batch."""
 
     def __init__(self, outcome):
@@ -104,7 +105,7 @@ class _Answered:
         return self.outcome
 
 
-class _Host:
+class _Host(Host):
     """A host whose every call is answered at once (so every answer behind the
     oldest is committed: one batch), recording what it sees in order."""
 

@@ -71,7 +71,7 @@ def test_stop_from_an_observer_still_winds_the_driver_down_and_queued_calls_neve
 
     s = Scheduler(observer=observer, timeout=30, max_parallel=1)
     driver = drivers.of(s)
-    with s._batched():  # both reach the driver at once: the second queues behind the first
+    with s.batch():  # both reach the driver at once: the second queues behind the first
         first = s.submit(Tool("whoami", whoami), {})
         second = s.submit(Tool("never", lambda a: ran.append(a)), {})
     outcome = s.wait(first)

@@ -37,7 +37,7 @@ from nous_sched import (
 )
 from nous_sched._explain import FIXES
 from nous_sched._tool_threads import retire_shared
-from nous_sched.runtime import oslimits
+from nous_sched.runtime import Host, PendingCall, oslimits
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -708,13 +708,13 @@ def test_by_default_every_run_gets_a_worker_that_never_ran_anything(pool):
     assert all(wait_gone(pid, WAIT) for pid in seen - set(pool.pids()))
 
 
-class _AnswerAtOnce:
+class _AnswerAtOnce(Host, PendingCall):
     """A host whose every call is answered at once, on the calling thread."""
 
     names = ("echo",)
     cancel = None
 
-    def call(self, name, args):
+    def call_json(self, name, text):
         return self
 
     def wait(self, timeout):

@@ -74,8 +74,7 @@ from .._interrupts import LOCAL, deferred, leave
 from .._validators import require
 from ..errors import RunCodeError
 from ..result import RunError
-from ..scheduler import Ticket
-from . import Host, Limits, RuntimeOutcome, worker
+from . import Cancel, CodeRuntime, Host, Limits, PendingCall, RuntimeOutcome, worker
 from .engine import (
     CANCEL_POLL,
     CANCELLED,
@@ -140,7 +139,7 @@ def default_size() -> int:
     return max(MIN_DEFAULT_SIZE, CPUS)
 
 
-class WorkerPool:
+class WorkerPool(CodeRuntime):
     """A pool of worker processes that run programs: the default runtime.
 
     Thread-safe: any number of threads may call :meth:`run` at once; each run
@@ -266,10 +265,15 @@ class WorkerPool:
         :raises RunCodeError: the pool is closed. (A worker that could not be
             started is tried again once, then the run's ``abort`` error.)
         """
-        return self.begin(program, host.names, limits, getattr(host, "cancel", None)).run(host)
+        return self.begin(program, host.names, limits, host.cancel).run(host)
 
     def begin(
-        self, program: str, names: Sequence[str], limits: Limits, cancel: Any = None, domain: Hashable = FRESH
+        self,
+        program: str,
+        names: Sequence[str],
+        limits: Limits,
+        cancel: Optional[Cancel] = None,
+        domain: Hashable = FRESH,
     ) -> "Begun":
         """Start ``program`` in a worker now, before the host that will serve its
         calls exists; :meth:`run` in two halves.
@@ -307,7 +311,7 @@ class WorkerPool:
         limits: Limits,
         deadline: float,
         need: int,
-        cancel: Any,
+        cancel: Optional[Cancel],
         domain: Hashable,
     ) -> "Begun":
         retried = False
@@ -478,7 +482,7 @@ class WorkerPool:
     # -- workers ---------------------------------------------------------------
 
     def _acquire(
-        self, ticket: int, need: int, limits: Limits, deadline: float, cancel: Any, domain: Any
+        self, ticket: int, need: int, limits: Limits, deadline: float, cancel: Optional[Cancel], domain: Any
     ) -> tuple[int, Worker]:
         """A worker for run ``ticket``, ready (it has said hello) and marked busy."""
         if self._orphans:
@@ -502,7 +506,7 @@ class WorkerPool:
             return wid, w
 
     def _place(
-        self, ticket: int, need: int, limits: Limits, deadline: float, cancel: Any, domain: Any
+        self, ticket: int, need: int, limits: Limits, deadline: float, cancel: Optional[Cancel], domain: Any
     ) -> tuple[int, Optional[Worker], Optional[Worker]]:
         """Wait (first come, first served) for the core to grant a place: the
         worker id, its process if it has one already, and a worker to kill first.
@@ -540,7 +544,7 @@ class WorkerPool:
         finally:
             leave()
 
-    def _wait_for_place(self, ticket: int, limits: Limits, deadline: float, cancel: Any) -> None:
+    def _wait_for_place(self, ticket: int, limits: Limits, deadline: float, cancel: Optional[Cancel]) -> None:
         """One wait on the condition (lock held); :class:`Stopped` at the deadline or on cancel."""
         remaining = deadline - time.monotonic()
         if cancel is not None and cancel.is_set():
@@ -874,7 +878,7 @@ class WorkerPool:
         self._reset()
 
 
-class DomainRuntime:
+class DomainRuntime(CodeRuntime):
     """A :class:`WorkerPool` seen by the runs of one trust domain (see
     :meth:`WorkerPool.domain`)."""
 
@@ -885,9 +889,9 @@ class DomainRuntime:
         self.key = key
 
     def run(self, program: str, host: Host, limits: Limits) -> RuntimeOutcome:
-        return self.begin(program, host.names, limits, getattr(host, "cancel", None)).run(host)
+        return self.begin(program, host.names, limits, host.cancel).run(host)
 
-    def begin(self, program: str, names: Sequence[str], limits: Limits, cancel: Any = None) -> "Begun":
+    def begin(self, program: str, names: Sequence[str], limits: Limits, cancel: Optional[Cancel] = None) -> "Begun":
         return self.pool.begin(program, names, limits, cancel, domain=self.key)
 
     def __repr__(self) -> str:
@@ -924,7 +928,7 @@ class Begun:
         remote: Optional["_Remote"],
         limits: Limits,
         deadline: float,
-        cancel: Any,
+        cancel: Optional[Cancel],
         domain: Any,
         early: Optional[Finish] = None,
         ticket: Optional[int] = None,
@@ -1031,11 +1035,11 @@ class _Relay:
     through the thread that drives the run.
 
     :func:`~nous_sched.runtime.engine.drive`, with nothing committed to
-    settle, calls :meth:`settled` with the oldest outstanding call, a
-    :class:`~nous_sched.Ticket`: it arms the ticket's hook, ``_then``, and
-    waits on the worker's pipe. Whichever thread publishes that ticket (the
-    scheduler's driver as it commits; ``stop()`` releasing it) calls
-    :meth:`kick`, which takes the committed prefix as it stands (the calls
+    settle, asks the oldest outstanding call to call :meth:`kick` when it
+    settles (``PendingCall.on_done``: a :class:`~nous_sched.Ticket` can) and,
+    if it can, calls :meth:`settled`, which arms the relay and waits on the
+    worker's pipe. Whichever thread publishes that call (the scheduler's
+    driver as it commits; ``stop()`` releasing it) calls :meth:`kick`, which takes the committed prefix as it stands (the calls
     that commit while the worker works go in the next batch, which the
     driving thread sends as soon as it has read the answers), encodes it and
     writes the frame to the worker's pipe, then returns: the worker wakes,
@@ -1073,12 +1077,7 @@ class _Relay:
         self.error: Optional[BaseException] = None  # what the kick raised, for the driving thread
         self.wake = (-1, -1)
 
-    @staticmethod
-    def hookable(pending: Any) -> bool:
-        """Whether the thread that commits ``pending`` can send its settle."""
-        return type(pending) is Ticket
-
-    def settled(self, take: Any, head: Ticket) -> list[Any]:
+    def settled(self, take: Any, head: PendingCall) -> list[Any]:
         """Wait for ``head`` to commit and its batch to be sent; the batch
         (``[]``: the deadline came first, nothing sent). :class:`Stopped` on
         cancel or the worker's end before anything was sent."""
@@ -1091,7 +1090,6 @@ class _Relay:
         self.take = take
         with self.lock:
             self.state = self.ARMED
-        head._then = self.kick
         try:
             if head.done():  # published before the hook was set: no one else will kick
                 self.kick()
@@ -1113,7 +1111,7 @@ class _Relay:
                     remote._answer()
                     remote._broken()
         finally:
-            head._then = None
+            head.on_done(None)
             with self.lock:
                 self.state = self.IDLE
 
@@ -1135,6 +1133,10 @@ class _Relay:
             self.handoff = False
             raise error
         return batch
+
+    def answers(self, batch: Sequence[Any]) -> list[str]:
+        """The envelopes answering ``batch``, which :meth:`settled` sent (:meth:`_Remote.answers`)."""
+        return self.remote.answers(batch)
 
     def kick(self) -> None:
         """The head has committed (on the thread that published it): send the
@@ -1205,7 +1207,7 @@ class _Remote:
         names: Any,
         limits: Limits,
         deadline: float,
-        cancel: Any,
+        cancel: Optional[Cancel],
     ) -> None:
         self.pool = pool
         self.wid = wid
@@ -1398,7 +1400,7 @@ class _Remote:
         envelope = tail.decode("utf-8", "surrogatepass") or None
         return Stopped(kind, clip(message), envelope=envelope, memory=memory)
 
-    def _stop_softly(self, until: float, sig: int, cancel: Any) -> tuple[bytes, bytes]:
+    def _stop_softly(self, until: float, sig: int, cancel: Optional[Cancel]) -> tuple[bytes, bytes]:
         """Signal the worker every :data:`RESIGNAL` seconds until it answers;
         :class:`Expired` at ``until`` or if it dies meanwhile."""
         w = self.worker

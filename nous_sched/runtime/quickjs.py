@@ -42,7 +42,7 @@ import time
 from typing import Any, Optional
 
 from ..result import RunError
-from . import AnyCancel, Host, Limits, RuntimeOutcome
+from . import AnyCancel, Cancel, CodeRuntime, Host, Limits, RuntimeOutcome
 from .engine import CANCELLED, Engine, Finish, drive
 
 __all__ = ["QuickJSRuntime", "STACK_MARGIN"]
@@ -56,7 +56,7 @@ _local = threading.local()
 _PLATFORM: str = sys.platform
 
 
-class QuickJSRuntime:
+class QuickJSRuntime(CodeRuntime):
     """Runs JavaScript programs in ``quickjs-ng`` in this process. Stateless and
     thread-safe: every :meth:`run` builds its own context, on the calling thread
     when its stack is big enough (see the module docstring)."""
@@ -65,7 +65,7 @@ class QuickJSRuntime:
 
     def run(self, program: str, host: Host, limits: Limits) -> RuntimeOutcome:
         deadline = time.monotonic() + limits.timeout
-        cancel = getattr(host, "cancel", None)
+        cancel = host.cancel
         needed = limits.stack_bytes + STACK_MARGIN
         size = _thread_stack_size()
         if size is not None and size >= needed:
@@ -81,7 +81,7 @@ class QuickJSRuntime:
         return "QuickJSRuntime()"
 
 
-def _run(program: str, host: Host, limits: Limits, deadline: float, cancel: Any) -> Finish:
+def _run(program: str, host: Host, limits: Limits, deadline: float, cancel: Optional[Cancel]) -> Finish:
     watch = _CancelWatch(cancel) if cancel is not None and _budget() is not None else None
     engine = Engine(program, host.names, limits, deadline, before_salvage=watch.stop if watch else None)
     if watch is not None:
@@ -94,7 +94,7 @@ def _run(program: str, host: Host, limits: Limits, deadline: float, cancel: Any)
         engine.close()
 
 
-def _is_set(cancel: Any) -> bool:
+def _is_set(cancel: Optional[Cancel]) -> bool:
     return cancel is not None and bool(cancel.is_set())
 
 
@@ -127,7 +127,7 @@ class _CancelWatch:
     salvage's drain or in a context that is being freed.
     """
 
-    def __init__(self, cancel: Any) -> None:
+    def __init__(self, cancel: Cancel) -> None:
         self._cancel = cancel
         self._lock = threading.Lock()
         self._engine: Any = None
@@ -158,7 +158,9 @@ class _CancelWatch:
                 del ctx
 
 
-def _run_on_own_thread(program: str, host: Host, limits: Limits, deadline: float, cancel: Any, needed: int) -> Finish:
+def _run_on_own_thread(
+    program: str, host: Host, limits: Limits, deadline: float, cancel: Optional[Cancel], needed: int
+) -> Finish:
     box: list[Any] = []
     stop = threading.Event()
 
