@@ -145,7 +145,7 @@ def test_a_deadline_signal_landing_as_the_engine_drains_a_stopped_program_keeps_
 
     from nous_sched.runtime import engine, worker
 
-    offset = worker._budget_offset(_quickjs)
+    offset = worker.budget_offset(_quickjs)
     assert offset is not None, "the binding's layout did not match: no wall-clock stop"
     watchdog = worker._Watchdog(-1, offset)
     ctx, bridge = engine.prepare()
@@ -336,11 +336,12 @@ def test_with_the_host_looking_for_answers_busily_every_frame_crosses_whole(pool
     # a step long enough to run out the look (then the host sleeps on the pipe).
     # The host looks only after a settle it sent itself: a settle the driver
     # writes as it commits (pool._Relay) wakes it with the answer. Make every
-    # settle the host's own here.
+    # settle the host's own here: no ticket can say it settled.
     monkeypatch.setattr(pool._wake, "idle_machine", lambda: True)
+    from nous_sched import Ticket
     from nous_sched.runtime import pool as pool_module
 
-    monkeypatch.setattr(pool_module._Relay, "hookable", staticmethod(lambda pending: False))
+    monkeypatch.setattr(Ticket, "on_done", lambda self, then: False)
     program = """
     let s = 0;
     for (let i = 0; i < 300; i++) s += (await tools.echo({i})).i;

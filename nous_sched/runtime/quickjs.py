@@ -15,7 +15,7 @@ what this one gives up is the process boundary:
   exact while the run waits for tools and between JavaScript jobs.
 * **Cancellation** (``run_code(..., cancel=event)``) stops the program at
   once, inside a step too, where the binding's context layout is the one
-  the worker runtime verifies (:func:`~nous_sched.runtime.worker._budget_offset`):
+  the worker runtime verifies (:func:`~nous_sched.runtime.worker.budget_offset`):
   a watcher thread, ``nous-sched-cancel-<n>``, present only in a run given
   ``cancel``, zeroes the running call's CPU budget when ``cancel`` is set, so
   the engine stops at its next interrupt check and keeps the step's logs,
@@ -113,9 +113,9 @@ def _budget() -> Any:
             if _offset is _UNKNOWN:
                 import _quickjs
 
-                from .worker import _budget_offset
+                from .worker import budget_offset
 
-                _offset = _budget_offset(_quickjs)
+                _offset = budget_offset(_quickjs)
     return _offset
 
 
