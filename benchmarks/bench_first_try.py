@@ -36,8 +36,9 @@ import sys
 import time
 from typing import Any, Callable
 
-from nous_sched import QuickJSRuntime, _program, run_code
-from nous_sched._typescript import strip
+from nous_sched import QuickJSRuntime, run_code
+from nous_sched.runtime import _program
+from nous_sched.runtime._typescript import strip
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_wall import _tree_cpu  # noqa: E402

@@ -26,7 +26,7 @@ from typing import Any, Callable
 import _common as c
 
 from nous_sched import Tool
-from nous_sched.schema import argument_error
+from nous_sched.gate.schema import argument_error
 
 EVIL = r"^(\w+\s?)*$"
 TYPICAL = {

@@ -70,11 +70,11 @@ def _flag(p: Any) -> None:
 def parts(opts: c.Options, big: list[dict[str, Any]], args_records: list[dict[str, Any]]) -> list[c.Row]:
     """Where a payload's time goes, part by part, against a JSON round trip of it."""
     events = importlib.import_module("nous_sched.events")
-    snap = importlib.import_module("nous_sched.snapshot")  # the module, not the function of that name
+    snap = importlib.import_module("nous_sched.crossing._snapshot")  # the module, not the function of that name
 
     if not hasattr(snap, "snapshot_text"):  # an older nous_sched (e.g. PYTHONPATH at main)
         return [c.skip_row("payload parts", "this nous_sched has no snapshot.snapshot_text")]
-    _fastjson = importlib.import_module("nous_sched._fastjson")
+    _fastjson = importlib.import_module("nous_sched.crossing._fastjson")
 
     ms = 1000.0
     k = 3 if opts.quick else 7

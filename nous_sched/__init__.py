@@ -10,9 +10,8 @@ from ._version import __version__ as __version__
 from .adapters import anthropic_tool, call_tool, openai_tool
 from .agent import MODES, WithContextUpdate, run_code_tool, visible_tools
 from .aio import acall_tool, arun_code
-from .approval_desk import ApprovalDesk
 from .approval_store import ApprovalStore, RedisApprovalStore, SqliteApprovalStore, TokenError, UnsettledError
-from .dispatch import ApprovalRequest, CallInfo, RunContext, current_call, direct_dispatch
+from .crossing import snapshot
 from .durable import DEFER, ApprovalDecision, Suspension, resume
 from .errors import ConfigError, RunCodeError, SnapshotError, ToolError
 from .events import (
@@ -25,26 +24,26 @@ from .events import (
     ToolOutcomeEvent,
     ToolRefusedEvent,
 )
-from .function_tool import function_tool
+from .gate.approval_desk import ApprovalDesk
+from .gate.dispatch import ApprovalRequest, CallInfo, RunContext, current_call, direct_dispatch
+from .gate.policy import PermissionPolicy
 from .integrations import from_langchain, from_llamaindex, from_openai_agents, from_pydantic_ai
 from .live import Run, RunEvent, resume_run, start_run
 from .outcome import Outcome, SubCallError
-from .policy import PermissionPolicy
-from .records import CallRecord, LaneState
 from .result import ERROR_KINDS, RunError, RunResult
+from .result.records import CallRecord, LaneState
+from .result.usage import CallUsage, Usage
 from .run_code import run_code
 from .runtime import CodeRuntime, Limits, RuntimeOutcome
 from .runtime.pool import WorkerPool
 from .runtime.quickjs import QuickJSRuntime
 from .scheduler import Scheduler, Ticket
-from .snapshot import snapshot
 from .throttle import Throttle
-from .tool import EXCLUSIVE, PARALLEL, Tool, concurrency_mode
-from .usage import CallUsage, Usage
+from .tooling import EXCLUSIVE, PARALLEL, Tool, concurrency_mode, function_tool
 
 #: The decorator, under the name other frameworks use: ``@nous_sched.tool`` is
-#: :func:`function_tool`. (It hides the ``nous_sched.tool`` module's attribute;
-#: ``from nous_sched.tool import Tool`` still imports from the module.)
+#: :func:`function_tool`. (No module of that name: ``Tool`` is ``nous_sched.Tool``,
+#: or ``nous_sched.tooling.Tool``.)
 tool = function_tool
 
 

@@ -14,8 +14,8 @@ from typing import Any
 
 from . import _validators as v
 from .events import SessionLog
+from .gate.policy import PermissionPolicy
 from .limits import Limits
-from .policy import PermissionPolicy
 
 __all__ = [
     "LIMITS",

@@ -17,15 +17,15 @@ from . import _validators as v
 from ._options import OPTIONAL_LIMITS, OPTIONAL_POLICY, OPTIONAL_SESSION_LOG
 from ._text import machine_text
 from .agent import WithContextUpdate
-from .dispatch import ApprovalRequest, CallInfo, RunContext, approval_sink, current_call, direct_dispatch
+from .crossing import snapshot
 from .errors import RunCodeError, SnapshotError, ToolError
 from .events import ApprovalEvent, SessionLog, ToolCallEvent, ToolOutcomeEvent
 from .gate import Admitted, Gate
+from .gate.dispatch import ApprovalRequest, CallInfo, RunContext, approval_sink, current_call, direct_dispatch
+from .gate.policy import PermissionPolicy, partition
 from .limits import Limits
 from .outcome import Outcome, clamp
-from .policy import PermissionPolicy, partition
-from .snapshot import snapshot
-from .tool import EXCLUSIVE, Tool
+from .tooling import EXCLUSIVE, Tool
 
 __all__ = ["openai_tool", "anthropic_tool", "call_tool", "OPENAI_APIS"]
 

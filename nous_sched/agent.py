@@ -21,13 +21,14 @@ from . import _validators as v
 from . import sdk
 from ._options import check_run_options
 from ._validators import require
-from .budget import DEFAULT_OUTPUT_BUDGET
 from .errors import RunCodeError
 from .events import ContextUpdate
-from .policy import PermissionPolicy, partition
+from .gate.policy import PermissionPolicy, partition
+from .result.budget import DEFAULT_OUTPUT_BUDGET
 from .run_code import NO_CODE, OUTPUT_BUDGET, resolve_runtime, run_code
 from .runtime import CodeRuntime
-from .tool import Tool
+from .sdk import _steps
+from .tooling import Tool
 
 __all__ = [
     "run_code_tool",
@@ -111,21 +112,21 @@ def run_code_tool(
     that does (one line per tool, one line without argument names, counts by
     name prefix, or no listing at all), and the program reads a tool's
     declaration with ``sdk.describe(name)`` or finds tools with
-    ``sdk.search(words)`` (:mod:`nous_sched.discovery`; ``sdk`` is there in
+    ``sdk.search(words)`` (:mod:`nous_sched.sdk.discovery`; ``sdk`` is there in
     every run). ``ranking`` (tool names, most relevant first): the last step
     names the first few of them the policy grants.
 
     ``output_budget`` (bytes of UTF-8, which bound the tokens a model pays
-    for, default :data:`nous_sched.budget.DEFAULT_OUTPUT_BUDGET`, 20,000; at least 256;
+    for, default :data:`nous_sched.result.budget.DEFAULT_OUTPUT_BUDGET`, 20,000; at least 256;
     ``None`` for no limit): the answer the model reads (logs, result and
     error together, as JSON text) is at most that long, cut structurally and
-    saying in place what it left out (:mod:`nous_sched.budget`).
+    saying in place what it left out (:mod:`nous_sched.result.budget`).
 
     :raises ConfigError: a bad option, or one :func:`run_code` does not take,
         named in the message, here rather than on the model's first call.
     """
-    require("run_code_tool", "budget", budget, sdk._BUDGET)
-    require("run_code_tool", "ranking", ranking, sdk._RANKING)
+    require("run_code_tool", "budget", budget, _steps._BUDGET)
+    require("run_code_tool", "ranking", ranking, _steps._RANKING)
     function, tools = _program_runner("run_code_tool", tools, policy, runtime, output_budget, run_options)
     granted, _ = partition(tools, policy, "run_code_tool")
     description = _description(granted.values(), budget, ranking)
@@ -197,7 +198,7 @@ def _description(granted: Iterable[Tool], budget: Optional[int], ranking: Option
     # The budget is the whole description's: the SDK gets what run_code's own words leave.
     head = RUN_CODE_DESCRIPTION + "\n\n"
     room = None if budget is None else budget - len(head)
-    return head + sdk._fitted(granted, "typescript", room, ranking or ())
+    return head + _steps._fitted(granted, "typescript", room, ranking or ())
 
 
 def visible_tools(
@@ -223,9 +224,9 @@ def visible_tools(
     """
     require("visible_tools", "mode", mode, _MODE)
     require("visible_tools", "tools", tools, v.TOOLS)
-    require("visible_tools", "budget", budget, sdk._BUDGET)
+    require("visible_tools", "budget", budget, _steps._BUDGET)
     require("visible_tools", "output_budget", output_budget, OUTPUT_BUDGET)
-    require("visible_tools", "ranking", ranking, sdk._RANKING)
+    require("visible_tools", "ranking", ranking, _steps._RANKING)
     _check_run_options("visible_tools", run_options)
     tools = list(tools)
     granted = list(partition(tools, policy, "visible_tools")[0].values())

@@ -28,7 +28,7 @@ from .adapters import call_tool
 from .events import SessionLog
 from .result import RunResult
 from .run_code import ambient_cancel, run_code
-from .tool import Tool
+from .tooling import Tool
 
 __all__ = ["arun_code", "acall_tool", "CANCEL_WAIT"]
 

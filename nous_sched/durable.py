@@ -53,7 +53,7 @@ replays. Both give the same result (a parked run's audit also says
 **Within the output budget.** What the model reads of a suspended run
 (:meth:`RunResult.for_model <nous_sched.RunResult.for_model>`: ``{"logs",
 "suspended": {token, expires_at, pending}}``) fits the run's
-``output_budget`` like any answer (:mod:`nous_sched.budget`): the token and
+``output_budget`` like any answer (:mod:`nous_sched.result.budget`): the token and
 expiry always whole, each pending call's ``seq`` and ``tool`` kept and its
 arguments cut with their sizes said, the logs cut around it. It is never
 reported as an error; ``result.usage`` counts that answer.
@@ -80,17 +80,17 @@ from ._claimer import describe
 from ._resume_progress import Progress
 from ._validators import require
 from .approval_store import ApprovalStore, TokenError, UnsettledError
-from .budget import fit
-from .budget import size as budget_size
-from .dispatch import ApprovalRequest
 from .errors import ConfigError
 from .events import Event
 from .gate import Admitted
+from .gate.dispatch import ApprovalRequest
 from .outcome import Outcome, quote_name
 from .result import RunError, RunResult
+from .result.budget import fit
+from .result.budget import size as budget_size
 from .runtime import AnyCancel, CodeRuntime, Host, Limits, PendingCall, RuntimeOutcome
 from .runtime.engine import CLOCK_MARK
-from .tool import Tool
+from .tooling import Tool
 
 __all__ = ["DEFER", "ApprovalDecision", "Suspension", "resume", "tool_set_hash", "run_durable"]
 
@@ -705,7 +705,7 @@ def _within_budget(result: RunResult, budget: Optional[int]) -> RunResult:
     """``result`` with what the model reads (``budgeted``) and the ledger's
     answer sizes made for its answer as it stands (:meth:`RunResult.to_dict`):
     a suspension fits ``budget`` like any answer, its token always kept
-    (:mod:`nous_sched.budget`)."""
+    (:mod:`nous_sched.result.budget`)."""
     answer = result.to_dict()
     answer_bytes = budget_size(answer)
     budgeted = fit(answer, budget) if budget is not None and answer_bytes > budget else None

@@ -34,7 +34,7 @@ from typing import Any, Callable, Iterable, Mapping, NoReturn, Optional
 import attrs
 
 from ._slots import maker
-from .snapshot import loads
+from .crossing import loads
 
 __all__ = [
     "FrozenDict",

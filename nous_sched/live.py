@@ -18,17 +18,17 @@ messages, log lines) is its own text: a page writes it as text, never markup.
   exclusive, ``""`` when parallel), ``throttles`` (the names of the
   throttles it may wait for), ``approval`` (whether it waits for an approval
   before it runs), ``arguments``: one row per top-level key,
-  :func:`nous_sched.approval_text.arguments`, the renderer the approval
+  :func:`nous_sched.gate.approval_text.arguments`, the renderer the approval
   question uses: ``key``, ``value`` (its JSON text, clipped on its own and
   inert), ``chars`` (the value's full size), ``clipped``);
 * ``"commit"``: it committed, in ``seq`` order whatever order the calls
   finished in (``tool``, ``ok``, ``chars``: the size of the result the
-  program receives, as the ledger counts it, :mod:`nous_sched.usage`;
+  program receives, as the ledger counts it, :mod:`nous_sched.result.usage`;
   ``duration``: seconds from when a tool thread took it up to when it
   finished, ``None`` when it never ran; ``waited``: seconds it waited for a
   thread and its throttles before that, ``throttled``: of which for its
   throttles (``None`` when it names none); ``value``: the result as
-  :func:`~nous_sched.approval_text.clipped` shows it (``text``, ``chars``,
+  :func:`~nous_sched.gate.approval_text.clipped` shows it (``text``, ``chars``,
   ``clipped``), ``None`` for a failure; ``error``: ``None``, or ``kind`` (one
   of :data:`~nous_sched.events.OUTCOME_ERROR_KINDS`) and ``message``, what the
   program saw, clipped the same way);
@@ -43,7 +43,7 @@ messages, log lines) is its own text: a page writes it as text, never markup.
   :meth:`~nous_sched.ApprovalRequest.question` gives), then ``"approved"`` or
   ``"rejected"``);
 * ``"suspended"``: the run waits for a durable approval (sent by
-  :func:`nous_sched.dispatch.live_event`; its ``data`` is the suspension's);
+  :func:`nous_sched.gate.dispatch.live_event`; its ``data`` is the suspension's);
 * ``"end"``, always last (``ok``, ``error``, ``logs``, ``usage``: the ledger,
   ``answer``: what the model reads, :meth:`~nous_sched.RunResult.for_model`,
   within the run's output budget);
@@ -79,15 +79,15 @@ from typing import Any, Callable, Collection, Iterable, Iterator, Optional
 import attrs
 
 from . import _validators as v
-from . import approval_text
 from ._text import machine_json
 from .durable import resume
+from .gate import approval_text
 from .outcome import Outcome
-from .records import CallRecord
 from .result import RunResult
+from .result.records import CallRecord
 from .run_code import execute, live_stream, prepare, run_code
 from .runtime import AnyCancel
-from .tool import Tool
+from .tooling import Tool
 
 __all__ = ["start_run", "resume_run", "Run", "RunEvent", "EventStream", "EVENT_KINDS", "HISTORY", "DEFAULT_BUFFER"]
 
@@ -142,10 +142,6 @@ class EventStream:
         self._ended = False
         self._t0 = time.perf_counter()
         self.started_at = time.time()
-
-    @property
-    def ended(self) -> bool:
-        return self._ended
 
     def emit(self, kind: str, seq: Optional[int], data: dict[str, Any]) -> None:
         """Append one event (ignored after ``end``). Never raises for a consumer."""

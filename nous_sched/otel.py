@@ -85,11 +85,11 @@ from . import _validators as v
 from ._options import check_run_options
 from ._text import machine_text
 from ._validators import require
-from .dispatch import Dispatch, RunContext, approval_sink, current_call, direct_dispatch
-from .records import CallRecord
+from .gate.dispatch import Dispatch, RunContext, approval_sink, current_call, direct_dispatch
 from .result import RunResult
+from .result.records import CallRecord
 from .run_code import run_code
-from .tool import Tool
+from .tooling import Tool
 
 __all__ = [
     "traced_run_code",
@@ -166,7 +166,7 @@ _CONTEXT = v.optional(v.instance_of(otel_context.Context, "an OpenTelemetry Cont
 def _tracer(tracer: Optional[trace.Tracer]) -> trace.Tracer:
     if tracer is not None:
         return tracer
-    from . import __version__
+    from ._version import __version__
 
     return trace.get_tracer(_INSTRUMENTATION, __version__)
 

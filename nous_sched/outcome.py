@@ -52,7 +52,7 @@ class Outcome:
 
     Exactly one of ``value`` (when ``ok``) and ``error`` is meaningful.
     ``text`` is the value's JSON text as a program receives it
-    (:func:`nous_sched.snapshot.dumps` of it) when the scheduler made it with
+    (:func:`nous_sched.crossing.dumps` of it) when the scheduler made it with
     the snapshot (:meth:`crossed`), else ``None`` (and whoever needs it
     encodes ``value``); it takes no part in equality.
     """
@@ -68,8 +68,8 @@ class Outcome:
 
     @classmethod
     def crossed(cls, value: Any, text: str) -> "Outcome":
-        """A success whose ``value`` is a snapshot and ``text`` its :func:`~nous_sched.snapshot.dumps`,
-        made together (:func:`~nous_sched.snapshot.snapshot_text`): the text is not made again."""
+        """A success whose ``value`` is a snapshot and ``text`` its :func:`~nous_sched.crossing.dumps`,
+        made together (:func:`~nous_sched.crossing.snapshot_text`): the text is not made again."""
         if cls is not Outcome:
             made = cls(True, value, None)
             object.__setattr__(made, "text", text)  # not an __init__ argument: only a snapshot's own text

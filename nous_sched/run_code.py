@@ -37,31 +37,31 @@ from typing import Any, Callable, ContextManager, Iterable, Optional, Sequence
 
 import attrs
 
-from . import _program, _tracing
+from . import _tracing
 from . import _validators as v
-from ._explain import told as _explain
-from ._hints import Seen, hints
 from ._interrupts import LOCAL, deferred, guarded, leave
 from ._options import CANCEL, LIMITS, OPTIONAL_POLICY, check_run_options
 from ._text import one_line
 from ._validators import require
-from .budget import MIN_OUTPUT_BUDGET, fit, fit_value, utf8_size
-from .budget import size as budget_size
-from .discovery import Discovery, unknown_tool_message
-from .dispatch import ApprovalRequest, Dispatch, RunContext, direct_dispatch
+from .crossing import text_bytes
 from .errors import RunCodeError
 from .events import SessionLog
 from .gate import Admitted, Gate
+from .gate.dispatch import ApprovalRequest, Dispatch, RunContext, direct_dispatch
+from .gate.policy import PermissionPolicy, partition
 from .outcome import TRUNCATION_MARK, Outcome
-from .policy import PermissionPolicy, partition
-from .records import CallRecord
 from .result import RunError, RunResult
-from .runtime import Cancel, CodeRuntime, Host, Limits, PendingCall, RuntimeOutcome
+from .result._explain import told as _explain
+from .result._hints import Seen, hints
+from .result.budget import MIN_OUTPUT_BUDGET, fit, fit_value, utf8_size
+from .result.budget import size as budget_size
+from .result.records import CallRecord
+from .result.usage import CallUsage, Usage
+from .runtime import Cancel, CodeRuntime, Host, Limits, PendingCall, RuntimeOutcome, _program
 from .runtime.syntax import explain as explain_syntax
 from .scheduler import Scheduler
-from .snapshot import text_bytes
-from .tool import Tool
-from .usage import CallUsage, Usage
+from .sdk.discovery import Discovery, unknown_tool_message
+from .tooling import Tool
 
 __all__ = ["run_code", "resolve_runtime", "ambient_cancel"]
 
@@ -206,7 +206,7 @@ def run_code(
 
     ``output_budget`` (bytes of UTF-8, ``None`` by default: no budget): the
     model-facing answer (:meth:`~nous_sched.RunResult.for_model`) is cut to it
-    structurally, saying in place what it left out (:mod:`nous_sched.budget`;
+    structurally, saying in place what it left out (:mod:`nous_sched.result.budget`;
     a suspended run's answer too, its token always kept);
     ``result.usage`` says what the model got and what was cut.
     :func:`~nous_sched.run_code_tool` sets it to 20,000 by default.

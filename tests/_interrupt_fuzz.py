@@ -20,8 +20,9 @@ import sys
 import threading
 import time
 
-from nous_sched import Tool, WorkerPool, _driver_threads, run_code
-from nous_sched._tool_threads import retire_shared
+from nous_sched import Tool, WorkerPool, run_code
+from nous_sched.scheduler import _driver_threads
+from nous_sched.scheduler._tool_threads import retire_shared
 
 PROGRAM = "const r = await Promise.all([1, 2, 3, 4].map(i => tools.echo({i}))); return r.length"
 

@@ -1,7 +1,7 @@
 """Driver threads, as the tests see them.
 
 A scheduler's driver is a thread borrowed from the process's warm driver
-threads (``nous_sched._driver_threads``) and named ``nous-sched-driver-<n>``
+threads (``nous_sched.scheduler._driver_threads``) and named ``nous-sched-driver-<n>``
 while it drives scheduler ``<n>``; when the scheduler stops, ``stop()`` waits
 until the thread is done with it, and the thread goes back idle
 (``nous-sched-idle-driver-<k>``), or exits when enough are idle. So "the lane
@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 from typing import Iterable
 
-from nous_sched._driver_threads import IDLE_PREFIX, shared
+from nous_sched.scheduler._driver_threads import IDLE_PREFIX, shared
 
 DRIVING = "nous-sched-driver-"
 IDLE = IDLE_PREFIX + "-"

@@ -38,7 +38,7 @@ import time
 import pytest
 
 from nous_sched import ERROR_KINDS, Limits, PermissionPolicy, RunResult, Tool, ToolError, run_code
-from nous_sched._tool_threads import retire_shared
+from nous_sched.scheduler._tool_threads import retire_shared
 
 # Every test runs against both runtimes (conftest.py `runtime`).
 pytestmark = [pytest.mark.timeout(120), pytest.mark.usefixtures("runtime")]

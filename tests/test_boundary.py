@@ -37,8 +37,8 @@ from nous_sched import (
     run_code,
     snapshot,
 )
-from nous_sched._tool_threads import retire_shared
-from nous_sched.snapshot import MAX_DEPTH, MAX_SAFE_INTEGER, check, loads, safe_int
+from nous_sched.crossing import MAX_DEPTH, MAX_SAFE_INTEGER, check, loads, safe_int
+from nous_sched.scheduler._tool_threads import retire_shared
 
 WAIT = 30.0
 

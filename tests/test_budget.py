@@ -1,4 +1,4 @@
-"""nous_sched.budget and run_code_tool(output_budget=N): the model-facing answer within N
+"""nous_sched.result.budget and run_code_tool(output_budget=N): the model-facing answer within N
 bytes of UTF-8, valid JSON, cut structurally, and saying in place what it left out."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nous_sched import ConfigError, Tool, WithContextUpdate, run_code, run_code_tool, visible_tools
-from nous_sched.budget import DEFAULT_OUTPUT_BUDGET, MIN_OUTPUT_BUDGET, MORE_KEYS, fit, size
+from nous_sched.result.budget import DEFAULT_OUTPUT_BUDGET, MIN_OUTPUT_BUDGET, MORE_KEYS, fit, size
 
 _CHARS = re.compile(r"^… \[([\d,]+) more characters\]$")
 _ITEMS = re.compile(r"^… ([\d,]+) more items$")

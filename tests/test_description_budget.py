@@ -20,10 +20,11 @@ from toolsets import SERVICES, api_tools, size_table
 from tscheck import check_typescript
 
 from nous_sched import PermissionPolicy, Tool, run_code, run_code_tool, sdk
-from nous_sched._tool_groups import group_names
-from nous_sched._tool_search import WordIndex
 from nous_sched.agent import RUN_CODE_DESCRIPTION
 from nous_sched.errors import ConfigError
+from nous_sched.sdk import _render, _steps
+from nous_sched.sdk._tool_groups import group_names
+from nous_sched.sdk._tool_search import WordIndex
 
 COUNTS = (10, 100, 1_000, 2_500)
 BUDGETS = (1_500, 2_000, 4_000, 8_000, 16_000, sdk.DEFAULT_BUDGET)
@@ -56,35 +57,37 @@ def test_the_description_is_within_every_budget_names_its_step_and_type_checks(c
 
 def test_every_step_is_used_when_the_one_before_does_not_fit():
     tools = TOOLS[100]
-    texts = {step: sdk._render_step(step, sdk._unique_sorted(tools), "typescript", (), None) for step in sdk.STEPS}
+    texts = {
+        step: _steps._render_step(step, _render.unique_sorted(tools), "typescript", (), None) for step in sdk.STEPS
+    }
     sizes = [len(texts[step]) for step in sdk.STEPS]
     assert sizes == sorted(sizes, reverse=True), sizes  # each step is smaller than the one before
     for step in sdk.STEPS[:-1]:
         # Exactly its size: this step. One less: a later one.
-        assert sdk.step_of(sdk._fitted(tools, "typescript", len(texts[step]), ())) == step
-        shorter = sdk._fitted(tools, "typescript", len(texts[step]) - 1, ())
+        assert sdk.step_of(_steps._fitted(tools, "typescript", len(texts[step]), ())) == step
+        shorter = _steps._fitted(tools, "typescript", len(texts[step]) - 1, ())
         if step == "groups":  # first the same counts with fewer words
             assert sdk.step_of(shorter) == "groups" and len(shorter) < len(texts[step])
         else:
             assert sdk.STEPS.index(sdk.step_of(shorter)) > sdk.STEPS.index(step)
-    assert sdk.step_of(sdk._fitted(tools, "typescript", len(texts["search"]), ())) == "search"
+    assert sdk.step_of(_steps._fitted(tools, "typescript", len(texts["search"]), ())) == "search"
     assert sdk.render(tools) == texts["full"]
 
 
 def test_the_steps_say_what_they_show():
     tools = TOOLS[100]
-    ordered = sdk._unique_sorted(tools)
-    lines = sdk._render_step("lines", ordered, "typescript", (), None)
+    ordered = _render.unique_sorted(tools)
+    lines = _steps._render_step("lines", ordered, "typescript", (), None)
     assert (
         '  "github__get_issue"(args: object): Promise<unknown>; // Get one issue from Github by its id, with every '
         "field. Args: issue_id\n"
     ) in lines
-    names = sdk._render_step("names", ordered, "typescript", (), None)
+    names = _steps._render_step("names", ordered, "typescript", (), None)
     assert (
         '  "github__get_issue"(args: object): Promise<unknown>; // Get one issue from Github by its id, with ' in names
     )
     assert "Args:" not in names and names.count("(args: object)") == 100
-    groups = sdk._render_step("groups", sdk._unique_sorted(TOOLS[2_500]), "typescript", (), None)
+    groups = _steps._render_step("groups", _render.unique_sorted(TOOLS[2_500]), "typescript", (), None)
     assert "  // github__*: 100 tools (" in groups and "  // stripe__*: 100 tools (" in groups
     assert groups.count("__*: 100 tools") == 25
     assert "2,500 tools, too many to list" in groups
@@ -96,7 +99,7 @@ def test_the_steps_say_what_they_show():
 
 
 def test_a_group_lists_the_words_its_names_use_and_not_the_verbs_every_group_shares():
-    groups = sdk._render_step("groups", sdk._unique_sorted(TOOLS[2_500]), "typescript", (), None)
+    groups = _steps._render_step("groups", _render.unique_sorted(TOOLS[2_500]), "typescript", (), None)
     (stripe,) = [row for row in groups.split("\n") if "stripe__*" in row]
     listed = stripe.split("(", 1)[1].rstrip(", ...)").split(", ")
     assert len(listed) == 6 and set(listed) <= set(SERVICES["stripe"])
@@ -109,14 +112,14 @@ def test_groups_give_up_their_words_before_the_step_is_given_up():
         for g in range(60)
         for verb, thing in [("get", "alpha"), ("set", "beta"), ("put", "gamma"), ("del", "delta"), ("add", "omega")]
     ]
-    with_words = sdk._render_step("groups", sdk._unique_sorted(tools), "typescript", (), None)
+    with_words = _steps._render_step("groups", _render.unique_sorted(tools), "typescript", (), None)
     assert "  // ns00__*: 5 tools (" in with_words
     budget = len(with_words) - 1
     fitted = sdk.render(tools, budget=budget)
     assert len(fitted) <= budget and sdk.step_of(fitted) == "groups"
     assert "  // ns00__*: 5 tools (add, alpha, beta, ...)\n" in fitted
-    assert sdk.step_of(sdk._fitted(tools, "typescript", len(fitted) - 1, ())) == "groups"
-    assert "  // ns00__*: 5 tools\n" in sdk._fitted(tools, "typescript", len(fitted) - 1, ())
+    assert sdk.step_of(_steps._fitted(tools, "typescript", len(fitted) - 1, ())) == "groups"
+    assert "  // ns00__*: 5 tools\n" in _steps._fitted(tools, "typescript", len(fitted) - 1, ())
 
 
 def test_names_with_no_common_prefix_skip_to_the_last_step():
@@ -128,7 +131,7 @@ def test_names_with_no_common_prefix_skip_to_the_last_step():
 
 def test_tools_in_no_group_are_counted_as_other():
     tools = [Tool(name, print) for name in ("a__x", "a__y", "b__x", "ping", "pong")]
-    groups = sdk._render_step("groups", sdk._unique_sorted(tools), "typescript", (), None)
+    groups = _steps._render_step("groups", _render.unique_sorted(tools), "typescript", (), None)
     assert "  // a__*: 2 tools (x, y)\n  // 3 other tools\n" in groups
 
 
@@ -137,7 +140,7 @@ def test_the_last_step_fits_the_smallest_budget_for_any_count():
     for count in (0, 1, 9, 10_000, 10**9):
         tools = [Tool(f"t{i}", print) for i in range(min(count, 3))]
         for language in ("typescript", "python"):
-            text = sdk._searched(tools, language == "python", (), None).replace(
+            text = _steps._searched(tools, language == "python", (), None).replace(
                 f"{len(tools):,} tool", f"{count:,} tool"
             )
             assert len(text) <= room, (count, language, len(text))
@@ -261,7 +264,7 @@ def test_search_ranks_by_bm25_a_word_every_tool_has_counts_for_almost_nothing():
 
 
 def test_the_index_is_shared_by_the_runs_of_one_tool_set(runtime):
-    from nous_sched import discovery
+    from nous_sched.sdk import discovery
 
     tools = api_tools(200)
     first = discovery.shared_index(tools)
@@ -279,11 +282,11 @@ def test_the_readme_table_is_what_the_tools_give():
 def test_a_ranked_name_cannot_end_its_comment_early():
     big = {"type": "object", "properties": {f"p{i}": {"type": "string", "description": "y" * 100} for i in range(20)}}
     tools = [Tool("a\u2028b", print), Tool("c\nd", print), Tool("x", print, description="y" * 2_000, parameters=big)]
-    text = sdk._fitted(tools, "typescript", 1_000, [t.name for t in tools])
+    text = _steps._fitted(tools, "typescript", 1_000, [t.name for t in tools])
     assert sdk.step_of(text) == "search"
     assert '// Most relevant: "a\\u2028b", "c\\nd", "x".\n' in text
     check_typescript(text)
-    python = sdk._fitted(tools, "python", 1_000, [t.name for t in tools])
+    python = _steps._fitted(tools, "python", 1_000, [t.name for t in tools])
     assert '# Most relevant: "a\\u2028b", "c\\nd", "x".\n' in python
     compile(python, "<sdk>", "exec")
 
@@ -299,7 +302,7 @@ names = st.lists(
 @settings(max_examples=200, deadline=None)
 @given(names, st.randoms())
 def test_every_name_is_counted_once_whatever_the_order(listed, rnd):
-    groups, alone = group_names(listed, sdk._words)
+    groups, alone = group_names(listed, _render.split_words)
     assert sum(group.count for group in groups) + alone == len(set(listed))
     assert all(group.count >= 2 for group in groups)
     assert [group.prefix for group in groups] == sorted(group.prefix for group in groups)
@@ -307,7 +310,7 @@ def test_every_name_is_counted_once_whatever_the_order(listed, rnd):
         assert sum(name.startswith(group.prefix) for name in set(listed)) >= group.count
     shuffled = list(listed)
     rnd.shuffle(shuffled)
-    assert group_names(shuffled, sdk._words) == (groups, alone)
+    assert group_names(shuffled, _render.split_words) == (groups, alone)
 
 
 words = st.lists(st.sampled_from(["get", "issue", "issues", "list", "pull", "a", "stripe", "refund"]), max_size=6)

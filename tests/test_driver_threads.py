@@ -1,4 +1,4 @@
-"""The warm driver threads (nous_sched._driver_threads): one promise of the
+"""The warm driver threads (nous_sched.scheduler._driver_threads): one promise of the
 module docstring per test, on private sets, then through the Scheduler.
 
 Every wait is on an event, a lock or a join, bounded by WAIT.
@@ -18,8 +18,9 @@ import weakref
 import pytest
 from drivers import IDLE, assert_released
 
-from nous_sched import Scheduler, Tool, _driver_threads
-from nous_sched._driver_threads import DriverThreads
+from nous_sched import Scheduler, Tool
+from nous_sched.scheduler import _driver_threads
+from nous_sched.scheduler._driver_threads import DriverThreads
 
 WAIT = 10.0
 
@@ -326,7 +327,7 @@ FORK_SCRIPT = textwrap.dedent(
     """
     import os, threading, time
     from nous_sched import Scheduler, Tool
-    from nous_sched._driver_threads import shared
+    from nous_sched.scheduler._driver_threads import shared
 
     s = Scheduler(timeout=30)
     assert s.call(Tool("t", lambda a: 1), {}).value == 1

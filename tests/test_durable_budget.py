@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from nous_sched import QuickJSRuntime, SqliteApprovalStore, resume, run_code
-from nous_sched.budget import MIN_OUTPUT_BUDGET
+from nous_sched.result.budget import MIN_OUTPUT_BUDGET
 
 HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "durable")
 sys.path.insert(0, HERE)

@@ -30,16 +30,16 @@ from hypothesis import strategies as st
 from pydantic import Field
 
 from nous_sched import ConfigError, Limits, RunCodeError, SessionLog, Tool, run_code
-from nous_sched._linear import canonical, pattern_problem, search
 from nous_sched._text import inert, json_inert, machine_json, machine_text, machine_value, one_line
 from nous_sched.cli.render import inert as cli_inert
 from nous_sched.cli.render import json_text
-from nous_sched.discovery import Discovery, closest_names
-from nous_sched.dispatch import RUN_OVER
 from nous_sched.gate import MAX_NAME_CHARS, Gate
+from nous_sched.gate._linear import canonical, pattern_problem, search
+from nous_sched.gate.dispatch import RUN_OVER
+from nous_sched.gate.schema import argument_error
 from nous_sched.mcp.serve import AuditLog
-from nous_sched.schema import argument_error
 from nous_sched.sdk import MAX_QUERY_CHARS, MAX_QUERY_WORDS, ToolIndex
+from nous_sched.sdk.discovery import Discovery, closest_names
 
 # The pattern: Python's backtracking `re` took seconds on 27 characters.
 EVIL = r"^(\w+\s?)*$"

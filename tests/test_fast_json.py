@@ -27,13 +27,15 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from nous_sched import Scheduler, SnapshotError, Tool, ToolCallEvent, _fastjson, budget, run_code
+from nous_sched import Scheduler, SnapshotError, Tool, ToolCallEvent, run_code
+from nous_sched.crossing import _fastjson
 from nous_sched.events import Event, FrozenDict, FrozenList, freeze, frozen_later
 from nous_sched.outcome import Outcome
+from nous_sched.result import budget
 from nous_sched.runtime import engine
 
 # The module, not the function nous_sched re-exports under the same name.
-snapshot_module = importlib.import_module("nous_sched.snapshot")
+snapshot_module = importlib.import_module("nous_sched.crossing._snapshot")
 MAX_DEPTH = snapshot_module.MAX_DEPTH
 
 

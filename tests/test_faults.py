@@ -32,8 +32,8 @@ from nous_sched import (
     current_call,
     run_code,
 )
-from nous_sched._tool_threads import retire_shared
-from nous_sched.discovery import unknown_tool_message
+from nous_sched.scheduler._tool_threads import retire_shared
+from nous_sched.sdk.discovery import unknown_tool_message
 
 pytestmark = pytest.mark.timeout(120)
 

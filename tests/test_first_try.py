@@ -14,9 +14,9 @@ from typing import Any, Optional
 import pytest
 
 from nous_sched import Limits, PermissionPolicy, Throttle, Tool, run_code, run_code_tool
-from nous_sched._hints import MAX_HINT_CHARS, NOTHING_RETURNED
-from nous_sched.budget import MIN_OUTPUT_BUDGET
-from nous_sched.budget import size as budget_size
+from nous_sched.result._hints import MAX_HINT_CHARS, NOTHING_RETURNED
+from nous_sched.result.budget import MIN_OUTPUT_BUDGET
+from nous_sched.result.budget import size as budget_size
 from nous_sched.sdk import render
 
 pytestmark = pytest.mark.usefixtures("runtime")

@@ -25,7 +25,7 @@ from nous_sched import (
     run_code,
     sdk,
 )
-from nous_sched._docstring import parse
+from nous_sched.tooling._docstring import parse
 
 # --- docstrings --------------------------------------------------------------------------
 

@@ -16,10 +16,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nous_sched import Limits, Outcome, SnapshotError, Tool, ToolCallEvent, ToolOutcomeEvent
-from nous_sched.dispatch import CallInfo, RunContext
 from nous_sched.events import FrozenDict, freeze, frozen_later, tool_call_event, tool_outcome_event
+from nous_sched.gate.dispatch import CallInfo, RunContext
 from nous_sched.runtime.engine import Engine, _checked
-from nous_sched.scheduler import _call_info
+from nous_sched.scheduler._shell import _call_info
 
 
 def _main_of(text: str):
@@ -34,7 +34,7 @@ def test_a_result_returned_while_calls_are_outstanding_crosses_once():
     try:
         first = _checked(engine.start())  # the envelope's one reader (a long result follows it)
         assert [c[0] for c in first["calls"]] == [1, 2]
-        # (With the calls it left pending, for the hint: nous_sched._hints.)
+        # (With the calls it left pending, for the hint: nous_sched.result._hints.)
         assert first["main"] == {"state": "fulfilled", "json": json.dumps("x" * 1000), "pending": ["a", "a"]}
         assert _main_of(engine.settle(1, True, "null")) is None
         assert _main_of(engine.settle(2, True, "null")) is None
@@ -146,7 +146,7 @@ def test_a_crossed_outcome_is_a_success_with_its_text():
 # -- snapshot's fast path: the same copy, or the same refusal, as the full walk ----------
 
 # The module, not the function nous_sched re-exports under the same name.
-snapshot_module = importlib.import_module("nous_sched.snapshot")
+snapshot_module = importlib.import_module("nous_sched.crossing._snapshot")
 
 _scalars = st.one_of(
     st.none(),

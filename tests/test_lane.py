@@ -27,8 +27,8 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from nous_sched.lane import COMMIT, START, Lane, LaneClosed
-from nous_sched.records import LaneState
+from nous_sched.result.records import LaneState
+from nous_sched.scheduler.lane import COMMIT, START, Lane, LaneClosed
 
 MODES = st.sampled_from(["parallel", "exclusive"])
 

@@ -246,7 +246,7 @@ def test_a_policy_approval_is_asked_through_the_stream_too(runtime):
 
 
 def test_suspended_is_a_kind_a_run_can_emit():
-    from nous_sched.dispatch import RunContext, live_event
+    from nous_sched.gate.dispatch import RunContext, live_event
     from nous_sched.live import EventStream
 
     stream = EventStream()

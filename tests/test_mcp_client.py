@@ -22,8 +22,8 @@ import pytest
 from mcp_servers import http_lab, lab, loop_threads, processes_running, stdio_command, wait_until
 
 from nous_sched import ConfigError, ToolError, run_code, sdk
-from nous_sched._tool_threads import retire_shared
 from nous_sched.mcp import ServerSpec, ToolOverride, connect
+from nous_sched.scheduler._tool_threads import retire_shared
 
 RUN_TIMEOUT = 30.0
 

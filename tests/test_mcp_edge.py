@@ -25,11 +25,11 @@ from mcp_servers import http_lab, lab, loop_threads, processes_running, stdio_co
 from mcp_types import ElicitResult
 
 from nous_sched import ApprovalRequest, PermissionPolicy, Tool, ToolError, run_code
-from nous_sched.approval_text import KEY_CHARS, VALUE_CHARS
 from nous_sched.cli import main
+from nous_sched.cli.serve_mcp import approval_banner
+from nous_sched.gate.approval_text import KEY_CHARS, VALUE_CHARS
 from nous_sched.mcp import CodeModeServer, ServerSpec, ToolOverride, connect
 from nous_sched.mcp.bounded_http import RunCounter
-from nous_sched.mcp.command import approval_banner
 from nous_sched.mcp.stdio import LineReader, MessageTooLarge
 from nous_sched.runtime.pool import default_size
 

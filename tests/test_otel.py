@@ -9,8 +9,9 @@ import threading
 import pytest
 
 import nous_sched
-from nous_sched import Scheduler, Tool, _driver_threads
-from nous_sched._tool_threads import retire_shared
+from nous_sched import Scheduler, Tool
+from nous_sched.scheduler import _driver_threads
+from nous_sched.scheduler._tool_threads import retire_shared
 
 WAIT = 10.0
 

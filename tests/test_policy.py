@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from nous_sched import PermissionPolicy, Tool
-from nous_sched.policy import denied_message
+from nous_sched.gate.policy import denied_message
 
 
 def tool(name, **kw):

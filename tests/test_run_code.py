@@ -53,8 +53,8 @@ from nous_sched import (
     run_code_tool,
     visible_tools,
 )
-from nous_sched._explain import FIXES
 from nous_sched.agent import RUN_CODE_DESCRIPTION
+from nous_sched.result._explain import FIXES
 from nous_sched.run_code import resolve_runtime
 from nous_sched.runtime.quickjs import QuickJSRuntime
 
@@ -313,7 +313,7 @@ def test_every_failure_kind_survives_the_round_trip():
     for kind in nous_sched.ERROR_KINDS:
         rt = FakeRuntime(lambda p, h, lim, kind=kind: RuntimeOutcome(("log",), error=RunError(kind, f"m-{kind}")))
         out = call_rc(run_code_tool([], runtime=rt), "x")
-        # Each kind but the program's own exception says what to change (nous_sched._explain).
+        # Each kind but the program's own exception says what to change (nous_sched.result._explain).
         told = f"m-{kind}" + (f". {FIXES[kind]}" if kind != "exception" else "")
         assert out == {"logs": ["log"], "error": {"kind": kind, "message": told}}
         assert isinstance(out["error"]["kind"], str)

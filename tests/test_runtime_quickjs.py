@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nous_sched import ConfigError, Limits, PermissionPolicy, Tool, ToolError, run_code
-from nous_sched._hints import NOTHING_RETURNED
+from nous_sched.result._hints import NOTHING_RETURNED
 
 # Every test runs against both runtimes (conftest.py `runtime`).
 pytestmark = pytest.mark.usefixtures("runtime")
@@ -601,7 +601,7 @@ def test_top_level_await_and_return():
 def test_undefined_result_is_none(program):
     result = run_code(program, description="test")
     assert result.ok and result.result is None
-    # The model is told, with the fix (nous_sched._hints).
+    # The model is told, with the fix (nous_sched.result._hints).
     assert result.to_dict() == {"logs": [], "result": None, "hint": NOTHING_RETURNED}
 
 
@@ -680,7 +680,7 @@ def test_json_semantics_of_results():
         "b": "10",
         "c": {"self": None},
     }
-    # Each conversion is said, by its path (nous_sched._hints has the rule).
+    # Each conversion is said, by its path (nous_sched.result._hints has the rule).
     for said in ("$.f: a function", "$.u: undefined, dropped", "$.d: a Date", "$.n: NaN", "$.m: a Map with keys"):
         assert said in result.hint, said
     assert "$.a[0]: undefined, sent as null" in result.hint and "$.c.self: a reference back" in result.hint

@@ -43,8 +43,8 @@ from nous_sched import (
     ToolError,
     current_call,
 )
-from nous_sched._tool_threads import retire_shared
-from nous_sched.dispatch import approval_sink
+from nous_sched.gate.dispatch import approval_sink
+from nous_sched.scheduler._tool_threads import retire_shared
 
 WAIT = 10.0  # the bound on every wait for something that must happen
 

@@ -32,10 +32,11 @@ import drivers
 import pytest
 from drivers import IDLE, assert_released
 
-from nous_sched import Event, Limits, Outcome, Scheduler, SessionLog, Tool, _driver_threads, run_code
-from nous_sched._driver_threads import DriverThreads
-from nous_sched._tool_threads import retire_shared, shared
+from nous_sched import Event, Limits, Outcome, Scheduler, SessionLog, Tool, run_code
 from nous_sched.events import FrozenDict, FrozenList, freeze
+from nous_sched.scheduler import _driver_threads
+from nous_sched.scheduler._driver_threads import DriverThreads
+from nous_sched.scheduler._tool_threads import retire_shared, shared
 
 WAIT = 10.0
 

@@ -1,4 +1,4 @@
-"""Argument validation against a tool's JSON Schema (nous_sched.schema): messages, drafts, caching, refusals."""
+"""Argument validation against a tool's JSON Schema (nous_sched.gate.schema): messages, drafts, caching, refusals."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from types import MappingProxyType
 
 import pytest
 
-from nous_sched import ConfigError, Tool, ToolError, schema
+from nous_sched import ConfigError, Tool, ToolError
+from nous_sched.gate import schema
 from nous_sched.outcome import MAX_MESSAGE, TRUNCATION_MARK
 
 ORDER = {

@@ -14,7 +14,7 @@ from tscheck import check_typescript
 
 from nous_sched import sdk
 from nous_sched.errors import ConfigError
-from nous_sched.tool import Tool
+from nous_sched.tooling import Tool
 
 DEFAULT_PARAMETERS = {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}
 _UNSET = object()

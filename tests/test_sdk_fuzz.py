@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from tscheck import check_typescript
 
 from nous_sched import sdk
+from nous_sched.sdk import _render, _steps
 
 
 def check_python(text: str) -> None:
@@ -236,10 +237,10 @@ def test_describe_and_every_step_are_well_formed(tool_list):
     for name in index.names:
         check_typescript(index.describe(name))
         check_python(sdk.ToolIndex(tool_list, "python").describe(name))
-    ordered = sdk._unique_sorted(tool_list)
+    ordered = _render.unique_sorted(tool_list)
     for step in sdk.STEPS:  # every step, whichever a budget would choose
         for language, check in (("typescript", check_typescript), ("python", check_python)):
-            text = sdk._render_step(step, ordered, language, [t.name for t in ordered], None)
+            text = _steps._render_step(step, ordered, language, [t.name for t in ordered], None)
             if text is not None:
                 check(text)
                 assert sdk.step_of(text) == step

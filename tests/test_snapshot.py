@@ -1,6 +1,6 @@
 """snapshot(): the JSON-shaped copy of everything that crosses the lane.
 
-One test per row of the table in ``nous_sched/snapshot.py``, one per refusal
+One test per row of the table in ``nous_sched/crossing/_snapshot.py``, one per refusal
 (the message names the path), independence, and a property test on JSON values.
 """
 
@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nous_sched import ConfigError, SnapshotError, Tool, snapshot
-from nous_sched.snapshot import MAX_DEPTH
+from nous_sched.crossing import MAX_DEPTH
 
 
 def refused(value, *fragments):
@@ -382,7 +382,7 @@ def test_any_value_snapshots_to_strict_json_or_is_refused_by_path(value):
 
 
 def test_describe_path_spells_a_path_as_a_program_writes_it():
-    from nous_sched.snapshot import describe_path
+    from nous_sched.crossing import describe_path
 
     assert describe_path([]) == "$"
     assert describe_path(["items", 2, "when"]) == "$.items[2].when"
@@ -411,7 +411,7 @@ def _lists_with_paths(value, parts, acc):
 def test_a_cycle_is_refused_at_the_reference_that_closes_it(value, data):
     # The walk finds a cycle only once it has nested too deep, on the refused
     # path: the message must still name the reference that closes the cycle.
-    from nous_sched.snapshot import describe_path
+    from nous_sched.crossing import describe_path
 
     root = [value]
     parts, closing = data.draw(st.sampled_from(_lists_with_paths(root, [], [])))

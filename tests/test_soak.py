@@ -34,8 +34,9 @@ import time
 import pytest
 from procs import children
 
-from nous_sched import Limits, Tool, ToolError, WorkerPool, _driver_threads, run_code
-from nous_sched._tool_threads import retire_shared
+from nous_sched import Limits, Tool, ToolError, WorkerPool, run_code
+from nous_sched.scheduler import _driver_threads
+from nous_sched.scheduler._tool_threads import retire_shared
 
 # Imported up front: the quickjs package starts a process-lifetime worker thread on import,
 # which is not a leak and must be part of the thread baseline.

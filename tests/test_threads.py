@@ -7,8 +7,9 @@ import concurrent.futures
 import threading
 import time
 
-from nous_sched import Scheduler, Tool, _driver_threads
-from nous_sched._tool_threads import retire_shared
+from nous_sched import Scheduler, Tool
+from nous_sched.scheduler import _driver_threads
+from nous_sched.scheduler._tool_threads import retire_shared
 
 PREFIX = "nous-sched"
 

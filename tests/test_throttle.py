@@ -1,4 +1,4 @@
-"""Throttles (nous_sched/throttle.py, the pure core nous_sched/_arbiter.py).
+"""Throttles (nous_sched/throttle/_throttle.py, the pure core nous_sched/throttle/_arbiter.py).
 
 The pure arbiter is driven with a clock the test holds (FIFO, all or none,
 rate windows, and a hypothesis state machine of random requests, releases
@@ -22,8 +22,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 import nous_sched
 from nous_sched import ConfigError, QuickJSRuntime, Throttle, Tool, function_tool, run_code
-from nous_sched._arbiter import Arbiter, Limit, Request
 from nous_sched.throttle import DEADLINE_PASSED
+from nous_sched.throttle._arbiter import Arbiter, Limit, Request
 
 WAIT = 30.0
 
@@ -147,7 +147,6 @@ def test_burst_sets_the_window():
     for _ in range(5):
         assert limit.opens_at(0.0) is None
         limit.take(0.0)
-        limit.give()
     assert limit.opens_at(0.1) == pytest.approx(0.5)
     assert limit.opens_at(0.5) is None
 
@@ -726,7 +725,7 @@ def test_hold_counts_work_outside_a_run_against_the_same_limit():
 
 
 def test_a_hold_cancelled_before_it_asks_never_queues():
-    from nous_sched.throttle import STOPPED, _Hold
+    from nous_sched.throttle._throttle import STOPPED, _Hold
 
     db = Throttle("db", max_running=1)
     hold = _Hold((db,))

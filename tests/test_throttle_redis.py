@@ -541,8 +541,8 @@ def test_a_lease_that_runs_out_unrenewed_is_logged_as_lost_once(caplog):
 def test_a_refusal_at_the_deadline_is_told_as_the_wait_not_as_javascript():
     """The throttle refused the call as the deadline passed and the program was stopped while it
     handled that refusal: the message says what the call waited for, naming Redis."""
-    from nous_sched._explain import told
-    from nous_sched.records import CallRecord
+    from nous_sched.result._explain import told
+    from nous_sched.result.records import CallRecord
 
     throttle = Throttle("search-api", max_running=1, redis_url="redis://127.0.0.1:1/0")
     throttle._redis.trouble = "Redis at 127.0.0.1:1 could not be reached"

@@ -1,4 +1,4 @@
-"""The tool threads (nous_sched/_tool_threads.py): order, the bound, warm reuse,
+"""The tool threads (nous_sched/scheduler/_tool_threads.py): order, the bound, warm reuse,
 the LIFO hand-off and its races, retirement, cancel, shutdown, names, and a
 fresh shared set after fork.
 
@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from nous_sched import _tool_threads
-from nous_sched._tool_threads import ToolThreads, retire_shared, shared
+from nous_sched.scheduler import _tool_threads
+from nous_sched.scheduler._tool_threads import ToolThreads, retire_shared, shared
 
 WAIT = 30.0
 
@@ -507,7 +507,7 @@ def test_the_shared_set_is_one_per_process_bounded_and_named():
 FORK_SCRIPT = textwrap.dedent(
     """
     import os, threading
-    from nous_sched._tool_threads import shared
+    from nous_sched.scheduler._tool_threads import shared
 
     ran = threading.Event()
     shared().submit(ran.set)

@@ -1,4 +1,4 @@
-"""TypeScript removed with every position kept (nous_sched/_typescript.py, _program.py).
+"""TypeScript removed with every position kept (nous_sched/runtime/_typescript.py, _program.py).
 
 Generated annotated programs, each with one error placed somewhere: the
 position QuickJS reports for the error in the stripped program is, in the
@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nous_sched import QuickJSRuntime, run_code
-from nous_sched._program import prepare, unfence
-from nous_sched._typescript import strip
+from nous_sched.runtime._program import prepare, unfence
+from nous_sched.runtime._typescript import strip
 
 TYPES = st.sampled_from(
     [

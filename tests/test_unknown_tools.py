@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from nous_sched import PermissionPolicy, Tool, run_code
-from nous_sched.discovery import closest_names, unknown_tool_message
+from nous_sched.sdk.discovery import closest_names, unknown_tool_message
 
 NAMES = ["get_weather", "get_forecast", "search_docs", "send_email", "list_files"]
 

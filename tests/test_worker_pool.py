@@ -32,12 +32,12 @@ from nous_sched import (
     RunCodeError,
     Tool,
     WorkerPool,
-    _driver_threads,
     run_code,
 )
-from nous_sched._explain import FIXES
-from nous_sched._tool_threads import retire_shared
+from nous_sched.result._explain import FIXES
 from nous_sched.runtime import Host, PendingCall, oslimits
+from nous_sched.scheduler import _driver_threads
+from nous_sched.scheduler._tool_threads import retire_shared
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -485,7 +485,7 @@ def test_cancel_from_another_thread_kills_a_busy_worker_and_leaks_nothing(make_e
         ended = time.monotonic()
         t.join(WAIT)
         assert result.error.kind == "cancelled"
-        assert result.error.message == "the run was cancelled. " + FIXES["cancelled"]  # (nous_sched._explain)
+        assert result.error.message == "the run was cancelled. " + FIXES["cancelled"]  # (nous_sched.result._explain)
         assert result.logs == ("x",)
         assert ended - stamp[0] < 1.0
         assert wait_gone(pid, WAIT), "the cancelled run's worker was discarded"
@@ -605,8 +605,8 @@ try:
 except KeyboardInterrupt:
     out["raised"] = "KeyboardInterrupt"
 out["seconds"] = time.monotonic() - sent[0]
-from nous_sched._tool_threads import retire_shared
-from nous_sched import _driver_threads
+from nous_sched.scheduler._tool_threads import retire_shared
+from nous_sched.scheduler import _driver_threads
 retire_shared(0)  # the shared tool threads stay warm for the next run: retired, each exits (joined below)
 _driver_threads.retire_shared(0)  # and the driver threads: each exits unless still driving a scheduler
 for t in threading.enumerate():
@@ -909,7 +909,7 @@ def test_the_host_repeats_the_deadline_signal_until_the_worker_stops_softly(tmp_
         result = run_code("return 1", runtime=p, timeout=0.5, description="test")
         took = time.monotonic() - t0
     assert result.error.kind == "timeout"
-    assert result.error.message == "stopped softly. " + FIXES["timeout"]  # (nous_sched._explain)
+    assert result.error.message == "stopped softly. " + FIXES["timeout"]  # (nous_sched.result._explain)
     assert result.logs == ("heard 3 signals",)
     assert took < 0.5 + SLACK, "answered long before the kill deadline"
 

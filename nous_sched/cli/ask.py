@@ -1,7 +1,7 @@
 """``nous-sched run --ask``: a person at the terminal approves each call that needs it.
 
 The question is :meth:`ApprovalRequest.question <nous_sched.ApprovalRequest.question>`
-(:mod:`nous_sched.approval_text`), the same text ``serve-mcp`` asks with,
+(:mod:`nous_sched.gate.approval_text`), the same text ``serve-mcp`` asks with,
 written to standard error; the answer is one line, ``y`` or ``yes`` to
 approve, anything else (end of input too) to refuse. Questions from calls
 running side by side are asked one at a time.

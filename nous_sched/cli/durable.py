@@ -22,7 +22,7 @@ someone who can write the store must not be able to forge a row
 the store (``run``, ``resume``, ``approvals``, ``serve-mcp``) must see the same.
 
 A pending call is shown as an approval question is
-(:func:`nous_sched.approval_text.question`: every key, each value clipped on
+(:func:`nous_sched.gate.approval_text.question`: every key, each value clipped on
 its own and escaped), so one huge argument can neither flood the terminal nor
 push a later one out of sight; ``--json`` prints the whole values.
 """
@@ -35,8 +35,8 @@ import time
 from types import SimpleNamespace
 from typing import Any, Optional, TextIO
 
-from ..approval_text import description_line, question
 from ..errors import ConfigError
+from ..gate.approval_text import description_line, question
 from .loading import UsageError, load_tools
 from .render import human, inert, json_text, result_json
 

@@ -14,7 +14,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Iterable, TextIO
 
-from ..tool import Tool
+from ..tooling import Tool
 
 __all__ = ["UsageError", "load_tools", "read_program"]
 

@@ -125,7 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
         "calls printed for `nous-sched resume`; FILE is a SQLite file or a redis:// URL",
     )
     cli_durable.add_parsers(sub)
-    from ..mcp import command as serve_mcp  # imports neither the MCP SDK nor the runtime
+    from . import serve_mcp  # imports neither the MCP SDK nor the runtime
 
     serve_mcp.add_parser(sub, positive_int=_positive_int, seconds=_seconds)
     return parser
@@ -140,7 +140,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         except SystemExit as exc:  # --help / --version
             return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_USAGE)
         if args.command == "serve-mcp":
-            from ..mcp import command as serve_mcp
+            from . import serve_mcp
 
             return serve_mcp.run(args, stderr)
         if args.command in ("resume", "approvals"):

@@ -21,12 +21,12 @@ from typing import Any, Callable, Optional, Union
 from .. import _validators as v
 from ..agent import run_code_tool
 from ..aio import acall_tool
-from ..dispatch import RUN_OVER, ApprovalRequest, current_call
 from ..errors import ConfigError, ToolError
 from ..events import SessionLog
-from ..function_tool import _always_safe
-from ..policy import PermissionPolicy
-from ..tool import Tool
+from ..gate.dispatch import RUN_OVER, ApprovalRequest, current_call
+from ..gate.policy import PermissionPolicy
+from ..tooling import Tool
+from ..tooling._function_tool import _always_safe
 
 __all__ = ["Bridge", "CodeModeOptions", "asking", "bridge", "Overrides"]
 
@@ -183,7 +183,7 @@ class CodeModeOptions:
 
 
 def asking(name: str, description: Any) -> Tool:
-    """A stand-in for tool ``name`` that needs approval, for :func:`~nous_sched.dispatch.approve`
+    """A stand-in for tool ``name`` that needs approval, for :func:`~nous_sched.gate.dispatch.approve`
     to ask about a call whose tool decided only now that it must be asked."""
     return Tool(name, _never, description=description if isinstance(description, str) else "", requires_approval=True)
 

@@ -9,8 +9,8 @@ from typing import Any, Callable, Optional, Union
 
 from .. import _validators as v
 from ..errors import ConfigError
-from ..function_tool import _always_safe, _no_return_type, _stdlib_schema
-from ..tool import Tool
+from ..tooling import Tool
+from ..tooling._function_tool import _always_safe, _no_return_type, _stdlib_schema
 
 Predicate = Union[Callable[[dict[str, Any]], Any], bool, None]
 

@@ -16,12 +16,12 @@ from langchain_core.utils.function_calling import convert_to_openai_function
 from .. import sdk
 from ..adapters import call_tool
 from ..agent import RUN_CODE_NAME
-from ..budget import DEFAULT_OUTPUT_BUDGET
-from ..dispatch import ApprovalRequest, approve, current_call
 from ..errors import ConfigError, ToolError
 from ..events import SessionLog
-from ..policy import PermissionPolicy
-from ..tool import Tool
+from ..gate.dispatch import ApprovalRequest, approve, current_call
+from ..gate.policy import PermissionPolicy
+from ..result.budget import DEFAULT_OUTPUT_BUDGET
+from ..tooling import Tool
 from ._code_mode import Bridge, CodeModeOptions, Overrides, asking, bridge, schema_text
 
 __all__ = ["CodeModeMiddleware"]

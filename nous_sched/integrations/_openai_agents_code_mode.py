@@ -16,10 +16,10 @@ from agents.tool_context import ToolContext
 from openai.types.responses import ResponseFunctionToolCall
 from openai.types.responses.response_function_tool_call import CallerProgram
 
-from .._pydantic import jsonable
-from ..dispatch import approve, current_call
 from ..errors import ConfigError, ToolError
-from ..tool import Tool
+from ..gate.dispatch import approve, current_call
+from ..tooling import Tool
+from ..tooling._pydantic import jsonable
 from ._code_mode import CodeModeOptions, asking, bridge, schema_text
 
 __all__ = ["code_mode"]

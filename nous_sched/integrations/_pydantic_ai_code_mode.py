@@ -20,13 +20,13 @@ from pydantic_ai.toolsets import AbstractToolset, CombinedToolset
 from pydantic_ai.toolsets.abstract import ToolsetTool
 
 from .. import sdk
-from .._pydantic import jsonable, validation_message
-from ..budget import DEFAULT_OUTPUT_BUDGET
-from ..dispatch import ApprovalRequest, approve, current_call
 from ..errors import ConfigError, ToolError
 from ..events import SessionLog
-from ..policy import PermissionPolicy
-from ..tool import Tool
+from ..gate.dispatch import ApprovalRequest, approve, current_call
+from ..gate.policy import PermissionPolicy
+from ..result.budget import DEFAULT_OUTPUT_BUDGET
+from ..tooling import Tool
+from ..tooling._pydantic import jsonable, validation_message
 from ._code_mode import CodeModeOptions, Overrides, asking, bridge
 
 __all__ = ["CodeModeToolset", "CodeMode"]

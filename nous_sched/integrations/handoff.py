@@ -34,7 +34,7 @@ from .. import _validators as v
 from ..adapters import call_tool
 from ..aio import acall_tool
 from ..events import SessionLog
-from ..tool import Tool
+from ..tooling import Tool
 from ._common import require
 
 __all__ = ["to_langchain", "to_openai_agents", "to_pydantic_ai"]

@@ -44,10 +44,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
-from .._pydantic import is_validation_error, jsonable, validation_message
 from ..errors import ConfigError, ToolError
 from ..throttle import Throttle
-from ..tool import Tool
+from ..tooling import Tool
+from ..tooling._pydantic import is_validation_error, jsonable, validation_message
 from ._common import Predicate, build, require, return_schema
 
 if TYPE_CHECKING:  # made on first use (module __getattr__ below): it subclasses langchain's AgentMiddleware
@@ -80,7 +80,7 @@ def from_langchain(
     async_only = getattr(tool, "func", True) is None and getattr(tool, "coroutine", None) is not None
 
     def function(args: dict[str, Any]) -> Any:
-        from .._async import run_coroutine  # asyncio only once a call needs it
+        from ..tooling._async import run_coroutine  # asyncio only once a call needs it
 
         try:
             if async_only:

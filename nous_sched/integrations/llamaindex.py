@@ -15,10 +15,10 @@ from __future__ import annotations
 import inspect
 from typing import Any, Optional, Sequence
 
-from .._pydantic import is_validation_error, jsonable, validation_message
 from ..errors import ConfigError, ToolError
 from ..throttle import Throttle
-from ..tool import Tool
+from ..tooling import Tool
+from ..tooling._pydantic import is_validation_error, jsonable, validation_message
 from ._common import Predicate, build, require
 
 __all__ = ["from_llamaindex"]
@@ -53,7 +53,7 @@ def from_llamaindex(
     is_async = inspect.iscoroutinefunction(getattr(tool, "real_fn", None)) and isinstance(tool, types.AsyncBaseTool)
 
     def function(args: dict[str, Any]) -> Any:
-        from .._async import run_coroutine  # asyncio only once a call needs it
+        from ..tooling._async import run_coroutine  # asyncio only once a call needs it
 
         try:
             output = run_coroutine(lambda: tool.acall(**args)) if is_async else tool(**args)
@@ -84,8 +84,8 @@ def from_llamaindex(
 
 
 def _is_json_shaped(value: Any) -> bool:
+    from ..crossing import snapshot
     from ..errors import SnapshotError
-    from ..snapshot import snapshot
 
     try:
         snapshot(value)

@@ -29,11 +29,11 @@ import inspect
 import json
 from typing import Any, Optional, Sequence
 
-from .._pydantic import jsonable
-from ..dispatch import current_call
 from ..errors import ConfigError, ToolError
+from ..gate.dispatch import current_call
 from ..throttle import Throttle
-from ..tool import Tool
+from ..tooling import Tool
+from ..tooling._pydantic import jsonable
 from ._common import Predicate, build, require, return_schema
 
 __all__ = ["from_openai_agents", "code_mode"]
@@ -75,7 +75,7 @@ def from_openai_agents(
     needs_approval = tool.needs_approval is not False
 
     def function(args: dict[str, Any]) -> Any:
-        from .._async import run_coroutine  # asyncio only once a call needs it
+        from ..tooling._async import run_coroutine  # asyncio only once a call needs it
 
         call = current_call.get()
         call_id = call.id if call is not None else f"{tool.name}-direct"

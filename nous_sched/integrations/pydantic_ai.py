@@ -55,11 +55,11 @@ from __future__ import annotations
 import inspect
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
-from .._pydantic import jsonable, validation_message
 from ..errors import ConfigError, ToolError
-from ..function_tool import _always_safe
 from ..throttle import Throttle
-from ..tool import Tool
+from ..tooling import Tool
+from ..tooling._function_tool import _always_safe
+from ..tooling._pydantic import jsonable, validation_message
 from ._common import Predicate, build, require
 
 if TYPE_CHECKING:  # made on first use (module __getattr__ below): they subclass pydantic-ai's classes
@@ -106,7 +106,7 @@ def from_pydantic_ai(
     retry = (pydantic_ai.ModelRetry, pydantic_ai.exceptions.ToolFailed)
 
     def function(args: dict[str, Any]) -> Any:
-        from .._async import run_coroutine  # asyncio only once a call needs it
+        from ..tooling._async import run_coroutine  # asyncio only once a call needs it
 
         try:
             validated = schema.validator.validate_python(args)

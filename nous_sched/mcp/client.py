@@ -48,9 +48,9 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import Implementation
 
 from .._validators import POSITIVE_INT, SECONDS, Check, require
-from ..dispatch import current_call
 from ..errors import ConfigError, ToolError
-from ..tool import Tool
+from ..gate.dispatch import current_call
+from ..tooling import Tool
 from . import mapping
 from .spec import ServerSpec
 from .stdio import DEFAULT_MAX_MESSAGE_BYTES, bounded_stdio
@@ -429,7 +429,7 @@ class Connection:
 
 
 def _client_info() -> Implementation:
-    from .. import __version__
+    from .._version import __version__
 
     return Implementation(name="nous_sched", version=__version__)
 

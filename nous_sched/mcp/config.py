@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Union
 
 from ..errors import ConfigError
-from ..policy import PermissionPolicy
+from ..gate.policy import PermissionPolicy
 from .spec import ServerSpec
 
 __all__ = ["load_config", "parse_config", "load_policy"]

@@ -121,16 +121,16 @@ from .. import agent
 from .._text import machine_json, machine_text, machine_value
 from .._validators import NAMES, POSITIVE_INT, TOOLS, instance_of, names, optional, require
 from ..approval_store import TokenError
-from ..budget import DEFAULT_OUTPUT_BUDGET
-from ..dispatch import ApprovalRequest, current_call, direct_dispatch
 from ..durable import resume
 from ..errors import ConfigError, RunCodeError, ToolError
 from ..events import Event, SessionLog
+from ..gate.dispatch import ApprovalRequest, current_call, direct_dispatch
+from ..gate.policy import PermissionPolicy
 from ..limits import Limits
 from ..live import EventStream
-from ..policy import PermissionPolicy
+from ..result.budget import DEFAULT_OUTPUT_BUDGET
 from ..run_code import live_stream
-from ..tool import Tool
+from ..tooling import Tool
 from .access import auth_settings, transport_security
 from .client import DEADLINE_GRACE
 from .deliver import NOT_YOURS, Deliveries, Delivery
@@ -910,7 +910,7 @@ def _elicit_request(run: _Run, ask: _Ask) -> ElicitRequest:
 
 
 def _question(run: _Run, ask: _Ask) -> str:
-    """What the user reads: :func:`nous_sched.approval_text.question` of the call, with the run's description."""
+    """What the user reads: :func:`nous_sched.gate.approval_text.question` of the call, with the run's description."""
     request = ask.request
     if not request.description and run.description:
         request = attrs.evolve(request, description=run.description)

@@ -15,7 +15,7 @@ import attrs
 from .._validators import BOOL, OPTIONAL_STR, Check, fail, optional, shown
 from ..errors import ConfigError
 from ..throttle import Throttle
-from ..tool import THROTTLES, _throttles
+from ..tooling._tool import THROTTLES, _throttles
 
 __all__ = ["ServerSpec", "ToolOverride", "NAME_PATTERN"]
 

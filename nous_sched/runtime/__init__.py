@@ -98,7 +98,7 @@ class Host(Protocol):
 
     def call_json(self, name: str, text: str) -> PendingCall:
         """Start one call with the arguments as the program's JSON text, which
-        the host parses under its own rules (:func:`nous_sched.snapshot.loads`).
+        the host parses under its own rules (:func:`nous_sched.crossing.loads`).
 
         Never raises: refusals come back as failed outcomes, and text that
         cannot cross fails that one call.

@@ -1,5 +1,5 @@
 // The one rule for values with no faithful JSON form, for a program's result
-// and the values it logs (documented in nous_sched/_hints.py, which turns the
+// and the values it logs (documented in nous_sched/result/_hints.py, which turns the
 // notes into the answer's hint): Map -> object (string keys) or [key, value]
 // pairs, Set -> array, Date -> ISO string, typed array / ArrayBuffer -> array
 // of numbers, BigInt -> decimal string, NaN/Infinity -> null, undefined ->

@@ -755,7 +755,7 @@ def _finish(state: dict[str, Any], book: "_LogBook", limits: Any) -> Finish:
             return Finish(logs, error=("output_limit", _output_message(size, limits)))
         # Loaded here, never in a worker: the host's rules for what crosses
         # (no Infinity, no integer a double cannot hold, bounded depth).
-        from nous_sched.snapshot import loads
+        from nous_sched.crossing import loads
 
         try:
             return Finish(logs, result=loads(text))

@@ -1229,7 +1229,7 @@ class _Remote:
         self._starting = False
 
     def send_run(self) -> None:
-        """Send the run frame. :class:`_NotStarted` if the worker is gone."""
+        """Send the run frame. :class:`~nous_sched.runtime.procio.NotStarted` if the worker is gone."""
         w = self.worker
         limits = self.limits
         # A worker's memory cap is set by its first run, for good: a later run

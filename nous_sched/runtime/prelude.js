@@ -512,7 +512,7 @@
   }
 
   // The one rule for values with no faithful JSON form (documented in
-  // nous_sched/_hints.py, which turns the notes into the answer's hint):
+  // nous_sched/result/_hints.py, which turns the notes into the answer's hint):
   // Map -> object (string keys) or [key, value] pairs, Set -> array,
   // Date -> ISO string, typed array / ArrayBuffer -> array of numbers,
   // BigInt -> decimal string, NaN/Infinity -> null, undefined -> null in an
@@ -659,7 +659,7 @@
     mainExtra = afterwords(v === undefined, notes);
   }
 
-  // What the host turns into hints (nous_sched/_hints.py): the program
+  // What the host turns into hints (nous_sched/result/_hints.py): the program
   // returned nothing, what its result's conversion noted, which calls it
   // left pending when it ended.
   function afterwords(none, notes) {

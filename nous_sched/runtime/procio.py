@@ -1,12 +1,12 @@
 """Worker processes and the frame protocol, as the host sees them.
 
-:class:`_Worker` is one worker process and its three pipes (standard input,
+:class:`Worker` is one worker process and its three pipes (standard input,
 standard output, the lifeline); it reads and writes frames
 (:mod:`nous_sched.runtime.worker` defines them), bounded by the caller's
 ``max_frame`` and holding about one copy of a large frame while it reads it.
 A worker is started one of two ways:
 
-* ``"forkserver"`` (the default on Linux): a :class:`_ForkServer`, one
+* ``"forkserver"`` (the default on Linux): a :class:`ForkServer`, one
   single-threaded process per pool that has loaded the engine and forks a
   fresh child for each worker (a few milliseconds of CPU, against tens for
   a new interpreter). The host receives a pidfd of each child, so its signals reach

@@ -84,8 +84,8 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Optional, Union
 
+from ..errors import SnapshotError
 from . import _fastjson
-from .errors import SnapshotError
 
 __all__ = [
     "snapshot",
@@ -176,7 +176,7 @@ def snapshot_text(value: Any) -> tuple[Any, str, int]:
 def text_bytes(value: Any) -> int:
     """The UTF-8 bytes of ``json.dumps(value, ensure_ascii=False)``, a lone
     surrogate counted as its 6-byte ``\\udXXX`` escape: the size of the text a
-    model reads, in the output budget's unit (``nous_sched.budget.size``),
+    model reads, in the output budget's unit (``nous_sched.result.budget.size``),
     for a ``value`` that obeys the rules above (what :func:`loads` returns,
     in dicts and lists of one's own). With ``orjson`` installed it is counted
     on orjson's UTF-8 text (``_fastjson``), with the same answer."""

@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import attrs
 
+from ..errors import ToolError
+from ..outcome import quote_name
 from . import approval_text
-from .errors import ToolError
-from .outcome import quote_name
 
 if TYPE_CHECKING:  # tool.py is above this module: only its name, for the types
-    from .tool import Tool
+    from ..tooling import Tool
 
 log = logging.getLogger("nous_sched")
 
@@ -68,7 +68,7 @@ class ApprovalRequest:
 
     def question(self) -> str:
         """This call as a person should read it before approving it: the same text
-        ``serve-mcp`` asks with (:func:`nous_sched.approval_text.question`: every
+        ``serve-mcp`` asks with (:func:`nous_sched.gate.approval_text.question`: every
         argument key shown, each value clipped on its own with its size stated,
         the description labelled as the program's words, nothing left that can
         act on a terminal)."""

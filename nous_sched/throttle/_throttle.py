@@ -82,10 +82,10 @@ import threading
 import time
 from typing import Any, Iterable, Optional
 
-from . import _validators as v
+from .. import _validators as v
+from .._validators import require
+from ..errors import ConfigError
 from ._arbiter import Arbiter, Limit, Request
-from ._validators import require
-from .errors import ConfigError
 
 __all__ = ["Throttle", "DEADLINE_PASSED", "STOPPED"]
 

@@ -19,8 +19,8 @@ import difflib
 import re
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
-from ._text import one_line
-from .events import ApprovalEvent
+from .._text import one_line
+from ..events import ApprovalEvent
 from .records import CallRecord
 
 __all__ = ["FIXES", "told"]

@@ -6,8 +6,8 @@ from typing import Any, Optional, Union
 
 import attrs
 
-from . import _validators as v
-from .events import ApprovalEvent, ContextUpdate, Event, ToolCallEvent, ToolOutcomeEvent, ToolRefusedEvent
+from .. import _validators as v
+from ..events import ApprovalEvent, ContextUpdate, Event, ToolCallEvent, ToolOutcomeEvent, ToolRefusedEvent
 from .records import CallRecord
 from .usage import Usage
 
@@ -31,7 +31,7 @@ class RunError:
     * ``invalid_output`` - the returned value has no JSON form: a function or
       a symbol, a getter that throws, or a number the host cannot hold (a
       ``Map``, ``BigInt``, cycle and the like are converted instead, and the
-      ``hint`` says so: :mod:`nous_sched._hints`).
+      ``hint`` says so: :mod:`nous_sched.result._hints`).
     * ``output_limit`` - the returned value's JSON exceeds the byte limit.
     * ``cancelled`` - the caller cancelled the run (``run_code(cancel=...)``).
     * ``replay_diverged`` - a resumed run (:func:`nous_sched.resume`) made a
@@ -61,10 +61,10 @@ class RunResult:
     (:meth:`to_dict`). ``error.message`` is at most 4000 characters plus a
     truncation marker.
 
-    ``usage`` is the run's ledger (:class:`~nous_sched.usage.Usage`): what each
+    ``usage`` is the run's ledger (:class:`~nous_sched.result.usage.Usage`): what each
     sub-call's result cost the program, what the model got and what the
     output budget cut. ``budgeted`` is the model-facing answer cut to the
-    run's ``output_budget`` (:mod:`nous_sched.budget`), when it had one and
+    run's ``output_budget`` (:mod:`nous_sched.result.budget`), when it had one and
     the answer did not fit; :meth:`for_model` returns it.
     """
 
@@ -88,7 +88,7 @@ class RunResult:
     #: A durable run's audit events: ``suspended``, ``approval``, ``resumed``.
     audit: tuple[Event, ...] = ()
     #: What the run probably did not mean, and the fix ("" for nothing):
-    #: see :mod:`nous_sched._hints`. In :meth:`to_dict` as ``"hint"`` when set.
+    #: see :mod:`nous_sched.result._hints`. In :meth:`to_dict` as ``"hint"`` when set.
     hint: str = ""
 
     @property

@@ -1,8 +1,8 @@
-"""Private: the optional fast path of :mod:`nous_sched.snapshot`, through ``orjson`` when it is installed.
+"""Private: the optional fast path of :mod:`nous_sched.crossing`, through ``orjson`` when it is installed.
 
 ``pip install -e '.[speed]'`` installs ``orjson``; it is imported on
 first use, never at ``import nous_sched``. It changes no answer: each function
-here returns what :mod:`nous_sched.snapshot`'s own walk would, or
+here returns what :mod:`nous_sched.crossing`'s own walk would, or
 :data:`UNSURE`, and then the walk answers (refusals, with their paths, always
 come from the walk). ``tests/test_fast_json.py`` pins both functions to the
 walk by property tests, with ``orjson`` and with it hidden.

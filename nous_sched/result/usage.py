@@ -4,7 +4,7 @@ Every value that crosses into a program and every answer that goes back to a
 model costs context. :class:`Usage`, on every :class:`~nous_sched.RunResult`,
 says how much: for each sub-call the size of the result the program received,
 and for the run what the model got back and what the output budget
-(:mod:`nous_sched.budget`) took off. The same numbers are in the live events
+(:mod:`nous_sched.result.budget`) took off. The same numbers are in the live events
 (:mod:`nous_sched.live`: each ``commit``'s ``chars``, the ``end`` event's
 ``usage``) and in the OpenTelemetry run span (:mod:`nous_sched.otel`).
 
@@ -13,7 +13,7 @@ JSON text as the program receives it (non-ASCII characters escaped as
 ``\\uXXXX``, as it crosses into the sandbox: ASCII, so as many bytes); of
 the model's answer (``answer_bytes``, ``model_bytes``, ``cut_bytes``), the
 bytes of the UTF-8 of ``json.dumps(answer, ensure_ascii=False)``, as the
-adapters send it, the output budget's unit (:mod:`nous_sched.budget`: bytes
+adapters send it, the output budget's unit (:mod:`nous_sched.result.budget`: bytes
 bound what a model pays, characters do not).
 """
 
@@ -50,7 +50,7 @@ class Usage:
     """A run's ledger. ``calls`` in the order the program received them
     (sequence order for started calls).
 
-    ``answer_bytes`` is the size in bytes (UTF-8, :func:`nous_sched.budget.size`)
+    ``answer_bytes`` is the size in bytes (UTF-8, :func:`nous_sched.result.budget.size`)
     of the model-facing answer before any budget
     (:meth:`~nous_sched.RunResult.to_dict`), ``model_bytes`` what the model
     got (:meth:`~nous_sched.RunResult.for_model`), and ``cut_bytes`` their
@@ -61,7 +61,7 @@ class Usage:
     calls: tuple[CallUsage, ...] = ()
     answer_bytes: int = 0
     model_bytes: int = 0
-    #: The bytes of the answer's ``hint`` (:mod:`nous_sched._hints`), counted in both sizes above.
+    #: The bytes of the answer's ``hint`` (:mod:`nous_sched.result._hints`), counted in both sizes above.
     hint_bytes: int = 0
 
     @property

@@ -41,8 +41,8 @@ from typing import Generic, Optional, TypeVar
 
 import attrs
 
-from .records import LaneState
-from .tool import EXCLUSIVE, Mode
+from ..result.records import LaneState
+from ..tooling import EXCLUSIVE, Mode
 
 __all__ = ["Lane", "Abandoned", "START", "COMMIT", "LaneClosed"]
 

@@ -6,9 +6,9 @@ those calls may interleave. The :class:`Scheduler` decides, conservatively:
 * **One driver thread owns every decision.** Classify, start and commit all
   happen on one thread, named ``nous-sched-driver-<n>`` while it drives this
   scheduler, which reads commands from a queue. The ordering itself is a pure
-  :class:`~nous_sched.lane.Lane` that no other thread touches, so it needs no
+  :class:`~nous_sched.scheduler.lane.Lane` that no other thread touches, so it needs no
   lock: the driver is the lock. The thread is borrowed, warm, from the
-  process's driver threads (:mod:`nous_sched._driver_threads`) for the
+  process's driver threads (:mod:`nous_sched.scheduler._driver_threads`) for the
   scheduler's whole life and given back when it stops; :meth:`Scheduler.stop`
   returns only once the driver is done with this scheduler for good, so a
   run starts no thread of its own.
@@ -17,12 +17,12 @@ those calls may interleave. The :class:`Scheduler` decides, conservatively:
   however the work raced.
 * **Exclusive by default.** A call runs beside others only if its tool's
   ``concurrency_safe(args)`` returns exactly ``True``
-  (:func:`~nous_sched.tool.concurrency_mode`). An exclusive call waits until
+  (:func:`~nous_sched.concurrency_mode`). An exclusive call waits until
   everything before it has committed, runs alone, and holds the barrier through
   its own commit, so nothing starts or commits inside its window.
 * **At most ``max_parallel`` calls run at once**; more queue, they never fail.
 * **Tools run on an executor**: by default the process's shared tool threads
-  (:mod:`nous_sched._tool_threads`: warm, so a run starts no thread of its
+  (:mod:`nous_sched.scheduler._tool_threads`: warm, so a run starts no thread of its
   own; bounded per process, idle ones retire; this scheduler still runs at
   most ``max_parallel`` of its calls at once), or any
   ``concurrent.futures.Executor`` you pass (shared, never shut down here).
@@ -49,16 +49,14 @@ import time
 from collections.abc import Mapping
 from typing import Any, Callable, ContextManager, Optional, Sequence
 
-from . import _driver_threads, _tool_threads
-from . import _validators as v
-from ._interrupts import deferred
-from ._options import OPTIONAL_SESSION_LOG
-from ._slots import maker
-from ._tool_threads import Task, Then, ToolThreads
-from ._validators import require
-from .dispatch import CallInfo, Dispatch, RunContext, approval_sink, current_call, direct_dispatch
-from .errors import ToolError
-from .events import (
+from .. import _validators as v
+from .._interrupts import deferred
+from .._options import OPTIONAL_SESSION_LOG
+from .._slots import maker
+from .._validators import require
+from ..crossing import snapshot, snapshot_text
+from ..errors import ToolError
+from ..events import (
     ApprovalEvent,
     Event,
     SessionLog,
@@ -69,12 +67,14 @@ from .events import (
     tool_call_event,
     tool_outcome_event,
 )
+from ..gate.dispatch import CallInfo, Dispatch, RunContext, approval_sink, current_call, direct_dispatch
+from ..outcome import Outcome
+from ..result.records import CallRecord, LaneState
+from ..throttle._throttle import _Hold
+from ..tooling import PARALLEL, Mode, Tool, concurrency_mode, exclusive_reason
+from . import _driver_threads, _tool_threads
+from ._tool_threads import Task, Then, ToolThreads
 from .lane import COMMIT, START, Lane
-from .outcome import Outcome
-from .records import CallRecord, LaneState
-from .snapshot import snapshot, snapshot_text
-from .throttle import _Hold
-from .tool import PARALLEL, Mode, Tool, concurrency_mode, exclusive_reason
 
 __all__ = ["Scheduler", "Ticket"]
 
@@ -249,7 +249,7 @@ class _Begin:
         return True
 
     def record_approval(self, approved: bool, reason: str) -> None:
-        """The approval step's sink (:data:`~nous_sched.dispatch.approval_sink`) for this call."""
+        """The approval step's sink (:data:`~nous_sched.gate.dispatch.approval_sink`) for this call."""
         timeline = self.timeline
         self.scheduler._record(ApprovalEvent(timeline.seq, timeline.tool, approved, reason))
 
@@ -467,7 +467,7 @@ class Scheduler:
     :param call_id: prefix of event ids, ``"<call_id>:code:<seq>"``.
     :param executor: where tools run. Yours is shared and never shut down;
         without one, the process's shared tool threads (named
-        ``nous-sched-tool-<k>``; :mod:`nous_sched._tool_threads`), which
+        ``nous-sched-tool-<k>``; :mod:`nous_sched.scheduler._tool_threads`), which
         outlive the scheduler, warm for the next run, and retire when idle.
     :param timeout: the bound, in seconds, on every wait (the run's deadline).
     :param observer: ``observer(record: CallRecord, phase)`` is called on the
@@ -621,11 +621,6 @@ class Scheduler:
     @property
     def call_id(self) -> Optional[str]:
         return self._call_id
-
-    @property
-    def epoch(self) -> float:
-        """The ``time.perf_counter()`` value that :class:`CallRecord` times count from."""
-        return self._t0
 
     def submit(self, tool: Tool, args: Mapping[str, Any], run_ctx: Optional[RunContext] = None) -> Ticket:
         """Queue one call of ``tool`` with ``args``; returns at once.

@@ -31,9 +31,9 @@ from __future__ import annotations
 import re
 from typing import Callable, Iterator, Optional
 
+from ..result import RunError
+from . import RuntimeOutcome
 from ._typescript import Refused, strip
-from .result import RunError
-from .runtime import RuntimeOutcome
 
 __all__ = ["Source", "prepare", "run"]
 

@@ -19,7 +19,7 @@ position and what to write instead.
 
 The same parse tells whether the program's last top-level statement is an
 expression (:attr:`Stripped.last`), for the REPL rule of
-:mod:`nous_sched._program`.
+:mod:`nous_sched.runtime._program`.
 """
 
 from __future__ import annotations

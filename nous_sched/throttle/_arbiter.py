@@ -76,9 +76,6 @@ class Limit:
         if self.burst is not None:
             self._starts.append(now)
 
-    def give(self) -> None:
-        self.running -= 1
-
 
 class Request(Generic[T]):
     """One call's request for places in ``limits``; ``item`` is its owner's, never looked at."""

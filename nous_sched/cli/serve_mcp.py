@@ -37,7 +37,7 @@ from typing import Any, TextIO
 
 import attrs
 
-from ..approval_text import inert_line
+from ..gate.approval_text import inert_line
 
 __all__ = ["add_parser", "run", "approval_banner"]
 
@@ -129,9 +129,9 @@ def run(args: argparse.Namespace, err: TextIO) -> int:
     :raises UsageError: bad arguments, a tools module or upstream server that
         cannot be loaded, or the MCP SDK missing.
     """
-    from ..cli.loading import UsageError
     from ..errors import ConfigError
-    from . import INSTALL_HINT, require_sdk
+    from ..mcp import INSTALL_HINT, require_sdk
+    from .loading import UsageError
 
     try:
         require_sdk()
@@ -144,13 +144,13 @@ def run(args: argparse.Namespace, err: TextIO) -> int:
 
 
 def _serve(args: argparse.Namespace, err: TextIO) -> int:
-    from ..cli.loading import UsageError, load_tools
     from ..errors import ConfigError
-    from ..policy import PermissionPolicy
-    from .client import connect
-    from .config import load_config, load_policy
-    from .serve import CodeModeServer
-    from .spec import ServerSpec
+    from ..gate.policy import PermissionPolicy
+    from ..mcp.client import connect
+    from ..mcp.config import load_config, load_policy
+    from ..mcp.serve import CodeModeServer
+    from ..mcp.spec import ServerSpec
+    from .loading import UsageError, load_tools
 
     address = _address(args.http) if args.http is not None else None
     verifier = _token_verifier(args, address)
@@ -268,7 +268,7 @@ def _stop_on_sigterm() -> Any:
 
 
 def _servers(args: argparse.Namespace, spec_class: Any, load_config: Any) -> list[Any]:
-    from ..cli.loading import UsageError
+    from .loading import UsageError
 
     specs = list(load_config(args.mcp_config)) if args.mcp_config else []
     for entry in args.server:
@@ -293,7 +293,7 @@ def _servers(args: argparse.Namespace, spec_class: Any, load_config: Any) -> lis
 
 
 def _address(text: str) -> tuple[str, int]:
-    from ..cli.loading import UsageError
+    from .loading import UsageError
 
     host, sep, port_text = text.rpartition(":")
     host = (host or "127.0.0.1").strip("[]") if sep else "127.0.0.1"
@@ -308,8 +308,8 @@ def _address(text: str) -> tuple[str, int]:
 
 def _token_verifier(args: argparse.Namespace, address: Any) -> Any:
     """``--auth-token-file``'s tokens (:class:`.access.BearerTokens`), checked before anything starts."""
-    from ..cli.loading import UsageError
-    from .access import BearerTokens, transport_security
+    from ..mcp.access import BearerTokens, transport_security
+    from .loading import UsageError
 
     path = getattr(args, "auth_token_file", None)
     if path is not None and address is None:
@@ -334,6 +334,6 @@ def _durable_options(args: Any) -> dict[str, Any]:
     """``approval_store`` when ``--approval-store`` is given (see :mod:`nous_sched.durable`)."""
     if not getattr(args, "approval_store", None):
         return {}
-    from ..cli.durable import open_store
+    from .durable import open_store
 
     return {"approval_store": open_store(args.approval_store)}

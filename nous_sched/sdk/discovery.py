@@ -34,11 +34,11 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any, Optional
 
-from . import _validators as v
-from .gate import MAX_NAME_CHARS, NAME_TOO_LONG
-from .outcome import Outcome, quote_name
-from .policy import denied_message
-from .sdk import _LIMIT, _QUERY_SHAPE, DISCOVERY_GLOBAL, GLOBAL, ToolIndex, _fits_query, _words
+from .. import _validators as v
+from ..gate import MAX_NAME_CHARS, NAME_TOO_LONG
+from ..gate.policy import denied_message
+from ..outcome import Outcome, quote_name
+from ._render import _LIMIT, _QUERY_SHAPE, DISCOVERY_GLOBAL, GLOBAL, ToolIndex, _fits_query, split_words
 
 __all__ = ["closest_names", "unknown_tool_message", "Discovery", "Shape", "SHAPE_SAMPLES", "shared_index"]
 
@@ -51,7 +51,7 @@ _FEW_WORDS = v.Check(_QUERY_SHAPE, _fits_query)
 
 def _key(name: str) -> str:
     # camelCase, snake_case, kebab-case and spaces all become one spelling.
-    return "_".join(_words(name)) or name.lower()
+    return "_".join(split_words(name)) or name.lower()
 
 
 def closest_names(name: str, names: Sequence[str], n: int = SUGGESTIONS) -> list[str]:

@@ -53,12 +53,12 @@ import typing
 from collections.abc import Mapping
 from typing import Any, Callable, Optional, Protocol, Sequence, Union
 
+from .. import _validators as v
+from ..errors import ConfigError, ToolError
+from ..throttle import Throttle
 from . import _docstring
-from . import _validators as v
 from ._pydantic import jsonable, validation_message
-from .errors import ConfigError, ToolError
-from .throttle import Throttle
-from .tool import Tool
+from ._tool import Tool
 
 __all__ = ["function_tool"]
 

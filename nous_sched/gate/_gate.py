@@ -16,9 +16,9 @@ entry point it came through:
    looked up), at most ``Limits.max_args_bytes`` UTF-8 bytes of arguments per
    call and ``Limits.max_total_args_bytes`` for the run.
 4. **The arguments cross.** They are a JSON object that obeys the snapshot
-   rules (:mod:`nous_sched.snapshot`: no NaN or Infinity, no integer a
+   rules (:mod:`nous_sched.crossing`: no NaN or Infinity, no integer a
    double cannot hold, bounded depth).
-5. **The arguments fit the tool's schema** (:mod:`nous_sched.schema`),
+5. **The arguments fit the tool's schema** (:mod:`nous_sched.gate.schema`),
    before anyone is asked to approve them.
 6. **The audit.** A call that passed 1-5 is audited as a ``tool_call``
    event (:class:`~nous_sched.ToolCallEvent`) when it starts; a refused one
@@ -26,7 +26,7 @@ entry point it came through:
    Both go to the session log; once the call budget is spent only the first
    refusal past it is audited, so a runaway loop cannot grow the audit: the
    gate writes at most ``Limits.max_calls`` plus one events per run.
-7. **Approval**, when the tool needs it (:func:`~nous_sched.dispatch.approve`,
+7. **Approval**, when the tool needs it (:func:`~nous_sched.gate.dispatch.approve`,
    on the thread that runs the call): the handler gets its own copy of the
    arguments, the run's description, the call's id and the tool's
    description; an approval that answers after the run is over starts
@@ -43,15 +43,15 @@ import json
 import time
 from typing import Any, Callable, Mapping, Optional, Union
 
+from ..crossing import loads, snapshot
+from ..errors import SnapshotError
+from ..events import Event, ToolRefusedEvent
+from ..limits import Limits
+from ..outcome import Outcome, quote_name
+from ..tooling import Tool
 from .dispatch import RUN_OVER
-from .errors import SnapshotError
-from .events import Event, ToolRefusedEvent
-from .limits import Limits
-from .outcome import Outcome, quote_name
 from .policy import denied_message
 from .schema import argument_error
-from .snapshot import loads, snapshot
-from .tool import Tool
 
 __all__ = ["Gate", "Admitted", "BUDGET_SPENT", "MAX_NAME_CHARS", "REFUSAL_REASONS"]
 

@@ -19,7 +19,7 @@ schema check, and the stock code would let either stall the whole host:
 Patterns are searched, not matched (JSON Schema's rule), and a string holding
 a lone surrogate is searched as if it held U+FFFD there (RE2 reads UTF-8).
 The keyword functions keep the stock ones' signatures and error shapes, so
-:mod:`nous_sched.schema` words their messages the same way.
+:mod:`nous_sched.gate.schema` words their messages the same way.
 """
 
 from __future__ import annotations

@@ -13,10 +13,10 @@ from typing import Iterable, Optional
 
 import attrs
 
-from . import _validators as v
-from ._validators import require
-from .outcome import quote_name
-from .tool import Tool
+from .. import _validators as v
+from .._validators import require
+from ..outcome import quote_name
+from ..tooling import Tool
 
 __all__ = ["PermissionPolicy", "denied_message", "partition"]
 

@@ -34,7 +34,7 @@ result where its earlier calls in the run returned data. :func:`hints`
 turns all of it into one ``hint`` string, each part naming the fix in one
 sentence, at most :data:`MAX_HINT_CHARS` characters: the model reads it in
 :meth:`~nous_sched.RunResult.for_model` and the usage ledger counts it
-(:attr:`~nous_sched.usage.Usage.hint_bytes`).
+(:attr:`~nous_sched.result.usage.Usage.hint_bytes`).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from __future__ import annotations
 import json
 from typing import Any, Optional, Sequence
 
-from ._text import one_line
+from .._text import one_line
 
 __all__ = ["MAX_HINT_CHARS", "Seen", "hints"]
 

@@ -48,13 +48,13 @@ import jsonschema.exceptions
 import jsonschema.validators
 import referencing
 
+from ..crossing import describe_path
+from ..errors import ToolError
+from ..outcome import clamp
 from ._linear import linear, pattern_problem, search
-from .errors import ToolError
-from .outcome import clamp
-from .snapshot import describe_path
 
 if TYPE_CHECKING:  # only the name: schema.py sits below tool.py
-    from .tool import Tool
+    from ..tooling import Tool
 
 __all__ = ["argument_error", "check_arguments", "schema_error", "MAX_PROBLEMS"]
 

@@ -28,15 +28,45 @@ import threading
 import time
 import urllib.parse
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import Any, Optional, Protocol
 
-from . import _redis_client
-from .errors import ConfigError
-
-if TYPE_CHECKING:
-    from .throttle import Throttle, _Hold
+from .. import _redis_client
+from ..errors import ConfigError
 
 __all__ = ["RedisLimit", "RedisUnavailable", "take_leases", "give_leases", "where", "LOG_INTERVAL"]
+
+
+class Throttle(Protocol):
+    """What this half reads of a :class:`~nous_sched.Throttle` (typed here, so it need not import that side)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def redis_url(self) -> Optional[str]: ...
+    @property
+    def redis_timeout(self) -> float: ...
+    @property
+    def per_second(self) -> Optional[float]: ...
+    @property
+    def burst(self) -> Optional[int]: ...
+    @property
+    def lease(self) -> float: ...
+    @property
+    def max_running(self) -> Optional[int]: ...
+    @property
+    def _redis(self) -> Optional[RedisLimit]: ...
+
+
+class _Hold(Protocol):
+    """What this half reads and writes of one call's hold on its throttles."""
+
+    lease_id: str
+    leased: list[Any]
+    lost: bool
+
+    @property
+    def throttles(self) -> tuple[Throttle, ...]: ...
+
 
 log = logging.getLogger("nous_sched")
 

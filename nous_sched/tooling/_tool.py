@@ -14,8 +14,8 @@ from typing import Any, Callable, Literal, Mapping, Optional
 
 import attrs
 
-from . import _validators as v
-from .throttle import Throttle
+from .. import _validators as v
+from ..throttle import Throttle
 
 __all__ = ["Tool", "Mode", "PARALLEL", "EXCLUSIVE", "concurrency_mode", "exclusive_reason"]
 
@@ -52,7 +52,7 @@ class Tool:
     Schema of what the tool returns, when it has one. ``requires_approval``
     makes every call of this tool ask the run's approval handler first.
     ``validate_arguments=False`` opts the tool out of checking each call's
-    arguments against ``parameters`` (:mod:`nous_sched.schema`), for a tool
+    arguments against ``parameters`` (:mod:`nous_sched.gate.schema`), for a tool
     that checks them itself or whose schema is only a description.
     ``exclusive_reason`` is the few words the trail shows for a call of this
     tool that ran exclusive (:attr:`CallRecord.reason

@@ -73,13 +73,11 @@ from __future__ import annotations
 import json
 import math
 import re
-import textwrap
 import urllib.parse
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Optional, TypeGuard
 
-from . import _validators as v
-from ._tool_groups import group_names
+from .. import _validators as v
 from ._tool_search import WordIndex
 
 __all__ = [
@@ -89,8 +87,6 @@ __all__ = [
     "DEFAULT_BUDGET",
     "MIN_BUDGET",
     "STEPS",
-    "render",
-    "step_of",
     "json_schema_to_type",
     "coerce_language",
     "languages",
@@ -128,12 +124,12 @@ _MAX_DEPTH = 12
 # work on a document whose references fan out (each used many times).
 _MAX_EXPANSIONS = 256
 
-_TS_ANY = "unknown"
+TS_ANY = "unknown"
 _PY_ANY = "Any"
 _TS_SCALARS = {"string": "string", "integer": "number", "number": "number", "boolean": "boolean", "null": "null"}
 _PY_SCALARS = {"string": "str", "integer": "int", "number": "float", "boolean": "bool", "null": "None"}
 
-_TS_HEADER = f"""\
+TS_HEADER = f"""\
 // Tool SDK (generated). These declarations are the only description of the
 // tools your program may call.
 //
@@ -146,7 +142,7 @@ _TS_HEADER = f"""\
 // what the program returns, else its last expression's value.
 """
 
-_PY_HEADER = f"""\
+PY_HEADER = f"""\
 # Tool SDK (generated). These declarations are the only description of the
 # tools your program may call.
 #
@@ -158,7 +154,7 @@ _PY_HEADER = f"""\
 # one that is denied or fails raises `{ERROR_CLASS}` carrying only the tool
 # name and a message.
 """
-_PY_IMPORTS = "\nfrom typing import Any, Callable, Literal, NotRequired, TypedDict\n"
+PY_IMPORTS = "\nfrom typing import Any, Callable, Literal, NotRequired, TypedDict\n"
 # Control characters count as whitespace too: a NUL or a line separator in a
 # one-line comment would break the Python stub.
 _RUNS_OF_SPACE = re.compile(r"[\s\x00-\x1f\x7f]+")
@@ -173,19 +169,11 @@ _QUERY_SHAPE = f"a string of at most {MAX_QUERY_WORDS} words and {MAX_QUERY_CHAR
 
 def _fits_query(value: Any) -> bool:
     # The length first: the words of an over-long string are never split.
-    return isinstance(value, str) and len(value) <= MAX_QUERY_CHARS and len(_words(value)) <= MAX_QUERY_WORDS
+    return isinstance(value, str) and len(value) <= MAX_QUERY_CHARS and len(split_words(value)) <= MAX_QUERY_WORDS
 
 
 _QUERY = v.Check(_QUERY_SHAPE, _fits_query)
 _LIMIT = v.int_between(1, 100, "an integer from 1 to 100")
-#: ``render``'s and ``run_code_tool``'s check of ``budget``.
-_BUDGET = v.optional(v.int_at_least(MIN_BUDGET, f"a number of characters of at least {MIN_BUDGET:,}"))
-_RANKING = v.optional(
-    v.Check(
-        "a list or tuple of tool names (str), most relevant first",
-        lambda value: isinstance(value, (list, tuple)) and all(isinstance(name, str) for name in value),
-    )
-)
 #: A search hit lists at most this many argument names, each at most this long.
 SEARCH_ARGS = 32
 SEARCH_ARG_CHARS = 64
@@ -223,59 +211,6 @@ def coerce_language(value: Any) -> str | None:
     return _CANONICAL.get(value) if isinstance(value, str) else None
 
 
-def render(
-    tools: Iterable[Any],
-    language: str = "typescript",
-    *,
-    budget: Optional[int] = None,
-    ranking: Optional[Sequence[str]] = None,
-) -> str:
-    """Render the SDK declaring ``tools``.
-
-    A tool is any object with ``name``, ``description`` and ``parameters`` (a
-    JSON Schema mapping or ``None``), and optionally ``returns`` (the JSON
-    Schema of its result). Tools whose name is not a non-empty string are
-    skipped; of several with one name the first wins. The output depends only
-    on the resulting set of tools (and ``ranking``), never on their order,
-    and is identical on every call.
-
-    ``budget`` (characters, at least :data:`MIN_BUDGET`, or ``None`` for no
-    limit): the text is never longer. It is the first of the :data:`STEPS`
-    that fits (see the module docstring), and says which one it is.
-
-    ``ranking`` (tool names, most relevant first; optional): the last step,
-    which lists no tools, names the first few of them that are in ``tools``.
-
-    Never raises on a schema; raises :class:`~nous_sched.errors.ConfigError`
-    for an unknown ``language``, a ``budget`` that is not an int of at least
-    :data:`MIN_BUDGET`, or a ``ranking`` that is not a sequence of strings.
-    """
-    lang = _require_language("render", language)
-    v.require("render", "budget", budget, _BUDGET)
-    v.require("render", "ranking", ranking, _RANKING)
-    return _fitted(tools, lang, budget, ranking or ())
-
-
-def _fitted(tools: Iterable[Any], lang: str, budget: Optional[int], ranking: Sequence[str]) -> str:
-    """:func:`render` after its checks; ``budget`` may be smaller than :data:`MIN_BUDGET` by ``run_code``'s own words.
-
-    The last step without ranked names is under 1,000 characters for any tool
-    count (a test holds it to ``MIN_BUDGET`` less ``run_code``'s words).
-    """
-    ordered = _unique_sorted(tools)
-    for step in STEPS:
-        text = _render_step(step, ordered, lang, ranking, budget)
-        if text is not None and (budget is None or len(text) <= budget):
-            return text
-    raise AssertionError(f"the last step is longer than {budget}")  # pragma: no cover: tests hold every count
-
-
-def step_of(text: str) -> Optional[str]:
-    """The step (one of :data:`STEPS`) a text :func:`render` returned says it is, or ``None``."""
-    found = _STEP_LINE.search(text)
-    return found.group(1) if found else None
-
-
 def json_schema_to_type(schema: Any, language: str = "typescript") -> str:
     """The ``language`` type expression for one JSON Schema node.
 
@@ -285,9 +220,7 @@ def json_schema_to_type(schema: Any, language: str = "typescript") -> str:
     the escape hatch, since a lone expression has nowhere to declare a name.
     """
     doc = _Doc(schema, None)
-    return (
-        _py(schema, 0, doc) if _require_language("json_schema_to_type", language) == "python" else _ts(schema, 0, doc)
-    )
+    return _py(schema, 0, doc) if require_language("json_schema_to_type", language) == "python" else _ts(schema, 0, doc)
 
 
 class ToolIndex:
@@ -300,8 +233,8 @@ class ToolIndex:
     """
 
     def __init__(self, tools: Iterable[Any], language: str = "typescript") -> None:
-        self._language = _require_language("ToolIndex", language)
-        ordered = _unique_sorted(tools)
+        self._language = require_language("ToolIndex", language)
+        ordered = unique_sorted(tools)
         self._tools = {tool.name: tool for tool in ordered}
         self._order = list(self._tools)
         self._search: Optional[WordIndex] = None
@@ -320,8 +253,8 @@ class ToolIndex:
         if tool is None:
             return None
         if self._language == "python":
-            return _render_python([tool], header=False)
-        return _render_typescript([tool], header=False)
+            return render_python([tool], header=False)
+        return render_typescript([tool], header=False)
 
     def search(self, query: Any, limit: int = 10) -> list[dict[str, Any]]:
         """The tools best matching the words of ``query``, best first: ``[{"name", "summary", "args"}]``.
@@ -331,7 +264,7 @@ class ToolIndex:
         in ``?`` (at most :data:`SEARCH_ARGS` of them, each cut to
         :data:`SEARCH_ARG_CHARS` characters; :meth:`describe` has them all).
 
-        Ranked by BM25F (:mod:`nous_sched._tool_search`) over the tool's name
+        Ranked by BM25F (:mod:`nous_sched.sdk._tool_search`) over the tool's name
         (weighted most), its argument names, and its own and its arguments'
         descriptions, case-insensitively: ``snake_case`` and ``camelCase``
         names count as separate words, a word of three or more letters also
@@ -350,7 +283,7 @@ class ToolIndex:
             # Two threads asking at once may both build it; either result is
             # the same, and the assignment is atomic.
             self._search = WordIndex([_tool_words(self._tools[name]) for name in self._order])
-        hits = self._search.rank(list(dict.fromkeys(_words(query))), limit)
+        hits = self._search.rank(list(dict.fromkeys(split_words(query))), limit)
         return [self._hit(self._tools[self._order[i]]) for i in hits]
 
     @staticmethod
@@ -361,14 +294,14 @@ class ToolIndex:
         return {"name": tool.name, "summary": _summary(tool), "args": args[:SEARCH_ARGS]}
 
 
-def _require_language(owner: str, language: Any) -> str:
+def require_language(owner: str, language: Any) -> str:
     lang = coerce_language(language)
     if lang is None:
         v.fail(owner, "language", language, "one of " + ", ".join(repr(name) for name in _CANONICAL))
     return lang
 
 
-def _unique_sorted(tools: Iterable[Any]) -> list[Any]:
+def unique_sorted(tools: Iterable[Any]) -> list[Any]:
     chosen: dict[str, Any] = {}
     for tool in tools:
         name = getattr(tool, "name", None)
@@ -458,7 +391,7 @@ class _Types:
             finally:
                 self.open = outer
         elif index in self.open:
-            return _TS_ANY
+            return TS_ANY
         return f"\x00{index}\x00"
 
     def finish(self, texts: list[str]) -> tuple[list[str], list[str]]:
@@ -495,7 +428,7 @@ class _Types:
                 continue
             more: set[int] = set()
             body = fill(self.bodies[index], more)
-            doc = f"/** {_close_safe(_one_line(self.docs[index]))} */\n" if self.docs[index] else ""
+            doc = f"/** {_close_safe(one_line(self.docs[index]))} */\n" if self.docs[index] else ""
             declared[name] = f"{doc}type {name} = {body};"
             pending.extend(sorted(more - used))
             used |= more
@@ -632,22 +565,22 @@ def _type_name(pointer: str, target: Any) -> str:
 # --- TypeScript ---------------------------------------------------------------
 
 
-def _render_typescript(tools: list[Any], *, header: bool = True, note: str = "") -> str:
+def render_typescript(tools: list[Any], *, header: bool = True, note: str = "") -> str:
     """The full TypeScript SDK; ``note`` (comment lines) goes right after the header."""
     types = _Types()
     members = [_ts_member(tool, types) for tool in tools]
     members, declarations = types.finish(members)
     body = "\n" + "\n\n".join(members) + "\n" if members else ""
     declared = "\n".join(declarations) + "\n\n" if declarations else ""
-    head = _TS_HEADER + note + "\n" if header else ""
+    head = TS_HEADER + note + "\n" if header else ""
     return f"{head}{declared}declare const {GLOBAL}: {{{body}}};\n"
 
 
 def _ts_member(tool: Any, types: _Types) -> str:
     args = _ts_args(getattr(tool, "parameters", None), types)
     returns = getattr(tool, "returns", None)
-    result = _TS_ANY if returns is None else _ts(returns, 0, _Doc(returns, types))
-    return _ts_doc(getattr(tool, "description", None)) + f"  {_literal(tool.name)}(args: {args}): Promise<{result}>;"
+    result = TS_ANY if returns is None else _ts(returns, 0, _Doc(returns, types))
+    return _ts_doc(getattr(tool, "description", None)) + f"  {literal(tool.name)}(args: {args}): Promise<{result}>;"
 
 
 def _ts_doc(description: Any) -> str:
@@ -676,13 +609,13 @@ def _ts_args(parameters: Any, types: _Types) -> str:
 
 def _ts_documented_field(field: tuple[str, Any, bool], doc: _Doc) -> str:
     description = _documented(field[1])
-    comment = f"    /** {_close_safe(_one_line(description))} */\n" if description else ""
+    comment = f"    /** {_close_safe(one_line(description))} */\n" if description else ""
     return f"{comment}    {_ts_field(field, 1, doc)};"
 
 
 def _ts_field(field: tuple[str, Any, bool], depth: int, doc: _Doc) -> str:
     name, node, required = field
-    return f"{_literal(name)}{'' if required else '?'}: {_ts(node, depth, doc)}"
+    return f"{literal(name)}{'' if required else '?'}: {_ts(node, depth, doc)}"
 
 
 def _ts(node: Any, depth: int, doc: _Doc) -> str:
@@ -690,20 +623,20 @@ def _ts(node: Any, depth: int, doc: _Doc) -> str:
         pointer, target = doc.resolve(node["$ref"])
         if doc.types is not None and pointer in doc.named:
             # A chain of references that loops without a shape is no type at all.
-            return _TS_ANY if doc.unwrap(target) is _MISSING else doc.types.reference(doc, pointer)
+            return TS_ANY if doc.unwrap(target) is _MISSING else doc.types.reference(doc, pointer)
         inlined = doc.inline(node["$ref"], lambda target: _ts(target, depth + 1, doc))
-        return _TS_ANY if inlined is None else inlined
+        return TS_ANY if inlined is None else inlined
     match _classify(node, depth):
         case ("scalar", name):
             return _TS_SCALARS[name]
         case ("enum", values):
-            return " | ".join(_literals(values, _ts_literal)) or _TS_ANY
+            return " | ".join(_literals(values, _ts_literal)) or TS_ANY
         case ("union", nodes):
-            return _unique_join((_ts(n, depth + 1, doc) for n in nodes), " | ", _TS_ANY)
+            return _unique_join((_ts(n, depth + 1, doc) for n in nodes), " | ", TS_ANY)
         case ("intersection", nodes):
             # `&` binds tighter than `|`: a union member needs its parentheses.
             parts = (_ts(n, depth + 1, doc) for n in nodes)
-            return _unique_join((f"({p})" if " | " in p else p for p in parts), " & ", _TS_ANY)
+            return _unique_join((f"({p})" if " | " in p else p for p in parts), " & ", TS_ANY)
         case ("array", items):
             return f"Array<{_guarded(doc, lambda: _ts(items, depth + 1, doc))}>"
         case ("tuple", nodes, rest):
@@ -716,7 +649,7 @@ def _ts(node: Any, depth: int, doc: _Doc) -> str:
         case ("object", fields, _):
             parts = _guarded(doc, lambda: [_ts_field(field, depth + 1, doc) for field in fields])
             return "{ " + "; ".join(parts) + " }"
-    return _TS_ANY
+    return TS_ANY
 
 
 def _guarded(doc: _Doc, render: Any) -> Any:
@@ -733,7 +666,7 @@ def _guarded(doc: _Doc, render: Any) -> Any:
 
 def _ts_literal(value: Any) -> str | None:
     if isinstance(value, str):
-        return _literal(value)
+        return literal(value)
     if isinstance(value, bool) or value is None:
         return json.dumps(value)
     if isinstance(value, int):
@@ -743,152 +676,10 @@ def _ts_literal(value: Any) -> str | None:
     return None
 
 
-# --- Steps: an SDK within its budget -------------------------------------------------
-
-
-def _render_step(step: str, tools: list[Any], lang: str, ranking: Sequence[str], budget: Optional[int]) -> str | None:
-    """``step``'s text for ``tools``, or ``None`` when the step has nothing to show for them."""
-    python = lang == "python"
-    if step == "full":
-        note = _note(python, [_step_line("full", "every tool is declared in full below.")])
-        return _render_python(tools, note=note) if python else _render_typescript(tools, note=note)
-    if step in ("lines", "names"):
-        comments = [_compact_comment(tool, args=step == "lines") for tool in tools]
-        if python:
-            rows = [
-                f"    {_literal(t.name)}: Callable[[Any], Any],  # {c}" for t, c in zip(tools, comments, strict=True)
-            ]
-        else:
-            rows = [
-                f"  {_literal(t.name)}(args: object): Promise<{_TS_ANY}>; // {c}"
-                for t, c in zip(tools, comments, strict=True)
-            ]
-        return _listed(python, step, rows)
-    if step == "groups":
-        return _grouped(tools, python, budget)
-    return _searched(tools, python, ranking, budget)
-
-
-_HOW_TO_ASK_TS = [
-    "",
-    f'    return await {DISCOVERY_GLOBAL}.search("words");          // [{{ name, summary, args }}], best first',
-    f'    return await {DISCOVERY_GLOBAL}.describe("<tool name>");  // one tool\'s full declaration',
-    "",
-]
-_HOW_TO_ASK_PY = [
-    "",
-    f'    return {DISCOVERY_GLOBAL}.search("words")          # [{{name, summary, args}}], best first',
-    f'    return {DISCOVERY_GLOBAL}.describe("<tool name>")  # one tool\'s full declaration',
-    "",
-]
-_ASK_FIRST = (
-    "Before calling a tool, read its full declaration: return it from a program, then write the next program with it."
-)
-_LISTED_NOTES = {
-    "lines": "the tool set is large, so each tool below is listed in one line: its name, what it does and its "
-    'argument names ("?" marks an optional one). ' + _ASK_FIRST,
-    "names": "the tool set is large, so each tool below is listed in one line: its name and what it does. "
-    + _ASK_FIRST,
-}
-_STEP_LINE = re.compile(r'^(?://|#) SDK step "([a-z]+)"', re.MULTILINE)
-#: How many of a ``ranking``'s names the last step shows at most.
-RANKED_NAMES = 8
-#: How many of a group's words its line shows at most.
-_GROUP_WORDS = 6
-_INDEX_SIGNATURE = f"  [name: string]: (args: object) => Promise<{_TS_ANY}>;"
-
-
-def _step_line(step: str, text: str) -> str:
-    return f'SDK step "{step}": {text}'
-
-
-def _note(python: bool, paragraphs: list[str], *, ask: bool = False, after: tuple[str, ...] = ()) -> str:
-    """Comment lines: ``paragraphs`` wrapped to 78 columns, how to ask ``sdk`` if ``ask``, then ``after``."""
-    mark = "#" if python else "//"
-
-    def wrapped(paragraph: str) -> list[str]:
-        width = 78 - len(mark) - 1
-        return [
-            f"{mark} {row}" for row in textwrap.wrap(paragraph, width, break_long_words=False, break_on_hyphens=False)
-        ]
-
-    rows = [mark, *(row for paragraph in paragraphs for row in wrapped(paragraph))]
-    if ask:
-        rows.extend(f"{mark} {row}".rstrip() for row in (_HOW_TO_ASK_PY if python else _HOW_TO_ASK_TS))
-    for paragraph in after:
-        rows.extend([*wrapped(paragraph), mark])
-    return "\n".join(rows) + "\n"
-
-
-def _listed(python: bool, step: str, rows: list[str]) -> str:
-    note = _note(python, [_step_line(step, _LISTED_NOTES[step])], ask=True)
-    body = "\n" + "\n".join(rows) + "\n" if rows else ""
-    if python:
-        return f'{_PY_HEADER}{note}{_PY_IMPORTS}\n\nTools = TypedDict("Tools", {{{body}}})\n\n{GLOBAL}: Tools\n'
-    return f"{_TS_HEADER}{note}\ndeclare const {GLOBAL}: {{{body}}};\n"
-
-
-def _open_ended(python: bool, note: str, comments: list[str]) -> str:
-    """An SDK that declares ``tools`` as indexed by any name, with ``comments`` inside the declaration."""
-    if python:
-        listed = "".join(f"# {row}\n" for row in comments) + ("\n" if comments else "")
-        imports = "\nfrom typing import Any, Callable\n"
-        return f"{_PY_HEADER}{note}{imports}\n{listed}Tools = dict[str, Callable[[Any], Any]]\n\n{GLOBAL}: Tools\n"
-    listed = "".join(f"  // {row}\n" for row in comments)
-    return f"{_TS_HEADER}{note}\ndeclare const {GLOBAL}: {{\n{listed}{_INDEX_SIGNATURE}\n}};\n"
-
-
-def _grouped(tools: list[Any], python: bool, budget: Optional[int]) -> str | None:
-    groups, alone = group_names((tool.name for tool in tools), _words)
-    if not groups:
-        return None
-    count = len(tools)
-    text = (
-        f"{count:,} tools, too many to list, so below they are counted by the prefix of their names, with the "
-        "words those names use most. Find a tool by what it does, read its full declaration, then call it in "
-        "the next program:"
-    )
-    note = _note(python, [_step_line("groups", text)], ask=True)
-    # Fewer words per group before giving the step up: the counts are what matters.
-    for shown in (_GROUP_WORDS, 3, 0):
-        rows = []
-        for group in groups:
-            words = group.words[:shown]
-            more = ", ..." if len(group.words) > shown else ""
-            about = f" ({', '.join(words)}{more})" if words else ""
-            rows.append(_one_line(f"{group.prefix}*: {group.count:,} tools{about}"))
-        if alone:
-            rows.append(f"{alone:,} other tool{'s' if alone != 1 else ''}")
-        text = _open_ended(python, note, rows)
-        if budget is None or len(text) <= budget:
-            break
-    return text
-
-
-def _searched(tools: list[Any], python: bool, ranking: Sequence[str], budget: Optional[int]) -> str:
-    count = len(tools)
-    many = f"{count:,} tools, too many to list here" if count >= 10 else f"{count} tool(s), too long to declare here"
-    text = f"{many}. Find a tool by what it does, read its full declaration, then call it in the next program:"
-    paragraphs = [_step_line("search", text)]
-    note = _note(python, paragraphs, ask=True)
-    plain = _open_ended(python, note, [])
-    known = {tool.name for tool in tools}
-    # ASCII JSON: exact, and no line separator in a name can end the comment early.
-    names = [json.dumps(name) for name in dict.fromkeys(ranking) if name in known][:RANKED_NAMES]
-    # As many of the ranked names as the budget leaves room for.
-    while names:
-        ranked = _note(python, paragraphs, ask=True, after=(f"Most relevant: {', '.join(names)}.",))
-        text = _open_ended(python, ranked, [])
-        if budget is None or len(text) <= budget:
-            return text
-        names.pop()
-    return plain
-
-
 # --- Python -------------------------------------------------------------------
 
 
-def _render_python(tools: list[Any], *, header: bool = True, note: str = "") -> str:
+def render_python(tools: list[Any], *, header: bool = True, note: str = "") -> str:
     """The full Python stub; ``note`` (comment lines) goes right after the header."""
     aliases, members = [], []
     for index, tool in enumerate(tools, 1):
@@ -897,10 +688,10 @@ def _render_python(tools: list[Any], *, header: bool = True, note: str = "") -> 
             aliases.append(alias)
         returns = getattr(tool, "returns", None)
         result = _PY_ANY if returns is None else _py(returns, 0, _Doc(returns, None))
-        members.append(f"    {_literal(tool.name)}: Callable[[{arg_type}], {result}],")
+        members.append(f"    {literal(tool.name)}: Callable[[{arg_type}], {result}],")
     alias_text = "\n".join(aliases) + "\n" if aliases else ""
     body = "\n" + "\n".join(members) + "\n" if members else ""
-    head = (_PY_HEADER + note + _PY_IMPORTS if header else _PY_IMPORTS.lstrip("\n")) + "\n"
+    head = (PY_HEADER + note + PY_IMPORTS if header else PY_IMPORTS.lstrip("\n")) + "\n"
     return f'{head}{alias_text}\nTools = TypedDict("Tools", {{{body}}})\n\n{GLOBAL}: Tools\n'
 
 
@@ -914,7 +705,7 @@ def _py_args(tool: Any, index: int) -> tuple[str, str]:
         case ("object", [_, *_] as fields, _):
             name = f"Args{index}"
             entries = ", ".join(_py_field(field, doc) for field in fields)
-            return f"{_py_comment(tool, fields)}{name} = TypedDict({_literal(name)}, {{{entries}}})\n", name
+            return f"{_py_comment(tool, fields)}{name} = TypedDict({literal(name)}, {{{entries}}})\n", name
         case _:
             return "", _py(parameters, 0, doc)
 
@@ -922,16 +713,16 @@ def _py_args(tool: Any, index: int) -> tuple[str, str]:
 def _py_field(field: tuple[str, Any, bool], doc: _Doc) -> str:
     name, node, required = field
     kind = _py(node, 1, doc)
-    return f"{_literal(name)}: {kind if required else f'NotRequired[{kind}]'}"
+    return f"{literal(name)}: {kind if required else f'NotRequired[{kind}]'}"
 
 
 def _py_comment(tool: Any, fields: list[tuple[str, Any, bool]]) -> str:
     description = getattr(tool, "description", None)
-    summary = _one_line(description) if isinstance(description, str) else ""
-    lines = [f"# {_one_line(tool.name)} — {summary}" if summary else f"# {_one_line(tool.name)}"]
+    summary = one_line(description) if isinstance(description, str) else ""
+    lines = [f"# {one_line(tool.name)} — {summary}" if summary else f"# {one_line(tool.name)}"]
     for name, node, _required in fields:
         if doc := _documented(node):
-            lines.append(f"#   {_one_line(name)}: {_one_line(doc)}")
+            lines.append(f"#   {one_line(name)}: {one_line(doc)}")
     return "\n".join(lines) + "\n"
 
 
@@ -966,7 +757,7 @@ def _py(node: Any, depth: int, doc: _Doc) -> str:
 
 def _py_literal(value: Any) -> str | None:
     if isinstance(value, str):
-        return _literal(value)
+        return literal(value)
     if isinstance(value, bool) or value is None:
         return repr(value)
     if isinstance(value, int):
@@ -1045,14 +836,14 @@ def _summary(tool: Any) -> str:
     if not isinstance(description, str):
         return ""
     first = re.split(r"(?<=[.!?])\s|\n\s*\n", description.strip(), maxsplit=1)[0]
-    text = _one_line(first)
+    text = one_line(first)
     return text if len(text) <= _SUMMARY_MAX else text[: _SUMMARY_MAX - 1] + "…"
 
 
-def _compact_comment(tool: Any, *, args: bool) -> str:
+def compact_comment(tool: Any, *, args: bool) -> str:
     summary = _summary(tool)
     names = ", ".join(_arg_names(tool)) if args else ""
-    parts = (summary, f"Args: {_one_line(names)}" if names else "")
+    parts = (summary, f"Args: {one_line(names)}" if names else "")
     return " ".join(part for part in parts if part) or "(no description)"
 
 
@@ -1070,7 +861,7 @@ _CASE_BOUNDARY = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 _UPPER = re.compile(r"[A-Z]")
 
 
-def _words(text: str) -> list[str]:
+def split_words(text: str) -> list[str]:
     """``text``'s words, lower-cased: split at non-word characters, ``_`` and camelCase boundaries."""
     words: list[str] = []
     for chunk in _NON_WORD.split(text):
@@ -1090,7 +881,7 @@ def _tool_words(tool: Any) -> tuple[list[str], list[str], list[str]]:
             arg_names.append(name)
             texts.append(_description_of(node))
     described = " ".join(text for text in texts if isinstance(text, str))
-    return _words(tool.name), _words(" ".join(arg_names)), _words(described)
+    return split_words(tool.name), split_words(" ".join(arg_names)), split_words(described)
 
 
 # --- Helpers ------------------------------------------------------------------
@@ -1146,13 +937,13 @@ def _unique_join(parts: Iterable[str], joiner: str, empty: str) -> str:
     return joiner.join(dict.fromkeys(parts)) or empty
 
 
-def _literal(text: str) -> str:
+def literal(text: str) -> str:
     # A JSON string literal escapes every quote, backslash and control
     # character a careless or hostile name could use to break out.
     return json.dumps(text, ensure_ascii=False)
 
 
-def _one_line(text: str) -> str:
+def one_line(text: str) -> str:
     return _RUNS_OF_SPACE.sub(" ", text).strip()
 
 
