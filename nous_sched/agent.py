@@ -27,7 +27,6 @@ from .gate.policy import PermissionPolicy, partition
 from .result.budget import DEFAULT_OUTPUT_BUDGET
 from .run_code import NO_CODE, OUTPUT_BUDGET, resolve_runtime, run_code
 from .runtime import CodeRuntime
-from .sdk import _steps
 from .tooling import Tool
 
 __all__ = [
@@ -125,8 +124,8 @@ def run_code_tool(
     :raises ConfigError: a bad option, or one :func:`run_code` does not take,
         named in the message, here rather than on the model's first call.
     """
-    require("run_code_tool", "budget", budget, _steps._BUDGET)
-    require("run_code_tool", "ranking", ranking, _steps._RANKING)
+    require("run_code_tool", "budget", budget, sdk.BUDGET_RULE)
+    require("run_code_tool", "ranking", ranking, sdk.RANKING_RULE)
     function, tools = _program_runner("run_code_tool", tools, policy, runtime, output_budget, run_options)
     granted, _ = partition(tools, policy, "run_code_tool")
     description = _description(granted.values(), budget, ranking)
@@ -198,7 +197,7 @@ def _description(granted: Iterable[Tool], budget: Optional[int], ranking: Option
     # The budget is the whole description's: the SDK gets what run_code's own words leave.
     head = RUN_CODE_DESCRIPTION + "\n\n"
     room = None if budget is None else budget - len(head)
-    return head + _steps._fitted(granted, "typescript", room, ranking or ())
+    return head + sdk.fitted(granted, "typescript", room, ranking or ())
 
 
 def visible_tools(
@@ -224,9 +223,9 @@ def visible_tools(
     """
     require("visible_tools", "mode", mode, _MODE)
     require("visible_tools", "tools", tools, v.TOOLS)
-    require("visible_tools", "budget", budget, _steps._BUDGET)
+    require("visible_tools", "budget", budget, sdk.BUDGET_RULE)
     require("visible_tools", "output_budget", output_budget, OUTPUT_BUDGET)
-    require("visible_tools", "ranking", ranking, _steps._RANKING)
+    require("visible_tools", "ranking", ranking, sdk.RANKING_RULE)
     _check_run_options("visible_tools", run_options)
     tools = list(tools)
     granted = list(partition(tools, policy, "visible_tools")[0].values())
