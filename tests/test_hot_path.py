@@ -19,7 +19,7 @@ from nous_sched import Limits, Outcome, SnapshotError, Tool, ToolCallEvent, Tool
 from nous_sched.events import FrozenDict, freeze, frozen_later, tool_call_event, tool_outcome_event
 from nous_sched.gate.dispatch import CallInfo, RunContext
 from nous_sched.runtime.engine import Engine, _checked
-from nous_sched.scheduler._shell import _call_info
+from nous_sched.scheduler._running import call_info
 
 
 def _main_of(text: str):
@@ -125,7 +125,7 @@ def test_the_drivers_call_info_is_the_one_attrs_would_make():
     # scheduler._call_info sets CallInfo's slots directly (once per call, on the driver).
     assert [f.name for f in attrs.fields(CallInfo)] == ["id", "tool", "seq", "mode", "run_ctx"]
     run_ctx = RunContext(deadline=1.0)
-    made = _call_info("r:code:2", "t", 2, "parallel", run_ctx)
+    made = call_info("r:code:2", "t", 2, "parallel", run_ctx)
     assert made == CallInfo("r:code:2", "t", 2, "parallel", run_ctx) and made.run_ctx is run_ctx
     assert repr(made) == repr(CallInfo("r:code:2", "t", 2, "parallel", run_ctx))
 
