@@ -335,7 +335,7 @@ def test_with_the_host_looking_for_answers_busily_every_frame_crosses_whole(pool
     # a frame bigger than a pipe (read in pieces, the first while looking) and
     # a step long enough to run out the look (then the host sleeps on the pipe).
     # The host looks only after a settle it sent itself: a settle the driver
-    # writes as it commits (pool._Relay) wakes it with the answer. Make every
+    # writes as it commits (_remote.Relay) wakes it with the answer. Make every
     # settle the host's own here: no ticket can say it settled.
     monkeypatch.setattr(pool._wake, "idle_machine", lambda: True)
     from nous_sched import Ticket

@@ -197,7 +197,7 @@ class Relay(Protocol):
 
 
 class Steps(Protocol):
-    """What :func:`drive` steps: an :class:`Engine` in this process, or a worker's (``pool._Remote``)."""
+    """What :func:`drive` steps: an :class:`Engine` in this process, or a worker's (``_remote.Remote``)."""
 
     @property
     def max_payload(self) -> Optional[int]:
@@ -493,7 +493,7 @@ def drive(
     stepper with a ``relay`` (the worker runtime's) lets the thread that
     commits the oldest call send its batch itself, when that call can say it
     settled (``PendingCall.on_done``); this thread then only reads the
-    answers (see :class:`nous_sched.runtime.pool._Relay`).
+    answers (see :class:`nous_sched.runtime._remote.Relay`).
 
     The host's hooks (:class:`~nous_sched.runtime.Host`, each with a no-op
     default) watch the run as it goes, on this thread:
