@@ -209,6 +209,11 @@ class Relay:
     thread sends the rest with the deadline and kill as any step's
     (:meth:`Remote.answers`). It never raises into the driver.
 
+    Every hold of ``lock`` is a deferred step (:mod:`nous_sched._interrupts`):
+    an interrupt landing as a ``with`` block ends, before its lock is let go,
+    would leave the lock held for good, and the next kick, or ``close()``,
+    waiting on it forever.
+
     ``lock`` guards :attr:`state`, the batch, the hand-off fields and the
     writes. Only :data:`ARMED` lets a kick act: the driving thread sets it
     under the lock and takes it back (deadline, cancel, the worker's end of
@@ -242,7 +247,7 @@ class Relay:
                 os.set_blocking(r, False)
                 os.set_blocking(w, False)
         self.take = take
-        with self.lock:
+        with deferred(), self.lock:
             self.state = self.ARMED
         try:
             if head.done():  # published before the hook was set: no one else will kick
@@ -266,12 +271,12 @@ class Relay:
                     remote._broken()
         finally:
             head.on_done(None)
-            with self.lock:
+            with deferred(), self.lock:
                 self.state = self.IDLE
 
     def _disarm(self) -> bool:
         """Take the worker back from the kicks; whether no batch was taken."""
-        with self.lock:
+        with deferred(), self.lock:
             if self.state is self.ARMED:
                 self.state = self.IDLE
                 return True
@@ -279,7 +284,7 @@ class Relay:
 
     def _taken(self) -> list[Any]:
         """The batch a kick took; what it raised, raised here."""
-        with self.lock:
+        with deferred(), self.lock:
             batch, self.batch = self.batch, []
             error, self.error = self.error, None
             self.state = self.IDLE
@@ -296,7 +301,7 @@ class Relay:
         """The head has committed (on the thread that published it): send the
         batch, or hand it to the driving thread. Never blocks, never raises."""
         try:
-            with self.lock:
+            with deferred(), self.lock:
                 if self.state is not self.ARMED:
                     return
                 batch = self.take(None)
@@ -309,7 +314,7 @@ class Relay:
                 self.handoff = True
                 self._wake()
         except BaseException as exc:  # (a payload the encoder refuses, MemoryError): the run's to raise
-            with self.lock:
+            with deferred(), self.lock:
                 self.error = exc
                 self.handoff = True
                 self.state = self.SENT
