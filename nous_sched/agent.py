@@ -126,7 +126,7 @@ def run_code_tool(
     """
     require("run_code_tool", "budget", budget, sdk.BUDGET_RULE)
     require("run_code_tool", "ranking", ranking, sdk.RANKING_RULE)
-    function, tools = _program_runner("run_code_tool", tools, policy, runtime, output_budget, run_options)
+    function, tools = program_runner("run_code_tool", tools, policy, runtime, output_budget, run_options)
     granted, _ = partition(tools, policy, "run_code_tool")
     description = _description(granted.values(), budget, ranking)
 
@@ -155,7 +155,7 @@ def run_code_tool(
     )
 
 
-def _program_runner(
+def program_runner(
     owner: str,
     tools: Iterable[Tool],
     policy: Optional[PermissionPolicy],

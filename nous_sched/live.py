@@ -383,7 +383,7 @@ def resume_run(token: str, decisions: Any, tools: Iterable[Tool] = (), **options
     if options.get("cancel") is None:
         options["cancel"] = own
     run = Run(EventStream(), own, call_id=str(call_id), description=str(description))
-    return _thread(run, partial(run._serve_durable, partial(resume, token, decisions, list(tools), **options)))
+    return _thread(run, partial(run._serve_durable, partial(resume, token, decisions, list(tools), **options)))  # noqa: SLF001
 
 
 def start_run(code: Any, tools: Iterable[Tool] = (), **options: Any) -> Run:
@@ -408,9 +408,10 @@ def start_run(code: Any, tools: Iterable[Tool] = (), **options: Any) -> Run:
     prepared.options["cancel"] = AnyCancel(arguments["cancel"], own)
     run = Run(EventStream(), own, call_id=str(arguments["call_id"]), description=str(arguments["description"]))
     if store is None:
-        serve: Callable[[], Any] = partial(run._serve, prepared)
+        serve: Callable[[], Any] = partial(run._serve, prepared)  # noqa: SLF001
     else:  # a durable run goes through run_code (it may replay): the stream reaches it by context
         serve = partial(
-            run._serve_durable, partial(run_code, code, tools, **dict(prepared.options, approval_store=store))
+            run._serve_durable,  # noqa: SLF001
+            partial(run_code, code, tools, **dict(prepared.options, approval_store=store)),
         )
     return _thread(run, serve)

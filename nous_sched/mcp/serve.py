@@ -753,7 +753,7 @@ class CodeModeServer:
             "call_id": run.id,
             "cancel": run.cancel,
         }
-        function, _ = agent._program_runner("CodeModeServer", self._tools, self._policy, runtime, budget, per_run)
+        function, _ = agent.program_runner("CodeModeServer", self._tools, self._policy, runtime, budget, per_run)
         if resume_token is not None:  # run_result: the suspended run, resumed by replay (.deliver)
             per_run.pop("approval_store", None)
             store = self._run_options["approval_store"]
@@ -858,7 +858,7 @@ class _GateAudit(SessionLog):
         super().append(event)
         data = event.data
         if event.type == "tool_call":
-            self._server._write(
+            self._server._write(  # noqa: SLF001
                 "tool_call",
                 run=self._run.id,
                 tool=data["name"],
@@ -868,9 +868,9 @@ class _GateAudit(SessionLog):
                 mode=data["mode"],
             )
         elif event.type == "tool_refused":
-            self._server._write("tool_refused", run=self._run.id, tool=data["name"], message=data["message"])
+            self._server._write("tool_refused", run=self._run.id, tool=data["name"], message=data["message"])  # noqa: SLF001
         elif event.type == "tool_outcome":
-            self._server._write("tool_outcome", run=self._run.id, call=f"{self._run.id}:code:{data['seq']}", **data)
+            self._server._write("tool_outcome", run=self._run.id, call=f"{self._run.id}:code:{data['seq']}", **data)  # noqa: SLF001
         # An `approval` record is written by the server's own handler, with who answered (_approve_call).
 
 

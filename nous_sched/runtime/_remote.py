@@ -118,14 +118,14 @@ class Begun:
             remote.relay.close()  # before the worker goes back: no settle is written after this
             # After any abort (memory, stack, a tampered bridge) the worker is retired.
             reusable = remote.reusable and (finish.error is None or finish.error[0] not in ("abort", "cancelled"))
-            self._pool._release(remote.wid, self._domain, reusable)
+            self._pool._release(remote.wid, self._domain, reusable)  # noqa: SLF001
         except BaseException:
             # KeyboardInterrupt (or a host bug): the worker may be mid-step. Kill
             # it, replace it later, and let the exception go on at once.
             LOCAL.depth += 1
             try:
                 remote.relay.close()
-                self._pool._drop(self._ticket)
+                self._pool._drop(self._ticket)  # noqa: SLF001
             finally:
                 leave()
             raise
@@ -140,7 +140,7 @@ class Begun:
                 remote.relay.close()
             # (Also when run() was cut before its first step: the ticket
             # still holds the worker. After a run that ended, it holds nothing.)
-            self._pool._drop(self._ticket)
+            self._pool._drop(self._ticket)  # noqa: SLF001
 
     def __del__(self) -> None:
         # Never driven nor abandoned: an interrupt landed between begin()
@@ -150,7 +150,7 @@ class Begun:
         if remote is not None:
             self._remote = None
             remote.relay.close()
-            self._pool._orphaned(self._ticket)
+            self._pool._orphaned(self._ticket)  # noqa: SLF001
 
 
 def runtime_outcome(finish: Finish) -> RuntimeOutcome:
@@ -267,8 +267,8 @@ class Relay:
                     return self._taken()
                 if spoke and self._disarm():
                     # Answering nothing: its end of file, or a broken protocol.
-                    remote._answer()
-                    remote._broken()
+                    remote._answer()  # noqa: SLF001
+                    remote._broken()  # noqa: SLF001
         finally:
             head.on_done(None)
             with deferred(), self.lock:
@@ -393,7 +393,7 @@ class Remote:
         limits = self.limits
         # A worker's memory cap is set by its first run, for good: a later run
         # that needs less may use it, one that needs more gets another worker.
-        cap = self.pool._cap(limits) if w.cap is None else 0
+        cap = self.pool._cap(limits) if w.cap is None else 0  # noqa: SLF001
         body = json.dumps(
             {
                 "program": self.program,
@@ -413,8 +413,8 @@ class Remote:
             return
         if cap:
             w.cap = cap
-            with self.pool._lock:
-                self.pool._core.set_cap(self.wid, cap)
+            with self.pool._lock:  # noqa: SLF001
+                self.pool._core.set_cap(self.wid, cap)  # noqa: SLF001
 
     def start(self) -> str:
         """The first step: the answer to the run frame :meth:`send_run` sent.
@@ -438,9 +438,9 @@ class Remote:
         ticket, need, domain = self.again
         self.again = None
         pool = self.pool
-        pool._release(self.wid, FRESH, False)
+        pool._release(self.wid, FRESH, False)  # noqa: SLF001
         try:
-            self.wid, self.worker = pool._acquire(ticket, need, self.limits, self.deadline, self.cancel, domain)
+            self.wid, self.worker = pool._acquire(ticket, need, self.limits, self.deadline, self.cancel, domain)  # noqa: SLF001
         except RunCodeError as exc:
             raise Stopped("abort", f"no worker process could be started for the program: {exc}") from None
         self.reusable = True
@@ -535,13 +535,13 @@ class Remote:
     def _spin(self) -> float:
         """How long to look for the next answer busily (see :mod:`.wake`)."""
         pool = self.pool
-        return pool._wake.spin(len(pool._core.slots) - len(pool._core.idle))
+        return pool._wake.spin(len(pool._core.slots) - len(pool._core.idle))  # noqa: SLF001
 
     def _receive(self, spin: float, ready: bool = False) -> tuple[bytes, bytes]:
         w = self.worker
         answer = w.receive(self.deadline, self.cancel, self.max_frame, spin, ready)
         if spin:
-            self.pool._wake.answered(w.missed)
+            self.pool._wake.answered(w.missed)  # noqa: SLF001
             w.missed = False
         return answer
 

@@ -436,7 +436,7 @@ class WorkerPool(CodeRuntime):
             if self._core.closed:
                 raise RunCodeError("the worker pool is closed")
             room = min(n, self.size - len(self._core.slots))
-            wids = [self._core._new(None) for _ in range(max(room, 0))]
+            wids = [self._core._new(None) for _ in range(max(room, 0))]  # noqa: SLF001
         self._start_ready(wids)
 
     def wait_for_spares(self, timeout: float) -> bool:
@@ -931,7 +931,7 @@ def _after_fork_in_child() -> None:
     global _default_lock
     _default_lock = threading.Lock()
     for pool in list(_POOLS):
-        pool._after_fork_in_child()
+        pool._after_fork_in_child()  # noqa: SLF001
 
 
 atexit.register(_close_all)

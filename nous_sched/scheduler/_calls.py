@@ -227,33 +227,33 @@ class Begin:
             refusal = self._wait_for_throttles()
             if refusal is not None:
                 return refusal
-        with scheduler._records_lock:
-            if scheduler._stopping:
+        with scheduler._records_lock:  # noqa: SLF001
+            if scheduler._stopping:  # noqa: SLF001
                 self.end()
                 return False
-            self.timeline.began = time.perf_counter() - scheduler._t0
+            self.timeline.began = time.perf_counter() - scheduler._t0  # noqa: SLF001
         return True
 
     def record_approval(self, approved: bool, reason: str) -> None:
         """The approval step's sink (:data:`~nous_sched.gate.dispatch.approval_sink`) for this call."""
         timeline = self.timeline
-        self.scheduler._record(ApprovalEvent(timeline.seq, timeline.tool, approved, reason))
+        self.scheduler._record(ApprovalEvent(timeline.seq, timeline.tool, approved, reason))  # noqa: SLF001
 
     def _wait_for_throttles(self) -> bool | str | None:
         """Take the throttles' places (None), or why not: False once the scheduler stops, else the message."""
         scheduler = self.scheduler
         hold = self.hold = _Hold(self.throttles)
         waiting_since = time.perf_counter()
-        with scheduler._records_lock:
-            if scheduler._stopping:
+        with scheduler._records_lock:  # noqa: SLF001
+            if scheduler._stopping:  # noqa: SLF001
                 return False
-            scheduler._throttle_waits.add(hold)
-        deadline = self.deadline if self.deadline is not None else time.monotonic() + scheduler._timeout
+            scheduler._throttle_waits.add(hold)  # noqa: SLF001
+        deadline = self.deadline if self.deadline is not None else time.monotonic() + scheduler._timeout  # noqa: SLF001
         try:
             refusal = hold.wait(deadline)
         finally:
-            with scheduler._records_lock:
-                scheduler._throttle_waits.discard(hold)
+            with scheduler._records_lock:  # noqa: SLF001
+                scheduler._throttle_waits.discard(hold)  # noqa: SLF001
                 self.timeline.throttled = time.perf_counter() - waiting_since
         if refusal is not None and refusal.startswith(ABANDONED):
             return False
@@ -369,19 +369,19 @@ class Batch:
         self.calls: list[Call] = []
 
     def __enter__(self) -> Batch:
-        if self.scheduler._batch is not None:
+        if self.scheduler._batch is not None:  # noqa: SLF001
             raise RuntimeError("Scheduler batches do not nest")
-        self.scheduler._batch = self
+        self.scheduler._batch = self  # noqa: SLF001
         return self
 
     def __exit__(self, *exc: object) -> None:
         scheduler = self.scheduler
-        scheduler._batch = None
+        scheduler._batch = None  # noqa: SLF001
         calls = self.calls
         if not calls:
             return
         # Whatever interrupted the batch, its tickets are admitted or refused here.
-        scheduler._admit(calls, calls)
+        scheduler._admit(calls, calls)  # noqa: SLF001
 
 
 class RunLog(SessionLog):

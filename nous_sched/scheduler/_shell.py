@@ -356,7 +356,7 @@ class Scheduler:
                 wake()
         else:
             for ticket in tickets:
-                ticket._publish(Outcome.failure(ticket.tool, refusal))
+                ticket._publish(Outcome.failure(ticket.tool, refusal))  # noqa: SLF001
 
     def _refusal(self) -> Optional[str]:
         """Why a submit is refused now, or None (under _lock)."""
@@ -394,7 +394,7 @@ class Scheduler:
         if timeout is not None:
             require("Scheduler.wait", "timeout", timeout, v.WAIT_SECONDS)
         limit = self._timeout if timeout is None else timeout
-        outcome = ticket._wait(limit)
+        outcome = ticket._wait(limit)  # noqa: SLF001
         if outcome is not None:
             return outcome
         if ticket.seq is None:
@@ -546,7 +546,7 @@ class Scheduler:
             run_log = self._session_log
             kept = type(run_log) is RunLog
             if kept:
-                run_log._events += records
+                run_log._events += records  # noqa: SLF001
         if records and not kept:
             self._log_records(records)
 
@@ -585,7 +585,7 @@ class Scheduler:
         with self._lock:
             leftovers, self._open = list(self._open), set()
         for ticket in leftovers:
-            ticket._publish(Outcome.failure(ticket.tool, message))
+            ticket._publish(Outcome.failure(ticket.tool, message))  # noqa: SLF001
 
     # -- the driver ---------------------------------------------------------
 
@@ -711,7 +711,7 @@ class Scheduler:
             run_log = self._session_log
             kept = type(run_log) is RunLog
             if kept:  # under the same lock (its own): its Events are made when it is read
-                run_log._events += records
+                run_log._events += records  # noqa: SLF001
         finished.clear()
         if records and not kept:
             self._log_records(records)
@@ -742,7 +742,7 @@ class Scheduler:
             self._open -= mine
         for call, _ in reversed(committed):
             if call.ticket in mine:
-                call.ticket._publish(call.outcome)
+                call.ticket._publish(call.outcome)  # noqa: SLF001
 
     def _started(self, call: Call, now: float) -> ToolCallEvent:
         """The ``tool_call`` record of a call the lane starts now; its timeline is ``call.timeline``."""
@@ -848,7 +848,7 @@ class Scheduler:
         """Append audit records to the session log, as Events (any thread)."""
         session_log = self._session_log
         if type(session_log) is RunLog:
-            session_log._keep(records)  # its Events are made when it is read
+            session_log._keep(records)  # its Events are made when it is read  # noqa: SLF001
         else:
             append = session_log.append
             for record in records:
@@ -866,7 +866,7 @@ class Scheduler:
             if ticket not in self._open:
                 return  # stop() already released it, from a driver that stopped answering
             self._open.remove(ticket)
-        ticket._publish(outcome)
+        ticket._publish(outcome)  # noqa: SLF001
 
     def _notify(self, timeline: Timeline, phase: str) -> None:
         if self._observer is None:
