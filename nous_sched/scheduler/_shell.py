@@ -50,7 +50,7 @@ from collections.abc import Mapping
 from typing import Any, Callable, ContextManager, Optional, Sequence
 
 from .. import _validators as v
-from .._interrupts import deferred
+from .._interrupts import LOCAL, deferred, leave
 from .._options import OPTIONAL_SESSION_LOG
 from .._validators import require
 from ..crossing import snapshot
@@ -345,18 +345,28 @@ class Scheduler:
         or a batch) on the driver's queue; or, if the scheduler refuses new
         calls, publish each ticket's refusal instead."""
         tickets = [call.ticket for call in calls]
-        with self._lock:
-            refusal = self._refusal()
+        # Only the first message wakes the driver, and an interrupt between
+        # taking the wake and calling it would leave the driver asleep for
+        # good (stop() would find no wake to call): that one is deferred.
+        first = self._wake is not None
+        if first:
+            LOCAL.depth += 1
+        try:
+            with self._lock:
+                refusal = self._refusal()
+                if refusal is None:
+                    self._open.update(tickets)
+                    wake, self._wake = self._wake, None
             if refusal is None:
-                self._open.update(tickets)
-                wake, self._wake = self._wake, None
-        if refusal is None:
-            self._queue.put(message)
-            if wake is not None:
-                wake()
-        else:
-            for ticket in tickets:
-                ticket._publish(Outcome.failure(ticket.tool, refusal))  # noqa: SLF001
+                self._queue.put(message)
+                if wake is not None:
+                    wake()
+            else:
+                for ticket in tickets:
+                    ticket._publish(Outcome.failure(ticket.tool, refusal))  # noqa: SLF001
+        finally:
+            if first:
+                leave()
 
     def _refusal(self) -> Optional[str]:
         """Why a submit is refused now, or None (under _lock)."""
