@@ -16,8 +16,8 @@ or dies on what a program chose. Three kinds of output:
   characters, the tag block) and lone surrogates as escapes (``\x1b``,
   ``\r``, ``\u202e``, ``\U000e0041``, ``\ud800``); :func:`one_line` does that
   and escapes newline and tab too, for a log record or anything else that
-  must stay one line. (:mod:`nous_sched.gate.approval_text` applies the same rule,
-  by category, and imports nothing.) Every record of the library's logger,
+  must stay one line (:func:`nous_sched.gate.approval_text.inert_line` is
+  :func:`one_line`). Every record of the library's logger,
   ``nous_sched``, passes :class:`InertRecords`, installed on it when this
   module is imported (the package imports it): its message made
   :func:`one_line`, its traceback :func:`inert`, whatever a handler does.

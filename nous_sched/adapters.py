@@ -7,9 +7,11 @@ back, so a loop needs no knowledge of nous_sched beyond these two.
 
 from __future__ import annotations
 
+import contextvars
 import copy
 import json
 import secrets
+from functools import partial
 from typing import Any, Callable, Optional
 
 from . import _tracing
@@ -17,14 +19,13 @@ from . import _validators as v
 from ._options import OPTIONAL_LIMITS, OPTIONAL_POLICY, OPTIONAL_SESSION_LOG
 from ._text import machine_text
 from .agent import WithContextUpdate
-from .crossing import snapshot
-from .errors import RunCodeError, SnapshotError, ToolError
 from .events import ApprovalEvent, SessionLog, ToolCallEvent, ToolOutcomeEvent
 from .gate import Admitted, Gate
-from .gate.dispatch import ApprovalRequest, CallInfo, RunContext, approval_sink, current_call, direct_dispatch
-from .gate.policy import PermissionPolicy, partition
+from .gate._admitted import run_admitted
+from .gate.dispatch import ApprovalRequest, CallInfo, RunContext, direct_dispatch
+from .gate.policy import PermissionPolicy, approval_names, partition
 from .limits import Limits
-from .outcome import Outcome, clamp
+from .outcome import clamp
 from .tooling import EXCLUSIVE, Tool
 
 __all__ = ["openai_tool", "anthropic_tool", "call_tool", "OPENAI_APIS"]
@@ -120,13 +121,17 @@ def call_tool(
     A :class:`~nous_sched.WithContextUpdate` result has its audit
     events appended to ``session_log`` (when given) and only its value returned.
 
-    A model's mistake is answered, not raised, so the loop can send it back
-    and the model can correct itself: arguments that are not JSON or not an
-    object, a refusal, a :class:`~nous_sched.RunCodeError` (``run_code``
-    called without a program or a description), a
-    :class:`~nous_sched.ToolError` and a result that is not JSON all return
-    ``{"error": "<message>"}``. Any other exception a tool raises is the
-    host's problem and propagates.
+    The admitted call runs as a program's sub-call does (one way,
+    :mod:`nous_sched.gate._admitted`: the same outcome, error kinds and messages,
+    and the same ``tool_outcome`` record and result size), in a copy of the
+    caller's context. A model's mistake is answered, not raised, so the loop
+    can send it back and the model can correct itself: arguments that are not
+    JSON or not an object, a refusal, a :class:`~nous_sched.RunCodeError`
+    (``run_code`` called without a program or a description), a
+    :class:`~nous_sched.ToolError`, a failed :class:`~nous_sched.Outcome` and
+    a result that is not JSON all return ``{"error": "<message>"}``. Any other
+    exception a tool raises is the host's problem and propagates, once the
+    call's ``tool_outcome`` (a ``tool_error``) is in ``session_log``.
 
     :raises ConfigError: a bad option, named in the message.
     """
@@ -157,61 +162,48 @@ def call_tool(
     run_ctx = RunContext(
         approval_handler=approval_handler,
         deps=deps,
-        require_approval=frozenset({tool.name}) if policy is not None and policy.needs_approval(tool) else frozenset(),
+        require_approval=approval_names(policy, [tool]),
         description=description or "",
     )
     if session_log is not None:
         event = ToolCallEvent(id=event_id, name=tool.name, arguments=args, mode=EXCLUSIVE, seq=0, source="direct")
         session_log.append(event.as_event())
-    text, kind, error = _dispatched(
-        tool, args, run_ctx, CallInfo(event_id, tool.name, 0, EXCLUSIVE, run_ctx), session_log
+    info = CallInfo(event_id, tool.name, 0, EXCLUSIVE, run_ctx)
+    sink = None if session_log is None else partial(_log_approval, session_log, tool.name)
+    # Its own copy of the arguments (the audit holds them), in a context of its own, as a sub-call's.
+    outcome, kind, size, raised = contextvars.copy_context().run(
+        run_admitted, partial(_dispatched, session_log, event_id), tool, copy.deepcopy(args), run_ctx, info, sink
     )
     if session_log is not None:
-        failed = None if kind is None else {"kind": kind, "message": error}
-        size = 0 if kind is not None else len(text.encode("utf-8", "surrogatepass"))
-        session_log.append(ToolOutcomeEvent(0, tool.name, kind is None, failed, size).as_event())
-    return text
+        failed = None if outcome.error is None else {"kind": kind, "message": outcome.error.message}
+        session_log.append(ToolOutcomeEvent(0, tool.name, outcome.ok, failed, size).as_event())
+    if raised is not None:
+        raise raised
+    if outcome.error is not None:
+        return _error(outcome.error.message)
+    return machine_text(json.dumps(outcome.value, ensure_ascii=False))
+
+
+def _log_approval(session_log: SessionLog, tool: str, approved: bool, reason: str) -> None:
+    session_log.append(ApprovalEvent(0, tool, approved, reason).as_event())
 
 
 def _dispatched(
-    tool: Tool, args: dict[str, Any], run_ctx: RunContext, info: CallInfo, session_log: Optional[SessionLog]
-) -> tuple[str, Optional[str], str]:
-    """Run the admitted call: its JSON answer, the error kind (None: ok) and the error's message."""
-    sink = None
-    if session_log is not None:
-        log = session_log
-
-        def sink(approved: bool, reason: str) -> None:
-            log.append(ApprovalEvent(0, tool.name, approved, reason).as_event())
-
-    token = current_call.set(info)
-    sink_token = approval_sink.set(sink)
+    session_log: Optional[SessionLog], call_id: str, tool: Tool, args: dict[str, Any], run_ctx: Optional[RunContext]
+) -> Any:
+    """:func:`direct_dispatch` in the call's span (when tracing: a run_code run's spans nest
+    under it), with a :class:`WithContextUpdate` result's audit events added to ``session_log``
+    and only its value kept."""
     tracing = _tracing.active()
-    try:
-        if tracing is None:
-            value = direct_dispatch(tool, copy.deepcopy(args), run_ctx)
-        else:  # a span for the call, current while it runs: a run_code run's spans nest under it
-            value = tracing.call(tool.name, info.id, lambda: direct_dispatch(tool, copy.deepcopy(args), run_ctx))
-    except (RunCodeError, ToolError) as exc:
-        return _error(str(exc)), getattr(exc, "kind", "tool_error"), str(exc)
-    finally:
-        approval_sink.reset(sink_token)
-        current_call.reset(token)
+    if tracing is None:
+        value = direct_dispatch(tool, args, run_ctx)
+    else:
+        value = tracing.call(tool.name, call_id, lambda: direct_dispatch(tool, args, run_ctx))
     if isinstance(value, WithContextUpdate):
         if session_log is not None:
             value.update.apply_to(session_log)
         value = value.value
-    if isinstance(value, Outcome):
-        if not value.ok:
-            assert value.error is not None
-            return _error(value.error.message), "tool_error", value.error.message
-        value = value.value
-    try:
-        value = snapshot(value)
-    except SnapshotError as exc:
-        message = f"tool returned a value that is not JSON: {exc}"
-        return _error(message), "invalid_result", message
-    return machine_text(json.dumps(value, ensure_ascii=False)), None, ""
+    return value
 
 
 def _error(message: str) -> str:

@@ -57,7 +57,8 @@ decisions are ``CUSTOM`` events.
 Every ``CUSTOM`` value is ``{"seq", **data}`` of the live event. A result
 whose call's start a consumer missed (a ``gap``) gets its start first, so the
 stream stays well formed. Every string is the program's text as data: a lone
-surrogate is written as its escape (``\\udc00``), so it cannot stop the stream.
+surrogate is U+FFFD, as in every value the library hands to an encoder
+(:mod:`nous_sched._text`), so it cannot stop the stream.
 """
 
 from __future__ import annotations
@@ -88,7 +89,7 @@ try:
 except ImportError as exc:  # pragma: no cover - the extra is part of the test install
     raise ImportError("nous_sched.agui needs the `agui` extra: pip install -e '.[agui]' (ag-ui-protocol)") from exc
 
-from ._text import json_inert
+from ._text import json_inert, machine_text
 from .live import Run, RunEvent
 
 __all__ = ["events", "sse", "Translator", "MEDIA_TYPE"]
@@ -98,22 +99,16 @@ MEDIA_TYPE = "text/event-stream"
 
 
 def clean(value: Any) -> Any:
-    """``value`` with every lone surrogate in its strings (and keys) written as its escape."""
+    """``value`` with every lone surrogate in its strings (and keys) replaced by
+    U+FFFD, the library's one rule for a value another library encodes
+    (:func:`nous_sched._text.machine_text`)."""
     if isinstance(value, str):
-        return value if value.isascii() else _clean_text(value)
+        return machine_text(value)
     if isinstance(value, dict):
         return {clean(k): clean(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [clean(v) for v in value]
     return value
-
-
-def _clean_text(text: str) -> str:
-    try:
-        text.encode("utf-8")
-        return text
-    except UnicodeEncodeError:
-        return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _arguments_json(rows: list[dict[str, Any]]) -> str:

@@ -83,7 +83,7 @@ from .approval_store import ApprovalStore, TokenError, UnsettledError
 from .errors import ConfigError
 from .events import Event
 from .gate import Admitted
-from .gate.dispatch import ApprovalRequest
+from .gate.dispatch import ApprovalRequest, needs_approval
 from .outcome import Outcome, quote_name
 from .result import RunError, RunResult
 from .result.budget import fit
@@ -526,7 +526,7 @@ class _DurableHost(Host):
         return self.run.window is not None
 
     def _gated(self, tool: Tool) -> bool:
-        return bool(getattr(tool, "requires_approval", False)) or tool.name in self.inner.run_ctx.require_approval
+        return needs_approval(tool, self.inner.run_ctx.require_approval)
 
     def _decide(self, seq: int, admitted: Admitted, text: str, site: str) -> Any:
         run = self.run

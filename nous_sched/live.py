@@ -82,6 +82,7 @@ from . import _validators as v
 from ._text import machine_json
 from .durable import resume
 from .gate import approval_text
+from .gate.dispatch import needs_approval
 from .outcome import Outcome
 from .result import RunResult
 from .result.records import CallRecord
@@ -159,7 +160,7 @@ class EventStream:
 
     # -- the run's hooks ----------------------------------------------------
 
-    def started(self, needs_approval: Collection[str], record: CallRecord, call_id: str, args: Any, tool: Any) -> None:
+    def started(self, gated: Collection[str], record: CallRecord, call_id: str, args: Any, tool: Any) -> None:
         """The scheduler's hook at each start, before the tool has its arguments: a ``call`` event."""
         name = record.tool
         throttles = getattr(tool, "throttles", ())
@@ -169,7 +170,7 @@ class EventStream:
             "mode": record.mode,
             "why": record.reason,
             "throttles": [t.name for t in throttles] if throttles else [],
-            "approval": bool(getattr(tool, "requires_approval", False)) or name in needs_approval,
+            "approval": needs_approval(tool, gated),
             "arguments": approval_text.arguments(args) if args else [],
         }
         self.emit("call", record.seq, data)

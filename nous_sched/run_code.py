@@ -48,7 +48,7 @@ from .errors import RunCodeError
 from .events import SessionLog
 from .gate import Admitted, Gate
 from .gate.dispatch import ApprovalRequest, Dispatch, RunContext, direct_dispatch
-from .gate.policy import PermissionPolicy, partition
+from .gate.policy import PermissionPolicy, approval_names, partition
 from .outcome import TRUNCATION_MARK, Outcome
 from .result import RunError, RunResult
 from .result._explain import told as _explain
@@ -369,7 +369,7 @@ def _build(p: Prepared, deadline: float, live: Any) -> tuple[Scheduler, Gate, Ru
     run_ctx = RunContext(
         approval_handler=o["approval_handler"],
         deps=o["deps"],
-        require_approval=frozenset(n for n, t in p.granted.items() if policy is not None and policy.needs_approval(t)),
+        require_approval=approval_names(policy, p.granted.values()),
         deadline=deadline,
         description=o["description"] or "",
         live=live,

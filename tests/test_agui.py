@@ -176,10 +176,17 @@ def test_hostile_strings_cannot_stop_the_stream_or_become_markup(runtime, tmp_pa
     run = start_run(code, [], description="hostile \udfff strings")
     path, events = _record(run, tmp_path, "hostile")
     _validate(path)
+    # A lone surrogate is U+FFFD, as in every other value the library hands an encoder (_text.machine_text).
     (line,) = [e["delta"] for e in events if e["type"] == "TEXT_MESSAGE_CONTENT"]
-    assert line == "\\ud800 <script>x</script> \u202e"
-    assert events[-1]["result"]["result"] == "\\udc00"
-    assert _customs(events, "nous_sched.run")[0]["description"] == "hostile \\udfff strings"
+    assert line == "\ufffd <script>x</script> \u202e"
+    assert events[-1]["result"]["result"] == "\ufffd"
+    assert _customs(events, "nous_sched.run")[0]["description"] == "hostile \ufffd strings"
+
+
+def test_clean_writes_a_lone_surrogate_as_the_replacement_character_in_values_and_keys():
+    value = {"k\udc00": ["a\ud800b", ("\udfff",), 1, None], "plain": "é😀\u202e"}
+    assert agui.clean(value) == {"k\ufffd": ["a\ufffdb", ["\ufffd"], 1, None], "plain": "é😀\u202e"}
+    json.dumps(agui.clean(value), ensure_ascii=False).encode("utf-8")  # strict: encodable
 
 
 def test_a_consumer_that_missed_a_start_still_gets_a_well_formed_call(tmp_path):

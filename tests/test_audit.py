@@ -220,3 +220,45 @@ def test_serve_mcp_audits_an_oversized_program_by_its_size_only():
     (start,) = [line for line in lines if line["event"] == "run_start"]
     assert start["code"] is None and start["code_chars"] == len(program)
     assert len(json.dumps(lines)) < 100_000
+
+
+def test_serve_mcp_close_ends_a_run_going_and_writes_its_run_end_before_closing_the_log(tmp_path, caplog):
+    started, release = threading.Event(), threading.Event()
+
+    def block(args):
+        started.set()
+        release.wait(5)  # bounded: a close that did not end the run would see it end on its own
+        return 1
+
+    path = tmp_path / "audit.jsonl"
+    server = CodeModeServer([Tool("block", block)], audit_log=path, timeout=60)
+
+    async def go():
+        results = []
+        with anyio.fail_after(60):
+            async with Client(server.server) as client:
+
+                async def call():
+                    results.append(
+                        await client.call_tool(
+                            "run_code", {"code": "return await tools.block({})", "description": "blocks"}
+                        )
+                    )
+
+                async with anyio.create_task_group() as tasks:
+                    tasks.start_soon(call)
+                    assert await anyio.to_thread.run_sync(started.wait, 30)
+                    await anyio.to_thread.run_sync(server.close)
+                    lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+        return lines, results
+
+    try:
+        lines, results = anyio.run(go)
+    finally:
+        release.set()
+        server.close()
+    # When close() returned the run had ended, cancelled, and its run_end was the log's last line.
+    assert [line["event"] for line in lines][0] == "run_start"
+    assert lines[-1]["event"] == "run_end" and lines[-1]["error"]["kind"] == "cancelled", lines[-1]
+    assert results[0].structured_content["error"]["kind"] == "cancelled"
+    assert not [r for r in caplog.records if "audit log" in r.getMessage()]

@@ -35,6 +35,7 @@ from nous_sched.cli.render import inert as cli_inert
 from nous_sched.cli.render import json_text
 from nous_sched.gate import MAX_NAME_CHARS, Gate
 from nous_sched.gate._linear import canonical, pattern_problem, search
+from nous_sched.gate.approval_text import inert_line
 from nous_sched.gate.dispatch import RUN_OVER
 from nous_sched.gate.schema import argument_error
 from nous_sched.mcp.serve import AuditLog
@@ -415,6 +416,31 @@ def test_json_output_escapes_the_same_characters_and_stays_the_same_json():
         assert char not in text and char not in json_text(value)
     assert "é" in text
     assert json.loads(json_inert(json.dumps("\U000e0020", ensure_ascii=False))) == "\U000e0020"
+
+
+def test_the_approval_questions_escaper_is_the_one_line_rule_and_writes_what_it_wrote_before():
+    # approval_text.inert_line had its own escaper, by Unicode category; it is now _text.one_line.
+    def by_category(char: str) -> str:  # the old rule, kept here to compare against
+        if unicodedata.category(char) not in ("Cc", "Cf", "Zl", "Zp", "Cs"):
+            return char
+        code = ord(char)
+        named = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}.get(char)
+        if named is not None:
+            return named
+        return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+
+    changed = []
+    for start in range(0, 0x110000, 0x1000):
+        chars = [chr(c) for c in range(start, start + 0x1000)]
+        if inert_line("".join(chars)) == one_line("".join(chars)) == "".join(map(by_category, chars)):
+            continue
+        changed += [c for c in chars if not inert_line("x" + c) == one_line("x" + c) == "x" + by_category(c)]
+    # The one difference: code points this Python's Unicode leaves unassigned that the rule's
+    # fixed list escapes (the whole tag block; format characters of a later Unicode), which the
+    # old rule, asking this Python, let through. Nothing it escaped is let through now.
+    assert all(by_category(c) == c and unicodedata.category(c) == "Cn" for c in changed)
+    assert all(inert_line(c) == one_line(c) == f"\\U{ord(c):08x}" for c in changed)
+    assert {"\U000e0000", "\U000e0002", "\U000e001f"} <= set(changed)
 
 
 def test_one_line_escapes_newlines_and_tabs_too():

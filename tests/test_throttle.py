@@ -407,11 +407,33 @@ def test_the_deadline_passing_while_a_call_waits_fails_it():
             assert result.error.kind == "timeout"
         assert waited < 20
         eventually(lambda: db.waiting == 0, "the waiter to leave")
+        # The trail is read as the run ends, perhaps before the tool thread wakes from its wait:
+        # the record shows the wait from its start (test_a_calls_record_shows_its_throttle_wait...).
         assert result.trail[0].began is None and result.trail[0].throttled is not None
     finally:
         release.set()
         thread.join(WAIT)
     assert done[0].error is None
+
+
+def test_a_calls_record_shows_its_throttle_wait_while_the_wait_lasts(make_scheduler):
+    # A run that ends (its deadline, a cancel) reads its trail at once, maybe before the
+    # tool thread wakes from the wait to stamp it: the record says so from the wait's start.
+    db = Throttle("db", max_running=1)
+    release = threading.Event()
+    holding, waiting = make_scheduler(), make_scheduler()
+    hold = holding.submit(Tool("hold", lambda a: release.wait(WAIT) and 0, throttles=(db,)), {})
+    eventually(lambda: db.running == 1, "the holder to take the place")
+    ticket = waiting.submit(Tool("q", lambda a: 1, throttles=(db,)), {})
+    eventually(lambda: db.waiting == 1, "the call to wait for its place")
+    (first,) = waiting.trail()
+    assert first.began is None and first.throttled is not None and first.throttled >= 0
+    (second,) = waiting.trail()
+    assert second.throttled >= first.throttled  # how long it has waited so far
+    release.set()
+    assert holding.wait(hold).ok and waiting.wait(ticket).ok
+    (done,) = waiting.trail()
+    assert done.began is not None and done.throttled is not None and done.throttled >= second.throttled
 
 
 def test_the_wait_is_bounded_by_the_runs_deadline_on_a_scheduler(make_scheduler):

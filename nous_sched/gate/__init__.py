@@ -5,8 +5,10 @@ the schema, the refusal's audit. Inside: ``policy.py`` (PermissionPolicy),
 ``schema.py`` (a call's arguments against its tool's JSON Schema; ``_linear.py``:
 the keywords rewritten to run in linear time), ``dispatch.py`` (RunContext,
 CallInfo, current_call, approve, direct_dispatch: the gate's last step,
-approval, then the tool), ``approval_text.py`` (the question a person reads)
-and ``approval_desk.py`` (an approval answered from another thread).
+approval, then the tool; ``needs_approval``, the one approval rule),
+``_admitted.py`` (the one way to run an admitted call: the scheduler's and
+``call_tool``'s), ``approval_text.py`` (the question a person reads) and
+``approval_desk.py`` (an approval answered from another thread).
 """
 
 from ._gate import BUDGET_SPENT, MAX_NAME_CHARS, NAME_TOO_LONG, REFUSAL_REASONS, Admitted, Gate

@@ -19,16 +19,19 @@ What a caller may rely on:
 * no character the program chose can act on a terminal or fake a line of
   ours: control characters (newline and tab too), Unicode format characters
   (bidi controls, U+061C, the tag block), line and paragraph separators and
-  lone surrogates are written as escapes (``\\n``, ``\\u202e``, ``\\udc00``).
+  lone surrogates are written as escapes (``\\n``, ``\\u202e``, ``\\udc00``):
+  :func:`inert_line` is the library's one rule for a line a person reads,
+  :func:`nous_sched._text.one_line`.
 
-Pure functions; imports nothing from the rest of the library.
+Pure functions; imports nothing from the rest of the library but that rule.
 """
 
 from __future__ import annotations
 
 import json
-import unicodedata
 from typing import Any
+
+from .._text import one_line
 
 __all__ = [
     "question",
@@ -50,28 +53,13 @@ DESCRIPTION_CHARS = 500
 #: Characters of the tool's name shown before it is clipped.
 NAME_CHARS = 120
 
-# Categories whose characters are shown as escapes: controls, format characters
-# (bidi, U+061C, the tag block...), line/paragraph separators, lone surrogates.
-_ESCAPED = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs"})
-_SHORT = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
-
-
-def _escape(char: str) -> str:
-    if unicodedata.category(char) not in _ESCAPED:
-        return char
-    if char in _SHORT:
-        return _SHORT[char]
-    code = ord(char)
-    if code <= 0xFF:
-        return f"\\x{code:02x}"
-    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
-
 
 def inert_line(text: str) -> str:
-    """``text`` on one line, with every character that could act on a terminal written as an escape."""
-    if text.isprintable():  # the common case: nothing to escape (isprintable is False for all of _ESCAPED)
+    """``text`` on one line, with every character that could act on a terminal
+    written as an escape (:func:`nous_sched._text.one_line`)."""
+    if text.isprintable():  # the common case: nothing to escape (isprintable is False for all it escapes)
         return text
-    return "".join(_escape(c) for c in text)
+    return one_line(text)
 
 
 def _clip(text: str, limit: int) -> str:

@@ -14,7 +14,7 @@ import contextvars
 import copy
 import logging
 import time
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Collection, Optional
 
 import attrs
 
@@ -39,6 +39,7 @@ __all__ = [
     "RUN_OVER",
     "Refused",
     "approval_sink",
+    "needs_approval",
 ]
 
 
@@ -124,10 +125,22 @@ current_call: contextvars.ContextVar[Optional[CallInfo]] = contextvars.ContextVa
 )
 
 
-def _approval_required(tool: Tool, run_ctx: Optional[RunContext]) -> bool:
+def needs_approval(tool: Tool, names: Collection[str] = (), categories: Collection[str] = ()) -> bool:
+    """The one approval rule: a call of ``tool`` needs approval when the tool
+    says so (its ``requires_approval``), or its name is in ``names``, or its
+    ``category`` is in ``categories``.
+
+    A permission policy is applied once, at a run's door (or
+    :func:`~nous_sched.call_tool`'s): its ``require_approval`` and
+    ``approval_categories`` become the run's
+    :attr:`RunContext.require_approval`, the names of the granted tools it
+    gates (:func:`nous_sched.gate.policy.approval_names`). Every later question
+    (the approval step, :func:`approve`; a durable run's; the live ``call``
+    event's ``approval``) asks this rule with those names.
+    """
     if getattr(tool, "requires_approval", False):
         return True
-    return getattr(tool, "name", None) in getattr(run_ctx, "require_approval", ())
+    return getattr(tool, "name", None) in names or getattr(tool, "category", None) in categories
 
 
 #: What a call that would start after its run's deadline fails with.
@@ -233,7 +246,7 @@ def approve(tool: Tool, args: dict[str, Any], run_ctx: Optional[RunContext]) -> 
     """
     if run_over(run_ctx):
         raise Refused(RUN_OVER, tool.name, "run_over")
-    if not _approval_required(tool, run_ctx):
+    if not needs_approval(tool, getattr(run_ctx, "require_approval", ())):
         return
     handler = getattr(run_ctx, "approval_handler", None)
     if handler is None:

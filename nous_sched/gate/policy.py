@@ -17,8 +17,9 @@ from .. import _validators as v
 from .._validators import require
 from ..outcome import quote_name
 from ..tooling import Tool
+from .dispatch import needs_approval
 
-__all__ = ["PermissionPolicy", "denied_message", "partition"]
+__all__ = ["PermissionPolicy", "approval_names", "denied_message", "partition"]
 
 
 @attrs.frozen
@@ -45,11 +46,17 @@ class PermissionPolicy:
         return self.allow is None or name in self.allow
 
     def needs_approval(self, tool: Tool) -> bool:
-        return (
-            bool(getattr(tool, "requires_approval", False))
-            or tool.name in self.require_approval
-            or getattr(tool, "category", None) in self.approval_categories
-        )
+        """Whether every call of ``tool`` needs approval under this policy (the one rule,
+        :func:`nous_sched.gate.dispatch.needs_approval`: the tool's own ``requires_approval`` counts)."""
+        return needs_approval(tool, self.require_approval, self.approval_categories)
+
+
+def approval_names(policy: Optional[PermissionPolicy], tools: Iterable[Tool]) -> frozenset[str]:
+    """The names of ``tools`` whose calls ``policy`` makes need approval (none without
+    one): a run's :attr:`~nous_sched.RunContext.require_approval`, made once at its door."""
+    if policy is None:
+        return frozenset()
+    return frozenset(tool.name for tool in tools if policy.needs_approval(tool))
 
 
 def denied_message(name: str) -> str:

@@ -146,6 +146,8 @@ _MODERN = "2026-07-28"  # the first revision that carries elicitation in InputRe
 #: The SSE ``retry`` (milliseconds) serve-mcp suggests to Streamable HTTP clients.
 RETRY_MS = 1000
 _KEEP_FINISHED = 120.0  # seconds a finished run waits for a retry that collects it
+#: Seconds :meth:`CodeModeServer.close` waits, in all, for the runs it cancels to write their ``run_end``.
+CLOSE_TIMEOUT = 10.0
 
 #: The JSON Schema of ``run_code``'s structured result.
 OUTPUT_SCHEMA: dict[str, Any] = {
@@ -359,6 +361,11 @@ class _Run:
             self.finished_at = time.monotonic()
             self._cond.notify_all()
 
+    def wait_finished(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for :meth:`finish` (its ``run_end`` is written before); whether it came."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self.result is not None, timeout)
+
 
 class CodeModeServer:
     """An MCP server with one ``run_code`` tool over ``tools``; see the module docstring.
@@ -524,12 +531,20 @@ class CodeModeServer:
         finally:
             sock.close()
 
-    def close(self) -> None:
-        """Refuse every open approval question and close the audit log."""
+    def close(self, timeout: float = CLOSE_TIMEOUT) -> None:
+        """End every run still going (its open approval questions refused, its
+        program cancelled), wait up to ``timeout`` seconds in all for each to
+        write its ``run_end``, then close the audit log. A run that has not
+        ended by then is logged, and its ``run_end`` is lost."""
         with self._runs_lock:
             runs = list(self._runs.values())
         for run in runs:
             run.abandon("server closed")
+            run.cancel.set()
+        deadline = time.monotonic() + timeout
+        for run in runs:
+            if not run.wait_finished(max(0.0, deadline - time.monotonic())):
+                log.warning("serve-mcp closed its audit log before run %s ended; its run_end is lost", run.id)
         if self._audit is not None:
             self._audit.close()
 

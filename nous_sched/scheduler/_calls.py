@@ -25,6 +25,7 @@ from ..events import (
     Event,
     SessionLog,
 )
+from ..gate._admitted import FAILED as FAILED  # re-exported: the scheduler's messages
 from ..gate.dispatch import RunContext
 from ..outcome import Outcome
 from ..result.records import CallRecord, LaneState
@@ -64,9 +65,6 @@ AWAIT_TIMEOUT = "timed out waiting for the sub-call to commit"
 
 
 NO_ANSWER = "the scheduler did not answer within {s:g}s (a concurrency_safe predicate may be stuck)"
-
-
-FAILED = "tool call failed"
 
 
 DID_NOT_COMPLETE = "tool call did not complete"
@@ -166,7 +164,19 @@ class Driven(Protocol):
 class Timeline:
     """When one started call started, finished and committed (seconds since the epoch of its scheduler)."""
 
-    __slots__ = ("seq", "tool", "mode", "started", "finished", "committed", "ok", "began", "reason", "throttled")
+    __slots__ = (
+        "seq",
+        "tool",
+        "mode",
+        "started",
+        "finished",
+        "committed",
+        "ok",
+        "began",
+        "reason",
+        "throttled",
+        "waiting_since",
+    )
 
     def __init__(self, seq: int, tool: str, mode: Mode, started: float, reason: str = "") -> None:
         self.seq = seq
@@ -179,8 +189,14 @@ class Timeline:
         self.ok: Optional[bool] = None
         self.began: Optional[float] = None
         self.throttled: Optional[float] = None
+        self.waiting_since: Optional[float] = None  # perf_counter() as its throttles' wait began
 
     def record(self) -> CallRecord:
+        throttled = self.throttled
+        if throttled is None and self.waiting_since is not None:
+            # Still waiting: the run may end (its deadline) before the tool thread
+            # wakes to stamp the wait, and its trail must still show the wait.
+            throttled = time.perf_counter() - self.waiting_since
         return CallRecord(
             self.seq,
             self.tool,
@@ -191,7 +207,7 @@ class Timeline:
             self.ok,
             self.began,
             self.reason,
-            self.throttled,
+            throttled,
         )
 
 
@@ -243,18 +259,19 @@ class Begin:
         """Take the throttles' places (None), or why not: False once the scheduler stops, else the message."""
         scheduler = self.scheduler
         hold = self.hold = _Hold(self.throttles)
-        waiting_since = time.perf_counter()
+        timeline = self.timeline
         with scheduler._records_lock:  # noqa: SLF001
             if scheduler._stopping:  # noqa: SLF001
                 return False
             scheduler._throttle_waits.add(hold)  # noqa: SLF001
+            waiting_since = timeline.waiting_since = time.perf_counter()
         deadline = self.deadline if self.deadline is not None else time.monotonic() + scheduler._timeout  # noqa: SLF001
         try:
             refusal = hold.wait(deadline)
         finally:
             with scheduler._records_lock:  # noqa: SLF001
                 scheduler._throttle_waits.discard(hold)  # noqa: SLF001
-                self.timeline.throttled = time.perf_counter() - waiting_since
+                timeline.throttled = time.perf_counter() - waiting_since
         if refusal is not None and refusal.startswith(ABANDONED):
             return False
         return refusal

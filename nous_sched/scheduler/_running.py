@@ -15,12 +15,11 @@ import time
 from typing import Any, Callable, Optional
 
 from .._slots import maker
-from ..crossing import snapshot_text
-from ..errors import ToolError
-from ..gate.dispatch import CallInfo, Dispatch, RunContext, approval_sink, current_call
+from ..gate._admitted import run_admitted
+from ..gate.dispatch import CallInfo, Dispatch, RunContext
 from ..outcome import Outcome
 from ..tooling import Tool
-from ._calls import ABANDONED, FAILED, Done, Ran
+from ._calls import ABANDONED, Done, Ran
 
 __all__ = ["InContext", "call_info", "run_call", "run_reporting"]
 
@@ -48,7 +47,7 @@ class InContext:
 
     def __call__(self, fn: Callable[..., Any], /, *args: Any) -> Any:
         # Unpickled (no context): a copy of the worker thread's own, so what the
-        # call sets is gone after it, as with a submitter's (see run_begun).
+        # call sets is gone after it, as with a submitter's (see run_call).
         ctx = self.ctx if self.ctx is not None else contextvars.copy_context()
         return ctx.run(fn, *args)
 
@@ -96,54 +95,16 @@ def run_call(
                 return Outcome.failure(name, verdict), time.perf_counter() - t0, "throttled", 0
             return Outcome.failure(name, ABANDONED), time.perf_counter() - t0, "abandoned", 0
     try:
-        result, kind, size = run_begun(dispatch, tool, args, run_ctx, info, begin)
-        return result, time.perf_counter() - t0, kind, size
+        # Runs in the call's own context, a copy made for it alone (the submitter's,
+        # or the executor thread's: InContext), which no code runs in after it:
+        # what run_admitted sets there needs no reset (two fewer context copies per call).
+        outcome, kind, size, raised = run_admitted(
+            dispatch, tool, args, run_ctx, info, getattr(begin, "record_approval", None)
+        )
+        if raised is not None:
+            log.warning("code-mode sub-call %s (tool %r) raised", info.id, name, exc_info=raised)
+        return outcome, time.perf_counter() - t0, kind, size
     finally:
         end = getattr(begin, "end", None)
         if end is not None:
             end()
-
-
-def run_begun(
-    dispatch: Dispatch, tool: Tool, args: dict[str, Any], run_ctx: Optional[RunContext], info: CallInfo, begin: Any
-) -> tuple[Outcome, Optional[str], int]:
-    """The tool's own part of :func:`run_call`: its outcome, error kind (None: ok) and result size.
-
-    It runs in the call's own context, a copy made for it alone (the
-    submitter's, or the executor thread's: :class:`InContext`), which no
-    code runs in after it: what it sets here needs no reset (two fewer
-    context copies per call)."""
-    name = tool.name
-    current_call.set(info)
-    approval_sink.set(getattr(begin, "record_approval", None))
-    try:
-        return outcome_of(dispatch(tool, args, run_ctx), name, info)
-    except ToolError as exc:
-        return Outcome.failure(name, safe_str(exc)), getattr(exc, "kind", "tool_error"), 0
-    except Exception as exc:
-        log.warning("code-mode sub-call %s (tool %r) raised", info.id, name, exc_info=True)
-        return Outcome.failure(name, safe_str(exc)), "tool_error", 0
-
-
-def outcome_of(value: Any, name: str, info: CallInfo) -> tuple[Outcome, Optional[str], int]:
-    """What dispatch returned as an Outcome, its error kind (None: ok) and the result's JSON size."""
-    if isinstance(value, Outcome):
-        if not value.ok:
-            message = value.error.message if value.error is not None else FAILED
-            return Outcome.failure(name, message), "tool_error", 0
-        value = value.value
-    try:
-        # The copy, the program's text and the audit's size, in one go (the text is not made again).
-        snapped, text, size = snapshot_text(value)
-    except Exception as exc:
-        log.error("code-mode sub-call %s (tool %r) returned a value that is not JSON: %s", info.id, name, exc)
-        return Outcome.failure(name, f"tool returned a value that is not JSON: {exc}"), "invalid_result", 0
-    return Outcome.crossed(snapped, text), None, size
-
-
-def safe_str(exc: BaseException) -> str:
-    try:
-        text = str(exc)
-    except Exception:
-        return FAILED
-    return text if text else FAILED
