@@ -34,6 +34,7 @@ What a runtime must do, check by check:
   defaults) is enough;
 - ``begin`` returns ``None`` or a started program that ``run(host)`` ends
   with the same outcome as ``run`` (or ``abandon()`` gives back);
+- the host is called in the caller's ``contextvars``, whatever thread drives the run;
 - runs on many threads at once stay apart;
 - a program marked for a durable run (:data:`~nous_sched.runtime.engine.CLOCK_MARK`)
   hands its new clock values to ``host.clock`` and its call sites to
@@ -42,6 +43,7 @@ What a runtime must do, check by check:
 
 from __future__ import annotations
 
+import contextvars
 import json
 import threading
 import time
@@ -311,6 +313,37 @@ def every_hook_runs_on_the_one_thread_that_drives_the_run(rt: CodeRuntime) -> No
     assert outcome.error is None
     assert len(host.threads) == 1
     assert host.answering.ident not in host.threads
+
+
+@check
+def the_host_is_called_in_the_callers_contextvars(rt: CodeRuntime) -> None:
+    # Whichever thread drives the run (the caller's, or one of the runtime's own),
+    # the host sees what the caller set: the scheduler hands each call a copy of it.
+    seen: list[str] = []
+    var: contextvars.ContextVar[str] = contextvars.ContextVar("contract", default="unset")
+
+    class Seeing(ContractHost):
+        def call_json(self, name: str, text: str) -> PendingCall:
+            seen.append(var.get())
+            return super().call_json(name, text)
+
+    def caller() -> None:
+        var.set("the caller's")
+        host = Seeing()
+        try:
+            assert rt.run("return await tools.first({})", host, LIMITS).error is None
+        finally:
+            host.close()
+
+    # A thread with a small stack: an in-process engine may move to a thread of its own.
+    old = threading.stack_size(256 * 1024)
+    try:
+        thread = threading.Thread(target=caller, name="nous-sched-test-small-stack")
+        thread.start()
+    finally:
+        threading.stack_size(old)
+    thread.join(60)
+    assert seen == ["the caller's"]
 
 
 # -- ending early ---------------------------------------------------------------------------

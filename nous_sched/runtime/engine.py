@@ -106,7 +106,7 @@ def _payload(outcome: Any) -> tuple[bool, str]:
     binding cannot pass them) and NUL. A value made with its text
     (``Outcome.crossed``: the snapshot's own encode) is not encoded again."""
     if outcome.ok:
-        text = getattr(outcome, "text", None)
+        text = outcome.text
         return True, text if text is not None else _encode_value(outcome.value)
     return False, _encode(outcome.error.as_dict())
 

@@ -34,6 +34,7 @@ what this one gives up is the process boundary:
 
 from __future__ import annotations
 
+import contextvars
 import ctypes
 import itertools
 import sys
@@ -163,10 +164,13 @@ def _run_on_own_thread(
 ) -> Finish:
     box: list[Any] = []
     stop = threading.Event()
+    # The host is called in the caller's contextvars, as on the caller's thread
+    # (the scheduler hands each call a copy of its submitter's).
+    ctx = contextvars.copy_context()
 
     def target() -> None:
         try:
-            box.append(_run(program, host, limits, deadline, AnyCancel(cancel, stop)))
+            box.append(ctx.run(_run, program, host, limits, deadline, AnyCancel(cancel, stop)))
         except BaseException as exc:  # handed to the caller's thread
             box.append(exc)
 
