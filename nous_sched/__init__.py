@@ -6,13 +6,15 @@ that decides how the calls interleave and commits them in submission order.
 """
 
 from . import _tracing
+from ._run.entry import run_code
+from ._run.options import RunOptions
 from ._version import __version__ as __version__
 from .adapters import anthropic_tool, call_tool, openai_tool
 from .agent import MODES, WithContextUpdate, run_code_tool, visible_tools
 from .aio import acall_tool, arun_code
-from .approval_store import ApprovalStore, RedisApprovalStore, SqliteApprovalStore, TokenError, UnsettledError
 from .crossing import snapshot
 from .durable import DEFER, ApprovalDecision, Suspension, resume
+from .durable.approval_store import ApprovalStore, RedisApprovalStore, SqliteApprovalStore, TokenError, UnsettledError
 from .errors import ConfigError, RunCodeError, SnapshotError, ToolError
 from .events import (
     ApprovalEvent,
@@ -33,7 +35,6 @@ from .outcome import Outcome, SubCallError
 from .result import ERROR_KINDS, RunError, RunResult
 from .result.records import CallRecord, LaneState
 from .result.usage import CallUsage, Usage
-from .run_code import run_code
 from .runtime import CodeRuntime, Limits, RuntimeOutcome
 from .runtime.pool import WorkerPool
 from .runtime.quickjs import QuickJSRuntime
@@ -48,7 +49,7 @@ tool = function_tool
 
 
 def _otel_tracing() -> _tracing.Tracing:
-    # Here, above both: nous_sched.otel imports run_code, so run_code cannot import it.
+    # Here, above both: nous_sched.otel imports run_code, so run_code's machinery cannot import it.
     from .otel import AUTO
 
     return AUTO
@@ -101,6 +102,7 @@ __all__ = [
     "RunCodeError",
     "RunContext",
     "RunError",
+    "RunOptions",
     "RunEvent",
     "RunResult",
     "RuntimeOutcome",

@@ -28,9 +28,10 @@ __all__ = ["Tracing", "active", "install"]
 class Tracing(Protocol):
     """What :mod:`nous_sched.otel` provides to the entry points."""
 
-    def run(self, options: dict[str, Any], go: Callable[[], Any]) -> Any:
-        """Call ``go()`` (one run) inside a run span; may set ``options``' ``observer``,
-        ``dispatch`` and ``call_id`` first (they are the run's own)."""
+    def run(self, options: Any, go: Callable[[Any], Any]) -> Any:
+        """Call ``go(options)`` (one run) inside a run span, ``options`` (the run's
+        :class:`~nous_sched.RunOptions`: the seam sits below them) with their
+        ``observer``, ``dispatch`` and ``call_id`` changed first (they are the run's own)."""
 
     def call(self, tool: str, call_id: str, go: Callable[[], Any]) -> Any:
         """Call ``go()`` (one direct call of ``tool``) inside a tool-execution span."""

@@ -11,7 +11,6 @@ raised where the agent is built.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Iterable, Optional
 
@@ -19,13 +18,14 @@ import attrs
 
 from . import _validators as v
 from . import sdk
-from ._options import check_run_options
+from ._run.entry import run as run_with
+from ._run.options import FIELDS, RunOptions, build
+from ._run.runner import NO_CODE, runtime_of
 from ._validators import require
 from .errors import RunCodeError
 from .events import ContextUpdate
 from .gate.policy import PermissionPolicy, partition
 from .result.budget import DEFAULT_OUTPUT_BUDGET
-from .run_code import NO_CODE, OUTPUT_BUDGET, resolve_runtime, run_code
 from .runtime import CodeRuntime
 from .tooling import Tool
 
@@ -40,12 +40,8 @@ __all__ = [
 
 RUN_CODE_NAME = "run_code"
 # Set by the run_code tool itself, per call or from its own arguments.
-_NOT_RUN_OPTIONS = frozenset({"code", "tools", "description", "policy", "runtime", "output_budget"})
-_RUN_OPTIONS = sorted(
-    name
-    for name, parameter in inspect.signature(run_code).parameters.items()
-    if parameter.kind is inspect.Parameter.KEYWORD_ONLY and name not in _NOT_RUN_OPTIONS
-)
+_NOT_RUN_OPTIONS = frozenset({"description", "policy", "runtime", "output_budget"})
+_RUN_OPTIONS = sorted(name for name in FIELDS if name not in _NOT_RUN_OPTIONS)
 MODES = ("native", "code", "both")
 _MODE = v.one_of(MODES)
 RUN_CODE_DESCRIPTION = (
@@ -75,13 +71,20 @@ class WithContextUpdate:
     update: ContextUpdate
 
 
-def _check_run_options(owner: str, run_options: Mapping[str, Any]) -> None:
-    """Raise :class:`ConfigError` for an option :func:`~nous_sched.run_code`
-    does not take (naming the closest one it does) or a value it would refuse."""
-    for name in run_options:
-        if name not in _RUN_OPTIONS:
-            v.unknown(owner, name, _RUN_OPTIONS, "run_code")
-    check_run_options(owner, run_options)
+def _run_options(
+    owner: str,
+    policy: Optional[PermissionPolicy],
+    runtime: Optional[CodeRuntime],
+    output_budget: Optional[int],
+    run_options: Mapping[str, Any],
+) -> RunOptions:
+    """The :class:`~nous_sched.RunOptions` of every run the tool starts, each
+    checked now: :class:`ConfigError` for an option :func:`~nous_sched.run_code`
+    does not take here (naming the closest one it does) or a value it would refuse."""
+    if "options" in run_options:  # its own keywords are the tool's options
+        v.unknown(owner, "options", _RUN_OPTIONS, "run_code")
+    given = {**run_options, "policy": policy, "runtime": runtime, "output_budget": output_budget}
+    return build(owner, given, accepted=(*_RUN_OPTIONS, *_NOT_RUN_OPTIONS - {"description"}))
 
 
 def run_code_tool(
@@ -126,8 +129,15 @@ def run_code_tool(
     """
     require("run_code_tool", "budget", budget, sdk.BUDGET_RULE)
     require("run_code_tool", "ranking", ranking, sdk.RANKING_RULE)
-    function, tools = program_runner("run_code_tool", tools, policy, runtime, output_budget, run_options)
-    granted, _ = partition(tools, policy, "run_code_tool")
+    require("run_code_tool", "tools", tools, v.TOOLS)
+    options = _run_options("run_code_tool", policy, runtime, output_budget, run_options)
+    return _tool(list(tools), options, budget, ranking)
+
+
+def _tool(tools: list[Tool], options: RunOptions, budget: Optional[int], ranking: Optional[Sequence[str]]) -> Tool:
+    """The ``run_code`` tool over ``tools``, each of its runs with ``options`` (checked already)."""
+    function = program_runner(tools, options)
+    granted, _ = partition(tools, options.policy, "run_code_tool")
     description = _description(granted.values(), budget, ranking)
 
     return Tool(
@@ -155,22 +165,17 @@ def run_code_tool(
     )
 
 
-def program_runner(
-    owner: str,
-    tools: Iterable[Tool],
-    policy: Optional[PermissionPolicy],
-    runtime: Optional[CodeRuntime],
-    output_budget: Optional[int],
-    run_options: dict[str, Any],
-) -> tuple[Callable[[Any], Any], list[Tool]]:
-    """The ``run_code`` tool's function (its options checked, its runtime
-    resolved), without the description: serve-mcp makes one per run, and
-    rendering the SDK of thousands of tools each time would be wasted."""
-    require(owner, "tools", tools, v.TOOLS)
-    require(owner, "output_budget", output_budget, OUTPUT_BUDGET)
-    _check_run_options(owner, run_options)
-    tools = list(tools)
-    rt = resolve_runtime(runtime)
+def program_runner(tools: list[Tool], options: RunOptions) -> Callable[[Any], Any]:
+    """The ``run_code`` tool's function, each run with ``options`` (made and
+    checked by the caller) and the description the model gave, without the
+    tool's description: serve-mcp makes one per run, and rendering the SDK of
+    thousands of tools each time would be wasted.
+
+    :raises RunCodeError: no runtime is available (``options.runtime`` is ``None``
+        and the default one cannot start).
+    """
+    if options.runtime is None:  # resolved once: every run takes the same
+        options = attrs.evolve(options, runtime=runtime_of(None))
 
     def function(args: Any) -> Any:
         if not isinstance(args, Mapping):
@@ -183,14 +188,12 @@ def program_runner(
             raise RunCodeError(_NO_DESCRIPTION)
         if not what.strip():
             raise RunCodeError(_BLANK_DESCRIPTION)
-        result = run_code(
-            code, tools, description=what, policy=policy, runtime=rt, output_budget=output_budget, **run_options
-        )
+        result = run_with(code, tools, attrs.evolve(options, description=what))
         if not result.events:
             return result.for_model()
         return WithContextUpdate(result.for_model(), result.context_update())
 
-    return function, tools
+    return function
 
 
 def _description(granted: Iterable[Tool], budget: Optional[int], ranking: Optional[Sequence[str]]) -> str:
@@ -224,30 +227,19 @@ def visible_tools(
     require("visible_tools", "mode", mode, _MODE)
     require("visible_tools", "tools", tools, v.TOOLS)
     require("visible_tools", "budget", budget, sdk.BUDGET_RULE)
-    require("visible_tools", "output_budget", output_budget, OUTPUT_BUDGET)
     require("visible_tools", "ranking", ranking, sdk.RANKING_RULE)
-    _check_run_options("visible_tools", run_options)
+    # The runtime apart: "native" needs none, and "both" does without a bad or missing one.
+    options = _run_options("visible_tools", policy, None, output_budget, run_options)
     tools = list(tools)
     granted = list(partition(tools, policy, "visible_tools")[0].values())
     if mode == "native":
         return granted
-    if mode == "both":
-        try:
-            rt = resolve_runtime(runtime)
-        except RunCodeError:
-            return granted
-        code_tool = run_code_tool(
-            tools, policy=policy, runtime=rt, budget=budget, output_budget=output_budget, ranking=ranking, **run_options
+    try:
+        code_tool = _tool(
+            tools, options if runtime is None else attrs.evolve(options, runtime=runtime), budget, ranking
         )
-        return granted + [code_tool]
-    return [
-        run_code_tool(
-            tools,
-            policy=policy,
-            runtime=runtime,
-            budget=budget,
-            output_budget=output_budget,
-            ranking=ranking,
-            **run_options,
-        )
-    ]
+    except RunCodeError:  # no runtime
+        if mode == "code":
+            raise
+        return granted
+    return [code_tool] if mode == "code" else granted + [code_tool]

@@ -13,7 +13,7 @@ ends with ``CancelledError``. So when the ``await`` on a cancelled task
 returns, the program is no longer running (the worker runtime stops it within
 about 50 ms, the in-process one at its next step). Under :func:`acall_tool`,
 every run the tool starts on that thread (a ``run_code_tool``'s) is cancelled
-the same way, through :data:`~nous_sched.run_code.ambient_cancel`.
+the same way, through :data:`~nous_sched._run.runner.ambient_cancel`.
 """
 
 from __future__ import annotations
@@ -24,10 +24,15 @@ import itertools
 import threading
 from typing import Any, Callable, Iterable, Optional, TypeVar
 
+import attrs
+
+from ._run.entry import run as run_with
+from ._run.options import build, keywords
+from ._run.runner import ambient_cancel
 from .adapters import call_tool
 from .events import SessionLog
 from .result import RunResult
-from .run_code import ambient_cancel, run_code
+from .runtime import AnyCancel
 from .tooling import Tool
 
 __all__ = ["arun_code", "acall_tool", "CANCEL_WAIT"]
@@ -48,11 +53,15 @@ async def arun_code(code: Any, tools: Iterable[Tool] = (), **options: Any) -> Ru
     :raises RunCodeError: nothing ran (as :func:`~nous_sched.run_code`).
     :raises ConfigError: a bad option, named in the message.
     """
-    cancel = options.get("cancel")
-    if cancel is None:
-        cancel = options["cancel"] = threading.Event()
+    given = build("run_code", keywords("arun_code", options))
+    # The caller's event (the task's cancellation sets it as it would set ours), else a fresh
+    # one: beside a caller's cancel that is no Event (only is_set()), which nothing here sets.
+    caller = given.cancel
+    cancel = caller if isinstance(caller, threading.Event) else threading.Event()
+    if cancel is not caller:
+        given = attrs.evolve(given, cancel=AnyCancel(caller, cancel))
     tools = list(tools) if not isinstance(tools, (list, tuple)) else tools
-    return await _on_thread(lambda: run_code(code, tools, **options), cancel)
+    return await _on_thread(lambda: run_with(code, tools, given), cancel)
 
 
 async def acall_tool(tool: Tool, arguments: Any, session_log: Optional[SessionLog] = None, **options: Any) -> str:

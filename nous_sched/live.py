@@ -67,7 +67,6 @@ that starts later than that misses the oldest (a ``gap`` again).
 from __future__ import annotations
 
 import contextvars
-import inspect
 import itertools
 import json
 import secrets
@@ -79,6 +78,9 @@ from typing import Any, Callable, Collection, Iterable, Iterator, Optional
 import attrs
 
 from . import _validators as v
+from ._run.entry import run as run_with
+from ._run.options import RunOptions, build, keywords
+from ._run.runner import execute, live_stream, prepare
 from ._text import machine_json
 from .durable import resume
 from .gate import approval_text
@@ -86,7 +88,6 @@ from .gate.dispatch import needs_approval
 from .outcome import Outcome
 from .result import RunResult
 from .result.records import CallRecord
-from .run_code import execute, live_stream, prepare, run_code
 from .runtime import AnyCancel
 from .tooling import Tool
 
@@ -100,7 +101,6 @@ HISTORY = 100_000
 DEFAULT_BUFFER = 10_000
 _BUFFER = v.int_at_least(1, "a positive number of events")
 _numbers = itertools.count(1)
-_SIGNATURE = inspect.signature(run_code)
 
 
 @attrs.frozen
@@ -345,7 +345,7 @@ class Run:
 
     def _serve_durable(self, call: Callable[[], RunResult]) -> None:
         """A run with an approval store: ``call()`` (``run_code``, or ``resume``) itself,
-        this run's stream in :data:`~nous_sched.run_code.live_stream`; a ``suspended``
+        this run's stream in :data:`~nous_sched._run.runner.live_stream`; a ``suspended``
         event before ``end`` when it suspends (its token and what waits: see
         :class:`~nous_sched.Suspension`)."""
         try:
@@ -374,45 +374,48 @@ def _thread(run: Run, serve: Callable[[], Any]) -> Run:
     return run
 
 
-def resume_run(token: str, decisions: Any, tools: Iterable[Tool] = (), **options: Any) -> Run:
+def resume_run(
+    token: str, decisions: Any, tools: Iterable[Tool] = (), *, approval_store: Any = None, **options: Any
+) -> Run:
     """:func:`~nous_sched.resume` started now, watched as :func:`start_run`'s runs are:
     the resumed run's :class:`Run` at once (its ``result()`` is what ``resume`` returns,
-    and raises what it raises). ``options`` are ``resume``'s, ``approval_store`` among them."""
-    description = options.get("description") or "a resumed run"
-    call_id = options.setdefault("call_id", "run_code-" + secrets.token_urlsafe(6))
+    and raises what it raises). ``options`` are ``resume``'s, ``approval_store`` among them;
+    the others are checked here (a :class:`~nous_sched.ConfigError` naming ``resume_run``)."""
+    given = _named(build("resume_run", keywords("resume_run", options)))
     own = threading.Event()
-    if options.get("cancel") is None:
-        options["cancel"] = own
-    run = Run(EventStream(), own, call_id=str(call_id), description=str(description))
-    return _thread(run, partial(run._serve_durable, partial(resume, token, decisions, list(tools), **options)))  # noqa: SLF001
+    if given.cancel is None:
+        given = attrs.evolve(given, cancel=own)
+    run = Run(EventStream(), own, call_id=str(given.call_id), description=given.description or "a resumed run")
+    resumed = partial(resume, token, decisions, list(tools), approval_store=approval_store, options=given)
+    return _thread(run, partial(run._serve_durable, resumed))  # noqa: SLF001
 
 
 def start_run(code: Any, tools: Iterable[Tool] = (), **options: Any) -> Run:
     """Start ``code`` with ``tools`` now and return its :class:`Run` at once.
 
-    ``options`` are :func:`~nous_sched.run_code`'s, checked here, on the
+    ``options`` are :func:`~nous_sched.run_code`'s (``options=`` a
+    :class:`~nous_sched.RunOptions` among them), checked here, on the
     calling thread: what ``run_code`` would raise for them (``RunCodeError``,
-    ``ConfigError``, ``TypeError`` for an unknown keyword) this raises. The
+    ``ConfigError``, an unknown keyword named as one) this raises. The
     run then goes on in a thread ``nous-sched-run-<n>`` with a copy of this
     thread's ``contextvars``; ``start_run(...).result()`` is what
     ``run_code(...)`` returns.
     """
-    bound = _SIGNATURE.bind(code, tools, **options)
-    bound.apply_defaults()
-    arguments = dict(bound.arguments)
-    code, tools = arguments.pop("code"), arguments.pop("tools")
-    if arguments["call_id"] is None:  # named here, so the Run knows its id (run_code's default form)
-        arguments["call_id"] = "run_code-" + secrets.token_urlsafe(6)
+    given = _named(build("run_code", keywords("start_run", options)))
     own = threading.Event()
-    store = arguments.pop("approval_store")
-    prepared = prepare(code, tools, arguments)  # every check, on this thread
-    prepared.options["cancel"] = AnyCancel(arguments["cancel"], own)
-    run = Run(EventStream(), own, call_id=str(arguments["call_id"]), description=str(arguments["description"]))
-    if store is None:
+    prepared = prepare(code, tools, given)  # every check, on this thread
+    prepared.cancel = AnyCancel(prepared.cancel, own)
+    run = Run(EventStream(), own, call_id=str(given.call_id), description=str(given.description))
+    if given.approval_store is None:
         serve: Callable[[], Any] = partial(run._serve, prepared)  # noqa: SLF001
     else:  # a durable run goes through run_code (it may replay): the stream reaches it by context
-        serve = partial(
-            run._serve_durable,  # noqa: SLF001
-            partial(run_code, code, tools, **dict(prepared.options, approval_store=store)),
-        )
+        durable = attrs.evolve(given, cancel=prepared.cancel)
+        serve = partial(run._serve_durable, partial(run_with, code, tools, durable))  # noqa: SLF001
     return _thread(run, serve)
+
+
+def _named(options: RunOptions) -> RunOptions:
+    """``options`` with a call id: named here, so the :class:`Run` knows its id (run_code's default form)."""
+    if options.call_id is not None:
+        return options
+    return attrs.evolve(options, call_id="run_code-" + secrets.token_urlsafe(6))

@@ -72,6 +72,8 @@ import threading
 import time
 from typing import Any, Callable, Iterable, Optional
 
+import attrs
+
 try:
     from opentelemetry import context as otel_context
     from opentelemetry import trace
@@ -82,13 +84,13 @@ except ImportError as exc:  # pragma: no cover - tested by hiding the package
     ) from exc
 
 from . import _validators as v
-from ._options import check_run_options
+from ._run.entry import run as run_with
+from ._run.options import RunOptions, build
 from ._text import machine_text
 from ._validators import require
 from .gate.dispatch import Dispatch, RunContext, approval_sink, current_call, direct_dispatch
 from .result import RunResult
 from .result.records import CallRecord
-from .run_code import run_code
 from .tooling import Tool
 
 __all__ = [
@@ -393,30 +395,30 @@ def traced_run_code(
     makes the same spans with the global tracer; this is for another tracer,
     or ``tool_context=False``.
     """
-    _check_traced_options(tracer, call_id, observer, dispatch, tool_context, run_options)
-    options = {**run_options, "call_id": call_id, "observer": observer, "dispatch": dispatch}
-    return _traced_run(_tracer(tracer), options, lambda: run_code(code, tools, **options), tool_context=tool_context)
+    options = _traced_options(tracer, call_id, observer, dispatch, tool_context, run_options)
+    go = lambda traced: run_with(code, tools, traced)  # noqa: E731
+    return _traced_run(_tracer(tracer), options, go, tool_context=tool_context)
 
 
 def _traced_run(
-    tracer: trace.Tracer, options: dict[str, Any], go: Callable[[], RunResult], tool_context: bool = True
+    tracer: trace.Tracer, options: RunOptions, go: Callable[[RunOptions], RunResult], tool_context: bool = True
 ) -> RunResult:
-    """``go()`` in a run span, with ``options``' observer, dispatch and call id set for its sub-call spans."""
-    call_id = options.get("call_id")
+    """``go(traced)`` in a run span, ``traced`` the ``options`` with an observer,
+    dispatch and call id set for its sub-call spans."""
+    call_id = options.call_id
     if call_id is None:
-        call_id = options["call_id"] = "run_code-" + secrets.token_urlsafe(6)
+        call_id = "run_code-" + secrets.token_urlsafe(6)
     with tracer.start_as_current_span(
         RUN_SPAN, kind=SpanKind.INTERNAL, attributes={ATTR_CALL_ID: machine_text(call_id)}
     ) as run_span:
         spans = SpanObserver(
-            tracer, context=trace.set_span_in_context(run_span), then=options.get("observer"), call_id=call_id
+            tracer, context=trace.set_span_in_context(run_span), then=options.observer, call_id=call_id
         )
-        options["observer"] = spans
-        if tool_context:
-            options["dispatch"] = spans.wrap_dispatch(options.get("dispatch", direct_dispatch))
+        dispatch = spans.wrap_dispatch(options.dispatch) if tool_context else options.dispatch
+        traced = attrs.evolve(options, call_id=call_id, observer=spans, dispatch=dispatch)
         result = None
         try:
-            result = go()
+            result = go(traced)
         finally:
             spans.close(result.trail if result is not None else ())
             run_span.set_attribute(ATTR_CALLS, spans.started)
@@ -433,9 +435,9 @@ def _traced_run(
 class _Auto:
     """The :class:`nous_sched._tracing.Tracing` the entry points use once a tracer provider is configured."""
 
-    def run(self, options: dict[str, Any], go: Callable[[], Any]) -> Any:
-        if isinstance(options.get("observer"), SpanObserver):  # traced_run_code's own run: spanned already
-            return go()
+    def run(self, options: RunOptions, go: Callable[[RunOptions], Any]) -> Any:
+        if isinstance(options.observer, SpanObserver):  # traced_run_code's own run: spanned already
+            return go(options)
         return _traced_run(_tracer(None), options, go)
 
     def call(self, tool: str, call_id: str, go: Callable[[], Any]) -> Any:
@@ -468,11 +470,11 @@ class _Auto:
 AUTO = _Auto()
 
 
-def _check_traced_options(
+def _traced_options(
     tracer: Any, call_id: Any, observer: Any, dispatch: Any, tool_context: Any, run_options: dict[str, Any]
-) -> None:
+) -> RunOptions:
     # Every option, before the run span starts: a bad one is no span and no run.
     require("traced_run_code", "tracer", tracer, _TRACER)
     require("traced_run_code", "tool_context", tool_context, v.BOOL)
     options = {**run_options, "call_id": call_id, "observer": observer, "dispatch": dispatch}
-    check_run_options("traced_run_code", options)
+    return build("traced_run_code", options)

@@ -1,4 +1,4 @@
-"""The record bound to its token (nous_sched/approval_store.py, "The record bound to its token").
+"""The record bound to its token (nous_sched/durable/approval_store.py, "The record bound to its token").
 
 Each test plays someone who can write the store's rows (SQL on the file,
 commands to Redis) but has no key: they edit a suspended ``pay`` from

@@ -1,4 +1,4 @@
-"""Who holds a claim, and whether it is dead (nous_sched/_claimer.py): real processes, hostile names."""
+"""Who holds a claim, and whether it is dead (nous_sched/durable/_claimer.py): real processes, hostile names."""
 
 import json
 import subprocess
@@ -6,13 +6,13 @@ import sys
 
 import pytest
 
-from nous_sched._claimer import claim_alive, claimer, describe
+from nous_sched.durable._claimer import claim_alive, claimer, describe
 
 
 def test_this_process_is_alive_and_a_reaped_child_is_dead():
     assert claim_alive(claimer()) is True
     child = subprocess.run(
-        [sys.executable, "-c", "from nous_sched._claimer import claimer; print(claimer())"],
+        [sys.executable, "-c", "from nous_sched.durable._claimer import claimer; print(claimer())"],
         capture_output=True,
         text=True,
         check=True,

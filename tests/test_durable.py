@@ -1,4 +1,4 @@
-"""Durable approval (nous_sched/durable.py, nous_sched/approval_store.py).
+"""Durable approval (nous_sched/durable/).
 
 Most tests run each step in a process of its own (tests/durable/proc.py): one
 process suspends, another resumes, and the tools count every run in a file
@@ -24,7 +24,7 @@ from nous_sched import (
     resume,
     run_code,
 )
-from nous_sched import approval_store as approval_store_module
+from nous_sched.durable import approval_store as approval_store_module
 
 HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "durable")
 sys.path.insert(0, HERE)
@@ -465,7 +465,7 @@ def test_a_parked_run_whose_time_passed_is_replayed_with_the_same_result(env, tm
 
 
 def test_the_recorded_clock_is_bounded(env, tmp_path, monkeypatch):
-    from nous_sched import durable
+    from nous_sched.durable import _replay as durable
 
     monkeypatch.setattr(durable, "MAX_CLOCK_VALUES", 50)
     store = SqliteApprovalStore(str(tmp_path / "bound.db"))

@@ -1,4 +1,4 @@
-"""A suspension within the budget (nous_sched/durable.py, "Within the output budget").
+"""A suspension within the budget (nous_sched/durable/, "Within the output budget").
 
 What a model reads of a suspended run fits the run's ``output_budget`` like
 any answer and always carries the suspension and its token: with four gated

@@ -406,7 +406,7 @@ def test_docs_render_cleanly(name):
 def test_architecture_names_files_that_exist():
     text = (ROOT / "ARCHITECTURE.rst").read_text(encoding="utf-8")
     named = set(re.findall(r"``((?:[a-z_]+/)*[a-z_]+\.(?:py|js))``", text))
-    assert {"scheduler/_shell.py", "scheduler/lane.py", "runtime/prelude.js", "run_code.py"} <= named
+    assert {"scheduler/_shell.py", "scheduler/lane.py", "runtime/prelude.js", "_run/runner.py"} <= named
     package = ROOT / "nous_sched"
     missing = [f for f in named if not ((package / f).exists() or (ROOT / f).exists() or (ROOT / "tests" / f).exists())]
     assert not missing, f"ARCHITECTURE.rst names files that do not exist: {missing}"

@@ -637,7 +637,7 @@ def test_stop_while_a_run_code_program_waits(event, monkeypatch):
             original_init(self, *a, **kw)
             lanes.append(self)
 
-    rc = sys.modules["nous_sched.run_code"]  # the package re-exports the function under the same name
+    rc = sys.modules["nous_sched._run.runner"]  # the machinery of run_code
 
     before = sched_threads()
     result: dict = {}

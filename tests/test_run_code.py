@@ -53,9 +53,9 @@ from nous_sched import (
     run_code_tool,
     visible_tools,
 )
+from nous_sched._run.runner import resolve_runtime
 from nous_sched.agent import RUN_CODE_DESCRIPTION
 from nous_sched.result._explain import FIXES
-from nous_sched.run_code import resolve_runtime
 from nous_sched.runtime.quickjs import QuickJSRuntime
 
 # Every test runs against both runtimes (conftest.py `runtime`).

@@ -759,7 +759,7 @@ def test_a_bad_scheduler_option_abandons_the_begun_run(pool):
 def test_a_begun_run_whose_host_never_comes_gives_its_worker_back(pool, monkeypatch):
     # Anything failing between begin and run (here the host itself) abandons
     # the begun run: no worker stays checked out of the pool.
-    run_code_module = sys.modules["nous_sched.run_code"]
+    run_code_module = sys.modules["nous_sched._run.runner"]
 
     def broken_host(*args, **kwargs):
         raise RuntimeError("no host today")
@@ -779,7 +779,7 @@ def test_a_pool_is_created_on_first_use_and_is_the_default(tmp_path):
         """
         import json
         from nous_sched import WorkerPool, run_code
-        from nous_sched.run_code import resolve_runtime
+        from nous_sched._run.runner import resolve_runtime
         from nous_sched.runtime import pool
         before = pool._default
         result = run_code("return 6 * 7", description="t")

@@ -63,7 +63,7 @@ def _key() -> Optional[bytes]:
 def open_store(spec: str) -> Any:
     """The approval store ``spec`` names: a ``redis://`` URL, or a SQLite file
     (its key from :data:`KEY_ENV` when set)."""
-    from ..approval_store import RedisApprovalStore, SqliteApprovalStore
+    from ..durable.approval_store import RedisApprovalStore, SqliteApprovalStore
 
     key = _key()
     try:
@@ -145,15 +145,16 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def _resume(args: argparse.Namespace, out: TextIO) -> int:
+    from .._run.options import build
     from ..durable import ApprovalDecision, resume
 
     tools = load_tools(args.tools)
     store = open_store(args.approval_store)
     decisions = {seq: ApprovalDecision(True, args.reason or "approved") for seq in args.approve}
     decisions.update({seq: ApprovalDecision(False, args.reason or "denied") for seq in args.deny})
-    runtime = runtime_named(args.runtime)
     try:
-        result = resume(args.token, decisions, tools, approval_store=store, timeout=args.timeout, runtime=runtime)
+        options = build("resume", {"timeout": args.timeout, "runtime": runtime_named(args.runtime)})
+        result = resume(args.token, decisions, tools, approval_store=store, options=options)
     except ConfigError as exc:  # TokenError included: nothing ran
         raise UsageError(str(exc)) from None
     if result.suspended is not None:

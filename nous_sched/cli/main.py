@@ -14,6 +14,7 @@ from typing import Any, Callable, Iterator, NoReturn, Optional, Sequence, TextIO
 from .. import _validators as v
 from .._version import __version__
 from ..errors import ConfigError
+from ..runtime import Cancel
 from . import durable as cli_durable
 from .loading import UsageError, load_tools, read_program
 from .progress import Progress, isatty
@@ -162,7 +163,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from ..run_code import run_code  # lazily: `--help` works without the runtime
+    from .._run.entry import run as run_with  # lazily: `--help` works without the runtime
 
     tools = load_tools(args.tools)
     program = read_program(args.program, sys.stdin)
@@ -172,16 +173,14 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             raise UsageError(f"--trace {args.trace}: folder {folder} does not exist")
     show_progress = isatty(err) if args.progress is None else args.progress
     progress = Progress(err) if show_progress else None
-    options = _run_options(args, err)
     try:
         with _ctrl_c_cancels() as cancel:
-            if progress is not None:
-                options["observer"] = progress.observe
+            options = _run_options(args, err, cancel, None if progress is None else progress.observe)
             with progress if progress is not None else contextlib.nullcontext():
                 if args.events:
-                    result = _off_main(lambda: _run_with_events(program, tools, out, cancel=cancel, **options))
+                    result = _off_main(lambda: _run_with_events(program, tools, out, options))
                 else:
-                    result = _off_main(lambda: run_code(program, tools, cancel=cancel, **options))
+                    result = _off_main(lambda: run_with(program, tools, options))
     except ConfigError as exc:  # RunCodeError included: nothing ran
         raise UsageError(str(exc)) from None
 
@@ -227,11 +226,11 @@ def _print_result(args: argparse.Namespace, result: Any, out: TextIO) -> None:
     out.flush()
 
 
-def _run_with_events(program: str, tools: Any, out: TextIO, **options: Any) -> Any:
+def _run_with_events(program: str, tools: Any, out: TextIO, options: Any) -> Any:
     """The run, its events written to ``out`` as JSON lines as they come."""
     from ..live import start_run
 
-    run = start_run(program, tools, **options)
+    run = start_run(program, tools, options=options)
     for event in run.events():
         out.write(event.to_json() + "\n")
         out.flush()
@@ -263,21 +262,27 @@ def _off_main(run: Callable[[], T]) -> T:
     return cast(T, value)
 
 
-def _run_options(args: argparse.Namespace, err: TextIO) -> dict[str, Any]:
-    """``run_code``'s options from the command line: the runtime, limits, the
-    description, an approval prompt or an approval store."""
-    options: dict[str, Any] = {
+def _run_options(args: argparse.Namespace, err: TextIO, cancel: Optional[Cancel], observer: Any) -> Any:
+    """``run_code``'s :class:`~nous_sched.RunOptions` from the command line: the
+    runtime, limits, the description, an approval prompt or an approval store,
+    Ctrl-C's ``cancel`` and the progress line's ``observer``.
+
+    :raises ConfigError: a bad value, named as ``run_code`` names it.
+    """
+    from .._run.options import build
+
+    options = {
         "max_parallel": args.max_parallel,
         "timeout": args.timeout,
         "runtime": cli_durable.runtime_named(args.runtime),
         # run_code requires a description (the audit's and approval's); the program's file name is one.
         "description": Path(args.program).name if args.program != "-" else "program from standard input",
+        "cancel": cancel,
+        "observer": observer,
+        "approval_handler": _terminal_approver(args.program, err) if args.ask else None,
+        "approval_store": cli_durable.open_store(args.approval_store) if args.approval_store else None,
     }
-    if args.ask:
-        options["approval_handler"] = _terminal_approver(args.program, err)
-    if args.approval_store:
-        options["approval_store"] = cli_durable.open_store(args.approval_store)
-    return options
+    return build("run_code", options)
 
 
 @contextlib.contextmanager

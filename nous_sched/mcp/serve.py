@@ -118,10 +118,12 @@ from mcp_types import Tool as MCPTool
 from mcp_types.version import is_version_at_least
 
 from .. import agent
+from .._run.options import RunOptions, build
+from .._run.runner import live_stream
 from .._text import machine_json, machine_text, machine_value
 from .._validators import NAMES, POSITIVE_INT, TOOLS, instance_of, names, optional, require
-from ..approval_store import TokenError
 from ..durable import resume
+from ..durable.approval_store import ApprovalStore, TokenError
 from ..errors import ConfigError, RunCodeError, ToolError
 from ..events import Event, SessionLog
 from ..gate.dispatch import ApprovalRequest, current_call, direct_dispatch
@@ -129,7 +131,6 @@ from ..gate.policy import PermissionPolicy
 from ..limits import Limits
 from ..live import EventStream
 from ..result.budget import DEFAULT_OUTPUT_BUDGET
-from ..run_code import live_stream
 from ..tooling import Tool
 from .access import auth_settings, transport_security
 from .client import DEADLINE_GRACE
@@ -220,11 +221,11 @@ _OPTIONAL_POSITIVE_INT = optional(POSITIVE_INT)
 _POLICY = optional(instance_of(PermissionPolicy, "a nous_sched.PermissionPolicy"))
 
 
-def _audited_code(code: Any, run_options: dict[str, Any]) -> dict[str, Any]:
+def _audited_code(code: Any, options: RunOptions) -> dict[str, Any]:
     """The program as ``run_start`` records it: whole when ``run_code`` may run
     it, else only its size (it is refused before it runs, and an audit line the
     size of any program a client sends would let one client fill the disk)."""
-    limits = run_options.get("limits") or Limits()
+    limits = options.limits or Limits()
     if isinstance(code, str) and len(code) > limits.max_code_bytes:
         return {"code": None, "code_chars": len(code)}
     return {"code": code}
@@ -412,15 +413,17 @@ class CodeModeServer:
         for option in ("approval_handler", "dispatch", "call_id", "session_log", "description", "cancel"):
             if option in run_options:
                 raise ConfigError(f"CodeModeServer: `{option}` is set per run by the server; it cannot be given")
-        self._run_options = run_options
         # Built once: checks the tools and the runtime now, and renders the SDK the client reads.
         self._template = agent.run_code_tool(self._tools, policy=policy, **run_options)
+        # Every run's options but the ones set per run; `budget` and `ranking` shape the description only.
+        given = {k: value for k, value in run_options.items() if k not in ("budget", "ranking")}
+        self._options = build("CodeModeServer", {"output_budget": DEFAULT_OUTPUT_BUDGET, **given, "policy": policy})
         if audit_log is None or isinstance(audit_log, AuditLog):
             self._audit = audit_log
         else:
             self._audit = AuditLog(audit_log)
         require("CodeModeServer", "max_runs_per_session", max_runs_per_session, _OPTIONAL_POSITIVE_INT)
-        self.max_runs_per_session: int = max_runs_per_session or default_cap(pool_size(run_options.get("runtime")))
+        self.max_runs_per_session: int = max_runs_per_session or default_cap(pool_size(self._options.runtime))
         self._runs: dict[str, _Run] = {}
         self._shares = Shares(self.max_runs_per_session)  # runs going per client
         self._runs_lock = threading.Lock()  # guards _runs: handlers on the loop, sweeps, runs
@@ -569,11 +572,11 @@ class CodeModeServer:
                     ),
                 )
             ]
-            + ([_RUN_RESULT_TOOL] if self._run_options.get("approval_store") is not None else [])
+            + ([_RUN_RESULT_TOOL] if self._options.approval_store is not None else [])
         )
 
     async def _call_tool(self, ctx: Any, params: CallToolRequestParams) -> Union[CallToolResult, InputRequiredResult]:
-        if params.name == RUN_RESULT and self._run_options.get("approval_store") is not None:
+        if params.name == RUN_RESULT and self._options.approval_store is not None:
             return await self._run_result(ctx, dict(params.arguments or {}))
         if params.name != self._template.name:
             return _error_result(f"unknown tool {params.name!r}; this server has one tool, {self._template.name!r}")
@@ -635,7 +638,9 @@ class CodeModeServer:
     def _undecided(self, delivery: Delivery) -> Union[str, list[int]]:
         """The pending seqs no one decided yet, or why the token cannot be resumed here."""
         try:
-            record = self._run_options["approval_store"].load(delivery.token)
+            store = self._options.approval_store
+            assert isinstance(store, ApprovalStore)  # (run_result is offered only with one)
+            record = store.load(delivery.token)
         except TokenError as exc:
             return f"this run cannot be resumed here: {exc} (was it resumed with `nous-sched resume`?)"
         decided = {str(seq) for seq in record.get("decisions", {})}
@@ -753,29 +758,20 @@ class CodeModeServer:
             "run_start",
             run=run.id,
             description=run.description,
-            **_audited_code(arguments.get("code"), self._run_options),
+            **_audited_code(arguments.get("code"), self._options),
         )
-        options = dict(self._run_options)
-        # The description's options: the template rendered it once.
-        options.pop("budget", None)
-        options.pop("ranking", None)
-        runtime, budget = options.pop("runtime", None), options.pop("output_budget", DEFAULT_OUTPUT_BUDGET)
-        per_run = {
-            **options,
-            "approval_handler": lambda request: self._approve_call(run, request),
-            "dispatch": lambda tool, args, run_ctx: self._dispatch(run, tool, args, run_ctx),
-            "session_log": _GateAudit(self, run),
-            "call_id": run.id,
-            "cancel": run.cancel,
-        }
-        function, _ = agent.program_runner("CodeModeServer", self._tools, self._policy, runtime, budget, per_run)
-        if resume_token is not None:  # run_result: the suspended run, resumed by replay (.deliver)
-            per_run.pop("approval_store", None)
-            store = self._run_options["approval_store"]
-            function = partial(
-                _resumed, resume_token, self._tools, store, policy=self._policy, runtime=runtime, output_budget=budget
-            )
-            function = partial(function, **per_run)
+        per_run = attrs.evolve(
+            self._options,
+            approval_handler=lambda request: self._approve_call(run, request),
+            dispatch=lambda tool, args, run_ctx: self._dispatch(run, tool, args, run_ctx),
+            session_log=_GateAudit(self, run),
+            call_id=run.id,
+            cancel=run.cancel,
+        )
+        if resume_token is None:
+            function = agent.program_runner(self._tools, per_run)
+        else:  # run_result: the suspended run, resumed by replay (.deliver)
+            function = partial(_resumed, resume_token, self._tools, per_run)
         bound = live_stream.set(run.live)  # run_code's execute() emits into it
         try:
             value = function(arguments)
@@ -808,7 +804,7 @@ class CodeModeServer:
         info = current_call.get()
         if request.tool in self._approve:
             approved, by = True, "policy"
-        elif not run.can_ask and self._run_options.get("approval_store") is not None:
+        elif not run.can_ask and self._options.approval_store is not None:
             return self._defer(run, request)
         elif not run.can_ask:
             approved, by = False, "default"
@@ -889,9 +885,11 @@ class _GateAudit(SessionLog):
         # An `approval` record is written by the server's own handler, with who answered (_approve_call).
 
 
-def _resumed(token: str, tools: list[Tool], store: Any, arguments: Any, **options: Any) -> Any:
+def _resumed(token: str, tools: list[Tool], options: RunOptions, arguments: Any) -> Any:
     """What ``run_code`` would answer for the resumed run (``arguments`` unused: the record has the code)."""
-    return resume(token, {}, tools, approval_store=store, **options).for_model()
+    store = options.approval_store
+    assert isinstance(store, ApprovalStore)  # (a run is resumed only with one)
+    return resume(token, {}, tools, approval_store=store, options=options).for_model()
 
 
 def _session_of(ctx: Any) -> Any:

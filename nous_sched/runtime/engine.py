@@ -276,7 +276,7 @@ class Engine:
         self._guard(ctx.eval, _RUN_CLOCK)
         program = self.program
         if program.startswith(CLOCK_MARK):
-            # A durable run (nous_sched/durable.py): its recorded clock values, then the program.
+            # A durable run (nous_sched/durable/_replay.py): its recorded clock values, then the program.
             end = program.index("\x00", len(CLOCK_MARK))
             self._guard(bridge, "clock", program[len(CLOCK_MARK) : end])
             program = program[end + 1 :]

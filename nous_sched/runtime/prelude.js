@@ -388,7 +388,7 @@
   }
 
 
-  // Durable runs (nous_sched/durable.py) only: Date.now(), new Date(),
+  // Durable runs (nous_sched/durable/_replay.py) only: Date.now(), new Date(),
   // Math.random() and performance.now() are read through here, so a replay
   // gets the values the first run read, in the same order, and a live run
   // hands each new value to the host in the envelope ("clock").

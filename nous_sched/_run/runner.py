@@ -1,4 +1,8 @@
-"""``run_code``: run a model-written program whose every tool call goes through one scheduler.
+"""Private: the machinery of one ``run_code`` run (prepare, then execute) and its host bindings.
+
+:func:`nous_sched.run_code` (the entry, :mod:`nous_sched._run.entry`) and a
+durable run (:mod:`nous_sched.durable`) both drive it with the run's
+:class:`~nous_sched.RunOptions`, checked already: nothing here imports either.
 
 One ``run_code`` call replaces a chain of tool calls: the program loops,
 branches and fans out in one round trip, and only what it logs or returns goes
@@ -25,7 +29,6 @@ id, and is refused when there is no handler.
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextvars
 import importlib.util
 import logging
@@ -33,44 +36,43 @@ import secrets
 import threading
 import time
 from functools import partial
-from typing import Any, Callable, ContextManager, Iterable, Optional, Sequence
+from typing import Any, ContextManager, Iterable, Optional, Sequence
 
 import attrs
 
-from . import _tracing
-from . import _validators as v
-from ._interrupts import LOCAL, deferred, guarded, leave
-from ._options import CANCEL, LIMITS, OPTIONAL_POLICY, check_run_options
-from ._text import one_line
-from ._validators import require
-from .crossing import text_bytes
-from .errors import RunCodeError
-from .events import SessionLog
-from .gate import Admitted, Gate
-from .gate.dispatch import ApprovalRequest, Dispatch, RunContext, direct_dispatch
-from .gate.policy import PermissionPolicy, approval_names, partition
-from .outcome import TRUNCATION_MARK, Outcome
-from .result import RunError, RunResult
-from .result._explain import told as _explain
-from .result._hints import Seen, hints
-from .result.budget import MIN_OUTPUT_BUDGET, fit, fit_value, utf8_size
-from .result.budget import size as budget_size
-from .result.records import CallRecord
-from .result.usage import CallUsage, Usage
-from .runtime import Cancel, CodeRuntime, Host, Limits, PendingCall, RuntimeOutcome, _program
-from .runtime.syntax import explain as explain_syntax
-from .scheduler import Scheduler
-from .sdk.discovery import Discovery, unknown_tool_message
-from .tooling import Tool
+from .. import _tracing
+from .._interrupts import LOCAL, deferred, guarded, leave
+from .._text import one_line
+from ..crossing import text_bytes
+from ..errors import RunCodeError
+from ..gate import Admitted, Gate
+from ..gate.dispatch import RunContext
+from ..gate.policy import approval_names, partition
+from ..outcome import TRUNCATION_MARK, Outcome
+from ..result import RunError, RunResult
+from ..result._explain import told as _explain
+from ..result._hints import Seen, hints
+from ..result.budget import MIN_OUTPUT_BUDGET, fit, fit_value, utf8_size
+from ..result.budget import size as budget_size
+from ..result.usage import CallUsage, Usage
+from ..runtime import Cancel, CodeRuntime, Host, Limits, PendingCall, RuntimeOutcome, _program
+from ..runtime.syntax import explain as explain_syntax
+from ..scheduler import Scheduler
+from ..sdk.discovery import Discovery, unknown_tool_message
+from ..tooling import Tool
+from .options import RunOptions, check_runtime
 
-__all__ = ["run_code", "resolve_runtime", "ambient_cancel"]
+__all__ = [
+    "prepare",
+    "execute",
+    "Prepared",
+    "resolve_runtime",
+    "runtime_of",
+    "ambient_cancel",
+    "live_stream",
+]
 
 log = logging.getLogger("nous_sched")
-
-_LIMITS = LIMITS
-_OPTIONAL_POLICY = OPTIONAL_POLICY
-_OPTIONAL_EVENT = CANCEL
-OUTPUT_BUDGET = v.optional(v.int_at_least(MIN_OUTPUT_BUDGET, f"a number of bytes, at least {MIN_OUTPUT_BUDGET}"))
 
 NO_CODE = "run_code requires a `code` parameter containing the program to run."
 NO_DESCRIPTION = (
@@ -122,136 +124,32 @@ def resolve_runtime(runtime: Optional[CodeRuntime] = None) -> CodeRuntime:
     :raises RunCodeError: no runtime is available, or ``runtime`` does not
         implement :class:`~nous_sched.CodeRuntime`.
     """
-    if runtime is None:
-        if not _engine_installed():
-            raise RunCodeError(_NO_RUNTIME)
-        try:
-            from .runtime.pool import default_pool
-        except ImportError:
-            raise RunCodeError(_NO_RUNTIME) from None
-        return default_pool()
-    if isinstance(runtime, type):
-        raise RunCodeError(
-            f"code runtime {runtime.__name__} is a class and does not implement nous_sched.CodeRuntime "
-            f"as passed; pass an instance, e.g. runtime={runtime.__name__}()"
-        )
-    if not (isinstance(runtime, CodeRuntime) and callable(runtime.run) and callable(runtime.begin)):
-        raise RunCodeError(
-            f"code runtime {runtime!r} does not implement nous_sched.CodeRuntime "
-            "(it needs language, run(program, host, limits) -> RuntimeOutcome and begin(program, names, "
-            "limits, cancel); subclass nous_sched.CodeRuntime for begin's default)"
-        )
-    return runtime
+    check_runtime(runtime)
+    return runtime_of(runtime)
 
 
-def run_code(
-    code: Any,
-    tools: Iterable[Tool] = (),
-    *,
-    description: Optional[str] = None,
-    policy: Optional[PermissionPolicy] = None,
-    approval_handler: Optional[Callable[[ApprovalRequest], Any]] = None,
-    deps: Any = None,
-    runtime: Optional[CodeRuntime] = None,
-    timeout: float = 30.0,
-    limits: Optional[Limits] = None,
-    max_parallel: int = 10,
-    executor: Optional[concurrent.futures.Executor] = None,
-    call_id: Optional[str] = None,
-    dispatch: Dispatch = direct_dispatch,
-    session_log: Optional[SessionLog] = None,
-    observer: Optional[Callable[[CallRecord, str], Any]] = None,
-    cancel: Optional[Cancel] = None,
-    output_budget: Optional[int] = None,
-    approval_store: Any = None,
-) -> RunResult:
-    """Run ``code`` with ``tools`` bound as ``tools[name](args)`` and return what it produced.
-
-    ``timeout`` is the run's wall-clock deadline (``limits`` overrides it and
-    sets memory, stack and output limits). ``runtime`` runs the program: by
-    default the process's :class:`~nous_sched.WorkerPool` (a worker process
-    killed at the deadline); ``QuickJSRuntime()`` runs it in this process.
-
-    ``cancel``: a :class:`threading.Event` that any thread may set to end the
-    run early; it then returns a ``cancelled`` error with the logs so far. The
-    worker runtime ends it within about 50 ms whatever the program is doing
-    (its worker is killed); the in-process runtime at the next step.
-    ``KeyboardInterrupt`` in the calling thread ends the run the same way, then
-    propagates. Without ``cancel``, a run started under the asyncio door
-    (:func:`~nous_sched.arun_code`, :func:`~nous_sched.acall_tool`) is
-    cancelled with the awaiting task. ``max_parallel``, ``executor``,
-    ``dispatch``, ``session_log`` and ``observer`` configure the run's
-    :class:`~nous_sched.Scheduler`. ``call_id`` prefixes audit event ids
-    (``"<call_id>:code:<n>"``; a random ``"run_code-…"`` by default).
-
-    Safe to call from many threads at once: runs share nothing unless you
-    pass them the same ``executor`` or ``session_log``. Without an
-    ``executor``, tools run on the process's shared tool threads
-    (``nous-sched-tool-<k>``: warm, so a run starts no thread for its calls;
-    bounded per process, idle ones retire), each run at most ``max_parallel``
-    calls at once.
-
-    ``description`` is the sentence the model wrote saying what the program
-    does: it is logged, and every :class:`~nous_sched.ApprovalRequest`
-    carries it. It is required: a missing (``None``) or blank one is refused
-    (a :class:`~nous_sched.RunCodeError`, which is a
-    :class:`~nous_sched.ConfigError`).
-
-    ``approval_store`` (a :class:`~nous_sched.SqliteApprovalStore` or
-    :class:`~nous_sched.RedisApprovalStore`) makes the run durable: a call
-    that needs approval with no handler to answer (or one that returns
-    :data:`~nous_sched.DEFER`) suspends the run (``RunResult.suspended``), and
-    :func:`~nous_sched.resume` continues it later, anywhere
-    (:mod:`nous_sched.durable`).
-
-    ``output_budget`` (bytes of UTF-8, ``None`` by default: no budget): the
-    model-facing answer (:meth:`~nous_sched.RunResult.for_model`) is cut to it
-    structurally, saying in place what it left out (:mod:`nous_sched.result.budget`;
-    a suspended run's answer too, its token always kept);
-    ``result.usage`` says what the model got and what was cut.
-    :func:`~nous_sched.run_code_tool` sets it to 20,000 by default.
-
-    Behaves as ``start_run(code, tools, **options).result()``
-    (:func:`~nous_sched.start_run`), on the calling thread and with no event stream.
-
-    :raises RunCodeError: nothing ran (``code`` not a string or over
-        ``Limits.max_code_bytes``, a missing or blank ``description``, no runtime, or a tool running on ``executor`` called
-        this with that same ``executor`` while every one of its threads is
-        busy: the run's calls could only wait for a thread until the deadline).
-    :raises ConfigError: a bad option, named in the message, before anything starts.
-    """
-    if approval_store is not None:
-        from .durable import run_durable
-
-        options = dict(description=description, policy=policy, approval_handler=approval_handler, deps=deps)
-        options.update(runtime=runtime, timeout=timeout, limits=limits, max_parallel=max_parallel, executor=executor)
-        options.update(call_id=call_id, dispatch=dispatch, session_log=session_log, observer=observer, cancel=cancel)
-        options.update(output_budget=output_budget)
-        return run_durable(code, tools, approval_store, options)
-    options = dict(
-        description=description,
-        policy=policy,
-        approval_handler=approval_handler,
-        deps=deps,
-        runtime=runtime,
-        timeout=timeout,
-        limits=limits,
-        max_parallel=max_parallel,
-        executor=executor,
-        call_id=call_id,
-        dispatch=dispatch,
-        session_log=session_log,
-        observer=observer,
-        cancel=cancel,
-        output_budget=output_budget,
-    )
-    return execute(prepare(code, tools, options))
+def runtime_of(runtime: Optional[CodeRuntime]) -> CodeRuntime:
+    """``runtime`` (checked already), or the default one when ``None``, as :func:`resolve_runtime`."""
+    if runtime is not None:
+        return runtime
+    if not _engine_installed():
+        raise RunCodeError(_NO_RUNTIME)
+    try:
+        from ..runtime.pool import default_pool
+    except ImportError:
+        raise RunCodeError(_NO_RUNTIME) from None
+    return default_pool()
 
 
 class Prepared:
-    """A run whose options passed every check, ready for :func:`execute` (on any thread)."""
+    """A run whose options passed every check, ready for :func:`execute` (on any thread).
 
-    __slots__ = ("code", "rt", "limits", "granted", "denied", "names", "options", "source")
+    ``cancel`` is the run's: its options' own, else the ambient one
+    (:data:`ambient_cancel`); a door that adds a reason to stop wraps it
+    (:class:`~nous_sched.runtime.AnyCancel`) before the run starts.
+    """
+
+    __slots__ = ("code", "rt", "limits", "granted", "denied", "names", "options", "cancel", "source")
 
     def __init__(
         self,
@@ -260,7 +158,7 @@ class Prepared:
         limits: Limits,
         granted: dict[str, Tool],
         denied: dict[str, Tool],
-        options: dict[str, Any],
+        options: RunOptions,
     ) -> None:
         self.code = code
         self.rt = rt
@@ -269,36 +167,28 @@ class Prepared:
         self.denied = denied
         self.names = tuple(sorted({*granted, *denied}))
         self.options = options
+        self.cancel: Optional[Cancel] = options.cancel if options.cancel is not None else ambient_cancel.get()
         #: The program as it runs (fences, TypeScript, a last expression: :mod:`._program`).
         self.source = _program.prepare(code)
 
 
-def prepare(code: Any, tools: Iterable[Tool], options: dict[str, Any]) -> Prepared:
-    """Check a run's program and options (every :func:`run_code` keyword, in
-    ``options``) on the calling thread; raise what :func:`run_code` raises."""
-    check_run_options("run_code", options)  # every option, before a worker is taken or a thread started
+def prepare(code: Any, tools: Iterable[Tool], options: RunOptions) -> Prepared:
+    """Check a run's program against its ``options`` (made and checked already:
+    :class:`~nous_sched.RunOptions`) on the calling thread; raise what
+    :func:`~nous_sched.run_code` raises for it, before a worker is taken or a
+    thread started."""
     if not isinstance(code, str):
         raise RunCodeError(NO_CODE)
-    description = options["description"]
-    if not isinstance(description, str) or not description.strip():
+    description = options.description
+    if description is None or not description.strip():
         raise RunCodeError(BLANK_DESCRIPTION if isinstance(description, str) else NO_DESCRIPTION)
-    rt = resolve_runtime(options["runtime"])
-    limits = options["limits"]
-    if limits is None:
-        require("run_code", "timeout", options["timeout"], v.SECONDS)
-        limits = Limits(timeout=options["timeout"])
-    require("run_code", "limits", limits, _LIMITS)
+    rt = runtime_of(options.runtime)
+    limits = options.run_limits
     _check_size(code, limits.max_code_bytes)
-    require("run_code", "policy", options["policy"], _OPTIONAL_POLICY)
-    require("run_code", "approval_handler", options["approval_handler"], v.OPTIONAL_CALLABLE)
-    require("run_code", "cancel", options["cancel"], _OPTIONAL_EVENT)
-    require("run_code", "output_budget", options["output_budget"], OUTPUT_BUDGET)
-    if options["cancel"] is None:
-        options["cancel"] = ambient_cancel.get()
-    executor = options["executor"]
+    executor = options.executor
     if executor is not None and _saturated_by_caller(executor):
         raise RunCodeError(_SATURATED)
-    granted, denied = partition(tools, options["policy"], "run_code")
+    granted, denied = partition(tools, options.policy, "run_code")
     return Prepared(code, rt, limits, granted, denied, options)
 
 
@@ -313,15 +203,15 @@ def execute(p: Prepared, live: Any = None) -> RunResult:
     try:
         with guarded():  # Ctrl-C never splits a step that takes or gives back a worker, a driver
             if tracing is not None:  # spans, as children of the caller's current span
-                return tracing.run(p.options, lambda: _execute(p, live))  # type: ignore[no-any-return]
-            return _execute(p, live)
+                return tracing.run(p.options, lambda traced: _execute(p, live, traced))  # type: ignore[no-any-return]
+            return _execute(p, live, p.options)
     finally:
         live_stream.reset(cleared)
 
 
-def _execute(p: Prepared, live: Any) -> RunResult:
-    o = p.options
-    cancel = o["cancel"]
+def _execute(p: Prepared, live: Any, o: RunOptions) -> RunResult:
+    """The run of ``p`` with options ``o`` (``p``'s, or the tracing's copy of them)."""
+    cancel = p.cancel
     started = time.perf_counter()
     deadline = time.monotonic() + p.limits.timeout
     # A runtime that can (the WorkerPool) starts the program now, so its worker
@@ -332,10 +222,10 @@ def _execute(p: Prepared, live: Any) -> RunResult:
     scheduler: Optional[Scheduler] = None
     try:
         with deferred():  # a scheduler made is a scheduler stopped below
-            scheduler, gate, run_ctx = _build(p, deadline, live)
+            scheduler, gate, run_ctx = _build(p, o, deadline, live)
         host = _Host(scheduler, gate, run_ctx, cancel, p.names, live)
-        if o["description"]:
-            log.info("run_code %s: %s", one_line(str(scheduler.call_id)), one_line(o["description"]))
+        if o.description:
+            log.info("run_code %s: %s", one_line(str(scheduler.call_id)), one_line(o.description))
         outcome, source = _program.run(
             source,
             lambda text: begun.run(host) if begun is not None else p.rt.run(text, host, p.limits),
@@ -359,31 +249,29 @@ def _execute(p: Prepared, live: Any) -> RunResult:
             leave()
     # From the program's start, a little before the trail's origin (the scheduler's epoch).
     elapsed = time.perf_counter() - started
-    return _result(outcome, scheduler, gate, host, elapsed, o["output_budget"], source)
+    return _result(outcome, scheduler, gate, host, elapsed, o.output_budget, source)
 
 
-def _build(p: Prepared, deadline: float, live: Any) -> tuple[Scheduler, Gate, RunContext]:
+def _build(p: Prepared, o: RunOptions, deadline: float, live: Any) -> tuple[Scheduler, Gate, RunContext]:
     """The run's context, scheduler and gate."""
-    o = p.options
-    policy = o["policy"]
+    policy = o.policy
     run_ctx = RunContext(
-        approval_handler=o["approval_handler"],
-        deps=o["deps"],
+        approval_handler=o.approval_handler,
+        deps=o.deps,
         require_approval=approval_names(policy, p.granted.values()),
         deadline=deadline,
-        description=o["description"] or "",
+        description=o.description or "",
         live=live,
     )
-    observer = o["observer"]
-    call_id = o["call_id"]
+    call_id = o.call_id
     scheduler = Scheduler(
-        dispatch=o["dispatch"],
-        session_log=o["session_log"],
-        max_parallel=o["max_parallel"],
+        dispatch=o.dispatch,
+        session_log=o.session_log,
+        max_parallel=o.max_parallel,
         call_id=call_id if call_id is not None else "run_code-" + secrets.token_urlsafe(6),
-        executor=o["executor"],
+        executor=o.executor,
         timeout=p.limits.timeout,
-        observer=observer,
+        observer=o.observer,
     )
     if live is not None:
         scheduler.watch(on_start=partial(live.started, run_ctx.require_approval), on_outcome=live.committed)

@@ -3,7 +3,7 @@
 While a resume runs, each call it starts is written to the store *before* its
 tool runs (``started``: seq, tool, arguments, and the clock values read so
 far), and each outcome when the program gets it (``committed``: the ledger
-entry). A resume that takes over a dead claim (:mod:`nous_sched._claimer`)
+entry). A resume that takes over a dead claim (:mod:`nous_sched.durable._claimer`)
 replays what committed, runs what never started, and refuses to start while a
 started call was never committed, unless a person settled it: ``ran`` (the
 program gets an error saying its result was lost) or ``not-ran`` (it runs).

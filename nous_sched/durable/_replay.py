@@ -1,67 +1,4 @@
-"""Durable approval: a run suspends at a gated call and resumes by replay, anywhere, later.
-
-``run_code(..., approval_store=store)`` runs the program as usual until a call
-needs approval and no one can answer now (no ``approval_handler``, or one that
-returns :data:`DEFER`). Then the run **suspends**: calls already started
-finish and commit, no later call starts, and the result's ``suspended`` is a
-:class:`Suspension` whose ``token`` resumes it, with the pending
-:class:`~nous_sched.ApprovalRequest` (each with its ``seq``). Every gated call
-submitted in the same step as the first one (one ``Promise.all``) is pending
-with it, and they are decided together.
-
-:func:`resume` (in any process that shares the store) claims the token, at
-most once, and **replays**: the program runs again from the start in a fresh
-sandbox, and each of its calls is numbered in the order the program made it
-(its *seq*). A call whose seq is in the *ledger* (the calls that committed
-before the suspension, and the calls a previous resume ran) gets its
-recorded outcome without its tool running; ``Date.now()``, ``new Date()``,
-``Math.random()`` and ``performance.now()`` return the recorded values, in
-order. Because the scheduler commits in submission order, the program sees
-exactly what it saw before, ``Promise.all`` included. A pending call gets its
-decision: approved, it runs; denied, it rejects with a ``ToolError``. Calls
-after the ledger's run live, and the run may suspend again.
-
-A replay that makes a call other than the recorded one at a seq (another
-tool, other arguments) ends with a ``replay_diverged`` error and runs
-nothing; so does a tool set other than the one that suspended (a hash of the
-names and schemas).
-
-Audit: ``suspended`` (the pending seqs), ``approval`` (``seq``, ``tool``,
-``approved``, ``reason``) per decision, and ``resumed`` events go to the run's
-session log and :attr:`RunResult.audit <nous_sched.RunResult.audit>`;
-replayed calls are not audited again as started.
-
-**A crashed resume is finished safely.** A resume writes its progress to
-the store as it goes (:mod:`nous_sched._resume_progress`): each call's start
-before its tool runs, each outcome when the program gets it, sealed like the
-record. When the resuming process dies, a later :func:`resume` of the same
-token on the same host (the claimer judged dead: :mod:`nous_sched._claimer`)
-takes the claim over in one atomic step, replays what committed and runs
-what never started; a call that started and never committed stops it
-(:class:`~nous_sched.approval_store.UnsettledError`, nothing run) until a
-person says whether it ran (``nous-sched approvals settle TOKEN SEQ
---ran|--not-ran``; ``approvals list`` shows such calls). A resume whose claim
-was taken over starts nothing more: its run ends with an ``abort`` error.
-
-**Park, then replay.** With a store's ``park`` seconds above 0, the run's
-thread stays held where it suspended for that long (within the run's
-timeout); a :func:`resume` in the same process then hands it the decisions
-and it continues without replay. Past that time it ends, and a resume
-replays. Both give the same result (a parked run's audit also says
-``parked``; its suspended result has no logs yet).
-
-**Within the output budget.** What the model reads of a suspended run
-(:meth:`RunResult.for_model <nous_sched.RunResult.for_model>`: ``{"logs",
-"suspended": {token, expires_at, pending}}``) fits the run's
-``output_budget`` like any answer (:mod:`nous_sched.result.budget`): the token and
-expiry always whole, each pending call's ``seq`` and ``tool`` kept and its
-arguments cut with their sizes said, the logs cut around it. It is never
-reported as an error; ``result.usage`` counts that answer.
-
-With a user ``approval_handler`` the durable host asks it before the call is
-submitted, on the thread driving the run: ``True`` approves, :data:`DEFER`
-suspends, anything else denies.
-"""
+"""Private: the durable run itself (suspend, park, resume by replay); see :mod:`nous_sched.durable`."""
 
 from __future__ import annotations
 
@@ -74,23 +11,25 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Union
 
 import attrs
 
-from . import _resume_progress as progress_of
-from . import _validators as v
+from .. import _validators as v
+from .._run.options import RunOptions, build
+from .._run.runner import execute, prepare, runtime_of
+from .._validators import require
+from ..errors import ConfigError
+from ..events import Event
+from ..gate import Admitted
+from ..gate.dispatch import ApprovalRequest, needs_approval
+from ..outcome import Outcome, quote_name
+from ..result import RunError, RunResult
+from ..result.budget import fit
+from ..result.budget import size as budget_size
+from ..runtime import AnyCancel, CodeRuntime, Host, Limits, PendingCall, RuntimeOutcome
+from ..runtime.engine import CLOCK_MARK
+from ..tooling import Tool
+from . import _progress as progress_of
 from ._claimer import describe
-from ._resume_progress import Progress
-from ._validators import require
+from ._progress import Progress
 from .approval_store import ApprovalStore, TokenError, UnsettledError
-from .errors import ConfigError
-from .events import Event
-from .gate import Admitted
-from .gate.dispatch import ApprovalRequest, needs_approval
-from .outcome import Outcome, quote_name
-from .result import RunError, RunResult
-from .result.budget import fit
-from .result.budget import size as budget_size
-from .runtime import AnyCancel, CodeRuntime, Host, Limits, PendingCall, RuntimeOutcome
-from .runtime.engine import CLOCK_MARK
-from .tooling import Tool
 
 __all__ = ["DEFER", "ApprovalDecision", "Suspension", "resume", "tool_set_hash", "run_durable"]
 
@@ -630,19 +569,18 @@ _STORE = v.instance_of(ApprovalStore, "a nous_sched approval store (SqliteApprov
 _DECISIONS = v.instance_of(Mapping, "a mapping of seq to True, False or an ApprovalDecision")
 
 
-def run_durable(code: Any, tools: Iterable[Tool], store: Any, options: dict[str, Any]) -> RunResult:
-    """``run_code(code, tools, approval_store=store, **options)``: see the module docstring."""
-    require("run_code", "approval_store", store, _STORE)
+def run_durable(code: Any, tools: Iterable[Tool], options: RunOptions) -> RunResult:
+    """``run_code(code, tools, options=options)`` with ``options.approval_store``: see the module docstring."""
+    store = options.approval_store
+    assert isinstance(store, ApprovalStore)  # (run_code's entry comes here only with one: RunOptions checked it)
     tools = list(tools)
-    run = _Run({}, [], {}, {}, options.pop("approval_handler", None), options.get("description") or "")
+    run = _Run({}, [], {}, {}, options.approval_handler, options.description or "")
     return _execute(code, tools, store, options, run)
 
 
-def _execute(code: Any, tools: list[Tool], store: ApprovalStore, options: dict[str, Any], run: _Run) -> RunResult:
-    from .run_code import resolve_runtime
-
-    runtime = _DurableRuntime(resolve_runtime(options.pop("runtime", None)), run)
-    run.budget = options.get("output_budget")
+def _execute(code: Any, tools: list[Tool], store: ApprovalStore, options: RunOptions, run: _Run) -> RunResult:
+    runtime = _DurableRuntime(runtime_of(options.runtime), run)
+    run.budget = options.output_budget
     if store.park <= 0:
         return _run_once(code, tools, store, options, run, runtime)
     park = run.park = _Park(store.park)
@@ -675,11 +613,11 @@ def _parked_result(code: str, tools: list[Tool], store: ApprovalStore, run: _Run
 
 
 def _run_once(
-    code: Any, tools: list[Tool], store: ApprovalStore, options: dict[str, Any], run: _Run, runtime: Any
+    code: Any, tools: list[Tool], store: ApprovalStore, options: RunOptions, run: _Run, runtime: Any
 ) -> RunResult:
-    from .run_code import run_code
-
-    result = run_code(code, tools, runtime=runtime, approval_handler=run.approval_handler, **options)
+    # The machinery itself, with this run's replaying runtime and its gate of approvals.
+    replaying = attrs.evolve(options, runtime=runtime, approval_handler=run.approval_handler, approval_store=None)
+    result = execute(prepare(code, tools, replaying))
     error, suspended = result.error, None
     if run.diverged is not None:
         error = RunError("replay_diverged", run.diverged)
@@ -690,7 +628,7 @@ def _run_once(
     elif run.pending and run.stop.is_set() and run.park is None:
         suspended = _suspend(code, tools, store, run)
         error = None
-    log = options.get("session_log")
+    log = options.session_log
     if log is not None:
         for event in run.audit:
             log.append(event)
@@ -752,13 +690,15 @@ def resume(
     ``decisions`` maps each pending ``seq`` to ``True``, ``False`` or an
     :class:`ApprovalDecision`; decisions an operator recorded in the store
     (``nous-sched approvals approve``) count too, those given here win.
-    ``options`` are :func:`~nous_sched.run_code`'s. The result may be
+    ``options`` are :func:`~nous_sched.run_code`'s (``options=`` a
+    :class:`~nous_sched.RunOptions` among them; its ``approval_store``, if
+    set, must be ``approval_store``). The result may be
     suspended again. With a tool set other than the one that suspended, the
     result is a ``replay_diverged`` error, nothing runs and the token stays
     usable.
 
     A token whose resume died (its claimer is judged dead on this host:
-    :mod:`nous_sched._claimer`) is taken over: what that resume committed is
+    :mod:`nous_sched.durable._claimer`) is taken over: what that resume committed is
     replayed, what it never started runs, with the decisions it ran with
     (they win over ``decisions``). While a call it started has no recorded
     outcome, :class:`~nous_sched.approval_store.UnsettledError` is raised and
@@ -774,9 +714,12 @@ def resume(
     """
     require("resume", "approval_store", approval_store, _STORE)
     require("resume", "decisions", decisions, _DECISIONS)
+    given = build("resume", options)
+    if given.approval_store not in (None, approval_store):
+        v.fail("resume", "approval_store", approval_store, "the store of `options`, or `options` without one")
     found = approval_store.claimed(token)
     if found is not None:  # a resume began: continue it if its process died
-        return _take_over(token, found, decisions, list(tools), approval_store, options)
+        return _take_over(token, found, decisions, list(tools), approval_store, given)
     record = approval_store.load(token)
     _ledger_of(record)  # a damaged record is refused before the token is claimed
     tools = list(tools)
@@ -792,11 +735,11 @@ def resume(
     if resumed is not None:
         approval_store.finish(token)
         return resumed
-    run = _resumed_run(record, merged, options)
+    run, given = _resumed_run(record, merged, given)
     run.progress = progress
     run.audit.append(Event("resumed", {"token_id": token.split(".")[0], "replayed": len(record["ledger"])}))
     try:
-        result = _execute(record["code"], tools, approval_store, options, run)
+        result = _execute(record["code"], tools, approval_store, given, run)
     except ConfigError:  # a bad option: nothing ran, so the token stays usable
         approval_store.release(token)
         raise
@@ -821,7 +764,7 @@ def _take_over(
     decisions: Mapping[Any, Any],
     tools: list[Tool],
     store: ApprovalStore,
-    options: dict[str, Any],
+    options: RunOptions,
 ) -> RunResult:
     """Continue a resume whose process died: replay what it committed, run what
     it never started; refused while a call it started has an unknown fate."""
@@ -844,7 +787,7 @@ def _take_over(
     merged = {_seq(k): _decision_of(k, d) for k, d in decisions.items()}
     merged.update({seq: ApprovalDecision(bool(d["approved"]), str(d.get("reason", ""))) for seq, d in prior.items()})
     by = store.take_over(token, found)
-    run = _resumed_run(record, merged, options)
+    run, options = _resumed_run(record, merged, options)
     run.ledger = {**run.ledger, **more}
     clock = progress.get("clock") or []
     if len(clock) > len(run.clock_replay):
@@ -893,13 +836,16 @@ def _resume_parked(
     return attrs.evolve(result, audit=tuple(run.audit[audit_from:]))
 
 
-def _resumed_run(record: dict[str, Any], decisions: dict[int, ApprovalDecision], options: dict[str, Any]) -> _Run:
+def _resumed_run(
+    record: dict[str, Any], decisions: dict[int, ApprovalDecision], options: RunOptions
+) -> tuple[_Run, RunOptions]:
+    """The resumed run, and its options: the suspended run's description unless they have one."""
     ledger = _ledger_of(record)
     pending = {int(p["seq"]): list(p["text"]) for p in record["pending"]}
-    options.setdefault("description", record["description"] or None)
-    return _Run(
-        ledger, list(record["clock"]), decisions, pending, options.pop("approval_handler", None), record["description"]
-    )
+    if options.description is None:
+        options = attrs.evolve(options, description=record["description"] or None)
+    run = _Run(ledger, list(record["clock"]), decisions, pending, options.approval_handler, record["description"])
+    return run, options
 
 
 def _ledger_of(record: dict[str, Any]) -> dict[int, list[Any]]:

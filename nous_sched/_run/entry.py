@@ -1,0 +1,139 @@
+"""The entry of ``run_code``: a plain run, or a durable one when there is an approval store.
+
+:func:`run_code` makes the run's :class:`~nous_sched.RunOptions` (every
+option checked, once) and hands them whole to the machinery
+(:mod:`nous_sched._run.runner`: prepare, then execute) or, with an
+``approval_store``, to :func:`nous_sched.durable.run_durable`, which drives
+the same machinery with its replaying runtime. Only this module imports
+:mod:`nous_sched.durable` of the two: the machinery never calls back up here.
+
+See :mod:`nous_sched._run.runner` for what a run promises (results are data,
+every sub-call passes the gate, approval per sub-call).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+from typing import Any, Callable, Iterable, Optional
+
+from ..durable import run_durable
+from ..durable.approval_store import ApprovalStore
+from ..events import SessionLog
+from ..gate.dispatch import ApprovalRequest, Dispatch
+from ..gate.policy import PermissionPolicy
+from ..limits import Limits
+from ..result import RunResult
+from ..result.records import CallRecord
+from ..runtime import Cancel, CodeRuntime
+from ..tooling import Tool
+from .options import FIELDS, RunOptions, build
+from .runner import execute, prepare
+
+__all__ = ["run_code"]
+
+
+class _NotGiven:
+    """The default of each of :func:`run_code`'s option keywords: the caller did not give it."""
+
+    def __repr__(self) -> str:
+        return "<RunOptions default>"
+
+
+_GIVEN_NOT: Any = _NotGiven()
+
+
+def run_code(
+    code: Any,
+    tools: Iterable[Tool] = (),
+    *,
+    options: Optional[RunOptions] = None,
+    description: Optional[str] = _GIVEN_NOT,
+    policy: Optional[PermissionPolicy] = _GIVEN_NOT,
+    approval_handler: Optional[Callable[[ApprovalRequest], Any]] = _GIVEN_NOT,
+    deps: Any = _GIVEN_NOT,
+    runtime: Optional[CodeRuntime] = _GIVEN_NOT,
+    timeout: float = _GIVEN_NOT,
+    limits: Optional[Limits] = _GIVEN_NOT,
+    max_parallel: int = _GIVEN_NOT,
+    executor: Optional[concurrent.futures.Executor] = _GIVEN_NOT,
+    call_id: Optional[str] = _GIVEN_NOT,
+    dispatch: Dispatch = _GIVEN_NOT,
+    session_log: Optional[SessionLog] = _GIVEN_NOT,
+    observer: Optional[Callable[[CallRecord, str], Any]] = _GIVEN_NOT,
+    cancel: Optional[Cancel] = _GIVEN_NOT,
+    output_budget: Optional[int] = _GIVEN_NOT,
+    approval_store: Optional[ApprovalStore] = _GIVEN_NOT,
+) -> RunResult:
+    """Run ``code`` with ``tools`` bound as ``tools[name](args)`` and return what it produced.
+
+    ``timeout`` is the run's wall-clock deadline (``limits`` overrides it and
+    sets memory, stack and output limits). ``runtime`` runs the program: by
+    default the process's :class:`~nous_sched.WorkerPool` (a worker process
+    killed at the deadline); ``QuickJSRuntime()`` runs it in this process.
+
+    ``cancel``: a :class:`threading.Event` that any thread may set to end the
+    run early; it then returns a ``cancelled`` error with the logs so far. The
+    worker runtime ends it within about 50 ms whatever the program is doing
+    (its worker is killed); the in-process runtime at the next step.
+    ``KeyboardInterrupt`` in the calling thread ends the run the same way, then
+    propagates. Without ``cancel``, a run started under the asyncio door
+    (:func:`~nous_sched.arun_code`, :func:`~nous_sched.acall_tool`) is
+    cancelled with the awaiting task. ``max_parallel``, ``executor``,
+    ``dispatch``, ``session_log`` and ``observer`` configure the run's
+    :class:`~nous_sched.Scheduler`. ``call_id`` prefixes audit event ids
+    (``"<call_id>:code:<n>"``; a random ``"run_code-…"`` by default).
+
+    Safe to call from many threads at once: runs share nothing unless you
+    pass them the same ``executor`` or ``session_log``. Without an
+    ``executor``, tools run on the process's shared tool threads
+    (``nous-sched-tool-<k>``: warm, so a run starts no thread for its calls;
+    bounded per process, idle ones retire), each run at most ``max_parallel``
+    calls at once.
+
+    ``description`` is the sentence the model wrote saying what the program
+    does: it is logged, and every :class:`~nous_sched.ApprovalRequest`
+    carries it. It is required: a missing (``None``) or blank one is refused
+    (a :class:`~nous_sched.RunCodeError`, which is a
+    :class:`~nous_sched.ConfigError`).
+
+    ``approval_store`` (a :class:`~nous_sched.SqliteApprovalStore` or
+    :class:`~nous_sched.RedisApprovalStore`) makes the run durable: a call
+    that needs approval with no handler to answer (or one that returns
+    :data:`~nous_sched.DEFER`) suspends the run (``RunResult.suspended``), and
+    :func:`~nous_sched.resume` continues it later, anywhere
+    (:mod:`nous_sched.durable`).
+
+    ``output_budget`` (bytes of UTF-8, ``None`` by default: no budget): the
+    model-facing answer (:meth:`~nous_sched.RunResult.for_model`) is cut to it
+    structurally, saying in place what it left out (:mod:`nous_sched.result.budget`;
+    a suspended run's answer too, its token always kept);
+    ``result.usage`` says what the model got and what was cut.
+    :func:`~nous_sched.run_code_tool` sets it to 20,000 by default.
+
+    ``options``: all of these in one :class:`~nous_sched.RunOptions` (checked
+    when it was made), instead of keywords; an option given both ways is a
+    :class:`~nous_sched.ConfigError` naming it. The defaults are
+    :class:`~nous_sched.RunOptions`'s (``timeout`` 30 s, ``max_parallel``
+    10, ``dispatch`` :func:`~nous_sched.direct_dispatch`, the rest ``None``).
+
+    Behaves as ``start_run(code, tools, **options).result()``
+    (:func:`~nous_sched.start_run`), on the calling thread and with no event stream.
+
+    :raises RunCodeError: nothing ran (``code`` not a string or over
+        ``Limits.max_code_bytes``, a missing or blank ``description``, no runtime, or a tool running on ``executor`` called
+        this with that same ``executor`` while every one of its threads is
+        busy: the run's calls could only wait for a thread until the deadline).
+    :raises ConfigError: a bad option, named in the message, before anything starts.
+    """
+    given = locals()  # (first: only the parameters) each by name, to tell the given ones from the sentinel
+    keywords = {name: given[name] for name in FIELDS if given[name] is not _GIVEN_NOT}
+    if options is not None:
+        keywords["options"] = options
+    return run(code, tools, build("run_code", keywords))
+
+
+def run(code: Any, tools: Iterable[Tool], options: RunOptions) -> RunResult:
+    """:func:`run_code` with its options made: plain, or durable with ``options.approval_store``."""
+    if options.approval_store is not None:
+        return run_durable(code, tools, options)
+    return execute(prepare(code, tools, options))
