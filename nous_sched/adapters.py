@@ -166,7 +166,7 @@ def call_tool(
         description=description or "",
     )
     if session_log is not None:
-        event = ToolCallEvent(id=event_id, name=tool.name, arguments=args, mode=EXCLUSIVE, seq=0, source="direct")
+        event = ToolCallEvent(id=event_id, tool=tool.name, arguments=args, mode=EXCLUSIVE, seq=0, source="direct")
         session_log.append(event.as_event())
     info = CallInfo(event_id, tool.name, 0, EXCLUSIVE, run_ctx)
     sink = None if session_log is None else partial(_log_approval, session_log, tool.name)

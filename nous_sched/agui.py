@@ -65,7 +65,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 try:
     from ag_ui.core import (
@@ -155,9 +155,9 @@ class Translator:
             out.append(RunStartedEvent(thread_id=self.thread_id, run_id=self.run_id, timestamp=stamp))
             run = {"description": self.description, "call_id": self.run_id}
             out.append(CustomEvent(name="nous_sched.run", value=clean(run), timestamp=stamp))
-        handler = getattr(self, "_" + event.kind, None)
-        if handler is not None:
-            out.extend(handler(event, stamp))
+        project = PROJECTION.get(event.kind)
+        if project is not None:
+            out.extend(project(self, event, stamp))
         if event.kind != "end":
             out.append(CustomEvent(name="nous_sched." + event.kind, value=clean({"seq": event.seq, **event.data})))
         return out
@@ -261,6 +261,21 @@ class Translator:
             return [RunFinishedEvent(outcome=RunFinishedCancelledOutcome(), **common)]
         message = clean(str(error.get("message") or "the run failed"))
         return [RunErrorEvent(message=message, code=clean(str(error.get("kind", "error"))), timestamp=stamp)]
+
+
+#: The AG-UI projection of the live vocabulary (:data:`nous_sched.events.VOCABULARY`):
+#: every live kind, with what makes its AG-UI events besides the ``CUSTOM`` one every
+#: kind but ``end`` gets, or ``None`` for a kind that is only that ``CUSTOM`` event.
+PROJECTION: dict[str, Optional[Callable[[Translator, RunEvent, int], list[BaseEvent]]]] = {
+    "call": Translator._call,  # noqa: SLF001
+    "commit": Translator._commit,  # noqa: SLF001
+    "refused": Translator._refused,  # noqa: SLF001
+    "log": Translator._log,  # noqa: SLF001
+    "approval": None,
+    "suspended": Translator._suspended,  # noqa: SLF001
+    "end": Translator._end,  # noqa: SLF001
+    "gap": None,
+}
 
 
 def events(run: Run, *, run_id: Optional[str] = None, thread_id: Optional[str] = None) -> Iterator[BaseEvent]:

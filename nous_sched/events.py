@@ -1,4 +1,13 @@
-"""Session events: the audit trail of sub-calls, kept out of model history.
+"""The event vocabulary, and the audit trail of sub-calls, kept out of model history.
+
+:data:`VOCABULARY` names every kind of thing that happens to a call or a run
+(``call``, ``outcome``, ``refused``, ``log``, ``approval``, ``suspended``,
+``resumed``, ``end``, ``gap``) once, with its record type here and its name
+in each projection: its audit type, its live kind (:mod:`nous_sched.live`),
+its scheduler observer phase (:data:`PHASES`). The audit, the observer, the
+live stream, OTel, AG-UI and serve-mcp's notifications are tables keyed by
+those names (ARCHITECTURE.rst, "Events": where a new kind goes). A call's
+tool is ``tool`` in every record.
 
 A :class:`SessionLog` is an append-only list of :class:`Event`. Only the
 *surface* types project to model messages (:meth:`SessionLog.messages`);
@@ -28,12 +37,13 @@ whichever thread reads first. A reader cannot tell the difference: it gets a
 from __future__ import annotations
 
 import threading
+import warnings
 from collections import abc
 from typing import Any, Callable, Iterable, Mapping, NoReturn, Optional
 
 import attrs
 
-from ._slots import maker
+from ._slots import LATER, MARK, READY, held, record
 from .crossing import loads
 
 __all__ = [
@@ -51,6 +61,10 @@ __all__ = [
     "LogEvent",
     "ContextUpdate",
     "SURFACE_TYPES",
+    "Kind",
+    "VOCABULARY",
+    "PHASES",
+    "LIVE_KINDS",
 ]
 
 #: Event types that become model messages; every other type is bookkeeping.
@@ -149,38 +163,25 @@ def freeze(value: Any) -> Any:
 
 
 class _Later:
-    """A value built on first read, once: ``make(arg)``. Immutable to its readers."""
+    """A value built on first read (by :func:`~nous_sched._slots.record`'s reader, once): ``make(arg)``."""
 
-    __slots__ = ("_make", "_arg", "_value")
+    __slots__ = ("make", "arg")
 
     def __init__(self, make: Callable[[Any], Any], arg: Any) -> None:
-        self._make: Optional[Callable[[Any], Any]] = make
-        self._arg = arg
-        self._value: Any = _UNREAD
+        self.make = make
+        self.arg = arg
 
-    def get(self) -> Any:
-        value = self._value
-        if value is _UNREAD:
-            with _FIRST_READ:  # two first readers get one value
-                value = self._value
-                if value is _UNREAD:
-                    assert self._make is not None
-                    value = self._value = self._make(self._arg)
-                    self._make = self._arg = None  # the text is not needed again
-        return value
+    def build(self) -> Any:
+        return self.make(self.arg)
 
 
-_UNREAD: Any = object()
-_FIRST_READ = threading.RLock()  # reentrant: an event's data reads its arguments
-
-
-def _thaw(text: str) -> Any:
-    return freeze(loads(text))
+def _thaw(held: tuple[Any, str]) -> Any:
+    return freeze(loads(held[1]))
 
 
 def frozen_later(text: str) -> Any:
     """An audit copy of the JSON object ``text`` for :class:`ToolCallEvent`'s
-    ``arguments``: read, it is ``freeze(snapshot.loads(text))``, built on first
+    ``arguments``: read, it is ``freeze(crossing.loads(text))``, built on first
     read. ``text`` must be what the tool's own copy was parsed from, and parse
     under the snapshot rules (the gate has parsed it)."""
     # A tuple of a sentinel and a str, not an object: the garbage collector
@@ -192,36 +193,33 @@ def frozen_later(text: str) -> Any:
 
 _TEXT: Any = object()  # frozen_later's mark
 
-
-def _resolving(cls: type, name: str) -> None:
-    """Make ``cls.<name>`` (an attrs slot) read a :class:`_Later` it holds as its value."""
-    slot = cls.__dict__[name]  # the member descriptor attrs made for the field
-
-    def read(self: Any) -> Any:
-        value = slot.__get__(self, cls)
-        return value.get() if type(value) is _Later else value
-
-    # The setter is the slot's own: attrs' __init__ sets fields through it; a
-    # frozen class's __setattr__ still refuses everyone else.
-    setattr(cls, name, property(read, slot.__set__, doc=f"``{name}`` (frozen on first read when kept as text)."))
+# What freeze() returns as it is, by type alone: a record's __init__ skips the call for these.
+_READY = (*_IMMUTABLE, FrozenDict, FrozenList, _Later)
+_FROZEN = {READY: _READY}
 
 
-@attrs.frozen
+def _deprecated_name(self: Any) -> str:
+    warnings.warn(
+        f"{type(self).__name__}.name is deprecated: read .tool (the one name of a call's tool in every record)",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return str(self.tool)
+
+
+@record
 class Event:
     """One session event: a ``type`` and its JSON-shaped ``data``."""
 
     type: str
-    data: Mapping[str, Any] = attrs.field(converter=freeze)
+    data: Mapping[str, Any] = attrs.field(converter=freeze, metadata={READY: _READY, LATER: (_Later, _Later.build)})
 
     @property
     def surface(self) -> bool:
         return self.type in SURFACE_TYPES
 
 
-_resolving(Event, "data")
-
-
-@attrs.frozen
+@record
 class ToolCallEvent:
     """The bookkeeping record of one *started* sub-call: one the gate admitted
     (:mod:`nous_sched.gate`) and the scheduler handed to its executor, written
@@ -229,34 +227,40 @@ class ToolCallEvent:
     is the call's :attr:`CallRecord.began <nous_sched.CallRecord.began>`.
 
     ``id`` is ``"<call_id>:code:<seq>"`` (``"code:<seq>"`` without a call id);
-    ``arguments`` is the logged snapshot, independent of what the tool got;
-    ``mode`` is ``"parallel"`` or ``"exclusive"``; ``seq`` is the submission
-    index, starting at 0.
+    ``tool`` the tool's name (``name``, its older name, still reads it, with a
+    ``DeprecationWarning``; the audit's JSON still writes it as ``"name"``);
+    ``arguments`` is the logged snapshot, independent of what the tool got
+    (held as the JSON text the gate parsed it from, :func:`frozen_later`, it is
+    frozen the first time anyone reads it, once, whichever thread reads
+    first: a reader cannot tell); ``mode`` is ``"parallel"`` or
+    ``"exclusive"``; ``seq`` is the submission index, starting at 0.
     """
 
     id: str
-    name: str
-    arguments: Any = attrs.field(converter=freeze)
+    tool: str
+    arguments: Any = attrs.field(converter=freeze, metadata={READY: _READY, LATER: (tuple, _thaw), MARK: _TEXT})
     mode: str
     seq: int
     source: str = "code_mode"
 
     type = "tool_call"
+    name = property(_deprecated_name, doc="Deprecated: :attr:`tool`.")
 
     def as_event(self) -> Event:
-        """This record as a session :class:`Event`; both are immutable, so they may share data.
-        Arguments still kept as text stay so: the event's ``data`` is built when first read."""
-        if type(_ARGUMENTS(self)) is tuple:  # kept as text (frozen_later)
-            return Event(self.type, _Later(_tool_call_data, self))
+        """This record as a session :class:`Event` (the audit projection); both are immutable,
+        so they may share data. Arguments still held as text stay so: the event's ``data`` is
+        built when first read."""
+        if type(held(self, "arguments")) is tuple:  # held as text (frozen_later)
+            return Event(self.type, _Later(_tool_call_data, self))  # type: ignore[arg-type]
         return Event(self.type, _tool_call_data(self))
 
 
 def _tool_call_data(event: ToolCallEvent) -> FrozenDict:
     # Not attrs.asdict, nor a loop over the fields: this runs on the driver for every call.
-    # Every field, in field order (tests/test_hot_path.py checks it).
+    # Every field, in field order, by its audit name (tests/test_hot_path.py checks it).
     data = {
         "id": event.id,
-        "name": event.name,
+        "name": event.tool,
         "arguments": event.arguments,
         "mode": event.mode,
         "seq": event.seq,
@@ -265,59 +269,29 @@ def _tool_call_data(event: ToolCallEvent) -> FrozenDict:
     return _frozen_dict(data)
 
 
-_ARGUMENTS = ToolCallEvent.__dict__["arguments"].__get__  # the slot itself: the value as held
-# Made before ``arguments`` becomes a property below: the maker sets the slot itself.
-_make_call = maker(ToolCallEvent, "id", "name", "arguments", "mode", "seq", "source")
-_SET_ARGUMENTS = ToolCallEvent.__dict__["arguments"].__set__
-
-
-def _read_arguments(self: ToolCallEvent) -> Any:
-    value = _ARGUMENTS(self)
-    if type(value) is tuple:  # frozen_later's text: frozen now, once, in its place
-        with _FIRST_READ:  # two first readers get one value
-            value = _ARGUMENTS(self)
-            if type(value) is tuple:
-                value = _thaw(value[1])
-                _SET_ARGUMENTS(self, value)
-    return value
-
-
-# The setter is the slot's own: attrs' __init__ sets fields through it; a
-# frozen class's __setattr__ still refuses everyone else.
-ToolCallEvent.arguments = property(
-    _read_arguments, _SET_ARGUMENTS, doc="``arguments`` (frozen on first read when kept as text)."
-)
-
-
-def tool_call_event(id: str, name: str, arguments: Any, mode: str, seq: int) -> ToolCallEvent:
-    """``ToolCallEvent(id, name, arguments, mode, seq)`` for ``arguments`` that
-    are frozen already (:func:`freeze`, :func:`frozen_later`): the same record,
-    its slots set directly, without attrs' ``__init__`` (at about half the
-    cost: the scheduler's driver makes one per call)."""
-    return _make_call(id, name, arguments, mode, seq, "code_mode")
-
-
-@attrs.frozen
+@record
 class ToolRefusedEvent:
     """The bookkeeping record of one call the gate refused before it started.
 
-    ``name`` is the tool the call named (any string the program wrote),
-    ``message`` what the caller was answered (the same two strings a started
-    call fails with), ``source`` where the call came from (``"code_mode"``,
-    ``"direct"``).
+    ``tool`` is the tool the call named (any string the program wrote;
+    ``name``, its older name, still reads it, with a ``DeprecationWarning``;
+    the audit's JSON still writes it as ``"name"``), ``message`` what the
+    caller was answered (the same two strings a started call fails with),
+    ``source`` where the call came from (``"code_mode"``, ``"direct"``).
     """
 
-    name: str
+    tool: str
     message: str
     source: str = "code_mode"
 
     type = "tool_refused"
+    name = property(_deprecated_name, doc="Deprecated: :attr:`tool`.")
 
     def as_event(self) -> Event:
-        return Event(self.type, {"name": self.name, "message": self.message, "source": self.source})
+        return Event(self.type, {"name": self.tool, "message": self.message, "source": self.source})
 
 
-@attrs.frozen
+@record
 class ApprovalEvent:
     """The bookkeeping record of one approval decision, written as it is made
     (before the tool runs, or instead of it).
@@ -340,7 +314,7 @@ class ApprovalEvent:
         return Event(self.type, {"seq": self.seq, "tool": self.tool, "approved": self.approved, "reason": self.reason})
 
 
-@attrs.frozen
+@record
 class ToolOutcomeEvent:
     """The bookkeeping record of how one *started* call ended, written when it commits
     (or is abandoned at the run's end).
@@ -355,7 +329,7 @@ class ToolOutcomeEvent:
     seq: int
     tool: str
     ok: bool
-    error: Any = attrs.field(default=None, converter=freeze)
+    error: Any = attrs.field(default=None, converter=freeze, metadata=_FROZEN)
     bytes: int = 0
 
     type = "tool_outcome"
@@ -365,16 +339,6 @@ class ToolOutcomeEvent:
         return Event(self.type, data)
 
 
-_make_outcome = maker(ToolOutcomeEvent, "seq", "tool", "ok", "error", "bytes")
-
-
-def tool_outcome_event(seq: int, tool: str, ok: bool, error: Any, size: int) -> ToolOutcomeEvent:
-    """``ToolOutcomeEvent(seq, tool, ok, error, size)``, the same record, its
-    slots set directly, without attrs' ``__init__`` (``error`` is frozen here,
-    as the field's converter would; the scheduler's driver makes one per call)."""
-    return _make_outcome(seq, tool, ok, None if error is None else freeze(error), size)
-
-
 #: ``ToolOutcomeEvent.error["kind"]`` values: the approval step refused the call
 #: (``denied``), the run was over before it could start (``run_over``), the tool
 #: raised or returned a failure (``tool_error``), or returned a value with no
@@ -382,9 +346,79 @@ def tool_outcome_event(seq: int, tool: str, ok: bool, error: Any, size: int) -> 
 #: (``abandoned``), or its task died (``did_not_complete``).
 OUTCOME_ERROR_KINDS = ("denied", "run_over", "tool_error", "invalid_result", "abandoned", "did_not_complete")
 
+
+# -- the vocabulary ---------------------------------------------------------------------
+
+
+@attrs.frozen
+class Kind:
+    """One word of the event vocabulary: one thing that can happen to a call or a run,
+    its record type, and its name in each projection (``None``: that projection does
+    not carry it). See ARCHITECTURE.rst, "Events", for where a new one goes."""
+
+    #: The vocabulary's own name for it.
+    name: str
+    #: ``"call"`` (it happens to one sub-call) or ``"run"``.
+    scope: str
+    #: Its record type in this module, for the kinds the audit keeps as records.
+    record: Optional[type]
+    #: Its audit type (``Event.type``: the session log, ``RunResult.events`` or ``.audit``).
+    audit: Optional[str]
+    #: Its live kind (``RunEvent.kind``, :mod:`nous_sched.live`).
+    live: Optional[str]
+    #: Its scheduler observer phase (``observer(record: CallRecord, phase)``).
+    phase: Optional[str]
+    #: What happened, in one line.
+    meaning: str
+
+
+#: Every kind, each once. Each projection is a table keyed by one of its columns
+#: (``tests/test_vocabulary.py`` checks that every projection names every kind its
+#: column carries, and nothing else).
+VOCABULARY = (
+    Kind(
+        "call",
+        "call",
+        ToolCallEvent,
+        "tool_call",
+        "call",
+        "start",
+        "a sub-call started (admitted, handed to its executor)",
+    ),
+    Kind(
+        "outcome",
+        "call",
+        ToolOutcomeEvent,
+        "tool_outcome",
+        "commit",
+        "commit",
+        "a started call committed, in seq order, or was abandoned",
+    ),
+    Kind(
+        "refused",
+        "call",
+        ToolRefusedEvent,
+        "tool_refused",
+        "refused",
+        None,
+        "the gate refused a call before it started",
+    ),
+    Kind("log", "run", None, None, "log", None, "the program wrote a line its logs keep"),
+    Kind("approval", "call", ApprovalEvent, "approval", "approval", None, "an approval was asked, or decided"),
+    Kind("suspended", "run", None, "suspended", "suspended", None, "a durable run waits for approvals"),
+    Kind("resumed", "run", None, "resumed", None, None, "a durable run went on with decisions"),
+    Kind("end", "run", None, None, "end", None, "the run ended (always the last)"),
+    Kind("gap", "run", None, None, "gap", None, "a live consumer fell behind and missed events"),
+)
+
 #: The bookkeeping types of the audit, shared by :class:`SessionLog`,
-#: ``RunResult.events`` and serve-mcp's ``--audit-log`` lines.
+#: ``RunResult.events`` and serve-mcp's ``--audit-log`` lines: the kinds with a record.
 AUDIT_TYPES = ("tool_call", "tool_refused", "approval", "tool_outcome")
+#: The scheduler observer's phases, in the order a call goes through them.
+PHASES = tuple(k.phase for k in VOCABULARY if k.phase is not None)
+#: Live kinds, in :data:`VOCABULARY` order (``nous_sched.live.EVENT_KINDS``).
+LIVE_KINDS = tuple(k.live for k in VOCABULARY if k.live is not None)
+START, COMMIT = PHASES
 
 
 class SessionLog:

@@ -83,6 +83,7 @@ from ._run.options import RunOptions, build, keywords
 from ._run.runner import execute, live_stream, prepare
 from ._text import machine_json
 from .durable import resume
+from .events import LIVE_KINDS
 from .gate import approval_text
 from .gate.dispatch import needs_approval
 from .outcome import Outcome
@@ -93,8 +94,8 @@ from .tooling import Tool
 
 __all__ = ["start_run", "resume_run", "Run", "RunEvent", "EventStream", "EVENT_KINDS", "HISTORY", "DEFAULT_BUFFER"]
 
-#: Every ``RunEvent.kind``.
-EVENT_KINDS = ("call", "commit", "refused", "log", "approval", "suspended", "end", "gap")
+#: Every ``RunEvent.kind``: the live projection of :data:`nous_sched.events.VOCABULARY`.
+EVENT_KINDS = LIVE_KINDS
 #: How many events a run's stream holds for consumers that start late.
 HISTORY = 100_000
 #: How many events one consumer may fall behind before it skips (a ``gap``).

@@ -88,6 +88,7 @@ from ._run.entry import run as run_with
 from ._run.options import RunOptions, build
 from ._text import machine_text
 from ._validators import require
+from .events import COMMIT, START
 from .gate.dispatch import Dispatch, RunContext, approval_sink, current_call, direct_dispatch
 from .result import RunResult
 from .result.records import CallRecord
@@ -216,13 +217,9 @@ class SpanObserver:
 
     def __call__(self, record: CallRecord, phase: str) -> None:
         try:
-            if phase == "start":
-                self._start(record)
-            elif phase == "commit":
-                with self._lock:
-                    span = self._open.pop(record.seq, None)
-                if span is not None:
-                    self._end(span, record)
+            project = PROJECTION[phase]
+            if project is not None:
+                project(self, record)
         except Exception:  # telemetry must never cost the run anything
             log.warning("nous_sched.otel: could not record sub-call %s", record.seq, exc_info=True)
         if self._then is not None:
@@ -290,6 +287,12 @@ class SpanObserver:
             self._open[record.seq] = span
             self.started += 1
 
+    def _commit(self, record: CallRecord) -> None:
+        with self._lock:
+            span = self._open.pop(record.seq, None)
+        if span is not None:
+            self._end(span, record)
+
     def _end(self, span: trace.Span, record: Optional[CallRecord], abandoned: bool = False) -> None:
         finished = None if record is None else record.finished
         if record is not None and record.throttled is not None:
@@ -318,6 +321,14 @@ class SpanObserver:
         span.set_attribute(ATTR_THROTTLED, throttled)
         if record.began is not None:
             span.add_event(THROTTLED_EVENT, {ATTR_THROTTLED: throttled}, timestamp=self._ns(record.began))
+
+
+#: The OTel projection of the observer's phases (:data:`nous_sched.events.PHASES`):
+#: a call's span opens at its start and ends at its commit.
+PROJECTION: dict[str, Optional[Callable[[SpanObserver, CallRecord], None]]] = {
+    START: SpanObserver._start,  # noqa: SLF001
+    COMMIT: SpanObserver._commit,  # noqa: SLF001
+}
 
 
 class _TracedDispatch:

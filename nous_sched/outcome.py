@@ -14,7 +14,7 @@ from typing import Any, Optional
 
 import attrs
 
-from ._slots import maker
+from ._slots import record
 from .errors import ToolError
 
 __all__ = ["Outcome", "SubCallError", "clamp", "quote_name", "MAX_MESSAGE", "TRUNCATION_MARK"]
@@ -46,7 +46,7 @@ class SubCallError:
         return {"tool": self.tool, "message": self.message}
 
 
-@attrs.frozen
+@record
 class Outcome:
     """The committed result of one sub-call.
 
@@ -70,12 +70,11 @@ class Outcome:
     def crossed(cls, value: Any, text: str) -> "Outcome":
         """A success whose ``value`` is a snapshot and ``text`` its :func:`~nous_sched.crossing.dumps`,
         made together (:func:`~nous_sched.crossing.snapshot_text`): the text is not made again."""
-        if cls is not Outcome:
-            made = cls(True, value, None)
-            object.__setattr__(made, "text", text)  # not an __init__ argument: only a snapshot's own text
-            return made
-        # Every call's answer: the slots set directly, without attrs' __init__ (at about half the cost).
-        return _make(True, value, None, text)
+        # Every call's answer, on the hot path: the record's own __init__ (_slots.record), then the
+        # one field that is not an __init__ argument (only a snapshot's own text).
+        made = cls(True, value, None)
+        object.__setattr__(made, "text", text)
+        return made
 
     @classmethod
     def failure(cls, tool: str, message: str) -> "Outcome":
@@ -87,6 +86,3 @@ class Outcome:
             return self.value
         assert self.error is not None
         raise ToolError(self.error.message, tool=self.error.tool)
-
-
-_make = maker(Outcome, "ok", "value", "error", "text")

@@ -99,7 +99,7 @@ def _assert_canary() -> None:
     )
     assert canary.error is None, canary.error
     assert canary.result == 5
-    assert [e.name for e in canary.calls] == ["add"]
+    assert [e.tool for e in canary.calls] == ["add"]
     _assert_threads_released(before)
 
 
@@ -134,7 +134,7 @@ def _check_invariants(result: RunResult, elapsed: float) -> None:
     assert [e.seq for e in events] == list(range(len(events)))
     assert len({e.id for e in events}) == len(events)
     assert all(e.id == f"adv:code:{e.seq}" for e in events)
-    assert {e.name for e in events} <= GRANTED
+    assert {e.tool for e in events} <= GRANTED
     assert len(result.trail) == len(events)
     assert not SECRET_CALLS, "the denied tool's function ran"
 
@@ -182,7 +182,7 @@ def _check_expected(spec: dict, result: RunResult) -> None:
 
     if "max_refused" in spec:
         assert len(result.refused) <= spec["max_refused"], len(result.refused)
-    names = [e.name for e in result.calls]
+    names = [e.tool for e in result.calls]
     if "events" in spec:
         assert names == spec["events"]
     if "min_events" in spec:

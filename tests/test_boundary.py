@@ -186,7 +186,7 @@ def test_a_value_that_cannot_cross_fails_its_call_and_the_run_goes_on(tools, cal
     assert len(failed[2]) <= 2100  # clamped
     json.dumps(result.to_dict(), allow_nan=False)
     # Every call that started is audited; a refused argument is audited as a refusal.
-    names = [e.name for e in result.calls]
+    names = [e.tool for e in result.calls]
     assert names[0] == "echo" and names[-1] == "echo"
     assert len(result.calls) + len(result.refused) == 3
 
@@ -209,7 +209,7 @@ def test_a_result_that_cannot_cross_is_invalid_output_with_the_audit(tools, expr
     assert fragment in result.error.message
     assert result.result is None
     json.dumps(result.to_dict(), allow_nan=False)
-    assert [e.name for e in result.calls] == ["echo"]
+    assert [e.tool for e in result.calls] == ["echo"]
 
 
 @pytest.mark.usefixtures("runtime")
@@ -273,7 +273,7 @@ def test_a_direct_call_of_a_denied_tool_is_refused_and_audited_like_a_sub_call()
     assert sub.result == ["secret", answer["error"]] == ["secret", 'tool "secret" is denied by the permission policy']
     assert _audit_shape(sub_log) == _audit_shape(direct_log) == [("tool_refused", "secret")]
     assert sub_log.events[0].data["message"] == direct_log.events[0].data["message"]
-    assert [(r.name, r.message) for r in sub.refused] == [("secret", answer["error"])]
+    assert [(r.tool, r.message) for r in sub.refused] == [("secret", answer["error"])]
 
 
 @pytest.mark.usefixtures("runtime")

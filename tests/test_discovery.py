@@ -56,7 +56,7 @@ def test_a_program_can_discover_then_call(runtime):
     """
     result = run_code(program, TOOLS, description="test")
     assert result.result == {"city": "Oslo", "temp": 21}
-    assert [e.name for e in result.calls] == ["get_weather"]
+    assert [e.tool for e in result.calls] == ["get_weather"]
 
 
 def test_questions_and_calls_settle_in_the_order_the_program_made_them(runtime):

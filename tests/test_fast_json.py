@@ -394,8 +394,10 @@ def test_the_session_form_of_arguments_kept_as_text_has_every_field_in_order():
     session = event.as_event()
     assert type(session) is Event and session.type == "tool_call"
     data = session.data
-    assert list(data) == [field.name for field in attrs.fields(ToolCallEvent)]
-    assert data == attrs.asdict(event, recurse=False) and session.data is data and type(data) is FrozenDict
+    assert list(data) == ["id", "name", "arguments", "mode", "seq", "source"]  # the tool under its wire name
+    fields = attrs.asdict(event, recurse=False)
+    assert data == {("name" if key == "tool" else key): value for key, value in fields.items()}
+    assert session.data is data and type(data) is FrozenDict
     assert session == ToolCallEvent("r:code:0", "t", {"a": [1]}, "parallel", 0).as_event()
 
 

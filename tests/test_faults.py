@@ -61,7 +61,7 @@ def assert_audit(events, expected_names=None) -> None:
     assert [e.seq for e in events] == list(range(len(events)))
     assert len({e.id for e in events}) == len(events)
     if expected_names is not None:
-        assert [e.name for e in events] == expected_names
+        assert [e.tool for e in events] == expected_names
 
 
 @pytest.fixture

@@ -12,14 +12,14 @@ import threading
 import time
 
 import attrs
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nous_sched import Limits, Outcome, SnapshotError, Tool, ToolCallEvent, ToolOutcomeEvent
-from nous_sched.events import FrozenDict, freeze, frozen_later, tool_call_event, tool_outcome_event
+from nous_sched.events import Event, FrozenDict, FrozenList, frozen_later
 from nous_sched.gate.dispatch import CallInfo, RunContext
 from nous_sched.runtime.engine import Engine, _checked
-from nous_sched.scheduler._running import call_info
 
 
 def _main_of(text: str):
@@ -95,39 +95,80 @@ def test_a_ticket_is_published_once_and_every_waiter_sees_it(make_scheduler, mak
 
 
 def test_a_tool_call_events_session_form_has_every_field_in_order():
+    # The audit projection writes every field, in field order, the tool under its wire name "name".
     event = ToolCallEvent("r:code:0", "t", {"a": [1]}, "parallel", 0)
     data = event.as_event().data
-    assert list(data) == [field.name for field in attrs.fields(ToolCallEvent)]
-    assert data == attrs.asdict(event, recurse=False) and event.as_event().type == "tool_call"
+    assert [f.name for f in attrs.fields(ToolCallEvent)] == ["id", "tool", "arguments", "mode", "seq", "source"]
+    assert list(data) == ["id", "name", "arguments", "mode", "seq", "source"]
+    fields = attrs.asdict(event, recurse=False)
+    assert data == {("name" if key == "tool" else key): value for key, value in fields.items()}
+    assert event.as_event().type == "tool_call"
 
 
-def test_the_drivers_record_makers_make_the_records_attrs_would():
-    # events.tool_call_event and tool_outcome_event set the slots directly (one
-    # of each per call, on the driver): the same fields, the same values, the
-    # same frozen data, whatever the fields become.
-    assert [f.name for f in attrs.fields(ToolCallEvent)] == ["id", "name", "arguments", "mode", "seq", "source"]
-    assert [f.name for f in attrs.fields(ToolOutcomeEvent)] == ["seq", "tool", "ok", "error", "bytes"]
-    made = tool_call_event("r:code:3", "t", freeze({"a": [1]}), "exclusive", 3)
-    assert made == ToolCallEvent("r:code:3", "t", {"a": [1]}, "exclusive", 3)
-    assert made.as_event() == ToolCallEvent("r:code:3", "t", {"a": [1]}, "exclusive", 3).as_event()
-    later = tool_call_event("code:0", "t", frozen_later('{"b":null}'), "parallel", 0)
+# A twin of each hot-path record made by attrs' own __init__: _slots.record writes its
+# own, and each must make what attrs' would, from the same arguments.
+def _attrs_twin(cls):
+    fields = {
+        f.name: attrs.field(default=f.default, converter=f.converter, init=f.init, eq=f.eq, repr=f.repr)
+        for f in attrs.fields(cls)
+    }
+    return attrs.make_class("Twin" + cls.__name__, fields, frozen=True)
+
+
+def _same(made, twin):
+    for f in attrs.fields(type(made)):
+        mine, theirs = getattr(made, f.name), getattr(twin, f.name)
+        assert mine == theirs and type(mine) is type(theirs), f.name
+
+
+@given(
+    arguments=st.recursive(
+        st.none() | st.booleans() | st.integers() | st.text(max_size=3),
+        lambda inner: st.lists(inner, max_size=3) | st.tuples(inner) | st.dictionaries(st.text(max_size=2), inner),
+        max_leaves=6,
+    ),
+    seq=st.integers(0, 10),
+)
+@settings(max_examples=50, deadline=None)
+def test_the_hot_path_records_make_what_attrs_would(arguments, seq):
+    call = ("r:code:3", "t", arguments, "exclusive", seq)
+    _same(ToolCallEvent(*call), _attrs_twin(ToolCallEvent)(*call))
+    _same(ToolCallEvent(*call, source="direct"), _attrs_twin(ToolCallEvent)(*call, source="direct"))
+    outcome = (seq, "t", False, {"kind": "tool_error", "message": arguments}, 7)
+    _same(ToolOutcomeEvent(*outcome), _attrs_twin(ToolOutcomeEvent)(*outcome))
+    _same(ToolOutcomeEvent(seq, "t", True), _attrs_twin(ToolOutcomeEvent)(seq, "t", True))
+    _same(Event("x", {"a": arguments}), _attrs_twin(Event)("x", {"a": arguments}))
+    run_ctx = RunContext(deadline=1.0)
+    info = ("r:code:2", "t", seq, "parallel", run_ctx)
+    _same(CallInfo(*info), _attrs_twin(CallInfo)(*info))
+    _same(CallInfo(*info[:4]), _attrs_twin(CallInfo)(*info[:4]))
+    _same(Outcome(True, arguments), _attrs_twin(Outcome)(True, arguments))
+
+
+def test_a_record_is_made_by_keyword_too_and_refuses_what_attrs_would():
+    made = ToolCallEvent(id="r:code:3", tool="t", arguments={"a": [1]}, mode="exclusive", seq=3)
+    assert made == ToolCallEvent("r:code:3", "t", {"a": [1]}, "exclusive", 3) and made.source == "code_mode"
+    assert type(made.arguments) is FrozenDict and type(made.arguments["a"]) is FrozenList
+    assert (
+        repr(made)
+        == "ToolCallEvent(id='r:code:3', tool='t', arguments={'a': [1]}, mode='exclusive', seq=3, source='code_mode')"
+    )
+    assert attrs.evolve(made, seq=4) == ToolCallEvent("r:code:3", "t", {"a": [1]}, "exclusive", 4)
+    with pytest.raises(TypeError):
+        ToolCallEvent("r:code:3", "t", {}, "exclusive")  # seq missing
+    with pytest.raises(TypeError):
+        ToolOutcomeEvent(1, "t", True, None, 0, "extra")
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        made.tool = "u"
+    later = ToolCallEvent("code:0", "t", frozen_later('{"b":null}'), "parallel", 0)
     assert later == ToolCallEvent("code:0", "t", {"b": None}, "parallel", 0)
     assert type(later.arguments) is FrozenDict
-    for error in (None, {"kind": "tool_error", "message": "boom"}):
-        made = tool_outcome_event(5, "t", error is None, error, 7)
-        assert made == ToolOutcomeEvent(5, "t", error is None, error, 7)
-        assert made.as_event() == ToolOutcomeEvent(5, "t", error is None, error, 7).as_event()
-        assert error is None or type(made.error) is FrozenDict
-    assert repr(made) == repr(ToolOutcomeEvent(5, "t", False, {"kind": "tool_error", "message": "boom"}, 7))
 
+    class Mine(ToolCallEvent):
+        pass
 
-def test_the_drivers_call_info_is_the_one_attrs_would_make():
-    # scheduler._call_info sets CallInfo's slots directly (once per call, on the driver).
-    assert [f.name for f in attrs.fields(CallInfo)] == ["id", "tool", "seq", "mode", "run_ctx"]
-    run_ctx = RunContext(deadline=1.0)
-    made = call_info("r:code:2", "t", 2, "parallel", run_ctx)
-    assert made == CallInfo("r:code:2", "t", 2, "parallel", run_ctx) and made.run_ctx is run_ctx
-    assert repr(made) == repr(CallInfo("r:code:2", "t", 2, "parallel", run_ctx))
+    mine = Mine("code:0", "t", frozen_later('{"b":null}'), "parallel", 0)
+    assert mine.as_event() == later.as_event() and type(mine.arguments) is FrozenDict
 
 
 def test_a_crossed_outcome_is_a_success_with_its_text():

@@ -329,7 +329,7 @@ def test_one_program_fans_out_over_all_four_frameworks():
         "diff": 5,
         "failed": "no such city",
     }
-    assert [event.name for event in result.calls][:5] == [
+    assert [event.tool for event in result.calls][:5] == [
         "lc_add",
         "lc_forecast",
         "ag_forecast",

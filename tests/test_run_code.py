@@ -437,7 +437,7 @@ def test_runtime_gets_program_owner_and_bindings():
         "message": 'tool "denied" is denied by the permission policy',
     }
     assert denied_calls == [] and granted_calls == [{}]
-    assert [e.name for e in result.calls] == ["granted"]
+    assert [e.tool for e in result.calls] == ["granted"]
 
 
 def test_no_tools_still_has_an_empty_binding():
@@ -461,7 +461,7 @@ def test_custom_dispatch_is_used_and_the_lane_still_logs():
     )
     assert result.result == "dispatched alpha"
     assert seen == [("alpha", {"x": 1}, "my-deps")]
-    assert [e.name for e in result.calls] == ["alpha"]
+    assert [e.tool for e in result.calls] == ["alpha"]
 
 
 # --- Lane ----------------------------------------------------------------------------
@@ -585,7 +585,7 @@ def test_after_a_program_failure_the_lane_is_dead_and_its_event_survives():
         "await tools.alpha({}); throw new Error('boom')", [echo_tool("alpha")], observer=spy, description="test"
     )
     assert result.error.kind == "exception"
-    assert [e.name for e in result.calls] == ["alpha"]
+    assert [e.tool for e in result.calls] == ["alpha"]
     spy.assert_dead()
 
 
@@ -597,7 +597,7 @@ def test_after_a_timeout_the_lane_is_dead_and_its_event_survives(make_event):
         "await tools.alpha({}); await tools.stuck({})", tools, observer=spy, timeout=0.5, description="test"
     )
     assert result.error.kind == "timeout"
-    assert [e.name for e in result.calls] == ["alpha", "stuck"]
+    assert [e.tool for e in result.calls] == ["alpha", "stuck"]
     spy.assert_dead()
 
 
@@ -708,7 +708,7 @@ def test_granted_tool_is_bound_and_callable():
     )
     # A tool outside `allow` is denied, yet still declared.
     assert result.result == [["other", "search"], ["hit"]]
-    assert [e.name for e in result.calls] == ["search"]
+    assert [e.tool for e in result.calls] == ["search"]
 
 
 def test_denied_tool_answers_exactly_and_never_reaches_the_scheduler():
@@ -796,7 +796,7 @@ def test_approval_handler_rejecting_becomes_a_catchable_tool_error():
         assert result.logs == ("caught",)
         assert [(r.tool, r.arguments, r.description) for r in handler.requests] == [("pay", {"amount": 5}, "test")]
         # The call was started (and is audited) but the tool never ran.
-        assert [(e.name, e.arguments) for e in result.calls] == [("pay", {"amount": 5})]
+        assert [(e.tool, e.arguments) for e in result.calls] == [("pay", {"amount": 5})]
     assert ran == []
 
 
@@ -1001,7 +1001,7 @@ def test_run_code_returns_data_for_the_model_and_audit_apart():
     result = run_code("console.log('hi'); return await tools.echo({k: [1, 2]})", [echo_tool()], description="test")
     assert result.ok
     assert result.to_dict() == {"logs": ["hi"], "result": {"k": [1, 2]}}
-    assert [(e.name, e.arguments, e.mode, e.seq, e.source) for e in result.calls] == [
+    assert [(e.tool, e.arguments, e.mode, e.seq, e.source) for e in result.calls] == [
         ("echo", {"k": [1, 2]}, "exclusive", 0, "code_mode")
     ]
     assert [(r.seq, r.tool, r.ok) for r in result.trail] == [(0, "echo", True)]

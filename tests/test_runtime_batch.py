@@ -173,7 +173,7 @@ def test_calls_released_at_once_through_the_scheduler_give_the_same_trace_as_one
     apart = run()
     assert together.result == apart.result
     assert together.logs == apart.logs
-    assert [(c.seq, c.name, c.arguments) for c in together.calls] == [(c.seq, c.name, c.arguments) for c in apart.calls]
+    assert [(c.seq, c.tool, c.arguments) for c in together.calls] == [(c.seq, c.tool, c.arguments) for c in apart.calls]
     assert together.usage.calls == apart.usage.calls  # the ledger: every answer, in order
 
 

@@ -136,13 +136,13 @@ def test_fan_out_of_50_is_in_submission_order_whatever_the_finish_order(make_eve
         # The program's own observation order (each .then pushes) is submission order.
         assert result.result["log"] == list(range(N)), label
         assert result.logs == ("observed " + ",".join(map(str, range(N))),)
-        assert [(e.seq, e.name, e.arguments, e.mode) for e in result.calls] == [
+        assert [(e.seq, e.tool, e.arguments, e.mode) for e in result.calls] == [
             (k, "work", {"k": k}, "parallel") for k in range(N)
         ]
         # (run_fan_out checked the calls finished in the forced order.) They
         # committed in submission order all the same.
         assert [r.seq for r in sorted(result.trail, key=lambda r: r.committed)] == list(range(N))
-        seen.append((result.result, result.logs, [(e.name, e.arguments) for e in result.calls]))
+        seen.append((result.result, result.logs, [(e.tool, e.arguments) for e in result.calls]))
     assert all(s == seen[0] for s in seen)
 
 
@@ -167,7 +167,7 @@ def test_program_catches_tool_error_and_goes_on():
     result = run_code(program, [Tool("fail", fail), echo()], description="test")
     assert result.ok, result.error
     assert result.result == [[True, True, "ToolError", "fail", "no record 7"], {"after": True}]
-    assert [e.name for e in result.calls] == ["fail", "echo"]
+    assert [e.tool for e in result.calls] == ["fail", "echo"]
     assert [r.ok for r in result.trail] == [False, True]
 
 
@@ -420,7 +420,7 @@ def test_tool_that_hangs_past_the_deadline_times_out_promptly(make_event):
     assert result.error.kind == "timeout"
     assert "waiting for tool 'hangs' (call 0) to return" in result.error.message
     assert result.logs == ("calling",)
-    assert [e.name for e in result.calls] == ["hangs"]
+    assert [e.tool for e in result.calls] == ["hangs"]
     assert elapsed < 0.5 + 2.0
 
 
@@ -494,7 +494,7 @@ def test_program_cannot_replace_tools_console_or_tool_error():
     assert result.ok, result.error
     assert result.result == [{"real": True}, ["TypeError"] * 5, [True, "fail"]]
     assert result.logs == ("still logging",)
-    assert [e.name for e in result.calls] == ["fail", "echo"]
+    assert [e.tool for e in result.calls] == ["fail", "echo"]
 
 
 def test_program_cannot_reach_the_host():
@@ -738,7 +738,7 @@ def test_floating_call_before_awaited_work_runs_and_is_logged():
     )
     assert result.ok and result.result == {"n": 2}
     assert rec.calls == [{"n": 1}]
-    assert [(e.name, e.seq) for e in result.calls] == [("side", 0), ("echo", 1)]
+    assert [(e.tool, e.seq) for e in result.calls] == [("side", 0), ("echo", 1)]
 
 
 def test_floating_call_at_the_end_does_not_hold_the_run():
@@ -753,7 +753,7 @@ def test_floating_call_at_the_end_still_logs_its_event():
     for _ in range(5):
         result = run_code("tools.side({x: 1}); return 'done';", [Tool("side", rec)], description="test")
         assert result.result == "done"
-        assert [e.name for e in result.calls] == ["side"]
+        assert [e.tool for e in result.calls] == ["side"]
 
 
 # === arguments and names ===============================================================
@@ -766,7 +766,7 @@ def test_tool_names_that_are_not_identifiers():
     result = run_code(program, tools, description="test")
     assert result.ok, result.error
     assert result.result == [f"I am {n}" for n in names]
-    assert [e.name for e in result.calls] == names
+    assert [e.tool for e in result.calls] == names
 
 
 def test_tool_named_like_a_prelude_placeholder_is_reachable():
@@ -964,7 +964,7 @@ def test_oversized_arguments_are_refused_in_the_sandbox_and_never_reach_the_host
     assert result.result == 2
     assert result.logs == ("true echo arguments are 2008 characters of JSON, over the run's limit of 1000",)
     assert seen == [2], "the refused call never reached the tool"
-    assert [e.name for e in result.calls] == ["echo"], "nor the scheduler: one audit event, for the call that ran"
+    assert [e.tool for e in result.calls] == ["echo"], "nor the scheduler: one audit event, for the call that ran"
 
 
 @pytest.mark.parametrize("bad", [0, -1, 1.5, True])

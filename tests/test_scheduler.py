@@ -594,7 +594,7 @@ def test_events_for_each_started_call_stay_out_of_the_transcript(make_scheduler)
         assert s.call(Tool(f"t{i + 1}", lambda args: args["i"]), {"i": i}).value == i
 
     events = s.logged_events()
-    assert [e.name for e in events] == ["t1", "t2", "t3", "t4", "t5"]
+    assert [e.tool for e in events] == ["t1", "t2", "t3", "t4", "t5"]
     assert [e.seq for e in events] == [0, 1, 2, 3, 4]
     assert [e.arguments for e in events] == [{"i": i} for i in range(5)]
     assert [e.id for e in events] == [f"call_42:code:{i}" for i in range(5)]
@@ -625,7 +625,7 @@ def test_failed_sub_call_is_logged_once(make_scheduler):
     assert not outcome.ok
     events = s.logged_events()
     assert len(events) == 1
-    assert (events[0].name, events[0].mode, events[0].arguments) == ("failing", "parallel", {"x": 1})
+    assert (events[0].tool, events[0].mode, events[0].arguments) == ("failing", "parallel", {"x": 1})
     assert [e.type for e in s.session_log().events] == ["tool_call", "tool_outcome"]
     assert s.session_log().events[1].data["error"] == {"kind": "tool_error", "message": "nope"}
 
@@ -949,7 +949,7 @@ def test_stop_releases_running_and_queued_calls(make_scheduler, probe):
     assert q.error.as_dict() == {"tool": "queued", "message": ABANDONED}
     assert "code run is over" in r.error.message
     assert probe.started == [0], "a queued call never starts after stop"
-    assert [e.name for e in s.logged_events()] == ["running"], "an abandoned queued call is not logged"
+    assert [e.tool for e in s.logged_events()] == ["running"], "an abandoned queued call is not logged"
     assert s.lane_state().stopped is True
     probe.release_all()
 

@@ -276,7 +276,7 @@ def test_reads_never_wait_on_a_driver_stuck_in_a_predicate(make_event):
         s.submit(Tool("stuck", whoami, concurrency_safe=stuck), {})
         assert entered.wait(WAIT)
         assert [r.tool for r in s.trail()] == ["fine"]
-        assert [e.name for e in s.logged_events()] == ["fine"]
+        assert [e.tool for e in s.logged_events()] == ["fine"]
         assert s.lane_state(timeout=0.05) is None, "the stuck driver cannot answer: None, not an exception"
     finally:
         unblock.set()

@@ -106,7 +106,7 @@ def _check(run: int, result) -> None:
     events = result.calls
     assert [e.seq for e in events] == list(range(FAN_OUT)), run
     assert len({e.id for e in events}) == FAN_OUT
-    assert [e.name for e in events] == ["fetch"] * 9 + ["record"]
+    assert [e.tool for e in events] == ["fetch"] * 9 + ["record"]
     assert [e.mode for e in events] == ["parallel"] * 9 + ["exclusive"]
 
 

@@ -389,7 +389,7 @@ def test_a_worker_killed_mid_call_is_an_abort_with_logs_and_one_event_per_starte
         # second `work`, queued behind it, starts when `kill` commits, which
         # races with the run ending. One event per started call, no more, no
         # less; a tool body runs only for a started call.
-        names = [e.name for e in result.calls]
+        names = [e.tool for e in result.calls]
         assert names in (["work", "kill"], ["work", "kill", "work"])
         assert [e.seq for e in result.calls] == list(range(len(names)))
         assert len({e.id for e in result.calls}) == len(names)
@@ -397,7 +397,7 @@ def test_a_worker_killed_mid_call_is_an_abort_with_logs_and_one_event_per_starte
         assert wait_gone(pid, WAIT)
         # The pool replaced it; the next run is correct.
         after = run_code("return await tools.work({i: 7})", tools, runtime=p, description="test")
-        assert after.result == 7 and [e.name for e in after.calls] == ["work"]
+        assert after.result == 7 and [e.tool for e in after.calls] == ["work"]
         assert 7 in started
         assert pid not in p.pids()
 
@@ -530,7 +530,7 @@ def test_cancel_while_waiting_for_a_tool(runtime, pool, make_event):
     release.set()
     assert result.error.kind == "cancelled"
     assert result.logs == ("calling",)
-    assert [e.name for e in result.calls] == ["hold"]
+    assert [e.tool for e in result.calls] == ["hold"]
     assert time.monotonic() - t0 < 1.0 + SLACK
 
 

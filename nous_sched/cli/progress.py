@@ -5,6 +5,8 @@ from __future__ import annotations
 import threading
 from typing import Any, Optional, TextIO
 
+from ..events import COMMIT, START
+
 __all__ = ["Progress"]
 
 
@@ -32,9 +34,10 @@ class Progress:
 
     def observe(self, record: Any, phase: str) -> None:
         # Driver thread: integer bumps only (each counter has this one writer).
-        if phase == "start":
+        # The observer's phases (nous_sched.events.PHASES): both counted.
+        if phase == START:
             self.started += 1
-        elif phase == "commit":
+        elif phase == COMMIT:
             self.committed += 1
             if record.ok is False:
                 self.failed += 1

@@ -177,7 +177,7 @@ def human(result: RunResult, out: TextIO) -> None:
     if result.refused:
         out.write(f"\nrefused by the gate ({len(result.refused)}):\n")
         for refusal in result.refused:
-            out.write(_indent(inert(f"{refusal.name}: {refusal.message}")) + "\n")
+            out.write(_indent(inert(f"{refusal.tool}: {refusal.message}")) + "\n")
     trail = result.trail
     failed = sum(1 for r in trail if r.ok is False)
     summary = f"\ntrail ({len(trail)} calls"
@@ -207,5 +207,5 @@ def result_json(result: RunResult) -> dict[str, Any]:
     doc["trail"] = [attrs.asdict(r) for r in result.trail]
     # Each record with its type: tool_call, approval and tool_outcome share the list.
     doc["events"] = [{"type": e.type, **e.as_event().data} for e in result.events]
-    doc["refused"] = [attrs.asdict(r) for r in result.refused]
+    doc["refused"] = [dict(r.as_event().data) for r in result.refused]  # the audit's fields, as `events`
     return doc

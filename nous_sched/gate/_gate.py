@@ -251,7 +251,7 @@ class Gate:
             if self._audit is not None:
                 self._audit(record.as_event())
             if self.on_refused is not None:
-                self.on_refused(record.name, record.message, reason)
+                self.on_refused(record.tool, record.message, reason)
         return outcome
 
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, Collection, Optional
 
 import attrs
 
+from .._slots import record
 from ..errors import ToolError
 from ..outcome import quote_name
 from . import approval_text
@@ -104,7 +105,7 @@ class RunContext:
     live: Any = None
 
 
-@attrs.frozen
+@record
 class CallInfo:
     """Which sub-call the current thread is running (see :data:`current_call`)."""
 

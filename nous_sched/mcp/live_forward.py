@@ -189,30 +189,54 @@ class Forwarder:
             self._done.set()
 
     async def _forward(self, event: RunEvent) -> None:
-        data = event.data
-        kind = event.kind
-        if kind == "call":
-            self._calls[event.seq] = _call_text(data)
-        elif kind == "commit":
-            self._committed += 1
-            call = self._calls.pop(event.seq, None) or str(data.get("tool"))
-            if self._progress:
-                await self._send_progress(self._committed, _clip(f"#{event.seq} {call} {_commit_text(data)}"))
-        elif kind == "log":
-            level, text = line_level(str(data.get("line", "")))
-            if _RANK[level] >= self._floor:
-                await self._send_log(level, text)
-        elif kind == "refused":
-            if _RANK["warning"] >= self._floor:
-                await self._send_log(
-                    "warning", f"refused {data.get('tool')} ({data.get('reason')}): {data.get('message')}"
-                )
-        elif self._progress and kind == "approval" and data.get("state") == "asked":
+        notify = PROJECTION[event.kind]
+        if notify is not None:
+            await notify(self, event, event.data)
+
+    # -- the MCP projection: one method per live kind it carries (PROJECTION) -----------
+
+    async def _call(self, event: RunEvent, data: dict[str, Any]) -> None:
+        self._calls[event.seq] = _call_text(data)
+
+    async def _commit(self, event: RunEvent, data: dict[str, Any]) -> None:
+        self._committed += 1
+        call = self._calls.pop(event.seq, None) or str(data.get("tool"))
+        if self._progress:
+            await self._send_progress(self._committed, _clip(f"#{event.seq} {call} {_commit_text(data)}"))
+
+    async def _log(self, event: RunEvent, data: dict[str, Any]) -> None:
+        level, text = line_level(str(data.get("line", "")))
+        if _RANK[level] >= self._floor:
+            await self._send_log(level, text)
+
+    async def _refused(self, event: RunEvent, data: dict[str, Any]) -> None:
+        if _RANK["warning"] >= self._floor:
+            await self._send_log("warning", f"refused {data.get('tool')} ({data.get('reason')}): {data.get('message')}")
+
+    async def _approval(self, event: RunEvent, data: dict[str, Any]) -> None:
+        if self._progress and data.get("state") == "asked":
             call = self._calls.get(event.seq) or str(data.get("tool"))
             await self._send_progress(self._committed, _clip(f"#{event.seq} waiting for approval of {call}"))
-        elif self._progress and kind == "suspended":
+
+    async def _suspended(self, event: RunEvent, data: dict[str, Any]) -> None:
+        if self._progress:
             tool = ", ".join(str(p.get("tool")) for p in data.get("pending", []) or [])
             await self._send_progress(self._committed, f"waiting for approval of {tool}")
+
+
+#: The MCP projection of the live vocabulary (:data:`nous_sched.events.VOCABULARY`):
+#: every live kind, with what sends its notification, or ``None`` for a kind no
+#: notification carries (the result carries the end; a gap has nothing to send).
+PROJECTION: dict[str, Optional[Callable[[Forwarder, RunEvent, dict[str, Any]], Awaitable[None]]]] = {
+    "call": Forwarder._call,  # noqa: SLF001
+    "commit": Forwarder._commit,  # noqa: SLF001
+    "refused": Forwarder._refused,  # noqa: SLF001
+    "log": Forwarder._log,  # noqa: SLF001
+    "approval": Forwarder._approval,  # noqa: SLF001
+    "suspended": Forwarder._suspended,  # noqa: SLF001
+    "end": None,
+    "gap": None,
+}
 
 
 def _clip(text: str) -> str:

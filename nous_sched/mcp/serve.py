@@ -93,7 +93,7 @@ import threading
 import time
 from functools import partial
 from pathlib import Path
-from typing import IO, Any, Callable, Iterable, Optional, Union
+from typing import IO, Any, Callable, Iterable, Mapping, Optional, Union
 
 import anyio
 import anyio.to_thread
@@ -867,22 +867,37 @@ class _GateAudit(SessionLog):
 
     def append(self, event: Event) -> None:
         super().append(event)
-        data = event.data
-        if event.type == "tool_call":
-            self._server._write(  # noqa: SLF001
-                "tool_call",
-                run=self._run.id,
-                tool=data["name"],
-                arguments=data["arguments"],
-                id=data["id"],
-                seq=data["seq"],
-                mode=data["mode"],
-            )
-        elif event.type == "tool_refused":
-            self._server._write("tool_refused", run=self._run.id, tool=data["name"], message=data["message"])  # noqa: SLF001
-        elif event.type == "tool_outcome":
-            self._server._write("tool_outcome", run=self._run.id, call=f"{self._run.id}:code:{data['seq']}", **data)  # noqa: SLF001
-        # An `approval` record is written by the server's own handler, with who answered (_approve_call).
+        write = AUDIT_LINES.get(event.type)
+        if write is not None:
+            write(self, event.data)
+
+    def _tool_call(self, data: Mapping[str, Any]) -> None:
+        self._server._write(  # noqa: SLF001
+            "tool_call",
+            run=self._run.id,
+            tool=data["name"],
+            arguments=data["arguments"],
+            id=data["id"],
+            seq=data["seq"],
+            mode=data["mode"],
+        )
+
+    def _tool_refused(self, data: Mapping[str, Any]) -> None:
+        self._server._write("tool_refused", run=self._run.id, tool=data["name"], message=data["message"])  # noqa: SLF001
+
+    def _tool_outcome(self, data: Mapping[str, Any]) -> None:
+        self._server._write("tool_outcome", run=self._run.id, call=f"{self._run.id}:code:{data['seq']}", **data)  # noqa: SLF001
+
+
+#: The audit log's projection of the audit types (:data:`nous_sched.events.AUDIT_TYPES`):
+#: each with what writes its line from the record's session form. ``approval`` is
+#: ``None`` here: the server's own handler writes it, with who answered (_approve_call).
+AUDIT_LINES: dict[str, Optional[Callable[[_GateAudit, Mapping[str, Any]], None]]] = {
+    "tool_call": _GateAudit._tool_call,  # noqa: SLF001
+    "tool_refused": _GateAudit._tool_refused,  # noqa: SLF001
+    "approval": None,
+    "tool_outcome": _GateAudit._tool_outcome,  # noqa: SLF001
+}
 
 
 def _resumed(token: str, tools: list[Tool], options: RunOptions, arguments: Any) -> Any:

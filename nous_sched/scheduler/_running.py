@@ -14,17 +14,14 @@ import logging
 import time
 from typing import Any, Callable, Optional
 
-from .._slots import maker
 from ..gate._admitted import run_admitted
 from ..gate.dispatch import CallInfo, Dispatch, RunContext
 from ..outcome import Outcome
 from ..tooling import Tool
 from ._calls import ABANDONED, Done, Ran
 
-__all__ = ["InContext", "call_info", "run_call", "run_reporting"]
+__all__ = ["InContext", "run_call", "run_reporting"]
 
-# CallInfo(id, tool, seq, mode, run_ctx): the driver makes one per call.
-call_info = maker(CallInfo, "id", "tool", "seq", "mode", "run_ctx")
 
 log = logging.getLogger("nous_sched")
 

@@ -60,10 +60,8 @@ from ..events import (
     ToolOutcomeEvent,
     freeze,
     frozen_later,
-    tool_call_event,
-    tool_outcome_event,
 )
-from ..gate.dispatch import Dispatch, RunContext, direct_dispatch
+from ..gate.dispatch import CallInfo, Dispatch, RunContext, direct_dispatch
 from ..outcome import Outcome
 from ..result.records import CallRecord, LaneState
 from ..throttle._throttle import _Hold
@@ -87,7 +85,7 @@ from ._calls import (
     Ticket,
     Timeline,
 )
-from ._running import InContext, call_info, run_call, run_reporting
+from ._running import InContext, run_call, run_reporting
 from ._tool_threads import ToolThreads
 from .lane import COMMIT, START, Lane
 
@@ -543,14 +541,12 @@ class Scheduler:
         with self._records_lock:
             if self._sealed is not None:
                 return
-            started = {e.seq: e.name for e in self._events if type(e) is ToolCallEvent}
+            started = {e.seq: e.tool for e in self._events if type(e) is ToolCallEvent}
             for e in self._events:
                 if type(e) is ToolOutcomeEvent:
                     started.pop(e.seq, None)
             error = {"kind": "abandoned", "message": ABANDONED}
-            records: list[Any] = [
-                tool_outcome_event(seq, name, False, error, 0) for seq, name in sorted(started.items())
-            ]
+            records: list[Any] = [ToolOutcomeEvent(seq, name, False, error, 0) for seq, name in sorted(started.items())]
             self._events += records
             self._sealed = set(started)
             run_log = self._session_log
@@ -759,7 +755,7 @@ class Scheduler:
         seq = call.seq
         name = call.tool.name
         mode = call.mode
-        event = tool_call_event(
+        event = ToolCallEvent(
             f"{self._call_id}:code:{seq}" if self._call_id is not None else f"code:{seq}",
             name,
             call.logged,
@@ -773,7 +769,7 @@ class Scheduler:
         """Hand a started call (its ``tool_call`` record's id) to the tool threads, or the caller's executor."""
         seq = call.seq
         timeline = call.timeline
-        info = call_info(event_id, timeline.tool, seq, call.mode, call.run_ctx)
+        info = CallInfo(event_id, timeline.tool, seq, call.mode, call.run_ctx)
         tool = call.tool
         begin = (
             Begin(self, timeline, tool.throttles, getattr(call.run_ctx, "deadline", None))
@@ -869,7 +865,7 @@ class Scheduler:
         if not outcome.ok:
             message = outcome.error.message if outcome.error is not None else FAILED
             error = {"kind": kind or "tool_error", "message": message}
-        return tool_outcome_event(call.seq, call.tool.name, outcome.ok, error, size)
+        return ToolOutcomeEvent(call.seq, call.tool.name, outcome.ok, error, size)
 
     def _deliver(self, ticket: Ticket, outcome: Outcome) -> None:
         with self._lock:

@@ -60,7 +60,7 @@ def shown(result):
     return {
         "out": result.to_dict(),
         "audit": [[e.type, dict(e.data)] for e in result.audit],
-        "started": [[e.name, dict(e.arguments)] for e in result.calls],
+        "started": [[e.tool, dict(e.arguments)] for e in result.calls],
         "token": result.suspended.token if result.suspended is not None else None,
     }
 

@@ -1,0 +1,143 @@
+"""One event vocabulary (nous_sched.events.VOCABULARY) and its projections.
+
+Each kind of thing that happens to a call or a run is named once, with its
+record type and its name in each projection; every projection (the audit,
+the observer, the live stream, OTel, AG-UI, MCP notifications) is a table
+keyed by one column of it. These tests are the checklist ARCHITECTURE.rst's
+"Events" section gives for a new kind: each fails until every projection
+says what it does with it.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import attrs
+import pytest
+
+from nous_sched import (
+    ApprovalDecision,
+    ApprovalEvent,
+    CallRecord,
+    SqliteApprovalStore,
+    Tool,
+    ToolCallEvent,
+    ToolOutcomeEvent,
+    ToolRefusedEvent,
+    agui,
+    events,
+    live,
+    otel,
+    resume,
+    run_code,
+    start_run,
+)
+from nous_sched.gate.dispatch import CallInfo
+from nous_sched.mcp import live_forward, serve
+
+VOCABULARY = events.VOCABULARY
+
+
+def _column(name):
+    return [getattr(kind, name) for kind in VOCABULARY if getattr(kind, name) is not None]
+
+
+def test_each_kind_and_each_of_its_projection_names_is_there_once():
+    for column in ("name", "audit", "live", "phase"):
+        names = _column(column)
+        assert len(names) == len(set(names)), column
+    assert {k.scope for k in VOCABULARY} == {"call", "run"}
+    assert {k.name for k in VOCABULARY} >= {
+        "call",
+        "approval",
+        "outcome",
+        "refused",
+        "log",
+        "suspended",
+        "resumed",
+        "end",
+        "gap",
+    }
+
+
+def test_the_audits_records_are_the_kinds_with_a_record_each_typed_by_its_audit_name():
+    with_record = [k for k in VOCABULARY if k.record is not None]
+    assert {k.record for k in with_record} == {ToolCallEvent, ApprovalEvent, ToolOutcomeEvent, ToolRefusedEvent}
+    assert all(k.record.type == k.audit and k.scope == "call" for k in with_record)
+    assert set(events.AUDIT_TYPES) == {k.audit for k in with_record}
+
+
+def test_the_live_kinds_and_the_observer_phases_are_the_vocabularys_columns():
+    assert live.EVENT_KINDS == events.LIVE_KINDS == tuple(_column("live"))
+    assert events.PHASES == (events.START, events.COMMIT) == ("start", "commit")
+
+
+@pytest.mark.parametrize(
+    ("projection", "keys"),
+    [
+        (agui.PROJECTION, live.EVENT_KINDS),
+        (live_forward.PROJECTION, live.EVENT_KINDS),
+        (otel.PROJECTION, events.PHASES),
+        (serve.AUDIT_LINES, events.AUDIT_TYPES),
+    ],
+    ids=["agui", "mcp", "otel", "audit-log"],
+)
+def test_every_projection_says_what_it_does_with_every_kind_of_its_column(projection, keys):
+    # A new kind in the vocabulary fails this until the projection names it
+    # (with what it makes, or None for nothing).
+    assert set(projection) == set(keys)
+
+
+def test_one_name_for_a_calls_tool_in_every_record():
+    for cls in (*(k.record for k in VOCABULARY if k.record is not None), CallRecord, CallInfo):
+        names = [f.name for f in attrs.fields(cls)]
+        assert "tool" in names and "name" not in names, cls
+
+
+@pytest.mark.parametrize(
+    "record", [ToolCallEvent("r:code:0", "t", {}, "parallel", 0), ToolRefusedEvent("t", "no")], ids=type
+)
+def test_the_older_name_still_reads_the_tool_and_says_it_is_deprecated(record):
+    with pytest.warns(DeprecationWarning, match=r"\.name is deprecated: read \.tool"):
+        assert record.name == "t"
+    with pytest.raises(TypeError):
+        type(record)(*attrs.astuple(record, recurse=False)[:-1], bogus=1)
+
+
+def test_the_audits_json_keeps_its_field_names():
+    # The wire format (RunResult.events' session form, SessionLog, the CLI's --json)
+    # is unchanged: the tool_call and tool_refused records still write the tool as "name".
+    shapes = [
+        (ToolCallEvent("r:code:0", "t", {"a": 1}, "parallel", 0), ["id", "name", "arguments", "mode", "seq", "source"]),
+        (ToolRefusedEvent("t", "no"), ["name", "message", "source"]),
+        (ApprovalEvent(0, "t", True, "ok"), ["seq", "tool", "approved", "reason"]),
+        (ToolOutcomeEvent(0, "t", True), ["seq", "tool", "ok", "error", "bytes"]),
+    ]
+    for record, keys in shapes:
+        event = record.as_event()
+        assert event.type == record.type and list(event.data) == keys
+        assert event.data["name" if "name" in keys else "tool"] == "t"
+
+
+def test_a_run_emits_only_the_vocabularys_live_kinds_with_the_tool_named_tool():
+    program = "console.log('a'); try { await tools.nope({}); } catch (e) {} return await tools.echo({x: 1});"
+    run = start_run(program, [Tool("echo", lambda args: args)], description="test")
+    seen = list(run.events())
+    assert run.result().ok
+    assert [e.kind for e in seen] == ["log", "refused", "call", "commit", "end"]
+    assert all(e.kind in live.EVENT_KINDS for e in seen)
+    assert all(e.data["tool"] in ("echo", "nope") for e in seen if e.kind in ("refused", "call", "commit"))
+
+
+def test_a_durable_runs_audit_types_are_the_vocabularys(tmp_path):
+    store = SqliteApprovalStore(str(tmp_path / "approvals.db"))
+    pay = Tool("pay", lambda args: "paid", requires_approval=True)
+    suspended = run_code("return await tools.pay({})", [pay], approval_store=store, description="test")
+    assert suspended.suspended is not None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        done = resume(suspended.suspended.token, {0: ApprovalDecision(True, "yes")}, [pay], approval_store=store)
+    assert done.result == "paid"
+    types = [e.type for e in (*suspended.audit, *done.audit)]
+    assert {"suspended", "approval", "resumed"} <= set(types) <= set(_column("audit"))
+    assert {e.type for e in done.events} <= set(events.AUDIT_TYPES)
