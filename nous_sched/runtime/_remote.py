@@ -184,6 +184,24 @@ def settle_frame(batch: Sequence[Sequence[Any]]) -> bytes:
     return worker.frame(worker.SETTLE, *parts)
 
 
+class _Deferred:
+    """``with`` it: ``lock`` held inside a deferred step (an interrupt landing
+    as the block ends is raised once the lock is let go)."""
+
+    __slots__ = ("lock",)
+
+    def __init__(self, lock: threading.Lock) -> None:
+        self.lock = lock
+
+    def __enter__(self) -> None:
+        LOCAL.depth += 1
+        self.lock.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.lock.release()
+        leave()
+
+
 class Relay:
     """A run's settles sent by the thread that commits the call: no hop
     through the thread that drives the run.
@@ -209,10 +227,12 @@ class Relay:
     thread sends the rest with the deadline and kill as any step's
     (:meth:`Remote.answers`). It never raises into the driver.
 
-    Every hold of ``lock`` is a deferred step (:mod:`nous_sched._interrupts`):
-    an interrupt landing as a ``with`` block ends, before its lock is let go,
-    would leave the lock held for good, and the next kick, or ``close()``,
-    waiting on it forever.
+    On the main thread every hold of ``lock`` by the driving thread is a
+    deferred step (:attr:`held`, :mod:`nous_sched._interrupts`): an interrupt
+    landing as a ``with`` block ends, before its lock is let go, would leave
+    the lock held for good, and the next kick, or ``close()``, waiting on it
+    forever. A kick runs on the thread that commits (the scheduler's driver,
+    where no interrupt lands) or inside a deferred step of the driving thread.
 
     ``lock`` guards :attr:`state`, the batch, the hand-off fields and the
     writes. Only :data:`ARMED` lets a kick act: the driving thread sets it
@@ -228,6 +248,9 @@ class Relay:
     def __init__(self, remote: "Remote") -> None:
         self.remote = remote
         self.lock = threading.Lock()
+        # What the driving thread holds the lock through: on the main thread (where
+        # an interrupt can land) a deferred step; elsewhere the bare lock, at no cost.
+        self.held: Any = _Deferred(self.lock) if threading.current_thread() is threading.main_thread() else self.lock
         self.state = self.IDLE
         self.take: Any = None
         self.batch: list[Any] = []
@@ -247,11 +270,12 @@ class Relay:
                 os.set_blocking(r, False)
                 os.set_blocking(w, False)
         self.take = take
-        with deferred(), self.lock:
+        with self.held:
             self.state = self.ARMED
         try:
             if head.done():  # published before the hook was set: no one else will kick
-                self.kick()
+                with deferred():
+                    self.kick()
             while True:
                 try:
                     spoke = remote.worker.wait_readable(remote.deadline, remote.cancel, self.wake[0])
@@ -271,12 +295,13 @@ class Relay:
                     remote._broken()  # noqa: SLF001
         finally:
             head.on_done(None)
-            with deferred(), self.lock:
-                self.state = self.IDLE
+            if self.state is not self.IDLE:  # (once IDLE, as the answers' take leaves it, no kick changes it)
+                with self.held:
+                    self.state = self.IDLE
 
     def _disarm(self) -> bool:
         """Take the worker back from the kicks; whether no batch was taken."""
-        with deferred(), self.lock:
+        with self.held:
             if self.state is self.ARMED:
                 self.state = self.IDLE
                 return True
@@ -284,7 +309,7 @@ class Relay:
 
     def _taken(self) -> list[Any]:
         """The batch a kick took; what it raised, raised here."""
-        with deferred(), self.lock:
+        with self.held:
             batch, self.batch = self.batch, []
             error, self.error = self.error, None
             self.state = self.IDLE
@@ -301,7 +326,7 @@ class Relay:
         """The head has committed (on the thread that published it): send the
         batch, or hand it to the driving thread. Never blocks, never raises."""
         try:
-            with deferred(), self.lock:
+            with self.lock:
                 if self.state is not self.ARMED:
                     return
                 batch = self.take(None)
@@ -314,7 +339,7 @@ class Relay:
                 self.handoff = True
                 self._wake()
         except BaseException as exc:  # (a payload the encoder refuses, MemoryError): the run's to raise
-            with deferred(), self.lock:
+            with self.lock:
                 self.error = exc
                 self.handoff = True
                 self.state = self.SENT
