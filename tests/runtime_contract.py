@@ -25,7 +25,8 @@ What a runtime must do, check by check:
   is waited for, inside one ``host.batch()``, and each answer reaches the
   program in its place;
 - ``host.cancel`` ends the run with ``cancelled``, whether the program
-  computes or waits; the deadline with ``timeout``; the memory limit with
+  computes or waits; the deadline (the runtime's, or the host's own
+  ``deadline``, whichever is first) with ``timeout``; the memory limit with
   ``abort``;
 - one thread drives a run (never the host's): the host's hooks hear it: ``on_logs`` each step's lines,
   ``on_settled`` each answer in order with its JSON text, ``on_main`` the
@@ -385,6 +386,27 @@ def the_deadline_ends_a_run_that_waits_for_a_call(rt: CodeRuntime) -> None:
     outcome, _ = run(rt, "await tools.hang({}); return 1", Limits(timeout=0.5))
     failed(outcome, "timeout", "0.5s")
     assert time.monotonic() - t0 < 10
+
+
+@check
+def no_answer_taken_past_the_hosts_deadline_reaches_the_program(rt: CodeRuntime) -> None:
+    # The host's deadline (Host.deadline) is the run's: a call that failed because it
+    # passed (a wait that gave up) must not reach the program as an error it could catch.
+    class Late(ContractHost):
+        def __init__(self) -> None:
+            super().__init__(answer=lambda name, args: Outcome.failure(name, "the run's deadline passed"), delay=0.6)
+            self.until = time.monotonic() + 0.3
+
+        @property
+        def deadline(self) -> Optional[float]:
+            return self.until
+
+    host = Late()
+    try:
+        outcome = rt.run("try { await tools.first({}); } catch (e) { return 'caught'; }", host, LIMITS)
+    finally:
+        host.close()
+    failed(outcome, "timeout")
 
 
 @check

@@ -70,6 +70,11 @@ def run_code(
     sets memory, stack and output limits). ``runtime`` runs the program: by
     default the process's :class:`~nous_sched.WorkerPool` (a worker process
     killed at the deadline); ``QuickJSRuntime()`` runs it in this process.
+    Once the deadline has passed the run is a ``timeout`` that says what the
+    program waited for, unless it had already returned: the program is
+    handed no answer after it, so a call that gave up *because* of the
+    deadline (waiting for a throttle's place or an approval) is never an
+    error the program could catch (:func:`~nous_sched.runtime.engine.drive`).
 
     ``cancel``: a :class:`threading.Event` that any thread may set to end the
     run early; it then returns a ``cancelled`` error with the logs so far. The

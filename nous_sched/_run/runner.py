@@ -479,6 +479,12 @@ class _Host(Host):
         self.seen = Seen()
         self.live = live
 
+    @property
+    def deadline(self) -> Optional[float]:
+        """The run's deadline (``time.monotonic()``), the one its calls' waits give up at:
+        the runtime hands the program no answer from then on (:func:`~.runtime.engine.drive`)."""
+        return self.run_ctx.deadline
+
     def call(self, name: Any, args: Any) -> PendingCall:
         return self.submit(self.gate.admit(name, args), name)
 

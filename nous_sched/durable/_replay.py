@@ -336,6 +336,12 @@ class _DurableHost(Host):
         #: Inside a step's batch (:class:`_Step`): its calls are one step.
         self.batching = False
 
+    @property
+    def deadline(self) -> Optional[float]:
+        """The run's deadline: the one the host it wraps keeps (see ``engine.drive``)."""
+        deadline: Optional[float] = self.inner.deadline
+        return deadline
+
     def clock(self, values: list[Any]) -> None:
         run = self.run
         run.clock_new.extend(values)

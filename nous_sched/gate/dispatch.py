@@ -91,7 +91,9 @@ class RunContext:
     (``None`` outside :func:`~nous_sched.run_code`). No tool starts after it,
     and no approval is acted on after it; nothing kills a tool still running
     then, so a tool that waits on something slow should bound its wait by
-    it, as the MCP tools do. ``description`` is the run's description, which
+    it, as the MCP tools do (what such a tool returns or raises once the
+    deadline has passed never reaches the program: the run is a ``timeout``).
+    ``description`` is the run's description, which
     every :class:`ApprovalRequest` carries. ``live`` is the run's event stream
     (:class:`nous_sched.live.EventStream`) when it was started with
     :func:`~nous_sched.start_run`, else ``None``: see :func:`live_event`.

@@ -96,6 +96,15 @@ class Host(Protocol):
     #: runtime that honours it ends the run promptly with a ``cancelled`` error.
     cancel: Optional[Cancel]
 
+    @property
+    def deadline(self) -> Optional[float]:
+        """The run's own deadline, a :func:`time.monotonic` instant, or ``None``
+        (the default): the one the host's calls' waits give up at. A runtime
+        hands the program no answer taken at or after the earlier of it and
+        its own deadline (``run_code``'s host has one: a runtime counts its
+        deadline from its own start, a little later)."""
+        return None
+
     def call_json(self, name: str, text: str) -> PendingCall:
         """Start one call with the arguments as the program's JSON text, which
         the host parses under its own rules (:func:`nous_sched.crossing.loads`).

@@ -47,6 +47,7 @@ import collections
 import json
 import json.encoder
 import json.scanner
+import math
 import os
 import re
 import time
@@ -495,6 +496,19 @@ def drive(
     settled (``PendingCall.on_done``); this thread then only reads the
     answers (see :class:`nous_sched.runtime._remote.Relay`).
 
+    **Nothing is handed to the program once its run is over.** The run's
+    deadline is the earlier of ``deadline`` and the host's own ``deadline``
+    (``Host.deadline``, ``None`` by default, else a :func:`time.monotonic` instant: a
+    ``run_code`` host's is the run's, which its calls' waits give up at,
+    while a runtime counts ``deadline`` from its own start, a little
+    later). An answer taken at or after it is never settled: the run ends
+    there, a ``timeout`` (or, for a program that had already returned,
+    what it returned), as if the answer had not come. So a call that
+    failed *because* the run's deadline passed (a throttle's or an
+    approval's wait that gave up, a tool that bounds its wait by it) never
+    reaches the program as an error it could catch and turn into another
+    end, however the threads raced (``tests/test_deadline_race.py``).
+
     The host's hooks (:class:`~nous_sched.runtime.Host`, each with a no-op
     default) watch the run as it goes, on this thread:
     ``host.on_main(state)`` gets the program's end as the sandbox reported
@@ -533,7 +547,9 @@ def _drive(
     # (call id, pending call), oldest first: ids grow, so the left end is the oldest.
     outstanding: collections.deque[tuple[int, Any]] = collections.deque()
     steps = _Steps(host, limits, book, on_logs, _submitter(host, outstanding, deadline))
-    take = _taker(outstanding, engine.max_payload)
+    own = host.deadline
+    over = deadline if own is None else min(deadline, own)
+    take = _taker(outstanding, engine.max_payload, over)
     settle = engine.settle_many
     relay = engine.relay
     batch: Sequence[Any] = ()
@@ -607,18 +623,26 @@ class _Steps:
             self.on_settled(item[1], item[2], item[4])
 
 
-def _taker(outstanding: "collections.deque[tuple[int, Any]]", max_payload: Optional[int]) -> Callable[[Any], list[Any]]:
+def _taker(
+    outstanding: "collections.deque[tuple[int, Any]]", max_payload: Optional[int], over: float = math.inf
+) -> Callable[[Any], list[Any]]:
     """``take(first)``: pop the committed prefix of ``outstanding`` as a batch
     of ``(call_id, pending, outcome, ok, payload)`` items, ``payload`` the
     outcome's JSON text; ``first`` is the oldest call's outcome when the
     caller has waited for it (else it is taken only if ``done()``). A payload
     over ``max_payload`` characters only ever goes first (the engine refuses
-    it, and that must not cost the calls before it their answers). Any
-    thread may call it while the loop that owns ``outstanding`` waits."""
+    it, and that must not cost the calls before it their answers). From the
+    run's deadline ``over`` on it takes nothing (``[]``, as when the deadline
+    comes first): the program is over, and an answer made then (a wait that
+    gave up because of the deadline) must not wake it. Any thread may call
+    it while the loop that owns ``outstanding`` waits."""
     popleft = outstanding.popleft
     payload_of = _payload
+    monotonic = time.monotonic
 
     def take(first: Any) -> list[Any]:
+        if monotonic() >= over:
+            return []
         batch: list[Any] = []
         size = 0
         while outstanding:

@@ -13,6 +13,8 @@ What a caller may rely on (``tests/test_throttle.py``):
 * **Queued, never failed.** A call whose throttles are full waits for places;
   it fails only when its run's deadline passes first (``"deadline passed
   while waiting for throttle ..."``) or its run is stopped or cancelled.
+  In a ``run_code`` run the program never sees that failure: its run is
+  over, a ``timeout`` naming the throttle it waited for.
 * **All places at once, or none.** A call waits for a place in every throttle
   its tool names and takes them together, never holding one while it waits
   for another: calls cannot deadlock over throttles, whatever they combine.
