@@ -71,8 +71,8 @@ def wakes(monkeypatch: pytest.MonkeyPatch) -> list[HeldWake]:
     made: list[HeldWake] = []
     real_slot = _tool_threads._Slot
 
-    def slot() -> Any:
-        one = real_slot()
+    def slot(serial: int) -> Any:
+        one = real_slot(serial)
         one.wake = HeldWake()
         one.wake.acquire()
         made.append(one.wake)

@@ -22,6 +22,7 @@ from .._interrupts import LOCAL, deferred, leave
 from ..errors import RunCodeError
 from ..result import RunError
 from . import Cancel, Host, Limits, PendingCall, RuntimeOutcome, worker
+from ._relaycore import IDLE, SENT, RelayCore
 from .engine import (
     CANCELLED,
     CLOCK_MARK,
@@ -202,7 +203,7 @@ class _Deferred:
         leave()
 
 
-class Relay:
+class Relay(RelayCore):
     """A run's settles sent by the thread that commits the call: no hop
     through the thread that drives the run.
 
@@ -231,32 +232,29 @@ class Relay:
     deferred step (:attr:`held`, :mod:`nous_sched._interrupts`): an interrupt
     landing as a ``with`` block ends, before its lock is let go, would leave
     the lock held for good, and the next kick, or ``close()``, waiting on it
-    forever. A kick runs on the thread that commits (the scheduler's driver,
-    where no interrupt lands) or inside a deferred step of the driving thread.
+    forever. A kick's holds are deferred steps wherever it runs (the thread
+    that commits: the scheduler's driver; or ``stop()`` on any thread).
 
-    ``lock`` guards :attr:`state`, the batch, the hand-off fields and the
-    writes. Only :data:`ARMED` lets a kick act: the driving thread sets it
-    under the lock and takes it back (deadline, cancel, the worker's end of
-    file) under the lock, so a frame is written exactly when the driving
-    thread is waiting for its answer, never after the run has moved on.
+    Every decision (when a kick acts, what the driving thread collects) is
+    the relay core's (:class:`~nous_sched.runtime._relaycore.RelayCore`, whose
+    fields this shares: its invariants, per field, are written there and
+    checked by a state machine test). ``lock`` guards them, the hand-off's
+    :attr:`unsent` and the writes: a frame is written exactly when the
+    driving thread is waiting for its answer, never after the run has moved
+    on.
     """
 
-    ARMED = "armed"  # the worker is idle; the head's commit sends the next batch
-    SENT = "sent"  # a kick took a batch (written, or handed off)
-    IDLE = "idle"  # the driving thread's own: kicks do nothing
+    __slots__ = ("remote", "lock", "held", "take", "unsent", "wake")
 
     def __init__(self, remote: "Remote") -> None:
+        super().__init__()
         self.remote = remote
         self.lock = threading.Lock()
         # What the driving thread holds the lock through: on the main thread (where
         # an interrupt can land) a deferred step; elsewhere the bare lock, at no cost.
         self.held: Any = _Deferred(self.lock) if threading.current_thread() is threading.main_thread() else self.lock
-        self.state = self.IDLE
         self.take: Any = None
-        self.batch: list[Any] = []
-        self.handoff = False  # the driving thread must finish the send
         self.unsent: Optional[memoryview] = None  # what the write left, or None: the whole frame
-        self.error: Optional[BaseException] = None  # what the kick raised, for the driving thread
         self.wake = (-1, -1)
 
     def settled(self, take: Any, head: PendingCall) -> list[Any]:
@@ -271,11 +269,10 @@ class Relay:
                 os.set_blocking(w, False)
         self.take = take
         with self.held:
-            self.state = self.ARMED
+            self.arm()
         try:
             if head.done():  # published before the hook was set: no one else will kick
-                with deferred():
-                    self.kick()
+                self.kick()
             while True:
                 try:
                     spoke = remote.worker.wait_readable(remote.deadline, remote.cancel, self.wake[0])
@@ -287,7 +284,7 @@ class Relay:
                     if self._disarm():
                         raise
                     return self._taken()  # the answers' own wait sees the cancel
-                if self.state is self.SENT:
+                if self.state is SENT:
                     return self._taken()
                 if spoke and self._disarm():
                     # Answering nothing: its end of file, or a broken protocol.
@@ -295,26 +292,20 @@ class Relay:
                     remote._broken()  # noqa: SLF001
         finally:
             head.on_done(None)
-            if self.state is not self.IDLE:  # (once IDLE, as the answers' take leaves it, no kick changes it)
+            if self.state is not IDLE:  # (once IDLE, as the answers' take leaves it, no kick changes it)
                 with self.held:
-                    self.state = self.IDLE
+                    self.release()
 
     def _disarm(self) -> bool:
         """Take the worker back from the kicks; whether no batch was taken."""
         with self.held:
-            if self.state is self.ARMED:
-                self.state = self.IDLE
-                return True
-            return False
+            return self.disarm()
 
     def _taken(self) -> list[Any]:
         """The batch a kick took; what it raised, raised here."""
         with self.held:
-            batch, self.batch = self.batch, []
-            error, self.error = self.error, None
-            self.state = self.IDLE
+            batch, error = self.taken()
         if error is not None:
-            self.handoff = False
             raise error
         return batch
 
@@ -326,23 +317,12 @@ class Relay:
         """The head has committed (on the thread that published it): send the
         batch, or hand it to the driving thread. Never blocks, never raises."""
         try:
-            with self.lock:
-                if self.state is not self.ARMED:
-                    return
-                batch = self.take(None)
-                if not batch:
-                    return
-                self.batch = batch
-                self.state = self.SENT
-                if self._write(batch):
-                    return
-                self.handoff = True
-                self._wake()
-        except BaseException as exc:  # (a payload the encoder refuses, MemoryError): the run's to raise
-            with self.lock:
-                self.error = exc
-                self.handoff = True
-                self.state = self.SENT
+            with deferred(), self.lock:
+                if self.kicked(self.take, self._write):
+                    self._wake()
+        except BaseException as exc:  # (an interrupt): the run's to raise
+            with deferred(), self.lock:
+                self.failed(exc)
                 self._wake()
 
     def _write(self, batch: list[Any]) -> bool:
@@ -372,7 +352,7 @@ class Relay:
         """The run is over: no kick acts again; the wake pipe is closed. Idempotent."""
         with deferred():
             with self.lock:
-                self.state = self.IDLE
+                self.release()
                 wake, self.wake = self.wake, (-1, -1)
             for fd in wake:
                 if fd >= 0:

@@ -59,17 +59,22 @@ a 50-wide fan-out finds its threads already waiting. What a caller may rely on:
   bookkeeping to let go of the GIL (a woken thread that finds the GIL held
   sleeps again, a context switch per call). What a Then raises is ignored.
 
+Every decision above (which thread takes which task, when a thread starts,
+parks, wakes or leaves) is made by the pure hand-off core,
+:mod:`nous_sched.scheduler._tool_handoff`, whose state machine test drives it through
+every interleaving; this module is its shell: the lock, the threads, their
+wake locks, and running the tasks.
+
 Thread-safety: every method may be called from any thread.
 """
 
 from __future__ import annotations
 
-import collections
-import itertools
 import threading
 from typing import Any, Callable, Optional, Union
 
 from ._per_process import PerProcess, join_all
+from ._tool_handoff import LEAVE, PARKED, Handoff, Slot
 
 __all__ = ["ToolThreads", "Task", "Then", "shared", "retire_shared", "HARD_CAP", "IDLE_SECONDS", "PREFIX"]
 
@@ -102,27 +107,21 @@ class Task:
         return True
 
 
-class _Slot:
-    """A thread's place on the idle stack, reused each time it idles.
+class _Slot(Slot):
+    """A thread's place in the set (:class:`~._tool_handoff.Slot`), with its
+    wake lock: held by its thread while it has work or sleeps; a signal
+    releases it once (always under :attr:`ToolThreads._lock`), and the
+    thread's next acquire takes that signal."""
 
-    ``wake`` is a lock its thread holds while it has work or sleeps; a signal
-    releases it once, and the thread's next acquire takes that signal.
-    ``retire`` (set before the signal) says the signal means "exit".
-    ``idle`` is true while the slot is on the stack. Both flags are guarded by
-    :attr:`ToolThreads._lock`; ``wake`` is released only under that lock.
-    """
+    __slots__ = ("wake",)
 
-    __slots__ = ("wake", "retire", "idle")
-
-    def __init__(self) -> None:
+    def __init__(self, serial: int) -> None:
+        super().__init__(serial)
         self.wake = threading.Lock()
         self.wake.acquire()
-        self.retire = False
-        self.idle = False
 
-
-_PARKED = "parked"  # _after's answer: the thread is on the idle stack now
-_LEAVE = "leave"  # _after's answer: the thread has left the set (uncounted): it exits
+    def signal(self) -> None:
+        self.wake.release()
 
 
 class ToolThreads:
@@ -132,32 +131,19 @@ class ToolThreads:
     at once, as soon as it finds nothing to do).
     """
 
-    # One lock, _lock, guards every field below but the constants, and each
-    # slot's flags; a slot's wake lock is released only while _lock is held.
+    # Every decision is the hand-off core's (_tool_handoff.Handoff: which
+    # thread takes which task, when a thread starts, parks or leaves; its
+    # invariants, per field, are written there and checked by a state machine
+    # test). This shell holds one lock, _lock, around every call to the core
+    # and every change to _threads; it starts the threads the core asks for,
+    # sleeps each on its slot's wake lock, and runs the tasks.
     #
-    # Invariant 1 (no task lost or run twice): a task not yet taken is in
-    # _pending exactly once; a thread takes a task by popleft under _lock,
-    # and from then on that thread alone owns it and runs it.
-    #
-    # Invariant 2 (someone is coming): whenever _lock is free and _pending is
-    # not empty, either _waking is true (a thread was signalled for a task and
-    # has not yet come for one: it will), or _idle is empty and some member
-    # thread is busy or starting (it looks at _pending under _lock before it
-    # parks or exits, and takes a task if there is one). Each lock section
-    # keeps it: submit signals the top of the stack, or starts a thread, or
-    # (at the bound, nothing idle) relies on the busy members; a woken thread
-    # that takes a task and sees more waiting signals the next one (the
-    # chain); a thread parks or exits only with _pending empty.
-    #
-    # Signals: a slot leaves the stack either by its own timeout (no signal;
-    # under _lock, so a signaller never sees it) or by a signal (task or
-    # retire), which releases its wake lock once, under _lock. So a thread
-    # whose wait timed out and that finds, under _lock, its slot off the
-    # stack, knows the release has happened: its acquire cannot block, and no
-    # stale signal is left for its next idle spell. A thread counts in
-    # _count (the bound) from its start until the lock section in which it
-    # decides to exit, so a task queued at the bound never waits for a
-    # thread that is leaving.
+    # A slot's wake lock is released only under _lock (by the core's
+    # signal), and a slot leaves the idle stack either by its own timeout
+    # (no signal) or by a signal. So a thread whose wait timed out and that
+    # finds, under _lock, its slot off the stack knows the release has
+    # happened: its acquire cannot block, and no stale signal is left for its
+    # next idle spell.
     #
     # (Measured against one shared queue that every idle thread waits on,
     # which wakes the longest-waiting thread: a worker runtime's sequential
@@ -170,19 +156,11 @@ class ToolThreads:
     # bench_fanout's "where it goes" rows.)
 
     def __init__(self, max_threads: int = HARD_CAP, prefix: str = PREFIX, idle_seconds: float = IDLE_SECONDS) -> None:
-        self._max = max_threads
         self._prefix = prefix
         self._idle_seconds = idle_seconds
         self._lock = threading.Lock()
-        self._pending: collections.deque[Task] = collections.deque()  # FIFO: tasks no thread has taken
-        self._idle: list[_Slot] = []  # the idle stack: the top is the most recently idled
-        self._waking = False  # a slot was signalled for a task and its thread has not yet come for one
-        self._starting = 0  # threads started that have not yet looked at _pending
-        self._count = 0  # member threads: started and not yet decided to exit (the bound counts these)
+        self._core: Handoff[Task] = Handoff(max_threads)
         self._threads: set[threading.Thread] = set()  # threads started and not yet exited (or exiting)
-        self._serial = itertools.count()
-        self._retire_before = -1  # threads with a serial below this retire once their task is done
-        self._closed = False
         # Test hooks, called outside _lock when set: _went_idle is released
         # each time a thread goes idle (tests wait on it for "every thread is
         # idle" without polling); _on_leave is called by a thread that has
@@ -192,12 +170,12 @@ class ToolThreads:
 
     @property
     def max_threads(self) -> int:
-        return self._max
+        return self._core.max_threads
 
     def counts(self) -> tuple[int, int]:
         """(threads that take tasks, of which idle). A snapshot: it may be stale at once."""
         with self._lock:
-            return self._count, len(self._idle)
+            return self._core.count, len(self._core.idle)
 
     def threads(self) -> list[threading.Thread]:
         """The set's threads, alive or starting (a snapshot)."""
@@ -211,32 +189,14 @@ class ToolThreads:
             be started and none is running (the task is not queued then).
         """
         task = Task(fn, args)
-        start = None
         with self._lock:
-            if self._closed:
-                raise RuntimeError("cannot run a tool call after the tool threads were shut down")
-            pending = self._pending
-            pending.append(task)
-            if self._idle and not self._waking:
-                self._signal_top()
-            elif len(pending) > self._waking + len(self._idle) + self._starting and self._count < self._max:
-                serial = next(self._serial)
-                start = threading.Thread(
-                    target=self._work, args=(serial,), name=f"{self._prefix}-{serial}", daemon=True
-                )
-                self._count += 1
-                self._starting += 1
-                self._threads.add(start)
-        if start is not None:
-            self._start(start, task)
+            serial = self._core.submit(task)
+            if serial is None:
+                return task
+            thread = threading.Thread(target=self._work, args=(serial,), name=f"{self._prefix}-{serial}", daemon=True)
+            self._threads.add(thread)
+        self._start(thread, task)
         return task
-
-    def _signal_top(self) -> None:
-        """Wake the top of the idle stack to come for a task (under _lock; _idle not empty, not _waking)."""
-        slot = self._idle.pop()
-        slot.idle = False
-        self._waking = True
-        slot.wake.release()
 
     def _start(self, thread: threading.Thread, task: Task) -> None:
         """Start a new thread (counted already) for the queue; if it cannot
@@ -247,22 +207,9 @@ class ToolThreads:
             if thread.ident is not None:
                 raise  # it started (a KeyboardInterrupt landed as it did): it comes for the queue
             with self._lock:
-                self._count -= 1
-                self._starting -= 1
                 self._threads.discard(thread)
-                if self._count > 0 and isinstance(exc, Exception):
-                    if self._idle and not self._waking:
-                        self._signal_top()  # invariant 2: a member is busy, starting, woken, or this one
+                if not self._core.start_failed(task, isinstance(exc, Exception)):
                     return
-                # No thread to come for it: not queued. (A task an earlier
-                # submit queued while this start was still counted, and
-                # whose own thread failed too, waits in _pending for the
-                # next thread the set manages to start: the one gap in
-                # invariant 2, when the OS refuses every thread.)
-                try:
-                    self._pending.remove(task)
-                except ValueError:
-                    return  # a finishing thread took it already: it runs
             raise
 
     def retire_idle(self) -> list[threading.Thread]:
@@ -270,15 +217,8 @@ class ToolThreads:
         busy ones when their current task is done and no task waits. Threads
         started after this call are not affected. Returns the threads retired."""
         with self._lock:
-            self._retire_before = next(self._serial)
-            retired = list(self._threads)
-            idle, self._idle = self._idle, []
-            self._count -= len(idle)
-            for slot in idle:
-                slot.idle = False
-                slot.retire = True
-                slot.wake.release()
-        return retired
+            self._core.retire()
+            return list(self._threads)
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         """No more tasks; each thread exits once the queue is empty (its current task done).
@@ -287,10 +227,7 @@ class ToolThreads:
         threads. Never called on the shared set (:func:`shared`).
         """
         with self._lock:
-            self._closed = True
-            dropped = list(self._pending) if cancel_futures else []
-            if cancel_futures:
-                self._pending.clear()
+            dropped = self._core.close(cancel_futures)
         for task in dropped:
             task.cancel()
         threads = self.retire_idle()
@@ -300,24 +237,28 @@ class ToolThreads:
                     thread.join()
 
     def _work(self, serial: int) -> None:
-        slot = _Slot()  # this thread's own place on the idle stack
+        slot = _Slot(serial)  # this thread's own place on the idle stack
         lock = self._lock
+        core = self._core
         with lock:
-            self._starting -= 1
-            step = self._after(slot, serial)
+            step = core.begin(slot)
+            if step is LEAVE:
+                self._threads.discard(threading.current_thread())
         while True:
-            if step is _PARKED:
+            if step is PARKED:
                 if self._went_idle is not None:
                     self._went_idle.release()
                 step = self._wait(slot)
                 continue
-            if step is _LEAVE:
+            if step is LEAVE:
                 break
             assert isinstance(step, Task)
             then = _run(step)
             del step
             with lock:
-                step = self._after(slot, serial)
+                step = core.after(slot)
+                if step is LEAVE:
+                    self._threads.discard(threading.current_thread())
             if then is not None:
                 # The task's last word (its report), said once this thread has parked or
                 # taken its next task: whoever it wakes finds the GIL about to be free.
@@ -325,59 +266,23 @@ class ToolThreads:
         if self._on_leave is not None:
             self._on_leave()
 
-    def _after(self, slot: _Slot, serial: int) -> Union[Task, str]:
-        """What a thread with no task does next (under _lock): the queue's
-        head, or exit (retired or shut down), or park on the idle stack."""
-        if self._pending:
-            return self._pending.popleft()  # without sleeping
-        if serial < self._retire_before or self._closed:
-            self._leave()
-            return _LEAVE
-        slot.idle = True
-        self._idle.append(slot)
-        return _PARKED  # invariant 2 holds: _pending is empty
-
-    def _wait(self, slot: _Slot) -> Union[Task, str]:
+    def _wait(self, slot: _Slot) -> "Union[Task, str]":
         """Sleep on the idle stack until signalled, or ``idle_seconds``; then what to do."""
+        core = self._core
         if not slot.wake.acquire(True, self._idle_seconds):
             with self._lock:
-                if slot.idle:  # no signal came, nor will while this holds _lock
-                    slot.idle = False
-                    self._idle.remove(slot)
-                    if self._pending:
-                        # A task waits for the thread being woken (invariant
-                        # 2): this one is awake, so it takes it; the other,
-                        # finding none, parks again.
-                        return self._pending.popleft()
-                    self._leave()
-                    return _LEAVE
+                step = core.timed_out(slot)
+                if step is LEAVE:
+                    self._threads.discard(threading.current_thread())
+            if step is not None:
+                return step
             # Signalled under _lock before this thread took it: released already.
             slot.wake.acquire()
         with self._lock:
-            return self._woken(slot)
-
-    def _woken(self, slot: _Slot) -> Union[Task, str]:
-        """A signalled thread comes for its task (under _lock)."""
-        if slot.retire:
-            slot.retire = False
-            self._threads.discard(threading.current_thread())  # uncounted by retire_idle already
-            return _LEAVE
-        self._waking = False
-        pending = self._pending
-        if not pending:
-            # A thread that finished first took the task: idle again, unwoken.
-            slot.idle = True
-            self._idle.append(slot)
-            return _PARKED
-        task = pending.popleft()
-        if pending and self._idle:
-            self._signal_top()  # the chain: the next waiting task wakes the next thread
-        return task
-
-    def _leave(self) -> None:
-        """This thread leaves the set (under _lock): it no longer counts, and exits."""
-        self._count -= 1
-        self._threads.discard(threading.current_thread())
+            step = core.woken(slot)
+            if step is LEAVE:
+                self._threads.discard(threading.current_thread())
+            return step
 
 
 def _run(task: Task) -> "Optional[Then]":
