@@ -55,7 +55,7 @@ from ..result._hints import Seen, hints
 from ..result.budget import MIN_OUTPUT_BUDGET, fit, fit_value, utf8_size
 from ..result.budget import size as budget_size
 from ..result.usage import CallUsage, Usage
-from ..runtime import Cancel, CodeRuntime, Host, Limits, PendingCall, RuntimeOutcome, _program
+from ..runtime import Begun, Cancel, CodeRuntime, Host, Limits, PendingCall, RuntimeOutcome, _program
 from ..runtime.syntax import explain as explain_syntax
 from ..scheduler import Scheduler
 from ..sdk.discovery import Discovery, unknown_tool_message
@@ -221,35 +221,47 @@ def _execute(p: Prepared, live: Any, o: RunOptions) -> RunResult:
     begun = p.rt.begin(source.text, p.names, p.limits, cancel) if source.refused is None else None
     scheduler: Optional[Scheduler] = None
     try:
-        with deferred():  # a scheduler made is a scheduler stopped below
-            scheduler, gate, run_ctx = _build(p, o, deadline, live)
-        host = _Host(scheduler, gate, run_ctx, cancel, p.names, live)
-        if o.description:
-            log.info("run_code %s: %s", one_line(str(scheduler.call_id)), one_line(o.description))
-        outcome, source = _program.run(
-            source,
-            lambda text: begun.run(host) if begun is not None else p.rt.run(text, host, p.limits),
-            lambda text: p.rt.run(text, host, _remaining(p.limits, deadline)),
-            lambda: not host.ledger and not gate.refused and not scheduler.trail(),
-        )
-        if not isinstance(outcome, RuntimeOutcome):
-            raise RunCodeError(
-                f"code runtime {p.rt!r} returned {outcome!r} from run(); expected a nous_sched.RuntimeOutcome"
-            )
-    finally:
-        LOCAL.depth += 1  # (first: an interrupt cannot land before the clean-up begins)
         try:
-            if begun is not None:
-                begun.abandon()  # only if something above failed before it ran: its worker goes
-            # The driver winds down in microseconds unless a predicate is stuck;
-            # then waiting longer would only delay this run's answer.
-            if scheduler is not None:
-                scheduler.stop(timeout=0.5)
+            with deferred():  # a scheduler made is a scheduler stopped below
+                scheduler, gate, run_ctx = _build(p, o, deadline, live)
+            host = _Host(scheduler, gate, run_ctx, cancel, p.names, live)
+            if o.description:
+                log.info("run_code %s: %s", one_line(str(scheduler.call_id)), one_line(o.description))
+            outcome, source = _program.run(
+                source,
+                lambda text: begun.run(host) if begun is not None else p.rt.run(text, host, p.limits),
+                lambda text: p.rt.run(text, host, _remaining(p.limits, deadline)),
+                lambda: not host.ledger and not gate.refused and not scheduler.trail(),
+            )
+            if not isinstance(outcome, RuntimeOutcome):
+                raise RunCodeError(
+                    f"code runtime {p.rt!r} returned {outcome!r} from run(); expected a nous_sched.RuntimeOutcome"
+                )
         finally:
-            leave()
+            LOCAL.depth += 1  # (first: an interrupt cannot land before the clean-up begins)
+            try:
+                _wind_down(begun, scheduler)
+            finally:
+                leave()
+    except BaseException:
+        # Only a Ctrl-C raised on the finally's first line, before its deferral,
+        # skips the wind-down above (a trace function can raise one there); both
+        # steps are idempotent, so after a full wind-down this costs nothing.
+        _wind_down(begun, scheduler)
+        raise
     # From the program's start, a little before the trail's origin (the scheduler's epoch).
     elapsed = time.perf_counter() - started
     return _result(outcome, scheduler, gate, host, elapsed, o.output_budget, source)
+
+
+def _wind_down(begun: Optional[Begun], scheduler: Optional[Scheduler]) -> None:
+    """Give back what a run holds: its begun program if it never ran, its scheduler. Idempotent."""
+    if begun is not None:
+        begun.abandon()  # only if something above failed before it ran: its worker goes
+    # The driver winds down in microseconds unless a predicate is stuck;
+    # then waiting longer would only delay this run's answer.
+    if scheduler is not None:
+        scheduler.stop(timeout=0.5)
 
 
 def _build(p: Prepared, o: RunOptions, deadline: float, live: Any) -> tuple[Scheduler, Gate, RunContext]:
