@@ -111,8 +111,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> Iterable[tuple[tuple[str, ...], Any]]:
     yield path, parser
-    for action in parser._actions:  # argparse keeps its subcommands nowhere public
-        if isinstance(action, argparse._SubParsersAction):
+    # argparse lists a parser's subcommands nowhere public: the two private reads below.
+    for action in parser._actions:  # noqa: SLF001
+        if isinstance(action, argparse._SubParsersAction):  # noqa: SLF001
             for name, sub in action.choices.items():
                 yield from _commands(sub, (*path, name))
 
