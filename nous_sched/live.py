@@ -317,8 +317,9 @@ class Run:
     def result(self, timeout: Optional[float] = None) -> RunResult:
         """The run's :class:`~nous_sched.RunResult`, once it has ended.
 
-        :raises TimeoutError: ``timeout`` seconds passed first.
         Raises whatever the run raised (what :func:`~nous_sched.run_code` would have).
+
+        :raises TimeoutError: ``timeout`` seconds passed first.
         """
         if not self._done.wait(timeout):
             raise TimeoutError(f"the run did not end within {timeout}s")
