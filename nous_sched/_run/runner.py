@@ -93,7 +93,7 @@ _NO_RUNTIME = (
 
 
 #: The ``cancel`` event of every run started in this context without one of its
-#: own: set by the asyncio door (:mod:`nous_sched.aio`) around the call it runs
+#: own: set by the asyncio door (:mod:`nous_sched.agent.aio`) around the call it runs
 #: on a thread, so cancelling the awaiting task cancels the runs inside it.
 ambient_cancel: contextvars.ContextVar[Optional[threading.Event]] = contextvars.ContextVar(
     "nous_sched.ambient_cancel", default=None

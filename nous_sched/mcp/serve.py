@@ -117,11 +117,11 @@ from mcp_types import (
 from mcp_types import Tool as MCPTool
 from mcp_types.version import is_version_at_least
 
-from .. import agent
 from .._run.options import RunOptions, build
 from .._run.runner import live_stream
 from .._text import machine_json, machine_text, machine_value
 from .._validators import NAMES, POSITIVE_INT, TOOLS, instance_of, names, optional, require
+from ..agent import _run_code_tool as agent
 from ..durable import resume
 from ..durable.approval_store import ApprovalStore, TokenError
 from ..errors import ConfigError, RunCodeError, ToolError

@@ -26,14 +26,14 @@ from typing import Any, Callable, Iterable, Optional, TypeVar
 
 import attrs
 
-from ._run.entry import run as run_with
-from ._run.options import build, keywords
-from ._run.runner import ambient_cancel
+from .._run.entry import run as run_with
+from .._run.options import build, keywords
+from .._run.runner import ambient_cancel
+from ..events import SessionLog
+from ..result import RunResult
+from ..runtime import AnyCancel
+from ..tooling import Tool
 from .adapters import call_tool
-from .events import SessionLog
-from .result import RunResult
-from .runtime import AnyCancel
-from .tooling import Tool
 
 __all__ = ["arun_code", "acall_tool", "CANCEL_WAIT"]
 

@@ -16,18 +16,18 @@ from typing import Any, Iterable, Optional
 
 import attrs
 
-from . import _validators as v
-from . import sdk
-from ._run.entry import run as run_with
-from ._run.options import FIELDS, RunOptions, build
-from ._run.runner import NO_CODE, runtime_of
-from ._validators import require
-from .errors import RunCodeError
-from .events import ContextUpdate
-from .gate.policy import PermissionPolicy, partition
-from .result.budget import DEFAULT_OUTPUT_BUDGET
-from .runtime import CodeRuntime
-from .tooling import Tool
+from .. import _validators as v
+from .. import sdk
+from .._run.entry import run as run_with
+from .._run.options import FIELDS, RunOptions, build
+from .._run.runner import NO_CODE, runtime_of
+from .._validators import require
+from ..errors import RunCodeError
+from ..events import ContextUpdate
+from ..gate.policy import PermissionPolicy, partition
+from ..result.budget import DEFAULT_OUTPUT_BUDGET
+from ..runtime import CodeRuntime
+from ..tooling import Tool
 
 __all__ = [
     "run_code_tool",
