@@ -9,9 +9,9 @@ from . import _tracing
 from ._run.entry import run_code
 from ._run.options import RunOptions
 from ._version import __version__ as __version__
-from .adapters import anthropic_tool, call_tool, openai_tool
 from .agent import MODES, WithContextUpdate, run_code_tool, visible_tools
-from .aio import acall_tool, arun_code
+from .agent.adapters import anthropic_tool, call_tool, openai_tool
+from .agent.aio import acall_tool, arun_code
 from .crossing import snapshot
 from .durable import DEFER, ApprovalDecision, Suspension, resume
 from .durable.approval_store import ApprovalStore, RedisApprovalStore, SqliteApprovalStore, TokenError, UnsettledError

@@ -45,7 +45,7 @@ USER_EXTRAS: dict[str, str] = {
 #: The extras for working on the library itself, not for using it.
 CONTRIBUTOR_EXTRAS: dict[str, str] = {
     "test": "everything the tests and ``.ci/run`` need: ``pytest``, ``ruff``, ``mypy``, every optional package",
-    "docs": "``sphinx`` and its theme: the manual in ``docs/``",
+    "docs": "``sphinx``, ``furo`` (its theme): the manual in ``docs/``",
     "release": "``build``, ``twine``: ``python -m build`` and ``twine check`` (``.ci/wheel-check``)",
     "bench": "``pyinstrument``: profiles of the benchmarks in ``benchmarks/``",
     "peer": "``langchain-quickjs``: the peer library ``benchmarks/bench_peer.py`` compares with",

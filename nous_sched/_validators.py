@@ -127,7 +127,7 @@ def int_between(low: int, high: int, expected: str) -> Check:
     return Check(expected, lambda v: _is_int(v) and low <= v <= high)
 
 
-def _is_seconds(value: Any, *, zero: bool) -> bool:
+def is_seconds(value: Any, *, zero: bool) -> bool:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return False
     # Bounded: a lock wait past TIMEOUT_MAX (292 years) raises OverflowError,
@@ -171,8 +171,8 @@ def names(value: Any) -> Any:
 _MAX = f"{threading.TIMEOUT_MAX:.3g}"
 
 POSITIVE_INT = int_at_least(1, "a positive integer")
-SECONDS = Check(f"a positive number of seconds, at most {_MAX}", lambda v: _is_seconds(v, zero=False))
-WAIT_SECONDS = Check(f"None or a number of seconds from 0 to {_MAX}", lambda v: v is None or _is_seconds(v, zero=True))
+SECONDS = Check(f"a positive number of seconds, at most {_MAX}", lambda v: is_seconds(v, zero=False))
+WAIT_SECONDS = Check(f"None or a number of seconds from 0 to {_MAX}", lambda v: v is None or is_seconds(v, zero=True))
 CALLABLE = Check("callable", callable)
 OPTIONAL_CALLABLE = optional(CALLABLE)
 STR = instance_of(str, "a str")

@@ -271,13 +271,13 @@ class Translator:
 #: every live kind, with what makes its AG-UI events besides the ``CUSTOM`` one every
 #: kind but ``end`` gets, or ``None`` for a kind that is only that ``CUSTOM`` event.
 PROJECTION: dict[str, Optional[Callable[[Translator, RunEvent, int], list[BaseEvent]]]] = {
-    "call": Translator._call,
-    "commit": Translator._commit,
-    "refused": Translator._refused,
-    "log": Translator._log,
+    "call": Translator._call,  # noqa: SLF001
+    "commit": Translator._commit,  # noqa: SLF001
+    "refused": Translator._refused,  # noqa: SLF001
+    "log": Translator._log,  # noqa: SLF001
     "approval": None,
-    "suspended": Translator._suspended,
-    "end": Translator._end,
+    "suspended": Translator._suspended,  # noqa: SLF001
+    "end": Translator._end,  # noqa: SLF001
     "gap": None,
 }
 

@@ -317,8 +317,9 @@ class Run:
     def result(self, timeout: Optional[float] = None) -> RunResult:
         """The run's :class:`~nous_sched.RunResult`, once it has ended.
 
-        :raises TimeoutError: ``timeout`` seconds passed first.
         Raises whatever the run raised (what :func:`~nous_sched.run_code` would have).
+
+        :raises TimeoutError: ``timeout`` seconds passed first.
         """
         if not self._done.wait(timeout):
             raise TimeoutError(f"the run did not end within {timeout}s")
@@ -388,7 +389,7 @@ def resume_run(
         given = attrs.evolve(given, cancel=own)
     run = Run(EventStream(), own, call_id=str(given.call_id), description=given.description or "a resumed run")
     resumed = partial(resume, token, decisions, list(tools), approval_store=approval_store, options=given)
-    return _thread(run, partial(run._serve_durable, resumed))
+    return _thread(run, partial(run._serve_durable, resumed))  # noqa: SLF001
 
 
 def start_run(code: Any, tools: Iterable[Tool] = (), **options: Any) -> Run:
@@ -408,10 +409,10 @@ def start_run(code: Any, tools: Iterable[Tool] = (), **options: Any) -> Run:
     prepared.cancel = AnyCancel(prepared.cancel, own)
     run = Run(EventStream(), own, call_id=str(given.call_id), description=str(given.description))
     if given.approval_store is None:
-        serve: Callable[[], Any] = partial(run._serve, prepared)
+        serve: Callable[[], Any] = partial(run._serve, prepared)  # noqa: SLF001
     else:  # a durable run goes through run_code (it may replay): the stream reaches it by context
         durable = attrs.evolve(given, cancel=prepared.cancel)
-        serve = partial(run._serve_durable, partial(run_with, code, tools, durable))
+        serve = partial(run._serve_durable, partial(run_with, code, tools, durable))  # noqa: SLF001
     return _thread(run, serve)
 
 

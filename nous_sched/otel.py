@@ -328,8 +328,8 @@ class SpanObserver:
 #: The OTel projection of the observer's phases (:data:`nous_sched.events.PHASES`):
 #: a call's span opens at its start and ends at its commit.
 PROJECTION: dict[str, Optional[Callable[[SpanObserver, CallRecord], None]]] = {
-    START: SpanObserver._start,
-    COMMIT: SpanObserver._commit,
+    START: SpanObserver._start,  # noqa: SLF001
+    COMMIT: SpanObserver._commit,  # noqa: SLF001
 }
 
 

@@ -1,7 +1,7 @@
 """The project's own promises about how it is built and checked.
 
 (That ``.ci/run`` runs the README's test command and then the checks is
-``test_examples.py::test_readme_test_command_is_what_ci_runs``.)
+``test_docs.py::test_readme_test_command_is_what_ci_runs``.)
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ serializes every task it is given (function and arguments, with cloudpickle)
 and the worker thread runs a deserialized copy. So:
 
 * whatever the scheduler hands the executor must pickle: it hands over
-  ``_InContext(ctx)``, which pickles without the context (handing over
+  ``InContext(ctx)``, which pickles without the context (handing over
   ``contextvars.Context.run`` made every call fail);
 * a tool's function, its ``concurrency_safe`` predicate, the run's
   ``RunContext`` (``deps``, ``approval_handler``) must pickle too: module-level

@@ -26,7 +26,7 @@ CAUGHT = 'try { return await tools.{tool}({}); } catch (e) { return "caught: " +
 
 
 @attrs.frozen
-class _LateClock:
+class _LateClock(CodeRuntime):
     """``inner``, given ``LATER`` more seconds than the run has (a worker's deadline
     is later than the run's by the run frame's transit; this, by much more)."""
 

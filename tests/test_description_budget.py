@@ -64,13 +64,13 @@ def test_every_step_is_used_when_the_one_before_does_not_fit():
     assert sizes == sorted(sizes, reverse=True), sizes  # each step is smaller than the one before
     for step in sdk.STEPS[:-1]:
         # Exactly its size: this step. One less: a later one.
-        assert sdk.step_of(_steps._fitted(tools, "typescript", len(texts[step]), ())) == step
-        shorter = _steps._fitted(tools, "typescript", len(texts[step]) - 1, ())
+        assert sdk.step_of(_steps.fitted(tools, "typescript", len(texts[step]), ())) == step
+        shorter = _steps.fitted(tools, "typescript", len(texts[step]) - 1, ())
         if step == "groups":  # first the same counts with fewer words
             assert sdk.step_of(shorter) == "groups" and len(shorter) < len(texts[step])
         else:
             assert sdk.STEPS.index(sdk.step_of(shorter)) > sdk.STEPS.index(step)
-    assert sdk.step_of(_steps._fitted(tools, "typescript", len(texts["search"]), ())) == "search"
+    assert sdk.step_of(_steps.fitted(tools, "typescript", len(texts["search"]), ())) == "search"
     assert sdk.render(tools) == texts["full"]
 
 
@@ -118,8 +118,8 @@ def test_groups_give_up_their_words_before_the_step_is_given_up():
     fitted = sdk.render(tools, budget=budget)
     assert len(fitted) <= budget and sdk.step_of(fitted) == "groups"
     assert "  // ns00__*: 5 tools (add, alpha, beta, ...)\n" in fitted
-    assert sdk.step_of(_steps._fitted(tools, "typescript", len(fitted) - 1, ())) == "groups"
-    assert "  // ns00__*: 5 tools\n" in _steps._fitted(tools, "typescript", len(fitted) - 1, ())
+    assert sdk.step_of(_steps.fitted(tools, "typescript", len(fitted) - 1, ())) == "groups"
+    assert "  // ns00__*: 5 tools\n" in _steps.fitted(tools, "typescript", len(fitted) - 1, ())
 
 
 def test_names_with_no_common_prefix_skip_to_the_last_step():
@@ -274,19 +274,19 @@ def test_the_index_is_shared_by_the_runs_of_one_tool_set(runtime):
     assert result.ok and result.result.startswith("github__")
 
 
-def test_the_readme_table_is_what_the_tools_give():
-    readme = (pathlib.Path(__file__).parent.parent / "README.rst").read_text()
-    assert size_table() in readme, "the SDK's sizes changed: paste `python tests/toolsets.py` into README.rst"
+def test_the_manuals_table_is_what_the_tools_give():
+    page = (pathlib.Path(__file__).parent.parent / "docs" / "tools.rst").read_text()
+    assert size_table() in page, "the SDK's sizes changed: paste `python tests/toolsets.py` into docs/tools.rst"
 
 
 def test_a_ranked_name_cannot_end_its_comment_early():
     big = {"type": "object", "properties": {f"p{i}": {"type": "string", "description": "y" * 100} for i in range(20)}}
     tools = [Tool("a\u2028b", print), Tool("c\nd", print), Tool("x", print, description="y" * 2_000, parameters=big)]
-    text = _steps._fitted(tools, "typescript", 1_000, [t.name for t in tools])
+    text = _steps.fitted(tools, "typescript", 1_000, [t.name for t in tools])
     assert sdk.step_of(text) == "search"
     assert '// Most relevant: "a\\u2028b", "c\\nd", "x".\n' in text
     check_typescript(text)
-    python = _steps._fitted(tools, "python", 1_000, [t.name for t in tools])
+    python = _steps.fitted(tools, "python", 1_000, [t.name for t in tools])
     assert '# Most relevant: "a\\u2028b", "c\\nd", "x".\n' in python
     compile(python, "<sdk>", "exec")
 

@@ -273,7 +273,7 @@ def test_a_crashed_driver_releases_every_caller_and_is_reported_under_the_schedu
     real_handle = Scheduler._handle
 
     def handle(self, msg):
-        if type(msg).__name__ == "_Call":
+        if type(msg).__name__ == "Call":
             raise Boom("a bug in the driver")
         return real_handle(self, msg)
 
@@ -317,7 +317,7 @@ def test_stop_waits_until_the_driver_is_done_with_the_scheduler(make_set, monkey
         real()
         finished.append(True)
 
-    s._wind_down = wind_down  # read by the driver when _STOP arrives
+    s._wind_down = wind_down  # read by the driver when STOP arrives
     s.stop()
     assert finished == [True], "stop() returned only after the driver's last act on it"
     assert s._driver is not None and s._driver.name.startswith(IDLE)

@@ -1,4 +1,4 @@
-"""The examples run and say what they claim; the README's code blocks run; its commands match CI."""
+"""The examples run and say what they claim; the documents render cleanly."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import io
 import json
 import re
 import sys
-import textwrap
 import types
 from pathlib import Path
 
@@ -269,133 +268,11 @@ def test_anthropic_agent_loop_sends_requests_the_anthropic_sdk_accepts():
     assert offered["name"] == "run_code" and "lookup_city" in offered["description"]
 
 
-# -- README ---------------------------------------------------------------------------
+# -- the documents (README.rst's and the manual's code blocks and commands: test_docs.py) ----------
 
 
-def readme_blocks(language: str) -> list[str]:
-    """The bodies of the README's ``.. code-block:: <language>`` directives, dedented."""
-    lines = README.read_text(encoding="utf-8").split("\n")
-    blocks, i = [], 0
-    while i < len(lines):
-        if lines[i].strip() == f".. code-block:: {language}":
-            i += 1
-            body = []
-            while i < len(lines) and (not lines[i].strip() or lines[i].startswith("   ")):
-                body.append(lines[i])
-                i += 1
-            blocks.append(textwrap.dedent("\n".join(body)).strip("\n") + "\n")
-        else:
-            i += 1
-    return blocks
-
-
-PYTHON_BLOCKS = readme_blocks("python")
-
-
-def test_readme_has_python_blocks():
-    assert len(PYTHON_BLOCKS) >= 4
-    assert any("Scheduler(" in b for b in PYTHON_BLOCKS)
-    assert any("run_code(" in b for b in PYTHON_BLOCKS)
-
-
-@pytest.mark.parametrize(
-    "block", [b for b in PYTHON_BLOCKS if "django" not in b], ids=lambda b: b.strip().splitlines()[-1][:40]
-)
-def test_readme_python_block_runs(block, capsys):
-    exec(compile(block, str(README), "exec"), {"__name__": "readme_example"})
-
-
-class _JsonResponse:
-    def __init__(self, data, status=200):
-        self.data = data
-        self.status_code = status
-
-
-def test_readme_django_view(monkeypatch):
-    (block,) = [b for b in PYTHON_BLOCKS if "django" in b]
-    http = types.ModuleType("django.http")
-    http.JsonResponse = _JsonResponse
-    decorators = types.ModuleType("django.views.decorators.http")
-    decorators.require_POST = lambda view: view
-    for name, module in {
-        "django": types.ModuleType("django"),
-        "django.http": http,
-        "django.views": types.ModuleType("django.views"),
-        "django.views.decorators": types.ModuleType("django.views.decorators"),
-        "django.views.decorators.http": decorators,
-    }.items():
-        monkeypatch.setitem(sys.modules, name, module)
-    namespace: dict = {"__name__": "readme_django"}
-    exec(compile(block, str(README), "exec"), namespace)
-    view = namespace["run_program"]
-
-    def post(body):
-        return view(types.SimpleNamespace(method="POST", body=json.dumps(body).encode()))
-
-    ok = post(
-        {
-            "code": "const [a, b] = await Promise.all([tools.get_order({id: 'A1'}), tools.get_order({id: 'B2'})]);"
-            " return a.total + b.total",
-            "description": "Sum two orders",
-        }
-    )
-    assert (ok.status_code, ok.data) == (200, {"logs": [], "result": 42})
-    failed = post({"code": "return (await tools.get_order({id: 'ZZ'})).total", "description": "A missing order"})
-    assert failed.status_code == 200 and failed.data["error"]["kind"] == "exception"
-    nothing = post({"description": "no code"})
-    assert nothing.status_code == 400 and "code" in nothing.data["error"]
-
-
-def _console_commands() -> list[str]:
-    return [line.strip() for b in readme_blocks("console") for line in b.splitlines() if line.strip()]
-
-
-def test_readme_commands():
-    commands = _console_commands()
-    assert "pip install -e . && nous-sched run examples/fanout.js --tools examples/tools.py" in commands
-    assert "pip install -e '.[test]' && python -m pytest" in commands
-
-
-def test_readme_test_command_is_what_ci_runs():
-    readme_command = "pip install -e '.[test]' && python -m pytest"
-    assert readme_command in README.read_text(encoding="utf-8")
-    ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
-    commands = [line for line in ci if line and not line.startswith(("#", "set ", "cd "))]
-    # The system packages, the README's test command, verbatim, the wheel as a user installs it,
-    # then the checks configured in pyproject.toml.
-    assert commands == [
-        "bash .ci/system-deps",
-        readme_command,
-        "bash .ci/wheel-check",
-        "python -m ruff check .",
-        "python -m ruff format --check .",
-        "python -m mypy",
-    ]
-    assert "set -euo pipefail" in ci, "a failing step fails CI"
-
-
-def test_readme_mentions_what_it_promises():
-    text = README.read_text(encoding="utf-8")
-    for needle in (
-        "examples/flask_app.py",
-        "See benchmarks/README.rst.",
-        "nous-sched-driver-",
-        "nous-sched-tool-",
-        "exception",
-        "timeout",
-        "abort",
-        "invalid_output",
-        "output_limit",
-    ):
-        assert needle in text, needle
-    from nous_sched import ERROR_KINDS
-
-    for kind in ERROR_KINDS:
-        assert f"``{kind}``" in text
-
-
-# docs/django.rst includes files (Sphinx's literalinclude): Sphinx builds it, in
-# test_example_commands.py::test_the_guide_includes_the_projects_files_and_shows_no_code_of_its_own.
+# docs/django.rst includes files (Sphinx's literalinclude): Sphinx builds it (test_docs.py, and
+# test_example_commands.py::test_the_guide_includes_the_projects_files_and_shows_no_code_of_its_own).
 @pytest.mark.parametrize("name", ["README.rst", "ARCHITECTURE.rst", "CHANGELOG.rst"])
 def test_docs_render_cleanly(name):
     docutils_core = pytest.importorskip("docutils.core")

@@ -20,6 +20,7 @@ import pytest
 
 from nous_sched import (
     ApprovalRequest,
+    CodeRuntime,
     Limits,
     Outcome,
     PermissionPolicy,
@@ -711,7 +712,7 @@ def test_mixed_fan_out_loses_nothing(threads_released):
 # -- the Host seam's contract -----------------------------------------------------------
 
 
-class _CallingRuntime:
+class _CallingRuntime(CodeRuntime):
     """A CodeRuntime that makes the calls a (compromised) program could queue, straight through the Host."""
 
     language = "javascript"

@@ -307,3 +307,26 @@ def test_cancelling_the_task_stops_an_in_process_run_inside_its_loop():
     for thread in calls:
         thread.join(10)  # the run is over: its thread only has to return
     assert not [t for t in calls if t.is_alive()]
+
+
+def test_cancelling_the_task_stops_a_run_whose_cancel_only_says_is_set():
+    # A caller's cancel need only be a Cancel (is_set()); the door adds its own event beside it.
+    from nous_sched import QuickJSRuntime
+
+    class Flag:
+        def __init__(self):
+            self.asked = 0
+
+        def is_set(self):
+            self.asked += 1
+            return False
+
+    ping, reached = pinged()
+    flag = Flag()
+
+    async def main():
+        run = arun_code(BUSY, [ping], description="spin", runtime=QuickJSRuntime(), timeout=60, cancel=flag)
+        return await cancel_when_busy(asyncio.create_task(run), reached)
+
+    assert asyncio.run(main()) < 5.0
+    assert flag.asked > 0, "the caller's cancel is still asked"

@@ -46,7 +46,7 @@ def test_a_batch_reaches_the_driver_in_one_message_in_order(make_scheduler):
     s = make_scheduler()
     seen = []
     tool = Tool("t", lambda args: seen.append(args["i"]) or args["i"])  # exclusive: one at a time, in order
-    with s._batched():
+    with s.batch():
         tickets = [s.submit(tool, {"i": i}) for i in range(5)]
         # Held back until the block ends: the driver has accepted nothing yet.
         assert s.lane_state().submitted == 0
@@ -59,7 +59,7 @@ def test_a_batch_from_another_thread_does_not_hold_back_this_threads_submits(mak
     s = make_scheduler()
     tool = Tool("t", lambda args: "ok")
     box = []
-    with s._batched():
+    with s.batch():
         held = s.submit(tool, {})
         other = threading.Thread(target=lambda: box.append(s.call(tool, {})))
         other.start()
@@ -71,7 +71,7 @@ def test_a_batch_from_another_thread_does_not_hold_back_this_threads_submits(mak
 
 def test_a_batch_still_open_at_stop_is_released(make_scheduler):
     s = make_scheduler()
-    with s._batched():
+    with s.batch():
         ticket = s.submit(Tool("t", lambda args: "never"), {})
         s.stop()
     # The driver never got the call: it is released as a submit that raced stop() is.

@@ -286,7 +286,15 @@ def architecture():
 
 def test_every_module_is_on_the_map_and_everything_on_it_exists(architecture):
     layers, graph, layer = architecture
-    assert [name for name, _ in layers] == ["apart", "agent-facing", "run_code", "runtimes", "lane", "values"]
+    assert [name for name, _ in layers] == [
+        "command",
+        "apart",
+        "agent-facing",
+        "run_code",
+        "runtimes",
+        "lane",
+        "values",
+    ]
     assert sorted(set(graph) - set(layer)) == [], "modules ARCHITECTURE.rst's layer map does not place"
     named = [entry for _, entries in layers for entry in entries]
     assert len(named) == len(set(named)), "an entry is on the map twice"

@@ -4,7 +4,7 @@ hypothesis state machine through every interleaving of the run's own thread
 collect, finish a handed-off send, the run's end) and the threads that kick
 it as calls commit (a send that fits the pipe, one that does not, a payload
 the worker must not get, an encoder that raises, a worker gone). Each rule
-is one lock section of the shell (:class:`nous_sched.runtime.pool._Relay`).
+is one lock section of the shell (:class:`nous_sched.runtime._remote.Relay`).
 """
 
 from __future__ import annotations

@@ -37,6 +37,7 @@ from drivers import assert_released, driving, me
 import nous_sched
 from nous_sched import (
     ApprovalRequest,
+    CodeRuntime,
     ConfigError,
     LogEvent,
     Outcome,
@@ -100,7 +101,7 @@ class LaneSpy:
         assert_dead(self.threads)
 
 
-class FakeRuntime:
+class FakeRuntime(CodeRuntime):
     """A provider without JavaScript. ``body(program, host, limits)`` does the run;
     every run records what the runtime was handed and which drivers were alive."""
 

@@ -19,6 +19,7 @@ import attrs
 import pytest
 
 from nous_sched import (
+    CodeRuntime,
     ConfigError,
     Limits,
     PermissionPolicy,
@@ -143,7 +144,7 @@ def test_an_option_given_both_ways_is_refused_naming_it(door):
 # -- the same options reach the runtime through every door --------------------------------------
 
 
-class Recording:
+class Recording(CodeRuntime):
     """The in-process runtime, recording what each run's runtime was handed."""
 
     language = "javascript"

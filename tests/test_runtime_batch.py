@@ -1,5 +1,5 @@
 """Settles in batches, end to end (``runtime/engine.py`` ``drive``; the worker's
-relay, ``runtime/pool.py`` ``_Relay``).
+relay, ``runtime/pool.py`` ``Relay``).
 
 What is promised, and checked here on both runtimes:
 
@@ -27,8 +27,9 @@ import threading
 import pytest
 
 from nous_sched import Limits, Outcome, QuickJSRuntime, Tool, WorkerPool, run_code
+from nous_sched.runtime import Host, PendingCall
+from nous_sched.runtime import _remote as remote_module
 from nous_sched.runtime import engine as engine_module
-from nous_sched.runtime import pool as pool_module
 from nous_sched.runtime.procio import Worker
 
 pytestmark = pytest.mark.timeout(120)
@@ -75,7 +76,7 @@ def rt(request):
 def batches(monkeypatch):
     """The size of every batch of settles a runtime is handed, in order."""
     sizes: list[int] = []
-    frame = pool_module.settle_frame
+    frame = remote_module.settle_frame
     many = engine_module.Engine.settle_many
 
     def counted_frame(batch):
@@ -86,12 +87,12 @@ def batches(monkeypatch):
         sizes.append(len(batch))
         return many(self, batch)
 
-    monkeypatch.setattr(pool_module, "settle_frame", counted_frame)
+    monkeypatch.setattr(remote_module, "settle_frame", counted_frame)
     monkeypatch.setattr(engine_module.Engine, "settle_many", counted_many)
     return sizes
 
 
-class _Answered:
+class _Answered(PendingCall):
     """A pending call answered at once: ``done()``, so it may join a batch."""
 
     def __init__(self, outcome):
@@ -104,7 +105,7 @@ class _Answered:
         return self.outcome
 
 
-class _Host:
+class _Host(Host):
     """A host whose every call is answered at once (so every answer behind the
     oldest is committed: one batch), recording what it sees in order."""
 
@@ -320,7 +321,7 @@ def test_a_deadline_inside_a_batch_keeps_the_logs_of_every_step(rt, batches):
 def test_a_cancel_inside_a_batch_ends_the_run_with_the_logs_of_every_step(rt, monkeypatch):
     cancel = threading.Event()
     # Set as the batch starts (sent to the worker, or settled in process): the program is past its last wait.
-    frame = pool_module.settle_frame
+    frame = remote_module.settle_frame
     many = engine_module.Engine.settle_many
 
     def cancelling_frame(batch):
@@ -331,7 +332,7 @@ def test_a_cancel_inside_a_batch_ends_the_run_with_the_logs_of_every_step(rt, mo
         cancel.set()
         return many(self, batch)
 
-    monkeypatch.setattr(pool_module, "settle_frame", cancelling_frame)
+    monkeypatch.setattr(remote_module, "settle_frame", cancelling_frame)
     monkeypatch.setattr(engine_module.Engine, "settle_many", cancelling_many)
     host = _Host(cancel)
     result = _run(rt, LOOPS_IN_THE_SECOND, host, Limits(timeout=60))

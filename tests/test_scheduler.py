@@ -765,7 +765,7 @@ class CancellingExecutor(concurrent.futures.Executor):
         self.pool = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="test-cancelling")
 
     def submit(self, fn, /, *args, **kwargs):
-        tool = args[2]  # ctx.run(_run_call, dispatch, tool, ...)
+        tool = args[2]  # ctx.run(run_call, dispatch, tool, ...)
         if tool.name == "cancelled":
             future = concurrent.futures.Future()
             future.cancel()

@@ -72,7 +72,7 @@ def test_stop_from_an_observer_still_winds_the_driver_down_and_queued_calls_neve
 
     s = Scheduler(observer=observer, timeout=30, max_parallel=1)
     driver = drivers.of(s)
-    with s._batched():  # both reach the driver at once: the second queues behind the first
+    with s.batch():  # both reach the driver at once: the second queues behind the first
         first = s.submit(Tool("whoami", whoami), {})
         second = s.submit(Tool("never", lambda a: ran.append(a)), {})
     outcome = s.wait(first)
@@ -465,3 +465,68 @@ def test_an_observer_that_sleeps_past_the_deadline_leaves_the_audit_complete():
         release.set()
     _driver_threads.retire_shared(10)  # (the driver leaves the observer, then writes nothing more)
     assert sorted(e.data["seq"] for e in log.events if e.type == "tool_outcome") == sorted(calls)
+
+
+# -- the runtime port -------------------------------------------------------------------
+
+
+def test_a_batch_reaches_the_driver_whole_and_batches_do_not_nest(make_scheduler):
+    s = make_scheduler(max_parallel=1)
+    order: list = []
+    with s.batch():
+        tickets = [s.submit(Tool(f"t{i}", lambda a, i=i: order.append(i)), {}) for i in range(3)]
+        assert [t.seq for t in tickets] == [None, None, None], "held back until the batch ends"
+        with pytest.raises(RuntimeError, match="do not nest"):
+            with s.batch():
+                pass
+    assert [s.wait(t).ok for t in tickets] == [True, True, True]
+    assert order == [0, 1, 2] and [t.seq for t in tickets] == [0, 1, 2]
+
+
+def test_watch_hears_each_start_and_commit_on_the_driver(make_scheduler):
+    s = make_scheduler()
+    heard: list = []
+    s.watch(
+        on_start=lambda record, event_id, args, tool: heard.append(("start", record.seq, dict(args), tool.name)),
+        on_outcome=lambda record, outcome, kind: heard.append(("commit", record.seq, outcome.ok, kind)),
+    )
+    assert s.call(Tool("ok", lambda a: 1), {"n": 1}).ok
+    assert not s.call(Tool("bad", lambda a: 1 / 0), {}).ok
+    s.stop(timeout=WAIT)
+    assert heard == [
+        ("start", 0, {"n": 1}, "ok"),
+        ("commit", 0, True, None),
+        ("start", 1, {}, "bad"),
+        ("commit", 1, False, "tool_error"),
+    ]
+
+
+def test_a_watch_hook_that_raises_is_logged_and_the_run_goes_on(make_scheduler, caplog):
+    s = make_scheduler()
+
+    def boom(*args):
+        raise ValueError("hook")
+
+    s.watch(on_start=boom, on_outcome=boom)
+    assert s.call(Tool("ok", lambda a: 1), {}).value == 1
+    s.stop(timeout=WAIT)
+    assert {r.getMessage() for r in caplog.records} >= {
+        "scheduler start hook raised; ignoring it",
+        "scheduler outcome hook raised; ignoring it",
+    }
+
+
+def test_on_done_is_called_once_by_the_publishing_thread_after_done(make_scheduler):
+    s = make_scheduler()
+    release = threading.Event()
+    seen: list = []
+    ticket = s.submit(Tool("slow", lambda a: release.wait(WAIT)), {})
+    assert ticket.on_done(lambda: seen.append((ticket.done(), threading.current_thread().name))) is True
+    release.set()
+    assert s.wait(ticket).ok
+    assert len(seen) == 1 and seen[0][0] is True
+    assert seen[0][1].startswith("nous-sched-driver-"), "the driver publishes as it commits"
+    taken_back = s.submit(Tool("later", lambda a: 1), {})
+    taken_back.on_done(lambda: seen.append("never"))
+    taken_back.on_done(None)
+    assert s.wait(taken_back).ok and len(seen) == 1

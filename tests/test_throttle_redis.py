@@ -8,7 +8,7 @@ the run's deadline bounds the wait for a lease. Under faults (issue 43): a
 server stopped (SIGSTOP), killed and restarted, behind a proxy that delays
 its replies or silences its connections: never over the limit, places back
 here within a second of the run's end, one log line per throttle per
-interval, the messages naming Redis; one name, one limit; the README's
+interval, the messages naming Redis; one name, one limit; the manual's (docs/throttles.rst)
 Redis example against a started server and a dead one.
 """
 
@@ -485,7 +485,7 @@ def test_an_approval_stores_client_has_the_same_timeouts():
 
 
 def _readme_redis_example() -> str:
-    text = (ROOT / "README.rst").read_text(encoding="utf-8")
+    text = (ROOT / "docs" / "throttles.rst").read_text(encoding="utf-8")
     blocks = [b for b in text.split(".. code-block:: python")[1:] if 'Throttle("search-api"' in b.split("\n\n\n")[0]]
     assert len(blocks) == 1
     lines = []

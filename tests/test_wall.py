@@ -25,7 +25,7 @@ from procs import children, descendants, wait_gone
 import nous_sched.runtime.pool as pool_module
 from nous_sched import Limits, Tool, WorkerPool, run_code
 from nous_sched.runtime import worker
-from nous_sched.runtime.pool import max_frame
+from nous_sched.runtime._remote import max_frame
 
 pytestmark = [
     pytest.mark.timeout(180),

@@ -35,7 +35,7 @@ from nous_sched import (
     run_code,
 )
 from nous_sched.result._explain import FIXES
-from nous_sched.runtime import oslimits
+from nous_sched.runtime import Host, PendingCall, oslimits
 from nous_sched.scheduler import _driver_threads
 from nous_sched.scheduler._tool_threads import retire_shared
 
@@ -145,7 +145,7 @@ def test_a_deadline_signal_landing_as_the_engine_drains_a_stopped_program_keeps_
 
     from nous_sched.runtime import engine, worker
 
-    offset = worker._budget_offset(_quickjs)
+    offset = worker.budget_offset(_quickjs)
     assert offset is not None, "the binding's layout did not match: no wall-clock stop"
     watchdog = worker._Watchdog(-1, offset)
     ctx, bridge = engine.prepare()
@@ -335,12 +335,13 @@ def test_with_the_host_looking_for_answers_busily_every_frame_crosses_whole(pool
     # a frame bigger than a pipe (read in pieces, the first while looking) and
     # a step long enough to run out the look (then the host sleeps on the pipe).
     # The host looks only after a settle it sent itself: a settle the driver
-    # writes as it commits (pool._Relay) wakes it with the answer. Make every
-    # settle the host's own here.
+    # writes as it commits (_remote.Relay) wakes it with the answer. Make every
+    # settle the host's own here: no ticket can say it settled.
     monkeypatch.setattr(pool._wake, "idle_machine", lambda: True)
+    from nous_sched import Ticket
     from nous_sched.runtime import pool as pool_module
 
-    monkeypatch.setattr(pool_module._Relay, "hookable", staticmethod(lambda pending: False))
+    monkeypatch.setattr(Ticket, "on_done", lambda self, then: False)
     program = """
     let s = 0;
     for (let i = 0; i < 300; i++) s += (await tools.echo({i})).i;
@@ -708,13 +709,13 @@ def test_by_default_every_run_gets_a_worker_that_never_ran_anything(pool):
     assert all(wait_gone(pid, WAIT) for pid in seen - set(pool.pids()))
 
 
-class _AnswerAtOnce:
+class _AnswerAtOnce(Host, PendingCall):
     """A host whose every call is answered at once, on the calling thread."""
 
     names = ("echo",)
     cancel = None
 
-    def call(self, name, args):
+    def call_json(self, name, text):
         return self
 
     def wait(self, timeout):

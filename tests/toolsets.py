@@ -1,10 +1,10 @@
-"""Generated tool sets the size of real ones, for the SDK budget tests and the README's table.
+"""Generated tool sets the size of real ones, for the SDK budget tests and the manual's table (docs/tools.rst).
 
 ``api_tools(n)`` is the first ``n`` of 2,500 tools shaped like an aggregated
 MCP server: 25 services, 10 resources each, 10 operations on each resource,
 named ``<service>__<operation>_<resource>`` with a description and argument
 schemas as an API generator writes them. ``python tests/toolsets.py`` prints
-the README's table (description size at the default budget against the same
+the manual's table (description size at the default budget against the same
 tools as native JSON tool definitions).
 """
 
@@ -346,7 +346,7 @@ def native_size(tools: list[Tool]) -> int:
 
 
 def size_table() -> str:
-    """The README's table, as reStructuredText."""
+    """The manual's table (docs/tools.rst), as reStructuredText."""
     rows = [("Tools", "run_code description", "SDK step", "Native JSON tool definitions")]
     for n in (10, 100, 1_000, 2_500):
         tools = api_tools(n)

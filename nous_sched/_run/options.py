@@ -66,7 +66,8 @@ def _field(default: Any, check: Optional[v.Check] = None) -> Any:
 
 def check_runtime(runtime: Any) -> None:
     """Raise :class:`~nous_sched.RunCodeError` unless ``runtime`` is ``None``
-    or implements :class:`~nous_sched.CodeRuntime` (an instance with ``run``)."""
+    or implements :class:`~nous_sched.CodeRuntime` (an instance with its
+    ``language``, ``run`` and ``begin``: subclass it for ``begin``'s default)."""
     if runtime is None:
         return
     if isinstance(runtime, type):
@@ -74,10 +75,11 @@ def check_runtime(runtime: Any) -> None:
             f"code runtime {runtime.__name__} is a class and does not implement nous_sched.CodeRuntime "
             f"as passed; pass an instance, e.g. runtime={runtime.__name__}()"
         )
-    if not callable(getattr(runtime, "run", None)):
+    if not (isinstance(runtime, CodeRuntime) and callable(runtime.run) and callable(runtime.begin)):
         raise RunCodeError(
             f"code runtime {runtime!r} does not implement nous_sched.CodeRuntime "
-            "(it needs run(program, host, limits) -> RuntimeOutcome)"
+            "(it needs language, run(program, host, limits) -> RuntimeOutcome and begin(program, names, "
+            "limits, cancel); subclass nous_sched.CodeRuntime for begin's default)"
         )
 
 

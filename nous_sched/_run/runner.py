@@ -36,7 +36,7 @@ import secrets
 import threading
 import time
 from functools import partial
-from typing import Any, Callable, Iterable, Optional, Sequence
+from typing import Any, ContextManager, Iterable, Optional, Sequence
 
 import attrs
 
@@ -55,7 +55,7 @@ from ..result._hints import Seen, hints
 from ..result.budget import MIN_OUTPUT_BUDGET, fit, fit_value, utf8_size
 from ..result.budget import size as budget_size
 from ..result.usage import CallUsage, Usage
-from ..runtime import Cancel, CodeRuntime, Limits, PendingCall, RuntimeOutcome, _program
+from ..runtime import Begun, Cancel, CodeRuntime, Host, Limits, PendingCall, RuntimeOutcome, _program
 from ..runtime.syntax import explain as explain_syntax
 from ..scheduler import Scheduler
 from ..sdk.discovery import Discovery, unknown_tool_message
@@ -93,7 +93,7 @@ _NO_RUNTIME = (
 
 
 #: The ``cancel`` event of every run started in this context without one of its
-#: own: set by the asyncio door (:mod:`nous_sched.aio`) around the call it runs
+#: own: set by the asyncio door (:mod:`nous_sched.agent.aio`) around the call it runs
 #: on a thread, so cancelling the awaiting task cancels the runs inside it.
 ambient_cancel: contextvars.ContextVar[Optional[threading.Event]] = contextvars.ContextVar(
     "nous_sched.ambient_cancel", default=None
@@ -216,42 +216,52 @@ def _execute(p: Prepared, live: Any, o: RunOptions) -> RunResult:
     deadline = time.monotonic() + p.limits.timeout
     # A runtime that can (the WorkerPool) starts the program now, so its worker
     # compiles and runs it to its first tool call while the scheduler is built.
-    begin = getattr(p.rt, "begin", None)
     source = p.source
-    runnable = source.refused is None
     # (Interrupted before it is stored, a Begun gives its worker back as it is dropped.)
-    begun = begin(source.text, p.names, p.limits, cancel) if callable(begin) and runnable else None
+    begun = p.rt.begin(source.text, p.names, p.limits, cancel) if source.refused is None else None
     scheduler: Optional[Scheduler] = None
     try:
-        with deferred():  # a scheduler made is a scheduler stopped below
-            scheduler, gate, run_ctx = _build(p, o, deadline, live)
-        host = _Host(scheduler, gate, run_ctx, cancel, p.names, live)
-        if o.description:
-            log.info("run_code %s: %s", one_line(str(scheduler.call_id)), one_line(o.description))
-        outcome, source = _program.run(
-            source,
-            lambda text: begun.run(host) if begun is not None else p.rt.run(text, host, p.limits),
-            lambda text: p.rt.run(text, host, _remaining(p.limits, deadline)),
-            lambda: not host.ledger and not gate.refused and not scheduler.trail(),
-        )
-        if not isinstance(outcome, RuntimeOutcome):
-            raise RunCodeError(
-                f"code runtime {p.rt!r} returned {outcome!r} from run(); expected a nous_sched.RuntimeOutcome"
-            )
-    finally:
-        LOCAL.depth += 1  # (first: an interrupt cannot land before the clean-up begins)
         try:
-            if begun is not None:
-                begun.abandon()  # only if something above failed before it ran: its worker goes
-            # The driver winds down in microseconds unless a predicate is stuck;
-            # then waiting longer would only delay this run's answer.
-            if scheduler is not None:
-                scheduler.stop(timeout=0.5)
+            with deferred():  # a scheduler made is a scheduler stopped below
+                scheduler, gate, run_ctx = _build(p, o, deadline, live)
+            host = _Host(scheduler, gate, run_ctx, cancel, p.names, live)
+            if o.description:
+                log.info("run_code %s: %s", one_line(str(scheduler.call_id)), one_line(o.description))
+            outcome, source = _program.run(
+                source,
+                lambda text: begun.run(host) if begun is not None else p.rt.run(text, host, p.limits),
+                lambda text: p.rt.run(text, host, _remaining(p.limits, deadline)),
+                lambda: not host.ledger and not gate.refused and not scheduler.trail(),
+            )
+            if not isinstance(outcome, RuntimeOutcome):
+                raise RunCodeError(
+                    f"code runtime {p.rt!r} returned {outcome!r} from run(); expected a nous_sched.RuntimeOutcome"
+                )
         finally:
-            leave()
+            LOCAL.depth += 1  # (first: an interrupt cannot land before the clean-up begins)
+            try:
+                _wind_down(begun, scheduler)
+            finally:
+                leave()
+    except BaseException:
+        # Only a Ctrl-C raised on the finally's first line, before its deferral,
+        # skips the wind-down above (a trace function can raise one there); both
+        # steps are idempotent, so after a full wind-down this costs nothing.
+        _wind_down(begun, scheduler)
+        raise
     # From the program's start, a little before the trail's origin (the scheduler's epoch).
     elapsed = time.perf_counter() - started
     return _result(outcome, scheduler, gate, host, elapsed, o.output_budget, source)
+
+
+def _wind_down(begun: Optional[Begun], scheduler: Optional[Scheduler]) -> None:
+    """Give back what a run holds: its begun program if it never ran, its scheduler. Idempotent."""
+    if begun is not None:
+        begun.abandon()  # only if something above failed before it ran: its worker goes
+    # The driver winds down in microseconds unless a predicate is stuck;
+    # then waiting longer would only delay this run's answer.
+    if scheduler is not None:
+        scheduler.stop(timeout=0.5)
 
 
 def _build(p: Prepared, o: RunOptions, deadline: float, live: Any) -> tuple[Scheduler, Gate, RunContext]:
@@ -276,8 +286,7 @@ def _build(p: Prepared, o: RunOptions, deadline: float, live: Any) -> tuple[Sche
         observer=o.observer,
     )
     if live is not None:
-        scheduler._on_start = partial(live.started, run_ctx.require_approval)
-        scheduler._on_outcome = live.committed
+        scheduler.watch(on_start=partial(live.started, run_ctx.require_approval), on_outcome=live.committed)
     names = p.names
     gate = Gate(
         p.granted,
@@ -434,7 +443,7 @@ def _saturated_by_caller(executor: Any) -> bool:
 # -- the host side of `tools` ---------------------------------------------
 
 
-class _Settled:
+class _Settled(PendingCall):
     """An outcome known at once: a refusal by the gate (``tool`` names it) or
     the answer to an ``sdk`` question (``tool`` is ``None``)."""
 
@@ -452,7 +461,7 @@ class _Settled:
         return self.outcome
 
 
-class _Host:
+class _Host(Host):
     """What a runtime may ask of the outside world: start a call by name, through the run's gate.
 
     It keeps the run's ledger (``ledger``: ``(seq, tool, chars, ok)`` per
@@ -480,8 +489,7 @@ class _Host:
         #: The program's end as the sandbox reported it (:meth:`on_main`), and what the host saw of results.
         self.main: Any = None
         self.seen = Seen()
-        #: The runtime's hook for each step's log lines (:func:`~.runtime.engine.drive`).
-        self.on_logs: Optional[Callable[[list[str]], None]] = None if live is None else live.logs
+        self.live = live
 
     @property
     def deadline(self) -> Optional[float]:
@@ -490,17 +498,24 @@ class _Host:
         return self.run_ctx.deadline
 
     def call(self, name: Any, args: Any) -> PendingCall:
-        return self._submit(self.gate.admit(name, args), name)
+        return self.submit(self.gate.admit(name, args), name)
 
     def call_json(self, name: Any, text: Any) -> PendingCall:
-        return self._submit(self.gate.admit_json(name, text), name)
+        return self.submit(self.gate.admit_json(name, text), name)
 
-    def _submit(self, admitted: Any, name: Any) -> PendingCall:
+    def submit(self, admitted: Any, name: Any) -> PendingCall:
+        """Start a call the gate has answered (``admitted``: an :class:`Admitted`,
+        or the refusal's :class:`Outcome`), ``name`` as the program wrote it."""
         if type(admitted) is not Admitted:
             return _Settled(admitted, name if isinstance(name, str) else str(name))
         # The gate's arguments are a fresh snapshot no one else holds: not copied again.
         tool = admitted.tool
-        return self.scheduler._submit_snapshot(tool, tool.name, admitted.args, self.run_ctx, admitted.text)
+        return self.scheduler.submit_snapshot(tool, tool.name, admitted.args, self.run_ctx, admitted.text)
+
+    def on_logs(self, lines: list[str]) -> None:
+        """The runtime's hook for each step's log lines: the run's event stream's, when it has one."""
+        if self.live is not None:
+            self.live.logs(lines)
 
     def on_settled(self, pending: Any, outcome: Outcome, payload: str) -> None:
         """The runtime's hook for each answer the program receives, ``payload`` its JSON text."""
@@ -517,10 +532,10 @@ class _Host:
         """The runtime's hook for the program's end as the sandbox reported it (:mod:`._hints`)."""
         self.main = state
 
-    def batch(self) -> Any:
+    def batch(self) -> ContextManager[object]:
         """A runtime hands every call one step of a program started inside
         ``with host.batch():``, so they reach the scheduler as one message."""
-        return self.scheduler._batched()
+        return self.scheduler.batch()
 
     def discover(self, question: Any) -> PendingCall:
         """Answer a question the program asked through ``sdk`` (see :mod:`.discovery`):

@@ -14,6 +14,7 @@ from typing import Any, Callable, Iterator, NoReturn, Optional, Sequence, TextIO
 from .. import _validators as v
 from .._version import __version__
 from ..errors import ConfigError
+from ..runtime import Cancel
 from . import durable as cli_durable
 from .loading import UsageError, load_tools, read_program
 from .progress import Progress, isatty
@@ -261,7 +262,7 @@ def _off_main(run: Callable[[], T]) -> T:
     return cast(T, value)
 
 
-def _run_options(args: argparse.Namespace, err: TextIO, cancel: Any, observer: Any) -> Any:
+def _run_options(args: argparse.Namespace, err: TextIO, cancel: Optional[Cancel], observer: Any) -> Any:
     """``run_code``'s :class:`~nous_sched.RunOptions` from the command line: the
     runtime, limits, the description, an approval prompt or an approval store,
     Ctrl-C's ``cancel`` and the progress line's ``observer``.

@@ -23,7 +23,7 @@ from ..outcome import Outcome, quote_name
 from ..result import RunError, RunResult
 from ..result.budget import fit
 from ..result.budget import size as budget_size
-from ..runtime import AnyCancel, Limits, RuntimeOutcome
+from ..runtime import AnyCancel, CodeRuntime, Host, Limits, PendingCall, RuntimeOutcome
 from ..runtime.engine import CLOCK_MARK
 from ..tooling import Tool
 from . import _progress as progress_of
@@ -188,7 +188,7 @@ def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-class _Settled:
+class _Settled(PendingCall):
     __slots__ = ("outcome",)
 
     def __init__(self, outcome: Outcome) -> None:
@@ -202,7 +202,7 @@ class _Settled:
         return self.outcome
 
 
-class _Stop:
+class _Stop(PendingCall):
     """A call that is not started: waiting for it ends the run (its ``stop`` is set)."""
 
     __slots__ = ("run",)
@@ -215,7 +215,7 @@ class _Stop:
         return None
 
 
-class _Recording:
+class _Recording(PendingCall):
     """A started call whose outcome goes into the ledger when the program gets it."""
 
     __slots__ = ("pending", "run", "seq", "name", "text")
@@ -234,7 +234,7 @@ class _Recording:
         return outcome
 
 
-class _Deferred:
+class _Deferred(PendingCall):
     """A call of a parked run held at its suspension: waiting for it parks the run
     until its decisions come (then it runs, or is refused) or the park time passes
     (then the run ends, and a resume replays)."""
@@ -325,7 +325,7 @@ _PARKED: dict[str, _Park] = {}
 _PARKED_LOCK = threading.Lock()
 
 
-class _DurableHost:
+class _DurableHost(Host):
     """The run's host, seen through the ledger: what a runtime calls instead of run_code's own."""
 
     def __init__(self, inner: Any, run: _Run) -> None:
@@ -333,8 +333,14 @@ class _DurableHost:
         self.run = run
         self.names = inner.names
         self.cancel = AnyCancel(inner.cancel, run.stop)
-        self.deadline: Optional[float] = getattr(inner, "deadline", None)  # the run's: see engine.drive
-        self._batched = False
+        #: Inside a step's batch (:class:`_Step`): its calls are one step.
+        self.batching = False
+
+    @property
+    def deadline(self) -> Optional[float]:
+        """The run's deadline: the one the host it wraps keeps (see ``engine.drive``)."""
+        deadline: Optional[float] = self.inner.deadline
+        return deadline
 
     def clock(self, values: list[Any]) -> None:
         run = self.run
@@ -349,8 +355,7 @@ class _DurableHost:
 
     def on_logs(self, lines: Any) -> None:
         """The runtime's per-step log hook, passed on (a watched run's ``log`` events)."""
-        if self.inner.on_logs is not None:
-            self.inner.on_logs(lines)
+        self.inner.on_logs(lines)
 
     def on_settled(self, pending: Any, outcome: Any, payload: str) -> None:
         """The runtime's per-answer hook, passed on for a call that ran in this run
@@ -361,9 +366,7 @@ class _DurableHost:
 
     def on_main(self, state: Any) -> None:
         """The runtime's hook for the program's end, passed on (the run's hint)."""
-        on_main = getattr(self.inner, "on_main", None)
-        if on_main is not None:
-            on_main(state)
+        self.inner.on_main(state)
 
     def batch(self) -> Any:
         return _Step(self)
@@ -380,7 +383,7 @@ class _DurableHost:
         seq = run.seq
         run.seq += 1
         site = self._site()
-        if not self._batched:
+        if not self.batching:
             run.step += 1
         if run.stop.is_set() or run.diverged is not None:
             return _Stop(run)
@@ -432,7 +435,7 @@ class _DurableHost:
         if not self._gated(admitted.tool):
             if not run.may_start(seq, str(name), text):
                 return _Stop(run)
-            return _Recording(self.inner._submit(admitted, name), run, seq, name, text)
+            return _Recording(self.inner.submit(admitted, name), run, seq, name, text)
         return self._decide(seq, admitted, text, site)
 
     def _join_window(self, seq: int, name: Any, text: Any, site: str) -> Any:
@@ -489,7 +492,7 @@ class _DurableHost:
         if not run.may_start(seq, name, text):
             return _Stop(run)
         run.preapprove(name, admitted.args)
-        return _Recording(self.inner._submit(admitted, name), run, seq, name, text)
+        return _Recording(self.inner.submit(admitted, name), run, seq, name, text)
 
     def _decision(self, seq: int, admitted: Admitted, site: str) -> Union[ApprovalDecision, _Defer]:
         run = self.run
@@ -537,16 +540,16 @@ class _Step:
 
     def __enter__(self) -> None:
         self.host.run.step += 1
-        self.host._batched = True
+        self.host.batching = True
         self.inner = self.host.inner.batch()
         self.inner.__enter__()
 
     def __exit__(self, *exc: Any) -> None:
-        self.host._batched = False
+        self.host.batching = False
         self.inner.__exit__(*exc)
 
 
-class _DurableRuntime:
+class _DurableRuntime(CodeRuntime):
     """The caller's runtime, run through the durable host, the program marked with its clock."""
 
     language = "javascript"

@@ -225,11 +225,12 @@ def _evaluated_keys(validator: Any, instance: Mapping[str, Any], schema: Any) ->
 
 def _referenced(validator: Any, schema: Any) -> Iterator[Any]:
     """What ``schema``'s references resolve to: ``$ref``, ``$dynamicRef`` (2020-12), ``$recursiveRef`` (2019-09)."""
+    # jsonschema's own resolver (the validator's private): it has no public way to follow a reference.
     for ref in ("$ref", "$dynamicRef"):
         if schema.get(ref) is not None:
-            yield validator._resolver.lookup(schema[ref])
+            yield validator._resolver.lookup(schema[ref])  # noqa: SLF001
     if "$recursiveRef" in schema:
-        yield lookup_recursive_ref(validator._resolver)
+        yield lookup_recursive_ref(validator._resolver)  # noqa: SLF001
 
 
 def _evaluated_by_subschemas(validator: Any, instance: Mapping[str, Any], schema: Any) -> set[str]:

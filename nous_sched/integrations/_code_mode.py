@@ -20,7 +20,7 @@ from typing import Any, Callable, Optional, Union
 
 from .. import _validators as v
 from ..agent import run_code_tool
-from ..aio import acall_tool
+from ..agent.aio import acall_tool
 from ..errors import ConfigError, ToolError
 from ..events import SessionLog
 from ..gate.dispatch import RUN_OVER, ApprovalRequest, current_call

@@ -14,8 +14,8 @@ from langchain_core.tools import BaseTool, StructuredTool
 from langchain_core.utils.function_calling import convert_to_openai_function
 
 from .. import sdk
-from ..adapters import call_tool
 from ..agent import RUN_CODE_NAME
+from ..agent.adapters import call_tool
 from ..errors import ConfigError, ToolError
 from ..events import SessionLog
 from ..gate.dispatch import ApprovalRequest, approve, current_call

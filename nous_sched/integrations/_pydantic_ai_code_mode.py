@@ -94,7 +94,7 @@ class CodeModeToolset(AbstractToolset[Any]):
         if inner is self._inner:
             return self
         other = copy.copy(self)
-        other._inner = inner
+        other._inner = inner  # noqa: SLF001 (this class's own copy)
         return other
 
     async def get_instructions(self, ctx: Any) -> Any:

@@ -31,8 +31,8 @@ import json
 from typing import Any, Optional
 
 from .. import _validators as v
-from ..adapters import call_tool
-from ..aio import acall_tool
+from ..agent.adapters import call_tool
+from ..agent.aio import acall_tool
 from ..events import SessionLog
 from ..tooling import Tool
 from ._common import require

@@ -228,12 +228,12 @@ class Forwarder:
 #: every live kind, with what sends its notification, or ``None`` for a kind no
 #: notification carries (the result carries the end; a gap has nothing to send).
 PROJECTION: dict[str, Optional[Callable[[Forwarder, RunEvent, dict[str, Any]], Awaitable[None]]]] = {
-    "call": Forwarder._call,
-    "commit": Forwarder._commit,
-    "refused": Forwarder._refused,
-    "log": Forwarder._log,
-    "approval": Forwarder._approval,
-    "suspended": Forwarder._suspended,
+    "call": Forwarder._call,  # noqa: SLF001
+    "commit": Forwarder._commit,  # noqa: SLF001
+    "refused": Forwarder._refused,  # noqa: SLF001
+    "log": Forwarder._log,  # noqa: SLF001
+    "approval": Forwarder._approval,  # noqa: SLF001
+    "suspended": Forwarder._suspended,  # noqa: SLF001
     "end": None,
     "gap": None,
 }

@@ -117,11 +117,11 @@ from mcp_types import (
 from mcp_types import Tool as MCPTool
 from mcp_types.version import is_version_at_least
 
-from .. import agent
 from .._run.options import RunOptions, build
 from .._run.runner import live_stream
 from .._text import machine_json, machine_text, machine_value
 from .._validators import NAMES, POSITIVE_INT, TOOLS, instance_of, names, optional, require
+from ..agent import _run_code_tool as agent
 from ..durable import resume
 from ..durable.approval_store import ApprovalStore, TokenError
 from ..errors import ConfigError, RunCodeError, ToolError
@@ -872,7 +872,7 @@ class _GateAudit(SessionLog):
             write(self, event.data)
 
     def _tool_call(self, data: Mapping[str, Any]) -> None:
-        self._server._write(
+        self._server._write(  # noqa: SLF001
             "tool_call",
             run=self._run.id,
             tool=data["name"],
@@ -883,20 +883,20 @@ class _GateAudit(SessionLog):
         )
 
     def _tool_refused(self, data: Mapping[str, Any]) -> None:
-        self._server._write("tool_refused", run=self._run.id, tool=data["name"], message=data["message"])
+        self._server._write("tool_refused", run=self._run.id, tool=data["name"], message=data["message"])  # noqa: SLF001
 
     def _tool_outcome(self, data: Mapping[str, Any]) -> None:
-        self._server._write("tool_outcome", run=self._run.id, call=f"{self._run.id}:code:{data['seq']}", **data)
+        self._server._write("tool_outcome", run=self._run.id, call=f"{self._run.id}:code:{data['seq']}", **data)  # noqa: SLF001
 
 
 #: The audit log's projection of the audit types (:data:`nous_sched.events.AUDIT_TYPES`):
 #: each with what writes its line from the record's session form. ``approval`` is
 #: ``None`` here: the server's own handler writes it, with who answered (_approve_call).
 AUDIT_LINES: dict[str, Optional[Callable[[_GateAudit, Mapping[str, Any]], None]]] = {
-    "tool_call": _GateAudit._tool_call,
-    "tool_refused": _GateAudit._tool_refused,
+    "tool_call": _GateAudit._tool_call,  # noqa: SLF001
+    "tool_refused": _GateAudit._tool_refused,  # noqa: SLF001
     "approval": None,
-    "tool_outcome": _GateAudit._tool_outcome,
+    "tool_outcome": _GateAudit._tool_outcome,  # noqa: SLF001
 }
 
 

@@ -133,8 +133,9 @@ async def bounded_stdio(
     params: Any, *, errlog: Any, max_message_bytes: int, on_overflow: Callable[[str], None]
 ) -> AsyncIterator[tuple[Any, Any]]:
     """Start the server ``params`` describes (an SDK ``StdioServerParameters``); yield its (read, write) streams."""
-    command = await sdk_stdio._get_executable_command(params.command)
-    process = await sdk_stdio._create_platform_compatible_process(
+    # The MCP SDK's own steps of stdio_client (its privates: it has no public ones), minus its unbounded reader.
+    command = await sdk_stdio._get_executable_command(params.command)  # noqa: SLF001
+    process = await sdk_stdio._create_platform_compatible_process(  # noqa: SLF001
         command=command,
         args=list(params.args),
         env=sdk_stdio.get_default_environment() | (params.env or {}),
@@ -155,7 +156,7 @@ async def bounded_stdio(
 
     async def reader() -> None:
         if not await _read(stdout, read_writer, max_message_bytes, overflow, spoke):
-            await sdk_stdio._drain_stdout(process)  # lets a server flushing its output exit
+            await sdk_stdio._drain_stdout(process)  # noqa: SLF001 (lets a server flushing its output exit)
 
     async def writer() -> None:
         try:
@@ -177,7 +178,7 @@ async def bounded_stdio(
             # A server that never said a word has nothing to flush: no grace, so a
             # silent one costs connect() its connect_timeout and no more.
             _kill_group(process)
-        await sdk_stdio._stop_server_process(process)
+        await sdk_stdio._stop_server_process(process)  # noqa: SLF001
         for stream in (read_stream, write_stream, read_writer, write_reader):
             await stream.aclose()
         await anyio.lowlevel.checkpoint()

@@ -14,7 +14,9 @@ a warm worker process that the host kills at the deadline;
 
 from __future__ import annotations
 
-from typing import Any, Optional, Protocol, Sequence, runtime_checkable
+import contextlib
+import json
+from typing import Any, Callable, ContextManager, Optional, Protocol, Sequence, runtime_checkable
 
 import attrs
 
@@ -22,7 +24,7 @@ from ..limits import Limits
 from ..outcome import Outcome
 from ..result import RunError
 
-__all__ = ["CodeRuntime", "Host", "PendingCall", "RuntimeOutcome", "Limits", "Cancel"]
+__all__ = ["AnyCancel", "Begun", "Cancel", "CodeRuntime", "Host", "Limits", "PendingCall", "RuntimeOutcome"]
 
 
 class Cancel(Protocol):
@@ -52,32 +54,130 @@ class AnyCancel:
 
 
 class PendingCall(Protocol):
+    """One call a runtime started through its :class:`Host`: its outcome, when it comes.
+
+    Only :meth:`wait` is required. :meth:`done` and :meth:`on_done` have
+    declared defaults (not done; cannot tell) that a pending call which knows
+    more overrides by subclassing this class.
+    """
+
     def wait(self, timeout: float) -> Optional[Outcome]:
         """The call's outcome, or ``None`` if ``timeout`` seconds pass first."""
 
+    def done(self) -> bool:
+        """True once :meth:`wait` would return at once. If it is, ``done()``
+        and ``wait(0.0)`` may be called from any thread and do nothing else, so
+        a runtime may settle this call's answer with the calls before it in one
+        batch. The default, ``False``, makes the runtime wait for each call."""
+        return False
+
+    def on_done(self, then: Optional[Callable[[], None]]) -> bool:
+        """Ask to be told when the call settles: ``then()`` is called once, by
+        the thread that settles it, just after :meth:`done` turns true; it must
+        neither block nor raise (the worker runtime sends the program's answer
+        from there). ``None`` takes the request back. Returns whether this
+        pending call can tell (the default: ``False``, and ``then`` is never
+        called; the runtime waits on :meth:`wait` instead). A call that settled
+        before the request is not told: check :meth:`done` after asking."""
+        return False
+
 
 class Host(Protocol):
+    """What a runtime may ask of the outside world, handed to :meth:`CodeRuntime.run`.
+
+    :meth:`call_json` is required; every other method has a declared default
+    (a host that subclasses this class inherits them), so a runtime calls
+    each capability directly, never probing for it.
+    """
+
     #: Every tool name the program may call, sorted; each appears as ``tools[name]``.
     names: Sequence[str]
     #: Set (from any thread) when the caller cancels the run, or ``None``. A
     #: runtime that honours it ends the run promptly with a ``cancelled`` error.
     cancel: Optional[Cancel]
 
-    def call(self, name: str, args: Any) -> PendingCall:
-        """Start one call with the program's (JSON-decoded) ``args``.
+    @property
+    def deadline(self) -> Optional[float]:
+        """The run's own deadline, a :func:`time.monotonic` instant, or ``None``
+        (the default): the one the host's calls' waits give up at. A runtime
+        hands the program no answer taken at or after the earlier of it and
+        its own deadline (``run_code``'s host has one: a runtime counts its
+        deadline from its own start, a little later)."""
+        return None
 
-        Never raises: refusals come back as failed outcomes.
+    def call_json(self, name: str, text: str) -> PendingCall:
+        """Start one call with the arguments as the program's JSON text, which
+        the host parses under its own rules (:func:`nous_sched.crossing.loads`).
+
+        Never raises: refusals come back as failed outcomes, and text that
+        cannot cross fails that one call.
 
         Outcomes of calls started in order ``a, b`` become available in that
         order (the host commits in submission order).
         """
+        ...
 
-    def call_json(self, name: str, text: str) -> PendingCall:
-        """:meth:`call` with the arguments as the program's JSON text, which the
-        host parses under its own rules (:func:`nous_sched.crossing.loads`).
+    def call(self, name: str, args: Any) -> PendingCall:
+        """:meth:`call_json` with the program's (JSON-decoded) ``args``. The
+        default encodes them and calls :meth:`call_json`."""
+        return self.call_json(name, json.dumps(args))
 
-        Never raises: text that cannot cross fails that one call.
-        """
+    def batch(self) -> ContextManager[object]:
+        """``with host.batch():`` every call started inside reaches the host's
+        scheduler as one message (a runtime starts one step's calls in one,
+        e.g. a ``Promise.all`` of 1,000). The default does nothing."""
+        return contextlib.nullcontext()
+
+    def discover(self, question: str) -> PendingCall:
+        """Answer a question the program asked through ``sdk`` (its JSON text):
+        a pending call like a tool's, settled in the same order. The default
+        answers every question with a failure: this host takes none."""
+        return _Answered(Outcome.failure("sdk", NO_QUESTIONS))
+
+    def on_logs(self, lines: list[str]) -> None:
+        """The log lines a step kept, as it ends, on the thread running the
+        program (budget markers included; not the notes added at the end).
+        The default does nothing."""
+        return None
+
+    def on_settled(self, pending: PendingCall, outcome: Outcome, payload: str) -> None:
+        """Each call's outcome and its JSON text ``payload``, in order, as the
+        program receives it. The default does nothing."""
+        return None
+
+    def on_main(self, state: Any) -> None:
+        """The program's end as the sandbox reported it (untrusted: for the
+        run's hints), once. The default does nothing."""
+        return None
+
+    def clock(self, values: list[Any]) -> None:
+        """A durable run's new clock values (``Date.now``, ``Math.random``), in
+        order, so a replay can give the program the same. The default does nothing."""
+        return None
+
+    def sites(self, sites: list[str]) -> None:
+        """A durable run's new call sites (where in the program each call was
+        made), in order. The default does nothing."""
+        return None
+
+
+#: What the default :meth:`Host.discover` answers.
+NO_QUESTIONS = "this host answers no questions about its tools"
+
+
+class _Answered(PendingCall):
+    """An outcome known at once."""
+
+    __slots__ = ("outcome",)
+
+    def __init__(self, outcome: Outcome) -> None:
+        self.outcome = outcome
+
+    def done(self) -> bool:
+        return True
+
+    def wait(self, timeout: float) -> Outcome:
+        return self.outcome
 
 
 @attrs.frozen
@@ -91,10 +191,37 @@ class RuntimeOutcome:
 
 @runtime_checkable
 class CodeRuntime(Protocol):
-    """Runs programs. Implementations must be safe to call from many threads at once."""
+    """Runs programs. Implementations must be safe to call from many threads at once.
+
+    A new runtime's checklist is the contract suite, ``tests/runtime_contract.py``:
+    run it against the runtime (``tests/test_runtime_contract.py`` runs it for
+    both built-in ones) and it checks every promise of this seam (results,
+    logs, errors as kinds, calls through the host in order, ``Promise.all``,
+    cancel, deadline, memory limit, and each :class:`Host` capability).
+    """
 
     language: str
 
     def run(self, program: str, host: Host, limits: Limits) -> RuntimeOutcome:
         """Run ``program`` to the end on the calling thread. Never raises for a
         program's own failure: that is a :class:`RuntimeOutcome` error."""
+        ...
+
+    def begin(self, program: str, names: Sequence[str], limits: Limits, cancel: Optional[Cancel]) -> Optional[Begun]:
+        """Start ``program`` before its host exists (``run_code`` builds the
+        scheduler meanwhile): the returned :class:`Begun` runs it to the end
+        with the host, once. The default, ``None``, says this runtime cannot;
+        ``run_code`` then calls :meth:`run`."""
+        return None
+
+
+class Begun(Protocol):
+    """A program a :class:`CodeRuntime` started before its host existed."""
+
+    def run(self, host: Host) -> RuntimeOutcome:
+        """Run it to the end with ``host`` (:meth:`CodeRuntime.run`); once only."""
+        ...
+
+    def abandon(self) -> None:
+        """It will not be run (something failed before): give back what it holds. Idempotent."""
+        ...

@@ -1,7 +1,7 @@
 """The relay's decisions: who sends a run's settles, with no pipes, threads or clocks.
 
 Two threads share a run's relay (the shell:
-:class:`nous_sched.runtime.pool._Relay`, which holds one lock around every
+:class:`nous_sched.runtime._remote.Relay`, which holds one lock around every
 call to this core): the run's own thread, the *driving thread*, which drives
 the engine and waits for the worker's answers; and whichever thread
 publishes the run's oldest outstanding call, the *kicking thread* (the

@@ -51,7 +51,7 @@ import math
 import os
 import re
 import time
-from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol, Sequence
 
 import _quickjs
 
@@ -107,7 +107,7 @@ def _payload(outcome: Any) -> tuple[bool, str]:
     binding cannot pass them) and NUL. A value made with its text
     (``Outcome.crossed``: the snapshot's own encode) is not encoded again."""
     if outcome.ok:
-        text = getattr(outcome, "text", None)
+        text = outcome.text
         return True, text if text is not None else _encode_value(outcome.value)
     return False, _encode(outcome.error.as_dict())
 
@@ -181,6 +181,44 @@ def prepare() -> tuple[Any, Any]:
     return ctx, bridge
 
 
+class Relay(Protocol):
+    """A stepper's way to send a settle from the thread that commits the call
+    (the worker runtime's: :mod:`nous_sched.runtime.pool`)."""
+
+    def kick(self) -> None:
+        """The head call has committed (called on the thread that committed it). Never blocks, never raises."""
+
+    def settled(self, take: Callable[[Any], list[Any]], head: Any) -> list[Any]:
+        """Wait for ``head`` to commit and its batch to be sent; the batch (``[]``: the deadline came first)."""
+        ...
+
+    def answers(self, batch: Sequence[Any]) -> Sequence[str]:
+        """The envelopes answering ``batch``, which :meth:`settled` sent."""
+        ...
+
+
+class Steps(Protocol):
+    """What :func:`drive` steps: an :class:`Engine` in this process, or a worker's (``_remote.Remote``)."""
+
+    @property
+    def max_payload(self) -> Optional[int]:
+        """The longest answer payload one settle may carry (``None``: no bound of the stepper's own)."""
+        ...
+
+    @property
+    def relay(self) -> Optional[Relay]:
+        """The stepper's :class:`Relay`, or ``None``: the thread that drives the run sends every settle."""
+        ...
+
+    def start(self) -> str:
+        """Start the program; the first envelope."""
+        ...
+
+    def settle_many(self, batch: Sequence[Any]) -> Sequence[str]:
+        """Settle ``batch`` in order; an envelope per settle."""
+        ...
+
+
 class Engine:
     """One program in one fresh context. Only one thread may use an engine, one
     call at a time (two threads in one context abort the process).
@@ -194,6 +232,11 @@ class Engine:
     :class:`Stopped` when the engine stops the program (deadline, memory,
     stack, a syntax error, a tampered bridge).
     """
+
+    #: (:class:`Steps`) No bound of its own: the bridge checks each payload.
+    max_payload: Optional[int] = None
+    #: (:class:`Steps`) None: the thread that drives the run settles each call.
+    relay: Optional[Relay] = None
 
     def __init__(
         self,
@@ -425,7 +468,7 @@ QUIET = '{"calls":[],"logs":[],"dropped":0,"main":null}'
 
 
 def drive(
-    engine: Any,
+    engine: Steps,
     host: Host,
     limits: Limits,
     deadline: float,
@@ -446,16 +489,16 @@ def drive(
     envelope per settle, which this loop reads in order as separate steps:
     what the program observes, and what the host sees, is the same however
     many were batched. A call joins a batch behind the oldest only if its
-    pending call has ``done()``, which promises that ``done()`` and, once
-    true, ``wait(0.0)`` may be called from any thread and do nothing else
-    (a :class:`~nous_sched.Ticket`, an outcome known at once). An engine
-    with a ``relay`` (the worker runtime's) lets the thread that commits the
-    oldest call send its batch itself; this thread then only reads the
-    answers (see :class:`nous_sched.runtime.pool._Relay`).
+    pending call is ``done()`` (``PendingCall.done``: then ``done()`` and
+    ``wait(0.0)`` may be called from any thread and do nothing else). A
+    stepper with a ``relay`` (the worker runtime's) lets the thread that
+    commits the oldest call send its batch itself, when that call can say it
+    settled (``PendingCall.on_done``); this thread then only reads the
+    answers (see :class:`nous_sched.runtime._remote.Relay`).
 
     **Nothing is handed to the program once its run is over.** The run's
     deadline is the earlier of ``deadline`` and the host's own ``deadline``
-    (an optional attribute, a :func:`time.monotonic` instant: a
+    (``Host.deadline``, ``None`` by default, else a :func:`time.monotonic` instant: a
     ``run_code`` host's is the run's, which its calls' waits give up at,
     while a runtime counts ``deadline`` from its own start, a little
     later). An answer taken at or after it is never settled: the run ends
@@ -466,7 +509,8 @@ def drive(
     reaches the program as an error it could catch and turn into another
     end, however the threads raced (``tests/test_deadline_race.py``).
 
-    Three optional host hooks watch the run as it goes, on this thread:
+    The host's hooks (:class:`~nous_sched.runtime.Host`, each with a no-op
+    default) watch the run as it goes, on this thread:
     ``host.on_main(state)`` gets the program's end as the sandbox reported
     it (the first envelope's ``main`` that has one: untrusted, for the
     run's hints),
@@ -475,9 +519,12 @@ def drive(
     notes the host adds when the run ends), and ``host.on_settled(pending, outcome, payload)``
     gets each call's outcome and its JSON text, in order, just before the
     host reads the step that answer began (the program has it by then).
+    A step's calls go to the host inside ``host.batch()``; a question the
+    program asks through ``sdk`` goes to ``host.discover``; a durable run's
+    clock values and call sites to ``host.clock`` and ``host.sites``.
     """
     book = _LogBook(limits.max_log_bytes, limits.max_log_lines)
-    on_logs = getattr(host, "on_logs", None)
+    on_logs = host.on_logs
     try:
         return _drive(engine, host, limits, deadline, cancel, book, on_logs)
     except Stopped as stop:
@@ -494,15 +541,17 @@ def _keep_salvaged(text: str, book: "_LogBook", on_logs: Any) -> None:
         _keep_logs(salvaged, book, on_logs)
 
 
-def _drive(engine: Any, host: Any, limits: Any, deadline: float, cancel: Any, book: "_LogBook", on_logs: Any) -> Finish:
+def _drive(
+    engine: Steps, host: Host, limits: Any, deadline: float, cancel: Optional[Cancel], book: "_LogBook", on_logs: Any
+) -> Finish:
     # (call id, pending call), oldest first: ids grow, so the left end is the oldest.
     outstanding: collections.deque[tuple[int, Any]] = collections.deque()
     steps = _Steps(host, limits, book, on_logs, _submitter(host, outstanding, deadline))
-    own = getattr(host, "deadline", None)
+    own = host.deadline
     over = deadline if own is None else min(deadline, own)
-    take = _taker(outstanding, getattr(engine, "max_payload", None), over)
+    take = _taker(outstanding, engine.max_payload, over)
     settle = engine.settle_many
-    relay = getattr(engine, "relay", None)
+    relay = engine.relay
     batch: Sequence[Any] = ()
     texts: Sequence[str] = (engine.start(),)
     while True:
@@ -515,7 +564,7 @@ def _drive(engine: Any, host: Any, limits: Any, deadline: float, cancel: Any, bo
         relayed = False
         if not batch:
             head = outstanding[0][1]
-            if relay is not None and relay.hookable(head):
+            if relay is not None and head.on_done(relay.kick):
                 # The thread that commits it sends the batch; this one waits for the answers.
                 batch = relay.settled(take, head)
                 relayed = True
@@ -525,7 +574,7 @@ def _drive(engine: Any, host: Any, limits: Any, deadline: float, cancel: Any, bo
             if not batch:
                 return _at_deadline(steps.state, book, limits, len(outstanding))
         try:
-            texts = engine.answers(batch) if relayed else settle(batch)
+            texts = relay.answers(batch) if relay is not None and relayed else settle(batch)
         except Stopped as stop:
             steps.answered(batch[: len(stop.steps) + 1])  # (the one it stopped in too, as a lone settle's)
             raise
@@ -545,9 +594,9 @@ class _Steps:
         self.book = book
         self.on_logs = on_logs
         self.submit = submit
-        self.on_settled = getattr(host, "on_settled", None)
+        self.on_settled = host.on_settled
         # The program's end as the sandbox saw it (its result's notes: the run's hints).
-        self.on_main = getattr(host, "on_main", None)
+        self.on_main = host.on_main
         self.state: Any = None
 
     def read(self, texts: Sequence[str], batch: Sequence[Any]) -> None:
@@ -563,16 +612,15 @@ class _Steps:
             unstarted = self.submit(envelope["calls"])
             if self.state is None:
                 self.state = envelope["main"]
-                if self.state is not None and self.on_main is not None:
+                if self.state is not None:
                     self.on_main(self.state)
             if unstarted:
                 _past_deadline(self.state, unstarted, self.book, self.limits)
 
     def answered(self, batch: Sequence[Any]) -> None:
         """The program received ``batch``'s answers, but the run stopped before its steps were read."""
-        if self.on_settled is not None:
-            for item in batch:
-                self.on_settled(item[1], item[2], item[4])
+        for item in batch:
+            self.on_settled(item[1], item[2], item[4])
 
 
 def _taker(
@@ -602,8 +650,7 @@ def _taker(
             if first is not None:
                 outcome, first = first, None
             else:
-                done = getattr(pending, "done", None)
-                if done is None or not done():
+                if not pending.done():
                     break
                 outcome = pending.wait(0.0)
                 if outcome is None:
@@ -639,7 +686,7 @@ def _step_envelope(text: Any, book: "_LogBook", on_logs: Any, host: Any) -> dict
 def _keep_logs(envelope: dict[str, Any], book: "_LogBook", on_logs: Any) -> None:
     before = book.kept()
     book.extend(envelope["logs"], envelope["dropped"])
-    if on_logs is not None and book.kept() > before:
+    if book.kept() > before:
         on_logs(book.since(before))
 
 
@@ -650,14 +697,15 @@ def _submitter(
     into ``outstanding``, while the run has time; it returns how many the
     deadline left unstarted (the host never sees them).
 
-    A null name is a question about the tools (the program's ``sdk``). Each
-    call's arguments are JSON text: the host parses them under the snapshot
-    rules, one call at a time, so one bad call fails alone. A host may take a
-    step's calls as one batch (``host.batch()``, a context manager): e.g. one
-    message to its scheduler for a Promise.all of 1,000.
+    A null name is a question about the tools (the program's ``sdk``:
+    ``host.discover``). Each call's arguments are JSON text: the host parses
+    them under the snapshot rules, one call at a time, so one bad call fails
+    alone. A step of more than one call goes inside ``host.batch()``: e.g.
+    one message to its scheduler for a Promise.all of 1,000.
     """
-    batch = getattr(host, "batch", None)
-    call = _json_caller(host)
+    batch = host.batch
+    call = host.call_json
+    ask = host.discover
     append = outstanding.append
     monotonic = time.monotonic
 
@@ -665,28 +713,17 @@ def _submitter(
         for i, (call_id, name, args) in enumerate(calls):
             if monotonic() >= deadline:
                 return len(calls) - i
-            append((call_id, call(name, args) if name is not None else _ask(host, args)))
+            # A null name is a question about the tools (the program's ``sdk``).
+            append((call_id, call(name, args) if name is not None else ask(args)))
         return 0
 
     def submit(calls: list[Any]) -> int:
-        if len(calls) > 1 and batch is not None:
+        if len(calls) > 1:
             with batch():
                 return each(calls)
         return each(calls) if calls else 0
 
     return submit
-
-
-def _json_caller(host: Any) -> Callable[[Any, str], Any]:
-    call = getattr(host, "call_json", None)
-    if call is not None:
-        return call  # type: ignore[no-any-return]
-    plain = host.call  # a host without call_json takes the arguments parsed
-
-    def parsed(name: Any, text: str) -> Any:
-        return plain(name, json.loads(text))
-
-    return parsed
 
 
 def _settled_program(state: Any, book: "_LogBook", limits: Any) -> Finish:
@@ -717,36 +754,7 @@ def _past_deadline(state: Any, unstarted: int, book: "_LogBook", limits: Any) ->
     book.note(f"[{unstarted} tool call(s) were not started: the deadline came first]")
 
 
-def _ask(host: Any, question: Any) -> Any:
-    """The host's answer to a question the program asked through ``sdk`` (its
-    JSON text, which the host parses as it parses arguments): a pending call
-    like a tool's (``host.discover``), settled in the same order."""
-    discover = getattr(host, "discover", None)
-    if discover is None:
-        return _Unanswered()
-    return discover(question)
-
-
-class _Unanswered:
-    """The answer of a host that takes no questions (it has no ``discover``)."""
-
-    ok = False
-
-    def done(self) -> bool:
-        return True
-
-    def wait(self, timeout: float) -> "_Unanswered":
-        return self
-
-    @property
-    def error(self) -> "_Unanswered":
-        return self
-
-    def as_dict(self) -> dict[str, str]:
-        return {"tool": "sdk", "message": "this host answers no questions about its tools"}
-
-
-def _wait(pending: Any, deadline: float, cancel: Any) -> Any:
+def _wait(pending: Any, deadline: float, cancel: Optional[Cancel]) -> Any:
     """The call's outcome, or ``None`` at the deadline; :class:`Stopped` on cancel."""
     if cancel is None:
         return pending.wait(max(deadline - time.monotonic(), 0.0))
@@ -927,9 +935,9 @@ def _placed(calls: list[Any], main: Any, pieces: list[str]) -> bool:
 
 def _durable(host: Any, envelope: dict[str, Any]) -> None:
     """Hand a durable run's new clock values and call sites to its host (one that records them)."""
-    if "clock" in envelope and hasattr(host, "clock"):
+    if "clock" in envelope:
         host.clock(envelope["clock"])
-    if "sites" in envelope and hasattr(host, "sites"):
+    if "sites" in envelope:
         host.sites(envelope["sites"])
 
 

@@ -201,7 +201,7 @@ _BOUNDING: Optional[list[int]] = None
 _CAPSET: Any = None
 
 
-def _libc() -> Any:
+def c_library() -> Any:
     """The C library (made once: a fork server's children inherit it ready)."""
     global _LIBC
     if _LIBC is None:
@@ -253,7 +253,7 @@ def apply(
     except ImportError:  # not POSIX
         return report
     linux = sys.platform.startswith("linux")
-    libc = _libc() if linux else None
+    libc = c_library() if linux else None
     for name, value in (("RLIMIT_CORE", 0), ("RLIMIT_NOFILE", NOFILE)):
         try:
             resource.setrlimit(getattr(resource, name), (value, value))
@@ -306,7 +306,7 @@ def forbid_tasks() -> bool:
     if _NO_TASKS is None:  # (made by apply() or prepare(), before the filter refuses uname)
         return False
     # (No new privileges: inherited from the thread that installed the allow list.)
-    return bool(_libc().prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.addressof(_NO_TASKS[1]), 0, 0) == 0)
+    return bool(c_library().prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.addressof(_NO_TASKS[1]), 0, 0) == 0)
 
 
 #: The task bound's filter, ready to install: (its buffer, the ``sock_fprog``).
@@ -512,7 +512,7 @@ def prepare() -> None:
     global _TEMPLATE, _BOUNDING, _CAPSET, _FILTER
     if not sys.platform.startswith("linux"):
         return
-    libc = _libc()
+    libc = c_library()
     machine = os.uname().machine
     if machine in _ARCHES:
         _make_no_tasks(machine)

@@ -23,7 +23,7 @@ envelope the worker sends, keeps the logs within budget, hands calls to the
 sends back the outcomes, oldest first, every committed one in one frame.
 When the calling thread has nothing to send it waits on the worker's pipe,
 and the thread that commits the oldest call (the scheduler's driver) writes
-the settle frame itself (:class:`_Relay`): one batch of steps is one pipe
+the settle frame itself (:class:`Relay`): one batch of steps is one pipe
 round trip, with no hop through the calling thread, and no timer wakes
 anything. ``run_code`` starts the program in its worker
 (:meth:`WorkerPool.begin`) before it builds the run's scheduler, so the
@@ -58,44 +58,35 @@ from __future__ import annotations
 import atexit
 import collections
 import itertools
-import json
 import os
 import shutil
-import signal
 import sys
 import tempfile
 import threading
 import time
 import weakref
-from typing import Any, Deque, Hashable, NoReturn, Optional, Sequence
+from typing import Any, Deque, Hashable, Optional, Sequence
 
 from .. import _validators as v
 from .._interrupts import LOCAL, deferred, leave
 from .._validators import require
 from ..errors import RunCodeError
-from ..result import RunError
-from ..scheduler import Ticket
-from . import Host, Limits, RuntimeOutcome, worker
-from ._relaycore import SENT, RelayCore
+from . import Cancel, CodeRuntime, Host, Limits, RuntimeOutcome
+from ._remote import Begun, Remote
 from .engine import (
     CANCEL_POLL,
     CANCELLED,
-    CLOCK_MARK,
     Finish,
     Stopped,
-    clip,
-    drive,
-    memory_message,
     timeout_message,
 )
 from .poolcore import FRESH, WAIT, Closed, PoolCore
-from .procio import Died, Expired, ForkServer, Garbled, NotStarted, StartTimeout, Worker, quickjs_origin
+from .procio import ForkServer, NotStarted, StartTimeout, Worker, quickjs_origin
 from .wake import CPUS, SPIN, SPIN_BACKOFF, SPIN_BACKOFF_MAX, WakePolicy
 
 __all__ = ["Begun", "WorkerPool", "default_pool", "SPIN", "SPIN_BACKOFF", "SPIN_BACKOFF_MAX"]
 
 _MIB = 1024 * 1024
-_KINDS_FROM_WORKER = frozenset({"exception", "timeout", "abort"})
 _numbers = itertools.count(1)
 _tickets = itertools.count(1)
 _START_METHODS = v.one_of(("forkserver", "spawn"))
@@ -103,11 +94,6 @@ _GRACE = v.Check("a number of seconds from 0 to 60", lambda x: v.WAIT_SECONDS.ac
 _HEADROOM = v.int_at_least(16 * _MIB, "an int of at least 16 MiB (16777216)")
 _ID = v.Check("an int from 1 to 2**31-1", lambda x: isinstance(x, int) and not isinstance(x, bool) and 0 < x < 2**31)
 _SPARES = v.Check("an int of at least 0", lambda x: isinstance(x, int) and not isinstance(x, bool) and x >= 0)
-#: How often the host repeats the deadline (or cancel) signal until the worker
-#: answers. The worker ignores a deadline signal that arrives before *its*
-#: deadline, which is later than the host's by the run frame's transit, and one
-#: that arrives before the run is armed: a single signal is easily lost.
-RESIGNAL = 0.05
 #: The default :attr:`WorkerPool.size`: the core count, at least this.
 MIN_DEFAULT_SIZE = 8
 _HAS_FORK_SERVER = sys.platform.startswith("linux") and hasattr(os, "pidfd_open")
@@ -128,10 +114,6 @@ SERVER_CHILDREN = 64
 WALL: dict[str, Any] = {"task_bound": True, "own_session": True, "server_children": SERVER_CHILDREN}
 
 
-class _Lost(Exception):
-    """The worker died before the program's first answer (see ``_Remote.start``)."""
-
-
 class _StartTimedOut(RunCodeError):
     """A worker said nothing within ``start_timeout``: another would cost as long."""
 
@@ -141,7 +123,7 @@ def default_size() -> int:
     return max(MIN_DEFAULT_SIZE, CPUS)
 
 
-class WorkerPool:
+class WorkerPool(CodeRuntime):
     """A pool of worker processes that run programs: the default runtime.
 
     Thread-safe: any number of threads may call :meth:`run` at once; each run
@@ -267,10 +249,15 @@ class WorkerPool:
         :raises RunCodeError: the pool is closed. (A worker that could not be
             started is tried again once, then the run's ``abort`` error.)
         """
-        return self.begin(program, host.names, limits, getattr(host, "cancel", None)).run(host)
+        return self.begin(program, host.names, limits, host.cancel).run(host)
 
     def begin(
-        self, program: str, names: Sequence[str], limits: Limits, cancel: Any = None, domain: Hashable = FRESH
+        self,
+        program: str,
+        names: Sequence[str],
+        limits: Limits,
+        cancel: Optional[Cancel] = None,
+        domain: Hashable = FRESH,
     ) -> "Begun":
         """Start ``program`` in a worker now, before the host that will serve its
         calls exists; :meth:`run` in two halves.
@@ -308,7 +295,7 @@ class WorkerPool:
         limits: Limits,
         deadline: float,
         need: int,
-        cancel: Any,
+        cancel: Optional[Cancel],
         domain: Hashable,
     ) -> "Begun":
         retried = False
@@ -328,7 +315,7 @@ class WorkerPool:
                     continue
                 message = f"no worker process could be started for the program: {exc}"
                 return Begun(self, None, limits, deadline, cancel, FRESH, Finish((), error=("abort", message)))
-            remote = _Remote(self, wid, worker_, program, names, limits, deadline, cancel)
+            remote = Remote(self, wid, worker_, program, names, limits, deadline, cancel)
             remote.again = (ticket, need, domain) if not retried else None
             try:
                 remote.send_run()
@@ -449,7 +436,7 @@ class WorkerPool:
             if self._core.closed:
                 raise RunCodeError("the worker pool is closed")
             room = min(n, self.size - len(self._core.slots))
-            wids = [self._core._new(None) for _ in range(max(room, 0))]
+            wids = [self._core._new(None) for _ in range(max(room, 0))]  # noqa: SLF001
         self._start_ready(wids)
 
     def wait_for_spares(self, timeout: float) -> bool:
@@ -479,7 +466,7 @@ class WorkerPool:
     # -- workers ---------------------------------------------------------------
 
     def _acquire(
-        self, ticket: int, need: int, limits: Limits, deadline: float, cancel: Any, domain: Any
+        self, ticket: int, need: int, limits: Limits, deadline: float, cancel: Optional[Cancel], domain: Any
     ) -> tuple[int, Worker]:
         """A worker for run ``ticket``, ready (it has said hello) and marked busy."""
         if self._orphans:
@@ -503,7 +490,7 @@ class WorkerPool:
             return wid, w
 
     def _place(
-        self, ticket: int, need: int, limits: Limits, deadline: float, cancel: Any, domain: Any
+        self, ticket: int, need: int, limits: Limits, deadline: float, cancel: Optional[Cancel], domain: Any
     ) -> tuple[int, Optional[Worker], Optional[Worker]]:
         """Wait (first come, first served) for the core to grant a place: the
         worker id, its process if it has one already, and a worker to kill first.
@@ -541,7 +528,7 @@ class WorkerPool:
         finally:
             leave()
 
-    def _wait_for_place(self, ticket: int, limits: Limits, deadline: float, cancel: Any) -> None:
+    def _wait_for_place(self, ticket: int, limits: Limits, deadline: float, cancel: Optional[Cancel]) -> None:
         """One wait on the condition (lock held); :class:`Stopped` at the deadline or on cancel."""
         remaining = deadline - time.monotonic()
         if cancel is not None and cancel.is_set():
@@ -875,7 +862,7 @@ class WorkerPool:
         self._reset()
 
 
-class DomainRuntime:
+class DomainRuntime(CodeRuntime):
     """A :class:`WorkerPool` seen by the runs of one trust domain (see
     :meth:`WorkerPool.domain`)."""
 
@@ -886,9 +873,9 @@ class DomainRuntime:
         self.key = key
 
     def run(self, program: str, host: Host, limits: Limits) -> RuntimeOutcome:
-        return self.begin(program, host.names, limits, getattr(host, "cancel", None)).run(host)
+        return self.begin(program, host.names, limits, host.cancel).run(host)
 
-    def begin(self, program: str, names: Sequence[str], limits: Limits, cancel: Any = None) -> "Begun":
+    def begin(self, program: str, names: Sequence[str], limits: Limits, cancel: Optional[Cancel] = None) -> "Begun":
         return self.pool.begin(program, names, limits, cancel, domain=self.key)
 
     def __repr__(self) -> str:
@@ -914,538 +901,6 @@ def layers_of(bounds: Optional[dict[str, Any]]) -> dict[str, Any]:
         "address_space_limit": "RLIMIT_NOFILE" in bounds.get("rlimits", {}),
         "wall_clock_stop": bool(bounds.get("wall_clock_stop")),
     }
-
-
-class Begun:
-    """A program started in a worker by :meth:`WorkerPool.begin`, waiting for its host."""
-
-    def __init__(
-        self,
-        pool: WorkerPool,
-        remote: Optional["_Remote"],
-        limits: Limits,
-        deadline: float,
-        cancel: Any,
-        domain: Any,
-        early: Optional[Finish] = None,
-        ticket: Optional[int] = None,
-    ) -> None:
-        self._pool = pool
-        self._ticket = ticket
-        self._remote = remote
-        self._limits = limits
-        self._deadline = deadline
-        self._cancel = cancel
-        self._domain = domain
-        self._early = early  # how it ended before it began (no worker in time, cancelled)
-
-    def run(self, host: Host) -> RuntimeOutcome:
-        """Drive the program to its end with ``host``, on the calling thread."""
-        remote, self._remote = self._remote, None
-        if remote is None:
-            if self._early is None:
-                raise RuntimeError("this run was already driven or abandoned")
-            return _outcome(self._early)
-        try:
-            finish = drive(remote, host, self._limits, self._deadline, self._cancel)
-            remote.relay.close()  # before the worker goes back: no settle is written after this
-            # After any abort (memory, stack, a tampered bridge) the worker is retired.
-            reusable = remote.reusable and (finish.error is None or finish.error[0] not in ("abort", "cancelled"))
-            self._pool._release(remote.wid, self._domain, reusable)
-        except BaseException:
-            # KeyboardInterrupt (or a host bug): the worker may be mid-step. Kill
-            # it, replace it later, and let the exception go on at once.
-            LOCAL.depth += 1
-            try:
-                remote.relay.close()
-                self._pool._drop(self._ticket)
-            finally:
-                leave()
-            raise
-        return _outcome(finish)
-
-    def abandon(self) -> None:
-        """Never drive it: its worker is killed (the answer it is writing will never
-        be read) and replaced. Idempotent."""
-        with deferred():
-            remote, self._remote = self._remote, None
-            if remote is not None:
-                remote.relay.close()
-            # (Also when run() was cut before its first step: the ticket
-            # still holds the worker. After a run that ended, it holds nothing.)
-            self._pool._drop(self._ticket)
-
-    def __del__(self) -> None:
-        # Never driven nor abandoned: an interrupt landed between begin()
-        # returning it and the caller keeping it. Its worker goes, later if
-        # the pool's lock is taken (this may run inside the garbage collector).
-        remote = getattr(self, "_remote", None)
-        if remote is not None:
-            self._remote = None
-            remote.relay.close()
-            self._pool._orphaned(self._ticket)
-
-
-def _outcome(finish: Finish) -> RuntimeOutcome:
-    error = None if finish.error is None else RunError(*finish.error)
-    return RuntimeOutcome(finish.logs, result=finish.result, error=error)
-
-
-#: What a durable run's envelope may carry beside what :func:`max_frame`
-#: counts: the clock values it read (``Date.now()``, ``Math.random()``), each
-#: at most about 25 bytes of JSON, of which a durable run may read 100,000.
-CLOCK_ALLOWANCE = 4 * _MIB
-#: What one call costs an envelope beside its arguments: its id, its name (the
-#: prelude cuts it at 1024 characters, each escaped in at most 6 bytes), its
-#: call site (a durable run's), the brackets and commas.
-_PER_CALL = 6 * 1024 + 64
-
-
-def max_frame(limits: Limits) -> int:
-    """The largest frame a worker may send for a run with ``limits``: what the
-    run's limits let cross (see ``prelude.js``), never more than the engine's
-    heap could hold as UTF-8 (twice its size), plus 1 MiB of envelope (error
-    messages, a durable run's clock values). What crosses: the logs (each
-    character escaped in at most 6 bytes, each line's quotes and comma), the
-    result (sent as it is, at most 3 bytes a character), and at most
-    ``max_calls`` + 1 calls (the prelude refuses the rest) whose arguments
-    together are at most ``max_total_args_bytes`` characters (3 bytes each).
-    A frame over it is refused at its header, before its body is read."""
-    logs = 6 * limits.max_log_bytes + 3 * limits.max_log_lines
-    calls = 3 * limits.max_total_args_bytes + (limits.max_calls + 1) * _PER_CALL
-    crossing = logs + 3 * limits.max_output_bytes + calls
-    return min(crossing, 2 * limits.memory_bytes) + _MIB
-
-
-def settle_frame(batch: Sequence[Sequence[Any]]) -> bytes:
-    """The ``S`` frame settling ``batch``: per call ``b"<id> <1|0> <bytes> "``,
-    then its payload's bytes (see :mod:`.worker`)."""
-    parts: list[bytes] = []
-    for item in batch:
-        data = item[4].encode("utf-8", "surrogatepass")
-        parts += (b"%d %d %d " % (item[0], item[3], len(data)), data)
-    return worker.frame(worker.SETTLE, *parts)
-
-
-class _Relay(RelayCore):
-    """A run's settles sent by the thread that commits the call: no hop
-    through the thread that drives the run.
-
-    :func:`~nous_sched.runtime.engine.drive`, with nothing committed to
-    settle, calls :meth:`settled` with the oldest outstanding call, a
-    :class:`~nous_sched.Ticket`: it arms the ticket's hook, ``_then``, and
-    waits on the worker's pipe. Whichever thread publishes that ticket (the
-    scheduler's driver as it commits; ``stop()`` releasing it) calls
-    :meth:`kick`, which takes the committed prefix as it stands (the calls
-    that commit while the worker works go in the next batch, which the
-    driving thread sends as soon as it has read the answers), encodes it and
-    writes the frame to the worker's pipe, then returns: the worker wakes,
-    settles, answers, and the driving thread wakes once, to read the answers.
-
-    **The committing thread never waits on the worker.** The write is
-    non-blocking, into a pipe that is empty (one frame is in flight at a
-    time, and the worker reads a frame whole before it answers), so any
-    frame the pipe can hold goes in one write whatever the worker is doing,
-    stuck or stopped. Whatever it cannot finish (a frame larger than the
-    pipe's buffer, a payload the worker must not get, an error), it hands to
-    the driving thread: :attr:`handoff`, and a byte on the wake pipe; that
-    thread sends the rest with the deadline and kill as any step's
-    (:meth:`_Remote.answers`). It never raises into the driver.
-
-    Every decision (when a kick acts, what the driving thread collects) is
-    the relay core's (:class:`~nous_sched.runtime._relaycore.RelayCore`, whose
-    fields this shares: its invariants, per field, are written there and
-    checked by a state machine test). ``lock`` guards them, the hand-off's
-    :attr:`unsent` and the writes: a frame is written exactly when the
-    driving thread is waiting for its answer, never after the run has moved
-    on.
-    """
-
-    __slots__ = ("remote", "lock", "take", "unsent", "wake")
-
-    def __init__(self, remote: "_Remote") -> None:
-        super().__init__()
-        self.remote = remote
-        self.lock = threading.Lock()
-        self.take: Any = None
-        self.unsent: Optional[memoryview] = None  # what the write left, or None: the whole frame
-        self.wake = (-1, -1)
-
-    @staticmethod
-    def hookable(pending: Any) -> bool:
-        """Whether the thread that commits ``pending`` can send its settle."""
-        return type(pending) is Ticket
-
-    def settled(self, take: Any, head: Ticket) -> list[Any]:
-        """Wait for ``head`` to commit and its batch to be sent; the batch
-        (``[]``: the deadline came first, nothing sent). :class:`Stopped` on
-        cancel or the worker's end before anything was sent."""
-        remote = self.remote
-        if self.wake[0] < 0:
-            with deferred():  # a pipe made is a pipe close() closes
-                r, w = self.wake = os.pipe()
-                os.set_blocking(r, False)
-                os.set_blocking(w, False)
-        self.take = take
-        with deferred(), self.lock:
-            self.arm()
-        head._then = self.kick
-        try:
-            if head.done():  # published before the hook was set: no one else will kick
-                self.kick()
-            while True:
-                try:
-                    spoke = remote.worker.wait_readable(remote.deadline, remote.cancel, self.wake[0])
-                except Expired:
-                    if self._disarm():
-                        return []
-                    return self._taken()
-                except Stopped:  # cancelled
-                    if self._disarm():
-                        raise
-                    return self._taken()  # the answers' own wait sees the cancel
-                if self.state is SENT:
-                    return self._taken()
-                if spoke and self._disarm():
-                    # Answering nothing: its end of file, or a broken protocol.
-                    remote._answer()
-                    remote._broken()
-        finally:
-            head._then = None
-            with deferred(), self.lock:
-                self.release()
-
-    # Every section under ``lock`` runs deferred: an interrupt raised as a
-    # ``with`` block ends, before its exit has run (as a trace function can),
-    # would leave the lock held, and close() waits for it.
-
-    def _disarm(self) -> bool:
-        """Take the worker back from the kicks; whether no batch was taken."""
-        with deferred(), self.lock:
-            return self.disarm()
-
-    def _taken(self) -> list[Any]:
-        """The batch a kick took; what it raised, raised here."""
-        with deferred(), self.lock:
-            batch, error = self.taken()
-        if error is not None:
-            raise error
-        return batch
-
-    def kick(self) -> None:
-        """The head has committed (on the thread that published it): send the
-        batch, or hand it to the driving thread. Never blocks, never raises."""
-        try:
-            with deferred(), self.lock:
-                if self.kicked(self.take, self._write):
-                    self._wake()
-        except BaseException as exc:  # (an interrupt): the run's to raise
-            with deferred(), self.lock:
-                self.failed(exc)
-                self._wake()
-
-    def _write(self, batch: list[Any]) -> bool:
-        """Write ``batch``'s frame, or what the pipe takes of it (the rest in
-        :attr:`unsent`); whether there is nothing left to do. Under ``lock``."""
-        remote = self.remote
-        if len(batch[0][4]) > remote.limits.memory_bytes:
-            return False  # the driving thread refuses it (_Remote._check)
-        data = settle_frame(batch)
-        try:
-            n = remote.worker.offer(data)
-        except OSError:  # the worker is gone: its end of file tells the driving thread
-            return True
-        if n == len(data):
-            return True
-        self.unsent = memoryview(data)[n:]
-        return False
-
-    def _wake(self) -> None:
-        # Under ``lock``, which close() takes before it closes the pipe: never a stale descriptor.
-        try:
-            os.write(self.wake[1], b"!")
-        except OSError:  # full (it is awake already) or closed
-            pass
-
-    def close(self) -> None:
-        """The run is over: no kick acts again; the wake pipe is closed. Idempotent."""
-        with deferred():
-            with self.lock:
-                self.release()
-                wake, self.wake = self.wake, (-1, -1)
-            for fd in wake:
-                if fd >= 0:
-                    os.close(fd)
-
-
-class _Remote:
-    """The engine's steps, run in a worker: what :func:`drive` calls in the host."""
-
-    def __init__(
-        self,
-        pool: WorkerPool,
-        wid: int,
-        w: Worker,
-        program: str,
-        names: Any,
-        limits: Limits,
-        deadline: float,
-        cancel: Any,
-    ) -> None:
-        self.pool = pool
-        self.wid = wid
-        self.worker = w
-        self.program = program
-        self.names = names
-        self.limits = limits
-        self.deadline = deadline
-        self.until = deadline + pool.kill_grace
-        self.cancel = cancel
-        self.reusable = True
-        self.unsent = False  # the run frame could not be sent by the kill deadline
-        # A durable run's envelopes also carry the clock values it read (its host bounds their number).
-        self.max_frame = max_frame(limits) + (CLOCK_ALLOWANCE if program.startswith(CLOCK_MARK) else 0)
-        self.relay = _Relay(self)
-        #: (ticket, need, domain) while the run may still move to another
-        #: worker: its first answer has not come, and it has not moved before.
-        self.again: Optional[tuple[int, int, Any]] = None
-        self._starting = False
-
-    def send_run(self) -> None:
-        """Send the run frame. :class:`~nous_sched.runtime.procio.NotStarted` if the worker is gone."""
-        w = self.worker
-        limits = self.limits
-        # A worker's memory cap is set by its first run, for good: a later run
-        # that needs less may use it, one that needs more gets another worker.
-        cap = self.pool._cap(limits) if w.cap is None else 0
-        body = json.dumps(
-            {
-                "program": self.program,
-                "names": list(self.names),
-                "limits": [getattr(limits, f) for f in worker.LIMIT_FIELDS],
-                "remaining": max(self.deadline - time.monotonic(), 0.0),
-                "memory_cap": cap,
-            }
-        ).encode("utf-8", "surrogatepass")
-        try:
-            w.send(worker.frame(worker.RUN, body), self.until)
-        except BrokenPipeError:
-            self.reusable = False
-            raise NotStarted from None
-        except Expired:
-            self.unsent = True  # a timeout, said by start() (inside drive)
-            return
-        if cap:
-            w.cap = cap
-            with self.pool._lock:
-                self.pool._core.set_cap(self.wid, cap)
-
-    def start(self) -> str:
-        """The first step: the answer to the run frame :meth:`send_run` sent.
-        A worker that dies before it (killed, its fork server lost; not out
-        of memory) has answered nothing and the host has served none of the
-        program's calls: the program is started again on another worker,
-        once, within the deadline."""
-        if self.unsent:
-            return self._expired()
-        self._starting = self.again is not None
-        try:
-            return self._answer()
-        except _Lost:
-            pass
-        finally:
-            self._starting = False
-        return self._restart()
-
-    def _restart(self) -> str:
-        assert self.again is not None
-        ticket, need, domain = self.again
-        self.again = None
-        pool = self.pool
-        pool._release(self.wid, FRESH, False)
-        try:
-            self.wid, self.worker = pool._acquire(ticket, need, self.limits, self.deadline, self.cancel, domain)
-        except RunCodeError as exc:
-            raise Stopped("abort", f"no worker process could be started for the program: {exc}") from None
-        self.reusable = True
-        try:
-            self.send_run()
-        except NotStarted:
-            raise Stopped("abort", "the worker process running the program died before it started") from None
-        return self.start()
-
-    def settle_many(self, batch: Sequence[Sequence[Any]]) -> list[str]:
-        """Send ``batch`` (:func:`~nous_sched.runtime.engine.drive`'s items) in
-        one settle frame; the worker's envelope for each, in order."""
-        self._check(batch)
-        self._send_settles(settle_frame(batch))
-        return self._answers(batch, self._spin())
-
-    def _send_settles(self, data: "bytes | memoryview") -> None:
-        """Write a settle frame (or its unsent rest); a dead worker or the
-        deadline ends the run, as a stop of the engine's would."""
-        try:
-            self.worker.send(data, self.until)
-        except BrokenPipeError:
-            self._died()
-        except Expired:
-            self._expired()
-
-    def answers(self, batch: Sequence[Sequence[Any]]) -> list[str]:
-        """The envelopes answering ``batch``, which :attr:`relay` handed over:
-        sent by the thread that committed it, or (a frame larger than the
-        pipe holds, or a payload the worker must not get) finished here."""
-        relay = self.relay
-        if relay.handoff:
-            relay.handoff = False
-            rest, relay.unsent = relay.unsent, None
-            self._check(batch)
-            self._send_settles(settle_frame(batch) if rest is None else rest)
-        return self._answers(batch, 0.0, ready=True)
-
-    def _check(self, batch: Sequence[Sequence[Any]]) -> None:
-        # (drive's batches put a payload this large first, alone.)
-        if len(batch[0][4]) > self.limits.memory_bytes:
-            # It cannot fit in the program's memory (in-process, parsing it
-            # fails the same way): never send it.
-            raise Stopped("abort", memory_message(self.limits.memory_bytes))
-
-    @property
-    def max_payload(self) -> int:
-        """The largest payload the worker may be sent (:meth:`_check`)."""
-        return self.limits.memory_bytes
-
-    def _answers(self, batch: Sequence[Sequence[Any]], spin: float, ready: bool = False) -> list[str]:
-        """One answer per call of ``batch``: the worker writes them at once."""
-        texts: list[str] = []
-        try:
-            for _ in batch:
-                texts.append(self._answer(len(batch) - len(texts), spin, ready))
-                spin = 0.0  # the rest came with the first
-        except Stopped as stop:
-            stop.steps = [*texts, *stop.steps]
-            raise
-        return texts
-
-    def _answer(self, expected: int = 1, spin: float = 0.0, ready: bool = False) -> str:
-        try:
-            op, body = self._step(expected, spin, ready)
-        except Expired:
-            return self._expired()
-        except Died:
-            return self._died()
-        except Garbled:
-            return self._broken()
-        except Stopped:
-            self._kill()
-            raise
-        if op == worker.ENVELOPE:
-            return body.decode("utf-8", "surrogatepass")
-        if op == worker.STOPPED:
-            raise self._stopped(body)
-        return self._broken()
-
-    def _step(self, expected: int = 1, spin: float = 0.0, ready: bool = False) -> tuple[bytes, bytes]:
-        """The worker's answer; at the deadline, or on cancel, after a soft stop."""
-        try:
-            return self._receive(spin, ready)
-        except Expired:
-            # The deadline passed mid-step: the worker's engine stops now,
-            # keeping its logs; the kill comes only if it has not by the grace.
-            return self._stop_softly(self.until, signal.SIGUSR1, self.cancel)
-        except Stopped:
-            return self._cancel_softly(expected)
-
-    def _spin(self) -> float:
-        """How long to look for the next answer busily (see :mod:`.wake`)."""
-        pool = self.pool
-        return pool._wake.spin(len(pool._core.slots) - len(pool._core.idle))
-
-    def _receive(self, spin: float, ready: bool = False) -> tuple[bytes, bytes]:
-        w = self.worker
-        answer = w.receive(self.deadline, self.cancel, self.max_frame, spin, ready)
-        if spin:
-            self.pool._wake.answered(w.missed)
-            w.missed = False
-        return answer
-
-    def _stopped(self, body: bytes) -> Stopped:
-        head, _, tail = body.partition(b"\n")
-        try:
-            stop = json.loads(head)
-            kind, message, memory = stop["kind"], stop["message"], stop["memory"]
-        except (ValueError, KeyError, TypeError):
-            self._broken()
-        if kind not in _KINDS_FROM_WORKER or not isinstance(message, str) or not isinstance(memory, bool):
-            self._broken()
-        if memory:
-            self.reusable = False
-        envelope = tail.decode("utf-8", "surrogatepass") or None
-        return Stopped(kind, clip(message), envelope=envelope, memory=memory)
-
-    def _stop_softly(self, until: float, sig: int, cancel: Any) -> tuple[bytes, bytes]:
-        """Signal the worker every :data:`RESIGNAL` seconds until it answers;
-        :class:`Expired` at ``until`` or if it dies meanwhile."""
-        w = self.worker
-        while True:
-            w.signal(sig)
-            try:
-                return w.receive(min(until, time.monotonic() + RESIGNAL), cancel, self.max_frame)
-            except Died:  # past the deadline, however it ended: a timeout
-                raise Expired from None
-            except Expired:
-                if time.monotonic() >= until:
-                    raise
-
-    def _cancel_softly(self, expected: int = 1) -> NoReturn:
-        """Cancelled mid-step: stop the engine (``SIGUSR2``) and keep the logs of
-        the steps it was in (``expected`` answers, a batch's); kill the worker
-        if it has not stopped within the grace."""
-        self.reusable = False
-        until = time.monotonic() + self.pool.kill_grace
-        steps: list[str] = []
-        envelope = None
-        try:
-            while len(steps) < expected:
-                op, body = self._stop_softly(until, signal.SIGUSR2, None)
-                if op == worker.ENVELOPE:
-                    steps.append(body.decode("utf-8", "surrogatepass"))
-                    continue
-                if op == worker.STOPPED:
-                    envelope = body.partition(b"\n")[2].decode("utf-8", "surrogatepass") or None
-                break
-        except (Expired, Died, Garbled):
-            self._kill()
-            raise Stopped("cancelled", CANCELLED, steps=steps) from None
-        raise Stopped("cancelled", CANCELLED, envelope=envelope, steps=steps)
-
-    def _kill(self) -> None:
-        self.reusable = False
-        self.worker.kill()
-
-    def _expired(self) -> str:
-        self._kill()
-        raise Stopped(
-            "timeout",
-            timeout_message(
-                self.limits.timeout,
-                f"running JavaScript; its worker process was killed {self.pool.kill_grace:g}s later",
-            ),
-        )
-
-    def _died(self) -> str:
-        self.reusable = False
-        reason = self.worker.exit_reason()
-        self.worker.kill()
-        if self._starting and self.worker.proc.returncode != worker.EXIT_MEMORY and time.monotonic() < self.deadline:
-            raise _Lost
-        if self.worker.proc.returncode == worker.EXIT_MEMORY:
-            raise Stopped("abort", memory_message(self.limits.memory_bytes, " (its worker process ran out of memory)"))
-        raise Stopped("abort", f"the worker process running the program died ({reason})")
-
-    def _broken(self) -> NoReturn:
-        self._kill()
-        raise Stopped("abort", "the worker process broke the protocol; it was killed")
 
 
 # -- every pool in the process -----------------------------------------------------
@@ -1476,7 +931,7 @@ def _after_fork_in_child() -> None:
     global _default_lock
     _default_lock = threading.Lock()
     for pool in list(_POOLS):
-        pool._after_fork_in_child()
+        pool._after_fork_in_child()  # noqa: SLF001
 
 
 atexit.register(_close_all)

@@ -32,7 +32,7 @@ import time
 from typing import Any, Optional
 
 from ..errors import RunCodeError
-from . import worker
+from . import Cancel, worker
 from .engine import CANCEL_POLL, CANCELLED, Stopped, clip
 
 WORKER_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "worker.py")
@@ -345,7 +345,7 @@ class ForkedProc:
                 self.server.release()
 
 
-def _poll_seconds(until: float, cancel: Any) -> float:
+def _poll_seconds(until: float, cancel: Optional[Cancel]) -> float:
     """How long one poll may last: until ``until``, or :data:`CANCEL_POLL`
     when there is a ``cancel`` to look at; :class:`Expired` past ``until``,
     :class:`Stopped` once ``cancel`` is set."""
@@ -507,7 +507,7 @@ class Worker:
         except BlockingIOError:
             return 0
 
-    def wait_readable(self, until: float, cancel: Any, wake: int) -> bool:
+    def wait_readable(self, until: float, cancel: Optional[Cancel], wake: int) -> bool:
         """Wait until the worker has written (true) or ``wake`` is readable
         (false; what it held is read); :class:`Expired` past ``until``,
         :class:`Stopped` once ``cancel`` is set, as :meth:`receive`."""
@@ -538,7 +538,7 @@ class Worker:
                 return False
 
     def receive(
-        self, until: float, cancel: Any, max_frame: int, spin: float = 0.0, ready: bool = False
+        self, until: float, cancel: Optional[Cancel], max_frame: int, spin: float = 0.0, ready: bool = False
     ) -> tuple[bytes, bytes]:
         """One frame; :class:`Expired` past ``until``, :class:`Died` at end of
         file, :class:`Garbled` for a frame over ``max_frame`` bytes, and
@@ -564,7 +564,7 @@ class Worker:
             self.buf += data
         return self._assemble(until, cancel, max_frame)
 
-    def _read_some(self, until: float, cancel: Any, n: int) -> bytes:
+    def _read_some(self, until: float, cancel: Optional[Cancel], n: int) -> bytes:
         while not self._readable(until, cancel):
             pass
         data = os.read(self.fd_out, n)
@@ -572,7 +572,7 @@ class Worker:
             raise Died
         return data
 
-    def _assemble(self, until: float, cancel: Any, max_frame: int) -> tuple[bytes, bytes]:
+    def _assemble(self, until: float, cancel: Optional[Cancel], max_frame: int) -> tuple[bytes, bytes]:
         buf = self.buf
         while len(buf) < 4:
             buf += self._read_some(until, cancel, 65536)
@@ -601,7 +601,7 @@ class Worker:
         del view
         return op, large  # type: ignore[return-value]
 
-    def _readable(self, until: float, cancel: Any) -> bool:
+    def _readable(self, until: float, cancel: Optional[Cancel]) -> bool:
         """Whether the worker's pipe has data after one poll, which lasts until
         ``until`` or :data:`CANCEL_POLL`, whichever is sooner; :class:`Expired`
         past ``until``, :class:`Stopped` once ``cancel`` is set."""

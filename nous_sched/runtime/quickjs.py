@@ -15,7 +15,7 @@ what this one gives up is the process boundary:
   exact while the run waits for tools and between JavaScript jobs.
 * **Cancellation** (``run_code(..., cancel=event)``) stops the program at
   once, inside a step too, where the binding's context layout is the one
-  the worker runtime verifies (:func:`~nous_sched.runtime.worker._budget_offset`):
+  the worker runtime verifies (:func:`~nous_sched.runtime.worker.budget_offset`):
   a watcher thread, ``nous-sched-cancel-<n>``, present only in a run given
   ``cancel``, zeroes the running call's CPU budget when ``cancel`` is set, so
   the engine stops at its next interrupt check and keeps the step's logs,
@@ -34,6 +34,7 @@ what this one gives up is the process boundary:
 
 from __future__ import annotations
 
+import contextvars
 import ctypes
 import itertools
 import sys
@@ -42,7 +43,7 @@ import time
 from typing import Any, Optional
 
 from ..result import RunError
-from . import AnyCancel, Host, Limits, RuntimeOutcome
+from . import AnyCancel, Cancel, CodeRuntime, Host, Limits, RuntimeOutcome
 from .engine import CANCELLED, Engine, Finish, drive
 
 __all__ = ["QuickJSRuntime", "STACK_MARGIN"]
@@ -56,7 +57,7 @@ _local = threading.local()
 _PLATFORM: str = sys.platform
 
 
-class QuickJSRuntime:
+class QuickJSRuntime(CodeRuntime):
     """Runs JavaScript programs in ``quickjs-ng`` in this process. Stateless and
     thread-safe: every :meth:`run` builds its own context, on the calling thread
     when its stack is big enough (see the module docstring)."""
@@ -65,7 +66,7 @@ class QuickJSRuntime:
 
     def run(self, program: str, host: Host, limits: Limits) -> RuntimeOutcome:
         deadline = time.monotonic() + limits.timeout
-        cancel = getattr(host, "cancel", None)
+        cancel = host.cancel
         needed = limits.stack_bytes + STACK_MARGIN
         size = _thread_stack_size()
         if size is not None and size >= needed:
@@ -81,7 +82,7 @@ class QuickJSRuntime:
         return "QuickJSRuntime()"
 
 
-def _run(program: str, host: Host, limits: Limits, deadline: float, cancel: Any) -> Finish:
+def _run(program: str, host: Host, limits: Limits, deadline: float, cancel: Optional[Cancel]) -> Finish:
     watch = _CancelWatch(cancel) if cancel is not None and _budget() is not None else None
     engine = Engine(program, host.names, limits, deadline, before_salvage=watch.stop if watch else None)
     if watch is not None:
@@ -94,7 +95,7 @@ def _run(program: str, host: Host, limits: Limits, deadline: float, cancel: Any)
         engine.close()
 
 
-def _is_set(cancel: Any) -> bool:
+def _is_set(cancel: Optional[Cancel]) -> bool:
     return cancel is not None and bool(cancel.is_set())
 
 
@@ -113,9 +114,9 @@ def _budget() -> Any:
             if _offset is _UNKNOWN:
                 import _quickjs
 
-                from .worker import _budget_offset
+                from .worker import budget_offset
 
-                _offset = _budget_offset(_quickjs)
+                _offset = budget_offset(_quickjs)
     return _offset
 
 
@@ -127,7 +128,7 @@ class _CancelWatch:
     salvage's drain or in a context that is being freed.
     """
 
-    def __init__(self, cancel: Any) -> None:
+    def __init__(self, cancel: Cancel) -> None:
         self._cancel = cancel
         self._lock = threading.Lock()
         self._engine: Any = None
@@ -158,13 +159,18 @@ class _CancelWatch:
                 del ctx
 
 
-def _run_on_own_thread(program: str, host: Host, limits: Limits, deadline: float, cancel: Any, needed: int) -> Finish:
+def _run_on_own_thread(
+    program: str, host: Host, limits: Limits, deadline: float, cancel: Optional[Cancel], needed: int
+) -> Finish:
     box: list[Any] = []
     stop = threading.Event()
+    # The host is called in the caller's contextvars, as on the caller's thread
+    # (the scheduler hands each call a copy of its submitter's).
+    ctx = contextvars.copy_context()
 
     def target() -> None:
         try:
-            box.append(_run(program, host, limits, deadline, AnyCancel(cancel, stop)))
+            box.append(ctx.run(_run, program, host, limits, deadline, AnyCancel(cancel, stop)))
         except BaseException as exc:  # handed to the caller's thread
             box.append(exc)
 

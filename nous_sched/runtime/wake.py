@@ -5,7 +5,7 @@ costs a wake-up when it answers, and on an idle machine (a virtual CPU
 halted, to be woken by the hypervisor) that wake-up alone costs as much as
 the step; every call pays it. So after a settle frame it sent itself, the
 driving thread looks for the answer for up to :data:`SPIN` first (a frame
-the scheduler's driver sent as it committed the call, ``pool._Relay``,
+the scheduler's driver sent as it committed the call, ``_remote.Relay``,
 wakes it with the answer: it was asleep already, so a look would only
 spend a CPU the tools need), but only while its pool runs fewer programs
 than there are CPUs and the machine is otherwise idle (the load average says

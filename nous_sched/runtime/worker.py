@@ -26,7 +26,7 @@ worker ``SIGUSR1``; the watchdog then sets the running call's CPU budget to
 zero, in the binding's context struct, and the engine stops at its next
 interrupt check (within microseconds, except inside one long builtin call,
 which only the host's kill ends). The struct's layout is verified when the
-worker starts (:func:`_budget_offset`); where it does not match, the signal
+worker starts (:func:`budget_offset`); where it does not match, the signal
 does nothing and the engine's CPU-time limit is the soft stop.
 
 Protocol: frames both ways, each a 4-byte big-endian length, then one ASCII
@@ -230,7 +230,7 @@ class _Watchdog:
         import threading
 
         self._lifeline = lifeline
-        self._offset = offset  # of the running call's CPU budget in the context, or None
+        self.offset = offset  # of the running call's CPU budget in the context, or None
         self._lock = threading.Lock()
         self._target: Any = None  # (engine, deadline)
 
@@ -246,7 +246,7 @@ class _Watchdog:
         import signal
         import time
 
-        if self._offset is None:
+        if self.offset is None:
             return
         with self._lock:
             target = self._target
@@ -258,7 +258,7 @@ class _Watchdog:
 
             ctx = target[0].ctx
             if ctx is not None:
-                ctypes.c_int64.from_address(id(ctx) + self._offset).value = 0
+                ctypes.c_int64.from_address(id(ctx) + self.offset).value = 0
             del ctx, target
 
     def install(self) -> None:
@@ -278,7 +278,7 @@ class _Watchdog:
                 os._exit(0)
 
 
-def _budget_offset(quickjs: Any) -> Any:
+def budget_offset(quickjs: Any) -> Any:
     """Where the binding keeps the running call's CPU budget in a context
     (quickjs-ng's ``RuntimeData.interrupt_data.limit``), or ``None`` unless
     the layout is exactly the one expected."""
@@ -647,13 +647,13 @@ def _become_worker(
     # (A fork server's child inherits the server's SIG_IGN.)
     if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-    libc = oslimits._libc() if sys.platform.startswith("linux") else None
+    libc = oslimits.c_library() if sys.platform.startswith("linux") else None
     _set_thread_name(name.replace("nous-sched-worker-", "nous-worker-"), libc)
     payload = _test_payload()
     if prepared is not None:
         _reseed(prepared, options["seed_at"])
     # (A fork server verified the layout once for all its children.)
-    watchdog = _Watchdog(lifeline, _budget_offset(quickjs) if offset is False else offset)
+    watchdog = _Watchdog(lifeline, budget_offset(quickjs) if offset is False else offset)
     own_session = os.getsid(0) == os.getpid()  # (before the filter, which refuses getsid)
     autogroup = options["autogroup"] if "autogroup" in options else _autogroup()
     bounds = oslimits.apply(
@@ -663,7 +663,7 @@ def _become_worker(
         root=options.get("root"),
         parent=options.get("parent"),
     )
-    bounds["wall_clock_stop"] = watchdog._offset is not None
+    bounds["wall_clock_stop"] = watchdog.offset is not None
     bounds["own_session"] = own_session
     bounds["autogroup"] = autogroup
     tasks = options.get("task_bound", True)
@@ -824,7 +824,7 @@ def _prepare_server(modules: tuple[Any, Any, Any]) -> tuple[Any, Any, Any]:
     ignored: the host's to handle)."""
     import signal
 
-    offset = _budget_offset(modules[0])
+    offset = budget_offset(modules[0])
     # The first run's context of every child, prepared once here (the
     # prelude's compilation is the largest part of a worker's start): each
     # child gets a copy-on-write copy and gives it a fresh Math.random seed.

@@ -47,34 +47,49 @@ import queue
 import threading
 import time
 from collections.abc import Mapping
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, ContextManager, Optional, Sequence
 
 from .. import _validators as v
-from .._interrupts import deferred
+from .._interrupts import LOCAL, deferred, leave
 from .._options import OPTIONAL_SESSION_LOG
 from .._validators import require
 from ..crossing import snapshot
 from ..events import (
-    ApprovalEvent,
-    Event,
     SessionLog,
     ToolCallEvent,
     ToolOutcomeEvent,
     freeze,
     frozen_later,
 )
-from ..gate._admitted import FAILED as FAILED  # re-exported: the scheduler's messages
-from ..gate._admitted import run_admitted
 from ..gate.dispatch import CallInfo, Dispatch, RunContext, direct_dispatch
 from ..outcome import Outcome
 from ..result.records import CallRecord, LaneState
 from ..throttle._throttle import _Hold
-from ..tooling import PARALLEL, Mode, Tool, concurrency_mode, exclusive_reason
+from ..tooling import PARALLEL, Tool, concurrency_mode, exclusive_reason
 from . import _driver_threads, _tool_threads
-from ._tool_threads import Task, Then, ToolThreads
+from ._calls import (
+    ABANDONED,
+    AWAIT_TIMEOUT,
+    DID_NOT_COMPLETE,
+    FAILED,
+    GONE,
+    NO_ANSWER,
+    STOP,
+    Batch,
+    Begin,
+    Call,
+    Done,
+    Query,
+    Ran,
+    RunLog,
+    Ticket,
+    Timeline,
+)
+from ._running import InContext, run_call, run_reporting
+from ._tool_threads import ToolThreads
 from .lane import COMMIT, START, Lane
 
-__all__ = ["Scheduler", "Ticket"]
+__all__ = ["Scheduler", "DEFAULT_MAX_PARALLEL", "DEFAULT_TIMEOUT"]
 
 log = logging.getLogger("nous_sched")
 
@@ -84,377 +99,6 @@ _STOP_JOIN = 2.0
 
 _ids = itertools.count(1)
 _TIMEOUT_MAX = threading.TIMEOUT_MAX
-
-# What a program reads when the scheduler, not the tool, ends a call.
-GONE = "code run is over; scheduler is gone"
-ABANDONED = "code run is over; tool call abandoned"
-AWAIT_TIMEOUT = "timed out waiting for the sub-call to commit"
-NO_ANSWER = "the scheduler did not answer within {s:g}s (a concurrency_safe predicate may be stuck)"
-DID_NOT_COMPLETE = "tool call did not complete"
-
-
-class Ticket:
-    """A handle on one submitted sub-call; pass it to :meth:`Scheduler.wait`.
-
-    ``tool`` is the tool's name. ``seq`` is the call's submission index once
-    the driver has accepted it, ``None`` before.
-    """
-
-    # One lock is a ticket's whole synchronization (a Future would be a
-    # Condition over an RLock, per call). ``_gate`` is held from birth and
-    # released once, by _publish, after ``_outcome`` is written; a waiter
-    # acquires it and releases it at once, so every waiter passes. That only
-    # one release ever publishes is the scheduler's to ensure (_open, under its
-    # _lock: see Scheduler._deliver). ``_then``, when a runtime sets it, is
-    # called once by whichever thread publishes, just after the release (the
-    # worker runtime writes the settle frame from there, runtime/pool.py
-    # _Relay); it must neither block nor raise.
-    __slots__ = ("tool", "seq", "_outcome", "_gate", "_then")
-
-    def __init__(self, tool: str) -> None:
-        self.tool = tool
-        self.seq: Optional[int] = None
-        self._outcome: Optional[Outcome] = None
-        self._then: Optional[Callable[[], None]] = None
-        gate = self._gate = threading.Lock()
-        gate.acquire()
-
-    def done(self) -> bool:
-        """True once the call has committed (or been released with an error)."""
-        return self._outcome is not None
-
-    def _publish(self, outcome: Outcome) -> None:
-        self._outcome = outcome
-        self._gate.release()
-        then = self._then
-        if then is not None:
-            then()
-
-    def _wait(self, timeout: float) -> Optional[Outcome]:
-        """The outcome, or ``None`` after ``timeout`` seconds (-1: no limit)."""
-        gate = self._gate
-        if gate.acquire(True, timeout):
-            gate.release()
-            return self._outcome
-        return None
-
-    def wait(self, timeout: Optional[float] = None) -> Optional[Outcome]:
-        """The call's committed :class:`Outcome`, or ``None`` if ``timeout`` seconds pass first.
-
-        ``timeout=None`` waits until the call commits or the scheduler
-        releases it. Unlike :meth:`Scheduler.wait`, a timeout here says nothing
-        about the scheduler: it is the runtime seam's ``PendingCall.wait``.
-
-        :raises ConfigError: ``timeout`` is not ``None`` or a number of seconds
-            from 0 to ``threading.TIMEOUT_MAX``.
-        """
-        # Once per call on the runtime's hot path: a float in range needs no further check.
-        if timeout is None:
-            return self._wait(-1)
-        if not (type(timeout) is float and 0.0 <= timeout <= _TIMEOUT_MAX):
-            require("Ticket.wait", "timeout", timeout, v.WAIT_SECONDS)
-        return self._wait(timeout)
-
-    def __repr__(self) -> str:
-        return f"<Ticket {self.tool!r} seq={self.seq} done={self.done()}>"
-
-
-# -- what crosses the driver's queue ---------------------------------------------
-#
-# A submit is the call itself (one object per call on the hot path), a batch a
-# list of calls (one message for every call a program's step started); the
-# others are small slotted messages. The driver tells them apart by type.
-
-
-class _Timeline:
-    """When one started call started, finished and committed (seconds since the epoch of its scheduler)."""
-
-    __slots__ = (
-        "seq",
-        "tool",
-        "mode",
-        "started",
-        "finished",
-        "committed",
-        "ok",
-        "began",
-        "reason",
-        "throttled",
-        "waiting_since",
-    )
-
-    def __init__(self, seq: int, tool: str, mode: Mode, started: float, reason: str = "") -> None:
-        self.seq = seq
-        self.tool = tool
-        self.mode = mode
-        self.reason = reason
-        self.started = started
-        self.finished: Optional[float] = None
-        self.committed: Optional[float] = None
-        self.ok: Optional[bool] = None
-        self.began: Optional[float] = None
-        self.throttled: Optional[float] = None
-        self.waiting_since: Optional[float] = None  # perf_counter() as its throttles' wait began
-
-    def record(self) -> CallRecord:
-        throttled = self.throttled
-        if throttled is None and self.waiting_since is not None:
-            # Still waiting: the run may end (its deadline) before the tool thread
-            # wakes to stamp the wait, and its trail must still show the wait.
-            throttled = time.perf_counter() - self.waiting_since
-        return CallRecord(
-            self.seq,
-            self.tool,
-            self.mode,
-            self.started,
-            self.finished,
-            self.committed,
-            self.ok,
-            self.began,
-            self.reason,
-            throttled,
-        )
-
-
-class _Begin:
-    """Called by a tool thread as it takes up a call: waits for the places of
-    the tool's throttles (if it names any), then stamps the call's ``began``
-    and answers True; answers False once the scheduler is stopping (the call
-    is over before it began, and must not start), or the refusal's message
-    when the throttles' wait failed (the run's deadline passed). :meth:`end`
-    gives the places back once the tool has returned.
-
-    The wait is on the tool thread, so the driver never blocks on a throttle;
-    stop() cancels it (``Scheduler._throttle_waits``).
-
-    Pickles (for executors that serialize tasks) as one that always answers
-    True: in another process there is no scheduler to ask.
-    """
-
-    __slots__ = ("scheduler", "timeline", "throttles", "deadline", "hold")
-
-    def __init__(
-        self, scheduler: "Scheduler", timeline: _Timeline, throttles: tuple[Any, ...] = (), deadline: Any = None
-    ) -> None:
-        self.scheduler = scheduler
-        self.timeline = timeline
-        self.throttles = throttles
-        self.deadline = deadline
-        self.hold: Optional[_Hold] = None
-
-    def __call__(self) -> bool | str:
-        scheduler = self.scheduler
-        if self.throttles:
-            refusal = self._wait_for_throttles()
-            if refusal is not None:
-                return refusal
-        with scheduler._records_lock:
-            if scheduler._stopping:
-                self.end()
-                return False
-            self.timeline.began = time.perf_counter() - scheduler._t0
-        return True
-
-    def record_approval(self, approved: bool, reason: str) -> None:
-        """The approval step's sink (:data:`~nous_sched.gate.dispatch.approval_sink`) for this call."""
-        timeline = self.timeline
-        self.scheduler._record(ApprovalEvent(timeline.seq, timeline.tool, approved, reason))
-
-    def _wait_for_throttles(self) -> bool | str | None:
-        """Take the throttles' places (None), or why not: False once the scheduler stops, else the message."""
-        scheduler = self.scheduler
-        hold = self.hold = _Hold(self.throttles)
-        timeline = self.timeline
-        with scheduler._records_lock:
-            if scheduler._stopping:
-                return False
-            scheduler._throttle_waits.add(hold)
-            waiting_since = timeline.waiting_since = time.perf_counter()
-        deadline = self.deadline if self.deadline is not None else time.monotonic() + scheduler._timeout
-        try:
-            refusal = hold.wait(deadline)
-        finally:
-            with scheduler._records_lock:
-                scheduler._throttle_waits.discard(hold)
-                timeline.throttled = time.perf_counter() - waiting_since
-        if refusal is not None and refusal.startswith(ABANDONED):
-            return False
-        return refusal
-
-    def end(self) -> None:
-        """Give the throttles' places back (idempotent; any thread)."""
-        if self.hold is not None:
-            self.hold.release()
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (_AlwaysBegin, ())
-
-
-class _AlwaysBegin:
-    __slots__ = ()
-
-    def __call__(self) -> bool:
-        return True
-
-    def end(self) -> None:
-        pass
-
-
-class _Call:
-    """One submitted call. Built by the submitting thread, then owned by the driver once queued."""
-
-    __slots__ = (
-        "ticket",
-        "tool",
-        "args",
-        "logged",
-        "run_ctx",
-        "ctx",
-        "seq",
-        "mode",
-        "future",
-        "outcome",
-        "timeline",
-        "ran",
-    )
-
-    # Set by the driver, each before it is first read: seq and mode when it
-    # accepts the call, timeline and future when it starts it, outcome and ran
-    # when the tool has finished. (Unset, not None: one store fewer per call.)
-    seq: int
-    mode: Mode
-    timeline: _Timeline
-    future: concurrent.futures.Future[Any] | Task  # the executor's, or the scheduler's own threads'
-    outcome: Outcome
-    ran: "_Ran"  # what its task reported: the outcome, when it finished, its error kind and result size
-
-    def __init__(
-        self,
-        ticket: Ticket,
-        tool: Tool,
-        args: dict[str, Any],
-        logged: Any,
-        run_ctx: Optional[RunContext],
-        ctx: contextvars.Context,
-    ) -> None:
-        self.ticket = ticket
-        self.tool = tool
-        self.args = args  # the snapshot the tool gets
-        self.logged = logged  # the snapshot the audit gets
-        self.run_ctx = run_ctx
-        self.ctx = ctx
-
-
-#: What a call's task reports: its outcome, when it finished, the outcome's
-#: error kind (None when ok, see events.OUTCOME_ERROR_KINDS) and its result's JSON size.
-_Ran = tuple[Outcome, float, Optional[str], int]
-
-
-class _Done(Then):
-    """Call ``seq``'s tool has finished (put on any thread).
-
-    ``result`` is what :func:`_run_call` returned, or ``None`` when the task
-    did not complete; then ``problem`` is the executor's future to look at,
-    or the exception the task died of.
-
-    It names the call by seq, not by the call itself: the call holds its
-    future, so a callback holding the call would make every call a reference
-    cycle, left for the garbage collector.
-    """
-
-    __slots__ = ("seq", "result", "problem", "put")
-
-    # The driver queue's put, set by a task that returns this report to its tool
-    # thread to put (a Then) rather than putting it itself.
-    put: Callable[[Any], None]
-
-    def __init__(self, seq: int, result: Optional[_Ran], problem: Any = None) -> None:
-        self.seq = seq
-        self.result = result
-        self.problem = problem
-
-    def __call__(self) -> None:
-        """Put this report on the driver's queue (a tool thread calls it as it goes idle: :class:`Then`)."""
-        self.put(self)
-
-
-class _Batch:
-    """Submits from one thread, held back, then admitted (their tickets join
-    ``_open`` under one ``_lock``) or refused together, and queued as one
-    message, when the batch ends."""
-
-    __slots__ = ("scheduler", "owner", "calls")
-
-    def __init__(self, scheduler: Scheduler) -> None:
-        self.scheduler = scheduler
-        self.owner = threading.get_ident()
-        self.calls: list[_Call] = []
-
-    def __enter__(self) -> _Batch:
-        if self.scheduler._batch is not None:
-            raise RuntimeError("Scheduler batches do not nest")
-        self.scheduler._batch = self
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        scheduler = self.scheduler
-        scheduler._batch = None
-        calls = self.calls
-        if not calls:
-            return
-        # Whatever interrupted the batch, its tickets are admitted or refused here.
-        scheduler._admit(calls, calls)
-
-
-class _RunLog(SessionLog):
-    """The session log a scheduler makes when it is given none.
-
-    A :class:`SessionLog` to every reader; inside, it keeps the driver's audit
-    records as they are and makes each one's :class:`Event` when the log is
-    first read (most runs' logs never are), in place, so every reader gets the
-    same Event objects in append order. Its lock is its scheduler's
-    ``_records_lock``, so a driver's pass appends to both under one lock
-    (``Scheduler._write_pass``).
-    """
-
-    def __init__(self, lock: threading.Lock) -> None:
-        super().__init__()
-        self._lock = lock
-        self._made = 0  # every entry before this index is an Event
-
-    def _keep(self, records: list[Any]) -> None:
-        """Append audit records (each with ``as_event()``), in order, as one."""
-        with self._lock:
-            self._events += records
-
-    @property
-    def events(self) -> list[Event]:
-        with self._lock:
-            entries: list[Any] = self._events
-            for i in range(self._made, len(entries)):
-                entry = entries[i]
-                if type(entry) is not Event:
-                    entries[i] = entry.as_event()
-            self._made = len(entries)
-            return list(entries)
-
-
-class _Query:
-    """Answer ``reply`` with the lane's state."""
-
-    __slots__ = ("reply",)
-
-    def __init__(self, reply: concurrent.futures.Future[LaneState]) -> None:
-        self.reply = reply
-
-
-class _Stop:
-    """Abandon the lane and exit."""
-
-    __slots__ = ()
-
-
-_STOP = _Stop()
 
 
 _OPTIONAL_SESSION_LOG = OPTIONAL_SESSION_LOG
@@ -490,7 +134,7 @@ class Scheduler:
 
     # Fields shared across threads, and what guards each. Every other field is
     # either set in __init__ and never written again, or owned by the driver
-    # thread alone (the lane, _finished, each _Call once it is
+    # thread alone (the lane, _finished, each Call once it is
     # queued): the driver is the lock. _tool_threads (the process's shared
     # set, or None with a caller's executor) is set in __init__ and guards
     # itself.
@@ -501,7 +145,7 @@ class Scheduler:
     #                   submit is put after its ticket joined _open under _lock,
     #                   so if it lands after that drain, the driver's last act
     #                   (releasing all of _open) has released its ticket.
-    #   _batch          the open _Batch or None: written only by the thread
+    #   _batch          the open Batch or None: written only by the thread
     #                   that owns the batch, which alone appends to it; any
     #                   other submitting thread sees a batch that is not its own.
     #   _lock guards    _open      tickets queued and not yet released (submit
@@ -514,7 +158,7 @@ class Scheduler:
     #                   _wedged_by the ticket whose unanswered full-timeout wait
     #                              condemned the scheduler (callers write it; it
     #                              is wedged while that ticket's seq is None)
-    #   _records_lock   _events, _trail and every _Timeline's fields: the driver
+    #   _records_lock   _events, _trail and every Timeline's fields: the driver
     #                   writes them (a pass's worth at once, see _drive), any
     #                   thread copies them out; a tool thread writes its call's
     #                   `began` and `throttled`, and appends ApprovalEvents.
@@ -522,7 +166,7 @@ class Scheduler:
     #                   throttles' places: added by a tool thread only while not
     #                   _stopping, cancelled by whoever sets _stopping)
     #   guards also     _stopping (set by stop() and the exiting driver; read by a
-    #                   tool thread as it takes up a call, _Begin, which stamps
+    #                   tool thread as it takes up a call, Begin, which stamps
     #                   `began`: so no call begins after the scheduler stops)
     #   _final          the lane's last state, written by the driver before it
     #                   sets _exited (under _lock), read only after that.
@@ -560,7 +204,7 @@ class Scheduler:
         self._dispatch = dispatch
         # The run log's lock is _records_lock: a pass writes both lists under it at once.
         self._records_lock = threading.Lock()
-        self._session_log = _RunLog(self._records_lock) if session_log is None else session_log
+        self._session_log = RunLog(self._records_lock) if session_log is None else session_log
         self._max_parallel = max_parallel
         self._call_id = call_id
         self._executor = executor
@@ -578,7 +222,7 @@ class Scheduler:
         self._t0 = time.perf_counter()
         # SimpleQueue: the C queue from `queue`, without Queue's task tracking we never use.
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._batch: Optional[_Batch] = None
+        self._batch: Optional[Batch] = None
 
         self._lock = threading.Lock()
         self._open: set[Ticket] = set()
@@ -591,12 +235,12 @@ class Scheduler:
         # The seqs whose tool_outcome stop() wrote for a driver that did not
         # wind down in time (under _records_lock); the driver writes none of them.
         self._sealed: Optional[set[int]] = None
-        self._trail: list[_Timeline] = []
+        self._trail: list[Timeline] = []
         self._throttle_waits: set[_Hold] = set()
 
         self._final: Optional[LaneState] = None
-        self._lane: Lane[_Call] = Lane(max_parallel)  # driver-owned from here on
-        self._finished: list[_Call] = []  # driver-owned: calls whose `finished` the next pass stamps
+        self._lane: Lane[Call] = Lane(max_parallel)  # driver-owned from here on
+        self._finished: list[Call] = []  # driver-owned: calls whose `finished` the next pass stamps
 
         # The driver: a thread borrowed from the process's warm driver threads
         # for this scheduler's life (_driver_threads), named after it
@@ -615,7 +259,7 @@ class Scheduler:
         except BaseException:
             # A KeyboardInterrupt can land while a driver is started for it;
             # the caller never gets this scheduler to stop, so stop it here.
-            self._queue.put(_STOP)
+            self._queue.put(STOP)
             if self._wake is not None:
                 self._wake()
             raise
@@ -651,9 +295,26 @@ class Scheduler:
             v.fail("Scheduler.submit", "tool", tool, _NAMED.expected)
         if type(args) is not dict:  # once per call: an exact dict needs no check
             require("Scheduler.submit", "args", args, v.MAPPING)
-        return self._submit_snapshot(tool, name, snapshot(args), run_ctx)
+        return self.submit_snapshot(tool, name, snapshot(args), run_ctx)
 
-    def _submit_snapshot(
+    # -- the runtime port: what a run's host asks of its scheduler --------
+
+    def watch(
+        self,
+        on_start: Optional[Callable[[CallRecord, str, Any, Any], Any]] = None,
+        on_outcome: Optional[Callable[[CallRecord, Outcome, Optional[str]], Any]] = None,
+    ) -> None:
+        """Hooks for a run's event stream, set before the first submit and
+        called on the driver thread, in commit order: ``on_start(record,
+        event_id, args, tool)`` as each call starts (its record, audit id, the
+        tool's own arguments before the tool has them, the tool), and
+        ``on_outcome(record, outcome, kind)`` as each commits (its record,
+        outcome and error kind: its ``tool_outcome`` audit record's). What a
+        hook raises is logged, never raised into the run."""
+        self._on_start = on_start
+        self._on_outcome = on_outcome
+
+    def submit_snapshot(
         self,
         tool: Tool,
         name: str,
@@ -669,7 +330,7 @@ class Scheduler:
         # The audit's own copy, before the tool can touch `dispatched`.
         logged = freeze(dispatched) if text is None else frozen_later(text)
         ticket = Ticket(name)
-        call = _Call(ticket, tool, dispatched, logged, run_ctx, contextvars.copy_context())
+        call = Call(ticket, tool, dispatched, logged, run_ctx, contextvars.copy_context())
         batch = self._batch
         if batch is not None and batch.owner == threading.get_ident():
             batch.calls.append(call)  # admitted (or refused) with the rest when the batch ends
@@ -677,23 +338,33 @@ class Scheduler:
         self._admit((call,), call)
         return ticket
 
-    def _admit(self, calls: Sequence["_Call"], message: Any) -> None:
+    def _admit(self, calls: Sequence["Call"], message: Any) -> None:
         """Open the tickets of ``calls`` and put ``message`` (the calls, one
         or a batch) on the driver's queue; or, if the scheduler refuses new
         calls, publish each ticket's refusal instead."""
         tickets = [call.ticket for call in calls]
-        with self._lock:
-            refusal = self._refusal()
+        # Only the first message wakes the driver, and an interrupt between
+        # taking the wake and calling it would leave the driver asleep for
+        # good (stop() would find no wake to call): that one is deferred.
+        first = self._wake is not None
+        if first:
+            LOCAL.depth += 1
+        try:
+            with self._lock:
+                refusal = self._refusal()
+                if refusal is None:
+                    self._open.update(tickets)
+                    wake, self._wake = self._wake, None
             if refusal is None:
-                self._open.update(tickets)
-                wake, self._wake = self._wake, None
-        if refusal is None:
-            self._queue.put(message)
-            if wake is not None:
-                wake()
-        else:
-            for ticket in tickets:
-                ticket._publish(Outcome.failure(ticket.tool, refusal))
+                self._queue.put(message)
+                if wake is not None:
+                    wake()
+            else:
+                for ticket in tickets:
+                    ticket._publish(Outcome.failure(ticket.tool, refusal))  # noqa: SLF001
+        finally:
+            if first:
+                leave()
 
     def _refusal(self) -> Optional[str]:
         """Why a submit is refused now, or None (under _lock)."""
@@ -703,13 +374,14 @@ class Scheduler:
             return NO_ANSWER.format(s=self._timeout)
         return None
 
-    def _batched(self) -> _Batch:
-        """``with scheduler._batched():`` the calling thread's submits reach the
+    def batch(self) -> ContextManager[object]:
+        """``with scheduler.batch():`` the calling thread's submits reach the
         driver as one message, in order, when the block ends (a runtime
         submits every call one step of a program started); a submit refused
-        (the scheduler stopped) is released then too. Private: a caller that
-        waited on a ticket inside the block would wait for nothing."""
-        return _Batch(self)
+        (the scheduler stopped) is released then too. Batches do not nest
+        (``RuntimeError``). Wait on no ticket inside the block: its call has
+        not reached the driver yet, so the wait would wait for nothing."""
+        return Batch(self)
 
     def wait(self, ticket: Ticket, timeout: Optional[float] = None) -> Outcome:
         """Block until ``ticket``'s call commits; return its :class:`Outcome`.
@@ -730,7 +402,7 @@ class Scheduler:
         if timeout is not None:
             require("Scheduler.wait", "timeout", timeout, v.WAIT_SECONDS)
         limit = self._timeout if timeout is None else timeout
-        outcome = ticket._wait(limit)
+        outcome = ticket._wait(limit)  # noqa: SLF001
         if outcome is not None:
             return outcome
         if ticket.seq is None:
@@ -794,7 +466,7 @@ class Scheduler:
         with self._lock:
             exited = self._exited
             if not exited:
-                self._queue.put(_Query(reply))
+                self._queue.put(Query(reply))
                 wake, self._wake = self._wake, None
         if wake is not None:
             wake()
@@ -848,7 +520,7 @@ class Scheduler:
 
     def _begin_stop(self) -> None:
         with self._records_lock:
-            self._stopping = True  # from here on no call begins (_Begin)
+            self._stopping = True  # from here on no call begins (Begin)
             waits = list(self._throttle_waits)
         for hold in waits:  # their places go back now, not when the deadline passes
             hold.cancel()
@@ -857,7 +529,7 @@ class Scheduler:
             self._closed = True
             wake, self._wake = self._wake, None
         if first:
-            self._queue.put(_STOP)
+            self._queue.put(STOP)
         if wake is not None:
             wake()
 
@@ -878,9 +550,9 @@ class Scheduler:
             self._events += records
             self._sealed = set(started)
             run_log = self._session_log
-            kept = type(run_log) is _RunLog
+            kept = type(run_log) is RunLog
             if kept:
-                run_log._events += records
+                run_log._events += records  # noqa: SLF001
         if records and not kept:
             self._log_records(records)
 
@@ -919,7 +591,7 @@ class Scheduler:
         with self._lock:
             leftovers, self._open = list(self._open), set()
         for ticket in leftovers:
-            ticket._publish(Outcome.failure(ticket.tool, message))
+            ticket._publish(Outcome.failure(ticket.tool, message))  # noqa: SLF001
 
     # -- the driver ---------------------------------------------------------
 
@@ -937,7 +609,7 @@ class Scheduler:
                 # queue that is not empty answers get() at once; asking is
                 # cheaper than get_nowait's exception at the end of every burst.)
                 while True:
-                    if msg is _STOP:
+                    if msg is STOP:
                         return
                     handle(msg)
                     if empty():
@@ -952,7 +624,7 @@ class Scheduler:
 
     def _handle(self, msg: Any) -> None:
         kind = type(msg)
-        if kind is _Done:
+        if kind is Done:
             call = self._lane.finished(msg.seq)
             if call is None:  # an abandoned call's tool returned: its outcome is already delivered
                 return
@@ -962,15 +634,15 @@ class Scheduler:
             call.ran = ran
             # Stamped (ran[1]) with the pass's other records, under one lock (_drive).
             self._finished.append(call)
-        elif kind is _Call:
+        elif kind is Call:
             self._accept(msg)
         elif kind is list:
             for call in msg:
                 self._accept(call)
-        elif kind is _Query:
+        elif kind is Query:
             msg.reply.set_result(self._lane.state())
 
-    def _accept(self, call: _Call) -> None:
+    def _accept(self, call: Call) -> None:
         # Classification runs here, on the dispatched snapshot, in submission order.
         call.mode = call.ctx.run(concurrency_mode, call.tool, call.args)
         call.seq = call.ticket.seq = self._lane.accept(call, call.mode)
@@ -992,10 +664,10 @@ class Scheduler:
         if action is None and not finished:
             return
         records: list[Any] = []  # the pass's audit records, in the lane's order
-        started: list[tuple[_Call, ToolCallEvent]] = []
-        committed: list[tuple[_Call, float]] = []  # each with when it committed
+        started: list[tuple[Call, ToolCallEvent]] = []
+        committed: list[tuple[Call, float]] = []  # each with when it committed
         # (START or COMMIT, the call, its audit record): kept only for the hooks.
-        actions: Optional[list[tuple[str, _Call, Any]]] = (
+        actions: Optional[list[tuple[str, Call, Any]]] = (
             None if self._observer is None and self._on_outcome is None and self._on_start is None else []
         )
         t0 = self._t0
@@ -1024,10 +696,10 @@ class Scheduler:
             self._publish_newest_first(committed)
 
     def _write_pass(
-        self, records: list[Any], started: list[tuple[_Call, Any]], committed: list[tuple[_Call, float]]
+        self, records: list[Any], started: list[tuple[Call, Any]], committed: list[tuple[Call, float]]
     ) -> None:
         """A pass's audit records, trail and stamps under one ``_records_lock``, and the run's own log with
-        them (under the same lock: see :class:`_RunLog`); a session log of the caller's gets them after."""
+        them (under the same lock: see :class:`RunLog`); a session log of the caller's gets them after."""
         finished = self._finished
         with self._records_lock:
             for call in finished:
@@ -1043,14 +715,14 @@ class Scheduler:
             for call, _ in started:
                 trail.append(call.timeline)
             run_log = self._session_log
-            kept = type(run_log) is _RunLog
+            kept = type(run_log) is RunLog
             if kept:  # under the same lock (its own): its Events are made when it is read
-                run_log._events += records
+                run_log._events += records  # noqa: SLF001
         finished.clear()
         if records and not kept:
             self._log_records(records)
 
-    def _act_in_order(self, actions: list[tuple[str, _Call, Any]]) -> None:
+    def _act_in_order(self, actions: list[tuple[str, Call, Any]]) -> None:
         """With an observer or an outcome hook: each action's hand-over, publish and callbacks, in the lane's order."""
         for kind, call, record in actions:
             if kind is START:
@@ -1064,7 +736,7 @@ class Scheduler:
                 if self._on_outcome is not None:
                     self._tell_outcome(call.timeline, call.outcome, call.ran[2])
 
-    def _publish_newest_first(self, committed: list[tuple[_Call, float]]) -> None:
+    def _publish_newest_first(self, committed: list[tuple[Call, float]]) -> None:
         """Publish a pass's commits after one ``_lock``, newest first (see :meth:`_drive`)."""
         if len(committed) == 1:
             call = committed[0][0]
@@ -1076,9 +748,9 @@ class Scheduler:
             self._open -= mine
         for call, _ in reversed(committed):
             if call.ticket in mine:
-                call.ticket._publish(call.outcome)
+                call.ticket._publish(call.outcome)  # noqa: SLF001
 
-    def _started(self, call: _Call, now: float) -> ToolCallEvent:
+    def _started(self, call: Call, now: float) -> ToolCallEvent:
         """The ``tool_call`` record of a call the lane starts now; its timeline is ``call.timeline``."""
         seq = call.seq
         name = call.tool.name
@@ -1090,19 +762,19 @@ class Scheduler:
             mode,
             seq,
         )
-        call.timeline = _Timeline(seq, name, mode, now, "" if mode == PARALLEL else exclusive_reason(call.tool, mode))
+        call.timeline = Timeline(seq, name, mode, now, "" if mode == PARALLEL else exclusive_reason(call.tool, mode))
         return event
 
-    def _hand_over(self, call: _Call, event_id: str) -> None:
+    def _hand_over(self, call: Call, event_id: str) -> None:
         """Hand a started call (its ``tool_call`` record's id) to the tool threads, or the caller's executor."""
         seq = call.seq
         timeline = call.timeline
         info = CallInfo(event_id, timeline.tool, seq, call.mode, call.run_ctx)
         tool = call.tool
         begin = (
-            _Begin(self, timeline, tool.throttles, getattr(call.run_ctx, "deadline", None))
+            Begin(self, timeline, tool.throttles, getattr(call.run_ctx, "deadline", None))
             if getattr(tool, "throttles", None)
-            else _Begin(self, timeline)
+            else Begin(self, timeline)
         )
         put = self._queue.put
         threads = self._tool_threads
@@ -1112,7 +784,7 @@ class Scheduler:
                 # What it cannot report (cancelled before it ran) happens only
                 # when the lane is abandoned, and needs no report.
                 call.future = threads.submit(
-                    _run_reporting,
+                    run_reporting,
                     put,
                     seq,
                     call.ctx,
@@ -1127,7 +799,7 @@ class Scheduler:
                 return
             assert self._executor is not None
             future = self._executor.submit(
-                _InContext(call.ctx), _run_call, self._dispatch, tool, call.args, call.run_ctx, info, self._t0, begin
+                InContext(call.ctx), run_call, self._dispatch, tool, call.args, call.run_ctx, info, self._t0, begin
             )
         except Exception:
             log.error("code-mode sub-call %s could not be handed to the executor", info.id, exc_info=True)
@@ -1138,24 +810,24 @@ class Scheduler:
         # A caller's executor may cancel a task (its shutdown(cancel_futures=True))
         # before it runs: only the future's callback hears of that.
         def done(future: concurrent.futures.Future[Any]) -> None:
-            put(_Done(seq, None, future))
+            put(Done(seq, None, future))
 
         future.add_done_callback(done)
 
-    def _collect(self, call: _Call, problem: Any) -> _Ran:
+    def _collect(self, call: Call, problem: Any) -> Ran:
         """The outcome of a call whose task did not return: ``problem`` is its
         executor's future, or the exception it died of."""
         if isinstance(problem, concurrent.futures.Future):
             # One look at the settled future (each accessor takes its lock).
             try:
-                result: _Ran = problem.result(0)
+                result: Ran = problem.result(0)
                 return result
             except BaseException as exc:  # CancelledError, or whatever the executor raised
                 problem = None if problem.cancelled() else exc
         log.warning("code-mode sub-call %s (tool %r) did not complete: %r", call.seq, call.tool.name, problem)
         return Outcome.failure(call.tool.name, DID_NOT_COMPLETE), time.perf_counter() - self._t0, "did_not_complete", 0
 
-    def _commit(self, call: _Call) -> None:
+    def _commit(self, call: Call) -> None:
         """Commit one call on its own (a settled call of an abandoned lane; a pass batches, :meth:`_drive`)."""
         outcome = call.outcome
         timeline = call.timeline
@@ -1181,14 +853,14 @@ class Scheduler:
     def _log_records(self, records: list[Any]) -> None:
         """Append audit records to the session log, as Events (any thread)."""
         session_log = self._session_log
-        if type(session_log) is _RunLog:
-            session_log._keep(records)  # its Events are made when it is read
+        if type(session_log) is RunLog:
+            session_log._keep(records)  # its Events are made when it is read  # noqa: SLF001
         else:
             append = session_log.append
             for record in records:
                 append(record.as_event())
 
-    def _outcome_record(self, call: _Call, outcome: Outcome, kind: Optional[str], size: int) -> ToolOutcomeEvent:
+    def _outcome_record(self, call: Call, outcome: Outcome, kind: Optional[str], size: int) -> ToolOutcomeEvent:
         error = None
         if not outcome.ok:
             message = outcome.error.message if outcome.error is not None else FAILED
@@ -1200,9 +872,9 @@ class Scheduler:
             if ticket not in self._open:
                 return  # stop() already released it, from a driver that stopped answering
             self._open.remove(ticket)
-        ticket._publish(outcome)
+        ticket._publish(outcome)  # noqa: SLF001
 
-    def _notify(self, timeline: _Timeline, phase: str) -> None:
+    def _notify(self, timeline: Timeline, phase: str) -> None:
         if self._observer is None:
             return
         try:
@@ -1210,14 +882,14 @@ class Scheduler:
         except BaseException:  # even KeyboardInterrupt: raised by the observer's own code, not a signal
             log.warning("scheduler observer raised; ignoring it", exc_info=True)
 
-    def _tell_start(self, call: _Call, event_id: str) -> None:
+    def _tell_start(self, call: Call, event_id: str) -> None:
         assert self._on_start is not None
         try:
             self._on_start(call.timeline.record(), event_id, call.args, call.tool)
         except Exception:
             log.warning("scheduler start hook raised; ignoring it", exc_info=True)
 
-    def _tell_outcome(self, timeline: _Timeline, outcome: Outcome, kind: Optional[str]) -> None:
+    def _tell_outcome(self, timeline: Timeline, outcome: Outcome, kind: Optional[str]) -> None:
         assert self._on_outcome is not None
         try:
             self._on_outcome(timeline.record(), outcome, kind)
@@ -1248,12 +920,12 @@ class Scheduler:
                     msg = self._queue.get_nowait()
                 except queue.Empty:
                     break
-                if type(msg) is _Call:
+                if type(msg) is Call:
                     self._deliver(msg.ticket, Outcome.failure(msg.ticket.tool, GONE))
                 elif type(msg) is list:
                     for call in msg:
                         self._deliver(call.ticket, Outcome.failure(call.ticket.tool, GONE))
-                elif type(msg) is _Query:
+                elif type(msg) is Query:
                     msg.reply.set_result(final)
             self._release_open(GONE)
 
@@ -1278,84 +950,3 @@ class Scheduler:
             self._deliver(call.ticket, abandoned_outcome)
         for call in abandoned.settled:
             self._commit(call)
-
-
-class _InContext:
-    """What the executor is handed in place of ``ctx.run``: ``fn(*args)`` inside ``ctx``.
-
-    Unlike ``ctx.run`` it pickles, for executors that serialize their tasks
-    (Dask, even with ``processes=False``; process pools). It pickles *without*
-    the context: a ``contextvars.Context`` cannot be pickled, and its values
-    would mean nothing in another process. There, tools see a copy of the
-    worker thread's own context, made for the call (what it sets is gone
-    after it); ``current_call`` is still set, by ``_run_call``.
-    """
-
-    __slots__ = ("ctx",)
-
-    def __init__(self, ctx: Optional[contextvars.Context]) -> None:
-        self.ctx = ctx
-
-    def __call__(self, fn: Callable[..., Any], /, *args: Any) -> Any:
-        # Unpickled (no context): a copy of the worker thread's own, so what the
-        # call sets is gone after it, as with a submitter's (see _run_call).
-        ctx = self.ctx if self.ctx is not None else contextvars.copy_context()
-        return ctx.run(fn, *args)
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (_InContext, (None,))
-
-    def __repr__(self) -> str:
-        return "nous_sched.call"  # Dask names tasks after it: one stable prefix, not an address
-
-
-def _run_reporting(put: Callable[[Any], None], seq: int, ctx: contextvars.Context, *args: Any) -> "_Done":
-    """On a tool thread of the scheduler's own pool: run call ``seq`` in
-    ``ctx`` (:func:`_run_call`), then tell the driver, whatever happened."""
-    try:
-        result = ctx.run(_run_call, *args)
-    except BaseException as exc:  # escaped _run_call's `except Exception`: the task died
-        put(_Done(seq, None, exc))
-        raise
-    done = _Done(seq, result)
-    done.put = put
-    return done  # its thread puts it once it has parked: the driver it wakes finds the GIL free sooner
-
-
-def _run_call(
-    dispatch: Dispatch,
-    tool: Tool,
-    args: dict[str, Any],
-    run_ctx: Optional[RunContext],
-    info: CallInfo,
-    t0: float,
-    begin: Optional[Callable[[], bool | str]] = None,
-) -> _Ran:
-    """Run one call on an executor thread; always returns an Outcome, never raises.
-
-    ``begin()`` is asked first: False means the scheduler stopped before this
-    thread took the call up (a saturated shared executor), and it never starts;
-    a str is why its throttles refused it. A ``begin`` with an ``end()`` is
-    told when the tool has returned (its throttles' places go back).
-    """
-    name = tool.name
-    if begin is not None:
-        verdict = begin()
-        if verdict is not True:
-            if isinstance(verdict, str):  # its throttles refused it (the deadline came first)
-                return Outcome.failure(name, verdict), time.perf_counter() - t0, "throttled", 0
-            return Outcome.failure(name, ABANDONED), time.perf_counter() - t0, "abandoned", 0
-    try:
-        # Runs in the call's own context, a copy made for it alone (the submitter's,
-        # or the executor thread's: _InContext), which no code runs in after it:
-        # what run_admitted sets there needs no reset (two fewer context copies per call).
-        outcome, kind, size, raised = run_admitted(
-            dispatch, tool, args, run_ctx, info, getattr(begin, "record_approval", None)
-        )
-        if raised is not None:
-            log.warning("code-mode sub-call %s (tool %r) raised", info.id, name, exc_info=raised)
-        return outcome, time.perf_counter() - t0, kind, size
-    finally:
-        end = getattr(begin, "end", None)
-        if end is not None:
-            end()

@@ -288,7 +288,7 @@ class ToolThreads:
 def _run(task: Task) -> "Optional[Then]":
     """Run ``task``; what it returned, when that is a :class:`Then`, to be called next."""
     try:
-        fn, args = task._slot.pop()
+        fn, args = task._slot.pop()  # noqa: SLF001
     except IndexError:
         return None  # cancelled before it started
     try:

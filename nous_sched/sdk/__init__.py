@@ -24,9 +24,10 @@ from ._render import (
     json_schema_to_type,
     languages,
 )
-from ._steps import RANKED_NAMES, render, step_of
+from ._steps import BUDGET_RULE, RANKED_NAMES, RANKING_RULE, fitted, render, step_of
 
 __all__ = [
+    "BUDGET_RULE",
     "DEFAULT_BUDGET",
     "DISCOVERY_GLOBAL",
     "ERROR_CLASS",
@@ -35,11 +36,13 @@ __all__ = [
     "MAX_QUERY_WORDS",
     "MIN_BUDGET",
     "RANKED_NAMES",
+    "RANKING_RULE",
     "SEARCH_ARG_CHARS",
     "SEARCH_ARGS",
     "STEPS",
     "ToolIndex",
     "coerce_language",
+    "fitted",
     "json_schema_to_type",
     "languages",
     "render",

@@ -35,11 +35,11 @@ from ._render import (
 )
 from ._tool_groups import group_names
 
-__all__ = ["render", "step_of", "RANKED_NAMES"]
+__all__ = ["render", "step_of", "fitted", "RANKED_NAMES", "BUDGET_RULE", "RANKING_RULE"]
 
 #: ``render``'s and ``run_code_tool``'s check of ``budget``.
-_BUDGET = v.optional(v.int_at_least(MIN_BUDGET, f"a number of characters of at least {MIN_BUDGET:,}"))
-_RANKING = v.optional(
+BUDGET_RULE = v.optional(v.int_at_least(MIN_BUDGET, f"a number of characters of at least {MIN_BUDGET:,}"))
+RANKING_RULE = v.optional(
     v.Check(
         "a list or tuple of tool names (str), most relevant first",
         lambda value: isinstance(value, (list, tuple)) and all(isinstance(name, str) for name in value),
@@ -75,12 +75,12 @@ def render(
     :data:`MIN_BUDGET`, or a ``ranking`` that is not a sequence of strings.
     """
     lang = require_language("render", language)
-    v.require("render", "budget", budget, _BUDGET)
-    v.require("render", "ranking", ranking, _RANKING)
-    return _fitted(tools, lang, budget, ranking or ())
+    v.require("render", "budget", budget, BUDGET_RULE)
+    v.require("render", "ranking", ranking, RANKING_RULE)
+    return fitted(tools, lang, budget, ranking or ())
 
 
-def _fitted(tools: Iterable[Any], lang: str, budget: Optional[int], ranking: Sequence[str]) -> str:
+def fitted(tools: Iterable[Any], lang: str, budget: Optional[int], ranking: Sequence[str]) -> str:
     """:func:`render` after its checks; ``budget`` may be smaller than :data:`MIN_BUDGET` by ``run_code``'s own words.
 
     The last step without ranked names is under 1,000 characters for any tool

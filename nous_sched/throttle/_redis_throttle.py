@@ -272,8 +272,8 @@ def _mismatch(limit: RedisLimit, field: str, fleet: Any) -> ConfigError:
 def _groups(hold: _Hold) -> dict[tuple[str, float], list[RedisLimit]]:
     groups: dict[tuple[str, float], list[RedisLimit]] = {}
     for throttle in hold.throttles:
-        if throttle._redis is not None:
-            limit = throttle._redis
+        if throttle._redis is not None:  # noqa: SLF001
+            limit = throttle._redis  # noqa: SLF001
             groups.setdefault((limit.url, limit.timeout), []).append(limit)
     return groups
 

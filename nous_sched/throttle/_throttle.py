@@ -96,9 +96,7 @@ log = logging.getLogger("nous_sched")
 DEADLINE_PASSED = "the run's deadline passed while waiting for throttle {names}"
 STOPPED = "code run is over; tool call abandoned while waiting for throttle {names}"
 
-_POSITIVE_NUMBER = v.Check(
-    "None or a positive number", lambda x: x is None or (v._is_seconds(x, zero=False) and x == x)
-)
+_POSITIVE_NUMBER = v.Check("None or a positive number", lambda x: x is None or (v.is_seconds(x, zero=False) and x == x))
 _OPTIONAL_POSITIVE_INT = v.optional(v.POSITIVE_INT)
 
 # _LOCK guards _ARBITER, every Limit's fields and every Request's state: the
@@ -233,7 +231,7 @@ class _Hold:
 
     def __init__(self, throttles: Iterable[Throttle]) -> None:
         throttles = self.throttles = tuple(throttles)
-        limits = (throttles[0]._limit,) if len(throttles) == 1 else [t._limit for t in throttles]
+        limits = (throttles[0]._limit,) if len(throttles) == 1 else [t._limit for t in throttles]  # noqa: SLF001
         self.request: Request[_Hold] = Request(limits, self)
         # Made (held) only when the request queues, under _LOCK, before any other thread can grant it;
         # released once, when it is granted or cancelled.
@@ -279,7 +277,7 @@ class _Hold:
             if request.state != "granted":
                 return self._refusal(deadline)
         for throttle in self.throttles:
-            if throttle._redis is not None:
+            if throttle._redis is not None:  # noqa: SLF001
                 return self._wait_redis(deadline)
         return None
 
@@ -346,10 +344,10 @@ class _Hold:
     def _trouble(self, trouble: Optional[str]) -> None:
         """Note (and log, once per interval) what is wrong with the throttles' Redis, or that nothing is."""
         for throttle in self.throttles:
-            if throttle._redis is not None:
-                throttle._redis.trouble = trouble
+            if throttle._redis is not None:  # noqa: SLF001
+                throttle._redis.trouble = trouble  # noqa: SLF001
                 if trouble is not None:
-                    throttle._redis.tell(f"{trouble}; its calls wait (never run unthrottled)")
+                    throttle._redis.tell(f"{trouble}; its calls wait (never run unthrottled)")  # noqa: SLF001
 
     def cancel(self) -> None:
         """End a wait at once (any thread); a call that holds its places keeps them."""

@@ -26,13 +26,14 @@ from typing import Any, Callable, Iterable, Optional, TypeVar
 
 import attrs
 
-from ._run.entry import run as run_with
-from ._run.options import build, keywords
-from ._run.runner import ambient_cancel
+from .._run.entry import run as run_with
+from .._run.options import build, keywords
+from .._run.runner import ambient_cancel
+from ..events import SessionLog
+from ..result import RunResult
+from ..runtime import AnyCancel
+from ..tooling import Tool
 from .adapters import call_tool
-from .events import SessionLog
-from .result import RunResult
-from .tooling import Tool
 
 __all__ = ["arun_code", "acall_tool", "CANCEL_WAIT"]
 
@@ -53,10 +54,12 @@ async def arun_code(code: Any, tools: Iterable[Tool] = (), **options: Any) -> Ru
     :raises ConfigError: a bad option, named in the message.
     """
     given = build("run_code", keywords("arun_code", options))
-    if given.cancel is None:
-        given = attrs.evolve(given, cancel=threading.Event())
-    # The caller's event (the task's cancellation sets it as it would set ours), else the fresh one.
-    cancel: Any = given.cancel
+    # The caller's event (the task's cancellation sets it as it would set ours), else a fresh
+    # one: beside a caller's cancel that is no Event (only is_set()), which nothing here sets.
+    caller = given.cancel
+    cancel = caller if isinstance(caller, threading.Event) else threading.Event()
+    if cancel is not caller:
+        given = attrs.evolve(given, cancel=AnyCancel(caller, cancel))
     tools = list(tools) if not isinstance(tools, (list, tuple)) else tools
     return await _on_thread(lambda: run_with(code, tools, given), cancel)
 

@@ -16,19 +16,18 @@ from typing import Any, Iterable, Optional
 
 import attrs
 
-from . import _validators as v
-from . import sdk
-from ._run.entry import run as run_with
-from ._run.options import FIELDS, RunOptions, build
-from ._run.runner import NO_CODE, runtime_of
-from ._validators import require
-from .errors import RunCodeError
-from .events import ContextUpdate
-from .gate.policy import PermissionPolicy, partition
-from .result.budget import DEFAULT_OUTPUT_BUDGET
-from .runtime import CodeRuntime
-from .sdk import _steps
-from .tooling import Tool
+from .. import _validators as v
+from .. import sdk
+from .._run.entry import run as run_with
+from .._run.options import FIELDS, RunOptions, build
+from .._run.runner import NO_CODE, runtime_of
+from .._validators import require
+from ..errors import RunCodeError
+from ..events import ContextUpdate
+from ..gate.policy import PermissionPolicy, partition
+from ..result.budget import DEFAULT_OUTPUT_BUDGET
+from ..runtime import CodeRuntime
+from ..tooling import Tool
 
 __all__ = [
     "run_code_tool",
@@ -128,8 +127,8 @@ def run_code_tool(
     :raises ConfigError: a bad option, or one :func:`run_code` does not take,
         named in the message, here rather than on the model's first call.
     """
-    require("run_code_tool", "budget", budget, _steps._BUDGET)
-    require("run_code_tool", "ranking", ranking, _steps._RANKING)
+    require("run_code_tool", "budget", budget, sdk.BUDGET_RULE)
+    require("run_code_tool", "ranking", ranking, sdk.RANKING_RULE)
     require("run_code_tool", "tools", tools, v.TOOLS)
     options = _run_options("run_code_tool", policy, runtime, output_budget, run_options)
     return _tool(list(tools), options, budget, ranking)
@@ -201,7 +200,7 @@ def _description(granted: Iterable[Tool], budget: Optional[int], ranking: Option
     # The budget is the whole description's: the SDK gets what run_code's own words leave.
     head = RUN_CODE_DESCRIPTION + "\n\n"
     room = None if budget is None else budget - len(head)
-    return head + _steps._fitted(granted, "typescript", room, ranking or ())
+    return head + sdk.fitted(granted, "typescript", room, ranking or ())
 
 
 def visible_tools(
@@ -227,8 +226,8 @@ def visible_tools(
     """
     require("visible_tools", "mode", mode, _MODE)
     require("visible_tools", "tools", tools, v.TOOLS)
-    require("visible_tools", "budget", budget, _steps._BUDGET)
-    require("visible_tools", "ranking", ranking, _steps._RANKING)
+    require("visible_tools", "budget", budget, sdk.BUDGET_RULE)
+    require("visible_tools", "ranking", ranking, sdk.RANKING_RULE)
     # The runtime apart: "native" needs none, and "both" does without a bad or missing one.
     options = _run_options("visible_tools", policy, None, output_budget, run_options)
     tools = list(tools)

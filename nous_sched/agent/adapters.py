@@ -14,19 +14,19 @@ import secrets
 from functools import partial
 from typing import Any, Callable, Optional
 
-from . import _tracing
-from . import _validators as v
-from ._options import OPTIONAL_LIMITS, OPTIONAL_POLICY, OPTIONAL_SESSION_LOG
-from ._text import machine_text
-from .agent import WithContextUpdate
-from .events import ApprovalEvent, SessionLog, ToolCallEvent, ToolOutcomeEvent
-from .gate import Admitted, Gate
-from .gate._admitted import run_admitted
-from .gate.dispatch import ApprovalRequest, CallInfo, RunContext, direct_dispatch
-from .gate.policy import PermissionPolicy, approval_names, partition
-from .limits import Limits
-from .outcome import clamp
-from .tooling import EXCLUSIVE, Tool
+from .. import _tracing
+from .. import _validators as v
+from .._options import OPTIONAL_LIMITS, OPTIONAL_POLICY, OPTIONAL_SESSION_LOG
+from .._text import machine_text
+from ..events import ApprovalEvent, SessionLog, ToolCallEvent, ToolOutcomeEvent
+from ..gate import Admitted, Gate
+from ..gate._admitted import run_admitted
+from ..gate.dispatch import ApprovalRequest, CallInfo, RunContext, direct_dispatch
+from ..gate.policy import PermissionPolicy, approval_names, partition
+from ..limits import Limits
+from ..outcome import clamp
+from ..tooling import EXCLUSIVE, Tool
+from ._run_code_tool import WithContextUpdate
 
 __all__ = ["openai_tool", "anthropic_tool", "call_tool", "OPENAI_APIS"]
 

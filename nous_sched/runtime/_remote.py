@@ -1,0 +1,629 @@
+"""One run in a worker process, seen from the host (the parts of :mod:`.pool`
+that live as long as a run).
+
+:class:`Begun` is a program started in a worker, waiting for its host;
+:class:`Remote` is its steps as :func:`~nous_sched.runtime.engine.drive`
+calls them (frames to the worker, answers read back within the deadline,
+the worker killed at it); :class:`Relay` sends a run's settles from the
+thread that commits the call. What they reach in their
+:class:`~nous_sched.runtime.pool.WorkerPool` is declared (:class:`Places`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from typing import Any, NoReturn, Optional, Protocol, Sequence
+
+from .._interrupts import LOCAL, deferred, leave
+from ..errors import RunCodeError
+from ..result import RunError
+from . import Cancel, Host, Limits, PendingCall, RuntimeOutcome, worker
+from ._relaycore import IDLE, SENT, RelayCore
+from .engine import (
+    CANCELLED,
+    CLOCK_MARK,
+    Finish,
+    Stopped,
+    clip,
+    drive,
+    memory_message,
+    timeout_message,
+)
+from .poolcore import FRESH, PoolCore
+from .procio import Died, Expired, Garbled, NotStarted, Worker
+from .wake import WakePolicy
+
+__all__ = ["Begun", "Lost", "Places", "Relay", "Remote", "max_frame", "settle_frame"]
+
+_MIB = 1024 * 1024
+_KINDS_FROM_WORKER = frozenset({"exception", "timeout", "abort"})
+#: How often the host repeats the deadline (or cancel) signal until the worker
+#: answers. The worker ignores a deadline signal that arrives before *its*
+#: deadline, which is later than the host's by the run frame's transit, and one
+#: that arrives before the run is armed: a single signal is easily lost.
+RESIGNAL = 0.05
+#: What a durable run's envelope may carry beside what :func:`max_frame`
+#: counts: the clock values it read (``Date.now()``, ``Math.random()``), each
+#: at most about 25 bytes of JSON, of which a durable run may read 100,000.
+CLOCK_ALLOWANCE = 4 * _MIB
+#: What one call costs an envelope beside its arguments: its id, its name (the
+#: prelude cuts it at 1024 characters, each escaped in at most 6 bytes), its
+#: call site (a durable run's), the brackets and commas.
+_PER_CALL = 6 * 1024 + 64
+
+
+class Places(Protocol):
+    """What a run reaches in its :class:`~nous_sched.runtime.pool.WorkerPool`
+    (whose comments say what each guards): its private state, shared inside
+    this package only."""
+
+    #: Seconds past a run's deadline (or its cancel) before its worker is killed (the pool's option).
+    kill_grace: float
+    _lock: threading.Lock
+    _core: PoolCore
+    _wake: WakePolicy
+
+    def _cap(self, limits: Limits) -> int: ...
+
+    def _acquire(
+        self, ticket: int, need: int, limits: Limits, deadline: float, cancel: Optional[Cancel], domain: Any
+    ) -> tuple[int, Worker]: ...
+
+    def _release(self, wid: int, domain: Any, reusable: bool) -> None: ...
+
+    def _drop(self, ticket: Optional[int]) -> None: ...
+
+    def _orphaned(self, ticket: Optional[int]) -> None: ...
+
+
+class Lost(Exception):
+    """The worker died before the program's first answer (see ``Remote.start``)."""
+
+
+class Begun:
+    """A program started in a worker by :meth:`WorkerPool.begin`, waiting for its host."""
+
+    def __init__(
+        self,
+        pool: Places,
+        remote: Optional["Remote"],
+        limits: Limits,
+        deadline: float,
+        cancel: Optional[Cancel],
+        domain: Any,
+        early: Optional[Finish] = None,
+        ticket: Optional[int] = None,
+    ) -> None:
+        self._pool = pool
+        self._ticket = ticket
+        self._remote = remote
+        self._limits = limits
+        self._deadline = deadline
+        self._cancel = cancel
+        self._domain = domain
+        self._early = early  # how it ended before it began (no worker in time, cancelled)
+
+    def run(self, host: Host) -> RuntimeOutcome:
+        """Drive the program to its end with ``host``, on the calling thread."""
+        remote, self._remote = self._remote, None
+        if remote is None:
+            if self._early is None:
+                raise RuntimeError("this run was already driven or abandoned")
+            return runtime_outcome(self._early)
+        try:
+            finish = drive(remote, host, self._limits, self._deadline, self._cancel)
+            remote.relay.close()  # before the worker goes back: no settle is written after this
+            # After any abort (memory, stack, a tampered bridge) the worker is retired.
+            reusable = remote.reusable and (finish.error is None or finish.error[0] not in ("abort", "cancelled"))
+            self._pool._release(remote.wid, self._domain, reusable)  # noqa: SLF001
+        except BaseException:
+            # KeyboardInterrupt (or a host bug): the worker may be mid-step. Kill
+            # it, replace it later, and let the exception go on at once.
+            LOCAL.depth += 1
+            try:
+                remote.relay.close()
+                self._pool._drop(self._ticket)  # noqa: SLF001
+            finally:
+                leave()
+            raise
+        return runtime_outcome(finish)
+
+    def abandon(self) -> None:
+        """Never drive it: its worker is killed (the answer it is writing will never
+        be read) and replaced. Idempotent."""
+        with deferred():
+            remote, self._remote = self._remote, None
+            if remote is not None:
+                remote.relay.close()
+            # (Also when run() was cut before its first step: the ticket
+            # still holds the worker. After a run that ended, it holds nothing.)
+            self._pool._drop(self._ticket)  # noqa: SLF001
+
+    def __del__(self) -> None:
+        # Never driven nor abandoned: an interrupt landed between begin()
+        # returning it and the caller keeping it. Its worker goes, later if
+        # the pool's lock is taken (this may run inside the garbage collector).
+        remote = getattr(self, "_remote", None)
+        if remote is not None:
+            self._remote = None
+            remote.relay.close()
+            self._pool._orphaned(self._ticket)  # noqa: SLF001
+
+
+def runtime_outcome(finish: Finish) -> RuntimeOutcome:
+    error = None if finish.error is None else RunError(*finish.error)
+    return RuntimeOutcome(finish.logs, result=finish.result, error=error)
+
+
+def max_frame(limits: Limits) -> int:
+    """The largest frame a worker may send for a run with ``limits``: what the
+    run's limits let cross (see ``prelude.js``), never more than the engine's
+    heap could hold as UTF-8 (twice its size), plus 1 MiB of envelope (error
+    messages, a durable run's clock values). What crosses: the logs (each
+    character escaped in at most 6 bytes, each line's quotes and comma), the
+    result (sent as it is, at most 3 bytes a character), and at most
+    ``max_calls`` + 1 calls (the prelude refuses the rest) whose arguments
+    together are at most ``max_total_args_bytes`` characters (3 bytes each).
+    A frame over it is refused at its header, before its body is read."""
+    logs = 6 * limits.max_log_bytes + 3 * limits.max_log_lines
+    calls = 3 * limits.max_total_args_bytes + (limits.max_calls + 1) * _PER_CALL
+    crossing = logs + 3 * limits.max_output_bytes + calls
+    return min(crossing, 2 * limits.memory_bytes) + _MIB
+
+
+def settle_frame(batch: Sequence[Sequence[Any]]) -> bytes:
+    """The ``S`` frame settling ``batch``: per call ``b"<id> <1|0> <bytes> "``,
+    then its payload's bytes (see :mod:`.worker`)."""
+    parts: list[bytes] = []
+    for item in batch:
+        data = item[4].encode("utf-8", "surrogatepass")
+        parts += (b"%d %d %d " % (item[0], item[3], len(data)), data)
+    return worker.frame(worker.SETTLE, *parts)
+
+
+class _Deferred:
+    """``with`` it: ``lock`` held inside a deferred step (an interrupt landing
+    as the block ends is raised once the lock is let go)."""
+
+    __slots__ = ("lock",)
+
+    def __init__(self, lock: threading.Lock) -> None:
+        self.lock = lock
+
+    def __enter__(self) -> None:
+        LOCAL.depth += 1
+        self.lock.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.lock.release()
+        leave()
+
+
+class Relay(RelayCore):
+    """A run's settles sent by the thread that commits the call: no hop
+    through the thread that drives the run.
+
+    :func:`~nous_sched.runtime.engine.drive`, with nothing committed to
+    settle, asks the oldest outstanding call to call :meth:`kick` when it
+    settles (``PendingCall.on_done``: a :class:`~nous_sched.Ticket` can) and,
+    if it can, calls :meth:`settled`, which arms the relay and waits on the
+    worker's pipe. Whichever thread publishes that call (the scheduler's
+    driver as it commits; ``stop()`` releasing it) calls :meth:`kick`, which takes the committed prefix as it stands (the calls
+    that commit while the worker works go in the next batch, which the
+    driving thread sends as soon as it has read the answers), encodes it and
+    writes the frame to the worker's pipe, then returns: the worker wakes,
+    settles, answers, and the driving thread wakes once, to read the answers.
+
+    **The committing thread never waits on the worker.** The write is
+    non-blocking, into a pipe that is empty (one frame is in flight at a
+    time, and the worker reads a frame whole before it answers), so any
+    frame the pipe can hold goes in one write whatever the worker is doing,
+    stuck or stopped. Whatever it cannot finish (a frame larger than the
+    pipe's buffer, a payload the worker must not get, an error), it hands to
+    the driving thread: :attr:`handoff`, and a byte on the wake pipe; that
+    thread sends the rest with the deadline and kill as any step's
+    (:meth:`Remote.answers`). It never raises into the driver.
+
+    On the main thread every hold of ``lock`` by the driving thread is a
+    deferred step (:attr:`held`, :mod:`nous_sched._interrupts`): an interrupt
+    landing as a ``with`` block ends, before its lock is let go, would leave
+    the lock held for good, and the next kick, or ``close()``, waiting on it
+    forever. A kick's holds are deferred steps wherever it runs (the thread
+    that commits: the scheduler's driver; or ``stop()`` on any thread).
+
+    Every decision (when a kick acts, what the driving thread collects) is
+    the relay core's (:class:`~nous_sched.runtime._relaycore.RelayCore`, whose
+    fields this shares: its invariants, per field, are written there and
+    checked by a state machine test). ``lock`` guards them, the hand-off's
+    :attr:`unsent` and the writes: a frame is written exactly when the
+    driving thread is waiting for its answer, never after the run has moved
+    on.
+    """
+
+    __slots__ = ("remote", "lock", "held", "take", "unsent", "wake")
+
+    def __init__(self, remote: "Remote") -> None:
+        super().__init__()
+        self.remote = remote
+        self.lock = threading.Lock()
+        # What the driving thread holds the lock through: on the main thread (where
+        # an interrupt can land) a deferred step; elsewhere the bare lock, at no cost.
+        self.held: Any = _Deferred(self.lock) if threading.current_thread() is threading.main_thread() else self.lock
+        self.take: Any = None
+        self.unsent: Optional[memoryview] = None  # what the write left, or None: the whole frame
+        self.wake = (-1, -1)
+
+    def settled(self, take: Any, head: PendingCall) -> list[Any]:
+        """Wait for ``head`` to commit and its batch to be sent; the batch
+        (``[]``: the deadline came first, nothing sent). :class:`Stopped` on
+        cancel or the worker's end before anything was sent."""
+        remote = self.remote
+        if self.wake[0] < 0:
+            with deferred():  # a pipe made is a pipe close() closes
+                r, w = self.wake = os.pipe()
+                os.set_blocking(r, False)
+                os.set_blocking(w, False)
+        self.take = take
+        with self.held:
+            self.arm()
+        try:
+            if head.done():  # published before the hook was set: no one else will kick
+                self.kick()
+            while True:
+                try:
+                    spoke = remote.worker.wait_readable(remote.deadline, remote.cancel, self.wake[0])
+                except Expired:
+                    if self._disarm():
+                        return []
+                    return self._taken()
+                except Stopped:  # cancelled
+                    if self._disarm():
+                        raise
+                    return self._taken()  # the answers' own wait sees the cancel
+                if self.state is SENT:
+                    return self._taken()
+                if spoke and self._disarm():
+                    # Answering nothing: its end of file, or a broken protocol.
+                    remote._answer()  # noqa: SLF001
+                    remote._broken()  # noqa: SLF001
+        finally:
+            head.on_done(None)
+            if self.state is not IDLE:  # (once IDLE, as the answers' take leaves it, no kick changes it)
+                with self.held:
+                    self.release()
+
+    def _disarm(self) -> bool:
+        """Take the worker back from the kicks; whether no batch was taken."""
+        with self.held:
+            return self.disarm()
+
+    def _taken(self) -> list[Any]:
+        """The batch a kick took; what it raised, raised here."""
+        with self.held:
+            batch, error = self.taken()
+        if error is not None:
+            raise error
+        return batch
+
+    def answers(self, batch: Sequence[Any]) -> list[str]:
+        """The envelopes answering ``batch``, which :meth:`settled` sent (:meth:`Remote.answers`)."""
+        return self.remote.answers(batch)
+
+    def kick(self) -> None:
+        """The head has committed (on the thread that published it): send the
+        batch, or hand it to the driving thread. Never blocks, never raises."""
+        try:
+            with deferred(), self.lock:
+                if self.kicked(self.take, self._write):
+                    self._wake()
+        except BaseException as exc:  # (an interrupt): the run's to raise
+            with deferred(), self.lock:
+                self.failed(exc)
+                self._wake()
+
+    def _write(self, batch: list[Any]) -> bool:
+        """Write ``batch``'s frame, or what the pipe takes of it (the rest in
+        :attr:`unsent`); whether there is nothing left to do. Under ``lock``."""
+        remote = self.remote
+        if len(batch[0][4]) > remote.limits.memory_bytes:
+            return False  # the driving thread refuses it (Remote._check)
+        data = settle_frame(batch)
+        try:
+            n = remote.worker.offer(data)
+        except OSError:  # the worker is gone: its end of file tells the driving thread
+            return True
+        if n == len(data):
+            return True
+        self.unsent = memoryview(data)[n:]
+        return False
+
+    def _wake(self) -> None:
+        # Under ``lock``, which close() takes before it closes the pipe: never a stale descriptor.
+        try:
+            os.write(self.wake[1], b"!")
+        except OSError:  # full (it is awake already) or closed
+            pass
+
+    def close(self) -> None:
+        """The run is over: no kick acts again; the wake pipe is closed. Idempotent."""
+        with deferred():
+            with self.lock:
+                self.release()
+                wake, self.wake = self.wake, (-1, -1)
+            for fd in wake:
+                if fd >= 0:
+                    os.close(fd)
+
+
+class Remote:
+    """The engine's steps, run in a worker: what :func:`drive` calls in the host."""
+
+    def __init__(
+        self,
+        pool: Places,
+        wid: int,
+        w: Worker,
+        program: str,
+        names: Any,
+        limits: Limits,
+        deadline: float,
+        cancel: Optional[Cancel],
+    ) -> None:
+        self.pool = pool
+        self.wid = wid
+        self.worker = w
+        self.program = program
+        self.names = names
+        self.limits = limits
+        self.deadline = deadline
+        self.until = deadline + pool.kill_grace
+        self.cancel = cancel
+        self.reusable = True
+        self.unsent = False  # the run frame could not be sent by the kill deadline
+        # A durable run's envelopes also carry the clock values it read (its host bounds their number).
+        self.max_frame = max_frame(limits) + (CLOCK_ALLOWANCE if program.startswith(CLOCK_MARK) else 0)
+        self.relay = Relay(self)
+        #: (ticket, need, domain) while the run may still move to another
+        #: worker: its first answer has not come, and it has not moved before.
+        self.again: Optional[tuple[int, int, Any]] = None
+        self._starting = False
+
+    def send_run(self) -> None:
+        """Send the run frame. :class:`~nous_sched.runtime.procio.NotStarted` if the worker is gone."""
+        w = self.worker
+        limits = self.limits
+        # A worker's memory cap is set by its first run, for good: a later run
+        # that needs less may use it, one that needs more gets another worker.
+        cap = self.pool._cap(limits) if w.cap is None else 0  # noqa: SLF001
+        body = json.dumps(
+            {
+                "program": self.program,
+                "names": list(self.names),
+                "limits": [getattr(limits, f) for f in worker.LIMIT_FIELDS],
+                "remaining": max(self.deadline - time.monotonic(), 0.0),
+                "memory_cap": cap,
+            }
+        ).encode("utf-8", "surrogatepass")
+        try:
+            w.send(worker.frame(worker.RUN, body), self.until)
+        except BrokenPipeError:
+            self.reusable = False
+            raise NotStarted from None
+        except Expired:
+            self.unsent = True  # a timeout, said by start() (inside drive)
+            return
+        if cap:
+            w.cap = cap
+            with self.pool._lock:  # noqa: SLF001
+                self.pool._core.set_cap(self.wid, cap)  # noqa: SLF001
+
+    def start(self) -> str:
+        """The first step: the answer to the run frame :meth:`send_run` sent.
+        A worker that dies before it (killed, its fork server lost; not out
+        of memory) has answered nothing and the host has served none of the
+        program's calls: the program is started again on another worker,
+        once, within the deadline."""
+        if self.unsent:
+            return self._expired()
+        self._starting = self.again is not None
+        try:
+            return self._answer()
+        except Lost:
+            pass
+        finally:
+            self._starting = False
+        return self._restart()
+
+    def _restart(self) -> str:
+        assert self.again is not None
+        ticket, need, domain = self.again
+        self.again = None
+        pool = self.pool
+        pool._release(self.wid, FRESH, False)  # noqa: SLF001
+        try:
+            self.wid, self.worker = pool._acquire(ticket, need, self.limits, self.deadline, self.cancel, domain)  # noqa: SLF001
+        except RunCodeError as exc:
+            raise Stopped("abort", f"no worker process could be started for the program: {exc}") from None
+        self.reusable = True
+        try:
+            self.send_run()
+        except NotStarted:
+            raise Stopped("abort", "the worker process running the program died before it started") from None
+        return self.start()
+
+    def settle_many(self, batch: Sequence[Sequence[Any]]) -> list[str]:
+        """Send ``batch`` (:func:`~nous_sched.runtime.engine.drive`'s items) in
+        one settle frame; the worker's envelope for each, in order."""
+        self._check(batch)
+        self._send_settles(settle_frame(batch))
+        return self._answers(batch, self._spin())
+
+    def _send_settles(self, data: "bytes | memoryview") -> None:
+        """Write a settle frame (or its unsent rest); a dead worker or the
+        deadline ends the run, as a stop of the engine's would."""
+        try:
+            self.worker.send(data, self.until)
+        except BrokenPipeError:
+            self._died()
+        except Expired:
+            self._expired()
+
+    def answers(self, batch: Sequence[Sequence[Any]]) -> list[str]:
+        """The envelopes answering ``batch``, which :attr:`relay` handed over:
+        sent by the thread that committed it, or (a frame larger than the
+        pipe holds, or a payload the worker must not get) finished here."""
+        relay = self.relay
+        if relay.handoff:
+            relay.handoff = False
+            rest, relay.unsent = relay.unsent, None
+            self._check(batch)
+            self._send_settles(settle_frame(batch) if rest is None else rest)
+        return self._answers(batch, 0.0, ready=True)
+
+    def _check(self, batch: Sequence[Sequence[Any]]) -> None:
+        # (drive's batches put a payload this large first, alone.)
+        if len(batch[0][4]) > self.limits.memory_bytes:
+            # It cannot fit in the program's memory (in-process, parsing it
+            # fails the same way): never send it.
+            raise Stopped("abort", memory_message(self.limits.memory_bytes))
+
+    @property
+    def max_payload(self) -> int:
+        """The largest payload the worker may be sent (:meth:`_check`)."""
+        return self.limits.memory_bytes
+
+    def _answers(self, batch: Sequence[Sequence[Any]], spin: float, ready: bool = False) -> list[str]:
+        """One answer per call of ``batch``: the worker writes them at once."""
+        texts: list[str] = []
+        try:
+            for _ in batch:
+                texts.append(self._answer(len(batch) - len(texts), spin, ready))
+                spin = 0.0  # the rest came with the first
+        except Stopped as stop:
+            stop.steps = [*texts, *stop.steps]
+            raise
+        return texts
+
+    def _answer(self, expected: int = 1, spin: float = 0.0, ready: bool = False) -> str:
+        try:
+            op, body = self._step(expected, spin, ready)
+        except Expired:
+            return self._expired()
+        except Died:
+            return self._died()
+        except Garbled:
+            return self._broken()
+        except Stopped:
+            self._kill()
+            raise
+        if op == worker.ENVELOPE:
+            return body.decode("utf-8", "surrogatepass")
+        if op == worker.STOPPED:
+            raise self._stopped(body)
+        return self._broken()
+
+    def _step(self, expected: int = 1, spin: float = 0.0, ready: bool = False) -> tuple[bytes, bytes]:
+        """The worker's answer; at the deadline, or on cancel, after a soft stop."""
+        try:
+            return self._receive(spin, ready)
+        except Expired:
+            # The deadline passed mid-step: the worker's engine stops now,
+            # keeping its logs; the kill comes only if it has not by the grace.
+            return self._stop_softly(self.until, signal.SIGUSR1, self.cancel)
+        except Stopped:
+            return self._cancel_softly(expected)
+
+    def _spin(self) -> float:
+        """How long to look for the next answer busily (see :mod:`.wake`)."""
+        pool = self.pool
+        return pool._wake.spin(len(pool._core.slots) - len(pool._core.idle))  # noqa: SLF001
+
+    def _receive(self, spin: float, ready: bool = False) -> tuple[bytes, bytes]:
+        w = self.worker
+        answer = w.receive(self.deadline, self.cancel, self.max_frame, spin, ready)
+        if spin:
+            self.pool._wake.answered(w.missed)  # noqa: SLF001
+            w.missed = False
+        return answer
+
+    def _stopped(self, body: bytes) -> Stopped:
+        head, _, tail = body.partition(b"\n")
+        try:
+            stop = json.loads(head)
+            kind, message, memory = stop["kind"], stop["message"], stop["memory"]
+        except (ValueError, KeyError, TypeError):
+            self._broken()
+        if kind not in _KINDS_FROM_WORKER or not isinstance(message, str) or not isinstance(memory, bool):
+            self._broken()
+        if memory:
+            self.reusable = False
+        envelope = tail.decode("utf-8", "surrogatepass") or None
+        return Stopped(kind, clip(message), envelope=envelope, memory=memory)
+
+    def _stop_softly(self, until: float, sig: int, cancel: Optional[Cancel]) -> tuple[bytes, bytes]:
+        """Signal the worker every :data:`RESIGNAL` seconds until it answers;
+        :class:`Expired` at ``until`` or if it dies meanwhile."""
+        w = self.worker
+        while True:
+            w.signal(sig)
+            try:
+                return w.receive(min(until, time.monotonic() + RESIGNAL), cancel, self.max_frame)
+            except Died:  # past the deadline, however it ended: a timeout
+                raise Expired from None
+            except Expired:
+                if time.monotonic() >= until:
+                    raise
+
+    def _cancel_softly(self, expected: int = 1) -> NoReturn:
+        """Cancelled mid-step: stop the engine (``SIGUSR2``) and keep the logs of
+        the steps it was in (``expected`` answers, a batch's); kill the worker
+        if it has not stopped within the grace."""
+        self.reusable = False
+        until = time.monotonic() + self.pool.kill_grace
+        steps: list[str] = []
+        envelope = None
+        try:
+            while len(steps) < expected:
+                op, body = self._stop_softly(until, signal.SIGUSR2, None)
+                if op == worker.ENVELOPE:
+                    steps.append(body.decode("utf-8", "surrogatepass"))
+                    continue
+                if op == worker.STOPPED:
+                    envelope = body.partition(b"\n")[2].decode("utf-8", "surrogatepass") or None
+                break
+        except (Expired, Died, Garbled):
+            self._kill()
+            raise Stopped("cancelled", CANCELLED, steps=steps) from None
+        raise Stopped("cancelled", CANCELLED, envelope=envelope, steps=steps)
+
+    def _kill(self) -> None:
+        self.reusable = False
+        self.worker.kill()
+
+    def _expired(self) -> str:
+        self._kill()
+        raise Stopped(
+            "timeout",
+            timeout_message(
+                self.limits.timeout,
+                f"running JavaScript; its worker process was killed {self.pool.kill_grace:g}s later",
+            ),
+        )
+
+    def _died(self) -> str:
+        self.reusable = False
+        reason = self.worker.exit_reason()
+        self.worker.kill()
+        if self._starting and self.worker.proc.returncode != worker.EXIT_MEMORY and time.monotonic() < self.deadline:
+            raise Lost
+        if self.worker.proc.returncode == worker.EXIT_MEMORY:
+            raise Stopped("abort", memory_message(self.limits.memory_bytes, " (its worker process ran out of memory)"))
+        raise Stopped("abort", f"the worker process running the program died ({reason})")
+
+    def _broken(self) -> NoReturn:
+        self._kill()
+        raise Stopped("abort", "the worker process broke the protocol; it was killed")

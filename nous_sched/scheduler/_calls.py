@@ -1,0 +1,452 @@
+"""What crosses the scheduler's queue, and what a call carries through it.
+
+A submit is the call itself (:class:`Call`: one object per call on the hot
+path), a batch a list of calls (one message for every call a program's step
+started: :class:`Batch`); the others are small slotted messages
+(:class:`Done`, :class:`Query`, :data:`STOP`). The driver
+(:class:`~nous_sched.scheduler.Scheduler`) tells them apart by type. Each
+started call has its :class:`Timeline`; a call with throttles takes their
+places on its tool thread (:class:`Begin`). Also the words a program reads
+when the scheduler, not the tool, ends a call.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextvars
+import threading
+import time
+from typing import Any, Callable, Optional, Protocol, Sequence
+
+from .. import _validators as v
+from .._validators import require
+from ..events import (
+    ApprovalEvent,
+    Event,
+    SessionLog,
+)
+from ..gate._admitted import FAILED as FAILED  # re-exported: the scheduler's messages
+from ..gate.dispatch import RunContext
+from ..outcome import Outcome
+from ..result.records import CallRecord, LaneState
+from ..throttle._throttle import _Hold
+from ..tooling import Mode, Tool
+from ._tool_threads import Task, Then
+
+__all__ = [
+    "Ticket",
+    "Call",
+    "Batch",
+    "Begin",
+    "AlwaysBegin",
+    "Done",
+    "Query",
+    "RunLog",
+    "Timeline",
+    "STOP",
+    "GONE",
+    "ABANDONED",
+    "AWAIT_TIMEOUT",
+    "NO_ANSWER",
+    "FAILED",
+    "DID_NOT_COMPLETE",
+]
+
+# What a program reads when the scheduler, not the tool, ends a call.
+_TIMEOUT_MAX = threading.TIMEOUT_MAX
+
+GONE = "code run is over; scheduler is gone"
+
+
+ABANDONED = "code run is over; tool call abandoned"
+
+
+AWAIT_TIMEOUT = "timed out waiting for the sub-call to commit"
+
+
+NO_ANSWER = "the scheduler did not answer within {s:g}s (a concurrency_safe predicate may be stuck)"
+
+
+DID_NOT_COMPLETE = "tool call did not complete"
+
+
+class Ticket:
+    """A handle on one submitted sub-call; pass it to :meth:`Scheduler.wait`.
+
+    ``tool`` is the tool's name. ``seq`` is the call's submission index once
+    the driver has accepted it, ``None`` before.
+    """
+
+    # One lock is a ticket's whole synchronization (a Future would be a
+    # Condition over an RLock, per call). ``_gate`` is held from birth and
+    # released once, by _publish, after ``_outcome`` is written; a waiter
+    # acquires it and releases it at once, so every waiter passes. That only
+    # one release ever publishes is the scheduler's to ensure (_open, under its
+    # _lock: see Scheduler._deliver). ``_then`` is what a runtime asked for
+    # with on_done.
+    __slots__ = ("tool", "seq", "_outcome", "_gate", "_then")
+
+    def __init__(self, tool: str) -> None:
+        self.tool = tool
+        self.seq: Optional[int] = None
+        self._outcome: Optional[Outcome] = None
+        self._then: Optional[Callable[[], None]] = None
+        gate = self._gate = threading.Lock()
+        gate.acquire()
+
+    def done(self) -> bool:
+        """True once the call has committed (or been released with an error)."""
+        return self._outcome is not None
+
+    def on_done(self, then: Optional[Callable[[], None]]) -> bool:
+        """``then()`` is called once by whichever thread publishes the outcome,
+        just after :meth:`done` turns true (the worker runtime writes the
+        settle frame from there: ``runtime/pool.py``, the relay); it must
+        neither block nor raise. ``None`` takes it back. Always ``True``: a
+        ticket can tell (the runtime seam's ``PendingCall.on_done``). A ticket
+        published before the call is not told: check :meth:`done` after."""
+        self._then = then
+        return True
+
+    def _publish(self, outcome: Outcome) -> None:
+        self._outcome = outcome
+        self._gate.release()
+        then = self._then
+        if then is not None:
+            then()
+
+    def _wait(self, timeout: float) -> Optional[Outcome]:
+        """The outcome, or ``None`` after ``timeout`` seconds (-1: no limit)."""
+        gate = self._gate
+        if gate.acquire(True, timeout):
+            gate.release()
+            return self._outcome
+        return None
+
+    def wait(self, timeout: Optional[float] = None) -> Optional[Outcome]:
+        """The call's committed :class:`Outcome`, or ``None`` if ``timeout`` seconds pass first.
+
+        ``timeout=None`` waits until the call commits or the scheduler
+        releases it. Unlike :meth:`Scheduler.wait`, a timeout here says nothing
+        about the scheduler: it is the runtime seam's ``PendingCall.wait``.
+
+        :raises ConfigError: ``timeout`` is not ``None`` or a number of seconds
+            from 0 to ``threading.TIMEOUT_MAX``.
+        """
+        # Once per call on the runtime's hot path: a float in range needs no further check.
+        if timeout is None:
+            return self._wait(-1)
+        if not (type(timeout) is float and 0.0 <= timeout <= _TIMEOUT_MAX):
+            require("Ticket.wait", "timeout", timeout, v.WAIT_SECONDS)
+        return self._wait(timeout)
+
+    def __repr__(self) -> str:
+        return f"<Ticket {self.tool!r} seq={self.seq} done={self.done()}>"
+
+
+class Driven(Protocol):
+    """What :class:`Begin` and :class:`Batch` reach in their scheduler (a
+    :class:`~nous_sched.scheduler.Scheduler`, whose comments say what each
+    guards): its private state, shared inside this package only."""
+
+    _records_lock: threading.Lock
+    _stopping: bool
+    _t0: float
+    _timeout: float
+    _throttle_waits: set[_Hold]
+    _batch: Optional["Batch"]
+
+    def _record(self, record: Any) -> None: ...
+
+    def _admit(self, calls: Sequence["Call"], message: Any) -> None: ...
+
+
+class Timeline:
+    """When one started call started, finished and committed (seconds since the epoch of its scheduler)."""
+
+    __slots__ = (
+        "seq",
+        "tool",
+        "mode",
+        "started",
+        "finished",
+        "committed",
+        "ok",
+        "began",
+        "reason",
+        "throttled",
+        "waiting_since",
+    )
+
+    def __init__(self, seq: int, tool: str, mode: Mode, started: float, reason: str = "") -> None:
+        self.seq = seq
+        self.tool = tool
+        self.mode = mode
+        self.reason = reason
+        self.started = started
+        self.finished: Optional[float] = None
+        self.committed: Optional[float] = None
+        self.ok: Optional[bool] = None
+        self.began: Optional[float] = None
+        self.throttled: Optional[float] = None
+        self.waiting_since: Optional[float] = None  # perf_counter() as its throttles' wait began
+
+    def record(self) -> CallRecord:
+        throttled = self.throttled
+        if throttled is None and self.waiting_since is not None:
+            # Still waiting: the run may end (its deadline) before the tool thread
+            # wakes to stamp the wait, and its trail must still show the wait.
+            throttled = time.perf_counter() - self.waiting_since
+        return CallRecord(
+            self.seq,
+            self.tool,
+            self.mode,
+            self.started,
+            self.finished,
+            self.committed,
+            self.ok,
+            self.began,
+            self.reason,
+            throttled,
+        )
+
+
+class Begin:
+    """Called by a tool thread as it takes up a call: waits for the places of
+    the tool's throttles (if it names any), then stamps the call's ``began``
+    and answers True; answers False once the scheduler is stopping (the call
+    is over before it began, and must not start), or the refusal's message
+    when the throttles' wait failed (the run's deadline passed). :meth:`end`
+    gives the places back once the tool has returned.
+
+    The wait is on the tool thread, so the driver never blocks on a throttle;
+    stop() cancels it (``Scheduler._throttle_waits``).
+
+    Pickles (for executors that serialize tasks) as one that always answers
+    True: in another process there is no scheduler to ask.
+    """
+
+    __slots__ = ("scheduler", "timeline", "throttles", "deadline", "hold")
+
+    def __init__(
+        self, scheduler: "Driven", timeline: Timeline, throttles: tuple[Any, ...] = (), deadline: Any = None
+    ) -> None:
+        self.scheduler = scheduler
+        self.timeline = timeline
+        self.throttles = throttles
+        self.deadline = deadline
+        self.hold: Optional[_Hold] = None
+
+    def __call__(self) -> bool | str:
+        scheduler = self.scheduler
+        if self.throttles:
+            refusal = self._wait_for_throttles()
+            if refusal is not None:
+                return refusal
+        with scheduler._records_lock:  # noqa: SLF001
+            if scheduler._stopping:  # noqa: SLF001
+                self.end()
+                return False
+            self.timeline.began = time.perf_counter() - scheduler._t0  # noqa: SLF001
+        return True
+
+    def record_approval(self, approved: bool, reason: str) -> None:
+        """The approval step's sink (:data:`~nous_sched.gate.dispatch.approval_sink`) for this call."""
+        timeline = self.timeline
+        self.scheduler._record(ApprovalEvent(timeline.seq, timeline.tool, approved, reason))  # noqa: SLF001
+
+    def _wait_for_throttles(self) -> bool | str | None:
+        """Take the throttles' places (None), or why not: False once the scheduler stops, else the message."""
+        scheduler = self.scheduler
+        hold = self.hold = _Hold(self.throttles)
+        timeline = self.timeline
+        with scheduler._records_lock:  # noqa: SLF001
+            if scheduler._stopping:  # noqa: SLF001
+                return False
+            scheduler._throttle_waits.add(hold)  # noqa: SLF001
+            waiting_since = timeline.waiting_since = time.perf_counter()
+        deadline = self.deadline if self.deadline is not None else time.monotonic() + scheduler._timeout  # noqa: SLF001
+        try:
+            refusal = hold.wait(deadline)
+        finally:
+            with scheduler._records_lock:  # noqa: SLF001
+                scheduler._throttle_waits.discard(hold)  # noqa: SLF001
+                timeline.throttled = time.perf_counter() - waiting_since
+        if refusal is not None and refusal.startswith(ABANDONED):
+            return False
+        return refusal
+
+    def end(self) -> None:
+        """Give the throttles' places back (idempotent; any thread)."""
+        if self.hold is not None:
+            self.hold.release()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (AlwaysBegin, ())
+
+
+class AlwaysBegin:
+    __slots__ = ()
+
+    def __call__(self) -> bool:
+        return True
+
+    def end(self) -> None:
+        pass
+
+
+class Call:
+    """One submitted call. Built by the submitting thread, then owned by the driver once queued."""
+
+    __slots__ = (
+        "ticket",
+        "tool",
+        "args",
+        "logged",
+        "run_ctx",
+        "ctx",
+        "seq",
+        "mode",
+        "future",
+        "outcome",
+        "timeline",
+        "ran",
+    )
+
+    # Set by the driver, each before it is first read: seq and mode when it
+    # accepts the call, timeline and future when it starts it, outcome and ran
+    # when the tool has finished. (Unset, not None: one store fewer per call.)
+    seq: int
+    mode: Mode
+    timeline: Timeline
+    future: concurrent.futures.Future[Any] | Task  # the executor's, or the scheduler's own threads'
+    outcome: Outcome
+    ran: "Ran"  # what its task reported: the outcome, when it finished, its error kind and result size
+
+    def __init__(
+        self,
+        ticket: Ticket,
+        tool: Tool,
+        args: dict[str, Any],
+        logged: Any,
+        run_ctx: Optional[RunContext],
+        ctx: contextvars.Context,
+    ) -> None:
+        self.ticket = ticket
+        self.tool = tool
+        self.args = args  # the snapshot the tool gets
+        self.logged = logged  # the snapshot the audit gets
+        self.run_ctx = run_ctx
+        self.ctx = ctx
+
+
+#: What a call's task reports: its outcome, when it finished, the outcome's
+#: error kind (None when ok, see events.OUTCOME_ERROR_KINDS) and its result's JSON size.
+Ran = tuple[Outcome, float, Optional[str], int]
+
+
+class Done(Then):
+    """Call ``seq``'s tool has finished (put on any thread).
+
+    ``result`` is what :func:`run_call` returned, or ``None`` when the task
+    did not complete; then ``problem`` is the executor's future to look at,
+    or the exception the task died of.
+
+    It names the call by seq, not by the call itself: the call holds its
+    future, so a callback holding the call would make every call a reference
+    cycle, left for the garbage collector.
+    """
+
+    __slots__ = ("seq", "result", "problem", "put")
+
+    # The driver queue's put, set by a task that returns this report to its tool
+    # thread to put (a Then) rather than putting it itself.
+    put: Callable[[Any], None]
+
+    def __init__(self, seq: int, result: Optional[Ran], problem: Any = None) -> None:
+        self.seq = seq
+        self.result = result
+        self.problem = problem
+
+    def __call__(self) -> None:
+        """Put this report on the driver's queue (a tool thread calls it as it goes idle: :class:`Then`)."""
+        self.put(self)
+
+
+class Batch:
+    """Submits from one thread, held back, then admitted (their tickets join
+    ``_open`` under one ``_lock``) or refused together, and queued as one
+    message, when the batch ends."""
+
+    __slots__ = ("scheduler", "owner", "calls")
+
+    def __init__(self, scheduler: "Driven") -> None:
+        self.scheduler = scheduler
+        self.owner = threading.get_ident()
+        self.calls: list[Call] = []
+
+    def __enter__(self) -> Batch:
+        if self.scheduler._batch is not None:  # noqa: SLF001
+            raise RuntimeError("Scheduler batches do not nest")
+        self.scheduler._batch = self  # noqa: SLF001
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        scheduler = self.scheduler
+        scheduler._batch = None  # noqa: SLF001
+        calls = self.calls
+        if not calls:
+            return
+        # Whatever interrupted the batch, its tickets are admitted or refused here.
+        scheduler._admit(calls, calls)  # noqa: SLF001
+
+
+class RunLog(SessionLog):
+    """The session log a scheduler makes when it is given none.
+
+    A :class:`SessionLog` to every reader; inside, it keeps the driver's audit
+    records as they are and makes each one's :class:`Event` when the log is
+    first read (most runs' logs never are), in place, so every reader gets the
+    same Event objects in append order. Its lock is its scheduler's
+    ``_records_lock``, so a driver's pass appends to both under one lock
+    (``Scheduler._write_pass``).
+    """
+
+    def __init__(self, lock: threading.Lock) -> None:
+        super().__init__()
+        self._lock = lock
+        self._made = 0  # every entry before this index is an Event
+
+    def _keep(self, records: list[Any]) -> None:
+        """Append audit records (each with ``as_event()``), in order, as one."""
+        with self._lock:
+            self._events += records
+
+    @property
+    def events(self) -> list[Event]:
+        with self._lock:
+            entries: list[Any] = self._events
+            for i in range(self._made, len(entries)):
+                entry = entries[i]
+                if type(entry) is not Event:
+                    entries[i] = entry.as_event()
+            self._made = len(entries)
+            return list(entries)
+
+
+class Query:
+    """Answer ``reply`` with the lane's state."""
+
+    __slots__ = ("reply",)
+
+    def __init__(self, reply: concurrent.futures.Future[LaneState]) -> None:
+        self.reply = reply
+
+
+class Stop:
+    """Abandon the lane and exit."""
+
+    __slots__ = ()
+
+
+STOP = Stop()
