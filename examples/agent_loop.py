@@ -1,6 +1,6 @@
 """A minimal agent loop around ``run_code``, with a scripted model (no network).
 
-Run it from the repository root::
+Run it from the repository root with::
 
     python examples/agent_loop.py
 

@@ -1,6 +1,6 @@
 """The agent loop of ``agent_loop.py`` in the Anthropic Messages API's shape, with a scripted model (no network).
 
-Run it from the repository root::
+Run it from the repository root with::
 
     python examples/anthropic_agent_loop.py
 

@@ -6,9 +6,18 @@ its events as Server-Sent Events, ``/runs/<id>/agui`` the same in AG-UI, and
 ``POST /runs/<id>/decisions`` answers a call waiting for approval through an
 :class:`nous_sched.ApprovalDesk`, under Django's own CSRF protection
 (``CsrfViewMiddleware``: the page sends the token it was given in
-``X-CSRF-Token``). Run it with::
+``X-CSRF-Token``). Needs Django (the ``web`` extra). Run it from the
+repository root with::
 
-    DJANGO_SETTINGS_MODULE=django_live python -m django runserver --noreload   # from examples/
+    cd examples && DJANGO_SETTINGS_MODULE=django_live python -m django runserver --noreload 127.0.0.1:8000
+
+then POST a program to ``/runs`` with Django's CSRF cookie and the same token
+in ``X-CSRF-Token`` (as a page of your site would) and open
+``http://127.0.0.1:8000/runs/<id>``; ``examples/django_project`` is these
+views in a whole project, with a form at ``/``. This one file is the app and
+its settings: Django reads the upper-case names below as the settings module;
+imported any other way (a test, a WSGI server of your own), it configures
+Django with them itself.
 """
 
 from __future__ import annotations
@@ -16,6 +25,7 @@ from __future__ import annotations
 import ast
 import html
 import json
+import os
 import pathlib
 import secrets
 import threading
@@ -30,17 +40,19 @@ from django.views.decorators.http import require_GET, require_POST
 
 from nous_sched import ApprovalDesk, PermissionPolicy, Run, Tool, agui, start_run
 
-if not settings.configured:
-    settings.configure(
-        DEBUG=False,
-        SECRET_KEY="example-only",
-        ROOT_URLCONF=__name__,
-        ALLOWED_HOSTS=["*"],
-        MIDDLEWARE=["django.middleware.csrf.CsrfViewMiddleware"],
-        CSRF_HEADER_NAME="HTTP_X_CSRF_TOKEN",  # the header the page sends its token in
-        INSTALLED_APPS=[],
-        DATABASES={},
-    )
+DEBUG = False
+SECRET_KEY = "example-only"
+ROOT_URLCONF = __name__
+ALLOWED_HOSTS = ["127.0.0.1", "localhost", "[::1]", "testserver"]
+MIDDLEWARE = ["django.middleware.csrf.CsrfViewMiddleware"]
+CSRF_HEADER_NAME = "HTTP_X_CSRF_TOKEN"  # the header the page sends its token in
+INSTALLED_APPS: list[str] = []
+DATABASES: dict[str, dict[str, str]] = {}
+
+# Loaded as the settings module, Django reads the names above itself; otherwise
+# (imported by a test or a WSGI server of your own) they configure it here.
+if os.environ.get("DJANGO_SETTINGS_MODULE") != __name__ and not settings.configured:
+    settings.configure(**{name: value for name, value in globals().items() if name.isupper()})
     django.setup()
 
 

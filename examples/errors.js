@@ -1,5 +1,6 @@
 // Failure is data. A failed tool call rejects with a ToolError that carries
 // exactly two strings, `tool` and `message`; the program catches it and goes on.
+// Run it from the repository root with: nous-sched run examples/errors.js --tools examples/tools.py
 const wanted = ["Lisbon", "Atlantis", "Nairobi"];
 const found = [];
 const missing = [];

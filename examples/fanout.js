@@ -1,4 +1,5 @@
 // Fan out: look up many cities at once, then aggregate.
+// Run it from the repository root with: nous-sched run examples/fanout.js --tools examples/tools.py
 // lookup_city is concurrency-safe, so the scheduler runs these calls side by
 // side (up to --max-parallel at once) and still commits them in the order the
 // program made them.

@@ -18,9 +18,9 @@ The ``X-User`` header is put in a ``contextvars.ContextVar`` before the view
 runs; the ``whoami`` tool reads it back on a pool thread, because nous_sched
 runs every tool in a copy of the submitting (request) thread's context.
 
-Run it::
+Needs Flask (the ``web`` extra). Run it from the repository root with::
 
-    flask --app examples/flask_app.py run          # development server
+    flask --app examples/flask_app.py run
     curl -s localhost:5000/run -H 'X-User: ada' -H 'Content-Type: application/json' \\
          -d '{"code": "return await tools.whoami({})", "description": "who am I"}'
 """

@@ -36,10 +36,11 @@ errors and the description are the program's or the model's text, never HTML.
 The page's own data (run id, description, CSRF token) is JSON, all ASCII,
 HTML-escaped into one attribute.
 
-Run it::
+Needs Flask (the ``web`` extra). Run it from the repository root with::
 
     flask --app examples/flask_events.py run
-    # open http://127.0.0.1:5000/ and press Run
+
+then open http://127.0.0.1:5000/ and press Run.
 
 Serving the stream in production. Each viewer of ``/runs/<id>/events`` is
 one response the server writes for the run's whole life, on one thread of a

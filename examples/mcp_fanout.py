@@ -1,6 +1,8 @@
 """Code Mode over an MCP server: fan out over a read-only tool, then make one write.
 
-    pip install -e '.[mcp]' && python examples/mcp_fanout.py
+Needs the ``mcp`` extra. Run it from the repository root with::
+
+    python examples/mcp_fanout.py
 
 Starts ``mcp_server.py`` as a subprocess (stdio), marks it trusted so its
 annotations count: ``stock`` is read-only, so the five lookups run side by

@@ -1,8 +1,11 @@
 """A small inventory MCP server, written with the MCP SDK, for ``mcp_fanout.py``.
 
 Two tools: ``stock`` reads one SKU's level (annotated read-only) and
-``reorder`` places a purchase order (annotated destructive). Run it alone with
-``python examples/mcp_server.py`` (stdio), or let ``mcp_fanout.py`` start it.
+``reorder`` places a purchase order (annotated destructive). It speaks MCP on
+stdin and stdout: let ``mcp_fanout.py`` start it, or run it from the
+repository root with::
+
+    python examples/mcp_server.py
 """
 
 from __future__ import annotations

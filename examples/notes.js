@@ -1,4 +1,5 @@
 // Safe reads and exclusive writes in one program.
+// Run it from the repository root with: nous-sched run examples/notes.js --tools examples/tools.py
 // read_file, word_count, search_files, lookup_city and list_notes are
 // concurrency-safe and fan out. add_note has no concurrency_safe predicate, so
 // it is exclusive: it waits until every earlier call has committed, runs

@@ -1,6 +1,6 @@
 """Example tools with real behaviour, for the programs in this folder.
 
-Use them from the command line::
+Run it from the repository root with a program of this folder (the README's main job)::
 
     nous-sched run examples/fanout.js --tools examples/tools.py
 

@@ -87,7 +87,11 @@ try:
         ToolCallStartEvent,
     )
 except ImportError as exc:  # pragma: no cover - the extra is part of the test install
-    raise ImportError("nous_sched.agui needs the `agui` extra: pip install -e '.[agui]' (ag-ui-protocol)") from exc
+    from ._extras import install_command
+
+    raise ImportError(
+        f"nous_sched.agui needs the `agui` extra (ag-ui-protocol); install it with: {install_command('agui')}"
+    ) from exc
 
 from ._text import json_inert, machine_text
 from .live import Run, RunEvent

@@ -79,8 +79,10 @@ try:
     from opentelemetry import trace
     from opentelemetry.trace import SpanKind, Status, StatusCode
 except ImportError as exc:  # pragma: no cover - tested by hiding the package
+    from ._extras import install_command
+
     raise ImportError(
-        "nous_sched.otel needs OpenTelemetry, which is not installed; install it with: pip install -e '.[otel]'"
+        f"nous_sched.otel needs OpenTelemetry, which is not installed; install it with: {install_command('otel')}"
     ) from exc
 
 from . import _validators as v

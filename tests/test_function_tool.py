@@ -6,6 +6,7 @@ import asyncio
 import dataclasses
 import datetime
 import enum
+import re
 import sys
 import threading
 from typing import Annotated, Any, Literal, Optional
@@ -405,7 +406,9 @@ def test_without_pydantic_unknown_keys_are_refused_and_a_rich_hint_names_the_ext
     def rich(when: datetime.date) -> None:
         pass
 
-    with pytest.raises(ConfigError, match=r"`when` \(date\) needs pydantic.*pip install -e '\.\[pydantic\]'"):
+    from nous_sched._extras import install_command
+
+    with pytest.raises(ConfigError, match=r"`when` \(date\) needs pydantic.*" + re.escape(install_command("pydantic"))):
         function_tool(rich)
 
     def rich_return(a: int) -> datetime.date:

@@ -290,7 +290,9 @@ def test_serve_mcp_without_the_sdk_names_the_extra():
         timeout=60,
     )
     assert done.returncode == 2
-    assert "serve-mcp: nous_sched.mcp needs the MCP SDK: pip install -e '.[mcp]'" in done.stderr
+    from nous_sched._extras import install_command
+
+    assert f"serve-mcp: nous_sched.mcp needs the MCP SDK; install it with: {install_command('mcp')}" in done.stderr
     # The rest of the command line works without it.
     assert subprocess.run([sys.executable, "-c", script, "--help"], capture_output=True, timeout=60).returncode == 0
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import re
 import sys
 import threading
 
@@ -286,7 +287,9 @@ def test_importing_without_opentelemetry_says_how_to_install(monkeypatch):
     for name in [n for n in sys.modules if n == "opentelemetry" or n.startswith("opentelemetry.")]:
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "opentelemetry", None)  # what an absent package looks like to import
-    with pytest.raises(ImportError, match=r"pip install -e '\.\[otel\]'"):
+    from nous_sched._extras import install_command
+
+    with pytest.raises(ImportError, match=re.escape(install_command("otel"))):
         importlib.import_module("nous_sched.otel")
 
 

@@ -12,9 +12,17 @@ Three requests, each of which any server process of the fleet may serve:
    gated call).
 
 The approval store is a SQLite file (``NOUS_APPROVAL_STORE``), or a Redis URL
-for servers on several machines. Run it with::
+for servers on several machines. Needs Django (the ``web`` extra). Run it from
+the repository root with::
 
-    NOUS_APPROVAL_STORE=/tmp/approvals.db DJANGO_SETTINGS_MODULE=app python -m django runserver --noreload
+    cd examples/django_approvals && NOUS_APPROVAL_STORE=/tmp/approvals.db DJANGO_SETTINGS_MODULE=app python -m django runserver --noreload 127.0.0.1:8000
+
+and approve a waiting call from another process with ``approve.py`` (its
+docstring says how).
+
+This one file is the app and its settings: Django reads the upper-case names
+below as the settings module (``DJANGO_SETTINGS_MODULE=app``); imported any
+other way (a test, ``approve.py``), it configures Django with them itself.
 """
 
 import json
@@ -30,16 +38,18 @@ from django.views.decorators.http import require_POST
 import nous_sched
 from nous_sched import TokenError, Tool
 
-if not settings.configured:
-    settings.configure(
-        DEBUG=False,
-        SECRET_KEY="example-only",
-        ROOT_URLCONF=__name__,
-        ALLOWED_HOSTS=["*"],
-        MIDDLEWARE=[],
-        INSTALLED_APPS=[],
-        DATABASES={},
-    )
+DEBUG = False
+SECRET_KEY = "example-only"
+ROOT_URLCONF = __name__
+ALLOWED_HOSTS = ["127.0.0.1", "localhost", "[::1]", "testserver"]
+MIDDLEWARE: list[str] = []
+INSTALLED_APPS: list[str] = []
+DATABASES: dict[str, dict[str, str]] = {}
+
+# Loaded as the settings module, Django reads the names above itself; otherwise
+# (imported by a test or approve.py) they configure it here.
+if os.environ.get("DJANGO_SETTINGS_MODULE") != __name__ and not settings.configured:
+    settings.configure(**{name: value for name, value in globals().items() if name.isupper()})
     django.setup()
 
 ORDERS = {"A-1": {"id": "A-1", "total": 40, "customer": "ada"}}

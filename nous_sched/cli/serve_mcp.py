@@ -37,6 +37,7 @@ from typing import Any, TextIO
 
 import attrs
 
+from .._extras import install_command
 from ..gate.approval_text import inert_line
 
 __all__ = ["add_parser", "run", "approval_banner"]
@@ -56,7 +57,7 @@ def add_parser(sub: Any, *, positive_int: Any, seconds: Any) -> argparse.Argumen
         description="Serve Code Mode over MCP: one run_code tool whose programs call the tools of MODULE and "
         "of upstream MCP servers, with per-call approval (MCP elicitation when the client supports it, "
         "otherwise denied unless pre-approved) and a JSON-lines audit log. Needs the mcp extra: "
-        "pip install -e '.[mcp]'.",
+        f"{install_command('mcp')}.",
     )
     parser.add_argument("--tools", metavar="MODULE", help="dotted module name or .py file defining TOOLS or tools()")
     parser.add_argument(

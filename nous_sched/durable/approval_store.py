@@ -90,6 +90,7 @@ from typing import Any, Optional
 
 from .. import _redis_client
 from .. import _validators as v
+from .._extras import install_command
 from .._options import ApprovalStoreBase
 from .._validators import require
 from ..errors import RunCodeError
@@ -855,7 +856,7 @@ class RedisApprovalStore(ApprovalStore):
             import redis  # noqa: F401  (here for the message below)
         except ImportError:
             raise RunCodeError(
-                "RedisApprovalStore needs the redis client: pip install -e '.[redis]' from a checkout"
+                f"RedisApprovalStore needs the redis client; install it with: {install_command('redis')}"
             ) from None
         self.url = url
         self.prefix = prefix

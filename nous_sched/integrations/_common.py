@@ -8,6 +8,7 @@ import typing
 from typing import Any, Callable, Optional, Union
 
 from .. import _validators as v
+from .._extras import install_command
 from ..errors import ConfigError
 from ..tooling import Tool
 from ..tooling._function_tool import _always_safe, _no_return_type, _stdlib_schema
@@ -24,7 +25,7 @@ def require(module: str, extra: str, adapter: str) -> Any:
         return importlib.import_module(module)
     except ImportError as exc:
         raise ConfigError(
-            f"{adapter} needs the `{module.split('.')[0]}` package ({exc}); install it with pip install -e '.[{extra}]'"
+            f"{adapter} needs the `{module.split('.')[0]}` package ({exc}); install it with: {install_command(extra)}"
         ) from None
 
 

@@ -20,6 +20,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from .._extras import install_command
+
 if TYPE_CHECKING:
     from .access import BearerTokens
     from .client import Connection, connect
@@ -39,7 +41,7 @@ __all__ = [
 ]
 
 #: What to run when the MCP SDK is missing.
-INSTALL_HINT = "nous_sched.mcp needs the MCP SDK: pip install -e '.[mcp]'"
+INSTALL_HINT = f"nous_sched.mcp needs the MCP SDK; install it with: {install_command('mcp')}"
 
 # name: (module, whether it needs the SDK). All lazy, so the CLI's parser pays nothing for MCP.
 _LAZY = {

@@ -31,6 +31,7 @@ import uuid
 from typing import Any, Optional, Protocol
 
 from .. import _redis_client
+from .._extras import install_command
 from ..errors import ConfigError
 
 __all__ = ["RedisLimit", "RedisUnavailable", "take_leases", "give_leases", "where", "LOG_INTERVAL"]
@@ -177,12 +178,7 @@ def _client(url: str, timeout: float) -> _Client:
     with _clients_lock:
         entry = _clients.get((url, timeout))
         if entry is None:
-            try:
-                client = _redis_client.connect(url, timeout)
-            except ImportError as exc:
-                raise ImportError(
-                    "Throttle(redis_url=...) needs the redis client; install it with: pip install -e '.[redis]'"
-                ) from exc
+            client = _redis_client.connect(url, timeout)
             entry = _clients[(url, timeout)] = (
                 client,
                 client.register_script(_ACQUIRE),
@@ -193,7 +189,12 @@ def _client(url: str, timeout: float) -> _Client:
 
 def _call(url: str, timeout: float, what: Any) -> Any:
     """``what(client entry)``; a failure to reach the server becomes :class:`RedisUnavailable`."""
-    import redis
+    try:
+        import redis
+    except ImportError as exc:  # the first thing every use of the server does: the one place to say so
+        raise ImportError(
+            f"Throttle(redis_url=...) needs the redis client; install it with: {install_command('redis')}"
+        ) from exc
 
     try:
         return what(_client(url, timeout))

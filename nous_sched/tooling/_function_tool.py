@@ -54,6 +54,7 @@ from collections.abc import Mapping
 from typing import Any, Callable, Optional, Protocol, Sequence, Union
 
 from .. import _validators as v
+from .._extras import install_command
 from ..errors import ConfigError, ToolError
 from ..throttle import Throttle
 from . import _docstring
@@ -371,7 +372,7 @@ class _StdlibPlan:
             if schema is None:
                 raise ConfigError(
                     f"function_tool({label}): the type hint of `{param.name}` ({_hint_name(param.hint)}) needs "
-                    "pydantic to become a JSON Schema: pip install -e '.[pydantic]', or use str, int, float, "
+                    f"pydantic to become a JSON Schema: {install_command('pydantic')}, or use str, int, float, "
                     "bool, None, list, dict, Literal and unions of them"
                 )
             if param.description:
