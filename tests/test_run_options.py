@@ -297,3 +297,25 @@ def test_an_unknown_keyword_is_the_type_error_run_code_raises_at_every_door_that
     ):
         with pytest.raises(TypeError, match="no_such_option"):
             call()
+
+
+def test_the_approval_store_field_is_typed_with_the_public_seam_the_stores_implement(tmp_path):
+    import nous_sched
+    from nous_sched import ApprovalStore, ApprovalStoreSeam
+    from nous_sched._run import options as options_module
+
+    assert "ApprovalStoreSeam" in nous_sched.__all__
+    assert attrs.fields(RunOptions).approval_store.type == "Optional[ApprovalStoreSeam]"
+    assert options_module.ApprovalStoreSeam is ApprovalStoreSeam
+    store = SqliteApprovalStore(str(tmp_path / "a.db"))
+    assert isinstance(store, ApprovalStore) and isinstance(store, ApprovalStoreSeam)
+    assert RunOptions(approval_store=store).approval_store is store
+
+    class Partial(ApprovalStoreSeam):  # a store that leaves a method out cannot be made
+        def save(self, record):
+            return "t", 0.0
+
+    with pytest.raises(TypeError, match="abstract"):
+        Partial()
+    owner, option, _ = refusal(lambda: RunOptions(approval_store=object()))
+    assert (owner, option) == ("RunOptions", "approval_store")
