@@ -32,7 +32,17 @@ from ..result.budget import MIN_OUTPUT_BUDGET
 from ..result.records import CallRecord
 from ..runtime import Cancel, CodeRuntime
 
-__all__ = ["RunOptions", "build", "keywords", "check_runtime", "FIELDS", "OUTPUT_BUDGET"]
+__all__ = [
+    "RunOptions",
+    "build",
+    "keywords",
+    "check_runtime",
+    "FIELDS",
+    "OUTPUT_BUDGET",
+    "NotGiven",
+    "GIVEN_NOT",
+    "given",
+]
 
 #: ``output_budget=``: ``None`` (no budget) or bytes of UTF-8, at least :data:`~nous_sched.result.budget.MIN_OUTPUT_BUDGET`.
 OUTPUT_BUDGET = v.optional(v.int_at_least(MIN_OUTPUT_BUDGET, f"a number of bytes, at least {MIN_OUTPUT_BUDGET}"))
@@ -150,6 +160,29 @@ class RunOptions:
             if name not in FIELDS:
                 v.unknown("RunOptions.evolve", name, FIELDS, "RunOptions")
         return attrs.evolve(self, **changes)
+
+
+class NotGiven:
+    """The default of a door's option keyword: the caller did not give it, so
+    an option given also in ``options=`` is told apart from one left alone
+    (even at its default value). ``shown`` is what a signature shows for it."""
+
+    __slots__ = ("shown",)
+
+    def __init__(self, shown: str = "<RunOptions default>") -> None:
+        self.shown = shown
+
+    def __repr__(self) -> str:
+        return self.shown
+
+
+#: The default of each of ``run_code``'s option keywords.
+GIVEN_NOT: Any = NotGiven()
+
+
+def given(keywords: Mapping[str, Any]) -> dict[str, Any]:
+    """``keywords`` without those a caller did not give (a :class:`NotGiven` default)."""
+    return {name: value for name, value in keywords.items() if not isinstance(value, NotGiven)}
 
 
 #: The name of every field of :class:`RunOptions`, in order.
