@@ -42,13 +42,20 @@ messages, log lines) is its own text: a page writes it as text, never markup.
   ``state``: ``"asked"`` (with ``question``, the text
   :meth:`~nous_sched.ApprovalRequest.question` gives), then ``"approved"`` or
   ``"rejected"``);
-* ``"suspended"``: the run waits for a durable approval (sent by
-  :func:`nous_sched.gate.dispatch.live_event`; its ``data`` is the suspension's);
+* ``"suspended"``: a durable run suspended to wait for approvals, just
+  before its ``end`` (``token``, the one that resumes it, ``expires_at``,
+  ``pending``: ``seq``, ``tool``, ``arguments`` and ``question`` of each);
 * ``"end"``, always last (``ok``, ``error``, ``logs``, ``usage``: the ledger,
   ``answer``: what the model reads, :meth:`~nous_sched.RunResult.for_model`,
   within the run's output budget);
 * ``"gap"``, only for a consumer that fell behind: ``missed`` events it
   will never see.
+
+Each event's ``data`` is a projection of the record the vocabulary
+(:data:`nous_sched.events.VOCABULARY`) names for its kind: :func:`live_data`
+of a run's record (``log``, ``suspended``, ``end``, ``gap``),
+:func:`call_data` and :func:`commit_data` of a call's audit records and its
+:class:`~nous_sched.CallRecord`.
 
 Events are ordered once, as they are emitted (one lock), so every consumer
 sees the same order. Any number of consumers may iterate, each from the
