@@ -55,7 +55,7 @@ Each event's ``data`` is a projection of the record the vocabulary
 (:data:`nous_sched.events.VOCABULARY`) names for its kind: :func:`live_data`
 of a run's record (``log``, ``suspended``, ``end``, ``gap``),
 :func:`call_data` and :func:`commit_data` of a call's audit records and its
-:class:`~nous_sched.CallRecord`.
+:class:`~nous_sched.CallRecord`, :func:`refused_data` of the gate's ``tool_refused`` record.
 
 Events are ordered once, as they are emitted (one lock), so every consumer
 sees the same order. Any number of consumers may iterate, each from the
@@ -92,12 +92,14 @@ from ._text import machine_json
 from .durable import resume
 from .events import (
     LIVE_KINDS,
+    ApprovalEvent,
     EndEvent,
     GapEvent,
     LogLineEvent,
     SuspendedEvent,
     ToolCallEvent,
     ToolOutcomeEvent,
+    ToolRefusedEvent,
 )
 from .gate import approval_text
 from .gate.dispatch import needs_approval
@@ -117,9 +119,11 @@ __all__ = [
     "HISTORY",
     "DEFAULT_BUFFER",
     "LIVE_DATA",
+    "PROJECTION",
     "live_data",
     "call_data",
     "commit_data",
+    "refused_data",
     "end_record",
 ]
 
@@ -200,9 +204,9 @@ class EventStream:
         event, :func:`commit_data` of the call's records."""
         self.emit("commit", event.seq, commit_data(event, record, outcome))
 
-    def refused(self, tool: str, message: str, reason: str) -> None:
-        """The gate's hook for each refusal it audits: a ``refused`` event."""
-        self.emit("refused", None, {"tool": tool, "reason": reason, "message": approval_text.clipped(message)["text"]})
+    def refused(self, event: ToolRefusedEvent, reason: str) -> None:
+        """The gate's hook for each refusal it audits: a ``refused`` event, :func:`refused_data` of its record."""
+        self.emit("refused", None, refused_data(event, reason))
 
     def logs(self, lines: Iterable[str]) -> None:
         """The runtime's hook for one step's log lines: a ``log`` event each."""
@@ -301,6 +305,12 @@ def commit_data(event: ToolOutcomeEvent, record: CallRecord, outcome: Outcome) -
     return data
 
 
+def refused_data(event: ToolRefusedEvent, reason: str) -> dict[str, Any]:
+    """The ``data`` of a ``refused`` event: the live projection of the gate's
+    ``tool_refused`` record, with why (``reason``, one of :data:`nous_sched.gate.REFUSAL_REASONS`)."""
+    return {"tool": event.tool, "reason": reason, "message": approval_text.clipped(event.message)["text"]}
+
+
 def end_record(result: Optional[RunResult], problem: Optional[BaseException] = None) -> EndEvent:
     """The run's :class:`~nous_sched.events.EndEvent`: from its result, or from what it raised."""
     if result is None:
@@ -335,6 +345,19 @@ LIVE_DATA: dict[type, Callable[[Any], dict[str, Any]]] = {
     SuspendedEvent: _suspended_data,
     EndEvent: _end_data,
     GapEvent: lambda record: {"missed": record.missed},
+}
+
+
+#: Every record type with a live kind (:data:`nous_sched.events.VOCABULARY`) to the
+#: function that makes its event's ``data`` from it; ``None``: its event is not made
+#: from the record (``approval``: asked before there is a decision to record, by the
+#: approval step, :func:`nous_sched.gate.dispatch.live_event`).
+PROJECTION: dict[type, Optional[Callable[..., dict[str, Any]]]] = {
+    ToolCallEvent: call_data,
+    ToolOutcomeEvent: commit_data,
+    ToolRefusedEvent: refused_data,
+    ApprovalEvent: None,
+    **LIVE_DATA,
 }
 
 

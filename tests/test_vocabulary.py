@@ -135,6 +135,31 @@ def test_the_live_projection_names_every_run_record_with_a_live_kind_and_nothing
     assert set(live.LIVE_DATA) == {k.record for k in VOCABULARY if k.scope == "run" and k.live is not None}
 
 
+def test_the_live_projection_names_every_record_type_with_a_live_kind():
+    # A new kind with a live name fails this until live.py says how its event's data is made.
+    assert set(live.PROJECTION) == {k.record for k in VOCABULARY if k.live is not None}
+    assert all(live.PROJECTION[k.record] is live.LIVE_DATA[k.record] for k in VOCABULARY if k.scope == "run" and k.live)
+
+
+def test_a_runs_live_call_commit_and_refused_events_are_projections_of_its_audit_records():
+    program = "try { await tools.nope({}); } catch (e) {} await tools.echo({x: 1}); return await tools.bad({});"
+    bad = Tool("bad", lambda args: 1 / 0)
+    run = start_run(program, [Tool("echo", lambda args: args), bad], description="test")
+    seen = [e for e in run.events() if e.kind in ("call", "commit", "refused")]
+    result = run.result()
+    refused, (call0, outcome0, call1, outcome1) = result.refused, result.events
+    trail = {r.seq: r for r in result.trail}
+    assert [e.kind for e in seen] == ["refused", "call", "commit", "call", "commit"]
+    assert seen[0].data == live.refused_data(refused[0], "unknown")
+    for event, record in ((seen[1], call0), (seen[3], call1)):
+        assert event.seq == record.seq and event.data["call_id"] == record.id and event.data["tool"] == record.tool
+        assert event.data["mode"] == record.mode == trail[record.seq].mode
+    for event, record in ((seen[2], outcome0), (seen[4], outcome1)):
+        assert event.seq == record.seq and event.data["tool"] == record.tool and event.data["ok"] is record.ok
+    assert seen[4].data["error"]["kind"] == outcome1.error["kind"] == "tool_error"
+    assert seen[4].data["error"]["message"] == outcome1.error["message"]
+
+
 def test_a_resumed_record_writes_took_over_and_parked_only_when_they_say_something():
     assert events.ResumedEvent("t", 0).as_event().data == {"token_id": "t", "replayed": 0}
     assert events.ResumedEvent("t", 0, parked=True).as_event().data == {"token_id": "t", "replayed": 0, "parked": True}
