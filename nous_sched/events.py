@@ -55,6 +55,12 @@ __all__ = [
     "ToolRefusedEvent",
     "ApprovalEvent",
     "ToolOutcomeEvent",
+    "LogLineEvent",
+    "SuspendedEvent",
+    "ResumedEvent",
+    "EndEvent",
+    "GapEvent",
+    "RUN_RECORDS",
     "AUDIT_TYPES",
     "OUTCOME_ERROR_KINDS",
     "SessionLog",
@@ -347,6 +353,99 @@ class ToolOutcomeEvent:
 OUTCOME_ERROR_KINDS = ("denied", "run_over", "tool_error", "invalid_result", "abandoned", "did_not_complete")
 
 
+# -- the run's records --------------------------------------------------------------------
+# Not on the per-call path (one per log line, step or run): plain frozen attrs.
+# Each has ``kind``, its vocabulary name (its live kind too); the live stream's
+# ``data`` is :func:`nous_sched.live.live_data` of it, the audit's (for the
+# kinds the audit keeps) its ``as_event()``.
+
+
+@attrs.frozen
+class LogLineEvent:
+    """A line the program wrote, as a step of the program ended (``line``: its text)."""
+
+    line: str
+
+    kind = "log"
+
+
+@attrs.frozen
+class SuspendedEvent:
+    """A durable run suspended to wait for approvals: the ``token`` that resumes it
+    (the audit keeps only its id, the part before the first ``.``), ``pending``
+    (its :class:`~nous_sched.ApprovalRequest` values, each with its ``seq``) and
+    ``expires_at`` (seconds since the epoch)."""
+
+    token: str
+    pending: tuple[Any, ...]
+    expires_at: float
+
+    kind = type = "suspended"
+
+    def as_event(self) -> Event:
+        """The audit's ``suspended`` event: ``token_id``, the ``pending`` seqs, ``expires_at``."""
+        data = {"token_id": _token_id(self.token), "pending": [p.seq for p in self.pending]}
+        return Event(self.type, {**data, "expires_at": self.expires_at})
+
+
+@attrs.frozen
+class ResumedEvent:
+    """A durable run went on with decisions: ``token_id`` (its token's id),
+    ``replayed`` (how many recorded calls it replays), ``took_over`` (whose
+    resume it took over, in words; ``None`` for none) and ``parked`` (whether it
+    went on in the process that held it, without replay)."""
+
+    token_id: str
+    replayed: int
+    took_over: Optional[str] = None
+    parked: bool = False
+
+    kind = type = "resumed"
+
+    def as_event(self) -> Event:
+        """The audit's ``resumed`` event: ``token_id``, ``replayed``, and ``took_over``
+        or ``parked`` when they say something."""
+        data: dict[str, Any] = {"token_id": self.token_id, "replayed": self.replayed}
+        if self.took_over is not None:
+            data["took_over"] = self.took_over
+        if self.parked:
+            data["parked"] = True
+        return Event(self.type, data)
+
+
+@attrs.frozen
+class EndEvent:
+    """How a run ended, always its last event: ``ok``, ``error`` (``None`` or
+    ``{"kind", "message", ...}``), ``logs`` (how many lines it kept), ``usage``
+    (its ledger as a dict; ``None`` when the run raised) and ``answer`` (what the
+    model reads)."""
+
+    ok: bool
+    error: Optional[Mapping[str, Any]]
+    logs: int
+    usage: Optional[Mapping[str, Any]]
+    answer: Any
+
+    kind = "end"
+
+
+@attrs.frozen
+class GapEvent:
+    """A live consumer fell behind: ``missed`` events it will never see."""
+
+    missed: int
+
+    kind = "gap"
+
+
+def _token_id(token: str) -> str:
+    return token.split(".")[0]
+
+
+#: The run's record types (every kind of the vocabulary with scope ``"run"``).
+RUN_RECORDS = (LogLineEvent, SuspendedEvent, ResumedEvent, EndEvent, GapEvent)
+
+
 # -- the vocabulary ---------------------------------------------------------------------
 
 
@@ -360,8 +459,8 @@ class Kind:
     name: str
     #: ``"call"`` (it happens to one sub-call) or ``"run"``.
     scope: str
-    #: Its record type in this module, for the kinds the audit keeps as records.
-    record: Optional[type]
+    #: Its record type in this module: what a projection is made from.
+    record: type
     #: Its audit type (``Event.type``: the session log, ``RunResult.events`` or ``.audit``).
     audit: Optional[str]
     #: Its live kind (``RunEvent.kind``, :mod:`nous_sched.live`).
@@ -403,16 +502,24 @@ VOCABULARY = (
         None,
         "the gate refused a call before it started",
     ),
-    Kind("log", "run", None, None, "log", None, "the program wrote a line its logs keep"),
+    Kind("log", "run", LogLineEvent, None, "log", None, "the program wrote a line its logs keep"),
     Kind("approval", "call", ApprovalEvent, "approval", "approval", None, "an approval was asked, or decided"),
-    Kind("suspended", "run", None, "suspended", "suspended", None, "a durable run waits for approvals"),
-    Kind("resumed", "run", None, "resumed", None, None, "a durable run went on with decisions"),
-    Kind("end", "run", None, None, "end", None, "the run ended (always the last)"),
-    Kind("gap", "run", None, None, "gap", None, "a live consumer fell behind and missed events"),
+    Kind(
+        "suspended",
+        "run",
+        SuspendedEvent,
+        "suspended",
+        "suspended",
+        None,
+        "a durable run waits for approvals",
+    ),
+    Kind("resumed", "run", ResumedEvent, "resumed", None, None, "a durable run went on with decisions"),
+    Kind("end", "run", EndEvent, None, "end", None, "the run ended (always the last)"),
+    Kind("gap", "run", GapEvent, None, "gap", None, "a live consumer fell behind and missed events"),
 )
 
 #: The bookkeeping types of the audit, shared by :class:`SessionLog`,
-#: ``RunResult.events`` and serve-mcp's ``--audit-log`` lines: the kinds with a record.
+#: ``RunResult.events`` and serve-mcp's ``--audit-log`` lines: the call's kinds the audit keeps.
 AUDIT_TYPES = ("tool_call", "tool_refused", "approval", "tool_outcome")
 #: The scheduler observer's phases, in the order a call goes through them.
 PHASES = tuple(k.phase for k in VOCABULARY if k.phase is not None)

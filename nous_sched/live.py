@@ -42,13 +42,20 @@ messages, log lines) is its own text: a page writes it as text, never markup.
   ``state``: ``"asked"`` (with ``question``, the text
   :meth:`~nous_sched.ApprovalRequest.question` gives), then ``"approved"`` or
   ``"rejected"``);
-* ``"suspended"``: the run waits for a durable approval (sent by
-  :func:`nous_sched.gate.dispatch.live_event`; its ``data`` is the suspension's);
+* ``"suspended"``: a durable run suspended to wait for approvals, just
+  before its ``end`` (``token``, the one that resumes it, ``expires_at``,
+  ``pending``: ``seq``, ``tool``, ``arguments`` and ``question`` of each);
 * ``"end"``, always last (``ok``, ``error``, ``logs``, ``usage``: the ledger,
   ``answer``: what the model reads, :meth:`~nous_sched.RunResult.for_model`,
   within the run's output budget);
 * ``"gap"``, only for a consumer that fell behind: ``missed`` events it
   will never see.
+
+Each event's ``data`` is a projection of the record the vocabulary
+(:data:`nous_sched.events.VOCABULARY`) names for its kind: :func:`live_data`
+of a run's record (``log``, ``suspended``, ``end``, ``gap``),
+:func:`call_data` and :func:`commit_data` of a call's audit records and its
+:class:`~nous_sched.CallRecord`, :func:`refused_data` of the gate's ``tool_refused`` record.
 
 Events are ordered once, as they are emitted (one lock), so every consumer
 sees the same order. Any number of consumers may iterate, each from the
@@ -83,7 +90,17 @@ from ._run.options import RunOptions, build, keywords
 from ._run.runner import execute, live_stream, prepare
 from ._text import machine_json
 from .durable import resume
-from .events import LIVE_KINDS
+from .events import (
+    LIVE_KINDS,
+    ApprovalEvent,
+    EndEvent,
+    GapEvent,
+    LogLineEvent,
+    SuspendedEvent,
+    ToolCallEvent,
+    ToolOutcomeEvent,
+    ToolRefusedEvent,
+)
 from .gate import approval_text
 from .gate.dispatch import needs_approval
 from .outcome import Outcome
@@ -92,7 +109,23 @@ from .result.records import CallRecord
 from .runtime import AnyCancel
 from .tooling import Tool
 
-__all__ = ["start_run", "resume_run", "Run", "RunEvent", "EventStream", "EVENT_KINDS", "HISTORY", "DEFAULT_BUFFER"]
+__all__ = [
+    "start_run",
+    "resume_run",
+    "Run",
+    "RunEvent",
+    "EventStream",
+    "EVENT_KINDS",
+    "HISTORY",
+    "DEFAULT_BUFFER",
+    "LIVE_DATA",
+    "PROJECTION",
+    "live_data",
+    "call_data",
+    "commit_data",
+    "refused_data",
+    "end_record",
+]
 
 #: Every ``RunEvent.kind``: the live projection of :data:`nous_sched.events.VOCABULARY`.
 EVENT_KINDS = LIVE_KINDS
@@ -161,69 +194,33 @@ class EventStream:
 
     # -- the run's hooks ----------------------------------------------------
 
-    def started(self, gated: Collection[str], record: CallRecord, call_id: str, args: Any, tool: Any) -> None:
-        """The scheduler's hook at each start, before the tool has its arguments: a ``call`` event."""
-        name = record.tool
-        throttles = getattr(tool, "throttles", ())
-        data = {
-            "tool": name,
-            "call_id": call_id,
-            "mode": record.mode,
-            "why": record.reason,
-            "throttles": [t.name for t in throttles] if throttles else [],
-            "approval": needs_approval(tool, gated),
-            "arguments": approval_text.arguments(args) if args else [],
-        }
-        self.emit("call", record.seq, data)
+    def started(self, gated: Collection[str], record: CallRecord, event: ToolCallEvent, args: Any, tool: Any) -> None:
+        """The scheduler's start hook (``Scheduler.watch``), before the tool has its
+        arguments: a ``call`` event, :func:`call_data` of the call's records."""
+        self.emit("call", event.seq, call_data(event, record, args, tool, gated))
 
-    def committed(self, record: CallRecord, outcome: Outcome, kind: Optional[str] = None) -> None:
-        """The scheduler's hook at each commit: a ``commit`` event with how it went."""
-        began, finished = record.began, record.finished
-        data: dict[str, Any] = {
-            "tool": record.tool,
-            "ok": outcome.ok,
-            "chars": 0,
-            "duration": None if began is None or finished is None else finished - began,
-            "waited": None if began is None else began - record.started,
-            "throttled": record.throttled,
-            "value": None,
-            "error": None,
-        }
-        if outcome.ok:
-            value = outcome.value
-            text = "null" if value is None else _compact(value)
-            data["chars"] = len(text)
-            # The program's text is ASCII JSON; a person reads the characters it escaped.
-            data["value"] = approval_text.clipped(_readable(value) if "\\u" in text else text)
-        else:
-            data["chars"] = received_chars(outcome)
-            message = outcome.error.message if outcome.error is not None else ""
-            data["error"] = {"kind": kind or "tool_error", "message": approval_text.clipped(message)["text"]}
-        self.emit("commit", record.seq, data)
+    def committed(self, record: CallRecord, event: ToolOutcomeEvent, outcome: Outcome) -> None:
+        """The scheduler's outcome hook (``Scheduler.watch``) at each commit: a ``commit``
+        event, :func:`commit_data` of the call's records."""
+        self.emit("commit", event.seq, commit_data(event, record, outcome))
 
-    def refused(self, tool: str, message: str, reason: str) -> None:
-        """The gate's hook for each refusal it audits: a ``refused`` event."""
-        self.emit("refused", None, {"tool": tool, "reason": reason, "message": approval_text.clipped(message)["text"]})
+    def refused(self, event: ToolRefusedEvent, reason: str) -> None:
+        """The gate's hook for each refusal it audits: a ``refused`` event, :func:`refused_data` of its record."""
+        self.emit("refused", None, refused_data(event, reason))
 
     def logs(self, lines: Iterable[str]) -> None:
         """The runtime's hook for one step's log lines: a ``log`` event each."""
         for line in lines:
-            self.emit("log", None, {"line": line})
+            self.emit_record(LogLineEvent(line))
 
     def end(self, result: Optional[RunResult], problem: Optional[BaseException] = None) -> None:
         """The last event: how the run ended, its logs and its ledger."""
-        if result is None:
-            error = {"kind": "abort", "message": repr(problem)}
-            data: dict[str, Any] = {"ok": False, "error": error, "logs": 0, "usage": None, "answer": {"error": error}}
-        else:
-            data = {
-                "ok": result.ok,
-                "error": None if result.error is None else result.error.as_dict(),
-                "logs": len(result.logs),
-                "usage": result.usage.as_dict(),
-                "answer": result.for_model(),
-            }
-        self.emit("end", None, data)
+        self.emit_record(end_record(result, problem))
+
+    def emit_record(self, record: Any) -> None:
+        """Append the live projection of one of the run's records
+        (:data:`nous_sched.events.RUN_RECORDS` with a live kind): :func:`live_data`."""
+        self.emit(record.kind, None, live_data(record))
 
     # -- consumers ------------------------------------------------------------
 
@@ -242,7 +239,7 @@ class EventStream:
         while True:
             batch, cursor, missed, at, done = self._next(cursor, buffer)
             if missed:
-                batch = [RunEvent("gap", None, at, {"missed": missed}), *batch]
+                batch = [RunEvent(GapEvent.kind, None, at, live_data(GapEvent(missed))), *batch]
             if batch:
                 yield batch
             if done:
@@ -259,6 +256,114 @@ class EventStream:
             batch = self._events[cursor - self._first :]
             at = time.perf_counter() - self._t0
             return batch, head, missed, at, self._ended
+
+
+def call_data(
+    event: ToolCallEvent, record: CallRecord, args: Any, tool: Any, gated: Collection[str] = ()
+) -> dict[str, Any]:
+    """The ``data`` of a ``call`` event: the live projection of a started call's
+    ``tool_call`` record and :class:`CallRecord`, with what only the tool knows
+    (its throttles, whether it needs approval under ``gated``) and its own
+    ``args`` (the same value as ``event.arguments``, read without freezing a copy)."""
+    throttles = getattr(tool, "throttles", ())
+    return {
+        "tool": event.tool,
+        "call_id": event.id,
+        "mode": event.mode,
+        "why": record.reason,
+        "throttles": [t.name for t in throttles] if throttles else [],
+        "approval": needs_approval(tool, gated),
+        "arguments": approval_text.arguments(args) if args else [],
+    }
+
+
+def commit_data(event: ToolOutcomeEvent, record: CallRecord, outcome: Outcome) -> dict[str, Any]:
+    """The ``data`` of a ``commit`` event: the live projection of a committed call's
+    ``tool_outcome`` record (its tool, ``ok``, error kind and message) and
+    :class:`CallRecord` (its times), with the value the program got (``outcome``)."""
+    began, finished = record.began, record.finished
+    data: dict[str, Any] = {
+        "tool": event.tool,
+        "ok": event.ok,
+        "chars": 0,
+        "duration": None if began is None or finished is None else finished - began,
+        "waited": None if began is None else began - record.started,
+        "throttled": record.throttled,
+        "value": None,
+        "error": None,
+    }
+    if event.ok:
+        value = outcome.value
+        text = "null" if value is None else _compact(value)
+        data["chars"] = len(text)
+        # The program's text is ASCII JSON; a person reads the characters it escaped.
+        data["value"] = approval_text.clipped(_readable(value) if "\\u" in text else text)
+    else:
+        data["chars"] = received_chars(outcome)
+        error = event.error or {"kind": "tool_error", "message": ""}
+        data["error"] = {"kind": error["kind"], "message": approval_text.clipped(error["message"])["text"]}
+    return data
+
+
+def refused_data(event: ToolRefusedEvent, reason: str) -> dict[str, Any]:
+    """The ``data`` of a ``refused`` event: the live projection of the gate's
+    ``tool_refused`` record, with why (``reason``, one of :data:`nous_sched.gate.REFUSAL_REASONS`)."""
+    return {"tool": event.tool, "reason": reason, "message": approval_text.clipped(event.message)["text"]}
+
+
+def end_record(result: Optional[RunResult], problem: Optional[BaseException] = None) -> EndEvent:
+    """The run's :class:`~nous_sched.events.EndEvent`: from its result, or from what it raised."""
+    if result is None:
+        abort = {"kind": "abort", "message": repr(problem)}
+        return EndEvent(False, abort, 0, None, {"error": abort})
+    error = None if result.error is None else result.error.as_dict()
+    return EndEvent(result.ok, error, len(result.logs), result.usage.as_dict(), result.for_model())
+
+
+def _suspended_data(record: SuspendedEvent) -> dict[str, Any]:
+    # The question each pending call asks: what a page shows the person deciding.
+    pending = [
+        {"seq": p.seq, "tool": p.tool, "arguments": p.arguments, "question": p.question()} for p in record.pending
+    ]
+    return {"token": record.token, "expires_at": record.expires_at, "pending": pending}
+
+
+def _end_data(record: EndEvent) -> dict[str, Any]:
+    return {
+        "ok": record.ok,
+        "error": record.error,
+        "logs": record.logs,
+        "usage": record.usage,
+        "answer": record.answer,
+    }
+
+
+#: The live projection of the run's records: each record type with a live kind
+#: (:data:`nous_sched.events.VOCABULARY`) to the ``data`` of its :class:`RunEvent`.
+LIVE_DATA: dict[type, Callable[[Any], dict[str, Any]]] = {
+    LogLineEvent: lambda record: {"line": record.line},
+    SuspendedEvent: _suspended_data,
+    EndEvent: _end_data,
+    GapEvent: lambda record: {"missed": record.missed},
+}
+
+
+#: Every record type with a live kind (:data:`nous_sched.events.VOCABULARY`) to the
+#: function that makes its event's ``data`` from it; ``None``: its event is not made
+#: from the record (``approval``: asked before there is a decision to record, by the
+#: approval step, :func:`nous_sched.gate.dispatch.live_event`).
+PROJECTION: dict[type, Optional[Callable[..., dict[str, Any]]]] = {
+    ToolCallEvent: call_data,
+    ToolOutcomeEvent: commit_data,
+    ToolRefusedEvent: refused_data,
+    ApprovalEvent: None,
+    **LIVE_DATA,
+}
+
+
+def live_data(record: Any) -> dict[str, Any]:
+    """The ``data`` of the live event a run's record is (see the module docstring, by kind)."""
+    return LIVE_DATA[type(record)](record)
 
 
 # Made once: json.dumps with separators builds a new encoder per call.
@@ -355,12 +460,8 @@ class Run:
             self._result = call()
             suspension = self._result.suspended
             if suspension is not None:
-                pending = [
-                    {"seq": p.seq, "tool": p.tool, "arguments": p.arguments, "question": p.question()}
-                    for p in suspension.pending
-                ]
-                data = {"token": suspension.token, "expires_at": suspension.expires_at, "pending": pending}
-                self._stream.emit("suspended", None, data)
+                record = SuspendedEvent(suspension.token, tuple(suspension.pending), suspension.expires_at)
+                self._stream.emit_record(record)
         except BaseException as exc:  # handed to result()
             self._problem = exc
         finally:

@@ -32,7 +32,7 @@ import drivers
 import pytest
 from drivers import IDLE, assert_released
 
-from nous_sched import Event, Limits, Outcome, Scheduler, SessionLog, Tool, run_code
+from nous_sched import Event, Limits, Outcome, Scheduler, SessionLog, Tool, ToolCallEvent, ToolOutcomeEvent, run_code
 from nous_sched.events import FrozenDict, FrozenList, freeze
 from nous_sched.scheduler import _driver_threads
 from nous_sched.scheduler._driver_threads import DriverThreads
@@ -487,18 +487,24 @@ def test_watch_hears_each_start_and_commit_on_the_driver(make_scheduler):
     s = make_scheduler()
     heard: list = []
     s.watch(
-        on_start=lambda record, event_id, args, tool: heard.append(("start", record.seq, dict(args), tool.name)),
-        on_outcome=lambda record, outcome, kind: heard.append(("commit", record.seq, outcome.ok, kind)),
+        on_start=lambda record, event, args, tool: heard.append(("start", record.seq, event, dict(args), tool.name)),
+        on_outcome=lambda record, event, outcome: heard.append(("commit", record.seq, event, outcome.ok)),
     )
     assert s.call(Tool("ok", lambda a: 1), {"n": 1}).ok
     assert not s.call(Tool("bad", lambda a: 1 / 0), {}).ok
     s.stop(timeout=WAIT)
+    kept = s.audit_events()
+    calls, outcomes = kept[0::2], kept[1::2]
     assert heard == [
-        ("start", 0, {"n": 1}, "ok"),
-        ("commit", 0, True, None),
-        ("start", 1, {}, "bad"),
-        ("commit", 1, False, "tool_error"),
+        ("start", 0, calls[0], {"n": 1}, "ok"),
+        ("commit", 0, outcomes[0], True),
+        ("start", 1, calls[1], {}, "bad"),
+        ("commit", 1, outcomes[1], False),
     ]
+    # The hooks get the audit records the run keeps, not copies: a live event is their projection.
+    assert [type(e) for e in kept] == [ToolCallEvent, ToolOutcomeEvent] * 2
+    assert all(heard_event is record for (_, _, heard_event, *_), record in zip(heard, kept))
+    assert outcomes[1].error["kind"] == "tool_error"
 
 
 def test_a_watch_hook_that_raises_is_logged_and_the_run_goes_on(make_scheduler, caplog):

@@ -16,7 +16,7 @@ from .._run.options import RunOptions, build
 from .._run.runner import execute, prepare, runtime_of
 from .._validators import require
 from ..errors import ConfigError
-from ..events import Event
+from ..events import ApprovalEvent, Event, ResumedEvent, SuspendedEvent
 from ..gate import Admitted
 from ..gate.dispatch import ApprovalRequest, needs_approval
 from ..outcome import Outcome, quote_name
@@ -482,9 +482,7 @@ class _DurableHost(Host):
             return self._held(seq, admitted.tool.name, text, site, admitted)
         assert isinstance(decision, ApprovalDecision)
         name = admitted.tool.name
-        run.audit.append(
-            Event("approval", {"seq": seq, "tool": name, "approved": decision.approved, "reason": decision.reason})
-        )
+        run.audit.append(ApprovalEvent(seq, name, decision.approved, decision.reason).as_event())
         if not decision.approved:
             why = f": {decision.reason}" if decision.reason else ""
             outcome = Outcome.failure(name, f"tool {quote_name(name)} was denied approval{why}")
@@ -675,12 +673,7 @@ def _suspend(code: str, tools: list[Tool], store: ApprovalStore, run: _Run) -> S
         "pending": [{**_request_dict(p), "text": run.pending_texts[p.seq]} for p in run.pending if p.seq is not None],
     }
     token, expires_at = store.save(record)
-    run.audit.append(
-        Event(
-            "suspended",
-            {"token_id": token.split(".")[0], "pending": [p.seq for p in run.pending], "expires_at": expires_at},
-        )
-    )
+    run.audit.append(SuspendedEvent(token, tuple(run.pending), expires_at).as_event())
     return Suspension(token, tuple(run.pending), expires_at)
 
 
@@ -744,7 +737,7 @@ def resume(
         return resumed
     run, given = _resumed_run(record, merged, given)
     run.progress = progress
-    run.audit.append(Event("resumed", {"token_id": token.split(".")[0], "replayed": len(record["ledger"])}))
+    run.audit.append(ResumedEvent(token.split(".")[0], len(record["ledger"])).as_event())
     try:
         result = _execute(record["code"], tools, approval_store, given, run)
     except ConfigError:  # a bad option: nothing ran, so the token stays usable
@@ -801,8 +794,8 @@ def _take_over(
         run.clock_replay = list(clock)
     state = {**progress_of.initial(merged), **progress}
     run.progress = _progress(token, store, by, state)
-    shown = {"token_id": token.split(".")[0], "replayed": len(run.ledger), "took_over": describe(found["claimed_by"])}
-    run.audit.append(Event("resumed", shown))
+    shown = ResumedEvent(token.split(".")[0], len(run.ledger), took_over=describe(found["claimed_by"]))
+    run.audit.append(shown.as_event())
     result = _execute(record["code"], tools, store, options, run)
     if run.lost is None:
         store.finish(token)
@@ -832,7 +825,7 @@ def _resume_parked(
     """Continue a run this process still holds, without replay; None when its park time is over."""
     run = park.run_state
     audit_from = len(run.audit)
-    run.audit.append(Event("resumed", {"token_id": token.split(".")[0], "replayed": 0, "parked": True}))
+    run.audit.append(ResumedEvent(token.split(".")[0], 0, parked=True).as_event())
     # Its calls are not written as they start: a crash from here on leaves a claim no one takes over.
     progress.track(False)
     if not park.deliver(decisions):

@@ -126,9 +126,9 @@ class Gate:
         self.args_bytes = 0
         #: Every refusal audited so far, in order.
         self.refused: list[ToolRefusedEvent] = []
-        #: Told of each refusal as it is audited: ``on_refused(tool, message, reason)``,
-        #: ``reason`` one of :data:`REFUSAL_REASONS` (a run's event stream).
-        self.on_refused: Optional[Callable[[str, str, str], Any]] = None
+        #: Told of each refusal as it is audited: ``on_refused(record, reason)``, its
+        #: ``tool_refused`` record and ``reason``, one of :data:`REFUSAL_REASONS` (a run's event stream).
+        self.on_refused: Optional[Callable[[ToolRefusedEvent, str], Any]] = None
 
     def admit_json(self, name: Any, text: Any) -> Union[Admitted, Outcome]:
         """Check a call whose arguments are JSON text (from a program): admitted, or a failed Outcome."""
@@ -251,7 +251,7 @@ class Gate:
             if self._audit is not None:
                 self._audit(record.as_event())
             if self.on_refused is not None:
-                self.on_refused(record.tool, record.message, reason)
+                self.on_refused(record, reason)
         return outcome
 
 

@@ -160,9 +160,7 @@ def live_event(run_ctx: Any, kind: str, seq: Optional[int], data: dict[str, Any]
     """Tell the people watching the run (its event stream, ``run_ctx.live``) that
     ``kind`` happened; nothing when the run has no stream. The live events'
     own, independent of the audit: ``"approval"`` (asked, then approved or
-    rejected: :func:`approve`) and ``"suspended"`` (a run that waits for a
-    durable approval says so with ``live_event(run_ctx, "suspended", None,
-    {...})``). Never raises."""
+    rejected: :func:`approve`). Never raises."""
     live = getattr(run_ctx, "live", None)
     if live is not None:
         live.emit(kind, seq, data)

@@ -216,8 +216,8 @@ class Scheduler:
         # read only by the driver: each start (its record, audit id, the tool's
         # own arguments before the tool has them, the tool), and each commit
         # (its record, outcome and error kind: the tool_outcome record's).
-        self._on_start: Optional[Callable[[CallRecord, str, Any, Any], Any]] = None
-        self._on_outcome: Optional[Callable[[CallRecord, Outcome, Optional[str]], Any]] = None
+        self._on_start: Optional[Callable[[CallRecord, ToolCallEvent, Any, Any], Any]] = None
+        self._on_outcome: Optional[Callable[[CallRecord, ToolOutcomeEvent, Outcome], Any]] = None
         self._n = next(_ids)
         self._t0 = time.perf_counter()
         # SimpleQueue: the C queue from `queue`, without Queue's task tracking we never use.
@@ -301,16 +301,18 @@ class Scheduler:
 
     def watch(
         self,
-        on_start: Optional[Callable[[CallRecord, str, Any, Any], Any]] = None,
-        on_outcome: Optional[Callable[[CallRecord, Outcome, Optional[str]], Any]] = None,
+        on_start: Optional[Callable[[CallRecord, ToolCallEvent, Any, Any], Any]] = None,
+        on_outcome: Optional[Callable[[CallRecord, ToolOutcomeEvent, Outcome], Any]] = None,
     ) -> None:
         """Hooks for a run's event stream, set before the first submit and
         called on the driver thread, in commit order: ``on_start(record,
-        event_id, args, tool)`` as each call starts (its record, audit id, the
-        tool's own arguments before the tool has them, the tool), and
-        ``on_outcome(record, outcome, kind)`` as each commits (its record,
-        outcome and error kind: its ``tool_outcome`` audit record's). What a
-        hook raises is logged, never raised into the run."""
+        event, args, tool)`` as each call starts (its :class:`CallRecord`, its
+        ``tool_call`` audit record, the tool's own arguments before the tool
+        has them, the tool), and ``on_outcome(record, event, outcome)`` as each
+        commits (its :class:`CallRecord`, its ``tool_outcome`` audit record,
+        the :class:`Outcome` the program gets). The audit records are the ones
+        the run keeps: the hooks add no record of their own. What a hook raises
+        is logged, never raised into the run."""
         self._on_start = on_start
         self._on_outcome = on_outcome
 
@@ -727,14 +729,14 @@ class Scheduler:
         for kind, call, record in actions:
             if kind is START:
                 if self._on_start is not None:
-                    self._tell_start(call, record.id)
+                    self._tell_start(call, record)
                 self._notify(call.timeline, START)
                 self._hand_over(call, record.id)
             else:
                 self._deliver(call.ticket, call.outcome)
                 self._notify(call.timeline, COMMIT)
                 if self._on_outcome is not None:
-                    self._tell_outcome(call.timeline, call.outcome, call.ran[2])
+                    self._tell_outcome(call.timeline, record, call.outcome)
 
     def _publish_newest_first(self, committed: list[tuple[Call, float]]) -> None:
         """Publish a pass's commits after one ``_lock``, newest first (see :meth:`_drive`)."""
@@ -836,11 +838,12 @@ class Scheduler:
             timeline.committed = committed
             timeline.ok = outcome.ok
         ran = call.ran
-        self._record(self._outcome_record(call, outcome, ran[2], ran[3]))
+        record = self._outcome_record(call, outcome, ran[2], ran[3])
+        self._record(record)
         self._deliver(call.ticket, outcome)
         self._notify(timeline, COMMIT)
         if self._on_outcome is not None:
-            self._tell_outcome(timeline, outcome, ran[2])
+            self._tell_outcome(timeline, record, outcome)
 
     def _record(self, record: Any) -> None:
         """Add one audit record to the run's list and the session log (any thread)."""
@@ -882,17 +885,17 @@ class Scheduler:
         except BaseException:  # even KeyboardInterrupt: raised by the observer's own code, not a signal
             log.warning("scheduler observer raised; ignoring it", exc_info=True)
 
-    def _tell_start(self, call: Call, event_id: str) -> None:
+    def _tell_start(self, call: Call, event: ToolCallEvent) -> None:
         assert self._on_start is not None
         try:
-            self._on_start(call.timeline.record(), event_id, call.args, call.tool)
+            self._on_start(call.timeline.record(), event, call.args, call.tool)
         except Exception:
             log.warning("scheduler start hook raised; ignoring it", exc_info=True)
 
-    def _tell_outcome(self, timeline: Timeline, outcome: Outcome, kind: Optional[str]) -> None:
+    def _tell_outcome(self, timeline: Timeline, event: ToolOutcomeEvent, outcome: Outcome) -> None:
         assert self._on_outcome is not None
         try:
-            self._on_outcome(timeline.record(), outcome, kind)
+            self._on_outcome(timeline.record(), event, outcome)
         except Exception:
             log.warning("scheduler outcome hook raised; ignoring it", exc_info=True)
 
