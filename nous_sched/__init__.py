@@ -27,6 +27,7 @@ from .events import (
     ToolRefusedEvent,
 )
 from .gate.approval_desk import ApprovalDesk
+from .gate.approval_seam import ApprovalStoreSeam
 from .gate.dispatch import ApprovalRequest, CallInfo, RunContext, current_call, direct_dispatch
 from .gate.policy import PermissionPolicy
 from .integrations import from_langchain, from_llamaindex, from_openai_agents, from_pydantic_ai
@@ -65,6 +66,7 @@ __all__ = [
     "ApprovalRequest",
     "ApprovalDesk",
     "ApprovalStore",
+    "ApprovalStoreSeam",
     "call_tool",
     "CallInfo",
     "CallUsage",

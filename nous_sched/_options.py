@@ -19,7 +19,6 @@ __all__ = [
     "OPTIONAL_POLICY",
     "OPTIONAL_SESSION_LOG",
     "CANCEL",
-    "ApprovalStoreBase",
 ]
 
 LIMITS = v.instance_of(Limits, "a nous_sched.Limits")
@@ -28,13 +27,3 @@ OPTIONAL_POLICY = v.optional(v.instance_of(PermissionPolicy, "a nous_sched.Permi
 OPTIONAL_SESSION_LOG = v.optional(v.instance_of(SessionLog, "a nous_sched.SessionLog"))
 #: ``cancel=``: anything with ``is_set()`` (a ``threading.Event``; see :class:`nous_sched.runtime.Cancel`).
 CANCEL = v.optional(v.Check("a threading.Event", lambda e: callable(getattr(e, "is_set", None))))
-
-
-class ApprovalStoreBase:
-    """What ``approval_store=`` takes: the base of :class:`~nous_sched.durable.approval_store.ApprovalStore`.
-
-    Here, below the stores, so that :class:`~nous_sched.RunOptions` checks the
-    option without importing :mod:`nous_sched.durable` (which runs on those options).
-    """
-
-    __slots__ = ()

@@ -87,7 +87,7 @@ except ImportError as exc:  # pragma: no cover - tested by hiding the package
 
 from . import _validators as v
 from ._run.entry import run as run_with
-from ._run.options import RunOptions, build
+from ._run.options import GIVEN_NOT, RunOptions, build, given
 from ._text import machine_text
 from ._validators import require
 from .events import COMMIT, START
@@ -388,15 +388,18 @@ def traced_run_code(
     tools: Iterable[Tool] = (),
     *,
     tracer: Optional[trace.Tracer] = None,
-    call_id: Optional[str] = None,
-    observer: Optional[Callable[[CallRecord, str], Any]] = None,
-    dispatch: Dispatch = direct_dispatch,
+    call_id: Optional[str] = GIVEN_NOT,
+    observer: Optional[Callable[[CallRecord, str], Any]] = GIVEN_NOT,
+    dispatch: Dispatch = GIVEN_NOT,
     tool_context: bool = True,
+    options: Optional[RunOptions] = None,
     **run_options: Any,
 ) -> RunResult:
     """:func:`~nous_sched.run_code` inside a ``nous_sched.run_code`` span, sub-calls as child spans.
 
-    Takes every :func:`~nous_sched.run_code` option. ``tracer`` defaults to the
+    Takes every :func:`~nous_sched.run_code` option, as keywords or as one
+    :class:`~nous_sched.RunOptions` (``options=``; an option given both ways
+    is a :class:`~nous_sched.ConfigError` naming it). ``tracer`` defaults to the
     global provider's; ``call_id`` to a fresh ``"run_code-…"`` (it is the
     span's ``nous_sched.call_id``). Your ``observer`` is called after the
     span bookkeeping, your ``dispatch`` inside it (``tool_context=False``
@@ -408,9 +411,10 @@ def traced_run_code(
     makes the same spans with the global tracer; this is for another tracer,
     or ``tool_context=False``.
     """
-    options = _traced_options(tracer, call_id, observer, dispatch, tool_context, run_options)
+    own = given({"call_id": call_id, "observer": observer, "dispatch": dispatch})
+    made = _traced_options(tracer, tool_context, {**run_options, **own, "options": options})
     go = lambda traced: run_with(code, tools, traced)  # noqa: E731
-    return _traced_run(_tracer(tracer), options, go, tool_context=tool_context)
+    return _traced_run(_tracer(tracer), made, go, tool_context=tool_context)
 
 
 def _traced_run(
@@ -483,11 +487,8 @@ class _Auto:
 AUTO = _Auto()
 
 
-def _traced_options(
-    tracer: Any, call_id: Any, observer: Any, dispatch: Any, tool_context: Any, run_options: dict[str, Any]
-) -> RunOptions:
+def _traced_options(tracer: Any, tool_context: Any, run_options: dict[str, Any]) -> RunOptions:
     # Every option, before the run span starts: a bad one is no span and no run.
     require("traced_run_code", "tracer", tracer, _TRACER)
     require("traced_run_code", "tool_context", tool_context, v.BOOL)
-    options = {**run_options, "call_id": call_id, "observer": observer, "dispatch": dispatch}
-    return build("traced_run_code", options)
+    return build("traced_run_code", run_options)

@@ -127,3 +127,23 @@ def test_a_nested_run_with_a_free_thread_on_the_same_executor_runs():
     finally:
         shared.shutdown(wait=True)
     assert result.result == "inner ran"
+
+
+def test_the_thread_pool_executors_fields_are_where_the_saturation_check_reads_them():
+    # CPython keeps them private; if a release moves them, thread_pool_view says None
+    # ("cannot tell") and a nested run on a saturated executor waits until its deadline again.
+    from nous_sched._run.runner import thread_pool_view
+
+    pool = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="nous-sched-test-view")
+    try:
+        worker = pool.submit(threading.current_thread).result(timeout=WAIT)
+        view = thread_pool_view(pool)
+        assert view is not None, "ThreadPoolExecutor's private fields moved: see thread_pool_view"
+        assert view.threads == {worker}
+        assert worker.name.startswith(view.prefix + "_") and view.prefix == "nous-sched-test-view"
+        assert view.max_workers == 2
+        assert isinstance(view.idle, threading.Semaphore)
+    finally:
+        pool.shutdown(wait=True)
+    assert thread_pool_view(object()) is None
+    assert thread_pool_view(None) is None

@@ -9,6 +9,7 @@ listed here with why. So a read across packages fails here even with a noqa.
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -78,3 +79,81 @@ def test_a_read_across_packages_is_caught_even_with_a_noqa() -> None:
     files = _package_files(os.path.join(LIBRARY, "runtime", "pool.py"))
     assert not _defines(files, "_records_lock")
     assert _defines(_package_files(os.path.join(LIBRARY, "scheduler", "_calls.py")), "_records_lock")
+
+
+# -- private names imported across packages (``from ..pkg._m import _Name``) -----------------------
+# SLF001 sees attribute reads, not imports: a private name imported from another package
+# is the same read, and is found here. Importing a private *module* (``_validators``) is
+# the house's way to share within the library; importing a private name out of one is not.
+
+
+def _own_package(dotted: str, is_package: bool) -> str:
+    """The top package under nous_sched a module belongs to (itself, for a top-level module)."""
+    parts = dotted.split(".")
+    return ".".join(parts[:2]) if (len(parts) > 2 or is_package) else dotted
+
+
+def private_names_imported_across_packages(root: str = LIBRARY, package: str = "nous_sched") -> list[str]:
+    found = []
+    base = os.path.dirname(root)
+    for folder, _, names in os.walk(root):
+        for file in sorted(n for n in names if n.endswith(".py")):
+            path = os.path.join(folder, file)
+            rel = os.path.relpath(path, base)[:-3].split(os.sep)
+            is_package = rel[-1] == "__init__"
+            dotted = ".".join(rel[:-1] if is_package else rel)
+            here = dotted if is_package else dotted.rpartition(".")[0]
+            tree = ast.parse(open(path, encoding="utf-8").read())
+            for node in ast.walk(tree):
+                if not isinstance(node, ast.ImportFrom):
+                    continue
+                if node.level:
+                    up = here.split(".")[: len(here.split(".")) - node.level + 1]
+                    target = ".".join(up + ([node.module] if node.module else []))
+                else:
+                    target = node.module or ""
+                if not target.startswith(package):
+                    continue
+                target_path = os.path.join(base, *target.split("."))
+                for alias in node.names:
+                    name = alias.name
+                    if not name.startswith("_") or name.startswith("__"):
+                        continue
+                    sub = os.path.join(target_path, name)
+                    if os.path.isdir(sub) or os.path.exists(sub + ".py"):
+                        continue  # a private module: shared by import, as the house does
+                    is_target_package = os.path.isdir(target_path)
+                    if _own_package(target, is_target_package) != _own_package(dotted, is_package):
+                        found.append(f"{dotted} imports {target}.{name}")
+    return found
+
+
+#: Found when this check came (issue 35's seams, options2), each still to get a public name in
+#: its package: none may be added. (The scheduler's import of the throttle's hold, the first found,
+#: is gone: ``nous_sched.throttle.Hold``.)
+KNOWN_PRIVATE_IMPORTS = {
+    "nous_sched.integrations._code_mode imports nous_sched.tooling._function_tool._always_safe",
+    "nous_sched.integrations._common imports nous_sched.tooling._function_tool._always_safe",
+    "nous_sched.integrations._common imports nous_sched.tooling._function_tool._no_return_type",
+    "nous_sched.integrations._common imports nous_sched.tooling._function_tool._stdlib_schema",
+    "nous_sched.integrations.pydantic_ai imports nous_sched.tooling._function_tool._always_safe",
+    "nous_sched.mcp.spec imports nous_sched.tooling._tool._throttles",
+}
+
+
+def test_no_module_imports_a_private_name_from_another_package() -> None:
+    found = private_names_imported_across_packages()
+    assert [f for f in found if f not in KNOWN_PRIVATE_IMPORTS] == []
+    assert set(found) == KNOWN_PRIVATE_IMPORTS, "one of the known is gone: take it off the list"
+
+
+def test_a_private_name_imported_across_packages_is_caught(tmp_path) -> None:
+    lib = tmp_path / "nous_sched"
+    for folder in ("a", "b"):
+        (lib / folder).mkdir(parents=True)
+        (lib / folder / "__init__.py").write_text("")
+    (lib / "__init__.py").write_text("")
+    (lib / "a" / "_m.py").write_text("class _Name: pass\nclass Name: pass\n")
+    (lib / "a" / "_friend.py").write_text("from ._m import _Name\n")
+    (lib / "b" / "user.py").write_text("from ..a._m import _Name, Name\nfrom ..a import _m\n")
+    assert private_names_imported_across_packages(str(lib)) == ["nous_sched.b.user imports nous_sched.a._m._Name"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import json
 import re
 import threading
 
@@ -297,3 +298,119 @@ def test_an_unknown_keyword_is_the_type_error_run_code_raises_at_every_door_that
     ):
         with pytest.raises(TypeError, match="no_such_option"):
             call()
+
+
+def test_the_approval_store_field_is_typed_with_the_public_seam_the_stores_implement(tmp_path):
+    import nous_sched
+    from nous_sched import ApprovalStore, ApprovalStoreSeam
+    from nous_sched._run import options as options_module
+
+    assert "ApprovalStoreSeam" in nous_sched.__all__
+    assert attrs.fields(RunOptions).approval_store.type == "Optional[ApprovalStoreSeam]"
+    assert options_module.ApprovalStoreSeam is ApprovalStoreSeam
+    store = SqliteApprovalStore(str(tmp_path / "a.db"))
+    assert isinstance(store, ApprovalStore) and isinstance(store, ApprovalStoreSeam)
+    assert RunOptions(approval_store=store).approval_store is store
+
+    class Partial(ApprovalStoreSeam):  # a store that leaves a method out cannot be made
+        def save(self, record):
+            return "t", 0.0
+
+    with pytest.raises(TypeError, match="abstract"):
+        Partial()
+    owner, option, _ = refusal(lambda: RunOptions(approval_store=object()))
+    assert (owner, option) == ("RunOptions", "approval_store")
+
+
+# -- options= at the doors that also take their own keywords -----------------------------------
+
+
+def test_the_run_code_tool_and_visible_tools_take_options_and_hand_the_runtime_the_same():
+    rt = Recording()
+    options = RunOptions(**given(rt))
+    tool = run_code_tool([], options=options)
+    (offered,) = visible_tools("code", [], options=options)
+    for door in (tool, offered):
+        door.function({"code": "return 1", "description": "test"})
+    assert rt.seen == [expected()] * 2
+
+
+@pytest.mark.parametrize("door", ["run_code_tool", "visible_tools"])
+def test_an_option_given_both_to_a_tool_door_is_refused_naming_it(door):
+    options = RunOptions(**given(QuickJSRuntime()))
+    make = (
+        (lambda **k: run_code_tool([], **k))
+        if door == "run_code_tool"
+        else (lambda **k: visible_tools("both", [], **k))
+    )
+    # run_code's options, and the door's own option keywords, even at their default.
+    for name, value in [("timeout", 5), ("max_parallel", 3), ("runtime", QuickJSRuntime()), ("policy", None)]:
+        assert refusal(lambda: make(options=options, **{name: value}))[:2] == (door, name)
+    assert refusal(lambda: make(options=options, output_budget=20_000))[:2] == (door, "output_budget")
+    assert refusal(lambda: make(options={"timeout": 5}))[:2] == (door, "options")
+
+
+def test_a_tool_doors_output_budget_is_its_default_with_keywords_and_the_options_with_options():
+    from nous_sched.result.budget import DEFAULT_OUTPUT_BUDGET
+
+    def answer(tool):
+        value = tool.function({"code": "return 'x'.repeat(30000)", "description": "test"})
+        return len(json.dumps(value, separators=(",", ":")).encode())
+
+    rt = QuickJSRuntime()
+    assert answer(run_code_tool([], runtime=rt)) <= DEFAULT_OUTPUT_BUDGET  # the tool's own default
+    assert answer(run_code_tool([], options=RunOptions(runtime=rt))) > 30_000  # RunOptions' default: None
+    assert answer(run_code_tool([], options=RunOptions(runtime=rt, output_budget=1_000))) <= 1_000
+
+
+def test_traced_run_code_takes_options_and_hands_the_runtime_the_same():
+    pytest.importorskip("opentelemetry.sdk")
+    from opentelemetry.sdk.trace import TracerProvider
+
+    from nous_sched import otel
+
+    rt = Recording()
+    tracer = TracerProvider().get_tracer("test_run_options")
+    options = RunOptions(description="test", **given(rt))
+    assert otel.traced_run_code("return 1", tracer=tracer, options=options).result == 1
+    assert rt.seen == [expected()]
+    for name, value in [("call_id", "door"), ("observer", None), ("timeout", 5)]:
+        assert refusal(lambda: otel.traced_run_code("return 1", options=options, **{name: value}))[:2] == (
+            "traced_run_code",
+            name,
+        )
+
+
+def test_serve_mcp_takes_options_and_hands_the_runtime_the_same():
+    pytest.importorskip("mcp")
+    import anyio
+    from mcp import Client
+
+    from nous_sched.mcp import CodeModeServer
+
+    rt = Recording()
+    options = RunOptions(policy=PermissionPolicy(), runtime=rt, limits=LIMITS, deps=DEPS, max_parallel=3)
+    server = CodeModeServer([], options=options)
+
+    async def go():
+        with anyio.fail_after(WAIT):
+            async with Client(server.server) as client:
+                return await client.call_tool("run_code", {"code": "return 1", "description": "test"})
+
+    result = anyio.run(go)
+    assert result.structured_content == {"logs": [], "result": 1}
+    ((limits, deps, description, call_id, max_parallel),) = rt.seen
+    assert (limits, deps, description, max_parallel) == (LIMITS, DEPS, "test", 3)
+    assert call_id.startswith("mcp-run-"), "the server names each run"
+
+
+def test_serve_mcp_refuses_an_option_given_both_ways_or_one_it_sets_per_run():
+    pytest.importorskip("mcp")
+    from nous_sched.mcp import CodeModeServer
+
+    options = RunOptions(runtime=QuickJSRuntime())
+    for name, value in [("policy", None), ("timeout", 5), ("runtime", QuickJSRuntime())]:
+        assert refusal(lambda: CodeModeServer([], options=options, **{name: value}))[:2] == ("CodeModeServer", name)
+    for name, value in [("call_id", "mine"), ("description", "mine"), ("cancel", threading.Event())]:
+        with pytest.raises(ConfigError, match=f"CodeModeServer: `{name}` is set per run by the server"):
+            CodeModeServer([], options=options.evolve(**{name: value}))

@@ -746,10 +746,10 @@ def test_hold_counts_work_outside_a_run_against_the_same_limit():
 
 
 def test_a_hold_cancelled_before_it_asks_never_queues():
-    from nous_sched.throttle._throttle import STOPPED, _Hold
+    from nous_sched.throttle import STOPPED, Hold
 
     db = Throttle("db", max_running=1)
-    hold = _Hold((db,))
+    hold = Hold((db,))
     hold.cancel()
     assert hold.wait(None) == STOPPED.format(names="'db'")
     assert (db.running, db.waiting) == (0, 0)

@@ -190,3 +190,18 @@ def test_observed_shapes_belong_to_their_run():
         in run_code('await tools.search({}); return await sdk.describe("search")', tools, description="test").result
     )
     assert "look like" not in run_code('return await sdk.describe("search")', tools, description="test").result
+
+
+@pytest.mark.parametrize("durable", [False, True], ids=["plain", "durable"])
+def test_a_refused_call_has_no_seq_and_a_call_that_ran_has_its_tickets(durable, tmp_path):
+    # The host reads tool and seq of every pending call it handed out (a Ticket, or a refusal
+    # settled at once, whose seq is None). A durable run's host passes on only the calls the
+    # inner host started (a refusal is settled by the durable host itself: not in its ledger).
+    from nous_sched import SqliteApprovalStore
+
+    store = SqliteApprovalStore(str(tmp_path / "a.db")) if durable else None
+    program = "await tools.ok({}); try { await tools.nope({}) } catch (e) {} await tools.ok({}); return 1"
+    result = run_code(program, [Tool("ok", lambda a: 1)], description="test", approval_store=store)
+    assert result.result == 1, result
+    refused = [] if durable else [(None, "nope", False)]
+    assert [(c.seq, c.tool, c.ok) for c in result.usage.calls] == [(0, "ok", True), *refused, (1, "ok", True)]

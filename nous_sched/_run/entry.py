@@ -26,20 +26,10 @@ from ..result import RunResult
 from ..result.records import CallRecord
 from ..runtime import Cancel, CodeRuntime
 from ..tooling import Tool
-from .options import FIELDS, RunOptions, build
+from .options import FIELDS, GIVEN_NOT, RunOptions, build
 from .runner import execute, prepare
 
 __all__ = ["run_code"]
-
-
-class _NotGiven:
-    """The default of each of :func:`run_code`'s option keywords: the caller did not give it."""
-
-    def __repr__(self) -> str:
-        return "<RunOptions default>"
-
-
-_GIVEN_NOT: Any = _NotGiven()
 
 
 def run_code(
@@ -47,22 +37,22 @@ def run_code(
     tools: Iterable[Tool] = (),
     *,
     options: Optional[RunOptions] = None,
-    description: Optional[str] = _GIVEN_NOT,
-    policy: Optional[PermissionPolicy] = _GIVEN_NOT,
-    approval_handler: Optional[Callable[[ApprovalRequest], Any]] = _GIVEN_NOT,
-    deps: Any = _GIVEN_NOT,
-    runtime: Optional[CodeRuntime] = _GIVEN_NOT,
-    timeout: float = _GIVEN_NOT,
-    limits: Optional[Limits] = _GIVEN_NOT,
-    max_parallel: int = _GIVEN_NOT,
-    executor: Optional[concurrent.futures.Executor] = _GIVEN_NOT,
-    call_id: Optional[str] = _GIVEN_NOT,
-    dispatch: Dispatch = _GIVEN_NOT,
-    session_log: Optional[SessionLog] = _GIVEN_NOT,
-    observer: Optional[Callable[[CallRecord, str], Any]] = _GIVEN_NOT,
-    cancel: Optional[Cancel] = _GIVEN_NOT,
-    output_budget: Optional[int] = _GIVEN_NOT,
-    approval_store: Optional[ApprovalStore] = _GIVEN_NOT,
+    description: Optional[str] = GIVEN_NOT,
+    policy: Optional[PermissionPolicy] = GIVEN_NOT,
+    approval_handler: Optional[Callable[[ApprovalRequest], Any]] = GIVEN_NOT,
+    deps: Any = GIVEN_NOT,
+    runtime: Optional[CodeRuntime] = GIVEN_NOT,
+    timeout: float = GIVEN_NOT,
+    limits: Optional[Limits] = GIVEN_NOT,
+    max_parallel: int = GIVEN_NOT,
+    executor: Optional[concurrent.futures.Executor] = GIVEN_NOT,
+    call_id: Optional[str] = GIVEN_NOT,
+    dispatch: Dispatch = GIVEN_NOT,
+    session_log: Optional[SessionLog] = GIVEN_NOT,
+    observer: Optional[Callable[[CallRecord, str], Any]] = GIVEN_NOT,
+    cancel: Optional[Cancel] = GIVEN_NOT,
+    output_budget: Optional[int] = GIVEN_NOT,
+    approval_store: Optional[ApprovalStore] = GIVEN_NOT,
 ) -> RunResult:
     """Run ``code`` with ``tools`` bound as ``tools[name](args)`` and return what it produced.
 
@@ -131,7 +121,7 @@ def run_code(
     :raises ConfigError: a bad option, named in the message, before anything starts.
     """
     given = locals()  # (first: only the parameters) each by name, to tell the given ones from the sentinel
-    keywords = {name: given[name] for name in FIELDS if given[name] is not _GIVEN_NOT}
+    keywords = {name: given[name] for name in FIELDS if given[name] is not GIVEN_NOT}
     if options is not None:
         keywords["options"] = options
     return run(code, tools, build("run_code", keywords))

@@ -21,9 +21,10 @@ from typing import Any, Callable, Optional
 import attrs
 
 from .. import _validators as v
-from .._options import CANCEL, OPTIONAL_LIMITS, OPTIONAL_POLICY, OPTIONAL_SESSION_LOG, ApprovalStoreBase
+from .._options import CANCEL, OPTIONAL_LIMITS, OPTIONAL_POLICY, OPTIONAL_SESSION_LOG
 from ..errors import RunCodeError
 from ..events import SessionLog
+from ..gate.approval_seam import ApprovalStoreSeam
 from ..gate.dispatch import ApprovalRequest, Dispatch, direct_dispatch
 from ..gate.policy import PermissionPolicy
 from ..limits import Limits
@@ -31,13 +32,23 @@ from ..result.budget import MIN_OUTPUT_BUDGET
 from ..result.records import CallRecord
 from ..runtime import Cancel, CodeRuntime
 
-__all__ = ["RunOptions", "build", "keywords", "check_runtime", "FIELDS", "OUTPUT_BUDGET"]
+__all__ = [
+    "RunOptions",
+    "build",
+    "keywords",
+    "check_runtime",
+    "FIELDS",
+    "OUTPUT_BUDGET",
+    "NotGiven",
+    "GIVEN_NOT",
+    "given",
+]
 
 #: ``output_budget=``: ``None`` (no budget) or bytes of UTF-8, at least :data:`~nous_sched.result.budget.MIN_OUTPUT_BUDGET`.
 OUTPUT_BUDGET = v.optional(v.int_at_least(MIN_OUTPUT_BUDGET, f"a number of bytes, at least {MIN_OUTPUT_BUDGET}"))
-# (The stores sit in durable/, above this module: they are known here by their base.)
+# (The stores sit in durable/, above this module: they are known here by the seam they implement.)
 _STORE = v.optional(
-    v.instance_of(ApprovalStoreBase, "a nous_sched approval store (SqliteApprovalStore, RedisApprovalStore)")
+    v.instance_of(ApprovalStoreSeam, "a nous_sched approval store (SqliteApprovalStore, RedisApprovalStore)")
 )
 
 # The default is one: its signature is not read again for every run (most of the checks' time).
@@ -133,7 +144,7 @@ class RunOptions:
     observer: Optional[Callable[[CallRecord, str], Any]] = _field(None, v.OPTIONAL_CALLABLE)
     cancel: Optional[Cancel] = _field(None, CANCEL)
     output_budget: Optional[int] = _field(None, OUTPUT_BUDGET)
-    approval_store: Optional[ApprovalStoreBase] = _field(None, _STORE)
+    approval_store: Optional[ApprovalStoreSeam] = _field(None, _STORE)
 
     @property
     def run_limits(self) -> Limits:
@@ -149,6 +160,29 @@ class RunOptions:
             if name not in FIELDS:
                 v.unknown("RunOptions.evolve", name, FIELDS, "RunOptions")
         return attrs.evolve(self, **changes)
+
+
+class NotGiven:
+    """The default of a door's option keyword: the caller did not give it, so
+    an option given also in ``options=`` is told apart from one left alone
+    (even at its default value). ``shown`` is what a signature shows for it."""
+
+    __slots__ = ("shown",)
+
+    def __init__(self, shown: str = "<RunOptions default>") -> None:
+        self.shown = shown
+
+    def __repr__(self) -> str:
+        return self.shown
+
+
+#: The default of each of ``run_code``'s option keywords.
+GIVEN_NOT: Any = NotGiven()
+
+
+def given(keywords: Mapping[str, Any]) -> dict[str, Any]:
+    """``keywords`` without those a caller did not give (a :class:`NotGiven` default)."""
+    return {name: value for name, value in keywords.items() if not isinstance(value, NotGiven)}
 
 
 #: The name of every field of :class:`RunOptions`, in order.

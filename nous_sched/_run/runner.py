@@ -414,28 +414,59 @@ _SATURATED = (
 )
 
 
+@attrs.frozen
+class ThreadPoolView:
+    """What :func:`thread_pool_view` reads of a ``ThreadPoolExecutor``."""
+
+    threads: frozenset[threading.Thread]  # its threads (a new one may be running before it is added)
+    prefix: str  # its threads' names are "<prefix>_<k>"
+    max_workers: int
+    idle: threading.Semaphore  # one token per idle thread
+
+
+def thread_pool_view(executor: Any) -> Optional[ThreadPoolView]:
+    """``executor``'s threads, as a ``concurrent.futures.ThreadPoolExecutor`` keeps
+    them; ``None`` for any other executor, or when they are not where CPython
+    keeps them (3.8 to 3.13: ``_threads``, ``_thread_name_prefix``,
+    ``_max_workers``, ``_idle_semaphore``).
+
+    The executor has no public way to say whether a thread of its own is
+    idle, and a nested run on a saturated executor would wait for a thread
+    until its deadline: so its private fields are read, here only (a test
+    fails if CPython moves them; then this says ``None``, "cannot tell").
+    """
+    threads = getattr(executor, "_threads", None)
+    prefix = getattr(executor, "_thread_name_prefix", None)
+    max_workers = getattr(executor, "_max_workers", None)
+    idle = getattr(executor, "_idle_semaphore", None)
+    if not (
+        isinstance(threads, (set, frozenset))
+        and isinstance(prefix, str)
+        and isinstance(max_workers, int)
+        and isinstance(idle, threading.Semaphore)
+    ):
+        return None
+    return ThreadPoolView(frozenset(threads), prefix, max_workers, idle)
+
+
 def _saturated_by_caller(executor: Any) -> bool:
     """True when this thread is one of ``executor``'s own (a ``ThreadPoolExecutor``)
     and no other of its threads is idle or may still be started.
 
     Other executors cannot be asked; for them this is always False.
     """
-    threads = getattr(executor, "_threads", None)
-    if not isinstance(threads, (set, frozenset)):
+    pool = thread_pool_view(executor)
+    if pool is None:
         return False
     current = threading.current_thread()
     # A new thread may run its first task before the executor has added it to
     # _threads: its name, "<prefix>_<k>", says whose it is.
-    prefix = getattr(executor, "_thread_name_prefix", None)
-    if current not in threads and not (isinstance(prefix, str) and current.name.startswith(prefix + "_")):
+    if current not in pool.threads and not current.name.startswith(pool.prefix + "_"):
         return False
-    if len(threads | {current}) < getattr(executor, "_max_workers", 0):
+    if len(pool.threads | {current}) < pool.max_workers:
         return False  # the executor will start another thread
-    idle = getattr(executor, "_idle_semaphore", None)
-    if idle is None:
-        return False
-    if idle.acquire(blocking=False):  # an idle thread: give its token back
-        idle.release()
+    if pool.idle.acquire(blocking=False):  # an idle thread: give its token back
+        pool.idle.release()
         return False
     return True
 
@@ -445,9 +476,15 @@ def _saturated_by_caller(executor: Any) -> bool:
 
 class _Settled(PendingCall):
     """An outcome known at once: a refusal by the gate (``tool`` names it) or
-    the answer to an ``sdk`` question (``tool`` is ``None``)."""
+    the answer to an ``sdk`` question (``tool`` is ``None``).
+
+    Like the scheduler's :class:`~nous_sched.Ticket` (what :meth:`_Host.submit`
+    returns for a call that runs), it has ``tool`` and ``seq`` (``None``: never
+    submitted), so the host reads both of every pending call it handed out.
+    """
 
     __slots__ = ("outcome", "tool")
+    seq: Optional[int] = None
 
     def __init__(self, outcome: Outcome, tool: Optional[str] = None) -> None:
         self.outcome = outcome
@@ -522,7 +559,7 @@ class _Host(Host):
         tool = pending.tool
         if tool is None:  # an sdk question: not a sub-call
             return
-        seq = getattr(pending, "seq", None)
+        seq = pending.seq  # a Ticket's or a _Settled's: every pending call this host hands out has one
         self.ledger.append((seq, tool, len(payload), outcome.ok))
         if outcome.ok and type(pending) is not _Settled:
             self.discovery.observe(tool, outcome.value)

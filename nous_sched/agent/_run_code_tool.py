@@ -19,7 +19,7 @@ import attrs
 from .. import _validators as v
 from .. import sdk
 from .._run.entry import run as run_with
-from .._run.options import FIELDS, RunOptions, build
+from .._run.options import FIELDS, GIVEN_NOT, NotGiven, RunOptions, build, given
 from .._run.runner import NO_CODE, runtime_of
 from .._validators import require
 from ..errors import RunCodeError
@@ -71,30 +71,40 @@ class WithContextUpdate:
     update: ContextUpdate
 
 
-def _run_options(
-    owner: str,
-    policy: Optional[PermissionPolicy],
-    runtime: Optional[CodeRuntime],
-    output_budget: Optional[int],
-    run_options: Mapping[str, Any],
-) -> RunOptions:
+#: ``output_budget``'s default when ``options=`` is not given (shown in the signature).
+_OUTPUT_BUDGET_NOT_GIVEN: Any = NotGiven(repr(DEFAULT_OUTPUT_BUDGET))
+#: The tool's own option keywords' defaults when ``options=`` is not given.
+_OWN_DEFAULTS: Mapping[str, Any] = {"policy": None, "runtime": None, "output_budget": DEFAULT_OUTPUT_BUDGET}
+
+
+def _run_options(owner: str, own: Mapping[str, Any], run_options: Mapping[str, Any]) -> RunOptions:
     """The :class:`~nous_sched.RunOptions` of every run the tool starts, each
-    checked now: :class:`ConfigError` for an option :func:`~nous_sched.run_code`
-    does not take here (naming the closest one it does) or a value it would refuse."""
-    if "options" in run_options:  # its own keywords are the tool's options
-        v.unknown(owner, "options", _RUN_OPTIONS, "run_code")
-    given = {**run_options, "policy": policy, "runtime": runtime, "output_budget": output_budget}
-    return build(owner, given, accepted=(*_RUN_OPTIONS, *_NOT_RUN_OPTIONS - {"description"}))
+    checked now: the caller's ``options=`` as they are, or made from the
+    keywords (``own``: the tool's own option keywords, a :class:`NotGiven`
+    default when left alone, which takes the tool's default unless ``options=``
+    is given). :class:`ConfigError` for an option :func:`~nous_sched.run_code`
+    does not take here (naming the closest one it does), a value it would
+    refuse, or an option given both in ``options=`` and as a keyword."""
+    if run_options.get("options") is None:
+        keywords = {
+            **{name: value for name, value in run_options.items() if name != "options"},
+            **_OWN_DEFAULTS,
+            **given(own),
+        }
+    else:
+        keywords = {**run_options, **given(own)}
+    return build(owner, keywords, accepted=(*_RUN_OPTIONS, *_NOT_RUN_OPTIONS - {"description"}))
 
 
 def run_code_tool(
     tools: Iterable[Tool],
     *,
-    policy: Optional[PermissionPolicy] = None,
-    runtime: Optional[CodeRuntime] = None,
+    policy: Optional[PermissionPolicy] = GIVEN_NOT,
+    runtime: Optional[CodeRuntime] = GIVEN_NOT,
     budget: Optional[int] = sdk.DEFAULT_BUDGET,
-    output_budget: Optional[int] = DEFAULT_OUTPUT_BUDGET,
+    output_budget: Optional[int] = _OUTPUT_BUDGET_NOT_GIVEN,
     ranking: Optional[Sequence[str]] = None,
+    options: Optional[RunOptions] = None,
     **run_options: Any,
 ) -> Tool:
     """The ``run_code`` :class:`~nous_sched.Tool` for an agent loop.
@@ -105,7 +115,10 @@ def run_code_tool(
     ``{"logs", "result"}`` or ``{"logs", "error": {kind, message}}``, wrapped
     in :class:`WithContextUpdate` when sub-calls were made; it raises
     :class:`RunCodeError` when nothing ran. ``run_options`` go to
-    :func:`run_code` on every call.
+    :func:`run_code` on every call; or give them all, ``policy``, ``runtime``
+    and ``output_budget`` too, as one :class:`~nous_sched.RunOptions`
+    (``options=``, its fields as they are: its ``output_budget`` default is
+    ``None``, no limit), each run's ``description`` the model's.
 
     ``budget`` (characters, default :data:`nous_sched.sdk.DEFAULT_BUDGET`,
     32,000; at least :data:`nous_sched.sdk.MIN_BUDGET`, 1,500; ``None`` for
@@ -124,14 +137,16 @@ def run_code_tool(
     error together, as JSON text) is at most that long, cut structurally and
     saying in place what it left out (:mod:`nous_sched.result.budget`).
 
-    :raises ConfigError: a bad option, or one :func:`run_code` does not take,
-        named in the message, here rather than on the model's first call.
+    :raises ConfigError: a bad option, one :func:`run_code` does not take, or
+        one given both in ``options`` and as a keyword, named in the message,
+        here rather than on the model's first call.
     """
     require("run_code_tool", "budget", budget, sdk.BUDGET_RULE)
     require("run_code_tool", "ranking", ranking, sdk.RANKING_RULE)
     require("run_code_tool", "tools", tools, v.TOOLS)
-    options = _run_options("run_code_tool", policy, runtime, output_budget, run_options)
-    return _tool(list(tools), options, budget, ranking)
+    own = {"policy": policy, "runtime": runtime, "output_budget": output_budget}
+    made = _run_options("run_code_tool", own, {**run_options, "options": options})
+    return _tool(list(tools), made, budget, ranking)
 
 
 def _tool(tools: list[Tool], options: RunOptions, budget: Optional[int], ranking: Optional[Sequence[str]]) -> Tool:
@@ -207,11 +222,12 @@ def visible_tools(
     mode: str,
     tools: Iterable[Tool],
     *,
-    policy: Optional[PermissionPolicy] = None,
-    runtime: Optional[CodeRuntime] = None,
+    policy: Optional[PermissionPolicy] = GIVEN_NOT,
+    runtime: Optional[CodeRuntime] = GIVEN_NOT,
     budget: Optional[int] = sdk.DEFAULT_BUDGET,
-    output_budget: Optional[int] = DEFAULT_OUTPUT_BUDGET,
+    output_budget: Optional[int] = _OUTPUT_BUDGET_NOT_GIVEN,
     ranking: Optional[Sequence[str]] = None,
+    options: Optional[RunOptions] = None,
     **run_options: Any,
 ) -> list[Tool]:
     """The tools a model should be offered in ``mode``.
@@ -221,22 +237,26 @@ def visible_tools(
     when no runtime is available (so ``"code"`` is the only mode that can fail
     for want of one). ``run_code`` is added after the policy filter: a
     deny-all policy still leaves it reachable, and every call it makes is
-    filtered again. ``budget``, ``output_budget``, ``ranking`` and ``run_options`` are
-    :func:`run_code_tool`'s, checked in every mode.
+    filtered again. ``budget``, ``output_budget``, ``ranking``, ``options`` and
+    ``run_options`` are :func:`run_code_tool`'s, checked in every mode.
     """
     require("visible_tools", "mode", mode, _MODE)
     require("visible_tools", "tools", tools, v.TOOLS)
     require("visible_tools", "budget", budget, sdk.BUDGET_RULE)
     require("visible_tools", "ranking", ranking, sdk.RANKING_RULE)
-    # The runtime apart: "native" needs none, and "both" does without a bad or missing one.
-    options = _run_options("visible_tools", policy, None, output_budget, run_options)
+    # The runtime apart: "native" needs none, and "both" does without a bad or missing one
+    # (given with options=, it goes in to be refused as given both ways).
+    own: dict[str, Any] = {"policy": policy, "output_budget": output_budget}
+    if options is not None:
+        own["runtime"] = runtime
+    made = _run_options("visible_tools", own, {**run_options, "options": options})
     tools = list(tools)
-    granted = list(partition(tools, policy, "visible_tools")[0].values())
+    granted = list(partition(tools, made.policy, "visible_tools")[0].values())
     if mode == "native":
         return granted
     try:
         code_tool = _tool(
-            tools, options if runtime is None else attrs.evolve(options, runtime=runtime), budget, ranking
+            tools, made if isinstance(runtime, NotGiven) else attrs.evolve(made, runtime=runtime), budget, ranking
         )
     except RunCodeError:  # no runtime
         if mode == "code":

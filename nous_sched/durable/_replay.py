@@ -360,9 +360,10 @@ class _DurableHost(Host):
     def on_settled(self, pending: Any, outcome: Any, payload: str) -> None:
         """The runtime's per-answer hook, passed on for a call that ran in this run
         (the usage ledger, observed shapes); a replayed answer was counted when it ran."""
-        inner = getattr(pending, "pending", None)
-        if inner is not None and hasattr(inner, "tool"):
-            self.inner.on_settled(inner, outcome, payload)
+        # A _Recording is the one pending call here that wraps one the inner host started
+        # (a replayed answer, a stop, a held call are not the inner host's).
+        if type(pending) is _Recording:
+            self.inner.on_settled(pending.pending, outcome, payload)
 
     def on_main(self, state: Any) -> None:
         """The runtime's hook for the program's end, passed on (the run's hint)."""

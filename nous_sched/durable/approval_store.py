@@ -91,9 +91,9 @@ from typing import Any, Optional
 from .. import _redis_client
 from .. import _validators as v
 from .._extras import install_command
-from .._options import ApprovalStoreBase
 from .._validators import require
 from ..errors import RunCodeError
+from ..gate.approval_seam import ApprovalStoreSeam
 from ._claimer import claim_alive, claimer, describe
 
 __all__ = [
@@ -185,8 +185,9 @@ def _claimed_here(sid: str) -> bool:
 _TAMPERED = "the suspension's {what} in the store was changed without the store's key (tampered): nothing ran"
 
 
-class ApprovalStore(ApprovalStoreBase):
-    """The shared half of both stores: tokens, expiry and the record's life.
+class ApprovalStore(ApprovalStoreSeam):
+    """The shared half of both stores: tokens, expiry and the record's life
+    (it implements :class:`~nous_sched.ApprovalStoreSeam`, what ``approval_store=`` takes).
 
     A subclass keeps rows: ``_put``, ``_get``, ``_claim``, ``_set``, ``_rows``
     and ``_stored_key``.

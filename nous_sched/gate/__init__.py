@@ -7,8 +7,9 @@ the keywords rewritten to run in linear time), ``dispatch.py`` (RunContext,
 CallInfo, current_call, approve, direct_dispatch: the gate's last step,
 approval, then the tool; ``needs_approval``, the one approval rule),
 ``_admitted.py`` (the one way to run an admitted call: the scheduler's and
-``call_tool``'s), ``approval_text.py`` (the question a person reads) and
-``approval_desk.py`` (an approval answered from another thread).
+``call_tool``'s), ``approval_text.py`` (the question a person reads),
+``approval_desk.py`` (an approval answered from another thread) and
+``approval_seam.py`` (ApprovalStoreSeam: what ``approval_store=`` takes).
 """
 
 from ._gate import BUDGET_SPENT, MAX_NAME_CHARS, NAME_TOO_LONG, REFUSAL_REASONS, Admitted, Gate

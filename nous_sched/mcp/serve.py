@@ -117,7 +117,7 @@ from mcp_types import (
 from mcp_types import Tool as MCPTool
 from mcp_types.version import is_version_at_least
 
-from .._run.options import RunOptions, build
+from .._run.options import GIVEN_NOT, NotGiven, RunOptions, build
 from .._run.runner import live_stream
 from .._text import machine_json, machine_text, machine_value
 from .._validators import NAMES, POSITIVE_INT, TOOLS, instance_of, names, optional, require
@@ -368,6 +368,24 @@ class _Run:
             return self._cond.wait_for(lambda: self.result is not None, timeout)
 
 
+#: The run options the server sets per run: none may be given to it.
+_PER_RUN = ("approval_handler", "dispatch", "call_id", "session_log", "description", "cancel")
+
+
+def _refuse_per_run(options: RunOptions) -> None:
+    set_in = {
+        "approval_handler": options.approval_handler is not None,
+        "dispatch": options.dispatch is not direct_dispatch,
+        "call_id": options.call_id is not None,
+        "session_log": options.session_log is not None,
+        "description": options.description is not None,
+        "cancel": options.cancel is not None,
+    }
+    for option in _PER_RUN:
+        if set_in[option]:
+            raise ConfigError(f"CodeModeServer: `{option}` is set per run by the server; it cannot be given")
+
+
 class CodeModeServer:
     """An MCP server with one ``run_code`` tool over ``tools``; see the module docstring.
 
@@ -386,6 +404,11 @@ class CodeModeServer:
         ``max_parallel``, ``runtime``, ``limits``, ``executor``...), except
         ``budget`` and ``ranking``, which shape the description as in
         :func:`~nous_sched.run_code_tool` (rendered once, not per run).
+    :param options: every run's options as one :class:`~nous_sched.RunOptions`
+        instead of keywords (its fields as they are: its ``output_budget``
+        default is ``None``, no limit); an option given both ways, or one the
+        server sets per run set in it, is a :class:`~nous_sched.ConfigError`
+        naming it.
 
     :attr:`server` is the SDK server: run it with :meth:`run_stdio` or
     :meth:`run_http`, mount :meth:`http_app` in an ASGI app, or connect an SDK
@@ -396,28 +419,37 @@ class CodeModeServer:
         self,
         tools: Iterable[Tool],
         *,
-        policy: Optional[PermissionPolicy] = None,
+        policy: Optional[PermissionPolicy] = GIVEN_NOT,
         approve: Iterable[str] = (),
         audit_log: Union[None, str, Path, IO[str], AuditLog] = None,
         name: str = "nous-sched",
         max_runs_per_session: Optional[int] = None,
+        options: Optional[RunOptions] = None,
         **run_options: Any,
     ) -> None:
         require("CodeModeServer", "tools", tools, TOOLS)
         self._tools = list(tools)
-        require("CodeModeServer", "policy", policy, _POLICY)
+        own = {} if isinstance(policy, NotGiven) else {"policy": policy}
+        if own:
+            require("CodeModeServer", "policy", policy, _POLICY)
         approved = names(approve)
         require("CodeModeServer", "approve", approved, NAMES)
         self._approve: frozenset[str] = approved
-        self._policy = policy
-        for option in ("approval_handler", "dispatch", "call_id", "session_log", "description", "cancel"):
+        for option in _PER_RUN:
             if option in run_options:
                 raise ConfigError(f"CodeModeServer: `{option}` is set per run by the server; it cannot be given")
-        # Built once: checks the tools and the runtime now, and renders the SDK the client reads.
-        self._template = agent.run_code_tool(self._tools, policy=policy, **run_options)
         # Every run's options but the ones set per run; `budget` and `ranking` shape the description only.
-        given = {k: value for k, value in run_options.items() if k not in ("budget", "ranking")}
-        self._options = build("CodeModeServer", {"output_budget": DEFAULT_OUTPUT_BUDGET, **given, "policy": policy})
+        shaping = {k: value for k, value in run_options.items() if k in ("budget", "ranking")}
+        given = {k: value for k, value in run_options.items() if k not in shaping}
+        if options is None:
+            given = {"output_budget": DEFAULT_OUTPUT_BUDGET, "policy": None, **given, **own}
+        else:
+            given = {**given, **own, "options": options}
+            _refuse_per_run(options)
+        self._options = build("CodeModeServer", given)
+        self._policy = self._options.policy
+        # Built once: checks the tools and the runtime now, and renders the SDK the client reads.
+        self._template = agent.run_code_tool(self._tools, options=self._options, **shaping)
         if audit_log is None or isinstance(audit_log, AuditLog):
             self._audit = audit_log
         else:

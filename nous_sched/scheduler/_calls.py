@@ -29,7 +29,7 @@ from ..gate._admitted import FAILED as FAILED  # re-exported: the scheduler's me
 from ..gate.dispatch import RunContext
 from ..outcome import Outcome
 from ..result.records import CallRecord, LaneState
-from ..throttle._throttle import _Hold
+from ..throttle import Hold
 from ..tooling import Mode, Tool
 from ._tool_threads import Task, Then
 
@@ -153,7 +153,7 @@ class Driven(Protocol):
     _stopping: bool
     _t0: float
     _timeout: float
-    _throttle_waits: set[_Hold]
+    _throttle_waits: set[Hold]
     _batch: Optional["Batch"]
 
     def _record(self, record: Any) -> None: ...
@@ -235,7 +235,7 @@ class Begin:
         self.timeline = timeline
         self.throttles = throttles
         self.deadline = deadline
-        self.hold: Optional[_Hold] = None
+        self.hold: Optional[Hold] = None
 
     def __call__(self) -> bool | str:
         scheduler = self.scheduler
@@ -258,7 +258,7 @@ class Begin:
     def _wait_for_throttles(self) -> bool | str | None:
         """Take the throttles' places (None), or why not: False once the scheduler stops, else the message."""
         scheduler = self.scheduler
-        hold = self.hold = _Hold(self.throttles)
+        hold = self.hold = Hold(self.throttles)
         timeline = self.timeline
         with scheduler._records_lock:  # noqa: SLF001
             if scheduler._stopping:  # noqa: SLF001

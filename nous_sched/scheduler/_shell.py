@@ -64,7 +64,7 @@ from ..events import (
 from ..gate.dispatch import CallInfo, Dispatch, RunContext, direct_dispatch
 from ..outcome import Outcome
 from ..result.records import CallRecord, LaneState
-from ..throttle._throttle import _Hold
+from ..throttle import Hold
 from ..tooling import PARALLEL, Tool, concurrency_mode, exclusive_reason
 from . import _driver_threads, _tool_threads
 from ._calls import (
@@ -162,7 +162,7 @@ class Scheduler:
     #                   writes them (a pass's worth at once, see _drive), any
     #                   thread copies them out; a tool thread writes its call's
     #                   `began` and `throttled`, and appends ApprovalEvents.
-    #   guards also     _throttle_waits (the _Holds of calls waiting for their
+    #   guards also     _throttle_waits (the Holds of calls waiting for their
     #                   throttles' places: added by a tool thread only while not
     #                   _stopping, cancelled by whoever sets _stopping)
     #   guards also     _stopping (set by stop() and the exiting driver; read by a
@@ -236,7 +236,7 @@ class Scheduler:
         # wind down in time (under _records_lock); the driver writes none of them.
         self._sealed: Optional[set[int]] = None
         self._trail: list[Timeline] = []
-        self._throttle_waits: set[_Hold] = set()
+        self._throttle_waits: set[Hold] = set()
 
         self._final: Optional[LaneState] = None
         self._lane: Lane[Call] = Lane(max_parallel)  # driver-owned from here on

@@ -89,7 +89,7 @@ from .._validators import require
 from ..errors import ConfigError
 from ._arbiter import Arbiter, Limit, Request
 
-__all__ = ["Throttle", "DEADLINE_PASSED", "STOPPED"]
+__all__ = ["Throttle", "Hold", "DEADLINE_PASSED", "STOPPED"]
 
 log = logging.getLogger("nous_sched")
 
@@ -104,7 +104,7 @@ _OPTIONAL_POSITIVE_INT = v.optional(v.POSITIVE_INT)
 # several throttles at once. It is held only to decide (microseconds), never
 # while a thread waits or talks to Redis.
 _LOCK = threading.Lock()
-_ARBITER: Arbiter[_Hold] = Arbiter()
+_ARBITER: Arbiter[Hold] = Arbiter()
 _clock = time.monotonic
 _POLL_FIRST = 0.002
 _POLL_MAX = 0.1
@@ -166,7 +166,7 @@ class Throttle:
 
             self._redis = RedisLimit(self)
 
-    def hold(self, timeout: Optional[float] = None) -> _Hold:
+    def hold(self, timeout: Optional[float] = None) -> Hold:
         """``with throttle.hold():`` the block holds a place, taken in the same queue as tools' calls
         (for work outside a run that must count against the same limit). Waits at most ``timeout``
         seconds (None: no limit).
@@ -175,7 +175,7 @@ class Throttle:
         :raises ConfigError: ``timeout`` is not None or a number of seconds.
         """
         require("Throttle.hold", "timeout", timeout, v.WAIT_SECONDS)
-        hold = _Hold((self,))
+        hold = Hold((self,))
         hold.timeout = timeout
         return hold
 
@@ -208,7 +208,7 @@ def throttle_names(throttles: Iterable[Throttle]) -> str:
     return ", ".join(repr(t.name) for t in throttles)
 
 
-class _Hold:
+class Hold:
     """One call's claim on its throttles: :meth:`wait` for the places, :meth:`release` them.
 
     :meth:`cancel` (any thread) ends a wait at once. Each step is idempotent,
@@ -232,7 +232,7 @@ class _Hold:
     def __init__(self, throttles: Iterable[Throttle]) -> None:
         throttles = self.throttles = tuple(throttles)
         limits = (throttles[0]._limit,) if len(throttles) == 1 else [t._limit for t in throttles]  # noqa: SLF001
-        self.request: Request[_Hold] = Request(limits, self)
+        self.request: Request[Hold] = Request(limits, self)
         # Made (held) only when the request queues, under _LOCK, before any other thread can grant it;
         # released once, when it is granted or cancelled.
         self.gate: Optional[threading.Lock] = None
@@ -377,7 +377,7 @@ class _Hold:
             give_leases(self)
 
 
-def _open(granted: list[Request[_Hold]], own: Optional[Request[_Hold]] = None) -> None:
+def _open(granted: list[Request[Hold]], own: Optional[Request[Hold]] = None) -> None:
     """Wake the waiting requests that were just granted (``own``, granted while asking, never waited)."""
     for request in granted:
         gate = request.item.gate
