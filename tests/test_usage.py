@@ -295,3 +295,18 @@ def test_a_resumed_run_keeps_the_ledger_of_the_whole_program(tmp_path, park):
         result = resume(result.suspended.token, {pending.seq: next(decisions)}, tools, approval_store=store)
     assert result.result is not None and "denied approval" in result.result["denied"], result
     assert _ledger_rows(result) == _plain_ledger()
+
+
+def test_a_replayed_result_is_observed_as_when_it_ran(tmp_path):
+    # The shapes sdk.describe tells come from the results the run received: a replay
+    # hands its inner host the replayed results too, so the program is told what it was
+    # told before it suspended (it used to be told nothing of them after a resume).
+    from nous_sched import SqliteApprovalStore, resume
+
+    store = SqliteApprovalStore(str(tmp_path / "a.db"))
+    tools = [*_ledger_tools(), Tool(name="search", function=_search, description="s")]
+    program = 'await tools.search({}); const paid = await tools.pay({amount: 5}); return await sdk.describe("search")'
+    suspended = run_code(program, tools, approval_store=store, description="test", timeout=60)
+    (pending,) = suspended.suspended.pending
+    done = resume(suspended.suspended.token, {pending.seq: True}, tools, approval_store=store)
+    assert "look like" in done.result, done
