@@ -195,13 +195,118 @@ def test_observed_shapes_belong_to_their_run():
 @pytest.mark.parametrize("durable", [False, True], ids=["plain", "durable"])
 def test_a_refused_call_has_no_seq_and_a_call_that_ran_has_its_tickets(durable, tmp_path):
     # The host reads tool and seq of every pending call it handed out (a Ticket, or a refusal
-    # settled at once, whose seq is None). A durable run's host passes on only the calls the
-    # inner host started (a refusal is settled by the durable host itself: not in its ledger).
+    # settled at once, whose seq is None). A durable run keeps the same ledger: it used to pass on
+    # only the calls its inner host started, so its refusal was missing (the ledger's promise is
+    # every call the program received an answer to: see the parity tests below).
     from nous_sched import SqliteApprovalStore
 
     store = SqliteApprovalStore(str(tmp_path / "a.db")) if durable else None
     program = "await tools.ok({}); try { await tools.nope({}) } catch (e) {} await tools.ok({}); return 1"
     result = run_code(program, [Tool("ok", lambda a: 1)], description="test", approval_store=store)
     assert result.result == 1, result
-    refused = [] if durable else [(None, "nope", False)]
-    assert [(c.seq, c.tool, c.ok) for c in result.usage.calls] == [(0, "ok", True), *refused, (1, "ok", True)]
+    assert [(c.seq, c.tool, c.ok) for c in result.usage.calls] == [
+        (0, "ok", True),
+        (None, "nope", False),
+        (1, "ok", True),
+    ]
+
+
+# -- a durable run keeps the same ledger as a plain run -----------------------------------
+
+_LEDGER_PROGRAM = """
+const a = await tools.ok({n: 1});
+try { await tools.nope({}) } catch (e) {}
+const paid = await tools.pay({amount: 5});
+let denied = null;
+try { await tools.pay({amount: 6}) } catch (e) { denied = e.message }
+const b = await tools.ok({n: 2});
+return {a, paid, b, denied};
+"""
+
+
+def _ledger_tools():
+    return [
+        Tool("ok", lambda a: {"n": a["n"], "pad": "x" * a["n"]}, description="ok"),
+        Tool("pay", lambda a: {"paid": a["amount"]}, description="pay", requires_approval=True),
+    ]
+
+
+def _plain_approves_five(request):
+    return request.arguments == {"amount": 5}
+
+
+def _ledger_rows(result):
+    """The ledger, the denial's size checked against the message the program got (a
+    plain run's handler and a durable run's decision word their denials differently)."""
+    rows = [c.as_dict() for c in result.usage.calls]
+    denial = {"tool": "pay", "message": result.result["denied"]}
+    assert rows[3]["chars"] == len(json.dumps(denial, separators=(",", ":"))), rows
+    rows[3]["chars"] = "the denial's"
+    return rows
+
+
+def _plain_ledger():
+    result = run_code(
+        _LEDGER_PROGRAM, _ledger_tools(), approval_handler=_plain_approves_five, description="test", timeout=60
+    )
+    assert result.result["paid"] == {"paid": 5} and result.result["b"] == {"n": 2, "pad": "xx"}, result
+    return _ledger_rows(result)
+
+
+def test_the_plain_ledger_lists_every_call_the_program_received_an_answer_to():
+    rows = _plain_ledger()
+    assert [(r["seq"], r["tool"], r["ok"]) for r in rows] == [
+        (0, "ok", True),
+        (None, "nope", False),  # refused by the gate: never started
+        (1, "pay", True),
+        (2, "pay", False),  # denied approval: submitted, then refused by the approval handler
+        (3, "ok", True),
+    ]
+
+
+def test_a_durable_run_whose_handler_decides_keeps_the_plain_ledger(tmp_path):
+    from nous_sched import SqliteApprovalStore
+
+    store = SqliteApprovalStore(str(tmp_path / "a.db"))
+    result = run_code(
+        _LEDGER_PROGRAM,
+        _ledger_tools(),
+        approval_handler=_plain_approves_five,
+        approval_store=store,
+        description="test",
+        timeout=60,
+    )
+    assert result.result is not None and "denied approval" in result.result["denied"], result
+    assert _ledger_rows(result) == _plain_ledger()
+
+
+@pytest.mark.parametrize("park", [0, 120], ids=["replayed", "parked"])
+def test_a_resumed_run_keeps_the_ledger_of_the_whole_program(tmp_path, park):
+    # Suspended twice (one decision each); the resumed result's ledger is the whole program's,
+    # replayed calls included, each once, as a plain run that decided the same gives.
+    from nous_sched import SqliteApprovalStore, resume
+
+    store = SqliteApprovalStore(str(tmp_path / "a.db"), park=park)
+    tools = _ledger_tools()
+    result = run_code(_LEDGER_PROGRAM, tools, approval_store=store, description="test", timeout=60)
+    decisions = iter([True, False])
+    while result.suspended is not None:
+        (pending,) = result.suspended.pending
+        result = resume(result.suspended.token, {pending.seq: next(decisions)}, tools, approval_store=store)
+    assert result.result is not None and "denied approval" in result.result["denied"], result
+    assert _ledger_rows(result) == _plain_ledger()
+
+
+def test_a_replayed_result_is_observed_as_when_it_ran(tmp_path):
+    # The shapes sdk.describe tells come from the results the run received: a replay
+    # hands its inner host the replayed results too, so the program is told what it was
+    # told before it suspended (it used to be told nothing of them after a resume).
+    from nous_sched import SqliteApprovalStore, resume
+
+    store = SqliteApprovalStore(str(tmp_path / "a.db"))
+    tools = [*_ledger_tools(), Tool(name="search", function=_search, description="s")]
+    program = 'await tools.search({}); const paid = await tools.pay({amount: 5}); return await sdk.describe("search")'
+    suspended = run_code(program, tools, approval_store=store, description="test", timeout=60)
+    (pending,) = suspended.suspended.pending
+    done = resume(suspended.suspended.token, {pending.seq: True}, tools, approval_store=store)
+    assert "look like" in done.result, done

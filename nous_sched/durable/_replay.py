@@ -107,8 +107,14 @@ class _Run:
         pending: Mapping[int, list[Any]],
         handler: Optional[Callable[[ApprovalRequest], Any]],
         description: str,
+        refused: Iterable[int] = (),
     ) -> None:
         self.ledger = ledger  # seq -> [tool, args text, ok, payload]: replayed
+        # The seqs of the ledger's calls the gate refused before they started: in the
+        # usage ledger they have no number (as in a plain run), replayed or not.
+        self.refused: set[int] = set(refused)
+        #: The next usage-ledger number: a plain run's seq, counting the calls that started (or were replayed).
+        self.numbered = 0
         self.clock_replay = clock
         self.decisions = decisions
         self.prior_pending = pending  # seq -> [tool, args text] the decisions are for
@@ -149,6 +155,11 @@ class _Run:
         key = (tool, _canonical(args))
         with self._lock:
             self._approved[key] = self._approved.get(key, 0) + 1
+
+    def number(self) -> int:
+        """The usage ledger's seq for the next call that starts (or is replayed)."""
+        number, self.numbered = self.numbered, self.numbered + 1
+        return number
 
     def record(self, seq: int, name: str, text: str, outcome: Outcome) -> None:
         if outcome.ok:
@@ -202,6 +213,33 @@ class _Settled(PendingCall):
         return self.outcome
 
 
+class _Answered(PendingCall):
+    """An answer the durable host settles itself (a replayed one, a refusal, a denial): ``tool``
+    and ``number``, the usage ledger's seq (``None``: the gate refused it before it started)."""
+
+    __slots__ = ("outcome", "tool", "number")
+
+    def __init__(self, outcome: Outcome, tool: str, number: Optional[int]) -> None:
+        self.outcome = outcome
+        self.tool = tool
+        self.number = number
+
+    def done(self) -> bool:
+        """Always: a replayed answer is batched with the calls before it (runtime/engine.py, drive)."""
+        return True
+
+    def wait(self, timeout: float) -> Outcome:
+        return self.outcome
+
+
+@attrs.frozen
+class _Row:
+    """What the inner host's usage ledger reads of a pending call: its ``tool`` and ``seq``."""
+
+    tool: str
+    seq: Optional[int]
+
+
 class _Stop(PendingCall):
     """A call that is not started: waiting for it ends the run (its ``stop`` is set)."""
 
@@ -218,7 +256,7 @@ class _Stop(PendingCall):
 class _Recording(PendingCall):
     """A started call whose outcome goes into the ledger when the program gets it."""
 
-    __slots__ = ("pending", "run", "seq", "name", "text")
+    __slots__ = ("pending", "run", "seq", "name", "text", "number")
 
     def __init__(self, pending: Any, run: _Run, seq: int, name: str, text: str) -> None:
         self.pending = pending
@@ -226,6 +264,7 @@ class _Recording(PendingCall):
         self.seq = seq
         self.name = name
         self.text = text
+        self.number = run.number()
 
     def wait(self, timeout: float) -> Optional[Outcome]:
         outcome: Optional[Outcome] = self.pending.wait(timeout)
@@ -358,12 +397,13 @@ class _DurableHost(Host):
         self.inner.on_logs(lines)
 
     def on_settled(self, pending: Any, outcome: Any, payload: str) -> None:
-        """The runtime's per-answer hook, passed on for a call that ran in this run
-        (the usage ledger, observed shapes); a replayed answer was counted when it ran."""
-        # A _Recording is the one pending call here that wraps one the inner host started
-        # (a replayed answer, a stop, a held call are not the inner host's).
-        if type(pending) is _Recording:
-            self.inner.on_settled(pending.pending, outcome, payload)
+        """The runtime's per-answer hook, passed on for every call the program received
+        an answer to (the usage ledger, observed shapes): one that ran, a refusal or
+        denial, a held call once released, and a replayed one (the whole program's
+        calls, each once, numbered as in a plain run: :mod:`nous_sched.result.usage`)."""
+        row = _row_of(pending)
+        if row is not None:
+            self.inner.on_settled(row, outcome, payload)
 
     def on_main(self, state: Any) -> None:
         """The runtime's hook for the program's end, passed on (the run's hint)."""
@@ -409,9 +449,10 @@ class _DurableHost(Host):
         self.inner.gate.calls += 1
         run.recorded[seq] = entry
         run.replayed += 1
+        number = None if seq in run.refused else run.number()
         if entry[2]:
-            return _Settled(Outcome.success(entry[3]))
-        return _Settled(Outcome.failure(entry[3]["tool"], entry[3]["message"]))
+            return _Answered(Outcome.success(entry[3]), entry[0], number)
+        return _Answered(Outcome.failure(entry[3]["tool"], entry[3]["message"]), entry[0], number)
 
     def _diverge(self, seq: int, name: Any, text: Any, entry: list[Any]) -> Any:
         run = self.run
@@ -431,8 +472,9 @@ class _DurableHost(Host):
     def _admitted(self, seq: int, name: Any, text: Any, site: str, admitted: Any) -> Any:
         run = self.run
         if type(admitted) is not Admitted:
+            run.refused.add(seq)
             run.record(seq, str(name), text, admitted)
-            return _Settled(admitted)
+            return _Answered(admitted, str(name), None)
         if not self._gated(admitted.tool):
             if not run.may_start(seq, str(name), text):
                 return _Stop(run)
@@ -487,7 +529,7 @@ class _DurableHost(Host):
             why = f": {decision.reason}" if decision.reason else ""
             outcome = Outcome.failure(name, f"tool {quote_name(name)} was denied approval{why}")
             run.record(seq, name, text, outcome)
-            return _Settled(outcome)
+            return _Answered(outcome, name, run.number())
         if not run.may_start(seq, name, text):
             return _Stop(run)
         run.preapprove(name, admitted.args)
@@ -528,6 +570,17 @@ class _DurableHost(Host):
         request = self._request(seq, admitted, site)
         run.pending.append(request)
         run.pending_texts[seq] = [admitted.tool.name, text]
+
+
+def _row_of(pending: Any) -> Optional[_Row]:
+    """The usage ledger's row of an answered call; None for an ``sdk`` answer (the inner host's own)."""
+    if type(pending) is _Deferred:
+        return _row_of(pending.pending)
+    if type(pending) is _Recording:
+        return _Row(pending.name, pending.number)
+    if type(pending) is _Answered:
+        return _Row(pending.tool, pending.number)
+    return None
 
 
 class _Step:
@@ -669,6 +722,7 @@ def _suspend(code: str, tools: list[Tool], store: ApprovalStore, run: _Run) -> S
         "description": run.description,
         "tools": tool_set_hash(tools),
         "ledger": [[seq, *entry] for seq, entry in sorted(run.recorded.items())],
+        "refused": sorted(s for s in run.refused if s in run.recorded),
         "clock": run.clock_values(),
         "pending": [{**_request_dict(p), "text": run.pending_texts[p.seq]} for p in run.pending if p.seq is not None],
     }
@@ -844,7 +898,10 @@ def _resumed_run(
     pending = {int(p["seq"]): list(p["text"]) for p in record["pending"]}
     if options.description is None:
         options = attrs.evolve(options, description=record["description"] or None)
-    run = _Run(ledger, list(record["clock"]), decisions, pending, options.approval_handler, record["description"])
+    refused = [s for s in record.get("refused", ()) if type(s) is int]  # absent from an older record
+    run = _Run(
+        ledger, list(record["clock"]), decisions, pending, options.approval_handler, record["description"], refused
+    )
     return run, options
 
 

@@ -30,7 +30,8 @@ __all__ = ["CallUsage", "Usage"]
 class CallUsage:
     """One sub-call the program received an answer to.
 
-    ``seq`` is the call's sequence number (``None`` for a call the gate
+    ``seq`` is the call's sequence number among the calls that started (a
+    call denied approval started: it has one; ``None`` for a call the gate
     refused before it started); ``chars`` the size of the result (or the
     ``{tool, message}`` error) the program received; ``ok`` whether it was a
     result.
@@ -48,7 +49,15 @@ class CallUsage:
 @attrs.frozen
 class Usage:
     """A run's ledger. ``calls`` in the order the program received them
-    (sequence order for started calls).
+    (sequence order for started calls): every call the program made, each
+    once, refusals included.
+
+    A durable run (``approval_store=``, :mod:`nous_sched.durable`) keeps the
+    same ledger as a plain run of the same program with the same decisions:
+    a resumed run's ``calls`` are the whole program's, the ones replayed from
+    before its suspensions and those held at a suspension included, numbered
+    as if it had never suspended (so its ``seq`` are not the ``seq`` of its
+    suspension's pending calls, which count refusals too).
 
     ``answer_bytes`` is the size in bytes (UTF-8, ``nous_sched.result.budget.size``)
     of the model-facing answer before any budget
