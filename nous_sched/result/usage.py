@@ -52,7 +52,7 @@ class Usage:
     (sequence order for started calls): every call the program made, each
     once, refusals included.
 
-    A durable run (``approval_store=``, :mod:`nous_sched.durable`) keeps the
+    A durable run (``approval_store=``, ``nous_sched.durable``) keeps the
     same ledger as a plain run of the same program with the same decisions:
     a resumed run's ``calls`` are the whole program's, the ones replayed from
     before its suspensions and those held at a suspension included, numbered
