@@ -23,7 +23,7 @@ from ..outcome import Outcome, quote_name
 from ..result import RunError, RunResult
 from ..result.budget import fit
 from ..result.budget import size as budget_size
-from ..runtime import AnyCancel, CodeRuntime, Host, Limits, PendingCall, RuntimeOutcome
+from ..runtime import AnyCancel, CodeRuntime, Host, Limits, PendingCall, RuntimeOutcome, Settled
 from ..runtime.engine import CLOCK_MARK
 from ..tooling import Tool
 from . import _progress as progress_of
@@ -186,20 +186,6 @@ class _Run:
 
 def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
-class _Settled(PendingCall):
-    __slots__ = ("outcome",)
-
-    def __init__(self, outcome: Outcome) -> None:
-        self.outcome = outcome
-
-    def done(self) -> bool:
-        """Always: a replayed answer is batched with the calls before it (runtime/engine.py, drive)."""
-        return True
-
-    def wait(self, timeout: float) -> Outcome:
-        return self.outcome
 
 
 class _Stop(PendingCall):
@@ -410,8 +396,8 @@ class _DurableHost(Host):
         run.recorded[seq] = entry
         run.replayed += 1
         if entry[2]:
-            return _Settled(Outcome.success(entry[3]))
-        return _Settled(Outcome.failure(entry[3]["tool"], entry[3]["message"]))
+            return Settled(Outcome.success(entry[3]))
+        return Settled(Outcome.failure(entry[3]["tool"], entry[3]["message"]))
 
     def _diverge(self, seq: int, name: Any, text: Any, entry: list[Any]) -> Any:
         run = self.run
@@ -432,7 +418,7 @@ class _DurableHost(Host):
         run = self.run
         if type(admitted) is not Admitted:
             run.record(seq, str(name), text, admitted)
-            return _Settled(admitted)
+            return Settled(admitted)
         if not self._gated(admitted.tool):
             if not run.may_start(seq, str(name), text):
                 return _Stop(run)
@@ -487,7 +473,7 @@ class _DurableHost(Host):
             why = f": {decision.reason}" if decision.reason else ""
             outcome = Outcome.failure(name, f"tool {quote_name(name)} was denied approval{why}")
             run.record(seq, name, text, outcome)
-            return _Settled(outcome)
+            return Settled(outcome)
         if not run.may_start(seq, name, text):
             return _Stop(run)
         run.preapprove(name, admitted.args)
