@@ -27,7 +27,7 @@ alter what the next one reads. ``dict(data)`` or ``copy`` through JSON gives
 a copy to edit.
 
 A started call's arguments may be kept as the JSON text the gate parsed them
-from (:func:`frozen_later`): the text is immutable, so it is already a copy
+from (``frozen_later``): the text is immutable, so it is already a copy
 no tool can reach, and its frozen form is built the first time anyone reads
 ``ToolCallEvent.arguments`` (or the ``data`` of its :class:`Event`), once,
 whichever thread reads first. A reader cannot tell the difference: it gets a
@@ -153,7 +153,7 @@ def freeze(value: Any) -> Any:
     """``value`` with every dict (any mapping) and list (or tuple) replaced by a frozen copy, recursively.
 
     Already-frozen containers are returned as they are: everything inside one
-    is frozen; so is a value still to be frozen (:func:`frozen_later`).
+    is frozen; so is a value still to be frozen (``frozen_later``).
     """
     kind = type(value)
     if kind in _IMMUTABLE or kind is FrozenDict or kind is FrozenList or kind is _Later:
@@ -228,15 +228,15 @@ class Event:
 @record
 class ToolCallEvent:
     """The bookkeeping record of one *started* sub-call: one the gate admitted
-    (:mod:`nous_sched.gate`) and the scheduler handed to its executor, written
+    (``nous_sched.gate``) and the scheduler handed to its executor, written
     before the tool runs. Whether and when a tool thread actually took it up
-    is the call's :attr:`CallRecord.began <nous_sched.CallRecord.began>`.
+    is the ``began`` of the call's :class:`~nous_sched.CallRecord`.
 
     ``id`` is ``"<call_id>:code:<seq>"`` (``"code:<seq>"`` without a call id);
     ``tool`` the tool's name (``name``, its older name, still reads it, with a
     ``DeprecationWarning``; the audit's JSON still writes it as ``"name"``);
     ``arguments`` is the logged snapshot, independent of what the tool got
-    (held as the JSON text the gate parsed it from, :func:`frozen_later`, it is
+    (held as the JSON text the gate parsed it from, ``frozen_later``, it is
     frozen the first time anyone reads it, once, whichever thread reads
     first: a reader cannot tell); ``mode`` is ``"parallel"`` or
     ``"exclusive"``; ``seq`` is the submission index, starting at 0.
@@ -327,7 +327,7 @@ class ToolOutcomeEvent:
 
     ``ok`` is whether the tool returned a value; ``error`` is ``None`` or
     ``{"kind", "message"}``, the message being what the program read, the
-    kind one of :data:`OUTCOME_ERROR_KINDS`; ``bytes`` is the size of the
+    kind one of ``OUTCOME_ERROR_KINDS``; ``bytes`` is the size of the
     result's JSON text in UTF-8 (0 for a failure). serve-mcp's audit log
     writes the same fields in its ``tool_outcome`` line.
     """

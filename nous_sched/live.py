@@ -402,7 +402,7 @@ class Run:
         self.thread: Optional[threading.Thread] = None
 
     def events(self, buffer: int = DEFAULT_BUFFER) -> Iterator[RunEvent]:
-        """The run's events from its first, live, until ``end`` (see :mod:`nous_sched.live`).
+        """The run's events from its first, live, until ``end`` (see ``nous_sched.live``).
 
         Each call is a new consumer with its own ``buffer``.
         :raises ConfigError: ``buffer`` is not a positive integer.
@@ -411,7 +411,7 @@ class Run:
         return self._stream.consume(buffer)
 
     def event_batches(self, buffer: int = DEFAULT_BUFFER) -> Iterator[list[RunEvent]]:
-        """:meth:`events`, as lists of the events ready at once (:meth:`EventStream.consume_batches`):
+        """:meth:`events`, as lists of the events ready at once (``EventStream.consume_batches``):
         what a server writing to a socket should iterate, one write per list.
 
         :raises ConfigError: ``buffer`` is not a positive integer.

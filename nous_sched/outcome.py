@@ -52,7 +52,7 @@ class Outcome:
 
     Exactly one of ``value`` (when ``ok``) and ``error`` is meaningful.
     ``text`` is the value's JSON text as a program receives it
-    (:func:`nous_sched.crossing.dumps` of it) when the scheduler made it with
+    (``nous_sched.crossing.dumps`` of it) when the scheduler made it with
     the snapshot (:meth:`crossed`), else ``None`` (and whoever needs it
     encodes ``value``); it takes no part in equality.
     """
@@ -68,8 +68,8 @@ class Outcome:
 
     @classmethod
     def crossed(cls, value: Any, text: str) -> "Outcome":
-        """A success whose ``value`` is a snapshot and ``text`` its :func:`~nous_sched.crossing.dumps`,
-        made together (:func:`~nous_sched.crossing.snapshot_text`): the text is not made again."""
+        """A success whose ``value`` is a snapshot and ``text`` its ``crossing.dumps``,
+        made together (``crossing.snapshot_text``): the text is not made again."""
         # Every call's answer, on the hot path: the record's own __init__ (_slots.record), then the
         # one field that is not an __init__ argument (only a snapshot's own text).
         made = cls(True, value, None)

@@ -5,7 +5,7 @@ option checked, once) and hands them whole to the machinery
 (:mod:`nous_sched._run.runner`: prepare, then execute) or, with an
 ``approval_store``, to :func:`nous_sched.durable.run_durable`, which drives
 the same machinery with its replaying runtime. Only this module imports
-:mod:`nous_sched.durable` of the two: the machinery never calls back up here.
+``nous_sched.durable`` of the two: the machinery never calls back up here.
 
 See :mod:`nous_sched._run.runner` for what a run promises (results are data,
 every sub-call passes the gate, approval per sub-call).
@@ -64,7 +64,7 @@ def run_code(
     program waited for, unless it had already returned: the program is
     handed no answer after it, so a call that gave up *because* of the
     deadline (waiting for a throttle's place or an approval) is never an
-    error the program could catch (:func:`~nous_sched.runtime.engine.drive`).
+    error the program could catch (``nous_sched.runtime.engine.drive``).
 
     ``cancel``: a :class:`threading.Event` that any thread may set to end the
     run early; it then returns a ``cancelled`` error with the logs so far. The
@@ -96,11 +96,11 @@ def run_code(
     that needs approval with no handler to answer (or one that returns
     :data:`~nous_sched.DEFER`) suspends the run (``RunResult.suspended``), and
     :func:`~nous_sched.resume` continues it later, anywhere
-    (:mod:`nous_sched.durable`).
+    (``nous_sched.durable``).
 
     ``output_budget`` (bytes of UTF-8, ``None`` by default: no budget): the
     model-facing answer (:meth:`~nous_sched.RunResult.for_model`) is cut to it
-    structurally, saying in place what it left out (:mod:`nous_sched.result.budget`;
+    structurally, saying in place what it left out (``nous_sched.result.budget``;
     a suspended run's answer too, its token always kept);
     ``result.usage`` says what the model got and what was cut.
     :func:`~nous_sched.run_code_tool` sets it to 20,000 by default.

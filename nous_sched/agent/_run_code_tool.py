@@ -109,7 +109,7 @@ def run_code_tool(
 ) -> Tool:
     """The ``run_code`` :class:`~nous_sched.Tool` for an agent loop.
 
-    Its description is :data:`RUN_CODE_DESCRIPTION` plus the SDK of the tools
+    Its description is ``RUN_CODE_DESCRIPTION`` plus the SDK of the tools
     the policy grants. Its parameters are ``code`` and ``description``, both
     required strings. Called with ``{"code", "description"}`` it returns
     ``{"logs", "result"}`` or ``{"logs", "error": {kind, message}}``, wrapped
@@ -120,22 +120,22 @@ def run_code_tool(
     (``options=``, its fields as they are: its ``output_budget`` default is
     ``None``, no limit), each run's ``description`` the model's.
 
-    ``budget`` (characters, default :data:`nous_sched.sdk.DEFAULT_BUDGET`,
-    32,000; at least :data:`nous_sched.sdk.MIN_BUDGET`, 1,500; ``None`` for
+    ``budget`` (characters, default ``nous_sched.sdk.DEFAULT_BUDGET``,
+    32,000; at least ``nous_sched.sdk.MIN_BUDGET``, 1,500; ``None`` for
     no limit): the whole description is never longer. A tool set whose SDK
-    would not fit is described by the first of :data:`nous_sched.sdk.STEPS`
+    would not fit is described by the first of ``nous_sched.sdk.STEPS``
     that does (one line per tool, one line without argument names, counts by
     name prefix, or no listing at all), and the program reads a tool's
     declaration with ``sdk.describe(name)`` or finds tools with
-    ``sdk.search(words)`` (:mod:`nous_sched.sdk.discovery`; ``sdk`` is there in
+    ``sdk.search(words)`` (``nous_sched.sdk.discovery``; ``sdk`` is there in
     every run). ``ranking`` (tool names, most relevant first): the last step
     names the first few of them the policy grants.
 
     ``output_budget`` (bytes of UTF-8, which bound the tokens a model pays
-    for, default :data:`nous_sched.result.budget.DEFAULT_OUTPUT_BUDGET`, 20,000; at least 256;
+    for, default ``nous_sched.result.budget.DEFAULT_OUTPUT_BUDGET``, 20,000; at least 256;
     ``None`` for no limit): the answer the model reads (logs, result and
     error together, as JSON text) is at most that long, cut structurally and
-    saying in place what it left out (:mod:`nous_sched.result.budget`).
+    saying in place what it left out (``nous_sched.result.budget``).
 
     :raises ConfigError: a bad option, one :func:`run_code` does not take, or
         one given both in ``options`` and as a keyword, named in the message,

@@ -63,7 +63,7 @@ def openai_tool(tool: Tool, api: str = "chat", *, strict: bool = False) -> dict[
     only to schemas in its strict subset (every property required,
     ``additionalProperties: false``): the schema is not rewritten to fit.
 
-    :raises ConfigError: ``api`` is not one of :data:`OPENAI_APIS`.
+    :raises ConfigError: ``api`` is not one of ``OPENAI_APIS``.
     """
     v.require("openai_tool", "api", api, _API)
     v.require("openai_tool", "strict", strict, v.BOOL)
@@ -103,11 +103,11 @@ def call_tool(
 ) -> str:
     """Run a model's direct call of ``tool`` on its ``arguments`` (a JSON string,
     bytes or a dict) and return the JSON text to send back as the tool result
-    (strict JSON: a lone surrogate in it is U+FFFD, :mod:`nous_sched._text`, so
+    (strict JSON: a lone surrogate in it is U+FFFD, ``nous_sched._text``, so
     it encodes for any model API).
 
     The call passes the same gate as a program's sub-call
-    (:mod:`nous_sched.gate`): ``policy`` (a denied tool is refused), the
+    (``nous_sched.gate``): ``policy`` (a denied tool is refused), the
     argument rules and the tool's JSON Schema, ``limits`` (one call's
     ``max_args_bytes``), then approval: a tool that needs approval (its own
     ``requires_approval``, or the policy's) asks ``approval_handler`` with an
@@ -122,7 +122,7 @@ def call_tool(
     events appended to ``session_log`` (when given) and only its value returned.
 
     The admitted call runs as a program's sub-call does (one way,
-    :mod:`nous_sched.gate._admitted`: the same outcome, error kinds and messages,
+    ``nous_sched.gate._admitted``: the same outcome, error kinds and messages,
     and the same ``tool_outcome`` record and result size), in a copy of the
     caller's context. A model's mistake is answered, not raised, so the loop
     can send it back and the model can correct itself: arguments that are not

@@ -683,12 +683,12 @@ def resume(
     usable.
 
     A token whose resume died (its claimer is judged dead on this host:
-    :mod:`nous_sched.durable._claimer`) is taken over: what that resume committed is
+    ``nous_sched.durable._claimer``) is taken over: what that resume committed is
     replayed, what it never started runs, with the decisions it ran with
     (they win over ``decisions``). While a call it started has no recorded
-    outcome, :class:`~nous_sched.approval_store.UnsettledError` is raised and
+    outcome, :exc:`~nous_sched.UnsettledError` is raised and
     nothing runs, until a person settles it
-    (:meth:`~nous_sched.approval_store.ApprovalStore.settle`, ``nous-sched
+    (:meth:`~nous_sched.ApprovalStore.settle`, ``nous-sched
     approvals settle``).
 
     :raises TokenError: the token is forged or tampered with, expired, unknown,

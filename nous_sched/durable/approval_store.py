@@ -264,7 +264,7 @@ class ApprovalStore(ApprovalStoreSeam):
     def claim(self, token: Any, first_progress: Optional[dict[str, Any]] = None) -> dict[str, Any]:
         """Claim the token, at most once across every process sharing the store; its record.
 
-        The claim names this process (:func:`claimer`) and writes the resume's
+        The claim names this process (``claimer``) and writes the resume's
         first progress record (``first_progress``, sealed), in the same atomic step.
 
         Only a row whose pending state carries its seal is claimed, in one
@@ -395,7 +395,7 @@ class ApprovalStore(ApprovalStoreSeam):
 
     def claimed(self, token: Any) -> Optional[dict[str, Any]]:
         """A claimed token as the store holds it: ``{record, progress,
-        claimed_by, alive}`` (``alive``: :func:`nous_sched.durable._claimer.claim_alive`),
+        claimed_by, alive}`` (``alive``: ``nous_sched.durable._claimer.claim_alive``),
         only ``{claimed_by, alive}`` while its claimer is not known dead;
         None when the token is not claimed.
 

@@ -3,7 +3,7 @@
 The scheduler calls ``dispatch(tool, args, run_ctx)`` on an executor thread.
 :func:`direct_dispatch`, the default, is the last step of the gate
 (:mod:`nous_sched.gate`): it refuses a call whose run is over, applies
-per-call approval (:func:`approve`), and then calls ``tool.function(args)``. Replace it to add hooks, retries or remote
+per-call approval (``approve``), and then calls ``tool.function(args)``. Replace it to add hooks, retries or remote
 execution; it keeps the same contract: return a JSON-shaped value (or an
 :class:`~nous_sched.Outcome`), or raise to fail the call.
 """
@@ -54,7 +54,7 @@ class ApprovalRequest:
     model wrote for this prompt and the audit log (``""`` when the caller
     gave none); ``call_id`` is the call's audit event id; ``tool_description``
     is the tool's own description. A durable run's pending request also has
-    ``seq``, ``site`` and ``committed`` (:mod:`nous_sched.durable`).
+    ``seq``, ``site`` and ``committed`` (``nous_sched.durable``).
     """
 
     tool: str
@@ -62,7 +62,7 @@ class ApprovalRequest:
     description: str = ""
     call_id: str = ""
     tool_description: str = ""
-    #: Durable runs only (:mod:`nous_sched.durable`): the call's number in the
+    #: Durable runs only (``nous_sched.durable``): the call's number in the
     #: program, its call site ``"line:col"``, and the calls committed before it.
     seq: Optional[int] = None
     site: str = ""
@@ -70,7 +70,7 @@ class ApprovalRequest:
 
     def question(self) -> str:
         """This call as a person should read it before approving it: the same text
-        ``serve-mcp`` asks with (:func:`nous_sched.gate.approval_text.question`: every
+        ``serve-mcp`` asks with (``nous_sched.gate.approval_text.question``: every
         argument key shown, each value clipped on its own with its size stated,
         the description labelled as the program's words, nothing left that can
         act on a terminal)."""
@@ -95,8 +95,8 @@ class RunContext:
     deadline has passed never reaches the program: the run is a ``timeout``).
     ``description`` is the run's description, which
     every :class:`ApprovalRequest` carries. ``live`` is the run's event stream
-    (:class:`nous_sched.live.EventStream`) when it was started with
-    :func:`~nous_sched.start_run`, else ``None``: see :func:`live_event`.
+    (``nous_sched.live.EventStream``) when it was started with
+    :func:`~nous_sched.start_run`, else ``None``: see ``live_event``.
     """
 
     approval_handler: Optional[Callable[[ApprovalRequest], Any]] = None
@@ -138,7 +138,7 @@ def needs_approval(tool: Tool, names: Collection[str] = (), categories: Collecti
     ``approval_categories`` become the run's
     :attr:`RunContext.require_approval`, the names of the granted tools it
     gates (:func:`nous_sched.gate.policy.approval_names`). Every later question
-    (the approval step, :func:`approve`; a durable run's; the live ``call``
+    (the approval step, ``approve``; a durable run's; the live ``call``
     event's ``approval``) asks this rule with those names.
     """
     if getattr(tool, "requires_approval", False):
@@ -160,7 +160,7 @@ def live_event(run_ctx: Any, kind: str, seq: Optional[int], data: dict[str, Any]
     """Tell the people watching the run (its event stream, ``run_ctx.live``) that
     ``kind`` happened; nothing when the run has no stream. The live events'
     own, independent of the audit: ``"approval"`` (asked, then approved or
-    rejected: :func:`approve`). Never raises."""
+    rejected: ``approve``). Never raises."""
     live = getattr(run_ctx, "live", None)
     if live is not None:
         live.emit(kind, seq, data)
@@ -272,7 +272,7 @@ def approve(tool: Tool, args: dict[str, Any], run_ctx: Optional[RunContext]) -> 
 
 
 def direct_dispatch(tool: Tool, args: dict[str, Any], run_ctx: Optional[RunContext]) -> Any:
-    """The gate's last step: :func:`approve`, then run ``tool.function(args)``.
+    """The gate's last step: ``approve``, then run ``tool.function(args)``.
 
     Raises :class:`ToolError` when the run is over, or approval is required
     and there is no handler, or the handler does not return ``True``.

@@ -47,7 +47,7 @@ class PermissionPolicy:
 
     def needs_approval(self, tool: Tool) -> bool:
         """Whether every call of ``tool`` needs approval under this policy (the one rule,
-        :func:`nous_sched.gate.dispatch.needs_approval`: the tool's own ``requires_approval`` counts)."""
+        ``nous_sched.gate.dispatch.needs_approval``: the tool's own ``requires_approval`` counts)."""
         return needs_approval(tool, self.require_approval, self.approval_categories)
 
 

@@ -31,7 +31,7 @@ class RunError:
     * ``invalid_output`` - the returned value has no JSON form: a function or
       a symbol, a getter that throws, or a number the host cannot hold (a
       ``Map``, ``BigInt``, cycle and the like are converted instead, and the
-      ``hint`` says so: :mod:`nous_sched.result._hints`).
+      ``hint`` says so: ``nous_sched.result._hints``).
     * ``output_limit`` - the returned value's JSON exceeds the byte limit.
     * ``cancelled`` - the caller cancelled the run (``run_code(cancel=...)``).
     * ``replay_diverged`` - a resumed run (:func:`nous_sched.resume`) made a
@@ -56,7 +56,7 @@ class RunResult:
     ``tool_outcome`` (:class:`~nous_sched.ToolOutcomeEvent`: ok, or the
     error's kind and message, and the result's size); :attr:`calls` is its
     ``tool_call`` records alone, in submission order. ``refused`` the calls the gate refused before they
-    started (:mod:`nous_sched.gate`), and ``trail`` the timeline of the
+    started (``nous_sched.gate``), and ``trail`` the timeline of the
     started calls; none of them is part of what the model reads
     (:meth:`to_dict`). ``error.message`` is at most 4000 characters plus a
     truncation marker.
@@ -64,7 +64,7 @@ class RunResult:
     ``usage`` is the run's ledger (:class:`~nous_sched.result.usage.Usage`): what each
     sub-call's result cost the program, what the model got and what the
     output budget cut. ``budgeted`` is the model-facing answer cut to the
-    run's ``output_budget`` (:mod:`nous_sched.result.budget`), when it had one and
+    run's ``output_budget`` (``nous_sched.result.budget``), when it had one and
     the answer did not fit; :meth:`for_model` returns it.
     """
 
@@ -80,15 +80,15 @@ class RunResult:
 
     @property
     def calls(self) -> tuple[ToolCallEvent, ...]:
-        """The ``tool_call`` records of :attr:`events`: one per started sub-call, in submission order."""
+        """The ``tool_call`` records of ``events``: one per started sub-call, in submission order."""
         return tuple(e for e in self.events if type(e) is ToolCallEvent)
 
-    #: A durable run that suspended for approval: a ``nous_sched.Suspension`` (see :mod:`nous_sched.durable`).
+    #: A durable run that suspended for approval: a :class:`~nous_sched.Suspension` (see ``nous_sched.durable``).
     suspended: Any = None
     #: A durable run's audit events: ``suspended``, ``approval``, ``resumed``.
     audit: tuple[Event, ...] = ()
     #: What the run probably did not mean, and the fix ("" for nothing):
-    #: see :mod:`nous_sched.result._hints`. In :meth:`to_dict` as ``"hint"`` when set.
+    #: see ``nous_sched.result._hints``. In :meth:`to_dict` as ``"hint"`` when set.
     hint: str = ""
 
     @property

@@ -50,7 +50,7 @@ class Usage:
     """A run's ledger. ``calls`` in the order the program received them
     (sequence order for started calls).
 
-    ``answer_bytes`` is the size in bytes (UTF-8, :func:`nous_sched.result.budget.size`)
+    ``answer_bytes`` is the size in bytes (UTF-8, ``nous_sched.result.budget.size``)
     of the model-facing answer before any budget
     (:meth:`~nous_sched.RunResult.to_dict`), ``model_bytes`` what the model
     got (:meth:`~nous_sched.RunResult.for_model`), and ``cut_bytes`` their
@@ -61,7 +61,7 @@ class Usage:
     calls: tuple[CallUsage, ...] = ()
     answer_bytes: int = 0
     model_bytes: int = 0
-    #: The bytes of the answer's ``hint`` (:mod:`nous_sched.result._hints`), counted in both sizes above.
+    #: The bytes of the answer's ``hint`` (``nous_sched.result._hints``), counted in both sizes above.
     hint_bytes: int = 0
 
     @property

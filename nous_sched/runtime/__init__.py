@@ -2,7 +2,7 @@
 
 A :class:`CodeRuntime` runs one program on the calling thread and returns a
 :class:`RuntimeOutcome`. All it can do to the outside world is through the
-:class:`Host` it is handed: start a tool call by name with JSON arguments and
+``Host`` it is handed: start a tool call by name with JSON arguments and
 wait for that call's outcome. The host decides everything else (permissions,
 approval, scheduling, audit); a call it answers at once (a refusal, a replayed
 answer, an ``sdk`` question's answer) it may return as a :class:`Settled`.
@@ -55,7 +55,7 @@ class AnyCancel:
 
 
 class PendingCall(Protocol):
-    """One call a runtime started through its :class:`Host`: its outcome, when it comes.
+    """One call a runtime started through its ``Host``: its outcome, when it comes.
 
     Only :meth:`wait` is required. :meth:`done` and :meth:`on_done` have
     declared defaults (not done; cannot tell) that a pending call which knows
@@ -210,7 +210,7 @@ class CodeRuntime(Protocol):
     run it against the runtime (``tests/test_runtime_contract.py`` runs it for
     both built-in ones) and it checks every promise of this seam (results,
     logs, errors as kinds, calls through the host in order, ``Promise.all``,
-    cancel, deadline, memory limit, and each :class:`Host` capability).
+    cancel, deadline, memory limit, and each ``Host`` capability).
     """
 
     language: str
@@ -222,7 +222,7 @@ class CodeRuntime(Protocol):
 
     def begin(self, program: str, names: Sequence[str], limits: Limits, cancel: Optional[Cancel]) -> Optional[Begun]:
         """Start ``program`` before its host exists (``run_code`` builds the
-        scheduler meanwhile): the returned :class:`Begun` runs it to the end
+        scheduler meanwhile): the returned ``Begun`` runs it to the end
         with the host, once. The default, ``None``, says this runtime cannot;
         ``run_code`` then calls :meth:`run`."""
         return None

@@ -139,7 +139,7 @@ class WorkerPool(CodeRuntime):
 
     :param size: most worker processes alive at once (spares included), so
         most runs at once. Default: the core count, at least 8
-        (:func:`default_size`): programs beyond the cores only share them.
+        (``default_size``): programs beyond the cores only share them.
     :param spares: fresh workers kept ready (within ``size``; default 2),
         each replaced in the background as soon as a run takes it; while
         runs find none ready, up to twice as many are kept (within
@@ -163,8 +163,9 @@ class WorkerPool(CodeRuntime):
     :param python: the interpreter to run workers with (default
         ``sys.executable``); set it when that is not a Python (an embedding
         server such as uWSGI).
-    :param uid, gid: when the host runs as root, what the workers drop to
+    :param uid: when the host runs as root, the user the workers drop to
         (default 65534, ``nobody``).
+    :param gid: likewise, the group (default 65534, ``nobody``).
     :param namespaces: put each worker in new namespaces where the kernel
         allows it (default true); :attr:`layers` says which are active.
     """
@@ -264,8 +265,8 @@ class WorkerPool(CodeRuntime):
 
         The worker compiles and starts the program while the caller builds the
         host (``run_code`` builds the run's scheduler meanwhile). Then exactly
-        one of :meth:`Begun.run` (with a host whose ``names`` are ``names`` and
-        whose ``cancel`` is ``cancel``) or :meth:`Begun.abandon` must follow.
+        one of ``Begun.run`` (with a host whose ``names`` are ``names`` and
+        whose ``cancel`` is ``cancel``) or ``Begun.abandon`` must follow.
         The run's deadline counts from here. ``domain``: see :meth:`domain`.
 
         :raises RunCodeError: the pool is closed. (A worker that could not be
@@ -440,7 +441,7 @@ class WorkerPool(CodeRuntime):
         self._start_ready(wids)
 
     def wait_for_spares(self, timeout: float) -> bool:
-        """Wait up to ``timeout`` seconds until :attr:`spares` fresh workers are
+        """Wait up to ``timeout`` seconds until ``spares`` fresh workers are
         idle and ready (each has said hello: bounded, its first context
         prepared), starting them if none are on their way; whether they are.
         False at once if the pool is closed or a spare could not start."""

@@ -22,7 +22,7 @@ those calls may interleave. The :class:`Scheduler` decides, conservatively:
   its own commit, so nothing starts or commits inside its window.
 * **At most ``max_parallel`` calls run at once**; more queue, they never fail.
 * **Tools run on an executor**: by default the process's shared tool threads
-  (:mod:`nous_sched.scheduler._tool_threads`: warm, so a run starts no thread of its
+  (``nous_sched.scheduler._tool_threads``: warm, so a run starts no thread of its
   own; bounded per process, idle ones retire; this scheduler still runs at
   most ``max_parallel`` of its calls at once), or any
   ``concurrent.futures.Executor`` you pass (shared, never shut down here).
@@ -119,7 +119,7 @@ class Scheduler:
     :param call_id: prefix of event ids, ``"<call_id>:code:<seq>"``.
     :param executor: where tools run. Yours is shared and never shut down;
         without one, the process's shared tool threads (named
-        ``nous-sched-tool-<k>``; :mod:`nous_sched.scheduler._tool_threads`), which
+        ``nous-sched-tool-<k>``; ``nous_sched.scheduler._tool_threads``), which
         outlive the scheduler, warm for the next run, and retire when idle.
     :param timeout: the bound, in seconds, on every wait (the run's deadline).
     :param observer: ``observer(record: CallRecord, phase)`` is called on the

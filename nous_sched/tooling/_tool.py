@@ -52,15 +52,15 @@ class Tool:
     Schema of what the tool returns, when it has one. ``requires_approval``
     makes every call of this tool ask the run's approval handler first.
     ``validate_arguments=False`` opts the tool out of checking each call's
-    arguments against ``parameters`` (:mod:`nous_sched.gate.schema`), for a tool
+    arguments against ``parameters`` (``nous_sched.gate.schema``), for a tool
     that checks them itself or whose schema is only a description.
     ``exclusive_reason`` is the few words the trail shows for a call of this
-    tool that ran exclusive (:attr:`CallRecord.reason
-    <nous_sched.CallRecord.reason>`), e.g. ``"destructive (MCP default)"``;
+    tool that ran exclusive (the ``reason`` of its
+    :class:`~nous_sched.CallRecord`), e.g. ``"destructive (MCP default)"``;
     empty, the trail says what :func:`concurrency_mode` saw.
     ``throttles`` are :class:`~nous_sched.Throttle` limits shared with every
     other run (and, with Redis, process) whose tools name them: each call
-    waits for a place in all of them (:mod:`nous_sched.throttle`).
+    waits for a place in all of them (``nous_sched.throttle``).
 
     :raises ConfigError: a field has the wrong type, naming it.
     """
