@@ -591,3 +591,54 @@ def test_a_token_never_starts_with_a_dash_so_a_shell_command_takes_it_as_an_argu
     tokens = [store.save({"n": n})[0] for n in range(300)]
     assert all(token[0] in "0123456789abcdef" for token in tokens), [t for t in tokens if t[0] == "-"]
     assert [store.load(token)["n"] for token in tokens[:3]] == [0, 1, 2]
+
+
+def test_a_store_that_only_implements_the_seam_suspends_and_resumes(env, tmp_path):
+    # RunOptions takes any ApprovalStoreSeam; resume takes the same (not only the library's stores).
+    from nous_sched import ApprovalStoreSeam
+
+    class Delegating(ApprovalStoreSeam):
+        def __init__(self, inner):
+            self.inner, self.park = inner, inner.park
+
+        def save(self, record):
+            return self.inner.save(record)
+
+        def load(self, token):
+            return self.inner.load(token)
+
+        def claim(self, token, first_progress=None):
+            return self.inner.claim(token, first_progress)
+
+        def finish(self, token):
+            self.inner.finish(token)
+
+        def release(self, token):
+            self.inner.release(token)
+
+        def decide(self, token, seq, approved, reason=""):
+            self.inner.decide(token, seq, approved, reason)
+
+        def suspensions(self):
+            return self.inner.suspensions()
+
+        def write_progress(self, token, by, progress):
+            return self.inner.write_progress(token, by, progress)
+
+        def claimed(self, token):
+            return self.inner.claimed(token)
+
+        def take_over(self, token, found):
+            return self.inner.take_over(token, found)
+
+        def settle(self, token, seq, ran):
+            return self.inner.settle(token, seq, ran)
+
+    store = Delegating(SqliteApprovalStore(str(tmp_path / "seam.db")))
+    suspended = run_code(
+        PARKED_PROGRAM, durable_tools.TOOLS, approval_store=store, runtime=QuickJSRuntime(), description="test"
+    )
+    assert [p.seq for p in suspended.suspended.pending] == [2]
+    done = resume(suspended.suspended.token, {2: True}, durable_tools.TOOLS, approval_store=store)
+    assert done.result == {"r": {"read": 1}, "a": {"read": 2}, "paid": {"paid": 5}, "b": {"read": 3}}
+    assert _ran(env) == [["read", {"i": 1}], ["read", {"i": 2}], ["pay", {"amount": 5}], ["read", {"i": 3}]]

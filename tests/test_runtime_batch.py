@@ -27,7 +27,7 @@ import threading
 import pytest
 
 from nous_sched import Limits, Outcome, QuickJSRuntime, Tool, WorkerPool, run_code
-from nous_sched.runtime import Host, PendingCall
+from nous_sched.runtime import Host, Settled
 from nous_sched.runtime import _remote as remote_module
 from nous_sched.runtime import engine as engine_module
 from nous_sched.runtime.procio import Worker
@@ -92,17 +92,15 @@ def batches(monkeypatch):
     return sizes
 
 
-class _Answered(PendingCall):
-    """A pending call answered at once: ``done()``, so it may join a batch."""
-
-    def __init__(self, outcome):
-        self.outcome = outcome
-
-    def done(self):
-        return True
-
-    def wait(self, timeout):
-        return self.outcome
+def test_a_settled_call_is_known_at_once() -> None:
+    # The seam's declared pending call for an answer a host knows at once (runtime.Settled).
+    outcome = Outcome.failure("t", "refused")
+    settled = Settled(outcome, tool="t")
+    assert settled.done() is True
+    assert settled.wait(0.0) is outcome
+    assert (settled.tool, settled.seq) == ("t", None)
+    assert Settled(Outcome.success(1)).tool is None
+    assert settled.on_done(lambda: None) is False  # it never needs to tell: done() already says so
 
 
 class _Host(Host):
@@ -117,7 +115,7 @@ class _Host(Host):
 
     def call_json(self, name, text):
         self.seen.append(("call", name, text))
-        return _Answered(Outcome.success(json.loads(text)["i"]))
+        return Settled(Outcome.success(json.loads(text)["i"]))
 
     def on_settled(self, pending, outcome, payload):
         self.seen.append(("answer", payload))

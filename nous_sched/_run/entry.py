@@ -130,5 +130,5 @@ def run_code(
 def run(code: Any, tools: Iterable[Tool], options: RunOptions) -> RunResult:
     """:func:`run_code` with its options made: plain, or durable with ``options.approval_store``."""
     if options.approval_store is not None:
-        return run_durable(code, tools, options)
+        return run_durable(code, tools, options, options.approval_store)
     return execute(prepare(code, tools, options))

@@ -55,7 +55,7 @@ from ..result._hints import Seen, hints
 from ..result.budget import MIN_OUTPUT_BUDGET, fit, fit_value, utf8_size
 from ..result.budget import size as budget_size
 from ..result.usage import CallUsage, Usage
-from ..runtime import Begun, Cancel, CodeRuntime, Host, Limits, PendingCall, RuntimeOutcome, _program
+from ..runtime import Begun, Cancel, CodeRuntime, Host, Limits, PendingCall, RuntimeOutcome, Settled, _program
 from ..runtime.syntax import explain as explain_syntax
 from ..scheduler import Scheduler
 from ..sdk.discovery import Discovery, unknown_tool_message
@@ -474,30 +474,6 @@ def _saturated_by_caller(executor: Any) -> bool:
 # -- the host side of `tools` ---------------------------------------------
 
 
-class _Settled(PendingCall):
-    """An outcome known at once: a refusal by the gate (``tool`` names it) or
-    the answer to an ``sdk`` question (``tool`` is ``None``).
-
-    Like the scheduler's :class:`~nous_sched.Ticket` (what :meth:`_Host.submit`
-    returns for a call that runs), it has ``tool`` and ``seq`` (``None``: never
-    submitted), so the host reads both of every pending call it handed out.
-    """
-
-    __slots__ = ("outcome", "tool")
-    seq: Optional[int] = None
-
-    def __init__(self, outcome: Outcome, tool: Optional[str] = None) -> None:
-        self.outcome = outcome
-        self.tool = tool
-
-    def done(self) -> bool:
-        """Always: a runtime may batch its answer with the calls before it."""
-        return True
-
-    def wait(self, timeout: float) -> Outcome:
-        return self.outcome
-
-
 class _Host(Host):
     """What a runtime may ask of the outside world: start a call by name, through the run's gate.
 
@@ -544,7 +520,7 @@ class _Host(Host):
         """Start a call the gate has answered (``admitted``: an :class:`Admitted`,
         or the refusal's :class:`Outcome`), ``name`` as the program wrote it."""
         if type(admitted) is not Admitted:
-            return _Settled(admitted, name if isinstance(name, str) else str(name))
+            return Settled(admitted, name if isinstance(name, str) else str(name))
         # The gate's arguments are a fresh snapshot no one else holds: not copied again.
         tool = admitted.tool
         return self.scheduler.submit_snapshot(tool, tool.name, admitted.args, self.run_ctx, admitted.text)
@@ -559,9 +535,9 @@ class _Host(Host):
         tool = pending.tool
         if tool is None:  # an sdk question: not a sub-call
             return
-        seq = pending.seq  # a Ticket's or a _Settled's: every pending call this host hands out has one
+        seq = pending.seq  # a Ticket's or a Settled's: every pending call this host hands out has one
         self.ledger.append((seq, tool, len(payload), outcome.ok))
-        if outcome.ok and type(pending) is not _Settled:
+        if outcome.ok and type(pending) is not Settled:
             self.discovery.observe(tool, outcome.value)
             self.seen.observe(tool, seq, outcome.value)
 
@@ -579,5 +555,5 @@ class _Host(Host):
         its JSON text, which passes the gate's budget and JSON rules first."""
         parsed = self.gate.admit_question(question)
         if isinstance(parsed, Outcome):
-            return _Settled(parsed)
-        return _Settled(self.discovery.answer(parsed))
+            return Settled(parsed)
+        return Settled(self.discovery.answer(parsed))

@@ -18,18 +18,19 @@ from .._validators import require
 from ..errors import ConfigError
 from ..events import ApprovalEvent, Event, ResumedEvent, SuspendedEvent
 from ..gate import Admitted
+from ..gate.approval_seam import ApprovalStoreSeam
 from ..gate.dispatch import ApprovalRequest, needs_approval
 from ..outcome import Outcome, quote_name
 from ..result import RunError, RunResult
 from ..result.budget import fit
 from ..result.budget import size as budget_size
-from ..runtime import AnyCancel, CodeRuntime, Host, Limits, PendingCall, RuntimeOutcome
+from ..runtime import AnyCancel, CodeRuntime, Host, Limits, PendingCall, RuntimeOutcome, Settled
 from ..runtime.engine import CLOCK_MARK
 from ..tooling import Tool
 from . import _progress as progress_of
 from ._claimer import describe
 from ._progress import Progress
-from .approval_store import ApprovalStore, TokenError, UnsettledError
+from .approval_store import TokenError, UnsettledError
 
 __all__ = ["DEFER", "ApprovalDecision", "Suspension", "resume", "tool_set_hash", "run_durable"]
 
@@ -199,37 +200,16 @@ def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-class _Settled(PendingCall):
-    __slots__ = ("outcome",)
+class _Answered(Settled):
+    """An answer the durable host settles itself (a replayed one, a refusal, a denial), with
+    ``number``, the usage ledger's seq (``None``: the gate refused it before it started)."""
 
-    def __init__(self, outcome: Outcome) -> None:
-        self.outcome = outcome
-
-    def done(self) -> bool:
-        """Always: a replayed answer is batched with the calls before it (runtime/engine.py, drive)."""
-        return True
-
-    def wait(self, timeout: float) -> Outcome:
-        return self.outcome
-
-
-class _Answered(PendingCall):
-    """An answer the durable host settles itself (a replayed one, a refusal, a denial): ``tool``
-    and ``number``, the usage ledger's seq (``None``: the gate refused it before it started)."""
-
-    __slots__ = ("outcome", "tool", "number")
+    __slots__ = ("number",)
+    tool: str  # always a tool's: a durable host answers no sdk question itself
 
     def __init__(self, outcome: Outcome, tool: str, number: Optional[int]) -> None:
-        self.outcome = outcome
-        self.tool = tool
+        super().__init__(outcome, tool)
         self.number = number
-
-    def done(self) -> bool:
-        """Always: a replayed answer is batched with the calls before it (runtime/engine.py, drive)."""
-        return True
-
-    def wait(self, timeout: float) -> Outcome:
-        return self.outcome
 
 
 @attrs.frozen
@@ -623,20 +603,18 @@ def _clip(text: Any, n: int = 200) -> str:
 
 # -- suspending and resuming ---------------------------------------------------------
 
-_STORE = v.instance_of(ApprovalStore, "a nous_sched approval store (SqliteApprovalStore, RedisApprovalStore)")
+_STORE = v.instance_of(ApprovalStoreSeam, "a nous_sched approval store (SqliteApprovalStore, RedisApprovalStore)")
 _DECISIONS = v.instance_of(Mapping, "a mapping of seq to True, False or an ApprovalDecision")
 
 
-def run_durable(code: Any, tools: Iterable[Tool], options: RunOptions) -> RunResult:
-    """``run_code(code, tools, options=options)`` with ``options.approval_store``: see the module docstring."""
-    store = options.approval_store
-    assert isinstance(store, ApprovalStore)  # (run_code's entry comes here only with one: RunOptions checked it)
+def run_durable(code: Any, tools: Iterable[Tool], options: RunOptions, store: ApprovalStoreSeam) -> RunResult:
+    """``run_code(code, tools, options=options)`` with ``store``, its ``options.approval_store``: see the module docstring."""
     tools = list(tools)
     run = _Run({}, [], {}, {}, options.approval_handler, options.description or "")
     return _execute(code, tools, store, options, run)
 
 
-def _execute(code: Any, tools: list[Tool], store: ApprovalStore, options: RunOptions, run: _Run) -> RunResult:
+def _execute(code: Any, tools: list[Tool], store: ApprovalStoreSeam, options: RunOptions, run: _Run) -> RunResult:
     runtime = _DurableRuntime(runtime_of(options.runtime), run)
     run.budget = options.output_budget
     if store.park <= 0:
@@ -657,7 +635,7 @@ def _execute(code: Any, tools: list[Tool], store: ApprovalStore, options: RunOpt
 _parked_numbers = itertools.count(1)
 
 
-def _parked_result(code: str, tools: list[Tool], store: ApprovalStore, run: _Run, park: _Park) -> RunResult:
+def _parked_result(code: str, tools: list[Tool], store: ApprovalStoreSeam, run: _Run, park: _Park) -> RunResult:
     """The run's result once it ends, or its suspension once it parks (then it stays held for a resume)."""
     result = park.outcome()
     if result is not None:
@@ -671,7 +649,7 @@ def _parked_result(code: str, tools: list[Tool], store: ApprovalStore, run: _Run
 
 
 def _run_once(
-    code: Any, tools: list[Tool], store: ApprovalStore, options: RunOptions, run: _Run, runtime: Any
+    code: Any, tools: list[Tool], store: ApprovalStoreSeam, options: RunOptions, run: _Run, runtime: Any
 ) -> RunResult:
     # The machinery itself, with this run's replaying runtime and its gate of approvals.
     replaying = attrs.evolve(options, runtime=runtime, approval_handler=run.approval_handler, approval_store=None)
@@ -710,7 +688,7 @@ def _within_budget(result: RunResult, budget: Optional[int]) -> RunResult:
     return attrs.evolve(result, budgeted=budgeted, usage=usage)
 
 
-def _suspend(code: str, tools: list[Tool], store: ApprovalStore, run: _Run) -> Suspension:
+def _suspend(code: str, tools: list[Tool], store: ApprovalStoreSeam, run: _Run) -> Suspension:
     # What committed before each pending call, now that every earlier call has.
     committed = run.committed()
     run.pending = [
@@ -736,7 +714,7 @@ def resume(
     decisions: Mapping[Any, Union[bool, ApprovalDecision]],
     tools: Iterable[Tool] = (),
     *,
-    approval_store: ApprovalStore,
+    approval_store: ApprovalStoreSeam,
     **options: Any,
 ) -> RunResult:
     """Resume a suspended run by replay: see the module docstring.
@@ -808,7 +786,7 @@ _OTHER_TOOLS = (
 )
 
 
-def _progress(token: str, store: ApprovalStore, by: str, state: dict[str, Any]) -> Progress:
+def _progress(token: str, store: ApprovalStoreSeam, by: str, state: dict[str, Any]) -> Progress:
     return Progress(state, lambda written: store.write_progress(token, by, written))
 
 
@@ -817,7 +795,7 @@ def _take_over(
     found: dict[str, Any],
     decisions: Mapping[Any, Any],
     tools: list[Tool],
-    store: ApprovalStore,
+    store: ApprovalStoreSeam,
     options: RunOptions,
 ) -> RunResult:
     """Continue a resume whose process died: replay what it committed, run what
@@ -871,7 +849,7 @@ def _resume_parked(
     token: str,
     record: dict[str, Any],
     tools: list[Tool],
-    store: ApprovalStore,
+    store: ApprovalStoreSeam,
     park: _Park,
     decisions: dict[int, ApprovalDecision],
     progress: Progress,

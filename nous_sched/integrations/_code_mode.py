@@ -25,8 +25,7 @@ from ..errors import ConfigError, ToolError
 from ..events import SessionLog
 from ..gate.dispatch import RUN_OVER, ApprovalRequest, current_call
 from ..gate.policy import PermissionPolicy
-from ..tooling import Tool
-from ..tooling._function_tool import _always_safe
+from ..tooling import Tool, always_safe
 
 __all__ = ["Bridge", "CodeModeOptions", "asking", "bridge", "Overrides"]
 
@@ -148,9 +147,9 @@ class CodeModeOptions:
         the caller's overrides over them."""
         override = self.concurrency_safe.get(name)
         if override is None:
-            predicate = _always_safe if safe else None
+            predicate = always_safe if safe else None
         elif override is True:
-            predicate = _always_safe
+            predicate = always_safe
         elif override is False:
             predicate = None
         elif callable(override):

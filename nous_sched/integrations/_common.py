@@ -10,8 +10,7 @@ from typing import Any, Callable, Optional, Union
 from .. import _validators as v
 from .._extras import install_command
 from ..errors import ConfigError
-from ..tooling import Tool
-from ..tooling._function_tool import _always_safe, _no_return_type, _stdlib_schema
+from ..tooling import Tool, always_safe, no_return_type, stdlib_schema
 
 Predicate = Union[Callable[[dict[str, Any]], Any], bool, None]
 
@@ -49,7 +48,7 @@ def build(
     if concurrency_safe is None:
         predicate = derived_concurrency_safe
     elif concurrency_safe is True:
-        predicate = _always_safe
+        predicate = always_safe
     elif concurrency_safe is False:
         predicate = None
     elif callable(concurrency_safe):
@@ -86,9 +85,9 @@ def return_schema(fn: Any) -> Optional[dict[str, Any]]:
             hint = inspect.signature(fn).return_annotation
         except (TypeError, ValueError):
             return None
-    if _no_return_type(hint):
+    if no_return_type(hint):
         return None
-    schema = _stdlib_schema(hint)
+    schema = stdlib_schema(hint)
     if schema is None:
         try:
             import pydantic

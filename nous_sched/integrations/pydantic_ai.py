@@ -57,8 +57,7 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from ..errors import ConfigError, ToolError
 from ..throttle import Throttle
-from ..tooling import Tool
-from ..tooling._function_tool import _always_safe
+from ..tooling import Tool, always_safe
 from ..tooling._pydantic import jsonable, validation_message
 from ._common import Predicate, build, require
 
@@ -132,7 +131,7 @@ def from_pydantic_ai(
         parameters=definition.parameters_json_schema,
         returns=definition.return_schema,
         concurrency_safe=concurrency_safe,
-        derived_concurrency_safe=None if definition.sequential else _always_safe,
+        derived_concurrency_safe=None if definition.sequential else always_safe,
         requires_approval=requires_approval,
         derived_requires_approval=bool(tool.requires_approval),
         category=category,

@@ -123,9 +123,10 @@ from .._text import machine_json, machine_text, machine_value
 from .._validators import NAMES, POSITIVE_INT, TOOLS, instance_of, names, optional, require
 from ..agent import _run_code_tool as agent
 from ..durable import resume
-from ..durable.approval_store import ApprovalStore, TokenError
+from ..durable.approval_store import TokenError
 from ..errors import ConfigError, RunCodeError, ToolError
 from ..events import Event, SessionLog
+from ..gate.approval_seam import ApprovalStoreSeam
 from ..gate.dispatch import ApprovalRequest, current_call, direct_dispatch
 from ..gate.policy import PermissionPolicy
 from ..limits import Limits
@@ -608,8 +609,9 @@ class CodeModeServer:
         )
 
     async def _call_tool(self, ctx: Any, params: CallToolRequestParams) -> Union[CallToolResult, InputRequiredResult]:
-        if params.name == RUN_RESULT and self._options.approval_store is not None:
-            return await self._run_result(ctx, dict(params.arguments or {}))
+        store = self._options.approval_store
+        if params.name == RUN_RESULT and store is not None:
+            return await self._run_result(ctx, dict(params.arguments or {}), store)
         if params.name != self._template.name:
             return _error_result(f"unknown tool {params.name!r}; this server has one tool, {self._template.name!r}")
         self._sweep()
@@ -642,7 +644,9 @@ class CodeModeServer:
             run.forwarded = forwarder.position
         return result
 
-    async def _run_result(self, ctx: Any, arguments: dict[str, Any]) -> Union[CallToolResult, InputRequiredResult]:
+    async def _run_result(
+        self, ctx: Any, arguments: dict[str, Any], store: ApprovalStoreSeam
+    ) -> Union[CallToolResult, InputRequiredResult]:
         """``run_result``: the suspended run's result for the client that started it (:mod:`.deliver`)."""
         self._sweep()
         client = client_keys(ctx)
@@ -650,7 +654,7 @@ class CodeModeServer:
         if delivery is None:
             return _error_result(NOT_YOURS)
         if delivery.resumed is None:
-            waiting = await anyio.to_thread.run_sync(self._undecided, delivery)
+            waiting = await anyio.to_thread.run_sync(self._undecided, delivery, store)
             if isinstance(waiting, str):
                 return _error_result(waiting)
             if waiting:
@@ -667,11 +671,9 @@ class CodeModeServer:
             self._deliveries.read(delivery)
         return result
 
-    def _undecided(self, delivery: Delivery) -> Union[str, list[int]]:
-        """The pending seqs no one decided yet, or why the token cannot be resumed here."""
+    def _undecided(self, delivery: Delivery, store: ApprovalStoreSeam) -> Union[str, list[int]]:
+        """The pending seqs no one decided yet in ``store``, or why the token cannot be resumed here."""
         try:
-            store = self._options.approval_store
-            assert isinstance(store, ApprovalStore)  # (run_result is offered only with one)
             record = store.load(delivery.token)
         except TokenError as exc:
             return f"this run cannot be resumed here: {exc} (was it resumed with `nous-sched resume`?)"
@@ -935,7 +937,7 @@ AUDIT_LINES: dict[str, Optional[Callable[[_GateAudit, Mapping[str, Any]], None]]
 def _resumed(token: str, tools: list[Tool], options: RunOptions, arguments: Any) -> Any:
     """What ``run_code`` would answer for the resumed run (``arguments`` unused: the record has the code)."""
     store = options.approval_store
-    assert isinstance(store, ApprovalStore)  # (a run is resumed only with one)
+    assert store is not None  # (run_result, the one way here, is offered only with one)
     return resume(token, {}, tools, approval_store=store, options=options).for_model()
 
 

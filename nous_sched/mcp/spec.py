@@ -15,7 +15,7 @@ import attrs
 from .._validators import BOOL, OPTIONAL_STR, Check, fail, optional, shown
 from ..errors import ConfigError
 from ..throttle import Throttle
-from ..tooling._tool import THROTTLES, _throttles
+from ..tooling import THROTTLES, as_throttles
 
 __all__ = ["ServerSpec", "ToolOverride", "NAME_PATTERN"]
 
@@ -149,7 +149,7 @@ class ServerSpec:
     env: Optional[Mapping[str, str]] = attrs.field(default=None, kw_only=True, validator=_STRING_MAP)
     cwd: Optional[str] = attrs.field(default=None, kw_only=True, validator=OPTIONAL_STR)
     headers: Optional[Mapping[str, str]] = attrs.field(default=None, kw_only=True, validator=_STRING_MAP)
-    throttles: tuple[Throttle, ...] = attrs.field(default=(), kw_only=True, converter=_throttles, validator=THROTTLES)
+    throttles: tuple[Throttle, ...] = attrs.field(default=(), kw_only=True, converter=as_throttles, validator=THROTTLES)
 
     @property
     def transport(self) -> str:

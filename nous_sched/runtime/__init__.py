@@ -4,7 +4,8 @@ A :class:`CodeRuntime` runs one program on the calling thread and returns a
 :class:`RuntimeOutcome`. All it can do to the outside world is through the
 ``Host`` it is handed: start a tool call by name with JSON arguments and
 wait for that call's outcome. The host decides everything else (permissions,
-approval, scheduling, audit).
+approval, scheduling, audit); a call it answers at once (a refusal, a replayed
+answer, an ``sdk`` question's answer) it may return as a :class:`Settled`.
 
 Two runtimes ship, both stepping the same engine (:mod:`.engine`):
 :class:`~nous_sched.runtime.pool.WorkerPool`, the default, runs each program in
@@ -24,7 +25,7 @@ from ..limits import Limits
 from ..outcome import Outcome
 from ..result import RunError
 
-__all__ = ["AnyCancel", "Begun", "Cancel", "CodeRuntime", "Host", "Limits", "PendingCall", "RuntimeOutcome"]
+__all__ = ["AnyCancel", "Begun", "Cancel", "CodeRuntime", "Host", "Limits", "PendingCall", "RuntimeOutcome", "Settled"]
 
 
 class Cancel(Protocol):
@@ -132,7 +133,7 @@ class Host(Protocol):
         """Answer a question the program asked through ``sdk`` (its JSON text):
         a pending call like a tool's, settled in the same order. The default
         answers every question with a failure: this host takes none."""
-        return _Answered(Outcome.failure("sdk", NO_QUESTIONS))
+        return Settled(Outcome.failure("sdk", NO_QUESTIONS))
 
     def on_logs(self, lines: list[str]) -> None:
         """The log lines a step kept, as it ends, on the thread running the
@@ -165,18 +166,30 @@ class Host(Protocol):
 NO_QUESTIONS = "this host answers no questions about its tools"
 
 
-class _Answered(PendingCall):
-    """An outcome known at once."""
+class Settled(PendingCall):
+    """A :class:`PendingCall` whose outcome is known at once: what a host may
+    return for a call it answers without running anything (a refusal, a
+    replayed answer, the answer to an ``sdk`` question).
 
-    __slots__ = ("outcome",)
+    ``tool`` names the call's tool, or is ``None`` when it is no tool's (an
+    ``sdk`` question); ``seq`` is always ``None``: it was never submitted to a
+    scheduler. :meth:`done` is always true, so a runtime settles its answer
+    with the calls before it in one batch.
+    """
 
-    def __init__(self, outcome: Outcome) -> None:
+    __slots__ = ("outcome", "tool")
+    seq: Optional[int] = None
+
+    def __init__(self, outcome: Outcome, tool: Optional[str] = None) -> None:
         self.outcome = outcome
+        self.tool = tool
 
     def done(self) -> bool:
+        """Always true: the outcome is known."""
         return True
 
     def wait(self, timeout: float) -> Outcome:
+        """The outcome, at once."""
         return self.outcome
 
 

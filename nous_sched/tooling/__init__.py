@@ -3,10 +3,12 @@
 :class:`Tool` and :func:`concurrency_mode` (``_tool.py``); :func:`function_tool`
 (``_function_tool.py``: the hints, the docstring through ``_docstring.py``,
 pydantic through ``_pydantic.py`` when installed, ``async`` functions
-through ``_async.py``). Every name here is also ``nous_sched.<name>``.
+through ``_async.py``). ``Tool``, ``PARALLEL``, ``EXCLUSIVE``, ``concurrency_mode`` and
+``function_tool`` are also ``nous_sched.<name>``; the rest are this package's door for the library's other packages (the
+adapters build tools with them, the MCP spec converts its throttles).
 """
 
-from ._function_tool import function_tool
+from ._function_tool import always_safe, function_tool, no_return_type, stdlib_schema
 from ._tool import (
     EXCLUSIVE,
     NO_PREDICATE,
@@ -15,6 +17,7 @@ from ._tool import (
     THROTTLES,
     Mode,
     Tool,
+    as_throttles,
     concurrency_mode,
     exclusive_reason,
 )
@@ -27,7 +30,11 @@ __all__ = [
     "PREDICATE_SAID_NO",
     "THROTTLES",
     "Tool",
+    "always_safe",
+    "as_throttles",
     "concurrency_mode",
     "exclusive_reason",
     "function_tool",
+    "no_return_type",
+    "stdlib_schema",
 ]

@@ -61,7 +61,7 @@ from . import _docstring
 from ._pydantic import jsonable, validation_message
 from ._tool import Tool
 
-__all__ = ["function_tool"]
+__all__ = ["function_tool", "always_safe", "no_return_type", "stdlib_schema"]
 
 _EMPTY = inspect.Parameter.empty
 
@@ -142,7 +142,7 @@ def _build(
     if not callable(fn):
         v.fail("function_tool", "fn", fn, "a function or a callable object")
     label = getattr(fn, "__qualname__", None) or repr(fn)
-    predicate = _always_safe if concurrency_safe is True else (concurrency_safe or None)
+    predicate = always_safe if concurrency_safe is True else (concurrency_safe or None)
     doc_text, doc_params = _docstring.parse(inspect.getdoc(fn))
     signature = _parameters(fn, label, doc_params)
     plan: _Plan
@@ -190,7 +190,8 @@ class _Plan(Protocol):
     def returns(self, hint: Any) -> Optional[dict[str, Any]]: ...
 
 
-def _always_safe(args: dict[str, Any]) -> bool:
+def always_safe(args: dict[str, Any]) -> bool:
+    """The ``concurrency_safe`` predicate of a tool whose every call may run beside others."""
     return True
 
 
@@ -327,7 +328,7 @@ class _PydanticPlan:
         return jsonable(value)
 
     def returns(self, hint: Any) -> Optional[dict[str, Any]]:
-        if _no_return_type(hint):
+        if no_return_type(hint):
             return None
         import pydantic
 
@@ -368,7 +369,7 @@ class _StdlibPlan:
         properties: dict[str, Any] = {}
         required: list[str] = []
         for param in signature.params:
-            schema = _stdlib_schema(param.hint)
+            schema = stdlib_schema(param.hint)
             if schema is None:
                 raise ConfigError(
                     f"function_tool({label}): the type hint of `{param.name}` ({_hint_name(param.hint)}) needs "
@@ -407,41 +408,43 @@ class _StdlibPlan:
 
     def returns(self, hint: Any) -> Optional[dict[str, Any]]:
         # A return hint the mapping does not cover costs the SDK its type, not the tool.
-        return None if _no_return_type(hint) else _stdlib_schema(hint)
+        return None if no_return_type(hint) else stdlib_schema(hint)
 
 
 _SCALARS = {str: "string", int: "integer", float: "number", bool: "boolean", type(None): "null"}
 
 
-def _stdlib_schema(hint: Any) -> Optional[dict[str, Any]]:
+def stdlib_schema(hint: Any) -> Optional[dict[str, Any]]:
+    """The JSON Schema of a standard-library type hint, or ``None`` when it has none (pydantic may)."""
     if hint is Any or hint is _EMPTY:
         return {}
     if hint is None or hint in _SCALARS:
         return {"type": _SCALARS[type(None) if hint is None else hint]}
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin is typing.Annotated:
-        return _stdlib_schema(args[0])
+        return stdlib_schema(args[0])
     if hint in (list, dict):
         return {"type": "array"} if hint is list else {"type": "object"}
     if origin is list:
-        items = _stdlib_schema(args[0]) if args else {}
+        items = stdlib_schema(args[0]) if args else {}
         return None if items is None else {"type": "array", "items": items}
     if origin is dict:
         if args and args[0] is not str:
             return None
-        values = _stdlib_schema(args[1]) if args else {}
+        values = stdlib_schema(args[1]) if args else {}
         return None if values is None else {"type": "object", "additionalProperties": values}
     if origin is typing.Literal:
         if all(isinstance(value, (str, int, bool)) or value is None for value in args):
             return {"enum": list(args)}
         return None
     if origin is Union or origin is types.UnionType:
-        members = [_stdlib_schema(arg) for arg in args]
+        members = [stdlib_schema(arg) for arg in args]
         return None if any(m is None for m in members) else {"anyOf": members}
     return None
 
 
-def _no_return_type(hint: Any) -> bool:
+def no_return_type(hint: Any) -> bool:
+    """Whether a return hint says nothing of the result (absent, ``Any`` or ``None``): no ``returns`` schema."""
     return hint is _EMPTY or hint is Any or hint is None or hint is type(None)
 
 

@@ -17,7 +17,7 @@ import attrs
 from .. import _validators as v
 from ..throttle import Throttle
 
-__all__ = ["Tool", "Mode", "PARALLEL", "EXCLUSIVE", "concurrency_mode", "exclusive_reason"]
+__all__ = ["Tool", "Mode", "PARALLEL", "EXCLUSIVE", "THROTTLES", "as_throttles", "concurrency_mode", "exclusive_reason"]
 
 log = logging.getLogger("nous_sched")
 
@@ -32,7 +32,7 @@ THROTTLES = v.Check(
 )
 
 
-def _throttles(value: Any) -> Any:
+def as_throttles(value: Any) -> Any:
     """``throttles`` as a tuple, or as given when it is not a sequence of throttles (the validator names it)."""
     return tuple(value) if THROTTLES.accepts(value) else value
 
@@ -77,7 +77,7 @@ class Tool:
     returns: Optional[Mapping[str, Any]] = attrs.field(default=None, validator=v.SCHEMA)
     validate_arguments: bool = attrs.field(default=True, validator=v.BOOL)
     exclusive_reason: str = attrs.field(default="", validator=v.STR)
-    throttles: tuple[Throttle, ...] = attrs.field(default=(), converter=_throttles, validator=THROTTLES)
+    throttles: tuple[Throttle, ...] = attrs.field(default=(), converter=as_throttles, validator=THROTTLES)
 
 
 #: The trail's reason for an exclusive call of a tool with no ``concurrency_safe`` predicate.
