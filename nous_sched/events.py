@@ -328,8 +328,11 @@ class ToolOutcomeEvent:
     ``ok`` is whether the tool returned a value; ``error`` is ``None`` or
     ``{"kind", "message"}``, the message being what the program read, the
     kind one of ``OUTCOME_ERROR_KINDS``; ``bytes`` is the size of the
-    result's JSON text in UTF-8 (0 for a failure). serve-mcp's audit log
-    writes the same fields in its ``tool_outcome`` line.
+    result's JSON text in UTF-8 (0 for a failure). ``blobs`` names the
+    parts of the result the run kept on the host (:mod:`nous_sched.blobs`):
+    ``(id, bytes)`` each, never their values; the session form has a
+    ``"blobs"`` list of ``{"id", "bytes"}`` only when there is one. serve-mcp's
+    audit log writes the same fields in its ``tool_outcome`` line.
     """
 
     seq: int
@@ -337,11 +340,14 @@ class ToolOutcomeEvent:
     ok: bool
     error: Any = attrs.field(default=None, converter=freeze, metadata=_FROZEN)
     bytes: int = 0
+    blobs: tuple[tuple[str, int], ...] = ()
 
     type = "tool_outcome"
 
     def as_event(self) -> Event:
         data = {"seq": self.seq, "tool": self.tool, "ok": self.ok, "error": self.error, "bytes": self.bytes}
+        if self.blobs:
+            data["blobs"] = freeze([{"id": id, "bytes": size} for id, size in self.blobs])
         return Event(self.type, data)
 
 

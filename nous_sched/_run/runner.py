@@ -43,6 +43,7 @@ import attrs
 from .. import _tracing
 from .._interrupts import LOCAL, deferred, guarded, leave
 from .._text import one_line
+from ..blobs import NO_BLOBS, READ_LABEL, READ_QUESTION, BlobStore
 from ..crossing import text_bytes
 from ..errors import RunCodeError
 from ..gate import Admitted, Gate
@@ -267,6 +268,7 @@ def _wind_down(begun: Optional[Begun], scheduler: Optional[Scheduler]) -> None:
 def _build(p: Prepared, o: RunOptions, deadline: float, live: Any) -> tuple[Scheduler, Gate, RunContext]:
     """The run's context, scheduler and gate."""
     policy = o.policy
+    blob_bytes = p.limits.blob_bytes
     run_ctx = RunContext(
         approval_handler=o.approval_handler,
         deps=o.deps,
@@ -274,6 +276,7 @@ def _build(p: Prepared, o: RunOptions, deadline: float, live: Any) -> tuple[Sche
         deadline=deadline,
         description=o.description or "",
         live=live,
+        blobs=None if blob_bytes is None else BlobStore(blob_bytes),
     )
     call_id = o.call_id
     scheduler = Scheduler(
@@ -296,6 +299,7 @@ def _build(p: Prepared, o: RunOptions, deadline: float, live: Any) -> tuple[Sche
         scheduler.session_log().append,
         unknown=lambda name: unknown_tool_message(name, names),
     )
+    gate.blobs = run_ctx.blobs
     if live is not None:
         gate.on_refused = live.refused
     return scheduler, gate, run_ctx
@@ -331,6 +335,8 @@ def _result(
         answer_bytes=answer_bytes,
         model_bytes=answer_bytes if budgeted is None else budget_size(budgeted),
         hint_bytes=hint_bytes,
+        held_bytes=sum(b.size for b in host.run_ctx.blobs.blobs()) if host.run_ctx.blobs is not None else 0,
+        read_chars=host.read_chars,
     )
     return RunResult(
         logs=logs,
@@ -503,6 +509,8 @@ class _Host(Host):
         self.main: Any = None
         self.seen = Seen()
         self.live = live
+        #: The characters the program read of its blobs (``blobs.read``).
+        self.read_chars = 0
 
     @property
     def deadline(self) -> Optional[float]:
@@ -535,6 +543,9 @@ class _Host(Host):
         tool = pending.tool
         if tool is None:  # an sdk question: not a sub-call
             return
+        if tool is READ_LABEL:  # a blob's slice (discover): not a sub-call either
+            self.read_chars += len(payload)
+            return
         seq = pending.seq  # a Ticket's or a Settled's: every pending call this host hands out has one
         self.ledger.append((seq, tool, len(payload), outcome.ok))
         if outcome.ok and type(pending) is not Settled:
@@ -556,4 +567,9 @@ class _Host(Host):
         parsed = self.gate.admit_question(question)
         if isinstance(parsed, Outcome):
             return Settled(parsed)
+        if isinstance(parsed, list) and parsed and parsed[0] == READ_QUESTION:
+            blobs = self.run_ctx.blobs
+            if blobs is None:
+                return Settled(Outcome.failure(READ_LABEL, NO_BLOBS), READ_LABEL)
+            return Settled(blobs.read(parsed[1] if len(parsed) > 1 else None), READ_LABEL)
         return Settled(self.discovery.answer(parsed))

@@ -19,7 +19,10 @@ entry point it came through:
    rules (:mod:`nous_sched.crossing`: no NaN or Infinity, no integer a
    double cannot hold, bounded depth).
 5. **The arguments fit the tool's schema** (:mod:`nous_sched.gate.schema`),
-   before anyone is asked to approve them.
+   before anyone is asked to approve them. In a run, a blob handle anywhere
+   in them is first replaced by its value (:mod:`nous_sched.blobs`), so the
+   schema checks the value the tool gets; a handle the run does not hold is
+   refused here. The audit keeps the arguments as the program wrote them.
 6. **The audit.** A call that passed 1-5 is audited as a ``tool_call``
    event (:class:`~nous_sched.ToolCallEvent`) when it starts; a refused one
    as a ``tool_refused`` event (:class:`~nous_sched.ToolRefusedEvent`).
@@ -43,7 +46,8 @@ import json
 import time
 from typing import Any, Callable, Mapping, Optional, Union
 
-from ..crossing import loads, snapshot
+from ..blobs import BlobStore
+from ..crossing import dumps, loads, snapshot
 from ..errors import SnapshotError
 from ..events import Event, ToolRefusedEvent
 from ..limits import Limits
@@ -129,6 +133,9 @@ class Gate:
         #: Told of each refusal as it is audited: ``on_refused(record, reason)``, its
         #: ``tool_refused`` record and ``reason``, one of :data:`REFUSAL_REASONS` (a run's event stream).
         self.on_refused: Optional[Callable[[ToolRefusedEvent, str], Any]] = None
+        #: The run's :class:`~nous_sched.blobs.BlobStore`, when it has one: a handle in
+        #: a call's arguments is replaced by its value before the schema is checked.
+        self.blobs: Optional[BlobStore] = None
 
     def admit_json(self, name: Any, text: Any) -> Union[Admitted, Outcome]:
         """Check a call whose arguments are JSON text (from a program): admitted, or a failed Outcome."""
@@ -234,6 +241,13 @@ class Gate:
         if self.deadline is not None and time.monotonic() >= self.deadline:  # the copy took the rest of the run
             return self._refuse(name, RUN_OVER, "run_over")
         tool = self.granted[name]
+        if self.blobs is not None:  # handles become their values first: the schema is the value's
+            put = self.blobs.substitute(args, text)
+            if type(put) is str:
+                return self._refuse(name, put, "arguments")
+            if put is not args and text is None:  # the audit's copy: the arguments as written, handles and all
+                text = dumps(args)
+            args = put
         problem = argument_error(tool, args)
         if problem is not None:
             return self._refuse(name, problem, "schema")
