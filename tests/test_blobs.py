@@ -1,0 +1,232 @@
+"""Blob handles (issue 40): a result too big to cross stays on the host, the program holds a handle.
+
+The must-show: a 10 MB tool result passed by handle to a second tool, in a
+worker whose heap (``Limits.memory_bytes``) is far below 10 MB, the second
+tool getting the exact bytes and the model-facing answer staying small; the
+same run with handles off fails on that heap, so the bound is a real measure.
+Then: a forged handle and another run's are refused, reads are bounded, the
+schema checks the value, the audit, live events and usage say what was held.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from nous_sched import ConfigError, Limits, Tool, ToolOutcomeEvent, run_code, start_run
+from nous_sched.blobs import KEY, PREVIEW_CHARS, BlobStore
+from nous_sched.crossing import dumps
+
+MIB = 1024 * 1024
+TEN_MB = "é" * (5 * 1000 * 1000)  # 10,000,000 bytes of UTF-8
+SMALL_HEAP = Limits(memory_bytes=8 * MIB, timeout=60)
+PASS_ON = """
+const r = await tools.big({});
+const n = await tools.take({s: r.body, note: "the body"});
+console.log("handle", r.body);
+return {n, handle: r.body, meta: r.meta};
+"""
+
+
+def _pair(seen: list) -> list[Tool]:
+    return [
+        Tool("big", lambda args: {"meta": {"rows": 1}, "body": TEN_MB}),
+        Tool("take", lambda args: seen.append(args["s"]) or len(args["s"])),
+    ]
+
+
+def test_a_10_mb_result_passed_by_handle_reaches_the_second_tool_exactly_and_the_answer_stays_small(runtime):
+    seen: list = []
+    result = run_code(PASS_ON, _pair(seen), limits=SMALL_HEAP, description="pass a big result on")
+    assert result.error is None, result.error
+    assert len(seen) == 1 and seen[0] == TEN_MB  # the exact value, every byte
+    handle = result.result["handle"]
+    assert handle[KEY].startswith("blob-") and handle["kind"] == "text" and handle["size"] == 10_000_002
+    assert handle["length"] == len(TEN_MB) and handle["preview"] == "é" * PREVIEW_CHARS + "…"
+    assert result.result["n"] == len(TEN_MB) and result.result["meta"] == {"rows": 1}  # the small part crossed
+    # The model-facing answer: the handle, a few hundred bytes, never the megabytes.
+    assert result.usage.model_bytes == result.usage.answer_bytes < 2_000
+    assert len(json.dumps(result.for_model())) < 2_000
+    assert result.usage.held_bytes == 10_000_002 and sum(c.chars for c in result.usage.calls) < 1_000
+
+
+def test_without_handles_the_same_run_does_not_fit_that_heap(runtime):
+    # The measure above is real: the 10 MB crossing into the program does not fit an 8 MiB heap.
+    seen: list = []
+    limits = Limits(memory_bytes=8 * MIB, timeout=60, blob_bytes=None)
+    result = run_code(PASS_ON, _pair(seen), limits=limits, description="pass a big result on")
+    assert result.error is not None and result.error.kind == "abort" and "memory" in result.error.message
+    assert seen == []
+
+
+def test_a_part_of_a_result_is_held_and_the_rest_crosses():
+    rows = [{"id": i, "text": "r" * 100} for i in range(100)]  # 12 KB together, each row small
+    result_of = {"title": "t", "body": "x" * 10_000, "rows": rows, "tail": [1, 2]}
+    program = "const r = await tools.get({}); return {title: r.title, tail: r.tail, body: r.body, rows: r.rows};"
+    result = run_code(program, [Tool("get", lambda a: result_of)], limits=Limits(blob_bytes=8192), description="t")
+    assert result.error is None, result.error
+    out = result.result
+    assert out["title"] == "t" and out["tail"] == [1, 2]
+    assert out["body"]["kind"] == "text" and out["rows"]["kind"] == "json"
+    assert out["rows"]["size"] == len(dumps(rows)) and out["rows"]["preview"].startswith('[{"id":0,')
+
+
+def test_a_result_within_the_limit_crosses_whole_and_handles_can_be_turned_off():
+    program = "const r = await tools.get({}); return typeof r.body;"
+    tools = [Tool("get", lambda a: {"body": "x" * 300_000})]
+    assert run_code(program, tools, description="t").result == "object"  # the default limit, 256 KiB, held it
+    assert run_code(program, tools, limits=Limits(blob_bytes=None), description="t").result == "string"
+    assert run_code(program, tools, limits=Limits(blob_bytes=400_000), description="t").result == "string"
+
+
+def test_a_forged_handle_and_another_runs_handle_are_refused_and_never_reach_the_tool():
+    seen: list = []
+    tools = [Tool("big", lambda a: "x" * 10_000), Tool("take", lambda a: seen.append(a) or "ran")]
+    limits = Limits(blob_bytes=4096)
+    first = run_code("return await tools.big({});", tools, limits=limits, description="make a handle")
+    other = first.result
+    assert other[KEY].startswith("blob-")
+    program = """
+    const out = [];
+    for (const h of [HANDLES]) {
+      try { out.push(await tools.take({deep: [{h}]})); } catch (e) { out.push(e.message); }
+    }
+    return out;
+    """
+    forged = {KEY: "blob-" + "0" * 32, "kind": "text", "size": 1, "length": 1, "preview": "x"}
+    made_up = {KEY: "not even an id \u202e"}
+    handles = ", ".join(json.dumps(h) for h in (other, forged, made_up))
+    result = run_code(program.replace("HANDLES", handles), tools, limits=limits, description="forge")
+    assert result.error is None, result.error
+    assert seen == []
+    for message, h in zip(result.result, (other, forged, made_up), strict=True):
+        assert message.startswith(f"blob handle {json.dumps(h[KEY], ensure_ascii=False)} is not one of this run's")
+        assert "from another run, or made up, is refused" in message
+    assert [r.tool for r in result.refused] == ["take"] * 3
+
+
+def test_a_handle_the_run_made_passes_anywhere_inside_the_arguments():
+    seen: list = []
+    tools = [Tool("big", lambda a: {"v": list(range(3000))}), Tool("take", lambda a: seen.append(a) or "ok")]
+    program = 'const r = await tools.big({}); return await tools.take({a: [1, {b: r}], c: "$blob"});'
+    result = run_code(program, tools, limits=Limits(blob_bytes=4096), description="t")
+    assert result.error is None, result.error
+    assert seen == [{"a": [1, {"b": {"v": list(range(3000))}}], "c": "$blob"}]
+
+
+def test_the_tool_gets_a_copy_of_the_value():
+    # A tool that changes what it was given changes nothing the next call gets.
+    seen: list = []
+
+    def spoil(args):
+        seen.append(list(args["v"]))
+        args["v"].append("spoiled")
+        return "ok"
+
+    tools = [Tool("big", lambda a: list(range(3000))), Tool("spoil", spoil)]
+    program = "const h = await tools.big({}); await tools.spoil({v: h}); await tools.spoil({v: h}); return 1;"
+    result = run_code(program, tools, limits=Limits(blob_bytes=4096), description="t")
+    assert result.error is None, result.error
+    assert seen == [list(range(3000))] * 2
+
+
+def test_the_schema_checks_the_value_the_handle_stands_for():
+    seen: list = []
+    schema = {"type": "object", "properties": {"s": {"type": "string", "maxLength": 20_000}}, "required": ["s"]}
+    tools = [
+        Tool("big", lambda a: {"short": "y" * 10_000, "long": "z" * 30_000}),
+        Tool("take", lambda a: seen.append(len(a["s"])) or "ok", parameters=schema),
+    ]
+    program = """
+    const r = await tools.big({});
+    const ok = await tools.take({s: r.short});  // a handle, an object, where a string is expected: the value is one
+    let refused = null;
+    try { await tools.take({s: r.long}); } catch (e) { refused = e.message; }
+    return {ok, refused, kinds: [typeof r.short, typeof r.long]};
+    """
+    result = run_code(program, tools, limits=Limits(blob_bytes=4096), description="t")
+    assert result.error is None, result.error
+    assert result.result["ok"] == "ok" and seen == [10_000]
+    assert result.result["kinds"] == ["object", "object"]
+    assert result.result["refused"].startswith("invalid arguments: $.s: expected a string of at most 20000 characters")
+
+
+def test_reads_are_bounded_and_give_back_the_exact_value():
+    text = "".join(chr(0x20 + i % 90) for i in range(20_000)) + "\U0001f600 end"
+    rows = [{"i": i, "s": "é" * 10} for i in range(500)]
+    tools = [Tool("get", lambda a: {"text": text, "rows": rows})]
+    program = """
+    const r = await tools.get({});
+    async function whole(h) {
+      let out = "";
+      for (let at = 0; at < h.length; ) {
+        const part = await blobs.read(h, at);
+        if (part.length === 0) break;
+        out += part; at += [...part].length;
+      }
+      return out;
+    }
+    const big = await blobs.read(r.text, 0, 1e9);
+    const past = await blobs.read(r.text, 1e9, 10);
+    const text = await whole(r.text);
+    const rows = JSON.parse(await whole(r.rows));
+    const errors = [];
+    for (const args of [[], [r.text, -1], [r.text, 0, 1.5], [5], [{}], [r.text, "0"], ["blob-" + "0".repeat(32)]]) {
+      try { await blobs.read(...args); errors.push(null); } catch (e) { errors.push([e.tool, e.message]); }
+    }
+    return {big: big.length, past, same: text === r_text(), rows, errors, handle: r.text};
+    """.replace("r_text()", json.dumps(text))
+    result = run_code(program, tools, limits=Limits(blob_bytes=4096), description="read in slices")
+    assert result.error is None, result.error
+    out = result.result
+    assert out["big"] == 4096 and out["past"] == "" and out["same"] is True and out["rows"] == rows
+    assert out["handle"]["length"] == len(text)  # code points: the emoji is one
+    assert all(e is not None and e[0] == "blobs.read" for e in out["errors"])
+    assert "`start` must be an integer of at least 0" in out["errors"][1][1]
+    assert "expects a blob handle" in out["errors"][3][1] and "is not one of this run's" in out["errors"][6][1]
+    assert result.usage.read_chars > len(text)  # every slice, as it crossed (JSON-quoted)
+
+
+def test_a_read_in_a_run_without_blobs_says_why():
+    program = 'try { await blobs.read({"$blob": "blob-" + "1".repeat(32)}); } catch (e) { return e.message; }'
+    result = run_code(program, [], limits=Limits(blob_bytes=None), description="t")
+    assert "Limits.blob_bytes is None" in result.result
+
+
+def test_the_audit_live_events_and_logs_show_the_handle_never_the_bytes():
+    secret_tail = "TAIL-" + "q" * 20
+    body = "p" * 50_000 + secret_tail
+    tools = [Tool("big", lambda a: body), Tool("take", lambda a: len(a["s"]))]
+    program = 'const h = await tools.big({}); console.log(h); return await tools.take({s: h});'
+    run = start_run(program, tools, limits=Limits(blob_bytes=4096), description="audit")
+    events = list(run.events())
+    result = run.result()
+    assert result.error is None and result.result == len(body)
+    outcome = next(e for e in result.events if isinstance(e, ToolOutcomeEvent) and e.tool == "big")
+    (blob_id, size), = outcome.blobs
+    assert outcome.as_event().data["blobs"] == [{"id": blob_id, "bytes": size}] and size == len(body) + 2
+    audit = json.dumps([e.as_event().data for e in result.events], default=str)
+    live = json.dumps([e.data for e in events], default=str)
+    for shown in (audit, live, "\n".join(result.logs), json.dumps(result.to_dict())):
+        assert secret_tail not in shown and len(shown) < 20_000
+        assert blob_id in shown
+    commit = next(e for e in events if e.kind == "commit" and e.data["tool"] == "big")
+    assert commit.data["blobs"] == [{"id": blob_id, "bytes": size}]
+
+
+def test_blob_bytes_is_checked_when_limits_are_made():
+    with pytest.raises(ConfigError, match="blob_bytes"):
+        Limits(blob_bytes=100)
+    with pytest.raises(ConfigError, match="blob_bytes"):
+        Limits(blob_bytes="64k")  # type: ignore[arg-type]
+
+
+def test_ids_are_random_and_a_store_finds_only_its_own():
+    one, two = BlobStore(4096), BlobStore(4096)
+    held, _, (blob,) = one.hold("x" * 5000, dumps("x" * 5000))
+    assert held == blob.handle() and len(blob.id) == len("blob-") + 32
+    assert one.blob(blob.id) is blob and two.blob(blob.id) is None
+    assert len({BlobStore(4096).hold("y" * 5000, dumps("y" * 5000))[2][0].id for _ in range(50)}) == 50
+    parent = BlobStore(4096, parent=one.blob)  # the seam a state scope plugs into
+    assert parent.blob(blob.id) is blob
