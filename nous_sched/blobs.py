@@ -160,7 +160,7 @@ class BlobStore:
     # -- holding ----------------------------------------------------------------------------
 
     def hold(self, value: Any, text: str) -> tuple[Any, str, tuple[Blob, ...]]:
-        """``value`` (a snapshot, ``text`` its :func:`~nous_sched.crossing.dumps`) as the program gets it:
+        """``value`` (a snapshot, ``text`` its ``nous_sched.crossing.dumps``) as the program gets it:
         ``(value, text, blobs made)``, the same three when it is within the limit."""
         if len(text) <= self.limit:
             return value, text, ()
@@ -239,7 +239,7 @@ class BlobStore:
     def read(self, args: Any) -> Outcome:
         """The answer to ``blobs.read(handle, start, length)`` (``args``, the JSON
         array the prelude sends): a string, the characters ``[start, start +
-        length)`` of the blob, at most :attr:`limit` of them (``length`` defaults
+        length)`` of the blob, at most ``limit`` of them (``length`` defaults
         to that, and more is cut to it), empty past its end. Never raises."""
         if not isinstance(args, list) or not args:
             return Outcome.failure(READ_LABEL, "expects a blob handle, e.g. blobs.read(handle, 0, 1000)")

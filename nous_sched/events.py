@@ -329,7 +329,7 @@ class ToolOutcomeEvent:
     ``{"kind", "message"}``, the message being what the program read, the
     kind one of ``OUTCOME_ERROR_KINDS``; ``bytes`` is the size of the
     result's JSON text in UTF-8 (0 for a failure). ``blobs`` names the
-    parts of the result the run kept on the host (:mod:`nous_sched.blobs`):
+    parts of the result the run kept on the host (``nous_sched.blobs``):
     ``(id, bytes)`` each, never their values; the session form has a
     ``"blobs"`` list of ``{"id", "bytes"}`` only when there is one. serve-mcp's
     audit log writes the same fields in its ``tool_outcome`` line.

@@ -46,7 +46,7 @@ class Limits:
       the program, is over this many bytes stays on the host: the program
       gets a handle in place of its biggest parts (or of the whole), which it
       can pass to any tool, read in slices of at most this many characters,
-      or return (:mod:`nous_sched.blobs`). ``None`` turns handles off: every
+      or return (``nous_sched.blobs``). ``None`` turns handles off: every
       result crosses whole. The default, 256 KiB, is far above an ordinary
       result and keeps a megabyte from ever crossing into the worker; at
       least 4 KiB (a handle itself takes a few hundred bytes).

@@ -33,7 +33,7 @@ messages, log lines) is its own text: a page writes it as text, never markup.
   of :data:`~nous_sched.events.OUTCOME_ERROR_KINDS`) and ``message``, what the
   program saw, clipped the same way; and ``blobs``, only when the run kept
   parts of the result on the host, ``[{"id", "bytes"}]``: the value holds
-  their handles, :mod:`nous_sched.blobs`);
+  their handles, ``nous_sched.blobs``);
 * ``"refused"``: the gate refused a call before it started (``seq`` is
   ``None``: it has none; ``tool``, ``reason``, one of
   :data:`nous_sched.gate.REFUSAL_REASONS`, ``message``, what the program

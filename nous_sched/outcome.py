@@ -61,7 +61,7 @@ class Outcome:
     value: Any = None
     error: Optional[SubCallError] = None
     text: Optional[str] = attrs.field(default=None, init=False, eq=False, repr=False)
-    #: The parts of the tool's result the run's blob store kept (:mod:`nous_sched.blobs`),
+    #: The parts of the tool's result the run's blob store kept (``nous_sched.blobs``),
     #: each in ``value`` as its handle; like ``text``, no part of equality.
     blobs: tuple[Any, ...] = attrs.field(default=(), init=False, eq=False, repr=False)
 
@@ -81,7 +81,7 @@ class Outcome:
 
     @classmethod
     def held(cls, value: Any, text: str, blobs: tuple[Any, ...]) -> "Outcome":
-        """:meth:`crossed`, with the :class:`~nous_sched.blobs.Blob` values whose handles ``value`` holds."""
+        """:meth:`crossed`, with the :class:`~nous_sched.Blob` values whose handles ``value`` holds."""
         made = cls.crossed(value, text)
         object.__setattr__(made, "blobs", blobs)
         return made

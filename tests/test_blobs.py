@@ -198,13 +198,13 @@ def test_the_audit_live_events_and_logs_show_the_handle_never_the_bytes():
     secret_tail = "TAIL-" + "q" * 20
     body = "p" * 50_000 + secret_tail
     tools = [Tool("big", lambda a: body), Tool("take", lambda a: len(a["s"]))]
-    program = 'const h = await tools.big({}); console.log(h); return await tools.take({s: h});'
+    program = "const h = await tools.big({}); console.log(h); return await tools.take({s: h});"
     run = start_run(program, tools, limits=Limits(blob_bytes=4096), description="audit")
     events = list(run.events())
     result = run.result()
     assert result.error is None and result.result == len(body)
     outcome = next(e for e in result.events if isinstance(e, ToolOutcomeEvent) and e.tool == "big")
-    (blob_id, size), = outcome.blobs
+    ((blob_id, size),) = outcome.blobs
     assert outcome.as_event().data["blobs"] == [{"id": blob_id, "bytes": size}] and size == len(body) + 2
     audit = json.dumps([e.as_event().data for e in result.events], default=str)
     live = json.dumps([e.data for e in events], default=str)

@@ -8,7 +8,7 @@ call with it, so the two agree on what a tool's behaviour becomes
 * a value is the call's result: its snapshot and JSON text
   (:func:`~nous_sched.crossing.snapshot_text`), and the text's UTF-8 size;
   in a run with a blob store (``RunContext.blobs``), a result over its limit
-  has its big parts held there and handles in their place (:mod:`nous_sched.blobs`);
+  has its big parts held there and handles in their place (``nous_sched.blobs``);
 * an :class:`~nous_sched.Outcome` is unwrapped: a failed one fails the call
   with its message (error kind ``"tool_error"``);
 * a value that is not JSON fails the call, ``"tool returned a value that is

@@ -20,7 +20,7 @@ entry point it came through:
    double cannot hold, bounded depth).
 5. **The arguments fit the tool's schema** (:mod:`nous_sched.gate.schema`),
    before anyone is asked to approve them. In a run, a blob handle anywhere
-   in them is first replaced by its value (:mod:`nous_sched.blobs`), so the
+   in them is first replaced by its value (``nous_sched.blobs``), so the
    schema checks the value the tool gets; a handle the run does not hold is
    refused here. The audit keeps the arguments as the program wrote them.
 6. **The audit.** A call that passed 1-5 is audited as a ``tool_call``
@@ -133,7 +133,7 @@ class Gate:
         #: Told of each refusal as it is audited: ``on_refused(record, reason)``, its
         #: ``tool_refused`` record and ``reason``, one of :data:`REFUSAL_REASONS` (a run's event stream).
         self.on_refused: Optional[Callable[[ToolRefusedEvent, str], Any]] = None
-        #: The run's :class:`~nous_sched.blobs.BlobStore`, when it has one: a handle in
+        #: The run's :class:`~nous_sched.BlobStore`, when it has one: a handle in
         #: a call's arguments is replaced by its value before the schema is checked.
         self.blobs: Optional[BlobStore] = None
 

@@ -97,7 +97,7 @@ class RunContext:
     every :class:`ApprovalRequest` carries. ``live`` is the run's event stream
     (``nous_sched.live.EventStream``) when it was started with
     :func:`~nous_sched.start_run`, else ``None``: see ``live_event``.
-    ``blobs`` is the run's :class:`~nous_sched.blobs.BlobStore` (``None``:
+    ``blobs`` is the run's :class:`~nous_sched.BlobStore` (``None``:
     results cross whole, as for a direct :func:`~nous_sched.call_tool`).
     """
 

@@ -68,7 +68,7 @@ class Usage:
 
     ``held_bytes`` is what stayed on the host instead of crossing: the UTF-8
     bytes of the JSON text of every part of a result the run kept as a blob
-    (:mod:`nous_sched.blobs`; the program received its handle, counted in
+    (``nous_sched.blobs``; the program received its handle, counted in
     ``calls``); ``read_chars`` the characters the program read of them with
     ``blobs.read`` (not in ``received_chars``, which counts sub-calls only).
     """

@@ -101,7 +101,7 @@ ERROR_CLASS = "ToolError"
 #: The global through which a program asks about tools (``describe``, ``search``):
 #: outside ``tools``, whose keys are arbitrary tool names.
 DISCOVERY_GLOBAL = "sdk"
-#: The object a program reads its blobs through (``blobs.read``, :mod:`nous_sched.blobs`).
+#: The object a program reads its blobs through (``blobs.read``, ``nous_sched.blobs``).
 BLOBS_GLOBAL = "blobs"
 #: ``run_code_tool``'s budget (characters) for its description: about 8k tokens.
 DEFAULT_BUDGET = 32_000
