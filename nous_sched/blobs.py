@@ -114,7 +114,7 @@ def _utf8(text: str) -> int:
     return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
 
-def _draft(value: Any, text: str) -> Blob:
+def _draft(value: Any, text: str, id: Optional[str] = None) -> Blob:
     """A blob of ``value`` (``text``, its crossing JSON), not yet in any store."""
     if isinstance(value, str):
         readable, kind = value, "text"
@@ -123,7 +123,7 @@ def _draft(value: Any, text: str) -> Blob:
     preview = readable[:PREVIEW_CHARS] + (_MORE if len(readable) > PREVIEW_CHARS else "")
     # The size the audit counts: the JSON text's UTF-8, nothing escaped (ASCII text as it is).
     size = len(text) if "\\u" not in text else _utf8(_unescaped(value))
-    return Blob(_new_id(), value, kind, size, len(readable), preview)
+    return Blob(_new_id() if id is None else id, value, kind, size, len(readable), preview)
 
 
 def _unescaped(value: Any) -> str:
@@ -202,9 +202,15 @@ class BlobStore:
         return plan
 
     def add(self, blob: Blob) -> None:
-        """Hold ``blob`` under its own id (a durable run's replay, a state scope's blob)."""
+        """Hold ``blob`` under its own id (a state scope's blob)."""
         with self._lock:
             self._blobs[blob.id] = blob
+
+    def adopt(self, id: str, value: Any) -> None:
+        """Hold ``value`` (JSON-shaped, as a ledger keeps it) under ``id``, as the run that
+        made it did (a durable run's replay); an ``id`` that is not a blob's is ignored."""
+        if isinstance(id, str) and _ID.match(id):
+            self.add(_draft(value, dumps(value), id))
 
     # -- finding ----------------------------------------------------------------------------
 

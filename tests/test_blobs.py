@@ -230,3 +230,33 @@ def test_ids_are_random_and_a_store_finds_only_its_own():
     assert len({BlobStore(4096).hold("y" * 5000, dumps("y" * 5000))[2][0].id for _ in range(50)}) == 50
     parent = BlobStore(4096, parent=one.blob)  # the seam a state scope plugs into
     assert parent.blob(blob.id) is blob
+
+
+def test_a_resumed_durable_run_gets_the_same_handles_and_their_values(tmp_path):
+    from nous_sched import SqliteApprovalStore, resume
+
+    body = "".join(chr(0x41 + i % 26) for i in range(20_000))
+    bought: list = []
+    tools = [
+        Tool("fetch", lambda a: {"body": body}),
+        Tool("buy", lambda a: bought.append(a["text"]) or "bought", requires_approval=True),
+    ]
+    program = """
+    const r = await tools.fetch({});
+    const done = await tools.buy({text: r.body});
+    return {handle: r.body, done, head: await blobs.read(r.body, 0, 5)};
+    """
+    store = SqliteApprovalStore(str(tmp_path / "approvals.db"))
+    first = run_code(program, tools, limits=Limits(blob_bytes=4096), description="buy", approval_store=store)
+    assert first.suspended is not None and bought == []
+    (pending,) = first.suspended.pending
+    held = pending.arguments["text"]  # the approval request shows what the tool will get: the value
+    assert held == body
+    again = resume(
+        first.suspended.token, {pending.seq: True}, tools, approval_store=store, limits=Limits(blob_bytes=4096)
+    )
+    assert again.error is None, again.error
+    assert bought == [body] and again.result["done"] == "bought" and again.result["head"] == "ABCDE"
+    assert again.result["handle"]["kind"] == "text" and again.result["handle"]["length"] == len(body)
+    (made,) = [e for e in first.events if isinstance(e, ToolOutcomeEvent) and e.tool == "fetch"]
+    assert again.result["handle"][KEY] == made.blobs[0][0]  # the handle the first run made
