@@ -322,7 +322,9 @@ def test_big_messages_cross_whole_both_ways(runtime, pool):
     const t = await tools.take({s: "y".repeat(900000)});
     return {n: b.length, same: b === "é".repeat(b.length), t, back: "z".repeat(900000)};
     """
-    result = run_code(program, tools, runtime=rt, timeout=60, description="test")
+    # Handles off (Limits.blob_bytes=None): the 5 MB result itself crosses, as this test is about frames.
+    limits = Limits(timeout=60, blob_bytes=None)
+    result = run_code(program, tools, runtime=rt, limits=limits, description="test")
     assert result.error is None, result.error
     assert result.result["n"] == len(big) and result.result["same"] is True
     assert result.result["t"] == "ok" and seen == [900000]
