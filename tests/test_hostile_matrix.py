@@ -101,6 +101,10 @@ class Hostile:
 _SURROGATE = re.compile("[\ud800-\udfff]")
 TAGS = "".join(chr(0xE0041 + i) for i in range(27))
 
+#: The head of a blob's bytes (hence of its handle's preview): a lone surrogate, NUL, ESC, bidi, a tag, U+061C.
+BLOB_HEAD = "\ud800\x00\x1b[2J\u202e\U000e0041\u061c"
+BLOB_EXPR = '"\\ud800\\x00\\x1b[2J\\u202e" + String.fromCodePoint(0xE0041) + "\\u061c" + "x".repeat(300000)'
+
 VALUES = [
     # issue 34, item 1: one string killed serve-mcp, --events and the SSE stream.
     Hostile("lone_surrogate", '"half \\ud800 and \\udc00 half"', "half \ud800 and \udc00 half"),
@@ -135,6 +139,13 @@ VALUES = [
         expect="error",
         kinds=("refused", "usage"),
         raw=b'return "bad \xff\xfe bytes";\n',
+    ),
+    # issue 40 (blobs): a result over Limits.blob_bytes (256 KiB) stays on the host; the echo's
+    # answer holds a handle whose preview starts with these, on every output path.
+    Hostile(
+        "blob_of_hostile_values",
+        BLOB_EXPR,
+        BLOB_HEAD + "x" * 1000,
     ),
 ]
 VALUES_BY_NAME = {value.name: value for value in VALUES}
@@ -806,3 +817,12 @@ def test_serve_mcp_lists_a_tool_whose_own_description_holds_a_lone_surrogate():
     description = listed.tools[0].description
     assert "echoes \ufffd back\u202e" in description and "\ud800" not in description
     assert result.structured_content == {"logs": ["honest 1"], "result": "honest 1"}
+
+
+def test_the_blob_row_is_a_handle_whose_preview_holds_the_hostile_head():
+    # What the blob_of_hostile_values cells send through every output path: a handle, not the bytes.
+    result = run_code(program_of(VALUES_BY_NAME["blob_of_hostile_values"]), TOOLS, description="blob row")
+    assert result.error is None, result.error
+    handle = result.result["back"]["v"]
+    assert set(handle) == {"$blob", "kind", "size", "length", "preview"} and handle["kind"] == "text"
+    assert handle["preview"].startswith(BLOB_HEAD) and len(handle["preview"]) == 81
