@@ -50,6 +50,7 @@ __all__ = [
     "FrozenDict",
     "FrozenList",
     "freeze",
+    "written_with_handles",
     "Event",
     "ToolCallEvent",
     "ToolRefusedEvent",
@@ -198,6 +199,15 @@ def frozen_later(text: str) -> Any:
 
 
 _TEXT: Any = object()  # frozen_later's mark
+
+
+def written_with_handles(event: "ToolCallEvent") -> bool:
+    """Whether ``event``'s arguments, as the program wrote them, hold a blob handle
+    (``"$blob"``, ``nous_sched.blobs``): then its ``arguments`` are not the value the tool
+    got, which the handles stand for. Read from the text kept for the audit, never parsed."""
+    form = held(event, "arguments")
+    return type(form) is tuple and '"$blob"' in form[1]
+
 
 # What freeze() returns as it is, by type alone: a record's __init__ skips the call for these.
 _READY = (*_IMMUTABLE, FrozenDict, FrozenList, _Later)

@@ -102,6 +102,7 @@ from .events import (
     ToolCallEvent,
     ToolOutcomeEvent,
     ToolRefusedEvent,
+    written_with_handles,
 )
 from .gate import approval_text
 from .gate.dispatch import needs_approval
@@ -198,7 +199,10 @@ class EventStream:
 
     def started(self, gated: Collection[str], record: CallRecord, event: ToolCallEvent, args: Any, tool: Any) -> None:
         """The scheduler's start hook (``Scheduler.watch``), before the tool has its
-        arguments: a ``call`` event, :func:`call_data` of the call's records."""
+        arguments: a ``call`` event, :func:`call_data` of the call's records (the
+        arguments as the program wrote them: a blob handle, not its value)."""
+        if written_with_handles(event):
+            args = event.arguments
         self.emit("call", event.seq, call_data(event, record, args, tool, gated))
 
     def committed(self, record: CallRecord, event: ToolOutcomeEvent, outcome: Outcome) -> None:

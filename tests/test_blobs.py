@@ -213,6 +213,8 @@ def test_the_audit_live_events_and_logs_show_the_handle_never_the_bytes():
         assert blob_id in shown
     commit = next(e for e in events if e.kind == "commit" and e.data["tool"] == "big")
     assert commit.data["blobs"] == [{"id": blob_id, "bytes": size}]
+    call = next(e for e in events if e.kind == "call" and e.data["tool"] == "take")
+    assert call.data["arguments"][0]["value"].startswith('{"$blob": "' + blob_id)  # as written, not the value
 
 
 def test_blob_bytes_is_checked_when_limits_are_made():
