@@ -50,6 +50,11 @@ class Limits:
       result crosses whole. The default, 256 KiB, is far above an ordinary
       result and keeps a megabyte from ever crossing into the worker; at
       least 4 KiB (a handle itself takes a few hundred bytes).
+    * ``state_value_bytes``, ``state_keys``, ``state_bytes``: a run's state
+      (``run_code(state=State(scope))``): the bytes of one value's JSON, the
+      keys a scope may hold, and the bytes of all its values' JSON together.
+      A write past one fails with an error the program can catch; nothing is
+      written.
 
     :raises ConfigError: naming the field, the value and what it must be.
     """
@@ -74,3 +79,6 @@ class Limits:
         default=256 * _KIB,
         validator=v.optional(v.int_at_least(4 * _KIB, f"an int of at least 4 KiB ({4 * _KIB})")),
     )
+    state_value_bytes: int = attrs.field(default=1_000_000, validator=v.POSITIVE_INT)
+    state_keys: int = attrs.field(default=1_000, validator=v.POSITIVE_INT)
+    state_bytes: int = attrs.field(default=10_000_000, validator=v.POSITIVE_INT)
