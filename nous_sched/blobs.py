@@ -34,10 +34,12 @@ What a program can do with a handle:
 * **return or log it**: it is a small JSON object, so every output (the
   result, logs, the audit, live events, MCP) shows the handle, never the value.
 
-Handles live as long as the run. The seam for a longer life (a handle
-stored in a :class:`State` scope): a :class:`BlobStore` made with
-``parent=`` asks it for an id it does not hold, and :meth:`BlobStore.blob`
-hands out what a scope would keep.
+Handles live as long as the run, or as long as a state scope
+(``nous_sched.State``) they were stored in. The glue, for the run's
+``state.set``: :func:`keep_in_scope` writes each blob whose handle a value
+holds into the scope (key ``"$blob:<id>"``, beside the value's own key), and a
+run of that scope makes its store with ``parent=scope_lookup(state)``, so it
+finds those ids too; a run of another scope (or none) does not.
 """
 
 from __future__ import annotations
@@ -50,10 +52,23 @@ from typing import Any, Callable, Optional, Union
 
 import attrs
 
-from .crossing import dumps
+from .crossing import dumps, loads
 from .outcome import Outcome, quote_name
 
-__all__ = ["Blob", "BlobStore", "KEY", "PREVIEW_CHARS", "READ_LABEL", "READ_QUESTION", "NO_BLOBS", "is_handle"]
+__all__ = [
+    "keep_in_scope",
+    "handle_ids",
+    "scope_lookup",
+    "SCOPE_PREFIX",
+    "Blob",
+    "BlobStore",
+    "KEY",
+    "PREVIEW_CHARS",
+    "READ_LABEL",
+    "READ_QUESTION",
+    "NO_BLOBS",
+    "is_handle",
+]
 
 #: The key that marks a handle, its value the blob's id.
 KEY = "$blob"
@@ -221,6 +236,8 @@ class BlobStore:
         found = self._blobs.get(id)
         if found is None and self._parent is not None:
             found = self._parent(id)
+            if found is not None:  # read from the scope once: the next slices are the run's
+                self.add(found)
         return found
 
     def blobs(self) -> tuple[Blob, ...]:
@@ -304,3 +321,67 @@ def _copy(value: Any) -> Any:
     if isinstance(value, list):
         return [_copy(v) for v in value]
     return value
+
+
+# -- the state glue: a handle stored in a scope keeps its blob there ----------------------
+
+#: The key prefix under which a state scope keeps a blob a program stored a handle to.
+SCOPE_PREFIX = "$blob:"
+
+
+def handle_ids(value: Any, depth: int = 0) -> list[str]:
+    """The ids of every handle inside ``value``, in order, each once."""
+    found: dict[str, None] = {}
+    _ids(value, found, depth)
+    return list(found)
+
+
+def _ids(value: Any, found: dict[str, None], depth: int) -> None:
+    if isinstance(value, dict):
+        if isinstance(value.get(KEY), str):
+            found[value[KEY]] = None
+            return
+        for member in value.values():
+            _ids(member, found, depth + 1)
+    elif isinstance(value, list):
+        for member in value:
+            _ids(member, found, depth + 1)
+
+
+def keep_in_scope(blobs: BlobStore, state: Any, value: Any, limits: Any) -> Optional[str]:
+    """Before ``state.set(key, value)`` in a run: write every blob whose handle
+    ``value`` holds into ``state``'s scope (a :class:`~nous_sched.State`), key
+    ``SCOPE_PREFIX + id``, bounded by ``limits``' ``state_*`` fields. ``None``
+    when done, else why not (a handle the run does not hold, a blob too big for
+    the scope): then the caller writes nothing."""
+    from .state import StateFull  # the glue only: blobs need no state otherwise
+
+    for id in handle_ids(value):
+        blob = blobs.blob(id)
+        if blob is None:
+            return NOT_FOUND.format(id=_shown(id))
+        text = dumps(blob.value)
+        if len(text) > limits.state_value_bytes:
+            return (
+                f"the blob {_shown(id)} is {len(text)} bytes of JSON, over the limit of "
+                f"{limits.state_value_bytes} for one state value (Limits.state_value_bytes): nothing was written"
+            )
+        try:
+            state.store.write(
+                state.scope, SCOPE_PREFIX + id, text, max_keys=limits.state_keys, max_bytes=limits.state_bytes
+            )
+        except StateFull as exc:
+            return f"the scope has no room for the blob {_shown(id)} ({exc}): nothing was written"
+    return None
+
+
+def scope_lookup(state: Any) -> Callable[[str], Optional[Blob]]:
+    """``parent=`` for a run's :class:`BlobStore` whose run has ``state``: the blobs its scope keeps."""
+
+    def find(id: str) -> Optional[Blob]:
+        entry = state.store.read(state.scope, SCOPE_PREFIX + id)
+        if entry is None:
+            return None
+        return _draft(loads(entry.text), entry.text, id)
+
+    return find

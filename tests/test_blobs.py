@@ -262,3 +262,30 @@ def test_a_resumed_durable_run_gets_the_same_handles_and_their_values(tmp_path):
     assert again.result["handle"]["kind"] == "text" and again.result["handle"]["length"] == len(body)
     (made,) = [e for e in first.events if isinstance(e, ToolOutcomeEvent) and e.tool == "fetch"]
     assert again.result["handle"][KEY] == made.blobs[0][0]  # the handle the first run made
+
+
+def test_a_handle_stored_in_a_state_scope_keeps_its_blob_for_the_scopes_next_runs(tmp_path):
+    # The glue the run's state.set uses (nous_sched.blobs.keep_in_scope / scope_lookup), on a SQLite
+    # store: the first run's blob is found by a later run of the same scope, by no run of another.
+    from nous_sched import SqliteStateStore, State
+    from nous_sched.blobs import SCOPE_PREFIX, keep_in_scope, scope_lookup
+
+    path = str(tmp_path / "state.db")
+    value = [{"i": i, "s": "é" * 20} for i in range(200)]
+    first = BlobStore(4096)
+    held, _, (blob,) = first.hold(value, dumps(value))
+    scope = State("conversation-42", SqliteStateStore(path))
+    assert keep_in_scope(first, scope, {"saved": [held]}, Limits()) is None
+    assert scope.get(SCOPE_PREFIX + blob.id) == value
+
+    later = BlobStore(4096, parent=scope_lookup(State("conversation-42", SqliteStateStore(path))))
+    assert later.substitute({"x": held}) == {"x": value}
+    assert later.read([held, 0, 10]).value == dumps(value)[:10]
+    elsewhere = BlobStore(4096, parent=scope_lookup(State("another-scope", SqliteStateStore(path))))
+    assert "is not one of this run's" in elsewhere.substitute({"x": held})
+    # A handle the run does not hold, and a blob past the scope's bounds, are refused; nothing is written.
+    forged = {KEY: "blob-" + "f" * 32}
+    assert "is not one of this run's" in keep_in_scope(first, scope, forged, Limits())
+    tight = Limits(state_value_bytes=100)
+    assert "Limits.state_value_bytes" in keep_in_scope(first, State("tight", SqliteStateStore(path)), held, tight)
+    assert State("tight", SqliteStateStore(path)).keys() == []
