@@ -252,8 +252,9 @@ def test_a_resumed_durable_run_gets_the_same_handles_and_their_values(tmp_path):
     first = run_code(program, tools, limits=Limits(blob_bytes=4096), description="buy", approval_store=store)
     assert first.suspended is not None and bought == []
     (pending,) = first.suspended.pending
-    held = pending.arguments["text"]  # the approval request shows what the tool will get: the value
-    assert held == body
+    held = pending.arguments["text"]  # the suspension's request, in the model's answer and the store: the handle
+    assert held[KEY].startswith("blob-") and held["length"] == len(body)
+    assert len(json.dumps(first.for_model())) < 2_000
     again = resume(
         first.suspended.token, {pending.seq: True}, tools, approval_store=store, limits=Limits(blob_bytes=4096)
     )
