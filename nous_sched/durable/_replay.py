@@ -542,10 +542,9 @@ class _DurableHost(Host):
         # Arguments that hold blob handles are shown as the program wrote them: the suspension's
         # requests reach the model's answer and the store, where a handle stands for its megabytes.
         text = admitted.text
-        written = text is not None and '"$blob"' in text
         return ApprovalRequest(
             admitted.tool.name,
-            json.loads(text) if written else json.loads(json.dumps(admitted.args)),
+            json.loads(text) if text is not None and '"$blob"' in text else json.loads(json.dumps(admitted.args)),
             description=self.run.description,
             tool_description=admitted.tool.description,
             seq=seq,
