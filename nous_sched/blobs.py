@@ -84,8 +84,9 @@ _PREFIX = "blob-"
 _ID = re.compile(r"^blob-[0-9a-f]{32}$")
 _MARK = '"' + KEY + '"'
 _SHOWN_ID = 80
-#: How deep a result is looked into for parts to hold (deeper, the part is held whole).
-_OPEN_DEPTH = 64
+#: How deep a result is looked into for parts to hold (deeper, the part is held whole): each
+#: level looked into encodes its members once, so this bounds the work to that many encodings.
+_OPEN_DEPTH = 16
 _MORE = "…"
 
 NOT_FOUND = (
@@ -171,6 +172,8 @@ class BlobStore:
         self._parent = parent
         self._lock = threading.Lock()
         self._blobs: dict[str, Blob] = {}  # guarded by _lock (writers); readers take a dict get
+        # A "json" blob's text, made on its first read and kept for the next slices (the run's thread only).
+        self._texts: dict[str, str] = {}
 
     # -- holding ----------------------------------------------------------------------------
 
@@ -278,7 +281,11 @@ class BlobStore:
         blob = self.blob(id)
         if blob is None:
             return Outcome.failure(READ_LABEL, NOT_FOUND.format(id=_shown(id)))
-        readable = blob.readable()
+        readable = self._texts.get(blob.id)
+        if readable is None:
+            readable = blob.readable()
+            if blob.kind == "json":
+                self._texts[blob.id] = readable
         return Outcome.success(readable[start : start + min(length, self.limit)])
 
 

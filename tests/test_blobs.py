@@ -290,3 +290,14 @@ def test_a_handle_stored_in_a_state_scope_keeps_its_blob_for_the_scopes_next_run
     tight = Limits(state_value_bytes=100)
     assert "Limits.state_value_bytes" in keep_in_scope(first, State("tight", SqliteStateStore(path)), held, tight)
     assert State("tight", SqliteStateStore(path)).keys() == []
+
+
+def test_a_deep_result_is_held_at_a_bounded_depth_and_passes_back_exactly():
+    deep: object = {"leaf": "z" * 20_000, "n": 1}
+    for i in range(40):
+        deep = {"level": i, "inner": deep}
+    store = BlobStore(4096)
+    held, text, made = store.hold(deep, dumps(deep))
+    assert len(text) <= 4096 and len(made) == 1  # one part held, at most 16 levels down
+    assert text.count('"inner"') <= 16 and made[0].kind == "json"
+    assert store.substitute({"x": held}) == {"x": deep}
