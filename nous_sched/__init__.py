@@ -15,6 +15,7 @@ from .agent.aio import acall_tool, arun_code
 from .crossing import snapshot
 from .durable import DEFER, ApprovalDecision, Suspension, resume
 from .durable.approval_store import ApprovalStore, RedisApprovalStore, SqliteApprovalStore, TokenError, UnsettledError
+from .durable.postgres_store import PostgresApprovalStore
 from .errors import ConfigError, RunCodeError, SnapshotError, ToolError
 from .events import (
     ApprovalEvent,
@@ -131,4 +132,6 @@ __all__ = [
     "visible_tools",
     "WithContextUpdate",
     "WorkerPool",
+    # issue 42: approvals in Postgres
+    "PostgresApprovalStore",
 ]
