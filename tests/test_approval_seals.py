@@ -18,7 +18,15 @@ import uuid
 
 import pytest
 
-from nous_sched import PostgresApprovalStore, QuickJSRuntime, RedisApprovalStore, SqliteApprovalStore, TokenError, resume, run_code
+from nous_sched import (
+    PostgresApprovalStore,
+    QuickJSRuntime,
+    RedisApprovalStore,
+    SqliteApprovalStore,
+    TokenError,
+    resume,
+    run_code,
+)
 
 HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "durable")
 sys.path.insert(0, HERE)

@@ -116,7 +116,9 @@ def add_parsers(sub: Any) -> None:
     resume.add_argument("--deny", type=int, action="append", default=[], metavar="SEQ", help="deny call SEQ")
     resume.add_argument("--reason", default="", help="the reason kept in the audit with each decision")
     resume.add_argument("--tools", required=True, metavar="MODULE", help="the same tools module the run used")
-    resume.add_argument("--approval-store", required=True, metavar="FILE", help="SQLite file, redis:// or postgresql:// URL")
+    resume.add_argument(
+        "--approval-store", required=True, metavar="FILE", help="SQLite file, redis:// or postgresql:// URL"
+    )
     resume.add_argument("--timeout", type=float, default=30.0, metavar="S", help="the resumed run's deadline")
     resume.add_argument("--runtime", choices=("worker", "in-process"), default="worker")
     resume.add_argument("--json", action="store_true", help="print one JSON object")

@@ -58,7 +58,7 @@ from .._validators import require
 from ..errors import RunCodeError
 from .approval_store import DEFAULT_TTL, ApprovalStore
 
-__all__ = ["PostgresApprovalStore", "DEFAULT_TIMEOUT", "migrations"]
+__all__ = ["PostgresApprovalStore", "DEFAULT_TIMEOUT", "dsn_from_django", "migrations"]
 
 #: Seconds to connect, and for each statement, unless the store is given ``timeout=``.
 DEFAULT_TIMEOUT = 5.0
@@ -153,7 +153,7 @@ class PostgresApprovalStore(ApprovalStore):
 
         :raises ConfigError: ``alias`` is not a Postgres database of the settings.
         """
-        from django.conf import settings
+        from django.conf import settings  # type: ignore[import-untyped]  # (no stubs)
 
         databases = getattr(settings, "DATABASES", {})
         config = databases.get(alias) if isinstance(databases, dict) else None
@@ -189,10 +189,9 @@ class PostgresApprovalStore(ApprovalStore):
             if self._pid != os.getpid():  # a forked child: the parent's connections are the parent's
                 _ORPHANS.extend(self._idle)  # never closed here (closing would end the parent's sessions)
                 self._idle, self._pid = [], os.getpid()
-            connection = self._idle.pop() if self._idle else None
-        fresh = connection is None or connection.closed
-        if fresh:
-            connection = self._open()
+            kept: Any = self._idle.pop() if self._idle else None
+        fresh = kept is None or kept.closed
+        connection: Any = self._open() if fresh else kept
         watch = _WATCHDOG.watch(connection.fileno(), self.timeout + _GRACE)
         try:
             if fresh:
