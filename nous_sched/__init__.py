@@ -41,7 +41,15 @@ from .runtime import CodeRuntime, Limits, RuntimeOutcome
 from .runtime.pool import WorkerPool
 from .runtime.quickjs import QuickJSRuntime
 from .scheduler import Scheduler, Ticket
-from .state import MemoryStateStore, RedisStateStore, SqliteStateStore, State, StateStoreError, StateStoreSeam
+from .state import (
+    MemoryStateStore,
+    PostgresStateStore,
+    RedisStateStore,
+    SqliteStateStore,
+    State,
+    StateStoreError,
+    StateStoreSeam,
+)
 from .throttle import Throttle
 from .tooling import EXCLUSIVE, PARALLEL, Tool, concurrency_mode, function_tool
 
@@ -142,4 +150,5 @@ __all__ = [
     "RedisStateStore",
     # issue 42: approvals and state in Postgres
     "PostgresApprovalStore",
+    "PostgresStateStore",
 ]

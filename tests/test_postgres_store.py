@@ -75,10 +75,10 @@ def test_the_migrations_are_applied_once_by_racing_first_users(postgres_dsn):
         assert p.returncode == 0, err
         tokens.append(out.strip())
     assert _schema(postgres_dsn) == [(number, name) for number, name, _ in migrations()]
-    assert [number for number, _, _ in migrations()] == [1]
+    assert [number for number, _, _ in migrations()] == [1, 2]
     store = PostgresApprovalStore(postgres_dsn)  # and once more, later: nothing to apply
     assert sorted(store.load(t)["n"] for t in tokens) == [1, 1, 1]  # one key for all of them
-    assert _schema(postgres_dsn) == [(1, "0001_approval_store.sql")]
+    assert _schema(postgres_dsn) == [(1, "0001_approval_store.sql"), (2, "0002_state_store.sql")]
 
 
 def test_a_connection_factory_is_used_for_every_connection(postgres_dsn):

@@ -1,6 +1,6 @@
 -- nous_sched's approval store (PostgresApprovalStore): its key and its suspensions.
 -- Applied once, in one transaction, by the first store to open the database
--- (nous_sched/durable/postgres_store.py); its number is kept in nous_sched_schema.
+-- (nous_sched/_postgres_client.py); its number is kept in nous_sched_schema.
 -- Every text column holds ASCII JSON or seals (NUL and any other character
 -- reach it as a JSON escape), so what was sealed is read back byte for byte.
 
