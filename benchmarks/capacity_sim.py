@@ -121,12 +121,13 @@ class Sim:
             action(self.now)
 
 
-def costs_of(inputs: dict[str, Any], broker_ms: Optional[float]) -> dict[str, float]:
-    """Seconds each part spends on one run, from capacity.py's measurement."""
+def costs_of(inputs: dict[str, Any], broker_ms: Optional[float], celery_cpu_ms: float = 0.0) -> dict[str, float]:
+    """Seconds each part spends on one run, from capacity.py's measurement (and, through Celery, the
+    broker's Redis time per run and the CPU Celery adds on the machines per run)."""
     worker = next(row for row in inputs["cpu"] if row["runtime"] == "worker")
     calls = WORKLOAD["calls"]
     return {
-        "cpu": worker["cpu_ms_per_run"] / 1000 + calls * worker["cpu_us_per_call"] / 1e6,
+        "cpu": worker["cpu_ms_per_run"] / 1000 + calls * worker["cpu_us_per_call"] / 1e6 + celery_cpu_ms / 1000,
         "redis_per_call": inputs["redis"]["redis_cpu_us_per_call"] / 1e6,
         "pg_per_pair": inputs["postgres"]["postgres_cpu_ms_per_suspension_and_resume"] / 1000,
         "broker": (broker_ms or 0.0) / 1000,
@@ -224,13 +225,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
     parser.add_argument("--inputs", default="")
     parser.add_argument("--broker-ms", type=float, default=None, help="the broker's time per Celery run (ms)")
+    parser.add_argument("--celery-cpu-ms", type=float, default=0.0, help="the CPU Celery adds per run (ms)")
     parser.add_argument("--runs", type=int, default=30000, help="arrivals simulated per point")
     parser.add_argument("--out", default="")
     args = parser.parse_args()
     path = args.inputs or latest_inputs()
     with open(path, encoding="utf-8") as f:
         inputs = json.load(f)
-    costs = costs_of(inputs, args.broker_ms)
+    costs = costs_of(inputs, args.broker_ms, args.celery_cpu_ms)
     rows = []
     print(f"inputs: {os.path.relpath(path, ROOT)}; workload: {WORKLOAD}; seconds per run: {costs}")
     print(

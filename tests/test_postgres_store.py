@@ -246,3 +246,20 @@ def test_a_silent_postgres_never_hangs_a_run_and_the_store_recovers():
                 os.environ.pop("NOUS_DURABLE_COUNT", None)
             else:
                 os.environ["NOUS_DURABLE_COUNT"] = count
+
+
+def test_a_forked_child_opens_its_own_connections_and_leaves_the_parents_alone(postgres_dsn):
+    store = PostgresApprovalStore(postgres_dsn)
+    token, _ = store.save({"n": 1})
+    assert store.load(token)["n"] == 1  # the parent now keeps an open connection
+    pid = os.fork()
+    if pid == 0:  # the child: the same store object, its own connection; the parent's never used nor closed
+        try:
+            ok = store.load(token)["n"] == 1 and store.save({"n": 2})[0]
+            os._exit(0 if ok else 1)
+        except BaseException:
+            os._exit(2)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert store.load(token)["n"] == 1  # the parent's connection still answers (the child did not end its session)
+    assert len(store.suspensions()) == 2

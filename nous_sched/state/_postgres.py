@@ -13,7 +13,7 @@ __all__ = ["PostgresStateStore"]
 
 
 class PostgresStateStore:
-    """A :class:`~nous_sched.state.StateStoreSeam` in a Postgres database (needs
+    """A :class:`~nous_sched.StateStoreSeam` in a Postgres database (needs
     ``psycopg``: ``pip install -e '.[postgres]'`` from a checkout).
 
     Each write is one transaction that first locks its scope's row
