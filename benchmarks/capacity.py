@@ -207,7 +207,7 @@ def postgres_per_suspension(runs: int) -> dict[str, Any]:
     load = _load()
     runtime = QuickJSRuntime()
     program = "const a = await tools.read({i: 1}); const p = await tools.pay({amount: 3}); return [a, p]"
-    with postgres_process() as server:
+    with postgres_process(("shared_preload_libraries=pg_stat_statements",)) as server:
         dsn = server.new_database()
         admin = psycopg.connect(dsn, autocommit=True)
         admin.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")

@@ -55,8 +55,9 @@ def _as_server_user() -> list[str]:
 class PostgresProcess:
     """One ``postgres`` on a fixed loopback port that a test may stop (SIGSTOP), kill and start again."""
 
-    def __init__(self, folder: str) -> None:
+    def __init__(self, folder: str, settings: tuple[str, ...] = ()) -> None:
         self.folder = folder
+        self.settings = settings  # more ``-c name=value`` for the server (the benchmarks' pg_stat_statements)
         self.data = os.path.join(folder, "data")
         self.port = _free_port()
         self.bin = bindir()
@@ -81,7 +82,7 @@ class PostgresProcess:
             [*_as_server_user(), os.path.join(self.bin, "postgres"), "-D", self.data, "-p", str(self.port)]
             + ["-k", self.folder, "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"]
             + ["-c", "synchronous_commit=off", "-c", "full_page_writes=off", "-c", "max_connections=200"]
-            + ["-c", "shared_preload_libraries=pg_stat_statements"],
+            + [arg for setting in self.settings for arg in ("-c", setting)],
             stdout=subprocess.DEVNULL,
             stderr=open(os.path.join(self.folder, "server.log"), "ab"),  # noqa: SIM115  (the server's, closed with it)
         )
@@ -136,10 +137,11 @@ def _children(pid: int) -> list[int]:
 
 
 @contextlib.contextmanager
-def postgres_process() -> Iterator[PostgresProcess]:
-    """A started :class:`PostgresProcess`, stopped and removed when the context exits."""
+def postgres_process(settings: tuple[str, ...] = ()) -> Iterator[PostgresProcess]:
+    """A started :class:`PostgresProcess` (``settings``: more ``name=value`` for it), stopped and removed
+    when the context exits."""
     with tempfile.TemporaryDirectory(prefix="nous-sched-pg-") as folder:
-        server = PostgresProcess(folder)
+        server = PostgresProcess(folder, settings)
         try:
             server.start()
             yield server

@@ -249,17 +249,29 @@ def test_a_silent_postgres_never_hangs_a_run_and_the_store_recovers():
 
 
 def test_a_forked_child_opens_its_own_connections_and_leaves_the_parents_alone(postgres_dsn):
-    store = PostgresApprovalStore(postgres_dsn)
-    token, _ = store.save({"n": 1})
-    assert store.load(token)["n"] == 1  # the parent now keeps an open connection
-    pid = os.fork()
-    if pid == 0:  # the child: the same store object, its own connection; the parent's never used nor closed
-        try:
-            ok = store.load(token)["n"] == 1 and store.save({"n": 2})[0]
-            os._exit(0 if ok else 1)
-        except BaseException:
-            os._exit(2)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
-    assert store.load(token)["n"] == 1  # the parent's connection still answers (the child did not end its session)
-    assert len(store.suspensions()) == 2
+    # In a process of its own, so that the child ends as any process does (its objects finalized):
+    # neither its use of the store nor its exit may end the parent's session.
+    code = """
+import os, sys
+import nous_sched
+store = nous_sched.PostgresApprovalStore(sys.argv[1])
+token, _ = store.save({"n": 1})
+assert store.load(token)["n"] == 1  # the parent now keeps an open connection
+pid = os.fork()
+# Both use the store at once: on one shared connection their messages would interleave.
+for _ in range(200):
+    assert store.load(token)["n"] == 1
+if pid == 0:
+    assert store.save({"n": 2})
+    sys.exit(0)  # a normal exit: every object finalized
+_, status = os.waitpid(pid, 0)
+assert os.waitstatus_to_exitcode(status) == 0, status
+assert store.load(token)["n"] == 1  # the parent's connection still answers
+assert len(store.suspensions()) == 2
+print("ok")
+"""
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    done = subprocess.run(
+        [sys.executable, "-c", code, postgres_dsn], capture_output=True, text=True, env=env, timeout=BOUND
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
