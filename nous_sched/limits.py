@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
 import attrs
 
 from . import _validators as v
@@ -40,6 +42,19 @@ class Limits:
     * ``max_code_bytes``: the program's own text, in UTF-8 bytes; a bigger
       program is refused (``RunCodeError``) before anything runs or is
       audited.
+    * ``cpu_time``: the CPU time the program's own JavaScript may use, in
+      seconds, or ``None`` (the default): no budget but the deadline. Time
+      spent waiting (for tools, approvals, throttles, a free worker) costs
+      none of it; a program past it ends with a ``cpu_time`` error, the
+      ``timeout`` deadline still holding alongside. The worker runtime
+      counts its worker's CPU from the program's start and enforces it
+      whatever runs there: the engine stops the program at the budget, the
+      kernel's ``RLIMIT_CPU`` and the host kill the worker
+      ``WorkerPool.kill_grace`` later. In-process it is the running
+      thread's CPU between steps and, inside one step, the process's (see
+      :mod:`nous_sched.runtime.quickjs`). A durable run's every part (the
+      first and each resume) has the whole budget: a resume replays the
+      program from its start.
 
     :raises ConfigError: naming the field, the value and what it must be.
     """
@@ -60,3 +75,4 @@ class Limits:
     max_calls: int = attrs.field(default=1_000, validator=v.POSITIVE_INT)
     max_total_args_bytes: int = attrs.field(default=4_000_000, validator=v.POSITIVE_INT)
     max_code_bytes: int = attrs.field(default=_MIB, validator=v.POSITIVE_INT)
+    cpu_time: Optional[float] = attrs.field(default=None, validator=v.optional(v.SECONDS))

@@ -13,6 +13,13 @@ what this one gives up is the process boundary:
   one budget) and late when other processes starve it; one builtin call (a
   huge ``slice``, a BigInt power) is not interrupted at all. The deadline is
   exact while the run waits for tools and between JavaScript jobs.
+* **The CPU budget** (``Limits.cpu_time``) is the calling thread's CPU time
+  (:func:`time.thread_time`) inside the engine's steps, so nothing the host
+  does between them, nor any wait, counts; but inside one step the only
+  interrupt is that slice of *process* CPU time, set to the budget left, so
+  a runaway loop is stopped early (a ``cpu_time`` error) when other threads
+  of the process burn CPU alongside it, and not at all inside one long
+  builtin call, which nothing kills here.
 * **Cancellation** (``run_code(..., cancel=event)``) stops the program at
   once, inside a step too, where the binding's context layout is the one
   the worker runtime verifies (:func:`~nous_sched.runtime.worker.budget_offset`):
@@ -74,7 +81,8 @@ class QuickJSRuntime(CodeRuntime):
         else:
             finish = _run_on_own_thread(program, host, limits, deadline, cancel, needed)
         error = None if finish.error is None else RunError(*finish.error)
-        if error is not None and error.kind == "timeout" and _is_set(cancel) and time.monotonic() < deadline:
+        stopped = error is not None and error.kind in ("timeout", "cpu_time")
+        if stopped and _is_set(cancel) and time.monotonic() < deadline:
             error = RunError("cancelled", CANCELLED)  # the watcher's stop, not the deadline's
         return RuntimeOutcome(finish.logs, result=finish.result, error=error)
 
