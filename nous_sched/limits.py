@@ -52,7 +52,7 @@ class Limits:
       kernel's ``RLIMIT_CPU`` and the host kill the worker
       ``WorkerPool.kill_grace`` later. In-process it is the running
       thread's CPU between steps and, inside one step, the process's (see
-      :mod:`nous_sched.runtime.quickjs`). A durable run's every part (the
+      ``QuickJSRuntime``'s notes). A durable run's every part (the
       first and each resume) has the whole budget: a resume replays the
       program from its start.
 
