@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import pytest
@@ -109,6 +110,41 @@ def test_in_process_a_runaway_loop_stops_at_its_cpu_budget():
     spent = time.thread_time() - before
     assert result.error is not None and result.error.kind == "cpu_time", result.error
     assert 1.0 <= spent < 1.0 + GRACE, spent
+
+
+def test_in_process_other_threads_cpu_is_not_the_programs():
+    # The binding's own slice counts the whole process's CPU; the budget is the
+    # engine thread's (read by the nous-sched-cpu watcher), so a thread burning
+    # CPU beside the program (here a Python loop, the engine holding no GIL)
+    # spends none of it. The program's own loop lasts 0.6 s of wall time, so
+    # at most 0.6 s of its thread's CPU: it fits 1 s whatever the load.
+    stop = threading.Event()
+    names = []
+
+    def burn():
+        while not stop.is_set():
+            pass
+
+    def program_threads(args):
+        names.extend(t.name for t in threading.enumerate())
+        return 1
+
+    burner = threading.Thread(target=burn, name="nous-sched-test-burner", daemon=True)
+    burner.start()
+    try:
+        result = run_code(
+            "await tools.look({}); const t = Date.now(); while (Date.now() - t < 600) {} return 'fits'",
+            [Tool("look", program_threads)],
+            limits=Limits(timeout=60, cpu_time=1),
+            runtime=QuickJSRuntime(),
+            description="beside a busy thread",
+        )
+    finally:
+        stop.set()
+        burner.join()
+    assert result.error is None, result.error
+    assert result.result == "fits"
+    assert any(n.startswith("nous-sched-cpu-") for n in names), names
 
 
 # -- native code: the host's look and the kernel's limit -----------------------------------

@@ -265,6 +265,7 @@ class Engine:
         prepared: Optional[tuple[Any, Any]] = None,
         before_salvage: Optional[Callable[[], None]] = None,
         cpu_clock: Callable[[], float] = time.thread_time,
+        cpu_slice: bool = True,
     ) -> None:
         self.program = program
         self.names = names
@@ -280,6 +281,10 @@ class Engine:
         self.cpu_used = 0.0
         self.cpu_mark = 0.0
         self.by_cpu = False  # the slice armed last is the CPU budget's, not the deadline's
+        # Whether the binding's slice carries the budget (else something else
+        # stops the engine at it: the in-process watcher, by ``cpu_spent``).
+        self.cpu_slice = cpu_slice
+        self.stepping = False
 
     def start(self) -> str:
         """Bind the context to this run, start the program, run it to its first
@@ -287,10 +292,18 @@ class Engine:
         if self.cpu_time is None:
             return self._start()
         self.cpu_mark = self.cpu_clock()
+        self.stepping = True
         try:
             return self._start()
         finally:
+            self.stepping = False
             self.cpu_used += self.cpu_clock() - self.cpu_mark
+
+    def cpu_spent(self) -> float:
+        """The CPU time the program's steps have used so far (any thread may ask; 0 without a budget)."""
+        if self.stepping:
+            return self.cpu_used + (self.cpu_clock() - self.cpu_mark)
+        return self.cpu_used
 
     def _start(self) -> str:
         limits = self.limits
@@ -341,9 +354,11 @@ class Engine:
         if self.cpu_time is None:
             return self._settle_many(batch)
         self.cpu_mark = self.cpu_clock()
+        self.stepping = True
         try:
             return self._settle_many(batch)
         finally:
+            self.stepping = False
             self.cpu_used += self.cpu_clock() - self.cpu_mark
 
     def _settle_many(self, batch: Sequence[Sequence[Any]]) -> list[str]:
@@ -386,7 +401,7 @@ class Engine:
             raise self._killed("timeout", timeout_message(self.limits.timeout, doing))
         if self.cpu_time is not None:
             left = self._cpu_left()
-            self.by_cpu = left < remaining
+            self.by_cpu = self.cpu_slice and left < remaining
             if self.by_cpu:
                 remaining = left
         self.ctx.set_time_limit(remaining)
@@ -403,8 +418,8 @@ class Engine:
         """Between two calls into the engine of one step: the slice again, from the budget left now."""
         remaining = self.deadline - time.monotonic()
         left = self._cpu_left()
-        self.by_cpu = left < remaining
-        self.ctx.set_time_limit(min(left, remaining))
+        self.by_cpu = self.cpu_slice and left < remaining
+        self.ctx.set_time_limit(left if self.by_cpu else remaining)
 
     def _pump(self, armed: bool = False) -> None:
         if not armed:
@@ -448,7 +463,8 @@ class Engine:
             raise self._killed("abort", stack_message(limits.stack_bytes)) from None
         text = str(exc)
         if "interrupted" in text:
-            if self.by_cpu and time.monotonic() < self.deadline:
+            spent = self.by_cpu or (self.cpu_time is not None and self.cpu_spent() >= self.cpu_time)
+            if spent and time.monotonic() < self.deadline:
                 raise self._killed("cpu_time", cpu_message(limits.cpu_time, "running JavaScript")) from None
             raise self._killed("timeout", timeout_message(limits.timeout, "running JavaScript")) from None
         if "out of memory" in text or text.strip() in ("", "null"):
