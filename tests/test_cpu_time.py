@@ -328,7 +328,25 @@ def test_the_cli_exits_1_and_names_the_kind(tmp_path, capsys):
     assert main(["run", str(program), "--tools", tools, "--cpu-time", "0.2", "--json"]) == 1
     out, _ = capsys.readouterr()
     assert json.loads(out)["error"]["kind"] == "cpu_time"
-    assert main(["run", str(program), "--tools", tools, "--cpu-time", "0"]) == 2
+    for bad in ("0", "-1", "nan", "inf", "1e400", "one"):
+        assert main(["run", str(program), "--tools", tools, "--cpu-time", bad]) == 2
+        _, err = capsys.readouterr()
+        last = err.strip().splitlines()[-1]  # (after argparse's usage lines)
+        assert last.startswith("nous-sched: argument --cpu-time: expected a positive number of seconds"), err
+
+
+def test_serve_mcp_takes_cpu_time_for_every_run(capsys, monkeypatch):
+    from nous_sched.cli import build_parser, main
+    from nous_sched.cli.serve_mcp import run_limits
+
+    args = build_parser().parse_args(["serve-mcp", "--tools", "t.py", "--cpu-time", "2", "--timeout", "9"])
+    assert run_limits(args) == {"limits": Limits(timeout=9, cpu_time=2)}
+    plain = build_parser().parse_args(["serve-mcp", "--tools", "t.py"])
+    assert run_limits(plain) == {"timeout": 30.0}
+    monkeypatch.chdir(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert main(["serve-mcp", "--tools", "examples/tools.py", "--cpu-time", "nan"]) == 2
+    _, err = capsys.readouterr()
+    assert err.strip().splitlines()[-1].startswith("nous-sched: argument --cpu-time: expected a positive"), err
 
 
 def test_the_live_end_event_and_agui_name_the_kind():
