@@ -416,7 +416,9 @@ class Engine:
 
     def _rearm(self) -> None:
         """Between two calls into the engine of one step: the slice again, from the budget left now."""
-        remaining = self.deadline - time.monotonic()
+        # (Never 0 or less, which would switch the binding's limit off: a deadline
+        # that passed since the caller's look trips the next check.)
+        remaining = max(self.deadline - time.monotonic(), 1e-6)
         left = self._cpu_left()
         self.by_cpu = self.cpu_slice and left < remaining
         self.ctx.set_time_limit(left if self.by_cpu else remaining)
