@@ -42,6 +42,11 @@ class Limits:
     * ``max_code_bytes``: the program's own text, in UTF-8 bytes; a bigger
       program is refused (``RunCodeError``) before anything runs or is
       audited.
+    * ``state_value_bytes``, ``state_keys``, ``state_bytes``: a run's state
+      (``run_code(state=State(scope))``): the bytes of one value's JSON, the
+      keys a scope may hold, and the bytes of all its values' JSON together.
+      A write past one fails with an error the program can catch; nothing is
+      written.
     * ``cpu_time``: the CPU time the program's own JavaScript may use, in
       seconds, or ``None`` (the default): no budget but the deadline. Time
       spent waiting (for tools, approvals, throttles, a free worker) costs
@@ -50,8 +55,8 @@ class Limits:
       counts its worker's CPU from the program's start and enforces it
       whatever runs there: the engine stops the program at the budget, the
       kernel's ``RLIMIT_CPU`` and the host kill the worker
-      ``WorkerPool.kill_grace`` later. In-process it is the running
-      thread's CPU between steps and, inside one step, the process's (see
+      ``WorkerPool.kill_grace`` later. In-process it is the CPU time of
+      the thread running the engine, inside its steps (see
       ``QuickJSRuntime``'s notes). A durable run's every part (the
       first and each resume) has the whole budget: a resume replays the
       program from its start.
@@ -75,4 +80,7 @@ class Limits:
     max_calls: int = attrs.field(default=1_000, validator=v.POSITIVE_INT)
     max_total_args_bytes: int = attrs.field(default=4_000_000, validator=v.POSITIVE_INT)
     max_code_bytes: int = attrs.field(default=_MIB, validator=v.POSITIVE_INT)
+    state_value_bytes: int = attrs.field(default=1_000_000, validator=v.POSITIVE_INT)
+    state_keys: int = attrs.field(default=1_000, validator=v.POSITIVE_INT)
+    state_bytes: int = attrs.field(default=10_000_000, validator=v.POSITIVE_INT)
     cpu_time: Optional[float] = attrs.field(default=None, validator=v.optional(v.SECONDS))
