@@ -180,8 +180,9 @@ class _Watch:
 
     def start(self, engine: Engine) -> None:
         self._engine = engine
-        kind = "cancel" if self._cancel is not None else "cpu"
-        self._thread = threading.Thread(target=self._watch, name=f"nous-sched-{kind}-{next(_numbers)}", daemon=True)
+        n = next(_numbers)
+        name = f"nous-sched-cancel-{n}" if self._cancel is not None else f"nous-sched-cpu-{n}"
+        self._thread = threading.Thread(target=self._watch, name=name, daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
