@@ -1,0 +1,523 @@
+"""Programs on a Celery fleet: ``tasks = register(app, tools="package.module")`` (the ``celery`` extra).
+
+:func:`register` adds two tasks to the caller's Celery app and returns them
+as :class:`Tasks`:
+
+* ``tasks.run``: runs a program against the tool set named by ``tools``,
+  resolved on the worker by import path (the loader of the command's
+  ``--tools``, :mod:`nous_sched.tooling.loading`: the module's ``TOOLS`` or
+  ``tools()``); nothing callable crosses the broker.
+  ``tasks.run.delay(code=..., description=...).get()`` is the run's
+  :func:`result document <result_document>`. Its keyword arguments are
+  ``code`` and the options of :func:`~nous_sched.run_code` that are data
+  (:data:`DATA_OPTIONS`: ``description``, ``timeout``, ``limits`` as a JSON
+  object of :class:`~nous_sched.Limits` fields, ``max_parallel``,
+  ``call_id``, ``output_budget``, ``runtime`` as ``"worker"`` or
+  ``"in-process"``); the worker makes the run's
+  :class:`~nous_sched.RunOptions` from them. Any other key is a
+  :class:`~nous_sched.ConfigError` naming it, raised where the task is sent
+  (and again on a worker, for a message that did not come through
+  :class:`Tasks`).
+* ``tasks.resume``: resumes a suspended run by its token
+  (``tasks.resume.delay(token=..., decisions={"0": True})``), on any worker:
+  the approval store is the one the tool set module names in
+  ``APPROVAL_STORE`` (a :class:`~nous_sched.RedisApprovalStore`, say, that
+  every worker reaches). The run's ``approval_store`` is that store too, so a
+  program that asks for approval suspends (its result's ``status`` is
+  ``"suspended"`` and ``suspended.token`` resumes it).
+
+Throttles on the tools (``Throttle(..., redis_url=...)``) and the approval
+store are the tool set module's own objects, made on each worker as it
+imports the module, so the whole fleet shares them through Redis. Each
+Celery prefork child makes its own worker pool on its first run (as every
+forked process does: ``nous_sched.scheduler._per_process``).
+
+**Watching and cancelling.** ``tasks.start(code=..., **options)`` sends a
+run and returns a :class:`RemoteRun` at once: ``events()`` yields the run's
+:class:`~nous_sched.RunEvent` values as :func:`~nous_sched.start_run`'s do
+(same kinds, same order, ``gap`` events counting what a slow watcher
+missed), read from a Redis stream on the broker's Redis that the worker
+writes, bounded to about ``events_maxlen`` entries and kept for
+``events_ttl`` seconds; ``result()`` waits for the result document;
+``cancel()`` ends the run. ``tasks.cancel(task_id)`` does the same for a
+task sent any way: the worker's run watches a cancel key in Redis (one
+blocking read a second) and, once it is set, ends with a ``cancelled``
+error, its logs and audit kept, in the result as for any other run; a
+task not yet started is revoked, and never runs. Celery's own
+``revoke(task_id, terminate=True, signal="SIGUSR1")`` and a task's
+``soft_time_limit`` cancel the run the same way (the signal reaches the
+prefork child running it), though Celery then marks the task revoked.
+
+**Failures.** A run's failure is data (``status`` ``"error"``, with the
+error's kind and the logs). Options that are not data, unknown or bad, and
+a tool set that cannot be loaded are :class:`~nous_sched.ConfigError`
+values (the task fails with one). A Celery pool child killed mid-run loses
+that run only: Celery marks the task failed (``WorkerLostError``), and the
+run's worker processes die with the child (the pool's fork server exits
+when its parent does, and its workers with it). A broker that does not
+answer is a :class:`BrokerError` naming it, raised within about a second.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any, Optional
+
+import attrs
+
+from .. import _validators as v
+from .._extras import install_command
+from .._redis_client import connect
+from .._run.options import FIELDS, RunOptions, build
+from .._text import machine_json, machine_value
+from ..errors import ConfigError
+from ..gate.approval_seam import ApprovalStoreSeam
+from ..limits import Limits
+from ..live import Run, RunEvent, resume_run, start_run
+from ..result import RunResult
+from ..tooling import Tool
+from ..tooling.loading import import_tool_module, tools_of
+
+__all__ = [
+    "register",
+    "Tasks",
+    "RemoteRun",
+    "BrokerError",
+    "DATA_OPTIONS",
+    "options_from_data",
+    "result_document",
+]
+
+#: The options of :func:`~nous_sched.run_code` a Celery task takes: the ones that are data.
+DATA_OPTIONS: tuple[str, ...] = (
+    "description",
+    "timeout",
+    "limits",
+    "max_parallel",
+    "call_id",
+    "output_budget",
+    "runtime",
+)
+_RUNTIMES = ("worker", "in-process")
+#: Seconds a broker (Redis) has to connect and to answer each request, for this module's own requests.
+BROKER_TIMEOUT = 0.5
+#: Seconds the worker's cancel watch blocks in Redis at a time (the delay a cancel can take, at most).
+CANCEL_WAIT = 1.0
+
+
+class BrokerError(ConnectionError):
+    """The broker's Redis did not answer: the message names it (its URL, without a password)."""
+
+
+def _shown_url(url: str) -> str:
+    """``url`` without its password (an error message must not carry it)."""
+    if "@" not in url:
+        return url
+    scheme, _, rest = url.partition("://")
+    return f"{scheme}://…@{rest.rsplit('@', 1)[1]}"
+
+
+def _broker_error(url: str, exc: BaseException) -> BrokerError:
+    return BrokerError(f"the Celery broker's Redis at {_shown_url(url)} did not answer: {exc} (is it running?)")
+
+
+def options_from_data(data: Any, door: str = "celery run") -> RunOptions:
+    """The :class:`~nous_sched.RunOptions` of ``data``, a JSON object of :data:`DATA_OPTIONS`.
+
+    ``limits`` is a JSON object of :class:`~nous_sched.Limits` fields;
+    ``runtime`` is ``"worker"`` (the default pool) or ``"in-process"``.
+
+    :raises ConfigError: naming ``door`` and the key: a key that is not one
+        of :data:`DATA_OPTIONS` (an option of ``run_code`` that is not data
+        is said to be one), or a bad value.
+    """
+    if not isinstance(data, Mapping):
+        v.fail(door, "options", data, "a JSON object of run_code's data options")
+    given = dict(data)
+    for name in given:
+        if name in DATA_OPTIONS:
+            continue
+        if name in FIELDS:
+            raise ConfigError(
+                f"{door}: `{name}` is not data and cannot cross the broker; a Celery run takes "
+                f"{', '.join(DATA_OPTIONS)} (tools, throttles and the approval store come from the tool set module)"
+            )
+        v.unknown(door, str(name), DATA_OPTIONS, "a Celery run")
+    limits = given.get("limits")
+    if limits is not None:
+        if not isinstance(limits, Mapping):
+            v.fail(door, "limits", limits, "a JSON object of Limits fields")
+        accepted = tuple(f.name for f in attrs.fields(Limits))
+        for name in limits:
+            if name not in accepted:
+                v.unknown(door, f"limits.{name}", [f"limits.{a}" for a in accepted], "a Celery run")
+        given["limits"] = Limits(**limits)
+    if "runtime" in given:
+        runtime = given["runtime"]
+        if runtime not in _RUNTIMES:
+            v.fail(door, "runtime", runtime, '"worker" or "in-process"')
+        if runtime == "worker":
+            given["runtime"] = None
+        else:
+            from ..runtime.quickjs import QuickJSRuntime
+
+            given["runtime"] = QuickJSRuntime()
+    return build(door, given)
+
+
+def _decisions(data: Any) -> dict[int, Any]:
+    """``{seq: bool or ApprovalDecision}`` from a JSON object (its keys strings of numbers)."""
+    from ..durable import ApprovalDecision
+
+    if not isinstance(data, Mapping):
+        v.fail("celery resume", "decisions", data, 'a JSON object {"<seq>": true | false | {"approved", "reason"}}')
+    out: dict[int, Any] = {}
+    for key, value in data.items():
+        try:
+            seq = int(key)
+        except (TypeError, ValueError):
+            v.fail("celery resume", "decisions", key, "keys that are call numbers (seq)")
+        if isinstance(value, Mapping):
+            out[seq] = ApprovalDecision(approved=value.get("approved"), reason=value.get("reason", ""))
+        else:
+            out[seq] = value
+    return out
+
+
+def result_document(result: RunResult, **about: Any) -> dict[str, Any]:
+    """What a task returns: ``status`` (``"ok"``, ``"error"`` or ``"suspended"``),
+    ``answer`` (what the model reads, :meth:`~nous_sched.RunResult.for_model`),
+    ``logs``, ``error`` (``kind``, ``message``) or ``None``, ``suspended`` (its
+    token and pending calls) or ``None``, the audit (``events``, ``refused``,
+    ``durable``), ``trail``, ``elapsed``, and ``about`` (the worker's name and pid).
+
+    Strict JSON values: each lone surrogate is U+FFFD, a non-finite number ``null``.
+    """
+    status = "suspended" if result.suspended is not None else "ok" if result.error is None else "error"
+    doc = {
+        "status": status,
+        "answer": result.for_model(),
+        "logs": list(result.logs),
+        "error": None if result.error is None else result.error.as_dict(),
+        "suspended": None if result.suspended is None else result.suspended.as_dict(),
+        "events": [{"type": e.type, **e.as_event().data} for e in result.events],
+        "refused": [dict(r.as_event().data) for r in result.refused],
+        "durable": [{"type": e.type, **e.data} for e in result.audit],
+        "trail": [attrs.asdict(r) for r in result.trail],
+        "elapsed": result.elapsed,
+        **about,
+    }
+    loaded: dict[str, Any] = json.loads(machine_json(doc, default=str))
+    return loaded
+
+
+# -- the worker's side ---------------------------------------------------------------------------
+
+
+@attrs.frozen
+class _ToolSet:
+    tools: list[Tool]
+    store: Optional[ApprovalStoreSeam]
+
+
+_loaded: dict[str, _ToolSet] = {}
+_loading = threading.Lock()
+
+
+def _tool_set(spec: str) -> _ToolSet:
+    """The tool set ``spec`` names, loaded once per process."""
+    with _loading:
+        found = _loaded.get(spec)
+        if found is None:
+            module = import_tool_module(spec, "celery tools")
+            store = getattr(module, "APPROVAL_STORE", None)
+            if store is not None and not isinstance(store, ApprovalStoreSeam):
+                v.fail(f"celery tools {spec}", "APPROVAL_STORE", store, "a nous_sched approval store, or None")
+            found = _loaded[spec] = _ToolSet(tools_of(module, spec, "celery tools"), store)
+        return found
+
+
+class _Publisher:
+    """A run's events written to its Redis stream, one pipeline per batch, bounded in length."""
+
+    def __init__(self, client: Any, key: str, maxlen: int, ttl: int) -> None:
+        self.client, self.key, self.maxlen, self.ttl = client, key, maxlen, ttl
+        self.problem: Optional[BaseException] = None
+
+    def pump(self, run: Run) -> None:
+        n = 0
+        broken = False
+        for batch in run.event_batches():
+            if broken:
+                continue  # keep consuming (never slow the run), write nothing more
+            try:
+                pipe = self.client.pipeline(transaction=False)
+                for event in batch:
+                    pipe.xadd(self.key, {"n": n, "e": event.to_json()}, maxlen=self.maxlen, approximate=True)
+                    n += 1
+                pipe.expire(self.key, self.ttl)
+                pipe.execute()
+            except Exception as exc:  # the broker went away: the run goes on, its result says so
+                self.problem, broken = exc, True
+
+
+def _watch_cancel(client: Any, key: str, run: Run) -> None:
+    while not run.done():
+        try:
+            if client.blpop([key], timeout=CANCEL_WAIT) is not None:
+                run.cancel()
+                return
+        except Exception:  # the broker went away: the run goes on; try again later
+            time.sleep(CANCEL_WAIT)
+
+
+def _serve(run: Run, cancel_client: Any, cancel_key: str, publisher: Optional[_Publisher]) -> RunResult:
+    """Wait for ``run`` on this (the task's) thread, watching its cancel key and pumping its events.
+
+    An exception raised into this thread while it waits (Celery's soft time
+    limit, a revoke's SIGUSR1) cancels the run; its result is still returned.
+    """
+    threads = [threading.Thread(target=_watch_cancel, args=(cancel_client, cancel_key, run), daemon=True)]
+    if publisher is not None:
+        threads.append(threading.Thread(target=publisher.pump, args=(run,), daemon=True))
+    for i, thread in enumerate(threads):
+        thread.name = f"nous-sched-celery-{('cancel', 'events')[i]}"
+        thread.start()
+    while True:
+        try:
+            result = run.result()
+            break
+        except BaseException:
+            if run.done():
+                raise  # the run's own problem
+            run.cancel()  # interrupted while waiting: end the run, keep its result
+    if publisher is not None:
+        threads[1].join(10.0)
+    return result
+
+
+# -- the caller's side ---------------------------------------------------------------------------
+
+
+class RemoteRun:
+    """A run sent to the fleet by :meth:`Tasks.start`: watch it, wait for it, or cancel it."""
+
+    def __init__(self, tasks: Tasks, async_result: Any) -> None:
+        #: Celery's ``AsyncResult`` of the task.
+        self.async_result = async_result
+        #: The task's id (its events' and cancel key's name).
+        self.task_id: str = async_result.id
+        self._tasks = tasks
+
+    def events(self, poll: float = 1.0) -> Iterator[RunEvent]:
+        """The run's events from its first, until ``end``; a ``gap`` event
+        (``data``: ``missed``) before events that follow some the stream no
+        longer holds. Ends without ``end`` when the task ended without one
+        (its worker died: :meth:`result` says so).
+
+        :raises BrokerError: the broker's Redis does not answer.
+        """
+        client = self._tasks._client(blocking=True)
+        key = self._tasks.events_key(self.task_id)
+        last, expected = "0-0", 0
+        idle_done = False
+        while True:
+            try:
+                reply = client.xread({key: last}, count=1000, block=max(1, int(poll * 1000)))
+            except Exception as exc:
+                raise _broker_error(self._tasks.redis_url, exc) from None
+            entries = reply[0][1] if reply else []
+            if not entries:
+                if idle_done:
+                    return
+                idle_done = self.async_result.ready()  # one more read after the task ended
+                continue
+            for entry_id, fields in entries:
+                last = entry_id
+                n = int(fields[b"n"])
+                if n > expected:
+                    yield RunEvent("gap", None, 0.0, {"missed": n - expected})
+                expected = n + 1
+                doc = json.loads(fields[b"e"])
+                event = RunEvent(doc["kind"], doc["seq"], doc["at"], doc["data"])
+                yield event
+                if event.kind == "end":
+                    return
+
+    def result(self, timeout: Optional[float] = None) -> dict[str, Any]:
+        """The task's result document (:func:`result_document`); raises what the task raised."""
+        document: dict[str, Any] = self.async_result.get(timeout=timeout)
+        return document
+
+    def cancel(self) -> None:
+        """End the run: :meth:`Tasks.cancel` of this task."""
+        self._tasks.cancel(self.task_id)
+
+
+class Tasks:
+    """The tasks :func:`register` added: :attr:`run`, :attr:`resume`, and the caller's helpers."""
+
+    def __init__(self, app: Any, run: Any, resume: Any, *, redis_url: str, prefix: str) -> None:
+        self.app = app
+        #: The Celery task running a program: ``run.delay(code=..., description=...)``.
+        self.run = run
+        #: The Celery task resuming a suspended run: ``resume.delay(token=..., decisions={...})``.
+        self.resume = resume
+        #: The Redis holding events and cancel keys (the broker's, by default).
+        self.redis_url = redis_url
+        self.prefix = prefix
+        self._clients: dict[tuple[int, bool], Any] = {}
+
+    def _client(self, blocking: bool = False) -> Any:
+        key = (os.getpid(), blocking)
+        client = self._clients.get(key)
+        if client is None:
+            client = connect(self.redis_url, BROKER_TIMEOUT)
+            if blocking:  # its reads block in Redis for up to a few seconds, by design
+                client.connection_pool.connection_kwargs["socket_timeout"] = BROKER_TIMEOUT + 5.0
+            self._clients[key] = client
+        return client
+
+    def events_key(self, task_id: str) -> str:
+        """The Redis stream of task ``task_id``'s events."""
+        return f"{self.prefix}:events:{task_id}"
+
+    def cancel_key(self, task_id: str) -> str:
+        """The Redis list whose first element cancels task ``task_id``'s run."""
+        return f"{self.prefix}:cancel:{task_id}"
+
+    def start(self, code: Any, *, routing: Optional[Mapping[str, Any]] = None, **options: Any) -> RemoteRun:
+        """Send a run of ``code`` with its events published, and return its :class:`RemoteRun` at once.
+
+        ``options`` are :data:`DATA_OPTIONS`; ``routing`` is Celery's
+        ``apply_async`` options (``queue``, ``countdown``...).
+
+        :raises ConfigError: an option that is not data, unknown or bad.
+        :raises BrokerError: the broker does not answer.
+        """
+        sent = self.run.apply_async(kwargs={"code": code, "events": True, **options}, **dict(routing or {}))
+        return RemoteRun(self, sent)
+
+    def start_resume(
+        self, token: str, decisions: Mapping[Any, Any], *, routing: Optional[Mapping[str, Any]] = None, **options: Any
+    ) -> RemoteRun:
+        """:meth:`start` for a resume: the resumed run's :class:`RemoteRun`."""
+        kwargs = {"token": token, "decisions": {str(k): d for k, d in decisions.items()}, "events": True, **options}
+        return RemoteRun(self, self.resume.apply_async(kwargs=kwargs, **dict(routing or {})))
+
+    def cancel(self, task_id: str) -> None:
+        """End task ``task_id``'s run (a ``cancelled`` error, logs kept), or, not started yet, revoke it.
+
+        :raises BrokerError: the broker does not answer.
+        """
+        key = self.cancel_key(task_id)
+        try:
+            pipe = self._client().pipeline(transaction=False)
+            pipe.rpush(key, b"1")
+            pipe.expire(key, 3600)
+            pipe.execute()
+        except Exception as exc:
+            raise _broker_error(self.redis_url, exc) from None
+        self.app.control.revoke(task_id)
+
+
+def _celery() -> Any:
+    try:
+        import celery
+    except ImportError:
+        raise ConfigError(
+            f"nous_sched.integrations.celery needs Celery: {install_command('celery')}"
+        ) from None
+    return celery
+
+
+_RESERVED = ("code", "events", "token", "decisions")
+
+
+def register(
+    app: Any,
+    tools: str,
+    *,
+    prefix: str = "nous_sched",
+    redis_url: Optional[str] = None,
+    events_maxlen: int = 10_000,
+    events_ttl: int = 3600,
+) -> Tasks:
+    """Register ``prefix.run`` and ``prefix.resume`` on Celery ``app``, running programs against ``tools``.
+
+    ``tools`` is the tool set's import path (a dotted module name, or a
+    ``.py`` file every worker has), loaded on each worker process on its first
+    task. ``redis_url`` is where events and cancel keys live: by default the
+    app's broker, which must then be Redis. Events streams hold about
+    ``events_maxlen`` entries each and expire ``events_ttl`` seconds after
+    their last write.
+
+    :raises ConfigError: a bad argument, no Redis to use, or Celery not installed.
+    """
+    celery = _celery()
+    v.require("register", "tools", tools, v.NON_EMPTY_STR)
+    v.require("register", "prefix", prefix, v.NON_EMPTY_STR)
+    v.require("register", "events_maxlen", events_maxlen, v.POSITIVE_INT)
+    v.require("register", "events_ttl", events_ttl, v.POSITIVE_INT)
+    if redis_url is None:
+        broker = str(app.conf.broker_url or "")
+        if not broker.startswith(("redis://", "rediss://", "unix://")):
+            v.fail("register", "redis_url", redis_url, "a redis:// URL (the app's broker is not Redis)")
+        redis_url = broker
+    v.require("register", "redis_url", redis_url, v.NON_EMPTY_STR)
+    url: str = redis_url
+    holder: list[Tasks] = []
+
+    class _Checked(celery.Task):  # type: ignore[misc,name-defined]
+        """Checks a run's options where it is sent, and makes its values strict JSON."""
+
+        def apply_async(self, args: Any = None, kwargs: Any = None, **routing: Any) -> Any:
+            if args:
+                raise ConfigError(f"{self.name}: pass keyword arguments only (code=..., description=...)")
+            given = dict(kwargs or {})
+            if "code" in given and not isinstance(given["code"], str):
+                v.fail(self.name, "code", given["code"], "a str (the program's text)")
+            options_from_data({k: x for k, x in given.items() if k not in _RESERVED}, self.name)
+            try:
+                return super().apply_async(kwargs=machine_value(given), **routing)
+            except Exception as exc:
+                if "kombu" in type(exc).__module__ or isinstance(exc, OSError):
+                    raise _broker_error(str(app.conf.broker_url), exc) from None
+                raise
+
+    def _run(self: Any, code: str, events: bool = False, **data: Any) -> dict[str, Any]:
+        options = options_from_data(data, f"{prefix}.run")
+        found = _tool_set(tools)
+        if found.store is not None:
+            options = options.evolve(approval_store=found.store)
+        run = start_run(code, found.tools, options=options)
+        return _finish(self, run, events)
+
+    def _resume(self: Any, token: str, decisions: Any = None, events: bool = False, **data: Any) -> dict[str, Any]:
+        options = options_from_data(data, f"{prefix}.resume")
+        found = _tool_set(tools)
+        if found.store is None:
+            raise ConfigError(f"{prefix}.resume: the tool set {tools} names no APPROVAL_STORE to resume from")
+        chosen = _decisions({} if decisions is None else decisions)
+        run = resume_run(token, chosen, found.tools, approval_store=found.store, options=options)
+        return _finish(self, run, events)
+
+    def _finish(task: Any, run: Run, events: bool) -> dict[str, Any]:
+        tasks = holder[0]
+        task_id = str(task.request.id)
+        publisher = None
+        if events:
+            publisher = _Publisher(tasks._client(), tasks.events_key(task_id), events_maxlen, events_ttl)
+        result = _serve(run, tasks._client(blocking=True), tasks.cancel_key(task_id), publisher)
+        return result_document(result, worker=str(task.request.hostname), pid=os.getpid())
+
+    run_task = app.task(name=f"{prefix}.run", bind=True, base=_Checked)(_run)
+    resume_task = app.task(name=f"{prefix}.resume", bind=True, base=_Checked)(_resume)
+    tasks = Tasks(app, run_task, resume_task, redis_url=url, prefix=prefix)
+    holder.append(tasks)
+    return tasks
+
