@@ -21,3 +21,7 @@ app.conf.update(
     worker_hijack_root_logger=False,
 )
 tasks = nous_celery.register(app, tools=os.environ.get("NOUS_SCHED_CELERY_TOOLS", "celery_tools"))
+# A second prefix with tiny event streams (test_a_watcher_that_falls_behind_is_told_by_a_gap), and a
+# tool set that cannot be loaded (its tasks fail with a ConfigError naming it).
+small = nous_celery.register(app, tools="celery_tools", prefix="nous_sched_small", events_maxlen=1)
+broken = nous_celery.register(app, tools="no_such_tools_module", prefix="broken")

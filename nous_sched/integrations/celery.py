@@ -182,7 +182,8 @@ def _decisions(data: Any) -> dict[int, Any]:
         except (TypeError, ValueError):
             v.fail("celery resume", "decisions", key, "keys that are call numbers (seq)")
         if isinstance(value, Mapping):
-            out[seq] = ApprovalDecision(approved=value.get("approved"), reason=value.get("reason", ""))
+            approved: Any = value.get("approved")  # checked by ApprovalDecision
+            out[seq] = ApprovalDecision(approved=approved, reason=value.get("reason", ""))
         else:
             out[seq] = value
     return out
@@ -321,7 +322,7 @@ class RemoteRun:
 
         :raises BrokerError: the broker's Redis does not answer.
         """
-        client = self._tasks._client(blocking=True)
+        client = self._tasks.redis(blocking=True)
         key = self._tasks.events_key(self.task_id)
         last, expected = "0-0", 0
         idle_done = False
@@ -370,13 +371,16 @@ class Tasks:
         #: The Redis holding events and cancel keys (the broker's, by default).
         self.redis_url = redis_url
         self.prefix = prefix
-        self._clients: dict[tuple[int, bool], Any] = {}
+        self._clients: dict[tuple[int, bool, str], Any] = {}
 
-    def _client(self, blocking: bool = False) -> Any:
-        key = (os.getpid(), blocking)
+    def redis(self, blocking: bool = False, url: Optional[str] = None) -> Any:
+        """This process's client of :attr:`redis_url` (or ``url``): each request answered within
+        :data:`BROKER_TIMEOUT` seconds, or, ``blocking``, within a few seconds more (for reads that
+        wait in Redis)."""
+        key = (os.getpid(), blocking, url or self.redis_url)
         client = self._clients.get(key)
         if client is None:
-            client = connect(self.redis_url, BROKER_TIMEOUT)
+            client = connect(url or self.redis_url, BROKER_TIMEOUT)
             if blocking:  # its reads block in Redis for up to a few seconds, by design
                 client.connection_pool.connection_kwargs["socket_timeout"] = BROKER_TIMEOUT + 5.0
             self._clients[key] = client
@@ -416,7 +420,7 @@ class Tasks:
         """
         key = self.cancel_key(task_id)
         try:
-            pipe = self._client().pipeline(transaction=False)
+            pipe = self.redis().pipeline(transaction=False)
             pipe.rpush(key, b"1")
             pipe.expire(key, 3600)
             pipe.execute()
@@ -429,13 +433,78 @@ def _celery() -> Any:
     try:
         import celery
     except ImportError:
-        raise ConfigError(
-            f"nous_sched.integrations.celery needs Celery: {install_command('celery')}"
-        ) from None
+        raise ConfigError(f"nous_sched.integrations.celery needs Celery: {install_command('celery')}") from None
     return celery
 
 
 _RESERVED = ("code", "events", "token", "decisions")
+
+
+def _checked_base(celery: Any, app: Any, holder: list[Tasks]) -> Any:
+    class _Checked(celery.Task):  # type: ignore[misc]
+        """Checks a run's options where it is sent, and makes its values strict JSON."""
+
+        def apply_async(self, args: Any = None, kwargs: Any = None, **routing: Any) -> Any:
+            if args:
+                raise ConfigError(f"{self.name}: pass keyword arguments only (code=..., description=...)")
+            given = dict(kwargs or {})
+            if "code" in given and not isinstance(given["code"], str):
+                v.fail(self.name, "code", given["code"], "a str (the program's text)")
+            options_from_data({k: x for k, x in given.items() if k not in _RESERVED}, self.name)
+            # Celery's own sending retries a Redis that is down for about 20 s (its result
+            # backend's retry policy): one PING first says so at once.
+            broker = str(app.conf.broker_url or "")
+            if broker.startswith(_REDIS_SCHEMES):
+                try:
+                    holder[0].redis(url=broker).ping()
+                except Exception as exc:
+                    raise _broker_error(broker, exc) from None
+            try:
+                return super().apply_async(kwargs=machine_value(given), **routing)
+            except Exception as exc:
+                if "kombu" in type(exc).__module__ or isinstance(exc, OSError):
+                    raise _broker_error(broker, exc) from None
+                raise
+
+    return _Checked
+
+
+@attrs.frozen
+class _Served:
+    """What a registration's tasks run with on a worker."""
+
+    tools: str
+    prefix: str
+    maxlen: int
+    ttl: int
+    holder: list[Tasks]
+
+    def run(self, task: Any, code: str, events: bool, data: Any) -> dict[str, Any]:
+        options = options_from_data(data, f"{self.prefix}.run")
+        found = _tool_set(self.tools)
+        if found.store is not None:
+            options = options.evolve(approval_store=found.store)
+        return self.finish(task, start_run(code, found.tools, options=options), events)
+
+    def resume(self, task: Any, token: str, decisions: Any, events: bool, data: Any) -> dict[str, Any]:
+        options = options_from_data(data, f"{self.prefix}.resume")
+        found = _tool_set(self.tools)
+        if found.store is None:
+            raise ConfigError(f"{self.prefix}.resume: the tool set {self.tools} names no APPROVAL_STORE to resume from")
+        chosen = _decisions({} if decisions is None else decisions)
+        return self.finish(
+            task, resume_run(token, chosen, found.tools, approval_store=found.store, options=options), events
+        )
+
+    def finish(self, task: Any, run: Run, events: bool) -> dict[str, Any]:
+        tasks = self.holder[0]
+        task_id = str(task.request.id)
+        publisher = _Publisher(tasks.redis(), tasks.events_key(task_id), self.maxlen, self.ttl) if events else None
+        result = _serve(run, tasks.redis(blocking=True), tasks.cancel_key(task_id), publisher)
+        return result_document(result, worker=str(task.request.hostname), pid=os.getpid())
+
+
+_REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 
 
 def register(
@@ -465,59 +534,21 @@ def register(
     v.require("register", "events_ttl", events_ttl, v.POSITIVE_INT)
     if redis_url is None:
         broker = str(app.conf.broker_url or "")
-        if not broker.startswith(("redis://", "rediss://", "unix://")):
+        if not broker.startswith(_REDIS_SCHEMES):
             v.fail("register", "redis_url", redis_url, "a redis:// URL (the app's broker is not Redis)")
         redis_url = broker
     v.require("register", "redis_url", redis_url, v.NON_EMPTY_STR)
-    url: str = redis_url
     holder: list[Tasks] = []
-
-    class _Checked(celery.Task):  # type: ignore[misc,name-defined]
-        """Checks a run's options where it is sent, and makes its values strict JSON."""
-
-        def apply_async(self, args: Any = None, kwargs: Any = None, **routing: Any) -> Any:
-            if args:
-                raise ConfigError(f"{self.name}: pass keyword arguments only (code=..., description=...)")
-            given = dict(kwargs or {})
-            if "code" in given and not isinstance(given["code"], str):
-                v.fail(self.name, "code", given["code"], "a str (the program's text)")
-            options_from_data({k: x for k, x in given.items() if k not in _RESERVED}, self.name)
-            try:
-                return super().apply_async(kwargs=machine_value(given), **routing)
-            except Exception as exc:
-                if "kombu" in type(exc).__module__ or isinstance(exc, OSError):
-                    raise _broker_error(str(app.conf.broker_url), exc) from None
-                raise
+    served = _Served(tools, prefix, events_maxlen, events_ttl, holder)
+    base = _checked_base(celery, app, holder)
 
     def _run(self: Any, code: str, events: bool = False, **data: Any) -> dict[str, Any]:
-        options = options_from_data(data, f"{prefix}.run")
-        found = _tool_set(tools)
-        if found.store is not None:
-            options = options.evolve(approval_store=found.store)
-        run = start_run(code, found.tools, options=options)
-        return _finish(self, run, events)
+        return served.run(self, code, events, data)
 
     def _resume(self: Any, token: str, decisions: Any = None, events: bool = False, **data: Any) -> dict[str, Any]:
-        options = options_from_data(data, f"{prefix}.resume")
-        found = _tool_set(tools)
-        if found.store is None:
-            raise ConfigError(f"{prefix}.resume: the tool set {tools} names no APPROVAL_STORE to resume from")
-        chosen = _decisions({} if decisions is None else decisions)
-        run = resume_run(token, chosen, found.tools, approval_store=found.store, options=options)
-        return _finish(self, run, events)
+        return served.resume(self, token, decisions, events, data)
 
-    def _finish(task: Any, run: Run, events: bool) -> dict[str, Any]:
-        tasks = holder[0]
-        task_id = str(task.request.id)
-        publisher = None
-        if events:
-            publisher = _Publisher(tasks._client(), tasks.events_key(task_id), events_maxlen, events_ttl)
-        result = _serve(run, tasks._client(blocking=True), tasks.cancel_key(task_id), publisher)
-        return result_document(result, worker=str(task.request.hostname), pid=os.getpid())
-
-    run_task = app.task(name=f"{prefix}.run", bind=True, base=_Checked)(_run)
-    resume_task = app.task(name=f"{prefix}.resume", bind=True, base=_Checked)(_resume)
-    tasks = Tasks(app, run_task, resume_task, redis_url=url, prefix=prefix)
-    holder.append(tasks)
-    return tasks
-
+    run_task = app.task(name=f"{prefix}.run", bind=True, base=base)(_run)
+    resume_task = app.task(name=f"{prefix}.resume", bind=True, base=base)(_resume)
+    holder.append(Tasks(app, run_task, resume_task, redis_url=redis_url, prefix=prefix))
+    return holder[0]
