@@ -12,10 +12,13 @@ the median over the repetitions (min-max):
 * **CPU per run**: every process involved (this one and its worker pool;
   for Celery also the celery worker and its pool, and redis-server), from
   ``/proc`` (user + system, children reaped included);
-* **Redis commands per run** (``INFO commandstats``): each a round trip to the
-  broker's Redis from one of the client, the worker or our watch, counted by
-  command, for a plain ``delay().get()``, and for ``tasks.start()`` with its
-  events read by a watcher (``events()``).
+* **Redis commands per run** (``INFO commandstats``), by command, for a plain
+  ``delay().get()``, and for ``tasks.start()`` with its events read by a
+  watcher (``events()``);
+* **broker round trips per run**: the same two, with the caller and a fresh
+  worker talking to Redis through a counting proxy: each read of a client's
+  bytes is one request batch (a command, or a pipeline sent at once), a round
+  trip; the reply batches include pub/sub messages Redis pushes.
 
     python benchmarks/bench_celery.py [--runs N] [--reps K]
 """
@@ -25,8 +28,10 @@ from __future__ import annotations
 import argparse
 import os
 import pathlib
+import socket
 import statistics
 import sys
+import threading
 import time
 from typing import Any, Callable
 
@@ -52,6 +57,85 @@ def tree_cpu(pid: int) -> float:
             continue
         total += sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
     return total / TICK
+
+
+class CountingProxy:
+    """A TCP proxy to Redis counting what crosses it: each read from a client is one request batch
+    (a command, or a pipeline sent at once), and each read from Redis one reply batch (or pushed
+    pub/sub messages). Round trips per run = request batches per run."""
+
+    def __init__(self, port: int) -> None:
+        self.target = ("127.0.0.1", port)
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"redis://127.0.0.1:{self.listener.getsockname()[1]}/0"
+        self.requests = 0
+        self.replies = 0
+        self.lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True, name="bench-proxy").start()
+
+    def _accept(self) -> None:
+        while True:
+            client, _ = self.listener.accept()
+            server = socket.create_connection(self.target)
+            threading.Thread(target=self._pump, args=(client, server, True), daemon=True).start()
+            threading.Thread(target=self._pump, args=(server, client, False), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket, request: bool) -> None:
+        try:
+            while data := src.recv(1 << 20):
+                with self.lock:
+                    if request:
+                        self.requests += 1
+                    else:
+                        self.replies += 1
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (src, dst):
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def counts(self) -> tuple[int, int]:
+        with self.lock:
+            return self.requests, self.replies
+
+
+def round_trips(port: int, folder: pathlib.Path, runs: int) -> dict[str, tuple[float, float]]:
+    """Request and reply batches per run through a counting proxy, for a worker and a caller that use it."""
+    from celery import Celery
+
+    from nous_sched.integrations import celery as nous_celery
+
+    proxy = CountingProxy(port)
+    app = Celery("bench_count", broker=proxy.url, backend=proxy.url)
+    tasks = nous_celery.register(app, tools="celery_tools")
+    out = {}
+    with celery_fleet.fleet(proxy.url, folder) as fleet:
+        fleet.start("count", "solo")
+        fleet.wait_ready(app, ["count"])
+
+        def plain() -> None:
+            tasks.run.delay(code=PROGRAM, description="bench").get(timeout=60)
+
+        def watched() -> None:
+            remote = tasks.start(PROGRAM, description="bench")
+            list(remote.events())
+            remote.result(timeout=60)
+
+        for name, fn in (("delay().get()", plain), ("start() + events()", watched)):
+            for _ in range(5):
+                fn()
+            time.sleep(1.5)  # the cancel watches of the warm-up runs end
+            r0, p0 = proxy.counts()
+            for _ in range(runs):
+                fn()
+            time.sleep(1.5)
+            r1, p1 = proxy.counts()
+            out[name] = ((r1 - r0) / runs, (p1 - p0) / runs)
+    return out
 
 
 def commands(client: Any) -> dict[str, int]:
@@ -122,7 +206,12 @@ def main() -> int:
                 for _ in range(args.runs):
                     fn()
                 after = commands(client)
-                counted[name] = {k: (after[k] - before.get(k, 0)) / args.runs for k in after if after[k] != before.get(k, 0)}
+                counted[name] = {
+                    k: (after[k] - before.get(k, 0)) / args.runs for k in after if after[k] != before.get(k, 0)
+                }
+
+        # (after the timed fleet stopped: the counting worker must be the only one on the queue)
+        trips = round_trips(server.port, folder, args.runs)
 
     print(f"# bench_celery: {args.runs} runs x {args.reps} reps each way, one caller, solo worker")
     print("| path | runs/s | wall per run | CPU per run (all processes) |")
@@ -136,12 +225,16 @@ def main() -> int:
     cel = [w / args.runs for w, _ in rows["celery"]]
     dc = [c / args.runs for _, c in rows["direct"]]
     cc = [c / args.runs for _, c in rows["celery"]]
-    print(f"\nbroker's cost per run: wall +{fmt([b - a for a, b in zip(d, cel)], 1000, ' ms')}, "
-          f"CPU +{fmt([b - a for a, b in zip(dc, cc)], 1000, ' ms')}")
+    print(
+        f"\nbroker's cost per run: wall +{fmt([b - a for a, b in zip(d, cel)], 1000, ' ms')}, "
+        f"CPU +{fmt([b - a for a, b in zip(dc, cc)], 1000, ' ms')}"
+    )
     for name, per in counted.items():
         total = sum(per.values())
         shown = ", ".join(f"{k} {v:.2f}" for k, v in sorted(per.items(), key=lambda kv: -kv[1]))
         print(f"\nRedis commands per run, {name}: {total:.1f} ({shown})")
+    for name, (requests, replies) in trips.items():
+        print(f"\nbroker round trips per run, {name}: {requests:.1f} request batches ({replies:.1f} reply batches)")
     return 0
 
 

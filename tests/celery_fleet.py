@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from typing import Any
 
 TESTS = pathlib.Path(__file__).resolve().parent
 ROOT = TESTS.parent
@@ -42,14 +43,22 @@ class Worker:
 
 
 class Fleet:
-    def __init__(self, redis_url: str, folder: pathlib.Path, app: str = "celery_app", tools: str = "celery_tools"):
-        self.redis_url, self.folder, self.app_module, self.tools = redis_url, folder, app, tools
+    def __init__(
+        self,
+        redis_url: str,
+        folder: pathlib.Path,
+        app: str = "celery_app",
+        tools: str = "celery_tools",
+        cwd: pathlib.Path = TESTS,
+    ):
+        self.redis_url, self.folder, self.app_module, self.tools, self.cwd = redis_url, folder, app, tools, cwd
         self.workers: dict[str, Worker] = {}
         self.env = {
             **os.environ,
             "NOUS_SCHED_CELERY_REDIS": redis_url,
             "NOUS_SCHED_CELERY_TOOLS": tools,
-            "PYTHONPATH": os.pathsep.join([str(TESTS), str(ROOT), os.environ.get("PYTHONPATH", "")]),
+            "REDIS_URL": redis_url,
+            "PYTHONPATH": os.pathsep.join([str(cwd), str(ROOT), os.environ.get("PYTHONPATH", "")]),
         }
 
     def start(self, name: str, pool: str = "prefork") -> Worker:
@@ -58,7 +67,7 @@ class Fleet:
         argv += ["-P", pool, "-n", f"{name}@%h", "-Q", f"celery,{name}", "--loglevel", "INFO", "--without-gossip"]
         argv += ["--without-mingle", "--without-heartbeat"]
         with open(log, "wb") as out:
-            proc = subprocess.Popen(argv, env=self.env, cwd=str(TESTS), stdout=out, stderr=subprocess.STDOUT)
+            proc = subprocess.Popen(argv, env=self.env, cwd=str(self.cwd), stdout=out, stderr=subprocess.STDOUT)
         worker = self.workers[name] = Worker(name, proc, log)
         return worker
 
@@ -84,7 +93,7 @@ class Fleet:
 
 
 @contextlib.contextmanager
-def fleet(redis_url: str, folder: pathlib.Path, **options: str) -> Iterator[Fleet]:
+def fleet(redis_url: str, folder: pathlib.Path, **options: Any) -> Iterator[Fleet]:
     made = Fleet(redis_url, folder, **options)
     try:
         yield made

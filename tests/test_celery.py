@@ -289,3 +289,29 @@ def test_register_refuses_bad_arguments():
         nous_celery.register(app, tools="", redis_url="redis://localhost")
     with pytest.raises(ConfigError, match="events_maxlen"):
         nous_celery.register(app, tools="t", redis_url="redis://localhost", events_maxlen=0)
+
+
+def test_the_manuals_example_app_runs_a_program_on_its_worker(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    from celery import Celery
+
+    examples = celery_fleet.ROOT / "examples"
+    with redis_process() as server, celery_fleet.fleet(server.url, tmp_path, app="celery_tasks", cwd=examples) as made:
+        made.start("example", "solo")
+        made.wait_ready(Celery("ping", broker=server.url), ["example"])
+        done = subprocess.run(
+            [sys.executable, "celery_tasks.py", "fanout.js"],
+            cwd=examples,
+            env=made.env,
+            capture_output=True,
+            text=True,
+            timeout=WAIT,
+        )
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert json.loads(lines[-2])["kind"] == "end"
+    answer = json.loads(lines[-1])
+    assert answer["logs"][0].startswith("looked up 12 cities in ")

@@ -282,11 +282,13 @@ def _serve(run: Run, cancel_client: Any, cancel_key: str, publisher: Optional[_P
     An exception raised into this thread while it waits (Celery's soft time
     limit, a revoke's SIGUSR1) cancels the run; its result is still returned.
     """
-    threads = [threading.Thread(target=_watch_cancel, args=(cancel_client, cancel_key, run), daemon=True)]
+    watch = (cancel_client, cancel_key, run)
+    threads = [threading.Thread(target=_watch_cancel, args=watch, daemon=True, name="nous-sched-celery-cancel")]
     if publisher is not None:
-        threads.append(threading.Thread(target=publisher.pump, args=(run,), daemon=True))
-    for i, thread in enumerate(threads):
-        thread.name = f"nous-sched-celery-{('cancel', 'events')[i]}"
+        threads.append(
+            threading.Thread(target=publisher.pump, args=(run,), daemon=True, name="nous-sched-celery-events")
+        )
+    for thread in threads:
         thread.start()
     while True:
         try:
