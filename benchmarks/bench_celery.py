@@ -143,14 +143,19 @@ def commands(client: Any) -> dict[str, int]:
     return {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()}
 
 
-def block(fn: Callable[[], Any], runs: int, pids: list[int]) -> tuple[float, float]:
-    """(wall seconds, CPU seconds) for ``runs`` calls of ``fn``."""
-    cpu0 = sum(tree_cpu(p) for p in pids)
+SPLIT: dict[str, list[list[float]]] = {}
+
+
+def block(fn: Callable[[], Any], runs: int, pids: list[int], name: str = "") -> tuple[float, float]:
+    """(wall seconds, CPU seconds) for ``runs`` calls of ``fn``; each pid's CPU share kept in ``SPLIT[name]``."""
+    cpu0 = [tree_cpu(p) for p in pids]
     t0 = time.perf_counter()
     for _ in range(runs):
         fn()
     wall = time.perf_counter() - t0
-    return wall, sum(tree_cpu(p) for p in pids) - cpu0
+    each = [tree_cpu(p) - c for p, c in zip(pids, cpu0)]
+    SPLIT.setdefault(name, []).append([c / runs for c in each])
+    return wall, sum(each)
 
 
 def fmt(samples: list[float], scale: float = 1.0, unit: str = "") -> str:
@@ -199,7 +204,7 @@ def main() -> int:
             for rep in range(args.reps):
                 order = [("direct", direct, here), ("celery", through_celery, fleet_pids)]
                 for name, fn, pids in order if rep % 2 == 0 else reversed(order):
-                    rows[name].append(block(fn, args.runs, pids))
+                    rows[name].append(block(fn, args.runs, pids, name))
             counted = {}
             for name, fn in (("delay().get()", through_celery), ("start() + events()", watched)):
                 before = commands(client)
@@ -229,6 +234,11 @@ def main() -> int:
         f"\nbroker's cost per run: wall +{fmt([b - a for a, b in zip(d, cel)], 1000, ' ms')}, "
         f"CPU +{fmt([b - a for a, b in zip(dc, cc)], 1000, ' ms')}"
     )
+    split = list(zip(*SPLIT["celery"]))
+    parts = ", ".join(
+        f"{who} {fmt(list(xs), 1000, ' ms')}" for who, xs in zip(("caller", "celery worker", "redis-server"), split)
+    )
+    print(f"\nCPU per Celery run, by process (each with its children): {parts}")
     for name, per in counted.items():
         total = sum(per.values())
         shown = ", ".join(f"{k} {v:.2f}" for k, v in sorted(per.items(), key=lambda kv: -kv[1]))

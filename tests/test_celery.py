@@ -120,8 +120,10 @@ def test_a_run_suspends_on_one_worker_and_is_resumed_on_the_other(fleet):
     token = first["suspended"]["token"]
     assert first["answer"]["suspended"]["token"] == token
     assert [p["tool"] for p in first["suspended"]["pending"]] == ["pay"]
-    resumed = tasks.resume.apply_async(kwargs={"token": token, "decisions": {"0": True}}, queue="w2")
-    doc = resumed.get(timeout=WAIT)
+    resumed = tasks.start_resume(token, {0: True}, routing=_on("w2"))
+    kinds = [e.kind for e in resumed.events()]
+    assert kinds[-1] == "end" and "commit" in kinds and "log" in kinds
+    doc = resumed.result(timeout=WAIT)
     assert doc["status"] == "ok" and doc["worker"] == fleet.workers["w2"].node
     assert doc["answer"]["result"] == 7 and doc["logs"] == ["paid"]
     assert "resumed" in [e["type"] for e in doc["durable"]]
@@ -246,6 +248,9 @@ def test_a_sigkilled_celery_worker_leaves_no_worker_process_behind(fleet):
     child = [p for p in celery_fleet.descendants(w3.proc.pid) if p not in found and os.getppid() != p]
     child = [p for p in child if any(q in celery_fleet.descendants(p) for q in found)]
     assert len(child) == 1
+    # The pool child made its own worker pool (a fork server below it), not the main process.
+    main_children = {p for p in celery_fleet.descendants(w3.proc.pid) if _parent(p) == w3.proc.pid}
+    assert not (found & main_children) and child[0] in main_children
     os.kill(child[0], signal.SIGKILL)
     with pytest.raises(WorkerLostError):
         remote.result(timeout=WAIT)
@@ -259,6 +264,11 @@ def test_a_sigkilled_celery_worker_leaves_no_worker_process_behind(fleet):
     gone(below)
     # The rest of the fleet is unharmed.
     assert fleet.tasks.run.delay(code="return 1", description="after").get(timeout=WAIT)["answer"]["result"] == 1
+
+
+def _parent(pid: int) -> int:
+    with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+        return int(fh.read().rsplit(")", 1)[1].split()[1])
 
 
 def test_a_broker_that_is_down_is_named_fast(tmp_path):
