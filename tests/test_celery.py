@@ -325,3 +325,22 @@ def test_the_manuals_example_app_runs_a_program_on_its_worker(tmp_path):
     assert json.loads(lines[-2])["kind"] == "end"
     answer = json.loads(lines[-1])
     assert answer["logs"][0].startswith("looked up 12 cities in ")
+
+
+def test_a_task_cancelled_before_a_worker_takes_it_is_revoked_by_the_worker(fleet):
+    # The cancel key is there before the task is sent (as when Celery's revoke had not reached the
+    # worker): the worker revokes it, and its program never starts.
+    import uuid
+
+    import redis
+
+    client = redis.Redis.from_url(fleet.redis.url)
+    client.delete("test:seen")
+    task_id = str(uuid.uuid4())
+    fleet.tasks.redis().rpush(fleet.tasks.cancel_key(task_id), b"1")
+    sent = fleet.tasks.run.apply_async(
+        kwargs={"code": "return await tools.shared({seconds: 0})", "description": "never"}, task_id=task_id, queue="w1"
+    )
+    with pytest.raises(TaskRevokedError):
+        sent.get(timeout=WAIT)
+    assert client.llen("test:seen") == 0

@@ -43,7 +43,8 @@ writes, bounded to about ``events_maxlen`` entries and kept for
 task sent any way: the worker's run watches a cancel key in Redis (one
 blocking read a second) and, once it is set, ends with a ``cancelled``
 error, its logs and audit kept, in the result as for any other run; a
-task not yet started is revoked, and never runs. Celery's own
+task not yet started is revoked, and never runs (a worker looks for the
+cancel key before it starts a run). Celery's own
 ``revoke(task_id, terminate=True, signal="SIGUSR1")`` and a task's
 ``soft_time_limit`` cancel the run the same way (the signal reaches the
 prefork child running it), though Celery then marks the task revoked.
@@ -484,6 +485,7 @@ class _Served:
     def run(self, task: Any, code: str, events: bool, data: Any) -> dict[str, Any]:
         options = options_from_data(data, f"{self.prefix}.run")
         found = _tool_set(self.tools)
+        self.unless_cancelled(task)
         if found.store is not None:
             options = options.evolve(approval_store=found.store)
         return self.finish(task, start_run(code, found.tools, options=options), events)
@@ -494,9 +496,21 @@ class _Served:
         if found.store is None:
             raise ConfigError(f"{self.prefix}.resume: the tool set {self.tools} names no APPROVAL_STORE to resume from")
         chosen = _decisions({} if decisions is None else decisions)
+        self.unless_cancelled(task)
         return self.finish(
             task, resume_run(token, chosen, found.tools, approval_store=found.store, options=options), events
         )
+
+    def unless_cancelled(self, task: Any) -> None:
+        """Revoke the task, as Celery's own revoke does, when it was cancelled before it started:
+        its run never starts (a revoke the worker had not yet heard of when it took the task)."""
+        tasks = self.holder[0]
+        if tasks.redis().lpop(tasks.cancel_key(str(task.request.id))) is None:
+            return
+        from celery.exceptions import Ignore
+
+        task.backend.mark_as_revoked(task.request.id, "cancelled before it started", request=task.request)
+        raise Ignore()
 
     def finish(self, task: Any, run: Run, events: bool) -> dict[str, Any]:
         tasks = self.holder[0]
