@@ -344,3 +344,11 @@ def test_a_task_cancelled_before_a_worker_takes_it_is_revoked_by_the_worker(flee
     with pytest.raises(TaskRevokedError):
         sent.get(timeout=WAIT)
     assert client.llen("test:seen") == 0
+
+
+def test_a_watcher_of_a_task_no_worker_takes_times_out(fleet):
+    remote = nous_celery.RemoteRun(fleet.tasks, fleet.app.AsyncResult("a-task-nobody-sent"))
+    began = time.monotonic()
+    with pytest.raises(TimeoutError, match="a-task-nobody-sent"):
+        list(remote.events(timeout=1.0, poll=0.2))
+    assert time.monotonic() - began < 30

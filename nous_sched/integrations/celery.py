@@ -62,6 +62,7 @@ answer is a :class:`BrokerError` naming it, raised within about a second.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
 import time
@@ -104,6 +105,7 @@ DATA_OPTIONS: tuple[str, ...] = (
     "runtime",
 )
 _RUNTIMES = ("worker", "in-process")
+log = logging.getLogger("nous_sched")
 #: Seconds a broker (Redis) has to connect and to answer each request, for this module's own requests.
 BROKER_TIMEOUT = 0.5
 #: Seconds the worker's cancel watch blocks in Redis at a time (the delay a cancel can take, at most).
@@ -263,8 +265,9 @@ class _Publisher:
                     n += 1
                 pipe.expire(self.key, self.ttl)
                 pipe.execute()
-            except Exception as exc:  # the broker went away: the run goes on, its result says so
+            except Exception as exc:  # the broker went away: the run goes on, unwatched
                 self.problem, broken = exc, True
+                log.warning("the events of run %s stopped reaching Redis: %s", self.key, exc)
 
 
 def _watch_cancel(client: Any, key: str, run: Run) -> None:
@@ -317,18 +320,22 @@ class RemoteRun:
         self.task_id: str = async_result.id
         self._tasks = tasks
 
-    def events(self, poll: float = 1.0) -> Iterator[RunEvent]:
+    def events(self, timeout: Optional[float] = None, poll: float = 1.0) -> Iterator[RunEvent]:
         """The run's events from its first, until ``end``; a ``gap`` event
         (``data``: ``missed``) before events that follow some the stream no
         longer holds. Ends without ``end`` when the task ended without one
-        (its worker died: :meth:`result` says so).
+        (its worker died: :meth:`result` says so). Each read waits in Redis
+        up to ``poll`` seconds.
 
+        :raises TimeoutError: ``timeout`` seconds passed with no event (a
+            task no worker has taken, or one whose worker vanished whole).
         :raises BrokerError: the broker's Redis does not answer.
         """
         client = self._tasks.redis(blocking=True)
         key = self._tasks.events_key(self.task_id)
         last, expected = "0-0", 0
         idle_done = False
+        heard = time.monotonic()
         while True:
             try:
                 reply = client.xread({key: last}, count=1000, block=max(1, int(poll * 1000)))
@@ -338,15 +345,18 @@ class RemoteRun:
             if not entries:
                 if idle_done:
                     return
+                if timeout is not None and time.monotonic() - heard > timeout:
+                    raise TimeoutError(f"no event of task {self.task_id} within {timeout}s")
                 idle_done = self.async_result.ready()  # one more read after the task ended
                 continue
+            heard = time.monotonic()
             for entry_id, fields in entries:
                 last = entry_id
+                doc = json.loads(fields[b"e"])
                 n = int(fields[b"n"])
                 if n > expected:
-                    yield RunEvent("gap", None, 0.0, {"missed": n - expected})
+                    yield RunEvent("gap", None, doc["at"], {"missed": n - expected})
                 expected = n + 1
-                doc = json.loads(fields[b"e"])
                 event = RunEvent(doc["kind"], doc["seq"], doc["at"], doc["data"])
                 yield event
                 if event.kind == "end":
