@@ -55,7 +55,9 @@ a tool set that cannot be loaded are :class:`~nous_sched.ConfigError`
 values (the task fails with one). A Celery pool child killed mid-run loses
 that run only: Celery marks the task failed (``WorkerLostError``), and the
 run's worker processes die with the child (the pool's fork server exits
-when its parent does, and its workers with it). A broker that does not
+when its parent does, and its workers with it). A worker killed whole takes
+its children with it; Celery records nothing, and :meth:`RemoteRun.result`
+says the worker was lost once it stops answering pings. A broker that does not
 answer is a :class:`BrokerError` naming it, raised within about a second.
 """
 
@@ -362,10 +364,38 @@ class RemoteRun:
                 if event.kind == "end":
                     return
 
-    def result(self, timeout: Optional[float] = None) -> dict[str, Any]:
-        """The task's result document (:func:`result_document`); raises what the task raised."""
-        document: dict[str, Any] = self.async_result.get(timeout=timeout)
-        return document
+    def result(self, timeout: Optional[float] = None, liveness: float = 10.0) -> dict[str, Any]:
+        """The task's result document (:func:`result_document`); raises what the task raised.
+
+        While the task is started on a worker (Celery's ``task_track_started``
+        says which), that worker is pinged every ``liveness / 4`` seconds; one
+        that answers none for ``liveness`` seconds (killed whole: Celery can
+        record nothing then) is a ``celery.exceptions.WorkerLostError`` naming it.
+
+        :raises TimeoutError: ``timeout`` seconds passed first.
+        """
+        from celery.exceptions import TimeoutError as CeleryTimeout
+        from celery.exceptions import WorkerLostError
+
+        deadline = None if timeout is None else time.monotonic() + timeout
+        every = max(1.0, liveness / 4)
+        answered = time.monotonic()
+        while True:
+            wait = every if deadline is None else max(0.0, min(every, deadline - time.monotonic()))
+            try:
+                document: dict[str, Any] = self.async_result.get(timeout=wait)
+                return document
+            except CeleryTimeout:
+                pass
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                raise TimeoutError(f"task {self.task_id} did not end within {timeout}s")
+            info = self.async_result.info if self.async_result.state == "STARTED" else None
+            host = info.get("hostname") if isinstance(info, dict) else None
+            if not host or self._tasks.app.control.ping(destination=[host], timeout=0.5):
+                answered = now
+            elif now - answered >= liveness:
+                raise WorkerLostError(f"worker {host} stopped answering while it ran task {self.task_id}")
 
     def cancel(self) -> None:
         """End the run: :meth:`Tasks.cancel` of this task."""
