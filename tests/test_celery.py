@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gc
 import os
+import re
 import signal
 import time
 
@@ -365,3 +366,16 @@ def test_a_watcher_of_a_task_no_worker_takes_times_out(fleet):
     with pytest.raises(TimeoutError, match="a-task-nobody-sent"):
         list(remote.events(timeout=1.0, poll=0.2))
     assert time.monotonic() - began < 30
+
+
+def test_without_celery_register_names_the_extra_that_installs_it(monkeypatch):
+    import sys
+
+    from celery import Celery
+
+    from nous_sched._extras import install_command
+
+    app = Celery("x", broker="redis://localhost")
+    monkeypatch.setitem(sys.modules, "celery", None)
+    with pytest.raises(ConfigError, match=re.escape(install_command("celery"))):
+        nous_celery.register(app, tools="celery_tools")

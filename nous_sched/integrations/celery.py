@@ -74,7 +74,6 @@ from typing import Any, Optional
 import attrs
 
 from .. import _validators as v
-from .._extras import install_command
 from .._redis_client import connect
 from .._run.options import FIELDS, RunOptions, build
 from .._text import machine_json, machine_value
@@ -85,6 +84,7 @@ from ..live import Run, RunEvent, resume_run, start_run
 from ..result import RunResult
 from ..tooling import Tool
 from ..tooling.loading import import_tool_module, tools_of
+from ._common import require
 
 __all__ = [
     "register",
@@ -473,11 +473,7 @@ class Tasks:
 
 
 def _celery() -> Any:
-    try:
-        import celery
-    except ImportError:
-        raise ConfigError(f"nous_sched.integrations.celery needs Celery: {install_command('celery')}") from None
-    return celery
+    return require("celery", "celery", "nous_sched.integrations.celery")
 
 
 _RESERVED = ("code", "events", "token", "decisions")
