@@ -379,3 +379,23 @@ def test_without_celery_register_names_the_extra_that_installs_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "celery", None)
     with pytest.raises(ConfigError, match=re.escape(install_command("celery"))):
         nous_celery.register(app, tools="celery_tools")
+
+
+def test_a_broker_that_is_silent_is_named_within_its_timeouts():
+    from celery import Celery
+
+    with redis_process() as server:
+        app = Celery("silent", broker=server.url, backend=server.url)
+        tasks = nous_celery.register(app, tools="celery_tools", prefix="silent")
+        server.signal(signal.SIGSTOP)  # sockets open, nothing answers
+        try:
+            began = time.monotonic()
+            with pytest.raises(nous_celery.BrokerError, match=f"broker's Redis at {server.url}"):
+                tasks.run.delay(code="return 1", description="nowhere")
+            with pytest.raises(nous_celery.BrokerError, match=f"broker's Redis at {server.url}"):
+                tasks.cancel("no-such-task")
+            with pytest.raises(nous_celery.BrokerError, match=f"broker's Redis at {server.url}"):
+                list(nous_celery.RemoteRun(tasks, app.AsyncResult("no-such-task")).events())
+            assert time.monotonic() - began < 30  # 0.5 s, 0.5 s and 5.5 s by the timeouts
+        finally:
+            server.signal(signal.SIGCONT)

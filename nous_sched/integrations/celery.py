@@ -47,7 +47,8 @@ task not yet started is revoked, and never runs (a worker looks for the
 cancel key before it starts a run). Celery's own
 ``revoke(task_id, terminate=True, signal="SIGUSR1")`` and a task's
 ``soft_time_limit`` cancel the run the same way (the signal reaches the
-prefork child running it), though Celery then marks the task revoked.
+prefork child running it); Celery marks a task it revoked so, and its
+events still end with the run's logs.
 
 **Failures.** A run's failure is data (``status`` ``"error"``, with the
 error's kind and the logs). Options that are not data, unknown or bad, and
@@ -58,7 +59,9 @@ run's worker processes die with the child (the pool's fork server exits
 when its parent does, and its workers with it). A worker killed whole takes
 its children with it; Celery records nothing, and :meth:`RemoteRun.result`
 says the worker was lost once it stops answering pings. A broker that does not
-answer is a :class:`BrokerError` naming it, raised within about a second.
+answer is a :class:`BrokerError` naming it: each request of this module waits
+at most :data:`BROKER_TIMEOUT` seconds to connect and for its reply (a read
+of events, which waits in Redis by design, a few seconds more).
 """
 
 from __future__ import annotations
