@@ -40,6 +40,7 @@ USER_EXTRAS: dict[str, str] = {
     "dask": "``distributed``: a Dask cluster's executor as ``executor=``",
     "celery": "``celery`` (Redis transport): ``nous_sched.integrations.celery``, programs on a Celery fleet",
     "web": "``flask``, ``django``: the web examples (``examples/flask_*.py``, ``examples/django_*``)",
+    "postgres": "``psycopg``: ``PostgresApprovalStore``, approvals kept in a Postgres database",
     "all": "every extra above",
 }
 
