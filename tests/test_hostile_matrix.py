@@ -664,6 +664,7 @@ class Env:
 
     def celery(self) -> Any:
         return self._shared.celery()
+
     def postgres_dsn(self) -> str:
         """A fresh database on the module's Postgres server (started the first time a cell needs it)."""
         return self._shared.postgres().new_database()
