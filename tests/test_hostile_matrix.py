@@ -248,6 +248,8 @@ OUTPUT_PATHS: dict[str, Callable[[Any], None]] = {
     "chrome_trace_file": JSON,  # run --trace FILE
     "approvals_list": TERMINAL,
     "approvals_list_json": JSON,
+    "celery_result": WIRE_VALUE,  # nous_sched.integrations.celery: a task's result document, as the caller got it
+    "celery_events": JSON_LINES,  # the run's events in its Redis stream, as the worker wrote them
 }
 
 
@@ -471,6 +473,27 @@ _CLI_PATH = {
 }
 
 
+def enter_celery(program: Any, description: str, env: Any) -> Seen:
+    # A real celery worker (solo) on a real Redis, its tool set hostile_tools by import path; the
+    # run sent with tasks.start, its stream read raw from Redis and through events().
+    from nous_sched import ConfigError
+
+    tasks = env.celery()
+    if isinstance(program, bytes):
+        with pytest.raises(ConfigError, match="code") as refused:
+            tasks.run.delay(code=program, description=description)
+        return Seen(False, "refused", str(refused.value), {})
+    remote = tasks.start(program, description=description, timeout=WAIT)
+    doc = remote.result(timeout=WAIT + 30)
+    events = list(remote.events())
+    assert events and events[-1].kind == "end", [e.kind for e in events][-3:]
+    raw = tasks.redis().xrange(tasks.events_key(remote.task_id))
+    lines = "\n".join(fields[b"e"].decode("utf-8") for _, fields in raw)
+    kind = None if doc["error"] is None else doc["error"]["kind"]
+    answer = orjson.dumps(doc["answer"]).decode("utf-8")
+    return Seen(doc["status"] == "ok", kind, answer, {"celery_result": doc, "celery_events": lines})
+
+
 @dataclasses.dataclass(frozen=True)
 class Entry:
     """One door: ``enter(program, description, env) -> Seen``; ``paths``, the output
@@ -516,6 +539,7 @@ ENTRY_POINTS = [
     Entry(
         "cli_events_json", _cli_entry("--events", "--json"), ("cli_events", "cli_stderr", "logging"), takes_bytes=True
     ),
+    Entry("celery", enter_celery, ("celery_result", "celery_events", "logging"), takes_bytes=True),
     Entry(
         "durable_resume_postgres",
         enter_durable_resume_postgres,
@@ -638,6 +662,9 @@ class Env:
     def mcp(self, transport: str) -> _Server:
         return self._shared.server(transport)
 
+    def celery(self) -> Any:
+        return self._shared.celery()
+
     def postgres_dsn(self) -> str:
         """A fresh database on the module's Postgres server (started the first time a cell needs it)."""
         return self._shared.postgres().new_database()
@@ -669,10 +696,28 @@ class _Shared:
         self._servers: dict[str, _Server] = {}
         self._stack = contextlib.ExitStack()
         self._flask: Any = None
+        self._celery: Any = None
         self._postgres: Any = None
 
     def close(self) -> None:
         self._stack.close()
+
+    def celery(self) -> Any:
+        """The Celery tasks of a fleet of one solo worker running hostile_tools, started on first use."""
+        if self._celery is None:
+            import celery_fleet
+            from celery import Celery
+            from redis_server import redis_process
+
+            from nous_sched.integrations import celery as nous_celery
+
+            url = self._stack.enter_context(redis_process()).url
+            fleet = self._stack.enter_context(celery_fleet.fleet(url, self._tmp, tools="hostile_tools"))
+            fleet.start("matrix", "solo")
+            app = Celery("hostile_matrix", broker=url, backend=url)
+            fleet.wait_ready(app, ["matrix"])
+            self._celery = nous_celery.register(app, tools="hostile_tools")
+        return self._celery
 
     def flask_app(self) -> Any:
         if self._flask is None:
