@@ -31,6 +31,7 @@ from ..limits import Limits
 from ..result.budget import MIN_OUTPUT_BUDGET
 from ..result.records import CallRecord
 from ..runtime import Cancel, CodeRuntime
+from ..state import State
 
 __all__ = [
     "RunOptions",
@@ -50,6 +51,7 @@ OUTPUT_BUDGET = v.optional(v.int_at_least(MIN_OUTPUT_BUDGET, f"a number of bytes
 _STORE = v.optional(
     v.instance_of(ApprovalStoreSeam, "a nous_sched approval store (SqliteApprovalStore, RedisApprovalStore)")
 )
+_STATE = v.optional(v.instance_of(State, "a nous_sched.State (State(scope) or State(scope, store))"))
 
 # The default is one: its signature is not read again for every run (most of the checks' time).
 _DISPATCH = v.Check(v.DISPATCH.expected, lambda d: d is direct_dispatch or v.DISPATCH.accepts(d))
@@ -145,6 +147,7 @@ class RunOptions:
     cancel: Optional[Cancel] = _field(None, CANCEL)
     output_budget: Optional[int] = _field(None, OUTPUT_BUDGET)
     approval_store: Optional[ApprovalStoreSeam] = _field(None, _STORE)
+    state: Optional[State] = _field(None, _STATE)
 
     @property
     def run_limits(self) -> Limits:

@@ -919,6 +919,9 @@ class _GateAudit(SessionLog):
     def _tool_refused(self, data: Mapping[str, Any]) -> None:
         self._server._write("tool_refused", run=self._run.id, tool=data["name"], message=data["message"])  # noqa: SLF001
 
+    def _state(self, data: Mapping[str, Any]) -> None:
+        self._server._write("state", run=self._run.id, **data)  # noqa: SLF001
+
     def _tool_outcome(self, data: Mapping[str, Any]) -> None:
         self._server._write("tool_outcome", run=self._run.id, call=f"{self._run.id}:code:{data['seq']}", **data)  # noqa: SLF001
 
@@ -931,6 +934,7 @@ AUDIT_LINES: dict[str, Optional[Callable[[_GateAudit, Mapping[str, Any]], None]]
     "tool_refused": _GateAudit._tool_refused,  # noqa: SLF001
     "approval": None,
     "tool_outcome": _GateAudit._tool_outcome,  # noqa: SLF001
+    "state": _GateAudit._state,  # noqa: SLF001
 }
 
 

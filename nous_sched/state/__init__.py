@@ -25,6 +25,7 @@ from ._redis import RedisStateStore
 from ._seam import Entry, KeyInfo, StateConflict, StateFull, StateStoreError, StateStoreSeam
 from ._sqlite import SqliteStateStore
 from ._state import MAX_KEY_CHARS, OPS, State, StateAnswer, StateSession, key_problem
+from ._text import sdk_notes
 
 __all__ = [
     "State",
@@ -42,4 +43,5 @@ __all__ = [
     "MAX_KEY_CHARS",
     "OPS",
     "key_problem",
+    "sdk_notes",
 ]

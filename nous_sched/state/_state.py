@@ -131,7 +131,8 @@ class StateAnswer:
     ``value`` (or the failure's ``message``), and for the audit its ``op``,
     ``key`` (``None`` for ``keys``), ``size`` (bytes of the value's JSON read,
     written, or of every key's for ``keys``) and ``version`` (0: absent).
-    ``conflict``: a write refused because another run changed the key."""
+    ``error``: why it failed (``conflict``: another run changed the key;
+    ``limit``, ``invalid``, ``store``, ``no_state``), ``None`` when ok."""
 
     op: str
     ok: bool
@@ -140,7 +141,7 @@ class StateAnswer:
     key: Optional[str] = None
     size: int = 0
     version: int = 0
-    conflict: bool = False
+    error: Optional[str] = None
 
 
 class StateSession:
@@ -156,7 +157,9 @@ class StateSession:
     def answer(self, op: str, args: Any) -> StateAnswer:
         """Do ``state.<op>(*args)`` (``args``: the program's arguments, parsed); never raises."""
         if op not in OPS:
-            return StateAnswer(op, False, message=f"state has no operation {op!r}; it has {', '.join(OPS)}")
+            return StateAnswer(
+                "?", False, message=f"state has no such operation; it has {', '.join(OPS)}", error="invalid"
+            )
         if not isinstance(args, list):
             args = []
         try:
@@ -165,7 +168,7 @@ class StateSession:
             key = args[0] if args else None
             problem = key_problem(key)
             if problem is not None or not isinstance(key, str):
-                return StateAnswer(op, False, message=problem or "")
+                return StateAnswer(op, False, message=problem or "", error="invalid")
             if op == "get":
                 return self._get(key)
             if op == "delete":
@@ -176,12 +179,13 @@ class StateSession:
                     False,
                     key=key,
                     message="state.set takes a key and a JSON value (use state.delete to remove a key)",
+                    error="invalid",
                 )
             return self._set(key, args[1])
-        except StateStoreError as exc:
-            return StateAnswer(
-                op, False, key=args[0] if op != "keys" and args and isinstance(args[0], str) else None, message=str(exc)
-            )
+        except Exception as exc:  # a store's failure is the program's error to catch, never the run's end
+            key = args[0] if op != "keys" and args and key_problem(args[0]) is None else None
+            message = str(exc) if isinstance(exc, StateStoreError) else f"the state store failed: {type(exc).__name__}"
+            return StateAnswer(op, False, key=key, message=message, error="store")
 
     def _keys(self, args: list[Any]) -> StateAnswer:
         infos = self.state.store.keys(self.state.scope)
@@ -202,7 +206,7 @@ class StateSession:
         limit = self.limits.state_value_bytes
         if len(text) > limit:
             message = f"the value is {len(text)} bytes of JSON, over the run's limit of {limit} (Limits.state_value_bytes): nothing was written"
-            return StateAnswer("set", False, key=key, size=len(text), message=message)
+            return StateAnswer("set", False, key=key, size=len(text), message=message, error="limit")
         return self._write("set", key, text)
 
     def _write(self, op: str, key: str, text: Optional[str]) -> StateAnswer:
@@ -221,8 +225,10 @@ class StateSession:
                 f"conflict: another run changed the key {dumps(key)} since this run read it "
                 "(nothing was written): read it again with state.get and retry"
             )
-            return StateAnswer(op, False, key=key, size=size, version=exc.found, message=message, conflict=True)
+            return StateAnswer(op, False, key=key, size=size, version=exc.found, message=message, error="conflict")
         except StateFull as exc:
-            return StateAnswer(op, False, key=key, size=size, message=_full_message(exc) + ": nothing was written")
+            return StateAnswer(
+                op, False, key=key, size=size, message=_full_message(exc) + ": nothing was written", error="limit"
+            )
         self.seen[key] = version
         return StateAnswer(op, True, value=None, key=key, size=size, version=version)
