@@ -1,0 +1,362 @@
+"""State across runs (``run_code(state=State(scope))``, ``nous_sched.state``): what a
+program reads and writes through ``state``, across processes and stores, at once,
+within its limits; audited and live, never a tool."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import uuid
+
+import pytest
+
+from nous_sched import (
+    ConfigError,
+    Limits,
+    QuickJSRuntime,
+    RedisStateStore,
+    SessionLog,
+    SqliteStateStore,
+    State,
+    Tool,
+    run_code,
+    run_code_tool,
+    sdk,
+    start_run,
+)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _scope() -> str:
+    return "test-" + uuid.uuid4().hex
+
+
+def _store(kind: str, tmp_path, redis_url):
+    if kind == "memory":
+        return None
+    if kind == "sqlite":
+        return SqliteStateStore(tmp_path / "state.db")
+    return RedisStateStore(redis_url)
+
+
+def _run(code: str, state, **options):
+    return run_code(code, [], description="state test", state=state, **options)
+
+
+# -- the program's API ------------------------------------------------------------------
+
+
+def test_a_program_sets_gets_lists_and_deletes(runtime):
+    state = State(_scope())
+    result = _run(
+        """
+        const before = await state.get("n");
+        await state.set("n", {count: 1, tags: ["a"]});
+        await state.set("other", "x");
+        const after = await state.get("n");
+        const keys = await state.keys();
+        await state.delete("other");
+        return {before, after, keys, gone: await state.get("other"), left: await state.keys()};
+        """,
+        state,
+    )
+    assert result.error is None, result.error
+    assert result.result == {
+        "before": None,
+        "after": {"count": 1, "tags": ["a"]},
+        "keys": [{"key": "n", "size": 24}, {"key": "other", "size": 3}],
+        "gone": None,
+        "left": [{"key": "n", "size": 24}],
+    }
+    assert state.get("n") == {"count": 1, "tags": ["a"]}
+
+
+def test_two_runs_naming_one_scope_share_the_default_memory_store():
+    scope = _scope()
+    assert _run('await state.set("k", [1, 2]); return 1', State(scope)).ok
+    assert _run('return await state.get("k")', State(scope)).result == [1, 2]
+    assert _run('return await state.get("k")', State(_scope())).result is None  # another scope: apart
+
+
+SECOND_PROCESS = """
+import json, sys
+from nous_sched import RedisStateStore, SqliteStateStore, State, run_code
+kind, where, scope = sys.argv[1:4]
+store = SqliteStateStore(where) if kind == "sqlite" else RedisStateStore(where)
+result = run_code('return await state.get("records")', description="read", state=State(scope, store))
+print(json.dumps({"result": result.result, "error": None if result.error is None else result.error.message}))
+"""
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "redis"])
+def test_the_second_run_in_another_process_reads_what_the_first_stored(kind, tmp_path, redis_url):
+    scope = _scope()
+    where = str(tmp_path / "state.db") if kind == "sqlite" else redis_url
+    state = State(scope, _store(kind, tmp_path, redis_url))
+    first = _run('await state.set("records", [{id: 1, name: "Oslo"}, {id: 2, name: "Bergen"}]); return "stored"', state)
+    assert first.result == "stored", first.error
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    out = subprocess.run(
+        [sys.executable, "-c", SECOND_PROCESS, kind, where, scope], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    answer = json.loads(out.stdout.strip().splitlines()[-1])
+    assert answer == {"result": [{"id": 1, "name": "Oslo"}, {"id": 2, "name": "Bergen"}], "error": None}
+
+
+# -- concurrency: versioned writes that fail on conflict ---------------------------------
+
+INCREMENT = """
+let conflicts = 0;
+for (;;) {
+  const n = await state.get("counter");
+  try {
+    await state.set("counter", (n ?? 0) + 1);
+    return conflicts;
+  } catch (e) {
+    if (!(e instanceof ToolError) || !e.message.startsWith("conflict:")) throw e;
+    conflicts++;
+  }
+}
+"""
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite", "redis"])
+def test_concurrent_runs_of_one_scope_keep_every_write(kind, tmp_path, redis_url):
+    state = State(_scope(), _store(kind, tmp_path, redis_url))
+    runs = 8
+    results: list = [None] * runs
+    gate = threading.Barrier(runs)
+
+    def one(i: int) -> None:
+        gate.wait()
+        own = f'await state.set("run-{i}", {i});'
+        results[i] = _run(own + INCREMENT, state, limits=Limits(timeout=120, max_calls=10_000))
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(runs)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(r.error is None for r in results), [r.error for r in results]
+    assert state.get("counter") == runs  # every read-modify-write landed, none lost
+    assert {k.key for k in state.keys()} == {"counter", *(f"run-{i}" for i in range(runs))}
+    assert all(state.get(f"run-{i}") == i for i in range(runs))
+    conflicts = [e for r in results for e in r.audit if e.data.get("error") == "conflict"]
+    assert len(conflicts) == sum(r.result for r in results)  # each conflict the programs saw is audited
+
+
+def test_a_write_of_a_key_read_before_another_run_changed_it_is_a_conflict_nothing_written():
+    state = State(_scope())
+    state.set("k", 1)
+    changed = threading.Event()
+
+    def changer(args):
+        state.set("k", 100)  # another run (here: the host) writes between the read and the write
+        changed.set()
+        return None
+
+    result = run_code(
+        """
+        const k = await state.get("k");
+        await tools.change({});
+        try { await state.set("k", k + 1); } catch (e) { return [e.tool, e.message]; }
+        """,
+        [Tool("change", changer)],
+        description="conflict",
+        state=state,
+    )
+    assert changed.is_set()
+    tool, message = result.result
+    assert tool == "state.set" and message.startswith('conflict: another run changed the key "k"')
+    assert state.get("k") == 100
+    # a key never read is written whatever it holds (last writer wins)
+    assert _run('await state.set("k", 5); return await state.get("k")', state).result == 5
+
+
+# -- limits and bad keys ------------------------------------------------------------------
+
+
+def test_an_oversized_value_is_refused_with_a_clear_error_the_program_can_catch():
+    state = State(_scope())
+    result = _run(
+        """
+        try { await state.set("big", "x".repeat(5000)); } catch (e) { return [e.name, e.tool, e.message]; }
+        """,
+        state,
+        limits=Limits(state_value_bytes=4096),
+    )
+    assert result.result == [
+        "ToolError",
+        "state.set",
+        "the value is 5002 bytes of JSON, over the run's limit of 4096 (Limits.state_value_bytes): nothing was written",
+    ]
+    assert state.keys() == []
+    (event,) = result.audit
+    assert event.data == {"op": "set", "key": "big", "size": 5002, "version": 0, "ok": False, "error": "limit"}
+
+
+def test_too_many_keys_or_bytes_are_refused_nothing_written():
+    state = State(_scope())
+    code = """
+    const out = [];
+    for (const k of ["a", "b", "c"]) {
+      try { await state.set(k, 1); out.push("ok"); } catch (e) { out.push(e.message); }
+    }
+    try { await state.set("a", "y".repeat(40)); out.push("ok"); } catch (e) { out.push(e.message); }
+    return out;
+    """
+    result = _run(code, state, limits=Limits(state_keys=2, state_bytes=30))
+    assert result.result[:2] == ["ok", "ok"]
+    assert result.result[2].startswith("the scope holds its most keys (2, Limits.state_keys)")
+    assert result.result[3].startswith("the scope's values would pass 30 bytes of JSON in all (Limits.state_bytes)")
+    assert [k.key for k in state.keys()] == ["a", "b"] and state.get("a") == 1
+
+
+@pytest.mark.parametrize(
+    ("key", "says"),
+    [
+        ('""', "must not be empty"),
+        ('"x".repeat(257)', "at most 256 characters"),
+        ('"a\\u0000b"', "control characters"),
+        ('"a\\ud800b"', "lone surrogates"),
+        ("42", "must be a string, not int"),
+        ("null", "must be a string, not null"),
+    ],
+)
+def test_a_bad_key_is_refused_naming_why(key, says):
+    result = _run(f"try {{ await state.set({key}, 1); }} catch (e) {{ return [e.tool, e.message]; }}", State(_scope()))
+    tool, message = result.result
+    assert tool == "state.set" and says in message
+    assert result.audit[0].data["key"] is None  # a key refused is never written to the audit
+
+
+def test_set_without_a_value_is_refused():
+    result = _run('try { await state.set("k"); } catch (e) { return e.message; }', State(_scope()))
+    assert result.result.startswith("state.set takes a key and a JSON value")
+
+
+def test_a_run_without_state_says_how_to_give_it_one():
+    result = run_code('try { await state.get("k"); } catch (e) { return [e.tool, e.message]; }', description="x")
+    assert result.result[0] == "state.get" and "run_code(..., state=nous_sched.State(scope))" in result.result[1]
+
+
+def test_state_is_never_a_tool_name():
+    state = State(_scope())
+    state.set("k", 1)
+    result = run_code(
+        'try { await tools["state.get"]("k"); } catch (e) { return e.message; }',
+        [Tool("echo", lambda a: a)],
+        description="x",
+        state=state,
+    )
+    assert result.result.startswith('unknown tool "state.get"')
+    assert result.audit == ()  # no state operation happened
+
+
+def test_a_program_may_name_its_own_variable_state():
+    result = _run("const state = {n: 1}; return state.n", State(_scope()))
+    assert result.result == 1
+
+
+def test_state_counts_against_the_call_budget():
+    result = _run('for (let i = 0; i < 5; i++) { await state.get("k"); }', State(_scope()), limits=Limits(max_calls=3))
+    assert result.error is not None and "max_calls" in result.error.message
+
+
+# -- the audit and the live stream --------------------------------------------------------
+
+
+def test_every_operation_is_audited_in_the_result_and_the_session_log_never_the_value():
+    log = SessionLog()
+    secret = "value-that-stays-out-of-the-audit"
+    result = _run(
+        f'await state.set("k", "{secret}"); await state.get("k"); await state.keys(); await state.delete("k");',
+        State(_scope()),
+        session_log=log,
+    )
+    ops = [(e.type, e.data["op"], e.data["key"], e.data["ok"]) for e in result.audit]
+    assert ops == [("state", "set", "k", True), ("state", "get", "k", True), ("state", "keys", None, True)] + [
+        ("state", "delete", "k", True)
+    ]
+    assert [e for e in log.events if e.type == "state"] == list(result.audit)
+    assert secret not in json.dumps([dict(e.data) for e in result.audit])
+    set_event, get_event = result.audit[0], result.audit[1]
+    assert set_event.data["size"] == len(json.dumps(secret)) and set_event.data["version"] > 0
+    assert get_event.data["version"] == set_event.data["version"]
+
+
+def test_state_operations_are_live_events_in_order():
+    run = start_run(
+        'await state.set("k", 1); return await state.get("k")', [], description="live", state=State(_scope())
+    )
+    seen = [e for e in run.events() if e.kind == "state"]
+    assert run.result().result == 1
+    assert [(e.data["op"], e.data["key"], e.data["ok"], e.data["error"]) for e in seen] == [
+        ("set", "k", True, None),
+        ("get", "k", True, None),
+    ]
+
+
+# -- the options, the SDK text --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("scope", "says"),
+    [("", "non-empty"), ("a\x00b", "no control characters"), (42, "non-empty string"), ("x" * 257, "at most 256")],
+)
+def test_a_bad_scope_is_a_config_error_naming_it(scope, says):
+    with pytest.raises(ConfigError, match=r"State: `scope` must be .*" + says):
+        State(scope)
+
+
+def test_a_store_that_is_not_one_is_a_config_error():
+    with pytest.raises(ConfigError, match=r"State: `store` must be None or a state store"):
+        State("s", store="redis://x")
+
+
+def test_the_host_side_methods_are_bounded_by_limits():
+    state = State(_scope())
+    with pytest.raises(ConfigError, match="Limits.state_value_bytes"):
+        state.set("k", "x" * 100, limits=Limits(state_value_bytes=50))
+    with pytest.raises(ConfigError, match="`key`"):
+        state.set("", 1)
+    state.set("k", {"a": 1})
+    state.delete("k")
+    assert state.get("k") is None
+
+
+def test_the_sdk_text_says_the_state_exists_and_what_it_holds_within_the_budget():
+    state = State(_scope())
+    state.set("records", list(range(50)))
+    state.set("cursor\u202e", "x")
+    tool = run_code_tool([Tool("echo", lambda a: a)], state=state)
+    text = tool.description
+    assert "await state.get(key)" in text and "await state.keys()" in text
+    assert '"records" (141)' in text and '"cursor\\u202e" (3)' in text  # escaped: no bidi reaches the model
+    for budget in (sdk.MIN_BUDGET, sdk.MIN_BUDGET + 300, 4000):
+        many = State(_scope())
+        for i in range(300):
+            many.set(f"key-{i:03}", i)
+        tight = run_code_tool([Tool(f"t{i}", lambda a: a) for i in range(200)], state=many, budget=budget).description
+        assert len(tight) <= budget
+        assert "state" in tight
+    without = run_code_tool([Tool("echo", lambda a: a)]).description
+    assert "state.get" not in without
+
+
+def test_the_run_code_tool_passes_the_state_to_its_runs():
+    state = State(_scope())
+    tool = run_code_tool([], state=state)
+    tool.function({"code": 'await state.set("k", 7); return 1', "description": "x"})
+    assert state.get("k") == 7
+
+
+def test_quickjs_runtime_reaches_the_same_state():
+    state = State(_scope())
+    result = _run('await state.set("k", 2); return await state.get("k")', state, runtime=QuickJSRuntime())
+    assert result.result == 2
