@@ -360,3 +360,84 @@ def test_quickjs_runtime_reaches_the_same_state():
     state = State(_scope())
     result = _run('await state.set("k", 2); return await state.get("k")', state, runtime=QuickJSRuntime())
     assert result.result == 2
+
+
+# -- durable runs: state replays exactly ---------------------------------------------------
+
+DURABLE = """
+const before = await state.get("n");
+await state.set("n", (before ?? 0) + 1);
+const paid = await tools.pay({amount: 5});
+await state.set("after", paid);
+return {before, now: await state.get("n"), keys: (await state.keys()).map(k => k.key)};
+"""
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "redis"])
+def test_a_resumed_run_sees_what_its_first_part_saw_and_writes_nothing_twice(kind, tmp_path, redis_url):
+    from nous_sched import SqliteApprovalStore, resume
+
+    approvals = SqliteApprovalStore(tmp_path / "approvals.db")
+    state = State(_scope(), _store(kind, tmp_path, redis_url))
+    paid = []
+    tools = [Tool("pay", lambda args: paid.append(args) or "receipt-1", requires_approval=True)]
+    first = run_code(DURABLE, tools, description="durable", state=state, approval_store=approvals)
+    assert first.suspended is not None, first.error
+    assert state.get("n") == 1
+    version = state.keys()[0].version
+    assert [e.data["op"] for e in first.audit if e.type == "state"] == ["get", "set"]
+    # meanwhile another run moves on
+    state.set("other", "x")
+    result = resume(
+        first.suspended.token, {first.suspended.pending[0].seq: True}, tools, approval_store=approvals, state=state
+    )
+    assert result.error is None, result.error
+    # the replayed get answers what the first part read (absent), its set is not done again
+    assert result.result == {"before": None, "now": 1, "keys": ["after", "n", "other"]}
+    assert [k.version for k in state.keys() if k.key == "n"] == [version]
+    assert paid == [{"amount": 5}]
+    assert [e.data["op"] for e in result.audit if e.type == "state"] == ["set", "get", "keys"]  # only the live ones
+
+
+def test_a_resumed_runs_write_of_a_key_its_first_part_read_is_a_conflict_when_it_changed(tmp_path):
+    from nous_sched import SqliteApprovalStore, resume
+
+    approvals = SqliteApprovalStore(tmp_path / "approvals.db")
+    state = State(_scope())
+    state.set("n", 1)
+    tools = [Tool("pay", lambda args: "ok", requires_approval=True)]
+    program = """
+    const n = await state.get("n");
+    await tools.pay({});
+    try { await state.set("n", n + 1); return "written"; } catch (e) { return e.message; }
+    """
+    first = run_code(program, tools, description="durable", state=state, approval_store=approvals)
+    state.set("n", 50)  # changed while the run waited for its approval
+    result = resume(
+        first.suspended.token, {first.suspended.pending[0].seq: True}, tools, approval_store=approvals, state=state
+    )
+    assert result.result.startswith("conflict:")
+    assert state.get("n") == 50
+
+
+def test_a_resume_replays_the_recorded_answers_whatever_state_it_is_given(tmp_path):
+    from nous_sched import SqliteApprovalStore, resume
+
+    approvals = SqliteApprovalStore(tmp_path / "approvals.db")
+    state = State(_scope())
+    tools = [Tool("pay", lambda args: "ok", requires_approval=True)]
+    first = run_code(
+        'await state.get("a"); return await tools.pay({})',
+        tools,
+        description="d",
+        state=state,
+        approval_store=approvals,
+    )
+    record = approvals.load(first.suspended.token)
+    assert record["state"][0][:2] == ['["state.get",["a"]]', True]
+    # the record's state operations are sealed with it: replayed as recorded, whatever the state passed
+    other = State(_scope())
+    result = resume(
+        first.suspended.token, {first.suspended.pending[0].seq: True}, tools, approval_store=approvals, state=other
+    )
+    assert result.ok  # the program asked the same question: the recorded answer is given, not other's

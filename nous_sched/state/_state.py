@@ -154,6 +154,11 @@ class StateSession:
         #: key -> the version this run last read or wrote (0: absent)
         self.seen: dict[str, int] = {}
 
+    def remember(self, key: str, version: int) -> None:
+        """Take ``version`` as this run's last read or write of ``key`` (a durable run's
+        replayed operation: a later write of the key is checked against it)."""
+        self.seen[key] = version
+
     def answer(self, op: str, args: Any) -> StateAnswer:
         """Do ``state.<op>(*args)`` (``args``: the program's arguments, parsed); never raises."""
         if op not in OPS:
