@@ -441,3 +441,92 @@ def test_a_resume_replays_the_recorded_answers_whatever_state_it_is_given(tmp_pa
         first.suspended.token, {first.suspended.pending[0].seq: True}, tools, approval_store=approvals, state=other
     )
     assert result.ok  # the program asked the same question: the recorded answer is given, not other's
+
+
+# -- serve-mcp: a scope per client ------------------------------------------------------------
+
+
+def _served(server, *codes, mode="auto"):
+    import anyio
+    from mcp import Client
+
+    async def go():
+        out = []
+        with anyio.fail_after(120):
+            async with Client(server.server, mode=mode) as client:
+                for code in codes:
+                    result = await client.call_tool("run_code", {"code": code, "description": "state"})
+                    out.append(result.structured_content)
+        return out
+
+    return anyio.run(go)
+
+
+def test_serve_mcp_gives_each_session_its_own_scope_and_audits_its_operations(tmp_path):
+    from nous_sched.mcp import CodeModeServer
+    from nous_sched.mcp.serve import AuditLog
+
+    store = SqliteStateStore(tmp_path / "state.db")
+    audit = tmp_path / "audit.jsonl"
+    server = CodeModeServer([Tool("echo", lambda a: a)], state_store=store, audit_log=AuditLog(str(audit)))
+    first = _served(server, 'await state.set("seen", 1); return 1', 'return await state.get("seen")', mode="legacy")
+    assert [r["result"] for r in first] == [1, 1]  # one session: one scope across its runs
+    second = _served(server, 'return await state.get("seen")', mode="legacy")
+    assert second[0]["result"] is None  # another session: its own scope
+    lines = [json.loads(line) for line in audit.read_text().splitlines()]
+    states = [line for line in lines if line["event"] == "state"]
+    assert [(s["op"], s["key"], s["ok"]) for s in states] == [("set", "seen", True), ("get", "seen", True)] + [
+        ("get", "seen", True)
+    ]
+    # in-process without a handshake is the one client a stdio process serves: one scope, every process alike
+    assert [
+        r["result"] for r in _served(server, 'await state.set("n", 2); return 1', 'return await state.get("n")')
+    ] == [1, 2]
+    assert State("mcp-stdio", store).get("n") == 2
+    assert "State across programs" in server._template.description  # noqa: SLF001
+
+
+def test_serve_mcp_without_a_state_store_gives_no_state():
+    from nous_sched.mcp import CodeModeServer
+
+    server = CodeModeServer([Tool("echo", lambda a: a)])
+    (answer,) = _served(server, 'try { await state.get("k"); } catch (e) { return e.message; }')
+    assert answer["result"].startswith("this run has no state")
+
+
+def test_a_bad_state_store_is_a_config_error():
+    from nous_sched.mcp import CodeModeServer
+
+    with pytest.raises(ConfigError, match="CodeModeServer: `state_store` must be"):
+        CodeModeServer([], state_store="state.db")
+
+
+# -- the command -------------------------------------------------------------------------------
+
+
+def test_the_command_keeps_a_scope_across_invocations(tmp_path):
+    program = tmp_path / "count.js"
+    program.write_text('const n = await state.get("n"); await state.set("n", (n ?? 0) + 1); return n;')
+    tools = tmp_path / "notools.py"
+    tools.write_text("TOOLS = []\n")
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    store = str(tmp_path / "state.db")
+
+    def run(*args):
+        return subprocess.run(
+            [sys.executable, "-m", "nous_sched", "run", str(program), "--tools", str(tools), *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+        )
+
+    first = run("--state", "conv-1", "--state-store", store, "--json")
+    second = run("--state", "conv-1", "--state-store", store, "--json")
+    assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
+    assert json.loads(first.stdout)["result"] is None and json.loads(second.stdout)["result"] == 1
+    assert [e["op"] for e in json.loads(second.stdout)["state"]] == ["get", "set"]
+    alone = run("--state-store", store)
+    assert alone.returncode == 2 and "--state-store needs --state SCOPE" in alone.stderr
+    bad = run("--state", "s", "--state-store", str(tmp_path / "missing" / "x.db"))
+    assert bad.returncode == 2 and "state store" in bad.stderr and "SQLite" in bad.stderr

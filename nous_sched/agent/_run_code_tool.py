@@ -12,7 +12,7 @@ raised where the agent is built.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Optional, Union
 
 import attrs
 
@@ -154,7 +154,7 @@ def _tool(tools: list[Tool], options: RunOptions, budget: Optional[int], ranking
     """The ``run_code`` tool over ``tools``, each of its runs with ``options`` (checked already)."""
     function = program_runner(tools, options)
     granted, _ = partition(tools, options.policy, "run_code_tool")
-    description = _description(granted.values(), budget, ranking, options.state)
+    description = description_of(granted.values(), budget, ranking, options.state)
 
     return Tool(
         name=RUN_CODE_NAME,
@@ -212,9 +212,15 @@ def program_runner(tools: list[Tool], options: RunOptions) -> Callable[[Any], An
     return function
 
 
-def _description(
-    granted: Iterable[Tool], budget: Optional[int], ranking: Optional[Sequence[str]], state: Optional[State] = None
+def description_of(
+    granted: Iterable[Tool],
+    budget: Optional[int],
+    ranking: Optional[Sequence[str]],
+    state: Union[State, str, None] = None,
 ) -> str:
+    """The ``run_code`` tool's description: its words, the SDK of ``granted`` and the
+    state's note (``state``: the run's :class:`~nous_sched.State`, or words saying
+    whose scope each run gets, e.g. serve-mcp's "this client's"), within ``budget``."""
     # The budget is the whole description's: the SDK gets what run_code's own words leave,
     # less the state's note (the longest that leaves the SDK room for its last step).
     head = RUN_CODE_DESCRIPTION + "\n\n"

@@ -76,6 +76,18 @@ def open_store(spec: str) -> Any:
         raise UsageError(f"approval store {spec}: cannot open it: {exc}") from None
 
 
+def open_state_option(spec: str) -> Any:
+    """The state store a ``--state-store`` names (:func:`nous_sched.state.open_state_store`).
+
+    :raises UsageError: it cannot be opened, the store named."""
+    from ..state import open_state_store
+
+    try:
+        return open_state_store(spec)
+    except ConfigError as exc:
+        raise UsageError(f"state store {spec}: {exc}") from None
+
+
 def runtime_named(name: str) -> Any:
     """The runtime a ``--runtime`` choice names: ``None`` (the default pool) for ``worker``."""
     if name != "in-process":

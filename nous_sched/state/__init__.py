@@ -24,7 +24,7 @@ from ._memory import MemoryStateStore
 from ._redis import RedisStateStore
 from ._seam import Entry, KeyInfo, StateConflict, StateFull, StateStoreError, StateStoreSeam
 from ._sqlite import SqliteStateStore
-from ._state import MAX_KEY_CHARS, OPS, State, StateAnswer, StateSession, key_problem
+from ._state import MAX_KEY_CHARS, OPS, State, StateAnswer, StateSession, key_problem, open_state_store
 from ._text import sdk_notes
 
 __all__ = [
@@ -44,4 +44,5 @@ __all__ = [
     "OPS",
     "key_problem",
     "sdk_notes",
+    "open_state_store",
 ]

@@ -14,7 +14,7 @@ from ..limits import Limits
 from ._memory import SHARED
 from ._seam import KeyInfo, StateConflict, StateFull, StateStoreError, StateStoreSeam
 
-__all__ = ["State", "StateSession", "StateAnswer", "MAX_KEY_CHARS", "key_problem", "OPS"]
+__all__ = ["State", "StateSession", "StateAnswer", "MAX_KEY_CHARS", "key_problem", "OPS", "open_state_store"]
 
 #: The longest key or scope name, in characters.
 MAX_KEY_CHARS = 256
@@ -237,3 +237,21 @@ class StateSession:
             )
         self.seen[key] = version
         return StateAnswer(op, True, value=None, key=key, size=size, version=version)
+
+
+def open_state_store(spec: Any) -> StateStoreSeam:
+    """The state store ``spec`` names (what ``--state-store`` takes): a
+    ``redis://`` (``rediss://``, ``unix://``) URL, ``memory`` (this process's
+    shared store), or a SQLite file.
+
+    :raises ConfigError: ``spec`` is not a non-empty string, or the store cannot be opened (the message names it).
+    """
+    from ._redis import RedisStateStore
+    from ._sqlite import SqliteStateStore
+
+    require("open_state_store", "spec", spec, v.NON_EMPTY_STR)
+    if spec == "memory":
+        return SHARED
+    if spec.startswith(("redis://", "rediss://", "unix://")):
+        return RedisStateStore(spec)
+    return SqliteStateStore(spec)

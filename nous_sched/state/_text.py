@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Union
 
 from ..crossing import dumps
 from ._state import State
@@ -49,13 +49,16 @@ def _held(state: State, room: int) -> str:
     return head + ",".join(lines) + "\n"
 
 
-def sdk_notes(state: Optional[State], budget: Optional[int]) -> list[str]:
+def sdk_notes(state: Union[State, str, None], budget: Optional[int]) -> list[str]:
     """The state's notes for the SDK text, longest first (each shorter one fits where the one
     before it does not): the API with the keys held, the API alone, one line; ``[""]`` for no state.
+    ``state`` may be words saying whose scope each run gets (serve-mcp: no keys are listed).
 
     The store is read once, here: a store that cannot answer leaves the keys out."""
     if state is None:
         return [""]
+    if isinstance(state, str):
+        return [_API.format(scope=f" ({state[:80]})"), _LINE, ""]
     api = _API.format(scope=f" (scope {_shown(state.scope)})")
     room = MAX_LISTED_CHARS if budget is None else min(MAX_LISTED_CHARS, max(budget // 8, 200))
     try:
