@@ -466,8 +466,9 @@ def enter_state(program: str, description: str, env: Any) -> Seen:
     from nous_sched import SessionLog, SqliteStateStore, State
     from nous_sched.mcp.serve import AuditLog
 
-    program = program.replace("return {v, back, gated};\n", STATE_TAIL)
-    assert "state.set" in program, "the state entry runs the value through the state"
+    if program != HONEST:
+        program = program.replace("return {v, back, gated};\n", STATE_TAIL)
+        assert "state.set" in program, "the state entry runs the value through the state"
     store_path = str(env.tmp_path / "state.db")
     state = State("hostile", SqliteStateStore(store_path))
     questions, approve = _asking()
