@@ -12,11 +12,11 @@ a run's ``set`` or ``delete`` of a key it read fails (a ``ToolError`` whose
 message starts with ``conflict:``) when another run wrote that key since;
 the program reads it again and retries. A write of a key the run never read
 is unconditional. Every write is atomic in every store
-(:class:`StateStoreSeam`).
+(:class:`~nous_sched.StateStoreSeam`).
 
-Stores: :class:`MemoryStateStore` (the default, one per process, shared by
-every ``State`` without a store), :class:`SqliteStateStore`,
-:class:`RedisStateStore`; a new store implements :class:`StateStoreSeam`
+Stores: :class:`~nous_sched.MemoryStateStore` (the default, one per process, shared by
+every ``State`` without a store), :class:`~nous_sched.SqliteStateStore`,
+:class:`~nous_sched.RedisStateStore`; a new store implements :class:`~nous_sched.StateStoreSeam`
 and passes ``tests/state_contract.py``.
 """
 

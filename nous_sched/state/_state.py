@@ -52,15 +52,15 @@ _STORE = v.optional(
 class State:
     """One scope's state (a conversation, a user): JSON values by key, kept in
     ``store`` (by default this process's memory, shared by every ``State`` of
-    the same scope; or a :class:`SqliteStateStore`, a :class:`RedisStateStore`,
-    any :class:`StateStoreSeam`). Pass it as ``run_code(..., state=...)``: the
+    the same scope; or a :class:`~nous_sched.SqliteStateStore`, a :class:`~nous_sched.RedisStateStore`,
+    any :class:`~nous_sched.StateStoreSeam`). Pass it as ``run_code(..., state=...)``: the
     program reads and writes it through ``state.get/set/delete/keys``.
 
     The methods here are the host's own view (no session: a ``set`` here is
     never a conflict), bounded by ``limits``' ``state_*`` fields.
 
     :raises ConfigError: ``scope`` is not a non-empty string of at most
-        :data:`MAX_KEY_CHARS` characters without control characters or lone
+        ``nous_sched.state.MAX_KEY_CHARS`` (256) characters without control characters or lone
         surrogates, or ``store`` is not a state store.
     """
 
@@ -145,7 +145,7 @@ class StateAnswer:
 
 
 class StateSession:
-    """One run's use of a :class:`State`: the versions it read, so a write of a
+    """One run's use of a :class:`~nous_sched.State`: the versions it read, so a write of a
     key it read fails when another run changed that key since (``conflict``)."""
 
     def __init__(self, state: State, limits: Limits) -> None:
