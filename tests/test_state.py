@@ -530,3 +530,42 @@ def test_the_command_keeps_a_scope_across_invocations(tmp_path):
     assert alone.returncode == 2 and "--state-store needs --state SCOPE" in alone.stderr
     bad = run("--state", "s", "--state-store", str(tmp_path / "missing" / "x.db"))
     assert bad.returncode == 2 and "state store" in bad.stderr and "SQLite" in bad.stderr
+
+
+# -- every door, and a store that is down ----------------------------------------------------
+
+
+def test_the_state_reaches_the_asyncio_door_and_options():
+    import asyncio
+
+    from nous_sched import RunOptions, arun_code
+
+    state = State(_scope())
+    options = RunOptions(description="async", state=state)
+    result = asyncio.run(arun_code('await state.set("k", "async"); return await state.get("k")', options=options))
+    assert result.result == "async" and state.get("k") == "async"
+
+
+def test_the_state_reaches_traced_run_code():
+    from nous_sched.otel import traced_run_code
+
+    state = State(_scope())
+    result = traced_run_code('await state.set("k", 3); return await state.get("k")', [], description="t", state=state)
+    assert result.result == 3
+
+
+def test_a_redis_store_that_is_down_fails_the_operation_fast_naming_redis():
+    import time
+
+    from redis_server import redis_process
+
+    with redis_process() as server:
+        state = State(_scope(), RedisStateStore(server.url))
+        assert _run('await state.set("k", 1); return 1', state).ok
+        server.kill()
+        began = time.monotonic()
+        result = _run('try { await state.get("k"); } catch (e) { return [e.tool, e.message]; }', state)
+        assert time.monotonic() - began < 20  # one connect timeout, no retries
+    tool, message = result.result
+    assert tool == "state.get" and message.startswith(f"the Redis state store at {server.url} could not answer")
+    assert result.audit[0].data["error"] == "store"
