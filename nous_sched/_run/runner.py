@@ -235,7 +235,7 @@ def _execute(p: Prepared, live: Any, o: RunOptions) -> RunResult:
                 source,
                 lambda text: begun.run(host) if begun is not None else p.rt.run(text, host, p.limits),
                 lambda text: p.rt.run(text, host, _remaining(p.limits, deadline)),
-                lambda: not host.ledger and not gate.refused and not scheduler.trail(),
+                lambda: not host.ledger and not gate.refused and not scheduler.trail() and not host.state_events,
             )
             if not isinstance(outcome, RuntimeOutcome):
                 raise RunCodeError(
