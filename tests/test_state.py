@@ -569,3 +569,21 @@ def test_a_redis_store_that_is_down_fails_the_operation_fast_naming_redis():
     tool, message = result.result
     assert tool == "state.get" and message.startswith(f"the Redis state store at {server.url} could not answer")
     assert result.audit[0].data["error"] == "store"
+
+
+def test_a_parked_durable_run_shows_its_state_operations_and_goes_on_with_them(tmp_path):
+    from nous_sched import SqliteApprovalStore, resume
+
+    approvals = SqliteApprovalStore(tmp_path / "approvals.db", park=60)
+    state = State(_scope())
+    tools = [Tool("pay", lambda args: "ok", requires_approval=True)]
+    program = 'await state.set("a", 1); await tools.pay({}); await state.set("b", 2); return await state.get("a")'
+    first = run_code(program, tools, description="parked", state=state, approval_store=approvals, timeout=120)
+    assert first.suspended is not None
+    assert [(e.data["op"], e.data["key"]) for e in first.audit if e.type == "state"] == [("set", "a")]
+    result = resume(first.suspended.token, {first.suspended.pending[0].seq: True}, tools, approval_store=approvals)
+    assert result.result == 1 and state.get("b") == 2
+    assert [(e.data["op"], e.data["key"]) for e in result.audit if e.type == "state"][-2:] == [
+        ("set", "b"),
+        ("get", "a"),
+    ]

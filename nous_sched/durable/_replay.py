@@ -131,6 +131,7 @@ class _Run:
         self.state_replay: list[list[Any]] = []
         self.state_new: list[list[Any]] = []
         self.state_at = 0
+        self.state_events: list[Event] = []  # the live ones' audit events (a parked run's suspension shows them)
         self.seq = 0
         self.step = 0
         self.window: Optional[int] = None
@@ -441,6 +442,8 @@ class _DurableHost(Host):
         key, version = (events[-1].key, events[-1].version) if len(events) > before else (None, 0)
         value = outcome.value if outcome.ok else (outcome.error.as_dict() if outcome.error is not None else {})
         run.state_new.append([question, outcome.ok, value, key, version])
+        if len(events) > before:
+            run.state_events.append(events[-1].as_event())
         return pending
 
     def call(self, name: Any, args: Any) -> Any:
@@ -692,7 +695,8 @@ def _parked_result(code: str, tools: list[Tool], store: ApprovalStoreSeam, run: 
     with _PARKED_LOCK:
         _PARKED[park.token_id] = park
     # The logs so far are still in the parked run: its resumed result has all of them.
-    return _within_budget(RunResult(suspended=suspension, audit=tuple(run.audit)), run.budget)
+    audit = (*run.state_events, *run.audit)
+    return _within_budget(RunResult(suspended=suspension, audit=audit), run.budget)
 
 
 def _run_once(
@@ -914,7 +918,8 @@ def _resume_parked(
         del run.audit[audit_from:]
         return None
     result = _parked_result(record["code"], tools, store, run, park)
-    return attrs.evolve(result, audit=tuple(run.audit[audit_from:]))
+    state = tuple(e for e in result.audit if e.type == "state")  # the whole run's: one execute
+    return attrs.evolve(result, audit=(*state, *run.audit[audit_from:]))
 
 
 def _resumed_run(
