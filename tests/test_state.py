@@ -587,3 +587,32 @@ def test_a_parked_durable_run_shows_its_state_operations_and_goes_on_with_them(t
         ("set", "b"),
         ("get", "a"),
     ]
+
+
+def test_serve_mcp_over_stdio_keeps_its_clients_state_across_a_restart(tmp_path):
+    import anyio
+    from mcp import Client, StdioServerParameters
+
+    tools = tmp_path / "notools.py"
+    tools.write_text("TOOLS = []\n")
+    store = str(tmp_path / "state.db")
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "nous_sched", "serve-mcp", "--tools", str(tools), "--state-store", store],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": ROOT},
+    )
+    code = 'const n = await state.get("n"); await state.set("n", (n ?? 0) + 1); return n;'
+
+    async def one_process():
+        with anyio.fail_after(120):
+            async with Client(params) as client:
+                listed = await client.list_tools()
+                result = await client.call_tool("run_code", {"code": code, "description": "count"})
+                return listed.tools[0].description, result.structured_content["result"]
+
+    described, first = anyio.run(one_process)
+    _, second = anyio.run(one_process)  # a new server process, the same store
+    assert (first, second) == (None, 1)
+    assert "State across programs (one per client: its own scope)" in described
+    assert State("mcp-stdio", SqliteStateStore(store)).get("n") == 2

@@ -210,6 +210,15 @@ def _serve(args: argparse.Namespace, err: TextIO) -> int:
                 f"at most {server.max_runs_per_session} runs at once per client (--max-runs-per-session); "
                 + ("a client is its bearer token's name" if verifier is not None else "a client is its connection")
             )
+            if getattr(args, "state_store", None):
+                approvals.append(
+                    "state: each client's programs keep their own scope of the state store (--state-store); "
+                    + (
+                        "a stateless request from no bearer token has none"
+                        if address is not None
+                        else "scope mcp-stdio"
+                    )
+                )
 
             def banner(where: str) -> None:
                 _say(err, f"serving {what} {where}; {audit}")
