@@ -616,3 +616,59 @@ def test_serve_mcp_over_stdio_keeps_its_clients_state_across_a_restart(tmp_path)
     assert (first, second) == (None, 1)
     assert "State across programs (one per client: its own scope)" in described
     assert State("mcp-stdio", SqliteStateStore(store)).get("n") == 2
+
+
+TAKEN_OVER = """
+import json, os, sys
+from nous_sched import RunOptions, SqliteApprovalStore, SqliteStateStore, State, Tool, resume, run_code
+
+stage, folder, scope = sys.argv[1:4]
+
+
+class DiesAtCallOne(SqliteApprovalStore):
+    # The resume dies as the start of call #1 is about to be written: after its state operations.
+    def write_progress(self, token, by, progress):
+        if stage == "resume-dies" and "1" in progress["started"]:
+            os._exit(17)
+        return super().write_progress(token, by, progress)
+
+
+approvals = DiesAtCallOne(os.path.join(folder, "approvals.db"))
+state = State(scope, SqliteStateStore(os.path.join(folder, "state.db")))
+tools = [Tool("pay", lambda a: "paid", requires_approval=True), Tool("read", lambda a: "read")]
+program = '''
+await tools.pay({});
+const n = await state.get("k");
+await state.set("k", (n ?? 0) + 1);
+await tools.read({});
+return [n, await state.get("k")];
+'''
+if stage == "run":
+    result = run_code(program, tools, description="crash", state=state, approval_store=approvals)
+    print(json.dumps({"token": result.suspended.token}))
+else:
+    result = resume(sys.argv[4], {0: True}, tools, approval_store=approvals, state=state)
+    print(json.dumps({"result": result.result, "error": None if result.error is None else result.error.message}))
+"""
+
+
+def test_a_resume_that_takes_over_a_dead_one_replays_its_state_operations(tmp_path):
+    scope = _scope()
+    env = {**os.environ, "PYTHONPATH": ROOT}
+
+    def stage(*args):
+        return subprocess.run(
+            [sys.executable, "-c", TAKEN_OVER, *args], capture_output=True, text=True, env=env, timeout=120
+        )
+
+    token = json.loads(stage("run", str(tmp_path), scope).stdout.strip().splitlines()[-1])["token"]
+    died = stage("resume-dies", str(tmp_path), scope, token)
+    assert died.returncode == 17, died.stderr
+    state = State(scope, SqliteStateStore(tmp_path / "state.db"))
+    assert state.get("k") == 1  # the dead resume's write
+    done = stage("resume", str(tmp_path), scope, token)
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout.strip().splitlines()[-1])
+    # the taking-over resume replays the dead one's get (null) and set: k is written once
+    assert answer == {"result": [None, 1], "error": None}
+    assert state.get("k") == 1

@@ -204,6 +204,12 @@ class _Run:
     def state_values(self) -> list[list[Any]]:
         return [*self.state_replay, *self.state_new]
 
+    def stated(self) -> None:
+        """After a state operation done live: in a resume, every answer so far written to its
+        progress, so a resume that takes over from a dead one replays it, never does it again."""
+        if self.progress is not None:
+            self._wrote(lambda p: p.stated(self.state_values(), self.clock_values()))
+
     def committed(self) -> tuple[dict[str, Any], ...]:
         return tuple({"seq": s, "tool": e[0], "ok": e[2]} for s, e in sorted(self.recorded.items()))
 
@@ -444,6 +450,7 @@ class _DurableHost(Host):
         run.state_new.append([question, outcome.ok, value, key, version])
         if len(events) > before:
             run.state_events.append(events[-1].as_event())
+        run.stated()
         return pending
 
     def call(self, name: Any, args: Any) -> Any:
@@ -877,6 +884,9 @@ def _take_over(
     clock = progress.get("clock") or []
     if len(clock) > len(run.clock_replay):
         run.clock_replay = list(clock)
+    stated = _state_of(progress)  # what the dead resume did to its state, past the record's
+    if len(stated) > len(run.state_replay):
+        run.state_replay = stated
     state = {**progress_of.initial(merged), **progress}
     run.progress = _progress(token, store, by, state)
     shown = ResumedEvent(token.split(".")[0], len(run.ledger), took_over=describe(found["claimed_by"]))
