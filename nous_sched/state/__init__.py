@@ -20,6 +20,7 @@ every ``State`` without a store), :class:`~nous_sched.SqliteStateStore`,
 and passes ``tests/state_contract.py``.
 """
 
+from ._memory import SHARED as SHARED_MEMORY
 from ._memory import MemoryStateStore
 from ._redis import RedisStateStore
 from ._seam import Entry, KeyInfo, StateConflict, StateFull, StateStoreError, StateStoreSeam
@@ -45,4 +46,5 @@ __all__ = [
     "key_problem",
     "sdk_notes",
     "open_state_store",
+    "SHARED_MEMORY",
 ]
