@@ -672,3 +672,17 @@ def test_a_resume_that_takes_over_a_dead_one_replays_its_state_operations(tmp_pa
     # the taking-over resume replays the dead one's get (null) and set: k is written once
     assert answer == {"result": [None, 1], "error": None}
     assert state.get("k") == 1
+
+
+def test_serve_mcp_scopes_a_principal_by_its_name_and_gives_a_stateless_request_none():
+    from nous_sched import MemoryStateStore
+    from nous_sched.mcp import CodeModeServer
+
+    server = CodeModeServer([], state_store=MemoryStateStore())
+    alice = server._state_of((("principal", "issuer", "alice"),))  # noqa: SLF001
+    again = server._state_of((("principal", "issuer", "alice"),))  # noqa: SLF001
+    bob = server._state_of((("principal", "issuer", "bob"),))  # noqa: SLF001
+    assert alice.scope == again.scope != bob.scope and alice.scope.startswith("mcp-principal-")
+    assert server._state_of((("connection", "127.0.0.1", 50123),)) is None  # noqa: SLF001
+    assert server._state_of(("peer unknown",)) is None  # noqa: SLF001
+    assert server._state_of(("stdio",)).scope == "mcp-stdio"  # noqa: SLF001
