@@ -686,3 +686,29 @@ def test_serve_mcp_scopes_a_principal_by_its_name_and_gives_a_stateless_request_
     assert server._state_of((("connection", "127.0.0.1", 50123),)) is None  # noqa: SLF001
     assert server._state_of(("peer unknown",)) is None  # noqa: SLF001
     assert server._state_of(("stdio",)).scope == "mcp-stdio"  # noqa: SLF001
+
+
+def test_the_command_resumes_a_durable_run_with_its_state(tmp_path):
+    program = tmp_path / "pay.js"
+    program.write_text(
+        'await state.set("a", 1); await tools.pay({}); await state.set("b", 2); return await state.get("a");'
+    )
+    tools = tmp_path / "paytools.py"
+    tools.write_text("from nous_sched import Tool\nTOOLS = [Tool('pay', lambda a: 'ok', requires_approval=True)]\n")
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    store, approvals = str(tmp_path / "state.db"), str(tmp_path / "approvals.db")
+    both = ["--tools", str(tools), "--approval-store", approvals, "--state", "conv", "--state-store", store, "--json"]
+
+    def command(*args):
+        return subprocess.run(
+            [sys.executable, "-m", "nous_sched", *args], capture_output=True, text=True, env=env, timeout=120
+        )
+
+    first = command("run", str(program), *both)
+    assert first.returncode == 3, first.stderr  # suspended
+    token = json.loads(first.stdout)["suspended"]["token"]
+    done = command("resume", token, "--approve", "0", *both)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["result"] == 1
+    state = State("conv", SqliteStateStore(store))
+    assert (state.get("a"), state.get("b")) == (1, 2)

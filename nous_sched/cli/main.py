@@ -302,13 +302,7 @@ def _run_options(args: argparse.Namespace, err: TextIO, cancel: Optional[Cancel]
         "approval_handler": _terminal_approver(args.program, err) if args.ask else None,
         "approval_store": cli_durable.open_store(args.approval_store) if args.approval_store else None,
     }
-    if args.state is not None or args.state_store is not None:
-        from ..state import State
-
-        if args.state is None:
-            raise UsageError("--state-store needs --state SCOPE: the scope of the store the program's state is")
-        store = cli_durable.open_state_option(args.state_store) if args.state_store else None
-        options["state"] = State(args.state, store)
+    options.update(cli_durable.state_option(args))
     return build("run_code", options)
 
 
