@@ -1,6 +1,6 @@
-"""The three built-in state stores keep the store contract (``tests/state_contract.py``):
-each check, once per store; and a Redis store whose server is down or silent
-fails fast with an error naming Redis."""
+"""The built-in state stores keep the store contract (``tests/state_contract.py``):
+each check, once per store (memory, SQLite, Redis, Postgres); and a Redis or
+Postgres store whose server is down or silent fails fast with an error naming it."""
 
 from __future__ import annotations
 
@@ -12,11 +12,22 @@ from redis_server import redis_process
 from state_contract import CHECKS
 
 from nous_sched import ConfigError
-from nous_sched.state import MemoryStateStore, RedisStateStore, SqliteStateStore, StateStoreError, StateStoreSeam
+from nous_sched.state import (
+    MemoryStateStore,
+    PostgresStateStore,
+    RedisStateStore,
+    SqliteStateStore,
+    StateStoreError,
+    StateStoreSeam,
+)
 
 
-@pytest.fixture(scope="module", params=["memory", "sqlite", "redis"])
-def factory(request, tmp_path_factory, redis_url):
+@pytest.fixture(scope="module", params=["memory", "sqlite", "redis", "postgres"])
+def factory(request, tmp_path_factory):
+    if request.param == "postgres":  # a real server (tests/postgres_server.py), one database for the module
+        dsn = request.getfixturevalue("postgres_server").new_database()
+        return lambda: PostgresStateStore(dsn)
+    redis_url = request.getfixturevalue("redis_url") if request.param == "redis" else ""
     if request.param == "memory":
         store = MemoryStateStore()
         return lambda: store
@@ -76,3 +87,36 @@ def test_open_state_store_names_each_kind(tmp_path, redis_url) -> None:
     assert isinstance(redis_store, RedisStateStore) and redis_store.url == redis_url
     with pytest.raises(ConfigError, match="open_state_store: `spec` must be a non-empty string"):
         open_state_store("")
+
+
+def test_open_state_store_opens_a_postgres_url(postgres_server) -> None:
+    from nous_sched.state import open_state_store
+
+    dsn = postgres_server.new_database()
+    assert dsn.startswith(("postgresql://", "postgres://"))
+    store = open_state_store(dsn)
+    assert isinstance(store, PostgresStateStore)
+    store.write("s", "k", "1")
+    assert store.read("s", "k").text == "1"
+
+
+def test_postgres_down_or_silent_fails_fast_naming_postgres() -> None:
+    from postgres_server import postgres_process
+
+    with postgres_process() as server:
+        store = PostgresStateStore(server.new_database(), timeout=1)
+        assert isinstance(store, StateStoreSeam)
+        store.write("s", "k", "1")
+        server.signal(signal.SIGSTOP)
+        try:
+            for op in (lambda: store.read("s", "k"), lambda: store.write("s", "k", "2"), lambda: store.keys("s")):
+                began = time.monotonic()
+                with pytest.raises(StateStoreError, match=r"Postgres state store.*Postgres at 127\.0\.0\.1:\d+"):
+                    op()
+                assert time.monotonic() - began < 30  # the timeout (1 s) and the watchdog's grace, never a hang
+        finally:
+            server.signal(signal.SIGCONT)
+        assert store.read("s", "k").text == "1"  # it answers again
+        server.stop()
+        with pytest.raises(StateStoreError, match=r"Postgres state store.*Postgres at 127\.0\.0\.1:\d+"):
+            store.read("s", "k")

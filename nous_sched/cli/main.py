@@ -131,7 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--approval-store",
         metavar="FILE",
         help="make the run durable: a call that needs approval suspends it (exit status 3), its token and pending "
-        "calls printed for `nous-sched resume`; FILE is a SQLite file or a redis:// URL",
+        "calls printed for `nous-sched resume`; FILE is a SQLite file, a redis:// or a postgresql:// URL",
     )
     run.add_argument(
         "--state",
@@ -141,7 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--state-store",
         metavar="STORE",
-        help="where --state keeps its scope: a SQLite file, a redis:// URL (default: memory, gone when the "
+        help="where --state keeps its scope: a SQLite file, a redis:// or postgresql:// URL (default: memory, gone when the "
         "command ends)",
     )
     cli_durable.add_parsers(sub)

@@ -22,6 +22,7 @@ and passes ``tests/state_contract.py``.
 
 from ._memory import SHARED as SHARED_MEMORY
 from ._memory import MemoryStateStore
+from ._postgres import PostgresStateStore
 from ._redis import RedisStateStore
 from ._seam import Entry, KeyInfo, StateConflict, StateFull, StateStoreError, StateStoreSeam
 from ._sqlite import SqliteStateStore
@@ -34,6 +35,7 @@ __all__ = [
     "MemoryStateStore",
     "SqliteStateStore",
     "RedisStateStore",
+    "PostgresStateStore",
     "Entry",
     "KeyInfo",
     "StateConflict",

@@ -241,17 +241,21 @@ class StateSession:
 
 def open_state_store(spec: Any) -> StateStoreSeam:
     """The state store ``spec`` names (what ``--state-store`` takes): a
-    ``redis://`` (``rediss://``, ``unix://``) URL, ``memory`` (this process's
-    shared store), or a SQLite file.
+    ``redis://`` (``rediss://``, ``unix://``) URL, a ``postgresql://``
+    (``postgres://``) URL, ``memory`` (this process's shared store), or a
+    SQLite file.
 
     :raises ConfigError: ``spec`` is not a non-empty string, or the store cannot be opened (the message names it).
     """
+    from ._postgres import PostgresStateStore
     from ._redis import RedisStateStore
     from ._sqlite import SqliteStateStore
 
     require("open_state_store", "spec", spec, v.NON_EMPTY_STR)
     if spec == "memory":
         return SHARED
+    if spec.startswith(("postgresql://", "postgres://")):
+        return PostgresStateStore(spec)
     if spec.startswith(("redis://", "rediss://", "unix://")):
         return RedisStateStore(spec)
     return SqliteStateStore(spec)
