@@ -250,6 +250,8 @@ OUTPUT_PATHS: dict[str, Callable[[Any], None]] = {
     "approvals_list_json": JSON,
     "celery_result": WIRE_VALUE,  # nous_sched.integrations.celery: a task's result document, as the caller got it
     "celery_events": JSON_LINES,  # the run's events in its Redis stream, as the worker wrote them
+    # issue 40, state: the SDK text's list of the state's keys, for the model (``run_code_tool(state=)``)
+    "state_sdk_text": TERMINAL,
 }
 
 
@@ -494,6 +496,56 @@ def enter_celery(program: Any, description: str, env: Any) -> Seen:
     return Seen(doc["status"] == "ok", kind, answer, {"celery_result": doc, "celery_events": lines})
 
 
+#: The state entry's end of PROGRAM: the value stored, read back, and used as a key (issue 40).
+STATE_TAIL = """let stored = null, listed = null;
+try { await state.set("v", v); stored = await state.get("v"); } catch (e) { stored = String(e.message); }
+const k = typeof v === "string" ? v : String(JSON.stringify(v)).slice(0, 300);
+try { await state.set(k, 1); listed = await state.keys(); } catch (e) { listed = String(e.message); }
+return {v, back, gated, stored, listed};
+"""
+
+
+def enter_state(program: str, description: str, env: Any) -> Seen:
+    """A program that stores the value in its state (SQLite), as a value and as a key:
+    the result, the live events, the audit log's state lines, the SDK text listing the
+    keys, and the command's --json with --state on the same store."""
+    from nous_sched import SessionLog, SqliteStateStore, State
+    from nous_sched.mcp.serve import AuditLog
+
+    if program != HONEST:
+        program = program.replace("return {v, back, gated};\n", STATE_TAIL)
+        assert "state.set" in program, "the state entry runs the value through the state"
+    store_path = str(env.tmp_path / "state.db")
+    state = State("hostile", SqliteStateStore(store_path))
+    questions, approve = _asking()
+    log = SessionLog()
+    run = start_run(
+        program, TOOLS, description=description, approval_handler=approve, timeout=WAIT, state=state, session_log=log
+    )
+    lines = [event.to_json() for event in run.events()]
+    result = run.result(timeout=WAIT)
+    audit = io.StringIO()
+    written = AuditLog(audit)
+    for event in log.events:
+        if event.type == "state":
+            written.write("state", run="r", **event.data)
+    path = env.tmp_path / "state.js"
+    path.write_text(program, encoding="utf-8", errors="surrogatepass")
+    status, out, err = env.cli(
+        "run", str(path), "--tools", TOOLS_FILE, "--json", "--state", "hostile", "--state-store", store_path
+    )
+    assert status in (0, 1), err[-500:]
+    outputs = {
+        "approval_question": "\n".join(questions),
+        "run_events_json": "\n".join(lines),
+        "audit_log_file": audit.getvalue(),
+        "state_sdk_text": run_code_tool(TOOLS, state=state).description,
+        "cli_json": out,
+        "cli_stderr": err,
+    }
+    return _of_result(result, outputs)
+
+
 @dataclasses.dataclass(frozen=True)
 class Entry:
     """One door: ``enter(program, description, env) -> Seen``; ``paths``, the output
@@ -544,6 +596,20 @@ ENTRY_POINTS = [
         "durable_resume_postgres",
         enter_durable_resume_postgres,
         ("run_result", "approval_question", "approvals_list", "approvals_list_json", "logging"),
+    ),
+    Entry(
+        "state",
+        enter_state,
+        (
+            "run_result",
+            "approval_question",
+            "run_events_json",
+            "audit_log_file",
+            "state_sdk_text",
+            "cli_json",
+            "cli_stderr",
+            "logging",
+        ),
     ),
 ]
 ENTRIES_BY_NAME = {entry.name: entry for entry in ENTRY_POINTS}
