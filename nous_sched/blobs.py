@@ -355,21 +355,22 @@ def _ids(value: Any, found: dict[str, None], depth: int) -> None:
             _ids(member, found, depth + 1)
 
 
-def keep_in_scope(blobs: BlobStore, state: Any, value: Any, limits: Any) -> Optional[str]:
+def keep_in_scope(blobs: BlobStore, state: Any, value: Any, limits: Any) -> Optional[tuple[str, str]]:
     """Before ``state.set(key, value)`` in a run: write every blob whose handle
     ``value`` holds into ``state``'s scope (a :class:`~nous_sched.State`), key
     ``SCOPE_PREFIX + id``, bounded by ``limits``' ``state_*`` fields. ``None``
-    when done, else why not (a handle the run does not hold, a blob too big for
-    the scope): then the caller writes nothing."""
+    when done, else why not, ``(error, message)``: ``"invalid"`` (a handle the
+    run does not hold) or ``"limit"`` (a blob too big for the scope); then the
+    caller writes nothing."""
     from .state import StateFull  # the glue only: blobs need no state otherwise
 
     for id in handle_ids(value):
         blob = blobs.blob(id)
         if blob is None:
-            return NOT_FOUND.format(id=_shown(id))
+            return "invalid", NOT_FOUND.format(id=_shown(id))
         text = dumps(blob.value)
         if len(text) > limits.state_value_bytes:
-            return (
+            return "limit", (
                 f"the blob {_shown(id)} is {len(text)} bytes of JSON, over the limit of "
                 f"{limits.state_value_bytes} for one state value (Limits.state_value_bytes): nothing was written"
             )
@@ -378,7 +379,7 @@ def keep_in_scope(blobs: BlobStore, state: Any, value: Any, limits: Any) -> Opti
                 state.scope, SCOPE_PREFIX + id, text, max_keys=limits.state_keys, max_bytes=limits.state_bytes
             )
         except StateFull as exc:
-            return f"the scope has no room for the blob {_shown(id)} ({exc}): nothing was written"
+            return "limit", f"the scope has no room for the blob {_shown(id)} ({exc}): nothing was written"
     return None
 
 

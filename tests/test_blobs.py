@@ -286,9 +286,10 @@ def test_a_handle_stored_in_a_state_scope_keeps_its_blob_for_the_scopes_next_run
     assert "is not one of this run's" in elsewhere.substitute({"x": held})
     # A handle the run does not hold, and a blob past the scope's bounds, are refused; nothing is written.
     forged = {KEY: "blob-" + "f" * 32}
-    assert "is not one of this run's" in keep_in_scope(first, scope, forged, Limits())
+    assert keep_in_scope(first, scope, forged, Limits())[0] == "invalid"
     tight = Limits(state_value_bytes=100)
-    assert "Limits.state_value_bytes" in keep_in_scope(first, State("tight", SqliteStateStore(path)), held, tight)
+    error, message = keep_in_scope(first, State("tight", SqliteStateStore(path)), held, tight)
+    assert error == "limit" and "Limits.state_value_bytes" in message
     assert State("tight", SqliteStateStore(path)).keys() == []
 
 
@@ -301,3 +302,50 @@ def test_a_deep_result_is_held_at_a_bounded_depth_and_passes_back_exactly():
     assert len(text) <= 4096 and len(made) == 1  # one part held, at most 16 levels down
     assert text.count('"inner"') <= 16 and made[0].kind == "json"
     assert store.substitute({"x": held}) == {"x": deep}
+
+
+def test_a_handle_a_run_stores_with_state_set_is_good_in_the_scopes_next_run(tmp_path):
+    from nous_sched import SqliteStateStore, State
+
+    path = str(tmp_path / "state.db")
+    doc = "".join(chr(0x61 + i % 26) for i in range(30_000))
+    got: list = []
+    tools = [Tool("fetch", lambda a: doc), Tool("archive", lambda a: got.append(a["text"]) or len(a["text"]))]
+    limits = Limits(blob_bytes=4096)
+    first = run_code(
+        'const h = await tools.fetch({}); await state.set("doc", {title: "t", body: h}); return h;',
+        tools,
+        limits=limits,
+        state=State("conversation-7", SqliteStateStore(path)),
+        description="store a handle",
+    )
+    assert first.error is None, first.error
+    handle = first.result
+    later = 'const d = await state.get("doc"); return [d.title, await tools.archive({text: d.body}), d.body];'
+    second = run_code(
+        later, tools, limits=limits, state=State("conversation-7", SqliteStateStore(path)), description="use it"
+    )
+    assert second.error is None, second.error
+    assert second.result[:2] == ["t", len(doc)] and got == [doc]
+    assert second.result[2] == handle  # the same handle, as stored
+    # Another scope (its own "doc" holding the same handle) does not find the blob.
+    State("elsewhere", SqliteStateStore(path)).set("doc", {"title": "t", "body": handle})
+    third = run_code(
+        'const d = await state.get("doc"); try { await tools.archive({text: d.body}); } catch (e) { return e.message; }',
+        tools,
+        limits=limits,
+        state=State("elsewhere", SqliteStateStore(path)),
+        description="use it elsewhere",
+    )
+    assert "is not one of this run's" in third.result and got == [doc]
+
+
+def test_a_big_state_value_comes_back_as_a_handle():
+    from nous_sched import State
+
+    scope = State("big-values")
+    scope.set("rows", ["r" * 100] * 100)  # 10 KB of JSON
+    program = 'const v = await state.get("rows"); return [typeof v, Array.isArray(v), v.kind];'
+    result = run_code(program, [], limits=Limits(blob_bytes=4096), state=scope, description="read a big value")
+    assert result.error is None, result.error
+    assert result.result == ["object", False, "json"]

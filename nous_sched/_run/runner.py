@@ -43,9 +43,10 @@ import attrs
 from .. import _tracing
 from .._interrupts import LOCAL, deferred, guarded, leave
 from .._text import one_line
-from ..blobs import NO_BLOBS, READ_LABEL, READ_QUESTION, BlobStore
-from ..crossing import text_bytes
+from ..blobs import NO_BLOBS, READ_LABEL, READ_QUESTION, BlobStore, keep_in_scope, scope_lookup
+from ..crossing import dumps, text_bytes
 from ..errors import RunCodeError
+from ..events import StateEvent
 from ..gate import Admitted, Gate
 from ..gate.dispatch import RunContext
 from ..gate.policy import approval_names, partition
@@ -60,6 +61,7 @@ from ..runtime import Begun, Cancel, CodeRuntime, Host, Limits, PendingCall, Run
 from ..runtime.syntax import explain as explain_syntax
 from ..scheduler import Scheduler
 from ..sdk.discovery import Discovery, unknown_tool_message
+from ..state import StateAnswer, StateSession
 from ..tooling import Tool
 from .options import RunOptions, check_runtime
 
@@ -226,13 +228,15 @@ def _execute(p: Prepared, live: Any, o: RunOptions) -> RunResult:
             with deferred():  # a scheduler made is a scheduler stopped below
                 scheduler, gate, run_ctx = _build(p, o, deadline, live)
             host = _Host(scheduler, gate, run_ctx, cancel, p.names, live)
+            if o.state is not None:
+                host.state = StateSession(o.state, p.limits)
             if o.description:
                 log.info("run_code %s: %s", one_line(str(scheduler.call_id)), one_line(o.description))
             outcome, source = _program.run(
                 source,
                 lambda text: begun.run(host) if begun is not None else p.rt.run(text, host, p.limits),
                 lambda text: p.rt.run(text, host, _remaining(p.limits, deadline)),
-                lambda: not host.ledger and not gate.refused and not scheduler.trail(),
+                lambda: not host.ledger and not gate.refused and not scheduler.trail() and not host.state_events,
             )
             if not isinstance(outcome, RuntimeOutcome):
                 raise RunCodeError(
@@ -276,7 +280,10 @@ def _build(p: Prepared, o: RunOptions, deadline: float, live: Any) -> tuple[Sche
         deadline=deadline,
         description=o.description or "",
         live=live,
-        blobs=None if blob_bytes is None else BlobStore(blob_bytes),
+        # A run of a state scope also finds the blobs its earlier runs stored there (state.set of a handle).
+        blobs=None
+        if blob_bytes is None
+        else BlobStore(blob_bytes, parent=None if o.state is None else scope_lookup(o.state)),
     )
     call_id = o.call_id
     scheduler = Scheduler(
@@ -344,6 +351,7 @@ def _result(
         error=error,
         events=tuple(scheduler.audit_events()),
         refused=tuple(gate.refused),
+        audit=tuple(event.as_event() for event in host.state_events),
         trail=tuple(scheduler.trail()),
         elapsed=elapsed,
         usage=usage,
@@ -511,6 +519,9 @@ class _Host(Host):
         self.live = live
         #: The characters the program read of its blobs (``blobs.read``).
         self.read_chars = 0
+        #: The run's state (``run_code(state=...)``) as this run uses it, or ``None``; each operation's record.
+        self.state: Optional[StateSession] = None
+        self.state_events: list[StateEvent] = []
 
     @property
     def deadline(self) -> Optional[float]:
@@ -572,4 +583,47 @@ class _Host(Host):
             if blobs is None:
                 return Settled(Outcome.failure(READ_LABEL, NO_BLOBS), READ_LABEL)
             return Settled(blobs.read(parsed[1] if len(parsed) > 1 else None), READ_LABEL)
+        if type(parsed) is list and len(parsed) == 2 and type(parsed[0]) is str and parsed[0].startswith(STATE_OP):
+            return Settled(self.state_op(parsed[0][len(STATE_OP) :], parsed[1]))
         return Settled(self.discovery.answer(parsed))
+
+    def state_op(self, op: str, args: Any) -> Outcome:
+        """Do the program's ``state.<op>(...args)`` (``nous_sched.state``): its
+        outcome for the program, recorded as a ``state`` event in the audit (the
+        run's session log, ``RunResult.audit``) and the live stream, never the value."""
+        if self.state is None:
+            answer = StateAnswer(op, False, message=NO_STATE, error="no_state")
+        else:
+            answer = self._state_answer(op, args)
+        event = StateEvent(answer.op, answer.key, answer.size, answer.version, answer.ok, answer.error)
+        self.state_events.append(event)
+        self.scheduler.session_log().append(event.as_event())
+        if self.live is not None:
+            self.live.emit_record(event)
+        if answer.ok:
+            blobs = self.run_ctx.blobs
+            if op == "get" and blobs is not None and answer.size > blobs.limit:  # a big value stays here too
+                value, text, _ = blobs.hold(answer.value, dumps(answer.value))
+                return Outcome.crossed(value, text)
+            return Outcome.success(answer.value)
+        return Outcome.failure(STATE_OP + answer.op, answer.message)
+
+    def _state_answer(self, op: str, args: Any) -> StateAnswer:
+        """The state session's answer; a ``set`` of a value holding blob handles first keeps
+        their blobs in the scope (``nous_sched.blobs.keep_in_scope``), or writes nothing."""
+        assert self.state is not None
+        blobs = self.run_ctx.blobs
+        if op == "set" and blobs is not None and type(args) is list and len(args) > 1:
+            problem = keep_in_scope(blobs, self.state.state, args[1], self.state.limits)
+            if problem is not None:
+                key = args[0] if isinstance(args[0], str) else None
+                return StateAnswer(op, False, message=problem[1], key=key, error=problem[0])
+        return self.state.answer(op, args)
+
+
+#: The question a program's ``state.<op>(...)`` asks the host (``prelude.js``): ``["state.<op>", args]``.
+STATE_OP = "state."
+NO_STATE = (
+    "this run has no state: the host passes one as run_code(..., state=nous_sched.State(scope)); "
+    "nothing was read or written"
+)
