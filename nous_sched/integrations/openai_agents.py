@@ -49,6 +49,8 @@ def from_openai_agents(
     requires_approval: Optional[bool] = None,
     category: str = "read",
     throttles: Sequence[Throttle] = (),
+    bound: Any = None,
+    callers: Any = None,
 ) -> Tool:
     """A :class:`~nous_sched.Tool` that runs the Agents SDK function tool ``tool``.
 
@@ -113,6 +115,8 @@ def from_openai_agents(
         derived_requires_approval=needs_approval,
         category=category,
         throttles=throttles,
+        bound=bound,
+        callers=callers,
     )
 
 
