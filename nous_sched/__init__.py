@@ -41,7 +41,14 @@ from .runtime.pool import WorkerPool
 from .runtime.quickjs import QuickJSRuntime
 from .scheduler import Scheduler, Ticket
 from .throttle import Throttle
-from .tooling import EXCLUSIVE, PARALLEL, Tool, concurrency_mode, function_tool
+from .tooling import (
+    EXCLUSIVE,
+    PARALLEL,
+    Bind,  # issue 40: bound arguments
+    Tool,
+    concurrency_mode,
+    function_tool,
+)
 
 #: The decorator, under the name other frameworks use: ``@nous_sched.tool`` is
 #: :func:`function_tool`. (No module of that name: ``Tool`` is ``nous_sched.Tool``,
@@ -131,4 +138,5 @@ __all__ = [
     "visible_tools",
     "WithContextUpdate",
     "WorkerPool",
+    "Bind",
 ]
