@@ -11,6 +11,7 @@ arguments (:class:`Bind`, what a caller sees, what the tool gets).
 
 from ._bound import (
     BOUND_MARKER,
+    MIN_REDACTED_CHARS,
     Bind,
     caller_parameters,
     marked,
@@ -47,6 +48,7 @@ __all__ = [
     "as_throttles",
     "concurrency_mode",
     "BOUND_MARKER",
+    "MIN_REDACTED_CHARS",
     "Bind",
     "CALLERS",
     "caller_parameters",

@@ -47,7 +47,7 @@ __all__ = [
 BOUND_MARKER = "[bound]"
 #: A bound string shorter than this is not looked for in error messages (a
 #: tenant ``"a"`` would blank every message); bind secrets longer than this.
-MIN_REDACTED_CHARS = 4
+MIN_REDACTED_CHARS = 3
 
 
 @attrs.frozen
@@ -195,9 +195,26 @@ def _strings(value: Any, depth: int = 0) -> Iterator[str]:
             yield from _strings(item, depth + 1)
 
 
+def _whole(value: Any) -> Iterator[str]:
+    """A bound value as an error message would spell it whole: its ``str`` and ``repr``, a bytes' contents."""
+    if isinstance(value, str):
+        return
+    for spell in (str, repr):
+        try:
+            yield spell(value)
+        except Exception:  # a value whose repr raises (or recurses too deep) is not said by one either
+            pass
+    if isinstance(value, bytes):
+        yield repr(value)[2:-1]
+        yield value.decode("latin-1")
+
+
 def secrets_of(bound_values: Mapping[str, Any]) -> list[str]:
-    """Every spelling of each bound string (as is, JSON-escaped, ``repr``'d) worth looking for, longest first."""
-    found: set[str] = set()
+    """Every spelling of each bound value worth looking for, longest first: each string in it
+    (as is, JSON-escaped, ``repr``'d) and the value whole (its ``str`` and ``repr``)."""
+    found: set[str] = {
+        text for value in bound_values.values() for text in _whole(value) if len(text) >= MIN_REDACTED_CHARS
+    }
     for text in _strings(list(bound_values.values())):
         if len(text) < MIN_REDACTED_CHARS:
             continue
