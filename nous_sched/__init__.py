@@ -40,6 +40,7 @@ from .runtime import CodeRuntime, Limits, RuntimeOutcome
 from .runtime.pool import WorkerPool
 from .runtime.quickjs import QuickJSRuntime
 from .scheduler import Scheduler, Ticket
+from .state import MemoryStateStore, RedisStateStore, SqliteStateStore, State, StateStoreError, StateStoreSeam
 from .throttle import Throttle
 from .tooling import (
     EXCLUSIVE,
@@ -138,5 +139,13 @@ __all__ = [
     "visible_tools",
     "WithContextUpdate",
     "WorkerPool",
+    # state across runs (issue 40)
+    "State",
+    "StateStoreSeam",
+    "StateStoreError",
+    "MemoryStateStore",
+    "SqliteStateStore",
+    "RedisStateStore",
+    # bound arguments (issue 40)
     "Bind",
 ]
