@@ -282,3 +282,32 @@ def test_visible_tools_offers_the_model_the_schema_without_bound_arguments() -> 
     tools = make_tools(received)
     offered = visible_tools("native", tools)
     assert [openai_tool(t)["function"]["parameters"]["required"] for t in offered] == [["query"], ["query"]]
+
+
+def test_an_mcp_tool_bound_through_its_override_reaches_the_server_and_its_error_is_redacted() -> None:
+    from mcp_servers import lab
+
+    from nous_sched.mcp import ServerSpec, connect
+
+    overrides = {
+        "as_text": ToolOverride(bound={"text": Bind("t")}, callers={"code"}),
+        "fail": ToolOverride(bound={"message": f"upstream refused {SECRET}"}),
+    }
+    with connect(ServerSpec(lab.build(), trusted=True, overrides=overrides)) as conn:
+        tools = {t.name: t for t in conn.tools()}
+        assert tools["as_text"].callers == frozenset({"code"})
+        assert "text" not in (tools["as_text"].caller_schema or {}).get("properties", {})
+        result = run_code(
+            "const said = await tools.as_text({});\n"
+            "let failed = null; try { await tools.fail({}); } catch (e) { failed = e.message; }\n"
+            "return {said, failed};",
+            list(tools.values()),
+            description="mcp",
+            bind={"t": "per-run text"},
+            timeout=WAIT,
+        )
+    assert result.error is None, result.error
+    assert result.result["said"] == "per-run text"  # the server got the run's value (and returned it: its word)
+    assert result.result["failed"] == f"Error executing tool fail: {BOUND_MARKER}"  # the server echoed it whole
+    assert_nowhere(repr(result), SECRET)
+    assert "as_text" not in [t.name for t in visible_tools("native", list(tools.values()))]
