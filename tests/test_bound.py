@@ -311,3 +311,31 @@ def test_an_mcp_tool_bound_through_its_override_reaches_the_server_and_its_error
     assert result.result["failed"] == f"Error executing tool fail: {BOUND_MARKER}"  # the server echoed it whole
     assert_nowhere(repr(result), SECRET)
     assert "as_text" not in [t.name for t in visible_tools("native", list(tools.values()))]
+
+
+def test_a_durable_run_keeps_no_bound_value_and_resume_takes_bind_again(tmp_path: Any) -> None:
+    from nous_sched import ApprovalDecision, SqliteApprovalStore, resume
+
+    received: list[dict[str, Any]] = []
+    tools = make_tools(received)
+    path = tmp_path / "approvals.db"
+    store = SqliteApprovalStore(str(path))
+    program = 'const r = await tools.lookup({query: "q"});\nreturn r;'
+    suspended = run_code(
+        program, tools, approval_store=store, description="durable", bind={"tenant": TENANT}, timeout=WAIT
+    )
+    assert suspended.suspended is not None and received == []
+    token = suspended.suspended.token
+    with pytest.raises(ConfigError, match=r"Bind\('tenant'\)"):
+        resume(token, {0: ApprovalDecision(True, "ok")}, tools, approval_store=store, timeout=WAIT)
+    done = resume(
+        token, {0: ApprovalDecision(True, "ok")}, tools, approval_store=store, bind={"tenant": TENANT}, timeout=WAIT
+    )
+    assert done.error is None, done.error
+    assert received == [{"query": "q", "api_key": SECRET, "tenant": TENANT}]
+    stored = b"".join(p.read_bytes() for p in tmp_path.iterdir())
+    for form in spellings(SECRET) + spellings(TENANT):
+        assert form.encode("utf-8", "surrogatepass") not in stored
+    assert_nowhere(repr(suspended), SECRET)
+    assert_nowhere(repr(done), SECRET)
+    assert_nowhere([e.as_event() if hasattr(e, "as_event") else e for e in done.audit], SECRET)
