@@ -339,3 +339,48 @@ def test_a_durable_run_keeps_no_bound_value_and_resume_takes_bind_again(tmp_path
     assert_nowhere(repr(suspended), SECRET)
     assert_nowhere(repr(done), SECRET)
     assert_nowhere([e.as_event() if hasattr(e, "as_event") else e for e in done.audit], SECRET)
+
+
+CLI_TOOLS = f"""
+import json
+from nous_sched import Tool
+
+SECRET = {SECRET!r}
+
+
+def lookup(args):
+    assert args["api_key"] == SECRET
+    return {{"found": args["query"]}}
+
+
+def echoer(args):
+    raise ValueError("bad key " + args["api_key"])
+
+
+SCHEMA = {({k: v for k, v in SCHEMA.items() if k != "required"})!r}
+TOOLS = [
+    Tool("lookup", lookup, parameters=SCHEMA, bound={{"api_key": SECRET, "tenant": "t-1"}}),
+    Tool("echoer", echoer, parameters=SCHEMA, bound={{"api_key": SECRET, "tenant": "t-1"}}),
+]
+"""
+
+
+@pytest.mark.parametrize("flags", [["--json"], ["--events"], ["--events", "--json"], []])
+def test_the_cli_shows_the_marker_never_the_key(tmp_path: Any, capsys: pytest.CaptureFixture[str], flags: list[str]) -> None:
+    from nous_sched.cli import main
+
+    (tmp_path / "bound_cli_tools.py").write_text(CLI_TOOLS, encoding="utf-8")
+    program = tmp_path / "p.js"
+    program.write_text(
+        'const r = await tools.lookup({query: "q"});\n'
+        'try { await tools.echoer({query: "q"}); } catch (e) { console.log(e.message); }\n'
+        'console.log(JSON.stringify(r));\nreturn r;\n',
+        encoding="utf-8",
+    )
+    status = main(["run", str(program), "--tools", str(tmp_path / "bound_cli_tools.py"), "--runtime", "in-process", *flags])
+    out, err = capsys.readouterr()
+    assert status == 0, err
+    assert '"found"' in out or "found" in out
+    assert_nowhere(out + err, SECRET)
+    if "--json" in flags or "--events" in flags:
+        assert BOUND_MARKER in out
