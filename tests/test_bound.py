@@ -357,7 +357,7 @@ def echoer(args):
     raise ValueError("bad key " + args["api_key"])
 
 
-SCHEMA = {({k: v for k, v in SCHEMA.items() if k != "required"})!r}
+SCHEMA = { ({k: v for k, v in SCHEMA.items() if k != "required"})!r}
 TOOLS = [
     Tool("lookup", lookup, parameters=SCHEMA, bound={{"api_key": SECRET, "tenant": "t-1"}}),
     Tool("echoer", echoer, parameters=SCHEMA, bound={{"api_key": SECRET, "tenant": "t-1"}}),
@@ -366,7 +366,9 @@ TOOLS = [
 
 
 @pytest.mark.parametrize("flags", [["--json"], ["--events"], ["--events", "--json"], []])
-def test_the_cli_shows_the_marker_never_the_key(tmp_path: Any, capsys: pytest.CaptureFixture[str], flags: list[str]) -> None:
+def test_the_cli_shows_the_marker_never_the_key(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str], flags: list[str]
+) -> None:
     from nous_sched.cli import main
 
     (tmp_path / "bound_cli_tools.py").write_text(CLI_TOOLS, encoding="utf-8")
@@ -374,13 +376,93 @@ def test_the_cli_shows_the_marker_never_the_key(tmp_path: Any, capsys: pytest.Ca
     program.write_text(
         'const r = await tools.lookup({query: "q"});\n'
         'try { await tools.echoer({query: "q"}); } catch (e) { console.log(e.message); }\n'
-        'console.log(JSON.stringify(r));\nreturn r;\n',
+        "console.log(JSON.stringify(r));\nreturn r;\n",
         encoding="utf-8",
     )
-    status = main(["run", str(program), "--tools", str(tmp_path / "bound_cli_tools.py"), "--runtime", "in-process", *flags])
+    status = main(
+        ["run", str(program), "--tools", str(tmp_path / "bound_cli_tools.py"), "--runtime", "in-process", *flags]
+    )
     out, err = capsys.readouterr()
     assert status == 0, err
     assert '"found"' in out or "found" in out
     assert_nowhere(out + err, SECRET)
     if "--json" in flags or "--events" in flags:
         assert BOUND_MARKER in out
+
+
+def test_serve_mcp_binds_per_request_through_bind_for_and_shows_the_marker_only(tmp_path: Any) -> None:
+    import anyio
+    from mcp import Client
+    from mcp_types import ElicitResult
+
+    from nous_sched.mcp import CodeModeServer
+
+    received: list[dict[str, Any]] = []
+    principals: list[Any] = []
+    path = tmp_path / "audit.jsonl"
+
+    def bind_for(principal: Any) -> dict[str, Any]:
+        principals.append(principal)
+        return {"tenant": TENANT}
+
+    server = CodeModeServer(make_tools(received), audit_log=str(path), timeout=WAIT, bind_for=bind_for)
+    seen: list[Any] = []
+
+    async def on_progress(value: Any, total: Any, message: Any) -> None:
+        seen.append(("progress", message))
+
+    async def on_log(params: Any) -> None:
+        seen.append(("log", params.data))
+
+    async def on_elicit(ctx: Any, params: Any) -> Any:
+        seen.append(("asked", params.message))
+        return ElicitResult(action="accept", content={"approve": True})
+
+    async def go() -> Any:
+        with anyio.fail_after(WAIT):
+            async with Client(
+                server.server, mode="legacy", logging_callback=on_log, elicitation_callback=on_elicit
+            ) as client:
+                listed = await client.list_tools()
+                result = await client.call_tool(
+                    "run_code", {"code": PROGRAM, "description": "served"}, progress_callback=on_progress
+                )
+                return listed, result
+
+    listed, result = anyio.run(go)
+    server.close()
+    audit = path.read_text(encoding="utf-8").splitlines()
+    assert result.structured_content.get("error") is None, result.structured_content
+    assert received[0] == {"query": "q", "api_key": SECRET, "tenant": TENANT}
+    assert principals == [None]  # no bearer token: no principal
+    assert any(kind == "asked" and BOUND_MARKER in text for kind, text in seen)
+    assert any(BOUND_MARKER in line for line in audit)
+    for haystack in (listed, result, seen, audit):
+        assert_nowhere(repr(haystack), SECRET)
+        assert_nowhere(repr(haystack), TENANT)
+
+
+def test_serve_mcp_without_bind_for_checks_its_binds_at_start_and_a_failing_bind_for_runs_nothing() -> None:
+    import anyio
+    from mcp import Client
+
+    from nous_sched.mcp import CodeModeServer
+
+    received: list[dict[str, Any]] = []
+    with pytest.raises(ConfigError, match=r"CodeModeServer: tool 'lookup' binds its argument 'tenant'"):
+        CodeModeServer(make_tools(received), timeout=WAIT)
+
+    def broken(principal: Any) -> Any:
+        raise RuntimeError(f"no tenant for {SECRET}")
+
+    server = CodeModeServer(make_tools(received), timeout=WAIT, bind_for=broken)
+
+    async def go() -> Any:
+        with anyio.fail_after(WAIT):
+            async with Client(server.server, mode="legacy") as client:
+                return await client.call_tool("run_code", {"code": PROGRAM, "description": "served"})
+
+    result = anyio.run(go)
+    server.close()
+    assert result.is_error and "bind_for raised RuntimeError" in repr(result) and received == []
+    assert_nowhere(repr(result), SECRET)
