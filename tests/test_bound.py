@@ -466,3 +466,20 @@ def test_serve_mcp_without_bind_for_checks_its_binds_at_start_and_a_failing_bind
     server.close()
     assert result.is_error and "bind_for raised RuntimeError" in repr(result) and received == []
     assert_nowhere(repr(result), SECRET)
+
+
+def test_function_tool_takes_bound_and_callers_and_checks_them_where_written() -> None:
+    @function_tool(bound={"api_key": SECRET}, callers={"code"})
+    def fetch(url: str, api_key: str) -> str:
+        """Fetch a URL with the service's key."""
+        return f"{url} fetched with a key of {len(api_key)} characters"
+
+    assert set(fetch.caller_schema["properties"]) == {"url"} and fetch.callers == frozenset({"code"})
+    result = run_code(
+        'return await tools.fetch({url: "u"})', [fetch], description="d", timeout=WAIT, runtime=QuickJSRuntime()
+    )
+    assert result.result == f"u fetched with a key of {len(SECRET)} characters"
+    with pytest.raises(ConfigError, match="function_tool: `callers`"):
+        function_tool(callers="code")
+    with pytest.raises(ConfigError, match="function_tool: `bound` must be a mapping"):
+        function_tool(bound=[SECRET])  # type: ignore[arg-type]

@@ -257,7 +257,7 @@ class Gate:
         problem = argument_error(tool, args)
         if problem is not None:
             return self._refuse(name, problem, "schema")
-        if tool.bound:  # every record shows the marker; the text no longer spells these arguments
+        if getattr(tool, "bound", None):  # every record shows the marker; the text no longer spells these arguments
             return Admitted(tool, marked(tool, args))
         return Admitted(tool, args, text)
 
