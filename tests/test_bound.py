@@ -167,7 +167,6 @@ def test_a_bound_key_reaches_the_tool_and_appears_nowhere_else(caplog: pytest.Lo
 
 
 def test_otel_spans_carry_the_marker_not_the_key() -> None:
-    pytest.importorskip("opentelemetry.sdk")
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter

@@ -107,3 +107,27 @@ def test_overrides_and_adapters_set_callers() -> None:
         return 1
 
     assert f.callers == frozenset({"model", "code"})
+
+
+def test_framework_adapters_take_callers_and_the_agents_sdk_says_its_own() -> None:
+    import agents
+    import langchain_core.tools as langchain_tools
+
+    from nous_sched.integrations import from_langchain, from_openai_agents
+
+    programmatic = agents.function_tool(lambda city: city, name_override="p_only", allowed_callers=["programmatic"])
+    both = agents.function_tool(lambda city: city, name_override="both", allowed_callers=["programmatic", "direct"])
+    plain = agents.function_tool(lambda city: city, name_override="plain")
+    assert from_openai_agents(programmatic).callers == frozenset({"code"})
+    assert from_openai_agents(both).callers == frozenset({"model", "code"})
+    assert from_openai_agents(plain, callers={"model"}).callers == frozenset({"model"})
+    assert from_openai_agents(programmatic, callers={"model", "code"}).callers == frozenset({"model", "code"})
+
+    @langchain_tools.tool
+    def add(a: int, b: int) -> int:
+        """Add two numbers."""
+        return a + b
+
+    assert from_langchain(add, callers={"code"}).callers == frozenset({"code"})
+    with pytest.raises(ConfigError, match="`callers`"):
+        from_langchain(add, callers="code")

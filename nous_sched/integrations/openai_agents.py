@@ -63,12 +63,14 @@ def from_openai_agents(
     calls = require("openai.types.responses", "openai-agents", _ADAPTER)
     if not isinstance(tool, agents.FunctionTool):
         raise ConfigError(f"{_ADAPTER}: expected an agents.FunctionTool, got {type(tool).__name__}")
-    callers = tool.allowed_callers
-    if callers is not None and "programmatic" not in callers:
+    allowed = tool.allowed_callers
+    if allowed is not None and "programmatic" not in allowed:
         raise ConfigError(
-            f"{_ADAPTER}: tool {tool.name!r} allows only {sorted(callers)} callers; a program calling it would "
+            f"{_ADAPTER}: tool {tool.name!r} allows only {sorted(allowed)} callers; a program calling it would "
             "break that promise (add 'programmatic' to allowed_callers)"
         )
+    if callers is None and allowed is not None:  # the SDK's word: "programmatic" is code, "direct" the model
+        callers = {"code"} | ({"model"} if "direct" in allowed else set())
     if tool.tool_input_guardrails or tool.tool_output_guardrails:
         raise ConfigError(
             f"{_ADAPTER}: tool {tool.name!r} has tool guardrails, which only the Agents SDK's runner runs; "
