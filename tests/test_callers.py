@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 import pytest
+from pydantic_ai import RunContext
 
 from nous_sched import (
     ConfigError,
@@ -131,3 +132,151 @@ def test_framework_adapters_take_callers_and_the_agents_sdk_says_its_own() -> No
     assert from_langchain(add, callers={"code"}).callers == frozenset({"code"})
     with pytest.raises(ConfigError, match="`callers`"):
         from_langchain(add, callers="code")
+
+
+def test_a_pydantic_ai_switch_offers_model_only_tools_directly_and_binds_arguments() -> None:
+    import asyncio
+
+    from pydantic_ai import Agent
+    from pydantic_ai.exceptions import ApprovalRequired
+    from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart, ToolReturnPart
+    from pydantic_ai.models.function import FunctionModel
+    from pydantic_ai.toolsets import FunctionToolset
+
+    from nous_sched import ApprovalRequest
+    from nous_sched.integrations.pydantic_ai import CodeModeToolset
+
+    secret = "sk-switch-" + "9f" * 8
+    got: list[Any] = []
+
+    def ask_user(question: str) -> str:
+        got.append(("ask_user", question))
+        return "yes"
+
+    def fetch(ctx: RunContext[None], url: str, api_key: str) -> str:
+        if not ctx.tool_call_approved:
+            raise ApprovalRequired()
+        got.append(("fetch", url, api_key))
+        return f"fetched {url}"
+
+    program = (
+        'let said = null; try { await tools.ask_user({question: "?"}); } catch (e) { said = e.message; }\n'
+        'return {said, fetched: await tools.fetch({url: "u"})};'
+    )
+    seen: dict[str, Any] = {}
+
+    def respond(messages: Any, info: Any) -> Any:
+        returns = [p for m in messages for p in getattr(m, "parts", []) if isinstance(p, ToolReturnPart)]
+        if not returns:
+            seen["offered"] = sorted(t.name for t in info.function_tools)
+            seen["sdk"] = next(t.description for t in info.function_tools if t.name == "run_code")
+            return ModelResponse(parts=[ToolCallPart("ask_user", {"question": "direct?"})])
+        if len(returns) == 1:
+            return ModelResponse(parts=[ToolCallPart("run_code", {"code": program, "description": "fetch"})])
+        seen["answer"] = returns[-1].content
+        return ModelResponse(parts=[TextPart("ok")])
+
+    asked: list[ApprovalRequest] = []
+    functions = FunctionToolset([ask_user])
+    functions.add_function(fetch, takes_ctx=True)
+    toolset = CodeModeToolset(
+        functions,
+        callers={"ask_user": {"model"}},
+        bound={"fetch": {"api_key": secret}},
+        approval_handler=lambda request: asked.append(request) or True,
+        timeout=WAIT,
+    )
+    agent = Agent(FunctionModel(respond), toolsets=[toolset])
+
+    async def go() -> Any:
+        async with agent:
+            return await agent.run("go")
+
+    assert asyncio.run(go()).output == "ok"
+    assert seen["offered"] == ["ask_user", "run_code"]  # the model-only tool, offered directly
+    assert "ask_user" not in seen["sdk"] and "api_key" not in seen["sdk"] and "fetch" in seen["sdk"]
+    answer = json.loads(seen["answer"])["result"]
+    assert 'may be called only by the model directly, not from code (Tool.callers={"model"})' in answer["said"]
+    assert answer["fetched"] == "fetched u"
+    assert got == [("ask_user", "direct?"), ("fetch", "u", secret)]
+    assert [r.arguments for r in asked] == [{"url": "u", "api_key": "[bound]"}]  # asked from inside the tool
+    assert secret not in repr(asked) + seen["answer"] + seen["sdk"]
+    with pytest.raises(ConfigError, match=r"CodeModeToolset: `callers\['ask_user'\]`"):
+        CodeModeToolset(functions, callers={"ask_user": "model"})
+
+
+def test_a_langchain_switch_keeps_a_model_only_tool_offered_beside_run_code() -> None:
+    from langchain.agents import create_agent
+    from langchain_core.language_models.chat_models import BaseChatModel
+    from langchain_core.messages import AIMessage, ToolMessage
+    from langchain_core.outputs import ChatGeneration, ChatResult
+    from langchain_core.tools import tool as langchain_tool
+
+    from nous_sched.integrations.langchain import CodeModeMiddleware
+
+    program = (
+        'let said = null; try { await tools.ask_user({question: "?"}); } catch (e) { said = e.message; }\n'
+        'return {said, loud: await tools.shout({text: "hi"})};'
+    )
+    seen: dict[str, Any] = {}
+
+    class Scripted(BaseChatModel):
+        @property
+        def _llm_type(self) -> str:
+            return "scripted"
+
+        def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
+            seen["offered"] = [t.name for t in tools]
+            seen["sdk"] = tools[-1].description
+            return self
+
+        def _generate(self, messages: Any, stop: Any = None, run_manager: Any = None, **kwargs: Any) -> Any:
+            answers = [m for m in messages if isinstance(m, ToolMessage)]
+            if not answers:
+                call = {
+                    "name": "run_code",
+                    "args": {"code": program, "description": "d"},
+                    "id": "c1",
+                    "type": "tool_call",
+                }
+                return ChatResult(generations=[ChatGeneration(message=AIMessage(content="", tool_calls=[call]))])
+            seen["answer"] = answers[-1].content
+            return ChatResult(generations=[ChatGeneration(message=AIMessage(content="done"))])
+
+    @langchain_tool
+    def ask_user(question: str) -> str:
+        """Ask the person."""
+        return "yes"
+
+    @langchain_tool
+    def shout(text: str) -> str:
+        """Shout."""
+        return text.upper()
+
+    agent = create_agent(
+        Scripted(),
+        [ask_user, shout],
+        middleware=[CodeModeMiddleware(callers={"ask_user": {"model"}}, timeout=WAIT)],
+    )
+    state = agent.invoke({"messages": [{"role": "user", "content": "go"}]})
+    assert state["messages"][-1].content == "done"
+    assert seen["offered"] == ["ask_user", "run_code"]
+    assert "ask_user" not in seen["sdk"] and '"shout"(' in seen["sdk"]
+    answer = json.loads(seen["answer"])["result"]
+    assert "may be called only by the model directly" in answer["said"] and answer["loud"] == "HI"
+
+
+def test_an_agents_sdk_switch_offers_what_callers_gives_the_model() -> None:
+    import asyncio
+
+    import agents
+
+    from nous_sched.integrations.openai_agents import code_mode
+
+    ask_user = agents.function_tool(lambda question: "yes", name_override="ask_user")
+    shout = agents.function_tool(lambda text: text.upper(), name_override="shout")
+    agent = code_mode(agents.Agent(name="a", tools=[ask_user, shout]), callers={"ask_user": {"model"}}, timeout=WAIT)
+    offered = asyncio.run(agent.get_all_tools(agents.RunContextWrapper(context=None)))
+    names = [t.name for t in offered]
+    assert names == ["ask_user", "run_code"]
+    assert "ask_user" not in offered[-1].description and '"shout"(' in offered[-1].description

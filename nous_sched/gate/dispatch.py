@@ -22,7 +22,7 @@ import attrs
 from .._slots import record
 from ..errors import ToolError
 from ..outcome import quote_name
-from ..tooling import redact, secrets_of, with_bound
+from ..tooling import BOUND_MARKER, redact, secrets_of, with_bound
 from . import approval_text
 
 if TYPE_CHECKING:  # tool.py is above this module: only its name, for the types
@@ -263,6 +263,9 @@ def approve(tool: Tool, args: dict[str, Any], run_ctx: Optional[RunContext]) -> 
             "denied",
         )
     info = current_call.get()
+    hidden = _bound_here.get()
+    if hidden:  # asked from inside a tool that holds its bound values: the question shows markers
+        args = {k: BOUND_MARKER if k in hidden else value for k, value in args.items()}
     request = ApprovalRequest(
         tool.name,
         copy.deepcopy(args),
@@ -295,10 +298,20 @@ def direct_dispatch(tool: Tool, args: dict[str, Any], run_ctx: Optional[RunConte
     if not getattr(tool, "bound", None):
         return tool.function(args)
     bound_args = with_bound(tool, args, getattr(run_ctx, "bind", None))
+    # A tool that asks for approval itself (a framework switch's nested tool) asks with the markers.
+    hidden = _bound_here.set(frozenset(tool.bound))
     try:
         return tool.function(bound_args)
     except Exception as exc:
         raise _redacted(exc, bound_args, tool) from None
+    finally:
+        _bound_here.reset(hidden)
+
+
+#: The bound argument names of the tool running in this context: :func:`approve` shows them as markers.
+_bound_here: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar(
+    "nous_sched.bound_here", default=frozenset()
+)
 
 
 def _redacted(exc: Exception, bound_args: dict[str, Any], tool: Any) -> Exception:
