@@ -482,3 +482,24 @@ def test_function_tool_takes_bound_and_callers_and_checks_them_where_written() -
         function_tool(callers="code")
     with pytest.raises(ConfigError, match="function_tool: `bound` must be a mapping"):
         function_tool(bound=[SECRET])  # type: ignore[arg-type]
+
+
+def test_concurrency_safe_sees_the_markers_and_the_tool_the_values() -> None:
+    predicate_saw: list[dict[str, Any]] = []
+    tool_saw: list[dict[str, Any]] = []
+
+    def safe(args: dict[str, Any]) -> bool:
+        predicate_saw.append(dict(args))
+        return True
+
+    tool = Tool("t", lambda args: tool_saw.append(dict(args)) or 1, concurrency_safe=safe, bound={"key": SECRET})
+    result = run_code(
+        "return await Promise.all([tools.t({n: 1}), tools.t({n: 2})])",
+        [tool],
+        description="d",
+        timeout=WAIT,
+        runtime=QuickJSRuntime(),
+    )
+    assert result.result == [1, 1]
+    assert sorted(p["n"] for p in predicate_saw) == [1, 2] and {p["key"] for p in predicate_saw} == {BOUND_MARKER}
+    assert {t["key"] for t in tool_saw} == {SECRET}

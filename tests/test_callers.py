@@ -87,7 +87,8 @@ def test_a_model_only_tool_is_absent_from_the_sdk_the_program_reads() -> None:
         timeout=WAIT,
     )
     crunch, found, ask = result.result
-    assert "crunch" in crunch and "ask_user" not in found and ask.startswith("no: ")
+    assert "crunch" in crunch and "ask_user" not in found
+    assert ask.startswith("no: ") and "may be called only by the model directly" in ask
 
 
 @pytest.mark.parametrize("bad", ["model", {"human"}, set(), ["code", 1], None, 3])

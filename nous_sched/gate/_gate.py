@@ -61,7 +61,7 @@ from .dispatch import RUN_OVER
 from .policy import denied_message
 from .schema import argument_error
 
-__all__ = ["Gate", "Admitted", "BUDGET_SPENT", "MAX_NAME_CHARS", "REFUSAL_REASONS"]
+__all__ = ["Gate", "Admitted", "callers_rule", "BUDGET_SPENT", "MAX_NAME_CHARS", "REFUSAL_REASONS"]
 
 #: Why the gate refused a call, by check: the run was over (1), the name is not
 #: a string or too long, the tool is unknown or the policy denies it (2), the
@@ -231,7 +231,7 @@ class Gate:
             )
         callers = getattr(self.granted[name], "callers", None)
         if callers is not None and self._caller not in callers:
-            return self._refuse(name, _callers_rule(name, callers, self._caller), "callers")
+            return self._refuse(name, callers_rule(name, callers, self._caller), "callers")
         return None
 
     def _size(self, name: str, size: int) -> Optional[Outcome]:
@@ -277,7 +277,8 @@ class Gate:
         return outcome
 
 
-def _callers_rule(name: str, callers: Any, caller: str) -> str:
+def callers_rule(name: str, callers: Any, caller: str) -> str:
+    """The refusal of a call by ``caller`` (``"code"`` or ``"model"``) of tool ``name``, whose ``callers`` leave it out."""
     if caller == "code":
         return (
             f"tool {quote_name(name)} may be called only by the model directly, not from code "

@@ -99,7 +99,8 @@ class Tool:
     schema a caller sees and checks against, and the call's records (the audit,
     the approval question, live events and spans show ``"[bound]"``); a call
     that passes one is refused; the tool gets it, as given, after approval
-    (``nous_sched.tooling._bound``). Its ``repr`` shows the names only.
+    (``nous_sched.tooling._bound``). Its ``repr`` shows the names only;
+    ``concurrency_safe`` and the approval handler see the markers too.
 
     ``callers`` says who may call it: ``{"model"}`` (a direct tool call only:
     absent from the program's SDK, and a program's call is refused with a
