@@ -51,7 +51,14 @@ from .state import (
     StateStoreSeam,
 )
 from .throttle import Throttle
-from .tooling import EXCLUSIVE, PARALLEL, Tool, concurrency_mode, function_tool
+from .tooling import (
+    EXCLUSIVE,
+    PARALLEL,
+    Bind,  # issue 40: bound arguments
+    Tool,
+    concurrency_mode,
+    function_tool,
+)
 
 #: The decorator, under the name other frameworks use: ``@nous_sched.tool`` is
 #: :func:`function_tool`. (No module of that name: ``Tool`` is ``nous_sched.Tool``,
@@ -151,4 +158,6 @@ __all__ = [
     # issue 42: approvals and state in Postgres
     "PostgresApprovalStore",
     "PostgresStateStore",
+    # bound arguments (issue 40)
+    "Bind",
 ]

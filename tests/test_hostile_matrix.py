@@ -957,3 +957,66 @@ def test_serve_mcp_lists_a_tool_whose_own_description_holds_a_lone_surrogate():
     description = listed.tools[0].description
     assert "echoes \ufffd back\u202e" in description and "\ud800" not in description
     assert result.structured_content == {"logs": ["honest 1"], "result": "honest 1"}
+
+
+# -- issue 40: a bound value (Tool.bound, run_code's bind) is a hostile value's way in too ---------
+
+
+def _bound_value(value: Hostile) -> Any:
+    if value.raw is not None:
+        return value.raw  # bytes: a host value need not be JSON
+    if value.name == "non_finite_numbers":
+        return [float("nan"), float("inf"), float("-inf"), -0.0, value.text]
+    if value.name in ("deep_nesting", "too_deep"):
+        deep: Any = value.text
+        for _ in range(len(value.text)):
+            deep = [deep]
+        return deep
+    return value.text
+
+
+@pytest.mark.parametrize("value", VALUES, ids=[v.name for v in VALUES])
+def test_a_hostile_bound_value_reaches_the_tool_and_is_shown_nowhere(value: Hostile, caplog: Any) -> None:
+    from nous_sched import Bind, Tool
+    from nous_sched.tooling import MIN_REDACTED_CHARS
+
+    caplog.set_level(logging.DEBUG, logger="nous_sched")
+    hostile = _bound_value(value)
+    got: list[Any] = []
+
+    def take(args: dict[str, Any]) -> Any:
+        got.append((args["fixed"], args["per_run"]))
+        raise ValueError(f"echo {args['fixed']!r} {args['per_run']!r}")  # an error echoing both: redacted
+
+    schema = {"type": "object", "properties": {"q": {"type": "string"}, "fixed": {}, "per_run": {}}}
+    tool = Tool("take", take, parameters=schema, bound={"fixed": hostile, "per_run": Bind("v")}, requires_approval=True)
+    questions: list[str] = []
+    run = start_run(
+        'try { await tools.take({q: "x"}); } catch (e) { console.log(e.message); }\nreturn "done";',
+        [tool],
+        description="bound",
+        bind={"v": hostile},
+        approval_handler=lambda request: questions.append(request.question()) or True,
+        timeout=WAIT,
+        runtime=QuickJSRuntime(),
+    )
+    events = [json.dumps(e.data, ensure_ascii=False, default=repr) for e in run.events()]
+    result = run.result(WAIT)
+    assert result.result == "done", result.error
+    assert len(got) == 1 and got[0][0] is hostile and got[0][1] is hostile  # the very object, both ways
+    shown = [
+        repr(result),
+        json.dumps(result.for_model(), ensure_ascii=False),
+        json.dumps([e.as_event().data for e in result.events], ensure_ascii=False, default=repr),
+        events,
+        questions,
+        repr(tool),
+        caplog.text,
+    ]
+    # A bound string shorter than MIN_REDACTED_CHARS is not looked for in error messages (documented).
+    needles = [value.text] if len(value.text) >= MIN_REDACTED_CHARS else []
+    needles += [repr(hostile)[:200]] if needles or value.raw is not None else []
+    for text in map(str, shown):
+        for needle in needles:
+            assert needle not in text, (value.name, needle[:40])
+    assert "[bound]" in questions[0]

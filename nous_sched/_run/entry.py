@@ -14,6 +14,7 @@ every sub-call passes the gate, approval per sub-call).
 from __future__ import annotations
 
 import concurrent.futures
+from collections.abc import Mapping
 from typing import Any, Callable, Iterable, Optional
 
 from ..durable import run_durable
@@ -55,6 +56,7 @@ def run_code(
     output_budget: Optional[int] = GIVEN_NOT,
     approval_store: Optional[ApprovalStore] = GIVEN_NOT,
     state: Optional[State] = GIVEN_NOT,
+    bind: Optional[Mapping[str, Any]] = GIVEN_NOT,
 ) -> RunResult:
     """Run ``code`` with ``tools`` bound as ``tools[name](args)`` and return what it produced.
 
@@ -111,6 +113,13 @@ def run_code(
     a suspended run's answer too, its token always kept);
     ``result.usage`` says what the model got and what was cut.
     :func:`~nous_sched.run_code_tool` sets it to 20,000 by default.
+
+    ``bind`` (a mapping of names to values, ``None`` by default): the run's
+    values for the tools' :class:`~nous_sched.Bind` references (``Tool.bound``),
+    e.g. the current user's tenant. A granted tool holding a ``Bind`` that
+    ``bind`` lacks is a :class:`~nous_sched.ConfigError` naming it, before the
+    program starts. The values reach the tools only: never the program, the
+    audit, the approval question or any event, nor a ``repr``.
 
     ``options``: all of these in one :class:`~nous_sched.RunOptions` (checked
     when it was made), instead of keywords; an option given both ways is a

@@ -44,7 +44,7 @@ from .. import _tracing
 from .._interrupts import LOCAL, deferred, guarded, leave
 from .._text import one_line
 from ..crossing import text_bytes
-from ..errors import RunCodeError
+from ..errors import ConfigError, RunCodeError
 from ..events import StateEvent
 from ..gate import Admitted, Gate
 from ..gate.dispatch import RunContext
@@ -61,7 +61,7 @@ from ..runtime.syntax import explain as explain_syntax
 from ..scheduler import Scheduler
 from ..sdk.discovery import Discovery, unknown_tool_message
 from ..state import StateAnswer, StateSession
-from ..tooling import Tool
+from ..tooling import Tool, missing_binds
 from .options import RunOptions, check_runtime
 
 __all__ = [
@@ -72,6 +72,7 @@ __all__ = [
     "runtime_of",
     "ambient_cancel",
     "live_stream",
+    "check_binds",
 ]
 
 log = logging.getLogger("nous_sched")
@@ -191,7 +192,19 @@ def prepare(code: Any, tools: Iterable[Tool], options: RunOptions) -> Prepared:
     if executor is not None and _saturated_by_caller(executor):
         raise RunCodeError(_SATURATED)
     granted, denied = partition(tools, options.policy, "run_code")
+    check_binds(granted.values(), options.bind, "run_code")
     return Prepared(code, rt, limits, granted, denied, options)
+
+
+def check_binds(tools: Iterable[Tool], bind: Any, door: str) -> None:
+    """A :class:`~nous_sched.ConfigError` naming the first :class:`~nous_sched.Bind` of ``tools`` that ``bind`` lacks."""
+    missing = missing_binds(tools, bind)
+    if missing:
+        tool, argument, name = missing[0]
+        raise ConfigError(
+            f"{door}: tool {tool!r} binds its argument {argument!r} to Bind({name!r}), "
+            f"but the run's `bind` has no {name!r}; pass bind={{{name!r}: ...}}"
+        )
 
 
 def execute(p: Prepared, live: Any = None) -> RunResult:
@@ -278,6 +291,7 @@ def _build(p: Prepared, o: RunOptions, deadline: float, live: Any) -> tuple[Sche
         deadline=deadline,
         description=o.description or "",
         live=live,
+        bind=o.bind,
     )
     call_id = o.call_id
     scheduler = Scheduler(
