@@ -36,6 +36,7 @@ from .outcome import Outcome, SubCallError
 from .result import ERROR_KINDS, RunError, RunResult
 from .result.records import CallRecord, LaneState
 from .result.usage import CallUsage, Usage
+from .review import CallCount, Dynamic, ProgramSummary, ReviewDecision, ReviewRequest, ToolCallSite, summarize
 from .runtime import CodeRuntime, Limits, RuntimeOutcome
 from .runtime.pool import WorkerPool
 from .runtime.quickjs import QuickJSRuntime
@@ -131,4 +132,11 @@ __all__ = [
     "visible_tools",
     "WithContextUpdate",
     "WorkerPool",
+    "summarize",
+    "ProgramSummary",
+    "ToolCallSite",
+    "CallCount",
+    "Dynamic",
+    "ReviewRequest",
+    "ReviewDecision",
 ]

@@ -2,7 +2,7 @@
 
 :data:`VOCABULARY` names every kind of thing that happens to a call or a run
 (``call``, ``outcome``, ``refused``, ``log``, ``approval``, ``suspended``,
-``resumed``, ``end``, ``gap``) once, with its record type here and its name
+``resumed``, ``end``, ``gap``, ``review``) once, with its record type here and its name
 in each projection: its audit type, its live kind (:mod:`nous_sched.live`),
 its scheduler observer phase (:data:`PHASES`). The audit, the observer, the
 live stream, OTel, AG-UI and serve-mcp's notifications are tables keyed by
@@ -60,6 +60,7 @@ __all__ = [
     "ResumedEvent",
     "EndEvent",
     "GapEvent",
+    "ReviewEvent",
     "RUN_RECORDS",
     "AUDIT_TYPES",
     "OUTCOME_ERROR_KINDS",
@@ -438,12 +439,34 @@ class GapEvent:
     kind = "gap"
 
 
+@attrs.frozen
+class ReviewEvent:
+    """A run's program was reviewed before it started (``run_code(review=...)``):
+    ``verdict`` (``"allow"`` or ``"deny"``: an ``"ask"`` is recorded as the
+    answer it got), ``reason`` (why, in words: the reviewer's, or which way it
+    failed), ``asked`` (whether a person was asked through the approval
+    handler) and ``summary``, the program's static summary as JSON
+    (``ProgramSummary.as_dict()``: the strings in it are the program's own)."""
+
+    verdict: str
+    reason: str
+    asked: bool
+    summary: Mapping[str, Any] = attrs.field(converter=freeze)
+
+    kind = type = "review"
+
+    def as_event(self) -> Event:
+        """The audit's ``review`` event: ``verdict``, ``reason``, ``asked``, ``summary``."""
+        data = {"verdict": self.verdict, "reason": self.reason, "asked": self.asked, "summary": self.summary}
+        return Event(self.type, data)
+
+
 def _token_id(token: str) -> str:
     return token.split(".")[0]
 
 
 #: The run's record types (every kind of the vocabulary with scope ``"run"``).
-RUN_RECORDS = (LogLineEvent, SuspendedEvent, ResumedEvent, EndEvent, GapEvent)
+RUN_RECORDS = (LogLineEvent, SuspendedEvent, ResumedEvent, EndEvent, GapEvent, ReviewEvent)
 
 
 # -- the vocabulary ---------------------------------------------------------------------
@@ -516,6 +539,7 @@ VOCABULARY = (
     Kind("resumed", "run", ResumedEvent, "resumed", None, None, "a durable run went on with decisions"),
     Kind("end", "run", EndEvent, None, "end", None, "the run ended (always the last)"),
     Kind("gap", "run", GapEvent, None, "gap", None, "a live consumer fell behind and missed events"),
+    Kind("review", "run", ReviewEvent, "review", "review", None, "the program was reviewed before it started"),
 )
 
 #: The bookkeeping types of the audit, shared by :class:`SessionLog`,

@@ -49,7 +49,13 @@ messages, log lines) is its own text: a page writes it as text, never markup.
   ``answer``: what the model reads, :meth:`~nous_sched.RunResult.for_model`,
   within the run's output budget);
 * ``"gap"``, only for a consumer that fell behind: ``missed`` events it
-  will never see.
+  will never see;
+* ``"review"``: the program was reviewed before it started
+  (``run_code(review=...)``), always before any other event of its run:
+  ``verdict`` (``"allow"`` or ``"deny"``), ``reason`` (made inert and
+  clipped), ``asked`` (whether the approval handler was asked) and
+  ``summary`` (:meth:`~nous_sched.ProgramSummary.as_dict`: the program's own
+  strings, as JSON data).
 
 Each event's ``data`` is a projection of the record the vocabulary
 (:data:`nous_sched.events.VOCABULARY`) names for its kind: :func:`live_data`
@@ -96,6 +102,7 @@ from .events import (
     EndEvent,
     GapEvent,
     LogLineEvent,
+    ReviewEvent,
     SuspendedEvent,
     ToolCallEvent,
     ToolOutcomeEvent,
@@ -345,6 +352,12 @@ LIVE_DATA: dict[type, Callable[[Any], dict[str, Any]]] = {
     SuspendedEvent: _suspended_data,
     EndEvent: _end_data,
     GapEvent: lambda record: {"missed": record.missed},
+    ReviewEvent: lambda record: {
+        "verdict": record.verdict,
+        "reason": approval_text.clipped(record.reason)["text"],
+        "asked": record.asked,
+        "summary": record.summary,
+    },
 }
 
 

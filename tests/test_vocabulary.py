@@ -92,6 +92,7 @@ _SAMPLES = {
     events.ResumedEvent: events.ResumedEvent("tid", 2, took_over="host 1"),
     events.EndEvent: events.EndEvent(True, None, 1, {"calls": 0}, {"logs": ["hi"], "result": 1}),
     events.GapEvent: events.GapEvent(4),
+    events.ReviewEvent: events.ReviewEvent("deny", "no \x1b loops", False, {"calls": [], "bytes": 3}),
 }
 _LIVE = {
     events.LogLineEvent: {"line": "hi"},
@@ -108,10 +109,17 @@ _LIVE = {
         "answer": {"logs": ["hi"], "result": 1},
     },
     events.GapEvent: {"missed": 4},
+    events.ReviewEvent: {
+        "verdict": "deny",
+        "reason": "no \\x1b loops",
+        "asked": False,
+        "summary": {"calls": [], "bytes": 3},
+    },
 }
 _AUDIT = {
     events.SuspendedEvent: {"token_id": "tid", "pending": [3], "expires_at": 12.5},
     events.ResumedEvent: {"token_id": "tid", "replayed": 2, "took_over": "host 1"},
+    events.ReviewEvent: {"verdict": "deny", "reason": "no \x1b loops", "asked": False, "summary": {"calls": [], "bytes": 3}},
 }
 
 

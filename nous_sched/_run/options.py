@@ -145,6 +145,7 @@ class RunOptions:
     cancel: Optional[Cancel] = _field(None, CANCEL)
     output_budget: Optional[int] = _field(None, OUTPUT_BUDGET)
     approval_store: Optional[ApprovalStoreSeam] = _field(None, _STORE)
+    review: Optional[Callable[[Any], Any]] = _field(None, v.OPTIONAL_CALLABLE)
 
     @property
     def run_limits(self) -> Limits:

@@ -13,7 +13,7 @@ import attrs
 
 from .. import _validators as v
 from .._run.options import RunOptions, build
-from .._run.runner import execute, prepare, runtime_of
+from .._run.runner import execute, live_stream, prepare, reviewed, runtime_of
 from .._validators import require
 from ..errors import ConfigError
 from ..events import ApprovalEvent, Event, ResumedEvent, SuspendedEvent
@@ -610,7 +610,14 @@ _DECISIONS = v.instance_of(Mapping, "a mapping of seq to True, False or an Appro
 def run_durable(code: Any, tools: Iterable[Tool], options: RunOptions, store: ApprovalStoreSeam) -> RunResult:
     """``run_code(code, tools, options=options)`` with ``store``, its ``options.approval_store``: see the module docstring."""
     tools = list(tools)
+    review = None
+    if options.review is not None:  # once, before the first run: never again on a replay or a resume
+        review, denied = reviewed(prepare(code, tools, options), live_stream.get())
+        if denied is not None:
+            return denied
     run = _Run({}, [], {}, {}, options.approval_handler, options.description or "")
+    if review is not None:
+        run.audit.append(review.as_event())
     return _execute(code, tools, store, options, run)
 
 
@@ -652,7 +659,9 @@ def _run_once(
     code: Any, tools: list[Tool], store: ApprovalStoreSeam, options: RunOptions, run: _Run, runtime: Any
 ) -> RunResult:
     # The machinery itself, with this run's replaying runtime and its gate of approvals.
-    replaying = attrs.evolve(options, runtime=runtime, approval_handler=run.approval_handler, approval_store=None)
+    replaying = attrs.evolve(
+        options, runtime=runtime, approval_handler=run.approval_handler, approval_store=None, review=None
+    )
     result = execute(prepare(code, tools, replaying))
     error, suspended = result.error, None
     if run.diverged is not None:

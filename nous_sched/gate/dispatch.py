@@ -67,6 +67,11 @@ class ApprovalRequest:
     seq: Optional[int] = None
     site: str = ""
     committed: tuple[Any, ...] = ()
+    #: The run's program reviewed (``run_code(review=...)``): its static summary
+    #: (a :class:`~nous_sched.ProgramSummary`), on every request of such a run;
+    #: and ``code``, the whole program, on the review's own question (``tool`` "").
+    program: Any = None
+    code: Optional[str] = None
 
     def question(self) -> str:
         """This call as a person should read it before approving it: the same text
@@ -105,6 +110,9 @@ class RunContext:
     deadline: Optional[float] = None
     description: str = ""
     live: Any = None
+    #: The program's static summary when the run was reviewed (``run_code(review=...)``):
+    #: each approval request carries it (:attr:`ApprovalRequest.program`).
+    program: Any = None
 
 
 @record
@@ -264,6 +272,7 @@ def approve(tool: Tool, args: dict[str, Any], run_ctx: Optional[RunContext]) -> 
         description=getattr(run_ctx, "description", "") or "",
         call_id=info.id if info is not None else "",
         tool_description=getattr(tool, "description", ""),
+        program=getattr(run_ctx, "program", None),
     )
     if not _asked(handler, request, run_ctx, info):
         raise Refused(f"tool {quote_name(tool.name)} was rejected by the approval handler", tool.name, "denied")

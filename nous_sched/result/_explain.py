@@ -36,6 +36,8 @@ FIXES: Mapping[str, str] = {
     "output_limit": "Return less: only the fields needed, fewer items, or a summary.",
     "cancelled": "The caller cancelled the run; nothing in the program needs to change.",
     "replay_diverged": "Run the program again from the start (without resuming).",
+    "review_denied": "Nothing of the program ran: change what the reason names (or do the work "
+    "another way) and run it again.",
 }
 _NOT_DEFINED = re.compile(r"^ReferenceError: '?([A-Za-z_$][\w$]*)'? is not defined")
 _SDK = ("describe", "search")

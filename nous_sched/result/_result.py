@@ -14,7 +14,16 @@ from .usage import Usage
 __all__ = ["RunResult", "RunError", "ERROR_KINDS"]
 
 #: Every ``error.kind`` a run can end with.
-ERROR_KINDS = ("exception", "timeout", "abort", "invalid_output", "output_limit", "cancelled", "replay_diverged")
+ERROR_KINDS = (
+    "exception",
+    "timeout",
+    "abort",
+    "invalid_output",
+    "output_limit",
+    "cancelled",
+    "replay_diverged",
+    "review_denied",
+)
 
 
 @attrs.frozen
@@ -37,6 +46,10 @@ class RunError:
     * ``replay_diverged`` - a resumed run (:func:`nous_sched.resume`) made a
       call other than the one its ledger recorded, or was given other tools
       than the run that suspended; nothing was run.
+    * ``review_denied`` - the run's reviewer (``run_code(review=...)``)
+      denied the program before it started, or failed (raised, did not
+      answer in time, answered something else: it fails closed); ``message``
+      is its reason; nothing was run.
     """
 
     kind: str = attrs.field(validator=v.one_of(ERROR_KINDS))
