@@ -644,3 +644,86 @@ def test_a_review_decision_checks_its_verdict():
 def test_a_bad_review_option_is_a_config_error_naming_it():
     with pytest.raises(ConfigError, match="run_code.*review"):
         run_code("return 1", TOOLS, description="d", review="strict")
+
+
+# -- the command line and serve-mcp -------------------------------------------------------------------
+
+REVIEWERS = """
+from nous_sched import ReviewDecision, Tool
+
+TOOLS = [Tool("echo", lambda args: args)]
+NOT_CALLABLE = 3
+
+
+def deny(request):
+    return ReviewDecision.deny(f"no: {request.summary.calls_to('echo').sites} echo")
+
+
+def allow(request):
+    return ReviewDecision.allow()
+"""
+
+
+@pytest.fixture
+def reviewers(tmp_path):
+    module = tmp_path / "reviewers.py"
+    module.write_text(REVIEWERS)
+    program = tmp_path / "p.js"
+    program.write_text("return await tools.echo({a: 1});\n")
+    return str(module), str(program)
+
+
+def test_the_cli_run_takes_review_module_callable(reviewers, capsys):
+    from nous_sched.cli import main
+
+    module, program = reviewers
+    assert main(["run", program, "--tools", module, "--review", f"{module}:deny", "--json"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert out["error"]["kind"] == "review_denied" and "no: 1 echo" in out["error"]["message"]
+    assert out["events"] == []
+    assert main(["run", program, "--tools", module, "--review", f"{module}:allow", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["result"] == {"a": 1}
+
+
+@pytest.mark.parametrize(
+    "spec, says",
+    [
+        ("{module}", "expected MODULE:CALLABLE"),
+        ("{module}:nope", "the module has no 'nope'"),
+        ("{module}:NOT_CALLABLE", "'NOT_CALLABLE' is a int, not a callable"),
+        ("no_such_module_here:deny", "--review no_such_module_here: no module named"),
+    ],
+)
+def test_a_bad_review_spec_is_a_usage_error_naming_the_flag(reviewers, capsys, spec, says):
+    from nous_sched.cli import main
+
+    module, program = reviewers
+    spec = spec.format(module=module)
+    assert main(["run", program, "--tools", module, "--review", spec]) == 2
+    assert says in capsys.readouterr().err
+    assert main(["serve-mcp", "--tools", module, "--review", spec]) == 2
+    assert says in capsys.readouterr().err
+
+
+def test_serve_mcp_reviews_each_program_before_it_runs():
+    pytest.importorskip("mcp")
+    import anyio
+    from mcp import Client
+
+    from nous_sched.mcp import CodeModeServer
+
+    calls = []
+    server = CodeModeServer(_tools(calls), review=lambda r: ReviewDecision.deny(f"{len(r.summary.calls)} sites: no"))
+
+    async def go():
+        with anyio.fail_after(WAIT):
+            async with Client(server.server) as client:
+                return await client.call_tool("run_code", {"code": DELETES, "description": "test"})
+
+    try:
+        result = anyio.run(go)
+    finally:
+        server.close()
+    assert result.structured_content["error"]["kind"] == "review_denied"
+    assert "2 sites: no" in result.structured_content["error"]["message"]
+    assert calls == []

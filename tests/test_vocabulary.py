@@ -119,7 +119,12 @@ _LIVE = {
 _AUDIT = {
     events.SuspendedEvent: {"token_id": "tid", "pending": [3], "expires_at": 12.5},
     events.ResumedEvent: {"token_id": "tid", "replayed": 2, "took_over": "host 1"},
-    events.ReviewEvent: {"verdict": "deny", "reason": "no \x1b loops", "asked": False, "summary": {"calls": [], "bytes": 3}},
+    events.ReviewEvent: {
+        "verdict": "deny",
+        "reason": "no \x1b loops",
+        "asked": False,
+        "summary": {"calls": [], "bytes": 3},
+    },
 }
 
 

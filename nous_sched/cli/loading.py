@@ -16,7 +16,7 @@ from typing import Any, Iterable, TextIO
 
 from ..tooling import Tool
 
-__all__ = ["UsageError", "load_tools", "read_program"]
+__all__ = ["UsageError", "load_tools", "load_callable", "read_program"]
 
 
 class UsageError(Exception):
@@ -36,17 +36,17 @@ def _where(exc: BaseException) -> str:
     return f" (at {last.filename}:{last.lineno})"
 
 
-def _import_path(spec: str) -> Any:
+def _import_path(spec: str, flag: str = "--tools") -> Any:
     path = Path(spec)
     if not path.exists():
-        raise UsageError(f"--tools {spec}: no such file")
+        raise UsageError(f"{flag} {spec}: no such file")
     if not path.is_file():
-        raise UsageError(f"--tools {spec}: not a file (pass a .py file or a dotted module name)")
+        raise UsageError(f"{flag} {spec}: not a file (pass a .py file or a dotted module name)")
     path = path.resolve()
     name = "_nous_sched_tools_" + "".join(c if c.isalnum() else "_" for c in path.stem)
     module_spec = importlib.util.spec_from_file_location(name, path)
     if module_spec is None or module_spec.loader is None:
-        raise UsageError(f"--tools {spec}: cannot load it as a Python module (is it a .py file?)")
+        raise UsageError(f"{flag} {spec}: cannot load it as a Python module (is it a .py file?)")
     module = importlib.util.module_from_spec(module_spec)
     # Registered (dataclasses and pickling look modules up by name); siblings
     # of the file are importable while it loads, as with `python file.py`.
@@ -59,10 +59,10 @@ def _import_path(spec: str) -> Any:
         module_spec.loader.exec_module(module)
     except SyntaxError as exc:
         sys.modules.pop(name, None)
-        raise UsageError(f"--tools {spec}: syntax error at line {exc.lineno}: {exc.msg}") from None
+        raise UsageError(f"{flag} {spec}: syntax error at line {exc.lineno}: {exc.msg}") from None
     except Exception as exc:
         sys.modules.pop(name, None)
-        raise UsageError(f"--tools {spec}: importing it raised {type(exc).__name__}: {exc}{_where(exc)}") from None
+        raise UsageError(f"{flag} {spec}: importing it raised {type(exc).__name__}: {exc}{_where(exc)}") from None
     finally:
         if added:
             try:
@@ -72,7 +72,7 @@ def _import_path(spec: str) -> Any:
     return module
 
 
-def _import_dotted(spec: str) -> Any:
+def _import_dotted(spec: str, flag: str = "--tools") -> Any:
     cwd = os.getcwd()
     if cwd not in sys.path and "" not in sys.path:
         sys.path.insert(0, cwd)  # like `python -m`: modules in the current directory are importable
@@ -81,14 +81,14 @@ def _import_dotted(spec: str) -> Any:
     except ModuleNotFoundError as exc:
         if exc.name is not None and (spec == exc.name or spec.startswith(exc.name + ".")):
             raise UsageError(
-                f"--tools {spec}: no module named {exc.name!r} (pass a dotted module name importable "
+                f"{flag} {spec}: no module named {exc.name!r} (pass a dotted module name importable "
                 "from the current directory, or a path to a .py file)"
             ) from None
-        raise UsageError(f"--tools {spec}: importing it raised ModuleNotFoundError: {exc}{_where(exc)}") from None
+        raise UsageError(f"{flag} {spec}: importing it raised ModuleNotFoundError: {exc}{_where(exc)}") from None
     except SyntaxError as exc:
-        raise UsageError(f"--tools {spec}: syntax error in {exc.filename} at line {exc.lineno}: {exc.msg}") from None
+        raise UsageError(f"{flag} {spec}: syntax error in {exc.filename} at line {exc.lineno}: {exc.msg}") from None
     except Exception as exc:
-        raise UsageError(f"--tools {spec}: importing it raised {type(exc).__name__}: {exc}{_where(exc)}") from None
+        raise UsageError(f"{flag} {spec}: importing it raised {type(exc).__name__}: {exc}{_where(exc)}") from None
 
 
 def load_tools(spec: str) -> list[Tool]:
@@ -124,6 +124,27 @@ def load_tools(spec: str) -> list[Tool]:
             raise UsageError(f"--tools {spec}: {source} has two tools named {tool.name!r}; names must be distinct")
         seen.add(tool.name)
     return tools
+
+
+def load_callable(spec: str, flag: str) -> Any:
+    """The callable ``spec`` names, ``MODULE:NAME`` (a dotted module name or a
+    ``.py`` path, then an attribute of it), for ``flag`` (its name in messages).
+
+    :raises UsageError: no ``:NAME``, the module cannot be imported, or it has
+        no such attribute, or the attribute is not callable.
+    """
+    module_spec, _, name = spec.rpartition(":")
+    if not module_spec or not name.isidentifier():
+        raise UsageError(
+            f"{flag} {spec}: expected MODULE:CALLABLE (a dotted module name or a .py file, a colon, a name)"
+        )
+    module = _import_path(module_spec, flag) if _looks_like_path(module_spec) else _import_dotted(module_spec, flag)
+    found = getattr(module, name, None)
+    if found is None:
+        raise UsageError(f"{flag} {spec}: the module has no {name!r}")
+    if not callable(found):
+        raise UsageError(f"{flag} {spec}: {name!r} is a {type(found).__name__}, not a callable")
+    return found
 
 
 def read_program(spec: str, stdin: TextIO) -> str:

@@ -125,6 +125,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="make the run durable: a call that needs approval suspends it (exit status 3), its token and pending "
         "calls printed for `nous-sched resume`; FILE is a SQLite file or a redis:// URL",
     )
+    run.add_argument(
+        "--review",
+        metavar="MODULE:CALLABLE",
+        help="review the program before it runs: CALLABLE(ReviewRequest) returns a nous_sched.ReviewDecision "
+        "(allow, deny, or ask: with --ask, the whole program is asked on the terminal); it fails closed",
+    )
     cli_durable.add_parsers(sub)
     from . import serve_mcp  # imports neither the MCP SDK nor the runtime
 
@@ -282,6 +288,10 @@ def _run_options(args: argparse.Namespace, err: TextIO, cancel: Optional[Cancel]
         "approval_handler": _terminal_approver(args.program, err) if args.ask else None,
         "approval_store": cli_durable.open_store(args.approval_store) if args.approval_store else None,
     }
+    if getattr(args, "review", None):
+        from .loading import load_callable
+
+        options["review"] = load_callable(args.review, "--review")
     return build("run_code", options)
 
 
