@@ -526,6 +526,7 @@ def test_ask_puts_the_whole_program_and_its_summary_to_the_approval_handler_as_o
     question = program.question()
     assert question.startswith("A program asks to run.")
     assert "Calls delete_rows: 1 site, 1 in a loop (needs approval)" in question
+    assert 'delete_rows({"id": <r>}) in a loop' in question  # each site, its literal arguments, <unknowns>
     assert "  | for (const r of await tools.list_rows({}))" in question
     assert "drop them" in question
     # Each call's own question says what the program as a whole does.

@@ -44,6 +44,7 @@ iterative (no recursion on the program's nesting), each node visited once.
 
 from __future__ import annotations
 
+import json
 import math
 import threading
 from collections.abc import Callable, Iterable, Mapping
@@ -264,6 +265,10 @@ class ProgramSummary:
                 how.append(f"{count.referenced} referenced, not called")
             marks = [m for m, on in (("unknown", name in self.unknown), ("needs approval", name in self.gated)) if on]
             lines.append(f"Calls {name}: {', '.join(how)}" + (f" ({', '.join(marks)})" if marks else ""))
+        for site in self.calls[:_SITE_LINES]:
+            lines.append(f"At {site.line}:{site.column}: {_shown(site)}")
+        if len(self.calls) > _SITE_LINES:
+            lines.append(f"… and {len(self.calls) - _SITE_LINES} more call sites.")
         if not self.calls and not self.dynamic:
             lines.append("Calls no tool.")
         if self.reaches_gated:
@@ -284,6 +289,33 @@ class ProgramSummary:
             "error": self.error,
             "complete": self.complete,
         }
+
+
+#: Call sites :meth:`ProgramSummary.describe` shows one per line, at most.
+_SITE_LINES = 12
+
+
+def _shown(site: ToolCallSite) -> str:
+    """A call site in words: ``tool(arguments)`` and where it runs, each unknown value as ``<its source>``."""
+    if not site.called:
+        return f"{site.tool} referenced, not called (it may run any number of times)"
+    try:
+        arguments = "" if site.arguments is None else json.dumps(_marked(site.arguments), ensure_ascii=False)
+        arguments = arguments.replace('"\ue000', "<").replace('\ue001"', ">")  # an unknown value unquoted
+    except (TypeError, ValueError):
+        arguments = "…"
+    where = [w for w, on in (("in a loop", site.in_loop), ("in parallel", site.in_parallel)) if on]
+    return f"{site.tool}({arguments})" + (f" {', '.join(where)}" if where else "")
+
+
+def _marked(value: Any) -> Any:
+    if isinstance(value, Dynamic):
+        return f"\ue000{value.source}\ue001"
+    if isinstance(value, dict):
+        return {k: _marked(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_marked(v) for v in value]
+    return value
 
 
 def _plain(value: Any) -> Any:
