@@ -55,7 +55,7 @@ class ReviewRequest:
 
     def question(self) -> str:
         """The program as a person should read it before allowing it
-        (:func:`nous_sched.gate.approval_text.program_question`: escaped, clipped)."""
+        (``nous_sched.gate.approval_text.program_question``: escaped, clipped)."""
         return approval_text.program_question(self.code, self.description, self.summary)
 
 

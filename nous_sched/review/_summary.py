@@ -47,8 +47,8 @@ from __future__ import annotations
 import json
 import math
 import threading
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Optional, Union
+from collections.abc import Callable, Mapping
+from typing import Any, Iterable, Optional, Union
 
 import attrs
 
@@ -221,7 +221,7 @@ class ProgramSummary:
 
     @property
     def is_dynamic(self) -> bool:
-        """Whether the program may call any granted tool (:data:`ANY_TOOL`)."""
+        """Whether the program may call any granted tool (its ``dynamic`` reasons are not empty)."""
         return bool(self.dynamic)
 
     @property
@@ -248,7 +248,7 @@ class ProgramSummary:
 
     def describe(self) -> tuple[str, ...]:
         """The summary in lines a person reads (not yet escaped: the approval
-        question escapes and clips them, :mod:`nous_sched.gate.approval_text`)."""
+        question escapes and clips them, ``nous_sched.gate.approval_text``)."""
         lines = [f"Size: {self.bytes:,} bytes, {self.lines:,} lines."]
         if self.error is not None:
             lines.append(f"Not read whole: {self.error}")
@@ -333,7 +333,8 @@ def summarize(code: str, tools: Iterable[Tool] = (), *, policy: Optional[Permiss
 
     Never raises for any string: a syntax error is a summary whose ``error``
     says so. Cost: one tree-sitter parse and one walk of the tree, within
-    :data:`MAX_BYTES`, :data:`MAX_DEPTH` and :data:`MAX_SITES`.
+    ``MAX_BYTES``, ``MAX_NODES``, ``MAX_DEPTH`` and ``MAX_SITES``
+    (``nous_sched.review._summary``).
 
     :raises ConfigError: ``tools`` is not an iterable of :class:`~nous_sched.Tool`,
         or ``code`` is not a string.
