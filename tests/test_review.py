@@ -706,7 +706,7 @@ def test_a_bad_review_spec_is_a_usage_error_naming_the_flag(reviewers, capsys, s
     assert says in capsys.readouterr().err
 
 
-def test_serve_mcp_reviews_each_program_before_it_runs():
+def test_serve_mcp_reviews_each_program_before_it_runs(tmp_path):
     pytest.importorskip("mcp")
     import anyio
     from mcp import Client
@@ -714,7 +714,10 @@ def test_serve_mcp_reviews_each_program_before_it_runs():
     from nous_sched.mcp import CodeModeServer
 
     calls = []
-    server = CodeModeServer(_tools(calls), review=lambda r: ReviewDecision.deny(f"{len(r.summary.calls)} sites: no"))
+    audit = tmp_path / "audit.jsonl"
+    server = CodeModeServer(
+        _tools(calls), review=lambda r: ReviewDecision.deny(f"{len(r.summary.calls)} sites: no"), audit_log=str(audit)
+    )
 
     async def go():
         with anyio.fail_after(WAIT):
@@ -728,3 +731,8 @@ def test_serve_mcp_reviews_each_program_before_it_runs():
     assert result.structured_content["error"]["kind"] == "review_denied"
     assert "2 sites: no" in result.structured_content["error"]["message"]
     assert calls == []
+    lines = [json.loads(line) for line in audit.read_text().splitlines()]
+    reviews = [line for line in lines if line["event"] == "review"]
+    assert len(reviews) == 1 and reviews[0]["verdict"] == "deny" and reviews[0]["reason"] == "2 sites: no"
+    assert reviews[0]["summary"]["calls"][1]["tool"] == "delete_rows"
+    assert not any(line["event"] in ("tool_call", "tool_outcome") for line in lines)

@@ -189,7 +189,7 @@ def test_the_live_kinds_and_the_observer_phases_are_the_vocabularys_columns():
         (agui.PROJECTION, live.EVENT_KINDS),
         (live_forward.PROJECTION, live.EVENT_KINDS),
         (otel.PROJECTION, events.PHASES),
-        (serve.AUDIT_LINES, events.AUDIT_TYPES),
+        (serve.AUDIT_LINES, (*events.AUDIT_TYPES, "review")),  # (and a reviewed run's review line)
     ],
     ids=["agui", "mcp", "otel", "audit-log"],
 )
