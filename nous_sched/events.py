@@ -443,7 +443,8 @@ class GapEvent:
 class ReviewEvent:
     """A run's program was reviewed before it started (``run_code(review=...)``):
     ``verdict`` (``"allow"`` or ``"deny"``: an ``"ask"`` is recorded as the
-    answer it got), ``reason`` (why, in words: the reviewer's, or which way it
+    answer it got; ``"ask"`` itself when a durable run suspends to ask its
+    approval store, then ``"allow"`` or ``"deny"`` on resume), ``reason`` (why, in words: the reviewer's, or which way it
     failed), ``asked`` (whether a person was asked through the approval
     handler) and ``summary``, the program's static summary as JSON
     (``ProgramSummary.as_dict()``: the strings in it are the program's own)."""

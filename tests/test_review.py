@@ -736,3 +736,90 @@ def test_serve_mcp_reviews_each_program_before_it_runs(tmp_path):
     assert len(reviews) == 1 and reviews[0]["verdict"] == "deny" and reviews[0]["reason"] == "2 sites: no"
     assert reviews[0]["summary"]["calls"][1]["tool"] == "delete_rows"
     assert not any(line["event"] in ("tool_call", "tool_outcome") for line in lines)
+
+
+# -- ask, with a durable store: the run suspends before it starts --------------------------------------
+
+
+def test_ask_with_a_store_and_no_handler_suspends_before_the_program_starts(tmp_path):
+    from nous_sched import TokenError
+
+    store = SqliteApprovalStore(str(tmp_path / "ask.db"))
+    calls, log, runtime = [], SessionLog(), Counting(QuickJSRuntime())
+    options = {"description": "drop them", "review": lambda r: ReviewDecision.ask(), "approval_store": store}
+    first = run_code(DELETES, _tools(calls), session_log=log, runtime=runtime, **options)
+    assert runtime.started == 0 and calls == []  # nothing of the program ran
+    (pending,) = first.suspended.pending
+    assert (pending.seq, pending.tool, pending.code) == (-1, "", DELETES)
+    assert pending.program.calls_to("delete_rows").in_loop == 1
+    question = pending.question()
+    assert question.startswith("A program asks to run.") and "delete_rows" in question and "| for (const r" in question
+    assert [e.type for e in first.audit] == ["review", "suspended"] == [e.type for e in log.events]
+    assert first.audit[0].data["verdict"] == "ask" and first.audit[0].data["asked"] is True
+    assert first.for_model()["suspended"]["pending"][0]["seq"] == -1
+    (row,) = store.suspensions()
+    assert row["pending"][0]["code"] == DELETES
+
+    approve_all = {"approval_handler": lambda r: True, "runtime": QuickJSRuntime()}
+    done = resume(first.suspended.token, {-1: True}, _tools(calls), approval_store=store, **approve_all)
+    assert done.ok and done.result == "done" and [n for n, _ in calls] == ["list_rows", "delete_rows", "delete_rows"]
+    review = [e for e in done.audit if e.type == "review"]
+    assert len(review) == 1 and review[0].data["verdict"] == "allow" and review[0].data["asked"] is True
+    with pytest.raises(TokenError):
+        resume(first.suspended.token, {-1: True}, _tools(calls), approval_store=store)
+
+
+def test_a_program_denied_in_the_store_ends_review_denied_and_runs_nothing(tmp_path):
+    from nous_sched import ApprovalDecision, TokenError
+
+    store = SqliteApprovalStore(str(tmp_path / "deny.db"))
+    calls = []
+    first = run_code(
+        DELETES, _tools(calls), description="d", review=lambda r: ReviewDecision.ask(), approval_store=store
+    )
+    store.decide(first.suspended.token, -1, False, "not this week")
+    denied = resume(first.suspended.token, {}, _tools(calls), approval_store=store)
+    assert denied.error.kind == "review_denied" and "not this week" in denied.error.message
+    assert calls == [] and denied.events == ()
+    assert [(e.type, e.data["verdict"]) for e in denied.audit] == [("review", "deny")]
+    with pytest.raises(TokenError):  # finished: a denied program is never run later
+        resume(first.suspended.token, {-1: ApprovalDecision(True)}, _tools(calls), approval_store=store)
+
+
+def test_a_handler_that_defers_the_programs_question_suspends_it(tmp_path):
+    from nous_sched import DEFER
+
+    store = SqliteApprovalStore(str(tmp_path / "defer.db"))
+    asked = []
+
+    def handler(request):
+        asked.append(request.tool)
+        return DEFER
+
+    first = run_code(
+        "return 1",
+        TOOLS,
+        description="d",
+        review=lambda r: ReviewDecision.ask(),
+        approval_handler=handler,
+        approval_store=store,
+    )
+    assert asked == [""] and [p.seq for p in first.suspended.pending] == [-1]
+    assert resume(first.suspended.token, {"-1": True}, TOOLS, approval_store=store).result == 1
+
+
+def test_the_command_line_suspends_a_program_asked_about_and_resumes_it(reviewers, tmp_path, capsys):
+    from nous_sched.cli import main
+
+    module, program = reviewers
+    with open(module, "a") as f:
+        f.write("\n\ndef ask(request):\n    return ReviewDecision.ask()\n")
+    store = str(tmp_path / "cli.db")
+    assert main(["run", program, "--tools", module, "--review", f"{module}:ask", "--approval-store", store]) == 3
+    out = capsys.readouterr().out
+    assert "#-1 the program" in out and "A program asks to run." in out and "At 1:14: echo" in out
+    token = out.split("token (expires", 1)[1].splitlines()[1].strip()
+    assert main(["approvals", "approve", token, "-1", "--store", store]) == 0
+    capsys.readouterr()
+    assert main(["resume", token, "--approval-store", store, "--tools", module, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["result"] == {"a": 1}

@@ -74,6 +74,7 @@ __all__ = [
     "ambient_cancel",
     "live_stream",
     "reviewed",
+    "review_denied",
 ]
 
 log = logging.getLogger("nous_sched")
@@ -224,33 +225,42 @@ def execute(p: Prepared, live: Any = None) -> RunResult:
     return result
 
 
-def reviewed(p: Prepared, live: Any) -> tuple[ReviewEvent, Optional[RunResult]]:
+def reviewed(p: Prepared, live: Any, defer: Any = None) -> tuple[ReviewEvent, Optional[RunResult]]:
     """Review ``p``'s program with its options' ``review`` before anything of
     the run starts (``nous_sched.review``): its record (written to the run's
     session log and told to its stream), and the run's result when denied
     (a ``review_denied`` error, nothing run), else ``None``. ``p.program`` is
-    set to the program's summary."""
+    set to the program's summary. With ``defer`` (a durable run's ``DEFER``),
+    an ``ask`` no handler answers leaves the record's verdict ``"ask"`` and the
+    result ``None``: the caller suspends the run before it starts."""
     o = p.options
     assert o.review is not None
     gated = approval_names(o.policy, p.granted.values())
     summary = summarize_parts(p.code, p.granted, p.denied, gated)
     p.program = summary
     request = ReviewRequest(p.code, o.description or "", summary)
-    verdict = decide(o.review, request, o.approval_handler, p.limits.timeout, p.cancel)
-    record = ReviewEvent("allow" if verdict.allowed else "deny", verdict.reason, verdict.asked, summary.as_dict())
+    verdict = decide(o.review, request, o.approval_handler, p.limits.timeout, p.cancel, defer)
+    said = "ask" if verdict.deferred else "allow" if verdict.allowed else "deny"
+    record = ReviewEvent(said, verdict.reason, verdict.asked, summary.as_dict())
     if o.session_log is not None:
         o.session_log.append(record.as_event())
     if live is not None:
         live.emit_record(record)
-    if verdict.allowed:
+    if verdict.allowed or verdict.deferred:
         return record, None
-    message = _explain("review_denied", f"the program's review denied it: {verdict.reason}", p.names)
+    return record, review_denied(verdict.reason, record, p.names, o.output_budget)
+
+
+def review_denied(reason: str, record: ReviewEvent, names: Sequence[str], budget: Optional[int]) -> RunResult:
+    """The result of a run whose review denied it (``reason``): a ``review_denied``
+    error, nothing run, its review ``record`` its audit."""
+    message = _explain("review_denied", f"the program's review denied it: {reason}", names)
     error = RunError("review_denied", message)
     answer = {"logs": [], "error": error.as_dict()}
     size = text_bytes(answer)
-    budgeted = _fitted(answer, o.output_budget, size, "")
+    budgeted = _fitted(answer, budget, size, "")
     usage = Usage(calls=(), answer_bytes=size, model_bytes=size if budgeted is None else budget_size(budgeted))
-    return record, RunResult(error=error, audit=(record.as_event(),), usage=usage, budgeted=budgeted)
+    return RunResult(error=error, audit=(record.as_event(),), usage=usage, budgeted=budgeted)
 
 
 def _execute(p: Prepared, live: Any, o: RunOptions) -> RunResult:

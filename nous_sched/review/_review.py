@@ -16,7 +16,9 @@ run's approval handler as one :class:`~nous_sched.ApprovalRequest` (its
 ``code`` and ``program`` set, ``tool`` empty; its :meth:`question` is the
 program's question, :func:`nous_sched.gate.approval_text.program_question`):
 ``True`` allows, anything else (or raising, or no handler) denies. The
-handler is asked on the same bounded thread.
+handler is asked on the same bounded thread. A durable run
+(``approval_store=``) whose ``ask`` no handler answers (none, or ``DEFER``)
+suspends before the program starts instead (``nous_sched.durable``).
 """
 
 from __future__ import annotations
@@ -91,6 +93,8 @@ class Verdict:
     allowed: bool
     reason: str
     asked: bool = False
+    #: An ``ask`` left to a durable run's approval store (no handler, or it answered ``DEFER``).
+    deferred: bool = False
 
 
 def _clip(text: str) -> str:
@@ -103,16 +107,19 @@ def decide(
     handler: Optional[Callable[[ApprovalRequest], Any]],
     bound: float,
     cancel: Any = None,
+    defer: Any = None,
 ) -> Verdict:
     """The review's verdict: ``reviewer`` asked on a thread of its own, for at
     most ``bound`` seconds (then, or on ``cancel``, a deny); an ``ask`` asks
-    ``handler`` within the same bound. Never raises."""
+    ``handler`` within the same bound. With ``defer`` (a durable run's
+    ``DEFER``), an ``ask`` with no handler, or one it answers with ``defer``,
+    is a :attr:`Verdict.deferred` verdict. Never raises."""
     box: list[Verdict] = []
     done = threading.Event()
 
     def target() -> None:
         try:
-            box.append(_answer(reviewer, request, handler))
+            box.append(_answer(reviewer, request, handler, defer))
         except BaseException as exc:  # (a reviewer's SystemExit too: it denies, it does not end the process)
             box.append(Verdict(False, f"the reviewer raised {type(exc).__name__}: {_clip(str(exc))}"))
         finally:
@@ -132,7 +139,10 @@ def decide(
 
 
 def _answer(
-    reviewer: Callable[[ReviewRequest], Any], request: ReviewRequest, handler: Optional[Callable[..., Any]]
+    reviewer: Callable[[ReviewRequest], Any],
+    request: ReviewRequest,
+    handler: Optional[Callable[..., Any]],
+    defer: Any = None,
 ) -> Verdict:
     decision = reviewer(request)
     if not isinstance(decision, ReviewDecision):
@@ -142,6 +152,9 @@ def _answer(
         return Verdict(True, _clip(decision.reason) or "allowed by the reviewer")
     if decision.verdict == "deny":
         return Verdict(False, _clip(decision.reason) or "denied by the reviewer")
+    waits = "the program waits for approval in the run's approval store"
+    if handler is None and defer is not None:
+        return Verdict(False, waits, True, deferred=True)
     if handler is None:
         return Verdict(False, "the reviewer asked for approval, and the run has no approval handler to ask", True)
     question = ApprovalRequest("", {}, description=request.description, code=request.code, program=request.summary)
@@ -151,4 +164,6 @@ def _answer(
         return Verdict(False, f"the approval handler raised {type(exc).__name__}: {_clip(str(exc))}", True)
     if answer is True:
         return Verdict(True, "approved by the approval handler", True)
+    if defer is not None and answer is defer:
+        return Verdict(False, waits, True, deferred=True)
     return Verdict(False, "the program was rejected by the approval handler", True)
