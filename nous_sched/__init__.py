@@ -41,6 +41,7 @@ from .runtime import CodeRuntime, Limits, RuntimeOutcome
 from .runtime.pool import WorkerPool
 from .runtime.quickjs import QuickJSRuntime
 from .scheduler import Scheduler, Ticket
+from .state import MemoryStateStore, RedisStateStore, SqliteStateStore, State, StateStoreError, StateStoreSeam
 from .throttle import Throttle
 from .tooling import EXCLUSIVE, PARALLEL, Tool, concurrency_mode, function_tool
 
@@ -132,6 +133,14 @@ __all__ = [
     "visible_tools",
     "WithContextUpdate",
     "WorkerPool",
+    # state across runs (issue 40)
+    "State",
+    "StateStoreSeam",
+    "StateStoreError",
+    "MemoryStateStore",
+    "SqliteStateStore",
+    "RedisStateStore",
+    # program review (issue 41)
     "summarize",
     "ProgramSummary",
     "ToolCallSite",
