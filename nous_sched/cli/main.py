@@ -89,6 +89,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="the run's wall-clock deadline in seconds (default 30)",
     )
     run.add_argument(
+        "--cpu-time",
+        type=_seconds,
+        default=None,
+        metavar="S",
+        help="the CPU time the program's JavaScript may use, in seconds, waits not counted (default: no budget "
+        "but the deadline); past it the run fails with cpu_time",
+    )
+    run.add_argument(
         "--trace", metavar="FILE", help="also write the trail as Chrome trace-event JSON (Perfetto, chrome://tracing)"
     )
     run.add_argument(
@@ -276,10 +284,11 @@ def _run_options(args: argparse.Namespace, err: TextIO, cancel: Optional[Cancel]
     :raises ConfigError: a bad value, named as ``run_code`` names it.
     """
     from .._run.options import build
+    from . import serve_mcp
 
     options = {
         "max_parallel": args.max_parallel,
-        "timeout": args.timeout,
+        **serve_mcp.run_limits(args),
         "runtime": cli_durable.runtime_named(args.runtime),
         # run_code requires a description (the audit's and approval's); the program's file name is one.
         "description": Path(args.program).name if args.program != "-" else "program from standard input",

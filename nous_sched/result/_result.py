@@ -22,6 +22,7 @@ ERROR_KINDS = (
     "output_limit",
     "cancelled",
     "replay_diverged",
+    "cpu_time",
     "review_denied",
 )
 
@@ -46,6 +47,8 @@ class RunError:
     * ``replay_diverged`` - a resumed run (:func:`nous_sched.resume`) made a
       call other than the one its ledger recorded, or was given other tools
       than the run that suspended; nothing was run.
+    * ``cpu_time`` - the program used its CPU budget (``Limits.cpu_time``:
+      its JavaScript's own time, waits not counted) before the deadline.
     * ``review_denied`` - the run's reviewer (``run_code(review=...)``)
       denied the program before it started, or failed (raised, did not
       answer in time, answered something else: it fails closed); ``message``
