@@ -719,15 +719,21 @@ def test_serve_mcp_reviews_each_program_before_it_runs(tmp_path):
         _tools(calls), review=lambda r: ReviewDecision.deny(f"{len(r.summary.calls)} sites: no"), audit_log=str(audit)
     )
 
+    logs = []
+
+    async def on_log(params):
+        logs.append(params.data)
+
     async def go():
         with anyio.fail_after(WAIT):
-            async with Client(server.server) as client:
+            async with Client(server.server, mode="legacy", logging_callback=on_log) as client:
                 return await client.call_tool("run_code", {"code": DELETES, "description": "test"})
 
     try:
         result = anyio.run(go)
     finally:
         server.close()
+    assert "program review: deny: 2 sites: no" in [str(line) for line in logs]  # the live review, forwarded
     assert result.structured_content["error"]["kind"] == "review_denied"
     assert "2 sites: no" in result.structured_content["error"]["message"]
     assert calls == []
@@ -823,3 +829,44 @@ def test_the_command_line_suspends_a_program_asked_about_and_resumes_it(reviewer
     capsys.readouterr()
     assert main(["resume", token, "--approval-store", store, "--tools", module, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["result"] == {"a": 1}
+
+
+# -- the other projections: OpenTelemetry, AG-UI, MCP log notifications -----------------------------
+
+
+def test_a_denied_run_is_a_run_span_with_its_error_kind():
+    pytest.importorskip("opentelemetry.sdk")
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from nous_sched.otel import traced_run_code
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    try:
+        result = traced_run_code(
+            DELETES,
+            TOOLS,
+            tracer=provider.get_tracer("test_review"),
+            description="d",
+            review=lambda r: ReviewDecision.deny("no"),
+        )
+    finally:
+        provider.shutdown()
+    assert result.error.kind == "review_denied"
+    (span,) = exporter.get_finished_spans()  # the run's, and no call's
+    assert span.attributes["error.type"] == "review_denied"
+
+
+def test_agui_carries_the_review_as_its_custom_event_and_the_deny_as_the_runs_error():
+    pytest.importorskip("ag_ui")
+    from nous_sched import agui
+
+    run = start_run(DELETES, TOOLS, description="d", review=lambda r: ReviewDecision.deny("no loops"))
+    text = "".join(agui.sse(run))
+    events = [json.loads(line[len("data: ") :]) for line in text.splitlines() if line.startswith("data: ")]
+    custom = [e for e in events if e["type"] == "CUSTOM" and e["name"] == "nous_sched.review"]
+    assert len(custom) == 1 and custom[0]["value"]["verdict"] == "deny"
+    assert events[-1]["type"] == "RUN_ERROR" and events[-1]["code"] == "review_denied"

@@ -208,8 +208,9 @@ def execute(p: Prepared, live: Any = None) -> RunResult:
     review: Optional[ReviewEvent] = None
     if p.options.review is not None:
         review, denied = reviewed(p, live)
-        if denied is not None:
-            return denied
+        if denied is not None:  # (a run span still tells a tracer the run was denied)
+            tracing = _tracing.active()
+            return denied if tracing is None else tracing.run(p.options, lambda traced: denied)  # type: ignore[no-any-return]
     tracing = _tracing.active()
     cleared = live_stream.set(None)
     try:
