@@ -210,7 +210,7 @@ def execute(p: Prepared, live: Any = None) -> RunResult:
         review, denied = reviewed(p, live)
         if denied is not None:  # (a run span still tells a tracer the run was denied)
             tracing = _tracing.active()
-            return denied if tracing is None else tracing.run(p.options, lambda traced: denied)  # type: ignore[no-any-return]
+            return denied if tracing is None else tracing.run(p.options, lambda traced: denied)
     tracing = _tracing.active()
     cleared = live_stream.set(None)
     try:
