@@ -131,7 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--approval-store",
         metavar="FILE",
         help="make the run durable: a call that needs approval suspends it (exit status 3), its token and pending "
-        "calls printed for `nous-sched resume`; FILE is a SQLite file or a redis:// URL",
+        "calls printed for `nous-sched resume`; FILE is a SQLite file, a redis:// or a postgresql:// URL",
     )
     run.add_argument(
         "--review",

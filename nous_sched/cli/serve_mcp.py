@@ -89,7 +89,7 @@ def add_parser(sub: Any, *, positive_int: Any, seconds: Any) -> argparse.Argumen
         "--approval-store",
         metavar="FILE",
         help="a client that cannot answer an approval question gets the run's suspension instead of a refusal "
-        "(SQLite file or redis:// URL; decide with `nous-sched approvals ... --store FILE`)",
+        "(SQLite file, redis:// or postgresql:// URL; decide with `nous-sched approvals ... --store FILE`)",
     )
     parser.add_argument("--policy", metavar="FILE", help="JSON policy: allow, deny, require_approval, approve, ...")
     parser.add_argument(
