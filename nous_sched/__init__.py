@@ -37,6 +37,7 @@ from .outcome import Outcome, SubCallError
 from .result import ERROR_KINDS, RunError, RunResult
 from .result.records import CallRecord, LaneState
 from .result.usage import CallUsage, Usage
+from .review import CallCount, Dynamic, ProgramSummary, ReviewDecision, ReviewRequest, ToolCallSite, summarize
 from .runtime import CodeRuntime, Limits, RuntimeOutcome
 from .runtime.pool import WorkerPool
 from .runtime.quickjs import QuickJSRuntime
@@ -160,4 +161,12 @@ __all__ = [
     "PostgresStateStore",
     # bound arguments (issue 40)
     "Bind",
+    # program review (issue 41)
+    "summarize",
+    "ProgramSummary",
+    "ToolCallSite",
+    "CallCount",
+    "Dynamic",
+    "ReviewRequest",
+    "ReviewDecision",
 ]

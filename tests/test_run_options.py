@@ -70,6 +70,7 @@ BAD_FIELDS = [
     ("approval_store", "file.db", "'file.db'"),
     ("state", "conversation-42", "'conversation-42'"),
     ("bind", ["sk-secret"], "a list"),  # the type only: a bind's values are secrets
+    ("review", "strict", "'strict'"),
 ]
 
 

@@ -57,6 +57,7 @@ def run_code(
     approval_store: Optional[ApprovalStore] = GIVEN_NOT,
     state: Optional[State] = GIVEN_NOT,
     bind: Optional[Mapping[str, Any]] = GIVEN_NOT,
+    review: Optional[Callable[[Any], Any]] = GIVEN_NOT,
 ) -> RunResult:
     """Run ``code`` with ``tools`` bound as ``tools[name](args)`` and return what it produced.
 
@@ -120,6 +121,16 @@ def run_code(
     ``bind`` lacks is a :class:`~nous_sched.ConfigError` naming it, before the
     program starts. The values reach the tools only: never the program, the
     audit, the approval question or any event, nor a ``repr``.
+    ``review``: a callable that sees the whole program before anything of the
+    run starts (no worker taken, no scheduler made): it receives a
+    :class:`~nous_sched.ReviewRequest` (the program, its description and its
+    static :class:`~nous_sched.ProgramSummary`) and returns
+    :meth:`ReviewDecision.allow() <nous_sched.ReviewDecision.allow>`,
+    :meth:`~nous_sched.ReviewDecision.deny` (nothing runs; the reason is the
+    model's ``review_denied`` error) or :meth:`~nous_sched.ReviewDecision.ask`
+    (the approval handler is asked the whole program as one question). It
+    fails closed: raising, answering anything else, or not answering within
+    the run's ``timeout`` denies (``nous_sched.review``).
 
     ``options``: all of these in one :class:`~nous_sched.RunOptions` (checked
     when it was made), instead of keywords; an option given both ways is a

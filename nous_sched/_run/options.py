@@ -167,6 +167,7 @@ class RunOptions:
     approval_store: Optional[ApprovalStoreSeam] = _field(None, _STORE)
     state: Optional[State] = _field(None, _STATE)
     bind: Optional[Mapping[str, Any]] = attrs.field(default=None, validator=_bind, repr=_bind_repr)
+    review: Optional[Callable[[Any], Any]] = _field(None, v.OPTIONAL_CALLABLE)
 
     @property
     def run_limits(self) -> Limits:

@@ -69,6 +69,11 @@ class ApprovalRequest:
     seq: Optional[int] = None
     site: str = ""
     committed: tuple[Any, ...] = ()
+    #: The run's program reviewed (``run_code(review=...)``): its static summary
+    #: (a :class:`~nous_sched.ProgramSummary`), on every request of such a run;
+    #: and ``code``, the whole program, on the review's own question (``tool`` "").
+    program: Any = None
+    code: Optional[str] = None
 
     def question(self) -> str:
         """This call as a person should read it before approving it: the same text
@@ -110,6 +115,9 @@ class RunContext:
     #: The run's ``bind`` (``run_code(..., bind=...)``): what each :class:`~nous_sched.Bind` of a tool's
     #: ``bound`` is filled from. Never in a ``repr``.
     bind: Optional[Mapping[str, Any]] = attrs.field(default=None, repr=False)
+    #: The program's static summary when the run was reviewed (``run_code(review=...)``):
+    #: each approval request carries it (:attr:`ApprovalRequest.program`).
+    program: Any = None
 
 
 @record
@@ -272,6 +280,7 @@ def approve(tool: Tool, args: dict[str, Any], run_ctx: Optional[RunContext]) -> 
         description=getattr(run_ctx, "description", "") or "",
         call_id=info.id if info is not None else "",
         tool_description=getattr(tool, "description", ""),
+        program=getattr(run_ctx, "program", None),
     )
     if not _asked(handler, request, run_ctx, info):
         raise Refused(f"tool {quote_name(tool.name)} was rejected by the approval handler", tool.name, "denied")

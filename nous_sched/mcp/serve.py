@@ -1013,16 +1013,21 @@ class _GateAudit(SessionLog):
     def _tool_outcome(self, data: Mapping[str, Any]) -> None:
         self._server._write("tool_outcome", run=self._run.id, call=f"{self._run.id}:code:{data['seq']}", **data)  # noqa: SLF001
 
+    def _review(self, data: Mapping[str, Any]) -> None:
+        self._server._write("review", run=self._run.id, **data)  # noqa: SLF001
 
-#: The audit log's projection of the audit types (:data:`nous_sched.events.AUDIT_TYPES`):
-#: each with what writes its line from the record's session form. ``approval`` is
-#: ``None`` here: the server's own handler writes it, with who answered (_approve_call).
+
+#: The audit log's projection of the audit types (:data:`nous_sched.events.AUDIT_TYPES`,
+#: and a reviewed run's ``review``): each with what writes its line from the record's
+#: session form. ``approval`` is ``None`` here: the server's own handler writes it, with
+#: who answered (_approve_call).
 AUDIT_LINES: dict[str, Optional[Callable[[_GateAudit, Mapping[str, Any]], None]]] = {
     "tool_call": _GateAudit._tool_call,  # noqa: SLF001
     "tool_refused": _GateAudit._tool_refused,  # noqa: SLF001
     "approval": None,
     "tool_outcome": _GateAudit._tool_outcome,  # noqa: SLF001
     "state": _GateAudit._state,  # noqa: SLF001
+    "review": _GateAudit._review,  # noqa: SLF001
 }
 
 
