@@ -38,6 +38,7 @@ from .outcome import Outcome, SubCallError
 from .result import ERROR_KINDS, RunError, RunResult
 from .result.records import CallRecord, LaneState
 from .result.usage import CallUsage, Usage
+from .review import CallCount, Dynamic, ProgramSummary, ReviewDecision, ReviewRequest, ToolCallSite, summarize
 from .runtime import CodeRuntime, Limits, RuntimeOutcome
 from .runtime.pool import WorkerPool
 from .runtime.quickjs import QuickJSRuntime
@@ -52,7 +53,14 @@ from .state import (
     StateStoreSeam,
 )
 from .throttle import Throttle
-from .tooling import EXCLUSIVE, PARALLEL, Tool, concurrency_mode, function_tool
+from .tooling import (
+    EXCLUSIVE,
+    PARALLEL,
+    Bind,  # issue 40: bound arguments
+    Tool,
+    concurrency_mode,
+    function_tool,
+)
 
 #: The decorator, under the name other frameworks use: ``@nous_sched.tool`` is
 #: :func:`function_tool`. (No module of that name: ``Tool`` is ``nous_sched.Tool``,
@@ -154,4 +162,14 @@ __all__ = [
     # issue 42: approvals and state in Postgres
     "PostgresApprovalStore",
     "PostgresStateStore",
+    # bound arguments (issue 40)
+    "Bind",
+    # program review (issue 41)
+    "summarize",
+    "ProgramSummary",
+    "ToolCallSite",
+    "CallCount",
+    "Dynamic",
+    "ReviewRequest",
+    "ReviewDecision",
 ]

@@ -280,6 +280,7 @@ PROJECTION: dict[str, Optional[Callable[[Translator, RunEvent, int], list[BaseEv
     "end": Translator._end,  # noqa: SLF001
     "gap": None,
     "state": None,  # (its CUSTOM event carries it)
+    "review": None,
 }
 
 

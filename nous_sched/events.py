@@ -2,7 +2,7 @@
 
 :data:`VOCABULARY` names every kind of thing that happens to a call or a run
 (``call``, ``outcome``, ``refused``, ``log``, ``approval``, ``suspended``,
-``resumed``, ``end``, ``gap``, ``state``) once, with its record type here and its name
+``resumed``, ``end``, ``gap``, ``state``, ``review``) once, with its record type here and its name
 in each projection: its audit type, its live kind (:mod:`nous_sched.live`),
 its scheduler observer phase (:data:`PHASES`). The audit, the observer, the
 live stream, OTel, AG-UI and serve-mcp's notifications are tables keyed by
@@ -62,6 +62,7 @@ __all__ = [
     "StateEvent",
     "EndEvent",
     "GapEvent",
+    "ReviewEvent",
     "RUN_RECORDS",
     "AUDIT_TYPES",
     "OUTCOME_ERROR_KINDS",
@@ -482,12 +483,35 @@ class StateEvent:
         return Event(self.type, data)
 
 
+@attrs.frozen
+class ReviewEvent:
+    """A run's program was reviewed before it started (``run_code(review=...)``):
+    ``verdict`` (``"allow"`` or ``"deny"``: an ``"ask"`` is recorded as the
+    answer it got; ``"ask"`` itself when a durable run suspends to ask its
+    approval store, then ``"allow"`` or ``"deny"`` on resume), ``reason`` (why, in words: the reviewer's, or which way it
+    failed), ``asked`` (whether a person was asked through the approval
+    handler) and ``summary``, the program's static summary as JSON
+    (``ProgramSummary.as_dict()``: the strings in it are the program's own)."""
+
+    verdict: str
+    reason: str
+    asked: bool
+    summary: Mapping[str, Any] = attrs.field(converter=freeze)
+
+    kind = type = "review"
+
+    def as_event(self) -> Event:
+        """The audit's ``review`` event: ``verdict``, ``reason``, ``asked``, ``summary``."""
+        data = {"verdict": self.verdict, "reason": self.reason, "asked": self.asked, "summary": self.summary}
+        return Event(self.type, data)
+
+
 def _token_id(token: str) -> str:
     return token.split(".")[0]
 
 
 #: The run's record types (every kind of the vocabulary with scope ``"run"``).
-RUN_RECORDS = (LogLineEvent, SuspendedEvent, ResumedEvent, EndEvent, GapEvent, StateEvent)
+RUN_RECORDS = (LogLineEvent, SuspendedEvent, ResumedEvent, EndEvent, GapEvent, StateEvent, ReviewEvent)
 
 
 # -- the vocabulary ---------------------------------------------------------------------
@@ -561,6 +585,7 @@ VOCABULARY = (
     Kind("end", "run", EndEvent, None, "end", None, "the run ended (always the last)"),
     Kind("gap", "run", GapEvent, None, "gap", None, "a live consumer fell behind and missed events"),
     Kind("state", "run", StateEvent, "state", "state", None, "the program read or wrote its state (never the value)"),
+    Kind("review", "run", ReviewEvent, "review", "review", None, "the program was reviewed before it started"),
 )
 
 #: The bookkeeping types of the audit, shared by :class:`SessionLog`,

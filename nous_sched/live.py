@@ -54,7 +54,13 @@ messages, log lines) is its own text: a page writes it as text, never markup.
   ``nous_sched.state``): ``op``, ``key``, ``size``, ``version``, ``ok`` and
   ``error`` (``None`` or why it failed), never the value;
 * ``"gap"``, only for a consumer that fell behind: ``missed`` events it
-  will never see.
+  will never see;
+* ``"review"``: the program was reviewed before it started
+  (``run_code(review=...)``), always before any other event of its run:
+  ``verdict`` (``"allow"`` or ``"deny"``), ``reason`` (made inert and
+  clipped), ``asked`` (whether the approval handler was asked) and
+  ``summary`` (:meth:`~nous_sched.ProgramSummary.as_dict`: the program's own
+  strings, as JSON data).
 
 Each event's ``data`` is a projection of the record the vocabulary
 (:data:`nous_sched.events.VOCABULARY`) names for its kind: :func:`live_data`
@@ -101,6 +107,7 @@ from .events import (
     EndEvent,
     GapEvent,
     LogLineEvent,
+    ReviewEvent,
     StateEvent,
     SuspendedEvent,
     ToolCallEvent,
@@ -364,6 +371,12 @@ LIVE_DATA: dict[type, Callable[[Any], dict[str, Any]]] = {
         "version": record.version,
         "ok": record.ok,
         "error": record.error,
+    },
+    ReviewEvent: lambda record: {
+        "verdict": record.verdict,
+        "reason": approval_text.clipped(record.reason)["text"],
+        "asked": record.asked,
+        "summary": record.summary,
     },
 }
 

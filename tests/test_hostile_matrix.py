@@ -263,6 +263,7 @@ OUTPUT_PATHS: dict[str, Callable[[Any], None]] = {
     "celery_events": JSON_LINES,  # the run's events in its Redis stream, as the worker wrote them
     # issue 40, state: the SDK text's list of the state's keys, for the model (``run_code_tool(state=)``)
     "state_sdk_text": TERMINAL,
+    "review_question": TERMINAL,  # a reviewed program's own question (ReviewDecision.ask()): ApprovalRequest.question()
 }
 
 
@@ -434,6 +435,48 @@ def enter_flask_sse(program: str, description: str, env: Any) -> Seen:
     end = events[-1]["data"]
     kind = None if end["ok"] else end["error"]["kind"]
     return Seen(end["ok"], kind, body.decode("utf-8"), {"sse_stream": body})
+
+
+def _asking_review() -> tuple[list[str], list[str], Callable[[Any], bool], Callable[[Any], Any]]:
+    """A reviewer that asks, and a handler answering yes that keeps the program's question apart."""
+    from nous_sched import ReviewDecision
+
+    questions, reviews = [], []
+
+    def approve(request: Any) -> bool:
+        (reviews if request.code is not None else questions).append(request.question())
+        return True
+
+    return questions, reviews, approve, lambda request: ReviewDecision.ask()
+
+
+def _with_literal_call(program: str) -> str:
+    """``program`` with its hostile value also written as a call's literal argument,
+    so the program's summary (its question, its review record) holds it decoded."""
+    first, _, rest = program.partition("\n")
+    if not (first.startswith("const v = ") and first.endswith(";")):
+        return program
+    return f"{first}\nawait tools.echo({{review: {first[len('const v = ') : -1]}}});\n{rest}"
+
+
+def enter_run_code_reviewed(program: str, description: str, env: Any) -> Seen:
+    questions, reviews, approve, review = _asking_review()
+    program = _with_literal_call(program)
+    result = run_code(program, TOOLS, description=description, approval_handler=approve, review=review, timeout=WAIT)
+    assert [e.type for e in result.audit] == ["review"]
+    outputs = {"approval_question": "\n".join(questions), "review_question": "\n".join(reviews)}
+    return _of_result(result, outputs)
+
+
+def enter_start_run_reviewed(program: str, description: str, env: Any) -> Seen:
+    questions, reviews, approve, review = _asking_review()
+    program = _with_literal_call(program)
+    run = start_run(program, TOOLS, description=description, approval_handler=approve, review=review, timeout=WAIT)
+    lines = [event.to_json() for event in run.events()]
+    result = run.result(timeout=WAIT)
+    assert orjson.loads(lines[0])["kind"] == "review"
+    outputs = {"approval_question": "\n".join(questions), "review_question": "\n".join(reviews)}
+    return _of_result(result, {**outputs, "run_events_json": "\n".join(lines)})
 
 
 def _mcp_entry(transport: str) -> Callable[..., Seen]:
@@ -621,6 +664,14 @@ ENTRY_POINTS = [
             "cli_stderr",
             "logging",
         ),
+    ),
+    Entry(
+        "run_code_reviewed", enter_run_code_reviewed, ("run_result", "approval_question", "review_question", "logging")
+    ),
+    Entry(
+        "start_run_reviewed",
+        enter_start_run_reviewed,
+        ("run_result", "approval_question", "review_question", "run_events_json", "logging"),
     ),
 ]
 ENTRIES_BY_NAME = {entry.name: entry for entry in ENTRY_POINTS}
@@ -968,6 +1019,96 @@ def test_serve_mcp_lists_a_tool_whose_own_description_holds_a_lone_surrogate():
     description = listed.tools[0].description
     assert "echoes \ufffd back\u202e" in description and "\ud800" not in description
     assert result.structured_content == {"logs": ["honest 1"], "result": "honest 1"}
+
+
+# -- issue 40: a bound value (Tool.bound, run_code's bind) is a hostile value's way in too ---------
+
+
+def _bound_value(value: Hostile) -> Any:
+    if value.raw is not None:
+        return value.raw  # bytes: a host value need not be JSON
+    if value.name == "non_finite_numbers":
+        return [float("nan"), float("inf"), float("-inf"), -0.0, value.text]
+    if value.name in ("deep_nesting", "too_deep"):
+        deep: Any = value.text
+        for _ in range(len(value.text)):
+            deep = [deep]
+        return deep
+    return value.text
+
+
+@pytest.mark.parametrize("value", VALUES, ids=[v.name for v in VALUES])
+def test_a_hostile_bound_value_reaches_the_tool_and_is_shown_nowhere(value: Hostile, caplog: Any) -> None:
+    from nous_sched import Bind, Tool
+    from nous_sched.tooling import MIN_REDACTED_CHARS
+
+    caplog.set_level(logging.DEBUG, logger="nous_sched")
+    hostile = _bound_value(value)
+    got: list[Any] = []
+
+    def take(args: dict[str, Any]) -> Any:
+        got.append((args["fixed"], args["per_run"]))
+        raise ValueError(f"echo {args['fixed']!r} {args['per_run']!r}")  # an error echoing both: redacted
+
+    schema = {"type": "object", "properties": {"q": {"type": "string"}, "fixed": {}, "per_run": {}}}
+    tool = Tool("take", take, parameters=schema, bound={"fixed": hostile, "per_run": Bind("v")}, requires_approval=True)
+    questions: list[str] = []
+    run = start_run(
+        'try { await tools.take({q: "x"}); } catch (e) { console.log(e.message); }\nreturn "done";',
+        [tool],
+        description="bound",
+        bind={"v": hostile},
+        approval_handler=lambda request: questions.append(request.question()) or True,
+        timeout=WAIT,
+        runtime=QuickJSRuntime(),
+    )
+    events = [json.dumps(e.data, ensure_ascii=False, default=repr) for e in run.events()]
+    result = run.result(WAIT)
+    assert result.result == "done", result.error
+    assert len(got) == 1 and got[0][0] is hostile and got[0][1] is hostile  # the very object, both ways
+    shown = [
+        repr(result),
+        json.dumps(result.for_model(), ensure_ascii=False),
+        json.dumps([e.as_event().data for e in result.events], ensure_ascii=False, default=repr),
+        events,
+        questions,
+        repr(tool),
+        caplog.text,
+    ]
+    # A bound string shorter than MIN_REDACTED_CHARS is not looked for in error messages (documented).
+    needles = [value.text] if len(value.text) >= MIN_REDACTED_CHARS else []
+    needles += [repr(hostile)[:200]] if needles or value.raw is not None else []
+    for text in map(str, shown):
+        for needle in needles:
+            assert needle not in text, (value.name, needle[:40])
+    assert "[bound]" in questions[0]
+
+
+# -- a review's deny reason holding a hostile value --------------------------------------------------
+
+
+@pytest.mark.parametrize("value_name", [v.name for v in VALUES if v.raw is None])
+def test_a_review_deny_reason_holding_a_hostile_value_is_escaped_on_every_path(value_name, library_log):
+    from nous_sched import ReviewDecision
+
+    value = VALUES_BY_NAME[value_name]
+    program = _with_literal_call(program_of(value))
+
+    def deny(request: Any) -> Any:
+        said = "; ".join(request.summary.describe())
+        return ReviewDecision.deny(f"{value.text} | {said} | {request.description}")
+
+    run = start_run(program, TOOLS, description="describe: " + value.text, review=deny, timeout=WAIT)
+    lines = "\n".join(event.to_json() for event in run.events())
+    result = run.result(timeout=WAIT)
+    assert result.error.kind == "review_denied" and result.events == ()
+    check_json_lines(lines)
+    text = call_tool(run_code_tool(TOOLS, timeout=WAIT, review=deny), {"code": program, "description": value.text})
+    assert orjson.loads(text)["error"]["kind"] == "review_denied"
+    check_wire(text)
+    check_terminal(library_log.getvalue())
+    # The host and other runs unharmed: an honest run right after.
+    assert run_code(HONEST, TOOLS, description="an honest run", timeout=WAIT).ok
 
 
 def test_the_blob_row_is_a_handle_whose_preview_holds_the_hostile_head():

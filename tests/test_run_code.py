@@ -299,7 +299,8 @@ def test_every_failure_kind_survives_the_round_trip():
     # Python has no `substrate_exit`: a worker process that dies is an `abort`.
     # `cancelled` is the caller's own cancel (run_code(cancel=...)); `replay_diverged` a resumed
     # durable run whose calls differ from its ledger (nous_sched.durable); `cpu_time` its
-    # CPU budget spent (Limits.cpu_time).
+    # CPU budget spent (Limits.cpu_time); `review_denied` a program its reviewer denied
+    # before it started (run_code(review=...)).
     assert nous_sched.ERROR_KINDS == (
         "exception",
         "timeout",
@@ -309,6 +310,7 @@ def test_every_failure_kind_survives_the_round_trip():
         "cancelled",
         "replay_diverged",
         "cpu_time",
+        "review_denied",
     )
     with pytest.raises(ValueError):
         RunError("substrate_exit", "x")

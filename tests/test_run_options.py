@@ -69,6 +69,8 @@ BAD_FIELDS = [
     ("output_budget", 10, "10"),
     ("approval_store", "file.db", "'file.db'"),
     ("state", "conversation-42", "'conversation-42'"),
+    ("bind", ["sk-secret"], "a list"),  # the type only: a bind's values are secrets
+    ("review", "strict", "'strict'"),
 ]
 
 

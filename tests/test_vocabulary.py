@@ -95,6 +95,7 @@ _SAMPLES = {
     events.EndEvent: events.EndEvent(True, None, 1, {"calls": 0}, {"logs": ["hi"], "result": 1}),
     events.GapEvent: events.GapEvent(4),
     events.StateEvent: events.StateEvent("set", "k", 7, 3, False, "conflict"),
+    events.ReviewEvent: events.ReviewEvent("deny", "no \x1b loops", False, {"calls": [], "bytes": 3}),
 }
 _LIVE = {
     events.LogLineEvent: {"line": "hi"},
@@ -112,11 +113,23 @@ _LIVE = {
     },
     events.GapEvent: {"missed": 4},
     events.StateEvent: {"op": "set", "key": "k", "size": 7, "version": 3, "ok": False, "error": "conflict"},
+    events.ReviewEvent: {
+        "verdict": "deny",
+        "reason": "no \\x1b loops",
+        "asked": False,
+        "summary": {"calls": [], "bytes": 3},
+    },
 }
 _AUDIT = {
     events.SuspendedEvent: {"token_id": "tid", "pending": [3], "expires_at": 12.5},
     events.ResumedEvent: {"token_id": "tid", "replayed": 2, "took_over": "host 1"},
     events.StateEvent: {"op": "set", "key": "k", "size": 7, "version": 3, "ok": False, "error": "conflict"},
+    events.ReviewEvent: {
+        "verdict": "deny",
+        "reason": "no \x1b loops",
+        "asked": False,
+        "summary": {"calls": [], "bytes": 3},
+    },
 }
 
 
@@ -181,7 +194,7 @@ def test_the_live_kinds_and_the_observer_phases_are_the_vocabularys_columns():
         (agui.PROJECTION, live.EVENT_KINDS),
         (live_forward.PROJECTION, live.EVENT_KINDS),
         (otel.PROJECTION, events.PHASES),
-        (serve.AUDIT_LINES, events.AUDIT_TYPES),
+        (serve.AUDIT_LINES, (*events.AUDIT_TYPES, "review")),  # (and a reviewed run's review line)
     ],
     ids=["agui", "mcp", "otel", "audit-log"],
 )

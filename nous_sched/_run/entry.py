@@ -14,6 +14,7 @@ every sub-call passes the gate, approval per sub-call).
 from __future__ import annotations
 
 import concurrent.futures
+from collections.abc import Mapping
 from typing import Any, Callable, Iterable, Optional
 
 from ..durable import run_durable
@@ -55,6 +56,8 @@ def run_code(
     output_budget: Optional[int] = GIVEN_NOT,
     approval_store: Optional[ApprovalStore] = GIVEN_NOT,
     state: Optional[State] = GIVEN_NOT,
+    bind: Optional[Mapping[str, Any]] = GIVEN_NOT,
+    review: Optional[Callable[[Any], Any]] = GIVEN_NOT,
 ) -> RunResult:
     """Run ``code`` with ``tools`` bound as ``tools[name](args)`` and return what it produced.
 
@@ -111,6 +114,23 @@ def run_code(
     a suspended run's answer too, its token always kept);
     ``result.usage`` says what the model got and what was cut.
     :func:`~nous_sched.run_code_tool` sets it to 20,000 by default.
+
+    ``bind`` (a mapping of names to values, ``None`` by default): the run's
+    values for the tools' :class:`~nous_sched.Bind` references (``Tool.bound``),
+    e.g. the current user's tenant. A granted tool holding a ``Bind`` that
+    ``bind`` lacks is a :class:`~nous_sched.ConfigError` naming it, before the
+    program starts. The values reach the tools only: never the program, the
+    audit, the approval question or any event, nor a ``repr``.
+    ``review``: a callable that sees the whole program before anything of the
+    run starts (no worker taken, no scheduler made): it receives a
+    :class:`~nous_sched.ReviewRequest` (the program, its description and its
+    static :class:`~nous_sched.ProgramSummary`) and returns
+    :meth:`ReviewDecision.allow() <nous_sched.ReviewDecision.allow>`,
+    :meth:`~nous_sched.ReviewDecision.deny` (nothing runs; the reason is the
+    model's ``review_denied`` error) or :meth:`~nous_sched.ReviewDecision.ask`
+    (the approval handler is asked the whole program as one question). It
+    fails closed: raising, answering anything else, or not answering within
+    the run's ``timeout`` denies (``nous_sched.review``).
 
     ``options``: all of these in one :class:`~nous_sched.RunOptions` (checked
     when it was made), instead of keywords; an option given both ways is a

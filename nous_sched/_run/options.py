@@ -22,7 +22,7 @@ import attrs
 
 from .. import _validators as v
 from .._options import CANCEL, OPTIONAL_LIMITS, OPTIONAL_POLICY, OPTIONAL_SESSION_LOG
-from ..errors import RunCodeError
+from ..errors import ConfigError, RunCodeError
 from ..events import SessionLog
 from ..gate.approval_seam import ApprovalStoreSeam
 from ..gate.dispatch import ApprovalRequest, Dispatch, direct_dispatch
@@ -112,6 +112,21 @@ def _timeout(instance: Any, attribute: Any, value: Any) -> None:
 _SECONDS = _Named(v.SECONDS)
 
 
+def _bind(instance: Any, attribute: Any, value: Any) -> None:
+    # The message names the type only: a bind's values are secrets as often as not.
+    if value is None or (isinstance(value, Mapping) and all(isinstance(k, str) and k for k in value)):
+        return
+    kind = type(value).__name__ if not isinstance(value, Mapping) else "mapping with a key that is not a non-empty str"
+    raise ConfigError(
+        f"{_door.get()}: `bind` must be None or a mapping of names (str) to values "
+        f"(what each nous_sched.Bind of the tools' `bound` is filled from), got a {kind}"
+    )
+
+
+def _bind_repr(bind: Any) -> str:
+    return "None" if bind is None else "{" + ", ".join(f"{name!r}: <bound>" for name in bind) + "}"
+
+
 @attrs.frozen
 class RunOptions:
     """Every option of a :func:`~nous_sched.run_code` run, checked once, as it is made.
@@ -151,6 +166,8 @@ class RunOptions:
     output_budget: Optional[int] = _field(None, OUTPUT_BUDGET)
     approval_store: Optional[ApprovalStoreSeam] = _field(None, _STORE)
     state: Optional[State] = _field(None, _STATE)
+    bind: Optional[Mapping[str, Any]] = attrs.field(default=None, validator=_bind, repr=_bind_repr)
+    review: Optional[Callable[[Any], Any]] = _field(None, v.OPTIONAL_CALLABLE)
 
     @property
     def run_limits(self) -> Limits:

@@ -45,8 +45,8 @@ from .._interrupts import LOCAL, deferred, guarded, leave
 from .._text import one_line
 from ..blobs import NO_BLOBS, READ_LABEL, READ_QUESTION, BlobStore, keep_in_scope, scope_lookup
 from ..crossing import dumps, text_bytes
-from ..errors import RunCodeError
-from ..events import StateEvent
+from ..errors import ConfigError, RunCodeError
+from ..events import ReviewEvent, StateEvent
 from ..gate import Admitted, Gate
 from ..gate.dispatch import RunContext
 from ..gate.policy import approval_names, partition
@@ -57,12 +57,14 @@ from ..result._hints import Seen, hints
 from ..result.budget import MIN_OUTPUT_BUDGET, fit, fit_value, utf8_size
 from ..result.budget import size as budget_size
 from ..result.usage import CallUsage, Usage
+from ..review._review import ReviewRequest, decide
+from ..review._summary import ProgramSummary, summarize_parts
 from ..runtime import Begun, Cancel, CodeRuntime, Host, Limits, PendingCall, RuntimeOutcome, Settled, _program
 from ..runtime.syntax import explain as explain_syntax
 from ..scheduler import Scheduler
 from ..sdk.discovery import Discovery, unknown_tool_message
 from ..state import StateAnswer, StateSession
-from ..tooling import Tool
+from ..tooling import Tool, missing_binds
 from .options import RunOptions, check_runtime
 
 __all__ = [
@@ -73,6 +75,9 @@ __all__ = [
     "runtime_of",
     "ambient_cancel",
     "live_stream",
+    "check_binds",
+    "reviewed",
+    "review_denied",
 ]
 
 log = logging.getLogger("nous_sched")
@@ -152,7 +157,7 @@ class Prepared:
     (:class:`~nous_sched.runtime.AnyCancel`) before the run starts.
     """
 
-    __slots__ = ("code", "rt", "limits", "granted", "denied", "names", "options", "cancel", "source")
+    __slots__ = ("code", "rt", "limits", "granted", "denied", "names", "options", "cancel", "source", "program")
 
     def __init__(
         self,
@@ -173,6 +178,8 @@ class Prepared:
         self.cancel: Optional[Cancel] = options.cancel if options.cancel is not None else ambient_cancel.get()
         #: The program as it runs (fences, TypeScript, a last expression: :mod:`._program`).
         self.source = _program.prepare(code)
+        #: Its static summary once it was reviewed (:func:`reviewed`), else None.
+        self.program: Optional[ProgramSummary] = None
 
 
 def prepare(code: Any, tools: Iterable[Tool], options: RunOptions) -> Prepared:
@@ -192,7 +199,19 @@ def prepare(code: Any, tools: Iterable[Tool], options: RunOptions) -> Prepared:
     if executor is not None and _saturated_by_caller(executor):
         raise RunCodeError(_SATURATED)
     granted, denied = partition(tools, options.policy, "run_code")
+    check_binds(granted.values(), options.bind, "run_code")
     return Prepared(code, rt, limits, granted, denied, options)
+
+
+def check_binds(tools: Iterable[Tool], bind: Any, door: str) -> None:
+    """A :class:`~nous_sched.ConfigError` naming the first :class:`~nous_sched.Bind` of ``tools`` that ``bind`` lacks."""
+    missing = missing_binds(tools, bind)
+    if missing:
+        tool, argument, name = missing[0]
+        raise ConfigError(
+            f"{door}: tool {tool!r} binds its argument {argument!r} to Bind({name!r}), "
+            f"but the run's `bind` has no {name!r}; pass bind={{{name!r}: ...}}"
+        )
 
 
 def execute(p: Prepared, live: Any = None) -> RunResult:
@@ -201,15 +220,63 @@ def execute(p: Prepared, live: Any = None) -> RunResult:
     it hears each call start and commit, each step's log lines and each approval."""
     if live is None:
         live = live_stream.get()
+    review: Optional[ReviewEvent] = None
+    if p.options.review is not None:
+        review, denied = reviewed(p, live)
+        if denied is not None:  # (a run span still tells a tracer the run was denied)
+            tracing = _tracing.active()
+            return denied if tracing is None else tracing.run(p.options, lambda traced: denied)
     tracing = _tracing.active()
     cleared = live_stream.set(None)
     try:
         with guarded():  # Ctrl-C never splits a step that takes or gives back a worker, a driver
             if tracing is not None:  # spans, as children of the caller's current span
-                return tracing.run(p.options, lambda traced: _execute(p, live, traced))  # type: ignore[no-any-return]
-            return _execute(p, live, p.options)
+                result: RunResult = tracing.run(p.options, lambda traced: _execute(p, live, traced))
+            else:
+                result = _execute(p, live, p.options)
     finally:
         live_stream.reset(cleared)
+    if review is not None:
+        result = attrs.evolve(result, audit=(review.as_event(), *result.audit))
+    return result
+
+
+def reviewed(p: Prepared, live: Any, defer: Any = None) -> tuple[ReviewEvent, Optional[RunResult]]:
+    """Review ``p``'s program with its options' ``review`` before anything of
+    the run starts (``nous_sched.review``): its record (written to the run's
+    session log and told to its stream), and the run's result when denied
+    (a ``review_denied`` error, nothing run), else ``None``. ``p.program`` is
+    set to the program's summary. With ``defer`` (a durable run's ``DEFER``),
+    an ``ask`` no handler answers leaves the record's verdict ``"ask"`` and the
+    result ``None``: the caller suspends the run before it starts."""
+    o = p.options
+    assert o.review is not None
+    gated = approval_names(o.policy, p.granted.values())
+    summary = summarize_parts(p.code, p.granted, p.denied, gated)
+    p.program = summary
+    request = ReviewRequest(p.code, o.description or "", summary)
+    verdict = decide(o.review, request, o.approval_handler, p.limits.timeout, p.cancel, defer)
+    said = "ask" if verdict.deferred else "allow" if verdict.allowed else "deny"
+    record = ReviewEvent(said, verdict.reason, verdict.asked, summary.as_dict())
+    if o.session_log is not None:
+        o.session_log.append(record.as_event())
+    if live is not None:
+        live.emit_record(record)
+    if verdict.allowed or verdict.deferred:
+        return record, None
+    return record, review_denied(verdict.reason, record, p.names, o.output_budget)
+
+
+def review_denied(reason: str, record: ReviewEvent, names: Sequence[str], budget: Optional[int]) -> RunResult:
+    """The result of a run whose review denied it (``reason``): a ``review_denied``
+    error, nothing run, its review ``record`` its audit."""
+    message = _explain("review_denied", f"the program's review denied it: {reason}", names)
+    error = RunError("review_denied", message)
+    answer = {"logs": [], "error": error.as_dict()}
+    size = text_bytes(answer)
+    budgeted = _fitted(answer, budget, size, "")
+    usage = Usage(calls=(), answer_bytes=size, model_bytes=size if budgeted is None else budget_size(budgeted))
+    return RunResult(error=error, audit=(record.as_event(),), usage=usage, budgeted=budgeted)
 
 
 def _execute(p: Prepared, live: Any, o: RunOptions) -> RunResult:
@@ -280,6 +347,8 @@ def _build(p: Prepared, o: RunOptions, deadline: float, live: Any) -> tuple[Sche
         deadline=deadline,
         description=o.description or "",
         live=live,
+        bind=o.bind,
+        program=p.program,
         # A run of a state scope also finds the blobs its earlier runs stored there (state.set of a handle).
         blobs=None
         if blob_bytes is None

@@ -256,6 +256,10 @@ def visible_tools(
     deny-all policy still leaves it reachable, and every call it makes is
     filtered again. ``budget``, ``output_budget``, ``ranking``, ``options`` and
     ``run_options`` are :func:`run_code_tool`'s, checked in every mode.
+
+    A tool whose ``callers`` leave out ``"model"`` (``Tool(callers={"code"})``)
+    is never among the granted tools offered directly; one that leaves out
+    ``"code"`` is absent from ``run_code``'s SDK (and refused from a program).
     """
     require("visible_tools", "mode", mode, _MODE)
     require("visible_tools", "tools", tools, v.TOOLS)
@@ -268,7 +272,8 @@ def visible_tools(
         own["runtime"] = runtime
     made = _run_options("visible_tools", own, {**run_options, "options": options})
     tools = list(tools)
-    granted = list(partition(tools, made.policy, "visible_tools")[0].values())
+    # A tool only code may call (Tool.callers={"code"}) is never offered to the model directly.
+    granted = [t for t in partition(tools, made.policy, "visible_tools")[0].values() if "model" in t.callers]
     if mode == "native":
         return granted
     try:

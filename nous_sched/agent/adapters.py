@@ -11,13 +11,16 @@ import contextvars
 import copy
 import json
 import secrets
+from collections.abc import Mapping
 from functools import partial
 from typing import Any, Callable, Optional
 
 from .. import _tracing
 from .. import _validators as v
 from .._options import OPTIONAL_LIMITS, OPTIONAL_POLICY, OPTIONAL_SESSION_LOG
+from .._run.runner import check_binds
 from .._text import machine_text
+from ..errors import ConfigError
 from ..events import ApprovalEvent, SessionLog, ToolCallEvent, ToolOutcomeEvent
 from ..gate import Admitted, Gate
 from ..gate._admitted import run_admitted
@@ -25,7 +28,7 @@ from ..gate.dispatch import ApprovalRequest, CallInfo, RunContext, direct_dispat
 from ..gate.policy import PermissionPolicy, approval_names, partition
 from ..limits import Limits
 from ..outcome import clamp
-from ..tooling import EXCLUSIVE, Tool
+from ..tooling import EXCLUSIVE, Tool, caller_parameters
 from ._run_code_tool import WithContextUpdate
 
 __all__ = ["openai_tool", "anthropic_tool", "call_tool", "OPENAI_APIS"]
@@ -43,9 +46,10 @@ _OPTIONAL_SESSION_LOG = OPTIONAL_SESSION_LOG
 def _schema(tool: Tool) -> dict[str, Any]:
     # A fresh copy each time: callers may edit what they get. Both providers
     # require an object schema at the top; one without a `type` gets it.
-    if tool.parameters is None:
+    parameters = caller_parameters(tool)  # without its bound arguments: the host supplies them
+    if parameters is None:
         return {"type": "object", "properties": {}}
-    schema = copy.deepcopy(dict(tool.parameters))
+    schema = copy.deepcopy(dict(parameters))
     schema.setdefault("type", "object")
     return schema
 
@@ -100,6 +104,7 @@ def call_tool(
     description: Optional[str] = None,
     limits: Optional[Limits] = None,
     call_id: Optional[str] = None,
+    bind: Optional[Mapping[str, Any]] = None,
 ) -> str:
     """Run a model's direct call of ``tool`` on its ``arguments`` (a JSON string,
     bytes or a dict) and return the JSON text to send back as the tool result
@@ -133,6 +138,12 @@ def call_tool(
     exception a tool raises is the host's problem and propagates, once the
     call's ``tool_outcome`` (a ``tool_error``) is in ``session_log``.
 
+    The call is the model's: a tool whose ``callers`` leave out ``"model"``
+    (``Tool(callers={"code"})``) is refused, naming the rule. A tool with
+    bound arguments (``Tool.bound``) is offered and checked without them, and
+    gets them, each :class:`~nous_sched.Bind` filled from ``bind`` (a
+    :class:`~nous_sched.ConfigError` naming it when ``bind`` lacks one).
+
     :raises ConfigError: a bad option, named in the message.
     """
     v.require("call_tool", "tool", tool, _TOOL)
@@ -142,9 +153,16 @@ def call_tool(
     v.require("call_tool", "description", description, v.OPTIONAL_STR)
     v.require("call_tool", "limits", limits, _OPTIONAL_LIMITS)
     v.require("call_tool", "call_id", call_id, v.OPTIONAL_STR)
+    if bind is not None and not (isinstance(bind, Mapping) and all(isinstance(k, str) for k in bind)):
+        raise ConfigError(
+            f"call_tool: `bind` must be None or a mapping of names (str) to values, got a {type(bind).__name__}"
+        )
+    check_binds([tool], bind, "call_tool")
     granted, denied = partition([tool], policy, "call_tool")
     audit = session_log.append if session_log is not None else None
-    gate = Gate(granted, denied, limits if limits is not None else Limits(), None, audit, source="direct")
+    gate = Gate(
+        granted, denied, limits if limits is not None else Limits(), None, audit, source="direct", caller="model"
+    )
     if isinstance(arguments, (bytes, bytearray)):
         try:
             arguments = bytes(arguments).decode("utf-8")
@@ -164,6 +182,7 @@ def call_tool(
         deps=deps,
         require_approval=approval_names(policy, [tool]),
         description=description or "",
+        bind=bind,
     )
     if session_log is not None:
         event = ToolCallEvent(id=event_id, tool=tool.name, arguments=args, mode=EXCLUSIVE, seq=0, source="direct")

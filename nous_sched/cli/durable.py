@@ -179,7 +179,7 @@ def show_suspended(result: Any, out: TextIO, as_json: bool) -> int:
     out.write(f"suspended: {len(suspension.pending)} call(s) need approval\n")
     for request in suspension.pending:
         where = f" at line:col {request.site}" if request.site else ""
-        _pending(out, request.seq, request.tool, request.arguments, where)
+        _pending(out, request.seq, request.tool, request.arguments, where, request.code, request.program)
     out.write(f"\ntoken (expires {_when(suspension.expires_at)}):\n  {suspension.token}\n")
     out.write(f"\nlogs ({len(result.logs)}):\n")
     for line in result.logs:
@@ -264,7 +264,7 @@ def _list(store: Any, out: TextIO, as_json: bool) -> int:
         for request in row["pending"]:
             decided = row["decisions"].get(str(request["seq"]))
             verdict = "" if decided is None else (" (approved)" if decided["approved"] else " (denied)")
-            _pending(out, request["seq"], request["tool"], request["arguments"], verdict)
+            _pending(out, request["seq"], request["tool"], request["arguments"], verdict, request.get("code"))
         if row.get("resume") is not None:
             _resume_state(out, row)
     return 0
@@ -290,10 +290,16 @@ def _resume_state(out: TextIO, row: dict[str, Any]) -> None:
         out.write("  it died: resume the token again to continue\n")
 
 
-def _pending(out: TextIO, seq: Any, tool: Any, arguments: Any, note: str) -> None:
-    """One pending call: ``#SEQ tool`` and ``note``, then its approval question, indented."""
-    out.write(f"  #{inert(str(seq))} {inert(str(tool)[:120])}{note}\n")
-    for line in question(SimpleNamespace(tool=tool, arguments=arguments, description="")).splitlines():
+def _pending(
+    out: TextIO, seq: Any, tool: Any, arguments: Any, note: str, code: Any = None, program: Any = None
+) -> None:
+    """One pending call: ``#SEQ tool`` and ``note``, then its approval question, indented
+    (a reviewed program's own question, ``code`` set: the whole program)."""
+    shown = "the program" if isinstance(code, str) else str(tool)[:120]
+    out.write(f"  #{inert(str(seq))} {inert(shown)}{note}\n")
+    code = code if isinstance(code, str) else None
+    asked = SimpleNamespace(tool=tool, arguments=arguments, description="", code=code, program=program)
+    for line in question(asked).splitlines():
         out.write(f"    {line}\n")
 
 

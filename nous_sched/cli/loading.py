@@ -7,11 +7,11 @@ what to fix; no traceback reaches the operator.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from ..tooling import Tool, loading
 
-__all__ = ["UsageError", "load_tools", "read_program"]
+__all__ = ["UsageError", "load_tools", "load_callable", "read_program"]
 
 
 class UsageError(Exception):
@@ -29,6 +29,30 @@ def load_tools(spec: str) -> list[Tool]:
         return loading.load_tools(spec, "--tools")
     except loading.ToolSetError as exc:
         raise UsageError(str(exc)) from None
+
+
+def load_callable(spec: str, flag: str) -> Any:
+    """The callable ``spec`` names, ``MODULE:NAME`` (a dotted module name or a
+    ``.py`` path, then an attribute of it), for ``flag`` (its name in messages).
+
+    :raises UsageError: no ``:NAME``, the module cannot be imported, or it has
+        no such attribute, or the attribute is not callable.
+    """
+    module_spec, _, name = spec.rpartition(":")
+    if not module_spec or not name.isidentifier():
+        raise UsageError(
+            f"{flag} {spec}: expected MODULE:CALLABLE (a dotted module name or a .py file, a colon, a name)"
+        )
+    try:
+        module = loading.import_tool_module(module_spec, flag)
+    except loading.ToolSetError as exc:
+        raise UsageError(str(exc)) from None
+    found = getattr(module, name, None)
+    if found is None:
+        raise UsageError(f"{flag} {spec}: the module has no {name!r}")
+    if not callable(found):
+        raise UsageError(f"{flag} {spec}: {name!r} is a {type(found).__name__}, not a callable")
+    return found
 
 
 def read_program(spec: str, stdin: TextIO) -> str:

@@ -144,6 +144,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="where --state keeps its scope: a SQLite file, a redis:// or postgresql:// URL (default: memory, gone when the "
         "command ends)",
     )
+    run.add_argument(
+        "--review",
+        metavar="MODULE:CALLABLE",
+        help="review the program before it runs: CALLABLE(ReviewRequest) returns a nous_sched.ReviewDecision "
+        "(allow, deny, or ask: with --ask, the whole program is asked on the terminal); it fails closed",
+    )
     cli_durable.add_parsers(sub)
     from . import serve_mcp  # imports neither the MCP SDK nor the runtime
 
@@ -303,6 +309,10 @@ def _run_options(args: argparse.Namespace, err: TextIO, cancel: Optional[Cancel]
         "approval_store": cli_durable.open_store(args.approval_store) if args.approval_store else None,
     }
     options.update(cli_durable.state_option(args))
+    if getattr(args, "review", None):
+        from .loading import load_callable
+
+        options["review"] = load_callable(args.review, "--review")
     return build("run_code", options)
 
 

@@ -99,6 +99,12 @@ def add_parser(sub: Any, *, positive_int: Any, seconds: Any) -> argparse.Argumen
     )
     parser.add_argument("--policy", metavar="FILE", help="JSON policy: allow, deny, require_approval, approve, ...")
     parser.add_argument(
+        "--review",
+        metavar="MODULE:CALLABLE",
+        help="review each program before it runs: CALLABLE(ReviewRequest) returns a nous_sched.ReviewDecision "
+        "(allow, deny or ask the client); it fails closed",
+    )
+    parser.add_argument(
         "--approve", action="append", default=[], metavar="TOOL", help="approve every call of TOOL without asking"
     )
     parser.add_argument("--deny", action="append", default=[], metavar="TOOL", help="never grant TOOL")
@@ -216,6 +222,7 @@ def _serve(args: argparse.Namespace, err: TextIO) -> int:
             **({} if args.description_budget is None else {"budget": args.description_budget}),
             **_durable_options(args),
             **_state_options(args),
+            **_review_options(args),
         )
         try:
             granted = sorted(t.name for t in tools if policy.permits(t))
@@ -371,6 +378,15 @@ def _state_options(args: Any) -> dict[str, Any]:
     from .durable import open_state_option
 
     return {"state_store": open_state_option(args.state_store)}
+
+
+def _review_options(args: Any) -> dict[str, Any]:
+    """``review`` when ``--review MODULE:CALLABLE`` is given (see :mod:`nous_sched.review`)."""
+    if not getattr(args, "review", None):
+        return {}
+    from .loading import load_callable
+
+    return {"review": load_callable(args.review, "--review")}
 
 
 def _durable_options(args: Any) -> dict[str, Any]:

@@ -13,10 +13,10 @@ import attrs
 
 from .. import _validators as v
 from .._run.options import RunOptions, build
-from .._run.runner import STATE_OP, execute, prepare, runtime_of
+from .._run.runner import STATE_OP, execute, live_stream, prepare, review_denied, reviewed, runtime_of
 from .._validators import require
 from ..errors import ConfigError
-from ..events import ApprovalEvent, Event, ResumedEvent, SuspendedEvent
+from ..events import ApprovalEvent, Event, ResumedEvent, ReviewEvent, SuspendedEvent
 from ..gate import Admitted
 from ..gate.approval_seam import ApprovalStoreSeam
 from ..gate.dispatch import ApprovalRequest, needs_approval
@@ -678,7 +678,17 @@ _DECISIONS = v.instance_of(Mapping, "a mapping of seq to True, False or an Appro
 def run_durable(code: Any, tools: Iterable[Tool], options: RunOptions, store: ApprovalStoreSeam) -> RunResult:
     """``run_code(code, tools, options=options)`` with ``store``, its ``options.approval_store``: see the module docstring."""
     tools = list(tools)
+    review = None
+    if options.review is not None:  # once, before the first run: never again on a replay or a resume
+        prepared = prepare(code, tools, options)
+        review, denied = reviewed(prepared, live_stream.get(), DEFER)
+        if denied is not None:
+            return denied
+        if review.verdict == "ask":  # no one to ask now: the store holds the program's question
+            return _suspend_program(code, tools, store, options, review, prepared.program)
     run = _Run({}, [], {}, {}, options.approval_handler, options.description or "")
+    if review is not None:
+        run.audit.append(review.as_event())
     return _execute(code, tools, store, options, run)
 
 
@@ -702,6 +712,56 @@ def _execute(code: Any, tools: list[Tool], store: ApprovalStoreSeam, options: Ru
 
 _parked_numbers = itertools.count(1)
 
+#: The seq of a reviewed program's own question in a suspension (its calls count from 0).
+PROGRAM_SEQ = -1
+
+
+def _suspend_program(
+    code: str, tools: list[Tool], store: ApprovalStoreSeam, options: RunOptions, review: ReviewEvent, summary: Any
+) -> RunResult:
+    """Suspend a reviewed run before it starts: its one pending request is the
+    whole program (``seq`` :data:`PROGRAM_SEQ`, ``tool`` ``""``, ``code`` and
+    ``program`` set); a resume approving it runs the program, one denying it
+    ends it ``review_denied``."""
+    description = options.description or ""
+    request = ApprovalRequest("", {}, description=description, seq=PROGRAM_SEQ, code=code, program=summary)
+    record = {
+        "v": 1,
+        "code": code,
+        "description": description,
+        "tools": tool_set_hash(tools),
+        "ledger": [],
+        "refused": [],
+        "clock": [],
+        "pending": [{**_request_dict(request), "text": ["", ""], "code": code}],
+        "review": json.loads(json.dumps(review.summary)),
+    }
+    token, expires_at = store.save(record)
+    suspended = SuspendedEvent(token, (request,), expires_at)
+    if options.session_log is not None:
+        options.session_log.append(suspended.as_event())
+    result = RunResult(
+        suspended=Suspension(token, (request,), expires_at), audit=(review.as_event(), suspended.as_event())
+    )
+    return _within_budget(result, options.output_budget)
+
+
+def _program_decided(
+    record: dict[str, Any], merged: Mapping[int, ApprovalDecision], options: RunOptions
+) -> tuple[Optional[ReviewEvent], Optional[RunResult]]:
+    """A resume of a program suspended by its review: its review record, and the
+    run's result when the decision denies it (nothing runs), else ``None``."""
+    if "review" not in record or PROGRAM_SEQ not in merged:
+        return None, None
+    decision = merged[PROGRAM_SEQ]
+    reason = decision.reason or ("approved" if decision.approved else "denied")
+    review = ReviewEvent("allow" if decision.approved else "deny", reason, True, record["review"])
+    if options.session_log is not None:
+        options.session_log.append(review.as_event())
+    if decision.approved:
+        return review, None
+    return review, review_denied(reason, review, (), options.output_budget)
+
 
 def _parked_result(code: str, tools: list[Tool], store: ApprovalStoreSeam, run: _Run, park: _Park) -> RunResult:
     """The run's result once it ends, or its suspension once it parks (then it stays held for a resume)."""
@@ -721,7 +781,9 @@ def _run_once(
     code: Any, tools: list[Tool], store: ApprovalStoreSeam, options: RunOptions, run: _Run, runtime: Any
 ) -> RunResult:
     # The machinery itself, with this run's replaying runtime and its gate of approvals.
-    replaying = attrs.evolve(options, runtime=runtime, approval_handler=run.approval_handler, approval_store=None)
+    replaying = attrs.evolve(
+        options, runtime=runtime, approval_handler=run.approval_handler, approval_store=None, review=None
+    )
     result = execute(prepare(code, tools, replaying))
     error, suspended = result.error, None
     if run.diverged is not None:
@@ -831,6 +893,10 @@ def resume(
     merged = _merged_decisions(record, decisions)
     record = approval_store.claim(token, progress_of.initial(merged))
     progress = _progress(token, approval_store, record["claimed_by"], progress_of.initial(merged))
+    program, denied = _program_decided(record, merged, given)
+    if denied is not None:
+        approval_store.finish(token)
+        return denied
     with _PARKED_LOCK:
         park = _PARKED.pop(token.split(".")[0], None)
     # A run this process still holds continues without replay; one whose park time passed is replayed.
@@ -841,6 +907,8 @@ def resume(
     run, given = _resumed_run(record, merged, given)
     run.progress = progress
     run.audit.append(ResumedEvent(token.split(".")[0], len(record["ledger"])).as_event())
+    if program is not None:
+        run.audit.append(program.as_event())
     try:
         result = _execute(record["code"], tools, approval_store, given, run)
     except ConfigError:  # a bad option: nothing ran, so the token stays usable
@@ -1022,7 +1090,7 @@ def _merged_decisions(record: dict[str, Any], given: Mapping[Any, Any]) -> dict[
 def _seq(key: Any) -> int:
     if isinstance(key, int) and not isinstance(key, bool):
         return key
-    if isinstance(key, str) and key.isdigit():
+    if isinstance(key, str) and (key.isdigit() or (key.startswith("-") and key[1:].isdigit())):
         return int(key)
     v.fail("resume", "decisions", key, "keyed by the pending calls' seq (int)")
 

@@ -12,6 +12,6 @@ approval, then the tool; ``needs_approval``, the one approval rule),
 ``approval_seam.py`` (ApprovalStoreSeam: what ``approval_store=`` takes).
 """
 
-from ._gate import BUDGET_SPENT, MAX_NAME_CHARS, NAME_TOO_LONG, REFUSAL_REASONS, Admitted, Gate
+from ._gate import BUDGET_SPENT, MAX_NAME_CHARS, NAME_TOO_LONG, REFUSAL_REASONS, Admitted, Gate, callers_rule
 
-__all__ = ["Admitted", "BUDGET_SPENT", "Gate", "MAX_NAME_CHARS", "NAME_TOO_LONG", "REFUSAL_REASONS"]
+__all__ = ["Admitted", "BUDGET_SPENT", "Gate", "MAX_NAME_CHARS", "NAME_TOO_LONG", "REFUSAL_REASONS", "callers_rule"]

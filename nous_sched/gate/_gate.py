@@ -19,10 +19,18 @@ entry point it came through:
    rules (:mod:`nous_sched.crossing`: no NaN or Infinity, no integer a
    double cannot hold, bounded depth).
 5. **The arguments fit the tool's schema** (:mod:`nous_sched.gate.schema`),
-   before anyone is asked to approve them. In a run, a blob handle anywhere
-   in them is first replaced by its value (``nous_sched.blobs``), so the
-   schema checks the value the tool gets; a handle the run does not hold is
-   refused here. The audit keeps the arguments as the program wrote them.
+   before anyone is asked to approve them. The schema is the one the caller
+   sees, without the tool's bound arguments; a call that passes a bound
+   argument itself is refused first. In a run, a blob handle anywhere in
+   the arguments is then replaced by its value (``nous_sched.blobs``), so
+   the schema checks the value the tool gets; a handle the run does not
+   hold is refused; the audit keeps the arguments as the program wrote them. An admitted call's arguments hold each
+   bound argument as ``"[bound]"`` (every record of the call shows that);
+   the tool gets the value (:func:`~nous_sched.gate.dispatch.direct_dispatch`).
+
+Between 2 and 3, **the caller**: a tool whose ``callers`` leave out this
+gate's caller (``"code"`` for a program's sub-call, ``"model"`` for
+:func:`~nous_sched.call_tool`) is refused, naming the rule.
 6. **The audit.** A call that passed 1-5 is audited as a ``tool_call``
    event (:class:`~nous_sched.ToolCallEvent`) when it starts; a refused one
    as a ``tool_refused`` event (:class:`~nous_sched.ToolRefusedEvent`).
@@ -52,17 +60,19 @@ from ..errors import SnapshotError
 from ..events import Event, ToolRefusedEvent
 from ..limits import Limits
 from ..outcome import Outcome, quote_name
-from ..tooling import Tool
+from ..tooling import Tool, marked, passed_bound
 from .dispatch import RUN_OVER
 from .policy import denied_message
 from .schema import argument_error
 
-__all__ = ["Gate", "Admitted", "BUDGET_SPENT", "MAX_NAME_CHARS", "REFUSAL_REASONS"]
+__all__ = ["Gate", "Admitted", "callers_rule", "BUDGET_SPENT", "MAX_NAME_CHARS", "REFUSAL_REASONS"]
 
 #: Why the gate refused a call, by check: the run was over (1), the name is not
 #: a string or too long, the tool is unknown or the policy denies it (2), the
 #: budget is spent (3), the arguments cannot cross (4), they fail the schema (5).
-REFUSAL_REASONS = ("run_over", "name", "unknown", "policy", "budget", "arguments", "schema")
+#: Then (issues 40, 41): the tool may not be called by this caller (``Tool.callers``),
+#: the call passed a bound argument itself (``Tool.bound``).
+REFUSAL_REASONS = ("run_over", "name", "unknown", "policy", "budget", "arguments", "schema", "callers", "bound")
 
 BUDGET_SPENT = "the run has made its {n} tool calls, the most one run may make (Limits.max_calls)"
 _TOTAL_SPENT = (
@@ -107,6 +117,8 @@ class Gate:
     :param source: the ``source`` of every refusal record.
     :param unknown: the message for a call of a tool no one declared (by
         default ``unknown tool "name"``; a run names the closest tools).
+    :param caller: who makes the calls, ``"code"`` (a program) or ``"model"``
+        (a direct call): checked against each tool's ``callers``.
     """
 
     def __init__(
@@ -118,6 +130,7 @@ class Gate:
         audit: Optional[Callable[[Event], Any]] = None,
         source: str = "code_mode",
         unknown: Optional[Callable[[str], str]] = None,
+        caller: str = "code",
     ) -> None:
         self.granted = granted
         self.denied = denied
@@ -126,6 +139,7 @@ class Gate:
         self._audit = audit
         self._source = source
         self._unknown = unknown
+        self._caller = caller
         self.calls = 0
         self.args_bytes = 0
         #: Every refusal audited so far, in order.
@@ -222,6 +236,9 @@ class Gate:
             return self._refuse(
                 name, self._unknown(name) if self._unknown else f"unknown tool {quote_name(name)}", "unknown"
             )
+        callers = getattr(self.granted[name], "callers", None)
+        if callers is not None and self._caller not in callers:
+            return self._refuse(name, callers_rule(name, callers, self._caller), "callers")
         return None
 
     def _size(self, name: str, size: int) -> Optional[Outcome]:
@@ -241,16 +258,23 @@ class Gate:
         if self.deadline is not None and time.monotonic() >= self.deadline:  # the copy took the rest of the run
             return self._refuse(name, RUN_OVER, "run_over")
         tool = self.granted[name]
+        sent = passed_bound(tool, args)
+        if sent is not None:
+            return self._refuse(name, sent, "bound")
+        written = args
         if self.blobs is not None:  # handles become their values first: the schema is the value's
             put = self.blobs.substitute(args, text)
             if type(put) is str:
                 return self._refuse(name, put, "arguments")
-            if put is not args and text is None:  # the audit's copy: the arguments as written, handles and all
-                text = dumps(args)
             args = put
         problem = argument_error(tool, args)
         if problem is not None:
             return self._refuse(name, problem, "schema")
+        # The audit's copy (the text) is the arguments as written: a handle, not the value it stands for.
+        if getattr(tool, "bound", None):  # every record shows the marker; the text no longer spells these arguments
+            return Admitted(tool, marked(tool, args), None if args is written else dumps(marked(tool, written)))
+        if args is not written and text is None:
+            text = dumps(written)
         return Admitted(tool, args, text)
 
     def _refuse(self, name: str, message: str, reason: str) -> Outcome:
@@ -267,6 +291,16 @@ class Gate:
             if self.on_refused is not None:
                 self.on_refused(record, reason)
         return outcome
+
+
+def callers_rule(name: str, callers: Any, caller: str) -> str:
+    """The refusal of a call by ``caller`` (``"code"`` or ``"model"``) of tool ``name``, whose ``callers`` leave it out."""
+    if caller == "code":
+        return (
+            f"tool {quote_name(name)} may be called only by the model directly, not from code "
+            '(Tool.callers={"model"}); ask for it outside the program'
+        )
+    return f'tool {quote_name(name)} may be called only from code (Tool.callers={{"code"}}), not directly by the model'
 
 
 def _utf8_size(text: str) -> int:

@@ -42,6 +42,10 @@ __all__ = [
     "KEY_CHARS",
     "VALUE_CHARS",
     "DESCRIPTION_CHARS",
+    "program_question",
+    "program_lines",
+    "CODE_CHARS",
+    "SUMMARY_LINES",
 ]
 
 #: Characters of each argument key shown before it is clipped.
@@ -52,6 +56,10 @@ VALUE_CHARS = 300
 DESCRIPTION_CHARS = 500
 #: Characters of the tool's name shown before it is clipped.
 NAME_CHARS = 120
+#: Characters of a reviewed program's code shown in its question before it is clipped.
+CODE_CHARS = 4000
+#: Lines of a program's summary shown at most (each clipped to :data:`VALUE_CHARS`).
+SUMMARY_LINES = 24
 
 
 def inert_line(text: str) -> str:
@@ -116,12 +124,51 @@ def _argument_lines(arguments: Any) -> list[str]:
 
 def question(request: Any) -> str:
     """The approval question for ``request`` (an :class:`~nous_sched.ApprovalRequest`, or any
-    object with ``tool``, ``arguments`` and ``description``); see the module docstring."""
+    object with ``tool``, ``arguments`` and ``description``); see the module docstring.
+    A request with ``code`` is a reviewed program's own question (:func:`program_question`);
+    one with ``program`` (a reviewed run's call) also says what the program as a whole does."""
+    code = getattr(request, "code", None)
+    program = getattr(request, "program", None)
+    if isinstance(code, str):
+        return program_question(code, getattr(request, "description", ""), program)
     tool = _clip(_json(str(getattr(request, "tool", ""))), NAME_CHARS)
     lines = [f"A program wants to call the tool {tool}.", *_argument_lines(getattr(request, "arguments", None))]
     description = getattr(request, "description", "")
     if isinstance(description, str) and description:
         lines.append(description_line(description))
+    if program is not None:
+        lines.append("What the program as a whole does (its text, read before it ran):")
+        lines.extend(program_lines(program))
+    return "\n".join(lines)
+
+
+def program_lines(summary: Any) -> list[str]:
+    """``summary`` (a :class:`~nous_sched.ProgramSummary`) as indented lines, each
+    made inert and clipped, at most :data:`SUMMARY_LINES` of them."""
+    try:
+        described = [str(line) for line in summary.describe()]
+    except Exception:  # (a summary that cannot describe itself still leaves a question)
+        described = ["(the summary could not be shown)"]
+    lines = [f"  {_clip(line, VALUE_CHARS)}" for line in described[:SUMMARY_LINES]]
+    if len(described) > SUMMARY_LINES:
+        lines.append(f"  … ({len(described) - SUMMARY_LINES} more lines)")
+    return lines
+
+
+def program_question(code: str, description: Any, summary: Any) -> str:
+    """The question a reviewed program asks as a whole (``ReviewDecision.ask()``):
+    its summary, its description (the program's own words) and its code, each
+    line of the code made inert and the code clipped to :data:`CODE_CHARS`."""
+    lines = ["A program asks to run. What its text says it will do:"]
+    if summary is not None:
+        lines.extend(program_lines(summary))
+    if isinstance(description, str) and description:
+        lines.append(description_line(description))
+    shown = code[:CODE_CHARS]
+    lines.append(f"Its code ({len(code):,} characters{'; clipped' if len(code) > CODE_CHARS else ''}):")
+    lines.extend(f"  | {inert_line(line)}" for line in shown.split("\n"))
+    if len(code) > CODE_CHARS:
+        lines.append(f"  … (clipped; {len(code):,} characters in all)")
     return "\n".join(lines)
 
 

@@ -14,6 +14,7 @@ import contextvars
 import copy
 import logging
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Callable, Collection, Optional
 
 import attrs
@@ -21,6 +22,7 @@ import attrs
 from .._slots import record
 from ..errors import ToolError
 from ..outcome import quote_name
+from ..tooling import BOUND_MARKER, redact, secrets_of, with_bound
 from . import approval_text
 
 if TYPE_CHECKING:  # tool.py is above this module: only its name, for the types
@@ -67,6 +69,11 @@ class ApprovalRequest:
     seq: Optional[int] = None
     site: str = ""
     committed: tuple[Any, ...] = ()
+    #: The run's program reviewed (``run_code(review=...)``): its static summary
+    #: (a :class:`~nous_sched.ProgramSummary`), on every request of such a run;
+    #: and ``code``, the whole program, on the review's own question (``tool`` "").
+    program: Any = None
+    code: Optional[str] = None
 
     def question(self) -> str:
         """This call as a person should read it before approving it: the same text
@@ -107,6 +114,12 @@ class RunContext:
     deadline: Optional[float] = None
     description: str = ""
     live: Any = None
+    #: The run's ``bind`` (``run_code(..., bind=...)``): what each :class:`~nous_sched.Bind` of a tool's
+    #: ``bound`` is filled from. Never in a ``repr``.
+    bind: Optional[Mapping[str, Any]] = attrs.field(default=None, repr=False)
+    #: The program's static summary when the run was reviewed (``run_code(review=...)``):
+    #: each approval request carries it (:attr:`ApprovalRequest.program`).
+    program: Any = None
     blobs: Any = None
 
 
@@ -261,12 +274,16 @@ def approve(tool: Tool, args: dict[str, Any], run_ctx: Optional[RunContext]) -> 
             "denied",
         )
     info = current_call.get()
+    hidden = _bound_here.get()
+    if hidden:  # asked from inside a tool that holds its bound values: the question shows markers
+        args = {k: BOUND_MARKER if k in hidden else value for k, value in args.items()}
     request = ApprovalRequest(
         tool.name,
         copy.deepcopy(args),
         description=getattr(run_ctx, "description", "") or "",
         call_id=info.id if info is not None else "",
         tool_description=getattr(tool, "description", ""),
+        program=getattr(run_ctx, "program", None),
     )
     if not _asked(handler, request, run_ctx, info):
         raise Refused(f"tool {quote_name(tool.name)} was rejected by the approval handler", tool.name, "denied")
@@ -279,6 +296,51 @@ def direct_dispatch(tool: Tool, args: dict[str, Any], run_ctx: Optional[RunConte
 
     Raises :class:`ToolError` when the run is over, or approval is required
     and there is no handler, or the handler does not return ``True``.
+
+    A tool with bound arguments (``Tool.bound``) gets them here, after
+    approval (which saw ``"[bound]"`` in their place), each :class:`~nous_sched.Bind`
+    filled from ``run_ctx.bind``; an exception it raises whose message holds a
+    bound string (or its JSON or ``repr`` spelling) is raised again, of the
+    same type when it can be made from its message (else as a
+    :class:`ToolError`), with ``"[bound]"`` in its place (``nous_sched.tooling._bound``).
+    A dispatch of your own that calls ``tool.function`` itself should call this
+    one instead, or the tool gets the markers.
     """
     approve(tool, args, run_ctx)
-    return tool.function(args)
+    if not getattr(tool, "bound", None):
+        return tool.function(args)
+    bound_args = with_bound(tool, args, getattr(run_ctx, "bind", None))
+    # A tool that asks for approval itself (a framework switch's nested tool) asks with the markers.
+    hidden = _bound_here.set(frozenset(tool.bound))
+    try:
+        return tool.function(bound_args)
+    except Exception as exc:
+        raise _redacted(exc, bound_args, tool) from None
+    finally:
+        _bound_here.reset(hidden)
+
+
+#: The bound argument names of the tool running in this context: :func:`approve` shows them as markers.
+_bound_here: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar(
+    "nous_sched.bound_here", default=frozenset()
+)
+
+
+def _redacted(exc: Exception, bound_args: dict[str, Any], tool: Any) -> Exception:
+    """``exc``, or a :class:`ToolError` saying it without the bound values when its message holds one."""
+    try:
+        text = str(exc)
+    except Exception:
+        return exc
+    spellings = secrets_of({name: bound_args[name] for name in tool.bound})
+    said = redact(text, spellings)
+    if said == text:
+        return exc
+    if not isinstance(exc, ToolError):
+        try:  # the same kind of exception when it can be made from the message alone
+            again = type(exc)(said)
+            if str(again) == said:
+                return again
+        except Exception:
+            pass
+    return ToolError(said, tool=tool.name)

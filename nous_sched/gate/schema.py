@@ -51,6 +51,7 @@ import referencing
 from ..crossing import describe_path
 from ..errors import ToolError
 from ..outcome import clamp
+from ..tooling import caller_parameters
 from ._linear import linear, pattern_problem, search
 
 if TYPE_CHECKING:  # only the name: schema.py sits below tool.py
@@ -89,9 +90,11 @@ def argument_error(tool: Tool, args: Any) -> Optional[str]:
     """The message for the program if ``args`` do not satisfy ``tool.parameters``, else ``None``.
 
     ``None`` too when the tool opts out (``validate_arguments=False``) or has
-    no ``parameters``. Never raises.
+    no ``parameters``. Never raises. The schema is the one a caller sees
+    (:func:`~nous_sched.tooling.caller_parameters`: without the tool's bound
+    arguments, which the caller does not send).
     """
-    schema = getattr(tool, "parameters", None)
+    schema = caller_parameters(tool)
     if schema is None or not getattr(tool, "validate_arguments", True):
         return None
     checker = _checker(tool, schema)

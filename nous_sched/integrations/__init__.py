@@ -15,8 +15,9 @@ function                               adapts                                  e
 
 Every adapter takes the same overrides: ``name``, ``concurrency_safe`` (a
 predicate, ``True`` for always, ``False`` for never; ``None``, the default,
-takes what the framework's own flags say) and ``requires_approval`` (``None``
-takes the framework's flag). The framework's flags map onto ours where it has
+takes what the framework's own flags say), ``requires_approval`` (``None``
+takes the framework's flag), ``bound`` and ``callers`` (:class:`~nous_sched.Tool`'s:
+arguments the host supplies, hidden from every caller; who may call the tool). The framework's flags map onto ours where it has
 them: pydantic-ai's ``sequential`` means exclusive and its other tools run
 side by side, as pydantic-ai runs them; pydantic-ai's ``requires_approval``
 and the Agents SDK's ``needs_approval`` mean approval (a per-call approval

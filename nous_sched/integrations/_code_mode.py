@@ -25,7 +25,7 @@ from ..errors import ConfigError, ToolError
 from ..events import SessionLog
 from ..gate.dispatch import RUN_OVER, ApprovalRequest, current_call
 from ..gate.policy import PermissionPolicy
-from ..tooling import Tool, always_safe
+from ..tooling import CALLERS, Tool, always_safe
 
 __all__ = ["Bridge", "CodeModeOptions", "asking", "bridge", "Overrides"]
 
@@ -84,12 +84,39 @@ def bridge() -> Bridge:
     return deps
 
 
+def _per_tool(adapter: str, option: str, value: Any) -> dict[str, Any]:
+    """``callers=`` or ``bound=`` of a switch: tool names to the :class:`~nous_sched.Tool` field, each checked."""
+    v.require(adapter, option, value, _OVERRIDES)
+    checked: dict[str, Any] = {}
+    for name, each in (value or {}).items():
+        try:
+            stand_in = Tool("stand-in", _unused, **{option: each})
+        except ConfigError as exc:
+            raise ConfigError(str(exc).replace("Tool: `", f"{adapter}: `{option}[{name!r}]`: `", 1)) from None
+        checked[name] = getattr(stand_in, option)
+    return checked
+
+
+def _unused(args: dict[str, Any]) -> None:
+    return None
+
+
 class CodeModeOptions:
-    """A switch's options, checked where the agent is built (a :class:`ConfigError` names a bad one)."""
+    """A switch's options, checked where the agent is built (a :class:`ConfigError` names a bad one).
+
+    Besides the run options, a switch takes two more per-tool mappings, by tool
+    name: ``callers`` (:class:`~nous_sched.Tool`'s: a tool whose callers hold
+    ``"model"`` is also offered to the model directly, beside ``run_code``; one
+    without ``"code"`` is left out of the program's SDK and refused from it) and
+    ``bound`` (the tool's bound arguments: hidden from the program, given to the
+    framework's tool).
+    """
 
     __slots__ = (
         "adapter",
         "approval_handler",
+        "callers",
+        "bound",
         "concurrency_safe",
         "requires_approval",
         "session_log",
@@ -117,6 +144,9 @@ class CodeModeOptions:
         for name in ("deps", "approval_handler"):
             if name in run_options:
                 raise ConfigError(f"{adapter}: {name} is not a run option here (deps are the agent run's context)")
+        run_options = dict(run_options)
+        self.callers: dict[str, frozenset[str]] = _per_tool(adapter, "callers", run_options.pop("callers", None))
+        self.bound: dict[str, Any] = _per_tool(adapter, "bound", run_options.pop("bound", None))
         for name, value in (requires_approval or {}).items():
             if not isinstance(value, bool):
                 v.fail(adapter, f"requires_approval[{name!r}]", value, "True or False")
@@ -165,7 +195,13 @@ class CodeModeOptions:
             requires_approval=self.requires_approval.get(name, gated),
             category=category,
             concurrency_safe=predicate,
+            callers=self.callers.get(name, CALLERS),
+            bound=self.bound.get(name),
         )
+
+    def offered_directly(self, name: str) -> bool:
+        """Whether the model is offered tool ``name`` itself, beside ``run_code`` (``callers`` holds ``"model"``)."""
+        return "model" in self.callers.get(name, ())
 
     def run_code_tool(self, tools: list[Tool], context: Any = None) -> Tool:
         """``run_code`` over ``tools`` (its description within the budget); with ``context``,

@@ -10,7 +10,7 @@ from typing import Any, Callable, Optional, Union
 from .. import _validators as v
 from .._extras import install_command
 from ..errors import ConfigError
-from ..tooling import Tool, always_safe, no_return_type, stdlib_schema
+from ..tooling import CALLERS, Tool, always_safe, no_return_type, stdlib_schema
 
 Predicate = Union[Callable[[dict[str, Any]], Any], bool, None]
 
@@ -43,8 +43,11 @@ def build(
     derived_requires_approval: bool,
     category: str,
     throttles: Any = (),
+    bound: Any = None,
+    callers: Any = None,
 ) -> Tool:
-    """The Tool, with the caller's overrides applied over what the framework's flags say."""
+    """The Tool, with the caller's overrides applied over what the framework's flags say
+    (``bound`` and ``callers`` are :class:`~nous_sched.Tool`'s; ``None``: nothing bound, both callers)."""
     if concurrency_safe is None:
         predicate = derived_concurrency_safe
     elif concurrency_safe is True:
@@ -69,6 +72,8 @@ def build(
         category=category,
         concurrency_safe=predicate,
         throttles=throttles,
+        bound=bound,
+        callers=CALLERS if callers is None else callers,
     )
 
 

@@ -73,7 +73,9 @@ class CodeModeMiddleware(AgentMiddleware):
         mine = [t for t in request.tools if isinstance(t, BaseTool) and t.name != RUN_CODE_NAME]
         others = [t for t in request.tools if not isinstance(t, BaseTool)]  # a provider's own tools stay the model's
         code = self._options.run_code_tool(self._nested(mine))
-        return request.override(tools=[*others, _placeholder(code)])
+        # A tool the model may call itself (callers= holding "model") stays offered beside run_code.
+        direct = [t for t in mine if self._options.offered_directly(t.name)]
+        return request.override(tools=[*others, *direct, _placeholder(code)])
 
     # -- a model's run_code call ------------------------------------------------------------------
 

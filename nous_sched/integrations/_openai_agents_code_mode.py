@@ -41,9 +41,11 @@ class CodeModeAgent(Agent[Any]):
         nested: list[Tool] = []
         offered: list[Any] = []
         for tool in tools:
-            if isinstance(tool, FunctionTool) and _programmable(tool):
+            programmable = isinstance(tool, FunctionTool) and _programmable(tool)
+            if programmable:
                 nested.append(_nested(options, tool, mcp.get(tool.name)))
-            else:  # hosted tools (web search, ...) and what a program may not call stay the model's
+            # Hosted tools (web search, ...), what a program may not call, and what callers= offers the model.
+            if not programmable or options.offered_directly(tool.name):
                 offered.append(tool)
         return [*offered, _run_code(options, nested)]
 

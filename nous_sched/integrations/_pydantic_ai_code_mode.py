@@ -20,6 +20,7 @@ from pydantic_ai.toolsets import AbstractToolset, CombinedToolset
 from pydantic_ai.toolsets.abstract import ToolsetTool
 
 from .. import sdk
+from ..agent import RUN_CODE_NAME
 from ..errors import ConfigError, ToolError
 from ..events import SessionLog
 from ..gate.dispatch import ApprovalRequest, approve, current_call
@@ -101,7 +102,8 @@ class CodeModeToolset(AbstractToolset[Any]):
         return await self._inner.get_instructions(ctx)
 
     async def get_tools(self, ctx: Any) -> dict[str, Any]:
-        code = self._options.run_code_tool(await self.nested_tools(ctx))
+        inner = await self._inner.get_tools(ctx)
+        code = self._options.run_code_tool(self._tools(inner))
         definition = ToolDefinition(
             name=code.name,
             description=code.description,
@@ -109,13 +111,18 @@ class CodeModeToolset(AbstractToolset[Any]):
             # Two programs at once would each order only their own calls.
             sequential=True,
         )
+        # A tool the model may call itself (callers= holding "model") is offered beside run_code.
+        direct = {name: found for name, found in inner.items() if self._options.offered_directly(name)}
         return {
+            **direct,
             code.name: ToolsetTool(
                 toolset=self, tool_def=definition, max_retries=self._max_retries, args_validator=_ANY_ARGS
-            )
+            ),
         }
 
     async def call_tool(self, name: str, tool_args: dict[str, Any], ctx: Any, tool: Any) -> Any:
+        if name != RUN_CODE_NAME and self._options.offered_directly(name):  # the model's own call of it
+            return await self._inner.call_tool(name, tool_args, ctx, tool)
         return await self._options.arun(await self.nested_tools(ctx), ctx, tool_args)
 
     async def nested_tools(self, ctx: Any) -> list[Tool]:

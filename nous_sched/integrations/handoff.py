@@ -34,14 +34,14 @@ from .. import _validators as v
 from ..agent.adapters import call_tool
 from ..agent.aio import acall_tool
 from ..events import SessionLog
-from ..tooling import Tool
+from ..tooling import Tool, caller_parameters
 from ._common import require
 
 __all__ = ["to_langchain", "to_openai_agents", "to_pydantic_ai"]
 
 _TOOL = v.instance_of(Tool, "a nous_sched.Tool (run_code_tool(...), function_tool(...), Tool(...))")
 _OPTIONAL_SESSION_LOG = v.optional(v.instance_of(SessionLog, "a nous_sched.SessionLog"))
-_CALL_OPTIONS = ("policy", "approval_handler", "deps", "description", "limits")
+_CALL_OPTIONS = ("policy", "approval_handler", "deps", "description", "limits", "bind")
 
 
 def _checked(adapter: str, tool: Any, session_log: Any, call_options: dict[str, Any]) -> dict[str, Any]:
@@ -54,7 +54,8 @@ def _checked(adapter: str, tool: Any, session_log: Any, call_options: dict[str, 
 
 
 def _schema(tool: Tool) -> dict[str, Any]:
-    schema: dict[str, Any] = json.loads(json.dumps(tool.parameters))  # the framework's own copy
+    # Without its bound arguments (the host supplies them); the framework's own copy.
+    schema: dict[str, Any] = json.loads(json.dumps(caller_parameters(tool)))
     return schema
 
 

@@ -66,6 +66,8 @@ def from_langchain(
     requires_approval: Optional[bool] = None,
     category: str = "read",
     throttles: Sequence[Throttle] = (),
+    bound: Any = None,
+    callers: Any = None,
 ) -> Tool:
     """A :class:`~nous_sched.Tool` that runs the LangChain tool ``tool``.
 
@@ -110,6 +112,8 @@ def from_langchain(
         derived_requires_approval=False,
         category=category,
         throttles=throttles,
+        bound=bound,
+        callers=callers,
     )
 
 

@@ -34,6 +34,8 @@ def from_llamaindex(
     requires_approval: Optional[bool] = None,
     category: str = "read",
     throttles: Sequence[Throttle] = (),
+    bound: Any = None,
+    callers: Any = None,
 ) -> Tool:
     """A :class:`~nous_sched.Tool` that runs the LlamaIndex tool ``tool``.
 
@@ -80,6 +82,8 @@ def from_llamaindex(
         derived_requires_approval=False,
         category=category,
         throttles=throttles,
+        bound=bound,
+        callers=callers,
     )
 
 

@@ -49,6 +49,8 @@ def from_openai_agents(
     requires_approval: Optional[bool] = None,
     category: str = "read",
     throttles: Sequence[Throttle] = (),
+    bound: Any = None,
+    callers: Any = None,
 ) -> Tool:
     """A :class:`~nous_sched.Tool` that runs the Agents SDK function tool ``tool``.
 
@@ -61,12 +63,14 @@ def from_openai_agents(
     calls = require("openai.types.responses", "openai-agents", _ADAPTER)
     if not isinstance(tool, agents.FunctionTool):
         raise ConfigError(f"{_ADAPTER}: expected an agents.FunctionTool, got {type(tool).__name__}")
-    callers = tool.allowed_callers
-    if callers is not None and "programmatic" not in callers:
+    allowed = tool.allowed_callers
+    if allowed is not None and "programmatic" not in allowed:
         raise ConfigError(
-            f"{_ADAPTER}: tool {tool.name!r} allows only {sorted(callers)} callers; a program calling it would "
+            f"{_ADAPTER}: tool {tool.name!r} allows only {sorted(allowed)} callers; a program calling it would "
             "break that promise (add 'programmatic' to allowed_callers)"
         )
+    if callers is None and allowed is not None:  # the SDK's word: "programmatic" is code, "direct" the model
+        callers = {"code"} | ({"model"} if "direct" in allowed else set())
     if tool.tool_input_guardrails or tool.tool_output_guardrails:
         raise ConfigError(
             f"{_ADAPTER}: tool {tool.name!r} has tool guardrails, which only the Agents SDK's runner runs; "
@@ -113,6 +117,8 @@ def from_openai_agents(
         derived_requires_approval=needs_approval,
         category=category,
         throttles=throttles,
+        bound=bound,
+        callers=callers,
     )
 
 

@@ -77,6 +77,8 @@ def from_pydantic_ai(
     requires_approval: Optional[bool] = None,
     category: str = "read",
     throttles: Sequence[Throttle] = (),
+    bound: Any = None,
+    callers: Any = None,
 ) -> Tool:
     """A :class:`~nous_sched.Tool` that runs the pydantic-ai tool ``tool`` (a ``Tool`` or a plain function).
 
@@ -136,6 +138,8 @@ def from_pydantic_ai(
         derived_requires_approval=bool(tool.requires_approval),
         category=category,
         throttles=throttles,
+        bound=bound,
+        callers=callers,
     )
 
 

@@ -50,7 +50,7 @@ from mcp_types import Implementation
 from .._validators import POSITIVE_INT, SECONDS, Check, require
 from ..errors import ConfigError, ToolError
 from ..gate.dispatch import current_call
-from ..tooling import Tool
+from ..tooling import CALLERS, Tool
 from . import mapping
 from .spec import ServerSpec
 from .stdio import DEFAULT_MAX_MESSAGE_BYTES, bounded_stdio
@@ -379,6 +379,8 @@ class Connection:
                         concurrency_safe=_always if f.parallel else None,
                         exclusive_reason="" if f.parallel else f.reason,
                         throttles=up.spec.throttles,
+                        bound=override.bound if override is not None else None,
+                        callers=override.callers if override is not None and override.callers else CALLERS,
                     )
                 )
         return tools

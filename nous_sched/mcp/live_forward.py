@@ -223,6 +223,11 @@ class Forwarder:
             tool = ", ".join(str(p.get("tool")) for p in data.get("pending", []) or [])
             await self._send_progress(self._committed, f"waiting for approval of {tool}")
 
+    async def _review(self, event: RunEvent, data: dict[str, Any]) -> None:
+        level = "info" if data.get("verdict") == "allow" else "warning"
+        if _RANK[level] >= self._floor:
+            await self._send_log(level, _clip(f"program review: {data.get('verdict')}: {data.get('reason')}"))
+
 
 #: The MCP projection of the live vocabulary (:data:`nous_sched.events.VOCABULARY`):
 #: every live kind, with what sends its notification, or ``None`` for a kind no
@@ -237,6 +242,7 @@ PROJECTION: dict[str, Optional[Callable[[Forwarder, RunEvent, dict[str, Any]], A
     "end": None,
     "gap": None,
     "state": None,  # the audit keeps it; no notification says it
+    "review": Forwarder._review,  # noqa: SLF001
 }
 
 

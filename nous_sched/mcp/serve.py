@@ -121,9 +121,9 @@ from mcp_types.version import is_version_at_least
 
 from .. import sdk
 from .._run.options import GIVEN_NOT, NotGiven, RunOptions, build
-from .._run.runner import live_stream
+from .._run.runner import check_binds, live_stream
 from .._text import machine_json, machine_text, machine_value
-from .._validators import NAMES, POSITIVE_INT, TOOLS, instance_of, names, optional, require
+from .._validators import NAMES, OPTIONAL_CALLABLE, POSITIVE_INT, TOOLS, instance_of, names, optional, require
 from ..agent import _run_code_tool as agent
 from ..durable import resume
 from ..durable.approval_store import TokenError
@@ -428,6 +428,15 @@ class CodeModeServer:
         principal is no session: its run has no state (``state.*`` says so). ``None``: no state, unless
         ``options``/``state`` give every run one scope.
 
+    :param bind_for: each run's ``bind`` (the values of the tools'
+        :class:`~nous_sched.Bind` references), per request:
+        ``bind_for(principal)`` gets the client's authenticated principal
+        (``(client_id, issuer, subject)`` of its bearer token) or ``None``
+        (no token), and returns a mapping laid over the options' own
+        ``bind``. One that raises, or returns anything but a mapping of
+        names, refuses that ``run_code`` call (an error result naming
+        ``bind_for``, never the values); nothing runs.
+
     :attr:`server` is the SDK server: run it with :meth:`run_stdio` or
     :meth:`run_http`, mount :meth:`http_app` in an ASGI app, or connect an SDK
     ``Client`` to it in-process.
@@ -444,13 +453,16 @@ class CodeModeServer:
         max_runs_per_session: Optional[int] = None,
         options: Optional[RunOptions] = None,
         state_store: Optional[StateStoreSeam] = None,
+        bind_for: Optional[Callable[[Optional[tuple[Optional[str], ...]]], Any]] = None,
         **run_options: Any,
     ) -> None:
         require("CodeModeServer", "tools", tools, TOOLS)
         require("CodeModeServer", "state_store", state_store, _STATE_STORE)
+        require("CodeModeServer", "bind_for", bind_for, OPTIONAL_CALLABLE)
         self._state_store = state_store
         # Each connection's scope, as long as the connection lives.
         self._session_scopes: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+        self._bind_for = bind_for
         self._tools = list(tools)
         own = {} if isinstance(policy, NotGiven) else {"policy": policy}
         if own:
@@ -471,6 +483,8 @@ class CodeModeServer:
             _refuse_per_run(options)
         self._options = build("CodeModeServer", given)
         self._policy = self._options.policy
+        if bind_for is None:  # every run's bind is known now: a missing one is the operator's, at start
+            check_binds(self._tools, self._options.bind, "CodeModeServer")
         # Built once: checks the tools and the runtime now, and renders the SDK the client reads.
         self._template = agent.run_code_tool(self._tools, options=self._options, **shaping)
         if state_store is not None:  # the SDK text says each client has a state of its own
@@ -840,8 +854,10 @@ class CodeModeServer:
             description=run.description,
             **_audited_code(arguments.get("code"), self._options),
         )
+        bind, unbound = self._bind_of(run)
         per_run = attrs.evolve(
             self._options,
+            bind=bind,
             approval_handler=lambda request: self._approve_call(run, request),
             dispatch=lambda tool, args, run_ctx: self._dispatch(run, tool, args, run_ctx),
             session_log=_GateAudit(self, run),
@@ -856,6 +872,8 @@ class CodeModeServer:
             function = partial(_resumed, resume_token, self._tools, per_run)
         bound = live_stream.set(run.live)  # run_code's execute() emits into it
         try:
+            if unbound is not None:
+                raise unbound
             value = function(arguments)
             if isinstance(value, agent.WithContextUpdate):
                 value = value.value
@@ -863,7 +881,7 @@ class CodeModeServer:
                 value = dict(value, suspended=self._deliveries.register(value["suspended"], run.client))
             outcome: tuple[str, Any] = ("ran", value)
             error = value.get("error")
-        except RunCodeError as exc:  # nothing ran: no code, no description
+        except ConfigError as exc:  # nothing ran: no code, no description, a Bind its bind_for left out
             outcome, error = ("refused", str(exc)), {"kind": "refused", "message": str(exc)}
         except Exception as exc:  # never leave the client waiting
             log.exception("run %s failed inside nous_sched", run.id)
@@ -922,6 +940,28 @@ class CodeModeServer:
         self._write("approval", run=run.id, seq=request.seq, tool=request.tool, decision="deferred", by="store")
         return DEFER
 
+    def _bind_of(self, run: _Run) -> tuple[Optional[Mapping[str, Any]], Optional[RunCodeError]]:
+        """The run's ``bind``: the options' own, with ``bind_for``'s answer for its client laid over it;
+        or the refusal when ``bind_for`` fails (its message names neither a value nor the client)."""
+        bind = self._options.bind
+        if self._bind_for is None:
+            return bind, None
+        first = run.client[0] if run.client else None
+        principal = tuple(first[1:]) if isinstance(first, tuple) and first[:1] == ("principal",) else None
+        try:
+            given = self._bind_for(principal)
+        except Exception as exc:
+            log.warning("bind_for raised %s for run %s; the run was refused", type(exc).__name__, run.id)
+            return bind, RunCodeError(f"CodeModeServer: bind_for raised {type(exc).__name__}; nothing ran")
+        if given is None:
+            return bind, None
+        if not (isinstance(given, Mapping) and all(isinstance(k, str) and k for k in given)):
+            return bind, RunCodeError(
+                f"CodeModeServer: bind_for must return None or a mapping of names (str) to values, "
+                f"got a {type(given).__name__}; nothing ran"
+            )
+        return {**(bind or {}), **given}, None
+
     def _dispatch(self, run: _Run, tool: Any, args: dict[str, Any], run_ctx: Any) -> Any:
         # The call's tool_call and tool_outcome lines are the scheduler's audit records (_GateAudit).
         return direct_dispatch(tool, args, run_ctx)
@@ -973,16 +1013,21 @@ class _GateAudit(SessionLog):
     def _tool_outcome(self, data: Mapping[str, Any]) -> None:
         self._server._write("tool_outcome", run=self._run.id, call=f"{self._run.id}:code:{data['seq']}", **data)  # noqa: SLF001
 
+    def _review(self, data: Mapping[str, Any]) -> None:
+        self._server._write("review", run=self._run.id, **data)  # noqa: SLF001
 
-#: The audit log's projection of the audit types (:data:`nous_sched.events.AUDIT_TYPES`):
-#: each with what writes its line from the record's session form. ``approval`` is
-#: ``None`` here: the server's own handler writes it, with who answered (_approve_call).
+
+#: The audit log's projection of the audit types (:data:`nous_sched.events.AUDIT_TYPES`,
+#: and a reviewed run's ``review``): each with what writes its line from the record's
+#: session form. ``approval`` is ``None`` here: the server's own handler writes it, with
+#: who answered (_approve_call).
 AUDIT_LINES: dict[str, Optional[Callable[[_GateAudit, Mapping[str, Any]], None]]] = {
     "tool_call": _GateAudit._tool_call,  # noqa: SLF001
     "tool_refused": _GateAudit._tool_refused,  # noqa: SLF001
     "approval": None,
     "tool_outcome": _GateAudit._tool_outcome,  # noqa: SLF001
     "state": _GateAudit._state,  # noqa: SLF001
+    "review": _GateAudit._review,  # noqa: SLF001
 }
 
 

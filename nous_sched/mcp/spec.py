@@ -15,19 +15,43 @@ import attrs
 from .._validators import BOOL, OPTIONAL_STR, Check, fail, optional, shown
 from ..errors import ConfigError
 from ..throttle import Throttle
-from ..tooling import THROTTLES, as_throttles
+from ..tooling import THROTTLES, Tool, as_throttles
 
 __all__ = ["ServerSpec", "ToolOverride", "NAME_PATTERN"]
 
 #: A server name: it prefixes tool names, so it keeps them valid for every provider.
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-_OVERRIDE_KEYS = ("parallel", "requires_approval", "read_only", "name")
+_OVERRIDE_KEYS = ("parallel", "requires_approval", "read_only", "name", "bound", "callers")
 _OPTIONAL_BOOL = optional(BOOL)
 
 
 _TOOL_NAME = optional(
     Check("1-64 letters, digits, '_' or '-'", lambda v: isinstance(v, str) and bool(NAME_PATTERN.match(v)))
 )
+
+
+def _bound_or_none(value: Any) -> Optional[Mapping[str, Any]]:
+    # Tool's own check (a ConfigError naming `bound`, never its values), on a stand-in tool.
+    return None if value is None else _as_tool_would(bound=value).bound
+
+
+def _callers_or_none(value: Any) -> Optional[frozenset[str]]:
+    return None if value is None else _as_tool_would(callers=value).callers
+
+
+def _as_tool_would(**field: Any) -> Tool:
+    try:
+        return Tool("override", _nothing, **field)
+    except ConfigError as exc:
+        raise ConfigError(str(exc).replace("Tool:", "ToolOverride:", 1)) from None
+
+
+def _nothing(args: dict[str, Any]) -> None:
+    return None
+
+
+def _bound_repr(bound: Any) -> str:
+    return "None" if bound is None else "{" + ", ".join(f"{name!r}: <bound>" for name in bound) + "}"
 
 
 @attrs.frozen
@@ -45,12 +69,22 @@ class ToolOverride:
     tool (the server's ``prefix``, if any, still goes before it): to resolve a
     clash between servers, or to give a program a better name; calls still
     reach the server's own tool.
+
+    ``bound`` and ``callers`` are :class:`~nous_sched.Tool`'s: arguments the
+    host supplies (a value, or a :class:`~nous_sched.Bind` filled from the
+    run's ``bind``), hidden from every caller and sent to the server; and who
+    may call the tool (``{"model"}``, ``{"code"}`` or both). ``None`` leaves
+    nothing bound and both callers. The ``repr`` shows bound names only.
     """
 
     parallel: Optional[bool] = attrs.field(default=None, validator=_OPTIONAL_BOOL)
     requires_approval: Optional[bool] = attrs.field(default=None, validator=_OPTIONAL_BOOL)
     read_only: Optional[bool] = attrs.field(default=None, kw_only=True, validator=_OPTIONAL_BOOL)
     name: Optional[str] = attrs.field(default=None, kw_only=True, validator=_TOOL_NAME)
+    bound: Optional[Mapping[str, Any]] = attrs.field(
+        default=None, kw_only=True, converter=_bound_or_none, repr=_bound_repr
+    )
+    callers: Optional[frozenset[str]] = attrs.field(default=None, kw_only=True, converter=_callers_or_none)
 
     @classmethod
     def coerce(cls, value: Any, where: str) -> "ToolOverride":

@@ -37,6 +37,8 @@ FIXES: Mapping[str, str] = {
     "cancelled": "The caller cancelled the run; nothing in the program needs to change.",
     "replay_diverged": "Run the program again from the start (without resuming).",
     "cpu_time": "Compute less in JavaScript: look for a loop that never ends, and leave heavy work to tools.",
+    "review_denied": "Nothing of the program ran: change what the reason names (or do the work "
+    "another way) and run it again.",
 }
 _NOT_DEFINED = re.compile(r"^ReferenceError: '?([A-Za-z_$][\w$]*)'? is not defined")
 _SDK = ("describe", "search")

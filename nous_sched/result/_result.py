@@ -23,6 +23,7 @@ ERROR_KINDS = (
     "cancelled",
     "replay_diverged",
     "cpu_time",
+    "review_denied",
 )
 
 
@@ -48,6 +49,10 @@ class RunError:
       than the run that suspended; nothing was run.
     * ``cpu_time`` - the program used its CPU budget (``Limits.cpu_time``:
       its JavaScript's own time, waits not counted) before the deadline.
+    * ``review_denied`` - the run's reviewer (``run_code(review=...)``)
+      denied the program before it started, or failed (raised, did not
+      answer in time, answered something else: it fails closed); ``message``
+      is its reason; nothing was run.
     """
 
     kind: str = attrs.field(validator=v.one_of(ERROR_KINDS))

@@ -78,6 +78,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Optional, TypeGuard
 
 from .. import _validators as v
+from ..tooling import caller_parameters
 from ._tool_search import WordIndex
 
 __all__ = [
@@ -306,8 +307,13 @@ def require_language(owner: str, language: Any) -> str:
 
 
 def unique_sorted(tools: Iterable[Any]) -> list[Any]:
+    """The tools a program may call, one per name, sorted: a tool only the model may
+    call (``callers={"model"}``) is left out, and so is a nameless one."""
     chosen: dict[str, Any] = {}
     for tool in tools:
+        callers = getattr(tool, "callers", None)
+        if callers is not None and "code" not in callers:
+            continue
         name = getattr(tool, "name", None)
         if isinstance(name, str) and name and name not in chosen:
             chosen[name] = tool
@@ -581,7 +587,7 @@ def render_typescript(tools: list[Any], *, header: bool = True, note: str = "") 
 
 
 def _ts_member(tool: Any, types: _Types) -> str:
-    args = _ts_args(getattr(tool, "parameters", None), types)
+    args = _ts_args(caller_parameters(tool), types)
     returns = getattr(tool, "returns", None)
     result = TS_ANY if returns is None else _ts(returns, 0, _Doc(returns, types))
     return _ts_doc(getattr(tool, "description", None)) + f"  {literal(tool.name)}(args: {args}): Promise<{result}>;"
@@ -703,7 +709,7 @@ def _py_args(tool: Any, index: int) -> tuple[str, str]:
     # Python has no anonymous record type, so an arguments object becomes a
     # TypedDict named by the tool's position in the sorted list: deterministic,
     # and no two tools can collide the way mangled names could.
-    parameters = getattr(tool, "parameters", None)
+    parameters = caller_parameters(tool)
     doc = _Doc(parameters, None)
     match _classify(doc.unwrap(parameters), 0):
         case ("object", [_, *_] as fields, _):
@@ -853,7 +859,7 @@ def compact_comment(tool: Any, *, args: bool) -> str:
 
 def _arg_names(tool: Any) -> list[str]:
     """A tool's top-level argument names, required first, an optional one marked with ``?``."""
-    parameters = getattr(tool, "parameters", None)
+    parameters = caller_parameters(tool)
     match _classify(_Doc(parameters, None).unwrap(parameters), 0):
         case ("object", fields, _):
             return [name + ("" if required else "?") for name, _, required in fields]
@@ -878,7 +884,7 @@ def split_words(text: str) -> list[str]:
 
 def _tool_words(tool: Any) -> tuple[list[str], list[str], list[str]]:
     """The words of a tool's name, of its argument names, and of its descriptions."""
-    parameters = getattr(tool, "parameters", None)
+    parameters = caller_parameters(tool)
     arg_names, texts = [], [getattr(tool, "description", None)]
     if (kind := _classify(_Doc(parameters, None).unwrap(parameters), 0))[0] == "object":
         for name, node, _ in kind[1]:

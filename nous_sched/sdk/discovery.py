@@ -35,7 +35,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Optional
 
 from .. import _validators as v
-from ..gate import MAX_NAME_CHARS, NAME_TOO_LONG
+from ..gate import MAX_NAME_CHARS, NAME_TOO_LONG, callers_rule
 from ..gate.policy import denied_message
 from ..outcome import Outcome, quote_name
 from ._render import _LIMIT, _QUERY_SHAPE, DISCOVERY_GLOBAL, GLOBAL, ToolIndex, _fits_query, split_words
@@ -252,6 +252,9 @@ class Discovery:
             return Outcome.success(text + self._observed_note(name))
         if name in self._denied:
             return Outcome.failure(name, denied_message(name))
+        callers = getattr(self._granted.get(name), "callers", None)
+        if callers is not None and "code" not in callers:  # left out of the SDK: say why, not "unknown"
+            return Outcome.failure(name, callers_rule(name, callers, "code"))
         return Outcome.failure(name, unknown_tool_message(name, self._names))
 
     def _observed_note(self, name: str) -> str:

@@ -59,7 +59,7 @@ from ..errors import ConfigError, ToolError
 from ..throttle import Throttle
 from . import _docstring
 from ._pydantic import jsonable, validation_message
-from ._tool import Tool
+from ._tool import CALLERS, Tool
 
 __all__ = ["function_tool", "always_safe", "no_return_type", "stdlib_schema"]
 
@@ -77,6 +77,8 @@ def function_tool(
     category: str = "read",
     validate_arguments: bool = True,
     throttles: Sequence[Throttle] = (),
+    bound: Optional[Mapping[str, Any]] = None,
+    callers: Any = CALLERS,
 ) -> Any:
     """A :class:`~nous_sched.Tool` that calls ``fn``; as ``@function_tool(...)``, a decorator making one.
 
@@ -85,7 +87,9 @@ def function_tool(
     predicate (``args -> bool``), or ``True`` for a tool whose every call may
     run beside others; ``requires_approval``, ``category`` and
     ``validate_arguments`` are the :class:`~nous_sched.Tool` fields, and so is
-    ``throttles`` (:class:`~nous_sched.Throttle` limits every call waits for).
+    ``throttles`` (:class:`~nous_sched.Throttle` limits every call waits for),
+    ``bound`` (arguments the host supplies; the function still takes them as
+    parameters) and ``callers``.
 
     :raises ConfigError: ``fn`` is not callable, has a ``*args`` parameter or a
         type hint that cannot become a JSON Schema (naming the parameter), or
@@ -93,6 +97,10 @@ def function_tool(
     """
 
     _check_options(name, description, concurrency_safe, requires_approval, category, validate_arguments)
+    try:  # their own checks, where they are written
+        Tool("function_tool", _unused, bound=bound, callers=callers)
+    except ConfigError as exc:
+        raise ConfigError(str(exc).replace("Tool:", "function_tool:", 1)) from None
 
     def build(fn: Callable[..., Any]) -> Tool:
         return _build(
@@ -104,9 +112,15 @@ def function_tool(
             category=category,
             validate_arguments=validate_arguments,
             throttles=throttles,
+            bound=bound,
+            callers=callers,
         )
 
     return build if fn is None else build(fn)
+
+
+def _unused(args: dict[str, Any]) -> None:
+    return None
 
 
 _CONCURRENCY_SAFE = v.Check(
@@ -138,6 +152,8 @@ def _build(
     category: str,
     validate_arguments: bool,
     throttles: Sequence[Throttle] = (),
+    bound: Optional[Mapping[str, Any]] = None,
+    callers: Any = CALLERS,
 ) -> Tool:
     if not callable(fn):
         v.fail("function_tool", "fn", fn, "a function or a callable object")
@@ -175,6 +191,8 @@ def _build(
         concurrency_safe=predicate,
         validate_arguments=validate_arguments,
         throttles=tuple(throttles) if isinstance(throttles, list) else throttles,
+        bound=bound,
+        callers=callers,
     )
 
 

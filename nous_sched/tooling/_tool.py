@@ -16,8 +16,19 @@ import attrs
 
 from .. import _validators as v
 from ..throttle import Throttle
+from ._bound import bound_mapping, check_against, without
 
-__all__ = ["Tool", "Mode", "PARALLEL", "EXCLUSIVE", "THROTTLES", "as_throttles", "concurrency_mode", "exclusive_reason"]
+__all__ = [
+    "Tool",
+    "CALLERS",
+    "Mode",
+    "PARALLEL",
+    "EXCLUSIVE",
+    "THROTTLES",
+    "as_throttles",
+    "concurrency_mode",
+    "exclusive_reason",
+]
 
 log = logging.getLogger("nous_sched")
 
@@ -30,6 +41,26 @@ THROTTLES = v.Check(
     "a tuple of nous_sched.Throttle",
     lambda x: isinstance(x, (tuple, list)) and all(isinstance(t, Throttle) for t in x),
 )
+
+
+#: Who may call a tool: the model directly, a program (``run_code``), or both (the default).
+CALLERS: frozenset[str] = frozenset({"model", "code"})
+_CALLERS = v.Check(
+    "a non-empty set of 'model' and/or 'code', e.g. {'model'}, {'code'} or {'model', 'code'}",
+    lambda x: isinstance(x, frozenset) and bool(x) and x <= CALLERS,
+)
+
+
+def as_callers(value: Any) -> Any:
+    """``callers`` as a frozenset, or as given when it is not a collection of strings (the validator names it)."""
+    if isinstance(value, (set, frozenset, list, tuple)) and all(isinstance(c, str) for c in value):
+        return frozenset(value)
+    return value
+
+
+def _bound_repr(bound: Any) -> str:
+    # Names only: a bound value is a secret as often as not, and reprs end up in logs.
+    return "{" + ", ".join(f"{name!r}: <bound>" for name in bound) + "}"
 
 
 def as_throttles(value: Any) -> Any:
@@ -62,6 +93,21 @@ class Tool:
     other run (and, with Redis, process) whose tools name them: each call
     waits for a place in all of them (``nous_sched.throttle``).
 
+    ``bound`` maps argument names to values the host supplies: a value, or a
+    :class:`~nous_sched.Bind` filled from the run's ``bind``
+    (``run_code(..., bind=...)``). A bound argument is absent from the SDK, the
+    schema a caller sees and checks against, and the call's records (the audit,
+    the approval question, live events and spans show ``"[bound]"``); a call
+    that passes one is refused; the tool gets it, as given, after approval
+    (``nous_sched.tooling._bound``). Its ``repr`` shows the names only;
+    ``concurrency_safe`` and the approval handler see the markers too.
+
+    ``callers`` says who may call it: ``{"model"}`` (a direct tool call only:
+    absent from the program's SDK, and a program's call is refused with a
+    :class:`~nous_sched.ToolError` naming the rule), ``{"code"}`` (from a
+    program only: absent from :func:`~nous_sched.visible_tools` and every list
+    of tools offered to the model directly) or both, the default.
+
     :raises ConfigError: a field has the wrong type, naming it.
     """
 
@@ -78,6 +124,17 @@ class Tool:
     validate_arguments: bool = attrs.field(default=True, validator=v.BOOL)
     exclusive_reason: str = attrs.field(default="", validator=v.STR)
     throttles: tuple[Throttle, ...] = attrs.field(default=(), converter=as_throttles, validator=THROTTLES)
+    bound: Mapping[str, Any] = attrs.field(factory=dict, converter=bound_mapping, repr=_bound_repr)
+    callers: frozenset[str] = attrs.field(default=CALLERS, converter=as_callers, validator=_CALLERS)
+    #: ``parameters`` without the bound arguments: the schema every caller sees (``None`` when nothing is bound).
+    caller_schema: Optional[Mapping[str, Any]] = attrs.field(init=False, repr=False, eq=False)
+
+    @caller_schema.default
+    def _caller_schema(self) -> Optional[Mapping[str, Any]]:
+        if not self.bound or self.parameters is None:
+            return None
+        check_against(self.bound, self.parameters, self.name)
+        return without(self.parameters, self.bound)
 
 
 #: The trail's reason for an exclusive call of a tool with no ``concurrency_safe`` predicate.
