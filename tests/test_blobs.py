@@ -349,3 +349,28 @@ def test_a_big_state_value_comes_back_as_a_handle():
     result = run_code(program, [], limits=Limits(blob_bytes=4096), state=scope, description="read a big value")
     assert result.error is None, result.error
     assert result.result == ["object", False, "json"]
+
+
+def test_a_handle_passed_to_a_tool_with_a_bound_argument():
+    from nous_sched import Tool as T
+
+    got: list = []
+    body = "b" * 10_000
+    tools = [
+        T("fetch", lambda a: body),
+        T("send", lambda a: got.append((a["key"], a["text"])) or "sent", bound={"key": "sk-secret-value-123"}),
+    ]
+    program = "const h = await tools.fetch({}); return await tools.send({text: h});"
+    result = run_code(program, tools, limits=Limits(blob_bytes=4096), description="send with a key")
+    assert result.error is None, result.error
+    assert got == [("sk-secret-value-123", body)]
+    (call,) = [e.as_event().data for e in result.events if e.as_event().type == "tool_call" and e.tool == "send"]
+    assert call["arguments"]["key"] == "[bound]" and call["arguments"]["text"][KEY].startswith("blob-")
+    audit = json.dumps([e.as_event().data for e in result.events], default=str)
+    assert "sk-secret-value-123" not in audit and body not in audit
+    # Passing the bound argument itself is refused first, a handle or not.
+    sneaky = (
+        "const h = await tools.fetch({}); try { await tools.send({text: h, key: h}); } catch (e) { return e.message; }"
+    )
+    refused = run_code(sneaky, tools, limits=Limits(blob_bytes=4096), description="sneak")
+    assert "bound" in refused.result and len(got) == 1
