@@ -179,8 +179,10 @@ def test_a_malformed_answer_denies_naming_it(answer, said):
     write, ran = _writer()
     result = _run("return await tools.write({table: 't', row: 1})", [write], Handler(answer))
     assert ran == []
-    assert said in result.error.message and "not True, False or a nous_sched.Grant" in result.error.message
-    assert _approvals(result)[0]["approved"] is False
+    assert 'tool "write" was rejected by the approval handler (tool' in result.error.message
+    (record,) = _approvals(result)
+    assert record["approved"] is False
+    assert said in record["reason"] and "not True, False or a nous_sched.Grant" in record["reason"]
 
 
 def test_a_handler_whose_grant_is_bad_denies():

@@ -249,13 +249,14 @@ def _ask(
         _decided(False, f"the approval handler raised {type(exc).__name__}")
         log.warning("the approval handler raised for tool %r", request.tool, exc_info=True)
         raise Refused(str(exc) or f"the approval handler raised {type(exc).__name__}", request.tool, "denied") from exc
-    approved, grant, why = answer_of(answer)
+    approved, grant, malformed = answer_of(answer)
+    why = ""  # what the program reads after "rejected by the approval handler": a grant's own refusal only
     if grant is not None:
         why = grant.refusal(request.arguments) or ""
         approved = not why
     grants = getattr(run_ctx, "grants", None)
     if grant is None or not approved or grants is None:
-        _decided(approved, APPROVED if approved else (why or REJECTED))
+        _decided(approved, APPROVED if approved else (why or malformed or REJECTED))
         return approved, why, None
     held = grants.add(grant, request.tool, info.seq if info is not None else 0)
     _decided(True, f"{APPROVED}, granting {grant.describe()}", grant=held.id, granted=grant)
