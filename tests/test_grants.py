@@ -486,3 +486,56 @@ def test_approval_decision_grant_is_checked():
     with pytest.raises(ConfigError, match="ApprovalDecision: `grant`"):
         ApprovalDecision(True, grant={"calls": 1})
     assert ApprovalDecision.from_dict({"approved": True, "reason": "", "grant": {"calls": 0}}).approved is False
+
+
+# -- the command line: approvals approve --grant-*, resume --approve --grant-* --------------
+
+CLI_TOOLS = os.path.join(HERE, "durable_tools.py")
+
+
+def _cli(env, *args):
+    return subprocess.run(
+        [sys.executable, "-m", "nous_sched", *args],
+        env={k: v for k, v in env["env"].items() if k != "NOUS_SCHED_APPROVAL_KEY"},
+        capture_output=True,
+        text=True,
+        timeout=BOUND,
+        check=False,
+    )
+
+
+def _cli_suspend(env, program):
+    path = env["tmp"] / "p.js"
+    path.write_text(program, encoding="utf-8")
+    ran = _cli(env, "run", str(path), "--tools", CLI_TOOLS, "--approval-store", env["db"], "--json")
+    assert ran.returncode == 3, ran.stderr
+    return json.loads(ran.stdout)["suspended"]["token"]
+
+
+def test_cli_approvals_approve_with_grant_match_covers_the_loop(env):
+    token = _cli_suspend(env, DURABLE_FORTY)
+    bad = _cli(env, "approvals", "approve", token, "0", "--store", env["db"], "--grant-match", "nope")
+    assert bad.returncode == 2 and "no argument 'nope'" in bad.stderr
+    deny = _cli(env, "approvals", "deny", token, "0", "--store", env["db"], "--grant-all")
+    assert deny.returncode == 2 and "grant approves" in deny.stderr
+    zero = _cli(env, "approvals", "approve", token, "0", "--store", env["db"], "--grant-calls", "0")
+    assert zero.returncode == 2 and "Grant: `calls`" in zero.stderr
+    ok = _cli(env, "approvals", "approve", token, "0", "--store", env["db"], "--grant-match", "table", "--by", "ops")
+    assert ok.returncode == 0, ok.stderr
+    assert 'granting the calls whose arguments match table="orders"' in ok.stdout
+    listed = _cli(env, "approvals", "list", "--store", env["db"])
+    assert "(approved, with a grant)" in listed.stdout
+    resumed = _cli(env, "resume", token, "--tools", CLI_TOOLS, "--approval-store", env["db"], "--json")
+    assert resumed.returncode == 3, resumed.stderr
+    assert _paid(env) == list(range(40))
+    assert [p["seq"] for p in json.loads(resumed.stdout)["suspended"]["pending"]] == [40]
+
+
+def test_cli_resume_approve_with_grant_calls(env):
+    token = _cli_suspend(env, "for (let i = 0; i < 5; i++) await tools.pay({amount: i}); return 'ok'")
+    alone = _cli(env, "resume", token, "--grant-calls", "5", "--tools", CLI_TOOLS, "--approval-store", env["db"])
+    assert alone.returncode == 2 and "go with --approve" in alone.stderr
+    args = ("--approve", "0", "--grant-calls", "5", "--tools", CLI_TOOLS, "--approval-store", env["db"], "--json")
+    resumed = _cli(env, "resume", token, *args)
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads(resumed.stdout)["result"] == "ok" and _paid(env) == list(range(5))
