@@ -539,3 +539,31 @@ def test_cli_resume_approve_with_grant_calls(env):
     resumed = _cli(env, "resume", token, *args)
     assert resumed.returncode == 0, resumed.stderr
     assert json.loads(resumed.stdout)["result"] == "ok" and _paid(env) == list(range(5))
+
+
+def test_cli_ask_answers_a_number_all_and_all_matching(tmp_path, capsys, monkeypatch):
+    import io
+
+    from nous_sched.cli.ask import answer
+    from nous_sched.cli.main import main
+
+    args = {"table": "orders", "row": 1}
+    assert answer("y\n", args) is True and answer("n\n", args) is False and answer("", args) is False
+    assert answer("40\n", args) == Grant(calls=40, by="terminal")
+    assert answer("0\n", args) is False and answer("٣\n", args) is False and answer("-3", args) is False
+    assert answer("all\n", args) == Grant(by="terminal")
+    assert answer("all matching table\n", args) == Grant(matching={"table": "orders"}, by="terminal")
+    assert answer("ALL MATCHING table, row", args) == Grant(matching=args, by="terminal")
+    assert answer("all matching nope", args) is False and answer("all matching ,", args) is False
+
+    module = tmp_path / "asktools.py"
+    module.write_text(
+        "from nous_sched import Tool\nTOOLS = [Tool('write', lambda a: a['row'], requires_approval=True)]\n"
+    )
+    program = tmp_path / "p.js"
+    program.write_text(FORTY_THEN_ONE)
+    monkeypatch.setattr(sys, "stdin", io.StringIO("all matching table\nn\n"))
+    assert main(["run", str(program), "--tools", str(module), "--ask", "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["result"] == 'tool "write" was rejected by the approval handler'
+    assert err.count("approve? [y/N]") == 2
