@@ -567,3 +567,57 @@ def test_cli_ask_answers_a_number_all_and_all_matching(tmp_path, capsys, monkeyp
     out, err = capsys.readouterr()
     assert json.loads(out)["result"] == 'tool "write" was rejected by the approval handler'
     assert err.count("approve? [y/N]") == 2
+
+
+# -- a web page's desk: examples/flask_events.py's grant choices ---------------------
+
+
+def _flask_example():
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parent.parent / "examples" / "flask_events.py"
+    spec = importlib.util.spec_from_file_location("nous_sched_flask_events_grants", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _asked(client, run_id):
+    """The run's approval questions, as its event stream tells them."""
+    for chunk in client.get(f"/runs/{run_id}/events", buffered=False).response:
+        for block in chunk.decode().split("\n\n"):
+            if block:
+                event = json.loads(block[len("data: ") :])
+                if event["kind"] == "approval" and event["data"]["state"] == "asked":
+                    yield event
+
+
+def test_the_page_approves_all_matching_with_one_answer():
+    import html
+
+    write, ran = _writer()
+    app = _flask_example().create_app(tools=[write])
+    client = app.test_client()
+    run_id = client.post("/runs", json={"code": FORTY_THEN_ONE, "description": "d"}).get_json()["id"]
+    page = client.get(f"/runs/{run_id}").get_data(as_text=True)
+    assert 'id = "approve-matching-" + seq' in page
+    csrf = json.loads(html.unescape(page.split('data-run="', 1)[1].split('"', 1)[0]))["csrf"]
+    headers = {"X-CSRF-Token": csrf}
+    questions = _asked(client, run_id)
+    event = next(questions)
+    body = {"seq": event["seq"], "call_id": event["data"]["call_id"], "approved": True}
+    for bad in ({"match": ["nope"]}, {"calls": 0}, {"all": True, "calls": 2}, "x", {}):
+        answered = client.post(f"/runs/{run_id}/decisions", json=dict(body, grant=bad), headers=headers)
+        assert answered.status_code == 400, bad
+    ok = client.post(f"/runs/{run_id}/decisions", json=dict(body, grant={"match": ["table"]}), headers=headers)
+    assert ok.status_code == 200 and ok.get_json()["grant"] is True
+    event = next(questions)  # the 41st, outside the grant, asks again
+    assert event["seq"] == 40
+    body = {"seq": 40, "call_id": event["data"]["call_id"], "approved": False}
+    assert client.post(f"/runs/{run_id}/decisions", json=body, headers=headers).status_code == 200
+    result = app.config["NOUS_SCHED_RUNS"][run_id]["run"].result(timeout=BOUND)
+    assert len(ran) == 40
+    records = _approvals(result)
+    assert sum(1 for r in records if r.get("grant") == "g0") == 40
+    assert records[0]["granted"]["by"] == "the page"
