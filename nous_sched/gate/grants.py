@@ -150,14 +150,25 @@ class Grant:
         return None
 
     def describe(self) -> str:
-        """What it grants, in words (for a reason in the audit, or a question)."""
+        """What it grants, in words (for a reason in the audit, or a question): each
+        key and value as ASCII JSON, clipped to :data:`SHOWN_CHARS` characters."""
         parts = []
         if self.calls is not None:
             parts.append(f"{self.calls} call{'s' if self.calls != 1 else ''} in all")
         if self.matching:
-            shown = ", ".join(f"{k}={_key_text(x)}" for k, x in self.matching.items())
+            shown = ", ".join(f"{_shown(k)}={_shown(x)}" for k, x in self.matching.items())
             parts.append(f"the calls whose arguments match {shown}")
         return " of ".join(parts) if parts else "every call in this run"
+
+
+#: Characters of each key and value :meth:`Grant.describe` shows before it is clipped.
+SHOWN_CHARS = 80
+
+
+def _shown(value: Any) -> str:
+    # ASCII JSON: nothing a person's terminal would act on; clipped, so a reason stays short.
+    text = json.dumps(_json_number_equal(value), sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS] + f"... ({len(text):,} characters)"
 
 
 def grant_id(seq: Optional[int]) -> str:
