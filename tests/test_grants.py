@@ -522,7 +522,7 @@ def test_cli_approvals_approve_with_grant_match_covers_the_loop(env):
     assert zero.returncode == 2 and "Grant: `calls`" in zero.stderr
     ok = _cli(env, "approvals", "approve", token, "0", "--store", env["db"], "--grant-match", "table", "--by", "ops")
     assert ok.returncode == 0, ok.stderr
-    assert 'granting the calls whose arguments match table="orders"' in ok.stdout
+    assert 'granting the calls whose arguments match "table"="orders"' in ok.stdout
     listed = _cli(env, "approvals", "list", "--store", env["db"])
     assert "(approved, with a grant)" in listed.stdout
     resumed = _cli(env, "resume", token, "--tools", CLI_TOOLS, "--approval-store", env["db"], "--json")
