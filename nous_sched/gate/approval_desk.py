@@ -13,7 +13,7 @@ An answer may be a :class:`~nous_sched.Grant` (a page's "approve the next N"
 or "approve all matching"): the call is approved and the grant covers the
 run's later calls to the tool, which then never wait at the desk. While one
 call of a tool waits here, the run's other calls to that tool wait behind it
-(:mod:`nous_sched.gate.grants`), so a desk shows one question per tool and run.
+(``nous_sched.gate.grants``), so a desk shows one question per tool and run.
 """
 
 from __future__ import annotations

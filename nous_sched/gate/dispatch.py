@@ -60,7 +60,7 @@ class ApprovalRequest:
     static summary: how many more calls, in a loop or not), ``""`` when
     unknown; the question shows it, escaped. The answer may be ``True``,
     ``False`` or a :class:`~nous_sched.Grant` (this call and later ones:
-    :mod:`nous_sched.gate.grants`).
+    ``nous_sched.gate.grants``).
     """
 
     tool: str
@@ -105,7 +105,7 @@ class RunContext:
     (``nous_sched.live.EventStream``) when it was started with
     :func:`~nous_sched.start_run`, else ``None``: see ``live_event``.
     ``grants`` holds the grants the run's approval answers made
-    (:class:`~nous_sched.gate.grants.Grants`), its own: one per run, gone with it.
+    (``nous_sched.gate.grants.Grants``), its own: one per run, gone with it.
     """
 
     approval_handler: Optional[Callable[[ApprovalRequest], Any]] = None
@@ -114,7 +114,7 @@ class RunContext:
     deadline: Optional[float] = None
     description: str = ""
     live: Any = None
-    grants: Grants = attrs.field(factory=Grants, eq=False, repr=False)
+    grants: Any = attrs.field(factory=Grants, eq=False, repr=False)  # a Grants
 
 
 @record

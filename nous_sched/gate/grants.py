@@ -114,7 +114,7 @@ MATCHING = v.Check(
 class Grant:
     """An approval answer that approves this call and later calls to the same tool
     in the same run: ``calls`` (in all, this one counted), those whose arguments
-    match ``matching``, both, or (neither) every call; see :mod:`nous_sched.gate.grants`.
+    match ``matching``, both, or (neither) every call; see ``nous_sched.gate.grants``.
     ``by`` says who granted it, for the audit (``""``: the approval handler).
 
     :raises ConfigError: a bad ``calls``, ``matching`` or ``by``, named.
@@ -151,7 +151,7 @@ class Grant:
 
     def describe(self) -> str:
         """What it grants, in words (for a reason in the audit, or a question): each
-        key and value as ASCII JSON, clipped to :data:`SHOWN_CHARS` characters."""
+        key and value as ASCII JSON, clipped to ``SHOWN_CHARS`` characters."""
         parts = []
         if self.calls is not None:
             parts.append(f"{self.calls} call{'s' if self.calls != 1 else ''} in all")
