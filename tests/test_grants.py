@@ -621,3 +621,19 @@ def test_the_page_approves_all_matching_with_one_answer():
     records = _approvals(result)
     assert sum(1 for r in records if r.get("grant") == "g0") == 40
     assert records[0]["granted"]["by"] == "the page"
+
+
+def test_the_runs_coming_fills_each_question_and_a_raising_one_gives_nothing():
+    from nous_sched.gate.dispatch import RunContext, approve
+
+    write, ran = _writer()
+    asked = Handler(True)
+    approve(write, {"table": "t", "row": 1}, RunContext(approval_handler=asked, coming=lambda t: f"40 calls to {t}"))
+    assert asked.asked[-1].coming == "40 calls to write"
+    assert "Coming, per the program's static summary: 40 calls to write" in asked.asked[-1].question()
+
+    def broken(tool):
+        raise RuntimeError("no summary")
+
+    approve(write, {"table": "t", "row": 1}, RunContext(approval_handler=asked, coming=broken))
+    assert asked.asked[-1].coming == ""

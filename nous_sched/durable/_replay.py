@@ -19,7 +19,7 @@ from ..errors import ConfigError
 from ..events import ApprovalEvent, Event, ResumedEvent, SuspendedEvent
 from ..gate import Admitted
 from ..gate.approval_seam import ApprovalStoreSeam
-from ..gate.dispatch import COVERED, ApprovalRequest, needs_approval
+from ..gate.dispatch import COVERED, ApprovalRequest, coming_for, needs_approval
 from ..gate.grants import Grant, Grants, answer_of
 from ..outcome import Outcome, quote_name
 from ..result import RunError, RunResult
@@ -605,6 +605,7 @@ class _DurableHost(Host):
             seq=seq,
             site=site,
             committed=self.run.committed(),
+            coming=coming_for(self.inner.run_ctx, admitted.tool.name),
         )
 
     def _suspend_at(self, seq: int, admitted: Admitted, text: str, site: str) -> None:

@@ -106,6 +106,9 @@ class RunContext:
     :func:`~nous_sched.start_run`, else ``None``: see ``live_event``.
     ``grants`` holds the grants the run's approval answers made
     (``nous_sched.gate.grants.Grants``), its own: one per run, gone with it.
+    ``coming(tool_name) -> str``, when set, says what the program's static
+    summary has coming for that tool: each :class:`ApprovalRequest`'s
+    ``coming`` (a ``coming`` that raises gives ``""``).
     """
 
     approval_handler: Optional[Callable[[ApprovalRequest], Any]] = None
@@ -115,6 +118,7 @@ class RunContext:
     description: str = ""
     live: Any = None
     grants: Any = attrs.field(factory=Grants, eq=False, repr=False)  # a Grants
+    coming: Optional[Callable[[str], str]] = None
 
 
 @record
@@ -337,11 +341,25 @@ def _ask_one(tool: Tool, args: dict[str, Any], handler: Any, run_ctx: Any, info:
         description=getattr(run_ctx, "description", "") or "",
         call_id=info.id if info is not None else "",
         tool_description=getattr(tool, "description", ""),
+        coming=coming_for(run_ctx, tool.name),
     )
     approved, why = _asked(handler, request, run_ctx, info)
     if not approved:
         detail = f": {why}" if why else ""
         raise Refused(f"tool {quote_name(tool.name)} was rejected by the approval handler{detail}", tool.name, "denied")
+
+
+def coming_for(run_ctx: Any, tool: str) -> str:
+    """What ``run_ctx.coming`` says is coming for ``tool`` (``""``: nothing known, or it failed)."""
+    coming = getattr(run_ctx, "coming", None)
+    if coming is None:
+        return ""
+    try:
+        said = coming(tool)
+    except Exception:  # what is coming is shown to help; it never decides a call
+        log.warning("the run's `coming` raised for tool %r", tool, exc_info=True)
+        return ""
+    return said if isinstance(said, str) else ""
 
 
 def direct_dispatch(tool: Tool, args: dict[str, Any], run_ctx: Optional[RunContext]) -> Any:
