@@ -41,6 +41,7 @@ from .runtime import CodeRuntime, Limits, RuntimeOutcome
 from .runtime.pool import WorkerPool
 from .runtime.quickjs import QuickJSRuntime
 from .scheduler import Scheduler, Ticket
+from .state import MemoryStateStore, RedisStateStore, SqliteStateStore, State, StateStoreError, StateStoreSeam
 from .throttle import Throttle
 from .tooling import EXCLUSIVE, PARALLEL, Tool, concurrency_mode, function_tool
 
@@ -133,4 +134,11 @@ __all__ = [
     "WithContextUpdate",
     "WorkerPool",
     "Grant",
+    # state across runs (issue 40)
+    "State",
+    "StateStoreSeam",
+    "StateStoreError",
+    "MemoryStateStore",
+    "SqliteStateStore",
+    "RedisStateStore",
 ]

@@ -40,6 +40,11 @@ class Limits:
     * ``max_code_bytes``: the program's own text, in UTF-8 bytes; a bigger
       program is refused (``RunCodeError``) before anything runs or is
       audited.
+    * ``state_value_bytes``, ``state_keys``, ``state_bytes``: a run's state
+      (``run_code(state=State(scope))``): the bytes of one value's JSON, the
+      keys a scope may hold, and the bytes of all its values' JSON together.
+      A write past one fails with an error the program can catch; nothing is
+      written.
 
     :raises ConfigError: naming the field, the value and what it must be.
     """
@@ -60,3 +65,6 @@ class Limits:
     max_calls: int = attrs.field(default=1_000, validator=v.POSITIVE_INT)
     max_total_args_bytes: int = attrs.field(default=4_000_000, validator=v.POSITIVE_INT)
     max_code_bytes: int = attrs.field(default=_MIB, validator=v.POSITIVE_INT)
+    state_value_bytes: int = attrs.field(default=1_000_000, validator=v.POSITIVE_INT)
+    state_keys: int = attrs.field(default=1_000, validator=v.POSITIVE_INT)
+    state_bytes: int = attrs.field(default=10_000_000, validator=v.POSITIVE_INT)

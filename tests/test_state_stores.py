@@ -1,0 +1,66 @@
+"""The three built-in state stores keep the store contract (``tests/state_contract.py``):
+each check, once per store; and a Redis store whose server is down or silent
+fails fast with an error naming Redis."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import pytest
+from redis_server import redis_process
+from state_contract import CHECKS
+
+from nous_sched.state import MemoryStateStore, RedisStateStore, SqliteStateStore, StateStoreError, StateStoreSeam
+
+
+@pytest.fixture(scope="module", params=["memory", "sqlite", "redis"])
+def factory(request, tmp_path_factory, redis_url):
+    if request.param == "memory":
+        store = MemoryStateStore()
+        return lambda: store
+    if request.param == "sqlite":
+        path = tmp_path_factory.mktemp("state") / "state.db"
+        return lambda: SqliteStateStore(path)
+    return lambda: RedisStateStore(redis_url)
+
+
+@pytest.mark.parametrize("check", CHECKS, ids=[c.__name__ for c in CHECKS])
+def test_state_store_contract(factory, check) -> None:
+    check(factory)
+
+
+def test_each_store_is_a_seam(tmp_path, redis_url) -> None:
+    for store in (MemoryStateStore(), SqliteStateStore(tmp_path / "s.db"), RedisStateStore(redis_url)):
+        assert isinstance(store, StateStoreSeam)
+
+
+def test_redis_down_fails_fast_naming_redis() -> None:
+    with redis_process() as server:
+        store = RedisStateStore(server.url)
+        store.write("s", "k", "1")
+        server.kill()
+        for op in (lambda: store.read("s", "k"), lambda: store.write("s", "k", "2"), lambda: store.keys("s")):
+            began = time.monotonic()
+            with pytest.raises(StateStoreError, match="Redis state store at redis://127.0.0.1:"):
+                op()
+            assert time.monotonic() - began < 10  # one connect timeout, no retries (the default is 0.5 s)
+
+
+def test_redis_silent_fails_fast_naming_redis() -> None:
+    with redis_process() as server:
+        store = RedisStateStore(server.url, timeout=0.3)
+        store.write("s", "k", "1")
+        server.signal(signal.SIGSTOP)
+        try:
+            began = time.monotonic()
+            with pytest.raises(StateStoreError, match="Redis state store.*Timeout"):
+                store.read("s", "k")
+            assert time.monotonic() - began < 10
+        finally:
+            server.signal(signal.SIGCONT)
+
+
+def test_sqlite_unopenable_names_the_file(tmp_path) -> None:
+    with pytest.raises(StateStoreError, match="SQLite state store"):
+        SqliteStateStore(tmp_path / "missing-folder" / "s.db")
