@@ -637,3 +637,14 @@ def test_the_runs_coming_fills_each_question_and_a_raising_one_gives_nothing():
 
     approve(write, {"table": "t", "row": 1}, RunContext(approval_handler=asked, coming=broken))
     assert asked.asked[-1].coming == ""
+
+
+def test_durable_parked_run_spends_the_grant_without_replay(env, tmp_path):
+    store = SqliteApprovalStore(str(tmp_path / "park.db"), park=60)
+    code = "for (let i = 0; i < 6; i++) await tools.pay({amount: i}); return 'parked'"
+    first = run_code(code, durable_tools.TOOLS, approval_store=store, description="t")
+    assert [p.seq for p in first.suspended.pending] == [0]
+    done = resume(first.suspended.token, {0: Grant(calls=6)}, durable_tools.TOOLS, approval_store=store)
+    assert done.result == "parked" and _paid(env) == list(range(6))
+    assert any(e.type == "resumed" and dict(e.data).get("parked") for e in done.audit)
+    assert [dict(e.data).get("grant") for e in done.audit if e.type == "approval"] == ["g0"] * 6
