@@ -79,7 +79,8 @@ from typing import Any, Iterable, Optional
 
 from flask import Flask, Response, abort, jsonify, request, stream_with_context
 
-from nous_sched import ApprovalDecision, ApprovalDesk, ConfigError, Grant, Run, Tool, resume_run, start_run
+from nous_sched import ApprovalDecision, ApprovalDesk, Grant, Run, Tool, resume_run, start_run
+from nous_sched.gate.grants import requested
 
 __all__ = ["create_app", "TOOLS", "PAGE"]
 
@@ -428,27 +429,7 @@ def create_app(tools: Optional[Iterable[Tool]] = None, *, approval_store: Any = 
 
 def _grant(body: dict[str, Any], arguments: Any) -> Optional[Grant] | str:
     """The grant a decision's body asks for (None: none), or why it cannot be had."""
-    asked = body.get("grant")
-    if asked is None:
-        return None
-    if not isinstance(asked, dict):
-        return "`grant` must be {calls}, {match} or {all}"
-    keys = asked.get("match")
-    matching = None
-    if keys is not None:
-        if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
-            return "`grant.match` must be a list of argument names"
-        if not isinstance(arguments, dict) or any(k not in arguments for k in keys):
-            return "`grant.match` names an argument this call does not have"
-        matching = {k: arguments[k] for k in keys}
-    if asked.get("all") is True and (keys is not None or asked.get("calls") is not None):
-        return "`grant.all` goes alone"
-    if asked.get("all") is not True and keys is None and asked.get("calls") is None:
-        return "`grant` must be {calls}, {match} or {all}"
-    try:
-        return Grant(calls=asked.get("calls"), matching=matching, by="the page")
-    except ConfigError as exc:
-        return str(exc)
+    return None if body.get("grant") is None else requested(body["grant"], arguments, by="the page")
 
 
 app = create_app()

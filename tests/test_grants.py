@@ -648,3 +648,27 @@ def test_durable_parked_run_spends_the_grant_without_replay(env, tmp_path):
     assert done.result == "parked" and _paid(env) == list(range(6))
     assert any(e.type == "resumed" and dict(e.data).get("parked") for e in done.audit)
     assert [dict(e.data).get("grant") for e in done.audit if e.type == "approval"] == ["g0"] * 6
+
+
+def test_requested_makes_the_grant_a_page_asks_for_or_says_why_not():
+    from nous_sched.gate.grants import requested
+
+    args = {"table": "orders", "row": 1}
+    assert requested({"calls": 5}, args, by="p") == Grant(calls=5, by="p")
+    assert requested({"match": ["table"]}, args) == Grant(matching={"table": "orders"})
+    assert requested({"match": ["table"], "calls": 2}, args) == Grant(calls=2, matching={"table": "orders"})
+    assert requested({"all": True}, args) == Grant()
+    for bad in (
+        {},
+        "x",
+        {"calls": 0},
+        {"calls": "5"},
+        {"match": []},
+        {"match": ["nope"]},
+        {"match": "table"},
+        {"all": True, "calls": 2},
+        {"all": False},
+        {"calls": None},
+        {"other": 1},
+    ):
+        assert isinstance(requested(bad, args), str), bad

@@ -49,8 +49,9 @@ from typing import Any, Optional
 import attrs
 
 from .. import _validators as v
+from ..errors import ConfigError
 
-__all__ = ["Grant", "Grants", "Held", "grant_id", "answer_of", "canonical", "MAX_CALLS", "MAX_KEYS"]
+__all__ = ["Grant", "Grants", "Held", "grant_id", "answer_of", "requested", "canonical", "MAX_CALLS", "MAX_KEYS"]
 
 #: The most calls one grant may count (``calls``).
 MAX_CALLS = 1_000_000
@@ -187,6 +188,31 @@ def answer_of(answer: Any) -> tuple[bool, Optional[Grant], str]:
     if answer is False or answer is None:
         return False, None, ""
     return False, None, f"the approval handler answered {v.shown(answer)}, not True, False or a nous_sched.Grant"
+
+
+def requested(asked: Any, arguments: Any, by: str = "") -> Grant | str:
+    """The grant a page or form asks for, for a call with ``arguments``: ``{"calls": N}``
+    (N calls in all), ``{"match": [KEY, ...]}`` (the calls whose ``KEY`` arguments
+    equal this call's), both, or ``{"all": true}`` alone (every call to the tool in
+    the run); or, as a str, why it cannot be made (the caller refuses: fail safe)."""
+    if not isinstance(asked, Mapping) or not asked or not set(asked) <= {"calls", "match", "all"}:
+        return "`grant` must be {calls}, {match} (a list of argument names), both, or {all: true}"
+    keys, every = asked.get("match"), asked.get("all")
+    if every is not None and (every is not True or len(asked) != 1):
+        return "`grant.all` must be true, and alone"
+    matching = None
+    if keys is not None:
+        if not isinstance(keys, list) or not keys or not all(isinstance(k, str) for k in keys):
+            return "`grant.match` must be a list of argument names"
+        if not isinstance(arguments, Mapping) or any(k not in arguments for k in keys):
+            return "`grant.match` names an argument this call does not have"
+        matching = {k: arguments[k] for k in keys}
+    if every is None and asked.get("calls") is None and matching is None:
+        return "`grant.calls` must be a number of calls"
+    try:
+        return Grant(calls=asked.get("calls"), matching=matching, by=by)
+    except ConfigError as exc:
+        return str(exc)
 
 
 @attrs.define
