@@ -15,6 +15,7 @@ from .agent.aio import acall_tool, arun_code
 from .crossing import snapshot
 from .durable import DEFER, ApprovalDecision, Suspension, resume
 from .durable.approval_store import ApprovalStore, RedisApprovalStore, SqliteApprovalStore, TokenError, UnsettledError
+from .durable.postgres_store import PostgresApprovalStore
 from .errors import ConfigError, RunCodeError, SnapshotError, ToolError
 from .events import (
     ApprovalEvent,
@@ -41,7 +42,15 @@ from .runtime import CodeRuntime, Limits, RuntimeOutcome
 from .runtime.pool import WorkerPool
 from .runtime.quickjs import QuickJSRuntime
 from .scheduler import Scheduler, Ticket
-from .state import MemoryStateStore, RedisStateStore, SqliteStateStore, State, StateStoreError, StateStoreSeam
+from .state import (
+    MemoryStateStore,
+    PostgresStateStore,
+    RedisStateStore,
+    SqliteStateStore,
+    State,
+    StateStoreError,
+    StateStoreSeam,
+)
 from .throttle import Throttle
 from .tooling import EXCLUSIVE, PARALLEL, Tool, concurrency_mode, function_tool
 
@@ -141,4 +150,7 @@ __all__ = [
     "MemoryStateStore",
     "SqliteStateStore",
     "RedisStateStore",
+    # issue 42: approvals and state in Postgres
+    "PostgresApprovalStore",
+    "PostgresStateStore",
 ]

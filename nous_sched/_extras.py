@@ -39,6 +39,7 @@ USER_EXTRAS: dict[str, str] = {
     "speed": "``orjson``: the same answers, large payloads checked and copied faster",
     "dask": "``distributed``: a Dask cluster's executor as ``executor=``",
     "web": "``flask``, ``django``: the web examples (``examples/flask_*.py``, ``examples/django_*``)",
+    "postgres": "``psycopg``: ``PostgresApprovalStore``, approvals kept in a Postgres database",
     "all": "every extra above",
 }
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
 import attrs
 
 from . import _validators as v
@@ -45,6 +47,19 @@ class Limits:
       keys a scope may hold, and the bytes of all its values' JSON together.
       A write past one fails with an error the program can catch; nothing is
       written.
+    * ``cpu_time``: the CPU time the program's own JavaScript may use, in
+      seconds, or ``None`` (the default): no budget but the deadline. Time
+      spent waiting (for tools, approvals, throttles, a free worker) costs
+      none of it; a program past it ends with a ``cpu_time`` error, the
+      ``timeout`` deadline still holding alongside. The worker runtime
+      counts its worker's CPU from the program's start and enforces it
+      whatever runs there: the engine stops the program at the budget, the
+      kernel's ``RLIMIT_CPU`` and the host kill the worker
+      ``WorkerPool.kill_grace`` later. In-process it is the CPU time of
+      the thread running the engine, inside its steps (see
+      ``QuickJSRuntime``'s notes). A durable run's every part (the
+      first and each resume) has the whole budget: a resume replays the
+      program from its start.
 
     :raises ConfigError: naming the field, the value and what it must be.
     """
@@ -68,3 +83,4 @@ class Limits:
     state_value_bytes: int = attrs.field(default=1_000_000, validator=v.POSITIVE_INT)
     state_keys: int = attrs.field(default=1_000, validator=v.POSITIVE_INT)
     state_bytes: int = attrs.field(default=10_000_000, validator=v.POSITIVE_INT)
+    cpu_time: Optional[float] = attrs.field(default=None, validator=v.optional(v.SECONDS))

@@ -60,3 +60,18 @@ def redis_url():
 
     with redis_server() as url:
         yield url
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    """A real Postgres server (``tests/postgres_server.py``), a throwaway cluster for the whole session."""
+    from postgres_server import postgres_process
+
+    with postgres_process() as server:
+        yield server
+
+
+@pytest.fixture
+def postgres_dsn(postgres_server):
+    """The DSN of a fresh, empty database on the session's Postgres server."""
+    return postgres_server.new_database()

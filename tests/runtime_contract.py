@@ -513,3 +513,41 @@ def a_durable_program_hands_its_clock_and_sites_to_the_host(rt: CodeRuntime) -> 
     replayed, host = run(rt, CLOCK_MARK + "[5]\x00return Date.now()")
     assert replayed.result == 5
     assert host.of("clock") == []
+
+
+# -- the CPU budget (Limits.cpu_time) ------------------------------------------------------
+
+
+@check
+def the_cpu_budget_ends_a_run_that_computes(rt: CodeRuntime) -> None:
+    # Far from the deadline: the budget, not the wall clock, ends it (and says so).
+    t0 = time.monotonic()
+    outcome, _ = run(rt, 'console.log("started"); while (true) {}', Limits(timeout=60, cpu_time=0.3))
+    failed(outcome, "cpu_time", "0.3s of CPU time")
+    assert time.monotonic() - t0 < 30
+    assert outcome.logs == ("started",)
+
+
+@check
+def the_cpu_budget_ends_a_chain_of_short_jobs(rt: CodeRuntime) -> None:
+    # Each call into the engine starts the binding's slice afresh: the budget must not.
+    outcome, _ = run(rt, "for (;;) await null", Limits(timeout=60, cpu_time=0.3))
+    failed(outcome, "cpu_time", "0.3s of CPU time")
+
+
+@check
+def the_cpu_budget_counts_every_step(rt: CodeRuntime) -> None:
+    # No one step spends the budget; together they do.
+    program = "for (;;) { const t = Date.now(); while (Date.now() - t < 20) {} await tools.first({}); }"
+    outcome, host = run(rt, program, Limits(timeout=60, cpu_time=0.3))
+    failed(outcome, "cpu_time", "0.3s of CPU time")
+    assert len(host.of("call")) >= 5
+
+
+@check
+def waiting_for_the_host_costs_no_cpu_time(rt: CodeRuntime) -> None:
+    # Three answers of 0.4 s each: 1.2 s of waiting against a 0.2 s budget.
+    program = "await tools.first({}); await tools.second({}); await tools.first({}); return 'done'"
+    outcome, _ = run(rt, program, Limits(timeout=60, cpu_time=0.2), delay=0.4)
+    assert outcome.error is None, outcome.error
+    assert outcome.result == "done"

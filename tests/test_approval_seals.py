@@ -5,7 +5,7 @@ commands to Redis) but has no key: they edit a suspended ``pay`` from
 ``{to: alice, amount: 20}`` to ``{to: mallory, amount: 5000}``, swap in
 another suspension's record, flip an operator's denial, or set a used token's
 row back to ``pending``. Every such row is refused as tampered and nothing
-runs, on SQLite and on a real Redis server. The tools count every run in a
+runs, on SQLite, on a real Redis server and on a real Postgres server. The tools count every run in a
 file (tests/durable/durable_tools.py), so "nothing ran" is counted, not assumed.
 """
 
@@ -18,7 +18,15 @@ import uuid
 
 import pytest
 
-from nous_sched import QuickJSRuntime, RedisApprovalStore, SqliteApprovalStore, TokenError, resume, run_code
+from nous_sched import (
+    PostgresApprovalStore,
+    QuickJSRuntime,
+    RedisApprovalStore,
+    SqliteApprovalStore,
+    TokenError,
+    resume,
+    run_code,
+)
 
 HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "durable")
 sys.path.insert(0, HERE)
@@ -83,11 +91,42 @@ class _RedisRows:
         self.redis.hset(f"{self.prefix}:s:{sid}", mapping={k: str(v) for k, v in fields.items()})
 
 
-@pytest.fixture(params=["sqlite", "redis"])
+class _PostgresRows:
+    """The rows of a Postgres store, written with SQL as anyone with the database can
+    (what its typed columns can hold: no NUL in text, a number, NaN or infinity as an expiry)."""
+
+    def __init__(self, dsn):
+        self.dsn = dsn
+        self.spec = "postgres:" + dsn
+
+    def store(self):
+        return PostgresApprovalStore(self.dsn)
+
+    def get(self, sid):
+        import psycopg
+        from psycopg.rows import dict_row
+
+        with psycopg.connect(self.dsn, row_factory=dict_row) as db:
+            return db.execute("SELECT * FROM nous_sched_suspensions WHERE id = %s", (sid,)).fetchone()
+
+    def put(self, sid, **fields):
+        import psycopg
+
+        values = {k: (v.replace("\x00", "") if isinstance(v, str) else v) for k, v in fields.items()}
+        if "expires" in values and not isinstance(values["expires"], (int, float)):
+            values["expires"] = float("nan")
+        sets = ", ".join(f"{name} = %s" for name in values)
+        with psycopg.connect(self.dsn, autocommit=True) as db:
+            db.execute(f"UPDATE nous_sched_suspensions SET {sets} WHERE id = %s".encode(), (*values.values(), sid))
+
+
+@pytest.fixture(params=["sqlite", "redis", "postgres"])
 def rows(request, tmp_path, monkeypatch):
     monkeypatch.setenv("NOUS_DURABLE_COUNT", str(tmp_path / "ran.jsonl"))
     if request.param == "sqlite":
         return _SqliteRows(tmp_path)
+    if request.param == "postgres":
+        return _PostgresRows(request.getfixturevalue("postgres_dsn"))
     return _RedisRows(request.getfixturevalue("redis_url"))
 
 

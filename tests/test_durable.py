@@ -242,9 +242,18 @@ def _race(env, store_spec, token):
     return outs
 
 
-@pytest.mark.parametrize("kind", ["sqlite", "redis"])
+def _spec(env, kind, request):
+    """A store's spec for tests/durable/proc.py: the test's SQLite file, the session's Redis, a fresh Postgres database."""
+    if kind == "sqlite":
+        return env["store"]
+    if kind == "redis":
+        return "redis:" + request.getfixturevalue("redis_url")
+    return "postgres:" + request.getfixturevalue("postgres_dsn")
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "redis", "postgres"])
 def test_two_racing_resumes_exactly_one_wins(env, kind, request):
-    spec = env["store"] if kind == "sqlite" else "redis:" + request.getfixturevalue("redis_url")
+    spec = _spec(env, kind, request)
     path = env["tmp"] / "program.js"
     path.write_text("return await tools.pay({amount: 3})", encoding="utf-8")
     suspended = _proc(env, "run", spec, str(path))
@@ -257,8 +266,9 @@ def test_two_racing_resumes_exactly_one_wins(env, kind, request):
     assert _ran(env) == [["pay", {"amount": 3}]]
 
 
-def test_redis_store_suspends_and_resumes_across_processes(env, redis_url):
-    env["store"] = "redis:" + redis_url
+@pytest.mark.parametrize("kind", ["redis", "postgres"])
+def test_a_shared_store_suspends_and_resumes_across_processes(env, kind, request):
+    env["store"] = _spec(env, kind, request)
     suspended = _run(env, PROMISE_ALL)
     done = _resume(env, suspended["token"], {2: True})
     assert done["out"]["result"]["last"] == {"read": 4}
@@ -517,7 +527,11 @@ def _store_paused_after_load(kind, tmp_path, request):
     so another operator's decision, or a claim, lands between decide's read and its write."""
     import threading
 
-    base = SqliteApprovalStore if kind == "sqlite" else nous_sched.RedisApprovalStore
+    base = {
+        "sqlite": SqliteApprovalStore,
+        "redis": nous_sched.RedisApprovalStore,
+        "postgres": nous_sched.PostgresApprovalStore,
+    }[kind]
 
     class Paused(base):  # type: ignore[misc, valid-type]
         read = threading.Event()
@@ -534,6 +548,8 @@ def _store_paused_after_load(kind, tmp_path, request):
 
     if kind == "sqlite":
         return Paused(str(tmp_path / "paused.db"))
+    if kind == "postgres":
+        return Paused(request.getfixturevalue("postgres_dsn"))
     return Paused(request.getfixturevalue("redis_url"), prefix=f"paused-{os.getpid()}-{id(Paused)}")
 
 
@@ -542,7 +558,7 @@ def _suspension_of_two(store):
     return token
 
 
-@pytest.mark.parametrize("kind", ["sqlite", "redis"])
+@pytest.mark.parametrize("kind", ["sqlite", "redis", "postgres"])
 def test_two_operators_deciding_two_calls_at_once_both_land(kind, tmp_path, request):
     import threading
 
@@ -560,7 +576,7 @@ def test_two_operators_deciding_two_calls_at_once_both_land(kind, tmp_path, requ
     }
 
 
-@pytest.mark.parametrize("kind", ["sqlite", "redis"])
+@pytest.mark.parametrize("kind", ["sqlite", "redis", "postgres"])
 def test_a_decision_that_loses_the_race_with_a_claim_is_refused(kind, tmp_path, request):
     import threading
 

@@ -5,6 +5,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "durable")
 TOOLS = os.path.join(HERE, "durable_tools.py")
 sys.path.insert(0, HERE)
@@ -26,10 +28,12 @@ def _cli(tmp_path, *args, key=None):
     )
 
 
-def test_run_suspends_an_operator_approves_and_resume_finishes(tmp_path):
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_run_suspends_an_operator_approves_and_resume_finishes(tmp_path, kind, request):
     program = tmp_path / "p.js"
     program.write_text(PROGRAM, encoding="utf-8")
-    store = str(tmp_path / "approvals.db")
+    # A SQLite file, or a postgresql:// URL (a fresh database on the session's real server).
+    store = str(tmp_path / "approvals.db") if kind == "sqlite" else request.getfixturevalue("postgres_dsn")
     ran = _cli(tmp_path, "run", str(program), "--tools", TOOLS, "--approval-store", store, "--json")
     assert ran.returncode == 3, ran.stderr
     suspension = json.loads(ran.stdout)["suspended"]

@@ -50,13 +50,14 @@ POINTS = {
 }
 
 
-@pytest.fixture(params=["sqlite", "redis"])
+@pytest.fixture(params=["sqlite", "redis", "postgres"])
 def env(request, tmp_path):
-    spec = (
-        "sqlite:" + str(tmp_path / "approvals.db")
-        if request.param == "sqlite"
-        else "redis:" + request.getfixturevalue("redis_url")  # the default prefix, as the command line uses
-    )
+    if request.param == "sqlite":
+        spec = "sqlite:" + str(tmp_path / "approvals.db")
+    elif request.param == "redis":
+        spec = "redis:" + request.getfixturevalue("redis_url")  # the default prefix, as the command line uses
+    else:
+        spec = "postgres:" + request.getfixturevalue("postgres_dsn")  # a postgresql:// URL, as the command line takes
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     environ = dict(os.environ, NOUS_DURABLE_COUNT=str(tmp_path / "ran.jsonl"), NOUS_DURABLE_MARK=str(tmp_path / "m"))
     environ.pop("NOUS_SCHED_APPROVAL_KEY", None)

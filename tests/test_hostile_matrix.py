@@ -70,6 +70,7 @@ from nous_sched import (
 )
 from nous_sched.approval_store import SqliteApprovalStore
 from nous_sched.cli import main
+from nous_sched.durable.postgres_store import PostgresApprovalStore
 from nous_sched.integrations import to_langchain
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -393,6 +394,28 @@ def enter_durable_resume(program: str, description: str, env: Any) -> Seen:
     return _of_result(result, outputs)
 
 
+def enter_durable_resume_postgres(program: str, description: str, env: Any) -> Seen:
+    # issue 42: the durable door with a Postgres store (a real server, tests/postgres_server.py). Postgres
+    # text cannot hold NUL: every sealed record must still come back byte for byte, as the run sent it.
+    dsn = env.postgres_dsn()
+    store = PostgresApprovalStore(dsn)
+    result = run_code(program, TOOLS, approval_store=store, description=description, timeout=WAIT)
+    outputs: dict[str, Any] = {"approval_question": "", "approvals_list": "", "approvals_list_json": "[]"}
+    if result.suspended is not None:
+        pending = result.suspended.pending
+        loaded = store.load(result.suspended.token)
+        assert loaded["description"] == description
+        assert [(p["seq"], p["tool"], p["arguments"]) for p in loaded["pending"]] == [
+            (r.seq, r.tool, dict(r.arguments)) for r in pending
+        ]
+        outputs["approval_question"] = "\n".join(request.question() for request in pending)
+        outputs["approvals_list"] = env.cli("approvals", "list", "--store", dsn)[1]
+        outputs["approvals_list_json"] = env.cli("approvals", "list", "--store", dsn, "--json")[1]
+        decisions = {request.seq: True for request in pending}
+        result = resume(result.suspended.token, decisions, TOOLS, approval_store=store, timeout=WAIT)
+    return _of_result(result, outputs)
+
+
 def enter_flask_sse(program: str, description: str, env: Any) -> Seen:
     # As a person would: the page's CSRF token, the stream read as it comes, each
     # approval the stream asks answered with the page's Approve.
@@ -520,6 +543,11 @@ ENTRY_POINTS = [
     Entry(
         "cli_events_json", _cli_entry("--events", "--json"), ("cli_events", "cli_stderr", "logging"), takes_bytes=True
     ),
+    Entry(
+        "durable_resume_postgres",
+        enter_durable_resume_postgres,
+        ("run_result", "approval_question", "approvals_list", "approvals_list_json", "logging"),
+    ),
 ]
 ENTRIES_BY_NAME = {entry.name: entry for entry in ENTRY_POINTS}
 
@@ -637,6 +665,10 @@ class Env:
     def mcp(self, transport: str) -> _Server:
         return self._shared.server(transport)
 
+    def postgres_dsn(self) -> str:
+        """A fresh database on the module's Postgres server (started the first time a cell needs it)."""
+        return self._shared.postgres().new_database()
+
     @property
     def flask(self) -> Any:
         return self._shared.flask_app()
@@ -664,6 +696,7 @@ class _Shared:
         self._servers: dict[str, _Server] = {}
         self._stack = contextlib.ExitStack()
         self._flask: Any = None
+        self._postgres: Any = None
 
     def close(self) -> None:
         self._stack.close()
@@ -675,6 +708,13 @@ class _Shared:
             spec.loader.exec_module(module)
             self._flask = module.create_app(tools=TOOLS, timeout=WAIT)
         return self._flask
+
+    def postgres(self) -> Any:
+        if self._postgres is None:
+            from postgres_server import postgres_process
+
+            self._postgres = self._stack.enter_context(postgres_process())
+        return self._postgres
 
     def server(self, transport: str) -> _Server:
         if transport not in self._servers:

@@ -298,7 +298,8 @@ def test_failure_returns_exactly_logs_and_error():
 def test_every_failure_kind_survives_the_round_trip():
     # Python has no `substrate_exit`: a worker process that dies is an `abort`.
     # `cancelled` is the caller's own cancel (run_code(cancel=...)); `replay_diverged` a resumed
-    # durable run whose calls differ from its ledger (nous_sched.durable).
+    # durable run whose calls differ from its ledger (nous_sched.durable); `cpu_time` its
+    # CPU budget spent (Limits.cpu_time).
     assert nous_sched.ERROR_KINDS == (
         "exception",
         "timeout",
@@ -307,6 +308,7 @@ def test_every_failure_kind_survives_the_round_trip():
         "output_limit",
         "cancelled",
         "replay_diverged",
+        "cpu_time",
     )
     with pytest.raises(ValueError):
         RunError("substrate_exit", "x")

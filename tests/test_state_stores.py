@@ -1,6 +1,6 @@
-"""The three built-in state stores keep the store contract (``tests/state_contract.py``):
-each check, once per store; and a Redis store whose server is down or silent
-fails fast with an error naming Redis."""
+"""The built-in state stores keep the store contract (``tests/state_contract.py``):
+each check, once per store (memory, SQLite, Redis, Postgres); and a Redis or
+Postgres store whose server is down or silent fails fast with an error naming it."""
 
 from __future__ import annotations
 
@@ -11,11 +11,22 @@ import pytest
 from redis_server import redis_process
 from state_contract import CHECKS
 
-from nous_sched.state import MemoryStateStore, RedisStateStore, SqliteStateStore, StateStoreError, StateStoreSeam
+from nous_sched.state import (
+    MemoryStateStore,
+    PostgresStateStore,
+    RedisStateStore,
+    SqliteStateStore,
+    StateStoreError,
+    StateStoreSeam,
+)
 
 
-@pytest.fixture(scope="module", params=["memory", "sqlite", "redis"])
-def factory(request, tmp_path_factory, redis_url):
+@pytest.fixture(scope="module", params=["memory", "sqlite", "redis", "postgres"])
+def factory(request, tmp_path_factory):
+    if request.param == "postgres":  # a real server (tests/postgres_server.py), one database for the module
+        dsn = request.getfixturevalue("postgres_server").new_database()
+        return lambda: PostgresStateStore(dsn)
+    redis_url = request.getfixturevalue("redis_url") if request.param == "redis" else ""
     if request.param == "memory":
         store = MemoryStateStore()
         return lambda: store
@@ -64,3 +75,25 @@ def test_redis_silent_fails_fast_naming_redis() -> None:
 def test_sqlite_unopenable_names_the_file(tmp_path) -> None:
     with pytest.raises(StateStoreError, match="SQLite state store"):
         SqliteStateStore(tmp_path / "missing-folder" / "s.db")
+
+
+def test_postgres_down_or_silent_fails_fast_naming_postgres() -> None:
+    from postgres_server import postgres_process
+
+    with postgres_process() as server:
+        store = PostgresStateStore(server.new_database(), timeout=1)
+        assert isinstance(store, StateStoreSeam)
+        store.write("s", "k", "1")
+        server.signal(signal.SIGSTOP)
+        try:
+            for op in (lambda: store.read("s", "k"), lambda: store.write("s", "k", "2"), lambda: store.keys("s")):
+                began = time.monotonic()
+                with pytest.raises(StateStoreError, match=r"Postgres state store.*Postgres at 127\.0\.0\.1:\d+"):
+                    op()
+                assert time.monotonic() - began < 30  # the timeout (1 s) and the watchdog's grace, never a hang
+        finally:
+            server.signal(signal.SIGCONT)
+        assert store.read("s", "k").text == "1"  # it answers again
+        server.stop()
+        with pytest.raises(StateStoreError, match=r"Postgres state store.*Postgres at 127\.0\.0\.1:\d+"):
+            store.read("s", "k")

@@ -48,7 +48,10 @@ __all__ = [
 OUTPUT_BUDGET = v.optional(v.int_at_least(MIN_OUTPUT_BUDGET, f"a number of bytes, at least {MIN_OUTPUT_BUDGET}"))
 # (The stores sit in durable/, above this module: they are known here by the seam they implement.)
 _STORE = v.optional(
-    v.instance_of(ApprovalStoreSeam, "a nous_sched approval store (SqliteApprovalStore, RedisApprovalStore)")
+    v.instance_of(
+        ApprovalStoreSeam,
+        "a nous_sched approval store (SqliteApprovalStore, RedisApprovalStore, PostgresApprovalStore)",
+    )
 )
 
 # The default is one: its signature is not read again for every run (most of the checks' time).

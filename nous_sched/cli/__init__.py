@@ -2,7 +2,7 @@
 
 Usage::
 
-    nous-sched run PROGRAM.js --tools MODULE [--max-parallel N] [--timeout S]
+    nous-sched run PROGRAM.js --tools MODULE [--max-parallel N] [--timeout S] [--cpu-time S]
                               [--runtime worker|in-process] [--trace FILE] [--json]
                               [--progress | --no-progress]
     python -m nous_sched run ...
@@ -25,7 +25,7 @@ printed, with a ``cancelled`` error; a second one interrupts at once.
 
 Exit status: 0 when the program ran and returned a value, 1 when it failed
 (the error kind is printed: exception, timeout, abort, invalid_output,
-output_limit), 2 for a usage or configuration error (a message on standard
+output_limit, cpu_time), 2 for a usage or configuration error (a message on standard
 error, no traceback), 130 when cancelled or interrupted, 141 when standard
 output was closed early (``| head``).
 """

@@ -18,7 +18,8 @@
   error saying its result was lost); ``--not-ran``, the next resume runs it.
   Then ``nous-sched resume TOKEN`` continues the run.
 
-``FILE`` is a SQLite file, or a ``redis://`` URL for a Redis store. The
+``FILE`` is a SQLite file, a ``redis://`` URL for a Redis store, or a
+``postgresql://`` URL for a Postgres store. The
 store's tokens and seals use the key in ``NOUS_SCHED_APPROVAL_KEY`` (at least
 16 characters) when it is set, else the one kept in the store: set it where
 someone who can write the store must not be able to forge a row
@@ -50,6 +51,9 @@ __all__ = ["EXIT_SUSPENDED", "KEY_ENV", "open_store", "runtime_named", "add_pars
 EXIT_SUSPENDED = 3
 
 
+#: The URL schemes of a Postgres approval store (libpq's).
+_POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+
 #: The environment variable holding the approval stores' HMAC key (its UTF-8 bytes).
 KEY_ENV = "NOUS_SCHED_APPROVAL_KEY"
 _MIN_KEY_CHARS = 16
@@ -65,19 +69,33 @@ def _key() -> Optional[bytes]:
 
 
 def open_store(spec: str) -> Any:
-    """The approval store ``spec`` names: a ``redis://`` URL, or a SQLite file
-    (its key from :data:`KEY_ENV` when set)."""
+    """The approval store ``spec`` names: a ``redis://`` URL, a ``postgresql://``
+    (or ``postgres://``) URL, or a SQLite file (its key from :data:`KEY_ENV` when set)."""
     from ..durable.approval_store import RedisApprovalStore, SqliteApprovalStore
+    from ..durable.postgres_store import PostgresApprovalStore
 
     key = _key()
     try:
         if spec.startswith(("redis://", "rediss://", "unix://")):
             return RedisApprovalStore(spec, key=key)
+        if spec.startswith(_POSTGRES_SCHEMES):
+            return PostgresApprovalStore(spec, key=key)
         return SqliteApprovalStore(spec, key=key)
     except (ConfigError, OSError) as exc:
-        raise UsageError(f"approval store {spec}: {exc}") from None
+        raise UsageError(f"approval store {_shown(spec)}: {exc}") from None
     except Exception as exc:  # sqlite3.Error: not a database, a locked folder
-        raise UsageError(f"approval store {spec}: cannot open it: {exc}") from None
+        raise UsageError(f"approval store {_shown(spec)}: cannot open it: {exc}") from None
+
+
+def _shown(spec: str) -> str:
+    """A store's spec for a message: a URL's password left out."""
+    import urllib.parse
+
+    parts = urllib.parse.urlsplit(spec)
+    if "://" not in spec or parts.password is None:
+        return spec
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
 
 
 def runtime_named(name: str) -> Any:
@@ -103,7 +121,9 @@ def add_parsers(sub: Any) -> None:
     resume.add_argument("--reason", default="", help="the reason kept in the audit with each decision")
     _grant_arguments(resume)
     resume.add_argument("--tools", required=True, metavar="MODULE", help="the same tools module the run used")
-    resume.add_argument("--approval-store", required=True, metavar="FILE", help="SQLite file or redis:// URL")
+    resume.add_argument(
+        "--approval-store", required=True, metavar="FILE", help="SQLite file, redis:// or postgresql:// URL"
+    )
     resume.add_argument("--timeout", type=float, default=30.0, metavar="S", help="the resumed run's deadline")
     resume.add_argument("--runtime", choices=("worker", "in-process"), default="worker")
     resume.add_argument("--json", action="store_true", help="print one JSON object")
@@ -120,7 +140,7 @@ def add_parsers(sub: Any) -> None:
     fate = approvals.add_mutually_exclusive_group()
     fate.add_argument("--ran", action="store_true", help="settle: the call ran (it is not run again)")
     fate.add_argument("--not-ran", action="store_true", help="settle: the call never ran (the next resume runs it)")
-    approvals.add_argument("--store", required=True, metavar="FILE", help="SQLite file or redis:// URL")
+    approvals.add_argument("--store", required=True, metavar="FILE", help="SQLite file, redis:// or postgresql:// URL")
     approvals.add_argument("--reason", default="", help="the reason kept in the audit")
     _grant_arguments(approvals)
     approvals.add_argument("--json", action="store_true", help="list as one JSON array")

@@ -89,6 +89,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="the run's wall-clock deadline in seconds (default 30)",
     )
     run.add_argument(
+        "--cpu-time",
+        type=_seconds,
+        default=None,
+        metavar="S",
+        help="the CPU time the program's JavaScript may use, in seconds, waits not counted (default: no budget "
+        "but the deadline); past it the run fails with cpu_time",
+    )
+    run.add_argument(
         "--trace", metavar="FILE", help="also write the trail as Chrome trace-event JSON (Perfetto, chrome://tracing)"
     )
     run.add_argument(
@@ -123,7 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--approval-store",
         metavar="FILE",
         help="make the run durable: a call that needs approval suspends it (exit status 3), its token and pending "
-        "calls printed for `nous-sched resume`; FILE is a SQLite file or a redis:// URL",
+        "calls printed for `nous-sched resume`; FILE is a SQLite file, a redis:// or a postgresql:// URL",
     )
     cli_durable.add_parsers(sub)
     from . import serve_mcp  # imports neither the MCP SDK nor the runtime
@@ -270,10 +278,11 @@ def _run_options(args: argparse.Namespace, err: TextIO, cancel: Optional[Cancel]
     :raises ConfigError: a bad value, named as ``run_code`` names it.
     """
     from .._run.options import build
+    from . import serve_mcp
 
     options = {
         "max_parallel": args.max_parallel,
-        "timeout": args.timeout,
+        **serve_mcp.run_limits(args),
         "runtime": cli_durable.runtime_named(args.runtime),
         # run_code requires a description (the audit's and approval's); the program's file name is one.
         "description": Path(args.program).name if args.program != "-" else "program from standard input",

@@ -6,7 +6,7 @@ Usage::
                          [--trust NAME ...] [--policy FILE] [--approve TOOL ...]
                          [--deny TOOL ...] [--require-approval TOOL ...]
                          [--audit-log FILE] [--http [HOST:]PORT] [--auth-token-file FILE]
-                         [--timeout S] [--max-parallel N] [--max-runs-per-session N]
+                         [--timeout S] [--cpu-time S] [--max-parallel N] [--max-runs-per-session N]
 
 Programs call the tools of ``MODULE`` (as ``nous-sched run`` takes it) and of
 the upstream MCP servers: ``--server NAME=TARGET`` (``TARGET`` is an
@@ -45,6 +45,16 @@ __all__ = ["add_parser", "run", "approval_banner"]
 COMMAND = "serve-mcp"
 
 
+def run_limits(args: argparse.Namespace) -> dict[str, Any]:
+    """A run's ``timeout`` from the command line (``run``'s or ``serve-mcp``'s), or its
+    ``limits`` when the command line sets one beside it (``--cpu-time``)."""
+    if getattr(args, "cpu_time", None) is None:
+        return {"timeout": args.timeout}
+    from ..limits import Limits
+
+    return {"limits": Limits(timeout=args.timeout, cpu_time=args.cpu_time)}
+
+
 def add_parser(sub: Any, *, positive_int: Any, seconds: Any) -> argparse.ArgumentParser:
     """Add the ``serve-mcp`` subcommand to the CLI's subparsers ``sub``.
 
@@ -79,7 +89,7 @@ def add_parser(sub: Any, *, positive_int: Any, seconds: Any) -> argparse.Argumen
         "--approval-store",
         metavar="FILE",
         help="a client that cannot answer an approval question gets the run's suspension instead of a refusal "
-        "(SQLite file or redis:// URL; decide with `nous-sched approvals ... --store FILE`)",
+        "(SQLite file, redis:// or postgresql:// URL; decide with `nous-sched approvals ... --store FILE`)",
     )
     parser.add_argument("--policy", metavar="FILE", help="JSON policy: allow, deny, require_approval, approve, ...")
     parser.add_argument(
@@ -102,6 +112,13 @@ def add_parser(sub: Any, *, positive_int: Any, seconds: Any) -> argparse.Argumen
         "needed to serve on an address that is not loopback",
     )
     parser.add_argument("--timeout", type=seconds, default=30.0, metavar="S", help="each run's deadline (30)")
+    parser.add_argument(
+        "--cpu-time",
+        type=seconds,
+        default=None,
+        metavar="S",
+        help="the CPU time each run's JavaScript may use, waits not counted (default: no budget but the deadline)",
+    )
     parser.add_argument(
         "--max-parallel", type=positive_int, default=10, metavar="N", help="most tool calls running at once (10)"
     )
@@ -187,7 +204,7 @@ def _serve(args: argparse.Namespace, err: TextIO) -> int:
             policy=policy,
             approve=approve,
             audit_log=args.audit_log,
-            timeout=args.timeout,
+            **run_limits(args),
             max_parallel=args.max_parallel,
             max_runs_per_session=args.max_runs_per_session,
             **({} if args.description_budget is None else {"budget": args.description_budget}),

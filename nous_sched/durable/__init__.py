@@ -67,6 +67,7 @@ from __future__ import annotations
 
 from ._replay import DEFER, ApprovalDecision, Suspension, resume, run_durable, tool_set_hash
 from .approval_store import ApprovalStore, RedisApprovalStore, SqliteApprovalStore, TokenError, UnsettledError
+from .postgres_store import PostgresApprovalStore
 
 __all__ = [
     "DEFER",
@@ -80,4 +81,5 @@ __all__ = [
     "RedisApprovalStore",
     "TokenError",
     "UnsettledError",
+    "PostgresApprovalStore",
 ]

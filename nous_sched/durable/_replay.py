@@ -668,7 +668,9 @@ def _clip(text: Any, n: int = 200) -> str:
 
 # -- suspending and resuming ---------------------------------------------------------
 
-_STORE = v.instance_of(ApprovalStoreSeam, "a nous_sched approval store (SqliteApprovalStore, RedisApprovalStore)")
+_STORE = v.instance_of(
+    ApprovalStoreSeam, "a nous_sched approval store (SqliteApprovalStore, RedisApprovalStore, PostgresApprovalStore)"
+)
 _DECISIONS = v.instance_of(Mapping, "a mapping of seq to True, False or an ApprovalDecision")
 
 

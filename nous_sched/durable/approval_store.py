@@ -10,6 +10,9 @@ gets a *token*. Two stores ship:
 * :class:`RedisApprovalStore` (``pip install -e '.[redis]'`` from a checkout): for a fleet
   of web servers.
 
+A third, :class:`~nous_sched.PostgresApprovalStore` (:mod:`nous_sched.durable.postgres_store`),
+keeps the same contract in a Postgres database.
+
 What a caller may rely on, for both:
 
 * **Authenticated.** A token is ``<id>.<expires>.<mac>``, the MAC an HMAC-SHA256

@@ -19,8 +19,9 @@ class ApprovalStoreSeam(abc.ABC):
     """What a durable run needs of the store where its suspensions wait.
 
     :class:`~nous_sched.ApprovalStore` implements it (the base of
-    :class:`~nous_sched.SqliteApprovalStore` and
-    :class:`~nous_sched.RedisApprovalStore`); ``RunOptions(approval_store=...)``
+    :class:`~nous_sched.SqliteApprovalStore`,
+    :class:`~nous_sched.RedisApprovalStore` and
+    :class:`~nous_sched.PostgresApprovalStore`); ``RunOptions(approval_store=...)``
     and ``run_code(approval_store=...)`` accept any instance of it and refuse
     anything else with a :class:`~nous_sched.ConfigError`. Every method is
     abstract: a class that leaves one out cannot be made (``TypeError``).

@@ -36,6 +36,7 @@ FIXES: Mapping[str, str] = {
     "output_limit": "Return less: only the fields needed, fewer items, or a summary.",
     "cancelled": "The caller cancelled the run; nothing in the program needs to change.",
     "replay_diverged": "Run the program again from the start (without resuming).",
+    "cpu_time": "Compute less in JavaScript: look for a loop that never ends, and leave heavy work to tools.",
 }
 _NOT_DEFINED = re.compile(r"^ReferenceError: '?([A-Za-z_$][\w$]*)'? is not defined")
 _SDK = ("describe", "search")

@@ -14,7 +14,16 @@ from .usage import Usage
 __all__ = ["RunResult", "RunError", "ERROR_KINDS"]
 
 #: Every ``error.kind`` a run can end with.
-ERROR_KINDS = ("exception", "timeout", "abort", "invalid_output", "output_limit", "cancelled", "replay_diverged")
+ERROR_KINDS = (
+    "exception",
+    "timeout",
+    "abort",
+    "invalid_output",
+    "output_limit",
+    "cancelled",
+    "replay_diverged",
+    "cpu_time",
+)
 
 
 @attrs.frozen
@@ -37,6 +46,8 @@ class RunError:
     * ``replay_diverged`` - a resumed run (:func:`nous_sched.resume`) made a
       call other than the one its ledger recorded, or was given other tools
       than the run that suspended; nothing was run.
+    * ``cpu_time`` - the program used its CPU budget (``Limits.cpu_time``:
+      its JavaScript's own time, waits not counted) before the deadline.
     """
 
     kind: str = attrs.field(validator=v.one_of(ERROR_KINDS))

@@ -29,18 +29,19 @@ from .engine import (
     Finish,
     Stopped,
     clip,
+    cpu_message,
     drive,
     memory_message,
     timeout_message,
 )
 from .poolcore import FRESH, PoolCore
-from .procio import Died, Expired, Garbled, NotStarted, Worker
+from .procio import CpuSpent, CpuWatch, Died, Expired, Garbled, NotStarted, Worker
 from .wake import WakePolicy
 
 __all__ = ["Begun", "Lost", "Places", "Relay", "Remote", "max_frame", "settle_frame"]
 
 _MIB = 1024 * 1024
-_KINDS_FROM_WORKER = frozenset({"exception", "timeout", "abort"})
+_KINDS_FROM_WORKER = frozenset({"exception", "timeout", "abort", "cpu_time"})
 #: How often the host repeats the deadline (or cancel) signal until the worker
 #: answers. The worker ignores a deadline signal that arrives before *its*
 #: deadline, which is later than the host's by the run frame's transit, and one
@@ -399,6 +400,12 @@ class Remote:
         # A worker's memory cap is set by its first run, for good: a later run
         # that needs less may use it, one that needs more gets another worker.
         cap = self.pool._cap(limits) if w.cap is None else 0  # noqa: SLF001
+        # A CPU budget: the kernel's limit (RLIMIT_CPU) and the host's own look, both
+        # the budget plus the grace the deadline has. The worker's limit cannot be raised again.
+        cpu_limit = None if limits.cpu_time is None else limits.cpu_time + self.pool.kill_grace
+        if cpu_limit is not None:
+            self.reusable = False
+            w.cpu_watch = CpuWatch.start(w.proc.pid, cpu_limit)
         body = json.dumps(
             {
                 "program": self.program,
@@ -406,6 +413,7 @@ class Remote:
                 "limits": [getattr(limits, f) for f in worker.LIMIT_FIELDS],
                 "remaining": max(self.deadline - time.monotonic(), 0.0),
                 "memory_cap": cap,
+                "cpu_limit": cpu_limit,
             }
         ).encode("utf-8", "surrogatepass")
         try:
@@ -517,6 +525,8 @@ class Remote:
             return self._died()
         except Garbled:
             return self._broken()
+        except CpuSpent:
+            return self._cpu_spent()
         except Stopped:
             self._kill()
             raise
@@ -614,10 +624,29 @@ class Remote:
             ),
         )
 
+    def _cpu_spent(self) -> NoReturn:
+        self._kill()
+        assert self.limits.cpu_time is not None
+        limit = self.limits.cpu_time + self.pool.kill_grace
+        raise Stopped(
+            "cpu_time",
+            cpu_message(
+                self.limits.cpu_time, f"running JavaScript; its worker process was killed after {limit:g}s of CPU time"
+            ),
+        )
+
     def _died(self) -> str:
         self.reusable = False
         reason = self.worker.exit_reason()
         self.worker.kill()
+        if self.limits.cpu_time is not None and self.worker.proc.returncode == -signal.SIGXCPU:
+            # The kernel's RLIMIT_CPU: the engine's own stop could not run (one long native call).
+            raise Stopped(
+                "cpu_time",
+                cpu_message(
+                    self.limits.cpu_time, "running JavaScript; the kernel's CPU time limit ended its worker process"
+                ),
+            )
         if self._starting and self.worker.proc.returncode != worker.EXIT_MEMORY and time.monotonic() < self.deadline:
             raise Lost
         if self.worker.proc.returncode == worker.EXIT_MEMORY:

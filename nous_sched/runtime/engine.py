@@ -39,6 +39,14 @@ The engine's own interrupt is ``set_time_limit``, a slice of *process* CPU
 time, re-armed with the run's remaining wall time before each step. A context
 whose limit tripped is discarded after one bounded attempt to drain the log
 lines it still held (the *salvage*).
+
+A run with a CPU budget (``Limits.cpu_time``) counts the CPU its steps use on
+the engine's ``cpu_clock`` (the worker's process clock, or the calling
+thread's in-process), only inside the steps: nothing is counted while the
+program waits for the host. The slice is then the smaller of the wall time
+and the budget left, re-armed between the program's jobs and between the
+settles of a batch (each call into the engine starts the binding's slice
+afresh), and a slice that was the budget's ends the run with ``cpu_time``.
 """
 
 from __future__ import annotations
@@ -58,7 +66,17 @@ import _quickjs
 if TYPE_CHECKING:  # types only: a worker loads this file by path, outside the package
     from . import Cancel, Host, Limits
 
-__all__ = ["Engine", "Stopped", "Finish", "drive", "prepare", "stack_message", "memory_message", "timeout_message"]
+__all__ = [
+    "Engine",
+    "Stopped",
+    "Finish",
+    "drive",
+    "prepare",
+    "stack_message",
+    "memory_message",
+    "timeout_message",
+    "cpu_message",
+]
 
 with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "prelude.js"), encoding="utf-8") as _f:
     _PRELUDE = _f.read()
@@ -246,6 +264,8 @@ class Engine:
         deadline: float,
         prepared: Optional[tuple[Any, Any]] = None,
         before_salvage: Optional[Callable[[], None]] = None,
+        cpu_clock: Callable[[], float] = time.thread_time,
+        cpu_slice: bool = True,
     ) -> None:
         self.program = program
         self.names = names
@@ -255,10 +275,37 @@ class Engine:
         self.before_salvage = before_salvage
         self.ctx: Any = None
         self.bridge: Any = None
+        # The CPU budget (None: none), what the steps before used of it, where this step began.
+        self.cpu_time: Optional[float] = getattr(limits, "cpu_time", None)
+        self.cpu_clock = cpu_clock
+        self.cpu_used = 0.0
+        self.cpu_mark = 0.0
+        self.by_cpu = False  # the slice armed last is the CPU budget's, not the deadline's
+        # Whether the binding's slice carries the budget (else something else
+        # stops the engine at it: the in-process watcher, by ``cpu_spent``).
+        self.cpu_slice = cpu_slice
+        self.stepping = False
 
     def start(self) -> str:
         """Bind the context to this run, start the program, run it to its first
         wait; the envelope."""
+        if self.cpu_time is None:
+            return self._start()
+        self.cpu_mark = self.cpu_clock()
+        self.stepping = True
+        try:
+            return self._start()
+        finally:
+            self.stepping = False
+            self.cpu_used += self.cpu_clock() - self.cpu_mark
+
+    def cpu_spent(self) -> float:
+        """The CPU time the program's steps have used so far (any thread may ask; 0 without a budget)."""
+        if self.stepping:
+            return self.cpu_used + (self.cpu_clock() - self.cpu_mark)
+        return self.cpu_used
+
+    def _start(self) -> str:
         limits = self.limits
         prepared, self.prepared = self.prepared, None
         try:
@@ -304,6 +351,17 @@ class Engine:
         how the settles were batched. The envelope of each, in order. A stop
         part way raises :class:`Stopped` with the envelopes before it as its
         ``steps``."""
+        if self.cpu_time is None:
+            return self._settle_many(batch)
+        self.cpu_mark = self.cpu_clock()
+        self.stepping = True
+        try:
+            return self._settle_many(batch)
+        finally:
+            self.stepping = False
+            self.cpu_used += self.cpu_clock() - self.cpu_mark
+
+    def _settle_many(self, batch: Sequence[Sequence[Any]]) -> list[str]:
         # The binding's CPU slice starts afresh at each call into the engine. No
         # JavaScript ran since the last step: a deadline already past came while the program waited.
         self._arm("waiting for a tool call")
@@ -312,8 +370,11 @@ class Engine:
         texts: list[str] = []
         try:
             for item in batch:
-                if texts and time.monotonic() > deadline:
-                    raise self._killed("timeout", timeout_message(self.limits.timeout, "running JavaScript"))
+                if texts:
+                    if time.monotonic() > deadline:
+                        raise self._killed("timeout", timeout_message(self.limits.timeout, "running JavaScript"))
+                    if self.cpu_time is not None:
+                        self._rearm()
                 try:
                     bridge("settle", item[0], item[3], item[4])
                 except _quickjs.JSException as exc:
@@ -338,7 +399,29 @@ class Engine:
         remaining = self.deadline - time.monotonic()
         if remaining <= 0:
             raise self._killed("timeout", timeout_message(self.limits.timeout, doing))
+        if self.cpu_time is not None:
+            left = self._cpu_left()
+            self.by_cpu = self.cpu_slice and left < remaining
+            if self.by_cpu:
+                remaining = left
         self.ctx.set_time_limit(remaining)
+
+    def _cpu_left(self) -> float:
+        """The CPU budget left; the run stops (``cpu_time``) when none is."""
+        assert self.cpu_time is not None
+        left = self.cpu_time - self.cpu_used - (self.cpu_clock() - self.cpu_mark)
+        if left <= 0:
+            raise self._killed("cpu_time", cpu_message(self.cpu_time, "running JavaScript"))
+        return left
+
+    def _rearm(self) -> None:
+        """Between two calls into the engine of one step: the slice again, from the budget left now."""
+        # (Never 0 or less, which would switch the binding's limit off: a deadline
+        # that passed since the caller's look trips the next check.)
+        remaining = max(self.deadline - time.monotonic(), 1e-6)
+        left = self._cpu_left()
+        self.by_cpu = self.cpu_slice and left < remaining
+        self.ctx.set_time_limit(left if self.by_cpu else remaining)
 
     def _pump(self, armed: bool = False) -> None:
         if not armed:
@@ -346,11 +429,14 @@ class Engine:
         execute = self.ctx.execute_pending_job
         deadline = self.deadline
         monotonic = time.monotonic
+        rearm = self._rearm if self.cpu_time is not None else None
         try:
             # A promise chain that never ends is many short jobs: check between them.
             while execute():
                 if monotonic() > deadline:
                     raise self._killed("timeout", timeout_message(self.limits.timeout, "running JavaScript"))
+                if rearm is not None:  # (each job's slice starts afresh: the budget left, not the first slice)
+                    rearm()
         except _quickjs.JSException as exc:
             self._stopped(execute, exc)
 
@@ -379,6 +465,9 @@ class Engine:
             raise self._killed("abort", stack_message(limits.stack_bytes)) from None
         text = str(exc)
         if "interrupted" in text:
+            spent = self.by_cpu or (self.cpu_time is not None and self.cpu_spent() >= self.cpu_time)
+            if spent and time.monotonic() < self.deadline:
+                raise self._killed("cpu_time", cpu_message(limits.cpu_time, "running JavaScript")) from None
             raise self._killed("timeout", timeout_message(limits.timeout, "running JavaScript")) from None
         if "out of memory" in text or text.strip() in ("", "null"):
             raise self._killed("abort", memory_message(limits.memory_bytes), memory=True) from None
@@ -985,6 +1074,10 @@ def memory_message(memory_bytes: int, detail: str = "") -> str:
 
 def timeout_message(timeout: float, doing: str) -> str:
     return f"the program exceeded its {timeout:g}s deadline ({doing}) and was stopped"
+
+
+def cpu_message(cpu_time: float, doing: str) -> str:
+    return f"the program used its {cpu_time:g}s of CPU time ({doing}) and was stopped"
 
 
 def clip(text: str, limit: int = 4000) -> str:

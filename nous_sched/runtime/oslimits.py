@@ -39,6 +39,9 @@ emptied but ``CAP_SETPCAP``, which each child then drops itself).
 ``RLIMIT_AS`` (the address space, so shared and anonymous mappings count
 alike) is set by :func:`cap_memory` before the worker's first program, to the
 address space in use when :func:`apply` ran plus that run's allowance.
+``RLIMIT_CPU`` is set by :func:`cap_cpu` before a program with a CPU budget:
+the kernel's backstop, which holds even where the engine's own stop cannot
+run (one long builtin call, native code).
 
 **The task bound.** A worker has exactly two threads, its main thread (the
 watchdog) and the thread that runs programs, and can make no more: once the
@@ -70,6 +73,7 @@ from typing import Any, Optional
 __all__ = [
     "apply",
     "cap_memory",
+    "cap_cpu",
     "filter_bytes",
     "forbid_tasks",
     "prepare",
@@ -423,6 +427,34 @@ def cap_memory(limit: int) -> int:
     except (AttributeError, ValueError, OSError):  # a platform without it
         return 0
     return total
+
+
+def cap_cpu(seconds: float) -> int:
+    """Lower ``RLIMIT_CPU`` so this process may use ``seconds`` more CPU time:
+    its soft limit (``SIGXCPU``, whose default action ends the process) the
+    CPU used so far plus ``seconds``, rounded up to the kernel's whole
+    seconds, and its hard limit (``SIGKILL``, which nothing catches) one
+    second later; unless it is lower already. The soft limit now in force
+    (0 when there is none to set). An unprivileged process cannot raise it
+    again: the worker serves no further run."""
+    try:
+        import resource
+        import time
+    except ImportError:
+        return 0
+    soft = int(-(-(time.process_time() + seconds) // 1))  # (math is not loaded in a worker)
+    try:
+        old_soft, old_hard = resource.getrlimit(resource.RLIMIT_CPU)
+        infinite = resource.RLIM_INFINITY
+        if old_hard != infinite and old_hard <= soft + 1:
+            resource.setrlimit(resource.RLIMIT_CPU, (min(soft, old_hard), old_hard))
+            return min(soft, int(old_hard))
+        if old_soft != infinite and old_soft <= soft:
+            soft = int(old_soft)
+        resource.setrlimit(resource.RLIMIT_CPU, (soft, soft + 1))
+    except (AttributeError, ValueError, OSError):  # a platform without it
+        return 0
+    return soft
 
 
 def filter_program(machine: str, own_pid: int) -> list[tuple[int, int, int, int]]:

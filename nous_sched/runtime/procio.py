@@ -58,6 +58,69 @@ class Garbled(Exception):
     pass
 
 
+class CpuSpent(Exception):
+    """The worker used the CPU time its run may use (:class:`CpuWatch`), grace included."""
+
+
+#: What a worker's CPU clock runs at, at most, against the wall: it has two threads.
+WORKER_TASKS = 2
+#: The shortest wait between two looks at a worker's CPU time (the kernel counts it in ticks).
+CPU_LOOK = 0.05
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def cpu_seconds(pid: int) -> Optional[tuple[float, int]]:
+    """A process's CPU time (user and system, in seconds) and its start time
+    (in ticks since boot: what tells it from a later process with its pid),
+    from ``/proc/<pid>/stat``; ``None`` where that cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            data = fh.read()
+        fields = data[data.rindex(b")") + 2 :].split()
+        return (int(fields[11]) + int(fields[12])) / _TICKS, int(fields[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class CpuWatch:
+    """The host's own check of a worker's CPU time while it waits for the
+    worker's answer (:meth:`Worker.receive`): from the run's start, the
+    worker may use ``limit`` seconds (its budget plus the kill grace). Read
+    from ``/proc`` at the earliest moment the worker could have used them,
+    (it runs at most :data:`WORKER_TASKS` threads), so nothing wakes the host
+    while a program computes little, and never while the worker waits for
+    the host. ``None`` from :meth:`start` where the worker's CPU cannot be read
+    (the kernel's ``RLIMIT_CPU`` still holds)."""
+
+    __slots__ = ("pid", "limit", "base", "born", "due", "used")
+
+    def __init__(self, pid: int, limit: float, base: float, born: int) -> None:
+        self.pid = pid
+        self.limit = limit
+        self.base = base
+        self.born = born
+        self.used = 0.0
+        self.due = time.monotonic() + limit / WORKER_TASKS
+
+    @classmethod
+    def start(cls, pid: int, limit: float) -> Optional["CpuWatch"]:
+        now = cpu_seconds(pid)
+        return None if now is None else cls(pid, limit, now[0], now[1])
+
+    def spent(self) -> bool:
+        """Look at the worker's CPU time now: whether it used its limit (else the next look is set)."""
+        now = cpu_seconds(self.pid)
+        if now is None or now[1] != self.born:  # gone: its end of file says so
+            self.due = float("inf")
+            return False
+        self.used = now[0] - self.base
+        left = self.limit - self.used
+        if left <= 0:
+            return True
+        self.due = time.monotonic() + max(left / WORKER_TASKS, CPU_LOOK)
+        return False
+
+
 def ms(seconds: float) -> int:
     return max(1, int(seconds * 1000) + 1)
 
@@ -416,6 +479,8 @@ class Worker:
             raise
         self.fd_in, self.fd_out, self.lifeline = fds
         self.missed = False  # the last receive's spin ran out before the answer came
+        #: The host's check of the running program's CPU time (a run with a budget), or None.
+        self.cpu_watch: Optional[CpuWatch] = None
 
     def _abandon(self, fds: list[int]) -> None:
         """Start-up failed part way: kill the process if there is one, close every descriptor."""
@@ -604,7 +669,14 @@ class Worker:
     def _readable(self, until: float, cancel: Optional[Cancel]) -> bool:
         """Whether the worker's pipe has data after one poll, which lasts until
         ``until`` or :data:`CANCEL_POLL`, whichever is sooner; :class:`Expired`
-        past ``until``, :class:`Stopped` once ``cancel`` is set."""
+        past ``until``, :class:`Stopped` once ``cancel`` is set; with a
+        :attr:`cpu_watch`, no later than its next look, and :class:`CpuSpent`
+        once the worker has used its CPU time."""
+        watch = self.cpu_watch
+        if watch is not None and watch.due < until:
+            if time.monotonic() >= watch.due and watch.spent():
+                raise CpuSpent
+            return bool(self._out_poll.poll(ms(_poll_seconds(min(until, watch.due), cancel))))
         return bool(self._out_poll.poll(ms(_poll_seconds(until, cancel))))
 
     def _spin(self, seconds: float) -> Optional[bytes]:

@@ -13,6 +13,16 @@ what this one gives up is the process boundary:
   one budget) and late when other processes starve it; one builtin call (a
   huge ``slice``, a BigInt power) is not interrupted at all. The deadline is
   exact while the run waits for tools and between JavaScript jobs.
+* **The CPU budget** (``Limits.cpu_time``) is the CPU time of the thread
+  that runs the engine, inside the engine's steps only, so nothing the host
+  does between them, nor any wait, counts. Where the context layout is the
+  verified one (as for cancel), a watcher thread, ``nous-sched-cpu-<n>``
+  (or the cancel watcher, in a run given both), reads that thread's CPU
+  clock when the budget could be spent and stops the engine as cancel
+  does. Elsewhere the binding's slice of *process* CPU time carries the
+  budget left, so a runaway loop is stopped early when other threads of
+  the process burn CPU alongside it. Either way one long builtin call is
+  not stopped, and nothing kills it here.
 * **Cancellation** (``run_code(..., cancel=event)``) stops the program at
   once, inside a step too, where the binding's context layout is the one
   the worker runtime verifies (:func:`~nous_sched.runtime.worker.budget_offset`):
@@ -36,6 +46,7 @@ from __future__ import annotations
 
 import contextvars
 import ctypes
+import functools
 import itertools
 import sys
 import threading
@@ -74,7 +85,8 @@ class QuickJSRuntime(CodeRuntime):
         else:
             finish = _run_on_own_thread(program, host, limits, deadline, cancel, needed)
         error = None if finish.error is None else RunError(*finish.error)
-        if error is not None and error.kind == "timeout" and _is_set(cancel) and time.monotonic() < deadline:
+        stopped = error is not None and error.kind in ("timeout", "cpu_time")
+        if stopped and _is_set(cancel) and time.monotonic() < deadline:
             error = RunError("cancelled", CANCELLED)  # the watcher's stop, not the deadline's
         return RuntimeOutcome(finish.logs, result=finish.result, error=error)
 
@@ -83,8 +95,21 @@ class QuickJSRuntime(CodeRuntime):
 
 
 def _run(program: str, host: Host, limits: Limits, deadline: float, cancel: Optional[Cancel]) -> Finish:
-    watch = _CancelWatch(cancel) if cancel is not None and _budget() is not None else None
-    engine = Engine(program, host.names, limits, deadline, before_salvage=watch.stop if watch else None)
+    cpu_time = limits.cpu_time
+    clock = _thread_clock() if cpu_time is not None else None
+    watched = _budget() is not None and (cancel is not None or clock is not None)
+    watch = _Watch(cancel, cpu_time if clock is not None else None) if watched else None
+    engine = Engine(
+        program,
+        host.names,
+        limits,
+        deadline,
+        before_salvage=watch.stop if watch else None,
+        # This thread's CPU clock, which the watcher reads too; the binding's slice
+        # (process CPU) carries the budget only where no watcher stops the engine.
+        cpu_clock=clock or time.thread_time,
+        cpu_slice=clock is None or watch is None,
+    )
     if watch is not None:
         watch.start(engine)
     try:
@@ -93,6 +118,17 @@ def _run(program: str, host: Host, limits: Limits, deadline: float, cancel: Opti
         if watch is not None:
             watch.stop()
         engine.close()
+
+
+def _thread_clock() -> Optional[Any]:
+    """The calling thread's CPU clock, as a function any thread may call, or
+    ``None`` where there is no such clock."""
+    try:
+        clock_id = time.pthread_getcpuclockid(threading.get_ident())
+        time.clock_gettime(clock_id)
+    except (AttributeError, OSError):
+        return None
+    return functools.partial(time.clock_gettime, clock_id)
 
 
 def _is_set(cancel: Optional[Cancel]) -> bool:
@@ -105,6 +141,8 @@ _offset_lock = threading.Lock()
 #: How often the watcher looks at ``cancel``; also how often it zeroes the
 #: budget again once set (the engine re-arms it before each step).
 CANCEL_POLL = 0.02
+#: The shortest wait between two looks at the engine thread's CPU time.
+CPU_LOOK = 0.005
 
 
 def _budget() -> Any:
@@ -120,16 +158,21 @@ def _budget() -> Any:
     return _offset
 
 
-class _CancelWatch:
-    """Stops a run's engine inside a step once ``cancel`` is set (see the module docstring).
+class _Watch:
+    """Stops a run's engine inside a step once ``cancel`` is set, or once the
+    engine's thread has used the run's CPU budget ``cpu_time`` inside the
+    engine's steps (see the module docstring). It looks at ``cancel`` every
+    :data:`CANCEL_POLL`, and at the CPU time when the thread could have used
+    what is left (at most a second a second), so a run computing little wakes it seldom.
 
     ``_lock`` guards ``_engine``: cleared by :meth:`stop` (before the engine's
     salvage, and when the run ends), so the budget is never zeroed during the
     salvage's drain or in a context that is being freed.
     """
 
-    def __init__(self, cancel: Cancel) -> None:
+    def __init__(self, cancel: Optional[Cancel], cpu_time: Optional[float]) -> None:
         self._cancel = cancel
+        self._cpu_time = cpu_time
         self._lock = threading.Lock()
         self._engine: Any = None
         self._done = threading.Event()
@@ -137,7 +180,9 @@ class _CancelWatch:
 
     def start(self, engine: Engine) -> None:
         self._engine = engine
-        self._thread = threading.Thread(target=self._watch, name=f"nous-sched-cancel-{next(_numbers)}", daemon=True)
+        n = next(_numbers)
+        name = f"nous-sched-cancel-{n}" if self._cancel is not None else f"nous-sched-cpu-{n}"
+        self._thread = threading.Thread(target=self._watch, name=name, daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
@@ -149,9 +194,19 @@ class _CancelWatch:
         import ctypes
 
         offset = _budget()
-        while not self._done.wait(CANCEL_POLL):
-            if not self._cancel.is_set():
+        cancel, cpu_time = self._cancel, self._cpu_time
+        wait = CANCEL_POLL
+        while not self._done.wait(wait):
+            wait = CANCEL_POLL if cancel is not None else 3600.0
+            stop = cancel is not None and cancel.is_set()
+            if not stop and cpu_time is not None:
+                engine = self._engine
+                left = cpu_time - engine.cpu_spent() if engine is not None else cpu_time
+                stop = left <= 0
+                wait = min(wait, max(left, CPU_LOOK))
+            if not stop:
                 continue
+            wait = min(wait, CANCEL_POLL)  # (zeroed again until the engine stops: each step re-arms it)
             with self._lock:
                 ctx = getattr(self._engine, "ctx", None)
                 if ctx is not None:

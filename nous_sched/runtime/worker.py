@@ -36,8 +36,15 @@ ever unpickled.
 Host to worker:
 
 * ``R`` run: ``{"program", "names", "limits": [LIMIT_FIELDS...],
-  "remaining": seconds, "memory_cap": bytes or 0}``; closes any previous
-  run. A first run's ``memory_cap`` sets ``RLIMIT_DATA`` for good.
+  "remaining": seconds, "memory_cap": bytes or 0, "cpu_limit": seconds or
+  null}``; closes any previous run. A first run's ``memory_cap`` sets
+  ``RLIMIT_DATA`` for good; ``cpu_limit`` (a run with a CPU budget: the
+  budget plus the pool's kill grace) sets ``RLIMIT_CPU`` for good
+  (:func:`oslimits.cap_cpu`), so such a worker serves no further run. The
+  engine counts the run's CPU on this process's clock, from the program's
+  start, inside its steps only (``time.process_time``: the clock of the
+  binding's own slice, so the engine stops the program at its budget
+  exactly); waiting for the host's next frame costs nothing.
 * ``S`` settle: one or more calls, oldest first, each ``b"<call id> <1|0>
   <n> "`` then the ``n`` bytes of its payload's JSON text (the value, or the
   ``{tool, message}`` error). The worker settles them one at a time, running
@@ -87,6 +94,7 @@ LIMIT_FIELDS = (
     "max_log_lines",
     "max_calls",
     "max_total_args_bytes",
+    "cpu_time",
 )
 #: The largest ``Limits.stack_bytes`` (nous_sched.Limits refuses more).
 MAX_STACK_BYTES = 4 * 1024 * 1024
@@ -480,6 +488,8 @@ class _Server:
         spec = json.loads(body)
         if spec["memory_cap"]:
             self.oslimits.cap_memory(spec["memory_cap"])
+        if spec.get("cpu_limit"):
+            self.oslimits.cap_cpu(spec["cpu_limit"])
         if self.payload is not None:
             spec["program"] = _run_payload(self.payload, spec["program"])
         deadline = time.monotonic() + spec["remaining"]
@@ -490,6 +500,7 @@ class _Server:
             deadline,
             self.spare,
             before_salvage=self.watchdog.disarm,
+            cpu_clock=time.process_time,
         )
         self.spare = None
         self.watchdog.arm(self.current, deadline)

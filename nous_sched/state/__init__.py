@@ -21,6 +21,7 @@ and passes ``tests/state_contract.py``.
 """
 
 from ._memory import MemoryStateStore
+from ._postgres import PostgresStateStore
 from ._redis import RedisStateStore
 from ._seam import Entry, KeyInfo, StateConflict, StateFull, StateStoreError, StateStoreSeam
 from ._sqlite import SqliteStateStore
@@ -32,6 +33,7 @@ __all__ = [
     "MemoryStateStore",
     "SqliteStateStore",
     "RedisStateStore",
+    "PostgresStateStore",
     "Entry",
     "KeyInfo",
     "StateConflict",

@@ -5,7 +5,8 @@
 
 (a decision in DECISIONS_JSON is true, false or {"grant": {...}}, a Grant's as_dict)
 
-STORE is ``sqlite:PATH`` or ``redis:URL`` (``redis:URL#PREFIX`` for a store with its own key prefix). ``auto`` runs with no store and an
+STORE is ``sqlite:PATH``, ``redis:URL`` (``redis:URL#PREFIX`` for a store with its own key prefix) or
+``postgres:DSN``. ``auto`` runs with no store and an
 approval handler that approves everything (the un-suspended baseline).
 ``wait`` reads one line from standard input before resuming (a barrier the
 test opens for two racing processes at once). Prints one JSON line: the
@@ -49,11 +50,17 @@ class HoldingRedis(_Holding, nous_sched.RedisApprovalStore):
     pass
 
 
+class HoldingPostgres(_Holding, nous_sched.PostgresApprovalStore):
+    pass
+
+
 def store_of(spec):
     kind, _, where = spec.partition(":")
     holding = "NOUS_DURABLE_HOLD_STORE" in os.environ
     if kind == "sqlite":
         return (HoldingSqlite if holding else nous_sched.SqliteApprovalStore)(where)
+    if kind == "postgres":
+        return (HoldingPostgres if holding else nous_sched.PostgresApprovalStore)(where)
     url, _, prefix = where.partition("#")
     return (HoldingRedis if holding else nous_sched.RedisApprovalStore)(url, **({"prefix": prefix} if prefix else {}))
 
