@@ -672,3 +672,20 @@ def test_requested_makes_the_grant_a_page_asks_for_or_says_why_not():
         {"other": 1},
     ):
         assert isinstance(requested(bad, args), str), bad
+
+
+@pytest.mark.parametrize("kind", ["redis", "postgres"])
+def test_every_store_keeps_a_decisions_grant_sealed(kind, env, request):
+    if kind == "redis":
+        url = request.getfixturevalue("redis_url")
+        store = nous_sched.RedisApprovalStore(url, prefix=f"grants-{os.getpid()}-{id(env)}:")
+    else:
+        store = nous_sched.PostgresApprovalStore(request.getfixturevalue("postgres_dsn"))
+    code = "for (let i = 0; i < 5; i++) await tools.pay({table: 't', amount: i}); return 'ok'"
+    first = run_code(code, durable_tools.TOOLS, approval_store=store, description="t")
+    store.decide(first.suspended.token, 0, True, "ops", grant=Grant(matching={"table": "t"}, by="ops"))
+    (shown,) = [s for s in store.suspensions() if s["token"] == first.suspended.token]
+    assert shown["decisions"]["0"]["grant"] == {"calls": None, "matching": {"table": "t"}, "by": "ops"}
+    done = resume(first.suspended.token, {}, durable_tools.TOOLS, approval_store=store)
+    assert done.result == "ok" and _paid(env) == list(range(5))
+    assert [dict(e.data).get("grant") for e in done.audit if e.type == "approval"] == ["g0"] * 5
