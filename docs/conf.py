@@ -51,4 +51,7 @@ nitpick_ignore = [
     ("py:class", "nous_sched.runtime._remote.Begun"),
     ("py:class", "nous_sched.runtime.pool.DomainRuntime"),
     ("py:class", "nous_sched.throttle._throttle.Hold"),
+    # What a state store's reads answer (nous_sched.state, the store seam's own types).
+    ("py:class", "nous_sched.state._seam.Entry"),
+    ("py:class", "nous_sched.state._seam.KeyInfo"),
 ]

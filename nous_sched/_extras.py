@@ -38,6 +38,7 @@ USER_EXTRAS: dict[str, str] = {
     "agui": "``ag-ui-protocol``: ``nous_sched.agui``, a run's live events in the AG-UI protocol",
     "speed": "``orjson``: the same answers, large payloads checked and copied faster",
     "dask": "``distributed``: a Dask cluster's executor as ``executor=``",
+    "celery": "``celery`` (Redis transport): ``nous_sched.integrations.celery``, programs on a Celery fleet",
     "web": "``flask``, ``django``: the web examples (``examples/flask_*.py``, ``examples/django_*``)",
     "postgres": "``psycopg``: ``PostgresApprovalStore``, approvals kept in a Postgres database",
     "all": "every extra above",

@@ -280,6 +280,7 @@ PROJECTION: dict[str, Optional[Callable[[Translator, RunEvent, int], list[BaseEv
     "suspended": Translator._suspended,  # noqa: SLF001
     "end": Translator._end,  # noqa: SLF001
     "gap": None,
+    "state": None,  # (its CUSTOM event carries it)
 }
 
 

@@ -2,7 +2,7 @@
 
 :data:`VOCABULARY` names every kind of thing that happens to a call or a run
 (``call``, ``outcome``, ``refused``, ``log``, ``approval``, ``suspended``,
-``resumed``, ``end``, ``gap``) once, with its record type here and its name
+``resumed``, ``end``, ``gap``, ``state``) once, with its record type here and its name
 in each projection: its audit type, its live kind (:mod:`nous_sched.live`),
 its scheduler observer phase (:data:`PHASES`). The audit, the observer, the
 live stream, OTel, AG-UI and serve-mcp's notifications are tables keyed by
@@ -58,6 +58,7 @@ __all__ = [
     "LogLineEvent",
     "SuspendedEvent",
     "ResumedEvent",
+    "StateEvent",
     "EndEvent",
     "GapEvent",
     "RUN_RECORDS",
@@ -451,12 +452,39 @@ class GapEvent:
     kind = "gap"
 
 
+@attrs.frozen
+class StateEvent:
+    """One operation a program did on its state (``run_code(state=...)``):
+    ``op`` (``get``, ``set``, ``delete``, ``keys``), ``key`` (``None`` for
+    ``keys``), ``size`` (bytes of the value's JSON read or written; for
+    ``keys``, of every value), ``version`` (the key's version after it, 0:
+    absent), ``ok``, and ``error`` (``None``, or why it failed: ``conflict``,
+    ``limit``, ``invalid``, ``store``, ``no_state``). Never the value."""
+
+    op: str
+    key: Optional[str]
+    size: int
+    version: int
+    ok: bool = True
+    error: Optional[str] = None
+
+    kind = type = "state"
+
+    def as_event(self) -> Event:
+        """The audit's ``state`` event: ``op``, ``key``, ``size``, ``version``, ``ok``, and ``error`` when it failed."""
+        data: dict[str, Any] = {"op": self.op, "key": self.key, "size": self.size, "version": self.version}
+        data["ok"] = self.ok
+        if self.error is not None:
+            data["error"] = self.error
+        return Event(self.type, data)
+
+
 def _token_id(token: str) -> str:
     return token.split(".")[0]
 
 
 #: The run's record types (every kind of the vocabulary with scope ``"run"``).
-RUN_RECORDS = (LogLineEvent, SuspendedEvent, ResumedEvent, EndEvent, GapEvent)
+RUN_RECORDS = (LogLineEvent, SuspendedEvent, ResumedEvent, EndEvent, GapEvent, StateEvent)
 
 
 # -- the vocabulary ---------------------------------------------------------------------
@@ -529,11 +557,13 @@ VOCABULARY = (
     Kind("resumed", "run", ResumedEvent, "resumed", None, None, "a durable run went on with decisions"),
     Kind("end", "run", EndEvent, None, "end", None, "the run ended (always the last)"),
     Kind("gap", "run", GapEvent, None, "gap", None, "a live consumer fell behind and missed events"),
+    Kind("state", "run", StateEvent, "state", "state", None, "the program read or wrote its state (never the value)"),
 )
 
 #: The bookkeeping types of the audit, shared by :class:`SessionLog`,
-#: ``RunResult.events`` and serve-mcp's ``--audit-log`` lines: the call's kinds the audit keeps.
-AUDIT_TYPES = ("tool_call", "tool_refused", "approval", "tool_outcome")
+#: ``RunResult.events`` and serve-mcp's ``--audit-log`` lines: the call's kinds the audit keeps,
+#: and ``state`` (a run's state operations, also written to the run's session log).
+AUDIT_TYPES = ("tool_call", "tool_refused", "approval", "tool_outcome", "state")
 #: The scheduler observer's phases, in the order a call goes through them.
 PHASES = tuple(k.phase for k in VOCABULARY if k.phase is not None)
 #: Live kinds, in :data:`VOCABULARY` order (``nous_sched.live.EVENT_KINDS``).

@@ -51,12 +51,15 @@ messages, log lines) is its own text: a page writes it as text, never markup.
 * ``"end"``, always last (``ok``, ``error``, ``logs``, ``usage``: the ledger,
   ``answer``: what the model reads, :meth:`~nous_sched.RunResult.for_model`,
   within the run's output budget);
+* ``"state"``: the program read or wrote its state (``run_code(state=...)``,
+  ``nous_sched.state``): ``op``, ``key``, ``size``, ``version``, ``ok`` and
+  ``error`` (``None`` or why it failed), never the value;
 * ``"gap"``, only for a consumer that fell behind: ``missed`` events it
   will never see.
 
 Each event's ``data`` is a projection of the record the vocabulary
 (:data:`nous_sched.events.VOCABULARY`) names for its kind: :func:`live_data`
-of a run's record (``log``, ``suspended``, ``end``, ``gap``),
+of a run's record (``log``, ``suspended``, ``end``, ``gap``, ``state``),
 :func:`call_data` and :func:`commit_data` of a call's audit records and its
 :class:`~nous_sched.CallRecord`, :func:`refused_data` of the gate's ``tool_refused`` record.
 
@@ -99,6 +102,7 @@ from .events import (
     EndEvent,
     GapEvent,
     LogLineEvent,
+    StateEvent,
     SuspendedEvent,
     ToolCallEvent,
     ToolOutcomeEvent,
@@ -348,6 +352,14 @@ LIVE_DATA: dict[type, Callable[[Any], dict[str, Any]]] = {
     SuspendedEvent: _suspended_data,
     EndEvent: _end_data,
     GapEvent: lambda record: {"missed": record.missed},
+    StateEvent: lambda record: {
+        "op": record.op,
+        "key": record.key,
+        "size": record.size,
+        "version": record.version,
+        "ok": record.ok,
+        "error": record.error,
+    },
 }
 
 

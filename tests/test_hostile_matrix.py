@@ -251,6 +251,10 @@ OUTPUT_PATHS: dict[str, Callable[[Any], None]] = {
     "approvals_list": TERMINAL,
     "approvals_list_json": JSON,
     "grant_reasons": TERMINAL,  # the approval records' reasons of a grant and the calls it covered
+    "celery_result": WIRE_VALUE,  # nous_sched.integrations.celery: a task's result document, as the caller got it
+    "celery_events": JSON_LINES,  # the run's events in its Redis stream, as the worker wrote them
+    # issue 40, state: the SDK text's list of the state's keys, for the model (``run_code_tool(state=)``)
+    "state_sdk_text": TERMINAL,
 }
 
 
@@ -493,6 +497,77 @@ _CLI_PATH = {
 }
 
 
+def enter_celery(program: Any, description: str, env: Any) -> Seen:
+    # A real celery worker (solo) on a real Redis, its tool set hostile_tools by import path; the
+    # run sent with tasks.start, its stream read raw from Redis and through events().
+    from nous_sched import ConfigError
+
+    tasks = env.celery()
+    if isinstance(program, bytes):
+        with pytest.raises(ConfigError, match="code") as refused:
+            tasks.run.delay(code=program, description=description)
+        return Seen(False, "refused", str(refused.value), {})
+    remote = tasks.start(program, description=description, timeout=WAIT)
+    doc = remote.result(timeout=WAIT + 30)
+    events = list(remote.events())
+    assert events and events[-1].kind == "end", [e.kind for e in events][-3:]
+    raw = tasks.redis().xrange(tasks.events_key(remote.task_id))
+    lines = "\n".join(fields[b"e"].decode("utf-8") for _, fields in raw)
+    kind = None if doc["error"] is None else doc["error"]["kind"]
+    answer = orjson.dumps(doc["answer"]).decode("utf-8")
+    return Seen(doc["status"] == "ok", kind, answer, {"celery_result": doc, "celery_events": lines})
+
+
+#: The state entry's end of PROGRAM: the value stored, read back, and used as a key (issue 40).
+STATE_TAIL = """let stored = null, listed = null;
+try { await state.set("v", v); stored = await state.get("v"); } catch (e) { stored = String(e.message); }
+const k = typeof v === "string" ? v : String(JSON.stringify(v)).slice(0, 300);
+try { await state.set(k, 1); listed = await state.keys(); } catch (e) { listed = String(e.message); }
+return {v, back, gated, stored, listed};
+"""
+
+
+def enter_state(program: str, description: str, env: Any) -> Seen:
+    """A program that stores the value in its state (SQLite), as a value and as a key:
+    the result, the live events, the audit log's state lines, the SDK text listing the
+    keys, and the command's --json with --state on the same store."""
+    from nous_sched import SessionLog, SqliteStateStore, State
+    from nous_sched.mcp.serve import AuditLog
+
+    if program != HONEST:
+        program = program.replace("return {v, back, gated};\n", STATE_TAIL)
+        assert "state.set" in program, "the state entry runs the value through the state"
+    store_path = str(env.tmp_path / "state.db")
+    state = State("hostile", SqliteStateStore(store_path))
+    questions, approve = _asking()
+    log = SessionLog()
+    run = start_run(
+        program, TOOLS, description=description, approval_handler=approve, timeout=WAIT, state=state, session_log=log
+    )
+    lines = [event.to_json() for event in run.events()]
+    result = run.result(timeout=WAIT)
+    audit = io.StringIO()
+    written = AuditLog(audit)
+    for event in log.events:
+        if event.type == "state":
+            written.write("state", run="r", **event.data)
+    path = env.tmp_path / "state.js"
+    path.write_text(program, encoding="utf-8", errors="surrogatepass")
+    status, out, err = env.cli(
+        "run", str(path), "--tools", TOOLS_FILE, "--json", "--state", "hostile", "--state-store", store_path
+    )
+    assert status in (0, 1), err[-500:]
+    outputs = {
+        "approval_question": "\n".join(questions),
+        "run_events_json": "\n".join(lines),
+        "audit_log_file": audit.getvalue(),
+        "state_sdk_text": run_code_tool(TOOLS, state=state).description,
+        "cli_json": out,
+        "cli_stderr": err,
+    }
+    return _of_result(result, outputs)
+
+
 @dataclasses.dataclass(frozen=True)
 class Entry:
     """One door: ``enter(program, description, env) -> Seen``; ``paths``, the output
@@ -543,10 +618,25 @@ ENTRY_POINTS = [
     Entry(
         "cli_events_json", _cli_entry("--events", "--json"), ("cli_events", "cli_stderr", "logging"), takes_bytes=True
     ),
+    Entry("celery", enter_celery, ("celery_result", "celery_events", "logging"), takes_bytes=True),
     Entry(
         "durable_resume_postgres",
         enter_durable_resume_postgres,
         ("run_result", "approval_question", "approvals_list", "approvals_list_json", "logging"),
+    ),
+    Entry(
+        "state",
+        enter_state,
+        (
+            "run_result",
+            "approval_question",
+            "run_events_json",
+            "audit_log_file",
+            "state_sdk_text",
+            "cli_json",
+            "cli_stderr",
+            "logging",
+        ),
     ),
 ]
 ENTRIES_BY_NAME = {entry.name: entry for entry in ENTRY_POINTS}
@@ -665,6 +755,9 @@ class Env:
     def mcp(self, transport: str) -> _Server:
         return self._shared.server(transport)
 
+    def celery(self) -> Any:
+        return self._shared.celery()
+
     def postgres_dsn(self) -> str:
         """A fresh database on the module's Postgres server (started the first time a cell needs it)."""
         return self._shared.postgres().new_database()
@@ -696,10 +789,28 @@ class _Shared:
         self._servers: dict[str, _Server] = {}
         self._stack = contextlib.ExitStack()
         self._flask: Any = None
+        self._celery: Any = None
         self._postgres: Any = None
 
     def close(self) -> None:
         self._stack.close()
+
+    def celery(self) -> Any:
+        """The Celery tasks of a fleet of one solo worker running hostile_tools, started on first use."""
+        if self._celery is None:
+            import celery_fleet
+            from celery import Celery
+            from redis_server import redis_process
+
+            from nous_sched.integrations import celery as nous_celery
+
+            url = self._stack.enter_context(redis_process()).url
+            fleet = self._stack.enter_context(celery_fleet.fleet(url, self._tmp, tools="hostile_tools"))
+            fleet.start("matrix", "solo")
+            app = Celery("hostile_matrix", broker=url, backend=url)
+            fleet.wait_ready(app, ["matrix"])
+            self._celery = nous_celery.register(app, tools="hostile_tools")
+        return self._celery
 
     def flask_app(self) -> Any:
         if self._flask is None:

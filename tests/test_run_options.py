@@ -68,6 +68,7 @@ BAD_FIELDS = [
     ("cancel", 42, "42"),
     ("output_budget", 10, "10"),
     ("approval_store", "file.db", "'file.db'"),
+    ("state", "conversation-42", "'conversation-42'"),
 ]
 
 

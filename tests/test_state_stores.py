@@ -11,6 +11,7 @@ import pytest
 from redis_server import redis_process
 from state_contract import CHECKS
 
+from nous_sched import ConfigError
 from nous_sched.state import (
     MemoryStateStore,
     PostgresStateStore,
@@ -75,6 +76,28 @@ def test_redis_silent_fails_fast_naming_redis() -> None:
 def test_sqlite_unopenable_names_the_file(tmp_path) -> None:
     with pytest.raises(StateStoreError, match="SQLite state store"):
         SqliteStateStore(tmp_path / "missing-folder" / "s.db")
+
+
+def test_open_state_store_names_each_kind(tmp_path, redis_url) -> None:
+    from nous_sched.state import SHARED_MEMORY, open_state_store
+
+    assert open_state_store("memory") is SHARED_MEMORY
+    assert isinstance(open_state_store(str(tmp_path / "s.db")), SqliteStateStore)
+    redis_store = open_state_store(redis_url)
+    assert isinstance(redis_store, RedisStateStore) and redis_store.url == redis_url
+    with pytest.raises(ConfigError, match="open_state_store: `spec` must be a non-empty string"):
+        open_state_store("")
+
+
+def test_open_state_store_opens_a_postgres_url(postgres_server) -> None:
+    from nous_sched.state import open_state_store
+
+    dsn = postgres_server.new_database()
+    assert dsn.startswith(("postgresql://", "postgres://"))
+    store = open_state_store(dsn)
+    assert isinstance(store, PostgresStateStore)
+    store.write("s", "k", "1")
+    assert store.read("s", "k").text == "1"
 
 
 def test_postgres_down_or_silent_fails_fast_naming_postgres() -> None:

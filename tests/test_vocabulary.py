@@ -57,6 +57,7 @@ def test_each_kind_and_each_of_its_projection_names_is_there_once():
         "resumed",
         "end",
         "gap",
+        "state",
     }
 
 
@@ -64,7 +65,8 @@ def test_the_audits_records_are_the_kinds_with_a_record_each_typed_by_its_audit_
     calls = [k for k in VOCABULARY if k.scope == "call"]
     assert {k.record for k in calls} == {ToolCallEvent, ApprovalEvent, ToolOutcomeEvent, ToolRefusedEvent}
     assert all(k.record.type == k.audit for k in calls)
-    assert set(events.AUDIT_TYPES) == {k.audit for k in calls}
+    # ... and the run's state operations, which the run's session log keeps too.
+    assert set(events.AUDIT_TYPES) == {k.audit for k in calls} | {"state"}
 
 
 def test_every_kind_has_one_record_type_and_each_run_record_is_named_by_its_kind():
@@ -92,6 +94,7 @@ _SAMPLES = {
     events.ResumedEvent: events.ResumedEvent("tid", 2, took_over="host 1"),
     events.EndEvent: events.EndEvent(True, None, 1, {"calls": 0}, {"logs": ["hi"], "result": 1}),
     events.GapEvent: events.GapEvent(4),
+    events.StateEvent: events.StateEvent("set", "k", 7, 3, False, "conflict"),
 }
 _LIVE = {
     events.LogLineEvent: {"line": "hi"},
@@ -108,10 +111,12 @@ _LIVE = {
         "answer": {"logs": ["hi"], "result": 1},
     },
     events.GapEvent: {"missed": 4},
+    events.StateEvent: {"op": "set", "key": "k", "size": 7, "version": 3, "ok": False, "error": "conflict"},
 }
 _AUDIT = {
     events.SuspendedEvent: {"token_id": "tid", "pending": [3], "expires_at": 12.5},
     events.ResumedEvent: {"token_id": "tid", "replayed": 2, "took_over": "host 1"},
+    events.StateEvent: {"op": "set", "key": "k", "size": 7, "version": 3, "ok": False, "error": "conflict"},
 }
 
 

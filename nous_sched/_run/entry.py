@@ -25,6 +25,7 @@ from ..limits import Limits
 from ..result import RunResult
 from ..result.records import CallRecord
 from ..runtime import Cancel, CodeRuntime
+from ..state import State
 from ..tooling import Tool
 from .options import FIELDS, GIVEN_NOT, RunOptions, build
 from .runner import execute, prepare
@@ -53,6 +54,7 @@ def run_code(
     cancel: Optional[Cancel] = GIVEN_NOT,
     output_budget: Optional[int] = GIVEN_NOT,
     approval_store: Optional[ApprovalStore] = GIVEN_NOT,
+    state: Optional[State] = GIVEN_NOT,
 ) -> RunResult:
     """Run ``code`` with ``tools`` bound as ``tools[name](args)`` and return what it produced.
 
@@ -97,6 +99,11 @@ def run_code(
     :data:`~nous_sched.DEFER`) suspends the run (``RunResult.suspended``), and
     :func:`~nous_sched.resume` continues it later, anywhere
     (``nous_sched.durable``).
+
+    ``state`` (a :class:`~nous_sched.State`): one scope's state across runs,
+    which the program reads and writes as ``await state.get(key)``,
+    ``state.set(key, value)``, ``state.delete(key)``, ``state.keys()``
+    (``nous_sched.state``); each operation is audited (``state`` events).
 
     ``output_budget`` (bytes of UTF-8, ``None`` by default: no budget): the
     model-facing answer (:meth:`~nous_sched.RunResult.for_model`) is cut to it

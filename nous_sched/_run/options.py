@@ -31,6 +31,7 @@ from ..limits import Limits
 from ..result.budget import MIN_OUTPUT_BUDGET
 from ..result.records import CallRecord
 from ..runtime import Cancel, CodeRuntime
+from ..state import State
 
 __all__ = [
     "RunOptions",
@@ -53,6 +54,7 @@ _STORE = v.optional(
         "a nous_sched approval store (SqliteApprovalStore, RedisApprovalStore, PostgresApprovalStore)",
     )
 )
+_STATE = v.optional(v.instance_of(State, "a nous_sched.State (State(scope) or State(scope, store))"))
 
 # The default is one: its signature is not read again for every run (most of the checks' time).
 _DISPATCH = v.Check(v.DISPATCH.expected, lambda d: d is direct_dispatch or v.DISPATCH.accepts(d))
@@ -148,6 +150,7 @@ class RunOptions:
     cancel: Optional[Cancel] = _field(None, CANCEL)
     output_budget: Optional[int] = _field(None, OUTPUT_BUDGET)
     approval_store: Optional[ApprovalStoreSeam] = _field(None, _STORE)
+    state: Optional[State] = _field(None, _STATE)
 
     @property
     def run_limits(self) -> Limits:

@@ -45,6 +45,7 @@ from .._interrupts import LOCAL, deferred, guarded, leave
 from .._text import one_line
 from ..crossing import text_bytes
 from ..errors import RunCodeError
+from ..events import StateEvent
 from ..gate import Admitted, Gate
 from ..gate.dispatch import RunContext
 from ..gate.policy import approval_names, partition
@@ -59,6 +60,7 @@ from ..runtime import Begun, Cancel, CodeRuntime, Host, Limits, PendingCall, Run
 from ..runtime.syntax import explain as explain_syntax
 from ..scheduler import Scheduler
 from ..sdk.discovery import Discovery, unknown_tool_message
+from ..state import StateAnswer, StateSession
 from ..tooling import Tool
 from .options import RunOptions, check_runtime
 
@@ -225,13 +227,15 @@ def _execute(p: Prepared, live: Any, o: RunOptions) -> RunResult:
             with deferred():  # a scheduler made is a scheduler stopped below
                 scheduler, gate, run_ctx = _build(p, o, deadline, live)
             host = _Host(scheduler, gate, run_ctx, cancel, p.names, live)
+            if o.state is not None:
+                host.state = StateSession(o.state, p.limits)
             if o.description:
                 log.info("run_code %s: %s", one_line(str(scheduler.call_id)), one_line(o.description))
             outcome, source = _program.run(
                 source,
                 lambda text: begun.run(host) if begun is not None else p.rt.run(text, host, p.limits),
                 lambda text: p.rt.run(text, host, _remaining(p.limits, deadline)),
-                lambda: not host.ledger and not gate.refused and not scheduler.trail(),
+                lambda: not host.ledger and not gate.refused and not scheduler.trail() and not host.state_events,
             )
             if not isinstance(outcome, RuntimeOutcome):
                 raise RunCodeError(
@@ -338,6 +342,7 @@ def _result(
         error=error,
         events=tuple(scheduler.audit_events()),
         refused=tuple(gate.refused),
+        audit=tuple(event.as_event() for event in host.state_events),
         trail=tuple(scheduler.trail()),
         elapsed=elapsed,
         usage=usage,
@@ -503,6 +508,9 @@ class _Host(Host):
         self.main: Any = None
         self.seen = Seen()
         self.live = live
+        #: The run's state (``run_code(state=...)``) as this run uses it, or ``None``; each operation's record.
+        self.state: Optional[StateSession] = None
+        self.state_events: list[StateEvent] = []
 
     @property
     def deadline(self) -> Optional[float]:
@@ -556,4 +564,31 @@ class _Host(Host):
         parsed = self.gate.admit_question(question)
         if isinstance(parsed, Outcome):
             return Settled(parsed)
+        if type(parsed) is list and len(parsed) == 2 and type(parsed[0]) is str and parsed[0].startswith(STATE_OP):
+            return Settled(self.state_op(parsed[0][len(STATE_OP) :], parsed[1]))
         return Settled(self.discovery.answer(parsed))
+
+    def state_op(self, op: str, args: Any) -> Outcome:
+        """Do the program's ``state.<op>(...args)`` (``nous_sched.state``): its
+        outcome for the program, recorded as a ``state`` event in the audit (the
+        run's session log, ``RunResult.audit``) and the live stream, never the value."""
+        if self.state is None:
+            answer = StateAnswer(op, False, message=NO_STATE, error="no_state")
+        else:
+            answer = self.state.answer(op, args)
+        event = StateEvent(answer.op, answer.key, answer.size, answer.version, answer.ok, answer.error)
+        self.state_events.append(event)
+        self.scheduler.session_log().append(event.as_event())
+        if self.live is not None:
+            self.live.emit_record(event)
+        if answer.ok:
+            return Outcome.success(answer.value)
+        return Outcome.failure(STATE_OP + answer.op, answer.message)
+
+
+#: The question a program's ``state.<op>(...)`` asks the host (``prelude.js``): ``["state.<op>", args]``.
+STATE_OP = "state."
+NO_STATE = (
+    "this run has no state: the host passes one as run_code(..., state=nous_sched.State(scope)); "
+    "nothing was read or written"
+)

@@ -12,7 +12,7 @@ raised where the agent is built.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Optional, Union
 
 import attrs
 
@@ -27,6 +27,7 @@ from ..events import ContextUpdate
 from ..gate.policy import PermissionPolicy, partition
 from ..result.budget import DEFAULT_OUTPUT_BUDGET
 from ..runtime import CodeRuntime
+from ..state import State, sdk_notes
 from ..tooling import Tool
 
 __all__ = [
@@ -153,7 +154,7 @@ def _tool(tools: list[Tool], options: RunOptions, budget: Optional[int], ranking
     """The ``run_code`` tool over ``tools``, each of its runs with ``options`` (checked already)."""
     function = program_runner(tools, options)
     granted, _ = partition(tools, options.policy, "run_code_tool")
-    description = _description(granted.values(), budget, ranking)
+    description = description_of(granted.values(), budget, ranking, options.state)
 
     return Tool(
         name=RUN_CODE_NAME,
@@ -211,11 +212,27 @@ def program_runner(tools: list[Tool], options: RunOptions) -> Callable[[Any], An
     return function
 
 
-def _description(granted: Iterable[Tool], budget: Optional[int], ranking: Optional[Sequence[str]]) -> str:
-    # The budget is the whole description's: the SDK gets what run_code's own words leave.
+def description_of(
+    granted: Iterable[Tool],
+    budget: Optional[int],
+    ranking: Optional[Sequence[str]],
+    state: Union[State, str, None] = None,
+) -> str:
+    """The ``run_code`` tool's description: its words, the SDK of ``granted`` and the
+    state's note (``state``: the run's :class:`~nous_sched.State`, or words saying
+    whose scope each run gets, e.g. serve-mcp's "this client's"), within ``budget``."""
+    # The budget is the whole description's: the SDK gets what run_code's own words leave,
+    # less the state's note (the longest that leaves the SDK room for its last step).
     head = RUN_CODE_DESCRIPTION + "\n\n"
     room = None if budget is None else budget - len(head)
-    return head + sdk.fitted(granted, "typescript", room, ranking or ())
+    tools = list(granted)
+    for note in sdk_notes(state, room):
+        try:
+            text = sdk.fitted(tools, "typescript", None if room is None else room - len(note), ranking or ())
+        except AssertionError:  # not even the SDK's last step fits beside this note: a shorter one
+            continue
+        return head + text + note
+    raise AssertionError("the SDK's last step does not fit its budget")  # pragma: no cover: sdk's tests hold it
 
 
 def visible_tools(

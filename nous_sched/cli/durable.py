@@ -98,6 +98,32 @@ def _shown(spec: str) -> str:
     return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
 
 
+def open_state_option(spec: str) -> Any:
+    """The state store a ``--state-store`` names (:func:`nous_sched.state.open_state_store`).
+
+    :raises UsageError: it cannot be opened, the store named."""
+    from ..state import open_state_store
+
+    try:
+        return open_state_store(spec)
+    except ConfigError as exc:
+        raise UsageError(f"state store {spec}: {exc}") from None
+
+
+def state_option(args: argparse.Namespace) -> dict[str, Any]:
+    """``{"state": State(...)}`` from ``--state SCOPE`` and ``--state-store STORE`` (``{}`` for neither).
+
+    :raises UsageError: ``--state-store`` without ``--state``, or a store that cannot be opened."""
+    scope, spec = getattr(args, "state", None), getattr(args, "state_store", None)
+    if scope is None and spec is None:
+        return {}
+    from ..state import State
+
+    if scope is None:
+        raise UsageError("--state-store needs --state SCOPE: the scope of the store the program's state is")
+    return {"state": State(scope, open_state_option(spec) if spec else None)}
+
+
 def runtime_named(name: str) -> Any:
     """The runtime a ``--runtime`` choice names: ``None`` (the default pool) for ``worker``."""
     if name != "in-process":
@@ -127,6 +153,10 @@ def add_parsers(sub: Any) -> None:
     resume.add_argument("--timeout", type=float, default=30.0, metavar="S", help="the resumed run's deadline")
     resume.add_argument("--runtime", choices=("worker", "in-process"), default="worker")
     resume.add_argument("--json", action="store_true", help="print one JSON object")
+    resume.add_argument(
+        "--state", metavar="SCOPE", help="the state scope the run used (run --state): its later operations use it"
+    )
+    resume.add_argument("--state-store", metavar="STORE", help="where --state's scope is kept, as the run had it")
     approvals = sub.add_parser(
         "approvals",
         help="list the suspended runs in a store, or record a decision",
@@ -236,7 +266,8 @@ def _resume(args: argparse.Namespace, out: TextIO) -> int:
     }
     decisions.update({seq: ApprovalDecision(False, args.reason or "denied") for seq in args.deny})
     try:
-        options = build("resume", {"timeout": args.timeout, "runtime": runtime_named(args.runtime)})
+        given = {"timeout": args.timeout, "runtime": runtime_named(args.runtime), **state_option(args)}
+        options = build("resume", given)
         result = resume(args.token, decisions, tools, approval_store=store, options=options)
     except ConfigError as exc:  # TokenError included: nothing ran
         raise UsageError(str(exc)) from None

@@ -133,6 +133,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="make the run durable: a call that needs approval suspends it (exit status 3), its token and pending "
         "calls printed for `nous-sched resume`; FILE is a SQLite file, a redis:// or a postgresql:// URL",
     )
+    run.add_argument(
+        "--state",
+        metavar="SCOPE",
+        help="the program's state across runs (state.get/set/delete/keys) is scope SCOPE of --state-store",
+    )
+    run.add_argument(
+        "--state-store",
+        metavar="STORE",
+        help="where --state keeps its scope: a SQLite file, a redis:// or postgresql:// URL (default: memory, gone when the "
+        "command ends)",
+    )
     cli_durable.add_parsers(sub)
     from . import serve_mcp  # imports neither the MCP SDK nor the runtime
 
@@ -291,6 +302,7 @@ def _run_options(args: argparse.Namespace, err: TextIO, cancel: Optional[Cancel]
         "approval_handler": _terminal_approver(args.program, err) if args.ask else None,
         "approval_store": cli_durable.open_store(args.approval_store) if args.approval_store else None,
     }
+    options.update(cli_durable.state_option(args))
     return build("run_code", options)
 
 

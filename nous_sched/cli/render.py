@@ -197,7 +197,8 @@ def _indent(text: str, prefix: str = "  ") -> str:
 
 
 def result_json(result: RunResult) -> dict[str, Any]:
-    """The ``--json`` document: ``result`` or ``error``, then ``logs``, ``trail``, ``events``, ``refused``."""
+    """The ``--json`` document: ``result`` or ``error``, then ``logs``, ``trail``, ``events``, ``refused``,
+    and ``state`` (the program's state operations, ``--state``) when it made any."""
     doc: dict[str, Any] = {}
     if result.error is None:
         doc["result"] = result.result
@@ -208,4 +209,7 @@ def result_json(result: RunResult) -> dict[str, Any]:
     # Each record with its type: tool_call, approval and tool_outcome share the list.
     doc["events"] = [{"type": e.type, **e.as_event().data} for e in result.events]
     doc["refused"] = [dict(r.as_event().data) for r in result.refused]  # the audit's fields, as `events`
+    state = [dict(e.data) for e in result.audit if e.type == "state"]
+    if state:
+        doc["state"] = state
     return doc

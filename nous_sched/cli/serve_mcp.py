@@ -91,6 +91,12 @@ def add_parser(sub: Any, *, positive_int: Any, seconds: Any) -> argparse.Argumen
         help="a client that cannot answer an approval question gets the run's suspension instead of a refusal "
         "(SQLite file, redis:// or postgresql:// URL; decide with `nous-sched approvals ... --store FILE`)",
     )
+    parser.add_argument(
+        "--state-store",
+        metavar="STORE",
+        help="give each client's programs a state of their own across runs (`state.get/set`): a scope per MCP "
+        "session, or per bearer token's name; STORE is a SQLite file, a redis:// or postgresql:// URL, or `memory`",
+    )
     parser.add_argument("--policy", metavar="FILE", help="JSON policy: allow, deny, require_approval, approve, ...")
     parser.add_argument(
         "--approve", action="append", default=[], metavar="TOOL", help="approve every call of TOOL without asking"
@@ -209,6 +215,7 @@ def _serve(args: argparse.Namespace, err: TextIO) -> int:
             max_runs_per_session=args.max_runs_per_session,
             **({} if args.description_budget is None else {"budget": args.description_budget}),
             **_durable_options(args),
+            **_state_options(args),
         )
         try:
             granted = sorted(t.name for t in tools if policy.permits(t))
@@ -220,6 +227,15 @@ def _serve(args: argparse.Namespace, err: TextIO) -> int:
                 f"at most {server.max_runs_per_session} runs at once per client (--max-runs-per-session); "
                 + ("a client is its bearer token's name" if verifier is not None else "a client is its connection")
             )
+            if getattr(args, "state_store", None):
+                approvals.append(
+                    "state: each client's programs keep their own scope of the state store (--state-store); "
+                    + (
+                        "a stateless request from no bearer token has none"
+                        if address is not None
+                        else "scope mcp-stdio"
+                    )
+                )
 
             def banner(where: str) -> None:
                 _say(err, f"serving {what} {where}; {audit}")
@@ -346,6 +362,15 @@ def _say(err: TextIO, message: str) -> None:
         err.flush()
     except (OSError, ValueError):
         pass
+
+
+def _state_options(args: Any) -> dict[str, Any]:
+    """``state_store`` when ``--state-store`` is given (see :mod:`nous_sched.state`)."""
+    if not getattr(args, "state_store", None):
+        return {}
+    from .durable import open_state_option
+
+    return {"state_store": open_state_option(args.state_store)}
 
 
 def _durable_options(args: Any) -> dict[str, Any]:

@@ -11,7 +11,9 @@ program gets an error saying its result was lost) or ``not-ran`` (it runs).
 The record (JSON, sealed by the store): ``{"tracked": true, "decisions":
 {seq: {approved, reason[, grant]}}, "clock": [...], "started": {seq: [tool, args
 text]}, "committed": {seq: [tool, args text, ok, value]}, "settled": {seq:
-"ran" | "not-ran"}}``. ``tracked: false`` is a resume that continued a parked
+"ran" | "not-ran"}, "state": [...]}`` (``state``: the answer of each of the
+program's state operations so far, written after each, so a resume that
+takes over replays them instead of doing them again). ``tracked: false`` is a resume that continued a parked
 run in memory: its calls were not written, so it cannot be taken over.
 """
 
@@ -80,6 +82,14 @@ class Progress:
         with self._lock:
             self.state["committed"][str(seq)] = entry
             self.state["started"].pop(str(seq), None)
+            return self._write(self.state)
+
+    def stated(self, entries: list[Any], clock: list[Any]) -> bool:
+        """After a state operation: every state operation's answer so far (the
+        durable run's record of them, ``durable/_replay.py``), and the clock values read."""
+        with self._lock:
+            self.state["clock"] = list(clock)
+            self.state["state"] = [list(e) for e in entries]
             return self._write(self.state)
 
     def track(self, on: bool) -> bool:

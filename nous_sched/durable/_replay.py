@@ -13,7 +13,7 @@ import attrs
 
 from .. import _validators as v
 from .._run.options import RunOptions, build
-from .._run.runner import execute, prepare, runtime_of
+from .._run.runner import STATE_OP, execute, prepare, runtime_of
 from .._validators import require
 from ..errors import ConfigError
 from ..events import ApprovalEvent, Event, ResumedEvent, SuspendedEvent
@@ -35,6 +35,9 @@ from .approval_store import TokenError, UnsettledError
 
 __all__ = ["DEFER", "ApprovalDecision", "Suspension", "resume", "tool_set_hash", "run_durable"]
 
+
+#: How a state operation's question begins (``runtime/prelude.js``: ``["state.<op>", args]``).
+_STATE_QUESTION = '["' + STATE_OP
 
 #: The most clock values (``Date.now()``, ``Math.random()``...) one durable run may read.
 MAX_CLOCK_VALUES = 100_000
@@ -155,6 +158,12 @@ class _Run:
         self.description = description
         self.recorded: dict[int, list[Any]] = {}
         self.clock_new: list[Any] = []
+        #: The program's state operations (``state.*``), in order: [question, ok, value or
+        #: {tool, message}, key, version]; those of the runs before replayed, then the new ones.
+        self.state_replay: list[list[Any]] = []
+        self.state_new: list[list[Any]] = []
+        self.state_at = 0
+        self.state_events: list[Event] = []  # the live ones' audit events (a parked run's suspension shows them)
         self.seq = 0
         self.step = 0
         self.window: Optional[int] = None
@@ -224,6 +233,15 @@ class _Run:
 
     def clock_values(self) -> list[Any]:
         return [*self.clock_replay, *self.clock_new]
+
+    def state_values(self) -> list[list[Any]]:
+        return [*self.state_replay, *self.state_new]
+
+    def stated(self) -> None:
+        """After a state operation done live: in a resume, every answer so far written to its
+        progress, so a resume that takes over from a dead one replays it, never does it again."""
+        if self.progress is not None:
+            self._wrote(lambda p: p.stated(self.state_values(), self.clock_values()))
 
     def committed(self) -> tuple[dict[str, Any], ...]:
         return tuple({"seq": s, "tool": e[0], "ok": e[2]} for s, e in sorted(self.recorded.items()))
@@ -435,7 +453,46 @@ class _DurableHost(Host):
 
     def discover(self, question: Any) -> Any:
         self._site()
+        if isinstance(question, str) and question.startswith(_STATE_QUESTION):
+            return self._state(question)
         return self.inner.discover(question)
+
+    def _state(self, question: str) -> Any:
+        """A state operation (``state.*``): the recorded answer while replaying (nothing is read
+        or written again), else done live and recorded; none once the run stops or waits for approval."""
+        run = self.run
+        if run.stop.is_set() or run.diverged is not None or run.window is not None:
+            return _Stop(run)  # after the suspension: not done (a resume does it)
+        at = run.state_at
+        run.state_at += 1
+        if at < len(run.state_replay):
+            entry = run.state_replay[at]
+            if entry[0] != question:
+                run.diverged = (
+                    f"the replay diverged at state operation #{at}: the program asked {_clip(question)}, where the "
+                    f"run that suspended asked {_clip(entry[0])}; nothing was run (is the program deterministic? "
+                    "see the README's determinism rules)"
+                )
+                run.stop.set()
+                return _Stop(run)
+            self.inner.gate.calls += 1  # the budget counts it as the first run did
+            session = self.inner.state
+            if session is not None and isinstance(entry[3], str):
+                session.remember(entry[3], entry[4])  # a later write of a key read before the suspension is checked
+            if entry[1]:
+                return Settled(Outcome.success(entry[2]))
+            return Settled(Outcome.failure(entry[2]["tool"], entry[2]["message"]))
+        events = self.inner.state_events
+        before = len(events)
+        pending = self.inner.discover(question)
+        outcome: Outcome = pending.wait(0)
+        key, version = (events[-1].key, events[-1].version) if len(events) > before else (None, 0)
+        value = outcome.value if outcome.ok else (outcome.error.as_dict() if outcome.error is not None else {})
+        run.state_new.append([question, outcome.ok, value, key, version])
+        if len(events) > before:
+            run.state_events.append(events[-1].as_event())
+        run.stated()
+        return pending
 
     def call(self, name: Any, args: Any) -> Any:
         return self.call_json(name, json.dumps(args))
@@ -712,7 +769,8 @@ def _parked_result(code: str, tools: list[Tool], store: ApprovalStoreSeam, run: 
     with _PARKED_LOCK:
         _PARKED[park.token_id] = park
     # The logs so far are still in the parked run: its resumed result has all of them.
-    return _within_budget(RunResult(suspended=suspension, audit=tuple(run.audit)), run.budget)
+    audit = (*run.state_events, *run.audit)
+    return _within_budget(RunResult(suspended=suspension, audit=audit), run.budget)
 
 
 def _run_once(
@@ -769,6 +827,7 @@ def _suspend(code: str, tools: list[Tool], store: ApprovalStoreSeam, run: _Run) 
         "ledger": [[seq, *entry] for seq, entry in sorted(run.recorded.items())],
         "refused": sorted(s for s in run.refused if s in run.recorded),
         "clock": run.clock_values(),
+        "state": run.state_values(),
         "pending": [{**_request_dict(p), "text": run.pending_texts[p.seq]} for p in run.pending if p.seq is not None],
         "grants": run.grants.state(),
     }
@@ -822,6 +881,7 @@ def resume(
         return _take_over(token, found, decisions, list(tools), approval_store, given)
     record = approval_store.load(token)
     _ledger_of(record)  # a damaged record is refused before the token is claimed
+    _state_of(record)
     tools = list(tools)
     if tool_set_hash(tools) != record["tools"]:
         return RunResult(error=RunError("replay_diverged", _OTHER_TOOLS))
@@ -894,6 +954,9 @@ def _take_over(
     clock = progress.get("clock") or []
     if len(clock) > len(run.clock_replay):
         run.clock_replay = list(clock)
+    stated = _state_of(progress)  # what the dead resume did to its state, past the record's
+    if len(stated) > len(run.state_replay):
+        run.state_replay = stated
     state = {**progress_of.initial(merged), **progress}
     run.progress = _progress(token, store, by, state)
     shown = ResumedEvent(token.split(".")[0], len(run.ledger), took_over=describe(found["claimed_by"]))
@@ -935,7 +998,8 @@ def _resume_parked(
         del run.audit[audit_from:]
         return None
     result = _parked_result(record["code"], tools, store, run, park)
-    return attrs.evolve(result, audit=tuple(run.audit[audit_from:]))
+    state = tuple(e for e in result.audit if e.type == "state")  # the whole run's: one execute
+    return attrs.evolve(result, audit=(*state, *run.audit[audit_from:]))
 
 
 def _resumed_run(
@@ -952,7 +1016,28 @@ def _resumed_run(
     )
     if grants:
         run.grants.restore(record.get("grants"))  # absent from an older record
+    run.state_replay = _state_of(record)
     return run, options
+
+
+def _state_of(record: dict[str, Any]) -> list[list[Any]]:
+    """The record's state operations (absent from an older record). :raises TokenError: the wrong shape."""
+    entries = record.get("state", [])
+    if not (isinstance(entries, list) and all(_state_entry_ok(e) for e in entries)):
+        raise TokenError("the suspension's record in the store is damaged: its state operations have the wrong shape")
+    return [list(e) for e in entries]
+
+
+def _state_entry_ok(entry: Any) -> bool:
+    """A state entry's shape: [question, ok, value or {tool, message}, key or null, version]."""
+    if not (isinstance(entry, list) and len(entry) == 5 and isinstance(entry[0], str) and isinstance(entry[1], bool)):
+        return False
+    if not (entry[3] is None or isinstance(entry[3], str)) or type(entry[4]) is not int:
+        return False
+    error = entry[2]
+    return entry[1] or (
+        isinstance(error, dict) and isinstance(error.get("tool"), str) and isinstance(error.get("message"), str)
+    )
 
 
 def _ledger_of(record: dict[str, Any]) -> dict[int, list[Any]]:

@@ -32,6 +32,9 @@ tool, each call with the agent run's context; one line each):
 (pydantic-ai), :class:`~.langchain.CodeModeMiddleware` (LangChain
 ``create_agent``), :func:`~.openai_agents.code_mode` (OpenAI Agents SDK).
 
+Programs on a Celery fleet: ``nous_sched.integrations.celery`` (the ``celery``
+extra; imported by name, never here): ``register(app, tools=...)``.
+
 Adapters out (:mod:`.handoff`): :func:`to_langchain`, :func:`to_openai_agents`
 and :func:`to_pydantic_ai` hand any :class:`~nous_sched.Tool`,
 ``run_code_tool(...)`` included, to that framework, async-native.

@@ -236,6 +236,7 @@ PROJECTION: dict[str, Optional[Callable[[Forwarder, RunEvent, dict[str, Any]], A
     "suspended": Forwarder._suspended,  # noqa: SLF001
     "end": None,
     "gap": None,
+    "state": None,  # the audit keeps it; no notification says it
 }
 
 

@@ -90,12 +90,14 @@ own scheduler, as :func:`~nous_sched.run_code` makes.
 from __future__ import annotations
 
 import contextvars
+import hashlib
 import itertools
 import json
 import logging
 import secrets
 import threading
 import time
+import weakref
 from functools import partial
 from pathlib import Path
 from typing import IO, Any, Callable, Iterable, Mapping, Optional, Union
@@ -122,6 +124,7 @@ from mcp_types import (
 from mcp_types import Tool as MCPTool
 from mcp_types.version import is_version_at_least
 
+from .. import sdk
 from .._run.options import GIVEN_NOT, NotGiven, RunOptions, build
 from .._run.runner import live_stream
 from .._text import machine_json, machine_text, machine_value
@@ -134,17 +137,18 @@ from ..events import Event, SessionLog
 from ..gate.approval_seam import ApprovalStoreSeam
 from ..gate.dispatch import ApprovalRequest, current_call, direct_dispatch
 from ..gate.grants import MAX_CALLS, Grant, grant_id
-from ..gate.policy import PermissionPolicy
+from ..gate.policy import PermissionPolicy, partition
 from ..limits import Limits
 from ..live import EventStream
 from ..result.budget import DEFAULT_OUTPUT_BUDGET
+from ..state import State, StateStoreSeam
 from ..tooling import Tool
 from .access import auth_settings, transport_security
 from .client import DEADLINE_GRACE
 from .deliver import NOT_YOURS, Deliveries, Delivery
 from .event_store import PrimingEventStore
 from .live_forward import Forwarder, SessionLevels
-from .shares import Shares, client_keys, default_cap, pool_size
+from .shares import STDIO_CLIENT, Shares, client_keys, default_cap, pool_size
 
 __all__ = ["CodeModeServer", "AuditLog", "OUTPUT_SCHEMA"]
 
@@ -406,6 +410,9 @@ class _Run:
 
 
 #: The run options the server sets per run: none may be given to it.
+#: The scope of the one client a stdio process serves (``state_store``): the same in every such process.
+STDIO_SCOPE = "mcp-stdio"
+_STATE_STORE = optional(instance_of(StateStoreSeam, "a state store (SqliteStateStore, RedisStateStore...)"))
 _PER_RUN = ("approval_handler", "dispatch", "call_id", "session_log", "description", "cancel")
 
 
@@ -446,6 +453,16 @@ class CodeModeServer:
         default is ``None``, no limit); an option given both ways, or one the
         server sets per run set in it, is a :class:`~nous_sched.ConfigError`
         naming it.
+    :param state_store: a state store (:class:`~nous_sched.StateStoreSeam`):
+        each client's runs get their own scope of it (``run_code``'s
+        ``state``): a client is its authenticated principal (its bearer
+        token's name: every connection of that principal shares the scope),
+        else its MCP session (a handshake-era connection: a scope of its own
+        while it lasts); over stdio, the one client, scope ``mcp-stdio`` (the
+        same in every such process: a store of its own per server keeps it
+        apart, and across restarts). A stateless HTTP request from no
+        principal is no session: its run has no state (``state.*`` says so). ``None``: no state, unless
+        ``options``/``state`` give every run one scope.
 
     :attr:`server` is the SDK server: run it with :meth:`run_stdio` or
     :meth:`run_http`, mount :meth:`http_app` in an ASGI app, or connect an SDK
@@ -462,9 +479,14 @@ class CodeModeServer:
         name: str = "nous-sched",
         max_runs_per_session: Optional[int] = None,
         options: Optional[RunOptions] = None,
+        state_store: Optional[StateStoreSeam] = None,
         **run_options: Any,
     ) -> None:
         require("CodeModeServer", "tools", tools, TOOLS)
+        require("CodeModeServer", "state_store", state_store, _STATE_STORE)
+        self._state_store = state_store
+        # Each connection's scope, as long as the connection lives.
+        self._session_scopes: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
         self._tools = list(tools)
         own = {} if isinstance(policy, NotGiven) else {"policy": policy}
         if own:
@@ -487,6 +509,11 @@ class CodeModeServer:
         self._policy = self._options.policy
         # Built once: checks the tools and the runtime now, and renders the SDK the client reads.
         self._template = agent.run_code_tool(self._tools, options=self._options, **shaping)
+        if state_store is not None:  # the SDK text says each client has a state of its own
+            granted, _ = partition(self._tools, self._policy, "CodeModeServer")
+            budget, ranking = shaping.get("budget", sdk.DEFAULT_BUDGET), shaping.get("ranking")
+            described = agent.description_of(granted.values(), budget, ranking, "one per client: its own scope")
+            self._template = attrs.evolve(self._template, description=described)
         if audit_log is None or isinstance(audit_log, AuditLog):
             self._audit = audit_log
         else:
@@ -797,6 +824,25 @@ class CodeModeServer:
             f"(max_runs_per_session); wait for one to finish, or answer its approval questions"
         )
 
+    def _state_of(self, client: tuple[Any, ...]) -> Optional[State]:
+        """The client's own scope of the state store (see ``state_store``), or ``None`` for no session."""
+        assert self._state_store is not None
+        for key in client:
+            if isinstance(key, tuple) and key[:1] == ("principal",):
+                digest = hashlib.sha256(json.dumps([str(k) for k in key]).encode("utf-8", "replace")).hexdigest()
+                return State("mcp-principal-" + digest[:32], self._state_store)
+        for key in client:
+            if key == STDIO_CLIENT:  # the one client a stdio process serves: one scope, across restarts
+                return State(STDIO_SCOPE, self._state_store)
+            if not isinstance(key, (tuple, str)):  # a handshake-era connection: its MCP session
+                with self._runs_lock:
+                    try:
+                        scope = self._session_scopes.setdefault(key, "mcp-session-" + secrets.token_hex(16))
+                    except TypeError:  # a connection that cannot be held weakly: no session to key a scope by
+                        return None
+                return State(scope, self._state_store)
+        return None  # a stateless HTTP request from no principal: no session
+
     def _release(self, run: _Run) -> None:
         self._shares.release(run.client)
 
@@ -838,6 +884,8 @@ class CodeModeServer:
             call_id=run.id,
             cancel=run.cancel,
         )
+        if self._state_store is not None:
+            per_run = attrs.evolve(per_run, state=self._state_of(run.client))
         if resume_token is None:
             function = agent.program_runner(self._tools, per_run)
         else:  # run_result: the suspended run, resumed by replay (.deliver)
@@ -960,6 +1008,9 @@ class _GateAudit(SessionLog):
     def _tool_refused(self, data: Mapping[str, Any]) -> None:
         self._server._write("tool_refused", run=self._run.id, tool=data["name"], message=data["message"])  # noqa: SLF001
 
+    def _state(self, data: Mapping[str, Any]) -> None:
+        self._server._write("state", run=self._run.id, **data)  # noqa: SLF001
+
     def _tool_outcome(self, data: Mapping[str, Any]) -> None:
         self._server._write("tool_outcome", run=self._run.id, call=f"{self._run.id}:code:{data['seq']}", **data)  # noqa: SLF001
 
@@ -980,6 +1031,7 @@ AUDIT_LINES: dict[str, Optional[Callable[[_GateAudit, Mapping[str, Any]], None]]
     "tool_refused": _GateAudit._tool_refused,  # noqa: SLF001
     "approval": _GateAudit._approval,  # noqa: SLF001
     "tool_outcome": _GateAudit._tool_outcome,  # noqa: SLF001
+    "state": _GateAudit._state,  # noqa: SLF001
 }
 
 

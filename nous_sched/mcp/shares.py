@@ -39,10 +39,11 @@ from mcp_types.version import is_version_at_least
 
 from ..runtime.pool import default_size
 
-__all__ = ["Shares", "client_keys", "default_cap", "pool_size"]
+__all__ = ["Shares", "client_keys", "default_cap", "pool_size", "STDIO_CLIENT"]
 
 _MODERN = "2026-07-28"  # the first stateless revision: no connection lasts beyond a request
-_ONE_CLIENT = "stdio"  # a stateless request with no HTTP request: stdio, whose process serves one client
+#: The key of a stateless request with no HTTP request: stdio, whose process serves one client.
+STDIO_CLIENT = _ONE_CLIENT = "stdio"
 _UNKNOWN_PEER = "peer unknown"  # an ASGI server that does not say (a unix socket): such requests share one quota
 
 

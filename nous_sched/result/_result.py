@@ -96,7 +96,8 @@ class RunResult:
 
     #: A durable run that suspended for approval: a :class:`~nous_sched.Suspension` (see ``nous_sched.durable``).
     suspended: Any = None
-    #: A durable run's audit events: ``suspended``, ``approval``, ``resumed``.
+    #: The run's ``state`` events (its program's state operations, ``run_code(state=...)``), then a
+    #: durable run's audit events: ``suspended``, ``approval``, ``resumed``.
     audit: tuple[Event, ...] = ()
     #: What the run probably did not mean, and the fix ("" for nothing):
     #: see ``nous_sched.result._hints``. In :meth:`to_dict` as ``"hint"`` when set.

@@ -16,8 +16,9 @@
 // tool, any other string a function whose call rejects with a ToolError naming
 // the closest declared names, answered by the host; reading it, with
 // Object.keys, `in` or JSON.stringify, shows only the declared tools),
-// `sdk` (questions about the tools, answered by the host: describe, search)
-// and `console`.
+// `sdk` (questions about the tools, answered by the host: describe, search),
+// `state` (the run's state across runs: get, set, delete, keys, answered by
+// the host the same way) and `console`.
 //
 // Stack traces are formatted here, by a hook the program cannot replace, so
 // that every line and column is the program's own (the host's wrapper puts
@@ -746,6 +747,37 @@
   });
   freeze(sdkObject);
 
+  // `state`: the run's state across runs (run_code(state=...)), answered by
+  // the host in order with the calls, like `sdk`: never a tool, so no tool
+  // name reaches it. A write of a key this run read fails with a ToolError
+  // whose message starts "conflict:" when another run wrote it since.
+  const stateObject = create(null);
+  function stateOp(op, args) {
+    return ask("state." + op, "state." + op, args);
+  }
+  own(stateOp);
+  defineProperty(stateObject, "get", {
+    value: freeze(own(function get(key) { return stateOp("get", [key]); })),
+    enumerable: true,
+  });
+  defineProperty(stateObject, "set", {
+    value: freeze(
+      own(function set(key, value) {
+        return stateOp("set", value === undefined ? [key] : [key, value]);
+      }),
+    ),
+    enumerable: true,
+  });
+  defineProperty(stateObject, "delete", {
+    value: freeze(own(function (key) { return stateOp("delete", [key]); })),
+    enumerable: true,
+  });
+  defineProperty(stateObject, "keys", {
+    value: freeze(own(function keys() { return stateOp("keys", []); })),
+    enumerable: true,
+  });
+  freeze(stateObject);
+
   // namesJson: a JSON array of tool names; limitsJson: [log, output, args] units, then log lines,
   // calls and the run's total argument units;
   // offset: the lines of the wrapper's header before the program's first line.
@@ -803,6 +835,7 @@
   freeze(ToolError);
   defineProperty(globalThis, "tools", { value: tools });
   defineProperty(globalThis, "sdk", { value: sdkObject });
+  defineProperty(globalThis, "state", { value: stateObject });
   defineProperty(globalThis, "console", { value: consoleObject });
   defineProperty(globalThis, "ToolError", { value: ToolError });
 

@@ -11,7 +11,7 @@ __all__ = ["MemoryStateStore", "SHARED"]
 
 
 class MemoryStateStore:
-    """A :class:`~nous_sched.state.StateStoreSeam` in this process's memory:
+    """A :class:`~nous_sched.StateStoreSeam` in this process's memory:
     gone when the process ends. Every operation holds the store's one lock,
     so each write is atomic against every thread of the process."""
 

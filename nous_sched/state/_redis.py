@@ -61,12 +61,12 @@ return out
 
 
 class RedisStateStore:
-    """A :class:`~nous_sched.state.StateStoreSeam` in Redis, for a fleet of servers
+    """A :class:`~nous_sched.StateStoreSeam` in Redis, for a fleet of servers
     (needs ``redis``: ``pip install -e '.[redis]'`` from a checkout). A scope is
     three hashes (values, versions, and its counter and bytes), each write one
     Lua script, atomic against every client of the server. Connects and replies
     each time out (``timeout`` seconds), with no retries: a server that is down
-    or silent fails the operation at once with :class:`StateStoreError`
+    or silent fails the operation at once with :class:`~nous_sched.StateStoreError`
     naming Redis and the URL.
 
     :param url: a ``redis://`` URL.

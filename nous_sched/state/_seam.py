@@ -1,4 +1,4 @@
-"""What a state store must implement (:class:`StateStoreSeam`), and what it answers.
+"""What a state store must implement (:class:`~nous_sched.StateStoreSeam`), and what it answers.
 
 A store keeps, per *scope* (a conversation, a user), keys holding JSON text,
 each with a *version*: a number the store gives every write of the scope,
@@ -72,7 +72,7 @@ class StateStoreSeam(Protocol):
     ``scope`` and ``key`` are non-empty strings without control characters or
     lone surrogates (:class:`~nous_sched.State` checks them before a store
     sees them); ``text`` is compact JSON, ASCII only. A store that cannot
-    answer raises :class:`StateStoreError` naming itself.
+    answer raises :class:`~nous_sched.StateStoreError` naming itself.
     """
 
     def read(self, scope: str, key: str) -> Optional[Entry]:
@@ -98,8 +98,9 @@ class StateStoreSeam(Protocol):
         the scope may hold after the write (``None``: no bound); a write that
         would pass one is refused (one that shrinks the scope never is).
 
-        :raises StateConflict: the key is not at ``expect``; nothing was written.
-        :raises StateFull: the write would pass ``max_keys`` or ``max_bytes``; nothing was written.
+        It raises ``nous_sched.state.StateConflict`` when the key is not at
+        ``expect``, ``nous_sched.state.StateFull`` when the write would pass
+        ``max_keys`` or ``max_bytes``; either way nothing was written.
         """
         ...
 

@@ -20,7 +20,7 @@ _SCHEMA = (
 
 
 class SqliteStateStore:
-    """A :class:`~nous_sched.state.StateStoreSeam` in one SQLite file (WAL mode),
+    """A :class:`~nous_sched.StateStoreSeam` in one SQLite file (WAL mode),
     shared by any number of processes on one machine. Each operation opens its
     own connection (so a store may be used from many threads), and each write
     is one ``BEGIN IMMEDIATE`` transaction: its check and its write are one step.

@@ -14,7 +14,7 @@ from ..limits import Limits
 from ._memory import SHARED
 from ._seam import KeyInfo, StateConflict, StateFull, StateStoreError, StateStoreSeam
 
-__all__ = ["State", "StateSession", "StateAnswer", "MAX_KEY_CHARS", "key_problem", "OPS"]
+__all__ = ["State", "StateSession", "StateAnswer", "MAX_KEY_CHARS", "key_problem", "OPS", "open_state_store"]
 
 #: The longest key or scope name, in characters.
 MAX_KEY_CHARS = 256
@@ -52,15 +52,15 @@ _STORE = v.optional(
 class State:
     """One scope's state (a conversation, a user): JSON values by key, kept in
     ``store`` (by default this process's memory, shared by every ``State`` of
-    the same scope; or a :class:`SqliteStateStore`, a :class:`RedisStateStore`,
-    any :class:`StateStoreSeam`). Pass it as ``run_code(..., state=...)``: the
+    the same scope; or a :class:`~nous_sched.SqliteStateStore`, a :class:`~nous_sched.RedisStateStore`,
+    any :class:`~nous_sched.StateStoreSeam`). Pass it as ``run_code(..., state=...)``: the
     program reads and writes it through ``state.get/set/delete/keys``.
 
     The methods here are the host's own view (no session: a ``set`` here is
     never a conflict), bounded by ``limits``' ``state_*`` fields.
 
     :raises ConfigError: ``scope`` is not a non-empty string of at most
-        :data:`MAX_KEY_CHARS` characters without control characters or lone
+        ``nous_sched.state.MAX_KEY_CHARS`` (256) characters without control characters or lone
         surrogates, or ``store`` is not a state store.
     """
 
@@ -131,7 +131,8 @@ class StateAnswer:
     ``value`` (or the failure's ``message``), and for the audit its ``op``,
     ``key`` (``None`` for ``keys``), ``size`` (bytes of the value's JSON read,
     written, or of every key's for ``keys``) and ``version`` (0: absent).
-    ``conflict``: a write refused because another run changed the key."""
+    ``error``: why it failed (``conflict``: another run changed the key;
+    ``limit``, ``invalid``, ``store``, ``no_state``), ``None`` when ok."""
 
     op: str
     ok: bool
@@ -140,11 +141,11 @@ class StateAnswer:
     key: Optional[str] = None
     size: int = 0
     version: int = 0
-    conflict: bool = False
+    error: Optional[str] = None
 
 
 class StateSession:
-    """One run's use of a :class:`State`: the versions it read, so a write of a
+    """One run's use of a :class:`~nous_sched.State`: the versions it read, so a write of a
     key it read fails when another run changed that key since (``conflict``)."""
 
     def __init__(self, state: State, limits: Limits) -> None:
@@ -153,10 +154,17 @@ class StateSession:
         #: key -> the version this run last read or wrote (0: absent)
         self.seen: dict[str, int] = {}
 
+    def remember(self, key: str, version: int) -> None:
+        """Take ``version`` as this run's last read or write of ``key`` (a durable run's
+        replayed operation: a later write of the key is checked against it)."""
+        self.seen[key] = version
+
     def answer(self, op: str, args: Any) -> StateAnswer:
         """Do ``state.<op>(*args)`` (``args``: the program's arguments, parsed); never raises."""
         if op not in OPS:
-            return StateAnswer(op, False, message=f"state has no operation {op!r}; it has {', '.join(OPS)}")
+            return StateAnswer(
+                "?", False, message=f"state has no such operation; it has {', '.join(OPS)}", error="invalid"
+            )
         if not isinstance(args, list):
             args = []
         try:
@@ -165,7 +173,7 @@ class StateSession:
             key = args[0] if args else None
             problem = key_problem(key)
             if problem is not None or not isinstance(key, str):
-                return StateAnswer(op, False, message=problem or "")
+                return StateAnswer(op, False, message=problem or "", error="invalid")
             if op == "get":
                 return self._get(key)
             if op == "delete":
@@ -176,12 +184,13 @@ class StateSession:
                     False,
                     key=key,
                     message="state.set takes a key and a JSON value (use state.delete to remove a key)",
+                    error="invalid",
                 )
             return self._set(key, args[1])
-        except StateStoreError as exc:
-            return StateAnswer(
-                op, False, key=args[0] if op != "keys" and args and isinstance(args[0], str) else None, message=str(exc)
-            )
+        except Exception as exc:  # a store's failure is the program's error to catch, never the run's end
+            key = args[0] if op != "keys" and args and key_problem(args[0]) is None else None
+            message = str(exc) if isinstance(exc, StateStoreError) else f"the state store failed: {type(exc).__name__}"
+            return StateAnswer(op, False, key=key, message=message, error="store")
 
     def _keys(self, args: list[Any]) -> StateAnswer:
         infos = self.state.store.keys(self.state.scope)
@@ -202,7 +211,7 @@ class StateSession:
         limit = self.limits.state_value_bytes
         if len(text) > limit:
             message = f"the value is {len(text)} bytes of JSON, over the run's limit of {limit} (Limits.state_value_bytes): nothing was written"
-            return StateAnswer("set", False, key=key, size=len(text), message=message)
+            return StateAnswer("set", False, key=key, size=len(text), message=message, error="limit")
         return self._write("set", key, text)
 
     def _write(self, op: str, key: str, text: Optional[str]) -> StateAnswer:
@@ -221,8 +230,32 @@ class StateSession:
                 f"conflict: another run changed the key {dumps(key)} since this run read it "
                 "(nothing was written): read it again with state.get and retry"
             )
-            return StateAnswer(op, False, key=key, size=size, version=exc.found, message=message, conflict=True)
+            return StateAnswer(op, False, key=key, size=size, version=exc.found, message=message, error="conflict")
         except StateFull as exc:
-            return StateAnswer(op, False, key=key, size=size, message=_full_message(exc) + ": nothing was written")
+            return StateAnswer(
+                op, False, key=key, size=size, message=_full_message(exc) + ": nothing was written", error="limit"
+            )
         self.seen[key] = version
         return StateAnswer(op, True, value=None, key=key, size=size, version=version)
+
+
+def open_state_store(spec: Any) -> StateStoreSeam:
+    """The state store ``spec`` names (what ``--state-store`` takes): a
+    ``redis://`` (``rediss://``, ``unix://``) URL, a ``postgresql://``
+    (``postgres://``) URL, ``memory`` (this process's shared store), or a
+    SQLite file.
+
+    :raises ConfigError: ``spec`` is not a non-empty string, or the store cannot be opened (the message names it).
+    """
+    from ._postgres import PostgresStateStore
+    from ._redis import RedisStateStore
+    from ._sqlite import SqliteStateStore
+
+    require("open_state_store", "spec", spec, v.NON_EMPTY_STR)
+    if spec == "memory":
+        return SHARED
+    if spec.startswith(("postgresql://", "postgres://")):
+        return PostgresStateStore(spec)
+    if spec.startswith(("redis://", "rediss://", "unix://")):
+        return RedisStateStore(spec)
+    return SqliteStateStore(spec)
