@@ -11,6 +11,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
+from typing import Any
 
 import pytest
 
@@ -689,3 +690,33 @@ def test_every_store_keeps_a_decisions_grant_sealed(kind, env, request):
     done = resume(first.suspended.token, {}, durable_tools.TOOLS, approval_store=store)
     assert done.result == "ok" and _paid(env) == list(range(5))
     assert [dict(e.data).get("grant") for e in done.audit if e.type == "approval"] == ["g0"] * 5
+
+
+def test_the_question_says_what_the_programs_text_says_is_coming() -> None:
+    """ApprovalRequest.coming is filled from the program's static summary (nous_sched.summarize),
+    reviewed or not: how many calls at most, or that they are unbounded."""
+    from nous_sched import Grant, Tool, run_code
+
+    asked: list[Any] = []
+    tools = [Tool("write_row", lambda args: 1, requires_approval=True), Tool("read", lambda args: 2)]
+
+    def grant_all(request: Any) -> Any:
+        asked.append(request)
+        return Grant()
+
+    looped = "for (let i = 0; i < 3; i++) await tools.write_row({ i }); await tools.write_row({ i: 9 });"
+    assert run_code(looped, tools, description="loop", approval_handler=grant_all).ok
+    (request,) = asked
+    assert request.coming == (
+        "the program's text has 2 call sites (1 in a loop), and a call site that repeats: "
+        "no bound on how many calls may come"
+    )
+    assert request.coming in request.question()
+    asked.clear()
+    bounded = "await Promise.all([tools.write_row({ i: 1 }), tools.write_row({ i: 2 }), tools.read({})]);"
+    assert run_code(bounded, tools, description="two", approval_handler=grant_all).ok
+    assert asked[0].coming == "the program's text has 2 call sites (2 in parallel): at most 2 calls in all"
+    asked.clear()
+    dynamic = "const name = 'write_' + 'row'; await tools[name]({ i: 1 });"
+    assert run_code(dynamic, tools, description="dyn", approval_handler=grant_all).ok
+    assert asked[0].coming.endswith("dynamic access to the tools: no bound on how many calls may come")
