@@ -31,7 +31,9 @@ messages, log lines) is its own text: a page writes it as text, never markup.
   :func:`~nous_sched.gate.approval_text.clipped` shows it (``text``, ``chars``,
   ``clipped``), ``None`` for a failure; ``error``: ``None``, or ``kind`` (one
   of :data:`~nous_sched.events.OUTCOME_ERROR_KINDS`) and ``message``, what the
-  program saw, clipped the same way);
+  program saw, clipped the same way; and ``blobs``, only when the run kept
+  parts of the result on the host, ``[{"id", "bytes"}]``: the value holds
+  their handles, ``nous_sched.blobs``);
 * ``"refused"``: the gate refused a call before it started (``seq`` is
   ``None``: it has none; ``tool``, ``reason``, one of
   :data:`nous_sched.gate.REFUSAL_REASONS`, ``message``, what the program
@@ -114,6 +116,7 @@ from .events import (
     ToolCallEvent,
     ToolOutcomeEvent,
     ToolRefusedEvent,
+    written_with_handles,
 )
 from .gate import approval_text
 from .gate.dispatch import needs_approval
@@ -210,7 +213,10 @@ class EventStream:
 
     def started(self, gated: Collection[str], record: CallRecord, event: ToolCallEvent, args: Any, tool: Any) -> None:
         """The scheduler's start hook (``Scheduler.watch``), before the tool has its
-        arguments: a ``call`` event, :func:`call_data` of the call's records."""
+        arguments: a ``call`` event, :func:`call_data` of the call's records (the
+        arguments as the program wrote them: a blob handle, not its value)."""
+        if written_with_handles(event):
+            args = event.arguments
         self.emit("call", event.seq, call_data(event, record, args, tool, gated))
 
     def committed(self, record: CallRecord, event: ToolOutcomeEvent, outcome: Outcome) -> None:
@@ -306,6 +312,8 @@ def commit_data(event: ToolOutcomeEvent, record: CallRecord, outcome: Outcome) -
         "value": None,
         "error": None,
     }
+    if event.blobs:
+        data["blobs"] = [{"id": id, "bytes": size} for id, size in event.blobs]
     if event.ok:
         value = outcome.value
         text = "null" if value is None else _compact(value)

@@ -104,6 +104,10 @@ class Hostile:
 _SURROGATE = re.compile("[\ud800-\udfff]")
 TAGS = "".join(chr(0xE0041 + i) for i in range(27))
 
+#: The head of a blob's bytes (hence of its handle's preview): a lone surrogate, NUL, ESC, bidi, a tag, U+061C.
+BLOB_HEAD = "\ud800\x00\x1b[2J\u202e\U000e0041\u061c"
+BLOB_EXPR = '"\\ud800\\x00\\x1b[2J\\u202e" + String.fromCodePoint(0xE0041) + "\\u061c" + "x".repeat(300000)'
+
 VALUES = [
     # issue 34, item 1: one string killed serve-mcp, --events and the SSE stream.
     Hostile("lone_surrogate", '"half \\ud800 and \\udc00 half"', "half \ud800 and \udc00 half"),
@@ -138,6 +142,13 @@ VALUES = [
         expect="error",
         kinds=("refused", "usage"),
         raw=b'return "bad \xff\xfe bytes";\n',
+    ),
+    # issue 40 (blobs): a result over Limits.blob_bytes (256 KiB) stays on the host; the echo's
+    # answer holds a handle whose preview starts with these, on every output path.
+    Hostile(
+        "blob_of_hostile_values",
+        BLOB_EXPR,
+        BLOB_HEAD + "x" * 1000,
     ),
 ]
 VALUES_BY_NAME = {value.name: value for value in VALUES}
@@ -1125,3 +1136,12 @@ def test_a_review_deny_reason_holding_a_hostile_value_is_escaped_on_every_path(v
     check_terminal(library_log.getvalue())
     # The host and other runs unharmed: an honest run right after.
     assert run_code(HONEST, TOOLS, description="an honest run", timeout=WAIT).ok
+
+
+def test_the_blob_row_is_a_handle_whose_preview_holds_the_hostile_head():
+    # What the blob_of_hostile_values cells send through every output path: a handle, not the bytes.
+    result = run_code(program_of(VALUES_BY_NAME["blob_of_hostile_values"]), TOOLS, description="blob row")
+    assert result.error is None, result.error
+    handle = result.result["back"]["v"]
+    assert set(handle) == {"$blob", "kind", "size", "length", "preview"} and handle["kind"] == "text"
+    assert handle["preview"].startswith(BLOB_HEAD) and len(handle["preview"]) == 81

@@ -43,7 +43,8 @@ import attrs
 from .. import _tracing
 from .._interrupts import LOCAL, deferred, guarded, leave
 from .._text import one_line
-from ..crossing import text_bytes
+from ..blobs import NO_BLOBS, READ_LABEL, READ_QUESTION, BlobStore, keep_in_scope, scope_lookup
+from ..crossing import dumps, text_bytes
 from ..errors import ConfigError, RunCodeError
 from ..events import ReviewEvent, StateEvent
 from ..gate import Admitted, Gate
@@ -353,6 +354,7 @@ def _coming(p: Prepared, policy: Any) -> Callable[[str], str]:
 def _build(p: Prepared, o: RunOptions, deadline: float, live: Any) -> tuple[Scheduler, Gate, RunContext]:
     """The run's context, scheduler and gate."""
     policy = o.policy
+    blob_bytes = p.limits.blob_bytes
     run_ctx = RunContext(
         approval_handler=o.approval_handler,
         deps=o.deps,
@@ -363,6 +365,10 @@ def _build(p: Prepared, o: RunOptions, deadline: float, live: Any) -> tuple[Sche
         bind=o.bind,
         program=p.program,
         coming=_coming(p, policy),
+        # A run of a state scope also finds the blobs its earlier runs stored there (state.set of a handle).
+        blobs=None
+        if blob_bytes is None
+        else BlobStore(blob_bytes, parent=None if o.state is None else scope_lookup(o.state)),
     )
     call_id = o.call_id
     scheduler = Scheduler(
@@ -385,6 +391,7 @@ def _build(p: Prepared, o: RunOptions, deadline: float, live: Any) -> tuple[Sche
         scheduler.session_log().append,
         unknown=lambda name: unknown_tool_message(name, names),
     )
+    gate.blobs = run_ctx.blobs
     if live is not None:
         gate.on_refused = live.refused
     return scheduler, gate, run_ctx
@@ -420,6 +427,8 @@ def _result(
         answer_bytes=answer_bytes,
         model_bytes=answer_bytes if budgeted is None else budget_size(budgeted),
         hint_bytes=hint_bytes,
+        held_bytes=sum(b.size for b in host.run_ctx.blobs.blobs()) if host.run_ctx.blobs is not None else 0,
+        read_chars=host.read_chars,
     )
     return RunResult(
         logs=logs,
@@ -593,6 +602,8 @@ class _Host(Host):
         self.main: Any = None
         self.seen = Seen()
         self.live = live
+        #: The characters the program read of its blobs (``blobs.read``).
+        self.read_chars = 0
         #: The run's state (``run_code(state=...)``) as this run uses it, or ``None``; each operation's record.
         self.state: Optional[StateSession] = None
         self.state_events: list[StateEvent] = []
@@ -628,6 +639,9 @@ class _Host(Host):
         tool = pending.tool
         if tool is None:  # an sdk question: not a sub-call
             return
+        if tool is READ_LABEL:  # a blob's slice (discover): not a sub-call either
+            self.read_chars += len(payload)
+            return
         seq = pending.seq  # a Ticket's or a Settled's: every pending call this host hands out has one
         self.ledger.append((seq, tool, len(payload), outcome.ok))
         if outcome.ok and type(pending) is not Settled:
@@ -649,6 +663,11 @@ class _Host(Host):
         parsed = self.gate.admit_question(question)
         if isinstance(parsed, Outcome):
             return Settled(parsed)
+        if isinstance(parsed, list) and parsed and parsed[0] == READ_QUESTION:
+            blobs = self.run_ctx.blobs
+            if blobs is None:
+                return Settled(Outcome.failure(READ_LABEL, NO_BLOBS), READ_LABEL)
+            return Settled(blobs.read(parsed[1] if len(parsed) > 1 else None), READ_LABEL)
         if type(parsed) is list and len(parsed) == 2 and type(parsed[0]) is str and parsed[0].startswith(STATE_OP):
             return Settled(self.state_op(parsed[0][len(STATE_OP) :], parsed[1]))
         return Settled(self.discovery.answer(parsed))
@@ -660,15 +679,31 @@ class _Host(Host):
         if self.state is None:
             answer = StateAnswer(op, False, message=NO_STATE, error="no_state")
         else:
-            answer = self.state.answer(op, args)
+            answer = self._state_answer(op, args)
         event = StateEvent(answer.op, answer.key, answer.size, answer.version, answer.ok, answer.error)
         self.state_events.append(event)
         self.scheduler.session_log().append(event.as_event())
         if self.live is not None:
             self.live.emit_record(event)
         if answer.ok:
+            blobs = self.run_ctx.blobs
+            if op == "get" and blobs is not None and answer.size > blobs.limit:  # a big value stays here too
+                value, text, _ = blobs.hold(answer.value, dumps(answer.value))
+                return Outcome.crossed(value, text)
             return Outcome.success(answer.value)
         return Outcome.failure(STATE_OP + answer.op, answer.message)
+
+    def _state_answer(self, op: str, args: Any) -> StateAnswer:
+        """The state session's answer; a ``set`` of a value holding blob handles first keeps
+        their blobs in the scope (``nous_sched.blobs.keep_in_scope``), or writes nothing."""
+        assert self.state is not None
+        blobs = self.run_ctx.blobs
+        if op == "set" and blobs is not None and type(args) is list and len(args) > 1:
+            problem = keep_in_scope(blobs, self.state.state, args[1], self.state.limits)
+            if problem is not None:
+                key = args[0] if isinstance(args[0], str) else None
+                return StateAnswer(op, False, message=problem[1], key=key, error=problem[0])
+        return self.state.answer(op, args)
 
 
 #: The question a program's ``state.<op>(...)`` asks the host (``prelude.js``): ``["state.<op>", args]``.

@@ -12,13 +12,14 @@
 // Array.prototype, JSON or Promise changes only what it sees itself, never
 // what crosses to the host.
 //
-// Three globals face the program: `tools` (a proxy: a declared name gives its
+// Five globals face the program: `tools` (a proxy: a declared name gives its
 // tool, any other string a function whose call rejects with a ToolError naming
 // the closest declared names, answered by the host; reading it, with
 // Object.keys, `in` or JSON.stringify, shows only the declared tools),
 // `sdk` (questions about the tools, answered by the host: describe, search),
 // `state` (the run's state across runs: get, set, delete, keys, answered by
-// the host the same way) and `console`.
+// the host the same way), `blobs` (slices of a result kept on the host:
+// read) and `console`.
 //
 // Stack traces are formatted here, by a hook the program cannot replace, so
 // that every line and column is the program's own (the host's wrapper puts
@@ -746,6 +747,22 @@
     enumerable: true,
   });
   freeze(sdkObject);
+  // `blobs`: a tool result too big to cross stays on the host; the program
+  // holds a handle ({$blob, kind, size, length, preview}) and reads it in
+  // slices, each a question the host answers (nous_sched/blobs.py).
+  const blobsObject = create(null);
+  defineProperty(blobsObject, "read", {
+    value: freeze(
+      own(function read(handle, start, length) {
+        const args = [handle === undefined ? null : handle];
+        if (start !== undefined || length !== undefined) args[1] = start === undefined ? 0 : start;
+        if (length !== undefined) args[2] = length;
+        return ask("read_blob", "blobs.read", args);
+      }),
+    ),
+    enumerable: true,
+  });
+  freeze(blobsObject);
 
   // `state`: the run's state across runs (run_code(state=...)), answered by
   // the host in order with the calls, like `sdk`: never a tool, so no tool
@@ -836,6 +853,7 @@
   defineProperty(globalThis, "tools", { value: tools });
   defineProperty(globalThis, "sdk", { value: sdkObject });
   defineProperty(globalThis, "state", { value: stateObject });
+  defineProperty(globalThis, "blobs", { value: blobsObject });
   defineProperty(globalThis, "console", { value: consoleObject });
   defineProperty(globalThis, "ToolError", { value: ToolError });
 
