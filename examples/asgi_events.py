@@ -99,9 +99,7 @@ def create_app(tools: Optional[Iterable[Tool]] = None, **run_options: Any) -> St
                 runs.popitem(last=False)
         return JSONResponse({"id": run_id})
 
-    app = Starlette(
-        routes=[Route("/runs", start, methods=["POST"]), Mount("/runs", app=sse_app(runs, agui=True))]
-    )
+    app = Starlette(routes=[Route("/runs", start, methods=["POST"]), Mount("/runs", app=sse_app(runs, agui=True))])
     app.state.runs = runs
     return app
 

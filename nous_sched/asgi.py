@@ -47,7 +47,9 @@ _HEADERS = [
     (b"x-accel-buffering", b"no"),  # a proxy in front passes each batch on as it comes
 ]
 _BUFFER = v.int_at_least(1, "a positive number of events")
-_RUNS = v.Check("a mapping of run ids to runs, or a function of a run id", lambda r: isinstance(r, Mapping) or callable(r))
+_RUNS = v.Check(
+    "a mapping of run ids to runs, or a function of a run id", lambda r: isinstance(r, Mapping) or callable(r)
+)
 
 
 def sse_app(runs: Runs, *, buffer: int = SSE_BUFFER, agui: bool = False) -> ASGIApp:
