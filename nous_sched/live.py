@@ -178,6 +178,9 @@ class RunEvent:
     seq: Optional[int]
     at: float
     data: dict[str, Any] = attrs.field(eq=False)
+    # to_json's text, made by the first consumer that asks: every viewer of a run writes the
+    # same events, so a server with many viewers encodes each event once, not once per viewer.
+    _json: Optional[str] = attrs.field(default=None, init=False, eq=False, repr=False)
 
     def as_dict(self) -> dict[str, Any]:
         """``{"kind", "seq", "at", "data"}``, JSON-ready."""
@@ -186,8 +189,13 @@ class RunEvent:
     def to_json(self) -> str:
         """One line of strict JSON (the CLI's ``--events`` format, an SSE message's
         data): lone surrogates as U+FFFD, control and format characters as JSON
-        escapes, so it encodes as UTF-8 and is inert on a terminal."""
-        return machine_json(self.as_dict(), default=str)
+        escapes, so it encodes as UTF-8 and is inert on a terminal. Made once per
+        event (``data`` is not to be changed), whoever asks."""
+        text = self._json
+        if text is None:
+            text = machine_json(self.as_dict(), default=str)
+            object.__setattr__(self, "_json", text)  # a cache of a frozen value: a race makes the same text
+        return text
 
 
 class EventStream:
