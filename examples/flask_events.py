@@ -58,7 +58,8 @@ expect at once plus your other requests (for example
 process, since the runs live in its memory), and put a proxy that drops idle
 clients in front. A server that serves a request per thread from a small
 fixed pool (waitress's 4 by default) is the wrong choice for SSE: a few
-watchers use it up.
+watchers use it up. An asyncio server holds no thread per viewer at all:
+``examples/asgi_events.py`` (``nous_sched.asgi.sse_app``).
 """
 
 from __future__ import annotations

@@ -314,3 +314,12 @@ def test_bad_options_are_config_errors_when_called(make: Any) -> None:
     with pytest.raises(ConfigError, match="buffer|runs"):
         make(run)
     run.result(timeout=WAIT)
+
+
+def test_each_event_is_encoded_once_for_every_viewer() -> None:
+    run = start_run('console.log("a"); console.log("b"); return 1', description="two lines")
+    assert run.result(timeout=WAIT).ok
+    first, second = list(run.events()), list(run.events())
+    assert [e.to_json() for e in first] == [json.dumps(e.as_dict()) for e in first]
+    # The same text object for both viewers: made once, by whichever asked first.
+    assert all(a.to_json() is b.to_json() for a, b in zip(first, second))
