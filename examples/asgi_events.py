@@ -9,7 +9,8 @@ A Starlette app (FastAPI's is the same, with ``app.mount``):
   closes), and ``GET /runs/<id>/agui`` the same run in the AG-UI protocol:
   both served by :func:`nous_sched.asgi.sse_app`, mounted at ``/runs``.
 
-Run it from the repository root with::
+Needs Starlette and uvicorn (``pip install starlette uvicorn``; ``nous_sched.asgi``
+itself needs neither) and the ``agui`` extra. Run it from the repository root with::
 
     uvicorn --app-dir examples asgi_events:app
 
