@@ -238,8 +238,8 @@ class EventStream:
             waiters = self._waiters
             if waiters:
                 self._waiters = []
-        for loop, future in waiters:
-            _wake(loop, future)
+        if waiters:
+            _wake(waiters)
 
     # -- the run's hooks ----------------------------------------------------
 
@@ -340,16 +340,23 @@ class EventStream:
             return batch, head, missed, at, self._ended
 
 
-def _wake(loop: asyncio.AbstractEventLoop, future: asyncio.Future[None]) -> None:
-    try:
-        loop.call_soon_threadsafe(_resolve, future)
-    except RuntimeError:  # its loop has closed: nobody is waiting any more
-        pass
+def _wake(waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]]) -> None:
+    # One call into each loop, whatever its number of waiters: a server's viewers share its loop,
+    # and each call wakes it (a write to its self-pipe) from the run's thread.
+    by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] = {}
+    for loop, future in waiters:
+        by_loop.setdefault(loop, []).append(future)
+    for loop, futures in by_loop.items():
+        try:
+            loop.call_soon_threadsafe(_resolve, futures)
+        except RuntimeError:  # its loop has closed: nobody is waiting any more
+            pass
 
 
-def _resolve(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
+def _resolve(futures: list[asyncio.Future[None]]) -> None:
+    for future in futures:
+        if not future.done():
+            future.set_result(None)
 
 
 def call_data(
