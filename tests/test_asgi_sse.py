@@ -206,11 +206,21 @@ def test_sse_app_alone_a_function_of_ids_no_agui_unless_asked() -> None:
 def test_a_viewer_that_disconnects_stops_and_the_others_go_on() -> None:
     gate = threading.Event()
     run = start_run("await tools.gate({}); return await tools.echo({a: 1})", _tools(gate), description="gated")
+    finished = threading.Event()
+    inner = sse_app({"r": run})
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await inner(scope, receive, send)
+        if scope["type"] == "http":
+            finished.set()  # the viewer's stream has stopped
+
     try:
-        with serving(sse_app({"r": run})) as port:
+        with serving(app) as port:
             gone = Reader(_open(port, "/r/events"))
             assert gone.first()[0]["kind"] == "call"
             gone.sock.close()
+            # Its stream stops though the run, held by the gate, has nothing new to send it.
+            assert finished.wait(WAIT) and not run.done()
             stays = Reader(_open(port, "/r/events"))
             assert stays.first()[0]["kind"] == "call"
             gate.set()
