@@ -1,6 +1,7 @@
 """Live views from an asyncio server (issue 43, item 9): ``Run.aevents`` /
 ``aevent_batches``, ``live.asse``, ``agui.asse`` and ``nous_sched.asgi.sse_app``,
-served by a real uvicorn on 127.0.0.1 to real HTTP clients (httpx, raw sockets).
+served by a real uvicorn on 127.0.0.1 to real HTTP clients (httpx, raw sockets),
+mounted in Starlette (the example), alone, and as a Django ASGI view's response.
 
 The stalled-viewer test is test_sse_stalled.py's, on the async path: five
 viewers whose sockets stop reading (a small receive buffer, never read) and
@@ -18,8 +19,11 @@ import asyncio
 import contextlib
 import importlib.util
 import json
+import os
 import pathlib
 import socket
+import subprocess
+import sys
 import threading
 import time
 from typing import Any, Iterator
@@ -333,3 +337,71 @@ def test_each_event_is_encoded_once_for_every_viewer() -> None:
     assert [e.to_json() for e in first] == [json.dumps(e.as_dict()) for e in first]
     # The same text object for both viewers: made once, by whichever asked first.
     assert all(a.to_json() is b.to_json() for a, b in zip(first, second))
+
+
+DJANGO_ASGI = """
+from django.conf import settings
+
+settings.configure(DEBUG=False, ROOT_URLCONF=__name__, ALLOWED_HOSTS=["127.0.0.1"], SECRET_KEY="test-only")
+
+from django.core.asgi import get_asgi_application  # noqa: E402
+from django.http import StreamingHttpResponse  # noqa: E402
+from django.urls import path  # noqa: E402
+
+from nous_sched import agui, live, start_run  # noqa: E402
+
+PROGRAM = 'console.log("from django"); return 5'
+
+
+def events(request):
+    run = start_run(PROGRAM, description="django")
+    return StreamingHttpResponse(live.asse(run), content_type=live.MEDIA_TYPE)
+
+
+def agui_events(request):
+    run = start_run(PROGRAM, description="django")
+    return StreamingHttpResponse(agui.asse(run), content_type=agui.MEDIA_TYPE)
+
+
+urlpatterns = [path("events", events), path("agui", agui_events)]
+app = get_asgi_application()
+"""
+
+
+def test_a_django_asgi_view_streams_asse(tmp_path: pathlib.Path) -> None:
+    """What docs/live.rst says of Django under ASGI: StreamingHttpResponse takes live.asse / agui.asse."""
+    (tmp_path / "django_sse.py").write_text(DJANGO_ASGI, encoding="utf-8")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    root = str(pathlib.Path(__file__).resolve().parent.parent)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p))
+    argv = [sys.executable, "-m", "uvicorn", "--app-dir", str(tmp_path), "--port", str(port), "django_sse:app"]
+    process = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + WAIT
+        while True:
+            assert process.poll() is None, process.stderr.read() if process.stderr else ""
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+                break
+            assert time.monotonic() < deadline, "the Django app did not listen"
+            time.sleep(0.1)
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=WAIT) as client:
+            with client.stream("GET", "/events") as response:
+                assert response.status_code == 200
+                assert response.headers["content-type"].startswith(live.MEDIA_TYPE)
+                events = [json.loads(line[6:]) for line in response.iter_lines() if line.startswith("data: ")]
+            with client.stream("GET", "/agui") as response:
+                types = [json.loads(line[6:])["type"] for line in response.iter_lines() if line.startswith("data: ")]
+        assert [e["kind"] for e in events] == ["log", "end"]
+        assert events[-1]["data"]["answer"] == {"logs": ["from django"], "result": 5}
+        assert types[0] == "RUN_STARTED" and types[-1] == "RUN_FINISHED"
+    finally:
+        process.terminate()
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(30)
+        if process.stderr:
+            process.stderr.close()
