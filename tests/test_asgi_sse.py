@@ -140,13 +140,13 @@ def test_stalled_viewers_delay_only_themselves_behind_an_async_server() -> None:
         base = f"http://127.0.0.1:{port}"
         run_id = httpx.post(base + "/runs", json={"code": PROGRAM, "description": "many events"}).json()["id"]
         run = app.state.runs[run_id]
+        before = _threads()  # before any viewer: a server with a thread per viewer would add six
         try:
             stalled = [Reader(_open(port, f"/runs/{run_id}/events", rcvbuf=4096)) for _ in range(STALLED)]
             for reader in stalled:  # each is being served: it has the gate's `call`
                 assert reader.first()[0]["kind"] == "call"
             honest = Reader(_open(port, f"/runs/{run_id}/events"))
             assert honest.first()[0]["kind"] == "call"
-            before = _threads()
             gate.set()
             honest_events = honest.rest()  # while the stalled viewers read nothing
             during = _threads()
