@@ -36,6 +36,13 @@ held). If the worker has not answered by the deadline plus
 answers ``timeout`` with the logs of every step so far. A cancel stops the
 program the same soft way first and kills only after the grace.
 
+Places for waiting, shares for CPU: a run holds its worker (a *place*,
+:attr:`WorkerPool.size` of them, bounded by memory) for its whole length,
+but one of :attr:`WorkerPool.cpu_shares` *CPU shares* only while its worker
+computes a step, from the frame that starts it until its answers are in;
+the scheduler's driver never waits for one (when none is free, the run's
+own thread waits for it, first come, first served, within the deadline).
+
 A worker that dies (a signal, the OOM killer, an engine crash) gives its run
 an ``abort`` error with its logs. One that could not be started, or died
 before the program's first answer (the host has then served none of its
