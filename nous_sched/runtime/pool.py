@@ -112,6 +112,13 @@ _HAS_FORK_SERVER = sys.platform.startswith("linux") and hasattr(os, "pidfd_open"
 _BACKGROUND_SPARES = True
 #: Seconds the spares thread waits for more work before it exits.
 SPARES_LINGER = 1.0
+#: After a spare could not start (killed as it booted, its fork server lost),
+#: the spares thread tries again this many seconds later, twice as long after
+#: each further failure in a row, :data:`SPARES_RETRIES` times; then it leaves
+#: starting to the runs until one starts a worker (an interpreter that cannot
+#: start workers at all is not tried for ever).
+SPARES_RETRY = 0.25
+SPARES_RETRIES = 4
 #: The most workers one fork server forks before it is replaced (its
 #: children share its address layout: see ``procio.ForkServer``). The cost,
 #: measured in ``benchmarks/bench_wall.py``: a new server every this many
@@ -907,10 +914,20 @@ class WorkerPool(CodeRuntime):
         """The spares thread: start fresh workers while the core wants them and
         reap the discarded ones; exit once there has been nothing to do for
         :data:`SPARES_LINGER` seconds (so a busy pool starts no thread per run,
-        and no thread stays behind an idle one)."""
+        and no thread stays behind an idle one). A spare lost as it booted is
+        replaced after :data:`SPARES_RETRY` (see there)."""
+        failures = 0
         try:
             while True:
-                self._start_ready(wids, _BACKGROUND_SPARES)  # (it gives every place back if it fails)
+                try:
+                    self._start_ready(wids, _BACKGROUND_SPARES)  # (it gives every place back if it fails)
+                    failures = 0
+                except Exception:
+                    failures += 1
+                    if failures > SPARES_RETRIES:
+                        raise
+                    wids = []
+                    self._pause(SPARES_RETRY * 2 ** (failures - 1))
                 self._reap()
                 with self._lock:
                     more = self._spares_work(time.monotonic() + SPARES_LINGER)
@@ -923,6 +940,16 @@ class WorkerPool(CodeRuntime):
                 self._spares_failed = True
                 self._spare_thread = None
                 self._cond.notify_all()
+
+    def _pause(self, seconds: float) -> None:
+        """Wait ``seconds`` (less if the pool closes meanwhile)."""
+        end = time.monotonic() + seconds
+        with self._lock:
+            while not self._core.closed:
+                left = end - time.monotonic()
+                if left <= 0:
+                    return
+                self._cond.wait(left)
 
     def _spares_work(self, until: float) -> Optional[list[int]]:
         """(With the lock held.) The places of the next spares to start, once
