@@ -158,6 +158,11 @@ class _Plan:
         self.blob = blob
 
 
+def _no_store() -> None:
+    """What a pickled :class:`BlobStore` becomes: none (see ``BlobStore.__reduce__``)."""
+    return None
+
+
 class BlobStore:
     """One run's held values, by id; thread-safe (tool threads add, the run's thread reads).
 
@@ -174,6 +179,12 @@ class BlobStore:
         self._blobs: dict[str, Blob] = {}  # guarded by _lock (writers); readers take a dict get
         # A "json" blob's text, made on its first read and kept for the next slices (the run's thread only).
         self._texts: dict[str, str] = {}
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled with a call for an executor that serializes it (Dask, a process pool): the
+        # held values must stay in the run's own process, so there the call holds nothing and
+        # its result crosses whole (within the run's other limits).
+        return (_no_store, ())
 
     # -- holding ----------------------------------------------------------------------------
 

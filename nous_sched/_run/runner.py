@@ -340,15 +340,31 @@ def _coming(p: Prepared, policy: Any) -> Callable[[str], str]:
     """What an approval question says is coming for a tool (``RunContext.coming``):
     read from the program's summary, the review's when it was reviewed, else made
     on the first question (a run that asks nothing never parses its program)."""
-    made: list[ProgramSummary] = []
+    return _Coming(p, policy)
 
-    def coming(tool: str) -> str:
-        if not made:  # (two first questions at once may both parse: the same summary)
-            gated = approval_names(policy, p.granted.values())
-            made.append(p.program or summarize_parts(p.code, p.granted, p.denied, gated))
-        return made[0].coming(tool)
 
-    return coming
+class _Coming:
+    """``RunContext.coming`` of one run. Pickled (a call run by a serializing
+    executor, Dask), it is one that knows nothing: the run stays in its process."""
+
+    __slots__ = ("_p", "_policy", "_made")
+
+    def __init__(self, p: Optional[Prepared], policy: Any) -> None:
+        self._p = p
+        self._policy = policy
+        self._made: Optional[ProgramSummary] = None
+
+    def __call__(self, tool: str) -> str:
+        p = self._p
+        if p is None:
+            return ""
+        if self._made is None:  # (two first questions at once may both parse: the same summary)
+            gated = approval_names(self._policy, p.granted.values())
+            self._made = p.program or summarize_parts(p.code, p.granted, p.denied, gated)
+        return self._made.coming(tool)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_Coming, (None, None))
 
 
 def _build(p: Prepared, o: RunOptions, deadline: float, live: Any) -> tuple[Scheduler, Gate, RunContext]:
