@@ -36,7 +36,7 @@ import secrets
 import threading
 import time
 from functools import partial
-from typing import Any, ContextManager, Iterable, Optional, Sequence
+from typing import Any, ContextManager, Iterable, Mapping, Optional, Sequence
 
 import attrs
 
@@ -48,7 +48,7 @@ from ..errors import ConfigError, RunCodeError
 from ..events import ReviewEvent, StateEvent
 from ..gate import Admitted, Gate
 from ..gate.dispatch import RunContext
-from ..gate.policy import approval_names, partition
+from ..gate.toolset import ToolSet, tool_set
 from ..outcome import TRUNCATION_MARK, Outcome
 from ..result import RunError, RunResult
 from ..result._explain import told as _explain
@@ -156,23 +156,36 @@ class Prepared:
     (:class:`~nous_sched.runtime.AnyCancel`) before the run starts.
     """
 
-    __slots__ = ("code", "rt", "limits", "granted", "denied", "names", "options", "cancel", "source", "program")
+    __slots__ = (
+        "code",
+        "rt",
+        "limits",
+        "tool_set",
+        "granted",
+        "denied",
+        "names",
+        "options",
+        "cancel",
+        "source",
+        "program",
+    )
 
     def __init__(
         self,
         code: str,
         rt: CodeRuntime,
         limits: Limits,
-        granted: dict[str, Tool],
-        denied: dict[str, Tool],
+        derived: ToolSet,
         options: RunOptions,
     ) -> None:
         self.code = code
         self.rt = rt
         self.limits = limits
-        self.granted = granted
-        self.denied = denied
-        self.names = tuple(sorted({*granted, *denied}))
+        #: What the run derives from its tools and policy, shared with every run of them (read-only).
+        self.tool_set = derived
+        self.granted: Mapping[str, Tool] = derived.granted
+        self.denied: Mapping[str, Tool] = derived.denied
+        self.names = derived.names
         self.options = options
         self.cancel: Optional[Cancel] = options.cancel if options.cancel is not None else ambient_cancel.get()
         #: The program as it runs (fences, TypeScript, a last expression: :mod:`._program`).
@@ -197,14 +210,17 @@ def prepare(code: Any, tools: Iterable[Tool], options: RunOptions) -> Prepared:
     executor = options.executor
     if executor is not None and _saturated_by_caller(executor):
         raise RunCodeError(_SATURATED)
-    granted, denied = partition(tools, options.policy, "run_code")
-    check_binds(granted.values(), options.bind, "run_code")
-    return Prepared(code, rt, limits, granted, denied, options)
+    derived = tool_set(tools, options.policy, "run_code")
+    _say_missing(derived.missing_binds(options.bind), "run_code")
+    return Prepared(code, rt, limits, derived, options)
 
 
 def check_binds(tools: Iterable[Tool], bind: Any, door: str) -> None:
     """A :class:`~nous_sched.ConfigError` naming the first :class:`~nous_sched.Bind` of ``tools`` that ``bind`` lacks."""
-    missing = missing_binds(tools, bind)
+    _say_missing(missing_binds(tools, bind), door)
+
+
+def _say_missing(missing: list[tuple[str, str, str]], door: str) -> None:
     if missing:
         tool, argument, name = missing[0]
         raise ConfigError(
@@ -250,7 +266,7 @@ def reviewed(p: Prepared, live: Any, defer: Any = None) -> tuple[ReviewEvent, Op
     result ``None``: the caller suspends the run before it starts."""
     o = p.options
     assert o.review is not None
-    gated = approval_names(o.policy, p.granted.values())
+    gated = p.tool_set.require_approval
     summary = summarize_parts(p.code, p.granted, p.denied, gated)
     p.program = summary
     request = ReviewRequest(p.code, o.description or "", summary)
@@ -337,11 +353,10 @@ def _wind_down(begun: Optional[Begun], scheduler: Optional[Scheduler]) -> None:
 
 def _build(p: Prepared, o: RunOptions, deadline: float, live: Any) -> tuple[Scheduler, Gate, RunContext]:
     """The run's context, scheduler and gate."""
-    policy = o.policy
     run_ctx = RunContext(
         approval_handler=o.approval_handler,
         deps=o.deps,
-        require_approval=approval_names(policy, p.granted.values()),
+        require_approval=p.tool_set.require_approval,
         deadline=deadline,
         description=o.description or "",
         live=live,

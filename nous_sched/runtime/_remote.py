@@ -32,6 +32,7 @@ from .engine import (
     cpu_message,
     drive,
     memory_message,
+    names_json,
     timeout_message,
 )
 from .poolcore import FRESH, PoolCore
@@ -409,7 +410,8 @@ class Remote:
         body = json.dumps(
             {
                 "program": self.program,
-                "names": list(self.names),
+                # (Made once per tool set: the prelude reads the names in this text, parsing none it need not.)
+                "names_text": names_json(self.names),
                 "limits": [getattr(limits, f) for f in worker.LIMIT_FIELDS],
                 "remaining": max(self.deadline - time.monotonic(), 0.0),
                 "memory_cap": cap,

@@ -35,7 +35,8 @@ ever unpickled.
 
 Host to worker:
 
-* ``R`` run: ``{"program", "names", "limits": [LIMIT_FIELDS...],
+* ``R`` run: ``{"program", "names_text": [the names' JSON text, lazy] (or
+  ``"names"``: a list), "limits": [LIMIT_FIELDS...],
   "remaining": seconds, "memory_cap": bytes or 0, "cpu_limit": seconds or
   null}``; closes any previous run. A first run's ``memory_cap`` sets
   ``RLIMIT_DATA`` for good; ``cpu_limit`` (a run with a CPU budget: the
@@ -495,7 +496,7 @@ class _Server:
         deadline = time.monotonic() + spec["remaining"]
         self.current = self.engine.Engine(
             spec["program"],
-            spec["names"],
+            self.engine.NamesText(spec["names_text"]) if "names_text" in spec else spec["names"],
             self.Limits(*spec["limits"]),
             deadline,
             self.spare,
