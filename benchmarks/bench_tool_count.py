@@ -124,7 +124,9 @@ def show(name: str, r: dict[str, Any]) -> None:
             f"= {x['wall_ratio']:.2f}x; CPU {x['cpu_ms_5000']:.2f} / {x['cpu_ms_10']:.2f} ms = {x['cpu_ratio']:.2f}x"
             f"  (target <= 1.2x)"
         )
-    print(f"  run_code_tool over 5,000 tools: first build {r['build_ms'][0]:.1f} ms CPU, second {r['build_ms'][1]:.1f} ms")
+    print(
+        f"  run_code_tool over 5,000 tools: first build {r['build_ms'][0]:.1f} ms CPU, second {r['build_ms'][1]:.1f} ms"
+    )
     s = r["search_ms"]
     print(
         f"  sdk.search over 5,000 tools: first {s['first']:.1f} ms (index built), the same again {s['same_again']:.2f} ms, "
