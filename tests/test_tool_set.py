@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nous_sched import Bind, PermissionPolicy, QuickJSRuntime, State, Tool, run_code, run_code_tool
+from nous_sched import Bind, PermissionPolicy, QuickJSRuntime, State, Tool, WorkerPool, run_code, run_code_tool
 from nous_sched.gate import toolset
 from nous_sched.gate.policy import approval_names, partition
 from nous_sched.runtime.engine import names_json
@@ -200,14 +200,18 @@ return out;
 """
 
 
-@settings(max_examples=40, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(HOSTILE, max_size=6, unique=True), st.lists(HOSTILE, max_size=4))
-def test_a_program_sees_exactly_the_declared_tools_whatever_their_names(names, probes) -> None:
+WORKER = WorkerPool(size=2)
+
+
+@pytest.mark.parametrize("runtime", [QuickJSRuntime(), WORKER], ids=["in_process", "worker"])
+@settings(max_examples=30, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+@given(names=st.lists(HOSTILE, max_size=6, unique=True), probes=st.lists(HOSTILE, max_size=4))
+def test_a_program_sees_exactly_the_declared_tools_whatever_their_names(runtime, names, probes) -> None:
     names = sorted(set(names))
     probes = [p for p in probes if p not in names and p not in ("then", "constructor")]
     tools = [Tool(n, _f) for n in names]
     program = PROBE % (json.dumps(names), json.dumps(probes))
-    r = run_code(program, tools, runtime=QuickJSRuntime(), description="t")
+    r = run_code(program, tools, runtime=runtime, description="t")
     if any("\ud800" <= c <= "\udfff" for n in names + probes for c in n):
         # A lone surrogate crosses as JSON escapes: the program's string is the same code units.
         assert r.ok, r.error
@@ -237,3 +241,13 @@ def test_a_lazy_tools_object_is_the_frozen_declared_object_once_its_shape_is_ask
     r = run_code(program, tools, runtime=QuickJSRuntime(), description="t")
     assert r.ok, r.error
     assert r.result == [["a", "b", "c"], True, True, 3, True, False, False, False]
+
+
+def test_a_worker_reads_thousands_of_names_from_one_long_frame() -> None:
+    # Past the pipe's default buffer and the worker's one read: the names' text in one frame, whole.
+    names = [f"tool_with_a_rather_long_name_{i:05d}" for i in range(6000)]
+    tools = [Tool(n, _f) for n in names]
+    program = "return [Object.keys(tools).length, Object.keys(tools)[5999], await tools.tool_with_a_rather_long_name_00007({k: 1})];"
+    r = run_code(program, tools, runtime=WORKER, description="t")
+    assert r.ok, r.error
+    assert r.result == [6000, names[-1], {"k": 1}]

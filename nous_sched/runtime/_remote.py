@@ -32,7 +32,7 @@ from .engine import (
     cpu_message,
     drive,
     memory_message,
-    names_json,
+    names_utf8,
     timeout_message,
 )
 from .poolcore import FRESH, PoolCore
@@ -407,17 +407,23 @@ class Remote:
         if cpu_limit is not None:
             self.reusable = False
             w.cpu_watch = CpuWatch.start(w.proc.pid, cpu_limit)
-        body = json.dumps(
-            {
-                "program": self.program,
-                # (Made once per tool set: the prelude reads the names in this text, parsing none it need not.)
-                "names_text": names_json(self.names),
-                "limits": [getattr(limits, f) for f in worker.LIMIT_FIELDS],
-                "remaining": max(self.deadline - time.monotonic(), 0.0),
-                "memory_cap": cap,
-                "cpu_limit": cpu_limit,
-            }
-        ).encode("utf-8", "surrogatepass")
+        # The names' text, made once per tool set, follows the JSON after a newline as it
+        # is: neither side escapes, parses or copies it per name (worker.py's run).
+        names, lazy = names_utf8(self.names)
+        body = (
+            json.dumps(
+                {
+                    "program": self.program,
+                    "names_lazy": lazy,
+                    "limits": [getattr(limits, f) for f in worker.LIMIT_FIELDS],
+                    "remaining": max(self.deadline - time.monotonic(), 0.0),
+                    "memory_cap": cap,
+                    "cpu_limit": cpu_limit,
+                }
+            ).encode("utf-8", "surrogatepass")
+            + b"\n"
+            + names
+        )
         try:
             w.send(worker.frame(worker.RUN, body), self.until)
         except BrokenPipeError:

@@ -78,6 +78,7 @@ __all__ = [
     "timeout_message",
     "cpu_message",
     "names_json",
+    "names_utf8",
     "NamesText",
 ]
 
@@ -193,8 +194,8 @@ _RUN_CLOCK = """(() => {
 #: How many tool sets' names texts :func:`names_json` keeps (each holds its names tuple alive).
 NAMES_CACHE = 16
 _names_lock = threading.Lock()  # guards _names_texts
-# id of a names tuple -> (that tuple, its text, lazy): the tuple is held so its id is not reused.
-_names_texts: collections.OrderedDict[int, tuple[Sequence[str], str, bool]] = collections.OrderedDict()
+# id of a names tuple -> (that tuple, its text, lazy, the text as UTF-8): the tuple is held so its id is not reused.
+_names_texts: collections.OrderedDict[int, tuple[Sequence[str], str, bool, bytes]] = collections.OrderedDict()
 
 
 def names_json(names: Sequence[str]) -> tuple[str, bool]:
@@ -206,25 +207,37 @@ def names_json(names: Sequence[str]) -> tuple[str, bool]:
     once). A tuple's text is kept for the next run of the same tuple (the
     last :data:`NAMES_CACHE`): a tool set's names are made once
     (``nous_sched.gate.toolset``), so its runs pay no per-name cost here."""
+    entry = _names_entry(names)
+    return entry[1], entry[2]
+
+
+def names_utf8(names: Sequence[str]) -> tuple[bytes, bool]:
+    """:func:`names_json`'s text as UTF-8 (what a run frame carries to a worker), kept alike."""
+    entry = _names_entry(names)
+    return entry[3], entry[2]
+
+
+def _names_entry(names: Sequence[str]) -> tuple[Sequence[str], str, bool, bytes]:
     cacheable = type(names) is tuple
     if cacheable:
         with _names_lock:
             hit = _names_texts.get(id(names))
             if hit is not None and hit[0] is names:
                 _names_texts.move_to_end(id(names))
-                return hit[1], hit[2]
+                return hit
     text = json.dumps(list(names), ensure_ascii=False, separators=(",", ":"))
     # Python and QuickJS escape alike but for lone surrogates (Python leaves
     # them raw, which the binding cannot pass either): ASCII then, and eager.
     lazy = _SURROGATE.search(text) is None
     if not lazy:
         text = json.dumps(list(names), separators=(",", ":"))
+    entry = (names, text, lazy, text.encode("utf-8"))
     if cacheable:
         with _names_lock:
-            _names_texts[id(names)] = (names, text, lazy)
+            _names_texts[id(names)] = entry
             while len(_names_texts) > NAMES_CACHE:
                 _names_texts.popitem(last=False)
-    return text, lazy
+    return entry
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
