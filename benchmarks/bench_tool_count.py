@@ -12,7 +12,10 @@ Rows (issue 44, tool count; targets: <= 1.2x, a second build ~0, search under 2 
   then the same question again, then new questions of known words (CPU ms).
 
 ``--compare PATH`` runs this script again under ``PYTHONPATH=PATH`` (another
-checkout, e.g. main) in the same session, alternating, and prints both.
+checkout, e.g. main) in the same session, alternating, and prints both;
+``--tree`` adds the whole process tree's CPU per run (host, fork server and
+every worker, all reaped when a child interpreter running 40 and then 160 runs
+exits: the difference over 120), the figure the worker rows' rusage misses.
 """
 
 from __future__ import annotations
@@ -115,6 +118,34 @@ def measure(reps: int, batch: int) -> dict[str, Any]:
     return out
 
 
+def runs_only(n: int, runs: int, which: str) -> None:
+    """``runs`` one-call runs over ``n`` tools (a tuple, as an agent's tool set) in this process, then exit."""
+    from nous_sched import QuickJSRuntime, Tool, WorkerPool, run_code
+
+    def noop(args: Any) -> int:
+        return 1
+
+    ts = tuple(Tool(f"weather_forecast_city_{i}", noop, concurrency_safe=lambda a: True) for i in range(n))
+    rt = WorkerPool() if which == "worker" else QuickJSRuntime()
+    for _ in range(runs):
+        r = run_code("return await tools.weather_forecast_city_1({});", ts, runtime=rt, description="bench")
+        assert r.ok, r.error
+
+
+def tree_cpu(path: str, which: str, n: int) -> float:
+    """CPU ms per run of the whole process tree (host, fork server, every worker: all
+    reaped by the time the child exits), from the difference of 160 and 40 runs."""
+
+    def once(runs: int) -> float:
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cmd = [sys.executable, __file__, "--runs-only", str(n), str(runs), which]
+        subprocess.run(cmd, env={**os.environ, "PYTHONPATH": path}, check=True)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+
+    return (once(160) - once(40)) / 120 * 1e3
+
+
 def show(name: str, r: dict[str, Any]) -> None:
     print(f"== {name}: {r['module']} (load {r['load']:.2f})")
     for label in ("worker", "in-process"):
@@ -140,7 +171,12 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=20)
     ap.add_argument("--json", action="store_true", help="print the figures as JSON (for --compare)")
     ap.add_argument("--compare", help="another checkout's path: measured in the same session, alternating")
+    ap.add_argument("--runs-only", nargs=3, metavar=("N", "RUNS", "RUNTIME"), help=argparse.SUPPRESS)
+    ap.add_argument("--tree", action="store_true", help="also the whole process tree's CPU per run (slow)")
     args = ap.parse_args()
+    if args.runs_only:
+        runs_only(int(args.runs_only[0]), int(args.runs_only[1]), args.runs_only[2])
+        return 0
     if args.json:
         print(json.dumps(measure(args.reps, args.batch)))
         return 0
@@ -159,6 +195,16 @@ def main() -> int:
     for name in ("base", "this"):
         for i, r in enumerate(runs[name]):
             show(f"{name} #{i + 1}", r)
+    if args.tree:
+        print("== whole process tree CPU per one-call run (ms; host + fork server + workers), 5,000 vs 10 tools:")
+        for which in ("worker", "in-process"):
+            for turn in range(2):
+                order = (
+                    (("base", args.compare), ("this", here)) if turn == 0 else (("this", here), ("base", args.compare))
+                )
+                for name, path in order:
+                    small, large = tree_cpu(path, which, 10), tree_cpu(path, which, 5000)
+                    print(f"  {name} [{which}]: {large:.2f} / {small:.2f} = {large / small:.2f}x")
     return 0
 
 
