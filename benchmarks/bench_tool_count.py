@@ -165,11 +165,129 @@ def show(name: str, r: dict[str, Any]) -> None:
     )
 
 
+def table() -> int:
+    """The rows ``run_all.py`` shows (``_common``'s table: both orders, the hand-off regime, PASS/MISS)."""
+    import _common as c
+
+    from nous_sched import Tool, run_code, run_code_tool
+    from nous_sched.sdk.discovery import shared_index
+
+    opts = c.options(__doc__.splitlines()[0], default_reps=5, quick_reps=2)
+    batch = 5 if opts.quick else 20
+
+    def noop(args: Any) -> int:
+        return 1
+
+    def tools(n: int) -> tuple[Any, ...]:
+        return tuple(
+            Tool(
+                f"weather_forecast_city_{i}",
+                noop,
+                description=f"Forecast {i} for a city.",
+                parameters={"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+                concurrency_safe=lambda a: True,
+            )
+            for i in range(n)
+        )
+
+    small, large = tools(10), tools(5000)
+
+    def section(rc: c.RuntimeChoice) -> list[c.Row]:
+        rt = rc.runtime
+        cpu: dict[int, list[float]] = {10: [], 5000: []}
+
+        def runs(ts: tuple[Any, ...]) -> float:
+            c0, t0 = _cpu(), time.perf_counter()
+            for _ in range(batch):
+                r = run_code(
+                    "return await tools.weather_forecast_city_1({city: 'x'});", ts, runtime=rt, description="b"
+                )
+                assert r.ok, r.error
+            cpu[len(ts)].append((_cpu() - c0) / batch)
+            return (time.perf_counter() - t0) / batch
+
+        runs(small), runs(large)
+        cpu[10].clear(), cpu[5000].clear()
+        s = c.interleave(opts.reps, lambda: runs(large), lambda: runs(small))
+        return [
+            c.ours_vs(
+                f"one-call run, 5,000 tools vs 10, wall per run [{rc.name}]",
+                s[0],
+                s[1],
+                s,
+                scale=1e3,
+                unit="ms",
+                base_name="10 tools",
+                target=c.ratio_at_most(1.2),
+                note=f"{batch} runs per sample",
+            ),
+            c.ours_vs(
+                f"one-call run, 5,000 tools vs 10, CPU per run [{rc.name}]",
+                cpu[5000],
+                cpu[10],
+                s,
+                scale=1e3,
+                unit="ms",
+                base_name="10 tools",
+                note="this process + reaped children (a worker's CPU: --tree in --compare)",
+            ),
+        ]
+
+    def section_build() -> list[c.Row]:
+        first: list[float] = []
+        second: list[float] = []
+        for _ in range(opts.reps):
+            ts = tools(5000)  # new tool objects: a first build each time
+            for into in (first, second):
+                c0 = time.process_time()
+                run_code_tool(ts)
+                into.append(time.process_time() - c0)
+        return [
+            c.Row(
+                "run_code_tool over 5,000 tools, built a second time (CPU)",
+                c.Stats.of([x * 1e3 for x in second]),
+                c.Stats.of([x * 1e3 for x in first]),
+                unit="ms",
+                base_name="first build",
+                target=c.value_at_most(5.0, "ms"),
+            )
+        ]
+
+    def section_search() -> list[c.Row]:
+        index = shared_index(list(large))
+        index.search("forecast for a city", 10)  # the index built, the question asked once
+        again: list[float] = []
+        fresh: list[float] = []
+        for rep in range(opts.reps):
+            c0 = time.process_time()
+            index.search("forecast for a city", 10)
+            again.append(time.process_time() - c0)
+            c0 = time.process_time()
+            index.search(f"city weather {rep}", 10)
+            fresh.append(time.process_time() - c0)
+        return [
+            c.Row(
+                "sdk.search over 5,000 tools, warm (CPU)",
+                c.Stats.of([x * 1e3 for x in again]),
+                c.Stats.of([x * 1e3 for x in fresh]),
+                unit="ms",
+                base_name="a new question",
+                target=c.Target("< 2.0 ms", 2.0, on="value", strict=True),
+            )
+        ]
+
+    sections: list[tuple[str, Any]] = c.per_runtime(opts, "runs", section)
+    sections += [("run_code_tool", section_build), ("sdk.search", section_search)]
+    return c.run("tool count: 5,000 tools against 10", sections, opts)
+
+
 def main() -> int:
+    if not any(a in sys.argv for a in ("--compare", "--figures", "--runs-only")):
+        return table()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=4)
     ap.add_argument("--batch", type=int, default=20)
-    ap.add_argument("--json", action="store_true", help="print the figures as JSON (for --compare)")
+    ap.add_argument("--figures", action="store_true", help="print the figures as JSON (for --compare)")
     ap.add_argument("--compare", help="another checkout's path: measured in the same session, alternating")
     ap.add_argument("--runs-only", nargs=3, metavar=("N", "RUNS", "RUNTIME"), help=argparse.SUPPRESS)
     ap.add_argument("--tree", action="store_true", help="also the whole process tree's CPU per run (slow)")
@@ -177,7 +295,7 @@ def main() -> int:
     if args.runs_only:
         runs_only(int(args.runs_only[0]), int(args.runs_only[1]), args.runs_only[2])
         return 0
-    if args.json:
+    if args.figures:
         print(json.dumps(measure(args.reps, args.batch)))
         return 0
     if not args.compare:
@@ -189,7 +307,7 @@ def main() -> int:
         order = (("base", args.compare), ("this", here)) if turn == 0 else (("this", here), ("base", args.compare))
         for name, path in order:
             env = {**os.environ, "PYTHONPATH": path}
-            cmd = [sys.executable, __file__, "--json", "--reps", str(args.reps), "--batch", str(args.batch)]
+            cmd = [sys.executable, __file__, "--figures", "--reps", str(args.reps), "--batch", str(args.batch)]
             done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
             runs[name].append(json.loads(done.stdout.strip().splitlines()[-1]))
     for name in ("base", "this"):

@@ -53,6 +53,7 @@ BENCHMARKS = [
     ("peer", "bench_peer.py", False),
     ("ab", "bench_ab.py", False),
     ("wall", "bench_wall.py", False),
+    ("tool_count", "bench_tool_count.py", False),
     ("vercel", "bench_vercel.py", True),
 ]
 
