@@ -251,3 +251,14 @@ def test_a_worker_reads_thousands_of_names_from_one_long_frame() -> None:
     r = run_code(program, tools, runtime=WORKER, description="t")
     assert r.ok, r.error
     assert r.result == [6000, names[-1], {"k": 1}]
+
+
+def test_the_kept_term_scores_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    from nous_sched.sdk import _tool_search
+
+    monkeypatch.setattr(_tool_search, "KEPT_POSTINGS", 5)
+    index = _tool_search.WordIndex([(["alpha", f"w{i}"], [], ["common"]) for i in range(4)])
+    fresh = _tool_search.WordIndex([(["alpha", f"w{i}"], [], ["common"]) for i in range(4)])
+    for term in ("alpha", "common", "w1", "w2", "alpha"):
+        assert index.rank([term, "w3"], 4) == fresh.rank([term, "w3"], 4)
+        assert index._kept <= 5 and sum(map(len, index._terms.values())) == index._kept

@@ -44,8 +44,9 @@ MAX_LOOSE_WORDS = 64
 _MIN_PREFIX = 3
 _MIN_STEM = 4
 _MAX_STEM = 64
-#: How many (term, document) scores one index keeps for the next questions, in all.
-KEPT_POSTINGS = 100_000
+#: How many (term, document) scores one index keeps for the next questions, in all
+#: (about 100 bytes each: at most about 4 MB an index; ``sdk.discovery`` keeps 8 indexes).
+KEPT_POSTINGS = 40_000
 
 
 class WordIndex:
