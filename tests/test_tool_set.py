@@ -262,3 +262,24 @@ def test_the_kept_term_scores_are_bounded(monkeypatch: pytest.MonkeyPatch) -> No
     for term in ("alpha", "common", "w1", "w2", "alpha"):
         assert index.rank([term, "w3"], 4) == fresh.rank([term, "w3"], 4)
         assert index._kept <= 5 and sum(map(len, index._terms.values())) == index._kept
+
+
+@pytest.mark.parametrize("runtime", [QuickJSRuntime(), WORKER], ids=["in_process", "worker"])
+def test_a_program_reading_many_names_sees_the_same_tools(runtime: Any) -> None:
+    # Past the prelude's 32 scans of the names' text it reads them from one table: the same answers.
+    declared = ["__proto__", "constructor", "then", "toString", 'q"u', *(f"t{i}" for i in range(40))]
+    tools = [Tool(n, _f) for n in declared]
+    program = """
+    const names = %s, others = %s, out = [];
+    for (let round = 0; round < 2; round++) {
+      for (const n of names) out.push(typeof tools[n] === "function" && tools[n] === tools[n]);
+      for (const n of others) out.push([typeof tools[n], tools[n] === tools[n]]);
+    }
+    out.push(Object.keys(tools).length);
+    return out;
+    """ % (json.dumps(declared), json.dumps([f"u{i}" for i in range(40)] + ["valueOf"]))
+    r = run_code(program, tools, runtime=runtime, description="t")
+    assert r.ok, r.error
+    # An undeclared name: a fresh function each read; a protocol name (valueOf) reads as absent.
+    expected = [True] * len(declared) + [["function", False]] * 40 + [["undefined", True]]
+    assert r.result == expected + expected + [len(declared)]
