@@ -54,6 +54,7 @@ BENCHMARKS = [
     ("ab", "bench_ab.py", False),
     ("wall", "bench_wall.py", False),
     ("blobs", "bench_blobs.py", False),
+    ("tool_count", "bench_tool_count.py", False),
     ("vercel", "bench_vercel.py", True),
 ]
 

@@ -36,7 +36,7 @@ import secrets
 import threading
 import time
 from functools import partial
-from typing import Any, Callable, ContextManager, Iterable, Optional, Sequence
+from typing import Any, Callable, ContextManager, Iterable, Mapping, Optional, Sequence
 
 import attrs
 
@@ -49,7 +49,7 @@ from ..errors import ConfigError, RunCodeError
 from ..events import ReviewEvent, StateEvent
 from ..gate import Admitted, Gate
 from ..gate.dispatch import RunContext
-from ..gate.policy import approval_names, partition
+from ..gate.toolset import ToolSet, tool_set
 from ..outcome import TRUNCATION_MARK, Outcome
 from ..result import RunError, RunResult
 from ..result._explain import told as _explain
@@ -157,23 +157,36 @@ class Prepared:
     (:class:`~nous_sched.runtime.AnyCancel`) before the run starts.
     """
 
-    __slots__ = ("code", "rt", "limits", "granted", "denied", "names", "options", "cancel", "source", "program")
+    __slots__ = (
+        "code",
+        "rt",
+        "limits",
+        "tool_set",
+        "granted",
+        "denied",
+        "names",
+        "options",
+        "cancel",
+        "source",
+        "program",
+    )
 
     def __init__(
         self,
         code: str,
         rt: CodeRuntime,
         limits: Limits,
-        granted: dict[str, Tool],
-        denied: dict[str, Tool],
+        derived: ToolSet,
         options: RunOptions,
     ) -> None:
         self.code = code
         self.rt = rt
         self.limits = limits
-        self.granted = granted
-        self.denied = denied
-        self.names = tuple(sorted({*granted, *denied}))
+        #: What the run derives from its tools and policy, shared with every run of them (read-only).
+        self.tool_set = derived
+        self.granted: Mapping[str, Tool] = derived.granted
+        self.denied: Mapping[str, Tool] = derived.denied
+        self.names = derived.names
         self.options = options
         self.cancel: Optional[Cancel] = options.cancel if options.cancel is not None else ambient_cancel.get()
         #: The program as it runs (fences, TypeScript, a last expression: :mod:`._program`).
@@ -198,14 +211,17 @@ def prepare(code: Any, tools: Iterable[Tool], options: RunOptions) -> Prepared:
     executor = options.executor
     if executor is not None and _saturated_by_caller(executor):
         raise RunCodeError(_SATURATED)
-    granted, denied = partition(tools, options.policy, "run_code")
-    check_binds(granted.values(), options.bind, "run_code")
-    return Prepared(code, rt, limits, granted, denied, options)
+    derived = tool_set(tools, options.policy, "run_code")
+    _say_missing(derived.missing_binds(options.bind), "run_code")
+    return Prepared(code, rt, limits, derived, options)
 
 
 def check_binds(tools: Iterable[Tool], bind: Any, door: str) -> None:
     """A :class:`~nous_sched.ConfigError` naming the first :class:`~nous_sched.Bind` of ``tools`` that ``bind`` lacks."""
-    missing = missing_binds(tools, bind)
+    _say_missing(missing_binds(tools, bind), door)
+
+
+def _say_missing(missing: list[tuple[str, str, str]], door: str) -> None:
     if missing:
         tool, argument, name = missing[0]
         raise ConfigError(
@@ -251,7 +267,7 @@ def reviewed(p: Prepared, live: Any, defer: Any = None) -> tuple[ReviewEvent, Op
     result ``None``: the caller suspends the run before it starts."""
     o = p.options
     assert o.review is not None
-    gated = approval_names(o.policy, p.granted.values())
+    gated = p.tool_set.require_approval
     summary = summarize_parts(p.code, p.granted, p.denied, gated)
     p.program = summary
     request = ReviewRequest(p.code, o.description or "", summary)
@@ -336,22 +352,21 @@ def _wind_down(begun: Optional[Begun], scheduler: Optional[Scheduler]) -> None:
         scheduler.stop(timeout=0.5)
 
 
-def _coming(p: Prepared, policy: Any) -> Callable[[str], str]:
+def _coming(p: Prepared) -> Callable[[str], str]:
     """What an approval question says is coming for a tool (``RunContext.coming``):
     read from the program's summary, the review's when it was reviewed, else made
     on the first question (a run that asks nothing never parses its program)."""
-    return _Coming(p, policy)
+    return _Coming(p)
 
 
 class _Coming:
     """``RunContext.coming`` of one run. Pickled (a call run by a serializing
     executor, Dask), it is one that knows nothing: the run stays in its process."""
 
-    __slots__ = ("_p", "_policy", "_made")
+    __slots__ = ("_p", "_made")
 
-    def __init__(self, p: Optional[Prepared], policy: Any) -> None:
+    def __init__(self, p: Optional[Prepared]) -> None:
         self._p = p
-        self._policy = policy
         self._made: Optional[ProgramSummary] = None
 
     def __call__(self, tool: str) -> str:
@@ -359,28 +374,27 @@ class _Coming:
         if p is None:
             return ""
         if self._made is None:  # (two first questions at once may both parse: the same summary)
-            gated = approval_names(self._policy, p.granted.values())
+            gated = p.tool_set.require_approval
             self._made = p.program or summarize_parts(p.code, p.granted, p.denied, gated)
         return self._made.coming(tool)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_Coming, (None, None))
+        return (_Coming, (None,))
 
 
 def _build(p: Prepared, o: RunOptions, deadline: float, live: Any) -> tuple[Scheduler, Gate, RunContext]:
     """The run's context, scheduler and gate."""
-    policy = o.policy
     blob_bytes = p.limits.blob_bytes
     run_ctx = RunContext(
         approval_handler=o.approval_handler,
         deps=o.deps,
-        require_approval=approval_names(policy, p.granted.values()),
+        require_approval=p.tool_set.require_approval,
         deadline=deadline,
         description=o.description or "",
         live=live,
         bind=o.bind,
         program=p.program,
-        coming=_coming(p, policy),
+        coming=_coming(p),
         # A run of a state scope also finds the blobs its earlier runs stored there (state.set of a handle).
         blobs=None
         if blob_bytes is None

@@ -32,6 +32,7 @@ from .engine import (
     cpu_message,
     drive,
     memory_message,
+    names_utf8,
     timeout_message,
 )
 from .poolcore import FRESH, PoolCore
@@ -431,16 +432,23 @@ class Remote:
         if cpu_limit is not None:
             self.reusable = False
             w.cpu_watch = CpuWatch.start(w.proc.pid, cpu_limit)
-        body = json.dumps(
-            {
-                "program": self.program,
-                "names": list(self.names),
-                "limits": [getattr(limits, f) for f in worker.LIMIT_FIELDS],
-                "remaining": max(self.deadline - time.monotonic(), 0.0),
-                "memory_cap": cap,
-                "cpu_limit": cpu_limit,
-            }
-        ).encode("utf-8", "surrogatepass")
+        # The names' text, made once per tool set, follows the JSON after a newline as it
+        # is: neither side escapes, parses or copies it per name (worker.py's run).
+        names, lazy = names_utf8(self.names)
+        body = (
+            json.dumps(
+                {
+                    "program": self.program,
+                    "names_lazy": lazy,
+                    "limits": [getattr(limits, f) for f in worker.LIMIT_FIELDS],
+                    "remaining": max(self.deadline - time.monotonic(), 0.0),
+                    "memory_cap": cap,
+                    "cpu_limit": cpu_limit,
+                }
+            ).encode("utf-8", "surrogatepass")
+            + b"\n"
+            + names
+        )
         try:
             w.send(worker.frame(worker.RUN, body), self.until)
         except BrokenPipeError:

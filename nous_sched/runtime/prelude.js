@@ -714,15 +714,91 @@
   PROTOCOL.__proto__ = true;
 
   const declared = create(null);
-  // Only `get` is trapped: keys, `in`, descriptors and the frozen shape are
-  // the declared tools' own. The handler never calls the program's code.
+  // The declared names arrive as one JSON array text (configure) and are not
+  // parsed for a program that only calls tools: a name it reads is looked up
+  // in that text (isDeclared), and the tools' functions are made one by one
+  // as they are read (made). Anything that asks for the whole shape (keys,
+  // `in`, descriptors, extensibility, a write) first makes every tool and
+  // freezes `declared` (materialize): from then on it is the frozen object of
+  // the declared tools it always was, in the same order. A run's start costs
+  // the same whatever the tool count.
+  let namesJson = "[]";
+  let made = create(null);
+  let lookup = null;
+  let scans = 0;
+  let materialized = false;
+  // Whether `key` is in namesJson: its JSON text starting an element ([ or ,
+  // before it) and ending one (, or ] after it). A `"` inside a JSON string is
+  // always escaped, so such a match is a whole element; the host writes the
+  // text as JSON.stringify would (nous_sched.runtime.engine.names_json).
+  function isDeclared(key) {
+    if (key.length >= namesJson.length) return false; // (no name is longer than all of them: nothing copied)
+    if (lookup !== null) return lookup[key] === true;
+    if (++scans > MAX_SCANS) {
+      // A program reading many names: one lookup table instead of a scan per name.
+      const names = JSONparse(namesJson);
+      lookup = create(null);
+      for (let i = 0; i < names.length; i++) lookup[names[i]] = true;
+      return lookup[key] === true;
+    }
+    const pattern = JSONstringify(key);
+    let at = apply(strIndexOf, namesJson, [pattern]);
+    while (at !== -1) {
+      const before = namesJson[at - 1];
+      const after = namesJson[at + pattern.length];
+      if ((before === "[" || before === ",") && (after === "," || after === "]")) return true;
+      at = apply(strIndexOf, namesJson, [pattern, at + 1]);
+    }
+    return false;
+  }
+  const MAX_SCANS = 32;
+  function materialize() {
+    if (materialized) return;
+    materialized = true;
+    const names = JSONparse(namesJson);
+    for (let i = 0; i < names.length; i++) {
+      const name = names[i];
+      const f = made[name];
+      defineProperty(declared, name, { value: f !== undefined ? f : makeTool(name), enumerable: true });
+    }
+    freeze(declared);
+    namesJson = null;
+    made = null;
+    lookup = null;
+  }
+  own(isDeclared);
+  own(materialize);
+  // Every trap but `get` makes the whole shape first, then answers as the
+  // frozen object would. `get` never calls the program's code.
+  const whole = function (operation) {
+    return own(function (target, a, b, c) {
+      materialize();
+      return apply(operation, undefined, [target, a, b, c]);
+    });
+  };
   const tools = new ProxyCtor(declared, {
     get: own(function (target, key) {
       if (typeof key !== "string") return undefined;
-      if (apply(hasOwn, target, [key])) return target[key];
+      if (materialized) {
+        if (apply(hasOwn, target, [key])) return target[key];
+      } else {
+        const f = made[key];
+        if (f !== undefined) return f;
+        if (isDeclared(key)) return (made[key] = makeTool(key));
+      }
       if (PROTOCOL[key] === true) return undefined;
       return makeTool(key);
     }),
+    has: whole(Reflect.has),
+    ownKeys: whole(Reflect.ownKeys),
+    getOwnPropertyDescriptor: whole(Reflect.getOwnPropertyDescriptor),
+    defineProperty: whole(Reflect.defineProperty),
+    deleteProperty: whole(Reflect.deleteProperty),
+    isExtensible: whole(Reflect.isExtensible),
+    preventExtensions: whole(Reflect.preventExtensions),
+    set: whole(Reflect.set),
+    setPrototypeOf: whole(Reflect.setPrototypeOf),
+    getPrototypeOf: whole(Reflect.getPrototypeOf),
   });
 
   function ask(question, label, args) {
@@ -795,13 +871,12 @@
   });
   freeze(stateObject);
 
-  // namesJson: a JSON array of tool names; limitsJson: [log, output, args] units, then log lines,
-  // calls and the run's total argument units;
+  // names: a JSON array of tool names; limitsJson: [log, output, args] units, then log lines,
+  // calls and the run's total argument units, then 1 when `names` is written as JSON.stringify would;
   // offset: the lines of the wrapper's header before the program's first line.
-  function configure(namesJson, limitsJson, offset) {
+  function configure(names, limitsJson, offset) {
     if (configured) return;
     configured = true;
-    const names = JSONparse(namesJson);
     const limits = JSONparse(limitsJson);
     MAX_LOG_UNITS = limits[0];
     MAX_OUTPUT_UNITS = limits[1];
@@ -810,10 +885,9 @@
     MAX_CALLS = limits[4];
     MAX_TOTAL_ARGS_UNITS = limits[5];
     if (typeof offset === "number") LINE_OFFSET = offset;
-    for (let i = 0; i < names.length; i++) {
-      defineProperty(declared, names[i], { value: makeTool(names[i]), enumerable: true });
-    }
-    freeze(declared);
+    if (typeof names === "string") namesJson = names;
+    // (0: the host could not write the names as JSON.stringify would: every tool made now.)
+    if (limits[6] !== 1) materialize();
   }
   const logger = function (prefix) {
     return freeze(

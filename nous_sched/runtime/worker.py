@@ -35,7 +35,7 @@ ever unpickled.
 
 Host to worker:
 
-* ``R`` run: ``{"program", "names", "limits": [LIMIT_FIELDS...],
+* ``R`` run: ``{"program", "names_lazy", "limits": [LIMIT_FIELDS...],
   "remaining": seconds, "memory_cap": bytes or 0, "cpu_limit": seconds or
   null}``; closes any previous run. A first run's ``memory_cap`` sets
   ``RLIMIT_DATA`` for good; ``cpu_limit`` (a run with a CPU budget: the
@@ -44,7 +44,11 @@ Host to worker:
   engine counts the run's CPU on this process's clock, from the program's
   start, inside its steps only (``time.process_time``: the clock of the
   binding's own slice, so the engine stops the program at its budget
-  exactly); waiting for the host's next frame costs nothing.
+  exactly); waiting for the host's next frame costs nothing. A newline
+  follows the JSON, then the run's tool names as one JSON array in UTF-8
+  (``engine.names_json``: made once per tool set by the host, handed to the
+  prelude as it is; ``names_lazy`` says how the prelude may read it); with no
+  newline, the JSON's ``"names"`` list.
 * ``S`` settle: one or more calls, oldest first, each ``b"<call id> <1|0>
   <n> "`` then the ``n`` bytes of its payload's JSON text (the value, or the
   ``{tool, message}`` error). The worker settles them one at a time, running
@@ -123,6 +127,12 @@ def write_all(fd: int, data: bytes) -> None:
             view = view[os.write(fd, view) :]
 
 
+#: A frame longer than this is read straight into a buffer of its size (one copy,
+#: not one per read and more as the buffer grows): a long program's, or the
+#: names of thousands of tools.
+_LARGE = 1 << 16
+
+
 class _Reader:
     """Frames from a blocking descriptor."""
 
@@ -148,7 +158,7 @@ class _Reader:
                     body = bytes(buf[5 : 4 + n])
                     del buf[: 4 + n]
                     return op, body
-                if n > 1 << 20 and len(buf) >= 5:
+                if n > _LARGE and len(buf) >= 5:
                     return self._read_large(n)
             data = os.read(self.fd, 65536)
             if not data:
@@ -485,7 +495,9 @@ class _Server:
             self.watchdog.disarm()
             self.current.close()
             self.current = None
-        spec = json.loads(body)
+        # (Compact JSON holds no raw newline: the first one ends it, the names' text follows.)
+        end = body.find(b"\n")
+        spec = json.loads(body[:end] if end >= 0 else body)
         if spec["memory_cap"]:
             self.oslimits.cap_memory(spec["memory_cap"])
         if spec.get("cpu_limit"):
@@ -495,7 +507,10 @@ class _Server:
         deadline = time.monotonic() + spec["remaining"]
         self.current = self.engine.Engine(
             spec["program"],
-            spec["names"],
+            # (Decoded from the frame in place: a long text is copied once, into the str.)
+            self.engine.NamesText((str(memoryview(body)[end + 1 :], "utf-8"), spec["names_lazy"]))
+            if end >= 0
+            else spec["names"],
             self.Limits(*spec["limits"]),
             deadline,
             self.spare,
