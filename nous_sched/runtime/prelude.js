@@ -238,7 +238,8 @@
 
   // `name` is a tool's name, or null for a question to the host about the
   // tools (`sdk`), which `label` names in errors.
-  function call(name, args, label) {
+  // `quoted`: `name` as JSON text, when the caller has it (undefined: the drain makes it).
+  function call(name, args, label, quoted) {
     const sites = callSites();
     let json;
     try {
@@ -279,8 +280,11 @@
     const id = ++nextId;
     // A name longer than any the host accepts (gate.MAX_NAME_CHARS) crosses
     // cut, still too long: the host refuses it without the whole of it.
-    if (name !== null && name.length > MAX_NAME_UNITS) name = apply(strSlice, name, [0, MAX_NAME_UNITS]);
-    outbox[outTail++] = [id, name, json === undefined ? "null" : json];
+    if (name !== null && name.length > MAX_NAME_UNITS) {
+      name = apply(strSlice, name, [0, MAX_NAME_UNITS]);
+      quoted = undefined;
+    }
+    outbox[outTail++] = [id, name, json === undefined ? "null" : json, quoted];
     if (clockOn) siteNew[siteNew.length] = siteOf(sites);
     const promise = new PromiseCtor(
       own(function (res, rej) {
@@ -289,8 +293,8 @@
     );
     // Iterating the call instead of its result: `for await` gets the result's
     // items, a plain `for ... of` (or a spread) an error that names the fix.
-    defineProperty(promise, SymbolIterator, { value: notIterable });
-    defineProperty(promise, SymbolAsyncIterator, { value: itemsOf });
+    defineProperty(promise, SymbolIterator, NOT_ITERABLE);
+    defineProperty(promise, SymbolAsyncIterator, ITEMS_OF);
     return promise;
   }
   own(call);
@@ -320,6 +324,16 @@
       }),
     };
   });
+
+  // Every call's promise gets these two descriptors, made once and with no
+  // prototype: nothing the program puts on Object.prototype (a `get`, a
+  // `writable`) can change what they say, or make the call throw.
+  const NOT_ITERABLE = create(null);
+  NOT_ITERABLE.value = notIterable;
+  freeze(NOT_ITERABLE);
+  const ITEMS_OF = create(null);
+  ITEMS_OF.value = itemsOf;
+  freeze(ITEMS_OF);
 
   function __nous_settle(id, ok, payload) {
     const w = waiting[id];
@@ -489,7 +503,8 @@
       } else {
         arg = JSONstringify(json);
       }
-      out += (first ? "[" : ",[") + c[0] + "," + JSONstringify(c[1]) + "," + arg + "]";
+      const quoted = c[3];
+      out += (first ? "[" : ",[") + c[0] + "," + (quoted !== undefined ? quoted : JSONstringify(c[1])) + "," + arg + "]";
     }
     out += '],"logs":[';
     for (let i = 0; i < logCount; i++) out += (i ? "," : "") + JSONstringify(logs[i]);
@@ -693,9 +708,11 @@
   }
 
   function makeTool(name) {
+    let quoted; // the name as JSON text, for the envelope: made at its first call, once per run
     return freeze(
       own(function (args) {
-        return call(name, args, name);
+        if (quoted === undefined) quoted = JSONstringify(name);
+        return call(name, args, name, quoted);
       }),
     );
   }
