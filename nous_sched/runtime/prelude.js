@@ -238,6 +238,18 @@
 
   // `name` is a tool's name, or null for a question to the host about the
   // tools (`sdk`), which `label` names in errors.
+  // The call whose promise is being made: `file`, its executor (one for
+  // every call, not a closure each), files it in `waiting`. The engine runs
+  // an executor at once, inside `new`, and this one calls nothing else.
+  let filing = null;
+  const file = own(function (res, rej) {
+    const w = filing;
+    filing = null;
+    w.res = res;
+    w.rej = rej;
+    waiting[w.id] = w;
+  });
+
   // `quoted`: `name` as JSON text, when the caller has it (undefined: the drain makes it).
   function call(name, args, label, quoted) {
     const sites = callSites();
@@ -286,11 +298,8 @@
     }
     outbox[outTail++] = [id, name, json === undefined ? "null" : json, quoted];
     if (clockOn) siteNew[siteNew.length] = siteOf(sites);
-    const promise = new PromiseCtor(
-      own(function (res, rej) {
-        waiting[id] = { res: res, rej: rej, sites: sites, name: label };
-      }),
-    );
+    filing = { res: null, rej: null, sites: sites, name: label, id: id };
+    const promise = new PromiseCtor(file);
     // Iterating the call instead of its result: `for await` gets the result's
     // items, a plain `for ... of` (or a spread) an error that names the fix.
     defineProperty(promise, SymbolIterator, NOT_ITERABLE);
