@@ -241,13 +241,38 @@ def run_rows(n: int, reps: int, which: list[str]) -> dict[str, list[dict[str, fl
 
 
 _CALLGRIND_CHILD = """
-import sys
+import json, sys, time
 from nous_sched import Limits, Tool, WorkerPool, QuickJSRuntime, run_code
 n, rt = int(sys.argv[1]), sys.argv[2]
+code = "for (let i = 0; i < %d; i++) await tools.noop({});\\nreturn %d;" % (n, n)
+if rt == "engine":  # the worker's own step, without its pipes (and the host's envelope check)
+    from nous_sched.runtime import engine
+    eng = engine.Engine(code, ["noop"], Limits(timeout=900, max_calls=n + 1), time.monotonic() + 900)
+    text = eng.start()
+    while True:
+        calls = engine._checked(text)["calls"]
+        if not calls:
+            break
+        text = eng.settle_many([(calls[0][0], None, None, True, "null")])[0]
+    sys.exit(0)
+if rt == "floorstep":  # the minimal bridge's step: run the jobs, drain, settle
+    sys.path.insert(0, sys.argv[3])
+    import _floor, quickjs
+    ctx = quickjs.Context()
+    ctx.eval(_floor.PRELUDE)
+    drain, settle = ctx.get("__drain"), ctx.get("__settle")
+    ctx.eval("__run(async function program() {" + code + "\\n});")
+    while True:
+        while ctx.execute_pending_job():
+            pass
+        calls = json.loads(drain())[1]
+        if not calls:
+            break
+        settle(calls[0][0], True, "null")
+    sys.exit(0)
 tool = Tool("noop", lambda args: None, concurrency_safe=lambda args: True)
 runtime = WorkerPool() if rt == "worker" else QuickJSRuntime()
 run_code("return 1", [tool], runtime=runtime, description="warm")
-code = "for (let i = 0; i < %d; i++) await tools.noop({});\\nreturn %d;" % (n, n)
 r = run_code(code, [tool], runtime=runtime, limits=Limits(timeout=900, max_calls=n + 1), description="callgrind")
 assert r.ok, r.error
 if rt == "worker":
@@ -267,8 +292,18 @@ def callgrind(runtime: str, small: int = 200, large: int = 1200) -> int:
             f.write(_CALLGRIND_CHILD)
         for n in (small, large):
             out = os.path.join(tmp, f"cg.{n}")
+            here = os.path.dirname(os.path.abspath(__file__))
             proc = subprocess.run(
-                [valgrind, "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, script, str(n), runtime],
+                [
+                    valgrind,
+                    "--tool=callgrind",
+                    f"--callgrind-out-file={out}",
+                    sys.executable,
+                    script,
+                    str(n),
+                    runtime,
+                    here,
+                ],
                 capture_output=True,
                 text=True,
                 check=True,
@@ -292,6 +327,8 @@ def main() -> int:
     if args.callgrind:
         for runtime in ("worker", "inproc"):
             print(f"host instructions per call [{runtime}]: {callgrind(runtime):,}", flush=True)
+        for step in ("engine", "floorstep"):
+            print(f"instructions per step [{step}]: {callgrind(step, 1000, 6000):,}", flush=True)
     print(f"# load after: {os.getloadavg()[0]:.2f}")
     return 0
 
