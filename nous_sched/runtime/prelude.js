@@ -42,6 +42,9 @@
   const AsyncFunctionPrototype = getPrototypeOf(async function () {});
   const strSplit = String.prototype.split;
   const strIndexOf = String.prototype.indexOf;
+  // Argument lists each call's path hands to `apply`, made once (frozen: only read).
+  const EMPTY_OBJECT = freeze(["{}"]);
+  const FROM_START = freeze([0]);
   const captureStackTrace = ErrorCtor.captureStackTrace;
   const InternalErrorPrototype = typeof InternalError === "function" ? InternalError.prototype : null;
   const hasOwn = Object.prototype.hasOwnProperty;
@@ -264,7 +267,7 @@
       const message = "arguments are " + json.length + " characters of JSON, over the run's limit of " + MAX_ARGS_UNITS;
       return apply(promiseReject, PromiseCtor, [failedCall(label, message, sites)]);
     }
-    if (json !== undefined && apply(strIndexOf, json, ["{}"]) !== -1) {
+    if (json !== undefined && apply(strIndexOf, json, EMPTY_OBJECT) !== -1) {
       // A Promise crosses as {}: a call whose result the program forgot to await.
       const at = loadConverter().promiseAt(args, "$", 0);
       if (at !== null) {
@@ -533,7 +536,7 @@
     out += '],"dropped":' + logDropped + ',"main":' + mainJson + clockDrained() + "}" + tail;
     mainJson = "null";
     // Concatenation builds a rope string, which the binding cannot convert: flatten it.
-    return apply(strSlice, out, [0]);
+    return apply(strSlice, out, FROM_START);
   }
 
   // The one rule for values with no faithful JSON form (documented in
