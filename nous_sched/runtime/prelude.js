@@ -43,6 +43,9 @@
   const AsyncFunctionPrototype = getPrototypeOf(async function () {});
   const strSplit = String.prototype.split;
   const strIndexOf = String.prototype.indexOf;
+  // Argument lists each call's path hands to `apply`, made once (frozen: only read).
+  const EMPTY_OBJECT = freeze(["{}"]);
+  const FROM_START = freeze([0]);
   const captureStackTrace = ErrorCtor.captureStackTrace;
   const InternalErrorPrototype = typeof InternalError === "function" ? InternalError.prototype : null;
   const hasOwn = Object.prototype.hasOwnProperty;
@@ -239,7 +242,20 @@
 
   // `name` is a tool's name, or null for a question to the host about the
   // tools (`sdk`), which `label` names in errors.
-  function call(name, args, label) {
+  // The call whose promise is being made: `file`, its executor (one for
+  // every call, not a closure each), files it in `waiting`. The engine runs
+  // an executor at once, inside `new`, and this one calls nothing else.
+  let filing = null;
+  const file = own(function (res, rej) {
+    const w = filing;
+    filing = null;
+    w.res = res;
+    w.rej = rej;
+    waiting[w.id] = w;
+  });
+
+  // `quoted`: `name` as JSON text, when the caller has it (undefined: the drain makes it).
+  function call(name, args, label, quoted) {
     const sites = callSites();
     let json;
     try {
@@ -252,7 +268,7 @@
       const message = "arguments are " + json.length + " characters of JSON, over the run's limit of " + MAX_ARGS_UNITS;
       return apply(promiseReject, PromiseCtor, [failedCall(label, message, sites)]);
     }
-    if (json !== undefined && apply(strIndexOf, json, ["{}"]) !== -1) {
+    if (json !== undefined && apply(strIndexOf, json, EMPTY_OBJECT) !== -1) {
       // A Promise crosses as {}: a call whose result the program forgot to await.
       const at = loadConverter().promiseAt(args, "$", 0);
       if (at !== null) {
@@ -280,18 +296,18 @@
     const id = ++nextId;
     // A name longer than any the host accepts (gate.MAX_NAME_CHARS) crosses
     // cut, still too long: the host refuses it without the whole of it.
-    if (name !== null && name.length > MAX_NAME_UNITS) name = apply(strSlice, name, [0, MAX_NAME_UNITS]);
-    outbox[outTail++] = [id, name, json === undefined ? "null" : json];
+    if (name !== null && name.length > MAX_NAME_UNITS) {
+      name = apply(strSlice, name, [0, MAX_NAME_UNITS]);
+      quoted = undefined;
+    }
+    outbox[outTail++] = [id, name, json === undefined ? "null" : json, quoted];
     if (clockOn) siteNew[siteNew.length] = siteOf(sites);
-    const promise = new PromiseCtor(
-      own(function (res, rej) {
-        waiting[id] = { res: res, rej: rej, sites: sites, name: label };
-      }),
-    );
+    filing = { res: null, rej: null, sites: sites, name: label, id: id };
+    const promise = new PromiseCtor(file);
     // Iterating the call instead of its result: `for await` gets the result's
     // items, a plain `for ... of` (or a spread) an error that names the fix.
-    defineProperty(promise, SymbolIterator, { value: notIterable });
-    defineProperty(promise, SymbolAsyncIterator, { value: itemsOf });
+    defineProperty(promise, SymbolIterator, NOT_ITERABLE);
+    defineProperty(promise, SymbolAsyncIterator, ITEMS_OF);
     return promise;
   }
   own(call);
@@ -321,6 +337,16 @@
       }),
     };
   });
+
+  // Every call's promise gets these two descriptors, made once and with no
+  // prototype: nothing the program puts on Object.prototype (a `get`, a
+  // `writable`) can change what they say, or make the call throw.
+  const NOT_ITERABLE = create(null);
+  NOT_ITERABLE.value = notIterable;
+  freeze(NOT_ITERABLE);
+  const ITEMS_OF = create(null);
+  ITEMS_OF.value = itemsOf;
+  freeze(ITEMS_OF);
 
   function __nous_settle(id, ok, payload) {
     const w = waiting[id];
@@ -490,7 +516,8 @@
       } else {
         arg = JSONstringify(json);
       }
-      out += (first ? "[" : ",[") + c[0] + "," + JSONstringify(c[1]) + "," + arg + "]";
+      const quoted = c[3];
+      out += (first ? "[" : ",[") + c[0] + "," + (quoted !== undefined ? quoted : JSONstringify(c[1])) + "," + arg + "]";
     }
     out += '],"logs":[';
     for (let i = 0; i < logCount; i++) out += (i ? "," : "") + JSONstringify(logs[i]);
@@ -510,7 +537,7 @@
     out += '],"dropped":' + logDropped + ',"main":' + mainJson + clockDrained() + "}" + tail;
     mainJson = "null";
     // Concatenation builds a rope string, which the binding cannot convert: flatten it.
-    return apply(strSlice, out, [0]);
+    return apply(strSlice, out, FROM_START);
   }
 
   // The one rule for values with no faithful JSON form (documented in
@@ -694,9 +721,11 @@
   }
 
   function makeTool(name) {
+    let quoted; // the name as JSON text, for the envelope: made at its first call, once per run
     return freeze(
       own(function (args) {
-        return call(name, args, name);
+        if (quoted === undefined) quoted = JSONstringify(name);
+        return call(name, args, name, quoted);
       }),
     );
   }
