@@ -52,6 +52,7 @@ BENCHMARKS = [
     ("bridge", "bench_bridge.py", False),
     ("fanout", "bench_fanout.py", False),
     ("startup", "bench_startup.py", False),
+    ("startup_steps", "bench_startup_steps.py", False),
     ("payload", "bench_payload.py", False),
     ("scaling", "bench_scaling.py", False),
     ("memory", "bench_memory.py", False),
@@ -65,6 +66,7 @@ BENCHMARKS = [
     ("peer", "bench_peer.py", False),
     ("ab", "bench_ab.py", False),
     ("wall", "bench_wall.py", False),
+    ("instructions", "bench_instructions.py", False),
     ("vercel", "bench_vercel.py", True),
     ("monty", "bench_monty.py", True),
 ]
