@@ -245,11 +245,11 @@ class _Watchdog:
     """
 
     def __init__(self, lifeline: int, offset: Any) -> None:
-        import threading
+        import _thread
 
         self._lifeline = lifeline
         self.offset = offset  # of the running call's CPU budget in the context, or None
-        self._lock = threading.Lock()
+        self._lock = _thread.allocate_lock()
         self._target: Any = None  # (engine, deadline)
 
     def arm(self, engine: Any, deadline: float) -> None:
@@ -626,12 +626,33 @@ def _load_all(quickjs_path: str) -> tuple[Any, Any, Any]:
         import signal  # noqa: F401
         import socket  # noqa: F401
         import struct  # noqa: F401
-        import threading  # noqa: F401
         import time  # noqa: F401
+
+        _import_without_fork_hook("threading")
     except BaseException as exc:
         write_all(1, frame(FATAL, f"the worker could not load the engine: {exc!r}".encode("utf-8", "replace")))
         os._exit(1)
     return quickjs, engine, oslimits
+
+
+def _import_without_fork_hook(name: str) -> None:
+    """Import ``name`` (for what a run may import later, when the bounds
+    forbid opening its file) without the hook it registers with
+    ``os.register_at_fork``. ``threading``'s would run in every child of a
+    fork server, and cost each about 0.4 ms of CPU, most of it faults that
+    copy the pages of the module's objects it touches, to set right a state
+    that is right already: a fork server has one thread and starts none
+    through ``threading``, its children start theirs with ``_thread`` (the
+    task bound refuses any further one) and end with ``os._exit``."""
+    if name in sys.modules or not hasattr(os, "register_at_fork"):
+        __import__(name)
+        return
+    register = os.register_at_fork
+    os.register_at_fork = lambda **hooks: None
+    try:
+        __import__(name)
+    finally:
+        os.register_at_fork = register
 
 
 def _test_payload() -> Any:
