@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from typing import Optional
 
-from ._seam import Entry, KeyInfo, StateConflict, StateFull
+from ._seam import Entry, KeyInfo, check_write
 
 __all__ = ["MemoryStateStore", "SHARED"]
 
@@ -41,20 +41,24 @@ class MemoryStateStore:
             entries = self._scopes.setdefault(scope, {})
             old = entries.get(key)
             found = 0 if old is None else old.version
-            if expect is not None and expect != found:
-                raise StateConflict(key, expect, found)
+            old_size = 0 if old is None else len(old.text)
+            check_write(
+                key,
+                expect=expect,
+                found=found,
+                old_size=old_size,
+                size=None if text is None else len(text),
+                max_keys=max_keys,
+                max_bytes=max_bytes,
+                count=lambda: len(entries),
+                total=lambda: sum(len(e.text) for e in entries.values()),
+            )
             if text is None:
                 if old is None:
                     return 0
                 del entries[key]
                 self._counters[scope] = self._counters.get(scope, 0) + 1
                 return 0
-            if old is None and max_keys is not None and len(entries) + 1 > max_keys:
-                raise StateFull("keys", max_keys)
-            if max_bytes is not None:
-                total = sum(len(e.text) for e in entries.values()) - (0 if old is None else len(old.text))
-                if total + len(text) > max_bytes and len(text) > (0 if old is None else len(old.text)):
-                    raise StateFull("bytes", max_bytes)
             version = self._counters.get(scope, 0) + 1
             self._counters[scope] = version
             entries[key] = Entry(text, version)

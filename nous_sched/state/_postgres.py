@@ -7,7 +7,7 @@ from typing import Any, Optional
 from .. import _validators as v
 from .._postgres_client import DEFAULT_TIMEOUT, DSN, Connections, django_dsn
 from .._validators import require
-from ._seam import Entry, KeyInfo, StateConflict, StateFull, StateStoreError
+from ._seam import Entry, KeyInfo, StateStoreError, check_write
 
 __all__ = ["PostgresStateStore"]
 
@@ -109,25 +109,29 @@ def _write(
         "SELECT octet_length(value), version FROM nous_sched_state WHERE scope = %s AND key = %s", (scope, key)
     ).fetchone()
     old_size, found = (0, 0) if row is None else (int(row[0]), int(row[1]))
-    if expect is not None and expect != found:
-        raise StateConflict(key, expect, found)
+    check_write(
+        key,
+        expect=expect,
+        found=found,
+        old_size=old_size,
+        size=None if text is None else len(text.encode("utf-8")),
+        max_keys=max_keys,
+        max_bytes=max_bytes,
+        count=lambda: int(
+            cursor.execute("SELECT count(*) FROM nous_sched_state WHERE scope = %s", (scope,)).fetchone()[0]
+        ),
+        total=lambda: int(
+            cursor.execute(
+                "SELECT coalesce(sum(octet_length(value)), 0) FROM nous_sched_state WHERE scope = %s", (scope,)
+            ).fetchone()[0]
+        ),
+    )
     if text is None:
         if row is None:
             return 0
         cursor.execute("DELETE FROM nous_sched_state WHERE scope = %s AND key = %s", (scope, key))
         _bump(cursor, scope)
         return 0
-    if row is None and max_keys is not None:
-        (count,) = cursor.execute("SELECT count(*) FROM nous_sched_state WHERE scope = %s", (scope,)).fetchone()
-        if int(count) + 1 > max_keys:
-            raise StateFull("keys", max_keys)
-    size = len(text.encode("utf-8"))
-    if max_bytes is not None and size > old_size:
-        (total,) = cursor.execute(
-            "SELECT coalesce(sum(octet_length(value)), 0) FROM nous_sched_state WHERE scope = %s", (scope,)
-        ).fetchone()
-        if int(total) - old_size + size > max_bytes:
-            raise StateFull("bytes", max_bytes)
     version = _bump(cursor, scope)
     cursor.execute(
         "INSERT INTO nous_sched_state (scope, key, value, version) VALUES (%s, %s, %s, %s) "

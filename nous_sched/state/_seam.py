@@ -16,7 +16,7 @@ new store, as ``tests/test_state_stores.py`` does for the three built in.
 
 from __future__ import annotations
 
-from typing import Optional, Protocol, runtime_checkable
+from typing import Callable, Optional, Protocol, runtime_checkable
 
 import attrs
 
@@ -59,6 +59,35 @@ class StateFull(Exception):
         super().__init__(f"the scope would hold more than {limit} {bound}")
         self.bound = bound
         self.limit = limit
+
+
+def check_write(
+    key: str,
+    *,
+    expect: Optional[int],
+    found: int,
+    old_size: int,
+    size: Optional[int],
+    max_keys: Optional[int],
+    max_bytes: Optional[int],
+    count: Callable[[], int],
+    total: Callable[[], int],
+) -> None:
+    """The one rule every store applies inside its atomic write, before it writes:
+    :class:`StateConflict` when ``expect`` is not the key's version ``found`` (0:
+    absent); for a set (``size``: the new value's size, ``None`` for a delete),
+    :class:`StateFull` when a new key would pass ``max_keys`` (``count()``: the
+    scope's keys now) or a bigger value would pass ``max_bytes`` (``total()``: the
+    scope's size now, ``old_size`` the key's). A value no bigger than the old one
+    is always let through, so a full scope can still shrink."""
+    if expect is not None and expect != found:
+        raise StateConflict(key, expect, found)
+    if size is None:
+        return
+    if found == 0 and max_keys is not None and count() + 1 > max_keys:
+        raise StateFull("keys", max_keys)
+    if max_bytes is not None and size > old_size and total() - old_size + size > max_bytes:
+        raise StateFull("bytes", max_bytes)
 
 
 class StateStoreError(RunCodeError):

@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 from .. import _validators as v
 from .._validators import require
-from ._seam import Entry, KeyInfo, StateConflict, StateFull, StateStoreError
+from ._seam import Entry, KeyInfo, StateStoreError, check_write
 
 __all__ = ["SqliteStateStore"]
 
@@ -121,24 +121,25 @@ def _write(
         "SELECT length(value), version FROM nous_state WHERE scope = ? AND key = ?", (scope, key)
     ).fetchone()
     old_size, found = (0, 0) if row is None else (int(row[0]), int(row[1]))
-    if expect is not None and expect != found:
-        raise StateConflict(key, expect, found)
+    check_write(
+        key,
+        expect=expect,
+        found=found,
+        old_size=old_size,
+        size=None if text is None else len(text),
+        max_keys=max_keys,
+        max_bytes=max_bytes,
+        count=lambda: int(db.execute("SELECT count(*) FROM nous_state WHERE scope = ?", (scope,)).fetchone()[0]),
+        total=lambda: int(
+            db.execute("SELECT coalesce(sum(length(value)), 0) FROM nous_state WHERE scope = ?", (scope,)).fetchone()[0]
+        ),
+    )
     if text is None:
         if row is None:
             return 0
         db.execute("DELETE FROM nous_state WHERE scope = ? AND key = ?", (scope, key))
         _bump(db, scope)
         return 0
-    if row is None and max_keys is not None:
-        (count,) = db.execute("SELECT count(*) FROM nous_state WHERE scope = ?", (scope,)).fetchone()
-        if int(count) + 1 > max_keys:
-            raise StateFull("keys", max_keys)
-    if max_bytes is not None and len(text) > old_size:
-        (total,) = db.execute(
-            "SELECT coalesce(sum(length(value)), 0) FROM nous_state WHERE scope = ?", (scope,)
-        ).fetchone()
-        if int(total) - old_size + len(text) > max_bytes:
-            raise StateFull("bytes", max_bytes)
     version = _bump(db, scope)
     db.execute(
         "INSERT INTO nous_state (scope, key, value, version) VALUES (?, ?, ?, ?) "
