@@ -2,9 +2,11 @@
 
 Run as a script (tests/test_pool_interrupts.py runs it in a subprocess; the
 reliability benchmark runs it with more interrupts): ``python
-_interrupt_fuzz.py N [SEED]``. One ``SIGINT`` per run, sent to the main
+_interrupt_fuzz.py N [SEED] [SIGNAL]``. One ``SIGINT`` per run, sent to the main
 thread after a random delay within about one run's length (as a person at a
-REPL, or a worker loop that catches ``KeyboardInterrupt``). Prints one JSON
+REPL, or a worker loop that catches ``KeyboardInterrupt``). With ``SIGTERM``
+(or another signal's name) that signal instead, its handler raising
+``SystemExit`` as gunicorn's and Celery's workers do, caught the same way. Prints one JSON
 line: how many interrupts landed in a run, then the pool and process
 afterwards against the baseline taken before the first: places busy, zombie
 children, open descriptors, driver threads, and whether the next run works.
@@ -94,8 +96,16 @@ def settle(pool: WorkerPool) -> None:
             t.join(5.0)
 
 
-def main(n: int, seed: int) -> dict:
+def _exit(signum: int, frame: object) -> None:
+    raise SystemExit(0)  # as gunicorn's and Celery's workers do on SIGTERM
+
+
+def main(n: int, seed: int, signame: str = "SIGINT") -> dict:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    signum = getattr(signal, signame)
+    if signum != signal.SIGINT:
+        signal.signal(signum, _exit)
+    caught = KeyboardInterrupt if signum == signal.SIGINT else SystemExit
     rng = random.Random(seed)
     pool = WorkerPool(size=4, spares=1)
     tools = [Tool("echo", lambda a: a["i"])]
@@ -114,7 +124,7 @@ def main(n: int, seed: int) -> dict:
 
         def fire(delay: float = delay, fired: threading.Event = fired) -> None:
             time.sleep(delay)
-            signal.pthread_kill(main_id, signal.SIGINT)
+            signal.pthread_kill(main_id, signum)
             fired.set()
 
         returned = False
@@ -124,7 +134,7 @@ def main(n: int, seed: int) -> dict:
             returned = True
             while True:  # the interrupt comes after the run: wait for it here
                 fired.wait(0.05)
-        except KeyboardInterrupt:
+        except caught:
             landed += not returned
     ok = run_code(PROGRAM, tools, runtime=pool, timeout=10, description="fuzz").result == 4
     settle(pool)
@@ -163,4 +173,4 @@ def main(n: int, seed: int) -> dict:
 if __name__ == "__main__":
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 200
     seed = int(sys.argv[2]) if len(sys.argv) > 2 else 1
-    sys.stdout.write(json.dumps(main(n, seed)) + "\n")
+    sys.stdout.write(json.dumps(main(n, seed, *sys.argv[3:4])) + "\n")

@@ -51,6 +51,17 @@ def test_two_hundred_interrupts_at_random_moments_leave_the_pool_whole():
 
 
 @pytest.mark.timeout(600)
+def test_two_hundred_sigterms_whose_handler_raises_system_exit_leave_the_pool_whole():
+    # gunicorn's and Celery's workers raise SystemExit from their SIGTERM handler: it splits a step
+    # as Ctrl-C would, so it is held back the same way (nous_sched._interrupts.DEFERRED_SIGNALS).
+    out = _script("_interrupt_fuzz.py", "200", "44", "SIGTERM")
+    assert out["in_a_run"] >= 50, out
+    assert out["next_run_works"] is True
+    assert out["busy_places"] == 0 and set(out["place_states"]) <= {"idle", "starting"}
+    _whole(out)
+
+
+@pytest.mark.timeout(600)
 def test_an_interrupt_at_sampled_steps_of_a_run_leaves_the_pool_whole():
     out = _script("_interrupt_steps.py", "23")
     assert out["steps"] > 500 and out["interrupted"] >= out["runs"] // 2, out
