@@ -121,6 +121,51 @@ def test_a_sigint_as_the_guarded_run_ends_is_not_lost_and_the_handler_found_is_b
         signal.signal(signal.SIGINT, found)
 
 
+def test_a_sigterm_whose_handler_raises_is_held_back_like_sigint_and_the_handler_found_is_back():
+    _main_thread_only()
+    found = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    seen = []
+
+    def term(signum, frame):
+        seen.append(signum)
+        raise SystemExit(0)  # as gunicorn's and Celery's workers do
+
+    signal.signal(signal.SIGTERM, term)
+    signal.signal(signal.SIGINT, lambda signum, frame: seen.append(signum))
+    try:
+        after = []
+        with pytest.raises(SystemExit):
+            with interrupts.guarded():
+                assert signal.getsignal(signal.SIGTERM) is not term  # the run's own, in front
+                with interrupts.deferred():
+                    signal.raise_signal(signal.SIGTERM)
+                    signal.raise_signal(signal.SIGINT)
+                    signal.raise_signal(signal.SIGTERM)  # (the same signal again in one step: once)
+                    after.append("the step went on")
+                after.append("never")
+        # In the order they came, each once; the SIGINT after the raising SIGTERM is still handled.
+        assert after == ["the step went on"] and seen == [signal.SIGTERM, signal.SIGINT]
+        assert signal.getsignal(signal.SIGTERM) is term
+    finally:
+        for sig, handler in found.items():
+            signal.signal(sig, handler)
+
+
+def test_a_signal_python_does_not_handle_is_left_alone():
+    _main_thread_only()
+    found = signal.getsignal(signal.SIGUSR1)
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+    try:
+        with interrupts.guarded():
+            assert signal.getsignal(signal.SIGUSR1) is signal.SIG_IGN
+            with interrupts.deferred():
+                signal.raise_signal(signal.SIGUSR1)  # ignored, as ever
+        assert signal.getsignal(signal.SIGUSR1) is signal.SIG_IGN
+        assert set(interrupts.DEFERRED_SIGNALS) >= {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGALRM}
+    finally:
+        signal.signal(signal.SIGUSR1, found)
+
+
 def test_another_threads_deferred_step_never_holds_the_main_threads_interrupt_back():
     _main_thread_only()
     found = signal.getsignal(signal.SIGINT)
