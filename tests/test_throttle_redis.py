@@ -665,3 +665,40 @@ def test_calls_running_through_a_restart_keep_their_places_and_no_run_is_over_th
         ((result, state),) = results
         assert result.result == list(range(8)), _message(result)
         assert state["peak"] <= 2
+
+
+def test_a_holder_stalled_past_its_lease_through_a_restart_does_not_register_its_place_again():
+    """The holder's whole process stops (SIGSTOP) for longer than its lease while the server restarts;
+    let go on within the restart's grace, its renewal finds the lease ran out by its own clock: it is
+    lost (logged), never registered again, so the place is free once the grace ends."""
+    name = "restart-stalled-" + uuid.uuid4().hex
+    lease = 2.0
+    with redis_process() as server:
+        r = redis.Redis.from_url(server.url)
+        env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        child = subprocess.Popen(
+            [sys.executable, "-c", HOLDER, server.url, name, str(lease)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            eventually(lambda: r.get(name + ":holding") is not None or child.poll() is not None, "the child to hold")
+            assert child.poll() is None, child.communicate()
+            mine = Throttle(name, max_running=1, redis_url=server.url, lease=lease)
+            with pytest.raises(TimeoutError):  # full: and this process now knows the server's run id
+                with mine.hold(timeout=0.3):
+                    pass
+            child.send_signal(signal.SIGSTOP)
+            time.sleep(lease + 0.5)  # its lease runs out, by its own clock too
+            server.kill()
+            server.start()
+            child.send_signal(signal.SIGCONT)  # in the grace: a renewal now would register the place again
+            with mine.hold(timeout=WAIT):
+                assert _running(server.url, name) == 1 and mine.running == 1  # the place is this one's
+        finally:
+            child.send_signal(signal.SIGCONT)
+            child.kill()
+            _, err = child.communicate(timeout=WAIT)
+        assert "lease lost" in err and "this process was stalled" in err, err[-2000:]
