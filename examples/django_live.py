@@ -39,6 +39,7 @@ from django.urls import path
 from django.views.decorators.http import require_GET, require_POST
 
 from nous_sched import ApprovalDesk, PermissionPolicy, Run, Tool, agui, start_run
+from nous_sched.gate.grants import requested
 
 DEBUG = False
 SECRET_KEY = "example-only"
@@ -145,7 +146,13 @@ def decide(request: Any, run_id: str) -> JsonResponse:
     if not isinstance(body, dict):
         return JsonResponse({"error": "expected a JSON object"}, status=400)
     call_id = str(body.get("call_id", ""))
-    if not call_id.startswith(run.call_id + ":code:") or not DESK.answer(call_id, body.get("approved") is True):
+    waiting = DESK.pending().get(call_id)
+    answer: Any = body.get("approved") is True
+    if answer and waiting is not None and body.get("grant") is not None:  # the page's Approve N / matching
+        answer = requested(body["grant"], waiting.arguments, by="the page")
+        if isinstance(answer, str):
+            return JsonResponse({"error": answer}, status=400)
+    if not call_id.startswith(run.call_id + ":code:") or not DESK.answer(call_id, answer):
         return JsonResponse({"error": "no such call waits for approval"}, status=409)
     return JsonResponse({"answered": call_id})
 

@@ -21,6 +21,11 @@ Routes:
 * ``GET /runs/<id>/agui`` the same run in the AG-UI protocol
   (:func:`nous_sched.agui.sse`), for agent front ends that speak it.
 * ``POST /runs/<id>/decisions`` with ``{"call_id", "seq", "approved"}``
+  (and, to approve later calls to the same tool in the run too, ``"grant"``:
+  ``{"calls": N}``, ``{"match": [KEY, ...]}`` (the calls whose ``KEY``
+  arguments equal this call's) or ``{"all": true}``, a
+  :class:`nous_sched.Grant`; the page's **Approve N** and **Approve
+  matching** buttons; a grant the call cannot take is refused with 400)
   answers a pending approval: the live approval handler's
   (:class:`nous_sched.ApprovalDesk`), or, for an app made with an
   ``approval_store``, the suspended run's, which is resumed
@@ -74,7 +79,8 @@ from typing import Any, Iterable, Optional
 
 from flask import Flask, Response, abort, jsonify, request, stream_with_context
 
-from nous_sched import ApprovalDecision, ApprovalDesk, Run, Tool, resume_run, start_run
+from nous_sched import ApprovalDecision, ApprovalDesk, Grant, Run, Tool, resume_run, start_run
+from nous_sched.gate.grants import requested
 
 __all__ = ["create_app", "TOOLS", "PAGE"]
 
@@ -171,10 +177,18 @@ async function decide(body, buttons) {
 function ask(box, seq, callId, question) {
   box.replaceChildren(el("pre", "question", question));
   const yes = el("button", "approve", "Approve"), no = el("button", "deny", "Deny");
-  yes.id = "approve-" + seq; no.id = "deny-" + seq;
-  yes.onclick = () => decide({seq: seq, call_id: callId, approved: true}, [yes, no]);
-  no.onclick = () => decide({seq: seq, call_id: callId, approved: false}, [yes, no]);
-  box.append(yes, no);
+  const count = el("input", "grant-calls"), many = el("button", "approve-many", "Approve N");
+  const keys = el("input", "grant-keys"), matching = el("button", "approve-matching", "Approve matching");
+  count.type = "number"; count.min = "1"; count.value = "10"; keys.placeholder = "KEY[,KEY]";
+  yes.id = "approve-" + seq; no.id = "deny-" + seq; many.id = "approve-many-" + seq;
+  count.id = "grant-calls-" + seq; keys.id = "grant-keys-" + seq; matching.id = "approve-matching-" + seq;
+  const all = [yes, no, many, matching];
+  const approve = grant => decide({seq: seq, call_id: callId, approved: true, grant: grant}, all);
+  yes.onclick = () => decide({seq: seq, call_id: callId, approved: true}, all);
+  no.onclick = () => decide({seq: seq, call_id: callId, approved: false}, all);
+  many.onclick = () => approve({calls: Number(count.value)});
+  matching.onclick = () => approve({match: keys.value.split(",").map(k => k.trim()).filter(k => k)});
+  box.append(yes, no, count, many, keys, matching);
 }
 const handlers = {
   call(e) {
@@ -194,8 +208,9 @@ const handlers = {
       ask(box, e.seq, d.call_id, d.question);
     } else {
       row.className = "call running";
-      put(part(row, "head"), "#" + e.seq + " " + d.tool + ": " + d.state + ", running");
-      box.replaceChildren(el("span", "decision", d.state));
+      const state = d.state + (d.grant ? " (grant " + d.grant + ")" : "");
+      put(part(row, "head"), "#" + e.seq + " " + d.tool + ": " + state + ", running");
+      box.replaceChildren(el("span", "decision", state));
     }
   },
   commit(e) {
@@ -365,22 +380,37 @@ def create_app(tools: Optional[Iterable[Tool]] = None, *, approval_store: Any = 
         run: Run = entry["run"]
         if approval_store is None:
             call_id = str(body.get("call_id", ""))
-            if desk is None or not call_id.startswith(run.call_id + ":code:") or not desk.answer(call_id, approved):
+            waiting = desk.pending().get(call_id) if desk is not None else None
+            if waiting is None or not call_id.startswith(run.call_id + ":code:"):
                 return jsonify({"error": "no such call waits for approval"}), 409
-            return jsonify({"answered": call_id, "approved": approved})
-        return _durable(entry, body.get("seq"), approved)
+            grant = _grant(body, waiting.arguments) if approved else None
+            if isinstance(grant, str):
+                return jsonify({"error": grant}), 400
+            if desk is None or not desk.answer(call_id, grant or approved):
+                return jsonify({"error": "no such call waits for approval"}), 409
+            return jsonify({"answered": call_id, "approved": approved, "grant": grant is not None})
+        return _durable(entry, body, approved)
 
-    def _durable(entry: dict[str, Any], seq: Any, approved: bool) -> Any:
+    def _durable(entry: dict[str, Any], body: dict[str, Any], approved: bool) -> Any:
         run: Run = entry["run"]
+        seq = body.get("seq")
         suspension = run.result(timeout=0).suspended if run.done() else None
-        if suspension is None or seq not in {p.seq for p in suspension.pending}:
+        asked = {p.seq: p for p in suspension.pending} if suspension is not None else {}
+        if suspension is None or seq not in asked:
             return jsonify({"error": "no such call waits for approval"}), 409
+        grant = _grant(body, asked[seq].arguments) if approved else None
+        if isinstance(grant, str):
+            return jsonify({"error": grant}), 400
         with lock:
             decisions = entry["decisions"]
-            decisions[seq] = ApprovalDecision(approved, "approved on the page" if approved else "denied on the page")
-            if len(decisions) < len(suspension.pending) or entry.get("next"):
+            reason = "approved on the page" if approved else "denied on the page"
+            decisions[seq] = ApprovalDecision(approved, reason, grant)
+            # A pending call needs no decision of its own when one grants calls to its tool.
+            granted = {asked[s].tool for s, d in decisions.items() if d.grant is not None}
+            left = [p for p in suspension.pending if p.seq not in decisions and p.tool not in granted]
+            if left or entry.get("next"):
                 ready = entry.get("next") if entry.get("next") != "starting" else None  # another request resumes it
-                return jsonify({"waiting": len(suspension.pending) - len(decisions), "next": ready})
+                return jsonify({"waiting": len(left), "next": ready})
             entry["next"] = "starting"
         options = {k: v for k, v in run_options.items() if k != "approval_handler"}
         resumed = resume_run(
@@ -395,6 +425,11 @@ def create_app(tools: Optional[Iterable[Tool]] = None, *, approval_store: Any = 
         return jsonify({"next": entry["next"]})
 
     return app
+
+
+def _grant(body: dict[str, Any], arguments: Any) -> Optional[Grant] | str:
+    """The grant a decision's body asks for (None: none), or why it cannot be had."""
+    return None if body.get("grant") is None else requested(body["grant"], arguments, by="the page")
 
 
 app = create_app()

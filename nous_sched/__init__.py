@@ -30,6 +30,7 @@ from .events import (
 from .gate.approval_desk import ApprovalDesk
 from .gate.approval_seam import ApprovalStoreSeam
 from .gate.dispatch import ApprovalRequest, CallInfo, RunContext, current_call, direct_dispatch
+from .gate.grants import Grant
 from .gate.policy import PermissionPolicy
 from .integrations import from_langchain, from_llamaindex, from_openai_agents, from_pydantic_ai
 from .live import Run, RunEvent, resume_run, start_run
@@ -149,6 +150,7 @@ __all__ = [
     "visible_tools",
     "WithContextUpdate",
     "WorkerPool",
+    "Grant",
     # state across runs (issue 40)
     "State",
     "StateStoreSeam",

@@ -32,7 +32,8 @@ live event                    AG-UI events
                               ``CONTENT`` for an empty line)
 ``approval``                  ``CUSTOM`` ``nous_sched.approval``: the call waits for a live
                               approval handler (``asked``, with its ``question``), then
-                              ``approved`` or ``rejected``; the run goes on meanwhile
+                              ``approved`` or ``rejected``; the run goes on meanwhile;
+                              ``covered``: a grant the run holds approved the call
 ``suspended``                 AG-UI's human-in-the-loop interrupt: each pending call as a
                               tool call (``START`` / ``ARGS`` / ``END``), then ``CUSTOM``
                               ``nous_sched.suspended``

@@ -309,17 +309,30 @@ class ApprovalEvent:
     words: who decided (``"approved by the approval handler"``, ``"no approval
     handler is configured"``, ...). serve-mcp's audit log writes the same fields
     in its ``approval`` line; its ``by`` says which of its sources answered.
+
+    ``grant`` is the id of the grant (:class:`nous_sched.Grant`) the decision
+    made or spent (``""``: none): the granting call's record also has
+    ``granted``, what the grant covers (``Grant.as_dict()``), and each call it
+    covered has a record with the same ``grant``. Both keys are in the
+    session form only when set.
     """
 
     seq: int
     tool: str
     approved: bool
     reason: str
+    grant: str = ""
+    granted: Any = attrs.field(default=None, converter=freeze, metadata=_FROZEN)
 
     type = "approval"
 
     def as_event(self) -> Event:
-        return Event(self.type, {"seq": self.seq, "tool": self.tool, "approved": self.approved, "reason": self.reason})
+        data = {"seq": self.seq, "tool": self.tool, "approved": self.approved, "reason": self.reason}
+        if self.grant:
+            data["grant"] = self.grant
+        if self.granted is not None:
+            data["granted"] = self.granted
+        return Event(self.type, data)
 
 
 @record

@@ -41,7 +41,10 @@ messages, log lines) is its own text: a page writes it as text, never markup.
 * ``"approval"``: an approval asked and decided (``tool``, ``call_id``,
   ``state``: ``"asked"`` (with ``question``, the text
   :meth:`~nous_sched.ApprovalRequest.question` gives), then ``"approved"`` or
-  ``"rejected"``);
+  ``"rejected"``; an answer that made a grant (:class:`~nous_sched.Grant`)
+  is ``"approved"`` with ``grant``, its id, and ``granted``, what it covers;
+  a later call the grant covered, never asked, is one ``"covered"`` event
+  with ``grant``);
 * ``"suspended"``: a durable run suspended to wait for approvals, just
   before its ``end`` (``token``, the one that resumes it, ``expires_at``,
   ``pending``: ``seq``, ``tool``, ``arguments`` and ``question`` of each);

@@ -363,13 +363,13 @@ def _same(value: Any) -> Any:
     return value
 
 
-def _recording(span: trace.Span, then: Optional[Callable[[bool, str], None]]) -> Callable[[bool, str], None]:
+def _recording(span: trace.Span, then: Optional[Callable[..., None]]) -> Callable[..., None]:
     """An approval sink that puts the decision on ``span`` (``nous_sched.approved``), then tells ``then``."""
 
-    def sink(approved: bool, reason: str) -> None:
+    def sink(approved: bool, reason: str, **grant: Any) -> None:
         span.set_attribute(ATTR_APPROVED, approved)
         if then is not None:
-            then(approved, reason)
+            then(approved, reason, **grant)
 
     return sink
 

@@ -131,3 +131,16 @@ def test_a_decision_without_djangos_csrf_token_is_refused(base, browser):
     assert _text(browser, "status") == "running"  # the call still waits: the page answers it
     browser.find_element(By.ID, "approve-0").click()
     wait.until(lambda d: _text(d, "status") == "done")
+
+
+def test_a_person_grants_the_next_calls_on_the_django_page(base, browser):
+    # Grants (issue 41): the page's "Approve N" answers with a Grant of N calls in all.
+    run_id = _start(base, "writes a note")
+    wait = _waiting(browser, base, run_id)
+    count = browser.find_element(By.ID, "grant-calls-0")
+    count.clear()
+    count.send_keys("3")
+    browser.find_element(By.ID, "approve-many-0").click()
+    wait.until(lambda d: _text(d, "status") == "done")
+    assert json.loads(_text(browser, "result")) == {"wrote": "hi <b>there</b>"}
+    assert browser.find_element(By.ID, "call-0").find_element(By.CLASS_NAME, "approval").text == "approved (grant g0)"

@@ -49,6 +49,7 @@ from typing import Any, Callable, Optional
 
 import anyio
 import anyio.from_thread
+import attrs
 import hostile_tools
 import httpx
 import orjson
@@ -57,6 +58,7 @@ from mcp import Client, StdioServerParameters
 
 from nous_sched import (
     ERROR_KINDS,
+    Grant,
     QuickJSRuntime,
     agui,
     arun_code,
@@ -248,6 +250,7 @@ OUTPUT_PATHS: dict[str, Callable[[Any], None]] = {
     "chrome_trace_file": JSON,  # run --trace FILE
     "approvals_list": TERMINAL,
     "approvals_list_json": JSON,
+    "grant_reasons": TERMINAL,  # the approval records' reasons of a grant and the calls it covered
     "celery_result": WIRE_VALUE,  # nous_sched.integrations.celery: a task's result document, as the caller got it
     "celery_events": JSON_LINES,  # the run's events in its Redis stream, as the worker wrote them
     # issue 40, state: the SDK text's list of the state's keys, for the model (``run_code_tool(state=)``)
@@ -358,6 +361,25 @@ def enter_traced_run_code(program: str, description: str, env: Any) -> Seen:
         for s in exporter.get_finished_spans()
     ]
     return _of_result(result, {"otel_attributes": spans})
+
+
+def enter_start_run_grant(program: str, description: str, env: Any) -> Seen:
+    # Grants: the question with what is coming (the program's own text here), an answer that
+    # grants the calls matching the hostile value, and a second call the grant covers.
+    questions: list[str] = []
+
+    def grant(request: Any) -> Any:
+        questions.append(attrs.evolve(request, coming=description).question())
+        return Grant(matching={"v": request.arguments["v"]}, by=description) if "v" in request.arguments else True
+
+    again = "const again = await tools.gated({v}).catch((e) => String(e.message));\nreturn {v, back, gated, again};"
+    program = program.replace("return {v, back, gated};", again)
+    run = start_run(program, TOOLS, description=description, approval_handler=grant, timeout=WAIT)
+    lines = [event.to_json() for event in run.events()]
+    result = run.result(timeout=WAIT)
+    reasons = "\n".join(e.reason for e in result.events if e.type == "approval")
+    outputs = {"approval_question": "\n".join(questions), "run_events_json": "\n".join(lines), "grant_reasons": reasons}
+    return _of_result(result, outputs)
 
 
 def enter_durable_resume(program: str, description: str, env: Any) -> Seen:
@@ -616,6 +638,11 @@ ENTRY_POINTS = [
         ("run_result", "approval_question", "approvals_list", "approvals_list_json", "logging"),
     ),
     Entry("flask_sse", enter_flask_sse, ("sse_stream", "logging")),
+    Entry(
+        "start_run_grant",
+        enter_start_run_grant,
+        ("run_result", "approval_question", "run_events_json", "grant_reasons", "logging"),
+    ),
     Entry(
         "serve_mcp_stdio",
         _mcp_entry("stdio"),

@@ -36,7 +36,7 @@ import secrets
 import threading
 import time
 from functools import partial
-from typing import Any, ContextManager, Iterable, Optional, Sequence
+from typing import Any, Callable, ContextManager, Iterable, Optional, Sequence
 
 import attrs
 
@@ -335,6 +335,21 @@ def _wind_down(begun: Optional[Begun], scheduler: Optional[Scheduler]) -> None:
         scheduler.stop(timeout=0.5)
 
 
+def _coming(p: Prepared, policy: Any) -> Callable[[str], str]:
+    """What an approval question says is coming for a tool (``RunContext.coming``):
+    read from the program's summary, the review's when it was reviewed, else made
+    on the first question (a run that asks nothing never parses its program)."""
+    made: list[ProgramSummary] = []
+
+    def coming(tool: str) -> str:
+        if not made:  # (two first questions at once may both parse: the same summary)
+            gated = approval_names(policy, p.granted.values())
+            made.append(p.program or summarize_parts(p.code, p.granted, p.denied, gated))
+        return made[0].coming(tool)
+
+    return coming
+
+
 def _build(p: Prepared, o: RunOptions, deadline: float, live: Any) -> tuple[Scheduler, Gate, RunContext]:
     """The run's context, scheduler and gate."""
     policy = o.policy
@@ -347,6 +362,7 @@ def _build(p: Prepared, o: RunOptions, deadline: float, live: Any) -> tuple[Sche
         live=live,
         bind=o.bind,
         program=p.program,
+        coming=_coming(p, policy),
     )
     call_id = o.call_id
     scheduler = Scheduler(

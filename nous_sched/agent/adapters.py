@@ -203,8 +203,11 @@ def call_tool(
     return machine_text(json.dumps(outcome.value, ensure_ascii=False))
 
 
-def _log_approval(session_log: SessionLog, tool: str, approved: bool, reason: str) -> None:
-    session_log.append(ApprovalEvent(0, tool, approved, reason).as_event())
+def _log_approval(
+    session_log: SessionLog, tool: str, approved: bool, reason: str, grant: str = "", granted: Any = None
+) -> None:
+    shown = None if granted is None else granted.as_dict()
+    session_log.append(ApprovalEvent(0, tool, approved, reason, grant, shown).as_event())
 
 
 def _dispatched(

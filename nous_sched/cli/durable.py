@@ -7,7 +7,11 @@
   continues it by replay (it may suspend again: status 3).
 * ``nous-sched approvals list|approve|deny --store FILE`` for an operator:
   the suspensions waiting in a store, and a decision recorded for a later
-  resume (by ``nous-sched resume`` or :func:`nous_sched.resume`).
+  resume (by ``nous-sched resume`` or :func:`nous_sched.resume`). ``approve``
+  (and ``resume --approve``) may grant later calls to the same tool too
+  (:class:`nous_sched.Grant`): ``--grant-calls N`` (N calls in all),
+  ``--grant-match KEY`` (repeatable: the calls whose ``KEY`` equals this
+  call's), ``--grant-all``; ``--by NAME`` is kept in the audit.
 * ``nous-sched approvals settle TOKEN SEQ --ran|--not-ran --store FILE``: a
   person's word on a call a crashed resume started and never finished (``list``
   shows it under ``fate unknown``): ``--ran``, it ran (the program gets an
@@ -141,6 +145,7 @@ def add_parsers(sub: Any) -> None:
     resume.add_argument("--approve", type=int, action="append", default=[], metavar="SEQ", help="approve call SEQ")
     resume.add_argument("--deny", type=int, action="append", default=[], metavar="SEQ", help="deny call SEQ")
     resume.add_argument("--reason", default="", help="the reason kept in the audit with each decision")
+    _grant_arguments(resume)
     resume.add_argument("--tools", required=True, metavar="MODULE", help="the same tools module the run used")
     resume.add_argument(
         "--approval-store", required=True, metavar="FILE", help="SQLite file, redis:// or postgresql:// URL"
@@ -167,7 +172,55 @@ def add_parsers(sub: Any) -> None:
     fate.add_argument("--not-ran", action="store_true", help="settle: the call never ran (the next resume runs it)")
     approvals.add_argument("--store", required=True, metavar="FILE", help="SQLite file, redis:// or postgresql:// URL")
     approvals.add_argument("--reason", default="", help="the reason kept in the audit")
+    _grant_arguments(approvals)
     approvals.add_argument("--json", action="store_true", help="list as one JSON array")
+
+
+def _grant_arguments(parser: Any) -> None:
+    group = parser.add_argument_group(
+        "grants", "approve later calls to the same tool in the run too (with approve; nous_sched.Grant)"
+    )
+    group.add_argument("--grant-calls", type=int, metavar="N", help="N calls in all, this one counted")
+    group.add_argument(
+        "--grant-match",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="the calls whose argument KEY equals this call's (repeatable: every KEY must)",
+    )
+    group.add_argument("--grant-all", action="store_true", help="every call to the tool in the run")
+    group.add_argument("--by", default="", help="who grants it, kept in the audit")
+
+
+def _grant_of(args: argparse.Namespace, arguments: Any) -> Any:
+    """The Grant the grant options ask for, for a call with ``arguments``; None when they ask for none."""
+    from ..gate.grants import Grant
+
+    if args.grant_calls is None and not args.grant_match and not args.grant_all:
+        return None
+    if args.grant_all and (args.grant_calls is not None or args.grant_match):
+        raise UsageError("--grant-all is every call: give it alone, or --grant-calls / --grant-match")
+    matching = None
+    if args.grant_match:
+        if not isinstance(arguments, dict) or any(k not in arguments for k in args.grant_match):
+            missing = [k for k in args.grant_match if not isinstance(arguments, dict) or k not in arguments]
+            raise UsageError(f"--grant-match: the call has no argument {inert(str(missing[0]))[:120]!r}")
+        matching = {k: arguments[k] for k in args.grant_match}
+    try:
+        return Grant(calls=args.grant_calls, matching=matching, by=args.by)
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _pending_arguments(store: Any, token: str, seq: int) -> Any:
+    try:
+        record = store.load(token)
+    except ConfigError as exc:  # TokenError included
+        raise UsageError(str(exc)) from None
+    for request in record["pending"]:
+        if request["seq"] == seq:
+            return request["arguments"]
+    return None
 
 
 def show_suspended(result: Any, out: TextIO, as_json: bool) -> int:
@@ -200,7 +253,17 @@ def _resume(args: argparse.Namespace, out: TextIO) -> int:
 
     tools = load_tools(args.tools)
     store = open_store(args.approval_store)
-    decisions = {seq: ApprovalDecision(True, args.reason or "approved") for seq in args.approve}
+    granting = args.grant_calls is not None or bool(args.grant_match) or args.grant_all
+    if granting and not args.approve:
+        raise UsageError("the grant options go with --approve SEQ")
+    decisions = {
+        seq: ApprovalDecision(
+            True,
+            args.reason or "approved",
+            _grant_of(args, _pending_arguments(store, args.token, seq)) if granting else None,
+        )
+        for seq in args.approve
+    }
     decisions.update({seq: ApprovalDecision(False, args.reason or "denied") for seq in args.deny})
     try:
         given = {"timeout": args.timeout, "runtime": runtime_named(args.runtime), **state_option(args)}
@@ -225,11 +288,15 @@ def _approvals(args: argparse.Namespace, out: TextIO) -> int:
         raise UsageError(f"approvals {args.action} needs TOKEN and SEQ (see `nous-sched approvals list`)")
     if args.action == "settle":
         return _settle(store, args, out)
+    grant = _grant_of(args, _pending_arguments(store, args.token, args.seq)) if args.action == "approve" else None
+    if args.action != "approve" and (args.grant_calls is not None or args.grant_match or args.grant_all):
+        raise UsageError("a grant approves: the grant options go with approve, not deny")
     try:
-        store.decide(args.token, args.seq, args.action == "approve", args.reason)
+        store.decide(args.token, args.seq, args.action == "approve", args.reason, grant=grant)
     except ConfigError as exc:
         raise UsageError(str(exc)) from None
-    out.write(f"{args.action}d call #{args.seq}; resume the run with its token to continue\n")
+    granting = "" if grant is None else f", granting {inert(grant.describe())[:300]}"
+    out.write(f"{args.action}d call #{args.seq}{granting}; resume the run with its token to continue\n")
     return 0
 
 
@@ -264,6 +331,8 @@ def _list(store: Any, out: TextIO, as_json: bool) -> int:
         for request in row["pending"]:
             decided = row["decisions"].get(str(request["seq"]))
             verdict = "" if decided is None else (" (approved)" if decided["approved"] else " (denied)")
+            if decided is not None and decided.get("grant") is not None:
+                verdict = " (approved, with a grant)"
             _pending(out, request["seq"], request["tool"], request["arguments"], verdict, request.get("code"))
         if row.get("resume") is not None:
             _resume_state(out, row)

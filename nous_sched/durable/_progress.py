@@ -9,7 +9,7 @@ started call was never committed, unless a person settled it: ``ran`` (the
 program gets an error saying its result was lost) or ``not-ran`` (it runs).
 
 The record (JSON, sealed by the store): ``{"tracked": true, "decisions":
-{seq: {approved, reason}}, "clock": [...], "started": {seq: [tool, args
+{seq: {approved, reason[, grant]}}, "clock": [...], "started": {seq: [tool, args
 text]}, "committed": {seq: [tool, args text, ok, value]}, "settled": {seq:
 "ran" | "not-ran"}, "lease": epoch, "state": [...]}`` (``lease``: the
 wall-clock time until which the resume holds its claim, renewed by
@@ -41,7 +41,7 @@ LOST_RESULT = (
 def initial(decisions: Mapping[int, Any], lease: Optional[float] = None) -> dict[str, Any]:
     """The progress a claim writes: tracked, with the decisions the resume runs with
     (and, given ``lease`` seconds, the claim's lease from now)."""
-    shown = {str(seq): {"approved": d.approved, "reason": d.reason} for seq, d in decisions.items()}
+    shown = {str(seq): d.as_dict() for seq, d in decisions.items()}
     state = {"tracked": True, "decisions": shown, "clock": [], "started": {}, "committed": {}, "settled": {}}
     if lease is not None:
         state["lease"] = time.time() + lease

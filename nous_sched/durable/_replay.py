@@ -19,7 +19,8 @@ from ..errors import ConfigError
 from ..events import ApprovalEvent, Event, ResumedEvent, ReviewEvent, SuspendedEvent
 from ..gate import Admitted
 from ..gate.approval_seam import ApprovalStoreSeam
-from ..gate.dispatch import ApprovalRequest, needs_approval
+from ..gate.dispatch import COVERED, ApprovalRequest, coming_for, needs_approval
+from ..gate.grants import Grant, Grants, answer_of
 from ..outcome import Outcome, quote_name
 from ..result import RunError, RunResult
 from ..result.budget import fit
@@ -57,12 +58,43 @@ class _Defer:
 DEFER = _Defer()
 
 
+def _grant_ok(decision: Any, attribute: Any, grant: Any) -> None:
+    if grant is None:
+        return
+    if not isinstance(grant, Grant):
+        v.fail("ApprovalDecision", "grant", grant, "None or a nous_sched.Grant")
+    if decision.approved is not True:
+        v.fail("ApprovalDecision", "grant", grant, "None when the call is not approved (a grant approves)")
+
+
 @attrs.frozen
 class ApprovalDecision:
-    """A decision on one pending call: ``approved``, and why (``reason``, kept in the audit)."""
+    """A decision on one pending call: ``approved``, and why (``reason``, kept in the audit).
+    ``grant`` (a :class:`~nous_sched.Grant`, approved only) approves later calls to
+    the same tool in the run too: the resumed run spends it without suspending again."""
 
     approved: bool = attrs.field(validator=v.BOOL)
     reason: str = attrs.field(default="", validator=v.STR)
+    grant: Optional[Grant] = attrs.field(default=None, validator=_grant_ok)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-shaped: ``{approved, reason}``, and ``grant`` (``Grant.as_dict()``) when there is one."""
+        shown: dict[str, Any] = {"approved": self.approved, "reason": self.reason}
+        if self.grant is not None:
+            shown["grant"] = self.grant.as_dict()
+        return shown
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ApprovalDecision:
+        """The decision :meth:`as_dict` wrote (a store's, a progress record's).
+        A ``grant`` that cannot be read refuses the call (fail safe)."""
+        approved, reason = bool(data["approved"]), str(data.get("reason", ""))
+        if "grant" not in data or data["grant"] is None:
+            return cls(approved, reason)
+        try:
+            return cls(approved, reason, Grant.from_dict(data["grant"]))
+        except ConfigError as exc:
+            return cls(False, f"its grant could not be read ({exc}), so it refuses")
 
 
 @attrs.frozen
@@ -149,6 +181,7 @@ class _Run:
         self.deferred: list[_Deferred] = []
         self.budget: Optional[int] = None  # the run's output_budget
         self.progress: Optional[Progress] = None  # a resume's progress in the store
+        self.grants = Grants()  # the run's grants: kept across its suspensions (in the record)
         self.lost: Optional[str] = None  # why this resume may start nothing more (its claim was taken over)
 
     # The run's own approval handler: only calls the durable host let through.
@@ -212,6 +245,14 @@ class _Run:
 
     def committed(self) -> tuple[dict[str, Any], ...]:
         return tuple({"seq": s, "tool": e[0], "ok": e[2]} for s, e in sorted(self.recorded.items()))
+
+
+@attrs.frozen
+class _Covered:
+    """A call a grant the run holds covered: its decision, and the grant's id."""
+
+    decision: ApprovalDecision
+    grant_id: str
 
 
 def _canonical(value: Any) -> str:
@@ -559,9 +600,11 @@ class _DurableHost(Host):
         if decision is DEFER:
             self._suspend_at(seq, admitted, text, site)
             return self._held(seq, admitted.tool.name, text, site, admitted)
-        assert isinstance(decision, ApprovalDecision)
+        assert isinstance(decision, (ApprovalDecision, _Covered))
         name = admitted.tool.name
-        run.audit.append(ApprovalEvent(seq, name, decision.approved, decision.reason).as_event())
+        decision, grant_id, granted = self._granting(seq, name, admitted, decision)
+        event = ApprovalEvent(seq, name, decision.approved, decision.reason, grant_id, granted)
+        run.audit.append(event.as_event())
         if not decision.approved:
             why = f": {decision.reason}" if decision.reason else ""
             outcome = Outcome.failure(name, f"tool {quote_name(name)} was denied approval{why}")
@@ -572,11 +615,31 @@ class _DurableHost(Host):
         run.preapprove(name, admitted.args)
         return _Recording(self.inner.submit(admitted, name), run, seq, name, text)
 
-    def _decision(self, seq: int, admitted: Admitted, site: str) -> Union[ApprovalDecision, _Defer]:
+    def _granting(
+        self, seq: int, name: str, admitted: Admitted, decision: Union[ApprovalDecision, _Covered]
+    ) -> tuple[ApprovalDecision, str, Optional[dict[str, Any]]]:
+        """The decision as the audit records it, the grant it made or spent (its id), and what it grants."""
+        if isinstance(decision, _Covered):
+            return decision.decision, decision.grant_id, None
+        grant = decision.grant
+        if grant is None:
+            return decision, "", None
+        why = grant.refusal(admitted.args)
+        if why is not None:  # fail safe: a grant this call does not meet refuses it
+            return ApprovalDecision(False, why), "", None
+        held = self.run.grants.add(grant, name, seq)
+        reason = f"{decision.reason or 'approved'}, granting {grant.describe()}"
+        return ApprovalDecision(True, reason), held.id, grant.as_dict()
+
+    def _decision(self, seq: int, admitted: Admitted, site: str) -> Union[ApprovalDecision, _Covered, _Defer]:
         run = self.run
         decided = run.decisions.get(seq)
         if decided is not None:
             return decided
+        held = run.grants.cover(admitted.tool.name, admitted.args)
+        if held is not None:
+            reason = COVERED.format(id=held.id, what=held.grant.describe(), seq=held.id[1:])
+            return _Covered(ApprovalDecision(True, reason), held.id)
         if run.handler is None:
             return DEFER
         try:
@@ -585,9 +648,10 @@ class _DurableHost(Host):
             return ApprovalDecision(False, f"the approval handler raised: {_clip(exc)}")
         if isinstance(answer, _Defer):
             return DEFER
-        if answer is True:
-            return ApprovalDecision(True, "approved by the approval handler")
-        return ApprovalDecision(False, "rejected by the approval handler")
+        approved, grant, why = answer_of(answer)
+        if approved:
+            return ApprovalDecision(True, "approved by the approval handler", grant)
+        return ApprovalDecision(False, why or "rejected by the approval handler")
 
     def _request(self, seq: int, admitted: Admitted, site: str) -> ApprovalRequest:
         return ApprovalRequest(
@@ -598,6 +662,7 @@ class _DurableHost(Host):
             seq=seq,
             site=site,
             committed=self.run.committed(),
+            coming=coming_for(self.inner.run_ctx, admitted.tool.name),
         )
 
     def _suspend_at(self, seq: int, admitted: Admitted, text: str, site: str) -> None:
@@ -826,6 +891,7 @@ def _suspend(code: str, tools: list[Tool], store: ApprovalStoreSeam, run: _Run) 
         "clock": run.clock_values(),
         "state": run.state_values(),
         "pending": [{**_request_dict(p), "text": run.pending_texts[p.seq]} for p in run.pending if p.seq is not None],
+        "grants": run.grants.state(),
     }
     token, expires_at = store.save(record)
     run.audit.append(SuspendedEvent(token, tuple(run.pending), expires_at).as_event())
@@ -965,9 +1031,11 @@ def _take_over(
         return RunResult(error=RunError("replay_diverged", _OTHER_TOOLS))
     more, prior = progress_of.recovered(progress)
     merged = {_seq(k): _decision_of(k, d) for k, d in decisions.items()}
-    merged.update({seq: ApprovalDecision(bool(d["approved"]), str(d.get("reason", ""))) for seq, d in prior.items()})
+    merged.update({seq: ApprovalDecision.from_dict(d) for seq, d in prior.items()})
     by = store.take_over(token, found)
-    run, options = _resumed_run(record, merged, options)
+    # No grants held: the dead resume spent some on calls replayed here, uncounted;
+    # rather than over-grant, the calls they would cover ask again.
+    run, options = _resumed_run(record, merged, options, grants=False)
     run.ledger = {**run.ledger, **more}
     clock = progress.get("clock") or []
     if len(clock) > len(run.clock_replay):
@@ -1026,7 +1094,7 @@ def _resume_parked(
 
 
 def _resumed_run(
-    record: dict[str, Any], decisions: dict[int, ApprovalDecision], options: RunOptions
+    record: dict[str, Any], decisions: dict[int, ApprovalDecision], options: RunOptions, grants: bool = True
 ) -> tuple[_Run, RunOptions]:
     """The resumed run, and its options: the suspended run's description unless they have one."""
     ledger = _ledger_of(record)
@@ -1037,6 +1105,8 @@ def _resumed_run(
     run = _Run(
         ledger, list(record["clock"]), decisions, pending, options.approval_handler, record["description"], refused
     )
+    if grants:
+        run.grants.restore(record.get("grants"))  # absent from an older record
     run.state_replay = _state_of(record)
     return run, options
 
@@ -1085,10 +1155,13 @@ def _entry_ok(entry: Any) -> bool:
 def _merged_decisions(record: dict[str, Any], given: Mapping[Any, Any]) -> dict[int, ApprovalDecision]:
     merged: dict[int, ApprovalDecision] = {}
     for key, stored in record.get("decisions", {}).items():
-        merged[int(key)] = ApprovalDecision(bool(stored["approved"]), str(stored.get("reason", "")))
+        merged[int(key)] = ApprovalDecision.from_dict(stored)
     for key, value in given.items():
         merged[_seq(key)] = _decision_of(key, value)
-    missing = [p["seq"] for p in record["pending"] if p["seq"] not in merged]
+    # A pending call may go undecided when a decision grants calls to its tool: the
+    # grant may cover it; if it does not, the resumed run asks (suspends) again.
+    granted = {p["tool"] for p in record["pending"] if p["seq"] in merged and merged[p["seq"]].grant is not None}
+    missing = [p["seq"] for p in record["pending"] if p["seq"] not in merged and p["tool"] not in granted]
     if missing:
         raise ConfigError(f"resume: `decisions` must decide every pending call; no decision for seq {missing}")
     return merged
@@ -1105,8 +1178,10 @@ def _seq(key: Any) -> int:
 def _decision_of(key: Any, value: Any) -> ApprovalDecision:
     if isinstance(value, ApprovalDecision):
         return value
+    if isinstance(value, Grant):
+        return ApprovalDecision(True, "approved", value)
     if value is True:
         return ApprovalDecision(True, "approved")
     if value is False:
         return ApprovalDecision(False, "denied")
-    v.fail("resume", f"decisions[{key!r}]", value, "True, False or a nous_sched.ApprovalDecision")
+    v.fail("resume", f"decisions[{key!r}]", value, "True, False, a nous_sched.Grant or a nous_sched.ApprovalDecision")

@@ -100,6 +100,7 @@ from .._extras import install_command
 from .._validators import require
 from ..errors import RunCodeError
 from ..gate.approval_seam import ApprovalStoreSeam
+from ..gate.grants import Grant, canonical
 from ._claimer import claim_alive, claimer, describe, lease_alive
 from ._progress import DEFAULT_LEASE
 
@@ -153,8 +154,11 @@ def _pending_body(sid: str, expires: float) -> str:
     return f"pending\n{sid}\n{int(expires)}"
 
 
-def _decision_body(sid: str, seq: str, approved: bool, reason: str) -> str:
-    return f"decision\n{sid}\n{seq}\n{int(approved)}\n{reason}"
+def _decision_body(sid: str, seq: str, approved: bool, reason: str, grant: Any = None) -> str:
+    if grant is None:
+        return f"decision\n{sid}\n{seq}\n{int(approved)}\n{reason}"
+    # Its own first line, and the grant's JSON (one line: JSON escapes a newline) before the reason.
+    return f"decision-grant\n{sid}\n{seq}\n{int(approved)}\n{canonical(grant)}\n{reason}"
 
 
 def _claimed_body(sid: str, expires: float, by: str) -> str:
@@ -328,17 +332,25 @@ class ApprovalStore(ApprovalStoreSeam):
         )
         _forget_claim(sid)
 
-    def decide(self, token: Any, seq: int, approved: bool, reason: str = "") -> None:
+    def decide(self, token: Any, seq: int, approved: bool, reason: str = "", grant: Optional[Grant] = None) -> None:
         """Record an operator's decision on pending call ``seq``, for a later resume.
 
         Atomic in the store: decisions on different calls made at once, from any
         processes, all land, and a decision that loses a race with a resume's
         claim is refused rather than written into a run that has begun. The
-        decision is sealed with its token, seq, verdict and reason.
+        decision is sealed with its token, seq, verdict, reason and ``grant``
+        (a :class:`~nous_sched.Grant`: the call and later calls to its tool in
+        the resumed run, approved at once; the pending calls it may cover need
+        no decision of their own).
 
         :raises TokenError: the token is bad, expired, unknown, tampered with or already claimed.
-        :raises ConfigError: ``seq`` is not one of the suspension's pending calls.
+        :raises ConfigError: ``seq`` is not one of the suspension's pending calls, or a
+            ``grant`` that is not a Grant, or on a call not approved.
         """
+        if grant is not None and not isinstance(grant, Grant):
+            v.fail("decide", "grant", grant, "None or a nous_sched.Grant")
+        if grant is not None and approved is not True:
+            v.fail("decide", "grant", grant, "None when the call is not approved (a grant approves)")
         record = self.load(token)
         seqs = [p["seq"] for p in record["pending"]]
         if seq not in seqs:
@@ -347,8 +359,12 @@ class ApprovalStore(ApprovalStoreSeam):
         # One read-modify-write in the store: two operators deciding two calls at
         # once both land, and a decision that loses a race with a resume's claim
         # is refused, never written into a run that has already begun.
-        mac = self._seal(_decision_body(sid, str(seq), bool(approved), reason))
-        decision = json.dumps({"approved": bool(approved), "reason": reason, "mac": mac}, separators=(",", ":"))
+        shown = None if grant is None else grant.as_dict()
+        mac = self._seal(_decision_body(sid, str(seq), bool(approved), reason, shown))
+        fields: dict[str, Any] = {"approved": bool(approved), "reason": reason, "mac": mac}
+        if shown is not None:
+            fields["grant"] = shown
+        decision = json.dumps(fields, separators=(",", ":"))
         row = self._decide(sid, str(seq), decision)
         if row is None:
             raise TokenError("the approval token is unknown to this store (or its record has expired)")
@@ -522,10 +538,7 @@ class ApprovalStore(ApprovalStoreSeam):
                 isinstance(decision, dict)
                 and isinstance(decision.get("reason"), str)
                 and isinstance(decision.get("approved"), bool)
-                and _same(
-                    decision.get("mac"),
-                    self._seal(_decision_body(sid, seq, decision["approved"], decision["reason"])),
-                )
+                and _same(decision.get("mac"), self._seal(_sealed_decision(sid, seq, decision)))
             ):
                 raise TokenError(_TAMPERED.format(what=f"decision on call {seq}"))
             del decision["mac"]
@@ -563,6 +576,14 @@ class ApprovalStore(ApprovalStoreSeam):
 
     def _rows(self) -> list[tuple[str, dict[str, Any]]]:
         raise NotImplementedError
+
+
+def _sealed_decision(sid: str, seq: str, decision: dict[str, Any]) -> str:
+    """The body a stored decision's seal is over (its grant's too, when it has one)."""
+    try:
+        return _decision_body(sid, seq, decision["approved"], decision["reason"], decision.get("grant"))
+    except (TypeError, ValueError, RecursionError):  # a grant that is not JSON: no seal holds
+        return "\x00damaged"
 
 
 def _same(found: Any, expected: str) -> bool:

@@ -58,7 +58,7 @@ def run_admitted(
     args: dict[str, Any],
     run_ctx: Optional[RunContext],
     info: CallInfo,
-    sink: Optional[Callable[[bool, str], None]],
+    sink: Optional[Callable[..., None]],
 ) -> Ran:
     """Run the admitted call ``dispatch(tool, args, run_ctx)``; never raises an :class:`Exception`.
 

@@ -8,15 +8,22 @@ lists what waits. The decision is the run's own: it is audited as every
 handler's is (an ``approval`` event) and told to the run's event stream
 (:mod:`nous_sched.live`). One desk may serve any number of runs at once: the
 calls are told apart by their ``call_id``, unique per run and call.
+
+An answer may be a :class:`~nous_sched.Grant` (a page's "approve the next N"
+or "approve all matching"): the call is approved and the grant covers the
+run's later calls to the tool, which then never wait at the desk. While one
+call of a tool waits here, the run's other calls to that tool wait behind it
+(``nous_sched.gate.grants``), so a desk shows one question per tool and run.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from typing import Optional
+from typing import Any, Optional, Union
 
 from .dispatch import ApprovalRequest, current_call
+from .grants import Grant
 
 __all__ = ["ApprovalDesk"]
 
@@ -27,11 +34,12 @@ class ApprovalDesk:
     def __init__(self) -> None:
         self._cond = threading.Condition(threading.Lock())
         self._waiting: dict[str, ApprovalRequest] = {}
-        self._answers: dict[str, bool] = {}
+        self._answers: dict[str, Union[bool, Grant]] = {}
 
-    def __call__(self, request: ApprovalRequest) -> bool:
-        """Wait for the answer to ``request``: ``True`` once approved, ``False`` once
-        denied or when its run's deadline passes first (no deadline: it waits)."""
+    def __call__(self, request: ApprovalRequest) -> Union[bool, Grant]:
+        """Wait for the answer to ``request``: ``True`` (or the :class:`~nous_sched.Grant`
+        given) once approved, ``False`` once denied or when its run's deadline
+        passes first (no deadline: it waits)."""
         info = current_call.get()
         deadline: Optional[float] = getattr(getattr(info, "run_ctx", None), "deadline", None)
         key = request.call_id or f"request-{id(request)}"
@@ -54,13 +62,15 @@ class ApprovalDesk:
         with self._cond:
             return dict(self._waiting)
 
-    def answer(self, call_id: str, approved: bool) -> bool:
-        """Decide the request waiting as ``call_id`` (``approved is True`` approves):
-        True when one was waiting, False when none is (already decided, or never asked)."""
+    def answer(self, call_id: str, approved: Any) -> bool:
+        """Decide the request waiting as ``call_id`` (``approved is True`` approves; a
+        :class:`~nous_sched.Grant` approves it and grants later calls; anything else
+        denies): True when one was waiting, False when none is (already decided,
+        or never asked)."""
         with self._cond:
             if call_id not in self._waiting or call_id in self._answers:
                 return False
-            self._answers[call_id] = approved is True
+            self._answers[call_id] = approved if isinstance(approved, Grant) else approved is True
             self._cond.notify_all()
             return True
 

@@ -59,8 +59,9 @@ class ApprovalStoreSeam(abc.ABC):
         """Give a claimed token back: only for a resume that ran nothing."""
 
     @abc.abstractmethod
-    def decide(self, token: Any, seq: int, approved: bool, reason: str = "") -> None:
-        """Record an operator's decision on pending call ``seq``, for a later resume."""
+    def decide(self, token: Any, seq: int, approved: bool, reason: str = "", grant: Any = None) -> None:
+        """Record an operator's decision on pending call ``seq``, for a later resume;
+        ``grant`` (a :class:`~nous_sched.Grant`) approves later calls to its tool too."""
 
     @abc.abstractmethod
     def suspensions(self) -> list[dict[str, Any]]:

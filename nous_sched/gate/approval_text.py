@@ -15,7 +15,8 @@ What a caller may rely on:
   one says its full size, so a long first value cannot push a later one (the
   ``path`` of a ``write_file``) out of sight;
 * the run's description is labelled as the program's own words, unverified,
-  and kept on one line;
+  and kept on one line; so is what is coming (``ApprovalRequest.coming``,
+  the program's static summary), labelled as such;
 * no character the program chose can act on a terminal or fake a line of
   ours: control characters (newline and tab too), Unicode format characters
   (bidi controls, U+061C, the tag block), line and paragraph separators and
@@ -36,6 +37,7 @@ from .._text import one_line
 __all__ = [
     "question",
     "description_line",
+    "coming_line",
     "inert_line",
     "clipped",
     "arguments",
@@ -136,6 +138,9 @@ def question(request: Any) -> str:
     description = getattr(request, "description", "")
     if isinstance(description, str) and description:
         lines.append(description_line(description))
+    coming = getattr(request, "coming", "")
+    if isinstance(coming, str) and coming:
+        lines.append(coming_line(coming))
     if program is not None:
         lines.append("What the program as a whole does (its text, read before it ran):")
         lines.extend(program_lines(program))
@@ -170,6 +175,12 @@ def program_question(code: str, description: Any, summary: Any) -> str:
     if len(code) > CODE_CHARS:
         lines.append(f"  … (clipped; {len(code):,} characters in all)")
     return "\n".join(lines)
+
+
+def coming_line(coming: str) -> str:
+    """What the program's static summary says is coming (``ApprovalRequest.coming``)
+    as :func:`question` shows it: labelled, on one line, clipped to :data:`DESCRIPTION_CHARS`."""
+    return f"Coming, per the program's static summary: {_clip(coming, DESCRIPTION_CHARS)}"
 
 
 def description_line(description: str) -> str:

@@ -24,6 +24,7 @@ from ..errors import ToolError
 from ..outcome import quote_name
 from ..tooling import BOUND_MARKER, redact, secrets_of, with_bound
 from . import approval_text
+from .grants import Grant, Grants, Held, answer_of
 
 if TYPE_CHECKING:  # tool.py is above this module: only its name, for the types
     from ..tooling import Tool
@@ -56,7 +57,12 @@ class ApprovalRequest:
     model wrote for this prompt and the audit log (``""`` when the caller
     gave none); ``call_id`` is the call's audit event id; ``tool_description``
     is the tool's own description. A durable run's pending request also has
-    ``seq``, ``site`` and ``committed`` (``nous_sched.durable``).
+    ``seq``, ``site`` and ``committed`` (``nous_sched.durable``). ``coming``
+    says, in words, what else the program is about to do with this tool (its
+    static summary: how many more calls, in a loop or not), ``""`` when
+    unknown; the question shows it, escaped. The answer may be ``True``,
+    ``False`` or a :class:`~nous_sched.Grant` (this call and later ones:
+    ``nous_sched.gate.grants``).
     """
 
     tool: str
@@ -74,6 +80,7 @@ class ApprovalRequest:
     #: and ``code``, the whole program, on the review's own question (``tool`` "").
     program: Any = None
     code: Optional[str] = None
+    coming: str = ""
 
     def question(self) -> str:
         """This call as a person should read it before approving it: the same text
@@ -104,6 +111,11 @@ class RunContext:
     every :class:`ApprovalRequest` carries. ``live`` is the run's event stream
     (``nous_sched.live.EventStream``) when it was started with
     :func:`~nous_sched.start_run`, else ``None``: see ``live_event``.
+    ``grants`` holds the grants the run's approval answers made
+    (``nous_sched.gate.grants.Grants``), its own: one per run, gone with it.
+    ``coming(tool_name) -> str``, when set, says what the program's static
+    summary has coming for that tool: each :class:`ApprovalRequest`'s
+    ``coming`` (a ``coming`` that raises gives ``""``).
     """
 
     approval_handler: Optional[Callable[[ApprovalRequest], Any]] = None
@@ -118,6 +130,8 @@ class RunContext:
     #: The program's static summary when the run was reviewed (``run_code(review=...)``):
     #: each approval request carries it (:attr:`ApprovalRequest.program`).
     program: Any = None
+    grants: Any = attrs.field(factory=Grants, eq=False, repr=False)  # a Grants
+    coming: Optional[Callable[[str], str]] = None
 
 
 @record
@@ -180,15 +194,25 @@ def live_event(run_ctx: Any, kind: str, seq: Optional[int], data: dict[str, Any]
 
 
 def _approval_event(
-    run_ctx: Any, info: Optional[CallInfo], tool: str, state: str, request: Optional[ApprovalRequest] = None
+    run_ctx: Any,
+    info: Optional[CallInfo],
+    tool: str,
+    state: str,
+    request: Optional[ApprovalRequest] = None,
+    grant: str = "",
+    granted: Optional[Grant] = None,
 ) -> None:
     if getattr(run_ctx, "live", None) is None:
         return
     seq = info.seq if info is not None else None
     call_id = info.id if info is not None else ""
-    data = {"tool": tool, "call_id": call_id, "state": state}
+    data: dict[str, Any] = {"tool": tool, "call_id": call_id, "state": state}
     if request is not None:  # asked: what the person deciding reads
         data["question"] = request.question()
+    if grant:
+        data["grant"] = grant
+    if granted is not None:
+        data["granted"] = granted.as_dict()
     live_event(run_ctx, "approval", seq, data)
 
 
@@ -203,9 +227,10 @@ class Refused(ToolError):
 
 #: Set by the scheduler around each call it runs in this process:
 #: ``sink(approved, reason)`` records an approval decision in the run's audit
-#: (an ``approval`` event) as it is made. ``None`` elsewhere (a call run in
+#: (an ``approval`` event) as it is made; a decision that makes or spends a
+#: grant is ``sink(approved, reason, grant=id, granted=Grant or None)``. ``None`` elsewhere (a call run in
 #: another process by a serializing executor: its decision is not recorded).
-approval_sink: contextvars.ContextVar[Optional[Callable[[bool, str], None]]] = contextvars.ContextVar(
+approval_sink: contextvars.ContextVar[Optional[Callable[..., None]]] = contextvars.ContextVar(
     "nous_sched.approval_sink", default=None
 )
 
@@ -214,37 +239,74 @@ REJECTED = "rejected by the approval handler"
 NO_HANDLER = "no approval handler is configured"
 
 
-def _decided(approved: bool, reason: str) -> None:
+def _decided(approved: bool, reason: str, grant: str = "", granted: Optional[Grant] = None) -> None:
     sink = approval_sink.get()
     if sink is not None:
-        sink(approved, reason)
+        if grant:  # only then the keywords: a sink of two arguments still records every other decision
+            sink(approved, reason, grant=grant, granted=granted)
+        else:
+            sink(approved, reason)
 
 
-def _ask(handler: Callable[[ApprovalRequest], Any], request: ApprovalRequest) -> bool:
-    """The handler's answer, recorded. A handler that raises rejects: the call
-    fails with the exception's message (a :class:`ToolError`'s as it is)."""
+#: Why a call a grant covered was approved (``{id}``: the grant's).
+COVERED = "covered by grant {id} ({what}), made by the answer to call #{seq}"
+
+
+def _ask(
+    handler: Callable[[ApprovalRequest], Any], request: ApprovalRequest, run_ctx: Any, info: Any
+) -> tuple[bool, str, Optional[Held]]:
+    """The handler's answer, recorded: approved, why not, and the grant it made.
+    A handler that raises rejects: the call fails with the exception's message
+    (a :class:`ToolError`'s as it is). A :class:`~nous_sched.Grant` approves
+    and is held by the run; one whose ``matching`` this call does not meet, or
+    an answer of any other type, rejects (fail safe), the reason naming it."""
     try:
         answer = handler(request)
     except Exception as exc:
         _decided(False, f"the approval handler raised {type(exc).__name__}")
         log.warning("the approval handler raised for tool %r", request.tool, exc_info=True)
         raise Refused(str(exc) or f"the approval handler raised {type(exc).__name__}", request.tool, "denied") from exc
-    approved = answer is True
-    _decided(approved, APPROVED if approved else REJECTED)
-    return approved
+    approved, grant, malformed = answer_of(answer)
+    why = ""  # what the program reads after "rejected by the approval handler": a grant's own refusal only
+    if grant is not None:
+        why = grant.refusal(request.arguments) or ""
+        approved = not why
+    grants = getattr(run_ctx, "grants", None)
+    if grant is None or not approved or grants is None:
+        _decided(approved, APPROVED if approved else (why or malformed or REJECTED))
+        return approved, why, None
+    held = grants.add(grant, request.tool, info.seq if info is not None else 0)
+    _decided(True, f"{APPROVED}, granting {grant.describe()}", grant=held.id, granted=grant)
+    return True, "", held
 
 
-def _asked(handler: Callable[[ApprovalRequest], Any], request: ApprovalRequest, run_ctx: Any, info: Any) -> bool:
-    """The handler's answer (``True`` only), recorded in the audit and told to
+def _asked(
+    handler: Callable[[ApprovalRequest], Any], request: ApprovalRequest, run_ctx: Any, info: Any
+) -> tuple[bool, str]:
+    """The handler's answer (``True`` or a grant), recorded in the audit and told to
     the run's stream as it is asked and decided. A handler that raises
     rejects: the call fails with the exception's message."""
     _approval_event(run_ctx, info, request.tool, "asked", request)
-    approved = False
+    approved, why, held = False, "", None
     try:
-        approved = _ask(handler, request)
+        approved, why, held = _ask(handler, request, run_ctx, info)
     finally:
-        _approval_event(run_ctx, info, request.tool, "approved" if approved else "rejected")
-    return approved
+        if held is not None:
+            _approval_event(run_ctx, info, request.tool, "approved", grant=held.id, granted=held.grant)
+        else:
+            _approval_event(run_ctx, info, request.tool, "approved" if approved else "rejected")
+    return approved, why
+
+
+def _covered(tool: Tool, args: dict[str, Any], run_ctx: Any, info: Any) -> bool:
+    """Spend a grant the run holds on this call, recorded and told; whether one covered it."""
+    held = run_ctx.grants.cover(tool.name, args)
+    if held is None:
+        return False
+    reason = COVERED.format(id=held.id, what=held.grant.describe(), seq=held.id[1:])
+    _decided(True, reason, grant=held.id)
+    _approval_event(run_ctx, info, tool.name, "covered", grant=held.id)
+    return True
 
 
 def approve(tool: Tool, args: dict[str, Any], run_ctx: Optional[RunContext]) -> None:
@@ -274,6 +336,21 @@ def approve(tool: Tool, args: dict[str, Any], run_ctx: Optional[RunContext]) -> 
     hidden = _bound_here.get()
     if hidden:  # asked from inside a tool that holds its bound values: the question shows markers
         args = {k: BOUND_MARKER if k in hidden else value for k, value in args.items()}
+    grants = getattr(run_ctx, "grants", None)
+    if grants is None:  # a RunContext-like object of the caller's own: every call asks
+        _ask_one(tool, args, handler, run_ctx, info)
+    else:
+        seq = info.seq if info is not None else 0
+        with grants.turn(tool.name, seq, getattr(run_ctx, "deadline", None)) as had:
+            if not had:
+                raise Refused(RUN_OVER, tool.name, "run_over")
+            if not _covered(tool, args, run_ctx, info):
+                _ask_one(tool, args, handler, run_ctx, info)
+    if run_over(run_ctx):
+        raise Refused(RUN_OVER + " (its approval came after the deadline)", tool.name, "run_over")
+
+
+def _ask_one(tool: Tool, args: dict[str, Any], handler: Any, run_ctx: Any, info: Any) -> None:
     request = ApprovalRequest(
         tool.name,
         copy.deepcopy(args),
@@ -281,11 +358,25 @@ def approve(tool: Tool, args: dict[str, Any], run_ctx: Optional[RunContext]) -> 
         call_id=info.id if info is not None else "",
         tool_description=getattr(tool, "description", ""),
         program=getattr(run_ctx, "program", None),
+        coming=coming_for(run_ctx, tool.name),
     )
-    if not _asked(handler, request, run_ctx, info):
-        raise Refused(f"tool {quote_name(tool.name)} was rejected by the approval handler", tool.name, "denied")
-    if run_over(run_ctx):
-        raise Refused(RUN_OVER + " (its approval came after the deadline)", tool.name, "run_over")
+    approved, why = _asked(handler, request, run_ctx, info)
+    if not approved:
+        detail = f": {why}" if why else ""
+        raise Refused(f"tool {quote_name(tool.name)} was rejected by the approval handler{detail}", tool.name, "denied")
+
+
+def coming_for(run_ctx: Any, tool: str) -> str:
+    """What ``run_ctx.coming`` says is coming for ``tool`` (``""``: nothing known, or it failed)."""
+    coming = getattr(run_ctx, "coming", None)
+    if coming is None:
+        return ""
+    try:
+        said = coming(tool)
+    except Exception:  # what is coming is shown to help; it never decides a call
+        log.warning("the run's `coming` raised for tool %r", tool, exc_info=True)
+        return ""
+    return said if isinstance(said, str) else ""
 
 
 def direct_dispatch(tool: Tool, args: dict[str, Any], run_ctx: Optional[RunContext]) -> Any:

@@ -13,7 +13,12 @@ with its real arguments:
 
 * a tool the operator pre-approved (``approve``) is approved at once;
 * otherwise, when the MCP client declared the elicitation capability, the
-  user is asked through it: a form with one ``approve`` checkbox. On a
+  user is asked through it: a form with an ``approve`` checkbox and its
+  ``scope``: ``once`` (this call), ``next`` (this call and the next calls
+  to the tool, ``calls`` in all) or ``matching`` (the calls to the tool
+  whose ``keys`` arguments, comma-separated, equal this call's): a
+  :class:`~nous_sched.Grant`, for this run only; a scope the form cannot
+  make a grant of refuses the call. On a
   2026-07-28 connection the question rides an ``InputRequiredResult`` (the
   run waits, paused, for the client's retry); on an older one it is an
   ``elicitation/create`` request in the middle of the call. Questions
@@ -131,6 +136,7 @@ from ..errors import ConfigError, RunCodeError, ToolError
 from ..events import Event, SessionLog
 from ..gate.approval_seam import ApprovalStoreSeam
 from ..gate.dispatch import ApprovalRequest, current_call, direct_dispatch
+from ..gate.grants import MAX_CALLS, Grant, grant_id
 from ..gate.policy import PermissionPolicy, partition
 from ..limits import Limits
 from ..live import EventStream
@@ -183,6 +189,10 @@ OUTPUT_SCHEMA: dict[str, Any] = {
     "required": ["logs"],
 }
 
+#: The elicitation form's ``scope`` choices: this call, the next ``calls``, the calls matching ``keys``.
+GRANT_SCOPES = ("once", "next", "matching")
+
+
 _APPROVAL_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
@@ -191,7 +201,26 @@ _APPROVAL_SCHEMA: dict[str, Any] = {
             "title": "Approve this call",
             "description": "Let the program make this one tool call with these arguments.",
             "default": False,
-        }
+        },
+        # Grants (nous_sched.gate.grants): what else the approval covers, in this run only.
+        "scope": {
+            "type": "string",
+            "title": "Approve",
+            "description": "once: this call only; next: this call and the next calls to this tool, "
+            "`calls` in all; matching: the calls to this tool whose `keys` arguments equal this call's",
+            "enum": list(GRANT_SCOPES),
+            "default": "once",
+        },
+        "calls": {
+            "type": "integer",
+            "title": "Calls in all (with next)",
+            "minimum": 1,
+            "maximum": MAX_CALLS,
+        },
+        "keys": {
+            "type": "string",
+            "title": "Argument names, comma-separated (with matching)",
+        },
     },
     "required": ["approve"],
 }
@@ -279,11 +308,11 @@ class _Ask:
         self.key = key
         self.request = request
         self.deadline = deadline
-        self.approved = False
+        self.approved: Any = False  # True, False or a Grant
         self.by = "timeout"
         self.answered = threading.Event()
 
-    def answer(self, approved: bool, by: str) -> None:
+    def answer(self, approved: Any, by: str) -> None:
         if not self.answered.is_set():
             self.approved, self.by = approved, by
             self.answered.set()
@@ -350,6 +379,13 @@ class _Run:
             ask = self._sent.pop(key, None)
         if ask is not None:
             ask.answer(approved, by)
+
+    def respond(self, key: str, response: Any, by: str) -> None:
+        """The client's elicitation ``response`` to question ``key``: True, False or a Grant (:func:`_accepted`)."""
+        with self._cond:
+            ask = self._sent.pop(key, None)
+        if ask is not None:
+            ask.answer(_accepted(response, ask.request.arguments), by)
 
     def abandon(self, why: str) -> None:
         """Nobody will answer any more (``why``: "run over", "cancelled", "server closed"):
@@ -662,7 +698,7 @@ class CodeModeServer:
             if run is None:
                 return _error_result("this run_code call is over or unknown; call run_code again")
             for key, response in (params.input_responses or {}).items():
-                run.answer(key, _accepted(response), "client")
+                run.respond(key, response, "client")
         else:
             client = client_keys(ctx)
             refusal = self._admit(client)
@@ -788,7 +824,7 @@ class CodeModeServer:
             log.warning("run %s: asking the client to approve %r failed: %s", run.id, ask.request.tool, exc)
             run.answer(ask.key, False, "error")
             return
-        run.answer(ask.key, _accepted(answer), "client")
+        run.respond(ask.key, answer, "client")
 
     # -- one run -----------------------------------------------------------------
 
@@ -902,6 +938,7 @@ class CodeModeServer:
 
     def _approve_call(self, run: _Run, request: ApprovalRequest) -> Any:
         info = current_call.get()
+        approved: Any
         if request.tool in self._approve:
             approved, by = True, "policy"
         elif not run.can_ask and self._options.approval_store is not None:
@@ -912,17 +949,21 @@ class CodeModeServer:
             deadline = getattr(getattr(info, "run_ctx", None), "deadline", None)
             ask = run.ask(request, None if deadline is None else deadline + DEADLINE_GRACE)
             approved, by = ask.approved, ask.by
+        granting: dict[str, Any] = {}
+        if isinstance(approved, Grant):
+            granting = {"grant": grant_id(info.seq if info is not None else 0), "granted": approved.as_dict()}
         self._write(
             "approval",
             run=run.id,
             call=info.id if info is not None else None,
             seq=info.seq if info is not None else None,
             tool=request.tool,
-            approved=approved,
+            approved=bool(approved),
             reason=f"{'approved' if approved else 'denied'} by {by}",
             arguments=request.arguments,
             decision="approved" if approved else "denied",
             by=by,
+            **granting,
         )
         if by == "default":
             raise ToolError(
@@ -1016,15 +1057,22 @@ class _GateAudit(SessionLog):
     def _review(self, data: Mapping[str, Any]) -> None:
         self._server._write("review", run=self._run.id, **data)  # noqa: SLF001
 
+    def _approval(self, data: Mapping[str, Any]) -> None:
+        # Only a call a grant covered: every other decision is written by the handler, with who answered.
+        if "grant" not in data or "granted" in data:
+            return
+        call = f"{self._run.id}:code:{data['seq']}"
+        self._server._write("approval", run=self._run.id, call=call, decision="approved", by="grant", **data)  # noqa: SLF001
+
 
 #: The audit log's projection of the audit types (:data:`nous_sched.events.AUDIT_TYPES`,
 #: and a reviewed run's ``review``): each with what writes its line from the record's
-#: session form. ``approval`` is ``None`` here: the server's own handler writes it, with
-#: who answered (_approve_call).
+#: session form. ``approval``'s writes only a call a grant covered (``by``: ``"grant"``):
+#: the server's own handler writes every other decision, with who answered (_approve_call).
 AUDIT_LINES: dict[str, Optional[Callable[[_GateAudit, Mapping[str, Any]], None]]] = {
     "tool_call": _GateAudit._tool_call,  # noqa: SLF001
     "tool_refused": _GateAudit._tool_refused,  # noqa: SLF001
-    "approval": None,
+    "approval": _GateAudit._approval,  # noqa: SLF001
     "tool_outcome": _GateAudit._tool_outcome,  # noqa: SLF001
     "state": _GateAudit._state,  # noqa: SLF001
     "review": _GateAudit._review,  # noqa: SLF001
@@ -1076,11 +1124,31 @@ def _question(run: _Run, ask: _Ask) -> str:
     return machine_text(request.question())
 
 
-def _accepted(response: Any) -> bool:
+def _accepted(response: Any, arguments: Any = None) -> Any:
+    """The client's answer: True (approve once), a :class:`~nous_sched.Grant` (``scope``
+    next or matching), or False: declined, not approved, or a grant that cannot be
+    made from the form (a bad count, a key the call does not have: fail safe)."""
     content = getattr(response, "content", None)
-    return (
-        getattr(response, "action", None) == "accept" and isinstance(content, dict) and content.get("approve") is True
-    )
+    if not (getattr(response, "action", None) == "accept" and isinstance(content, dict)):
+        return False
+    if content.get("approve") is not True:
+        return False
+    scope = content.get("scope", "once")
+    if scope in (None, "once"):
+        return True
+    try:
+        if scope == "next":  # a count is required: a missing one must not widen to every call
+            calls = content.get("calls")
+            return Grant(calls=calls, by="client") if calls is not None else False
+        keys = content.get("keys")
+        if scope != "matching" or not isinstance(keys, str) or not isinstance(arguments, dict):
+            return False
+        names = [k.strip() for k in keys.split(",") if k.strip()]
+        if not names or any(k not in arguments for k in names):
+            return False
+        return Grant(matching={k: arguments[k] for k in names}, by="client")
+    except ConfigError:
+        return False
 
 
 def _remaining(ask: _Ask) -> float:

@@ -246,6 +246,27 @@ class ProgramSummary:
             bounded=not self.dynamic and not any(s.repeated for s in sites),
         )
 
+    def coming(self, name: str) -> str:
+        """What the program's text says is coming for tool ``name``, in words, for an
+        approval question (``ApprovalRequest.coming``): how many calls at most, or that
+        they are unbounded (a site in a loop, or dynamic access); ``""`` when the text
+        names no call to it and has no dynamic access."""
+        count = self.calls_to(name)
+        if count.sites == 0 and not self.dynamic:
+            return ""
+        where = []
+        if count.in_loop:
+            where.append(f"{count.in_loop} in a loop")
+        if count.in_parallel:
+            where.append(f"{count.in_parallel} in parallel")
+        sites = f"{count.sites} call site{'s' if count.sites != 1 else ''}" + (
+            f" ({', '.join(where)})" if where else ""
+        )
+        if count.at_most is not None:
+            return f"the program's text has {sites}: at most {count.at_most} call{'s' if count.at_most != 1 else ''} in all"
+        why = "dynamic access to the tools" if self.dynamic else "a call site that repeats"
+        return f"the program's text has {sites}, and {why}: no bound on how many calls may come"
+
     def describe(self) -> tuple[str, ...]:
         """The summary in lines a person reads (not yet escaped: the approval
         question escapes and clips them, ``nous_sched.gate.approval_text``)."""

@@ -250,10 +250,11 @@ class Begin:
             self.timeline.began = time.perf_counter() - scheduler._t0  # noqa: SLF001
         return True
 
-    def record_approval(self, approved: bool, reason: str) -> None:
+    def record_approval(self, approved: bool, reason: str, grant: str = "", granted: Any = None) -> None:
         """The approval step's sink (:data:`~nous_sched.gate.dispatch.approval_sink`) for this call."""
         timeline = self.timeline
-        self.scheduler._record(ApprovalEvent(timeline.seq, timeline.tool, approved, reason))  # noqa: SLF001
+        shown = None if granted is None else granted.as_dict()
+        self.scheduler._record(ApprovalEvent(timeline.seq, timeline.tool, approved, reason, grant, shown))  # noqa: SLF001
 
     def _wait_for_throttles(self) -> bool | str | None:
         """Take the throttles' places (None), or why not: False once the scheduler stops, else the message."""

@@ -3,6 +3,8 @@
     python proc.py run STORE PROGRAM_FILE [auto]
     python proc.py resume STORE TOKEN DECISIONS_JSON [wait]
 
+(a decision in DECISIONS_JSON is true, false or {"grant": {...}}, a Grant's as_dict)
+
 STORE is ``sqlite:PATH``, ``redis:URL`` (``redis:URL#PREFIX`` for a store with its own key prefix) or
 ``postgres:DSN``. ``NOUS_DURABLE_LEASE`` sets the store's lease (seconds);
 ``NOUS_SCHED_HOST_ID`` (the library's) which host the process stands for. ``auto`` runs with no store and an
@@ -77,6 +79,13 @@ def shown(result):
     }
 
 
+def _decision(value):
+    """A decision as JSON: true, false, or {"grant": Grant.as_dict()} (approved, with that grant)."""
+    if isinstance(value, dict) and "grant" in value:
+        return nous_sched.Grant.from_dict(value["grant"])
+    return value
+
+
 def main(argv):
     op, spec = argv[0], argv[1]
     if op == "run":
@@ -89,7 +98,7 @@ def main(argv):
         else:
             result = nous_sched.run_code(code, durable_tools.TOOLS, approval_store=store_of(spec), description="a test")
     else:
-        decisions = {int(k): v for k, v in json.loads(argv[3]).items()}
+        decisions = {int(k): _decision(v) for k, v in json.loads(argv[3]).items()}
         if len(argv) > 4 and argv[4] == "wait":
             sys.stdout.write("ready\n")
             sys.stdout.flush()

@@ -9,6 +9,7 @@ from django.shortcuts import render
 from django.views.decorators.http import require_GET, require_POST
 
 from nous_sched import ApprovalDesk, agui, start_run
+from nous_sched.gate.grants import requested
 
 from .tools import POLICY, TOOLS, django_dispatch
 from .views import MAX_PARALLEL, RUN_TIMEOUT, TOOL_POOL, _bad
@@ -100,6 +101,14 @@ def decide(request, run_id):
     if not isinstance(body, dict):
         return _bad('the body must be a JSON object: {"call_id": ..., "approved": ...}')
     call_id = str(body.get("call_id", ""))
-    if not call_id.startswith(run.call_id + ":code:") or not DESK.answer(call_id, body.get("approved") is True):
+    waiting = DESK.pending().get(call_id)
+    if waiting is None or not call_id.startswith(run.call_id + ":code:"):
+        return JsonResponse({"error": "no such call waits for approval"}, status=409)
+    answer = body.get("approved") is True
+    if answer and body.get("grant") is not None:  # the page's Approve N / Approve matching
+        answer = requested(body["grant"], waiting.arguments, by="the page")
+        if isinstance(answer, str):
+            return _bad(answer)
+    if not DESK.answer(call_id, answer):
         return JsonResponse({"error": "no such call waits for approval"}, status=409)
     return JsonResponse({"answered": call_id})
