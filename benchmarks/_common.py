@@ -38,7 +38,7 @@ import subprocess
 import sys
 import time
 import traceback
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterator, Optional, Sequence, Union
 
 MARK = "@@ROWS@@"
@@ -148,11 +148,28 @@ def fmt_regime(probe: Optional[Stats]) -> str:
 
 @dataclass
 class Samples:
-    """What :func:`interleave` measured: one list of samples per function, and the probes."""
+    """What :func:`interleave` measured: one list of samples per function, the
+    probes, and for each sample the cores it kept busy (CPU seconds of this
+    process and its child processes over the sample's wall seconds) and the
+    load average when it ran."""
 
     runs: list[list[float]]
     probes: list[float]
     first: list[int]  # which function ran first, per repetition
+    cores: list[list[float]] = field(default_factory=list)
+    loads: list[float] = field(default_factory=list)
+
+    def cpu(self, i: int, values: Sequence[float]) -> Optional[Stats]:
+        """CPU per call beside the row's wall figures ``values`` (function
+        ``i``'s samples, in the row's unit): each one times the cores its
+        sample kept busy, so the host's threads and its workers alike."""
+        if i >= len(self.cores) or len(self.cores[i]) != len(values):
+            return None
+        return Stats.of([v * k for v, k in zip(values, self.cores[i])])
+
+    @property
+    def load(self) -> Optional[Stats]:
+        return Stats.of(self.loads) if self.loads else None
 
     def __iter__(self) -> Iterator[list[float]]:
         return iter(self.runs)
@@ -171,11 +188,16 @@ def interleave(reps: int, *fns: Callable[[], float]) -> Samples:
     The order alternates (forward, reversed) and rotates, so over the
     repetitions every function runs in every position and background load
     lands on all of them alike. Before every repetition, and after the last,
-    the raw hand-off is probed (:func:`handoff_us`): the row's regime.
+    the raw hand-off is probed (:func:`handoff_us`): the row's regime. Each
+    sample's CPU (this process and every descendant, :func:`tree_cpu`) and
+    the one-minute load average are recorded beside it (:meth:`Samples.cpu`).
     """
     runs: list[list[float]] = [[] for _ in fns]
+    cores: list[list[float]] = [[] for _ in fns]
+    loads: list[float] = []
     probes: list[float] = []
     first: list[int] = []
+    me = os.getpid()
     k = len(fns)
     for rep in range(reps):
         order = list(range(k))
@@ -185,11 +207,62 @@ def interleave(reps: int, *fns: Callable[[], float]) -> Samples:
             order.reverse()
         first.append(order[0])
         probes.append(handoff_us())
+        loads.append(load1())
         for i in order:
             gc.collect()
+            c0, w0 = tree_cpu(me), time.perf_counter()
             runs[i].append(fns[i]())
+            w1, c1 = time.perf_counter(), tree_cpu(me)
+            cores[i].append((c1 - c0) / (w1 - w0) if w1 > w0 else 0.0)
     probes.append(handoff_us())
-    return Samples(runs, probes, first)
+    return Samples(runs, probes, first, cores, loads)
+
+
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def tree_cpu(root: int) -> float:
+    """CPU seconds of ``root`` and its descendants, with what each has
+    reaped: the host's threads, a fork server, its workers, and the workers
+    it has reaped. Not the kernel's own threads (freeing a worker's
+    namespaces). This process's own share from ``getrusage`` (to the
+    microsecond); its descendants' from /proc (in clock ticks)."""
+    total, todo = 0.0, []
+    if root == os.getpid():
+        for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
+            r = resource.getrusage(who)
+            total += r.ru_utime + r.ru_stime
+        todo = _children(root)
+    else:
+        todo = [root]
+    while todo:
+        pid = todo.pop()
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as fh:
+                fields = fh.read().rsplit(b")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])) / _TICK
+        except (OSError, ValueError, IndexError):
+            continue
+        todo += _children(pid)
+    return total
+
+
+def _children(pid: int) -> list[int]:
+    found: list[int] = []
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children", "rb") as fh:
+                found += [int(k) for k in fh.read().split()]
+    except (OSError, ValueError):
+        pass
+    return found
+
+
+def load1() -> float:
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return float("nan")
 
 
 @dataclass
@@ -291,6 +364,11 @@ class Row:
     ratio: Optional[Stats] = None
     regime: Optional[Stats] = None
     note: str = ""
+    #: CPU per call (this process and its child processes) beside ``ours`` and ``base``, in ``unit``.
+    cpu: Optional[Stats] = None
+    base_cpu: Optional[Stats] = None
+    #: The one-minute load average while the row's samples ran.
+    load: Optional[Stats] = None
 
     def __post_init__(self) -> None:
         if self.ratio is None and self.ours is not None and self.base is not None and self.base.median:
@@ -317,6 +395,12 @@ def ours_vs(
     """The usual row: paired samples times ``scale`` (seconds to the row's unit), and their regime."""
     o = [x * scale for x in ours]
     b = [x * scale for x in base]
+    cpu = base_cpu = None
+    for i, run in enumerate(samples.runs if is_time(unit) else ()):  # (which of the samples' functions these are)
+        if run is ours:
+            cpu = samples.cpu(i, o)
+        if run is base:
+            base_cpu = samples.cpu(i, b)
     return Row(
         name,
         Stats.of(o),
@@ -327,6 +411,9 @@ def ours_vs(
         ratio=ratios(o, b),
         regime=samples.regime,
         note=note,
+        cpu=cpu,
+        base_cpu=base_cpu,
+        load=samples.load,
     )
 
 
@@ -384,7 +471,29 @@ HEAD = (
     "target",
     "status",
     "hand-off",
+    "CPU per call: ours / baseline",
+    "load",
 )
+
+
+def is_time(unit: str) -> bool:
+    """Whether a row's unit is a time (per call or not), so CPU per call can stand beside it."""
+    return unit.split("/")[0].split()[0] in ("s", "ms", "us", "ns") and "CPU" not in unit
+
+
+def fmt_cpu(r: "Row") -> str:
+    """The row's CPU per call, medians, ours / baseline (``-`` where not measured)."""
+    if r.cpu is None and r.base_cpu is None:
+        return "-"
+    ours = _num(r.cpu.median) if r.cpu is not None else "-"
+    base = _num(r.base_cpu.median) if r.base_cpu is not None else "-"
+    return f"{ours} / {base} {r.unit}" if r.base is not None or r.base_cpu is not None else f"{ours} {r.unit}"
+
+
+def fmt_load(s: Optional[Stats]) -> str:
+    if s is None:
+        return "-"
+    return f"{s.median:.1f}" if s.n <= 1 or s.lo == s.hi else f"{s.median:.1f} ({s.lo:.1f}-{s.hi:.1f})"
 
 
 def format_table(title: str, rows: Sequence[Row]) -> str:
@@ -402,6 +511,8 @@ def format_table(title: str, rows: Sequence[Row]) -> str:
                 str(r.target),
                 r.status,
                 fmt_regime(r.regime),
+                fmt_cpu(r),
+                fmt_load(r.load),
             )
         )
     widths = [max([len(h)] + [len(b[i]) for b in body]) for i, h in enumerate(HEAD)]
@@ -476,7 +587,12 @@ def run(title: str, sections: Sequence[tuple[str, Callable[[], list[Row]]]], opt
     broken = False
     for name, section in sections:
         try:
-            rows.extend(section())
+            got = section()
+            now = Stats.fixed(load1())
+            for r in got:  # every measured row says the load it ran under
+                if r.load is None and r.ours is not None:
+                    r.load = now
+            rows.extend(got)
         except Exception as exc:  # noqa: BLE001 - reported as a row and in the exit status
             broken = True
             print(f"--- section {name!r} broke:", file=sys.stderr)
@@ -491,7 +607,7 @@ def run(title: str, sections: Sequence[tuple[str, Callable[[], list[Row]]]], opt
 def rows_from_json(payload: dict[str, Any]) -> tuple[str, list[Row]]:
     rows = []
     for d in payload["rows"]:
-        for key in ("ours", "base", "ratio", "regime"):
+        for key in ("ours", "base", "ratio", "regime", "cpu", "base_cpu", "load"):
             if d.get(key):
                 d[key] = Stats(**d[key])
         rows.append(Row(**d))

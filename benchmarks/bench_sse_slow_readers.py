@@ -9,10 +9,13 @@ honest viewer reads as fast as it can. Reported: the delay between the run's
 end (``Run.done()`` seen by a watcher thread in this process) and the honest
 viewer reading the ``end`` event, p50/p99/max, and this process's CPU per run.
 
-Two ways of writing the stream, measured in the same process, alternating
+Three ways of serving the stream, measured in the same process, rotating
 which goes first run by run: ``per-event`` (before issue 43: one write, one
 wake-up of the viewer's thread, per event) and ``batched`` (the example's
-``_sse`` now: one write per batch of ready events, ``Run.event_batches``).
+``_sse`` now: one write per batch of ready events, ``Run.event_batches``),
+both on the threaded WSGI server (a thread per viewer); and ``async``:
+examples/asgi_events.py on uvicorn (``nous_sched.asgi.sse_app``: a coroutine
+per viewer, no thread, ``Run.aevent_batches``), the same program and readers.
 Run by hand: ``PYTHONPATH=. python benchmarks/bench_sse_slow_readers.py``.
 """
 
@@ -30,11 +33,13 @@ import threading
 import time
 from typing import Any
 
+import uvicorn
 from werkzeug.serving import WSGIRequestHandler, make_server
 
 WSGIRequestHandler.log_request = lambda *a, **k: None  # type: ignore[method-assign]  # no access log
 
 EXAMPLE = pathlib.Path(__file__).resolve().parent.parent / "examples" / "flask_events.py"
+ASGI_EXAMPLE = EXAMPLE.with_name("asgi_events.py")
 PROGRAM = """const pad = "x".repeat(180);
 for (let i = 0; i < {lines}; i++) console.log(`line ${{i}} ${{pad}}`);
 const found = await Promise.all(["Paris", "Lagos", "Lima", "Osaka"].map(city => tools.population({{city}})));
@@ -42,8 +47,8 @@ for (let i = 0; i < {lines}; i++) console.log(`after ${{i}} ${{pad}}`);
 return found.length;"""
 
 
-def _load() -> Any:
-    spec = importlib.util.spec_from_file_location("flask_events_bench", EXAMPLE)
+def _load(path: pathlib.Path = EXAMPLE) -> Any:
+    spec = importlib.util.spec_from_file_location(path.stem + "_bench", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -91,9 +96,9 @@ def _slow(sock: socket.socket, stop: threading.Event) -> None:
             return
 
 
-def one_run(app: Any, port: int, args: argparse.Namespace) -> float:
+def one_run(find: Any, port: int, args: argparse.Namespace) -> float:
     run_id = _start(port, args.lines)
-    run = app.config["NOUS_SCHED_RUNS"][run_id]["run"]
+    run = find(run_id)
     stalled = [_open(port, run_id, rcvbuf=4096) for _ in range(args.stalled)]
     stop = threading.Event()
     slow = [_open(port, run_id, rcvbuf=4096) for _ in range(args.slow)]
@@ -143,14 +148,28 @@ def main() -> None:
     app = module.create_app()
     server = make_server("127.0.0.1", 0, app, threaded=True)
     threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-    ways = {"per-event": _per_event, "batched": module._sse}
+    asgi_app = _load(ASGI_EXAMPLE).create_app()
+    uv = uvicorn.Server(uvicorn.Config(asgi_app, host="127.0.0.1", port=0, log_level="warning"))
+    threading.Thread(target=uv.run, daemon=True).start()
+    while not uv.started:
+        time.sleep(0.01)
+    uv_port = uv.servers[0].sockets[0].getsockname()[1]
+    flask_find = lambda run_id: app.config["NOUS_SCHED_RUNS"][run_id]["run"]  # noqa: E731
+    ways = {
+        "per-event": (_per_event, server.server_port, flask_find),
+        "batched": (module._sse, server.server_port, flask_find),
+        "async": (None, uv_port, asgi_app.state.runs.__getitem__),
+    }
     delays: dict[str, list[float]] = {name: [] for name in ways}
     cpu: dict[str, float] = {name: 0.0 for name in ways}
+    names = list(ways)
     for i in range(args.runs):
-        for name in list(ways)[:: 1 if i % 2 == 0 else -1]:
-            module._sse = ways[name]  # the route looks it up per request
+        for name in names[i % len(names) :] + names[: i % len(names)]:
+            sse, port, find = ways[name]
+            if sse is not None:
+                module._sse = sse  # the route looks it up per request
             c0 = time.process_time()
-            delays[name].append(one_run(app, server.server_port, args))
+            delays[name].append(one_run(find, port, args))
             cpu[name] += time.process_time() - c0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"stalled={args.stalled} slow={args.slow} lines={args.lines} runs={args.runs} each; peak RSS {peak:.0f} MiB")
@@ -161,6 +180,7 @@ def main() -> None:
             f"CPU per run {cpu[name] / args.runs * 1000:.0f} ms"
         )
     server.shutdown()
+    uv.should_exit = True
 
 
 if __name__ == "__main__":

@@ -24,7 +24,6 @@ from typing import Any, Callable, Optional
 import _common as c
 import _floor
 import quickjs
-from bench_wall import _tree_cpu
 
 from nous_sched import Scheduler, Tool, run_code
 
@@ -81,11 +80,11 @@ def main() -> int:
         cpu: tuple[list[float], list[float]] = ([], [])
 
         def cpu_of(fn: Callable[[], Any], into: list[float]) -> float:
-            before = _tree_cpu(os.getpid())
+            before = c.tree_cpu(os.getpid())
             for _ in range(per):
                 fn()
             time.sleep(0.3)  # the discarded workers are gone, their CPU reaped into the fork server's
-            into.append((_tree_cpu(os.getpid()) - before) / per)
+            into.append((c.tree_cpu(os.getpid()) - before) / per)
             return into[-1]
 
         c.interleave(opts.reps, lambda: cpu_of(one_call, cpu[0]), lambda: cpu_of(floor_one_call, cpu[1]))
@@ -99,6 +98,9 @@ def main() -> int:
                 target=c.value_below(TARGET_MS, "ms"),
                 ratio=c.ratios(s[0], s[1]),
                 regime=s.regime,
+                cpu=s.cpu(0, [x * ms for x in s[0]]),
+                base_cpu=s.cpu(1, [x * ms for x in s[1]]),
+                load=s.load,
                 note="run_code end to end, its call on the shared tool threads (warm); "
                 "the floor makes a fresh ThreadPoolExecutor(10) per run",
             ),

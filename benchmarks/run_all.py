@@ -2,7 +2,7 @@
 
     python benchmarks/run_all.py              # the figures to quote (several minutes)
     python benchmarks/run_all.py --quick      # smoke run, under a minute: not for quoting
-    python benchmarks/run_all.py --peers      # also Vercel's code mode (npm install on first use)
+    python benchmarks/run_all.py --peers      # also Vercel's code mode (npm install on first use) and pydantic-monty
     python benchmarks/run_all.py --only bridge,payload --runtime in-process
     python benchmarks/run_all.py --hot        # thread hand-offs in the fast regime, on purpose
 
@@ -35,11 +35,24 @@ sys.path.insert(0, HERE)
 import _common as c  # noqa: E402
 
 # (key, script, run only with --peers)
+PEER_ONLY = {
+    "bench_vercel.py": (
+        "10. peer: Vercel's code mode",
+        "Vercel's code mode (@ai-sdk/code-mode)",
+        "installs it with npm",
+    ),
+    "bench_monty.py": (
+        "11. peer: pydantic-monty",
+        "pydantic-monty (sync and async pools)",
+        "pip install -e '.[bench]'",
+    ),
+}
 BENCHMARKS = [
     ("lane", "bench_lane.py", False),
     ("bridge", "bench_bridge.py", False),
     ("fanout", "bench_fanout.py", False),
     ("startup", "bench_startup.py", False),
+    ("startup_steps", "bench_startup_steps.py", False),
     ("payload", "bench_payload.py", False),
     ("scaling", "bench_scaling.py", False),
     ("memory", "bench_memory.py", False),
@@ -53,7 +66,11 @@ BENCHMARKS = [
     ("peer", "bench_peer.py", False),
     ("ab", "bench_ab.py", False),
     ("wall", "bench_wall.py", False),
+    ("blobs", "bench_blobs.py", False),
+    ("tool_count", "bench_tool_count.py", False),
+    ("instructions", "bench_instructions.py", False),
     ("vercel", "bench_vercel.py", True),
+    ("monty", "bench_monty.py", True),
 ]
 
 
@@ -81,7 +98,11 @@ def main() -> int:
     p.add_argument("--reps", type=int, default=None, help="repetitions for every benchmark (at least 2)")
     p.add_argument("--only", default="", help="comma-separated subset: " + ",".join(k for k, _, _ in BENCHMARKS))
     p.add_argument("--runtime", default="", help="comma-separated runtimes for the run_code rows (default: all)")
-    p.add_argument("--peers", action="store_true", help="also run Vercel's code mode (installs it with npm)")
+    p.add_argument(
+        "--peers",
+        action="store_true",
+        help="also run the peers: Vercel's code mode (installs it with npm), pydantic-monty",
+    )
     p.add_argument("--hot", action="store_true", help="nice-19 spinners on every core: the fast hand-off regime")
     p.add_argument("--timeout", type=float, default=900, help="seconds allowed per benchmark")
     p.add_argument("--save", default="", help="also write every table as JSON to this file")
@@ -120,9 +141,10 @@ def main() -> int:
         if wanted and key not in wanted:
             continue
         if needs_peers and not a.peers:
-            row = c.skip_row("Vercel's code mode (@ai-sdk/code-mode)", "pass --peers (installs it with npm)")
-            print(c.format_table("10. peer: Vercel's code mode", [row]) + "\n")
-            summary.append(("10. peer: Vercel's code mode", row))
+            title, what, how = PEER_ONLY[script]
+            row = c.skip_row(what, f"pass --peers ({how})")
+            print(c.format_table(title, [row]) + "\n")
+            summary.append((title, row))
             continue
         t0 = time.perf_counter()
         title, rows, problem = run_one(script, passthrough, a.timeout)
@@ -144,7 +166,9 @@ def main() -> int:
             shown = c.fmt_stats(r.ours, r.unit).split(" (")[0]
             if r.ratio is not None:
                 shown += f", ratio {c.fmt_ratio(r.ratio).split(' (')[0]}"
-            shown += f"; hand-off {c.fmt_regime(r.regime)}"
+            if r.cpu is not None or r.base_cpu is not None:
+                shown += f"; CPU {c.fmt_cpu(r)}"
+            shown += f"; hand-off {c.fmt_regime(r.regime)}; load {c.fmt_load(r.load)}"
         print(f"{r.status:<5} {r.name.strip():<{width}}  {r.target}  [{shown}]")
     count = {s: sum(1 for _, r in summary if r.status == s) for s in ("PASS", "MISS", "SKIP", "ERROR")}
     print(

@@ -63,7 +63,8 @@ expect at once plus your other requests (for example
 process, since the runs live in its memory), and put a proxy that drops idle
 clients in front. A server that serves a request per thread from a small
 fixed pool (waitress's 4 by default) is the wrong choice for SSE: a few
-watchers use it up.
+watchers use it up. An asyncio server holds no thread per viewer at all:
+``examples/asgi_events.py`` (``nous_sched.asgi.sse_app``).
 """
 
 from __future__ import annotations
@@ -79,7 +80,7 @@ from typing import Any, Iterable, Optional
 
 from flask import Flask, Response, abort, jsonify, request, stream_with_context
 
-from nous_sched import ApprovalDecision, ApprovalDesk, Grant, Run, Tool, resume_run, start_run
+from nous_sched import ApprovalDecision, ApprovalDesk, Grant, Run, Tool, live, resume_run, start_run
 from nous_sched.gate.grants import requested
 
 __all__ = ["create_app", "TOOLS", "PAGE"]
@@ -285,10 +286,10 @@ SSE_BUFFER = 1000
 
 
 def _sse(run: Run) -> Iterable[str]:
-    # One write per batch of ready events: a viewer's thread wakes once per batch, not per event,
-    # so watchers cost each other little; one that stops reading blocks only its own thread.
-    for batch in run.event_batches(buffer=SSE_BUFFER):
-        yield "".join(f"data: {event.to_json()}\n\n" for event in batch)  # strict JSON: U+FFFD, NaN null
+    # One write per batch of ready events (nous_sched.live.sse): a viewer's thread wakes once per
+    # batch, not per event, so watchers cost each other little; one that stops reading blocks only
+    # its own thread. Strict JSON: U+FFFD for a lone surrogate, null for NaN.
+    return live.sse(run, buffer=SSE_BUFFER)
 
 
 def _page_data(run_id: str, entry: dict[str, Any]) -> str:

@@ -12,6 +12,7 @@ from ._version import __version__ as __version__
 from .agent import MODES, WithContextUpdate, run_code_tool, visible_tools
 from .agent.adapters import anthropic_tool, call_tool, openai_tool
 from .agent.aio import acall_tool, arun_code
+from .blobs import Blob, BlobStore
 from .crossing import snapshot
 from .durable import DEFER, ApprovalDecision, Suspension, resume
 from .durable.approval_store import ApprovalStore, RedisApprovalStore, SqliteApprovalStore, TokenError, UnsettledError
@@ -151,6 +152,8 @@ __all__ = [
     "WithContextUpdate",
     "WorkerPool",
     "Grant",
+    "Blob",
+    "BlobStore",
     # state across runs (issue 40)
     "State",
     "StateStoreSeam",

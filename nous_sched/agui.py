@@ -3,7 +3,9 @@
 :func:`events` yields a :class:`~nous_sched.Run`'s events (:mod:`nous_sched.live`)
 as ``ag_ui.core`` events while it goes; :func:`sse` the same as
 server-sent-event text (``data: <JSON>\\n\\n`` each), for any web framework's
-streaming response (``text/event-stream``). Needs the ``agui`` extra
+streaming response (``text/event-stream``); :func:`aevents` and :func:`asse` the
+same as async iterators, for an asyncio server (a viewer holds no thread:
+:meth:`~nous_sched.Run.aevent_batches`). Needs the ``agui`` extra
 (``pip install -e '.[agui]'`` from a checkout: ``ag-ui-protocol``).
 
 The mapping (one run is one AG-UI run; ``<id>`` is the run's ``call_id``):
@@ -66,7 +68,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, AsyncIterator, Callable, Iterator, Optional
 
 try:
     from ag_ui.core import (
@@ -95,9 +97,9 @@ except ImportError as exc:  # pragma: no cover - the extra is part of the test i
     ) from exc
 
 from ._text import json_inert, machine_text
-from .live import Run, RunEvent
+from .live import SSE_BUFFER, Run, RunEvent
 
-__all__ = ["events", "sse", "Translator", "MEDIA_TYPE"]
+__all__ = ["events", "sse", "aevents", "asse", "Translator", "MEDIA_TYPE"]
 
 #: The media type of :func:`sse`'s text.
 MEDIA_TYPE = "text/event-stream"
@@ -320,6 +322,38 @@ def sse(run: Run, *, run_id: Optional[str] = None, thread_id: Optional[str] = No
     """
     translator = _translator(run, run_id, thread_id)
     for batch in run.event_batches():
+        text = "".join(encode(out) for event in batch for out in translator.feed(event))
+        if text:
+            yield text
+
+
+async def aevents(
+    run: Run, *, run_id: Optional[str] = None, thread_id: Optional[str] = None
+) -> AsyncIterator[BaseEvent]:
+    """:func:`events` as an async iterator: waiting for the run's next event blocks
+    neither the event loop nor a thread (:meth:`~nous_sched.Run.aevents`)."""
+    translator = _translator(run, run_id, thread_id)
+    async for event in run.aevents():
+        for out in translator.feed(event):
+            yield out
+
+
+def asse(
+    run: Run, *, run_id: Optional[str] = None, thread_id: Optional[str] = None, buffer: int = SSE_BUFFER
+) -> AsyncIterator[str]:
+    """:func:`sse` as an async iterator, for an asyncio server's streaming response:
+    one string per batch of ready events (:meth:`~nous_sched.Run.aevent_batches`),
+    a viewer at most ``buffer`` events behind (then ``CUSTOM`` ``nous_sched.gap``).
+    A viewer waiting, or stalled in its socket write, holds no thread.
+
+    :raises ConfigError: ``buffer`` is not a positive integer.
+    """
+    translator = _translator(run, run_id, thread_id)
+    return _texts(translator, run.aevent_batches(buffer))
+
+
+async def _texts(translator: Translator, batches: AsyncIterator[list[RunEvent]]) -> AsyncIterator[str]:
+    async for batch in batches:
         text = "".join(encode(out) for event in batch for out in translator.feed(event))
         if text:
             yield text

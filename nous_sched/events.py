@@ -50,6 +50,7 @@ __all__ = [
     "FrozenDict",
     "FrozenList",
     "freeze",
+    "written_with_handles",
     "Event",
     "ToolCallEvent",
     "ToolRefusedEvent",
@@ -201,6 +202,15 @@ def frozen_later(text: str) -> Any:
 
 _TEXT: Any = object()  # frozen_later's mark
 
+
+def written_with_handles(event: "ToolCallEvent") -> bool:
+    """Whether ``event``'s arguments, as the program wrote them, hold a blob handle
+    (``"$blob"``, ``nous_sched.blobs``): then its ``arguments`` are not the value the tool
+    got, which the handles stand for. Read from the text kept for the audit, never parsed."""
+    form = held(event, "arguments")
+    return type(form) is tuple and '"$blob"' in form[1]
+
+
 # What freeze() returns as it is, by type alone: a record's __init__ skips the call for these.
 _READY = (*_IMMUTABLE, FrozenDict, FrozenList, _Later)
 _FROZEN = {READY: _READY}
@@ -343,8 +353,11 @@ class ToolOutcomeEvent:
     ``ok`` is whether the tool returned a value; ``error`` is ``None`` or
     ``{"kind", "message"}``, the message being what the program read, the
     kind one of ``OUTCOME_ERROR_KINDS``; ``bytes`` is the size of the
-    result's JSON text in UTF-8 (0 for a failure). serve-mcp's audit log
-    writes the same fields in its ``tool_outcome`` line.
+    result's JSON text in UTF-8 (0 for a failure). ``blobs`` names the
+    parts of the result the run kept on the host (``nous_sched.blobs``):
+    ``(id, bytes)`` each, never their values; the session form has a
+    ``"blobs"`` list of ``{"id", "bytes"}`` only when there is one. serve-mcp's
+    audit log writes the same fields in its ``tool_outcome`` line.
     """
 
     seq: int
@@ -352,11 +365,14 @@ class ToolOutcomeEvent:
     ok: bool
     error: Any = attrs.field(default=None, converter=freeze, metadata=_FROZEN)
     bytes: int = 0
+    blobs: tuple[tuple[str, int], ...] = ()
 
     type = "tool_outcome"
 
     def as_event(self) -> Event:
         data = {"seq": self.seq, "tool": self.tool, "ok": self.ok, "error": self.error, "bytes": self.bytes}
+        if self.blobs:
+            data["blobs"] = freeze([{"id": id, "bytes": size} for id, size in self.blobs])
         return Event(self.type, data)
 
 

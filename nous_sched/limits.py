@@ -42,6 +42,14 @@ class Limits:
     * ``max_code_bytes``: the program's own text, in UTF-8 bytes; a bigger
       program is refused (``RunCodeError``) before anything runs or is
       audited.
+    * ``blob_bytes``: a tool result whose JSON text, as it would cross into
+      the program, is over this many bytes stays on the host: the program
+      gets a handle in place of its biggest parts (or of the whole), which it
+      can pass to any tool, read in slices of at most this many characters,
+      or return (``nous_sched.blobs``). ``None`` turns handles off: every
+      result crosses whole. The default, 256 KiB, is far above an ordinary
+      result and keeps a megabyte from ever crossing into the worker; at
+      least 4 KiB (a handle itself takes a few hundred bytes).
     * ``state_value_bytes``, ``state_keys``, ``state_bytes``: a run's state
       (``run_code(state=State(scope))``): the bytes of one value's JSON, the
       keys a scope may hold, and the bytes of all its values' JSON together.
@@ -80,6 +88,10 @@ class Limits:
     max_calls: int = attrs.field(default=1_000, validator=v.POSITIVE_INT)
     max_total_args_bytes: int = attrs.field(default=4_000_000, validator=v.POSITIVE_INT)
     max_code_bytes: int = attrs.field(default=_MIB, validator=v.POSITIVE_INT)
+    blob_bytes: Optional[int] = attrs.field(
+        default=256 * _KIB,
+        validator=v.optional(v.int_at_least(4 * _KIB, f"an int of at least 4 KiB ({4 * _KIB})")),
+    )
     state_value_bytes: int = attrs.field(default=1_000_000, validator=v.POSITIVE_INT)
     state_keys: int = attrs.field(default=1_000, validator=v.POSITIVE_INT)
     state_bytes: int = attrs.field(default=10_000_000, validator=v.POSITIVE_INT)

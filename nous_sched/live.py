@@ -31,7 +31,9 @@ messages, log lines) is its own text: a page writes it as text, never markup.
   :func:`~nous_sched.gate.approval_text.clipped` shows it (``text``, ``chars``,
   ``clipped``), ``None`` for a failure; ``error``: ``None``, or ``kind`` (one
   of :data:`~nous_sched.events.OUTCOME_ERROR_KINDS`) and ``message``, what the
-  program saw, clipped the same way);
+  program saw, clipped the same way; and ``blobs``, only when the run kept
+  parts of the result on the host, ``[{"id", "bytes"}]``: the value holds
+  their handles, ``nous_sched.blobs``);
 * ``"refused"``: the gate refused a call before it started (``seq`` is
   ``None``: it has none; ``tool``, ``reason``, one of
   :data:`nous_sched.gate.REFUSAL_REASONS`, ``message``, what the program
@@ -81,10 +83,20 @@ wake-up per batch, not per event: many watchers then cost each other little).
 The stream holds the last
 :data:`HISTORY` events (up to a quarter more between trims); a consumer
 that starts later than that misses the oldest (a ``gap`` again).
+
+From an asyncio server: ``aevents()`` and ``aevent_batches()`` are the same
+streams as async iterators. A waiting consumer holds no thread and never
+blocks the event loop: it waits on a future of its loop that the next event
+wakes (once per batch). :func:`sse` and :func:`asse` give the stream as
+server-sent-event text (``data: <RunEvent JSON>\\n\\n`` per event, one
+string per batch, each viewer at most :data:`SSE_BUFFER` events behind), for
+any framework's streaming response; :func:`nous_sched.asgi.sse_app` serves
+runs' streams as an ASGI app.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import itertools
 import json
@@ -92,7 +104,7 @@ import secrets
 import threading
 import time
 from functools import partial
-from typing import Any, Callable, Collection, Iterable, Iterator, Optional
+from typing import Any, AsyncIterator, Callable, Collection, Iterable, Iterator, Optional
 
 import attrs
 
@@ -114,6 +126,7 @@ from .events import (
     ToolCallEvent,
     ToolOutcomeEvent,
     ToolRefusedEvent,
+    written_with_handles,
 )
 from .gate import approval_text
 from .gate.dispatch import needs_approval
@@ -132,6 +145,10 @@ __all__ = [
     "EVENT_KINDS",
     "HISTORY",
     "DEFAULT_BUFFER",
+    "SSE_BUFFER",
+    "MEDIA_TYPE",
+    "sse",
+    "asse",
     "LIVE_DATA",
     "PROJECTION",
     "live_data",
@@ -147,6 +164,11 @@ EVENT_KINDS = LIVE_KINDS
 HISTORY = 100_000
 #: How many events one consumer may fall behind before it skips (a ``gap``).
 DEFAULT_BUFFER = 10_000
+#: How many events one viewer of :func:`sse` / :func:`asse` may fall behind before it skips
+#: (a ``gap``): what one stalled viewer costs is at most this many events, plus what its socket holds.
+SSE_BUFFER = 1_000
+#: The media type of :func:`sse`'s and :func:`asse`'s text.
+MEDIA_TYPE = "text/event-stream"
 _BUFFER = v.int_at_least(1, "a positive number of events")
 _numbers = itertools.count(1)
 
@@ -162,6 +184,9 @@ class RunEvent:
     seq: Optional[int]
     at: float
     data: dict[str, Any] = attrs.field(eq=False)
+    # to_json's text, made by the first consumer that asks: every viewer of a run writes the
+    # same events, so a server with many viewers encodes each event once, not once per viewer.
+    _json: Optional[str] = attrs.field(default=None, init=False, eq=False, repr=False)
 
     def as_dict(self) -> dict[str, Any]:
         """``{"kind", "seq", "at", "data"}``, JSON-ready."""
@@ -170,8 +195,13 @@ class RunEvent:
     def to_json(self) -> str:
         """One line of strict JSON (the CLI's ``--events`` format, an SSE message's
         data): lone surrogates as U+FFFD, control and format characters as JSON
-        escapes, so it encodes as UTF-8 and is inert on a terminal."""
-        return machine_json(self.as_dict(), default=str)
+        escapes, so it encodes as UTF-8 and is inert on a terminal. Made once per
+        event (``data`` is not to be changed), whoever asks."""
+        text = self._json
+        if text is None:
+            text = machine_json(self.as_dict(), default=str)
+            object.__setattr__(self, "_json", text)  # a cache of a frozen value: a race makes the same text
+        return text
 
 
 class EventStream:
@@ -189,6 +219,9 @@ class EventStream:
         self._history = history
         self._first = 0  # the index of _events[0] among every event emitted
         self._ended = False
+        # The async consumers waiting for the next event: each its loop and a future of it,
+        # woken (and dropped) by the next emit, so a waiting consumer costs no thread.
+        self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
         self._t0 = time.perf_counter()
         self.started_at = time.time()
 
@@ -205,12 +238,20 @@ class EventStream:
                 self._first += drop
             self._ended = kind == "end"
             self._cond.notify_all()
+            waiters = self._waiters
+            if waiters:
+                self._waiters = []
+        if waiters:
+            _wake(waiters)
 
     # -- the run's hooks ----------------------------------------------------
 
     def started(self, gated: Collection[str], record: CallRecord, event: ToolCallEvent, args: Any, tool: Any) -> None:
         """The scheduler's start hook (``Scheduler.watch``), before the tool has its
-        arguments: a ``call`` event, :func:`call_data` of the call's records."""
+        arguments: a ``call`` event, :func:`call_data` of the call's records (the
+        arguments as the program wrote them: a blob handle, not its value)."""
+        if written_with_handles(event):
+            args = event.arguments
         self.emit("call", event.seq, call_data(event, record, args, tool, gated))
 
     def committed(self, record: CallRecord, event: ToolOutcomeEvent, outcome: Outcome) -> None:
@@ -259,6 +300,39 @@ class EventStream:
             if done:
                 return
 
+    async def aconsume_batches(self, buffer: int = DEFAULT_BUFFER) -> AsyncIterator[list[RunEvent]]:
+        """:meth:`consume_batches` for a coroutine: the same lists, and while none is
+        ready it awaits a future the next event sets, on its own loop: it never
+        blocks the loop and holds no thread. A consumer that stops iterating (its
+        task cancelled, the iterator closed) stops waiting at once."""
+        v.require("events", "buffer", buffer, _BUFFER)
+        loop = asyncio.get_running_loop()
+        cursor = 0
+        while True:
+            future: Optional[asyncio.Future[None]] = None
+            with self._cond:
+                if cursor == self._first + len(self._events) and not self._ended:
+                    future = loop.create_future()
+                    self._waiters.append((loop, future))
+            if future is not None:
+                try:
+                    await future
+                finally:
+                    if not future.done():  # cancelled: no emit will drop it
+                        self._forget(future)
+                continue
+            batch, cursor, missed, at, done = self._next(cursor, buffer)
+            if missed:
+                batch = [RunEvent(GapEvent.kind, None, at, live_data(GapEvent(missed))), *batch]
+            if batch:
+                yield batch
+            if done:
+                return
+
+    def _forget(self, future: asyncio.Future[None]) -> None:
+        with self._cond:
+            self._waiters = [waiter for waiter in self._waiters if waiter[1] is not future]
+
     def _next(self, cursor: int, buffer: int) -> tuple[list[RunEvent], int, int, float, bool]:
         with self._cond:
             while cursor == self._first + len(self._events) and not self._ended:
@@ -270,6 +344,25 @@ class EventStream:
             batch = self._events[cursor - self._first :]
             at = time.perf_counter() - self._t0
             return batch, head, missed, at, self._ended
+
+
+def _wake(waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]]) -> None:
+    # One call into each loop, whatever its number of waiters: a server's viewers share its loop,
+    # and each call wakes it (a write to its self-pipe) from the run's thread.
+    by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] = {}
+    for loop, future in waiters:
+        by_loop.setdefault(loop, []).append(future)
+    for loop, futures in by_loop.items():
+        try:
+            loop.call_soon_threadsafe(_resolve, futures)
+        except RuntimeError:  # its loop has closed: nobody is waiting any more
+            pass
+
+
+def _resolve(futures: list[asyncio.Future[None]]) -> None:
+    for future in futures:
+        if not future.done():
+            future.set_result(None)
 
 
 def call_data(
@@ -306,6 +399,8 @@ def commit_data(event: ToolOutcomeEvent, record: CallRecord, outcome: Outcome) -
         "value": None,
         "error": None,
     }
+    if event.blobs:
+        data["blobs"] = [{"id": id, "bytes": size} for id, size in event.blobs]
     if event.ok:
         value = outcome.value
         text = "null" if value is None else _compact(value)
@@ -447,6 +542,23 @@ class Run:
         v.require("events", "buffer", buffer, _BUFFER)
         return self._stream.consume_batches(buffer)
 
+    def aevents(self, buffer: int = DEFAULT_BUFFER) -> AsyncIterator[RunEvent]:
+        """:meth:`events` as an async iterator, for a coroutine: waiting for the next
+        event blocks neither the event loop nor a thread (``EventStream.aconsume_batches``).
+
+        :raises ConfigError: ``buffer`` is not a positive integer.
+        """
+        v.require("events", "buffer", buffer, _BUFFER)
+        return _flatten(self._stream.aconsume_batches(buffer))
+
+    def aevent_batches(self, buffer: int = DEFAULT_BUFFER) -> AsyncIterator[list[RunEvent]]:
+        """:meth:`event_batches` as an async iterator (see :meth:`aevents`).
+
+        :raises ConfigError: ``buffer`` is not a positive integer.
+        """
+        v.require("events", "buffer", buffer, _BUFFER)
+        return self._stream.aconsume_batches(buffer)
+
     def result(self, timeout: Optional[float] = None) -> RunResult:
         """The run's :class:`~nous_sched.RunResult`, once it has ended.
 
@@ -495,6 +607,45 @@ class Run:
         finally:
             self._stream.end(self._result, self._problem)
             self._done.set()
+
+
+async def _flatten(batches: AsyncIterator[list[RunEvent]]) -> AsyncIterator[RunEvent]:
+    async for batch in batches:
+        for event in batch:
+            yield event
+
+
+def message(event: RunEvent) -> str:
+    """One event as one server-sent event: ``data: <RunEvent.to_json()>\\n\\n``."""
+    return f"data: {event.to_json()}\n\n"
+
+
+def sse(run: Run, *, buffer: int = SSE_BUFFER) -> Iterator[str]:
+    """``run``'s events as server-sent-event text (:data:`MEDIA_TYPE`), one string per
+    batch of ready events (:meth:`Run.event_batches`), ``end`` last: a server writes
+    each string in one write. A viewer more than ``buffer`` events behind skips to
+    the newest, told by a ``gap`` event.
+
+    :raises ConfigError: ``buffer`` is not a positive integer.
+    """
+    for batch in run.event_batches(buffer):
+        yield "".join(map(message, batch))
+
+
+def asse(run: Run, *, buffer: int = SSE_BUFFER) -> AsyncIterator[str]:
+    """:func:`sse` as an async iterator, for an asyncio server's streaming response
+    (Starlette's and FastAPI's ``StreamingResponse``, Django's ``StreamingHttpResponse``
+    under ASGI): a viewer waiting for events, or stalled in its socket write, holds no
+    thread; it costs at most ``buffer`` events and one batch in its write.
+
+    :raises ConfigError: ``buffer`` is not a positive integer.
+    """
+    return _texts(run.aevent_batches(buffer))
+
+
+async def _texts(batches: AsyncIterator[list[RunEvent]]) -> AsyncIterator[str]:
+    async for batch in batches:
+        yield "".join(map(message, batch))
 
 
 def _thread(run: Run, serve: Callable[[], Any]) -> Run:

@@ -61,6 +61,9 @@ class Outcome:
     value: Any = None
     error: Optional[SubCallError] = None
     text: Optional[str] = attrs.field(default=None, init=False, eq=False, repr=False)
+    #: The parts of the tool's result the run's blob store kept (``nous_sched.blobs``),
+    #: each in ``value`` as its handle; like ``text``, no part of equality.
+    blobs: tuple[Any, ...] = attrs.field(default=(), init=False, eq=False, repr=False)
 
     @classmethod
     def success(cls, value: Any) -> "Outcome":
@@ -74,6 +77,13 @@ class Outcome:
         # one field that is not an __init__ argument (only a snapshot's own text).
         made = cls(True, value, None)
         object.__setattr__(made, "text", text)
+        return made
+
+    @classmethod
+    def held(cls, value: Any, text: str, blobs: tuple[Any, ...]) -> "Outcome":
+        """:meth:`crossed`, with the :class:`~nous_sched.Blob` values whose handles ``value`` holds."""
+        made = cls.crossed(value, text)
+        object.__setattr__(made, "blobs", blobs)
         return made
 
     @classmethod

@@ -2,14 +2,19 @@
 
 Run as a script (tests/test_pool_interrupts.py runs it in a subprocess; the
 reliability benchmark runs it with more interrupts): ``python
-_interrupt_fuzz.py N [SEED] [SIGNAL]``. One ``SIGINT`` per run, sent to the main
+_interrupt_fuzz.py N [SEED] [contended] [SIGNAL]``. One ``SIGINT`` per run, sent to the main
 thread after a random delay within about one run's length (as a person at a
 REPL, or a worker loop that catches ``KeyboardInterrupt``). With ``SIGTERM``
 (or another signal's name) that signal instead, its handler raising
 ``SystemExit`` as gunicorn's and Celery's workers do, caught the same way. Prints one JSON
 line: how many interrupts landed in a run, then the pool and process
-afterwards against the baseline taken before the first: places busy, zombie
-children, open descriptors, driver threads, and whether the next run works.
+afterwards against the baseline taken before the first: places busy, CPU
+shares held or waited for, zombie children, open descriptors, driver
+threads, and whether the next run works. ``contended``: the pool has one CPU
+share, and a thread of its own runs programs that compute beside the
+interrupted runs (never interrupted itself), so interrupts also land while a
+run waits for the share, and while the relay hands a batch to a run's own
+thread for want of one.
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ from nous_sched.scheduler import _driver_threads
 from nous_sched.scheduler._tool_threads import retire_shared
 
 PROGRAM = "const r = await Promise.all([1, 2, 3, 4].map(i => tools.echo({i}))); return r.length"
+#: What the contending thread runs: a few milliseconds of JavaScript between calls.
+HOG = "let x = 0; for (let k = 0; k < 3; k++) { for (let i = 0; i < 2e5; i++) x += i; await tools.echo({i: k}); } return 1"
 
 
 def children(pid: "int | str" = "self") -> dict[int, str]:
@@ -100,14 +107,14 @@ def _exit(signum: int, frame: object) -> None:
     raise SystemExit(0)  # as gunicorn's and Celery's workers do on SIGTERM
 
 
-def main(n: int, seed: int, signame: str = "SIGINT") -> dict:
+def main(n: int, seed: int, contended: bool = False, signame: str = "SIGINT") -> dict:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signum = getattr(signal, signame)
     if signum != signal.SIGINT:
         signal.signal(signum, _exit)
     caught = KeyboardInterrupt if signum == signal.SIGINT else SystemExit
     rng = random.Random(seed)
-    pool = WorkerPool(size=4, spares=1)
+    pool = WorkerPool(size=4, spares=1, cpu_shares=1) if contended else WorkerPool(size=4, spares=1)
     tools = [Tool("echo", lambda a: a["i"])]
     main_id = threading.main_thread().ident
     assert run_code(PROGRAM, tools, runtime=pool, description="fuzz").result == 4
@@ -118,6 +125,18 @@ def main(n: int, seed: int, signame: str = "SIGINT") -> dict:
     settle(pool)
     base = {"fds": others(pool), "threads": sorted(t.name for t in threading.enumerate())}
     landed = 0
+    stop_hog = threading.Event()
+    hog_errors: list = []
+
+    def hog() -> None:
+        while not stop_hog.is_set():
+            r = run_code(HOG, tools, runtime=pool, timeout=30, description="hog")
+            if r.error is not None:
+                hog_errors.append(r.error.kind)
+
+    hogs = [threading.Thread(target=hog, name="hog", daemon=True)] if contended else []
+    for t in hogs:
+        t.start()
     for _ in range(n):
         delay = rng.uniform(0, span * 1.5)
         fired = threading.Event()
@@ -136,11 +155,15 @@ def main(n: int, seed: int, signame: str = "SIGINT") -> dict:
                 fired.wait(0.05)
         except caught:
             landed += not returned
+    stop_hog.set()
+    for t in hogs:
+        t.join(60)
     ok = run_code(PROGRAM, tools, runtime=pool, timeout=10, description="fuzz").result == 4
     settle(pool)
     with pool._lock:
         busy = pool._core.busy()
         places = {s.state for s in pool._core.slots.values()}
+        shares = len(pool._core.computing) + len(pool._core.share_queue) + len(pool._share_waits)
     # Descriptors beside the workers' own (3 pipes and a pidfd each: the
     # spares kept ready may differ from the baseline's).
     spares = pool._core.spares_ready()
@@ -156,6 +179,8 @@ def main(n: int, seed: int, signame: str = "SIGINT") -> dict:
         "in_a_run": landed,
         "next_run_works": ok,
         "busy_places": busy,
+        "shares_held_or_waited": shares,
+        "hog_errors": hog_errors,
         "place_states": sorted(places),
         "zombies": sorted(p for p, s in kids.items() if s == "Z"),
         "processes": len(kids),
@@ -173,4 +198,6 @@ def main(n: int, seed: int, signame: str = "SIGINT") -> dict:
 if __name__ == "__main__":
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 200
     seed = int(sys.argv[2]) if len(sys.argv) > 2 else 1
-    sys.stdout.write(json.dumps(main(n, seed, *sys.argv[3:4])) + "\n")
+    rest = sys.argv[3:]
+    signame = next((a for a in rest if a.startswith("SIG")), "SIGINT")
+    sys.stdout.write(json.dumps(main(n, seed, "contended" in rest, signame)) + "\n")

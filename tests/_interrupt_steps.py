@@ -8,7 +8,7 @@ k-th step (``signal.raise_signal`` from a trace function, so the handler
 runs where the interpreter next checks for signals, as a Ctrl-C's would:
 deferred steps hold it back as they would a real one). After each, the pool
 must be whole and the next run must work; at the end, nothing may be left:
-no place held, no process the pool does not know, no zombie, the
+no place or CPU share held (nor a run left waiting for one), no process the pool does not know, no zombie, the
 descriptors and threads of the baseline. Prints one JSON line.
 """
 
@@ -81,7 +81,8 @@ def main(stride: int, opcodes: bool) -> dict:
             if os.environ.get("STEPS_VERBOSE"):
                 traceback.print_exc(limit=-3)
         with pool._lock:
-            held = [s for s in pool._core.slots.values() if s.holder is not None or s.state == "busy"]
+            held: list = [s for s in pool._core.slots.values() if s.holder is not None or s.state == "busy"]
+            held += [*pool._core.computing, *pool._core.share_queue, *pool._share_waits]
         t0 = time.monotonic()
         try:
             works = run(pool) == 2

@@ -119,6 +119,8 @@ def test_run_code_options():
         ("max_log_bytes", 0, "0"),
         ("max_output_bytes", None, "None"),
         ("max_args_bytes", True, "True"),
+        ("blob_bytes", 4095, "4095"),
+        ("blob_bytes", True, "True"),
     ],
 )
 def test_limits_fields(field, value, shown):

@@ -161,7 +161,13 @@ def test_one_long_native_call_is_killed_by_the_host_past_the_budget_and_grace():
         description="a long native call",
     )
     assert result.error is not None and result.error.kind == "cpu_time", result.error
-    assert "its worker process was killed after 0.8s of CPU time" in result.error.message
+    # The host kills it at the budget plus the grace (0.8 s of CPU); when the host's look comes
+    # late (a loaded machine), the kernel's limit, one whole second, ends it first: either way it
+    # ends as a cpu_time error saying which, long before the wall deadline.
+    assert (
+        "its worker process was killed after 0.8s of CPU time" in result.error.message
+        or "the kernel's CPU time limit ended its worker process" in result.error.message
+    ), result.error.message
     assert time.monotonic() - before < 60
 
 

@@ -273,3 +273,42 @@ def test_dask_outcome_of_a_failing_tool_is_data(dask_executor):
     assert outcome.error.tool == "boom"
     # Patched: the tool raised on the worker. Unpatched: the executor refused the task.
     assert outcome.error.message in ("secret detail", "tool call did not complete")
+
+
+def big(args):
+    return "x" * 300_000
+
+
+ASKED: list = []
+
+
+def grant_all(request):
+    from nous_sched import Grant
+
+    ASKED.append(request.coming)
+    return Grant()
+
+
+def test_with_a_serializing_executor_a_big_result_crosses_whole():
+    """A run's held values stay in its own process: a call pickled to another (Dask, a process
+    pool) holds nothing there, so a result over ``Limits.blob_bytes`` crosses whole, and a run's
+    approval grants and what-is-coming text stay behind too (every such call asks)."""
+    executor = PicklingExecutor()
+    ASKED.clear()
+    try:
+        tool = Tool("big", big, requires_approval=True)
+        program = "const a = await tools.big({}); const b = await tools.big({}); return [a.length, b.length];"
+        result = run_code(
+            program,
+            [tool],
+            description="big",
+            executor=executor,
+            timeout=WAIT,
+            approval_handler=grant_all,
+        )
+    finally:
+        executor.shutdown()
+    assert result.ok, result.error
+    assert result.result == [300_000, 300_000]  # whole strings, not handles
+    assert result.usage.held_bytes == 0
+    assert ASKED == ["", ""]  # each call asked (no grant crossed), knowing nothing of what is coming

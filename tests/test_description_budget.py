@@ -282,11 +282,11 @@ def test_the_manuals_table_is_what_the_tools_give():
 def test_a_ranked_name_cannot_end_its_comment_early():
     big = {"type": "object", "properties": {f"p{i}": {"type": "string", "description": "y" * 100} for i in range(20)}}
     tools = [Tool("a\u2028b", print), Tool("c\nd", print), Tool("x", print, description="y" * 2_000, parameters=big)]
-    text = _steps.fitted(tools, "typescript", 1_000, [t.name for t in tools])
+    text = _steps.fitted(tools, "typescript", 1_100, [t.name for t in tools])
     assert sdk.step_of(text) == "search"
     assert '// Most relevant: "a\\u2028b", "c\\nd", "x".\n' in text
     check_typescript(text)
-    python = _steps.fitted(tools, "python", 1_000, [t.name for t in tools])
+    python = _steps.fitted(tools, "python", 1_100, [t.name for t in tools])
     assert '# Most relevant: "a\\u2028b", "c\\nd", "x".\n' in python
     compile(python, "<sdk>", "exec")
 

@@ -506,3 +506,38 @@ def test_a_log_handler_writing_the_record_never_fails(runtime):
     written = stream.getvalue()
     written.encode("utf-8")  # encodable: the lone surrogate is an escape
     assert "\\ud800\\x1b[2J" in written and "\x1b" not in written
+
+
+def test_a_program_that_changed_object_prototype_still_calls_its_tools(runtime):
+    # A tool call's promise gets its own descriptors (the iterator guards):
+    # what a program puts on Object.prototype (an accessor's `get`, a
+    # `writable`) neither makes the call throw nor loosens them.
+    program = """
+    Object.defineProperty(Object.prototype, "get", {value: function () { return 5; }, configurable: true});
+    Object.prototype.writable = true;
+    const p = tools.t({});
+    const guard = Object.getOwnPropertyDescriptor(p, Symbol.iterator);
+    const items = Object.getOwnPropertyDescriptor(p, Symbol.asyncIterator);
+    return [await p, await tools.t({}), guard.writable, guard.configurable, items.writable, typeof items.value];
+    """
+    result = run_code(program, [Tool("t", lambda args: 1)], limits=Limits(timeout=10), description="test")
+    assert result.error is None, result.error
+    assert result.result == [1, 1, False, False, False, "function"]
+
+
+def test_a_tools_name_crosses_as_its_json_text_however_it_was_reached(runtime):
+    # Declared or not, whole or past the longest name the host reads, with
+    # characters JSON escapes: the host reads the name the program wrote.
+    odd = 'q"uo\\te\u0001\u2028'
+    program = f"""
+    const out = [await tools.t({{}}), await tools.t({{}})];
+    for (const name of [{json.dumps(odd)}, "x".repeat(5000)]) {{
+      try {{ out.push(await tools[name]({{}})); }} catch (e) {{ out.push(e.message.slice(0, 40)); }}
+    }}
+    return out;
+    """
+    tools = [Tool("t", lambda args: 1), Tool(odd, lambda args: 2)]
+    result = run_code(program, tools, limits=Limits(timeout=10), description="test")
+    assert result.error is None, result.error
+    assert result.result[:3] == [1, 1, 2]
+    assert result.result[3].startswith("a tool name may be at most")

@@ -200,6 +200,26 @@ def test_flask_events_serves_with_its_documented_command():
     }, events
 
 
+def test_asgi_events_serves_with_its_documented_command():
+    # uvicorn takes the port from UVICORN_PORT (its options' environment prefix): the command stays as written.
+    command = documented("asgi_events.py")
+    assert command == "uvicorn --app-dir examples asgi_events:app"
+    port = free_port()
+    with server(command, port, UVICORN_PORT=str(port)) as base:
+        status, started = request(base + "/runs", {"code": "console.log('hi'); return 42", "description": "d"})
+        assert status == 200, started
+        status, stream = request(f"{base}/runs/{started['id']}/events")
+        assert status == 200
+        status, agui = request(f"{base}/runs/{started['id']}/agui")
+    events = [json.loads(line[len("data: ") :]) for line in stream.splitlines() if line.startswith("data: ")]
+    assert [e["kind"] for e in events] == ["log", "end"] and events[-1]["data"]["answer"] == {
+        "logs": ["hi"],
+        "result": 42,
+    }, events
+    types = [json.loads(line[len("data: ") :])["type"] for line in agui.splitlines() if line.startswith("data: ")]
+    assert types[0] == "RUN_STARTED" and types[-1] == "RUN_FINISHED", types
+
+
 # -- Django ----------------------------------------------------------------------------------------
 
 PROGRAM = """

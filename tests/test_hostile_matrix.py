@@ -104,6 +104,10 @@ class Hostile:
 _SURROGATE = re.compile("[\ud800-\udfff]")
 TAGS = "".join(chr(0xE0041 + i) for i in range(27))
 
+#: The head of a blob's bytes (hence of its handle's preview): a lone surrogate, NUL, ESC, bidi, a tag, U+061C.
+BLOB_HEAD = "\ud800\x00\x1b[2J\u202e\U000e0041\u061c"
+BLOB_EXPR = '"\\ud800\\x00\\x1b[2J\\u202e" + String.fromCodePoint(0xE0041) + "\\u061c" + "x".repeat(300000)'
+
 VALUES = [
     # issue 34, item 1: one string killed serve-mcp, --events and the SSE stream.
     Hostile("lone_surrogate", '"half \\ud800 and \\udc00 half"', "half \ud800 and \udc00 half"),
@@ -138,6 +142,13 @@ VALUES = [
         expect="error",
         kinds=("refused", "usage"),
         raw=b'return "bad \xff\xfe bytes";\n',
+    ),
+    # issue 40 (blobs): a result over Limits.blob_bytes (256 KiB) stays on the host; the echo's
+    # answer holds a handle whose preview starts with these, on every output path.
+    Hostile(
+        "blob_of_hostile_values",
+        BLOB_EXPR,
+        BLOB_HEAD + "x" * 1000,
     ),
 ]
 VALUES_BY_NAME = {value.name: value for value in VALUES}
@@ -256,6 +267,9 @@ OUTPUT_PATHS: dict[str, Callable[[Any], None]] = {
     # issue 40, state: the SDK text's list of the state's keys, for the model (``run_code_tool(state=)``)
     "state_sdk_text": TERMINAL,
     "review_question": TERMINAL,  # a reviewed program's own question (ReviewDecision.ask()): ApprovalRequest.question()
+    # issue 43, item 9: nous_sched.asgi.sse_app (live.asse, agui.asse) on uvicorn, as an HTTP client read it
+    "asgi_sse_stream": SSE,
+    "asgi_agui_sse": AGUI_SSE,
 }
 
 
@@ -446,6 +460,27 @@ def enter_flask_sse(program: str, description: str, env: Any) -> Seen:
     end = events[-1]["data"]
     kind = None if end["ok"] else end["error"]["kind"]
     return Seen(end["ok"], kind, body.decode("utf-8"), {"sse_stream": body})
+
+
+def enter_asgi_sse(program: str, description: str, env: Any) -> Seen:
+    # The async path (issue 43, item 9): examples/asgi_events.py on a real uvicorn, read by httpx;
+    # its runs' approvals are answered yes by the app's handler.
+    with httpx.Client(base_url=env.asgi_url, timeout=WAIT) as client:
+        asked = json.dumps({"code": program, "description": description})  # ASCII: a lone surrogate as its escape
+        started = client.post("/runs", content=asked, headers={"Content-Type": "application/json"})
+        assert started.status_code == 200, started.text[:300]
+        run_id = started.json()["id"]
+        with client.stream("GET", f"/runs/{run_id}/events") as response:
+            assert response.status_code == 200
+            body = response.read()
+        with client.stream("GET", f"/runs/{run_id}/agui") as response:
+            assert response.status_code == 200
+            agui_body = response.read()
+    text = body.decode("utf-8")  # strict: the stream is UTF-8 throughout
+    events = [orjson.loads(line[6:]) for line in text.splitlines() if line.startswith("data: ")]
+    end = events[-1]["data"]
+    kind = None if end["ok"] else end["error"]["kind"]
+    return Seen(end["ok"], kind, text, {"asgi_sse_stream": body, "asgi_agui_sse": agui_body})
 
 
 def _asking_review() -> tuple[list[str], list[str], Callable[[Any], bool], Callable[[Any], Any]]:
@@ -689,6 +724,7 @@ ENTRY_POINTS = [
         enter_start_run_reviewed,
         ("run_result", "approval_question", "review_question", "run_events_json", "logging"),
     ),
+    Entry("asgi_sse", enter_asgi_sse, ("asgi_sse_stream", "asgi_agui_sse", "logging")),
 ]
 ENTRIES_BY_NAME = {entry.name: entry for entry in ENTRY_POINTS}
 
@@ -817,6 +853,10 @@ class Env:
     def flask(self) -> Any:
         return self._shared.flask_app()
 
+    @property
+    def asgi_url(self) -> str:
+        return self._shared.asgi_url()
+
     def serve_mcp_bytes(self, raw: bytes) -> Seen:
         module = self.tmp_path / "bad_tools.py"
         module.write_bytes(b'from nous_sched import Tool\nTOOLS = []\nX = """' + raw + b'"""\n')
@@ -842,6 +882,7 @@ class _Shared:
         self._flask: Any = None
         self._celery: Any = None
         self._postgres: Any = None
+        self._asgi: Optional[str] = None
 
     def close(self) -> None:
         self._stack.close()
@@ -870,6 +911,35 @@ class _Shared:
             spec.loader.exec_module(module)
             self._flask = module.create_app(tools=TOOLS, timeout=WAIT)
         return self._flask
+
+    def asgi_url(self) -> str:
+        """examples/asgi_events.py on a real uvicorn in a thread, started on first use: its base URL."""
+        if self._asgi is None:
+            import threading
+            import time
+
+            import uvicorn
+
+            spec = importlib.util.spec_from_file_location("hostile_asgi_events", ROOT / "examples" / "asgi_events.py")
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            app = module.create_app(tools=TOOLS, timeout=WAIT, approval_handler=lambda request: True)
+            config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", timeout_graceful_shutdown=5)
+            server = uvicorn.Server(config)
+            thread = threading.Thread(target=server.run, name="test-hostile-uvicorn", daemon=True)
+            thread.start()
+            deadline = time.monotonic() + WAIT
+            while not server.started:
+                assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
+                time.sleep(0.01)
+
+            def stop() -> None:
+                server.should_exit = True
+                thread.join(30)
+
+            self._stack.callback(stop)
+            self._asgi = f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
+        return self._asgi
 
     def postgres(self) -> Any:
         if self._postgres is None:
@@ -1125,3 +1195,12 @@ def test_a_review_deny_reason_holding_a_hostile_value_is_escaped_on_every_path(v
     check_terminal(library_log.getvalue())
     # The host and other runs unharmed: an honest run right after.
     assert run_code(HONEST, TOOLS, description="an honest run", timeout=WAIT).ok
+
+
+def test_the_blob_row_is_a_handle_whose_preview_holds_the_hostile_head():
+    # What the blob_of_hostile_values cells send through every output path: a handle, not the bytes.
+    result = run_code(program_of(VALUES_BY_NAME["blob_of_hostile_values"]), TOOLS, description="blob row")
+    assert result.error is None, result.error
+    handle = result.result["back"]["v"]
+    assert set(handle) == {"$blob", "kind", "size", "length", "preview"} and handle["kind"] == "text"
+    assert handle["preview"].startswith(BLOB_HEAD) and len(handle["preview"]) == 81

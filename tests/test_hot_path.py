@@ -157,7 +157,7 @@ def test_a_record_is_made_by_keyword_too_and_refuses_what_attrs_would():
     with pytest.raises(TypeError):
         ToolCallEvent("r:code:3", "t", {}, "exclusive")  # seq missing
     with pytest.raises(TypeError):
-        ToolOutcomeEvent(1, "t", True, None, 0, "extra")
+        ToolOutcomeEvent(1, "t", True, None, 0, (), "extra")
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
         made.tool = "u"
     later = ToolCallEvent("code:0", "t", frozen_later('{"b":null}'), "parallel", 0)
@@ -176,7 +176,9 @@ def test_a_crossed_outcome_is_a_success_with_its_text():
     crossed = Outcome.crossed([1, {"a": None}], '[1,{"a":null}]')
     assert crossed == Outcome.success([1, {"a": None}]) and hash(Outcome.crossed(2, "2")) == hash(Outcome.success(2))
     assert (crossed.ok, crossed.value, crossed.error, crossed.text) == (True, [1, {"a": None}], None, '[1,{"a":null}]')
-    assert [f.name for f in attrs.fields(Outcome)] == ["ok", "value", "error", "text"]
+    assert [f.name for f in attrs.fields(Outcome)] == ["ok", "value", "error", "text", "blobs"]
+    held = Outcome.held({"$blob": "b"}, "{}", ("a blob",))
+    assert held == Outcome.success({"$blob": "b"}) and held.blobs == ("a blob",) and crossed.blobs == ()
 
     class Mine(Outcome):
         pass

@@ -1,5 +1,5 @@
-"""The pool's decisions (:mod:`nous_sched.runtime.poolcore`), driven through
-every interleaving by a hypothesis state machine; and the shell around them
+"""The pool's decisions (:mod:`nous_sched.runtime.poolcore`), places and CPU
+shares, driven through every interleaving by a hypothesis state machine; and the shell around them
 with real processes: a cold pool raced by 12 threads never holds a third
 worker, and a KeyboardInterrupt at any point of a worker's start-up leaks no
 process and no descriptor."""
@@ -25,12 +25,14 @@ DOMAINS = st.sampled_from([FRESH, FRESH, "a", "b"])
 
 
 class PoolMachine(RuleBasedStateMachine):
-    """Runs ask, wait, start, finish, or are interrupted at any of those steps;
-    spares come and go; the pool closes."""
+    """Runs ask, wait, start, compute steps (a CPU share each), finish, or are
+    interrupted at any of those steps; spares come and go; the pool closes."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.core = PoolCore(size=3, spares=2, runs_per_worker=3)
+        self.core = PoolCore(size=3, spares=2, runs_per_worker=3, cpu_shares=2)
+        self.computing: set[int] = set()  # runs holding a CPU share
+        self.share_order: list[int] = []  # runs waiting for one, in the order they started waiting
         self.next_run = 0
         self.waiting: dict[int, object] = {}  # run -> domain
         self.holding: dict[int, tuple[int, object]] = {}  # run -> (wid, domain)
@@ -105,6 +107,12 @@ class PoolMachine(RuleBasedStateMachine):
         runs = sorted(r for r, (w, _) in self.holding.items() if w not in self.starting)
         run = data.draw(st.sampled_from(runs))
         wid, domain = self.holding.pop(run)
+        # (the shell: each step gives its share back, and the run's end does again)
+        self.core.give_share(run)
+        self.core.leave_shares(run)
+        self.computing.discard(run)
+        if run in self.share_order:
+            self.share_order.remove(run)
         kept = self.core.release(wid, domain, reusable)
         if domain is FRESH:
             assert not kept, "a run without a domain never leaves its worker for another"
@@ -134,6 +142,10 @@ class PoolMachine(RuleBasedStateMachine):
             del self.waiting[run]
             self.order.remove(run)
         held = self.holding.pop(run, None)
+        self.computing.discard(run)
+        if run in self.share_order:
+            self.share_order.remove(run)
+        assert run not in self.core.computing and run not in self.core.share_queue, "its share is back"
         if held is None:
             assert kill == []
         else:
@@ -148,6 +160,49 @@ class PoolMachine(RuleBasedStateMachine):
         assert not self.core.holds(run)
         assert self.core.drop(run) == [], "dropping a run twice gives nothing more back"
 
+    # -- CPU shares: a run with a place starts a step, waits for a share, ends its step
+
+    def _take(self, run: int, wait: bool) -> None:
+        got = self.core.take_share(run, wait)
+        if run in self.computing:
+            assert got, "a run holding a share holds it still"
+            return
+        if got:
+            if self.share_order:
+                assert self.share_order[0] == run, "first come, first served (no kick goes ahead of a waiting run)"
+                self.share_order.pop(0)
+            self.computing.add(run)
+        elif wait and run not in self.share_order:
+            self.share_order.append(run)
+
+    @precondition(lambda self: any(w not in self.starting for w, _ in self.holding.values()))
+    @rule(data=st.data(), wait=st.booleans())
+    def a_run_starts_a_step(self, data: st.DataObject, wait: bool) -> None:
+        # (once its worker is ready) wait: its own thread (the run frame, a
+        # settle it sends); else the relay's kick
+        runs = sorted(r for r, (w, _) in self.holding.items() if w not in self.starting)
+        self._take(data.draw(st.sampled_from(runs)), wait)
+
+    @precondition(lambda self: self.share_order)
+    @rule(data=st.data())
+    def a_run_waiting_for_a_share_asks_again(self, data: st.DataObject) -> None:
+        self._take(data.draw(st.sampled_from(self.share_order)), True)
+
+    @precondition(lambda self: self.share_order)
+    @rule(data=st.data())
+    def a_run_waiting_for_a_share_gives_up(self, data: st.DataObject) -> None:
+        run = data.draw(st.sampled_from(self.share_order))  # its deadline, a cancel
+        self.core.leave_shares(run)
+        self.share_order.remove(run)
+
+    @precondition(lambda self: self.computing)
+    @rule(data=st.data())
+    def a_step_s_answers_arrive(self, data: st.DataObject) -> None:
+        run = data.draw(st.sampled_from(sorted(self.computing)))
+        self.core.give_share(run)
+        self.computing.discard(run)
+        self.core.give_share(run)  # (idempotent: the run's end gives it back again)
+
     @rule()
     def close(self) -> None:
         wids = set(self.core.close())
@@ -157,6 +212,10 @@ class PoolMachine(RuleBasedStateMachine):
         self.retiring.clear()
         self.waiting.clear()
         self.order.clear()
+        self.computing.clear()
+        self.share_order.clear()
+        assert self.core.take_share(-1, True), "a closed pool grants a share at once"
+        assert not self.core.computing, "and does not count it"
 
     @invariant()
     def never_more_than_size_workers_or_runs(self) -> None:
@@ -186,6 +245,26 @@ class PoolMachine(RuleBasedStateMachine):
                 assert wid in self.core.idle
             if slot.state == "retiring":
                 assert wid in self.retiring
+
+    @invariant()
+    def never_more_than_cpu_shares_compute_and_only_runs_with_a_place(self) -> None:
+        assert self.core.computing == self.computing
+        assert len(self.core.computing) <= self.core.cpu_shares
+        assert self.computing <= set(self.holding)
+        assert set(self.share_order) <= set(self.holding)
+
+    @invariant()
+    def the_core_queues_share_waiters_as_they_came(self) -> None:
+        assert list(self.core.share_queue) == self.share_order
+
+    @invariant()
+    def a_free_share_goes_to_the_head(self) -> None:
+        # The shell wakes only share_head(): when it names nobody, no waiting run can get one.
+        head = self.core.share_head()
+        if head is None:
+            assert not self.share_order or len(self.computing) >= self.core.cpu_shares
+        else:
+            assert head == self.share_order[0] and len(self.computing) < self.core.cpu_shares
 
     @invariant()
     def the_core_queues_runs_as_they_came(self) -> None:

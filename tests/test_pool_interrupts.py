@@ -47,6 +47,21 @@ def test_two_hundred_interrupts_at_random_moments_leave_the_pool_whole():
     assert out["in_a_run"] >= 50, out  # (most land inside a run: the delays span one)
     assert out["next_run_works"] is True
     assert out["busy_places"] == 0 and set(out["place_states"]) <= {"idle", "starting"}
+    assert out["shares_held_or_waited"] == 0
+    _whole(out)
+
+
+@pytest.mark.timeout(600)
+def test_interrupts_while_runs_contend_for_one_cpu_share_give_every_share_back():
+    # One share, and a thread computing beside the interrupted runs: interrupts
+    # land while a run waits for the share, holds it, or has its batch handed
+    # back by the relay for want of it.
+    out = _script("_interrupt_fuzz.py", "150", "44", "contended")
+    assert out["in_a_run"] >= 40, out
+    assert out["next_run_works"] is True
+    assert out["shares_held_or_waited"] == 0, "every share returned, no run left in the share queue"
+    assert out["busy_places"] == 0 and set(out["place_states"]) <= {"idle", "starting"}
+    assert out["hog_errors"] == [], "the runs beside them were never disturbed"
     _whole(out)
 
 

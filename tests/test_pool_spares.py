@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import signal
 import sys
 import threading
 import time
@@ -147,6 +148,34 @@ def test_a_spare_that_could_not_start_lets_the_waiting_run_start_its_own():
     core.started(spare, False)
     assert core.changed()
     assert core.ask(1, FRESH, 1)[0] == SPAWN
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.skipif(not LINUX, reason="/proc")
+def test_a_spare_killed_as_it_boots_is_replaced_with_no_run_to_ask(monkeypatch):
+    # Issue 43 item 8: after a loss the pool keeps its spares. The first spare
+    # is killed (SIGKILL, for real) before the spares thread reads its hello;
+    # no run follows, and the spares are back all the same.
+    real = procio.Worker.hello
+    killed: list[int] = []
+
+    def hello(self: procio.Worker, until: float) -> None:
+        if not killed and threading.current_thread().name.startswith("nous-sched-spares"):
+            killed.append(self.proc.pid)
+            os.kill(self.proc.pid, signal.SIGKILL)
+        real(self, until)
+
+    monkeypatch.setattr(procio.Worker, "hello", hello)
+    pool = WorkerPool(size=4, spares=2)
+    try:
+        assert pool.wait_for_spares(60)
+        assert len(killed) == 1
+        with pool._lock:
+            assert pool._core.spares_ready() == 2 and not pool._spares_failed
+        assert killed[0] not in pool.pids()
+        assert run_code("return 5", runtime=pool, description="test").result == 5
+    finally:
+        pool.close()
 
 
 def test_a_used_spare_being_killed_is_not_counted_as_a_spare():

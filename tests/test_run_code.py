@@ -782,9 +782,11 @@ def test_requires_approval_asks_once_per_sub_call_with_real_name_and_args():
     assert result.result == ["paid 1", "paid 2"]
     # The run's description, the call's audit id and the tool's description.
     ids = [e.id for e in result.calls]
+    # And what the program's text says is coming for the tool (its static summary).
+    coming = "the program's text has 2 call sites: at most 2 calls in all"
     assert handler.requests == [
-        ApprovalRequest("pay", {"amount": 1}, "Pay twice.", ids[0], "Pay."),
-        ApprovalRequest("pay", {"amount": 2, "to": "bob"}, "Pay twice.", ids[1], "Pay."),
+        ApprovalRequest("pay", {"amount": 1}, "Pay twice.", ids[0], "Pay.", coming=coming),
+        ApprovalRequest("pay", {"amount": 2, "to": "bob"}, "Pay twice.", ids[1], "Pay.", coming=coming),
     ]
     assert ran == [{"amount": 1}, {"amount": 2, "to": "bob"}]
 

@@ -245,8 +245,12 @@ def test_a_settle_larger_than_the_pipe_is_finished_by_the_runs_own_thread(armed,
         assert armed.wait(WAIT)
         return big
 
+    # Handles off (Limits.blob_bytes=None): the 1 MB result itself is the settle.
+    limits = Limits(blob_bytes=None)
     with WorkerPool(size=1, spares=0) as p:
-        result = run_code("return (await tools.t({})).length;", [Tool("t", t)], runtime=p, description="test")
+        result = run_code(
+            "return (await tools.t({})).length;", [Tool("t", t)], runtime=p, limits=limits, description="test"
+        )
     assert result.error is None and result.result == len(big), result.error
     ((thread, size, took),) = offers
     assert thread.startswith("nous-sched-driver-") and took < size
@@ -280,7 +284,7 @@ def test_a_stuck_worker_never_blocks_the_thread_that_commits(size, armed, make_e
                     "return await Promise.all([tools.first({}), tools.second({})]);",
                     tools,
                     runtime=p,
-                    timeout=60,
+                    limits=Limits(timeout=60, blob_bytes=None),  # the big result itself is the settle
                     observer=observer,
                     description="test",
                 )

@@ -389,6 +389,7 @@ def test_the_typescript_layout_byte_for_byte():
     assert out.startswith("// Tool SDK (generated). These declarations are the only description of the\n")
     assert out.endswith(
         "what the program returns, else its last expression's value.\n"
+        "// A result too big to cross is a handle: pass it on, or blobs.read(h, i, n).\n"
         "//\n"
         '// SDK step "full": every tool is declared in full below.\n'
         "\n"

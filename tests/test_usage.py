@@ -133,6 +133,8 @@ def test_usage_values():
         "model_bytes": 0,
         "cut_bytes": 0,
         "hint_bytes": 0,
+        "held_bytes": 0,
+        "read_chars": 0,
     }
 
 

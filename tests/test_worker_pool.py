@@ -322,7 +322,9 @@ def test_big_messages_cross_whole_both_ways(runtime, pool):
     const t = await tools.take({s: "y".repeat(900000)});
     return {n: b.length, same: b === "é".repeat(b.length), t, back: "z".repeat(900000)};
     """
-    result = run_code(program, tools, runtime=rt, timeout=60, description="test")
+    # Handles off (Limits.blob_bytes=None): the 5 MB result itself crosses, as this test is about frames.
+    limits = Limits(timeout=60, blob_bytes=None)
+    result = run_code(program, tools, runtime=rt, limits=limits, description="test")
     assert result.error is None, result.error
     assert result.result["n"] == len(big) and result.result["same"] is True
     assert result.result["t"] == "ok" and seen == [900000]
@@ -350,7 +352,9 @@ def test_with_the_host_looking_for_answers_busily_every_frame_crosses_whole(pool
     for (let i = 0; i < 3e6; i++) x = (x + i) % 7;
     return {s, n: big.s.length, x, last: (await tools.echo({i: 1})).i};
     """
-    result = run_code(program, [echo_tool()], runtime=pool, timeout=60, description="test")
+    # Handles off (Limits.blob_bytes=None): the big echo itself crosses, a frame bigger than a pipe.
+    limits = Limits(timeout=60, blob_bytes=None)
+    result = run_code(program, [echo_tool()], runtime=pool, limits=limits, description="test")
     assert result.error is None, result.error
     assert result.result == {"s": sum(range(300)), "n": 400000, "x": sum(range(3_000_000)) % 7, "last": 1}
     if pool_module.CPUS > 1:  # (one CPU: the host never looks busily)

@@ -36,19 +36,20 @@ import secrets
 import threading
 import time
 from functools import partial
-from typing import Any, Callable, ContextManager, Iterable, Optional, Sequence
+from typing import Any, Callable, ContextManager, Iterable, Mapping, Optional, Sequence
 
 import attrs
 
 from .. import _tracing
 from .._interrupts import LOCAL, deferred, guarded, leave
 from .._text import one_line
-from ..crossing import text_bytes
+from ..blobs import NO_BLOBS, READ_LABEL, READ_QUESTION, BlobStore, keep_in_scope, scope_lookup
+from ..crossing import dumps, text_bytes
 from ..errors import ConfigError, RunCodeError
 from ..events import ReviewEvent, StateEvent
 from ..gate import Admitted, Gate
 from ..gate.dispatch import RunContext
-from ..gate.policy import approval_names, partition
+from ..gate.toolset import ToolSet, tool_set
 from ..outcome import TRUNCATION_MARK, Outcome
 from ..result import RunError, RunResult
 from ..result._explain import told as _explain
@@ -156,23 +157,36 @@ class Prepared:
     (:class:`~nous_sched.runtime.AnyCancel`) before the run starts.
     """
 
-    __slots__ = ("code", "rt", "limits", "granted", "denied", "names", "options", "cancel", "source", "program")
+    __slots__ = (
+        "code",
+        "rt",
+        "limits",
+        "tool_set",
+        "granted",
+        "denied",
+        "names",
+        "options",
+        "cancel",
+        "source",
+        "program",
+    )
 
     def __init__(
         self,
         code: str,
         rt: CodeRuntime,
         limits: Limits,
-        granted: dict[str, Tool],
-        denied: dict[str, Tool],
+        derived: ToolSet,
         options: RunOptions,
     ) -> None:
         self.code = code
         self.rt = rt
         self.limits = limits
-        self.granted = granted
-        self.denied = denied
-        self.names = tuple(sorted({*granted, *denied}))
+        #: What the run derives from its tools and policy, shared with every run of them (read-only).
+        self.tool_set = derived
+        self.granted: Mapping[str, Tool] = derived.granted
+        self.denied: Mapping[str, Tool] = derived.denied
+        self.names = derived.names
         self.options = options
         self.cancel: Optional[Cancel] = options.cancel if options.cancel is not None else ambient_cancel.get()
         #: The program as it runs (fences, TypeScript, a last expression: :mod:`._program`).
@@ -197,14 +211,17 @@ def prepare(code: Any, tools: Iterable[Tool], options: RunOptions) -> Prepared:
     executor = options.executor
     if executor is not None and _saturated_by_caller(executor):
         raise RunCodeError(_SATURATED)
-    granted, denied = partition(tools, options.policy, "run_code")
-    check_binds(granted.values(), options.bind, "run_code")
-    return Prepared(code, rt, limits, granted, denied, options)
+    derived = tool_set(tools, options.policy, "run_code")
+    _say_missing(derived.missing_binds(options.bind), "run_code")
+    return Prepared(code, rt, limits, derived, options)
 
 
 def check_binds(tools: Iterable[Tool], bind: Any, door: str) -> None:
     """A :class:`~nous_sched.ConfigError` naming the first :class:`~nous_sched.Bind` of ``tools`` that ``bind`` lacks."""
-    missing = missing_binds(tools, bind)
+    _say_missing(missing_binds(tools, bind), door)
+
+
+def _say_missing(missing: list[tuple[str, str, str]], door: str) -> None:
     if missing:
         tool, argument, name = missing[0]
         raise ConfigError(
@@ -250,7 +267,7 @@ def reviewed(p: Prepared, live: Any, defer: Any = None) -> tuple[ReviewEvent, Op
     result ``None``: the caller suspends the run before it starts."""
     o = p.options
     assert o.review is not None
-    gated = approval_names(o.policy, p.granted.values())
+    gated = p.tool_set.require_approval
     summary = summarize_parts(p.code, p.granted, p.denied, gated)
     p.program = summary
     request = ReviewRequest(p.code, o.description or "", summary)
@@ -335,34 +352,53 @@ def _wind_down(begun: Optional[Begun], scheduler: Optional[Scheduler]) -> None:
         scheduler.stop(timeout=0.5)
 
 
-def _coming(p: Prepared, policy: Any) -> Callable[[str], str]:
+def _coming(p: Prepared) -> Callable[[str], str]:
     """What an approval question says is coming for a tool (``RunContext.coming``):
     read from the program's summary, the review's when it was reviewed, else made
     on the first question (a run that asks nothing never parses its program)."""
-    made: list[ProgramSummary] = []
+    return _Coming(p)
 
-    def coming(tool: str) -> str:
-        if not made:  # (two first questions at once may both parse: the same summary)
-            gated = approval_names(policy, p.granted.values())
-            made.append(p.program or summarize_parts(p.code, p.granted, p.denied, gated))
-        return made[0].coming(tool)
 
-    return coming
+class _Coming:
+    """``RunContext.coming`` of one run. Pickled (a call run by a serializing
+    executor, Dask), it is one that knows nothing: the run stays in its process."""
+
+    __slots__ = ("_p", "_made")
+
+    def __init__(self, p: Optional[Prepared]) -> None:
+        self._p = p
+        self._made: Optional[ProgramSummary] = None
+
+    def __call__(self, tool: str) -> str:
+        p = self._p
+        if p is None:
+            return ""
+        if self._made is None:  # (two first questions at once may both parse: the same summary)
+            gated = p.tool_set.require_approval
+            self._made = p.program or summarize_parts(p.code, p.granted, p.denied, gated)
+        return self._made.coming(tool)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_Coming, (None,))
 
 
 def _build(p: Prepared, o: RunOptions, deadline: float, live: Any) -> tuple[Scheduler, Gate, RunContext]:
     """The run's context, scheduler and gate."""
-    policy = o.policy
+    blob_bytes = p.limits.blob_bytes
     run_ctx = RunContext(
         approval_handler=o.approval_handler,
         deps=o.deps,
-        require_approval=approval_names(policy, p.granted.values()),
+        require_approval=p.tool_set.require_approval,
         deadline=deadline,
         description=o.description or "",
         live=live,
         bind=o.bind,
         program=p.program,
-        coming=_coming(p, policy),
+        coming=_coming(p),
+        # A run of a state scope also finds the blobs its earlier runs stored there (state.set of a handle).
+        blobs=None
+        if blob_bytes is None
+        else BlobStore(blob_bytes, parent=None if o.state is None else scope_lookup(o.state)),
     )
     call_id = o.call_id
     scheduler = Scheduler(
@@ -385,6 +421,7 @@ def _build(p: Prepared, o: RunOptions, deadline: float, live: Any) -> tuple[Sche
         scheduler.session_log().append,
         unknown=lambda name: unknown_tool_message(name, names),
     )
+    gate.blobs = run_ctx.blobs
     if live is not None:
         gate.on_refused = live.refused
     return scheduler, gate, run_ctx
@@ -420,6 +457,8 @@ def _result(
         answer_bytes=answer_bytes,
         model_bytes=answer_bytes if budgeted is None else budget_size(budgeted),
         hint_bytes=hint_bytes,
+        held_bytes=sum(b.size for b in host.run_ctx.blobs.blobs()) if host.run_ctx.blobs is not None else 0,
+        read_chars=host.read_chars,
     )
     return RunResult(
         logs=logs,
@@ -593,6 +632,8 @@ class _Host(Host):
         self.main: Any = None
         self.seen = Seen()
         self.live = live
+        #: The characters the program read of its blobs (``blobs.read``).
+        self.read_chars = 0
         #: The run's state (``run_code(state=...)``) as this run uses it, or ``None``; each operation's record.
         self.state: Optional[StateSession] = None
         self.state_events: list[StateEvent] = []
@@ -628,6 +669,9 @@ class _Host(Host):
         tool = pending.tool
         if tool is None:  # an sdk question: not a sub-call
             return
+        if tool is READ_LABEL:  # a blob's slice (discover): not a sub-call either
+            self.read_chars += len(payload)
+            return
         seq = pending.seq  # a Ticket's or a Settled's: every pending call this host hands out has one
         self.ledger.append((seq, tool, len(payload), outcome.ok))
         if outcome.ok and type(pending) is not Settled:
@@ -649,6 +693,11 @@ class _Host(Host):
         parsed = self.gate.admit_question(question)
         if isinstance(parsed, Outcome):
             return Settled(parsed)
+        if isinstance(parsed, list) and parsed and parsed[0] == READ_QUESTION:
+            blobs = self.run_ctx.blobs
+            if blobs is None:
+                return Settled(Outcome.failure(READ_LABEL, NO_BLOBS), READ_LABEL)
+            return Settled(blobs.read(parsed[1] if len(parsed) > 1 else None), READ_LABEL)
         if type(parsed) is list and len(parsed) == 2 and type(parsed[0]) is str and parsed[0].startswith(STATE_OP):
             return Settled(self.state_op(parsed[0][len(STATE_OP) :], parsed[1]))
         return Settled(self.discovery.answer(parsed))
@@ -660,15 +709,31 @@ class _Host(Host):
         if self.state is None:
             answer = StateAnswer(op, False, message=NO_STATE, error="no_state")
         else:
-            answer = self.state.answer(op, args)
+            answer = self._state_answer(op, args)
         event = StateEvent(answer.op, answer.key, answer.size, answer.version, answer.ok, answer.error)
         self.state_events.append(event)
         self.scheduler.session_log().append(event.as_event())
         if self.live is not None:
             self.live.emit_record(event)
         if answer.ok:
+            blobs = self.run_ctx.blobs
+            if op == "get" and blobs is not None and answer.size > blobs.limit:  # a big value stays here too
+                value, text, _ = blobs.hold(answer.value, dumps(answer.value))
+                return Outcome.crossed(value, text)
             return Outcome.success(answer.value)
         return Outcome.failure(STATE_OP + answer.op, answer.message)
+
+    def _state_answer(self, op: str, args: Any) -> StateAnswer:
+        """The state session's answer; a ``set`` of a value holding blob handles first keeps
+        their blobs in the scope (``nous_sched.blobs.keep_in_scope``), or writes nothing."""
+        assert self.state is not None
+        blobs = self.run_ctx.blobs
+        if op == "set" and blobs is not None and type(args) is list and len(args) > 1:
+            problem = keep_in_scope(blobs, self.state.state, args[1], self.state.limits)
+            if problem is not None:
+                key = args[0] if isinstance(args[0], str) else None
+                return StateAnswer(op, False, message=problem[1], key=key, error=problem[0])
+        return self.state.answer(op, args)
 
 
 #: The question a program's ``state.<op>(...)`` asks the host (``prelude.js``): ``["state.<op>", args]``.

@@ -24,7 +24,8 @@ from .._run.runner import NO_CODE, runtime_of
 from .._validators import require
 from ..errors import RunCodeError
 from ..events import ContextUpdate
-from ..gate.policy import PermissionPolicy, partition
+from ..gate.policy import PermissionPolicy
+from ..gate.toolset import tool_set
 from ..result.budget import DEFAULT_OUTPUT_BUDGET
 from ..runtime import CodeRuntime
 from ..state import State, sdk_notes
@@ -147,13 +148,20 @@ def run_code_tool(
     require("run_code_tool", "tools", tools, v.TOOLS)
     own = {"policy": policy, "runtime": runtime, "output_budget": output_budget}
     made = _run_options("run_code_tool", own, {**run_options, "options": options})
-    return _tool(list(tools), made, budget, ranking)
+    return _tool(tuple(tools), made, budget, ranking)
 
 
-def _tool(tools: list[Tool], options: RunOptions, budget: Optional[int], ranking: Optional[Sequence[str]]) -> Tool:
-    """The ``run_code`` tool over ``tools``, each of its runs with ``options`` (checked already)."""
+def _tool(
+    tools: tuple[Tool, ...], options: RunOptions, budget: Optional[int], ranking: Optional[Sequence[str]]
+) -> Tool:
+    """The ``run_code`` tool over ``tools``, each of its runs with ``options`` (checked already).
+
+    What it derives from ``tools`` (the partition by policy, the SDK text) is
+    made once per tool set and kept (``nous_sched.gate.toolset``,
+    ``nous_sched.sdk.fitted``): a second tool over the same tools costs
+    almost nothing, and its runs (the same tuple each time) find theirs at once."""
     function = program_runner(tools, options)
-    granted, _ = partition(tools, options.policy, "run_code_tool")
+    granted = tool_set(tools, options.policy, "run_code_tool").granted
     description = description_of(granted.values(), budget, ranking, options.state)
 
     return Tool(
@@ -181,7 +189,7 @@ def _tool(tools: list[Tool], options: RunOptions, budget: Optional[int], ranking
     )
 
 
-def program_runner(tools: list[Tool], options: RunOptions) -> Callable[[Any], Any]:
+def program_runner(tools: Sequence[Tool], options: RunOptions) -> Callable[[Any], Any]:
     """The ``run_code`` tool's function, each run with ``options`` (made and
     checked by the caller) and the description the model gave, without the
     tool's description: serve-mcp makes one per run, and rendering the SDK of
@@ -271,9 +279,9 @@ def visible_tools(
     if options is not None:
         own["runtime"] = runtime
     made = _run_options("visible_tools", own, {**run_options, "options": options})
-    tools = list(tools)
+    tools = tuple(tools)
     # A tool only code may call (Tool.callers={"code"}) is never offered to the model directly.
-    granted = [t for t in partition(tools, made.policy, "visible_tools")[0].values() if "model" in t.callers]
+    granted = [t for t in tool_set(tools, made.policy, "visible_tools").granted.values() if "model" in t.callers]
     if mode == "native":
         return granted
     try:

@@ -145,7 +145,7 @@ class _Run:
         description: str,
         refused: Iterable[int] = (),
     ) -> None:
-        self.ledger = ledger  # seq -> [tool, args text, ok, payload]: replayed
+        self.ledger = ledger  # seq -> [tool, args text, ok, payload(, blobs)]: replayed
         # The seqs of the ledger's calls the gate refused before they started: in the
         # usage ledger they have no number (as in a plain run), replayed or not.
         self.refused: set[int] = set(refused)
@@ -207,6 +207,8 @@ class _Run:
     def record(self, seq: int, name: str, text: str, outcome: Outcome) -> None:
         if outcome.ok:
             self.recorded[seq] = [name, text, True, outcome.value]
+            if outcome.blobs:  # the held parts, by id: a replay gives the program the same handles
+                self.recorded[seq].append([[blob.id, blob.value] for blob in outcome.blobs])
         else:
             assert outcome.error is not None
             self.recorded[seq] = [name, text, False, outcome.error.as_dict()]
@@ -529,6 +531,10 @@ class _DurableHost(Host):
         run.replayed += 1
         number = None if seq in run.refused else run.number()
         if entry[2]:
+            blobs = self.inner.run_ctx.blobs
+            if len(entry) > 4 and blobs is not None:
+                for id, value in entry[4]:
+                    blobs.adopt(id, value)
             return _Answered(Outcome.success(entry[3]), entry[0], number)
         return _Answered(Outcome.failure(entry[3]["tool"], entry[3]["message"]), entry[0], number)
 
@@ -654,9 +660,12 @@ class _DurableHost(Host):
         return ApprovalDecision(False, why or "rejected by the approval handler")
 
     def _request(self, seq: int, admitted: Admitted, site: str) -> ApprovalRequest:
+        # Arguments that hold blob handles are shown as the program wrote them: the suspension's
+        # requests reach the model's answer and the store, where a handle stands for its megabytes.
+        text = admitted.text
         return ApprovalRequest(
             admitted.tool.name,
-            json.loads(json.dumps(admitted.args)),
+            json.loads(text) if text is not None and '"$blob"' in text else json.loads(json.dumps(admitted.args)),
             description=self.run.description,
             tool_description=admitted.tool.description,
             seq=seq,
@@ -1141,8 +1150,15 @@ def _ledger_of(record: dict[str, Any]) -> dict[int, list[Any]]:
 
 
 def _entry_ok(entry: Any) -> bool:
-    """A ledger entry's shape: [seq, tool, args text, ok, value or {tool, message}]."""
-    if not (isinstance(entry, list) and len(entry) == 5 and type(entry[0]) is int):
+    """A ledger entry's shape: [seq, tool, args text, ok, value or {tool, message}], and after
+    a value the blobs held of it, [[id, value], ...], when there were any."""
+    if not (isinstance(entry, list) and len(entry) in (5, 6) and type(entry[0]) is int):
+        return False
+    if len(entry) == 6 and not (
+        entry[3] is True
+        and isinstance(entry[5], list)
+        and all(isinstance(b, list) and len(b) == 2 and isinstance(b[0], str) for b in entry[5])
+    ):
         return False
     if not (isinstance(entry[1], str) and isinstance(entry[2], str) and isinstance(entry[3], bool)):
         return False

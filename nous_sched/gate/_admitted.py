@@ -7,6 +7,8 @@ call with it, so the two agree on what a tool's behaviour becomes
 
 * a value is the call's result: its snapshot and JSON text
   (:func:`~nous_sched.crossing.snapshot_text`), and the text's UTF-8 size;
+  in a run with a blob store (``RunContext.blobs``), a result over its limit
+  has its big parts held there and handles in their place (``nous_sched.blobs``);
 * an :class:`~nous_sched.Outcome` is unwrapped: a failed one fails the call
   with its message (error kind ``"tool_error"``);
 * a value that is not JSON fails the call, ``"tool returned a value that is
@@ -87,6 +89,9 @@ def run_admitted(
     except Exception as exc:
         log.error("sub-call %s (tool %r) returned a value that is not JSON: %s", info.id, name, exc)
         return Outcome.failure(name, f"tool returned a value that is not JSON: {exc}"), INVALID_RESULT, 0, None
+    blobs = run_ctx.blobs if run_ctx is not None else None
+    if blobs is not None and len(text) > blobs.limit:  # too big to cross whole: its big parts stay here
+        return Outcome.held(*blobs.hold(snapped, text)), None, size, None
     return Outcome.crossed(snapped, text), None, size, None
 
 

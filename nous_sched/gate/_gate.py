@@ -21,7 +21,10 @@ entry point it came through:
 5. **The arguments fit the tool's schema** (:mod:`nous_sched.gate.schema`),
    before anyone is asked to approve them. The schema is the one the caller
    sees, without the tool's bound arguments; a call that passes a bound
-   argument itself is refused first. An admitted call's arguments hold each
+   argument itself is refused first. In a run, a blob handle anywhere in
+   the arguments is then replaced by its value (``nous_sched.blobs``), so
+   the schema checks the value the tool gets; a handle the run does not
+   hold is refused; the audit keeps the arguments as the program wrote them. An admitted call's arguments hold each
    bound argument as ``"[bound]"`` (every record of the call shows that);
    the tool gets the value (:func:`~nous_sched.gate.dispatch.direct_dispatch`).
 
@@ -51,7 +54,8 @@ import json
 import time
 from typing import Any, Callable, Mapping, Optional, Union
 
-from ..crossing import loads, snapshot
+from ..blobs import BlobStore
+from ..crossing import dumps, loads, snapshot
 from ..errors import SnapshotError
 from ..events import Event, ToolRefusedEvent
 from ..limits import Limits
@@ -143,6 +147,9 @@ class Gate:
         #: Told of each refusal as it is audited: ``on_refused(record, reason)``, its
         #: ``tool_refused`` record and ``reason``, one of :data:`REFUSAL_REASONS` (a run's event stream).
         self.on_refused: Optional[Callable[[ToolRefusedEvent, str], Any]] = None
+        #: The run's :class:`~nous_sched.BlobStore`, when it has one: a handle in
+        #: a call's arguments is replaced by its value before the schema is checked.
+        self.blobs: Optional[BlobStore] = None
 
     def admit_json(self, name: Any, text: Any) -> Union[Admitted, Outcome]:
         """Check a call whose arguments are JSON text (from a program): admitted, or a failed Outcome."""
@@ -254,11 +261,20 @@ class Gate:
         sent = passed_bound(tool, args)
         if sent is not None:
             return self._refuse(name, sent, "bound")
+        written = args
+        if self.blobs is not None:  # handles become their values first: the schema is the value's
+            put = self.blobs.substitute(args, text)
+            if type(put) is str:
+                return self._refuse(name, put, "arguments")
+            args = put
         problem = argument_error(tool, args)
         if problem is not None:
             return self._refuse(name, problem, "schema")
+        # The audit's copy (the text) is the arguments as written: a handle, not the value it stands for.
         if getattr(tool, "bound", None):  # every record shows the marker; the text no longer spells these arguments
-            return Admitted(tool, marked(tool, args))
+            return Admitted(tool, marked(tool, args), None if args is written else dumps(marked(tool, written)))
+        if args is not written and text is None:
+            text = dumps(written)
         return Admitted(tool, args, text)
 
     def _refuse(self, name: str, message: str, reason: str) -> Outcome:

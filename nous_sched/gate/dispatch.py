@@ -116,6 +116,8 @@ class RunContext:
     ``coming(tool_name) -> str``, when set, says what the program's static
     summary has coming for that tool: each :class:`ApprovalRequest`'s
     ``coming`` (a ``coming`` that raises gives ``""``).
+    ``blobs`` is the run's :class:`~nous_sched.BlobStore` (``None``:
+    results cross whole, as for a direct :func:`~nous_sched.call_tool`).
     """
 
     approval_handler: Optional[Callable[[ApprovalRequest], Any]] = None
@@ -132,6 +134,7 @@ class RunContext:
     program: Any = None
     grants: Any = attrs.field(factory=Grants, eq=False, repr=False)  # a Grants
     coming: Optional[Callable[[str], str]] = None
+    blobs: Any = None
 
 
 @record

@@ -100,7 +100,7 @@ import time
 import weakref
 from functools import partial
 from pathlib import Path
-from typing import IO, Any, Callable, Iterable, Mapping, Optional, Union
+from typing import IO, Any, Callable, Iterable, Mapping, Optional, Sequence, Union
 
 import anyio
 import anyio.to_thread
@@ -499,7 +499,8 @@ class CodeModeServer:
         # Each connection's scope, as long as the connection lives.
         self._session_scopes: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
         self._bind_for = bind_for
-        self._tools = list(tools)
+        # A tuple: every run finds its tool set's derived values by this very object (gate/toolset.py).
+        self._tools = tuple(tools)
         own = {} if isinstance(policy, NotGiven) else {"policy": policy}
         if own:
             require("CodeModeServer", "policy", policy, _POLICY)
@@ -1079,7 +1080,7 @@ AUDIT_LINES: dict[str, Optional[Callable[[_GateAudit, Mapping[str, Any]], None]]
 }
 
 
-def _resumed(token: str, tools: list[Tool], options: RunOptions, arguments: Any) -> Any:
+def _resumed(token: str, tools: Sequence[Tool], options: RunOptions, arguments: Any) -> Any:
     """What ``run_code`` would answer for the resumed run (``arguments`` unused: the record has the code)."""
     store = options.approval_store
     assert store is not None  # (run_result, the one way here, is offered only with one)

@@ -65,6 +65,12 @@ class Usage:
     got (:meth:`~nous_sched.RunResult.for_model`), and ``cut_bytes`` their
     difference: what the output budget took off (0 without one, or when the
     answer fit).
+
+    ``held_bytes`` is what stayed on the host instead of crossing: the UTF-8
+    bytes of the JSON text of every part of a result the run kept as a blob
+    (``nous_sched.blobs``; the program received its handle, counted in
+    ``calls``); ``read_chars`` the characters the program read of them with
+    ``blobs.read`` (not in ``received_chars``, which counts sub-calls only).
     """
 
     calls: tuple[CallUsage, ...] = ()
@@ -72,6 +78,8 @@ class Usage:
     model_bytes: int = 0
     #: The bytes of the answer's ``hint`` (``nous_sched.result._hints``), counted in both sizes above.
     hint_bytes: int = 0
+    held_bytes: int = 0
+    read_chars: int = 0
 
     @property
     def received_chars(self) -> int:
@@ -90,4 +98,6 @@ class Usage:
             "model_bytes": self.model_bytes,
             "cut_bytes": self.cut_bytes,
             "hint_bytes": self.hint_bytes,
+            "held_bytes": self.held_bytes,
+            "read_chars": self.read_chars,
         }

@@ -32,6 +32,7 @@ from .engine import (
     cpu_message,
     drive,
     memory_message,
+    names_utf8,
     timeout_message,
 )
 from .poolcore import FRESH, PoolCore
@@ -80,6 +81,12 @@ class Places(Protocol):
 
     def _orphaned(self, ticket: Optional[int]) -> None: ...
 
+    def _share(self, ticket: int, limits: Limits, deadline: float, cancel: Optional[Cancel]) -> None: ...
+
+    def _try_share(self, ticket: int) -> bool: ...
+
+    def _give_share(self, ticket: Optional[int]) -> None: ...
+
 
 class Lost(Exception):
     """The worker died before the program's first answer (see ``Remote.start``)."""
@@ -120,6 +127,7 @@ class Begun:
             remote.relay.close()  # before the worker goes back: no settle is written after this
             # After any abort (memory, stack, a tampered bridge) the worker is retired.
             reusable = remote.reusable and (finish.error is None or finish.error[0] not in ("abort", "cancelled"))
+            self._pool._give_share(self._ticket)  # noqa: SLF001  (each step gives its own back; whatever path ended it)
             self._pool._release(remote.wid, self._domain, reusable)  # noqa: SLF001
         except BaseException:
             # KeyboardInterrupt (or a host bug): the worker may be mid-step. Kill
@@ -332,6 +340,8 @@ class Relay(RelayCore):
         remote = self.remote
         if len(batch[0][4]) > remote.limits.memory_bytes:
             return False  # the driving thread refuses it (Remote._check)
+        if not remote.pool._try_share(remote.ticket):  # noqa: SLF001
+            return False  # every CPU share computes: the driving thread waits for one (never this thread)
         data = settle_frame(batch)
         try:
             n = remote.worker.offer(data)
@@ -373,8 +383,10 @@ class Remote:
         limits: Limits,
         deadline: float,
         cancel: Optional[Cancel],
+        ticket: int,
     ) -> None:
         self.pool = pool
+        self.ticket = ticket  # the run's, in the pool: its place and its CPU share
         self.wid = wid
         self.worker = w
         self.program = program
@@ -393,8 +405,22 @@ class Remote:
         self.again: Optional[tuple[int, int, Any]] = None
         self._starting = False
 
+    def _compute(self) -> None:
+        """Hold a CPU share for the step about to start (waiting for one, first
+        come, first served, within the deadline and cancel): the step's
+        answers give it back. :class:`Stopped` if none came; the worker, idle
+        meanwhile mid-program, is then not reused."""
+        try:
+            self.pool._share(self.ticket, self.limits, self.deadline, self.cancel)  # noqa: SLF001
+        except Stopped:
+            self.reusable = False
+            raise
+
     def send_run(self) -> None:
-        """Send the run frame. :class:`~nous_sched.runtime.procio.NotStarted` if the worker is gone."""
+        """Send the run frame, holding a CPU share (which :meth:`start` gives
+        back). :class:`~nous_sched.runtime.procio.NotStarted` if the worker is
+        gone; :class:`Stopped` if no share came within the deadline."""
+        self._compute()
         w = self.worker
         limits = self.limits
         # A worker's memory cap is set by its first run, for good: a later run
@@ -406,20 +432,28 @@ class Remote:
         if cpu_limit is not None:
             self.reusable = False
             w.cpu_watch = CpuWatch.start(w.proc.pid, cpu_limit)
-        body = json.dumps(
-            {
-                "program": self.program,
-                "names": list(self.names),
-                "limits": [getattr(limits, f) for f in worker.LIMIT_FIELDS],
-                "remaining": max(self.deadline - time.monotonic(), 0.0),
-                "memory_cap": cap,
-                "cpu_limit": cpu_limit,
-            }
-        ).encode("utf-8", "surrogatepass")
+        # The names' text, made once per tool set, follows the JSON after a newline as it
+        # is: neither side escapes, parses or copies it per name (worker.py's run).
+        names, lazy = names_utf8(self.names)
+        body = (
+            json.dumps(
+                {
+                    "program": self.program,
+                    "names_lazy": lazy,
+                    "limits": [getattr(limits, f) for f in worker.LIMIT_FIELDS],
+                    "remaining": max(self.deadline - time.monotonic(), 0.0),
+                    "memory_cap": cap,
+                    "cpu_limit": cpu_limit,
+                }
+            ).encode("utf-8", "surrogatepass")
+            + b"\n"
+            + names
+        )
         try:
             w.send(worker.frame(worker.RUN, body), self.until)
         except BrokenPipeError:
             self.reusable = False
+            self.pool._give_share(self.ticket)  # noqa: SLF001
             raise NotStarted from None
         except Expired:
             self.unsent = True  # a timeout, said by start() (inside drive)
@@ -435,15 +469,16 @@ class Remote:
         of memory) has answered nothing and the host has served none of the
         program's calls: the program is started again on another worker,
         once, within the deadline."""
-        if self.unsent:
-            return self._expired()
         self._starting = self.again is not None
         try:
+            if self.unsent:
+                return self._expired()
             return self._answer()
         except Lost:
             pass
         finally:
             self._starting = False
+            self.pool._give_share(self.ticket)  # noqa: SLF001  (send_run's)
         return self._restart()
 
     def _restart(self) -> str:
@@ -467,8 +502,12 @@ class Remote:
         """Send ``batch`` (:func:`~nous_sched.runtime.engine.drive`'s items) in
         one settle frame; the worker's envelope for each, in order."""
         self._check(batch)
-        self._send_settles(settle_frame(batch))
-        return self._answers(batch, self._spin())
+        self._compute()
+        try:
+            self._send_settles(settle_frame(batch))
+            return self._answers(batch, self._spin())
+        finally:
+            self.pool._give_share(self.ticket)  # noqa: SLF001
 
     def _send_settles(self, data: "bytes | memoryview") -> None:
         """Write a settle frame (or its unsent rest); a dead worker or the
@@ -485,12 +524,16 @@ class Remote:
         sent by the thread that committed it, or (a frame larger than the
         pipe holds, or a payload the worker must not get) finished here."""
         relay = self.relay
-        if relay.handoff:
-            relay.handoff = False
-            rest, relay.unsent = relay.unsent, None
-            self._check(batch)
-            self._send_settles(settle_frame(batch) if rest is None else rest)
-        return self._answers(batch, 0.0, ready=True)
+        try:
+            if relay.handoff:
+                relay.handoff = False
+                rest, relay.unsent = relay.unsent, None
+                self._check(batch)
+                self._compute()  # (held already when the kick wrote part of the frame)
+                self._send_settles(settle_frame(batch) if rest is None else rest)
+            return self._answers(batch, 0.0, ready=True)
+        finally:
+            self.pool._give_share(self.ticket)  # noqa: SLF001  (the kick's, or this thread's)
 
     def _check(self, batch: Sequence[Sequence[Any]]) -> None:
         # (drive's batches put a payload this large first, alone.)
@@ -550,7 +593,7 @@ class Remote:
     def _spin(self) -> float:
         """How long to look for the next answer busily (see :mod:`.wake`)."""
         pool = self.pool
-        return pool._wake.spin(len(pool._core.slots) - len(pool._core.idle))  # noqa: SLF001
+        return pool._wake.spin(len(pool._core.computing))  # noqa: SLF001  (shares in use, this run's too)
 
     def _receive(self, spin: float, ready: bool = False) -> tuple[bytes, bytes]:
         w = self.worker

@@ -58,6 +58,7 @@ import json.scanner
 import math
 import os
 import re
+import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol, Sequence
 
@@ -76,6 +77,9 @@ __all__ = [
     "memory_message",
     "timeout_message",
     "cpu_message",
+    "names_json",
+    "names_utf8",
+    "NamesText",
 ]
 
 with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "prelude.js"), encoding="utf-8") as _f:
@@ -185,6 +189,65 @@ _RUN_CLOCK = """(() => {
   // Configurable, as the engine's own was: a durable run's clock (prelude.js) replaces it before the program runs.
   Object.defineProperty(globalThis, "performance", { value: p, writable: false, configurable: true, enumerable: false });
 })()"""
+
+
+#: How many tool sets' names texts :func:`names_json` keeps (each holds its names tuple alive).
+NAMES_CACHE = 16
+_names_lock = threading.Lock()  # guards _names_texts
+# id of a names tuple -> (that tuple, its text, lazy, the text as UTF-8): the tuple is held so its id is not reused.
+_names_texts: collections.OrderedDict[int, tuple[Sequence[str], str, bool, bytes]] = collections.OrderedDict()
+
+
+def names_json(names: Sequence[str]) -> tuple[str, bool]:
+    """The run's tool names as the prelude's ``configure`` takes them: a compact
+    JSON array, and whether it is written exactly as QuickJS's
+    ``JSON.stringify`` would write each name (then the program's ``tools``
+    looks a name up in the text itself, and makes no tool it does not read;
+    else, a name holding a lone surrogate, the prelude makes every tool at
+    once). A tuple's text is kept for the next run of the same tuple (the
+    last :data:`NAMES_CACHE`): a tool set's names are made once
+    (``nous_sched.gate.toolset``), so its runs pay no per-name cost here."""
+    entry = _names_entry(names)
+    return entry[1], entry[2]
+
+
+def names_utf8(names: Sequence[str]) -> tuple[bytes, bool]:
+    """:func:`names_json`'s text as UTF-8 (what a run frame carries to a worker), kept alike."""
+    entry = _names_entry(names)
+    return entry[3], entry[2]
+
+
+def _names_entry(names: Sequence[str]) -> tuple[Sequence[str], str, bool, bytes]:
+    cacheable = type(names) is tuple
+    if cacheable:
+        with _names_lock:
+            hit = _names_texts.get(id(names))
+            if hit is not None and hit[0] is names:
+                _names_texts.move_to_end(id(names))
+                return hit
+    text = json.dumps(list(names), ensure_ascii=False, separators=(",", ":"))
+    # Python and QuickJS escape alike but for lone surrogates (Python leaves
+    # them raw, which the binding cannot pass either): ASCII then, and eager.
+    lazy = _SURROGATE.search(text) is None
+    if not lazy:
+        text = json.dumps(list(names), separators=(",", ":"))
+    entry = (names, text, lazy, text.encode("utf-8"))
+    if cacheable:
+        with _names_lock:
+            _names_texts[id(names)] = entry
+            while len(_names_texts) > NAMES_CACHE:
+                _names_texts.popitem(last=False)
+    return entry
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+class NamesText(tuple):  # type: ignore[type-arg]
+    """``(text, lazy)`` as :func:`names_json` made them, for an :class:`Engine`'s
+    ``names``: the host made them once per tool set and sent them to the worker."""
+
+    __slots__ = ()
 
 
 def prepare() -> tuple[Any, Any]:
@@ -315,12 +378,13 @@ class Engine:
         self.ctx, self.bridge = ctx, bridge
         ctx.set_memory_limit(limits.memory_bytes)
         ctx.set_max_stack_size(limits.stack_bytes)
+        names, lazy = self.names if isinstance(self.names, NamesText) else names_json(self.names)
         budgets = (
             f"[{int(limits.max_log_bytes)},{int(limits.max_output_bytes)},{int(limits.max_args_bytes)},"
-            f"{int(limits.max_log_lines)},{int(limits.max_calls)},{int(limits.max_total_args_bytes)}]"
+            f"{int(limits.max_log_lines)},{int(limits.max_calls)},{int(limits.max_total_args_bytes)},{int(lazy)}]"
         )
         self._arm()
-        self._guard(bridge, "configure", json.dumps(list(self.names)), budgets, 1)
+        self._guard(bridge, "configure", names, budgets, 1)
         self._guard(ctx.eval, _RUN_CLOCK)
         program = self.program
         if program.startswith(CLOCK_MARK):

@@ -36,6 +36,13 @@ held). If the worker has not answered by the deadline plus
 answers ``timeout`` with the logs of every step so far. A cancel stops the
 program the same soft way first and kills only after the grace.
 
+Places for waiting, shares for CPU: a run holds its worker (a *place*,
+:attr:`WorkerPool.size` of them, bounded by memory) for its whole length,
+but one of :attr:`WorkerPool.cpu_shares` *CPU shares* only while its worker
+computes a step, from the frame that starts it until its answers are in;
+the scheduler's driver never waits for one (when none is free, the run's
+own thread waits for it, first come, first served, within the deadline).
+
 A worker that dies (a signal, the OOM killer, an engine crash) gives its run
 an ``abort`` error with its logs. One that could not be started, or died
 before the program's first answer (the host has then served none of its
@@ -94,13 +101,24 @@ _GRACE = v.Check("a number of seconds from 0 to 60", lambda x: v.WAIT_SECONDS.ac
 _HEADROOM = v.int_at_least(16 * _MIB, "an int of at least 16 MiB (16777216)")
 _ID = v.Check("an int from 1 to 2**31-1", lambda x: isinstance(x, int) and not isinstance(x, bool) and 0 < x < 2**31)
 _SPARES = v.Check("an int of at least 0", lambda x: isinstance(x, int) and not isinstance(x, bool) and x >= 0)
-#: The default :attr:`WorkerPool.size`: the core count, at least this.
-MIN_DEFAULT_SIZE = 8
+#: The default :attr:`WorkerPool.size` (places: worker processes alive): twice
+#: the core count, at least this. Places are bounded by memory, not CPU: a
+#: fresh worker holds about 2.3 MiB of its own, a run's worker about 7 MB
+#: plus its program's heap; a run waiting on a tool holds its place but no
+#: CPU share (:func:`default_cpu_shares`).
+MIN_DEFAULT_SIZE = 64
 _HAS_FORK_SERVER = sys.platform.startswith("linux") and hasattr(os, "pidfd_open")
 #: Spares boot at the lowest priority (a run's own worker at the normal one).
 _BACKGROUND_SPARES = True
 #: Seconds the spares thread waits for more work before it exits.
 SPARES_LINGER = 1.0
+#: After a spare could not start (killed as it booted, its fork server lost),
+#: the spares thread tries again this many seconds later, twice as long after
+#: each further failure in a row, :data:`SPARES_RETRIES` times; then it leaves
+#: starting to the runs until one starts a worker (an interpreter that cannot
+#: start workers at all is not tried for ever).
+SPARES_RETRY = 0.25
+SPARES_RETRIES = 4
 #: The most workers one fork server forks before it is replaced (its
 #: children share its address layout: see ``procio.ForkServer``). The cost,
 #: measured in ``benchmarks/bench_wall.py``: a new server every this many
@@ -119,8 +137,14 @@ class _StartTimedOut(RunCodeError):
 
 
 def default_size() -> int:
-    """The default pool size on this machine: its core count, at least :data:`MIN_DEFAULT_SIZE`."""
-    return max(MIN_DEFAULT_SIZE, CPUS)
+    """The default pool size (places) on this machine: twice its core count, at least :data:`MIN_DEFAULT_SIZE`."""
+    return max(MIN_DEFAULT_SIZE, 2 * CPUS)
+
+
+def default_cpu_shares() -> int:
+    """The default :attr:`WorkerPool.cpu_shares` on this machine: its core count
+    (the CPUs this process may run on)."""
+    return CPUS
 
 
 class WorkerPool(CodeRuntime):
@@ -132,14 +156,27 @@ class WorkerPool(CodeRuntime):
     run's deadline**: a run that waits out its whole ``timeout`` in the queue
     returns ``timeout`` without starting.
 
+    **Places for waiting, shares for CPU.** A run holds its *place* (its
+    worker process) for its whole length, but one of the ``cpu_shares``
+    *CPU shares* only while its worker computes: from the frame that starts
+    a step (the run, or a batch of settled calls) until the step's answers
+    are in. A run that waits on tools, approvals or throttles holds no
+    share, so ``size`` (bounded by memory) can be far above the core count
+    while at most ``cpu_shares`` programs compute at once. A run whose step
+    finds every share taken waits for one, first come, first served, within
+    its deadline and cancel (``timeout`` "waiting for a free CPU share").
+
     **A fresh process per run.** A run gets a worker that has never run
     anything, which is discarded after it. To let runs of one trust domain
     (one user, one tenant) reuse warm workers, run them through
     ``pool.domain(key)``: a worker that served ``key`` serves nothing else.
 
     :param size: most worker processes alive at once (spares included), so
-        most runs at once. Default: the core count, at least 8
-        (``default_size``): programs beyond the cores only share them.
+        most runs at once: the *places*. Default: twice the core count, at
+        least 64 (``default_size``); a place costs memory (a fresh worker
+        about 2.3 MiB of its own), not CPU.
+    :param cpu_shares: most runs whose JavaScript computes at once. Default:
+        the core count (``default_cpu_shares``).
     :param spares: fresh workers kept ready (within ``size``; default 2),
         each replaced in the background as soon as a run takes it; while
         runs find none ready, up to twice as many are kept (within
@@ -176,6 +213,7 @@ class WorkerPool(CodeRuntime):
         self,
         size: Optional[int] = None,
         *,
+        cpu_shares: Optional[int] = None,
         spares: int = 2,
         start_method: Optional[str] = None,
         runs_per_worker: int = 1000,
@@ -189,9 +227,12 @@ class WorkerPool(CodeRuntime):
     ) -> None:
         if size is None:
             size = default_size()
+        if cpu_shares is None:
+            cpu_shares = default_cpu_shares()
         if start_method is None:
             start_method = "forkserver" if _HAS_FORK_SERVER else "spawn"
         require("WorkerPool", "size", size, v.POSITIVE_INT)
+        require("WorkerPool", "cpu_shares", cpu_shares, v.POSITIVE_INT)
         require("WorkerPool", "spares", spares, _SPARES)
         require("WorkerPool", "start_method", start_method, _START_METHODS)
         require("WorkerPool", "runs_per_worker", runs_per_worker, v.POSITIVE_INT)
@@ -203,6 +244,7 @@ class WorkerPool(CodeRuntime):
         require("WorkerPool", "gid", gid, _ID)
         require("WorkerPool", "namespaces", namespaces, v.BOOL)
         self.size = size
+        self.cpu_shares = cpu_shares
         self.spares = min(spares, size)
         self.start_method = start_method
         self.runs_per_worker = runs_per_worker
@@ -222,11 +264,15 @@ class WorkerPool(CodeRuntime):
         _POOLS.add(self)
 
     def _reset(self) -> None:
-        # _lock guards _core, _workers, _server, _empty_dir and _spare_thread;
-        # _cond (on _lock) is notified whenever the core's state changes.
+        # _lock guards _core, _workers, _server, _empty_dir, _spare_thread and
+        # _share_waits; _cond (on _lock) is notified whenever the core's places
+        # change; each run waiting for a CPU share waits on a condition of its
+        # own (on _lock, in _share_waits), notified when it heads the queue
+        # and a share is free.
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
-        self._core = PoolCore(self.size, self.spares, self.runs_per_worker)
+        self._core = PoolCore(self.size, self.spares, self.runs_per_worker, cpu_shares=self.cpu_shares)
+        self._share_waits: dict[Hashable, threading.Condition] = {}
         self._workers: dict[int, Worker] = {}  # wid -> process, for every started worker
         self._server: Optional[ForkServer] = None
         self._retired: list[ForkServer] = []  # replaced fork servers, closed when their last child is gone
@@ -316,13 +362,16 @@ class WorkerPool(CodeRuntime):
                     continue
                 message = f"no worker process could be started for the program: {exc}"
                 return Begun(self, None, limits, deadline, cancel, FRESH, Finish((), error=("abort", message)))
-            remote = Remote(self, wid, worker_, program, names, limits, deadline, cancel)
+            remote = Remote(self, wid, worker_, program, names, limits, deadline, cancel, ticket)
             remote.again = (ticket, need, domain) if not retried else None
             try:
                 remote.send_run()
             except NotStarted:
                 self._release(wid, FRESH, False)
                 continue  # the worker was dead before the run began: take another
+            except Stopped as stop:  # no CPU share came within the deadline, or cancelled
+                self._release(wid, FRESH, False)
+                return Begun(self, None, limits, deadline, cancel, FRESH, Finish((), error=(stop.kind, stop.message)))
             # The spare it took is replaced now, not when the run ends: a
             # replacement boots as SCHED_BATCH (it never preempts this run's
             # threads), and runs that follow each other find it ready sooner.
@@ -356,12 +405,13 @@ class WorkerPool(CodeRuntime):
             return
         with deferred():
             with self._lock:
-                wids = self._core.drop(ticket)
+                wids = self._core.drop(ticket)  # (its place, its share, its place in each queue)
                 # (and any process whose place is gone: one an interrupt cut
                 # off between its place and its process)
                 wids += [wid for wid in self._workers if wid not in self._core.slots and wid not in wids]
                 workers = [(wid, self._workers.pop(wid, None)) for wid in wids]
                 self._cond.notify_all()
+                self._wake_share_head()
             for wid, w in workers:
                 self._discard(wid, w)
             self._top_up()
@@ -398,6 +448,8 @@ class WorkerPool(CodeRuntime):
             server, self._server = self._server, None
             retired, self._retired = self._retired, []
             dying, self._dying = self._dying, []
+            for waiting in self._share_waits.values():
+                waiting.notify_all()  # (a closed pool grants every share: they find their workers killed)
         for _, w in dying:
             w.gone(0)
         for w in workers:
@@ -462,7 +514,10 @@ class WorkerPool(CodeRuntime):
             return sorted(w.proc.pid for w in self._workers.values())
 
     def __repr__(self) -> str:
-        return f"WorkerPool(size={self.size}, spares={self.spares}, start_method={self.start_method!r})"
+        return (
+            f"WorkerPool(size={self.size}, cpu_shares={self.cpu_shares}, spares={self.spares}, "
+            f"start_method={self.start_method!r})"
+        )
 
     # -- workers ---------------------------------------------------------------
 
@@ -537,6 +592,72 @@ class WorkerPool(CodeRuntime):
         if remaining <= 0:
             raise Stopped("timeout", timeout_message(limits.timeout, "waiting for a free worker process"))
         self._cond.wait(min(remaining, CANCEL_POLL) if cancel is not None else remaining)
+
+    # -- CPU shares ---------------------------------------------------------------
+
+    def _share(self, ticket: int, limits: Limits, deadline: float, cancel: Optional[Cancel]) -> None:
+        """Wait, first come first served, until run ``ticket`` holds a CPU share
+        (at once if it holds one): the step it is about to start computes.
+        :class:`Stopped` at the deadline or on cancel. Deferred but while it
+        waits; the queue is left whatever ends the wait."""
+        LOCAL.depth += 1
+        try:
+            with self._lock:
+                core = self._core
+                if core.take_share(ticket, True):
+                    return
+                waiting = threading.Condition(self._lock)
+                self._share_waits[ticket] = waiting
+                try:
+                    while not core.take_share(ticket, True):
+                        LOCAL.depth -= 1
+                        try:
+                            self._wait_for_share(waiting, limits, deadline, cancel)
+                        finally:
+                            LOCAL.depth += 1
+                except BaseException:
+                    core.leave_shares(ticket)
+                    raise
+                finally:
+                    del self._share_waits[ticket]
+                    self._wake_share_head()  # (the next run, if a share is still free)
+        finally:
+            leave()
+
+    def _wait_for_share(
+        self, waiting: threading.Condition, limits: Limits, deadline: float, cancel: Optional[Cancel]
+    ) -> None:
+        """One wait for a share (lock held); :class:`Stopped` at the deadline or on cancel."""
+        remaining = deadline - time.monotonic()
+        if cancel is not None and cancel.is_set():
+            raise Stopped("cancelled", CANCELLED)
+        if remaining <= 0:
+            raise Stopped("timeout", timeout_message(limits.timeout, "waiting for a free CPU share"))
+        waiting.wait(min(remaining, CANCEL_POLL) if cancel is not None else remaining)
+
+    def _try_share(self, ticket: int) -> bool:
+        """Whether run ``ticket`` holds a CPU share now, without waiting (the
+        relay's kick, on the scheduler's driver thread: when false, the run's
+        own thread waits for one)."""
+        with self._lock:
+            return self._core.take_share(ticket, False)
+
+    def _give_share(self, ticket: Optional[int]) -> None:
+        """Run ``ticket``'s step is over: its share (if it holds one) is free.
+        Idempotent; one deferred step."""
+        if ticket is None:
+            return
+        with deferred(), self._lock:
+            self._core.give_share(ticket)
+            self._wake_share_head()
+
+    def _wake_share_head(self) -> None:
+        """(Lock held.) Wake the run a free share now waits for, if any."""
+        head = self._core.share_head()
+        if head is not None:
+            waiting = self._share_waits.get(head)  # (None: it is awake, and asks again)
+            if waiting is not None:
+                waiting.notify()
 
     def _ready(self, wid: int, w: Worker, limits: Limits, deadline: float) -> None:
         """Read the worker's hello, if not read yet; its place is given back on any failure."""
@@ -793,10 +914,20 @@ class WorkerPool(CodeRuntime):
         """The spares thread: start fresh workers while the core wants them and
         reap the discarded ones; exit once there has been nothing to do for
         :data:`SPARES_LINGER` seconds (so a busy pool starts no thread per run,
-        and no thread stays behind an idle one)."""
+        and no thread stays behind an idle one). A spare lost as it booted is
+        replaced after :data:`SPARES_RETRY` (see there)."""
+        failures = 0
         try:
             while True:
-                self._start_ready(wids, _BACKGROUND_SPARES)  # (it gives every place back if it fails)
+                try:
+                    self._start_ready(wids, _BACKGROUND_SPARES)  # (it gives every place back if it fails)
+                    failures = 0
+                except Exception:
+                    failures += 1
+                    if failures > SPARES_RETRIES:
+                        raise
+                    wids = []
+                    self._pause(SPARES_RETRY * 2 ** (failures - 1))
                 self._reap()
                 with self._lock:
                     more = self._spares_work(time.monotonic() + SPARES_LINGER)
@@ -809,6 +940,16 @@ class WorkerPool(CodeRuntime):
                 self._spares_failed = True
                 self._spare_thread = None
                 self._cond.notify_all()
+
+    def _pause(self, seconds: float) -> None:
+        """Wait ``seconds`` (less if the pool closes meanwhile)."""
+        end = time.monotonic() + seconds
+        with self._lock:
+            while not self._core.closed:
+                left = end - time.monotonic()
+                if left <= 0:
+                    return
+                self._cond.wait(left)
 
     def _spares_work(self, until: float) -> Optional[list[int]]:
         """(With the lock held.) The places of the next spares to start, once

@@ -33,7 +33,18 @@ What the core guarantees, whatever the order of calls:
   whenever such a run takes a spare and leaves all but one of the others
   ready. Runs that follow each other keep more spares booting side by side
   (a spare's boot is mostly waiting on the CPU, so two booting at once are
-  ready sooner than two one after the other).
+  ready sooner than two one after the other);
+* **places for waiting, shares for CPU**: a run holds a place (a worker
+  process) from its grant to its release, waits on tools included, but a
+  CPU *share* only while its worker computes a step (the shell takes one
+  with :meth:`take_share` before each frame that starts work and gives it
+  back with :meth:`give_share` when the step's answers are in). Never more
+  than ``cpu_shares`` runs hold one; a run holds at most one; runs that
+  wait for one are served first come, first served (a run that will not
+  wait, the relay's kick, never goes ahead of a waiting one); :meth:`drop`
+  gives a run's share back too, and a run that no longer waits leaves the
+  queue (:meth:`leave_shares`). Once the pool is closed a share is granted
+  at once and not counted: the run finds its worker killed.
 """
 
 from __future__ import annotations
@@ -78,10 +89,23 @@ class PoolCore:
     """See the module docstring. ``size``: most workers; ``spares``: fresh
     workers to keep ready (within ``size``); ``runs_per_worker``: most runs a
     worker serves within one trust domain; ``max_spares``: most spares kept
-    ready while runs find none (default twice ``spares``, within ``size``)."""
+    ready while runs find none (default twice ``spares``, within ``size``);
+    ``cpu_shares``: most runs whose worker computes at once (default ``size``:
+    no bound beyond the places)."""
 
-    def __init__(self, size: int, spares: int, runs_per_worker: int, max_spares: Optional[int] = None) -> None:
+    def __init__(
+        self,
+        size: int,
+        spares: int,
+        runs_per_worker: int,
+        max_spares: Optional[int] = None,
+        cpu_shares: Optional[int] = None,
+    ) -> None:
         self.size = size
+        self.cpu_shares = size if cpu_shares is None else cpu_shares
+        self.computing: set[Hashable] = set()  # the runs holding a share
+        self.share_queue: Deque[Hashable] = collections.deque()  # runs waiting for one, first come first
+
         self.spares = min(spares, size)
         self.max_spares = min(size, max(self.spares, 2 * self.spares if max_spares is None else max_spares))
         self.target = self.spares  # spares to keep ready now: see the module docstring
@@ -245,6 +269,8 @@ class PoolCore:
         kill (a place being started is gone already; the shell kills its
         process if it has one) and then report :meth:`dead`."""
         self.leave(run)
+        self.give_share(run)
+        self.leave_shares(run)
         kill = []
         for wid, slot in list(self.slots.items()):
             if slot.holder != run:
@@ -269,10 +295,52 @@ class PoolCore:
         """Refuse everything from now on; every worker the shell must kill."""
         self.closed = True
         self.waiting.clear()
+        self.computing.clear()
+        self.share_queue.clear()
         wids = list(self.slots)
         self.slots.clear()
         self.idle.clear()
         return wids
+
+    # -- CPU shares -------------------------------------------------------------------
+
+    def take_share(self, run: Hashable, wait: bool) -> bool:
+        """Whether ``run`` now holds a CPU share (true at once if it holds one
+        already, or the pool is closed). A run granted one leaves the queue;
+        one refused joins it if ``wait`` (its thread then waits and asks
+        again when :meth:`share_head` names it), else it stays out of it (the
+        relay's kick, which never waits: the driving thread asks instead). A
+        share is granted only to the head of the queue, or with none waiting."""
+        if run in self.computing or self.closed:
+            return True
+        queue = self.share_queue
+        if len(self.computing) < self.cpu_shares and (not queue or queue[0] == run):
+            if queue and queue[0] == run:
+                queue.popleft()
+            self.computing.add(run)
+            return True
+        if wait and run not in queue:
+            queue.append(run)
+        return False
+
+    def give_share(self, run: Hashable) -> None:
+        """``run``'s step is over (its answers are in, or it stopped): its share,
+        if it holds one, is free. Idempotent."""
+        self.computing.discard(run)
+
+    def leave_shares(self, run: Hashable) -> None:
+        """``run`` no longer waits for a share (its deadline, a cancel, an interrupt)."""
+        try:
+            self.share_queue.remove(run)
+        except ValueError:
+            pass
+
+    def share_head(self) -> Optional[Hashable]:
+        """The waiting run that a share is free for now (worth waking), or ``None``.
+        When ``None``, every waiting run's :meth:`take_share` answers false."""
+        if self.share_queue and len(self.computing) < self.cpu_shares:
+            return self.share_queue[0]
+        return None
 
     def _new(self, run: Optional[Hashable]) -> int:
         wid = next(self._ids)

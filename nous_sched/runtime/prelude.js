@@ -12,13 +12,14 @@
 // Array.prototype, JSON or Promise changes only what it sees itself, never
 // what crosses to the host.
 //
-// Three globals face the program: `tools` (a proxy: a declared name gives its
+// Five globals face the program: `tools` (a proxy: a declared name gives its
 // tool, any other string a function whose call rejects with a ToolError naming
 // the closest declared names, answered by the host; reading it, with
 // Object.keys, `in` or JSON.stringify, shows only the declared tools),
 // `sdk` (questions about the tools, answered by the host: describe, search),
 // `state` (the run's state across runs: get, set, delete, keys, answered by
-// the host the same way) and `console`.
+// the host the same way), `blobs` (slices of a result kept on the host:
+// read) and `console`.
 //
 // Stack traces are formatted here, by a hook the program cannot replace, so
 // that every line and column is the program's own (the host's wrapper puts
@@ -42,6 +43,9 @@
   const AsyncFunctionPrototype = getPrototypeOf(async function () {});
   const strSplit = String.prototype.split;
   const strIndexOf = String.prototype.indexOf;
+  // Argument lists each call's path hands to `apply`, made once (frozen: only read).
+  const EMPTY_OBJECT = freeze(["{}"]);
+  const FROM_START = freeze([0]);
   const captureStackTrace = ErrorCtor.captureStackTrace;
   const InternalErrorPrototype = typeof InternalError === "function" ? InternalError.prototype : null;
   const hasOwn = Object.prototype.hasOwnProperty;
@@ -238,7 +242,20 @@
 
   // `name` is a tool's name, or null for a question to the host about the
   // tools (`sdk`), which `label` names in errors.
-  function call(name, args, label) {
+  // The call whose promise is being made: `file`, its executor (one for
+  // every call, not a closure each), files it in `waiting`. The engine runs
+  // an executor at once, inside `new`, and this one calls nothing else.
+  let filing = null;
+  const file = own(function (res, rej) {
+    const w = filing;
+    filing = null;
+    w.res = res;
+    w.rej = rej;
+    waiting[w.id] = w;
+  });
+
+  // `quoted`: `name` as JSON text, when the caller has it (undefined: the drain makes it).
+  function call(name, args, label, quoted) {
     const sites = callSites();
     let json;
     try {
@@ -251,7 +268,7 @@
       const message = "arguments are " + json.length + " characters of JSON, over the run's limit of " + MAX_ARGS_UNITS;
       return apply(promiseReject, PromiseCtor, [failedCall(label, message, sites)]);
     }
-    if (json !== undefined && apply(strIndexOf, json, ["{}"]) !== -1) {
+    if (json !== undefined && apply(strIndexOf, json, EMPTY_OBJECT) !== -1) {
       // A Promise crosses as {}: a call whose result the program forgot to await.
       const at = loadConverter().promiseAt(args, "$", 0);
       if (at !== null) {
@@ -279,18 +296,18 @@
     const id = ++nextId;
     // A name longer than any the host accepts (gate.MAX_NAME_CHARS) crosses
     // cut, still too long: the host refuses it without the whole of it.
-    if (name !== null && name.length > MAX_NAME_UNITS) name = apply(strSlice, name, [0, MAX_NAME_UNITS]);
-    outbox[outTail++] = [id, name, json === undefined ? "null" : json];
+    if (name !== null && name.length > MAX_NAME_UNITS) {
+      name = apply(strSlice, name, [0, MAX_NAME_UNITS]);
+      quoted = undefined;
+    }
+    outbox[outTail++] = [id, name, json === undefined ? "null" : json, quoted];
     if (clockOn) siteNew[siteNew.length] = siteOf(sites);
-    const promise = new PromiseCtor(
-      own(function (res, rej) {
-        waiting[id] = { res: res, rej: rej, sites: sites, name: label };
-      }),
-    );
+    filing = { res: null, rej: null, sites: sites, name: label, id: id };
+    const promise = new PromiseCtor(file);
     // Iterating the call instead of its result: `for await` gets the result's
     // items, a plain `for ... of` (or a spread) an error that names the fix.
-    defineProperty(promise, SymbolIterator, { value: notIterable });
-    defineProperty(promise, SymbolAsyncIterator, { value: itemsOf });
+    defineProperty(promise, SymbolIterator, NOT_ITERABLE);
+    defineProperty(promise, SymbolAsyncIterator, ITEMS_OF);
     return promise;
   }
   own(call);
@@ -320,6 +337,16 @@
       }),
     };
   });
+
+  // Every call's promise gets these two descriptors, made once and with no
+  // prototype: nothing the program puts on Object.prototype (a `get`, a
+  // `writable`) can change what they say, or make the call throw.
+  const NOT_ITERABLE = create(null);
+  NOT_ITERABLE.value = notIterable;
+  freeze(NOT_ITERABLE);
+  const ITEMS_OF = create(null);
+  ITEMS_OF.value = itemsOf;
+  freeze(ITEMS_OF);
 
   function __nous_settle(id, ok, payload) {
     const w = waiting[id];
@@ -489,7 +516,8 @@
       } else {
         arg = JSONstringify(json);
       }
-      out += (first ? "[" : ",[") + c[0] + "," + JSONstringify(c[1]) + "," + arg + "]";
+      const quoted = c[3];
+      out += (first ? "[" : ",[") + c[0] + "," + (quoted !== undefined ? quoted : JSONstringify(c[1])) + "," + arg + "]";
     }
     out += '],"logs":[';
     for (let i = 0; i < logCount; i++) out += (i ? "," : "") + JSONstringify(logs[i]);
@@ -509,7 +537,7 @@
     out += '],"dropped":' + logDropped + ',"main":' + mainJson + clockDrained() + "}" + tail;
     mainJson = "null";
     // Concatenation builds a rope string, which the binding cannot convert: flatten it.
-    return apply(strSlice, out, [0]);
+    return apply(strSlice, out, FROM_START);
   }
 
   // The one rule for values with no faithful JSON form (documented in
@@ -693,9 +721,11 @@
   }
 
   function makeTool(name) {
+    let quoted; // the name as JSON text, for the envelope: made at its first call, once per run
     return freeze(
       own(function (args) {
-        return call(name, args, name);
+        if (quoted === undefined) quoted = JSONstringify(name);
+        return call(name, args, name, quoted);
       }),
     );
   }
@@ -713,15 +743,91 @@
   PROTOCOL.__proto__ = true;
 
   const declared = create(null);
-  // Only `get` is trapped: keys, `in`, descriptors and the frozen shape are
-  // the declared tools' own. The handler never calls the program's code.
+  // The declared names arrive as one JSON array text (configure) and are not
+  // parsed for a program that only calls tools: a name it reads is looked up
+  // in that text (isDeclared), and the tools' functions are made one by one
+  // as they are read (made). Anything that asks for the whole shape (keys,
+  // `in`, descriptors, extensibility, a write) first makes every tool and
+  // freezes `declared` (materialize): from then on it is the frozen object of
+  // the declared tools it always was, in the same order. A run's start costs
+  // the same whatever the tool count.
+  let namesJson = "[]";
+  let made = create(null);
+  let lookup = null;
+  let scans = 0;
+  let materialized = false;
+  // Whether `key` is in namesJson: its JSON text starting an element ([ or ,
+  // before it) and ending one (, or ] after it). A `"` inside a JSON string is
+  // always escaped, so such a match is a whole element; the host writes the
+  // text as JSON.stringify would (nous_sched.runtime.engine.names_json).
+  function isDeclared(key) {
+    if (key.length >= namesJson.length) return false; // (no name is longer than all of them: nothing copied)
+    if (lookup !== null) return lookup[key] === true;
+    if (++scans > MAX_SCANS) {
+      // A program reading many names: one lookup table instead of a scan per name.
+      const names = JSONparse(namesJson);
+      lookup = create(null);
+      for (let i = 0; i < names.length; i++) lookup[names[i]] = true;
+      return lookup[key] === true;
+    }
+    const pattern = JSONstringify(key);
+    let at = apply(strIndexOf, namesJson, [pattern]);
+    while (at !== -1) {
+      const before = namesJson[at - 1];
+      const after = namesJson[at + pattern.length];
+      if ((before === "[" || before === ",") && (after === "," || after === "]")) return true;
+      at = apply(strIndexOf, namesJson, [pattern, at + 1]);
+    }
+    return false;
+  }
+  const MAX_SCANS = 32;
+  function materialize() {
+    if (materialized) return;
+    materialized = true;
+    const names = JSONparse(namesJson);
+    for (let i = 0; i < names.length; i++) {
+      const name = names[i];
+      const f = made[name];
+      defineProperty(declared, name, { value: f !== undefined ? f : makeTool(name), enumerable: true });
+    }
+    freeze(declared);
+    namesJson = null;
+    made = null;
+    lookup = null;
+  }
+  own(isDeclared);
+  own(materialize);
+  // Every trap but `get` makes the whole shape first, then answers as the
+  // frozen object would. `get` never calls the program's code.
+  const whole = function (operation) {
+    return own(function (target, a, b, c) {
+      materialize();
+      return apply(operation, undefined, [target, a, b, c]);
+    });
+  };
   const tools = new ProxyCtor(declared, {
     get: own(function (target, key) {
       if (typeof key !== "string") return undefined;
-      if (apply(hasOwn, target, [key])) return target[key];
+      if (materialized) {
+        if (apply(hasOwn, target, [key])) return target[key];
+      } else {
+        const f = made[key];
+        if (f !== undefined) return f;
+        if (isDeclared(key)) return (made[key] = makeTool(key));
+      }
       if (PROTOCOL[key] === true) return undefined;
       return makeTool(key);
     }),
+    has: whole(Reflect.has),
+    ownKeys: whole(Reflect.ownKeys),
+    getOwnPropertyDescriptor: whole(Reflect.getOwnPropertyDescriptor),
+    defineProperty: whole(Reflect.defineProperty),
+    deleteProperty: whole(Reflect.deleteProperty),
+    isExtensible: whole(Reflect.isExtensible),
+    preventExtensions: whole(Reflect.preventExtensions),
+    set: whole(Reflect.set),
+    setPrototypeOf: whole(Reflect.setPrototypeOf),
+    getPrototypeOf: whole(Reflect.getPrototypeOf),
   });
 
   function ask(question, label, args) {
@@ -746,6 +852,22 @@
     enumerable: true,
   });
   freeze(sdkObject);
+  // `blobs`: a tool result too big to cross stays on the host; the program
+  // holds a handle ({$blob, kind, size, length, preview}) and reads it in
+  // slices, each a question the host answers (nous_sched/blobs.py).
+  const blobsObject = create(null);
+  defineProperty(blobsObject, "read", {
+    value: freeze(
+      own(function read(handle, start, length) {
+        const args = [handle === undefined ? null : handle];
+        if (start !== undefined || length !== undefined) args[1] = start === undefined ? 0 : start;
+        if (length !== undefined) args[2] = length;
+        return ask("read_blob", "blobs.read", args);
+      }),
+    ),
+    enumerable: true,
+  });
+  freeze(blobsObject);
 
   // `state`: the run's state across runs (run_code(state=...)), answered by
   // the host in order with the calls, like `sdk`: never a tool, so no tool
@@ -778,13 +900,12 @@
   });
   freeze(stateObject);
 
-  // namesJson: a JSON array of tool names; limitsJson: [log, output, args] units, then log lines,
-  // calls and the run's total argument units;
+  // names: a JSON array of tool names; limitsJson: [log, output, args] units, then log lines,
+  // calls and the run's total argument units, then 1 when `names` is written as JSON.stringify would;
   // offset: the lines of the wrapper's header before the program's first line.
-  function configure(namesJson, limitsJson, offset) {
+  function configure(names, limitsJson, offset) {
     if (configured) return;
     configured = true;
-    const names = JSONparse(namesJson);
     const limits = JSONparse(limitsJson);
     MAX_LOG_UNITS = limits[0];
     MAX_OUTPUT_UNITS = limits[1];
@@ -793,10 +914,9 @@
     MAX_CALLS = limits[4];
     MAX_TOTAL_ARGS_UNITS = limits[5];
     if (typeof offset === "number") LINE_OFFSET = offset;
-    for (let i = 0; i < names.length; i++) {
-      defineProperty(declared, names[i], { value: makeTool(names[i]), enumerable: true });
-    }
-    freeze(declared);
+    if (typeof names === "string") namesJson = names;
+    // (0: the host could not write the names as JSON.stringify would: every tool made now.)
+    if (limits[6] !== 1) materialize();
   }
   const logger = function (prefix) {
     return freeze(
@@ -836,6 +956,7 @@
   defineProperty(globalThis, "tools", { value: tools });
   defineProperty(globalThis, "sdk", { value: sdkObject });
   defineProperty(globalThis, "state", { value: stateObject });
+  defineProperty(globalThis, "blobs", { value: blobsObject });
   defineProperty(globalThis, "console", { value: consoleObject });
   defineProperty(globalThis, "ToolError", { value: ToolError });
 

@@ -20,6 +20,7 @@ No module here knows about runs or the pool's decisions.
 
 from __future__ import annotations
 
+import fcntl
 import importlib.util
 import json
 import os
@@ -131,6 +132,22 @@ def worker_env() -> dict[str, str]:
         if name in os.environ:
             env[name] = os.environ[name]
     return env
+
+
+#: The host-to-worker pipe's buffer (Linux's default is 64 KiB): a run frame naming
+#: thousands of tools (its names' text, about 25 bytes a name) goes in one write,
+#: with no wait for the worker to read its first part.
+PIPE_BYTES = 1 << 20
+
+
+def _widen(fd: int) -> None:
+    """Ask for a :data:`PIPE_BYTES` buffer on pipe ``fd``; where the system refuses
+    (not Linux, a user over its pipe allowance, a lower ``pipe-max-size``), the
+    default stays: only a long frame's speed depends on it."""
+    try:
+        fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), PIPE_BYTES)
+    except OSError:
+        pass
 
 
 def _close_all(fds: Any) -> None:
@@ -468,6 +485,7 @@ class Worker:
             _close_all((to_worker[0], from_worker[1], lifeline[0]))
             fds = [to_worker[1], from_worker[0], lifeline[1]]
             os.set_blocking(to_worker[1], False)
+            _widen(to_worker[1])
             # Read only once poll() says a frame is there, or while spinning (see _spin).
             os.set_blocking(from_worker[0], False)
             self._in_poll = select.poll()

@@ -32,6 +32,10 @@ what this one gives up is the process boundary:
   as a deadline does. Elsewhere, and for ``KeyboardInterrupt``, it takes
   effect between steps. (The CLI runs the program off the main thread, so a
   second Ctrl-C interrupts it at once whatever the program is doing.)
+* **No CPU shares**: a :class:`~nous_sched.WorkerPool` bounds the programs
+  computing at once (``cpu_shares``); this runtime does not: each run's
+  JavaScript runs on the thread that called it (the binding lets go of the
+  GIL meanwhile), so the caller's threads are its bound.
 * **Memory**: the engine's heap is this process's; freed memory may stay with
   the allocator rather than return to the OS.
 * **Stack**: the engine runs on the calling thread when that thread's stack

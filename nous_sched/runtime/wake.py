@@ -7,8 +7,9 @@ the step; every call pays it. So after a settle frame it sent itself, the
 driving thread looks for the answer for up to :data:`SPIN` first (a frame
 the scheduler's driver sent as it committed the call, ``_remote.Relay``,
 wakes it with the answer: it was asleep already, so a look would only
-spend a CPU the tools need), but only while its pool runs fewer programs
-than there are CPUs and the machine is otherwise idle (the load average says
+spend a CPU the tools need), but only while fewer of its pool's programs
+compute than there are CPUs (the CPU shares in use, this run's included:
+a run waiting on a tool holds none) and the machine is otherwise idle (the load average says
 so), so the worker has a CPU of its own meanwhile; on a busy machine no CPU
 halts and wake-ups are cheap, and a spin would take the worker's CPU. Not
 for :data:`SPIN_BACKOFF` steps after an answer that took longer, twice as
@@ -42,7 +43,8 @@ class WakePolicy:
         self._load_low = False
 
     def spin(self, running: int) -> float:
-        """How long to look for the next answer, with ``running`` programs in the pool."""
+        """How long to look for the next answer, with ``running`` programs of the
+        pool computing (its CPU shares in use)."""
         if self.cool:
             self.cool -= 1
             return 0.0

@@ -35,7 +35,7 @@ ever unpickled.
 
 Host to worker:
 
-* ``R`` run: ``{"program", "names", "limits": [LIMIT_FIELDS...],
+* ``R`` run: ``{"program", "names_lazy", "limits": [LIMIT_FIELDS...],
   "remaining": seconds, "memory_cap": bytes or 0, "cpu_limit": seconds or
   null}``; closes any previous run. A first run's ``memory_cap`` sets
   ``RLIMIT_DATA`` for good; ``cpu_limit`` (a run with a CPU budget: the
@@ -44,7 +44,11 @@ Host to worker:
   engine counts the run's CPU on this process's clock, from the program's
   start, inside its steps only (``time.process_time``: the clock of the
   binding's own slice, so the engine stops the program at its budget
-  exactly); waiting for the host's next frame costs nothing.
+  exactly); waiting for the host's next frame costs nothing. A newline
+  follows the JSON, then the run's tool names as one JSON array in UTF-8
+  (``engine.names_json``: made once per tool set by the host, handed to the
+  prelude as it is; ``names_lazy`` says how the prelude may read it); with no
+  newline, the JSON's ``"names"`` list.
 * ``S`` settle: one or more calls, oldest first, each ``b"<call id> <1|0>
   <n> "`` then the ``n`` bytes of its payload's JSON text (the value, or the
   ``{tool, message}`` error). The worker settles them one at a time, running
@@ -123,6 +127,12 @@ def write_all(fd: int, data: bytes) -> None:
             view = view[os.write(fd, view) :]
 
 
+#: A frame longer than this is read straight into a buffer of its size (one copy,
+#: not one per read and more as the buffer grows): a long program's, or the
+#: names of thousands of tools.
+_LARGE = 1 << 16
+
+
 class _Reader:
     """Frames from a blocking descriptor."""
 
@@ -148,7 +158,7 @@ class _Reader:
                     body = bytes(buf[5 : 4 + n])
                     del buf[: 4 + n]
                     return op, body
-                if n > 1 << 20 and len(buf) >= 5:
+                if n > _LARGE and len(buf) >= 5:
                     return self._read_large(n)
             data = os.read(self.fd, 65536)
             if not data:
@@ -235,11 +245,11 @@ class _Watchdog:
     """
 
     def __init__(self, lifeline: int, offset: Any) -> None:
-        import threading
+        import _thread
 
         self._lifeline = lifeline
         self.offset = offset  # of the running call's CPU budget in the context, or None
-        self._lock = threading.Lock()
+        self._lock = _thread.allocate_lock()
         self._target: Any = None  # (engine, deadline)
 
     def arm(self, engine: Any, deadline: float) -> None:
@@ -485,7 +495,9 @@ class _Server:
             self.watchdog.disarm()
             self.current.close()
             self.current = None
-        spec = json.loads(body)
+        # (Compact JSON holds no raw newline: the first one ends it, the names' text follows.)
+        end = body.find(b"\n")
+        spec = json.loads(body[:end] if end >= 0 else body)
         if spec["memory_cap"]:
             self.oslimits.cap_memory(spec["memory_cap"])
         if spec.get("cpu_limit"):
@@ -495,7 +507,10 @@ class _Server:
         deadline = time.monotonic() + spec["remaining"]
         self.current = self.engine.Engine(
             spec["program"],
-            spec["names"],
+            # (Decoded from the frame in place: a long text is copied once, into the str.)
+            self.engine.NamesText((str(memoryview(body)[end + 1 :], "utf-8"), spec["names_lazy"]))
+            if end >= 0
+            else spec["names"],
             self.Limits(*spec["limits"]),
             deadline,
             self.spare,
@@ -611,12 +626,33 @@ def _load_all(quickjs_path: str) -> tuple[Any, Any, Any]:
         import signal  # noqa: F401
         import socket  # noqa: F401
         import struct  # noqa: F401
-        import threading  # noqa: F401
         import time  # noqa: F401
+
+        _import_without_fork_hook("threading")
     except BaseException as exc:
         write_all(1, frame(FATAL, f"the worker could not load the engine: {exc!r}".encode("utf-8", "replace")))
         os._exit(1)
     return quickjs, engine, oslimits
+
+
+def _import_without_fork_hook(name: str) -> None:
+    """Import ``name`` (for what a run may import later, when the bounds
+    forbid opening its file) without the hook it registers with
+    ``os.register_at_fork``. ``threading``'s would run in every child of a
+    fork server, and cost each about 0.4 ms of CPU, most of it faults that
+    copy the pages of the module's objects it touches, to set right a state
+    that is right already: a fork server has one thread and starts none
+    through ``threading``, its children start theirs with ``_thread`` (the
+    task bound refuses any further one) and end with ``os._exit``."""
+    if name in sys.modules or not hasattr(os, "register_at_fork"):
+        __import__(name)
+        return
+    register = os.register_at_fork
+    os.register_at_fork = lambda **hooks: None
+    try:
+        __import__(name)
+    finally:
+        os.register_at_fork = register
 
 
 def _test_payload() -> Any:

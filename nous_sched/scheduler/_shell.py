@@ -868,6 +868,9 @@ class Scheduler:
         if not outcome.ok:
             message = outcome.error.message if outcome.error is not None else FAILED
             error = {"kind": kind or "tool_error", "message": message}
+        blobs = outcome.blobs
+        if blobs:  # what the run kept on the host: ids and sizes, never the bytes
+            return ToolOutcomeEvent(call.seq, call.tool.name, True, None, size, tuple((b.id, b.size) for b in blobs))
         return ToolOutcomeEvent(call.seq, call.tool.name, outcome.ok, error, size)
 
     def _deliver(self, ticket: Ticket, outcome: Outcome) -> None:

@@ -85,6 +85,7 @@ __all__ = [
     "GLOBAL",
     "ERROR_CLASS",
     "DISCOVERY_GLOBAL",
+    "BLOBS_GLOBAL",
     "DEFAULT_BUDGET",
     "MIN_BUDGET",
     "STEPS",
@@ -101,6 +102,8 @@ ERROR_CLASS = "ToolError"
 #: The global through which a program asks about tools (``describe``, ``search``):
 #: outside ``tools``, whose keys are arbitrary tool names.
 DISCOVERY_GLOBAL = "sdk"
+#: The object a program reads its blobs through (``blobs.read``, ``nous_sched.blobs``).
+BLOBS_GLOBAL = "blobs"
 #: ``run_code_tool``'s budget (characters) for its description: about 8k tokens.
 DEFAULT_BUDGET = 32_000
 #: The smallest budget :func:`render` and ``run_code_tool`` take.
@@ -141,6 +144,7 @@ TS_HEADER = f"""\
 // name and a message). Write JavaScript or TypeScript (types are removed;
 // not enum, namespace or decorators); `await` every call; the result is
 // what the program returns, else its last expression's value.
+// A result too big to cross is a handle: pass it on, or {BLOBS_GLOBAL}.read(h, i, n).
 """
 
 PY_HEADER = f"""\
@@ -195,7 +199,7 @@ _RESERVED = frozenset(
     unique unknown var void while with yield Array Boolean Date Error Function JSON Map Math Number Object Promise
     Record RegExp Set String Symbol
     """.split()
-) | {GLOBAL, ERROR_CLASS, DISCOVERY_GLOBAL}
+) | {GLOBAL, ERROR_CLASS, DISCOVERY_GLOBAL, BLOBS_GLOBAL}
 
 
 def languages() -> tuple[str, ...]:

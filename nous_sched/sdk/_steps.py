@@ -11,10 +11,13 @@ from __future__ import annotations
 import json
 import re
 import textwrap
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from typing import Any, Optional
 
 from .. import _validators as v
+from ..tooling import Tool
 from ._render import (
     DISCOVERY_GLOBAL,
     GLOBAL,
@@ -35,7 +38,7 @@ from ._render import (
 )
 from ._tool_groups import group_names
 
-__all__ = ["render", "step_of", "fitted", "RANKED_NAMES", "BUDGET_RULE", "RANKING_RULE"]
+__all__ = ["render", "step_of", "fitted", "RANKED_NAMES", "BUDGET_RULE", "RANKING_RULE", "SDK_TEXTS"]
 
 #: ``render``'s and ``run_code_tool``'s check of ``budget``.
 BUDGET_RULE = v.optional(v.int_at_least(MIN_BUDGET, f"a number of characters of at least {MIN_BUDGET:,}"))
@@ -85,7 +88,41 @@ def fitted(tools: Iterable[Any], lang: str, budget: Optional[int], ranking: Sequ
 
     The last step without ranked names is under 1,000 characters for any tool
     count (a test holds it to ``MIN_BUDGET`` less ``run_code``'s words).
+
+    A text is made once per tool set: the same :class:`~nous_sched.Tool`
+    objects (frozen values, by identity, in the same order) with the same
+    language, budget and ranking give the kept text (the last
+    :data:`SDK_TEXTS`), equal to a fresh one; a set holding anything but
+    ``Tool`` objects is rendered every time.
     """
+    tools = tuple(tools)
+    # Only Tools are frozen values: any other object may change, and is rendered afresh.
+    kept = all(type(tool) is Tool for tool in tools)
+    key = (tuple(map(id, tools)), lang, budget, tuple(ranking))
+    if kept:
+        with _texts_lock:
+            hit = _texts.get(key)
+            if hit is not None:
+                _texts.move_to_end(key)
+                return hit[1]
+    text = _fitted(tools, lang, budget, ranking)
+    if kept:
+        with _texts_lock:
+            _texts[key] = (tools, text)
+            while len(_texts) > SDK_TEXTS:
+                _texts.popitem(last=False)
+    return text
+
+
+#: How many SDK texts :func:`fitted` keeps, each with its tools (a text is at most its budget,
+#: or its tools' full declarations without one).
+SDK_TEXTS = 16
+_texts_lock = threading.Lock()  # guards _texts
+# (ids of the tools in order, language, budget, ranking) -> (the tools, held so no id is reused; the text)
+_texts: OrderedDict[tuple[Any, ...], tuple[tuple[Any, ...], str]] = OrderedDict()
+
+
+def _fitted(tools: Iterable[Any], lang: str, budget: Optional[int], ranking: Sequence[str]) -> str:
     ordered = unique_sorted(tools)
     for step in STEPS:
         text = _render_step(step, ordered, lang, ranking, budget)

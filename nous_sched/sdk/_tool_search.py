@@ -24,11 +24,13 @@ Bounded work
 from __future__ import annotations
 
 import bisect
+import heapq
 import math
-from collections import Counter
+import threading
+from collections import Counter, OrderedDict
 from collections.abc import Sequence
 
-__all__ = ["WordIndex", "MAX_LOOSE_WORDS"]
+__all__ = ["WordIndex", "MAX_LOOSE_WORDS", "KEPT_POSTINGS"]
 
 #: Name, argument names, descriptions.
 _WEIGHTS = (4.0, 2.0, 1.0)
@@ -42,13 +44,18 @@ MAX_LOOSE_WORDS = 64
 _MIN_PREFIX = 3
 _MIN_STEM = 4
 _MAX_STEM = 64
+#: How many (term, document) scores one index keeps for the next questions, in all
+#: (about 100 bytes each: at most about 4 MB an index; ``sdk.discovery`` keeps 8 indexes).
+KEPT_POSTINGS = 40_000
 
 
 class WordIndex:
     """Documents (each a tuple of three word lists) ranked against a question's words.
 
     ``documents[i]`` is document ``i``; :meth:`rank` returns indices. Read-only
-    after construction.
+    after construction, but for the scores of recent terms it keeps (bounded by
+    :data:`KEPT_POSTINGS`, under a lock: one index serves many threads), which
+    give the same ranking as scores made afresh.
     """
 
     def __init__(self, documents: Sequence[Sequence[Sequence[str]]]) -> None:
@@ -69,6 +76,9 @@ class WordIndex:
                     bucket[doc] = bucket.get(doc, 0.0) + _WEIGHTS[f] * tf / norm
         self._postings = postings
         self._vocabulary = sorted(postings)
+        self._lock = threading.Lock()  # guards _terms and _kept
+        self._terms: OrderedDict[str, dict[int, float]] = OrderedDict()
+        self._kept = 0
 
     def rank(self, terms: Sequence[str], limit: int) -> list[int]:
         """The ``limit`` best documents for ``terms`` (distinct, lower-case words), best first.
@@ -79,18 +89,45 @@ class WordIndex:
         """
         scores: dict[int, float] = {}
         for term in terms:
-            weights: dict[int, float] = {}
-            for word, share in self._matches(term):
-                for doc, tf in self._postings[word].items():
-                    weights[doc] = weights.get(doc, 0.0) + share * tf
-            if not weights:
+            part = self._term(term)
+            if not scores:
+                scores = dict(part)
                 continue
-            df = len(weights)
-            idf = math.log(1.0 + (self._count - df + 0.5) / (df + 0.5))
-            for doc, tf in weights.items():
-                scores[doc] = scores.get(doc, 0.0) + idf * tf * (_K1 + 1.0) / (tf + _K1)
-        best = sorted(scores.items(), key=lambda item: (-item[1], item[0]))
-        return [doc for doc, score in best[:limit] if score > 0]
+            get = scores.get
+            for doc, score in part.items():
+                scores[doc] = get(doc, 0.0) + score
+        if not scores:
+            return []
+        # The limit-th best score (C, no key function), then only the documents at or above it
+        # sorted: the same order as sorting them all, for a fraction of the work.
+        floor = heapq.nlargest(limit, scores.values())[-1]
+        best = sorted((-score, doc) for doc, score in scores.items() if score >= floor)
+        return [doc for score, doc in best[:limit] if score < 0]
+
+    def _term(self, term: str) -> dict[int, float]:
+        """What ``term`` adds to each document's score (none: not there): the
+        same for every question, so the last few terms' are kept (at most
+        :data:`KEPT_POSTINGS` documents' in all)."""
+        with self._lock:
+            kept = self._terms.get(term)
+            if kept is not None:
+                self._terms.move_to_end(term)
+                return kept
+        weights: dict[int, float] = {}
+        for word, share in self._matches(term):
+            for doc, tf in self._postings[word].items():
+                weights[doc] = weights.get(doc, 0.0) + share * tf
+        df = len(weights)
+        idf = math.log(1.0 + (self._count - df + 0.5) / (df + 0.5))
+        part = {doc: idf * tf * (_K1 + 1.0) / (tf + _K1) for doc, tf in weights.items()}
+        with self._lock:
+            if term not in self._terms and len(part) <= KEPT_POSTINGS:
+                self._terms[term] = part
+                self._kept += len(part)
+                while self._kept > KEPT_POSTINGS:
+                    _, gone = self._terms.popitem(last=False)
+                    self._kept -= len(gone)
+        return part
 
     def _matches(self, term: str) -> list[tuple[str, float]]:
         found = [(term, 1.0)] if term in self._postings else []

@@ -198,7 +198,8 @@ class Discovery:
     def __init__(self, granted: Mapping[str, Any], names: Sequence[str], denied: Any = ()) -> None:
         self._granted = granted
         self._names = names
-        self._denied = frozenset(denied)
+        # (A mapping or set is asked as it is: a run's denied tools are its tool set's, made once.)
+        self._denied = denied if isinstance(denied, (Mapping, frozenset, set)) else frozenset(denied)
         self._index: Optional[ToolIndex] = None
         self._shapes: dict[str, Shape] = {}
 

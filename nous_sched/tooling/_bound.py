@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from types import MappingProxyType
 from typing import Any, Iterator, Optional
 
 import attrs
 
 from ..errors import ConfigError
+from ..events import FrozenDict
 
 __all__ = [
     "Bind",
@@ -70,13 +70,13 @@ class Bind:
 def bound_mapping(value: Any) -> Mapping[str, Any]:
     """``bound`` as a read-only mapping; a :class:`ConfigError` naming ``bound`` (never its values) when it is not one."""
     if value is None:
-        return MappingProxyType({})
+        return FrozenDict()
     if not isinstance(value, Mapping):
         raise ConfigError(f"Tool: `bound` must be a mapping of argument names to values, got a {type(value).__name__}")
     for key in value:
         if not (isinstance(key, str) and key):
             raise ConfigError(f"Tool: `bound` must name arguments by non-empty strings, got a {type(key).__name__} key")
-    return MappingProxyType(dict(value))
+    return FrozenDict(value)  # (read-only and picklable: a Tool crosses to a pickling executor)
 
 
 def check_against(bound: Mapping[str, Any], parameters: Optional[Mapping[str, Any]], tool: str) -> None:

@@ -77,6 +77,12 @@ class Tool:
     any other call) and returns a JSON-shaped value. To fail with a chosen
     message, raise :class:`~nous_sched.ToolError`.
 
+    A tool is a value: frozen, and its ``parameters``, ``returns`` and
+    ``bound`` are not to be changed in place once it is made (make another
+    tool instead). What runs derive from a tool set (its SDK text, names,
+    search index: ``nous_sched.gate.toolset``) is made once per set of tool
+    objects and kept.
+
     ``concurrency_safe(args) -> bool`` opts a call into running beside others;
     see :func:`concurrency_mode`. ``parameters`` is the JSON Schema of the
     arguments object, rendered into the program's SDK; ``returns`` is the JSON
