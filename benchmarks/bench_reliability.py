@@ -9,7 +9,9 @@ Not a ratio table: each experiment counts what callers got. Run by hand::
 1. ``interrupts``: a Ctrl-C (``SIGINT`` to the main thread) at a random
    moment of each of N short fan-out runs (tests/_interrupt_fuzz.py), then:
    places left busy, zombies, processes the pool does not know, descriptors
-   against the baseline, and whether the next run works.
+   against the baseline, and whether the next run works. ``--signal SIGTERM``
+   sends that signal instead, its handler raising ``SystemExit`` (gunicorn's
+   and Celery's workers).
 2. ``forkserver``: 8 threads running short programs while the pool's fork
    server is killed every 2 s: runs exact, runs with an error (data), runs
    that raised.
@@ -44,7 +46,7 @@ PROGRAM = "const r = await Promise.all([1, 2, 3].map(i => tools.echo({i}))); ret
 def interrupts(args: argparse.Namespace) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([TESTS, os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.run(
-        [sys.executable, os.path.join(TESTS, "_interrupt_fuzz.py"), str(args.interrupts), "7"],
+        [sys.executable, os.path.join(TESTS, "_interrupt_fuzz.py"), str(args.interrupts), "7", args.signal],
         capture_output=True,
         text=True,
         timeout=3600,
@@ -201,6 +203,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("only", nargs="*", choices=[[], *EXPERIMENTS], default=[])
     parser.add_argument("--interrupts", type=int, default=1000)
+    parser.add_argument(
+        "--signal", default="SIGINT", help="the interrupts' signal (SIGTERM: its handler raises SystemExit)"
+    )
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--loop", type=int, default=0, help="the cpu runs' loop count (default: 0.3 s, calibrated)")
     args = parser.parse_args()

@@ -1,16 +1,31 @@
-"""Ctrl-C held back across the few steps that must not be split (private).
+"""Interrupts held back across the few steps that must not be split (private).
 
 A ``KeyboardInterrupt`` is raised on the main thread wherever Python next
 checks for signals: between the call that made a pipe and the statement that
 stores it, between a place granted and the variable that would give it
 back. Nothing a ``finally`` can do helps there: the interrupt can land at the
 finally's first step, before its clean-up began. So a run on the main thread
-(:class:`guarded`) puts a handler of its own in front of the ``SIGINT``
-handler it finds, for the run's length, and the steps that must happen
-together run *deferred*: a ``SIGINT`` arriving then is remembered and raised
-(by the handler found, so its behaviour is kept) as the outermost deferred
-step ends. Everywhere else it is raised at once, as before; blocking waits
-are never deferred, so Ctrl-C still stops a run promptly.
+(:class:`guarded`) puts a handler of its own in front of the handler it
+finds for each of :data:`DEFERRED_SIGNALS` that Python handles, for the
+run's length, and the steps that must happen together run *deferred*: such
+a signal arriving then is remembered and handled (by the handler found, so
+its behaviour is kept) as the outermost deferred step ends. Everywhere else
+it is handled at once, as before; blocking waits are never deferred, so
+Ctrl-C still stops a run promptly.
+
+**What is deferred.** Not only ``SIGINT``: a server or worker's ``SIGTERM``
+handler commonly raises (``SystemExit`` in gunicorn's and Celery's workers,
+uvicorn's), and so may ``SIGHUP``, ``SIGQUIT``, ``SIGALRM`` (a signal-based
+timeout, as pytest-timeout's) and ``SIGUSR1``/``SIGUSR2``: any exception a
+handler raises splits a step the same way. Each of these whose handler is a
+Python callable when the run starts is held back; one whose disposition is
+the default or ignore is not touched (no Python code runs for it, and a
+default ``SIGTERM`` ends the process). Signals that arrive during one step
+are handled in the order they came, each once. Not deferred, because no
+handler sees them: an exception another thread raises into this one
+(``PyThreadState_SetAsyncExc``, which some timeout libraries use) lands at
+the next instruction check, deferred step or not; such a library can split
+a step, and the pool's clean-ups then do what a ``finally`` can.
 
 Entering a deferred step is ``LOCAL.depth += 1``, written inline: the
 interpreter checks for signals at calls and backward jumps, never between
@@ -22,13 +37,13 @@ block, for steps that need not start at a clause's first instruction.
 What a caller may rely on (tests/test_pool_interrupts.py):
 
 * outside a guarded run, or on any other thread, nothing changes (a
-  ``SIGINT`` handler only ever runs on the main thread; the depth is per
+  signal handler only ever runs on the main thread; the depth is per
   thread, so another thread's deferred step never holds back the main
   thread's interrupt);
-* a ``SIGINT`` that arrives during a deferred step of a guarded run is
-  raised once, by the handler the run found, as soon as the step ends;
-* the run's own handler is in place only while the run lasts: the handler
-  found is back when :class:`guarded` exits, and a ``SIGINT`` that arrives as
+* a deferred signal that arrives during a deferred step of a guarded run is
+  handled once, by the handler the run found, as soon as the step ends;
+* the run's own handlers are in place only while the run lasts: the handlers
+  found are back when :class:`guarded` exits, and a signal that arrives as
   it exits is not lost.
 """
 
@@ -39,7 +54,16 @@ import threading
 from types import FrameType, TracebackType
 from typing import Any, Callable, Optional
 
-__all__ = ["LOCAL", "guarded", "deferred", "leave"]
+__all__ = ["LOCAL", "guarded", "deferred", "leave", "DEFERRED_SIGNALS"]
+
+#: The signals a guarded run holds back in its deferred steps, when Python handles them.
+DEFERRED_SIGNALS: tuple[int, ...] = tuple(
+    getattr(signal, name)
+    for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGALRM", "SIGUSR1", "SIGUSR2")
+    if hasattr(signal, name)
+)
+
+_Handler = Callable[[int, Optional[FrameType]], Any]
 
 
 class _Local(threading.local):
@@ -51,14 +75,14 @@ LOCAL = _Local()
 
 
 class _State:
-    """The main thread's: the handler found, and the interrupt held back."""
+    """The main thread's: the handlers found, and the signals held back (in the order they came)."""
 
     __slots__ = ("found", "pending", "nested")
 
     def __init__(self) -> None:
-        self.found: Optional[Callable[[int, Optional[FrameType]], Any]] = None
-        self.pending: Optional[int] = None
-        self.nested = False  # a guarded run is in progress (the outermost owns the handler)
+        self.found: dict[int, _Handler] = {}
+        self.pending: list[int] = []
+        self.nested = False  # a guarded run is in progress (the outermost owns the handlers)
 
 
 _STATE = _State()
@@ -66,30 +90,33 @@ _STATE = _State()
 
 def _handler(signum: int, frame: Optional[FrameType]) -> None:
     if LOCAL.depth > 0:
-        _STATE.pending = signum
+        if signum not in _STATE.pending:
+            _STATE.pending.append(signum)
         return
-    found = _STATE.found
-    if found is None:  # (set as the run's handler went in: Python's default meanwhile)
+    _deliver(signum, frame, _STATE.found)
+
+
+def _deliver(signum: int, frame: Optional[FrameType], found: dict[int, _Handler]) -> None:
+    handler = found.get(signum)
+    if handler is not None:
+        handler(signum, frame)
+    elif signum == signal.SIGINT:  # (the run that found it is over: Python's default)
         raise KeyboardInterrupt
-    found(signum, frame)
 
 
 def leave() -> None:
-    """End a deferred step; an interrupt it held back is raised now, once the
+    """End a deferred step; signals it held back are handled now, once the
     outermost one has ended."""
     LOCAL.depth -= 1
-    if LOCAL.depth == 0 and _STATE.pending is not None and threading.current_thread() is threading.main_thread():
-        _raise_pending()
+    if LOCAL.depth == 0 and _STATE.pending and threading.current_thread() is threading.main_thread():
+        _raise_pending(_STATE.found)
 
 
-def _raise_pending() -> None:
-    signum, _STATE.pending = _STATE.pending, None
-    found = _STATE.found
-    if signum is None:
-        return
-    if found is None:  # (the run that found it is over)
-        raise KeyboardInterrupt
-    found(signum, None)
+def _raise_pending(found: dict[int, _Handler]) -> None:
+    """Handle the held-back signals in order; one whose handler raises leaves the rest
+    pending, for the next step's end or the run's."""
+    while _STATE.pending:
+        _deliver(_STATE.pending.pop(0), None, found)
 
 
 class deferred:
@@ -108,9 +135,9 @@ class deferred:
 
 class guarded:
     """A run on the calling thread: while it lasts, deferred steps on the main
-    thread hold ``SIGINT`` back. Nested runs share the outermost's handler;
-    off the main thread, or when ``SIGINT`` is ignored or not handled by
-    Python, it does nothing."""
+    thread hold :data:`DEFERRED_SIGNALS` back. Nested runs share the outermost's
+    handlers; off the main thread, or for a signal Python does not handle
+    (ignored, or the default action), it does nothing."""
 
     __slots__ = ("_mine",)
 
@@ -118,25 +145,28 @@ class guarded:
         self._mine = False
 
     def __enter__(self) -> "guarded":
-        if threading.current_thread() is not threading.main_thread():
+        if threading.current_thread() is not threading.main_thread() or _STATE.nested:
             return self
-        # (One system call, not two: signal.signal says what it replaced. A
-        # SIGINT pending now is raised here, before ours is set.)
-        found = signal.signal(signal.SIGINT, _handler)
-        if found is _handler:
-            if _STATE.found is not None and not _STATE.nested:
-                # Left in place by a run whose exit an interrupt cut short:
-                # this run takes it over, and puts the one found back.
-                self._mine = True
-                _STATE.nested = True
-            return self
-        if not callable(found):  # ignored, or the default action: not ours to change
-            signal.signal(signal.SIGINT, found)
-            return self
-        _STATE.found = found
-        _STATE.pending = None
-        _STATE.nested = True
-        self._mine = True
+        left = False
+        for signum in DEFERRED_SIGNALS:
+            found = signal.getsignal(signum)
+            if found is _handler:
+                # Left in place by a run whose exit an interrupt cut short: this
+                # run takes it over, and puts the one found back.
+                left = left or signum in _STATE.found
+                continue
+            if not callable(found):  # ignored, or the default action: not ours to change
+                continue
+            _STATE.found[signum] = found  # (before ours goes in: a signal then finds it)
+            # A signal pending now is handled here, by the handler found, before ours is set.
+            signal.signal(signum, _handler)
+            self._mine = True
+        if left:
+            self._mine = True
+        elif self._mine:
+            _STATE.pending.clear()
+        if self._mine:
+            _STATE.nested = True
         return self
 
     def __exit__(
@@ -146,15 +176,16 @@ class guarded:
             return
         self._mine = False
         _STATE.nested = False
-        found = _STATE.found
+        found = dict(_STATE.found)
         LOCAL.depth += 1
         try:
             # signal.signal runs the handlers of signals pending before it
-            # changes one: ours, which holds a SIGINT arriving now back.
-            signal.signal(signal.SIGINT, found)
+            # changes one: ours, which holds a signal arriving now back.
+            for signum, handler in found.items():
+                signal.signal(signum, handler)
         finally:
             LOCAL.depth -= 1
-        _STATE.found = None
-        if _STATE.pending is not None and LOCAL.depth == 0 and found is not None:
-            _STATE.pending = None
-            found(signal.SIGINT, None)
+        # (The handlers found stay known: a signal held back past this exit, by a step
+        # still open around it, is handled by its own when that step ends.)
+        if LOCAL.depth == 0:
+            _raise_pending(found)

@@ -2,9 +2,11 @@
 
 Run as a script (tests/test_pool_interrupts.py runs it in a subprocess; the
 reliability benchmark runs it with more interrupts): ``python
-_interrupt_fuzz.py N [SEED] [contended]``. One ``SIGINT`` per run, sent to the main
+_interrupt_fuzz.py N [SEED] [contended] [SIGNAL]``. One ``SIGINT`` per run, sent to the main
 thread after a random delay within about one run's length (as a person at a
-REPL, or a worker loop that catches ``KeyboardInterrupt``). Prints one JSON
+REPL, or a worker loop that catches ``KeyboardInterrupt``). With ``SIGTERM``
+(or another signal's name) that signal instead, its handler raising
+``SystemExit`` as gunicorn's and Celery's workers do, caught the same way. Prints one JSON
 line: how many interrupts landed in a run, then the pool and process
 afterwards against the baseline taken before the first: places busy, CPU
 shares held or waited for, zombie children, open descriptors, driver
@@ -101,8 +103,16 @@ def settle(pool: WorkerPool) -> None:
             t.join(5.0)
 
 
-def main(n: int, seed: int, contended: bool = False) -> dict:
+def _exit(signum: int, frame: object) -> None:
+    raise SystemExit(0)  # as gunicorn's and Celery's workers do on SIGTERM
+
+
+def main(n: int, seed: int, contended: bool = False, signame: str = "SIGINT") -> dict:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    signum = getattr(signal, signame)
+    if signum != signal.SIGINT:
+        signal.signal(signum, _exit)
+    caught = KeyboardInterrupt if signum == signal.SIGINT else SystemExit
     rng = random.Random(seed)
     pool = WorkerPool(size=4, spares=1, cpu_shares=1) if contended else WorkerPool(size=4, spares=1)
     tools = [Tool("echo", lambda a: a["i"])]
@@ -133,7 +143,7 @@ def main(n: int, seed: int, contended: bool = False) -> dict:
 
         def fire(delay: float = delay, fired: threading.Event = fired) -> None:
             time.sleep(delay)
-            signal.pthread_kill(main_id, signal.SIGINT)
+            signal.pthread_kill(main_id, signum)
             fired.set()
 
         returned = False
@@ -143,7 +153,7 @@ def main(n: int, seed: int, contended: bool = False) -> dict:
             returned = True
             while True:  # the interrupt comes after the run: wait for it here
                 fired.wait(0.05)
-        except KeyboardInterrupt:
+        except caught:
             landed += not returned
     stop_hog.set()
     for t in hogs:
@@ -188,4 +198,6 @@ def main(n: int, seed: int, contended: bool = False) -> dict:
 if __name__ == "__main__":
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 200
     seed = int(sys.argv[2]) if len(sys.argv) > 2 else 1
-    sys.stdout.write(json.dumps(main(n, seed, "contended" in sys.argv[3:])) + "\n")
+    rest = sys.argv[3:]
+    signame = next((a for a in rest if a.startswith("SIG")), "SIGINT")
+    sys.stdout.write(json.dumps(main(n, seed, "contended" in rest, signame)) + "\n")

@@ -14,6 +14,7 @@ progress writes: tests/durable/proc.py) and killed there.
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -24,6 +25,7 @@ HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "durable")
 sys.path.insert(0, HERE)
 
 import durable_tools  # noqa: E402
+import proc as proc_module  # noqa: E402
 
 PROC = os.path.join(HERE, "proc.py")
 TOOLS = os.path.join(HERE, "durable_tools.py")
@@ -91,11 +93,12 @@ def _cli(env, *args):
     return done
 
 
-def _killed_resume(env, token, hold):
-    """A resume held at ``hold`` (env vars), then SIGKILLed from here."""
+def _held_resume(env, token, hold):
+    """A resume started and held at ``hold`` (env vars); the process and where it is held."""
     mark = env["tmp"] / "m"
-    if mark.exists():
-        mark.unlink()
+    for old in (mark, env["tmp"] / "m.go"):
+        if old.exists():
+            old.unlink()
     proc = subprocess.Popen(
         [sys.executable, PROC, "resume", env["spec"], token, '{"0": true}'],
         env={**env["env"], **hold},
@@ -108,16 +111,47 @@ def _killed_resume(env, token, hold):
         assert proc.poll() is None, proc.communicate()
         assert time.monotonic() < deadline, "the resume never reached its hold"
         time.sleep(0.02)
-    where = mark.read_text()
+    return proc, mark.read_text()
+
+
+def _killed_resume(env, token, hold):
+    """A resume held at ``hold`` (env vars), then SIGKILLed from here."""
+    proc, where = _held_resume(env, token, hold)
     proc.send_signal(signal.SIGKILL)
     proc.communicate(timeout=BOUND)
     assert proc.returncode == -signal.SIGKILL
     return where
 
 
+def _lease_ran_out(env, token):
+    """Wait until the store judges the token's resume (on another host: by its lease) dead."""
+    store = proc_module.store_of(env["spec"])
+    deadline = time.monotonic() + BOUND
+    while (store.claimed(token) or {}).get("alive") is not False:
+        assert time.monotonic() < deadline, "the claim's lease never ran out"
+        time.sleep(0.05)
+
+
 @pytest.mark.parametrize("seq", [0, 1, 2])
 @pytest.mark.parametrize("point", list(POINTS))
 def test_a_resume_killed_at_each_step_is_finished_safely(env, seq, point):
+    _killed_then_finished(env, seq, point, {}, {})
+
+
+# Another host: the killed resume says it is host-a, the next one host-b (NOUS_SCHED_HOST_ID, the
+# documented seam), each its own process; the operator's commands run on a third (this machine's
+# name). The same-host rule (is its pid alive?) cannot answer across hosts: the claim's lease does.
+HOST_A = {"NOUS_SCHED_HOST_ID": "host-a", "NOUS_DURABLE_LEASE": "1"}
+HOST_B = {"NOUS_SCHED_HOST_ID": "host-b", "NOUS_DURABLE_LEASE": "1"}
+
+
+@pytest.mark.parametrize("seq", [0, 1, 2])
+@pytest.mark.parametrize("point", list(POINTS))
+def test_a_resume_killed_at_each_step_is_finished_from_another_host(env, seq, point):
+    _killed_then_finished(env, seq, point, HOST_A, HOST_B)
+
+
+def _killed_then_finished(env, seq, point, first_host, next_host):
     program = env["tmp"] / "p.js"
     program.write_text(PROGRAM, encoding="utf-8")
     token = _proc(env, "run", env["spec"], str(program))["token"]
@@ -130,12 +164,14 @@ def test_a_resume_killed_at_each_step_is_finished_safely(env, seq, point):
         if where == "tool"
         else {"NOUS_DURABLE_HOLD_STORE": json.dumps([seq, when])}
     )
-    said = _killed_resume(env, token, hold)
+    said = _killed_resume(env, token, {**hold, **first_host})
     assert str(seq) in said or name in said
+    if first_host:
+        _lease_ran_out(env, token)
     ran_before = durable_tools.ran(env["count"])
     assert ran_before == CALLS[: seq + (1 if when in ("after", "before-commit", "after-commit") else 0)]
 
-    again = _proc(env, "resume", env["spec"], token, '{"0": true}')
+    again = _proc(env, "resume", env["spec"], token, '{"0": true}', extra=next_host)
     if unknown:
         # Stopped at the call whose fate is unknown, nothing run; a person is told what to do.
         assert again["unsettled"] == [seq] and "approvals settle" in again["token_error"]
@@ -153,7 +189,7 @@ def test_a_resume_killed_at_each_step_is_finished_safely(env, seq, point):
         fate = "--ran" if [name, args] in ran_before else "--not-ran"
         settled = _cli(env, "approvals", "settle", token, str(seq), fate)
         assert settled.returncode == 0, settled.stderr
-        again = _proc(env, "resume", env["spec"], token, '{"0": true}')
+        again = _proc(env, "resume", env["spec"], token, '{"0": true}', extra=next_host)
 
     result = again["out"]["result"]
     assert "error" not in again["out"], again
@@ -163,8 +199,51 @@ def test_a_resume_killed_at_each_step_is_finished_safely(env, seq, point):
         assert result[seq].startswith("lost: ") and "result was lost" in result[seq]
         expected[seq] = result[seq]
     assert result == expected
+    (resumed,) = [data for kind, data in again["audit"] if kind == "resumed"]
+    assert resumed["took_over"].endswith(" on " + first_host.get("NOUS_SCHED_HOST_ID", socket.gethostname()))
     # Every call ran exactly once, across the killed resume and the ones after it.
     assert durable_tools.ran(env["count"]) == CALLS
     # The token is used up.
     used = _proc(env, "resume", env["spec"], token, '{"0": true}')
     assert "already used" in used["token_error"]
+
+
+def test_a_stalled_resume_on_another_host_is_taken_over_and_starts_nothing_more(env):
+    # A resume on host-a stops (SIGSTOP: a paused VM, a host cut off) inside call #0, after its effect.
+    # While its lease lasts, host-b is refused; once it ran out, #0's fate is unknown: a person checks
+    # (it ran) and settles it, and host-b takes over and runs #1 and #2. host-a, let go on, finds its
+    # claim gone: it records nothing and starts nothing more. Every call ran once.
+    program = env["tmp"] / "p.js"
+    program.write_text(PROGRAM, encoding="utf-8")
+    token = _proc(env, "run", env["spec"], str(program))["token"]
+    host_a = {"NOUS_SCHED_HOST_ID": "host-a", "NOUS_DURABLE_LEASE": "3"}
+    stalled, _ = _held_resume(env, token, {"NOUS_DURABLE_HOLD": json.dumps([*CALLS[0], "after"]), **host_a})
+    try:
+        refused = _proc(env, "resume", env["spec"], token, '{"0": true}', extra=HOST_B)
+        assert "host-a" in refused["token_error"] and "lease" in refused["token_error"], refused
+        listed = _cli(env, "approvals", "list")
+        assert listed.returncode == 0, listed.stderr
+        ours = listed.stdout[listed.stdout.index(token) :]
+        assert "on host-a: running (its lease runs until" in ours, ours
+        stalled.send_signal(signal.SIGSTOP)
+        _lease_ran_out(env, token)
+        again = _proc(env, "resume", env["spec"], token, '{"0": true}', extra=HOST_B)
+        assert again["unsettled"] == [0] and "host-a" in again["token_error"], again
+        listed = _cli(env, "approvals", "list")
+        ours = listed.stdout[listed.stdout.index(token) :]
+        assert "on host-a: dead (its lease ran out at" in ours and "#0 pay (fate unknown)" in ours, ours
+        assert durable_tools.ran(env["count"]) == CALLS[:1]  # the person checks: it ran
+        settled = _cli(env, "approvals", "settle", token, "0", "--ran")
+        assert settled.returncode == 0, settled.stderr
+        again = _proc(env, "resume", env["spec"], token, '{"0": true}', extra=HOST_B)
+        result = again["out"]["result"]
+        assert result[0].startswith("lost: ") and result[1:] == ANSWERS[1:], again
+        assert durable_tools.ran(env["count"]) == CALLS
+    finally:
+        (env["tmp"] / "m.go").write_text("go")
+        stalled.send_signal(signal.SIGCONT)
+    out, err = stalled.communicate(timeout=BOUND)
+    assert stalled.returncode == 0, err
+    late = json.loads(out.strip().splitlines()[-1])["out"]
+    assert late["error"]["kind"] == "abort" and "another resume took over" in late["error"]["message"], late
+    assert durable_tools.ran(env["count"]) == CALLS  # host-a ran nothing after it was let go on

@@ -66,6 +66,17 @@ def test_interrupts_while_runs_contend_for_one_cpu_share_give_every_share_back()
 
 
 @pytest.mark.timeout(600)
+def test_two_hundred_sigterms_whose_handler_raises_system_exit_leave_the_pool_whole():
+    # gunicorn's and Celery's workers raise SystemExit from their SIGTERM handler: it splits a step
+    # as Ctrl-C would, so it is held back the same way (nous_sched._interrupts.DEFERRED_SIGNALS).
+    out = _script("_interrupt_fuzz.py", "200", "44", "SIGTERM")
+    assert out["in_a_run"] >= 50, out
+    assert out["next_run_works"] is True
+    assert out["busy_places"] == 0 and set(out["place_states"]) <= {"idle", "starting"}
+    _whole(out)
+
+
+@pytest.mark.timeout(600)
 def test_an_interrupt_at_sampled_steps_of_a_run_leaves_the_pool_whole():
     out = _script("_interrupt_steps.py", "23")
     assert out["steps"] > 500 and out["interrupted"] >= out["runs"] // 2, out
@@ -123,6 +134,51 @@ def test_a_sigint_as_the_guarded_run_ends_is_not_lost_and_the_handler_found_is_b
         assert signal.getsignal(signal.SIGINT) is not None and seen == [signal.SIGINT]
     finally:
         signal.signal(signal.SIGINT, found)
+
+
+def test_a_sigterm_whose_handler_raises_is_held_back_like_sigint_and_the_handler_found_is_back():
+    _main_thread_only()
+    found = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    seen = []
+
+    def term(signum, frame):
+        seen.append(signum)
+        raise SystemExit(0)  # as gunicorn's and Celery's workers do
+
+    signal.signal(signal.SIGTERM, term)
+    signal.signal(signal.SIGINT, lambda signum, frame: seen.append(signum))
+    try:
+        after = []
+        with pytest.raises(SystemExit):
+            with interrupts.guarded():
+                assert signal.getsignal(signal.SIGTERM) is not term  # the run's own, in front
+                with interrupts.deferred():
+                    signal.raise_signal(signal.SIGTERM)
+                    signal.raise_signal(signal.SIGINT)
+                    signal.raise_signal(signal.SIGTERM)  # (the same signal again in one step: once)
+                    after.append("the step went on")
+                after.append("never")
+        # In the order they came, each once; the SIGINT after the raising SIGTERM is still handled.
+        assert after == ["the step went on"] and seen == [signal.SIGTERM, signal.SIGINT]
+        assert signal.getsignal(signal.SIGTERM) is term
+    finally:
+        for sig, handler in found.items():
+            signal.signal(sig, handler)
+
+
+def test_a_signal_python_does_not_handle_is_left_alone():
+    _main_thread_only()
+    found = signal.getsignal(signal.SIGUSR1)
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+    try:
+        with interrupts.guarded():
+            assert signal.getsignal(signal.SIGUSR1) is signal.SIG_IGN
+            with interrupts.deferred():
+                signal.raise_signal(signal.SIGUSR1)  # ignored, as ever
+        assert signal.getsignal(signal.SIGUSR1) is signal.SIG_IGN
+        assert set(interrupts.DEFERRED_SIGNALS) >= {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGALRM}
+    finally:
+        signal.signal(signal.SIGUSR1, found)
 
 
 def test_another_threads_deferred_step_never_holds_the_main_threads_interrupt_back():

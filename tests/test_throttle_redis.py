@@ -561,3 +561,144 @@ def test_a_refusal_at_the_deadline_is_told_as_the_wait_not_as_javascript():
 def test_redis_timeout_is_checked(bad):
     with pytest.raises(ConfigError, match="redis_timeout"):
         Throttle("checked", max_running=1, redis_url="redis://127.0.0.1:1/0", redis_timeout=bad)
+
+
+# The restart window: a server killed and started again (no persistence) has lost every lease.
+HOLDER = textwrap.dedent(
+    """
+    import sys, time, redis
+    from nous_sched import QuickJSRuntime, Throttle, Tool, run_code
+
+    url, name, lease = sys.argv[1], sys.argv[2], float(sys.argv[3])
+    r = redis.Redis.from_url(url)
+    throttle = Throttle(name, max_running=1, redis_url=url, lease=lease)
+
+    def hold(args):
+        r.set(name + ":holding", 1)
+        time.sleep(3600)  # killed before this returns
+
+    run_code("await tools.hold({})", [Tool("hold", hold, throttles=(throttle,))], runtime=QuickJSRuntime(), timeout=3600, description="test")
+    """
+)
+
+
+def _running(url: str, name: str) -> int:
+    return int(redis.Redis.from_url(url, socket_timeout=5).zcard(f"nous_sched:throttle:{{{name}}}:running"))
+
+
+def test_a_restarted_redis_hands_out_no_place_until_another_process_holding_one_registers_it_again(caplog):
+    """Another process holds the only place; the server restarts and forgets it. This process, which
+    saw the server before, declares the restart: no place for a lease after the server started, while
+    the holder's renewal registers its place again; then the place is still the holder's. It comes
+    back only once the holder is killed (after its lease). Logged once, naming Redis and the restart."""
+    caplog.set_level(logging.WARNING, logger="nous_sched")
+    name = "restart-held-" + uuid.uuid4().hex
+    lease = 3.0  # renewed every second: room for a loaded machine within the grace
+    with redis_process() as server:
+        r = redis.Redis.from_url(server.url)
+        env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        child = subprocess.Popen(
+            [sys.executable, "-c", HOLDER, server.url, name, str(lease)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            eventually(lambda: r.get(name + ":holding") is not None or child.poll() is not None, "the child to hold")
+            assert child.poll() is None, child.communicate()
+            mine = Throttle(name, max_running=1, redis_url=server.url, lease=lease)
+            with pytest.raises(TimeoutError):  # full: and this process now knows the server's run id
+                with mine.hold(timeout=0.3):
+                    pass
+            server.kill()
+            server.start()
+            assert _running(server.url, name) == 0  # the restarted server forgot the holder's place
+            began = time.monotonic()
+            with pytest.raises(TimeoutError):
+                with mine.hold(timeout=2 * lease + 2):
+                    pytest.fail("a place was handed out while another process held the only one")
+            assert time.monotonic() - began >= 2 * lease
+            assert _running(server.url, name) == 1  # the holder's place, registered again
+            said = [x.getMessage() for x in _said(caplog, name) if "restarted" in x.getMessage()]
+            assert len(said) == 1, said
+            assert f"Redis at 127.0.0.1:{server.port} restarted" in said[0] and "register them again" in said[0]
+            child.kill()
+            child.wait(WAIT)
+            with mine.hold(timeout=WAIT):  # the dead holder's place comes back after its lease
+                assert mine.running == 1
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+
+
+def test_calls_running_through_a_restart_keep_their_places_and_no_run_is_over_the_limit():
+    """Two calls hold the two places and keep running while the server is killed and started again;
+    six wait. The waiters get no place in the grace, nor after it (the holders registered theirs
+    again), until the holders return; every call runs, never more than two at once."""
+    name = "restart-running-" + uuid.uuid4().hex
+    with redis_process() as server:
+        throttle = Throttle(name, max_running=2, redis_url=server.url, lease=3.0)
+        go = threading.Event()
+        results = []
+        state = {"now": 0, "peak": 0, "begun": 0}
+        runner = threading.Thread(target=lambda: results.append(_fanout(throttle, 8, WAIT, go, state)))
+        runner.start()
+        try:
+            eventually(lambda: state["begun"] == 2 and throttle.waiting == 6, "two holders and six waiters")
+            server.kill()
+            server.start()
+            eventually(lambda: _running(server.url, name) == 2, "the holders to register their places again")
+            born = redis.Redis.from_url(server.url).hgetall(f"nous_sched:throttle:{{{name}}}:born")
+            until = int(born[b"until"])
+
+            def grace_over() -> bool:
+                now = redis.Redis.from_url(server.url).time()
+                return now[0] * 1000 + now[1] // 1000 > until + 1000
+
+            eventually(grace_over, "the grace to end")
+            assert state["begun"] == 2 and _running(server.url, name) == 2  # nobody got in meanwhile
+        finally:
+            go.set()
+            runner.join(WAIT)
+        ((result, state),) = results
+        assert result.result == list(range(8)), _message(result)
+        assert state["peak"] <= 2
+
+
+def test_a_holder_stalled_past_its_lease_through_a_restart_does_not_register_its_place_again():
+    """The holder's whole process stops (SIGSTOP) for longer than its lease while the server restarts;
+    let go on within the restart's grace, its renewal finds the lease ran out by its own clock: it is
+    lost (logged), never registered again, so the place is free once the grace ends."""
+    name = "restart-stalled-" + uuid.uuid4().hex
+    lease = 2.0
+    with redis_process() as server:
+        r = redis.Redis.from_url(server.url)
+        env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        child = subprocess.Popen(
+            [sys.executable, "-c", HOLDER, server.url, name, str(lease)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            eventually(lambda: r.get(name + ":holding") is not None or child.poll() is not None, "the child to hold")
+            assert child.poll() is None, child.communicate()
+            mine = Throttle(name, max_running=1, redis_url=server.url, lease=lease)
+            with pytest.raises(TimeoutError):  # full: and this process now knows the server's run id
+                with mine.hold(timeout=0.3):
+                    pass
+            child.send_signal(signal.SIGSTOP)
+            time.sleep(lease + 0.5)  # its lease runs out, by its own clock too
+            server.kill()
+            server.start()
+            child.send_signal(signal.SIGCONT)  # in the grace: a renewal now would register the place again
+            with mine.hold(timeout=WAIT):
+                assert _running(server.url, name) == 1 and mine.running == 1  # the place is this one's
+        finally:
+            child.send_signal(signal.SIGCONT)
+            child.kill()
+            _, err = child.communicate(timeout=WAIT)
+        assert "lease lost" in err and "this process was stalled" in err, err[-2000:]

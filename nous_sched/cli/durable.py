@@ -343,6 +343,9 @@ def _resume_state(out: TextIO, row: dict[str, Any]) -> None:
     """How a claimed token's resume stands, and what a person must do."""
     resume = row["resume"]
     alive = {True: "running", False: "dead", None: "cannot tell (another host?)"}[resume["alive"]]
+    until = resume.get("lease_until")
+    if until is not None and resume["alive"] is not None:
+        alive += f" (its lease {'runs until' if resume['alive'] else 'ran out at'} {_when(until)})"
     out.write(f"  resume by {inert(str(row['claimed_by']))}: {alive}; committed {resume['committed']}\n")
     if not resume["tracked"]:
         out.write("  its calls were not recorded (a parked run): it cannot be continued\n")

@@ -11,7 +11,10 @@ program gets an error saying its result was lost) or ``not-ran`` (it runs).
 The record (JSON, sealed by the store): ``{"tracked": true, "decisions":
 {seq: {approved, reason[, grant]}}, "clock": [...], "started": {seq: [tool, args
 text]}, "committed": {seq: [tool, args text, ok, value]}, "settled": {seq:
-"ran" | "not-ran"}, "state": [...]}`` (``state``: the answer of each of the
+"ran" | "not-ran"}, "lease": epoch, "state": [...]}`` (``lease``: the
+wall-clock time until which the resume holds its claim, renewed by
+:class:`Renewal`, so that a resume on another host may take over a claim
+whose lease ran out: :func:`nous_sched.durable._claimer.lease_alive`; ``state``: the answer of each of the
 program's state operations so far, written after each, so a resume that
 takes over replays them instead of doing them again). ``tracked: false`` is a resume that continued a parked
 run in memory: its calls were not written, so it cannot be taken over.
@@ -20,9 +23,13 @@ run in memory: its calls were not written, so it cannot be taken over.
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Mapping
+import time
+from typing import Any, Callable, Mapping, Optional
 
-__all__ = ["Progress", "initial", "unsettled", "recovered", "LOST_RESULT"]
+__all__ = ["Progress", "Renewal", "initial", "unsettled", "recovered", "LOST_RESULT", "DEFAULT_LEASE"]
+
+#: Seconds a resume holds its claim without renewing it, by default (the stores' ``lease``).
+DEFAULT_LEASE = 30.0
 
 #: The error a call settled as ``ran`` gives the program.
 LOST_RESULT = (
@@ -31,10 +38,14 @@ LOST_RESULT = (
 )
 
 
-def initial(decisions: Mapping[int, Any]) -> dict[str, Any]:
-    """The progress a claim writes: tracked, with the decisions the resume runs with."""
+def initial(decisions: Mapping[int, Any], lease: Optional[float] = None) -> dict[str, Any]:
+    """The progress a claim writes: tracked, with the decisions the resume runs with
+    (and, given ``lease`` seconds, the claim's lease from now)."""
     shown = {str(seq): d.as_dict() for seq, d in decisions.items()}
-    return {"tracked": True, "decisions": shown, "clock": [], "started": {}, "committed": {}, "settled": {}}
+    state = {"tracked": True, "decisions": shown, "clock": [], "started": {}, "committed": {}, "settled": {}}
+    if lease is not None:
+        state["lease"] = time.time() + lease
+    return state
 
 
 def unsettled(progress: Mapping[str, Any]) -> list[tuple[int, list[Any]]]:
@@ -92,8 +103,44 @@ class Progress:
             self.state["state"] = [list(e) for e in entries]
             return self._write(self.state)
 
+    def renew(self, lease: float) -> bool:
+        """The claim's lease, ``lease`` seconds from now (wall clock: another host reads it)."""
+        with self._lock:
+            self.state["lease"] = time.time() + lease
+            return self._write(self.state)
+
     def track(self, on: bool) -> bool:
         """Off: the resume continues in memory (a parked run), so it cannot be taken over; on: it replays."""
         with self._lock:
             self.state["tracked"] = on
             return self._write(self.state)
+
+
+class Renewal:
+    """A thread (``nous-sched-claim-lease``) that renews a resume's lease every
+    ``lease / 3`` seconds until :meth:`stop`, or until a renewal finds the claim
+    no longer this resume's. A renewal the store fails (down, slow) is tried
+    again at the next turn: the lease then runs out only if the store stays out
+    of reach for two more turns, and a resume whose claim was taken over in
+    the meantime starts nothing more (every start is a conditional write)."""
+
+    def __init__(self, progress: Progress, lease: float) -> None:
+        self._progress = progress
+        self._lease = lease
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="nous-sched-claim-lease", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._done.wait(self._lease / 3):
+            try:
+                if not self._progress.renew(self._lease):
+                    return  # taken over: nothing more to hold
+            except Exception:  # the store failed: the next turn tries again
+                continue
+
+    def stop(self) -> None:
+        """No more renewals (the resume ended); waits for one in progress."""
+        self._done.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join()

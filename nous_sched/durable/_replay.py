@@ -30,7 +30,7 @@ from ..runtime.engine import CLOCK_MARK
 from ..tooling import Tool
 from . import _progress as progress_of
 from ._claimer import describe
-from ._progress import Progress
+from ._progress import Progress, Renewal
 from .approval_store import TokenError, UnsettledError
 
 __all__ = ["DEFER", "ApprovalDecision", "Suspension", "resume", "tool_set_hash", "run_durable"]
@@ -927,8 +927,9 @@ def resume(
     result is a ``replay_diverged`` error, nothing runs and the token stays
     usable.
 
-    A token whose resume died (its claimer is judged dead on this host:
-    ``nous_sched.durable._claimer``) is taken over: what that resume committed is
+    A token whose resume died (its claimer is judged dead: on this host, its
+    process is gone; on another, its lease ran out, ``approval_store.lease``
+    seconds after its last renewal: ``nous_sched.durable._claimer``) is taken over: what that resume committed is
     replayed, what it never started runs, with the decisions it ran with
     (they win over ``decisions``). While a call it started has no recorded
     outcome, :exc:`~nous_sched.UnsettledError` is raised and
@@ -937,8 +938,8 @@ def resume(
     approvals settle``).
 
     :raises TokenError: the token is forged or tampered with, expired, unknown,
-        already finished, or held by a resume that is alive (or on another
-        host); each call runs at most once.
+        already finished, or held by a resume that is alive (on another
+        host: whose lease has not run out); each call runs at most once.
     :raises UnsettledError: a dead resume's call has an unknown fate (a TokenError).
     :raises ConfigError: a pending call has no decision, or a bad option.
     """
@@ -957,8 +958,25 @@ def resume(
     if tool_set_hash(tools) != record["tools"]:
         return RunResult(error=RunError("replay_diverged", _OTHER_TOOLS))
     merged = _merged_decisions(record, decisions)
-    record = approval_store.claim(token, progress_of.initial(merged))
-    progress = _progress(token, approval_store, record["claimed_by"], progress_of.initial(merged))
+    record = approval_store.claim(token, progress_of.initial(merged, approval_store.lease))
+    progress = _progress(token, approval_store, record["claimed_by"], progress_of.initial(merged, approval_store.lease))
+    renewal = Renewal(progress, approval_store.lease)
+    try:
+        return _resume_claimed(token, record, merged, tools, approval_store, given, progress)
+    finally:
+        renewal.stop()
+
+
+def _resume_claimed(
+    token: str,
+    record: dict[str, Any],
+    merged: dict[int, ApprovalDecision],
+    tools: list[Tool],
+    approval_store: ApprovalStoreSeam,
+    given: RunOptions,
+    progress: Progress,
+) -> RunResult:
+    """A resume once its claim is taken (its lease renewed meanwhile)."""
     program, denied = _program_decided(record, merged, given)
     if denied is not None:
         approval_store.finish(token)
@@ -1034,11 +1052,16 @@ def _take_over(
     stated = _state_of(progress)  # what the dead resume did to its state, past the record's
     if len(stated) > len(run.state_replay):
         run.state_replay = stated
-    state = {**progress_of.initial(merged), **progress}
+    # The take-over wrote a lease of its own; the dead resume's, run out, is never written back.
+    state = {**progress_of.initial(merged), **progress, "lease": time.time() + store.lease}
     run.progress = _progress(token, store, by, state)
-    shown = ResumedEvent(token.split(".")[0], len(run.ledger), took_over=describe(found["claimed_by"]))
-    run.audit.append(shown.as_event())
-    result = _execute(record["code"], tools, store, options, run)
+    renewal = Renewal(run.progress, store.lease)
+    try:
+        shown = ResumedEvent(token.split(".")[0], len(run.ledger), took_over=describe(found["claimed_by"]))
+        run.audit.append(shown.as_event())
+        result = _execute(record["code"], tools, store, options, run)
+    finally:
+        renewal.stop()
     if run.lost is None:
         store.finish(token)
     return result

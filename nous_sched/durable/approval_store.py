@@ -38,13 +38,16 @@ What a caller may rely on, for both:
   and once it finishes (``done``). When its process dies mid-run
   (``claimed``, which :meth:`suspensions` shows), the resume's *progress*
   is in the store (:mod:`nous_sched.durable._progress`: each call's start,
-  written before its tool runs, and each outcome), and a later resume on the
-  same host takes the claim over (:meth:`take_over`, atomic; the claimer
-  judged dead by :mod:`nous_sched.durable._claimer`): it replays what committed, runs
+  written before its tool runs, and each outcome), and a later resume takes
+  the claim over (:meth:`take_over`, atomic; the claimer judged dead by
+  :mod:`nous_sched.durable._claimer`: on the same host, its process is gone;
+  on another, its *lease* ran out, ``lease`` seconds after its last renewal): it replays what committed, runs
   what never started, and refuses while a started call has no outcome until
   a person settles it (:meth:`settle`). Every write of a resume's progress is
   conditional on its claim still being its own, so a resume that was taken
-  over starts nothing more.
+  over starts nothing more: a resume judged dead that was only stalled
+  (its host cut off from the store, paused) runs no call after the take-over,
+  and the one it had started is the one a person settles.
 * **Progress sealed.** The claimed state is sealed with its claimer's name,
   and the progress record with the token's id and expiry: a writer without
   the key cannot point a live claim at a dead process, nor forge a call's
@@ -98,7 +101,8 @@ from .._validators import require
 from ..errors import RunCodeError
 from ..gate.approval_seam import ApprovalStoreSeam
 from ..gate.grants import Grant, canonical
-from ._claimer import claim_alive, claimer, describe
+from ._claimer import claim_alive, claimer, describe, lease_alive
+from ._progress import DEFAULT_LEASE
 
 __all__ = [
     "ApprovalStore",
@@ -200,12 +204,15 @@ class ApprovalStore(ApprovalStoreSeam):
     and ``_stored_key``.
     """
 
-    def __init__(self, key: Optional[bytes], ttl: float, park: float = 0.0) -> None:
+    def __init__(self, key: Optional[bytes], ttl: float, park: float = 0.0, lease: float = DEFAULT_LEASE) -> None:
         require(type(self).__name__, "key", key, _OPTIONAL_KEY)
         require(type(self).__name__, "ttl", ttl, v.SECONDS)
         require(type(self).__name__, "park", park, _PARK)
+        require(type(self).__name__, "lease", lease, v.SECONDS)
         self._hmac_key = key
         self.ttl = float(ttl)
+        #: Seconds a resume holds its claim without renewing it (see the module's "At most once").
+        self.lease = float(lease)
         #: Seconds a process holds a run it suspended, so that a resume in the
         #: same process continues it without replay (0: never; it counts against the run's timeout).
         self.park = float(park)
@@ -370,7 +377,7 @@ class ApprovalStore(ApprovalStoreSeam):
         changed without the key: its token is refused, and ``pending`` is
         what the row claims). A ``claimed`` row's ``resume`` says how its
         resume stands: ``{alive (true, false, or null: cannot tell),
-        tracked, committed: [seq], in_flight: [{seq, tool, arguments,
+        lease_until (epoch seconds, or null), tracked, committed: [seq], in_flight: [{seq, tool, arguments,
         settled}]}`` (``in_flight``: calls started and never committed;
         while ``alive`` is false and one has ``settled`` null, a person must
         settle it); other rows' ``resume`` is null."""
@@ -415,7 +422,9 @@ class ApprovalStore(ApprovalStoreSeam):
     def claimed(self, token: Any) -> Optional[dict[str, Any]]:
         """A claimed token as the store holds it: ``{record, progress,
         claimed_by, alive}`` (``alive``: ``nous_sched.durable._claimer.claim_alive``),
-        only ``{claimed_by, alive}`` while its claimer is not known dead;
+        only ``{claimed_by, alive, lease_until}`` while its claimer is not
+        known dead (``alive``: :func:`nous_sched.durable._claimer.lease_alive`,
+        by its process on this host, by its lease elsewhere);
         None when the token is not claimed.
 
         :raises TokenError: the token is bad or unknown, or the claim or its progress was tampered with.
@@ -426,10 +435,13 @@ class ApprovalStore(ApprovalStoreSeam):
             raise TokenError("the approval token is unknown to this store (or its record has expired)")
         if row["state"] != "claimed":
             return None
-        alive = claim_alive(row.get("claimed_by") or "")
-        if alive is not False:  # a live claim is never opened for taking over: only who holds it
-            return {"alive": alive, "claimed_by": row.get("claimed_by") or ""}
-        return self._claimed_row(sid, expires, row)
+        by = row.get("claimed_by") or ""
+        if claim_alive(by) is True:  # a live claim is never opened for taking over: only who holds it
+            return {"alive": True, "claimed_by": by, "lease_until": None}
+        found = self._claimed_row(sid, expires, row)  # its lease is read once its seal holds
+        if found["alive"] is not False:
+            return {"alive": found["alive"], "claimed_by": by, "lease_until": found["lease_until"]}
+        return found
 
     def _claimed_row(self, sid: str, expires: float, row: dict[str, Any]) -> dict[str, Any]:
         by = row.get("claimed_by") or ""
@@ -445,7 +457,17 @@ class ApprovalStore(ApprovalStoreSeam):
         if not isinstance(progress, dict):
             progress = {"tracked": False}
         record = self._opened(sid, expires, row)
-        return {"record": record, "progress": progress, "claimed_by": by, "alive": claim_alive(by), "text": text}
+        until = progress.get("lease")
+        alive = lease_alive(by, until, _now())
+        until = until if isinstance(until, (int, float)) and not isinstance(until, bool) else None
+        return {
+            "record": record,
+            "progress": progress,
+            "claimed_by": by,
+            "alive": alive,
+            "text": text,
+            "lease_until": until,
+        }
 
     def take_over(self, token: str, found: dict[str, Any]) -> str:
         """Claim a token whose claimer died (``found``: :meth:`claimed`'s answer),
@@ -457,7 +479,15 @@ class ApprovalStore(ApprovalStoreSeam):
         sid, expires = self.verify(token)
         by = claimer()
         expect = {"state": "claimed", "claimed_by": found["claimed_by"], "progress": found["text"]}
-        if not self._swap(sid, expect, {"claimed_by": by, "state_seal": self._seal(_claimed_body(sid, expires, by))}):
+        # The new holder's lease starts with the claim, so that no third resume finds it run out.
+        text = json.dumps({**found["progress"], "lease": _now() + self.lease}, separators=(",", ":"))
+        fields = {
+            "claimed_by": by,
+            "state_seal": self._seal(_claimed_body(sid, expires, by)),
+            "progress": text,
+            "progress_seal": self._seal(_progress_body(sid, expires, text)),
+        }
+        if not self._swap(sid, expect, fields):
             raise TokenError("another resume took over the approval token first: nothing ran here")
         _remember_claim(sid, expires)
         return by
@@ -566,6 +596,7 @@ def _resume_shown(found: dict[str, Any]) -> dict[str, Any]:
     started = progress.get("started") or {}
     return {
         "alive": found["alive"],
+        "lease_until": found["lease_until"],
         "tracked": progress.get("tracked") is True,
         "committed": sorted(int(s) for s in progress.get("committed") or {} if str(s).isdigit()),
         "in_flight": [
@@ -577,7 +608,13 @@ def _resume_shown(found: dict[str, Any]) -> dict[str, Any]:
 
 def _refuse_live(found: dict[str, Any]) -> None:
     if found["alive"] is not False:
-        state = "still running" if found["alive"] else "on another host, or cannot be checked from here"
+        until = found.get("lease_until")
+        if found["alive"] and until is not None:
+            state = f"still running (its lease runs until {_when(until)})"
+        elif found["alive"]:
+            state = "still running"
+        else:
+            state = "on another host and holds no lease (written before leases), or cannot be checked from here"
         raise TokenError(
             f"the approval token is held by a resume ({describe(found['claimed_by'])}) that is {state}; "
             "only a dead resume's calls are settled or taken over"
@@ -643,7 +680,8 @@ def _refuse_claimed(row: dict[str, Any]) -> None:
     if state == "claimed":
         raise TokenError(
             f"the approval token was already claimed by a resume ({describe(row.get('claimed_by'))}) "
-            "that has not finished; once that process has died, a resume continues it (calls whose fate is "
+            "that has not finished; once that process has died (on another host: once the lease it renews while "
+            "it runs has run out), a resume continues it (calls whose fate is "
             "unknown are settled first: nous-sched approvals settle)"
         )
 
@@ -673,13 +711,24 @@ class SqliteApprovalStore(ApprovalStore):
     :param ttl: seconds a suspension waits for its approvals.
     :param park: seconds this process holds a run it suspended, so that a resume
         here continues it without replay (0, the default: always replay).
+    :param lease: seconds a resume holds its claim without renewing it (it renews
+        every third of it); a claim on another host whose lease ran out may be
+        taken over (30 by default; see the module's "At most once").
     """
 
-    def __init__(self, path: Any, *, key: Optional[bytes] = None, ttl: float = DEFAULT_TTL, park: float = 0.0) -> None:
+    def __init__(
+        self,
+        path: Any,
+        *,
+        key: Optional[bytes] = None,
+        ttl: float = DEFAULT_TTL,
+        park: float = 0.0,
+        lease: float = DEFAULT_LEASE,
+    ) -> None:
         require(
             "SqliteApprovalStore", "path", path, v.Check("a file path", lambda p: isinstance(p, (str, os.PathLike)))
         )
-        super().__init__(key, ttl, park)
+        super().__init__(key, ttl, park, lease)
         self.path = os.fspath(path)
         with self._connect() as db:
             db.execute("PRAGMA journal_mode=WAL")
@@ -863,6 +912,7 @@ class RedisApprovalStore(ApprovalStore):
     :param ttl: seconds a suspension waits for its approvals.
     :param prefix: the prefix of every key this store writes.
     :param park: seconds this process holds a run it suspended (see :class:`SqliteApprovalStore`).
+    :param lease: seconds a resume holds its claim without renewing it (see :class:`SqliteApprovalStore`).
     """
 
     def __init__(
@@ -873,10 +923,11 @@ class RedisApprovalStore(ApprovalStore):
         ttl: float = DEFAULT_TTL,
         prefix: str = "nous_sched:approval",
         park: float = 0.0,
+        lease: float = DEFAULT_LEASE,
     ) -> None:
         require("RedisApprovalStore", "url", url, v.NON_EMPTY_STR)
         require("RedisApprovalStore", "prefix", prefix, v.NON_EMPTY_STR)
-        super().__init__(key, ttl, park)
+        super().__init__(key, ttl, park, lease)
         try:
             import redis  # noqa: F401  (here for the message below)
         except ImportError:

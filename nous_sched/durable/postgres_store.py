@@ -32,6 +32,7 @@ from typing import Any, Optional
 from .. import _validators as v
 from .._postgres_client import DEFAULT_TIMEOUT, DSN, Connections, django_dsn, dsn_from_django, migrations
 from .._validators import require
+from ._progress import DEFAULT_LEASE
 from .approval_store import DEFAULT_TTL, ApprovalStore
 
 __all__ = ["PostgresApprovalStore", "DEFAULT_TIMEOUT", "dsn_from_django", "migrations"]
@@ -64,6 +65,7 @@ class PostgresApprovalStore(ApprovalStore):
     :param ttl: seconds a suspension waits for its approvals.
     :param park: seconds this process holds a run it suspended (see :class:`~nous_sched.SqliteApprovalStore`).
     :param timeout: seconds to connect and for each statement (see the module's "Never a hang").
+    :param lease: seconds a resume holds its claim without renewing it (see :class:`~nous_sched.SqliteApprovalStore`).
 
     The schema is applied when the store is made (so a database that cannot be
     reached fails here, naming Postgres and its address).
@@ -77,10 +79,11 @@ class PostgresApprovalStore(ApprovalStore):
         ttl: float = DEFAULT_TTL,
         park: float = 0.0,
         timeout: float = DEFAULT_TIMEOUT,
+        lease: float = DEFAULT_LEASE,
     ) -> None:
         require("PostgresApprovalStore", "dsn", dsn, DSN)
         require("PostgresApprovalStore", "timeout", timeout, v.SECONDS)
-        super().__init__(key, ttl, park)
+        super().__init__(key, ttl, park, lease)
         self.timeout = float(timeout)
         self._db = Connections(dsn, timeout, "PostgresApprovalStore")
         self.dsn = self._db.dsn

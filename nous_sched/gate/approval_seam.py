@@ -33,6 +33,11 @@ class ApprovalStoreSeam(abc.ABC):
     #: process continues it without replay (0: never).
     park: float
 
+    #: Seconds a resume holds its claim without renewing it (it renews every third
+    #: of it); a claim on another host whose lease ran out may be taken over. A
+    #: store that does not set it has the default, 30.
+    lease: float = 30.0
+
     @abc.abstractmethod
     def save(self, record: dict[str, Any]) -> tuple[str, float]:
         """Keep a new suspension's record; its ``(token, expires_at)``."""

@@ -18,6 +18,21 @@ in this process every ``lease / 3`` seconds (the shortest lease among them),
 one script per server for all of them, and sooner after a failed round. A
 lease it could not renew in time is lost: logged, and never renewed again
 (the server may have given its place to someone else).
+
+**A restart.** A server that restarts without its data (or from an older
+snapshot) has lost the leases of calls still running. The scripts read the
+server's run id (``INFO server``); each process remembers the last one it
+saw, and a process that sees another declares the restart in the throttle's
+``...:born`` key: until ``lease`` ms (for a rate, the window, if longer)
+after the server started, the throttle hands out no place (a call waits, as
+for a server that is down, and is told why), and a holder's renewal
+registers again a lease the server lost. Every holder renews within a third
+of its lease, and a lease that ran out by its holder's clock is never sent
+(:func:`_ran_out`), so when the grace ends every call still running holds its
+place again: the count is whole before anyone is let in. The limit: a process
+that never saw the old server (started during the window) and asks before any
+process that did cannot know there was one; the grace begins with the first
+script of a process that did.
 """
 
 from __future__ import annotations
@@ -74,74 +89,125 @@ log = logging.getLogger("nous_sched")
 #: Seconds between two log lines about one throttle's Redis trouble.
 LOG_INTERVAL = 10.0
 
-# KEYS: running_1, starts_1, config_1, running_2, ...
-# ARGV: lease id, then per throttle: max_running (0: none), burst (0: none), window ms, lease ms.
-# Returns 1 (taken), 0 (full), or {i, field, fleet's value} when throttle i's limits differ from the fleet's.
-_ACQUIRE = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local id = ARGV[1]
-local n = #KEYS / 3
-local fields = {'max_running', 'burst', 'window_ms'}
-for i = 1, n do
-  local b = 1 + (i - 1) * 4
-  local have = redis.call('HMGET', KEYS[3 * i], unpack(fields))
-  for f = 1, 3 do
-    if have[f] and tonumber(have[f]) ~= tonumber(ARGV[b + f]) then return {i, fields[f], have[f]} end
-  end
+# The server's life and a throttle's grace after a restart (see the module's "A restart"): the run
+# id and uptime from INFO; a client that saw another run id of this server declares the restart, and
+# the grace, until `grace` ms after the server started, is kept in the throttle's `born` key (a hash
+# {run, until}) while it lasts. Returns the grace's end (ms of the server's clock; 0: none).
+_LIFE = """
+local function life()
+  local ok, info = pcall(redis.call, 'INFO', 'server')
+  if not ok or type(info) ~= 'string' then return '', 0 end
+  return string.match(info, 'run_id:(%x+)') or '', tonumber(string.match(info, 'uptime_in_seconds:(%d+)') or '0')
 end
-for i = 1, n do
-  local b = 1 + (i - 1) * 4
-  local maxr, burst, window = tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3])
-  redis.call('ZREMRANGEBYSCORE', KEYS[3 * i - 2], '-inf', now)
-  if maxr > 0 and redis.call('ZCARD', KEYS[3 * i - 2]) >= maxr then return 0 end
-  if burst > 0 then
-    redis.call('ZREMRANGEBYSCORE', KEYS[3 * i - 1], '-inf', now - window)
-    if redis.call('ZCARD', KEYS[3 * i - 1]) >= burst then return 0 end
+local function grace_until(now, run, up, seen, born, grace)
+  if run == '' then return 0 end
+  local have = redis.call('HMGET', born, 'run', 'until')
+  local till = 0
+  if have[1] == run then till = tonumber(have[2]) or 0 end
+  if seen ~= '' and seen ~= run then
+    local t = now - (up + 1) * 1000 + grace
+    if t > till then
+      till = t
+      redis.call('HSET', born, 'run', run, 'until', till)
+      redis.call('PEXPIRE', born, math.max(1, till - now) + 1000)
+    end
   end
+  return till
 end
-for i = 1, n do
-  local b = 1 + (i - 1) * 4
-  local maxr, burst, window, lease = tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4])
-  if maxr > 0 then
-    redis.call('ZADD', KEYS[3 * i - 2], now + lease, id)
-    redis.call('PEXPIRE', KEYS[3 * i - 2], lease * 2)
-  end
-  if burst > 0 then
-    redis.call('ZADD', KEYS[3 * i - 1], now, id)
-    redis.call('PEXPIRE', KEYS[3 * i - 1], math.ceil(window) + 1000)
-  end
-  redis.call('HSET', KEYS[3 * i], 'max_running', maxr, 'burst', burst, 'window_ms', window)
-  redis.call('PEXPIRE', KEYS[3 * i], math.max(lease * 2, math.ceil(window) + 1000))
-end
-return 1
 """
 
-# KEYS: running_1, config_1, running_2, ...; ARGV: n lease ids, then per key pair its lease ms,
-# then the ids (n of them). Renews only leases that have not expired; returns the ids it could not renew.
-_RENEW = """
+# KEYS: running_1, starts_1, config_1, born_1, running_2, ...
+# ARGV: lease id, the run id this process last saw of the server ('' if none), then per throttle:
+# max_running (0: none), burst (0: none), window ms, lease ms.
+# Returns {code, run id, ...}: code 1 (taken), 0 (full), 2 (a restart's grace: ms left, uptime s),
+# 3 (throttle i's limits differ from the fleet's: i, field, fleet's value).
+_ACQUIRE = (
+    _LIFE
+    + """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local id, seen = ARGV[1], ARGV[2]
+local run, up = life()
+local n = #KEYS / 4
+local fields = {'max_running', 'burst', 'window_ms'}
+for i = 1, n do
+  local b = 2 + (i - 1) * 4
+  local have = redis.call('HMGET', KEYS[4 * i - 1], unpack(fields))
+  for f = 1, 3 do
+    if have[f] and tonumber(have[f]) ~= tonumber(ARGV[b + f]) then return {3, run, i, fields[f], have[f]} end
+  end
+end
+for i = 1, n do
+  local b = 2 + (i - 1) * 4
+  local maxr, burst, window, lease = tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4])
+  local grace = 0
+  if maxr > 0 then grace = lease end
+  if burst > 0 then grace = math.max(grace, window) end
+  local till = grace_until(now, run, up, seen, KEYS[4 * i], grace)
+  if now < till then return {2, run, till - now, up} end
+end
+for i = 1, n do
+  local b = 2 + (i - 1) * 4
+  local maxr, burst, window = tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3])
+  redis.call('ZREMRANGEBYSCORE', KEYS[4 * i - 3], '-inf', now)
+  if maxr > 0 and redis.call('ZCARD', KEYS[4 * i - 3]) >= maxr then return {0, run} end
+  if burst > 0 then
+    redis.call('ZREMRANGEBYSCORE', KEYS[4 * i - 2], '-inf', now - window)
+    if redis.call('ZCARD', KEYS[4 * i - 2]) >= burst then return {0, run} end
+  end
+end
+for i = 1, n do
+  local b = 2 + (i - 1) * 4
+  local maxr, burst, window, lease = tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4])
+  if maxr > 0 then
+    redis.call('ZADD', KEYS[4 * i - 3], now + lease, id)
+    redis.call('PEXPIRE', KEYS[4 * i - 3], lease * 2)
+  end
+  if burst > 0 then
+    redis.call('ZADD', KEYS[4 * i - 2], now, id)
+    redis.call('PEXPIRE', KEYS[4 * i - 2], math.ceil(window) + 1000)
+  end
+  redis.call('HSET', KEYS[4 * i - 1], 'max_running', maxr, 'burst', burst, 'window_ms', window)
+  redis.call('PEXPIRE', KEYS[4 * i - 1], math.max(lease * 2, math.ceil(window) + 1000))
+end
+return {1, run}
+"""
+)
+
+# KEYS: running_1, config_1, born_1, running_2, ...; ARGV: n lease ids, the ids, then per throttle its
+# lease ms (0: no max_running), then the run id this process last saw. Renews leases that have not
+# expired; in a restart's grace, one the server lost is registered again (its call still runs);
+# returns {run id, the ids it could not renew...}.
+_RENEW = (
+    _LIFE
+    + """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local n = tonumber(ARGV[1])
-local lost = {}
-for j = 1, n do
-  local id = ARGV[1 + j]
-  for i = 1, #KEYS / 2 do
-    local lease = tonumber(ARGV[1 + n + i])
-    if lease > 0 then
-      local expiry = redis.call('ZSCORE', KEYS[2 * i - 1], id)
-      if expiry and tonumber(expiry) > now then
-        redis.call('ZADD', KEYS[2 * i - 1], now + lease, id)
-        redis.call('PEXPIRE', KEYS[2 * i - 1], lease * 2)
-        if redis.call('PTTL', KEYS[2 * i]) < lease * 2 then redis.call('PEXPIRE', KEYS[2 * i], lease * 2) end
+local m = #KEYS / 3
+local seen = ARGV[2 + n + m]
+local run, up = life()
+local out = {run}
+for i = 1, m do
+  local lease = tonumber(ARGV[1 + n + i])
+  if lease > 0 then
+    local till = grace_until(now, run, up, seen, KEYS[3 * i], lease)
+    for j = 1, n do
+      local id = ARGV[1 + j]
+      local expiry = redis.call('ZSCORE', KEYS[3 * i - 2], id)
+      if (expiry and tonumber(expiry) > now) or now < till then
+        redis.call('ZADD', KEYS[3 * i - 2], now + lease, id)
+        redis.call('PEXPIRE', KEYS[3 * i - 2], lease * 2)
+        if redis.call('PTTL', KEYS[3 * i - 1]) < lease * 2 then redis.call('PEXPIRE', KEYS[3 * i - 1], lease * 2) end
       else
-        lost[#lost + 1] = id
+        out[#out + 1] = id
       end
     end
   end
 end
-return lost
+return out
 """
+)
 
 
 class RedisUnavailable(Exception):
@@ -217,6 +283,7 @@ class RedisLimit:
         "running_key",
         "starts_key",
         "config_key",
+        "born_key",
         "args",
         "lease_ms",
         "said",
@@ -232,6 +299,7 @@ class RedisLimit:
         self.running_key = prefix + "running"
         self.starts_key = prefix + "starts"
         self.config_key = prefix + "config"
+        self.born_key = prefix + "born"
         burst = 0
         window_ms = 0
         if throttle.per_second is not None:
@@ -291,8 +359,8 @@ def take_leases(hold: _Hold) -> bool:
     if not hold.lease_id:
         hold.lease_id = uuid.uuid4().hex
     for (url, timeout), limits in _groups(hold).items():
-        keys = [k for limit in limits for k in (limit.running_key, limit.starts_key, limit.config_key)]
-        argv = [hold.lease_id, *(a for limit in limits for a in limit.args)]
+        keys = [k for limit in limits for k in (limit.running_key, limit.starts_key, limit.config_key, limit.born_key)]
+        argv = [hold.lease_id, _RUNS.get(url, ""), *(a for limit in limits for a in limit.args)]
         sent = time.monotonic()
         try:
             answer = _call(url, timeout, _run_script(1, keys, argv))
@@ -305,10 +373,19 @@ def take_leases(hold: _Hold) -> bool:
         except BaseException:
             give_leases(hold)
             raise
-        if isinstance(answer, list):
+        code, run = int(answer[0]), _text(answer[1])
+        if run:
+            _RUNS[url] = run
+        if code == 3:
             give_leases(hold)
-            raise _mismatch(limits[int(answer[0]) - 1], answer[1].decode(), answer[2])
-        if not answer:
+            raise _mismatch(limits[int(answer[2]) - 1], _text(answer[3]), answer[4])
+        if code == 2:
+            give_leases(hold)
+            raise RedisUnavailable(
+                f"{where(url)} restarted {int(answer[3])} s ago and lost the places it held: it hands out none "
+                f"for {int(answer[2]) / 1000:.1f} s more, while the processes holding places register them again"
+            )
+        if code == 0:
             give_leases(hold)
             return False
         hold.leased.append((url, timeout, limits, sent))
@@ -401,12 +478,20 @@ class _Renewer:
 
 
 def _renew_group(url: str, timeout: float, limits: tuple[RedisLimit, ...], owners: list[tuple[_Hold, int]]) -> bool:
-    keys = [k for limit in limits for k in (limit.running_key, limit.config_key)]
+    # A lease that ran out by this process's clock is lost, never sent: a restarted server would
+    # register it again in its grace, after the grace's bound (the lease) had passed here.
+    owners = [(hold, i) for hold, i in owners if not _ran_out(hold, i)]
+    if not owners:
+        return True
+    keys = [k for limit in limits for k in (limit.running_key, limit.config_key, limit.born_key)]
     ids = [hold.lease_id for hold, _ in owners]
-    argv = [len(ids), *ids, *(limit.lease_ms if limit.args[0] else 0 for limit in limits)]
+    argv = [len(ids), *ids, *(limit.lease_ms if limit.args[0] else 0 for limit in limits), _RUNS.get(url, "")]
     sent = time.monotonic()
     try:
-        lost = {x.decode() for x in _call(url, timeout, _run_script(2, keys, argv))}
+        answer = _call(url, timeout, _run_script(2, keys, argv))
+        if answer and _text(answer[0]):
+            _RUNS[url] = _text(answer[0])
+        lost = {_text(x) for x in answer[1:]}
     except RedisUnavailable as exc:
         for limit in limits:
             limit.trouble = str(exc)
@@ -425,6 +510,28 @@ def _renew_group(url: str, timeout: float, limits: tuple[RedisLimit, ...], owner
         elif entry[0] == url:
             hold.leased[i] = (*entry[:3], sent)
     return True
+
+
+def _ran_out(hold: _Hold, i: int) -> bool:
+    """Whether lease ``i`` of ``hold`` ran out by this process's clock (then it is lost)."""
+    try:
+        url, timeout, limits, sent = hold.leased[i]
+    except (IndexError, ValueError):
+        return True
+    if not limits:
+        return True
+    if time.monotonic() - sent < min(limit.lease_ms for limit in limits) / 1000:
+        return False
+    _lose(hold, i, f"{where(url)} was not asked to renew it before it ran out (this process was stalled)")
+    return True
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+#: The run id of each server (by URL) this process last saw: a script told another one declares a restart.
+_RUNS: dict[str, str] = {}
 
 
 def _check_expiry(hold: _Hold, i: int, exc: RedisUnavailable) -> None:

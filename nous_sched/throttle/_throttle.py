@@ -63,7 +63,9 @@ A lease is renewed only while it has not expired, on a fresh connection
 after a failed try; keep ``lease`` well above ``3 * redis_timeout`` so a
 renewal can fail and be tried again before its lease runs out. A lease that
 ran out anyway is logged as lost (the call keeps running: Python cannot
-stop it).
+stop it). A server that restarted and lost its leases hands out no place for
+``lease`` seconds after it started, while holders register theirs again
+(``nous_sched.throttle._redis_throttle``, "A restart").
 
 **One name, one limit**: the limits of a throttle in Redis are the fleet's
 (kept in ``...:config`` while any process uses it); a process that names it

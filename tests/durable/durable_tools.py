@@ -10,11 +10,17 @@ from nous_sched import Tool
 
 
 def hold(where):
-    """Say ``where`` in the file ``NOUS_DURABLE_MARK`` names, then wait to be killed (SIGKILL, by the test)."""
-    with open(os.environ["NOUS_DURABLE_MARK"], "w", encoding="utf-8") as f:
+    """Say ``where`` in the file ``NOUS_DURABLE_MARK`` names, then wait to be killed (SIGKILL, by the test),
+    or to be let go on (the file ``<mark>.go`` appears: a stalled process that carries on)."""
+    mark = os.environ["NOUS_DURABLE_MARK"]
+    with open(mark, "w", encoding="utf-8") as f:
         f.write(where)
-    time.sleep(600)
-    os._exit(99)  # never reached in a test: it kills this process first
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        if os.path.exists(mark + ".go"):
+            return
+        time.sleep(0.02)
+    os._exit(99)  # never reached in a test: it kills or lets go of this process first
 
 
 def _held(name, args, when):

@@ -6,7 +6,8 @@
 (a decision in DECISIONS_JSON is true, false or {"grant": {...}}, a Grant's as_dict)
 
 STORE is ``sqlite:PATH``, ``redis:URL`` (``redis:URL#PREFIX`` for a store with its own key prefix) or
-``postgres:DSN``. ``auto`` runs with no store and an
+``postgres:DSN``. ``NOUS_DURABLE_LEASE`` sets the store's lease (seconds);
+``NOUS_SCHED_HOST_ID`` (the library's) which host the process stands for. ``auto`` runs with no store and an
 approval handler that approves everything (the un-suspended baseline).
 ``wait`` reads one line from standard input before resuming (a barrier the
 test opens for two racing processes at once). Prints one JSON line: the
@@ -57,12 +58,16 @@ class HoldingPostgres(_Holding, nous_sched.PostgresApprovalStore):
 def store_of(spec):
     kind, _, where = spec.partition(":")
     holding = "NOUS_DURABLE_HOLD_STORE" in os.environ
+    # NOUS_DURABLE_LEASE: the store's lease, short, for a test that waits for one to run out.
+    lease = {"lease": float(os.environ["NOUS_DURABLE_LEASE"])} if os.environ.get("NOUS_DURABLE_LEASE") else {}
     if kind == "sqlite":
-        return (HoldingSqlite if holding else nous_sched.SqliteApprovalStore)(where)
+        return (HoldingSqlite if holding else nous_sched.SqliteApprovalStore)(where, **lease)
     if kind == "postgres":
-        return (HoldingPostgres if holding else nous_sched.PostgresApprovalStore)(where)
+        return (HoldingPostgres if holding else nous_sched.PostgresApprovalStore)(where, **lease)
     url, _, prefix = where.partition("#")
-    return (HoldingRedis if holding else nous_sched.RedisApprovalStore)(url, **({"prefix": prefix} if prefix else {}))
+    return (HoldingRedis if holding else nous_sched.RedisApprovalStore)(
+        url, **({"prefix": prefix} if prefix else {}), **lease
+    )
 
 
 def shown(result):
