@@ -423,7 +423,7 @@ class ApprovalStore(ApprovalStoreSeam):
         """A claimed token as the store holds it: ``{record, progress,
         claimed_by, alive}`` (``alive``: ``nous_sched.durable._claimer.claim_alive``),
         only ``{claimed_by, alive, lease_until}`` while its claimer is not
-        known dead (``alive``: :func:`nous_sched.durable._claimer.lease_alive`,
+        known dead (``alive``: ``nous_sched.durable._claimer.lease_alive``,
         by its process on this host, by its lease elsewhere);
         None when the token is not claimed.
 
