@@ -15,7 +15,8 @@ Shared by :class:`~nous_sched.PostgresApprovalStore` and
   server (``statement_timeout``, ``lock_timeout``), and each operation at most
   ``timeout`` plus one second on this side: a server that stops answering
   (stopped, a dead network) has its connection cut by a watchdog thread
-  (``nous-sched-postgres-watchdog``). Down, slow or silent, the operation
+  (``nous-sched-postgres-watchdog``, which exits once idle for ``WATCHDOG_IDLE``
+  seconds). Down, slow or silent, the operation
   raises an :class:`OSError` (``ConnectionError``, or ``TimeoutError``) whose
   message names Postgres and its address, never its password; nothing retries
   on its own.
@@ -47,6 +48,8 @@ __all__ = ["Connections", "DEFAULT_TIMEOUT", "dsn_from_django", "django_dsn", "m
 DEFAULT_TIMEOUT = 5.0
 #: Connections kept open between operations (more are opened while more operations run at once).
 _IDLE = 4
+#: Seconds the watchdog thread waits, idle, for the next operation before it exits.
+WATCHDOG_IDLE = 1.0
 #: Seconds past ``timeout`` before the watchdog cuts a connection the server stopped answering on.
 _GRACE = 1.0
 #: The advisory lock the migrations are applied under (any constant; "nous" in ASCII).
@@ -297,7 +300,11 @@ class _Watchdog:
                 while self._heap and self._heap[0][1] not in self._due:
                     heapq.heappop(self._heap)
                 if not self._heap:
-                    self._cond.wait()
+                    # Idle: it waits a little for the next operation, then exits (watch
+                    # starts another), so a process done with Postgres keeps no thread.
+                    if not self._cond.wait(WATCHDOG_IDLE) and not self._heap:
+                        self._thread = None
+                        return
                     continue
                 deadline, ident = self._heap[0]
                 wait = deadline - time.monotonic()

@@ -275,3 +275,19 @@ print("ok")
         [sys.executable, "-c", code, postgres_dsn], capture_output=True, text=True, env=env, timeout=BOUND
     )
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+
+
+def test_the_watchdog_thread_exits_once_idle_and_comes_back_with_the_next_statement(postgres_dsn):
+    from nous_sched import PostgresApprovalStore
+
+    def watchdogs():
+        return [t for t in threading.enumerate() if t.name == "nous-sched-postgres-watchdog"]
+
+    store = PostgresApprovalStore(postgres_dsn)
+    store.save({"n": 1})
+    for thread in watchdogs():  # it waits WATCHDOG_IDLE (1 s) for the next statement, then exits
+        thread.join(30)
+    assert watchdogs() == []
+    token, _ = store.save({"n": 2})  # the next statement is watched again
+    assert token
+    assert len(watchdogs()) <= 1
