@@ -89,7 +89,7 @@ def run_admitted(
     except Exception as exc:
         log.error("sub-call %s (tool %r) returned a value that is not JSON: %s", info.id, name, exc)
         return Outcome.failure(name, f"tool returned a value that is not JSON: {exc}"), INVALID_RESULT, 0, None
-    blobs = run_ctx.blobs if run_ctx is not None else None
+    blobs = getattr(run_ctx, "blobs", None)  # (a caller's own run_ctx need not have one)
     if blobs is not None and len(text) > blobs.limit:  # too big to cross whole: its big parts stay here
         return Outcome.held(*blobs.hold(snapped, text)), None, size, None
     return Outcome.crossed(snapped, text), None, size, None
