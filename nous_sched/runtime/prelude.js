@@ -724,7 +724,8 @@
     let quoted; // the name as JSON text, for the envelope: made at its first call, once per run
     return freeze(
       own(function (args) {
-        if (quoted === undefined) quoted = JSONstringify(name);
+        // (A name past MAX_NAME_UNITS crosses cut: quoting the whole of it could exhaust the heap.)
+        if (quoted === undefined && name.length <= MAX_NAME_UNITS) quoted = JSONstringify(name);
         return call(name, args, name, quoted);
       }),
     );
