@@ -79,6 +79,7 @@ BENCHMARKS = [
     ("tool_count", "bench_tool_count.py", False),
     ("instructions", "bench_instructions.py", False),
     ("concurrency", "bench_concurrency.py", False),
+    ("exit", "bench_exit.py", False),
     ("vercel", "bench_vercel.py", True),
     ("monty", "bench_monty.py", True),
 ]
@@ -169,6 +170,15 @@ SUMMARY: tuple[Line, ...] = (
         + (Pick("concurrency", r"256 runs at once: wall per run \[worker\]"),),
         "levels",
         "flat: 256 <= 1.25x of 1",
+    ),
+    Line(
+        "a python -c host's exit after its last run_code vs a bare interpreter",
+        (
+            Pick("exit", r"host exit after its last run_code: wall"),
+            Pick("exit", r"host exit after its last run_code: the host's CPU"),
+        ),
+        "row",
+        "report (18-19 ms before 0.3.0)",
     ),
     Line(
         "vs Vercel's code mode: sequential calls [worker]",
