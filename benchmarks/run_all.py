@@ -441,7 +441,8 @@ def main() -> int:
 
     import nous_sched
 
-    print(f"nous_sched {nous_sched.__version__} from {os.path.dirname(nous_sched.__file__)}")
+    commit = git_commit()  # the code this run measures: read before any benchmark starts
+    print(f"nous_sched {nous_sched.__version__} from {os.path.dirname(nous_sched.__file__)}, commit {commit}")
     print(
         c.machine_line()
         + (", --hot" if a.hot else "")
@@ -509,7 +510,7 @@ def main() -> int:
             if a.reps
             else "each benchmark's default" + (" (--quick: not for quoting)" if a.quick else ""),
             when=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-            commit=git_commit(),
+            commit=commit,
             machine=c.machine_line().split(", load")[0],
         )
         print()
