@@ -6,8 +6,10 @@ returns; the parent notes when ``wait4`` returns and the child's CPU in all.
 What lies between is the pool's teardown at exit (every worker killed, the
 fork server ended) and the interpreter's finalization (every module torn
 down, every object freed): what a short-lived host, a CLI or a test
-process, waits for after its answer. CPU is the host's own (``wait4``'s
-rusage against ``getrusage`` at the return), not the workers'.
+process, waits for after its answer. CPU is the host's own, not the
+workers' nor the fork server's: ``getrusage`` from the return to the last
+atexit handler, then ``wait4``'s figure less what the host and its reaped
+children had used by then.
 
 Baseline, alternating with it: the same measurement of a host that imports
 nothing (a bare interpreter's exit). Run it with ``PYTHONPATH`` pointing at
@@ -25,22 +27,28 @@ import time
 
 import _common as c
 
-HOST = r"""
-import resource, sys, time
+# Both hosts print, at the return and again from the atexit handler that runs
+# last (registered first), the time, their own CPU and their reaped
+# children's (the fork server's, once the pool's teardown has reaped it).
+PRELUDE = r"""
+import atexit, resource, sys, time
+def note():
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    sys.stdout.write("%.6f %.6f %.6f\n" % (time.time(), me.ru_utime + me.ru_stime, kids.ru_utime + kids.ru_stime))
+    sys.stdout.flush()
+atexit.register(note)
+"""
+HOST = (
+    PRELUDE
+    + r"""
 from nous_sched import Tool, run_code
 tool = Tool("price", lambda args: 1, description="Unit price.", parameters={"type": "object"})
 result = run_code("return await tools.price({})", [tool], description="One call", timeout=30)
 assert result.ok, result.error
-r = resource.getrusage(resource.RUSAGE_SELF)
-sys.stdout.write("%.6f %.6f\n" % (time.time(), r.ru_utime + r.ru_stime))
-sys.stdout.flush()
+note()
 """
-BARE = r"""
-import resource, sys, time
-r = resource.getrusage(resource.RUSAGE_SELF)
-sys.stdout.write("%.6f %.6f\n" % (time.time(), r.ru_utime + r.ru_stime))
-sys.stdout.flush()
-"""
+)
+BARE = PRELUDE + "note()\n"
 
 
 def one(code: str) -> tuple[float, float]:
@@ -53,8 +61,11 @@ def one(code: str) -> tuple[float, float]:
         if proc.returncode != 0:
             raise RuntimeError(f"the host exited with {proc.returncode}")
         out.seek(0)
-        returned, cpu = map(float, out.read().split())
-    return gone - returned, usage.ru_utime + usage.ru_stime - cpu
+        (returned, me, _), (_, me_last, kids_last) = (map(float, line.split()) for line in out.read().splitlines())
+    # The host's own CPU from the return to its last atexit handler (the pool's
+    # teardown), then everything after it (finalization): wait4's figure also
+    # holds the children it reaped, the fork server's whole life among them.
+    return gone - returned, (me_last - me) + (usage.ru_utime + usage.ru_stime - me_last - kids_last)
 
 
 def main() -> int:
