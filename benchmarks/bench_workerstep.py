@@ -9,7 +9,7 @@ it, the *minimal child*: the same QuickJS (``_quickjs``) in a child process
 over the same kind of pipes and frames, running ``_floor.py``'s prelude (no
 limits, no logs, no call sites, no guards). Per call, for each:
 
-* **CPU** of the child process (``/proc``), and of this host for reference;
+* **CPU** of the child process (``/proc``, every thread's ``schedstat``), and of this host for reference;
 * with ``--callgrind``, **instructions per call** of the child process, from
   two runs of different lengths under ``valgrind --tool=callgrind`` (the
   start-up cancels out). The worker then runs without its OS bounds (its
@@ -94,9 +94,15 @@ worker.main(sys.argv[1:])
 
 
 def _cpu(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """CPU seconds of every thread of ``pid`` (``schedstat``: nanoseconds, not clock ticks)."""
+    total = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except OSError:
+            pass
+    return total / 1e9
 
 
 class _Frames:
@@ -127,16 +133,19 @@ def one(child: str, n: int, promise_all: bool, wrap: list[str], unbound: bool = 
     to_host, from_child = os.pipe()
     life_r, life_w = os.pipe()
     python = [sys.executable, "-I", "-S", "-B"]
+    quiet = subprocess.DEVNULL if wrap else None  # (valgrind's own report)
     if child == "worker":
         script = ["-c", UNBOUND] if unbound else []
         argv = [*wrap, *python, *script, W.__file__, "nous-sched-worker-bench-1", qpath, str(life_r), "{}"]
-        proc = subprocess.Popen(argv, stdin=to_child, stdout=from_child, pass_fds=(life_r,), start_new_session=True)
+        proc = subprocess.Popen(
+            argv, stdin=to_child, stdout=from_child, stderr=quiet, pass_fds=(life_r,), start_new_session=True
+        )
         limits = [600, 256 << 20, 1 << 20, 1 << 20, 1 << 20, 1 << 20, 1000, n + 1, 1 << 30, None]
         spec = {"program": program, "names": ["noop"], "limits": limits, "remaining": 600, "memory_cap": 0}
         run = W.frame(W.RUN, json.dumps({**spec, "cpu_limit": None}).encode())
     else:
         argv = [*wrap, *python, "-c", CHILD, qpath, _floor.PRELUDE]
-        proc = subprocess.Popen(argv, stdin=to_child, stdout=from_child, start_new_session=True)
+        proc = subprocess.Popen(argv, stdin=to_child, stdout=from_child, stderr=quiet, start_new_session=True)
         run = W.frame(W.RUN, json.dumps({"program": program}).encode())
     os.close(to_child)
     os.close(from_child)

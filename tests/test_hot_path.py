@@ -42,6 +42,57 @@ def test_a_result_returned_while_calls_are_outstanding_crosses_once():
         engine.close()
 
 
+_STEPPED = """
+const out = [];
+for (let i = 0; i < 4; i++) {
+  try { out.push(await tools.a({ i })); } catch (e) { out.push(String(e)); console.log("failed", i); }
+  console.log("step", i);
+}
+const both = await Promise.all([tools.a({ x: 1 }), tools.a({ x: 2 })]);
+return [out, both];
+"""
+
+
+def _stepped(one_at_a_time: bool) -> list[str]:
+    engine = Engine(_STEPPED, ["a"], Limits(), time.monotonic() + 30)
+    try:
+        texts = [engine.start()]
+        while True:
+            calls = _checked(texts[-1])["calls"]
+            if not calls:
+                return texts
+            for call_id, *_ in calls:
+                ok = call_id not in (2, 4)  # (two of the loop's calls fail)
+                payload = json.dumps(call_id) if ok else json.dumps({"tool": "a", "message": f"no {call_id}"})
+                if one_at_a_time:
+                    texts.append(engine.settle(call_id, ok, payload))
+                else:
+                    texts.append(engine.settle_many([(call_id, None, None, ok, payload)])[0])
+    finally:
+        engine.close()
+
+
+def test_settling_one_call_steps_as_a_batch_of_that_one_call_does():
+    # The worker steps a one-call settle frame with Engine.settle, a batch with
+    # settle_many: the program, its logs and its calls cannot tell them apart.
+    one, batched = _stepped(True), _stepped(False)
+    assert one == batched
+    assert _main_of(one[-1])["state"] == "fulfilled"
+
+
+def test_a_stop_while_settling_one_call_carries_no_earlier_steps():
+    from nous_sched.runtime.engine import Stopped
+
+    engine = Engine("await tools.a({}); while (true) {}", ["a"], Limits(timeout=1), time.monotonic() + 0.3)
+    try:
+        engine.start()
+        with pytest.raises(Stopped) as stop:
+            engine.settle(1, True, "null")
+        assert stop.value.kind == "timeout" and tuple(stop.value.steps) == ()
+    finally:
+        engine.close()
+
+
 def test_a_batch_reaches_the_driver_in_one_message_in_order(make_scheduler):
     s = make_scheduler()
     seen = []
