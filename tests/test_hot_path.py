@@ -93,6 +93,30 @@ def test_a_stop_while_settling_one_call_carries_no_earlier_steps():
         engine.close()
 
 
+def test_a_step_with_nothing_new_still_carries_the_dropped_count():
+    # A settle that starts no call, logs nothing and does not end the program
+    # drains the envelope with nothing in it; once a log line was dropped,
+    # every later envelope still says how many.
+    program = "const p = Promise.all([tools.a({}), tools.a({}), tools.a({})]); await p; console.log('x'); await p; return 1;"
+    limits = Limits(max_log_lines=1)
+    engine = Engine(program, ["a"], limits, time.monotonic() + 30)
+    try:
+        assert len(_checked(engine.start())["calls"]) == 3
+        assert engine.settle(1, True, "null") == '{"calls":[],"logs":[],"dropped":0,"main":null}'
+        engine.settle(2, True, "null")
+    finally:
+        engine.close()
+    program = "console.log('a'); console.log('b'); const p = Promise.all([tools.a({}), tools.a({})]); return await p;"
+    engine = Engine(program, ["a"], limits, time.monotonic() + 30)
+    try:
+        first = _checked(engine.start())
+        assert first["logs"] == ["a"] and first["dropped"] == 1
+        assert _checked(engine.settle(1, True, "null")) == {"calls": [], "logs": [], "dropped": 1, "main": None}
+        assert _main_of(engine.settle(2, True, "null"))["state"] == "fulfilled"
+    finally:
+        engine.close()
+
+
 def test_a_batch_reaches_the_driver_in_one_message_in_order(make_scheduler):
     s = make_scheduler()
     seen = []
