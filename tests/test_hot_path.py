@@ -97,7 +97,9 @@ def test_a_step_with_nothing_new_still_carries_the_dropped_count():
     # A settle that starts no call, logs nothing and does not end the program
     # drains the envelope with nothing in it; once a log line was dropped,
     # every later envelope still says how many.
-    program = "const p = Promise.all([tools.a({}), tools.a({}), tools.a({})]); await p; console.log('x'); await p; return 1;"
+    program = (
+        "const p = Promise.all([tools.a({}), tools.a({}), tools.a({})]); await p; console.log('x'); await p; return 1;"
+    )
     limits = Limits(max_log_lines=1)
     engine = Engine(program, ["a"], limits, time.monotonic() + 30)
     try:
