@@ -119,6 +119,33 @@ def test_a_step_with_nothing_new_still_carries_the_dropped_count():
         engine.close()
 
 
+def test_each_failed_call_has_its_own_call_site_even_with_no_stack_frames_kept():
+    # Call sites are captured into one private holder, replaced at every call:
+    # a failed call's stack is where that call was made, never an earlier call's.
+    program = """
+async function early() { return await tools.a({}); }
+async function late() { return await tools.a({}); }
+await early();
+const stacks = [];
+try { await late(); } catch (e) { stacks.push(e.stack); }
+Error.stackTraceLimit = 0;
+try { await late(); } catch (e) { stacks.push(e.stack); }
+return stacks;
+"""
+    engine = Engine(program, ["a"], Limits(), time.monotonic() + 30)
+    try:
+        text = engine.start()
+        for call_id in (1, 2, 3):
+            assert [c[0] for c in _checked(text)["calls"]] == [call_id]
+            payload = "null" if call_id == 1 else json.dumps({"tool": "a", "message": "no"})
+            text = engine.settle(call_id, call_id == 1, payload)
+        stacks = json.loads(_main_of(text)["json"])
+    finally:
+        engine.close()
+    assert "at late" in stacks[0] and "early" not in stacks[0]
+    assert "early" not in stacks[1] and "late" not in stacks[1]
+
+
 def test_a_batch_reaches_the_driver_in_one_message_in_order(make_scheduler):
     s = make_scheduler()
     seen = []

@@ -113,8 +113,10 @@
     }
     return formatSites(sites);
   }
+  // (One holder for every capture: it never leaves this file, and each capture replaces its `stack`.)
+  const SITES = create(null);
   function callSites() {
-    const holder = create(null);
+    const holder = SITES;
     siteHolder = holder;
     try {
       captureStackTrace(holder);
