@@ -42,6 +42,9 @@ but one of :attr:`WorkerPool.cpu_shares` *CPU shares* only while its worker
 computes a step, from the frame that starts it until its answers are in;
 the scheduler's driver never waits for one (when none is free, the run's
 own thread waits for it, first come, first served, within the deadline).
+A worker's start-up is CPU too: a run that needs a process of its own
+holds only a reserved place until it has a share, and starts the process
+under it; no spare is started while runs wait for a share.
 
 A worker that dies (a signal, the OOM killer, an engine crash) gives its run
 an ``abort`` error with its logs. One that could not be started, or died
@@ -165,6 +168,10 @@ class WorkerPool(CodeRuntime):
     while at most ``cpu_shares`` programs compute at once. A run whose step
     finds every share taken waits for one, first come, first served, within
     its deadline and cancel (``timeout`` "waiting for a free CPU share").
+    Starting a worker is computing too: a run that finds no spare ready
+    starts its worker process only once it holds a share (so a run that
+    times out waiting for one has cost no start-up), and no spare is
+    started while runs wait for a share (:meth:`shares`).
 
     **A fresh process per run.** A run gets a worker that has never run
     anything, which is discarded after it. To let runs of one trust domain
@@ -495,8 +502,9 @@ class WorkerPool(CodeRuntime):
     def wait_for_spares(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds until ``spares`` fresh workers are
         idle and ready (each has said hello: bounded, its first context
-        prepared), starting them if none are on their way; whether they are.
-        False at once if the pool is closed or a spare could not start."""
+        prepared), starting them if none are on their way (none is started
+        while runs wait for a CPU share); whether they are. False at once if
+        the pool is closed or a spare could not start."""
         self._top_up()
         end = time.monotonic() + timeout
         with self._lock:
@@ -507,6 +515,13 @@ class WorkerPool(CodeRuntime):
                 if left <= 0 or self._core.closed or self._spares_failed:
                     return False
                 self._cond.wait(left)
+
+    def shares(self) -> tuple[int, int]:
+        """``(computing, waiting)``: the runs holding a CPU share now and the
+        runs waiting for one (for monitoring and tests). A run waiting for
+        its first share has no worker process of its own yet."""
+        with self._lock:
+            return len(self._core.computing), len(self._core.share_queue)
 
     def pids(self) -> list[int]:
         """The process ids of the live workers (for monitoring and tests)."""
@@ -532,18 +547,41 @@ class WorkerPool(CodeRuntime):
             if retire is not None:
                 retire.kill()
             if w is None:
-                w = self._start(wid)
+                # A start-up is CPU: the run's own process is started once the
+                # run holds a share, which it keeps into its first step (see
+                # PoolCore), so a run that waits for one has started nothing.
+                self._share_to_start(ticket, limits, deadline, cancel)
+                try:
+                    w = self._start(wid)
+                except BaseException:
+                    self._give_share(ticket)
+                    raise
                 if w is None:
+                    self._give_share(ticket)
                     raise RunCodeError("the worker pool is closed")
             elif w.proc.poll() is not None:
                 self._release(wid, FRESH, False)
                 continue
-            self._ready(wid, w, limits, deadline)
+            try:
+                self._ready(wid, w, limits, deadline)
+            except BaseException:
+                self._give_share(ticket)  # (the place is given back already)
+                raise
             if self._spares_failed:  # a worker started again: so may the spares
                 with self._lock:
                     self._spares_failed = False
                 self._top_up()
             return wid, w
+
+    def _share_to_start(self, ticket: int, limits: Limits, deadline: float, cancel: Optional[Cancel]) -> None:
+        """Wait for the CPU share that run ``ticket``'s start-up and first step
+        compute under; its reserved place (no process yet) is given back if
+        none came (:class:`Stopped`) or the wait was cut."""
+        try:
+            self._share(ticket, limits, deadline, cancel)
+        except BaseException:
+            self._drop(ticket)
+            raise
 
     def _place(
         self, ticket: int, need: int, limits: Limits, deadline: float, cancel: Optional[Cancel], domain: Any

@@ -44,7 +44,16 @@ What the core guarantees, whatever the order of calls:
   wait, the relay's kick, never goes ahead of a waiting one); :meth:`drop`
   gives a run's share back too, and a run that no longer waits leaves the
   queue (:meth:`leave_shares`). Once the pool is closed a share is granted
-  at once and not counted: the run finds its worker killed.
+  at once and not counted: the run finds its worker killed;
+* **a start-up is CPU too**: a place reserved for a run's own process
+  (``SPAWN``) is only a reservation; the shell starts the process once the
+  run holds a share (:meth:`take_share`, in the queue's order), and the run
+  keeps it through the start-up into its first step. So a run that waits
+  for a share (and may reach its deadline waiting) has cost no process
+  start-up, and the start-ups of runs that wait do not spend the CPU of
+  the runs computing. For the same reason no spare is started while a run
+  waits for a share (:meth:`want_spares`): it would boot on that CPU, for
+  the next run to take.
 """
 
 from __future__ import annotations
@@ -120,7 +129,8 @@ class PoolCore:
 
     def ask(self, run: Hashable, domain: Any, need: int) -> tuple[str, Optional[int], Optional[int]]:
         """``(USE, wid, None)``: take idle worker ``wid``; ``(SPAWN, wid, retire)``:
-        start worker ``wid`` for this run, after killing ``retire`` (or None);
+        a place ``wid`` reserved for this run's own worker, started (after
+        killing ``retire``, or None) once the run holds a CPU share;
         ``(WAIT, None, None)``: ask again when :meth:`changed` says so, which
         the shell looks at after every change, this call's own grant included
         (the head leaving the queue may let the next run go on).
@@ -203,9 +213,10 @@ class PoolCore:
 
     def want_spares(self) -> list[int]:
         """Places to reserve now for fresh spares (the shell starts them and
-        calls :meth:`started` for each). None while runs wait: they take
-        the places themselves, first come, first served."""
-        if self.closed or self.waiting:
+        calls :meth:`started` for each). None while runs wait for a place
+        (they take the places themselves, first come, first served) or for
+        a CPU share (a spare booted now spends the CPU they wait for)."""
+        if self.closed or self.waiting or self.share_queue:
             return []
         # (A spare being started counts; one retiring, killed after its run, does not.)
         ready = sum(
