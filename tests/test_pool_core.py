@@ -37,6 +37,7 @@ class PoolMachine(RuleBasedStateMachine):
         self.waiting: dict[int, object] = {}  # run -> domain
         self.holding: dict[int, tuple[int, object]] = {}  # run -> (wid, domain)
         self.starting: set[int] = set()  # wids whose process the "shell" is making
+        self.reserved: dict[int, int] = {}  # wid -> its run: a SPAWN place, no process until the run has a share
         self.retiring: set[int] = set()  # wids killed, not yet gone
         self.served: dict[int, set] = {}  # wid -> domains it ran
         self.fresh_runs: dict[int, int] = {}  # wid -> runs without a domain it was handed to
@@ -61,7 +62,7 @@ class PoolMachine(RuleBasedStateMachine):
             del self.waiting[run]
         assert wid is not None
         if verdict == SPAWN:
-            self.starting.add(wid)
+            self.reserved[wid] = run
         self.holding[run] = (wid, domain)
         self.served.setdefault(wid, set()).add(domain)
         if domain is FRESH:
@@ -88,23 +89,48 @@ class PoolMachine(RuleBasedStateMachine):
 
     @rule()
     def the_spares_thread_tops_up(self) -> None:
-        self.starting.update(self.core.want_spares())
+        made = self.core.want_spares()
+        if self.share_order:
+            assert made == [], "no spare boots on the CPU that runs wait for"
+        self.starting.update(made)
+
+    @precondition(lambda self: self.reserved)
+    @rule(data=st.data())
+    def a_run_with_a_reserved_place_asks_for_its_share(self, data: st.DataObject) -> None:
+        # (the shell: a SPAWN place's process is started only under the run's share)
+        self._take(self.reserved[data.draw(st.sampled_from(sorted(self.reserved)))], True)
+
+    @precondition(lambda self: any(r in self.share_order for r in self.reserved.values()))
+    @rule(data=st.data())
+    def a_run_with_a_reserved_place_gives_up_waiting_for_its_share(self, data: st.DataObject) -> None:
+        # its deadline, a cancel: the shell drops its ticket (the place, no process yet)
+        run = data.draw(st.sampled_from(sorted(r for r in self.reserved.values() if r in self.share_order)))
+        self._drop(run)
 
     @precondition(lambda self: self.starting)
     @rule(data=st.data(), ok=st.booleans())
     def a_process_start_ends(self, data: st.DataObject, ok: bool) -> None:
         wid = data.draw(st.sampled_from(sorted(self.starting)))
         self.starting.discard(wid)
+        slot = self.core.slots.get(wid)
+        if slot is not None and slot.for_run is not None:
+            assert slot.for_run in self.core.computing, "a run's own process starts under its share"
         self.core.started(wid, ok)
-        if not ok:  # its run (if any) fails: it holds nothing
+        if not ok:  # its run (if any) fails: it holds nothing, its share given back
             for run, (held, _) in list(self.holding.items()):
                 if held == wid:
                     del self.holding[run]
+                    self.core.give_share(run)
+                    self.computing.discard(run)
 
-    @precondition(lambda self: any(w not in self.starting for w, _ in self.holding.values()))
+    def _ready(self) -> list[int]:
+        """The runs whose worker is started."""
+        return sorted(r for r, (w, _) in self.holding.items() if w not in self.starting and w not in self.reserved)
+
+    @precondition(lambda self: self._ready())
     @rule(data=st.data(), reusable=st.booleans())
     def a_run_ends(self, data: st.DataObject, reusable: bool) -> None:
-        runs = sorted(r for r, (w, _) in self.holding.items() if w not in self.starting)
+        runs = self._ready()
         run = data.draw(st.sampled_from(runs))
         wid, domain = self.holding.pop(run)
         # (the shell: each step gives its share back, and the run's end does again)
@@ -136,7 +162,9 @@ class PoolMachine(RuleBasedStateMachine):
     def a_run_is_interrupted_at_any_step(self, data: st.DataObject) -> None:
         # A KeyboardInterrupt cut the run off wherever it was (waiting, its
         # process being made, running): the shell drops its ticket.
-        run = data.draw(st.sampled_from(sorted(set(self.waiting) | set(self.holding))))
+        self._drop(data.draw(st.sampled_from(sorted(set(self.waiting) | set(self.holding)))))
+
+    def _drop(self, run: int) -> None:
         kill = self.core.drop(run)
         if run in self.waiting:
             del self.waiting[run]
@@ -151,8 +179,9 @@ class PoolMachine(RuleBasedStateMachine):
         else:
             wid = held[0]
             assert kill == [wid]
-            if wid in self.starting:  # its place is gone; the shell kills what it was making
+            if wid in self.starting or wid in self.reserved:  # its place is gone; the shell kills what it was making
                 self.starting.discard(wid)
+                self.reserved.pop(wid, None)
                 assert wid not in self.core.slots
             else:
                 self.retiring.add(wid)
@@ -174,13 +203,17 @@ class PoolMachine(RuleBasedStateMachine):
             self.computing.add(run)
         elif wait and run not in self.share_order:
             self.share_order.append(run)
+        for wid, owner in list(self.reserved.items()):
+            if owner == run and got:  # (the shell starts its process now, under the share)
+                del self.reserved[wid]
+                self.starting.add(wid)
 
-    @precondition(lambda self: any(w not in self.starting for w, _ in self.holding.values()))
+    @precondition(lambda self: self._ready())
     @rule(data=st.data(), wait=st.booleans())
     def a_run_starts_a_step(self, data: st.DataObject, wait: bool) -> None:
         # (once its worker is ready) wait: its own thread (the run frame, a
         # settle it sends); else the relay's kick
-        runs = sorted(r for r, (w, _) in self.holding.items() if w not in self.starting)
+        runs = self._ready()
         self._take(data.draw(st.sampled_from(runs)), wait)
 
     @precondition(lambda self: self.share_order)
@@ -192,13 +225,17 @@ class PoolMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def a_run_waiting_for_a_share_gives_up(self, data: st.DataObject) -> None:
         run = data.draw(st.sampled_from(self.share_order))  # its deadline, a cancel
+        if run in self.reserved.values():
+            self._drop(run)  # (the shell gives its reserved place back with it)
+            return
         self.core.leave_shares(run)
         self.share_order.remove(run)
 
-    @precondition(lambda self: self.computing)
+    @precondition(lambda self: self.computing & set(self._ready()))
     @rule(data=st.data())
     def a_step_s_answers_arrive(self, data: st.DataObject) -> None:
-        run = data.draw(st.sampled_from(sorted(self.computing)))
+        # (a run keeps the share its start-up took into its first step)
+        run = data.draw(st.sampled_from(sorted(self.computing & set(self._ready()))))
         self.core.give_share(run)
         self.computing.discard(run)
         self.core.give_share(run)  # (idempotent: the run's end gives it back again)
@@ -207,7 +244,8 @@ class PoolMachine(RuleBasedStateMachine):
     def close(self) -> None:
         wids = set(self.core.close())
         held = {w for w, _ in self.holding.values()}
-        assert held <= wids | self.starting
+        assert held <= wids | self.starting | set(self.reserved)
+        self.reserved.clear()
         self.holding.clear()
         self.retiring.clear()
         self.waiting.clear()
@@ -240,7 +278,7 @@ class PoolMachine(RuleBasedStateMachine):
                 assert wid in held
                 assert self.holding[slot.holder][0] == wid, "a busy place knows the run that holds it"
             if slot.state == "starting":
-                assert wid in self.starting
+                assert wid in self.starting or self.reserved.get(wid) == slot.holder
             if slot.state == "idle":
                 assert wid in self.core.idle
             if slot.state == "retiring":
@@ -252,6 +290,13 @@ class PoolMachine(RuleBasedStateMachine):
         assert len(self.core.computing) <= self.core.cpu_shares
         assert self.computing <= set(self.holding)
         assert set(self.share_order) <= set(self.holding)
+
+    @invariant()
+    def a_run_waiting_for_its_first_share_has_no_process(self) -> None:
+        for wid, run in self.reserved.items():
+            assert self.core.slots[wid].state == "starting" and self.core.slots[wid].holder == run
+            assert run not in self.computing
+        assert not (self.share_order and self.core.want_spares()), "no spare while a run waits for a share"
 
     @invariant()
     def the_core_queues_share_waiters_as_they_came(self) -> None:

@@ -653,6 +653,11 @@ class WorkerPool(CodeRuntime):
                             self._wait_for_share(waiting, limits, deadline, cancel)
                         finally:
                             LOCAL.depth += 1
+                    if time.monotonic() >= deadline:
+                        # Granted as the deadline passed (the runs ahead timed out
+                        # together): a start-up or a step now would only be stopped.
+                        core.give_share(ticket)
+                        raise Stopped("timeout", timeout_message(limits.timeout, "waiting for a free CPU share"))
                 except BaseException:
                     core.leave_shares(ticket)
                     raise
