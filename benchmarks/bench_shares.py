@@ -29,6 +29,9 @@ started a worker first), ``killed_mid_step`` those stopped running
 JavaScript at their deadline. ``--solo`` adds, per copy, two children that
 run the same program one run at a time (0 runs, then ``--solo`` runs): the
 CPU of one run alone, start-up included (``solo_cpu_per_run_s``); then
+``workers_for_nothing`` is the workers seen less the spares still ready at
+the end, the runs finished and the runs stopped mid-step: processes started
+(for a run, or as a spare a run took) for runs that never computed. And
 ``wasted_s`` is the burst's CPU less the 0-run child's and less one solo
 run's CPU per finished run: the CPU spent on runs that did not finish (and
 on start-ups or spares beyond theirs). The load
@@ -95,6 +98,7 @@ def _child(kind: str, runs: int, loop: int) -> dict[str, Any]:
     wall = time.monotonic() - t0
     sampling.set()
     sampler.join()
+    left = len(pool.pids())  # (the spares still ready: every run's worker is gone)
     pool.close()
     me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
@@ -111,6 +115,7 @@ def _child(kind: str, runs: int, loop: int) -> dict[str, Any]:
         "workers": len(seen),
         "never_computed": sum(n for m, n in why.items() if "CPU share" in m or "free worker" in m),
         "killed_mid_step": sum(n for m, n in why.items() if "running JavaScript" in m),
+        "workers_for_nothing": len(seen) - left - done - sum(n for m, n in why.items() if "running JavaScript" in m),
         "errors": dict(why),
     }
 
