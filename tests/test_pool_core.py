@@ -28,9 +28,11 @@ class PoolMachine(RuleBasedStateMachine):
     """Runs ask, wait, start, compute steps (a CPU share each), finish, or are
     interrupted at any of those steps; spares come and go; the pool closes."""
 
+    SHAPE = {"size": 3, "spares": 2, "runs_per_worker": 3, "cpu_shares": 2}
+
     def __init__(self) -> None:
         super().__init__()
-        self.core = PoolCore(size=3, spares=2, runs_per_worker=3, cpu_shares=2)
+        self.core = PoolCore(**self.SHAPE)
         self.computing: set[int] = set()  # runs holding a CPU share
         self.share_order: list[int] = []  # runs waiting for one, in the order they started waiting
         self.next_run = 0
@@ -44,6 +46,9 @@ class PoolMachine(RuleBasedStateMachine):
         self.order: list[int] = []  # waiting runs, in the order they started waiting
 
     def _ask(self, run: int, domain: object) -> None:
+        core = self.core
+        would_wait = len(core.computing) >= core.cpu_shares or bool(core.share_queue)
+        room = len(core.slots) < core.size
         try:
             verdict, wid, retire = self.core.ask(run, domain, need=1)
         except Closed:
@@ -63,6 +68,8 @@ class PoolMachine(RuleBasedStateMachine):
         assert wid is not None
         if verdict == SPAWN:
             self.reserved[wid] = run
+        if verdict == USE and wid not in self.served:
+            assert not (would_wait and room), "a spare is left to the run whose turn comes"
         self.holding[run] = (wid, domain)
         self.served.setdefault(wid, set()).add(domain)
         if domain is FRESH:
@@ -89,10 +96,7 @@ class PoolMachine(RuleBasedStateMachine):
 
     @rule()
     def the_spares_thread_tops_up(self) -> None:
-        made = self.core.want_spares()
-        if self.share_order:
-            assert made == [], "no spare boots on the CPU that runs wait for"
-        self.starting.update(made)
+        self.starting.update(self.core.want_spares())
 
     @precondition(lambda self: self.reserved)
     @rule(data=st.data())
@@ -204,9 +208,19 @@ class PoolMachine(RuleBasedStateMachine):
         elif wait and run not in self.share_order:
             self.share_order.append(run)
         for wid, owner in list(self.reserved.items()):
-            if owner == run and got:  # (the shell starts its process now, under the share)
+            if owner == run and got:  # (the shell takes a spare ready now, or starts its process)
                 del self.reserved[wid]
-                self.starting.add(wid)
+                spare = self.core.swap(run, wid)
+                if spare is None:
+                    self.starting.add(wid)
+                    continue
+                assert wid not in self.core.slots, "the reservation is given back"
+                assert spare not in self.served, "a spare that never ran anything"
+                domain = self.holding[run][1]
+                self.holding[run] = (spare, domain)
+                self.served.setdefault(spare, set()).add(domain)
+                if domain is FRESH:
+                    self.fresh_runs[spare] = self.fresh_runs.get(spare, 0) + 1
 
     @precondition(lambda self: self._ready())
     @rule(data=st.data(), wait=st.booleans())
@@ -296,7 +310,6 @@ class PoolMachine(RuleBasedStateMachine):
         for wid, run in self.reserved.items():
             assert self.core.slots[wid].state == "starting" and self.core.slots[wid].holder == run
             assert run not in self.computing
-        assert not (self.share_order and self.core.want_spares()), "no spare while a run waits for a share"
 
     @invariant()
     def the_core_queues_share_waiters_as_they_came(self) -> None:
@@ -326,6 +339,18 @@ class PoolMachine(RuleBasedStateMachine):
 
 PoolMachine.TestCase.settings = settings(max_examples=300, stateful_step_count=40, deadline=None)
 test_the_pool_core_state_machine = PoolMachine.TestCase
+
+
+class OneSharePoolMachine(PoolMachine):
+    """The same, with one CPU share and room beside it: runs queue for the
+    share with places reserved, and spares are ready when their turn comes
+    (the reservation swapped for a spare)."""
+
+    SHAPE = {"size": 4, "spares": 1, "runs_per_worker": 3, "cpu_shares": 1}
+
+
+OneSharePoolMachine.TestCase.settings = settings(max_examples=300, stateful_step_count=40, deadline=None)
+test_the_pool_core_state_machine_with_one_share = OneSharePoolMachine.TestCase
 
 
 def test_a_fresh_run_after_a_domain_run_never_gets_that_worker():
@@ -477,3 +502,25 @@ def _settle(base: set[int]) -> None:
 
 
 assert poolcore.__all__
+
+
+def test_a_run_that_would_wait_for_a_share_reserves_a_place_and_takes_the_spare_when_its_turn_comes():
+    core = PoolCore(size=4, spares=1, runs_per_worker=3, cpu_shares=1)
+    (spare,) = core.want_spares()
+    core.started(spare, True)
+    assert core.ask("a", FRESH, 1) == (USE, spare, None), "a share is free: the spare is taken at once"
+    assert core.take_share("a", True)
+    (second,) = core.want_spares()
+    core.started(second, True)
+    verdict, reserved, _ = core.ask("b", FRESH, 1)
+    assert verdict == SPAWN and reserved != second, "b would wait for the share: it reserves a place"
+    assert core.spares_ready() == 1 and core.slots[reserved].state == "starting"
+    assert not core.take_share("b", True), "b waits for the share"
+    core.give_share("a")
+    assert core.share_head() == "b" and core.take_share("b", True)
+    assert core.swap("b", reserved) == second, "its turn: the ready spare instead of a start-up"
+    assert reserved not in core.slots and core.slots[second].holder == "b" and core.spares_ready() == 0
+    assert core.swap("b", reserved) is None, "once"
+    verdict, other, _ = core.ask("c", FRESH, 1)
+    assert verdict == SPAWN
+    assert core.drop("c") == [other] and other not in core.slots, "a reservation dropped is gone at once"

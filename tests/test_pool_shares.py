@@ -241,37 +241,43 @@ def test_a_run_waiting_for_a_cpu_share_has_started_no_worker_process():
 
 
 @pytest.mark.timeout(120)
-def test_no_spare_is_started_while_runs_wait_for_a_cpu_share():
-    # A spare booting while runs wait for the share would spend the CPU they
-    # wait for, and the next run would take it: a start-up per run by another
-    # door. Spares come back once nobody waits.
+def test_a_run_that_would_wait_for_a_share_leaves_the_spare_to_the_run_whose_turn_comes():
+    # A run that took a spare and then waited for the share would have spent
+    # a start-up (the spare's) and might time out waiting: it reserves a place
+    # instead, and the spare goes to the run that gets the share.
     pool = WorkerPool(size=4, cpu_shares=1, spares=1)
     cancel = threading.Event()
     out: dict = {}
+
+    def start(key: str, program: str, **kw) -> threading.Thread:
+        t = threading.Thread(
+            target=lambda: out.__setitem__(key, run_code(program, runtime=pool, description="t", **kw))
+        )
+        t.start()
+        return t
+
     try:
         assert pool.wait_for_spares(60)
-        a = threading.Thread(
-            target=lambda: out.__setitem__(
-                "a", run_code("while (true) {}", runtime=pool, timeout=60, cancel=cancel, description="t")
-            )
-        )
-        a.start()
+        a = start("a", "while (true) {}", timeout=60, cancel=cancel)
         assert _until(lambda: pool.shares() == (1, 0)), "the first run computes, on the spare"
-        assert pool.wait_for_spares(60), "its replacement boots: nobody waits for a share"
-        b = threading.Thread(
-            target=lambda: out.__setitem__("b", run_code("return 2", runtime=pool, timeout=60, description="t"))
-        )
-        b.start()
-        assert _until(lambda: pool.shares() == (1, 1)), "the second run took the spare and waits for the share"
+        assert pool.wait_for_spares(60), "its replacement boots"
         held = pool.pids()
         assert len(held) == 2
-        assert not pool.wait_for_spares(1.0), "no spare is started while a run waits for a share"
-        assert pool.pids() == held
+        b = start("b", "return 2", timeout=60)
+        assert _until(lambda: pool.shares() == (1, 1)), "the second run waits for the share"
+        seen: set = set()
+        c = start("c", "return 3", timeout=1)
+        while c.is_alive():
+            seen.update(pool.pids())
+            c.join(0.005)
+        assert out["c"].error is not None and "waiting for a free CPU share" in out["c"].error.message
+        assert seen == set(held), "the runs waiting took no spare, and none was started for them"
         cancel.set()
         a.join(60)
         b.join(60)
         assert out["b"].error is None and out["b"].result == 2
-        assert pool.wait_for_spares(60), "the spares come back once nobody waits"
+        assert pool.wait_for_spares(60)
+        assert not set(held) & set(pool.pids()), "the second run ran on the spare (it started no worker of its own)"
     finally:
         cancel.set()
         pool.close()

@@ -546,21 +546,27 @@ class WorkerPool(CodeRuntime):
             wid, w, retire = self._place(ticket, need, limits, deadline, cancel, domain)
             if retire is not None:
                 retire.kill()
+            fresh = False
             if w is None:
                 # A start-up is CPU: the run's own process is started once the
                 # run holds a share, which it keeps into its first step (see
-                # PoolCore), so a run that waits for one has started nothing.
+                # PoolCore), so a run that waits for one has started nothing;
+                # a spare ready by then is taken instead.
                 self._share_to_start(ticket, limits, deadline, cancel)
-                try:
-                    w = self._start(wid)
-                except BaseException:
-                    self._give_share(ticket)
-                    raise
+                wid, w = self._swap(ticket, wid)
                 if w is None:
-                    self._give_share(ticket)
-                    raise RunCodeError("the worker pool is closed")
-            elif w.proc.poll() is not None:
+                    fresh = True
+                    try:
+                        w = self._start(wid)
+                    except BaseException:
+                        self._give_share(ticket)
+                        raise
+                    if w is None:
+                        self._give_share(ticket)
+                        raise RunCodeError("the worker pool is closed")
+            if not fresh and w.proc.poll() is not None:
                 self._release(wid, FRESH, False)
+                self._give_share(ticket)  # (never held while it waits for a place)
                 continue
             try:
                 self._ready(wid, w, limits, deadline)
@@ -572,6 +578,19 @@ class WorkerPool(CodeRuntime):
                     self._spares_failed = False
                 self._top_up()
             return wid, w
+
+    def _swap(self, ticket: int, wid: int) -> tuple[int, Optional[Worker]]:
+        """Run ``ticket`` holds its share and the place ``wid`` reserved for its
+        own process: a spare ready now instead (see :meth:`PoolCore.swap`),
+        or ``wid`` and no process yet. One deferred step."""
+        with deferred(), self._lock:
+            spare = self._core.swap(ticket, wid)
+            if spare is None:
+                return wid, None
+            w = self._workers[spare]
+            w.busy = True
+            self._cond.notify_all()  # (the reserved place is free)
+            return spare, w
 
     def _share_to_start(self, ticket: int, limits: Limits, deadline: float, cancel: Optional[Cancel]) -> None:
         """Wait for the CPU share that run ``ticket``'s start-up and first step

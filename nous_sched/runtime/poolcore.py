@@ -51,9 +51,12 @@ What the core guarantees, whatever the order of calls:
   keeps it through the start-up into its first step. So a run that waits
   for a share (and may reach its deadline waiting) has cost no process
   start-up, and the start-ups of runs that wait do not spend the CPU of
-  the runs computing. For the same reason no spare is started while a run
-  waits for a share (:meth:`want_spares`): it would boot on that CPU, for
-  the next run to take.
+  the runs computing. Spares go to the runs whose turn has come: a run
+  that would wait for a share (every share taken, or runs queued for one)
+  reserves a place rather than take a spare, while there is room, and once
+  it holds its share it swaps the reservation for a spare ready then
+  (:meth:`swap`). So spares keep booting while runs wait, each for a run
+  about to compute, never taken by one that may time out waiting.
 """
 
 from __future__ import annotations
@@ -145,6 +148,12 @@ class PoolCore:
                 self.waiting.append(run)
             return WAIT, None, None
         wid = self._pick(domain, need)
+        if wid is not None and self.slots[wid].domain is FRESH and self._would_wait() and len(self.slots) < self.size:
+            # The spare is for the run whose turn comes (see swap): this one,
+            # which would wait for a share, reserves a place instead.
+            wid = self._new(run)
+            self.leave(run)
+            return SPAWN, wid, None
         if wid is not None:
             slot = self.slots[wid]
             slot.holder = run
@@ -169,6 +178,28 @@ class PoolCore:
         wid = self._new(run)
         self.leave(run)
         return SPAWN, wid, retire
+
+    def _would_wait(self) -> bool:
+        """Whether a run asking for a share now would wait for one."""
+        return len(self.computing) >= self.cpu_shares or bool(self.share_queue)
+
+    def swap(self, run: Hashable, wid: int) -> Optional[int]:
+        """``run`` holds its share and the place ``wid`` reserved for its own
+        process (not started yet): if a spare is ready, the run takes it
+        instead and the reservation is given back. The spare's id, or
+        ``None`` (the shell starts the run's own process)."""
+        slot = self.slots.get(wid)
+        if self.closed or slot is None or slot.state != "starting" or slot.holder != run:
+            return None
+        spare = next((w for w in self.idle if self.slots[w].domain is FRESH), None)
+        if spare is None:
+            return None
+        self._remove(wid)
+        taken = self.slots[spare]
+        taken.holder = run
+        taken.state = "busy"
+        self.idle.remove(spare)
+        return spare
 
     def _follow_demand(self, ready: int) -> None:
         """A run without a domain arrives and finds ``ready`` spares ready."""
@@ -213,10 +244,9 @@ class PoolCore:
 
     def want_spares(self) -> list[int]:
         """Places to reserve now for fresh spares (the shell starts them and
-        calls :meth:`started` for each). None while runs wait for a place
-        (they take the places themselves, first come, first served) or for
-        a CPU share (a spare booted now spends the CPU they wait for)."""
-        if self.closed or self.waiting or self.share_queue:
+        calls :meth:`started` for each). None while runs wait: they take
+        the places themselves, first come, first served."""
+        if self.closed or self.waiting:
             return []
         # (A spare being started counts; one retiring, killed after its run, does not.)
         ready = sum(
