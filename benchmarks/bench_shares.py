@@ -26,7 +26,7 @@ CPU goes: ``workers`` counts the worker processes seen during the burst
 ones booted during it and each run's own start-up), ``never_computed`` the
 runs that timed out waiting for a CPU share (before the mend each had
 started a worker first), ``killed_mid_step`` those stopped running
-JavaScript at their deadline. ``--solo`` adds, per copy, two children that
+JavaScript at their deadline. ``--solo`` adds, per copy and for ``cpu`` rows, two children that
 run the same program one run at a time (0 runs, then ``--solo`` runs): the
 CPU of one run alone, start-up included (``solo_cpu_per_run_s``); then
 ``workers_for_nothing`` is the workers seen less the spares still ready at
@@ -176,7 +176,7 @@ def main() -> None:
                     shares = args.ours_cpu_shares if name == "ours" else 0
                     copy = args.base if name == "base" else args.ours
                     row = _run(copy, kind, args.runs, loop, shares)
-                    if args.solo and "cpu_s" in row:
+                    if args.solo and kind == "cpu" and "cpu_s" in row:
                         zero = _run(copy, kind, 0, loop, shares, solo=True)
                         alone = _run(copy, kind, args.solo, loop, shares, solo=True)
                         per = (alone["cpu_s"] - zero["cpu_s"]) / args.solo

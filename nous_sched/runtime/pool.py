@@ -42,9 +42,9 @@ but one of :attr:`WorkerPool.cpu_shares` *CPU shares* only while its worker
 computes a step, from the frame that starts it until its answers are in;
 the scheduler's driver never waits for one (when none is free, the run's
 own thread waits for it, first come, first served, within the deadline).
-A worker's start-up is CPU too: a run that needs a process of its own
-holds only a reserved place until it has a share, and starts the process
-under it; no spare is started while runs wait for a share.
+A worker's start-up is CPU too: a run that would wait for a share, or
+finds no spare ready, holds only a reserved place until it has a share;
+then it takes a spare ready by then or starts its own process under it.
 
 A worker that dies (a signal, the OOM killer, an engine crash) gives its run
 an ``abort`` error with its logs. One that could not be started, or died
@@ -168,10 +168,12 @@ class WorkerPool(CodeRuntime):
     while at most ``cpu_shares`` programs compute at once. A run whose step
     finds every share taken waits for one, first come, first served, within
     its deadline and cancel (``timeout`` "waiting for a free CPU share").
-    Starting a worker is computing too: a run that finds no spare ready
-    starts its worker process only once it holds a share (so a run that
-    times out waiting for one has cost no start-up), and no spare is
-    started while runs wait for a share (:meth:`shares`).
+    Starting a worker is computing too: a run that would wait for a share
+    (or finds no spare ready) holds only a reserved place until it has one;
+    then it takes a spare ready by then, or starts its worker process under
+    the share. So a run that times out waiting for a share has cost no
+    start-up, and the spares go to the runs whose turn has come
+    (:meth:`shares` says how many compute and wait).
 
     **A fresh process per run.** A run gets a worker that has never run
     anything, which is discarded after it. To let runs of one trust domain
@@ -502,9 +504,8 @@ class WorkerPool(CodeRuntime):
     def wait_for_spares(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds until ``spares`` fresh workers are
         idle and ready (each has said hello: bounded, its first context
-        prepared), starting them if none are on their way (none is started
-        while runs wait for a CPU share); whether they are. False at once if
-        the pool is closed or a spare could not start."""
+        prepared), starting them if none are on their way; whether they are.
+        False at once if the pool is closed or a spare could not start."""
         self._top_up()
         end = time.monotonic() + timeout
         with self._lock:
