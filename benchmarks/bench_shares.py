@@ -29,7 +29,10 @@ started a worker first), ``killed_mid_step`` those stopped running
 JavaScript at their deadline. ``--solo`` adds, per copy and for ``cpu`` rows, two children that
 run the same program one run at a time (0 runs, then ``--solo`` runs): the
 CPU of one run alone, start-up included (``solo_cpu_per_run_s``); then
-``workers_for_nothing`` is the workers seen less the spares still ready at
+``share_free_while_waited`` (copies with ``WorkerPool.shares``): of the
+samples taken while runs waited for a share, the fraction in which a share
+was free (handed back, its next holder not yet woken): the shares' idle
+wall. ``workers_for_nothing`` is the workers seen less the spares still ready at
 the end, the runs finished and the runs stopped mid-step: processes started
 (for a run, or as a spare a run took) for runs that never computed. And
 ``wasted_s`` is the burst's CPU less the 0-run child's and less one solo
@@ -78,10 +81,17 @@ def _child(kind: str, runs: int, loop: int) -> dict[str, Any]:
     pool.wait_for_spares(30.0)
     seen: set[int] = set()
     sampling = threading.Event()
+    looks = [0, 0]  # samples taken while runs waited for a share; those with a share free meanwhile
+    shares = getattr(pool, "shares", None)  # (copies before shares2 have no such method)
 
     def sample() -> None:
         while not sampling.wait(0.002):
             seen.update(pool.pids())
+            if shares is not None:
+                computing, waiting = shares()
+                if waiting:
+                    looks[0] += 1
+                    looks[1] += computing < pool.cpu_shares
 
     sampler = threading.Thread(target=sample)
     sampler.start()
@@ -113,6 +123,7 @@ def _child(kind: str, runs: int, loop: int) -> dict[str, Any]:
         "host_cpu_s": round(me.ru_utime + me.ru_stime, 2),
         "cpu_per_finished_s": round(cpu / done, 3) if done else None,
         "workers": len(seen),
+        "share_free_while_waited": round(looks[1] / looks[0], 3) if looks[0] else None,
         "never_computed": sum(n for m, n in why.items() if "CPU share" in m or "free worker" in m),
         "killed_mid_step": sum(n for m, n in why.items() if "running JavaScript" in m),
         "workers_for_nothing": len(seen) - left - done - sum(n for m, n in why.items() if "running JavaScript" in m),
