@@ -348,6 +348,11 @@ class OneSharePoolMachine(PoolMachine):
 
     SHAPE = {"size": 4, "spares": 1, "runs_per_worker": 3, "cpu_shares": 1}
 
+    @rule()
+    def the_spares_thread_tops_up_and_its_spares_say_hello(self) -> None:
+        for wid in self.core.want_spares():
+            self.core.started(wid, True)
+
 
 OneSharePoolMachine.TestCase.settings = settings(max_examples=300, stateful_step_count=40, deadline=None)
 test_the_pool_core_state_machine_with_one_share = OneSharePoolMachine.TestCase
