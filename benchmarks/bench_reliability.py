@@ -456,7 +456,7 @@ def main() -> None:
     )
     parser.add_argument("--seconds", type=float, default=10.0, help="items 2, 6 and 8's load (the issue: 120 for 6)")
     parser.add_argument(
-        "--cycles", type=int, default=8, help="item 5's and takeover's cycles per store (the issue: 200)"
+        "--cycles", type=int, default=4, help="item 5's and takeover's cycles per store (the issue: 200)"
     )
     parser.add_argument("--runs", type=int, default=3, help="item 9's runs per way of serving (20 in depth)")
     parser.add_argument("--loop", type=int, default=0, help="the cpu runs' loop count (default: 0.3 s, calibrated)")
