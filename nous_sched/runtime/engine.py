@@ -404,8 +404,19 @@ class Engine:
 
     def settle(self, call_id: int, ok: bool, payload: str) -> str:
         """Settle call ``call_id`` with ``payload`` (JSON text: the value, or the
-        ``{tool, message}`` error), run what that wakes; the envelope."""
-        return self.settle_many(((call_id, None, None, ok, payload),))[0]
+        ``{tool, message}`` error), run what that wakes; the envelope. The
+        same step as :meth:`settle_many` of that one call makes."""
+        if self.cpu_time is not None:
+            return self.settle_many(((call_id, None, None, ok, payload),))[0]
+        # (A worker's usual frame settles one call: this step without the batch's loop.)
+        self._arm("waiting for a tool call")
+        bridge = self.bridge
+        try:
+            bridge("settle", call_id, ok, payload)
+        except _quickjs.JSException as exc:
+            self._stopped(bridge, exc)
+        self._pump(armed=True)
+        return self._drain()
 
     def settle_many(self, batch: Sequence[Sequence[Any]]) -> list[str]:
         """Settle each call of ``batch`` in order, each item ``(call_id, _, _,
