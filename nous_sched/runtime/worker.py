@@ -794,6 +794,10 @@ def _fork_server(sock_fd: int, modules: tuple[Any, Any, Any], options: dict[str,
     import socket
 
     offset, seed_at, prepared = _prepare_server(modules)
+    if options.get("namespaces", True):
+        # One network (IPC, UTS) namespace for all this server's children: the
+        # largest step of a child's start, made once (see oslimits: shared namespaces).
+        modules[2].share_namespaces()
     server = os.getpid()
     options = {**options, "autogroup": _autogroup()}  # (read once for every child)
     # A spare is forked at the boot's policy and born with it (the fork's own
