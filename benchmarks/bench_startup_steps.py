@@ -15,7 +15,8 @@ median over many children, against the bare fork and exit before it:
   root), then ``chroot`` into an empty folder; where the fork server shares
   IPC, network and UTS namespaces with its children
   (``oslimits.share_namespaces``), the probe enters them once too and each
-  child makes only its mount namespace. The kernel frees a network
+  child makes only its mount namespace (``NOUS_PROBE_SHARE=0``: each child
+  makes all of its own, as before). The kernel frees a network
   namespace later on a worker thread of its own, which no process's CPU
   shows (a system-wide profile here: about 0.35 ms per worker);
 * privilege drop (as root): the bounding set, groups, uid and gid, capsets;
