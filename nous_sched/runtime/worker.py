@@ -2,7 +2,11 @@
 
 The host (:mod:`nous_sched.runtime.pool`) starts it as::
 
-    python -I -S -B worker.py NAME QUICKJS_PATH LIFELINE_FD
+    python -I -S -B -c BOOT worker.py NAME QUICKJS_PATH LIFELINE_FD
+
+(``procio.BOOT`` loads this file by its path as a module and calls
+:func:`main`: a script would be compiled on every start, a module's code is
+read from ``__pycache__`` where an install wrote it.)
 
 It imports only the standard library, the C module ``_quickjs`` (by file
 path) and ``engine.py`` and ``oslimits.py`` (by file path, beside this file),
