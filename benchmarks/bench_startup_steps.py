@@ -233,7 +233,8 @@ def main() -> int:
                 c.Stats.of([x * us / per for x in costs]),
                 unit="us CPU",
                 note="without __pycache__ beside worker.py, engine.py and oslimits.py (PYTHONDONTWRITEBYTECODE, "
-                "an editable install) the server compiles them on each boot: about 8 ms more",
+                "an editable install) the server compiles them on each boot: 10-15 ms more (python -m compileall "
+                "nous_sched/runtime writes it; the server reads worker.py's too since it loads it as a module)",
             ),
         ]
 
