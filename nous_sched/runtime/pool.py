@@ -213,7 +213,10 @@ class WorkerPool(CodeRuntime):
         (default 65534, ``nobody``).
     :param gid: likewise, the group (default 65534, ``nobody``).
     :param namespaces: put each worker in new namespaces where the kernel
-        allows it (default true); :attr:`layers` says which are active.
+        allows it (default true): a mount namespace of its own, and IPC,
+        network and UTS namespaces shared only with the other children of
+        its fork server (``os_bounds["shared_namespaces"]``); :attr:`layers`
+        says which are active.
     """
 
     language = "javascript"

@@ -2,7 +2,11 @@
 
 The host (:mod:`nous_sched.runtime.pool`) starts it as::
 
-    python -I -S -B worker.py NAME QUICKJS_PATH LIFELINE_FD
+    python -I -S -B -c BOOT worker.py NAME QUICKJS_PATH LIFELINE_FD
+
+(``procio.BOOT`` loads this file by its path as a module and calls
+:func:`main`: a script would be compiled on every start, a module's code is
+read from ``__pycache__`` where an install wrote it.)
 
 It imports only the standard library, the C module ``_quickjs`` (by file
 path) and ``engine.py`` and ``oslimits.py`` (by file path, beside this file),
@@ -801,6 +805,10 @@ def _fork_server(sock_fd: int, modules: tuple[Any, Any, Any], options: dict[str,
     import socket
 
     offset, seed_at, prepared = _prepare_server(modules)
+    if options.get("namespaces", True):
+        # One network (IPC, UTS) namespace for all this server's children: the
+        # largest step of a child's start, made once (see oslimits: shared namespaces).
+        modules[2].share_namespaces()
     server = os.getpid()
     options = {**options, "autogroup": _autogroup()}  # (read once for every child)
     # A spare is forked at the boot's policy and born with it (the fork's own
