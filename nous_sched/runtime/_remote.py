@@ -187,6 +187,11 @@ def max_frame(limits: Limits) -> int:
 def settle_frame(batch: Sequence[Sequence[Any]]) -> bytes:
     """The ``S`` frame settling ``batch``: per call ``b"<id> <1|0> <bytes> "``,
     then its payload's bytes (see :mod:`.worker`)."""
+    if len(batch) == 1:  # a lone call's (every sequential await): the frame made in one join
+        item = batch[0]
+        data = item[4].encode("utf-8", "surrogatepass")
+        head = b"%d %d %d " % (item[0], item[3], len(data))
+        return b"".join((worker.HEADER.pack(len(head) + len(data) + 1), worker.SETTLE, head, data))
     parts: list[bytes] = []
     for item in batch:
         data = item[4].encode("utf-8", "surrogatepass")

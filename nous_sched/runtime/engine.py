@@ -874,7 +874,14 @@ def _submitter(
         if len(calls) > 1:
             with batch():
                 return each(calls)
-        return each(calls) if calls else 0
+        if not calls:
+            return 0
+        # A lone call (every sequential await): each()'s loop, written out.
+        call_id, name, args = calls[0]
+        if monotonic() >= deadline:
+            return 1
+        append((call_id, call(name, args) if name is not None else ask(args)))
+        return 0
 
     return submit
 
@@ -1029,10 +1036,7 @@ class _LogBook:
 def _checked(text: Any) -> Optional[dict[str, Any]]:
     """The drained envelope, or ``None`` unless it has exactly the prelude's shape."""
     try:
-        # (_split's test, made here: most envelopes carry no long texts, and then it is one memchr.)
-        pieces: "list[str] | tuple[()]" = ()
-        if _SEP in text:
-            text, pieces = _split(text)
+        text, pieces = _split(text)
         envelope, end = _scan(text, 0)
         if end != len(text):
             return None
@@ -1067,6 +1071,8 @@ def _checked(text: Any) -> Optional[dict[str, Any]]:
 
 def _split(text: str) -> tuple[str, list[str]]:
     """The envelope, and the long JSON texts after it, as they are (prelude.js, OUT_OF_LINE)."""
+    if _SEP not in text:  # a memchr: most envelopes carry none
+        return text, []
     head, *pieces = text.split(_SEP)
     return head, pieces
 

@@ -644,8 +644,9 @@ class Scheduler:
     def _handle(self, msg: Any) -> None:
         """Every message but a tool's report (:class:`Done`, handled in :meth:`_drive_loop`) and STOP."""
         kind = type(msg)
-        if kind is Call:
-            self._accept(msg)
+        if kind is Call:  # (_accept's, written out: every call's first message)
+            msg.mode = msg.ctx.run(concurrency_mode, msg.tool, msg.args)
+            msg.seq = msg.ticket.seq = self._lane.accept(msg, msg.mode)
         elif kind is list:
             for call in msg:
                 self._accept(call)
@@ -703,7 +704,11 @@ class Scheduler:
         for call, record in started:
             self._hand_over(call, record.id)
         if committed:
-            self._publish_newest_first(committed)
+            if len(committed) == 1:  # (a lone commit: nothing to order)
+                call = committed[0][0]
+                self._deliver(call.ticket, call.outcome)
+            else:
+                self._publish_newest_first(committed)
 
     def _write_pass(
         self, records: list[Any], started: list[tuple[Call, Any]], committed: list[tuple[Call, float]]
@@ -747,11 +752,7 @@ class Scheduler:
                     self._tell_outcome(call.timeline, record, call.outcome)
 
     def _publish_newest_first(self, committed: list[tuple[Call, float]]) -> None:
-        """Publish a pass's commits after one ``_lock``, newest first (see :meth:`_drive`)."""
-        if len(committed) == 1:
-            call = committed[0][0]
-            self._deliver(call.ticket, call.outcome)
-            return
+        """Publish a pass's commits (more than one) after one ``_lock``, newest first (see :meth:`_drive`)."""
         tickets = {call.ticket for call, _ in committed}
         with self._lock:  # set operations in C: the lock is held for no Python loop
             mine = tickets & self._open  # the rest stop() already released, from a driver that stopped answering
