@@ -255,7 +255,8 @@ class Relay(RelayCore):
     checked by a state machine test). ``lock`` guards them, the hand-off's
     :attr:`unsent` and the writes: a frame is written exactly when the
     driving thread is waiting for its answer, never after the run has moved
-    on.
+    on. (One exception: the driving thread arms without it, a single store
+    made while the state is ``IDLE``, which no kick changes.)
     """
 
     __slots__ = ("remote", "lock", "held", "deferred", "main", "take", "unsent", "wake")
