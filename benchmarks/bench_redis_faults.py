@@ -18,6 +18,13 @@ this checkout, both orders, with a real ``redis-server`` started here:
 * ``mismatch``: one process-like Throttle holds ``max_running=2`` twice over;
   another names the same throttle with ``max_running=40`` and fans out 10
   calls: the most calls running at once in all (the fleet's limit is 2).
+* ``restart``: ``max_running=2`` (lease 3 s): two calls hold the places
+  (one Throttle object), another Throttle of the same name (another
+  process, in effect) is refused once, the server is killed and started
+  again (no persistence: it forgets both leases), and the other side then
+  asks for six places; the holders return 8 s later (past the grace):
+  calls that got in while the holders still held (over the limit), the most
+  running at once, calls run of 8.
 
     python benchmarks/bench_redis_faults.py [--before REV]
 """
@@ -40,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-SCENARIOS = ("dead", "silent", "stalled", "mismatch")
+SCENARIOS = ("dead", "silent", "stalled", "mismatch", "restart")
 
 
 class _Proxy:
@@ -202,6 +209,45 @@ def mismatch(url: str, server: Any) -> dict[str, Any]:
     return {"limit": 2, "peak_running": 2 + state["peak"], "message": message[:160]}
 
 
+def restart(url: str, server: Any, hold: float = 8.0) -> dict[str, Any]:
+    from nous_sched import Throttle
+
+    # Two Throttle objects under one name stand for two processes (each counts its own places here).
+    holder = Throttle("restart", max_running=2, redis_url=url, lease=3.0)
+    other = Throttle("restart", max_running=2, redis_url=url, lease=3.0)
+    go = threading.Event()
+    held = {"now": 0, "peak": 0, "begun": 0}
+    waited = {"now": 0, "peak": 0, "begun": 0}
+    out: list[Any] = []
+    holders = threading.Thread(target=lambda: out.append(_fanout(holder, 2, 120.0, go, held)))
+    holders.start()
+    while held["begun"] < 2:
+        time.sleep(0.005)
+    try:
+        with other.hold(timeout=0.3):  # full: and the other side has seen this server
+            pass
+    except TimeoutError:
+        pass
+    server.kill()
+    server.start()  # no persistence: it forgot both leases
+    waiters = threading.Thread(target=lambda: out.append(_fanout(other, 6, hold + 60.0, go, waited)))
+    waiters.start()
+    time.sleep(hold)  # past the restart's grace (one lease): the holders' places are registered again, or not
+    got_in = waited["begun"]  # the holders still hold: each of these ran over the limit
+    go.set()
+    holders.join(120)
+    waiters.join(120)
+    messages = [r.error.message[:160] for r, _ in out if r.error]
+    return {
+        "limit": 2,
+        "peak_running": 2 + got_in,
+        "got_in_while_held": got_in,
+        "calls_ran": held["begun"] + waited["begun"],
+        "of": 8,
+        "errors": messages,
+    }
+
+
 def _scenario(name: str) -> None:
     sys.path.insert(0, str(ROOT / "tests"))
     from redis_server import redis_process
@@ -211,7 +257,10 @@ def _scenario(name: str) -> None:
     else:
         with redis_process() as server:
             assert server.proc is not None
-            out = {"silent": silent, "stalled": stalled, "mismatch": mismatch}[name](server.url, server.proc)
+            if name == "restart":
+                out = restart(server.url, server)
+            else:
+                out = {"silent": silent, "stalled": stalled, "mismatch": mismatch}[name](server.url, server.proc)
     print(json.dumps(out))
     sys.stdout.flush()
     os._exit(0)  # a run stuck on a silent server in the old code must not hold the benchmark

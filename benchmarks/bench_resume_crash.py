@@ -18,6 +18,11 @@ the same session):
 * **at-most-once violations**: any call that ran twice; **never ran**: calls
   of a finished token that did not run.
 
+``--takeover``: the resume is killed on one host (``NOUS_SCHED_HOST_ID=host-a``,
+the stores' ``lease`` 1 s) and recovered on another (``host-b``), which
+cannot see whether host-a's process lives and judges it by its lease alone:
+the same counts (:func:`takeover_row`).
+
     PYTHONPATH=$PWD python benchmarks/bench_resume_crash.py --cycles 50 --baseline /work/main
 
 Needs ``redis-server`` on the PATH for the Redis rows (``--stores sqlite`` skips them).
@@ -73,9 +78,11 @@ def _tools() -> list[Any]:
 def _store(spec: str) -> Any:
     import nous_sched
 
+    # BENCH_LEASE: the store's lease (seconds), short, for a recovery on another host that waits for it.
+    lease = {"lease": float(os.environ["BENCH_LEASE"])} if os.environ.get("BENCH_LEASE") else {}
     if spec.startswith("redis://"):
-        return nous_sched.RedisApprovalStore(spec)
-    return nous_sched.SqliteApprovalStore(spec)
+        return nous_sched.RedisApprovalStore(spec, **lease)
+    return nous_sched.SqliteApprovalStore(spec, **lease)
 
 
 def driver(argv: list[str]) -> None:
@@ -142,19 +149,29 @@ def _recover(root: str, env: dict[str, str], spec: str, token: str) -> bool:
     return settled
 
 
-def _cycle(root: str, spec: str, folder: str, n: int, span: float, rng: random.Random) -> dict[str, Any]:
+#: The hosts of a takeover: the resume killed on the first, recovered on the second (each judges the other's
+#: claim by its lease alone).
+HOSTS = ({"NOUS_SCHED_HOST_ID": "host-a", "BENCH_LEASE": "1"}, {"NOUS_SCHED_HOST_ID": "host-b", "BENCH_LEASE": "1"})
+
+
+def _cycle(
+    root: str, spec: str, folder: str, n: int, span: float, rng: random.Random, hosts: Any = ({}, {})
+) -> dict[str, Any]:
     count = os.path.join(folder, f"ran-{n}.jsonl")
-    env = dict(os.environ, CRASH_COUNT=count)
+    base = dict(os.environ, CRASH_COUNT=count)
+    env = {**base, **hosts[1]}
     token = _call(root, env, "run", spec)["token"]
     proc = subprocess.Popen(
         [sys.executable, __file__, "--driver", "resume", spec, token],
-        env={**env, "PYTHONPATH": root},
+        env={**base, **hosts[0], "PYTHONPATH": root},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
     time.sleep(rng.uniform(0.0, span))
     proc.send_signal(signal.SIGKILL)
     proc.wait()
+    if hosts[0] != hosts[1]:
+        time.sleep(float(hosts[0].get("BENCH_LEASE", "0")) + 0.5)  # another host waits for the claim's lease
     after_kill = _call(root, env, "state", spec, token)["state"]
     pay_started = any(c[0] == "pay" for c in _ran(count))
     settled = _recover(root, env, spec, token) if after_kill == "claimed" else False
@@ -181,15 +198,20 @@ def _span(root: str, spec: str, folder: str) -> float:
     return time.monotonic() - t0
 
 
-def _row(root: str, spec: str, cycles: int, seed: int) -> dict[str, Any]:
+def _row(root: str, spec: str, cycles: int, seed: int, hosts: Any = ({}, {})) -> dict[str, Any]:
     rng = random.Random(seed)
     with tempfile.TemporaryDirectory(prefix="nous-crash-") as folder:
         if not spec.startswith("redis://"):
             spec = os.path.join(folder, spec)
         span = _span(root, spec, folder)
-        rows = [_cycle(root, spec, folder, n, span, rng) for n in range(cycles)]
+        rows = [_cycle(root, spec, folder, n, span, rng, hosts) for n in range(cycles)]
     total = {k: sum(int(r[k]) for r in rows) for k in rows[0]}
     return {"cycles": cycles, "span_s": round(span, 2), **total}
+
+
+def takeover_row(root: str, spec: str, cycles: int, seed: int) -> dict[str, Any]:
+    """:func:`_row` with each resume killed on host-a and recovered on host-b (:data:`HOSTS`)."""
+    return _row(root, spec, cycles, seed, HOSTS)
 
 
 def main() -> None:
@@ -201,6 +223,7 @@ def main() -> None:
     parser.add_argument("--baseline", default="", help="another copy of the package (a checkout's root)")
     parser.add_argument("--stores", default="sqlite,redis")
     parser.add_argument("--seed", type=int, default=43)
+    parser.add_argument("--takeover", action="store_true", help="kill on host-a, recover on host-b")
     args = parser.parse_args()
     copies = [("this copy", ROOT)] + ([("baseline", args.baseline)] if args.baseline else [])
     from redis_server import redis_server
@@ -209,7 +232,7 @@ def main() -> None:
         for store in args.stores.split(","):
             spec = url if store == "redis" else "approvals.db"
             for label, root in copies:
-                row = _row(root, spec, args.cycles, args.seed)
+                row = (takeover_row if args.takeover else _row)(root, spec, args.cycles, args.seed)
                 print(f"{store:6} {label:10} {json.dumps(row)}", flush=True)
 
 

@@ -137,13 +137,9 @@ def _p99(values: list[float]) -> float:
     return ordered[min(len(ordered) - 1, int(round(0.99 * (len(ordered) - 1))))]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--runs", type=int, default=20)
-    parser.add_argument("--stalled", type=int, default=5)
-    parser.add_argument("--slow", type=int, default=0)
-    parser.add_argument("--lines", type=int, default=2000)
-    args = parser.parse_args()
+def measure(runs: int = 20, stalled: int = 5, slow: int = 0, lines: int = 2000) -> dict[str, Any]:
+    """The end delay for the honest viewer (p50, p99, max, in ms) and CPU per run (ms), per way of serving."""
+    args = argparse.Namespace(runs=runs, stalled=stalled, slow=slow, lines=lines)
     module = _load()
     app = module.create_app()
     server = make_server("127.0.0.1", 0, app, threaded=True)
@@ -163,24 +159,48 @@ def main() -> None:
     delays: dict[str, list[float]] = {name: [] for name in ways}
     cpu: dict[str, float] = {name: 0.0 for name in ways}
     names = list(ways)
-    for i in range(args.runs):
-        for name in names[i % len(names) :] + names[: i % len(names)]:
-            sse, port, find = ways[name]
-            if sse is not None:
-                module._sse = sse  # the route looks it up per request
-            c0 = time.process_time()
-            delays[name].append(one_run(find, port, args))
-            cpu[name] += time.process_time() - c0
+    try:
+        for i in range(args.runs):
+            for name in names[i % len(names) :] + names[: i % len(names)]:
+                sse, port, find = ways[name]
+                if sse is not None:
+                    module._sse = sse  # the route looks it up per request
+                c0 = time.process_time()
+                delays[name].append(one_run(find, port, args))
+                cpu[name] += time.process_time() - c0
+    finally:
+        server.shutdown()
+        uv.should_exit = True
+
+    def ms(seconds: float) -> Any:
+        return round(seconds * 1000) if seconds != float("inf") else "never"  # (the honest viewer saw no end)
+
+    return {
+        name: {
+            "p50_ms": ms(statistics.median(values)),
+            "p99_ms": ms(_p99(values)),
+            "max_ms": ms(max(values)),
+            "cpu_per_run_ms": round(cpu[name] / args.runs * 1000),
+        }
+        for name, values in delays.items()
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--stalled", type=int, default=5)
+    parser.add_argument("--slow", type=int, default=0)
+    parser.add_argument("--lines", type=int, default=2000)
+    args = parser.parse_args()
+    found = measure(args.runs, args.stalled, args.slow, args.lines)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"stalled={args.stalled} slow={args.slow} lines={args.lines} runs={args.runs} each; peak RSS {peak:.0f} MiB")
-    for name, values in delays.items():
+    for name, row in found.items():
         print(
-            f"  {name:9}: end delay for the honest viewer p50 {statistics.median(values) * 1000:.0f} ms, "
-            f"p99 {_p99(values) * 1000:.0f} ms, max {max(values) * 1000:.0f} ms; "
-            f"CPU per run {cpu[name] / args.runs * 1000:.0f} ms"
+            f"  {name:9}: end delay for the honest viewer p50 {row['p50_ms']} ms, "
+            f"p99 {row['p99_ms']} ms, max {row['max_ms']} ms; CPU per run {row['cpu_per_run_ms']} ms"
         )
-    server.shutdown()
-    uv.should_exit = True
 
 
 if __name__ == "__main__":

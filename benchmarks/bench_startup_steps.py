@@ -12,7 +12,11 @@ median over many children, against the bare fork and exit before it:
 
 * fork and exit: the child's share of a fork (its faults) and its teardown;
 * namespaces: ``unshare`` of IPC, network, UTS and mount (and user when not
-  root), then ``chroot`` into an empty folder. The kernel frees a network
+  root), then ``chroot`` into an empty folder; where the fork server shares
+  IPC, network and UTS namespaces with its children
+  (``oslimits.share_namespaces``), the probe enters them once too and each
+  child makes only its mount namespace (``NOUS_PROBE_SHARE=0``: each child
+  makes all of its own, as before). The kernel frees a network
   namespace later on a worker thread of its own, which no process's CPU
   shows (a system-wide profile here: about 0.35 ms per worker);
 * privilege drop (as root): the bounding set, groups, uid and gid, capsets;
@@ -49,6 +53,9 @@ def probe(worker_py: str, quickjs_path: str, n: int) -> dict[str, float]:  # run
     modules = w._load_all(quickjs_path)
     offset, seed_at, prepared = w._prepare_server(modules)
     oslimits = modules[2]
+    # As a fork server does before its first fork (where the version measured has it).
+    share = getattr(oslimits, "share_namespaces", None)
+    shared = share() if share is not None and os.environ.get("NOUS_PROBE_SHARE", "1") == "1" else []
     root = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"nous-probe-root-{os.getpid()}")
     os.makedirs(root, exist_ok=True)
     import _thread
@@ -110,7 +117,35 @@ def probe(worker_py: str, quickjs_path: str, n: int) -> dict[str, float]:  # run
         kept = sorted(samples[3:])
         out[steps[upto][0]] = kept[len(kept) // 2]
     os.rmdir(root)
+    out["shared"] = len(shared)
     return out
+
+
+def kernel_threads() -> dict[int, float]:
+    """CPU seconds of each kernel worker and RCU thread of the machine (from
+    /proc, clock ticks), by pid: where the kernel frees a network namespace,
+    which no process's CPU shows."""
+    found: dict[int, float] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as fh:
+                text = fh.read()
+        except OSError:
+            continue
+        comm = text[text.index(b"(") + 1 : text.rindex(b")")]
+        if comm.startswith((b"kworker", b"rcu")):
+            fields = text.rsplit(b")", 1)[1].split()
+            found[int(pid)] = (int(fields[11]) + int(fields[12])) / tick
+    return found
+
+
+def kernel_threads_since(before: dict[int, float]) -> float:
+    """The CPU the kernel's threads used since ``before`` (a thread that
+    exited meanwhile counts for nothing; one that started counts whole)."""
+    return sum(cpu - before.get(pid, 0.0) for pid, cpu in kernel_threads().items())
 
 
 def main() -> int:
@@ -143,13 +178,21 @@ def main() -> int:
             if proc.returncode != 0:
                 raise RuntimeError(proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "probe failed")
             runs.append(json.loads(proc.stdout))
+        shared = runs[0].pop("shared", 0)
+        for r in runs[1:]:
+            r.pop("shared", 0)
         names = list(runs[0])
         rows = [
             c.Row(
                 "child: fork and exit",
                 c.Stats.of([r[names[0]] * us for r in runs]),
                 unit="us CPU",
-                note=f"median of {n} children per sample, CPU from wait4 (to the microsecond)",
+                note=f"median of {n} children per sample, CPU from wait4 (to the microsecond); "
+                + (
+                    f"{shared} namespaces entered once by the probe, as a fork server does"
+                    if shared
+                    else "every namespace made by each child"
+                ),
             )
         ]
         for before, name in zip(names, names[1:]):
@@ -190,7 +233,8 @@ def main() -> int:
                 c.Stats.of([x * us / per for x in costs]),
                 unit="us CPU",
                 note="without __pycache__ beside worker.py, engine.py and oslimits.py (PYTHONDONTWRITEBYTECODE, "
-                "an editable install) the server compiles them on each boot: about 8 ms more",
+                "an editable install) the server compiles them on each boot: 10-15 ms more (python -m compileall "
+                "nous_sched/runtime writes it; the server reads worker.py's too since it loads it as a module)",
             ),
         ]
 
@@ -200,13 +244,20 @@ def main() -> int:
         me = os.getpid()
         per = 50 if opts.quick else 200
 
-        def batch() -> float:
-            t0 = c.tree_cpu(me)
+        def own() -> float:
+            r = resource.getrusage(resource.RUSAGE_SELF)
+            return r.ru_utime + r.ru_stime
+
+        def batch() -> tuple[float, float, float]:
+            k0, t0, h0 = kernel_threads(), c.tree_cpu(me), own()
             for _ in range(per):
                 r = run_code("return await tools.noop({});", [tool], runtime=pool, description="test")
                 assert r.ok, r.error
             time.sleep(0.3)  # the discarded workers reaped, their CPU in the fork server's
-            return (c.tree_cpu(me) - t0) / per
+            h1 = own()
+            t1 = c.tree_cpu(me)
+            time.sleep(0.7)  # (the kernel frees a network namespace later)
+            return (t1 - t0) / per, (h1 - h0) / per, kernel_threads_since(k0) / per
 
         try:
             batch()
@@ -216,11 +267,25 @@ def main() -> int:
         return [
             c.Row(
                 "a one-shot run, one tool call: host + child processes",
-                c.Stats.of([x * 1e3 for x in samples]),
+                c.Stats.of([x * 1e3 for x, _, _ in samples]),
                 unit="ms CPU",
                 target=c.value_at_most(4.0, "ms CPU"),
                 note=f"{per} runs back to back per sample (c.tree_cpu), fork servers' boots and reaped workers included",
-            )
+            ),
+            c.Row("  the host process (every thread)", c.Stats.of([h * 1e3 for _, h, _ in samples]), unit="ms CPU"),
+            c.Row(
+                "  child processes (fork servers, workers)",
+                c.Stats.of([(x - h) * 1e3 for x, h, _ in samples]),
+                unit="ms CPU",
+                note="the kernel's own threads (a network namespace's cleanup) are in neither",
+            ),
+            c.Row(
+                "  beside them: the machine's kernel threads",
+                c.Stats.of([k * 1e3 for _, _, k in samples]),
+                unit="ms CPU",
+                note="every kworker and rcu thread of the machine, clock ticks, the same runs (another process's "
+                "load counts too): where a network namespace is freed",
+            ),
         ]
 
     return c.run(

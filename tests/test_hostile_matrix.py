@@ -39,6 +39,7 @@ import importlib.util
 import io
 import json
 import logging
+import os
 import pathlib
 import re
 import signal
@@ -270,6 +271,12 @@ OUTPUT_PATHS: dict[str, Callable[[Any], None]] = {
     # issue 43, item 9: nous_sched.asgi.sse_app (live.asse, agui.asse) on uvicorn, as an HTTP client read it
     "asgi_sse_stream": SSE,
     "asgi_agui_sse": AGUI_SSE,
+    # examples/django_project's live page on a real threaded WSGI server in its own process: its streams as
+    # an HTTP client read them, and what the server process wrote to its stderr (its request log, and the
+    # nous_sched logger's records through Python's last-resort handler, as a deployment without logging set up)
+    "django_sse_stream": SSE,
+    "django_agui_sse": AGUI_SSE,
+    "django_server_log": TERMINAL,
 }
 
 
@@ -481,6 +488,46 @@ def enter_asgi_sse(program: str, description: str, env: Any) -> Seen:
     end = events[-1]["data"]
     kind = None if end["ok"] else end["error"]["kind"]
     return Seen(end["ok"], kind, text, {"asgi_sse_stream": body, "asgi_agui_sse": agui_body})
+
+
+def enter_django_sse(program: str, description: str, env: Any) -> Seen:
+    # examples/django_project's live page as a person uses it: Django's CSRF cookie and the same token in
+    # X-CSRF-Token to start the run (as the project's form does), the page's own token to answer each
+    # approval the stream asks (CsrfViewMiddleware checks both), the stream read as it comes.
+    django = env.django
+    token = "a" * 32
+    log_from = django.log_size()
+    with httpx.Client(base_url=django.url, timeout=WAIT, cookies={"csrftoken": token}) as client:
+        asked = json.dumps({"code": program, "description": description})  # ASCII: a lone surrogate as its escape
+        headers = {"Content-Type": "application/json", "X-CSRF-Token": token}
+        started = client.post("/runs", content=asked, headers=headers)
+        assert started.status_code == 200, started.text[:300]
+        run_id = started.json()["id"]
+        page = client.get(f"/runs/{run_id}").text
+        csrf = json.loads(html.unescape(page.split('data-run="', 1)[1].split('"', 1)[0]))["csrf"]
+        chunks: list[bytes] = []
+        with client.stream("GET", f"/runs/{run_id}/events") as response:
+            assert response.status_code == 200
+            for line in response.iter_lines():
+                chunks.append(line.encode("utf-8") + b"\n")
+                if not line.startswith("data: "):
+                    continue
+                event = orjson.loads(line[len("data: ") :])
+                if event["kind"] == "approval" and event["data"]["state"] == "asked":
+                    body = {"seq": event["seq"], "call_id": event["data"]["call_id"], "approved": True}
+                    answered = client.post(f"/runs/{run_id}/decisions", json=body, headers={"X-CSRF-Token": csrf})
+                    assert answered.status_code == 200, answered.text[:300]
+        with client.stream("GET", f"/runs/{run_id}/agui") as response:
+            assert response.status_code == 200
+            agui_body = response.read()
+    body = b"".join(chunks)
+    text = body.decode("utf-8")  # strict: the stream is UTF-8 throughout
+    events = [orjson.loads(line[6:]) for line in text.splitlines() if line.startswith("data: ")]
+    end = events[-1]["data"]
+    kind = None if end["ok"] else end["error"]["kind"]
+    assert django.alive(), "the Django server died"
+    outputs = {"django_sse_stream": body, "django_agui_sse": agui_body, "django_server_log": django.log(log_from)}
+    return Seen(end["ok"], kind, text, outputs)
 
 
 def _asking_review() -> tuple[list[str], list[str], Callable[[Any], bool], Callable[[Any], Any]]:
@@ -725,6 +772,7 @@ ENTRY_POINTS = [
         ("run_result", "approval_question", "review_question", "run_events_json", "logging"),
     ),
     Entry("asgi_sse", enter_asgi_sse, ("asgi_sse_stream", "asgi_agui_sse", "logging")),
+    Entry("django_sse", enter_django_sse, ("django_sse_stream", "django_agui_sse", "django_server_log", "logging")),
 ]
 ENTRIES_BY_NAME = {entry.name: entry for entry in ENTRY_POINTS}
 
@@ -857,6 +905,10 @@ class Env:
     def asgi_url(self) -> str:
         return self._shared.asgi_url()
 
+    @property
+    def django(self) -> "_DjangoServer":
+        return self._shared.django()
+
     def serve_mcp_bytes(self, raw: bytes) -> Seen:
         module = self.tmp_path / "bad_tools.py"
         module.write_bytes(b'from nous_sched import Tool\nTOOLS = []\nX = """' + raw + b'"""\n')
@@ -872,6 +924,84 @@ class Env:
         return Seen(False, "usage", err, {"cli_stderr": err})
 
 
+#: examples/django_project served as in production (its own settings and WSGI application, werkzeug's threaded
+#: server), with the matrix's tools beside the project's own. Django's settings are process-wide, and other
+#: test modules configure Django otherwise (tests/test_django_live.py), so the project runs in a process of its own.
+DJANGO_SERVER = """
+import os
+os.environ["DJANGO_SETTINGS_MODULE"] = "mysite.settings"
+import django
+django.setup()
+from django.core.management import call_command
+call_command("migrate", verbosity=0)
+import hostile_tools
+from myapp import live, tools
+live.TOOLS = [*tools.TOOLS, *hostile_tools.TOOLS]  # the views read the module's TOOLS per run
+from werkzeug.serving import make_server
+from mysite.wsgi import application
+server = make_server("127.0.0.1", 0, application, threaded=True)
+print(server.server_port, flush=True)
+server.serve_forever(poll_interval=0.05)
+"""
+
+
+class _DjangoServer:
+    """The Django project's server process: its URL, whether it lives, and what it wrote to stderr."""
+
+    def __init__(self, process: subprocess.Popen[bytes], url: str) -> None:
+        import threading
+
+        self.process, self.url = process, url
+        self._err = bytearray()
+        self._lock = threading.Lock()
+        threading.Thread(target=self._drain, name="test-django-stderr", daemon=True).start()
+
+    def _drain(self) -> None:
+        assert self.process.stderr is not None
+        for line in self.process.stderr:
+            with self._lock:
+                self._err += line
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def log_size(self) -> int:
+        with self._lock:
+            return len(self._err)
+
+    def log(self, since: int) -> str:
+        """What the server wrote to stderr since ``since`` (its byte count then), decoded strictly."""
+        with self._lock:
+            return bytes(self._err[since:]).decode("utf-8")
+
+    @classmethod
+    @contextlib.contextmanager
+    def started(cls, tmp: pathlib.Path) -> Any:
+        project = ROOT / "examples" / "django_project"
+        path = os.pathsep.join([str(project), str(pathlib.Path(__file__).resolve().parent), str(ROOT)])
+        env = dict(os.environ, PYTHONPATH=path, MYSITE_DB=str(tmp / "django.sqlite3"))
+        env.pop("DJANGO_SETTINGS_MODULE", None)
+        process = subprocess.Popen(
+            [sys.executable, "-c", DJANGO_SERVER],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            cwd=project,
+        )
+        try:
+            assert process.stdout is not None
+            port = process.stdout.readline().decode().strip()
+            assert port.isdigit(), (port, process.stderr.read().decode()[-2000:] if process.stderr else "")
+            yield cls(process, f"http://127.0.0.1:{port}")
+        finally:
+            process.terminate()
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
 class _Shared:
     """The module's servers and Flask app, started the first time a cell needs them."""
 
@@ -883,6 +1013,7 @@ class _Shared:
         self._celery: Any = None
         self._postgres: Any = None
         self._asgi: Optional[str] = None
+        self._django: Optional[_DjangoServer] = None
 
     def close(self) -> None:
         self._stack.close()
@@ -940,6 +1071,12 @@ class _Shared:
             self._stack.callback(stop)
             self._asgi = f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
         return self._asgi
+
+    def django(self) -> "_DjangoServer":
+        """examples/django_project on a threaded WSGI server in a process of its own, started on first use."""
+        if self._django is None:
+            self._django = self._stack.enter_context(_DjangoServer.started(self._tmp))
+        return self._django
 
     def postgres(self) -> Any:
         if self._postgres is None:

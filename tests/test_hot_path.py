@@ -42,6 +42,110 @@ def test_a_result_returned_while_calls_are_outstanding_crosses_once():
         engine.close()
 
 
+_STEPPED = """
+const out = [];
+for (let i = 0; i < 4; i++) {
+  try { out.push(await tools.a({ i })); } catch (e) { out.push(String(e)); console.log("failed", i); }
+  console.log("step", i);
+}
+const both = await Promise.all([tools.a({ x: 1 }), tools.a({ x: 2 })]);
+return [out, both];
+"""
+
+
+def _stepped(one_at_a_time: bool) -> list[str]:
+    engine = Engine(_STEPPED, ["a"], Limits(), time.monotonic() + 30)
+    try:
+        texts = [engine.start()]
+        while True:
+            calls = _checked(texts[-1])["calls"]
+            if not calls:
+                return texts
+            for call_id, *_ in calls:
+                ok = call_id not in (2, 4)  # (two of the loop's calls fail)
+                payload = json.dumps(call_id) if ok else json.dumps({"tool": "a", "message": f"no {call_id}"})
+                if one_at_a_time:
+                    texts.append(engine.settle(call_id, ok, payload))
+                else:
+                    texts.append(engine.settle_many([(call_id, None, None, ok, payload)])[0])
+    finally:
+        engine.close()
+
+
+def test_settling_one_call_steps_as_a_batch_of_that_one_call_does():
+    # The worker steps a one-call settle frame with Engine.settle, a batch with
+    # settle_many: the program, its logs and its calls cannot tell them apart.
+    one, batched = _stepped(True), _stepped(False)
+    assert one == batched
+    assert _main_of(one[-1])["state"] == "fulfilled"
+
+
+def test_a_stop_while_settling_one_call_carries_no_earlier_steps():
+    from nous_sched.runtime.engine import Stopped
+
+    engine = Engine("await tools.a({}); while (true) {}", ["a"], Limits(timeout=1), time.monotonic() + 0.3)
+    try:
+        engine.start()
+        with pytest.raises(Stopped) as stop:
+            engine.settle(1, True, "null")
+        assert stop.value.kind == "timeout" and tuple(stop.value.steps) == ()
+    finally:
+        engine.close()
+
+
+def test_a_step_with_nothing_new_still_carries_the_dropped_count():
+    # A settle that starts no call, logs nothing and does not end the program
+    # drains the envelope with nothing in it; once a log line was dropped,
+    # every later envelope still says how many.
+    program = (
+        "const p = Promise.all([tools.a({}), tools.a({}), tools.a({})]); await p; console.log('x'); await p; return 1;"
+    )
+    limits = Limits(max_log_lines=1)
+    engine = Engine(program, ["a"], limits, time.monotonic() + 30)
+    try:
+        assert len(_checked(engine.start())["calls"]) == 3
+        assert engine.settle(1, True, "null") == '{"calls":[],"logs":[],"dropped":0,"main":null}'
+        engine.settle(2, True, "null")
+    finally:
+        engine.close()
+    program = "console.log('a'); console.log('b'); const p = Promise.all([tools.a({}), tools.a({})]); return await p;"
+    engine = Engine(program, ["a"], limits, time.monotonic() + 30)
+    try:
+        first = _checked(engine.start())
+        assert first["logs"] == ["a"] and first["dropped"] == 1
+        assert _checked(engine.settle(1, True, "null")) == {"calls": [], "logs": [], "dropped": 1, "main": None}
+        assert _main_of(engine.settle(2, True, "null"))["state"] == "fulfilled"
+    finally:
+        engine.close()
+
+
+def test_each_failed_call_has_its_own_call_site_even_with_no_stack_frames_kept():
+    # Call sites are captured into one private holder, replaced at every call:
+    # a failed call's stack is where that call was made, never an earlier call's.
+    program = """
+async function early() { return await tools.a({}); }
+async function late() { return await tools.a({}); }
+await early();
+const stacks = [];
+try { await late(); } catch (e) { stacks.push(e.stack); }
+Error.stackTraceLimit = 0;
+try { await late(); } catch (e) { stacks.push(e.stack); }
+return stacks;
+"""
+    engine = Engine(program, ["a"], Limits(), time.monotonic() + 30)
+    try:
+        text = engine.start()
+        for call_id in (1, 2, 3):
+            assert [c[0] for c in _checked(text)["calls"]] == [call_id]
+            payload = "null" if call_id == 1 else json.dumps({"tool": "a", "message": "no"})
+            text = engine.settle(call_id, call_id == 1, payload)
+        stacks = json.loads(_main_of(text)["json"])
+    finally:
+        engine.close()
+    assert "at late" in stacks[0] and "early" not in stacks[0]
+    assert "early" not in stacks[1] and "late" not in stacks[1]
+
+
 def test_a_batch_reaches_the_driver_in_one_message_in_order(make_scheduler):
     s = make_scheduler()
     seen = []

@@ -28,21 +28,27 @@ class PoolMachine(RuleBasedStateMachine):
     """Runs ask, wait, start, compute steps (a CPU share each), finish, or are
     interrupted at any of those steps; spares come and go; the pool closes."""
 
+    SHAPE = {"size": 3, "spares": 2, "runs_per_worker": 3, "cpu_shares": 2}
+
     def __init__(self) -> None:
         super().__init__()
-        self.core = PoolCore(size=3, spares=2, runs_per_worker=3, cpu_shares=2)
+        self.core = PoolCore(**self.SHAPE)
         self.computing: set[int] = set()  # runs holding a CPU share
         self.share_order: list[int] = []  # runs waiting for one, in the order they started waiting
         self.next_run = 0
         self.waiting: dict[int, object] = {}  # run -> domain
         self.holding: dict[int, tuple[int, object]] = {}  # run -> (wid, domain)
         self.starting: set[int] = set()  # wids whose process the "shell" is making
+        self.reserved: dict[int, int] = {}  # wid -> its run: a SPAWN place, no process until the run has a share
         self.retiring: set[int] = set()  # wids killed, not yet gone
         self.served: dict[int, set] = {}  # wid -> domains it ran
         self.fresh_runs: dict[int, int] = {}  # wid -> runs without a domain it was handed to
         self.order: list[int] = []  # waiting runs, in the order they started waiting
 
     def _ask(self, run: int, domain: object) -> None:
+        core = self.core
+        would_wait = len(core.computing) >= core.cpu_shares or bool(core.share_queue)
+        room = len(core.slots) < core.size
         try:
             verdict, wid, retire = self.core.ask(run, domain, need=1)
         except Closed:
@@ -61,7 +67,9 @@ class PoolMachine(RuleBasedStateMachine):
             del self.waiting[run]
         assert wid is not None
         if verdict == SPAWN:
-            self.starting.add(wid)
+            self.reserved[wid] = run
+        if verdict == USE and wid not in self.served:
+            assert not (would_wait and room), "a spare is left to the run whose turn comes"
         self.holding[run] = (wid, domain)
         self.served.setdefault(wid, set()).add(domain)
         if domain is FRESH:
@@ -90,21 +98,43 @@ class PoolMachine(RuleBasedStateMachine):
     def the_spares_thread_tops_up(self) -> None:
         self.starting.update(self.core.want_spares())
 
+    @precondition(lambda self: self.reserved)
+    @rule(data=st.data())
+    def a_run_with_a_reserved_place_asks_for_its_share(self, data: st.DataObject) -> None:
+        # (the shell: a SPAWN place's process is started only under the run's share)
+        self._take(self.reserved[data.draw(st.sampled_from(sorted(self.reserved)))], True)
+
+    @precondition(lambda self: any(r in self.share_order for r in self.reserved.values()))
+    @rule(data=st.data())
+    def a_run_with_a_reserved_place_gives_up_waiting_for_its_share(self, data: st.DataObject) -> None:
+        # its deadline, a cancel: the shell drops its ticket (the place, no process yet)
+        run = data.draw(st.sampled_from(sorted(r for r in self.reserved.values() if r in self.share_order)))
+        self._drop(run)
+
     @precondition(lambda self: self.starting)
     @rule(data=st.data(), ok=st.booleans())
     def a_process_start_ends(self, data: st.DataObject, ok: bool) -> None:
         wid = data.draw(st.sampled_from(sorted(self.starting)))
         self.starting.discard(wid)
+        slot = self.core.slots.get(wid)
+        if slot is not None and slot.for_run is not None:
+            assert slot.for_run in self.core.computing, "a run's own process starts under its share"
         self.core.started(wid, ok)
-        if not ok:  # its run (if any) fails: it holds nothing
+        if not ok:  # its run (if any) fails: it holds nothing, its share given back
             for run, (held, _) in list(self.holding.items()):
                 if held == wid:
                     del self.holding[run]
+                    self.core.give_share(run)
+                    self.computing.discard(run)
 
-    @precondition(lambda self: any(w not in self.starting for w, _ in self.holding.values()))
+    def _ready(self) -> list[int]:
+        """The runs whose worker is started."""
+        return sorted(r for r, (w, _) in self.holding.items() if w not in self.starting and w not in self.reserved)
+
+    @precondition(lambda self: self._ready())
     @rule(data=st.data(), reusable=st.booleans())
     def a_run_ends(self, data: st.DataObject, reusable: bool) -> None:
-        runs = sorted(r for r, (w, _) in self.holding.items() if w not in self.starting)
+        runs = self._ready()
         run = data.draw(st.sampled_from(runs))
         wid, domain = self.holding.pop(run)
         # (the shell: each step gives its share back, and the run's end does again)
@@ -136,7 +166,9 @@ class PoolMachine(RuleBasedStateMachine):
     def a_run_is_interrupted_at_any_step(self, data: st.DataObject) -> None:
         # A KeyboardInterrupt cut the run off wherever it was (waiting, its
         # process being made, running): the shell drops its ticket.
-        run = data.draw(st.sampled_from(sorted(set(self.waiting) | set(self.holding))))
+        self._drop(data.draw(st.sampled_from(sorted(set(self.waiting) | set(self.holding)))))
+
+    def _drop(self, run: int) -> None:
         kill = self.core.drop(run)
         if run in self.waiting:
             del self.waiting[run]
@@ -151,8 +183,9 @@ class PoolMachine(RuleBasedStateMachine):
         else:
             wid = held[0]
             assert kill == [wid]
-            if wid in self.starting:  # its place is gone; the shell kills what it was making
+            if wid in self.starting or wid in self.reserved:  # its place is gone; the shell kills what it was making
                 self.starting.discard(wid)
+                self.reserved.pop(wid, None)
                 assert wid not in self.core.slots
             else:
                 self.retiring.add(wid)
@@ -174,13 +207,27 @@ class PoolMachine(RuleBasedStateMachine):
             self.computing.add(run)
         elif wait and run not in self.share_order:
             self.share_order.append(run)
+        for wid, owner in list(self.reserved.items()):
+            if owner == run and got:  # (the shell takes a spare ready now, or starts its process)
+                del self.reserved[wid]
+                spare = self.core.swap(run, wid)
+                if spare is None:
+                    self.starting.add(wid)
+                    continue
+                assert wid not in self.core.slots, "the reservation is given back"
+                assert spare not in self.served, "a spare that never ran anything"
+                domain = self.holding[run][1]
+                self.holding[run] = (spare, domain)
+                self.served.setdefault(spare, set()).add(domain)
+                if domain is FRESH:
+                    self.fresh_runs[spare] = self.fresh_runs.get(spare, 0) + 1
 
-    @precondition(lambda self: any(w not in self.starting for w, _ in self.holding.values()))
+    @precondition(lambda self: self._ready())
     @rule(data=st.data(), wait=st.booleans())
     def a_run_starts_a_step(self, data: st.DataObject, wait: bool) -> None:
         # (once its worker is ready) wait: its own thread (the run frame, a
         # settle it sends); else the relay's kick
-        runs = sorted(r for r, (w, _) in self.holding.items() if w not in self.starting)
+        runs = self._ready()
         self._take(data.draw(st.sampled_from(runs)), wait)
 
     @precondition(lambda self: self.share_order)
@@ -192,13 +239,17 @@ class PoolMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def a_run_waiting_for_a_share_gives_up(self, data: st.DataObject) -> None:
         run = data.draw(st.sampled_from(self.share_order))  # its deadline, a cancel
+        if run in self.reserved.values():
+            self._drop(run)  # (the shell gives its reserved place back with it)
+            return
         self.core.leave_shares(run)
         self.share_order.remove(run)
 
-    @precondition(lambda self: self.computing)
+    @precondition(lambda self: self.computing & set(self._ready()))
     @rule(data=st.data())
     def a_step_s_answers_arrive(self, data: st.DataObject) -> None:
-        run = data.draw(st.sampled_from(sorted(self.computing)))
+        # (a run keeps the share its start-up took into its first step)
+        run = data.draw(st.sampled_from(sorted(self.computing & set(self._ready()))))
         self.core.give_share(run)
         self.computing.discard(run)
         self.core.give_share(run)  # (idempotent: the run's end gives it back again)
@@ -207,7 +258,8 @@ class PoolMachine(RuleBasedStateMachine):
     def close(self) -> None:
         wids = set(self.core.close())
         held = {w for w, _ in self.holding.values()}
-        assert held <= wids | self.starting
+        assert held <= wids | self.starting | set(self.reserved)
+        self.reserved.clear()
         self.holding.clear()
         self.retiring.clear()
         self.waiting.clear()
@@ -240,7 +292,7 @@ class PoolMachine(RuleBasedStateMachine):
                 assert wid in held
                 assert self.holding[slot.holder][0] == wid, "a busy place knows the run that holds it"
             if slot.state == "starting":
-                assert wid in self.starting
+                assert wid in self.starting or self.reserved.get(wid) == slot.holder
             if slot.state == "idle":
                 assert wid in self.core.idle
             if slot.state == "retiring":
@@ -252,6 +304,12 @@ class PoolMachine(RuleBasedStateMachine):
         assert len(self.core.computing) <= self.core.cpu_shares
         assert self.computing <= set(self.holding)
         assert set(self.share_order) <= set(self.holding)
+
+    @invariant()
+    def a_run_waiting_for_its_first_share_has_no_process(self) -> None:
+        for wid, run in self.reserved.items():
+            assert self.core.slots[wid].state == "starting" and self.core.slots[wid].holder == run
+            assert run not in self.computing
 
     @invariant()
     def the_core_queues_share_waiters_as_they_came(self) -> None:
@@ -281,6 +339,23 @@ class PoolMachine(RuleBasedStateMachine):
 
 PoolMachine.TestCase.settings = settings(max_examples=300, stateful_step_count=40, deadline=None)
 test_the_pool_core_state_machine = PoolMachine.TestCase
+
+
+class OneSharePoolMachine(PoolMachine):
+    """The same, with one CPU share and room beside it: runs queue for the
+    share with places reserved, and spares are ready when their turn comes
+    (the reservation swapped for a spare)."""
+
+    SHAPE = {"size": 4, "spares": 1, "runs_per_worker": 3, "cpu_shares": 1}
+
+    @rule()
+    def the_spares_thread_tops_up_and_its_spares_say_hello(self) -> None:
+        for wid in self.core.want_spares():
+            self.core.started(wid, True)
+
+
+OneSharePoolMachine.TestCase.settings = settings(max_examples=300, stateful_step_count=40, deadline=None)
+test_the_pool_core_state_machine_with_one_share = OneSharePoolMachine.TestCase
 
 
 def test_a_fresh_run_after_a_domain_run_never_gets_that_worker():
@@ -432,3 +507,25 @@ def _settle(base: set[int]) -> None:
 
 
 assert poolcore.__all__
+
+
+def test_a_run_that_would_wait_for_a_share_reserves_a_place_and_takes_the_spare_when_its_turn_comes():
+    core = PoolCore(size=4, spares=1, runs_per_worker=3, cpu_shares=1)
+    (spare,) = core.want_spares()
+    core.started(spare, True)
+    assert core.ask("a", FRESH, 1) == (USE, spare, None), "a share is free: the spare is taken at once"
+    assert core.take_share("a", True)
+    (second,) = core.want_spares()
+    core.started(second, True)
+    verdict, reserved, _ = core.ask("b", FRESH, 1)
+    assert verdict == SPAWN and reserved != second, "b would wait for the share: it reserves a place"
+    assert core.spares_ready() == 1 and core.slots[reserved].state == "starting"
+    assert not core.take_share("b", True), "b waits for the share"
+    core.give_share("a")
+    assert core.share_head() == "b" and core.take_share("b", True)
+    assert core.swap("b", reserved) == second, "its turn: the ready spare instead of a start-up"
+    assert reserved not in core.slots and core.slots[second].holder == "b" and core.spares_ready() == 0
+    assert core.swap("b", reserved) is None, "once"
+    verdict, other, _ = core.ask("c", FRESH, 1)
+    assert verdict == SPAWN
+    assert core.drop("c") == [other] and other not in core.slots, "a reservation dropped is gone at once"

@@ -195,3 +195,89 @@ def test_runs_beyond_the_shares_all_compute_in_turn():
         assert not pool._core.computing and not pool._core.share_queue
     finally:
         pool.close()
+
+
+@pytest.mark.timeout(120)
+def test_a_run_waiting_for_a_cpu_share_has_started_no_worker_process():
+    # One share, no spares: while one run computes, the next holds a reserved
+    # place but no process; its worker is started once the first's step ends.
+    # A run that reaches its deadline waiting has cost no start-up at all.
+    pool = WorkerPool(size=4, cpu_shares=1, spares=0)
+    cancel = threading.Event()
+    out: dict = {}
+
+    def start(key: str, program: str, **kw) -> threading.Thread:
+        t = threading.Thread(
+            target=lambda: out.__setitem__(key, run_code(program, runtime=pool, description="t", **kw))
+        )
+        t.start()
+        return t
+
+    try:
+        a = start("a", "while (true) {}", timeout=60, cancel=cancel)
+        assert _until(lambda: pool.shares() == (1, 0) and len(pool.pids()) == 1), "the first run computes"
+        first = pool.pids()
+        b = start("b", "return 2", timeout=60)
+        assert _until(lambda: pool.shares() == (1, 1)), "the second run waits for the share"
+        assert pool.pids() == first, "with no worker process of its own"
+        seen: set = set()
+        c = start("c", "return 3", timeout=1)
+        while c.is_alive():
+            seen.update(pool.pids())
+            c.join(0.005)
+        assert out["c"].error is not None and out["c"].error.kind == "timeout"
+        assert "waiting for a free CPU share" in out["c"].error.message
+        assert seen == set(first), "a run that timed out waiting for a share started no worker"
+        assert pool.shares() == (1, 1) and pool.pids() == first
+        cancel.set()
+        a.join(60)
+        b.join(60)
+        assert out["a"].error is not None and out["a"].error.kind == "cancelled"
+        assert out["b"].error is None and out["b"].result == 2, "the waiting run started its worker and ran"
+        assert pool.shares() == (0, 0)
+    finally:
+        cancel.set()
+        pool.close()
+
+
+@pytest.mark.timeout(120)
+def test_a_run_that_would_wait_for_a_share_leaves_the_spare_to_the_run_whose_turn_comes():
+    # A run that took a spare and then waited for the share would have spent
+    # a start-up (the spare's) and might time out waiting: it reserves a place
+    # instead, and the spare goes to the run that gets the share.
+    pool = WorkerPool(size=4, cpu_shares=1, spares=1)
+    cancel = threading.Event()
+    out: dict = {}
+
+    def start(key: str, program: str, **kw) -> threading.Thread:
+        t = threading.Thread(
+            target=lambda: out.__setitem__(key, run_code(program, runtime=pool, description="t", **kw))
+        )
+        t.start()
+        return t
+
+    try:
+        assert pool.wait_for_spares(60)
+        a = start("a", "while (true) {}", timeout=60, cancel=cancel)
+        assert _until(lambda: pool.shares() == (1, 0)), "the first run computes, on the spare"
+        assert pool.wait_for_spares(60), "its replacement boots"
+        held = pool.pids()
+        assert len(held) == 2
+        b = start("b", "return 2", timeout=60)
+        assert _until(lambda: pool.shares() == (1, 1)), "the second run waits for the share"
+        seen: set = set()
+        c = start("c", "return 3", timeout=1)
+        while c.is_alive():
+            seen.update(pool.pids())
+            c.join(0.005)
+        assert out["c"].error is not None and "waiting for a free CPU share" in out["c"].error.message
+        assert seen == set(held), "the runs waiting took no spare, and none was started for them"
+        cancel.set()
+        a.join(60)
+        b.join(60)
+        assert out["b"].error is None and out["b"].result == 2
+        assert pool.wait_for_spares(60)
+        assert not set(held) & set(pool.pids()), "the second run ran on the spare (it started no worker of its own)"
+    finally:
+        cancel.set()
+        pool.close()

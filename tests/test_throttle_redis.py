@@ -14,6 +14,8 @@ Redis example against a started server and a dead one.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -25,7 +27,9 @@ import textwrap
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any, Callable
 
 import pytest
 from redis_server import redis_process
@@ -586,51 +590,81 @@ def _running(url: str, name: str) -> int:
     return int(redis.Redis.from_url(url, socket_timeout=5).zcard(f"nous_sched:throttle:{{{name}}}:running"))
 
 
-def test_a_restarted_redis_hands_out_no_place_until_another_process_holding_one_registers_it_again(caplog):
-    """Another process holds the only place; the server restarts and forgets it. This process, which
-    saw the server before, declares the restart: no place for a lease after the server started, while
-    the holder's renewal registers its place again; then the place is still the holder's. It comes
-    back only once the holder is killed (after its lease). Logged once, naming Redis and the restart."""
-    caplog.set_level(logging.WARNING, logger="nous_sched")
-    name = "restart-held-" + uuid.uuid4().hex
-    lease = 3.0  # renewed every second: room for a loaded machine within the grace
-    with redis_process() as server:
-        r = redis.Redis.from_url(server.url)
-        env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        child = subprocess.Popen(
-            [sys.executable, "-c", HOLDER, server.url, name, str(lease)],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        try:
+@dataclasses.dataclass
+class HeldElsewhere:
+    server: Any  # the test's own redis-server (tests/redis_server.py's RedisProcess)
+    child: subprocess.Popen[str]  # the process holding the place (HOLDER)
+    mine: Throttle  # this process's Throttle of the same name, refused once: it has seen the server
+    name: str
+
+
+@pytest.fixture
+def held_elsewhere() -> Iterator[Callable[[str, float], HeldElsewhere]]:
+    """``start(name, lease)``: a redis-server of the test's own; another process holding the only place
+    of throttle ``name`` (``max_running=1``, ``lease``); this process's Throttle of that name refused
+    once (so it knows the server's run id). The child is killed and the server stopped after the test."""
+    with contextlib.ExitStack() as stack:
+
+        def start(name: str, lease: float) -> HeldElsewhere:
+            server = stack.enter_context(redis_process())
+            r = redis.Redis.from_url(server.url)
+            env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+            child = subprocess.Popen(
+                [sys.executable, "-c", HOLDER, server.url, name, str(lease)],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            stack.callback(_end, child)
             eventually(lambda: r.get(name + ":holding") is not None or child.poll() is not None, "the child to hold")
             assert child.poll() is None, child.communicate()
             mine = Throttle(name, max_running=1, redis_url=server.url, lease=lease)
             with pytest.raises(TimeoutError):  # full: and this process now knows the server's run id
                 with mine.hold(timeout=0.3):
                     pass
-            server.kill()
-            server.start()
-            assert _running(server.url, name) == 0  # the restarted server forgot the holder's place
-            began = time.monotonic()
-            with pytest.raises(TimeoutError):
-                with mine.hold(timeout=2 * lease + 2):
-                    pytest.fail("a place was handed out while another process held the only one")
-            assert time.monotonic() - began >= 2 * lease
-            assert _running(server.url, name) == 1  # the holder's place, registered again
-            said = [x.getMessage() for x in _said(caplog, name) if "restarted" in x.getMessage()]
-            assert len(said) == 1, said
-            assert f"Redis at 127.0.0.1:{server.port} restarted" in said[0] and "register them again" in said[0]
-            child.kill()
-            child.wait(WAIT)
-            with mine.hold(timeout=WAIT):  # the dead holder's place comes back after its lease
-                assert mine.running == 1
-        finally:
-            if child.poll() is None:
-                child.kill()
-                child.wait()
+            return HeldElsewhere(server, child, mine, name)
+
+        yield start
+
+
+def _end(child: subprocess.Popen[str]) -> None:
+    if child.poll() is None:
+        child.send_signal(signal.SIGCONT)
+        child.kill()
+    child.wait(WAIT)
+    for pipe in (child.stdout, child.stderr):
+        if pipe is not None:
+            pipe.close()
+
+
+def test_a_restarted_redis_hands_out_no_place_until_another_process_holding_one_registers_it_again(
+    caplog, held_elsewhere
+):
+    """Another process holds the only place; the server restarts and forgets it. This process, which
+    saw the server before, declares the restart: no place for a lease after the server started, while
+    the holder's renewal registers its place again; then the place is still the holder's. It comes
+    back only once the holder is killed (after its lease). Logged once, naming Redis and the restart."""
+    caplog.set_level(logging.WARNING, logger="nous_sched")
+    lease = 3.0  # renewed every second: room for a loaded machine within the grace
+    held = held_elsewhere("restart-held-" + uuid.uuid4().hex, lease)
+    server, child, mine, name = held.server, held.child, held.mine, held.name
+    server.kill()
+    server.start()
+    assert _running(server.url, name) == 0  # the restarted server forgot the holder's place
+    began = time.monotonic()
+    with pytest.raises(TimeoutError):
+        with mine.hold(timeout=2 * lease + 2):
+            pytest.fail("a place was handed out while another process held the only one")
+    assert time.monotonic() - began >= 2 * lease
+    assert _running(server.url, name) == 1  # the holder's place, registered again
+    said = [x.getMessage() for x in _said(caplog, name) if "restarted" in x.getMessage()]
+    assert len(said) == 1, said
+    assert f"Redis at 127.0.0.1:{server.port} restarted" in said[0] and "register them again" in said[0]
+    child.kill()
+    child.wait(WAIT)
+    with mine.hold(timeout=WAIT):  # the dead holder's place comes back after its lease
+        assert mine.running == 1
 
 
 def test_calls_running_through_a_restart_keep_their_places_and_no_run_is_over_the_limit():
@@ -667,38 +701,68 @@ def test_calls_running_through_a_restart_keep_their_places_and_no_run_is_over_th
         assert state["peak"] <= 2
 
 
-def test_a_holder_stalled_past_its_lease_through_a_restart_does_not_register_its_place_again():
+def test_a_holder_stalled_past_its_lease_through_a_restart_does_not_register_its_place_again(held_elsewhere):
     """The holder's whole process stops (SIGSTOP) for longer than its lease while the server restarts;
     let go on within the restart's grace, its renewal finds the lease ran out by its own clock: it is
     lost (logged), never registered again, so the place is free once the grace ends."""
-    name = "restart-stalled-" + uuid.uuid4().hex
     lease = 2.0
+    held = held_elsewhere("restart-stalled-" + uuid.uuid4().hex, lease)
+    server, child, mine, name = held.server, held.child, held.mine, held.name
+    try:
+        child.send_signal(signal.SIGSTOP)
+        time.sleep(lease + 0.5)  # its lease runs out, by its own clock too
+        server.kill()
+        server.start()
+        child.send_signal(signal.SIGCONT)  # in the grace: a renewal now would register the place again
+        with mine.hold(timeout=WAIT):
+            assert _running(server.url, name) == 1 and mine.running == 1  # the place is this one's
+    finally:
+        child.send_signal(signal.SIGCONT)
+        child.kill()
+        _, err = child.communicate(timeout=WAIT)
+    assert "lease lost" in err and "this process was stalled" in err, err[-2000:]
+
+
+# What the restart guard costs: a take reads the server's run id (INFO) only where it must.
+
+
+def _infos(r: Any) -> int:
+    return int(r.info("commandstats").get("cmdstat_info", {}).get("calls", 0))
+
+
+def test_takes_read_the_servers_run_id_once_per_third_of_a_lease():
+    """INFO builds a page of text: forty takes in a row read it once, plus once per third of the lease
+    that passes (before, every take read it: forty)."""
+    lease = 30.0
     with redis_process() as server:
         r = redis.Redis.from_url(server.url)
-        env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        child = subprocess.Popen(
-            [sys.executable, "-c", HOLDER, server.url, name, str(lease)],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        try:
-            eventually(lambda: r.get(name + ":holding") is not None or child.poll() is not None, "the child to hold")
-            assert child.poll() is None, child.communicate()
-            mine = Throttle(name, max_running=1, redis_url=server.url, lease=lease)
-            with pytest.raises(TimeoutError):  # full: and this process now knows the server's run id
-                with mine.hold(timeout=0.3):
-                    pass
-            child.send_signal(signal.SIGSTOP)
-            time.sleep(lease + 0.5)  # its lease runs out, by its own clock too
-            server.kill()
-            server.start()
-            child.send_signal(signal.SIGCONT)  # in the grace: a renewal now would register the place again
-            with mine.hold(timeout=WAIT):
-                assert _running(server.url, name) == 1 and mine.running == 1  # the place is this one's
-        finally:
-            child.send_signal(signal.SIGCONT)
-            child.kill()
-            _, err = child.communicate(timeout=WAIT)
-        assert "lease lost" in err and "this process was stalled" in err, err[-2000:]
+        throttle = Throttle("run-id-" + uuid.uuid4().hex, max_running=2, redis_url=server.url, lease=lease)
+        before = _infos(r)
+        began = time.monotonic()
+        for _ in range(40):
+            with throttle.hold(timeout=WAIT):
+                pass
+        elapsed = time.monotonic() - began
+        read = _infos(r) - before - 1  # (the count's own first INFO is counted by the second)
+    assert 1 <= read <= 2 + int(elapsed // (lease / 3)), (read, elapsed)
+
+
+def test_a_config_recording_another_servers_run_id_is_a_restart(caplog):
+    """A server restarted from an older snapshot: the throttle's data comes back recording the old
+    server's run id. The first take that reads the run id declares the restart, though this process
+    never saw the old server: no place in the grace, and every take reads the run id until it ends."""
+    caplog.set_level(logging.WARNING, logger="nous_sched")
+    name = "snapshot-" + uuid.uuid4().hex
+    with redis_process() as server:
+        r = redis.Redis.from_url(server.url)
+        config = f"nous_sched:throttle:{{{name}}}:config"
+        r.hset(config, mapping={"max_running": 1, "burst": 0, "window_ms": 0, "run": "0" * 40, "checked": 0})
+        throttle = Throttle(name, max_running=1, redis_url=server.url, lease=60.0)  # a grace of a minute
+        with pytest.raises(TimeoutError):
+            with throttle.hold(timeout=0.5):
+                pytest.fail("a place was handed out in a restart's grace")
+        assert int(r.hget(f"nous_sched:throttle:{{{name}}}:born", "until")) > 0
+        assert r.hget(config, "run") is None  # dropped: takes read the run id again until the grace ends
+        assert _running(server.url, name) == 0
+    said = [x.getMessage() for x in _said(caplog, name) if "restarted" in x.getMessage()]
+    assert said and f"Redis at 127.0.0.1:{server.port} restarted" in said[0], said

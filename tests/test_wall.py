@@ -196,6 +196,98 @@ def test_no_ipc_channel_and_no_path_reaches_the_host(compromised, tmp_path):
     assert os.listxattr(target) == []
 
 
+# What a worker would need to reach a sibling in the network namespace they
+# share (an abstract unix socket, the loopback, netlink), the host's network,
+# or a socket it might hold: each call that makes, finds or uses a socket.
+NET = """
+abstract = ctypes.create_string_buffer(b"\\1\\0\\0nous-wall-sibling", 20)  # sockaddr_un, abstract name
+loopback = ctypes.create_string_buffer(b"\\2\\0\\0\\x50\\x7f\\0\\0\\1", 16)  # sockaddr_in 127.0.0.1:80
+pair = (ctypes.c_int * 2)()
+msg = ctypes.create_string_buffer(56)  # an empty msghdr
+report["socket_unix"] = sc(41, 1, 1, 0)
+report["socket_unix_dgram"] = sc(41, 1, 2, 0)
+report["socket_inet"] = sc(41, 2, 1, 0)
+report["socket_inet6"] = sc(41, 10, 2, 0)
+report["socket_netlink"] = sc(41, 16, 3, 0)
+report["socket_packet"] = sc(41, 17, 3, 0)
+report["socketpair"] = sc(53, 1, 1, 0, pair)
+report["connect_abstract"] = sc(42, 0, abstract, 20)
+report["connect_loopback"] = sc(42, 0, loopback, 16)
+report["bind_abstract"] = sc(49, 0, abstract, 20)
+report["listen"] = sc(50, 0, 1)
+report["accept4"] = sc(288, 0, 0, 0, 0)
+report["sendto_abstract"] = sc(44, 1, b"x", 1, 0, abstract, 20)
+report["sendmsg"] = sc(46, 1, msg, 0)
+report["recvmsg"] = sc(47, 0, msg, 0)
+report["sendmmsg"] = sc(307, 1, msg, 1, 0)
+report["getsockname"] = sc(51, 0, abstract, (ctypes.c_int * 1)(20))
+report["setsockopt"] = sc(54, 0, 1, 2, pair, 4)
+report["io_uring_setup"] = sc(425, 1, ctypes.create_string_buffer(120))
+"""
+
+
+def _namespace(pid: int, kind: str) -> str:
+    return os.readlink(f"/proc/{pid}/ns/{kind}")
+
+
+@pytest.mark.skipif(not ROOT, reason="reading another process's namespaces from /proc needs root here")
+def test_siblings_share_one_empty_network_namespace_that_none_can_use(compromised):
+    # A fork server enters one network (IPC, UTS) namespace for all its
+    # children (oslimits: shared namespaces). What keeps siblings apart in it
+    # is the allow list: no call that makes, finds or uses a socket.
+    pool = compromised(NET)
+    pool.prestart(2)
+    siblings = pool.pids()
+    assert len(siblings) == 2
+    bounds = pool.os_bounds
+    assert bounds is not None and bounds.get("shared_namespaces") == ["ipc", "net", "uts"], bounds
+    host = os.getpid()
+    for kind in ("net", "ipc", "uts"):
+        assert _namespace(siblings[0], kind) == _namespace(siblings[1], kind) != _namespace(host, kind)
+    assert _namespace(siblings[0], "mnt") != _namespace(siblings[1], "mnt"), "each its own mount namespace"
+    for pid in siblings:
+        with open(f"/proc/{pid}/net/dev", encoding="ascii") as fh:
+            interfaces = [line.split(":")[0].strip() for line in fh.read().splitlines()[2:]]
+        assert interfaces == ["lo"], interfaces
+        with open(f"/proc/{pid}/net/unix", encoding="ascii") as fh:
+            assert fh.read().splitlines()[1:] == [], "no unix socket, abstract or bound, in the namespace"
+    report = attack(pool)
+    assert report and all(why == "EPERM" for why in report.values()), report
+    with open(f"/proc/{siblings[1]}/net/unix", encoding="ascii") as fh:
+        assert fh.read().splitlines()[1:] == [], "the attack left no socket behind for a sibling"
+    assert_next_run_correct(pool)
+
+
+def test_a_child_sharing_its_servers_namespaces_without_the_filter_does_not_start():
+    # Siblings share namespaces only because the filter keeps them apart in
+    # them: a child that could not install it refuses to become a worker.
+    code = (
+        "import os\n"
+        "from nous_sched.runtime import oslimits\n"
+        "oslimits._SHARED = ('ipc', 'net', 'uts')\n"
+        "def broken(libc, machine):\n"
+        "    raise OSError(22, 'no filter here')\n"
+        "oslimits._install_seccomp = broken\n"
+        "try:\n"
+        "    oslimits.apply(namespaces=False, uid=os.geteuid(), gid=os.getegid())\n"
+        "except OSError as exc:\n"
+        "    print('refused:', exc, flush=True)\n"
+        "else:\n"
+        "    print('started', flush=True)\n"
+    )
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "PYTHONPATH": root}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert proc.stdout.startswith("refused:") and "seccomp" in proc.stdout, (proc.stdout, proc.stderr)
+
+
+def test_a_pool_without_namespaces_shares_none():
+    with WorkerPool(size=1, namespaces=False) as pool:
+        pool.prestart(1)
+        bounds = pool.os_bounds
+    assert bounds is not None and bounds["namespaces"] == [] and "shared_namespaces" not in bounds, bounds
+
+
 def test_a_shared_mapping_over_the_memory_cap_is_refused(compromised):
     pool = compromised(MEMORY)
     report = attack(pool, memory_bytes=64 * MIB)

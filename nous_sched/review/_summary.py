@@ -46,12 +46,12 @@ from __future__ import annotations
 
 import json
 import math
-import threading
 from collections.abc import Callable, Mapping
 from typing import Any, Iterable, Optional, Union
 
 import attrs
 
+from .. import _tree_sitter
 from .._validators import fail
 from ..gate.dispatch import needs_approval
 from ..gate.policy import PermissionPolicy, approval_names, partition
@@ -377,19 +377,16 @@ def summarize_parts(
     if len(data) > MAX_BYTES:
         error = f"the program is {len(data):,} bytes, over the {MAX_BYTES:,} this summary reads"
         return reading.summary(size, error, complete=False, reason=f"not read: {error}")
-    root = _parse(unfence(code).encode("utf-8", "surrogatepass"))
+    root, named = _parse(unfence(code).encode("utf-8", "surrogatepass"))
     if root.has_error:
         error = f"SyntaxError: the program does not parse (first at {_first_error(root)})"
         return reading.summary(size, error, complete=False, reason="not read: a syntax error")
-    reading.walk(root, _named_functions(root))
+    reading.walk(root, named)
     return reading.summary(size, reading.error, complete=reading.error is None)
 
 
 # -- the parse -------------------------------------------------------------------------
 
-_PARSER: Any = None
-_FUNCTION_NAMES: Any = None
-_LOCK = threading.Lock()
 _NAMES_QUERY = """
 (function_declaration name: (identifier) @name)
 (generator_function_declaration name: (identifier) @name)
@@ -397,27 +394,10 @@ _NAMES_QUERY = """
 """
 
 
-def _load() -> Any:
-    global _PARSER, _FUNCTION_NAMES
-    if _PARSER is None:
-        import tree_sitter
-        import tree_sitter_typescript
-
-        language = tree_sitter.Language(tree_sitter_typescript.language_typescript())
-        _FUNCTION_NAMES = tree_sitter.QueryCursor(tree_sitter.Query(language, _NAMES_QUERY))
-        _PARSER = tree_sitter.Parser(language)
-    return _PARSER
-
-
-def _parse(data: bytes) -> Any:
-    with _LOCK:  # one parser; summaries are made on many threads at once
-        return _load().parse(data).root_node
-
-
-def _named_functions(root: Any) -> frozenset[str]:
-    with _LOCK:
-        found = _FUNCTION_NAMES.captures(root)
-    return frozenset(_text(n) for n in found.get("name", ()))
+def _parse(data: bytes) -> tuple[Any, frozenset[str]]:
+    """The tree of ``data`` and the names its named functions are declared under."""
+    root, found = _tree_sitter.parse(data, _NAMES_QUERY)
+    return root, frozenset(_text(n) for n in found.get("name", ()))
 
 
 def _text(node: Any) -> str:

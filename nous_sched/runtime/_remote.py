@@ -187,6 +187,11 @@ def max_frame(limits: Limits) -> int:
 def settle_frame(batch: Sequence[Sequence[Any]]) -> bytes:
     """The ``S`` frame settling ``batch``: per call ``b"<id> <1|0> <bytes> "``,
     then its payload's bytes (see :mod:`.worker`)."""
+    if len(batch) == 1:  # a lone call's (every sequential await): the frame made in one join
+        item = batch[0]
+        data = item[4].encode("utf-8", "surrogatepass")
+        head = b"%d %d %d " % (item[0], item[3], len(data))
+        return b"".join((worker.HEADER.pack(len(head) + len(data) + 1), worker.SETTLE, head, data))
     parts: list[bytes] = []
     for item in batch:
         data = item[4].encode("utf-8", "surrogatepass")
@@ -250,18 +255,22 @@ class Relay(RelayCore):
     checked by a state machine test). ``lock`` guards them, the hand-off's
     :attr:`unsent` and the writes: a frame is written exactly when the
     driving thread is waiting for its answer, never after the run has moved
-    on.
+    on. (One exception: the driving thread arms without it, a single store
+    made while the state is ``IDLE``, which no kick changes.)
     """
 
-    __slots__ = ("remote", "lock", "held", "take", "unsent", "wake")
+    __slots__ = ("remote", "lock", "held", "deferred", "main", "take", "unsent", "wake")
 
     def __init__(self, remote: "Remote") -> None:
         super().__init__()
         self.remote = remote
         self.lock = threading.Lock()
-        # What the driving thread holds the lock through: on the main thread (where
-        # an interrupt can land) a deferred step; elsewhere the bare lock, at no cost.
-        self.held: Any = _Deferred(self.lock) if threading.current_thread() is threading.main_thread() else self.lock
+        # The lock as a deferred step, for the main thread (the one an interrupt can land on).
+        self.deferred = _Deferred(self.lock)
+        self.main = threading.main_thread().ident
+        # What the driving thread holds the lock through: on the main thread a
+        # deferred step; elsewhere the bare lock, at no cost.
+        self.held: Any = self.deferred if threading.get_ident() == self.main else self.lock
         self.take: Any = None
         self.unsent: Optional[memoryview] = None  # what the write left, or None: the whole frame
         self.wake = (-1, -1)
@@ -277,8 +286,10 @@ class Relay(RelayCore):
                 os.set_blocking(r, False)
                 os.set_blocking(w, False)
         self.take = take
-        with self.held:
-            self.arm()
+        # Armed without the lock: one store, made while the state is IDLE,
+        # which no kick changes (a kick acts only once it reads ARMED, under
+        # the lock). So a kick sees the relay armed or not, never half of it.
+        self.arm()
         try:
             if head.done():  # published before the hook was set: no one else will kick
                 self.kick()
@@ -326,7 +337,9 @@ class Relay(RelayCore):
         """The head has committed (on the thread that published it): send the
         batch, or hand it to the driving thread. Never blocks, never raises."""
         try:
-            with deferred(), self.lock:
+            # A deferred step only on the main thread, where an interrupt can land
+            # (the scheduler's driver, the usual kicker, takes the bare lock).
+            with self.deferred if threading.get_ident() == self.main else self.lock:
                 if self.kicked(self.take, self._write):
                     self._wake()
         except BaseException as exc:  # (an interrupt): the run's to raise
@@ -531,6 +544,8 @@ class Remote:
                 self._check(batch)
                 self._compute()  # (held already when the kick wrote part of the frame)
                 self._send_settles(settle_frame(batch) if rest is None else rest)
+            if len(batch) == 1:  # a lone call's answer (every sequential await): the batch's loop is not needed
+                return [self._answer(1, 0.0, True)]
             return self._answers(batch, 0.0, ready=True)
         finally:
             self.pool._give_share(self.ticket)  # noqa: SLF001  (the kick's, or this thread's)
@@ -581,8 +596,13 @@ class Remote:
 
     def _step(self, expected: int = 1, spin: float = 0.0, ready: bool = False) -> tuple[bytes, bytes]:
         """The worker's answer; at the deadline, or on cancel, after a soft stop."""
+        w = self.worker
         try:
-            return self._receive(spin, ready)
+            answer = w.receive(self.deadline, self.cancel, self.max_frame, spin, ready)
+            if spin:
+                self.pool._wake.answered(w.missed)  # noqa: SLF001
+                w.missed = False
+            return answer
         except Expired:
             # The deadline passed mid-step: the worker's engine stops now,
             # keeping its logs; the kill comes only if it has not by the grace.
@@ -594,14 +614,6 @@ class Remote:
         """How long to look for the next answer busily (see :mod:`.wake`)."""
         pool = self.pool
         return pool._wake.spin(len(pool._core.computing))  # noqa: SLF001  (shares in use, this run's too)
-
-    def _receive(self, spin: float, ready: bool = False) -> tuple[bytes, bytes]:
-        w = self.worker
-        answer = w.receive(self.deadline, self.cancel, self.max_frame, spin, ready)
-        if spin:
-            self.pool._wake.answered(w.missed)  # noqa: SLF001
-            w.missed = False
-        return answer
 
     def _stopped(self, body: bytes) -> Stopped:
         head, _, tail = body.partition(b"\n")

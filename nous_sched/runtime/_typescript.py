@@ -24,8 +24,9 @@ expression (:attr:`Stripped.last`), for the REPL rule of
 
 from __future__ import annotations
 
-import threading
 from typing import Any, Optional
+
+from .. import _tree_sitter
 
 __all__ = ["Refused", "Stripped", "strip"]
 
@@ -61,10 +62,6 @@ _PARAMETER_PROPERTY = (
     "declare the field and assign it in the constructor's body"
 )
 
-_PARSER: Any = None
-_CURSOR: Any = None
-_LOCK = threading.Lock()
-
 
 class Refused(Exception):
     """TypeScript that cannot be removed: ``message`` says what and what to write
@@ -99,24 +96,9 @@ class Stripped:
         return self.data.decode("utf-8", "surrogatepass")
 
 
-def _parser() -> Any:
-    global _PARSER, _CURSOR
-    if _PARSER is None:
-        # Loaded on first use: most plain JavaScript programs never need it.
-        import tree_sitter
-        import tree_sitter_typescript
-
-        language = tree_sitter.Language(tree_sitter_typescript.language_typescript())
-        _CURSOR = tree_sitter.QueryCursor(tree_sitter.Query(language, _QUERY))
-        _PARSER = tree_sitter.Parser(language)
-    return _PARSER
-
-
 def _parse(data: bytes) -> tuple[Any, dict[str, list[Any]]]:
     """The tree of ``data`` and the query's captures in it."""
-    with _LOCK:  # one parser and one query cursor; runs start on many threads at once
-        root = _parser().parse(data).root_node
-        return root, dict(_CURSOR.captures(root))
+    return _tree_sitter.parse(data, _QUERY)
 
 
 _KEPT = ("\n", "\r", "\u2028", "\u2029")

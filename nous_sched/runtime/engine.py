@@ -404,8 +404,19 @@ class Engine:
 
     def settle(self, call_id: int, ok: bool, payload: str) -> str:
         """Settle call ``call_id`` with ``payload`` (JSON text: the value, or the
-        ``{tool, message}`` error), run what that wakes; the envelope."""
-        return self.settle_many(((call_id, None, None, ok, payload),))[0]
+        ``{tool, message}`` error), run what that wakes; the envelope. The
+        same step as :meth:`settle_many` of that one call makes."""
+        if self.cpu_time is not None:
+            return self.settle_many(((call_id, None, None, ok, payload),))[0]
+        # (A worker's usual frame settles one call: this step without the batch's loop.)
+        self._arm("waiting for a tool call")
+        bridge = self.bridge
+        try:
+            bridge("settle", call_id, ok, payload)
+        except _quickjs.JSException as exc:
+            self._stopped(bridge, exc)
+        self._pump(armed=True)
+        return self._drain()
 
     def settle_many(self, batch: Sequence[Sequence[Any]]) -> list[str]:
         """Settle each call of ``batch`` in order, each item ``(call_id, _, _,
@@ -874,7 +885,14 @@ def _submitter(
         if len(calls) > 1:
             with batch():
                 return each(calls)
-        return each(calls) if calls else 0
+        if not calls:
+            return 0
+        # A lone call (every sequential await): each()'s loop, written out.
+        call_id, name, args = calls[0]
+        if monotonic() >= deadline:
+            return 1
+        append((call_id, call(name, args) if name is not None else ask(args)))
+        return 0
 
     return submit
 

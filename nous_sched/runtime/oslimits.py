@@ -11,7 +11,9 @@ the worker sends to the host (see :attr:`nous_sched.WorkerPool.os_bounds` and
   user namespace when not root), then ``chroot`` into the pool's empty
   folder. Where the kernel refuses, the worker goes on without them and the
   report says so. No PID namespace: a worker cannot start processes, so one
-  would hold only itself;
+  would hold only itself. A fork server's children share the IPC, network
+  and UTS namespaces it entered once (:func:`share_namespaces`): see
+  **Shared namespaces** below;
 * when running as root: every capability dropped from the bounding set,
   supplementary groups cleared, then the real, effective and saved uid and
   gid set to an unprivileged pair (default 65534, ``nobody``), which clears
@@ -35,6 +37,29 @@ the worker sends to the host (see :attr:`nous_sched.WorkerPool.os_bounds` and
 :func:`prepare`, in a fork server, builds once what every child would
 build alike (the filter, with each child's pid written in; the bounding set
 emptied but ``CAP_SETPCAP``, which each child then drops itself).
+
+**Shared namespaces.** A fork server enters new IPC, network and UTS
+namespaces once, before its first fork, and its children (at most
+``SERVER_CHILDREN``) inherit them; each child still makes its own mount
+namespace and ``chroot`` (when not root, the server's new user namespace,
+which owns them, is shared too). Measured in
+``benchmarks/bench_startup_steps.py``: the network namespace was the largest
+step of a child's start (about 0.45 ms of its CPU, and about 0.35 ms more on
+the kernel's own thread that frees it). What sharing changes: sibling
+workers of one fork server are in one empty network namespace (no interface
+but a loopback that is down, nothing bound in it), one IPC namespace and one
+UTS namespace, which neither the host nor any other fork server's workers
+share. What keeps siblings apart there is the allow list, which a worker
+holds before any program runs: it names no call that makes, finds or uses a
+socket (``socket``, ``socketpair``, ``connect``, ``bind``, ``sendmsg`` ...),
+so no abstract unix socket, netlink socket or loopback address can be made
+or reached; no System V IPC call (``shmget``, ``msgget``, ``semget``) and no
+``mq_open``; no ``sethostname``; and the descriptors a worker holds are its
+own two pipes and lifeline. So only a server whose children will install the
+filter shares (:func:`share_namespaces` checks that the kernel has seccomp
+filters and the machine is one the filter knows), and a child of a sharing
+server that fails to install it exits before any program runs
+(:func:`apply`). ``tests/test_wall.py`` checks it from both sides.
 
 ``RLIMIT_AS`` (the address space, so shared and anonymous mappings count
 alike) is set by :func:`cap_memory` before the worker's first program, to the
@@ -77,6 +102,7 @@ __all__ = [
     "filter_bytes",
     "forbid_tasks",
     "prepare",
+    "share_namespaces",
     "ALLOWED",
     "ARGUMENT_RULES",
     "NOFILE",
@@ -287,6 +313,10 @@ def apply(
             report["seccomp"] = {"arch": machine, "allowed": sorted(ALLOWED)}
         except OSError as exc:
             report["seccomp_error"] = str(exc)
+    if _SHARED and report["seccomp"] is None:
+        # Siblings share these namespaces only because the filter keeps them
+        # apart in them (see the module docstring): no filter, no worker.
+        raise OSError("a fork server's child shares its namespaces but could not install the seccomp filter")
     return report
 
 
@@ -351,11 +381,67 @@ def _vm_size() -> int:
         return 0
 
 
-def _isolate(libc: Any, root: Optional[str], report: dict[str, Any]) -> None:
-    """New namespaces, then the empty root; each only where the kernel allows."""
-    flags = {"ipc": _CLONE_NEWIPC, "net": _CLONE_NEWNET, "uts": _CLONE_NEWUTS, "mount": _CLONE_NEWNS}
+#: The namespaces a fork server entered for all its children
+#: (:func:`share_namespaces`); its children inherit this.
+_SHARED: tuple[str, ...] = ()
+#: The namespaces a fork server enters once for all its children.
+SHARED_NAMESPACES = ("ipc", "net", "uts")
+_FLAGS = {
+    "user": _CLONE_NEWUSER,
+    "ipc": _CLONE_NEWIPC,
+    "net": _CLONE_NEWNET,
+    "uts": _CLONE_NEWUTS,
+    "mount": _CLONE_NEWNS,
+}
+
+
+def share_namespaces() -> list[str]:
+    """In a fork server, before its first fork: enter new IPC, network and
+    UTS namespaces once, for every child it will fork (each then makes only
+    its own mount namespace); the ones
+    entered (and, when not root, the user namespace that owns them). Only
+    where each child will install the seccomp filter, which is
+    what keeps siblings apart in them (see the module docstring); elsewhere
+    nothing, and each child makes all of its own."""
+    global _SHARED
+    if not sys.platform.startswith("linux") or os.uname().machine not in _ARCHES or not _has_seccomp_filters():
+        return []
+    libc = c_library()
+    names = list(SHARED_NAMESPACES)
     if os.geteuid() != 0:
-        flags = {"user": _CLONE_NEWUSER, **flags}
+        # The right to make the others, shared too: a child's uid is not
+        # mapped in it, so it could not make a user namespace of its own.
+        names = ["user", *names]
+    together = 0
+    for name in names:
+        together |= _FLAGS[name]
+    if libc.unshare(together) != 0:
+        return []
+    _SHARED = tuple(names)
+    return list(_SHARED)
+
+
+def _has_seccomp_filters() -> bool:
+    """Whether this kernel has seccomp filters (``Seccomp:`` in
+    ``/proc/self/status``; a kernel without ``CONFIG_SECCOMP`` has none)."""
+    try:
+        fd = os.open("/proc/self/status", os.O_RDONLY)
+        try:
+            return b"\nSeccomp:" in os.read(fd, 1 << 16)
+        finally:
+            os.close(fd)
+    except OSError:
+        return False
+
+
+def _isolate(libc: Any, root: Optional[str], report: dict[str, Any]) -> None:
+    """New namespaces (but those a fork server shares with this process, see
+    :func:`share_namespaces`), then the empty root; each only where the
+    kernel allows."""
+    names = ["ipc", "net", "uts", "mount"]
+    if os.geteuid() != 0:
+        names = ["user", *names]
+    flags = {name: _FLAGS[name] for name in names if name not in _SHARED}
     together = 0
     for flag in flags.values():
         together |= flag
@@ -365,6 +451,9 @@ def _isolate(libc: Any, root: Optional[str], report: dict[str, Any]) -> None:
         for name, flag in flags.items():
             if libc.unshare(flag) == 0:
                 report["namespaces"].append(name)
+    if _SHARED:
+        report["namespaces"] = sorted({*report["namespaces"], *_SHARED})
+        report["shared_namespaces"] = sorted(_SHARED)
     if root is not None and ("mount" in report["namespaces"] or os.geteuid() == 0):
         try:
             os.chroot(root)

@@ -42,6 +42,9 @@ but one of :attr:`WorkerPool.cpu_shares` *CPU shares* only while its worker
 computes a step, from the frame that starts it until its answers are in;
 the scheduler's driver never waits for one (when none is free, the run's
 own thread waits for it, first come, first served, within the deadline).
+A worker's start-up is CPU too: a run that would wait for a share, or
+finds no spare ready, holds only a reserved place until it has a share;
+then it takes a spare ready by then or starts its own process under it.
 
 A worker that dies (a signal, the OOM killer, an engine crash) gives its run
 an ``abort`` error with its logs. One that could not be started, or died
@@ -165,6 +168,12 @@ class WorkerPool(CodeRuntime):
     while at most ``cpu_shares`` programs compute at once. A run whose step
     finds every share taken waits for one, first come, first served, within
     its deadline and cancel (``timeout`` "waiting for a free CPU share").
+    Starting a worker is computing too: a run that would wait for a share
+    (or finds no spare ready) holds only a reserved place until it has one;
+    then it takes a spare ready by then, or starts its worker process under
+    the share. So a run that times out waiting for a share has cost no
+    start-up, and the spares go to the runs whose turn has come
+    (:meth:`shares` says how many compute and wait).
 
     **A fresh process per run.** A run gets a worker that has never run
     anything, which is discarded after it. To let runs of one trust domain
@@ -204,7 +213,10 @@ class WorkerPool(CodeRuntime):
         (default 65534, ``nobody``).
     :param gid: likewise, the group (default 65534, ``nobody``).
     :param namespaces: put each worker in new namespaces where the kernel
-        allows it (default true); :attr:`layers` says which are active.
+        allows it (default true): a mount namespace of its own, and IPC,
+        network and UTS namespaces shared only with the other children of
+        its fork server (``os_bounds["shared_namespaces"]``); :attr:`layers`
+        says which are active.
     """
 
     language = "javascript"
@@ -513,6 +525,13 @@ class WorkerPool(CodeRuntime):
                     return False
                 self._cond.wait(left)
 
+    def shares(self) -> tuple[int, int]:
+        """``(computing, waiting)``: the runs holding a CPU share now and the
+        runs waiting for one (for monitoring and tests). A run waiting for
+        its first share has no worker process of its own yet."""
+        with self._lock:
+            return len(self._core.computing), len(self._core.share_queue)
+
     def pids(self) -> list[int]:
         """The process ids of the live workers (for monitoring and tests)."""
         with self._lock:
@@ -536,19 +555,61 @@ class WorkerPool(CodeRuntime):
             wid, w, retire = self._place(ticket, need, limits, deadline, cancel, domain)
             if retire is not None:
                 retire.kill()
+            fresh = False
             if w is None:
-                w = self._start(wid)
+                # A start-up is CPU: the run's own process is started once the
+                # run holds a share, which it keeps into its first step (see
+                # PoolCore), so a run that waits for one has started nothing;
+                # a spare ready by then is taken instead.
+                self._share_to_start(ticket, limits, deadline, cancel)
+                wid, w = self._swap(ticket, wid)
                 if w is None:
-                    raise RunCodeError("the worker pool is closed")
-            elif w.proc.poll() is not None:
+                    fresh = True
+                    try:
+                        w = self._start(wid)
+                    except BaseException:
+                        self._give_share(ticket)
+                        raise
+                    if w is None:
+                        self._give_share(ticket)
+                        raise RunCodeError("the worker pool is closed")
+            if not fresh and w.proc.poll() is not None:
                 self._release(wid, FRESH, False)
+                self._give_share(ticket)  # (never held while it waits for a place)
                 continue
-            self._ready(wid, w, limits, deadline)
+            try:
+                self._ready(wid, w, limits, deadline)
+            except BaseException:
+                self._give_share(ticket)  # (the place is given back already)
+                raise
             if self._spares_failed:  # a worker started again: so may the spares
                 with self._lock:
                     self._spares_failed = False
                 self._top_up()
             return wid, w
+
+    def _swap(self, ticket: int, wid: int) -> tuple[int, Optional[Worker]]:
+        """Run ``ticket`` holds its share and the place ``wid`` reserved for its
+        own process: a spare ready now instead (see :meth:`PoolCore.swap`),
+        or ``wid`` and no process yet. One deferred step."""
+        with deferred(), self._lock:
+            spare = self._core.swap(ticket, wid)
+            if spare is None:
+                return wid, None
+            w = self._workers[spare]
+            w.busy = True
+            self._cond.notify_all()  # (the reserved place is free)
+            return spare, w
+
+    def _share_to_start(self, ticket: int, limits: Limits, deadline: float, cancel: Optional[Cancel]) -> None:
+        """Wait for the CPU share that run ``ticket``'s start-up and first step
+        compute under; its reserved place (no process yet) is given back if
+        none came (:class:`Stopped`) or the wait was cut."""
+        try:
+            self._share(ticket, limits, deadline, cancel)
+        except BaseException:
+            self._drop(ticket)
+            raise
 
     def _place(
         self, ticket: int, need: int, limits: Limits, deadline: float, cancel: Optional[Cancel], domain: Any
@@ -620,6 +681,11 @@ class WorkerPool(CodeRuntime):
                             self._wait_for_share(waiting, limits, deadline, cancel)
                         finally:
                             LOCAL.depth += 1
+                    if time.monotonic() >= deadline:
+                        # Granted as the deadline passed (the runs ahead timed out
+                        # together): a start-up or a step now would only be stopped.
+                        core.give_share(ticket)
+                        raise Stopped("timeout", timeout_message(limits.timeout, "waiting for a free CPU share"))
                 except BaseException:
                     core.leave_shares(ticket)
                     raise

@@ -44,7 +44,19 @@ What the core guarantees, whatever the order of calls:
   wait, the relay's kick, never goes ahead of a waiting one); :meth:`drop`
   gives a run's share back too, and a run that no longer waits leaves the
   queue (:meth:`leave_shares`). Once the pool is closed a share is granted
-  at once and not counted: the run finds its worker killed.
+  at once and not counted: the run finds its worker killed;
+* **a start-up is CPU too**: a place reserved for a run's own process
+  (``SPAWN``) is only a reservation; the shell starts the process once the
+  run holds a share (:meth:`take_share`, in the queue's order), and the run
+  keeps it through the start-up into its first step. So a run that waits
+  for a share (and may reach its deadline waiting) has cost no process
+  start-up, and the start-ups of runs that wait do not spend the CPU of
+  the runs computing. Spares go to the runs whose turn has come: a run
+  that would wait for a share (every share taken, or runs queued for one)
+  reserves a place rather than take a spare, while there is room, and once
+  it holds its share it swaps the reservation for a spare ready then
+  (:meth:`swap`). So spares keep booting while runs wait, each for a run
+  about to compute, never taken by one that may time out waiting.
 """
 
 from __future__ import annotations
@@ -120,7 +132,8 @@ class PoolCore:
 
     def ask(self, run: Hashable, domain: Any, need: int) -> tuple[str, Optional[int], Optional[int]]:
         """``(USE, wid, None)``: take idle worker ``wid``; ``(SPAWN, wid, retire)``:
-        start worker ``wid`` for this run, after killing ``retire`` (or None);
+        a place ``wid`` reserved for this run's own worker, started (after
+        killing ``retire``, or None) once the run holds a CPU share;
         ``(WAIT, None, None)``: ask again when :meth:`changed` says so, which
         the shell looks at after every change, this call's own grant included
         (the head leaving the queue may let the next run go on).
@@ -135,6 +148,12 @@ class PoolCore:
                 self.waiting.append(run)
             return WAIT, None, None
         wid = self._pick(domain, need)
+        if wid is not None and self.slots[wid].domain is FRESH and self._would_wait() and len(self.slots) < self.size:
+            # The spare is for the run whose turn comes (see swap): this one,
+            # which would wait for a share, reserves a place instead.
+            wid = self._new(run)
+            self.leave(run)
+            return SPAWN, wid, None
         if wid is not None:
             slot = self.slots[wid]
             slot.holder = run
@@ -159,6 +178,28 @@ class PoolCore:
         wid = self._new(run)
         self.leave(run)
         return SPAWN, wid, retire
+
+    def _would_wait(self) -> bool:
+        """Whether a run asking for a share now would wait for one."""
+        return len(self.computing) >= self.cpu_shares or bool(self.share_queue)
+
+    def swap(self, run: Hashable, wid: int) -> Optional[int]:
+        """``run`` holds its share and the place ``wid`` reserved for its own
+        process (not started yet): if a spare is ready, the run takes it
+        instead and the reservation is given back. The spare's id, or
+        ``None`` (the shell starts the run's own process)."""
+        slot = self.slots.get(wid)
+        if self.closed or slot is None or slot.state != "starting" or slot.holder != run:
+            return None
+        spare = next((w for w in self.idle if self.slots[w].domain is FRESH), None)
+        if spare is None:
+            return None
+        self._remove(wid)
+        taken = self.slots[spare]
+        taken.holder = run
+        taken.state = "busy"
+        self.idle.remove(spare)
+        return spare
 
     def _follow_demand(self, ready: int) -> None:
         """A run without a domain arrives and finds ``ready`` spares ready."""

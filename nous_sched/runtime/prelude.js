@@ -113,8 +113,10 @@
     }
     return formatSites(sites);
   }
+  // (One holder for every capture: it never leaves this file, and each capture replaces its `stack`.)
+  const SITES = create(null);
   function callSites() {
-    const holder = create(null);
+    const holder = SITES;
     siteHolder = holder;
     try {
       captureStackTrace(holder);
@@ -149,7 +151,7 @@
   const MAX_NAME_UNITS = 1024;
 
   let nextId = 0;
-  const outbox = create(null);
+  let outbox = create(null);
   let outHead = 0;
   let outTail = 0;
   const waiting = create(null);
@@ -498,13 +500,19 @@
     return out;
   }
 
+  // What a step that started no call, logged nothing and did not end the
+  // program drains (most of a Promise.all's settles): the same text, made once.
+  const NOTHING_NEW = '{"calls":[],"logs":[],"dropped":0,"main":null}';
+
   function drain() {
+    if (outTail === 0 && logCount === 0 && logDropped === 0 && mainText === null && mainJson === "null" && !clockOn) {
+      return NOTHING_NEW;
+    }
     let out = '{"calls":[';
     let tail = "";
     let pieces = 0;
     for (let first = true; outHead < outTail; first = false) {
-      const c = outbox[outHead];
-      delete outbox[outHead++];
+      const c = outbox[outHead++];
       // The arguments cross as their own text (a JSON string, or after the
       // envelope when long): the host parses each call's text on its own,
       // under its own rules, so one bad call fails alone.
@@ -519,10 +527,19 @@
       const quoted = c[3];
       out += (first ? "[" : ",[") + c[0] + "," + (quoted !== undefined ? quoted : JSONstringify(c[1])) + "," + arg + "]";
     }
+    if (outTail !== 0) {
+      // A fresh outbox for the next step, its indices from 0 again: no deleted
+      // properties for the engine to keep, and the one-call step's object has
+      // the same shape every time.
+      outbox = create(null);
+      outHead = outTail = 0;
+    }
     out += '],"logs":[';
-    for (let i = 0; i < logCount; i++) out += (i ? "," : "") + JSONstringify(logs[i]);
-    logs = create(null);
-    logCount = 0;
+    if (logCount !== 0) {
+      for (let i = 0; i < logCount; i++) out += (i ? "," : "") + JSONstringify(logs[i]);
+      logs = create(null);
+      logCount = 0;
+    }
     // The program's result crosses once: the host keeps it from the first
     // envelope that carries it, however many calls are still outstanding.
     if (mainText !== null) {

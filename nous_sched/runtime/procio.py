@@ -12,7 +12,7 @@ A worker is started one of two ways:
   a new interpreter). The host receives a pidfd of each child, so its signals reach
   exactly that process, never a recycled pid; the server reaps the children
   and reports how each ended.
-* ``"spawn"``: a fresh interpreter (``python -I -S -B worker.py``) per worker,
+* ``"spawn"``: a fresh interpreter (``python -I -S -B -c BOOT worker.py``) per worker,
   started with ``subprocess`` in a process group of its own.
 
 No module here knows about runs or the pool's decisions.
@@ -37,6 +37,14 @@ from . import Cancel, worker
 from .engine import CANCEL_POLL, CANCELLED, Stopped, clip
 
 WORKER_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "worker.py")
+#: How a worker or a fork server starts: ``python -I -S -B -c BOOT WORKER_SCRIPT
+#: ARGS...`` loads ``worker.py`` by its path as a module, not as the script: a
+#: script is compiled on every start, a module's code is read from the
+#: ``__pycache__`` an install wrote (about 10 ms of a fork server's boot).
+BOOT = (
+    "import importlib.util as u, sys; s = u.spec_from_file_location('nous_sched_worker', sys.argv[1]); "
+    "m = u.module_from_spec(s); sys.modules[s.name] = m; s.loader.exec_module(m); m.main(sys.argv[1:])"
+)
 
 
 class NotStarted(Exception):
@@ -211,7 +219,7 @@ class ForkServer:
         self._closed = False
         self.gone = False  # its socket said end of file: never ask it again
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        argv = [python, "-I", "-S", "-B", WORKER_SCRIPT, "--fork-server", quickjs_path, json.dumps(options)]
+        argv = [python, "-I", "-S", "-B", "-c", BOOT, WORKER_SCRIPT, "--fork-server", quickjs_path, json.dumps(options)]
         try:
             self.proc = subprocess.Popen(
                 argv,
@@ -530,7 +538,8 @@ class Worker:
             except OSError as exc:
                 raise RunCodeError(f"could not start a worker process ({python}): {exc}") from None
             return ForkedProc(server, pid, pidfd)
-        argv = [python, "-I", "-S", "-B", WORKER_SCRIPT, self.name, quickjs_origin(), str(life), json.dumps(options)]
+        argv = [python, "-I", "-S", "-B", "-c", BOOT, WORKER_SCRIPT, self.name, quickjs_origin(), str(life)]
+        argv.append(json.dumps(options))
         try:
             return subprocess.Popen(
                 argv,

@@ -2,7 +2,11 @@
 
 The host (:mod:`nous_sched.runtime.pool`) starts it as::
 
-    python -I -S -B worker.py NAME QUICKJS_PATH LIFELINE_FD
+    python -I -S -B -c BOOT worker.py NAME QUICKJS_PATH LIFELINE_FD
+
+(``procio.BOOT`` loads this file by its path as a module and calls
+:func:`main`: a script would be compiled on every start, a module's code is
+read from ``__pycache__`` where an install wrote it.)
 
 It imports only the standard library, the C module ``_quickjs`` (by file
 path) and ``engine.py`` and ``oslimits.py`` (by file path, beside this file),
@@ -468,6 +472,13 @@ class _Server:
     def settle(self, body: bytes) -> bytes:
         """Settle every call the frame carries, in order, each a step of its
         own (the engine's ``settle_many``); an ``E`` frame for each, joined."""
+        if len(body) < _LARGE:
+            # The usual frame: one call (its payload is all that follows the third space).
+            parts = body.split(b" ", 3)
+            if len(parts) == 4 and len(parts[3]) == int(parts[2]):
+                text = self.current.settle(int(parts[0]), parts[1] == b"1", parts[3].decode("utf-8", "surrogatepass"))
+                data = text.encode("utf-8", "surrogatepass")
+                return b"".join((HEADER.pack(len(data) + 1), ENVELOPE, data))
         items = []
         view = memoryview(body)
         at, end = 0, len(body)
@@ -794,6 +805,10 @@ def _fork_server(sock_fd: int, modules: tuple[Any, Any, Any], options: dict[str,
     import socket
 
     offset, seed_at, prepared = _prepare_server(modules)
+    if options.get("namespaces", True):
+        # One network (IPC, UTS) namespace for all this server's children: the
+        # largest step of a child's start, made once (see oslimits: shared namespaces).
+        modules[2].share_namespaces()
     server = os.getpid()
     options = {**options, "autogroup": _autogroup()}  # (read once for every child)
     # A spare is forked at the boot's policy and born with it (the fork's own

@@ -138,6 +138,10 @@ class Ticket:
             return self._wait(-1)
         if not (type(timeout) is float and 0.0 <= timeout <= _TIMEOUT_MAX):
             require("Ticket.wait", "timeout", timeout, v.WAIT_SECONDS)
+        # Published already (a batch's take, just after done()): the outcome, read as done() reads it.
+        outcome = self._outcome
+        if outcome is not None:
+            return outcome
         return self._wait(timeout)
 
     def __repr__(self) -> str:

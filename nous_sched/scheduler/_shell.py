@@ -344,7 +344,6 @@ class Scheduler:
         """Open the tickets of ``calls`` and put ``message`` (the calls, one
         or a batch) on the driver's queue; or, if the scheduler refuses new
         calls, publish each ticket's refusal instead."""
-        tickets = [call.ticket for call in calls]
         # Only the first message wakes the driver, and an interrupt between
         # taking the wake and calling it would leave the driver asleep for
         # good (stop() would find no wake to call): that one is deferred.
@@ -353,16 +352,20 @@ class Scheduler:
             LOCAL.depth += 1
         try:
             with self._lock:
-                refusal = self._refusal()
+                refusal = self._refusal() if self._closed or self._wedged_by is not None else None
                 if refusal is None:
-                    self._open.update(tickets)
+                    if len(calls) == 1:  # a lone call (every sequential await): no list, one add
+                        self._open.add(calls[0].ticket)
+                    else:
+                        self._open.update([call.ticket for call in calls])
                     wake, self._wake = self._wake, None
             if refusal is None:
                 self._queue.put(message)
                 if wake is not None:
                     wake()
             else:
-                for ticket in tickets:
+                for call in calls:
+                    ticket = call.ticket
                     ticket._publish(Outcome.failure(ticket.tool, refusal))  # noqa: SLF001
         finally:
             if first:
@@ -603,6 +606,8 @@ class Scheduler:
         empty = self._queue.empty
         handle = self._handle
         drive = self._drive
+        finished = self._lane.finished
+        collected = self._finished.append
         try:
             while True:
                 msg = get()
@@ -611,9 +616,21 @@ class Scheduler:
                 # queue that is not empty answers get() at once; asking is
                 # cheaper than get_nowait's exception at the end of every burst.)
                 while True:
-                    if msg is STOP:
+                    # A tool's report, every call's last message, handled here
+                    # (_handle's, written out: a call fewer per call).
+                    if type(msg) is Done:
+                        call = finished(msg.seq)
+                        if call is not None:  # (None: an abandoned call's tool returned; its outcome is delivered)
+                            result = msg.result
+                            ran = result if result is not None else self._collect(call, msg.problem)
+                            call.outcome = ran[0]
+                            call.ran = ran
+                            # Stamped (ran[1]) with the pass's other records, under one lock (_drive).
+                            collected(call)
+                    elif msg is STOP:
                         return
-                    handle(msg)
+                    else:
+                        handle(msg)
                     if empty():
                         break
                     msg = get()
@@ -625,19 +642,11 @@ class Scheduler:
             self._wind_down()
 
     def _handle(self, msg: Any) -> None:
+        """Every message but a tool's report (:class:`Done`, handled in :meth:`_drive_loop`) and STOP."""
         kind = type(msg)
-        if kind is Done:
-            call = self._lane.finished(msg.seq)
-            if call is None:  # an abandoned call's tool returned: its outcome is already delivered
-                return
-            result = msg.result
-            ran = result if result is not None else self._collect(call, msg.problem)
-            call.outcome = ran[0]
-            call.ran = ran
-            # Stamped (ran[1]) with the pass's other records, under one lock (_drive).
-            self._finished.append(call)
-        elif kind is Call:
-            self._accept(msg)
+        if kind is Call:  # (_accept's, written out: every call's first message)
+            msg.mode = msg.ctx.run(concurrency_mode, msg.tool, msg.args)
+            msg.seq = msg.ticket.seq = self._lane.accept(msg, msg.mode)
         elif kind is list:
             for call in msg:
                 self._accept(call)
@@ -695,7 +704,11 @@ class Scheduler:
         for call, record in started:
             self._hand_over(call, record.id)
         if committed:
-            self._publish_newest_first(committed)
+            if len(committed) == 1:  # (a lone commit: nothing to order)
+                call = committed[0][0]
+                self._deliver(call.ticket, call.outcome)
+            else:
+                self._publish_newest_first(committed)
 
     def _write_pass(
         self, records: list[Any], started: list[tuple[Call, Any]], committed: list[tuple[Call, float]]
@@ -739,11 +752,7 @@ class Scheduler:
                     self._tell_outcome(call.timeline, record, call.outcome)
 
     def _publish_newest_first(self, committed: list[tuple[Call, float]]) -> None:
-        """Publish a pass's commits after one ``_lock``, newest first (see :meth:`_drive`)."""
-        if len(committed) == 1:
-            call = committed[0][0]
-            self._deliver(call.ticket, call.outcome)
-            return
+        """Publish a pass's commits (more than one) after one ``_lock``, newest first (see :meth:`_drive`)."""
         tickets = {call.ticket for call, _ in committed}
         with self._lock:  # set operations in C: the lock is held for no Python loop
             mine = tickets & self._open  # the rest stop() already released, from a driver that stopped answering

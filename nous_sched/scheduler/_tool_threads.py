@@ -262,7 +262,10 @@ class ToolThreads:
             if then is not None:
                 # The task's last word (its report), said once this thread has parked or
                 # taken its next task: whoever it wakes finds the GIL about to be free.
-                _then(then)
+                try:
+                    then()
+                except BaseException:  # the task's own, as in _run
+                    pass
         if self._on_leave is not None:
             self._on_leave()
 
@@ -296,13 +299,6 @@ def _run(task: Task) -> "Optional[Then]":
     except BaseException:  # the task has reported it; this thread goes on
         return None
     return then if isinstance(then, Then) else None
-
-
-def _then(then: "Then") -> None:
-    try:
-        then()
-    except BaseException:  # the task's own, as above
-        pass
 
 
 class Then:

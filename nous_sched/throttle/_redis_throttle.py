@@ -22,17 +22,28 @@ lease it could not renew in time is lost: logged, and never renewed again
 **A restart.** A server that restarts without its data (or from an older
 snapshot) has lost the leases of calls still running. The scripts read the
 server's run id (``INFO server``); each process remembers the last one it
-saw, and a process that sees another declares the restart in the throttle's
-``...:born`` key: until ``lease`` ms (for a rate, the window, if longer)
-after the server started, the throttle hands out no place (a call waits, as
-for a server that is down, and is told why), and a holder's renewal
-registers again a lease the server lost. Every holder renews within a third
-of its lease, and a lease that ran out by its holder's clock is never sent
-(:func:`_ran_out`), so when the grace ends every call still running holds its
-place again: the count is whole before anyone is let in. The limit: a process
-that never saw the old server (started during the window) and asks before any
-process that did cannot know there was one; the grace begins with the first
-script of a process that did.
+saw, and the throttle's config records the one read last (``run``, and
+when: ``checked``). A process that sees another run id than it saw, or than
+the config records, declares the restart in the throttle's ``...:born`` key:
+until ``lease`` ms (for a rate, the window, if longer) after the server
+started, the throttle hands out no place (a call waits, as for a server that
+is down, and is told why), and a holder's renewal registers again a lease
+the server lost. Every holder renews within a third of its lease, and a
+lease that ran out by its holder's clock is never sent (:func:`_ran_out`), so
+when the grace ends every call still running holds its place again: the
+count is whole before anyone is let in.
+
+Reading the run id costs (``INFO`` builds a page of text), so a renewal
+always reads it but a take only where the config does not record one read
+within a third of the lease: a throttle's first take, every take after a
+restart without data (the config is gone with the rest) or while a grace is
+declared (it drops the config's ``run``), and one take per third of a lease
+otherwise. The limits: a process that never saw the old server (started
+during the window) and asks before any process that did cannot know there
+was one, and after a restart from a snapshot (the config comes back with
+the old run id) takes go by the config until a renewal, or a take a third
+of a lease after the snapshot's last check, reads the new run id (within a
+third of a lease of the first holder's renewal); the grace begins then.
 """
 
 from __future__ import annotations
@@ -90,26 +101,30 @@ log = logging.getLogger("nous_sched")
 LOG_INTERVAL = 10.0
 
 # The server's life and a throttle's grace after a restart (see the module's "A restart"): the run
-# id and uptime from INFO; a client that saw another run id of this server declares the restart, and
-# the grace, until `grace` ms after the server started, is kept in the throttle's `born` key (a hash
-# {run, until}) while it lasts. Returns the grace's end (ms of the server's clock; 0: none).
+# id and uptime from INFO; a client that saw another run id of this server, or a throttle whose data
+# records another (`recorded`: its config's `run`, from a snapshot of the old server), declares the
+# restart. The grace, until `grace` ms after the server started, is kept in the throttle's `born` key
+# (a hash {run, until}) while it lasts, and the config's `run` is dropped, so that every take reads
+# INFO again until a take after the grace records the new run id. Returns the grace's end (ms of the
+# server's clock; 0: none).
 _LIFE = """
 local function life()
   local ok, info = pcall(redis.call, 'INFO', 'server')
   if not ok or type(info) ~= 'string' then return '', 0 end
   return string.match(info, 'run_id:(%x+)') or '', tonumber(string.match(info, 'uptime_in_seconds:(%d+)') or '0')
 end
-local function grace_until(now, run, up, seen, born, grace)
+local function grace_until(now, run, up, seen, recorded, born, config, grace)
   if run == '' then return 0 end
   local have = redis.call('HMGET', born, 'run', 'until')
   local till = 0
   if have[1] == run then till = tonumber(have[2]) or 0 end
-  if seen ~= '' and seen ~= run then
+  if (seen ~= '' and seen ~= run) or (recorded ~= '' and recorded ~= run) then
     local t = now - (up + 1) * 1000 + grace
     if t > till then
       till = t
       redis.call('HSET', born, 'run', run, 'until', till)
       redis.call('PEXPIRE', born, math.max(1, till - now) + 1000)
+      redis.call('HDEL', config, 'run')
     end
   end
   return till
@@ -121,31 +136,43 @@ end
 # max_running (0: none), burst (0: none), window ms, lease ms.
 # Returns {code, run id, ...}: code 1 (taken), 0 (full), 2 (a restart's grace: ms left, uptime s),
 # 3 (throttle i's limits differ from the fleet's: i, field, fleet's value).
+# The server's run id is read (INFO, and the grace's key) only for a throttle whose config does not
+# record one read in the last third of its lease (`run`, `checked`): its first use, a restart
+# without data, a declared grace, or once per third of a lease; otherwise the recorded one is used.
 _ACQUIRE = (
     _LIFE
     + """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local id, seen = ARGV[1], ARGV[2]
-local run, up = life()
 local n = #KEYS / 4
-local fields = {'max_running', 'burst', 'window_ms'}
+local fields = {'max_running', 'burst', 'window_ms', 'run', 'checked'}
+local haves = {}
 for i = 1, n do
   local b = 2 + (i - 1) * 4
   local have = redis.call('HMGET', KEYS[4 * i - 1], unpack(fields))
   for f = 1, 3 do
-    if have[f] and tonumber(have[f]) ~= tonumber(ARGV[b + f]) then return {3, run, i, fields[f], have[f]} end
+    if have[f] and tonumber(have[f]) ~= tonumber(ARGV[b + f]) then return {3, have[4] or '', i, fields[f], have[f]} end
   end
+  haves[i] = have
 end
+local run, up = nil, 0
+local read = {}
 for i = 1, n do
   local b = 2 + (i - 1) * 4
   local maxr, burst, window, lease = tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4])
-  local grace = 0
-  if maxr > 0 then grace = lease end
-  if burst > 0 then grace = math.max(grace, window) end
-  local till = grace_until(now, run, up, seen, KEYS[4 * i], grace)
-  if now < till then return {2, run, till - now, up} end
+  local have = haves[i]
+  if not (have[4] and have[5] and now - tonumber(have[5]) < lease / 3) then
+    if run == nil then run, up = life() end
+    local grace = 0
+    if maxr > 0 then grace = lease end
+    if burst > 0 then grace = math.max(grace, window) end
+    local till = grace_until(now, run, up, seen, have[4] or '', KEYS[4 * i], KEYS[4 * i - 1], grace)
+    if now < till then return {2, run, till - now, up} end
+    read[i] = run ~= ''
+  end
 end
+if run == nil then run = haves[1][4] end
 for i = 1, n do
   local b = 2 + (i - 1) * 4
   local maxr, burst, window = tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3])
@@ -167,7 +194,11 @@ for i = 1, n do
     redis.call('ZADD', KEYS[4 * i - 2], now, id)
     redis.call('PEXPIRE', KEYS[4 * i - 2], math.ceil(window) + 1000)
   end
-  redis.call('HSET', KEYS[4 * i - 1], 'max_running', maxr, 'burst', burst, 'window_ms', window)
+  if read[i] then
+    redis.call('HSET', KEYS[4 * i - 1], 'max_running', maxr, 'burst', burst, 'window_ms', window, 'run', run, 'checked', now)
+  else
+    redis.call('HSET', KEYS[4 * i - 1], 'max_running', maxr, 'burst', burst, 'window_ms', window)
+  end
   redis.call('PEXPIRE', KEYS[4 * i - 1], math.max(lease * 2, math.ceil(window) + 1000))
 end
 return {1, run}
@@ -177,7 +208,7 @@ return {1, run}
 # KEYS: running_1, config_1, born_1, running_2, ...; ARGV: n lease ids, the ids, then per throttle its
 # lease ms (0: no max_running), then the run id this process last saw. Renews leases that have not
 # expired; in a restart's grace, one the server lost is registered again (its call still runs);
-# returns {run id, the ids it could not renew...}.
+# returns {run id, the ids it could not renew...}. A renewal always reads the server's run id.
 _RENEW = (
     _LIFE
     + """
@@ -191,7 +222,8 @@ local out = {run}
 for i = 1, m do
   local lease = tonumber(ARGV[1 + n + i])
   if lease > 0 then
-    local till = grace_until(now, run, up, seen, KEYS[3 * i], lease)
+    local recorded = redis.call('HGET', KEYS[3 * i - 1], 'run') or ''
+    local till = grace_until(now, run, up, seen, recorded, KEYS[3 * i], KEYS[3 * i - 1], lease)
     for j = 1, n do
       local id = ARGV[1 + j]
       local expiry = redis.call('ZSCORE', KEYS[3 * i - 2], id)
