@@ -478,7 +478,8 @@ HEAD = (
 
 def is_time(unit: str) -> bool:
     """Whether a row's unit is a time (per call or not), so CPU per call can stand beside it."""
-    return unit.split("/")[0].split()[0] in ("s", "ms", "us", "ns") and "CPU" not in unit
+    head = unit.split("/")[0].split()  # "/call" (a count per call) has no head
+    return bool(head) and head[0] in ("s", "ms", "us", "ns") and "CPU" not in unit
 
 
 def fmt_cpu(r: "Row") -> str:

@@ -96,7 +96,6 @@ runs' streams as an ASGI app.
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
 import itertools
 import json
@@ -104,7 +103,7 @@ import secrets
 import threading
 import time
 from functools import partial
-from typing import Any, AsyncIterator, Callable, Collection, Iterable, Iterator, Optional
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Collection, Iterable, Iterator, Optional
 
 import attrs
 
@@ -135,6 +134,9 @@ from .result import RunResult
 from .result.records import CallRecord
 from .runtime import AnyCancel
 from .tooling import Tool
+
+if TYPE_CHECKING:
+    import asyncio
 
 __all__ = [
     "start_run",
@@ -305,6 +307,8 @@ class EventStream:
         ready it awaits a future the next event sets, on its own loop: it never
         blocks the loop and holds no thread. A consumer that stops iterating (its
         task cancelled, the iterator closed) stops waiting at once."""
+        import asyncio  # here: a synchronous host never pays for asyncio's import or its teardown at exit
+
         v.require("events", "buffer", buffer, _BUFFER)
         loop = asyncio.get_running_loop()
         cursor = 0

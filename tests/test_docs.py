@@ -343,3 +343,46 @@ def test_every_module_name_and_path_the_manual_gives_exists():
     assert paths, "the manual names files"
     gone = sorted(path for path in paths if "*" not in path and not (ROOT / path).exists())
     assert not gone, f"the manual names files that do not exist: {gone}"
+
+
+def _run_all() -> types.ModuleType:
+    """benchmarks/run_all.py as a module (it puts benchmarks/ on sys.path for its ``_common``)."""
+    spec = importlib.util.spec_from_file_location("bench_run_all", ROOT / "benchmarks" / "run_all.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # (its dataclasses look their module up)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_run_alls_summary_block_reads_back_as_printed():
+    run_all = _run_all()
+    printed = run_all.format_summary(
+        {}, reps="5", when="2026-12-07 01:00 UTC", commit="0123abc (dirty)", machine="python 3.11, 2 cores"
+    )
+    assert run_all.summary_shape(printed) == (
+        [line.name for line in run_all.SUMMARY],
+        "2026-12-07 01:00 UTC",
+        "0123abc (dirty)",
+    )
+    # A renamed row, a block without its date, and a text without a block are told apart.
+    renamed = printed.replace(run_all.SUMMARY[0].name, "sequential awaits, renamed".ljust(len(run_all.SUMMARY[0].name)))
+    assert run_all.summary_shape(renamed)[0][0] == "sequential awaits, renamed"
+    with pytest.raises(ValueError, match="no date or no commit"):
+        run_all.summary_shape(printed.replace("2026-12-07 01:00 UTC", "today"))
+    with pytest.raises(ValueError, match="no summary block"):
+        run_all.summary_shape("no block here")
+
+
+@pytest.mark.parametrize("path", [README, ROOT / "benchmarks" / "README.rst"], ids=_name)
+def test_the_benchmark_summary_is_what_run_all_prints(path):
+    """The summary block pasted into the README has the rows ``run_all.py
+    --summary --peers`` prints, a date and a commit: the two cannot drift apart."""
+    run_all = _run_all()
+    try:
+        names, date, commit = run_all.summary_shape(path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        pytest.fail(f"{_name(path)}: {exc}; paste the output of `{run_all.SUMMARY_COMMAND}`")
+    assert names == [line.name for line in run_all.SUMMARY]
+    assert re.fullmatch(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2} UTC", date)
+    assert re.fullmatch(r"[0-9a-f]{7,40}( \(dirty\))?", commit)

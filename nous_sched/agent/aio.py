@@ -18,11 +18,10 @@ the same way, through :data:`~nous_sched._run.runner.ambient_cancel`.
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
 import itertools
 import threading
-from typing import Any, Callable, Iterable, Optional, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, TypeVar
 
 import attrs
 
@@ -34,6 +33,9 @@ from ..result import RunResult
 from ..runtime import AnyCancel
 from ..tooling import Tool
 from .adapters import call_tool
+
+if TYPE_CHECKING:
+    import asyncio
 
 __all__ = ["arun_code", "acall_tool", "CANCEL_WAIT"]
 
@@ -76,6 +78,8 @@ async def acall_tool(tool: Tool, arguments: Any, session_log: Optional[SessionLo
 
 
 async def _on_thread(fn: Callable[[], T], cancel: threading.Event) -> T:
+    import asyncio  # here: a synchronous host never pays for asyncio's import or its teardown at exit
+
     loop = asyncio.get_running_loop()
     future: asyncio.Future[T] = loop.create_future()
     context = contextvars.copy_context()
@@ -111,6 +115,8 @@ async def _on_thread(fn: Callable[[], T], cancel: threading.Event) -> T:
 
 async def _stopped(future: asyncio.Future[Any]) -> None:
     """Wait, at most :data:`CANCEL_WAIT`, for a cancelled call's thread to finish."""
+    import asyncio
+
     try:
         await asyncio.wait_for(asyncio.shield(future), CANCEL_WAIT)
     except BaseException:  # its own error, a timeout, or a second cancel: the task ends cancelled

@@ -12,11 +12,10 @@ framework tool with that context on that loop (:meth:`Bridge.run`).
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 import time
 from collections.abc import Awaitable, Mapping
-from typing import Any, Callable, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
 from .. import _validators as v
 from ..agent import run_code_tool
@@ -26,6 +25,9 @@ from ..events import SessionLog
 from ..gate.dispatch import RUN_OVER, ApprovalRequest, current_call
 from ..gate.policy import PermissionPolicy
 from ..tooling import CALLERS, Tool, always_safe
+
+if TYPE_CHECKING:
+    import asyncio
 
 __all__ = ["Bridge", "CodeModeOptions", "asking", "bridge", "Overrides"]
 
@@ -54,6 +56,8 @@ class Bridge:
     def run(self, make: Callable[[], Awaitable[Any]]) -> Any:
         """On a tool thread: run ``make()`` on the agent's loop and return its value,
         giving up at the run's deadline (the coroutine is then cancelled)."""
+        import asyncio  # here: a synchronous host never pays for asyncio's import or its teardown at exit
+
         assert self.loop is not None, "an async bridge"
         future = asyncio.run_coroutine_threadsafe(_awaited(make), self.loop)
         info = current_call.get()
@@ -228,6 +232,8 @@ def _never(args: dict[str, Any]) -> Any:
 
 
 def _running_loop() -> Optional[asyncio.AbstractEventLoop]:
+    import asyncio
+
     try:
         return asyncio.get_running_loop()
     except RuntimeError:

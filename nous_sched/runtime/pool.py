@@ -464,14 +464,19 @@ class WorkerPool(CodeRuntime):
                 waiting.notify_all()  # (a closed pool grants every share: they find their workers killed)
         for _, w in dying:
             w.gone(0)
+        exiting = []
         for w in workers:
             if id(w) in busy:
                 # Its run owns the pipes: it reads end-of-file, answers ``abort``
                 # and closes them (closing them here could hand their numbers to
                 # another open while that run still uses them).
                 w.terminate()
-            else:
-                w.kill()
+            elif w.discard():  # killed, its pipes closed; a spawned worker is reaped here
+                exiting.append(w)
+        for w in exiting:
+            # All killed before any is waited for, so their exits overlap, and
+            # nothing asks the fork server for an exit status nobody reads.
+            w.gone(5.0)
         for old in [server, *retired]:
             if old is not None:
                 old.close()

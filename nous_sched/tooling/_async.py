@@ -14,12 +14,14 @@ instead, since a thread can run only one loop at a time.
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 import contextvars
 import itertools
 import threading
-from typing import Any, Callable, Coroutine
+from typing import TYPE_CHECKING, Any, Callable, Coroutine
+
+if TYPE_CHECKING:
+    import asyncio
 
 __all__ = ["run_coroutine"]
 
@@ -48,6 +50,8 @@ def run_coroutine(make: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
     ``make`` is called on the thread that runs the loop, so the coroutine is
     created where it will be awaited.
     """
+    import asyncio  # here: a host without async tools never pays for asyncio's import or teardown
+
     try:
         asyncio.get_running_loop()
     except RuntimeError:
@@ -56,6 +60,8 @@ def run_coroutine(make: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
 
 
 def _run_here(make: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
+    import asyncio
+
     loop = asyncio.new_event_loop()
     try:
         loop.set_default_executor(_InlineExecutor())
@@ -71,6 +77,8 @@ def _run_here(make: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
 def _cancel_leftovers(loop: asyncio.AbstractEventLoop) -> None:
     # What asyncio.run does: tasks the coroutine started and left running are
     # cancelled and awaited, so none outlives the call.
+    import asyncio
+
     tasks = [task for task in asyncio.all_tasks(loop) if not task.done()]
     for task in tasks:
         task.cancel()
