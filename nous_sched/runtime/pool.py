@@ -285,6 +285,10 @@ class WorkerPool(CodeRuntime):
         self._cond = threading.Condition(self._lock)
         self._core = PoolCore(self.size, self.spares, self.runs_per_worker, cpu_shares=self.cpu_shares)
         self._share_waits: dict[Hashable, threading.Condition] = {}
+        # Runs queued for a place behind the head, each on its own condition:
+        # a change wakes the head alone, not every queued run (each woken run
+        # asked the core again: O(queued runs) wake-ups per change).
+        self._place_waits: dict[Hashable, threading.Condition] = {}
         self._workers: dict[int, Worker] = {}  # wid -> process, for every started worker
         self._server: Optional[ForkServer] = None
         self._retired: list[ForkServer] = []  # replaced fork servers, closed when their last child is gone
@@ -422,7 +426,7 @@ class WorkerPool(CodeRuntime):
                 # off between its place and its process)
                 wids += [wid for wid in self._workers if wid not in self._core.slots and wid not in wids]
                 workers = [(wid, self._workers.pop(wid, None)) for wid in wids]
-                self._cond.notify_all()
+                self._notify()
                 self._wake_share_head()
             for wid, w in workers:
                 self._discard(wid, w)
@@ -455,7 +459,7 @@ class WorkerPool(CodeRuntime):
             wids = self._core.close()
             workers = [self._workers.pop(wid) for wid in wids if wid in self._workers]
             busy = {id(w) for w in workers if w.busy}
-            self._cond.notify_all()
+            self._notify()
             empty, self._empty_dir = self._empty_dir, None
             server, self._server = self._server, None
             retired, self._retired = self._retired, []
@@ -532,6 +536,13 @@ class WorkerPool(CodeRuntime):
         with self._lock:
             return len(self._core.computing), len(self._core.share_queue)
 
+    def places(self) -> tuple[int, int]:
+        """``(taken, waiting)``: the places of ``size`` taken now (by runs,
+        spares and workers starting) and the runs queued for one, first come
+        first served (for monitoring and tests)."""
+        with self._lock:
+            return len(self._core.slots), len(self._core.waiting)
+
     def pids(self) -> list[int]:
         """The process ids of the live workers (for monitoring and tests)."""
         with self._lock:
@@ -598,7 +609,7 @@ class WorkerPool(CodeRuntime):
                 return wid, None
             w = self._workers[spare]
             w.busy = True
-            self._cond.notify_all()  # (the reserved place is free)
+            self._notify()  # (the reserved place is free)
             return spare, w
 
     def _share_to_start(self, ticket: int, limits: Limits, deadline: float, cancel: Optional[Cancel]) -> None:
@@ -631,7 +642,7 @@ class WorkerPool(CodeRuntime):
                                 # one may now get a place, and nothing else may wake
                                 # it (the notify that told it of this place may have
                                 # found it awake, behind this run; it then slept again).
-                                self._cond.notify_all()
+                                self._notify()
                             w = self._workers.get(wid)
                             if w is not None:
                                 w.busy = True
@@ -645,10 +656,24 @@ class WorkerPool(CodeRuntime):
                     raise RunCodeError("the worker pool is closed") from None
                 except BaseException:
                     self._core.leave(ticket)
-                    self._cond.notify_all()
+                    self._notify()
                     raise
         finally:
             leave()
+
+    def _notify(self) -> None:
+        """(Lock held.) Something changed: wake whatever waits on the pool's
+        condition, and the run at the head of the place queue."""
+        self._cond.notify_all()
+        if self._core.closed:  # (the queue is cleared: every queued run must see it)
+            for waiting in self._place_waits.values():
+                waiting.notify()
+            return
+        head = self._core.queue_head()
+        if head is not None:
+            waiting = self._place_waits.get(head)
+            if waiting is not None:
+                waiting.notify()
 
     def _wait_for_place(self, ticket: int, limits: Limits, deadline: float, cancel: Optional[Cancel]) -> None:
         """One wait on the condition (lock held); :class:`Stopped` at the deadline or on cancel."""
@@ -657,7 +682,15 @@ class WorkerPool(CodeRuntime):
             raise Stopped("cancelled", CANCELLED)
         if remaining <= 0:
             raise Stopped("timeout", timeout_message(limits.timeout, "waiting for a free worker process"))
-        self._cond.wait(min(remaining, CANCEL_POLL) if cancel is not None else remaining)
+        timeout = min(remaining, CANCEL_POLL) if cancel is not None else remaining
+        if self._core.queue_head() in (None, ticket):
+            self._cond.wait(timeout)
+            return
+        waiting = self._place_waits[ticket] = threading.Condition(self._lock)
+        try:
+            waiting.wait(timeout)
+        finally:
+            del self._place_waits[ticket]
 
     # -- CPU shares ---------------------------------------------------------------
 
@@ -788,7 +821,7 @@ class WorkerPool(CodeRuntime):
                 for wid in wids + [b[0] for b in booting]:
                     self._core.started(wid, False)
                     self._workers.pop(wid, None)
-                self._cond.notify_all()
+                self._notify()
             for _, w in booting:
                 w.kill()
             raise
@@ -818,7 +851,7 @@ class WorkerPool(CodeRuntime):
             with self._lock:
                 self._core.started(wid, False)
                 self._workers.pop(wid, None)
-                self._cond.notify_all()
+                self._notify()
             if w is not None:
                 w.kill()
             raise
@@ -838,7 +871,7 @@ class WorkerPool(CodeRuntime):
                 self._workers.pop(wid, None)
             else:
                 w.busy = self._core.slots[wid].state == "busy"
-            self._cond.notify_all()
+            self._notify()
         if kill:
             w.kill()
             return None
@@ -937,7 +970,7 @@ class WorkerPool(CodeRuntime):
                 w = self._workers.pop(wid, None)
             elif w is not None:
                 w.busy = False
-                self._cond.notify_all()
+                self._notify()
         if not keep:
             self._discard(wid, w)
         self._top_up()
@@ -954,7 +987,7 @@ class WorkerPool(CodeRuntime):
                     self._dying.append((wid, w))
                 else:
                     self._core.dead(wid)
-                    self._cond.notify_all()
+                    self._notify()
         if later and w is not None and self._core.closed:
             w.gone(0)
 
@@ -971,7 +1004,7 @@ class WorkerPool(CodeRuntime):
             if self._core.closed:
                 return
             if self._spare_thread is not None:
-                self._cond.notify_all()  # (it lingers, waiting on the condition)
+                self._notify()  # (it lingers, waiting on the condition)
                 return
             wids = [] if self._spares_failed else self._core.want_spares()
             if not wids and not self._dying:
@@ -1010,7 +1043,7 @@ class WorkerPool(CodeRuntime):
             with self._lock:
                 self._spares_failed = True
                 self._spare_thread = None
-                self._cond.notify_all()
+                self._notify()
 
     def _pause(self, seconds: float) -> None:
         """Wait ``seconds`` (less if the pool closes meanwhile)."""
@@ -1049,7 +1082,7 @@ class WorkerPool(CodeRuntime):
                 with self._lock:
                     self._reaping -= 1
                     self._core.dead(wid)
-                    self._cond.notify_all()
+                    self._notify()
 
     def _reaped(self, timeout: float) -> bool:
         """Wait up to ``timeout`` until every discarded worker is gone and its

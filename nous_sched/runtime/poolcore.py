@@ -130,6 +130,10 @@ class PoolCore:
 
     # -- a run asks for a worker ------------------------------------------------
 
+    def queue_head(self) -> Optional[Hashable]:
+        """The run first in the queue for a place (the only one :meth:`ask` may grant), or None."""
+        return self.waiting[0] if self.waiting else None
+
     def ask(self, run: Hashable, domain: Any, need: int) -> tuple[str, Optional[int], Optional[int]]:
         """``(USE, wid, None)``: take idle worker ``wid``; ``(SPAWN, wid, retire)``:
         a place ``wid`` reserved for this run's own worker, started (after
