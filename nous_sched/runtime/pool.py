@@ -666,14 +666,13 @@ class WorkerPool(CodeRuntime):
         condition, and the run at the head of the place queue."""
         self._cond.notify_all()
         if self._core.closed:  # (the queue is cleared: every queued run must see it)
-            for waiting in self._place_waits.values():
-                waiting.notify()
+            for queued in self._place_waits.values():
+                queued.notify()
             return
         head = self._core.queue_head()
-        if head is not None:
-            waiting = self._place_waits.get(head)
-            if waiting is not None:
-                waiting.notify()
+        waiting = self._place_waits.get(head) if head is not None else None
+        if waiting is not None:
+            waiting.notify()
 
     def _wait_for_place(self, ticket: int, limits: Limits, deadline: float, cancel: Optional[Cancel]) -> None:
         """One wait on the condition (lock held); :class:`Stopped` at the deadline or on cancel."""
