@@ -276,14 +276,17 @@ def test_a_busy_pool_replaces_its_spares_from_one_thread_which_leaves_with_the_p
 
 
 def test_a_run_that_takes_the_head_of_the_queue_wakes_the_run_behind_it(monkeypatch):
-    """bench_memory.py's stall: one notify (a spare ready) wakes two waiting
-    runs; the second re-checks first, is not at the head, and sleeps again;
-    the first then takes the spare and leaves the queue. The second is now at
-    the head with a free place, and must be woken: no spare is on its way
-    and no run ends, so nothing else would wake it before its deadline."""
+    """bench_memory.py's stall: a spare is ready and the pool says so; only
+    the head of the queue is woken by that (the run behind it sleeps on a
+    condition of its own, see tests/test_pool_queue.py); the head then takes
+    the spare and leaves the queue. The run behind is now at the head with a
+    free place, and must be woken: no spare is on its way and no run ends, so
+    nothing else would wake it before its deadline. (Before the queue woke
+    only its head, the same stall came from one notify waking both runs: the
+    second re-checked first, was not at the head, and slept again.)"""
     limits = Limits()
     asked: dict[int, list[str]] = {1: [], 2: []}
-    waits_of_2 = [threading.Event(), threading.Event()]  # its first and second WAIT
+    waits_of_2 = threading.Event()  # run 2's first WAIT
 
     with WorkerPool(size=4, spares=1) as pool:
         real_ask = pool._core.ask
@@ -291,8 +294,8 @@ def test_a_run_that_takes_the_head_of_the_queue_wakes_the_run_behind_it(monkeypa
         def ask(run, domain, need):  # (called with the pool's lock held, up to the condition's wait)
             verdict = real_ask(run, domain, need)
             asked[run].append(verdict[0])
-            if run == 2 and verdict[0] == WAIT and asked[2].count(WAIT) <= 2:
-                waits_of_2[asked[2].count(WAIT) - 1].set()
+            if run == 2 and verdict[0] == WAIT:
+                waits_of_2.set()
             return verdict
 
         monkeypatch.setattr(pool._core, "ask", ask)
@@ -309,11 +312,11 @@ def test_a_run_that_takes_the_head_of_the_queue_wakes_the_run_behind_it(monkeypa
 
         second = threading.Thread(target=run_2, name="test-run-2")
         second.start()
-        assert waits_of_2[0].wait(WAIT_S), "run 2 waits behind run 1"
-        with pool._lock:  # run 2 is in the condition's wait: it released the lock there
+        assert waits_of_2.wait(WAIT_S), "run 2 waits behind run 1"
+        with pool._lock:  # run 2 is in its condition's wait: it released the lock there
             pool._core.started(spare, True)  # the spare is ready, as _admit says it ...
-            pool._cond.notify_all()  # ... and wakes every waiting run
-        assert waits_of_2[1].wait(WAIT_S), "run 2 woke, was not at the head, and waits again"
+            pool._notify()  # ... and wakes the head of the queue (run 1, which asks below)
+        assert asked[2] == [WAIT], "run 2, behind the head, was not woken by a change that is not its turn"
         wid, w, retire = pool._place(1, 1, limits, time.monotonic() + 120, None, FRESH)
         assert (wid, w, retire) == (spare, None, None), "run 1 took the spare"
         second.join(WAIT_S)

@@ -640,8 +640,8 @@ class WorkerPool(CodeRuntime):
                             if self._core.changed():
                                 # This run has left the head of the queue: the next
                                 # one may now get a place, and nothing else may wake
-                                # it (the notify that told it of this place may have
-                                # found it awake, behind this run; it then slept again).
+                                # it (it sleeps on a condition of its own, which only
+                                # a change at its turn notifies).
                                 self._notify()
                             w = self._workers.get(wid)
                             if w is not None:
