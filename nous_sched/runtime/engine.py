@@ -58,7 +58,6 @@ import json.scanner
 import math
 import os
 import re
-import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol, Sequence
 
@@ -193,8 +192,10 @@ _RUN_CLOCK = """(() => {
 
 #: How many tool sets' names texts :func:`names_json` keeps (each holds its names tuple alive).
 NAMES_CACHE = 16
-_names_lock = threading.Lock()  # guards _names_texts
 # id of a names tuple -> (that tuple, its text, lazy, the text as UTF-8): the tuple is held so its id is not reused.
+# No lock: each operation on it below is one C call, atomic under the GIL, and a lock held across
+# Python steps could be left held by a Ctrl-C landing as its ``with`` block returns (every later run
+# then waits for it forever; tests/_interrupt_steps.py found it).
 _names_texts: collections.OrderedDict[int, tuple[Sequence[str], str, bool, bytes]] = collections.OrderedDict()
 
 
@@ -220,11 +221,13 @@ def names_utf8(names: Sequence[str]) -> tuple[bytes, bool]:
 def _names_entry(names: Sequence[str]) -> tuple[Sequence[str], str, bool, bytes]:
     cacheable = type(names) is tuple
     if cacheable:
-        with _names_lock:
-            hit = _names_texts.get(id(names))
-            if hit is not None and hit[0] is names:
+        hit = _names_texts.get(id(names))
+        if hit is not None and hit[0] is names:
+            try:
                 _names_texts.move_to_end(id(names))
-                return hit
+            except KeyError:  # (another thread's store evicted it meanwhile: the text is still right)
+                pass
+            return hit
     text = json.dumps(list(names), ensure_ascii=False, separators=(",", ":"))
     # Python and QuickJS escape alike but for lone surrogates (Python leaves
     # them raw, which the binding cannot pass either): ASCII then, and eager.
@@ -233,10 +236,12 @@ def _names_entry(names: Sequence[str]) -> tuple[Sequence[str], str, bool, bytes]
         text = json.dumps(list(names), separators=(",", ":"))
     entry = (names, text, lazy, text.encode("utf-8"))
     if cacheable:
-        with _names_lock:
-            _names_texts[id(names)] = entry
-            while len(_names_texts) > NAMES_CACHE:
+        _names_texts[id(names)] = entry
+        while len(_names_texts) > NAMES_CACHE:
+            try:
                 _names_texts.popitem(last=False)
+            except KeyError:  # (another thread emptied it meanwhile)
+                break
     return entry
 
 
