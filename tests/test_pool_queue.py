@@ -10,21 +10,13 @@ these tests set far beyond the joins' bounds."""
 from __future__ import annotations
 
 import threading
-import time
+
+from polling import until
 
 from nous_sched import RunCodeError, RunResult, Tool, WorkerPool, run_code
 
 FAR = 300.0  # every queued run's deadline: a lost wake-up sleeps this long
 BOUND = 45.0  # each join's bound: far below FAR and the suite's 120 s timeout, far above a loaded machine's need
-
-
-def _until(predicate, timeout: float = 60.0) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if predicate():
-            return True
-        time.sleep(0.01)
-    return predicate()
 
 
 def _queue(pool: WorkerPool, n: int, results: list, timeout: float = FAR) -> list[threading.Thread]:
@@ -42,7 +34,7 @@ def _queue(pool: WorkerPool, n: int, results: list, timeout: float = FAR) -> lis
         t = threading.Thread(target=one)
         t.start()
         threads.append(t)
-        assert _until(lambda: pool.places()[1] == i + 1), pool.places()
+        assert until(lambda: pool.places()[1] == i + 1), pool.places()
     return threads
 
 
@@ -55,7 +47,7 @@ def _holder(pool: WorkerPool, gate: threading.Event, results: list[RunResult]) -
         )
     )
     t.start()
-    assert _until(lambda: pool.places() == (1, 0) and pool.shares()[0] == 0), pool.places()
+    assert until(lambda: pool.places() == (1, 0) and pool.shares()[0] == 0), pool.places()
     return t
 
 
@@ -89,7 +81,7 @@ def test_a_run_behind_a_head_that_times_out_is_woken_and_served():
         first[0].join(BOUND)
         assert head[0].error is not None and head[0].error.kind == "timeout"
         assert "waiting for a free worker process" in head[0].error.message
-        assert _until(lambda: pool.places()[1] == 1)  # the second is now the head, still queued
+        assert until(lambda: pool.places()[1] == 1)  # the second is now the head, still queued
         gate.set()
         for t in (holder, second):
             t.join(BOUND)

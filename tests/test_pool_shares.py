@@ -12,24 +12,15 @@ interrupt at any step gives every share back (``tests/test_pool_interrupts.py``)
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
+from polling import until
 
 from nous_sched import ConfigError, RunResult, Tool, WorkerPool, run_code
 from nous_sched.runtime.pool import default_cpu_shares, default_size
 from nous_sched.runtime.wake import CPUS
 
 RUNS = 64
-
-
-def _until(predicate, timeout: float = 60.0) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if predicate():
-            return True
-        time.sleep(0.01)
-    return predicate()
 
 
 def test_the_default_pool_has_places_by_memory_and_shares_by_cores():
@@ -123,7 +114,7 @@ def test_a_cancel_ends_the_wait_for_a_share():
             target=lambda: out.append(run_code("return 1", runtime=pool, timeout=60, cancel=cancel, description="t"))
         )
         t.start()
-        assert _until(lambda: len(pool._core.share_queue) == 1), "the run waits for the share"
+        assert until(lambda: len(pool._core.share_queue) == 1), "the run waits for the share"
         cancel.set()
         t.join(60)
         assert out[0].error is not None and out[0].error.kind == "cancelled"
@@ -158,11 +149,11 @@ def test_a_committed_call_that_finds_no_share_is_sent_by_the_runs_own_thread_onc
         )
         t.start()
         assert inside.wait(60)
-        assert _until(lambda: not pool._core.computing), "waiting on the tool, the run holds no share"
+        assert until(lambda: not pool._core.computing), "waiting on the tool, the run holds no share"
         with pool._lock:
             assert pool._core.take_share("another run", False)
         go.set()
-        assert _until(lambda: len(pool._core.share_queue) == 1), "the kick handed the batch over; the run waits"
+        assert until(lambda: len(pool._core.share_queue) == 1), "the kick handed the batch over; the run waits"
         assert t.is_alive() and out == []
         pool._give_share("another run")
         t.join(60)
@@ -215,10 +206,10 @@ def test_a_run_waiting_for_a_cpu_share_has_started_no_worker_process():
 
     try:
         a = start("a", "while (true) {}", timeout=60, cancel=cancel)
-        assert _until(lambda: pool.shares() == (1, 0) and len(pool.pids()) == 1), "the first run computes"
+        assert until(lambda: pool.shares() == (1, 0) and len(pool.pids()) == 1), "the first run computes"
         first = pool.pids()
         b = start("b", "return 2", timeout=60)
-        assert _until(lambda: pool.shares() == (1, 1)), "the second run waits for the share"
+        assert until(lambda: pool.shares() == (1, 1)), "the second run waits for the share"
         assert pool.pids() == first, "with no worker process of its own"
         seen: set = set()
         c = start("c", "return 3", timeout=1)
@@ -259,12 +250,12 @@ def test_a_run_that_would_wait_for_a_share_leaves_the_spare_to_the_run_whose_tur
     try:
         assert pool.wait_for_spares(60)
         a = start("a", "while (true) {}", timeout=60, cancel=cancel)
-        assert _until(lambda: pool.shares() == (1, 0)), "the first run computes, on the spare"
+        assert until(lambda: pool.shares() == (1, 0)), "the first run computes, on the spare"
         assert pool.wait_for_spares(60), "its replacement boots"
         held = pool.pids()
         assert len(held) == 2
         b = start("b", "return 2", timeout=60)
-        assert _until(lambda: pool.shares() == (1, 1)), "the second run waits for the share"
+        assert until(lambda: pool.shares() == (1, 1)), "the second run waits for the share"
         seen: set = set()
         c = start("c", "return 3", timeout=1)
         while c.is_alive():

@@ -890,14 +890,7 @@ def _submitter(
         if len(calls) > 1:
             with batch():
                 return each(calls)
-        if not calls:
-            return 0
-        # A lone call (every sequential await): each()'s loop, written out.
-        call_id, name, args = calls[0]
-        if monotonic() >= deadline:
-            return 1
-        append((call_id, call(name, args) if name is not None else ask(args)))
-        return 0
+        return each(calls) if calls else 0
 
     return submit
 

@@ -159,10 +159,7 @@ class PoolCore:
             self.leave(run)
             return SPAWN, wid, None
         if wid is not None:
-            slot = self.slots[wid]
-            slot.holder = run
-            self.idle.remove(wid)
-            slot.state = "busy"
+            self._hand(run, wid)
             self.leave(run)
             return USE, wid, None
         if self._coming() >= max(len(self.waiting), 1):
@@ -195,15 +192,19 @@ class PoolCore:
         slot = self.slots.get(wid)
         if self.closed or slot is None or slot.state != "starting" or slot.holder != run:
             return None
-        spare = next((w for w in self.idle if self.slots[w].domain is FRESH), None)
+        spare = self._pick(FRESH, 0)  # (for FRESH: an idle spare, never another domain's worker)
         if spare is None:
             return None
         self._remove(wid)
-        taken = self.slots[spare]
-        taken.holder = run
-        taken.state = "busy"
-        self.idle.remove(spare)
+        self._hand(run, spare)
         return spare
+
+    def _hand(self, run: Hashable, wid: int) -> None:
+        """Idle worker ``wid`` is ``run``'s now."""
+        slot = self.slots[wid]
+        slot.holder = run
+        self.idle.remove(wid)
+        slot.state = "busy"
 
     def _follow_demand(self, ready: int) -> None:
         """A run without a domain arrives and finds ``ready`` spares ready."""

@@ -644,9 +644,8 @@ class Scheduler:
     def _handle(self, msg: Any) -> None:
         """Every message but a tool's report (:class:`Done`, handled in :meth:`_drive_loop`) and STOP."""
         kind = type(msg)
-        if kind is Call:  # (_accept's, written out: every call's first message)
-            msg.mode = msg.ctx.run(concurrency_mode, msg.tool, msg.args)
-            msg.seq = msg.ticket.seq = self._lane.accept(msg, msg.mode)
+        if kind is Call:
+            self._accept(msg)
         elif kind is list:
             for call in msg:
                 self._accept(call)
