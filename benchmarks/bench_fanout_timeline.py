@@ -119,7 +119,7 @@ def instrument(pool: Any) -> None:
     stamp_after(entry, "build", "options")
     stamp_after(entry, "prepare", "prepared")
     if pool is not None:
-        stamp_after(pool, "begin", "begun")
+        stamp_after(type(pool), "begin", "begun")
     build = runner._build
 
     def built(*args: Any, **kwargs: Any) -> Any:
@@ -163,10 +163,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runtime", choices=["worker", "in-process"])
     parser.add_argument("--runs", type=int, default=8)
+    parser.add_argument(
+        "--domain", action="store_true", help="worker: reuse one worker (pool.domain) instead of one-shot"
+    )
     parser.add_argument("--gap", type=float, default=0.0, help="seconds to sleep between runs")
     args = parser.parse_args()
     pool = WorkerPool() if args.runtime == "worker" else None
     runtime: Any = pool if pool is not None else QuickJSRuntime()
+    if pool is not None and args.domain:
+        runtime = pool.domain("fan-out")
     instrument(pool)
     runs: list[dict[str, float]] = []
     try:
