@@ -79,7 +79,7 @@ class QuickJSRuntime(CodeRuntime):
     before, and runs it on the calling thread when its stack is big enough (see
     the module docstring). Its start-up, a context with the prelude evaluated,
     is usually made by an earlier run while that run waited for a tool (at
-    most :data:`SPARES` wait; a forked child has none)."""
+    most ``SPARES`` wait; a forked child has none)."""
 
     language = "javascript"
 
