@@ -26,6 +26,7 @@ from ._relaycore import IDLE, SENT, RelayCore
 from .engine import (
     CANCELLED,
     CLOCK_MARK,
+    QUIET,
     Finish,
     Stopped,
     clip,
@@ -182,6 +183,10 @@ def max_frame(limits: Limits) -> int:
     calls = 3 * limits.max_total_args_bytes + (limits.max_calls + 1) * _PER_CALL
     crossing = logs + 3 * limits.max_output_bytes + calls
     return min(crossing, 2 * limits.memory_bytes) + _MIB
+
+
+#: A quiet step's envelope as the worker sends it.
+_QUIET = QUIET.encode()
 
 
 def settle_frame(batch: Sequence[Sequence[Any]]) -> bytes:
@@ -563,12 +568,18 @@ class Remote:
         return self.limits.memory_bytes
 
     def _answers(self, batch: Sequence[Sequence[Any]], spin: float, ready: bool = False) -> list[str]:
-        """One answer per call of ``batch``: the worker writes them at once."""
+        """One answer per call of ``batch``: the worker writes them at once, so
+        after the first, those already read are split off in one pass (a
+        quiet step's is :data:`QUIET` itself, not decoded)."""
         texts: list[str] = []
+        count = len(batch)
+        envelopes = self.worker.envelopes
         try:
-            for _ in batch:
-                texts.append(self._answer(len(batch) - len(texts), spin, ready))
+            while len(texts) < count:
+                texts.append(self._answer(count - len(texts), spin, ready))
                 spin = 0.0  # the rest came with the first
+                for body in envelopes(count - len(texts), self.max_frame):
+                    texts.append(QUIET if body == _QUIET else body.decode("utf-8", "surrogatepass"))
         except Stopped as stop:
             stop.steps = [*texts, *stop.steps]
             raise
