@@ -9,10 +9,12 @@ from typing import Optional
 
 import attrs
 
+from .._slots import record
+
 __all__ = ["CallRecord", "LaneState"]
 
 
-@attrs.frozen
+@record  # (one per call: made as the run ends)
 class CallRecord:
     """Timeline of one started call, in seconds since the scheduler started.
 
