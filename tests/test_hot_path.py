@@ -419,18 +419,19 @@ def _frame(op: bytes, body: bytes) -> bytes:
 
 def test_a_batchs_answers_are_taken_whole_in_order_and_nothing_else_is():
     from nous_sched.runtime import procio
+    from nous_sched.runtime.engine import QUIET
 
     worker = object.__new__(procio.Worker)  # its buffer only: no process is needed to split it
-    quiet = b'{"calls":[],"logs":[],"dropped":0,"main":null}'
-    worker.buf = bytearray(_frame(b"E", quiet) + _frame(b"E", b"two") + _frame(b"E", b"three") + _frame(b"X", b"{}"))
-    assert worker.envelopes(2, 1 << 20) == [quiet, b"two"]  # at most as many as asked
-    assert worker.envelopes(5, 1 << 20) == [b"three"]  # never past another op: receive() reads it
+    quiet = QUIET.encode()
+    three = _frame(b"E", quiet) + _frame(b"E", b"two") + _frame(b"E", quiet)
+    worker.buf = bytearray(three + _frame(b"E", "é\udc80".encode("utf-8", "surrogatepass")) + _frame(b"X", b"{}"))
+    taken = worker.envelopes(3, 1 << 20, QUIET)
+    assert taken == [QUIET, "two", QUIET] and taken[0] is QUIET  # at most as many as asked; a quiet one not decoded
+    assert worker.envelopes(5, 1 << 20, QUIET) == ["é\udc80"]  # never past another op: receive() reads it
     assert bytes(worker.buf) == _frame(b"X", b"{}")
-    worker.buf = bytearray(_frame(b"E", b"whole") + _frame(b"E", b"cut short")[:-2])
-    assert worker.envelopes(5, 1 << 20) == [b"whole"] and bytes(worker.buf) == _frame(b"E", b"cut short")[:-2]
+    worker.buf = bytearray(_frame(b"E", b"whole") + _frame(b"E", quiet)[:-2])
+    assert worker.envelopes(5, 1 << 20, QUIET) == ["whole"] and bytes(worker.buf) == _frame(b"E", quiet)[:-2]
     worker.buf = bytearray(_frame(b"E", b"x" * 100))
-    assert (
-        worker.envelopes(5, 50) == [] and len(worker.buf) == 105
-    )  # over the run's largest frame: refused by receive()
+    assert worker.envelopes(5, 50, QUIET) == [] and len(worker.buf) == 105  # over the run's largest frame: receive()'s
     worker.buf = bytearray(b"\x00\x00\x00\x00E")
-    assert worker.envelopes(5, 1 << 20) == [] and len(worker.buf) == 5  # an empty frame: receive()'s to refuse
+    assert worker.envelopes(5, 1 << 20, QUIET) == [] and len(worker.buf) == 5  # an empty frame: receive()'s to refuse

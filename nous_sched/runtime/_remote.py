@@ -185,10 +185,6 @@ def max_frame(limits: Limits) -> int:
     return min(crossing, 2 * limits.memory_bytes) + _MIB
 
 
-#: A quiet step's envelope as the worker sends it.
-_QUIET = QUIET.encode()
-
-
 def settle_frame(batch: Sequence[Sequence[Any]]) -> bytes:
     """The ``S`` frame settling ``batch``: per call ``b"<id> <1|0> <bytes> "``,
     then its payload's bytes (see :mod:`.worker`)."""
@@ -588,7 +584,7 @@ class Remote:
     def _answers(self, batch: Sequence[Sequence[Any]], spin: float, ready: bool = False) -> list[str]:
         """One answer per call of ``batch``: the worker writes them at once, so
         after the first, those already read are split off in one pass (a
-        quiet step's is :data:`QUIET` itself, not decoded)."""
+        quiet step's is :data:`~.engine.QUIET` itself, not decoded)."""
         texts: list[str] = []
         count = len(batch)
         envelopes = self.worker.envelopes
@@ -596,8 +592,7 @@ class Remote:
             while len(texts) < count:
                 texts.append(self._answer(count - len(texts), spin, ready))
                 spin = 0.0  # the rest came with the first
-                for body in envelopes(count - len(texts), self.max_frame):
-                    texts.append(QUIET if body == _QUIET else body.decode("utf-8", "surrogatepass"))
+                texts += envelopes(count - len(texts), self.max_frame, QUIET)
         except Stopped as stop:
             stop.steps = [*texts, *stop.steps]
             raise
