@@ -433,5 +433,7 @@ def test_a_batchs_answers_are_taken_whole_in_order_and_nothing_else_is():
     assert worker.envelopes(5, 1 << 20, QUIET) == ["whole"] and bytes(worker.buf) == _frame(b"E", quiet)[:-2]
     worker.buf = bytearray(_frame(b"E", b"x" * 100))
     assert worker.envelopes(5, 50, QUIET) == [] and len(worker.buf) == 105  # over the run's largest frame: receive()'s
+    worker.buf = bytearray(_frame(b"E", b"ok") + _frame(b"E", b"\xff"))
+    assert worker.envelopes(5, 1 << 20, QUIET) == ["ok"] and bytes(worker.buf) == _frame(b"E", b"\xff")  # not UTF-8
     worker.buf = bytearray(b"\x00\x00\x00\x00E")
     assert worker.envelopes(5, 1 << 20, QUIET) == [] and len(worker.buf) == 5  # an empty frame: receive()'s to refuse

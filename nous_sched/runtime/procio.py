@@ -663,7 +663,7 @@ class Worker:
         text most of them hold (a step that changed nothing): each of those is
         that very string, told by its bytes, not decoded. Stops at anything
         else (another op, a frame cut short, a header :meth:`receive`
-        refuses), which stays for :meth:`receive`."""
+        refuses, a body that is not UTF-8), which stays for :meth:`receive`."""
         buf = self.buf
         end = len(buf)
         texts: list[str] = []
@@ -686,7 +686,10 @@ class Worker:
             stop = at + 4 + n
             if n == 0 or n > max_frame or stop > end or buf[at + 4] != envelope:
                 break
-            texts.append(str(memoryview(buf)[at + 5 : stop], "utf-8", "surrogatepass"))
+            try:
+                texts.append(str(memoryview(buf)[at + 5 : stop], "utf-8", "surrogatepass"))
+            except UnicodeDecodeError:
+                break  # (not UTF-8: receive() hands it on, to fail as any answer that is not)
             at = stop
         if at:
             del buf[:at]  # once per batch, not once per frame
