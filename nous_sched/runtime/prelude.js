@@ -46,6 +46,7 @@
   // Argument lists each call's path hands to `apply`, made once (frozen: only read).
   const EMPTY_OBJECT = freeze(["{}"]);
   const FROM_START = freeze([0]);
+  const EMPTY_ARGS = freeze([]);
   const captureStackTrace = ErrorCtor.captureStackTrace;
   const InternalErrorPrototype = typeof InternalError === "function" ? InternalError.prototype : null;
   const hasOwn = Object.prototype.hasOwnProperty;
@@ -115,12 +116,30 @@
   }
   // (One holder for every capture: it never leaves this file, and each capture replaces its `stack`.)
   const SITES = create(null);
-  function callSites() {
+  // The engine's own Error.stackTraceLimit getter, kept before the program
+  // can replace it: it reads the limit the engine captures with.
+  const limitDescriptor = Object.getOwnPropertyDescriptor(ErrorCtor, "stackTraceLimit");
+  const limitGet = limitDescriptor !== undefined && typeof limitDescriptor.get === "function" ? limitDescriptor.get : null;
+  const mathFloor = Math.floor;
+  // The call's sites, from the frame below `skip` (the `skipped` frames of
+  // this file above it are not made: each costs the engine a CallSite). The
+  // limit counts only the frames kept, so they are cut to what a capture of
+  // every frame would have kept: the same sites, the same stack.
+  function callSites(skip, skipped) {
     const holder = SITES;
     siteHolder = holder;
     try {
-      captureStackTrace(holder);
-      return holder.stack;
+      const limit = limitGet === null ? undefined : apply(limitGet, ErrorCtor, EMPTY_ARGS);
+      if (typeof limit !== "number") {
+        // (A limit that is not a number: the engine's conversion of it is its own.)
+        captureStackTrace(holder);
+        return holder.stack;
+      }
+      captureStackTrace(holder, skip);
+      const sites = holder.stack;
+      const keep = limit > skipped ? mathFloor(limit) - skipped : 0;
+      if (typeof sites === "object" && sites !== null && sites.length > keep) sites.length = keep;
+      return sites;
     } finally {
       siteHolder = null;
     }
@@ -257,8 +276,9 @@
   });
 
   // `quoted`: `name` as JSON text, when the caller has it (undefined: the drain makes it).
-  function call(name, args, label, quoted) {
-    const sites = callSites();
+  // `tool`: the tool's function that called this one, when it was (its frame is this file's too).
+  function call(name, args, label, quoted, tool) {
+    const sites = tool === undefined ? callSites(call, 2) : callSites(tool, 3);
     let json;
     try {
       json = JSONstringify(args === undefined ? null : args);
@@ -739,13 +759,14 @@
 
   function makeTool(name) {
     let quoted; // the name as JSON text, for the envelope: made at its first call, once per run
-    return freeze(
-      own(function (args) {
-        // (A name past MAX_NAME_UNITS crosses cut: quoting the whole of it could exhaust the heap.)
-        if (quoted === undefined && name.length <= MAX_NAME_UNITS) quoted = JSONstringify(name);
-        return call(name, args, name, quoted);
-      }),
-    );
+    // (Assigned from own(...): the function keeps the empty name a program sees.)
+    let tool = null;
+    tool = own(function (args) {
+      // (A name past MAX_NAME_UNITS crosses cut: quoting the whole of it could exhaust the heap.)
+      if (quoted === undefined && name.length <= MAX_NAME_UNITS) quoted = JSONstringify(name);
+      return call(name, args, name, quoted, tool);
+    });
+    return freeze(tool);
   }
 
   // Names the engine and the language look up on any object (awaiting it,
