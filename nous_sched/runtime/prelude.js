@@ -47,6 +47,7 @@
   const EMPTY_OBJECT = freeze(["{}"]);
   const FROM_START = freeze([0]);
   const EMPTY_ARGS = freeze([]);
+  const QUOTE = freeze(['"']);
   const captureStackTrace = ErrorCtor.captureStackTrace;
   const InternalErrorPrototype = typeof InternalError === "function" ? InternalError.prototype : null;
   const hasOwn = Object.prototype.hasOwnProperty;
@@ -541,6 +542,10 @@
       if (json.length >= OUT_OF_LINE) {
         arg = "" + pieces++;
         tail += SEP + json;
+      } else if (apply(strIndexOf, json, QUOTE) === -1) {
+        // No string in the text, so nothing to escape (a backslash is only
+        // ever inside one): the JSON string JSON.stringify would write.
+        arg = '"' + json + '"';
       } else {
         arg = JSONstringify(json);
       }
