@@ -752,14 +752,16 @@
     mainJson = '{"state":"rejected","error":' + JSONstringify(cut(describe(e))) + "}";
   }
 
+  // Whether `main` is the program's function: the host wraps the program as
+  // `(async function program() {<code>\n})`; anything else means the code
+  // closed that function early. (The bridge calls `main` itself: every call
+  // the program's first step makes captures one frame fewer, see callSites.)
   function __nous_start(main) {
-    // The host wraps the program as `(async function program() {<code>\n})`;
-    // anything else means the code closed that function early.
     if (typeof main !== "function" || getPrototypeOf(main) !== AsyncFunctionPrototype) {
       onRejected(new SyntaxError("unbalanced braces: the program closes the function it runs in"));
-      return;
+      return false;
     }
-    apply(promiseThen, main(), [onFulfilled, onRejected]);
+    return true;
   }
 
   function makeTool(name) {
@@ -1007,7 +1009,10 @@
   return function __nous_bridge(op, a, b, c) {
     if (op === "drain") return drain();
     if (op === "settle") return __nous_settle(a, b, c);
-    if (op === "start") return __nous_start(a);
+    if (op === "start") {
+      if (__nous_start(a)) apply(promiseThen, a(), [onFulfilled, onRejected]);
+      return undefined;
+    }
     if (op === "configure") return configure(a, b, c);
     if (op === "clock") return clock(a);
     if (op === "converter") {
