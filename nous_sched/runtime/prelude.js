@@ -524,6 +524,7 @@
   // What a step that started no call, logged nothing and did not end the
   // program drains (most of a Promise.all's settles): the same text, made once.
   const NOTHING_NEW = '{"calls":[],"logs":[],"dropped":0,"main":null}';
+  const CALLS_ONLY_END = '],"logs":[],"dropped":0,"main":null}';
 
   function drain() {
     if (outTail === 0 && logCount === 0 && logDropped === 0 && mainText === null && mainJson === "null" && !clockOn) {
@@ -558,6 +559,10 @@
       // the same shape every time.
       outbox = create(null);
       outHead = outTail = 0;
+    }
+    if (pieces === 0 && logCount === 0 && logDropped === 0 && mainText === null && mainJson === "null" && !clockOn) {
+      // The usual step (calls only): the rest of the envelope is the same text every time.
+      return apply(strSlice, out + CALLS_ONLY_END, FROM_START);
     }
     out += '],"logs":[';
     if (logCount !== 0) {
