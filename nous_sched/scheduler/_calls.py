@@ -41,6 +41,7 @@ __all__ = [
     "AlwaysBegin",
     "Done",
     "Query",
+    "Reader",
     "RunLog",
     "Timeline",
     "STOP",
@@ -376,6 +377,18 @@ class Done(Then):
     def __call__(self) -> None:
         """Put this report on the driver's queue (a tool thread calls it as it goes idle: :class:`Then`)."""
         self.put(self)
+
+
+class Reader:
+    """A run's worker pipe the driver reads while the run waits
+    (:meth:`~nous_sched.Scheduler.attach_reader`): the driver calls
+    ``readable()`` whenever ``fd`` has data, until it answers False."""
+
+    __slots__ = ("fd", "readable")
+
+    def __init__(self, fd: int, readable: Callable[[], bool]) -> None:
+        self.fd = fd
+        self.readable = readable
 
 
 class Batch:
