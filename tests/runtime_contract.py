@@ -448,7 +448,7 @@ class ReadingHost(ContractHost):
         self.readers: list[threading.Thread] = []
         self.reads = 0
 
-    def attach_reader(self, fd: int, readable: Callable[[], bool]) -> bool:
+    def attach_reader(self, fd: int, readable: Callable[[], bool], gone: Callable[[], None]) -> bool:
         def read() -> None:
             poll = select.poll()
             poll.register(fd, select.POLLIN)

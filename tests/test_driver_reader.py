@@ -37,7 +37,7 @@ def test_the_driver_reads_an_attached_pipe_on_its_own_thread_until_told_to_drop_
 
     try:
         with Scheduler() as sched:
-            assert sched.attach_reader(r, readable)
+            assert sched.attach_reader(r, readable, lambda: None)
             # Calls go on while the driver polls: each report pokes it.
             for i in range(20):
                 assert sched.call(ECHO, {"x": i}).value == i
@@ -61,13 +61,15 @@ def test_stop_wakes_a_driver_polling_an_attached_pipe_and_nothing_is_called_afte
     calls = []
     try:
         sched = Scheduler()
-        assert sched.attach_reader(r, lambda: calls.append(1) or True)
+        gone = []
+        assert sched.attach_reader(r, lambda: calls.append(1) or True, lambda: gone.append(1))
         assert sched.call(ECHO, {"x": 0}).value == 0  # the driver is polling now
         sched.stop(timeout=10)
         os.write(w, b"late")
         assert sched.lane_state() is not None  # (the final state, at once)
         assert calls == []
-        assert not sched.attach_reader(r, lambda: True)  # stopped: refused
+        assert gone == [1]  # told once, as the driver wound down
+        assert not sched.attach_reader(r, lambda: True, lambda: None)  # stopped: refused
     finally:
         os.close(r)
         os.close(w)

@@ -122,6 +122,18 @@ class HandoffMachine(RuleBasedStateMachine):
         if wake:
             self.woken = True
 
+    @precondition(lambda self: not self.stepping)
+    @rule()
+    def driver_leaves(self) -> None:
+        # Its scheduler stopped: the reader goes back (once), and nothing is read there again.
+        before = self.core.state
+        if self.core.left():
+            assert before is DRIVER_READS and self.core.state is RETURNED
+            self.handed_back = "driver left"
+            self.woken = True
+        else:
+            assert before is not DRIVER_READS
+
     # -- what is always true ----------------------------------------------------------
 
     @invariant()
@@ -184,6 +196,15 @@ def test_a_returned_reader_is_never_the_drivers_again_until_attached() -> None:
     assert core.collect() == "interrupt"
     core.attach()
     assert core.readable()
+
+
+def test_a_driver_that_leaves_hands_the_reader_back() -> None:
+    core = HandoffCore()
+    core.attach()
+    assert core.left()
+    assert not core.readable()
+    assert core.collect() == "driver left"
+    assert not core.left()
 
 
 def test_misuse_is_refused() -> None:

@@ -135,14 +135,15 @@ class Host(Protocol):
         answers every question with a failure: this host takes none."""
         return Settled(Outcome.failure("sdk", NO_QUESTIONS))
 
-    def attach_reader(self, fd: int, readable: Callable[[], bool]) -> bool:
+    def attach_reader(self, fd: int, readable: Callable[[], bool], gone: Callable[[], None]) -> bool:
         """Offer a run's worker pipe ``fd`` to the thread that commits the
         host's calls, to read while the run's own thread sleeps: True if
         that thread will call ``readable()`` whenever ``fd`` has data, until
-        it answers False (the worker runtime then steps the answers that
-        only start tool calls there, :mod:`._handoffcore`; the host's hooks
-        for those steps run on that thread, in the same order). The default:
-        False, the run's own thread reads every answer."""
+        it answers False, or ``gone()`` once if it stops reading first (the
+        worker runtime then steps the answers that only start tool calls
+        there, :mod:`._handoffcore`; the host's hooks for those steps run
+        on that thread, in the same order). The default: False, the run's
+        own thread reads every answer."""
         return False
 
     def on_logs(self, lines: list[str]) -> None:

@@ -35,6 +35,9 @@ What the core guarantees, whatever the order of calls:
   (it met something only the run's thread may do, or raised) returns with
   its own reason, even if the run's thread asked for the reader meanwhile:
   what the step left (an answer read, an exception) is never lost.
+* **A driver that leaves returns the reader.** A scheduler that stops
+  while a run is attached hands the reader back (:meth:`left`): the run's
+  thread never waits for a driver that is gone.
 * **Nothing after the return.** Once :data:`RETURNED`, :meth:`readable`
   answers False until the run's thread attaches again: the driver drops
   the worker's pipe at its next look and never reads it.
@@ -119,6 +122,16 @@ class HandoffCore:
         driver's (drop the pipe)."""
         if self.state is DRIVER_READS:
             self.state = DRIVER_STEPPING
+            return True
+        return False
+
+    def left(self) -> bool:
+        """The driver stops reading without being told to (its scheduler
+        stopped): True if the reader was the driver's (wake the run's
+        thread); never during a step (the driver is in it)."""
+        if self.state is DRIVER_READS:
+            self.state = RETURNED
+            self.reason = "driver left"
             return True
         return False
 

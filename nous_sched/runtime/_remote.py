@@ -394,7 +394,7 @@ class Relay(RelayCore):
             hand.attach()
         lent = False
         try:
-            lent = attach(self.remote.worker.fd_out, self._readable)
+            lent = attach(self.remote.worker.fd_out, self._readable, self._gone)
         finally:
             if not lent:
                 with self.held:
@@ -479,6 +479,12 @@ class Relay(RelayCore):
             if wake:
                 self._wake()
         return not wake
+
+    def _gone(self) -> None:
+        """(The host's driver, leaving: its scheduler stopped.) The reader goes back to the run's thread."""
+        with self.lock:
+            if self.hand.left():
+                self._wake()
 
     def _step(self) -> Optional[str]:
         """(The host's driver, in the caller's context.) One answer read and

@@ -279,7 +279,7 @@ class Relay(Protocol):
         take: Callable[[Any], list[Any]],
         head: Any,
         advance: Optional["Advance"] = None,
-        attach: Optional[Callable[[int, Callable[[], bool]], bool]] = None,
+        attach: Optional[Callable[[int, Callable[[], bool], Callable[[], None]], bool]] = None,
     ) -> Optional[list[Any]]:
         """Wait for ``head`` to commit and its batch to be sent; the batch (``[]``: the deadline came first).
 

@@ -382,13 +382,15 @@ class Done(Then):
 class Reader:
     """A run's worker pipe the driver reads while the run waits
     (:meth:`~nous_sched.Scheduler.attach_reader`): the driver calls
-    ``readable()`` whenever ``fd`` has data, until it answers False."""
+    ``readable()`` whenever ``fd`` has data, until it answers False, or
+    ``gone()`` if it stops first (the scheduler stopped)."""
 
-    __slots__ = ("fd", "readable")
+    __slots__ = ("fd", "readable", "gone")
 
-    def __init__(self, fd: int, readable: Callable[[], bool]) -> None:
+    def __init__(self, fd: int, readable: Callable[[], bool], gone: Callable[[], None]) -> None:
         self.fd = fd
         self.readable = readable
+        self.gone = gone
 
 
 class Batch:

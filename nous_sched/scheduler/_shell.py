@@ -409,20 +409,22 @@ class Scheduler:
         finally:
             leave()
 
-    def attach_reader(self, fd: int, readable: Callable[[], bool]) -> bool:
+    def attach_reader(self, fd: int, readable: Callable[[], bool], gone: Callable[[], None]) -> bool:
         """Let the driver read a run's worker while the run waits (the worker
         runtime's hand-off, :mod:`nous_sched.runtime._handoffcore`): from its
         next sleep on, the driver sleeps in ``poll`` over ``fd`` and its own
         queue, and whenever ``fd`` has data it calls ``readable()`` (on the
         driver thread, between its passes, never during one) until that
-        answers False; then it drops ``fd``. One reader at a time: a later
-        one replaces it. False if the scheduler has stopped (nothing will
-        call ``readable``)."""
+        answers False; then it drops ``fd``. If the scheduler stops first,
+        the driver calls ``gone()`` instead, once, as it winds down (it must
+        neither block nor raise). One reader at a time: a later one
+        replaces it. False if the scheduler has stopped (nothing will call
+        either)."""
         wake = None
         with self._lock:
             if self._closed:
                 return False
-            self._put(Reader(fd, readable))
+            self._put(Reader(fd, readable, gone))
             wake, self._wake = self._wake, None
         if wake is not None:
             wake()
@@ -1021,7 +1023,9 @@ class Scheduler:
             hold.cancel()
         with self._lock:
             self._closed = True
-        self._reader = None
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            reader.gone()
         with self._poke_lock:  # (no poke writes to a closed, or reused, descriptor)
             pokes, self._pokes = self._pokes, None
         if pokes is not None:
@@ -1049,6 +1053,8 @@ class Scheduler:
                         self._deliver(call.ticket, Outcome.failure(call.ticket.tool, GONE))
                 elif type(msg) is Query:
                     msg.reply.set_result(final)
+                elif type(msg) is Reader:
+                    msg.gone()
             self._release_open(GONE)
 
     def _abandon(self) -> None:
