@@ -148,8 +148,9 @@ class Host(Protocol):
 
     def on_logs(self, lines: list[str]) -> None:
         """The log lines a step kept, as it ends, on the thread running the
-        program (budget markers included; not the notes added at the end).
-        The default does nothing."""
+        program, or the one reading for it (:meth:`attach_reader`) (budget
+        markers included; not the notes added at the end). The default does
+        nothing."""
         return None
 
     def on_settled(self, pending: PendingCall, outcome: Outcome, payload: str) -> None:

@@ -271,6 +271,21 @@ class Relay(RelayCore):
     driving thread is waiting for its answer, never after the run has moved
     on. (One exception: the driving thread arms without it, a single store
     made while the state is ``IDLE``, which no kick changes.)
+
+    **The reader lent** (:meth:`lend`). With a host that can read for the
+    run (``Host.attach_reader``: ``run_code``'s scheduler's driver), the
+    driving thread lends that thread the worker's pipe and sleeps on the
+    wake pipe alone: the driver reads each answer and, if it only starts
+    tool calls, steps it (the engine's ``advance``, in the caller's
+    contextvars) and arms the relay for the next call itself, so a
+    sequential call wakes the driver, the tool thread, the driver and the
+    worker, and no thread of the run's. Who reads is the hand-off core's
+    decision (:class:`~nous_sched.runtime._handoffcore.HandoffCore`, under
+    ``lock``): anything else (an end, a question, a stop, a split or
+    garbled frame, the end of file, a kick's hand-off) goes back to the
+    driving thread, which goes on as above, as do its deadline, a cancel
+    and an interrupt, once any step the driver is in has ended. (The
+    driver arms without the lock too, the same single store.)
     """
 
     __slots__ = (

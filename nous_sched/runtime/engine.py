@@ -698,8 +698,17 @@ def drive(
     reaches the program as an error it could catch and turn into another
     end, however the threads raced (``tests/test_deadline_race.py``).
 
+    **The host's driver may read for this thread.** While this thread waits
+    on a relay, a host whose :meth:`~nous_sched.runtime.Host.attach_reader`
+    answers True (``run_code``'s: its scheduler's driver) reads the worker's
+    answers and steps those that only start tool calls (:func:`_advancer`),
+    so a sequential call wakes no thread of the run's; any other answer,
+    the deadline, a cancel or an interrupt gives the reader back
+    (:mod:`nous_sched.runtime._handoffcore`), and this thread goes on.
+
     The host's hooks (:class:`~nous_sched.runtime.Host`, each with a no-op
-    default) watch the run as it goes, on this thread:
+    default) watch the run as it goes, on this thread (on the host's driver
+    for the steps it reads, in the same order: one thread at a time steps the run):
     ``host.on_main(state)`` gets the program's end as the sandbox reported
     it (the first envelope's ``main`` that has one: untrusted, for the
     run's hints),
