@@ -84,6 +84,17 @@ def test_an_interrupt_at_sampled_steps_of_a_run_leaves_the_pool_whole():
     _whole(out)
 
 
+@pytest.mark.timeout(600)
+def test_an_interrupt_at_every_step_of_the_hand_off_to_the_driver_leaves_the_pool_whole():
+    # A sequential run whose answers the scheduler's driver reads: Ctrl-C at
+    # each step the run's thread takes in the relay, the engine's loop and the
+    # hand-off core (lending its reader, sleeping, taking it back, collecting).
+    out = _script("_interrupt_steps.py", "1", "handoff")
+    assert out["steps"] > 200 and out["runs"] == out["steps"] and out["interrupted"] >= out["runs"] // 2, out
+    assert out["broken_at"] == [], "after each, no place held and the next run works"
+    _whole(out)
+
+
 # -- the deferral ---------------------------------------------------------------
 
 

@@ -699,7 +699,8 @@ class Remote:
             return
         if cap:
             w.cap = cap
-            with self.pool._lock:  # noqa: SLF001
+            # A deferred step: an interrupt landing as the block ends would leave the pool's lock held.
+            with deferred(), self.pool._lock:  # noqa: SLF001
                 self.pool._core.set_cap(self.wid, cap)  # noqa: SLF001
 
     def start(self) -> str:
