@@ -861,8 +861,8 @@ def _advancer(
         if (cancel is not None and cancel.is_set()) or not outstanding:
             return None
         head = outstanding[0][1]
-        if head.done() or not head.on_done(relay.kick):
-            return None  # committed already (the run's thread takes the batch), or it cannot tell
+        if not head.on_done(relay.kick):
+            return None  # it cannot say it settled: the run's thread waits for it
         return head
 
     return advance

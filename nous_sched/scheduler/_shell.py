@@ -420,14 +420,14 @@ class Scheduler:
         neither block nor raise). One reader at a time: a later one
         replaces it. False if the scheduler has stopped (nothing will call
         either)."""
-        wake = None
-        with self._lock:
-            if self._closed:
-                return False
-            self._put(Reader(fd, readable, gone))
-            wake, self._wake = self._wake, None
-        if wake is not None:
-            wake()
+        with deferred():  # (Ctrl-C on the main thread: never the lock left held, nor a reader half given)
+            with self._lock:
+                if self._closed:
+                    return False
+                self._put(Reader(fd, readable, gone))
+                wake, self._wake = self._wake, None
+            if wake is not None:
+                wake()
         return True
 
     def _refusal(self) -> Optional[str]:
