@@ -304,6 +304,7 @@ class Relay(RelayCore):
         "back",
         "texts",
         "woken",
+        "waits",
     )
 
     def __init__(self, remote: "Remote") -> None:
@@ -332,6 +333,7 @@ class Relay(RelayCore):
         self.back: Any = None
         self.texts: Optional[list[str]] = None
         self.woken: Any = None  # select.poll over the wake pipe alone, made with it
+        self.waits = 0  # the run's waits so far: the first is never lent (see settled)
 
     def settled(
         self, take: Any, head: PendingCall, advance: Optional[Advance] = None, attach: Any = None
@@ -358,7 +360,11 @@ class Relay(RelayCore):
         try:
             if head.done():  # published before the hook was set: no one else will kick
                 self.kick()
-            if advance is not None and remote.worker.cpu_watch is None:  # (a CPU budget: the run's thread looks)
+            # The first wait is this thread's: a run whose first answer ends it
+            # (most one-call runs) pays nothing for a lend it would not use.
+            # With a CPU budget, this thread watches the worker's CPU itself.
+            self.waits += 1
+            if advance is not None and self.waits > 1 and remote.worker.cpu_watch is None:
                 got = self.lend(advance, attach)
                 if got is not _OURS:
                     return got  # type: ignore[no-any-return]
