@@ -141,7 +141,7 @@ class Host(Protocol):
         that thread will call ``readable()`` whenever ``fd`` has data, until
         it answers False, or ``gone()`` once if it stops reading first (the
         worker runtime then steps the answers that only start tool calls
-        there, :mod:`._handoffcore`; the host's hooks for those steps run
+        there, ``nous_sched.runtime._handoffcore``; the host's hooks for those steps run
         on that thread, in the same order). The default: False, the run's
         own thread reads every answer."""
         return False

@@ -705,10 +705,10 @@ def drive(
     **The host's driver may read for this thread.** While this thread waits
     on a relay, a host whose :meth:`~nous_sched.runtime.Host.attach_reader`
     answers True (``run_code``'s: its scheduler's driver) reads the worker's
-    answers and steps those that only start tool calls (:func:`_advancer`),
+    answers and steps those that only start tool calls (``_advancer``),
     so a sequential call wakes no thread of the run's; any other answer,
     the deadline, a cancel or an interrupt gives the reader back
-    (:mod:`nous_sched.runtime._handoffcore`), and this thread goes on.
+    (``nous_sched.runtime._handoffcore``), and this thread goes on.
 
     The host's hooks (:class:`~nous_sched.runtime.Host`, each with a no-op
     default) watch the run as it goes, on this thread (on the host's driver

@@ -411,7 +411,7 @@ class Scheduler:
 
     def attach_reader(self, fd: int, readable: Callable[[], bool], gone: Callable[[], None]) -> bool:
         """Let the driver read a run's worker while the run waits (the worker
-        runtime's hand-off, :mod:`nous_sched.runtime._handoffcore`): from its
+        runtime's hand-off, ``nous_sched.runtime._handoffcore``): from its
         next sleep on, the driver sleeps in ``poll`` over ``fd`` and its own
         queue, and whenever ``fd`` has data it calls ``readable()`` (on the
         driver thread, between its passes, never during one) until that
