@@ -531,15 +531,18 @@ class Relay(RelayCore):
         stepped; ``None`` to go on reading, else why the run's thread takes over."""
         remote = self.remote
         w = remote.worker
+        # The read under the lock, as a kick's write: close() (the run's end, or an interrupt
+        # that did not wait for this step) releases the relay under it before the worker's
+        # pipes are closed, so this never reads a descriptor closed, or reused, meanwhile.
         with self.lock:
             if self.state is not SENT or self.handoff or self.error is not None or len(self.batch) != 1:
-                return "not a lone batch sent"  # (the worker spoke unasked: its end, a stop)
-        if w.buf:
-            return "bytes left"
-        try:
-            data = os.read(w.fd_out, 65536)
-        except BlockingIOError:
-            return None
+                return "not a lone batch sent"  # (the worker spoke unasked: its end, a stop; or the run is over)
+            if w.buf:
+                return "bytes left"
+            try:
+                data = os.read(w.fd_out, 65536)
+            except BlockingIOError:
+                return None
         if len(data) < 5 or worker.HEADER.unpack_from(data)[0] != len(data) - 4 or data[4:5] != worker.ENVELOPE:
             w.buf += data  # a stop, a split or garbled frame, the end of file: the run's thread reads it
             return "not a whole envelope"
