@@ -255,14 +255,22 @@ class NamesText(tuple):  # type: ignore[type-arg]
     __slots__ = ()
 
 
-def prepare() -> tuple[Any, Any]:
+def prepare(converter: bool = False) -> tuple[Any, Any]:
     """A fresh context with the prelude evaluated, bound to no run yet: a
-    ``(context, bridge)`` pair for :class:`Engine`'s ``prepared``. Use it once."""
+    ``(context, bridge)`` pair for :class:`Engine`'s ``prepared``. Use it once.
+
+    ``converter``: compile the rule for values JSON cannot hold now (about
+    0.4 ms), not when a run first needs it (a call whose arguments' JSON
+    holds ``{}``, a result JSON cannot hold). A fork server does, once for
+    all the children that inherit the context; a context prepared for one
+    run does not (most runs never need it)."""
     ctx = _quickjs.Context()
     ctx.set_memory_limit(_PREPARE_MEMORY)
     ctx.set_time_limit(_PREPARE_SECONDS)
     bridge = ctx.eval(_PRELUDE)
     bridge("converter", _CONVERTER)
+    if converter:
+        bridge("load converter")
     ctx.set_time_limit(-1)
     return ctx, bridge
 

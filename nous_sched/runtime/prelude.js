@@ -988,6 +988,12 @@
       if (converterSource === null) converterSource = a;
       return undefined;
     }
+    // Compiled now by a fork server, before any program exists, so each of its
+    // children inherits it (engine.prepare's ``converter``).
+    if (op === "load converter") {
+      if (converterSource !== null) loadConverter();
+      return undefined;
+    }
     return undefined;
   };
 })()

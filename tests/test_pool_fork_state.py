@@ -1,0 +1,101 @@
+"""What a fork server makes before its first fork, and what its children may see of it.
+
+A fork server prepares one context (the prelude evaluated, the converter
+compiled) and the worker's fixed Python state once; each child inherits a
+copy-on-write copy. No program ever runs in the server, and a child runs one
+program: nothing one run does is visible to the next, whatever it changed.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from nous_sched import Tool, WorkerPool, run_code
+from nous_sched.runtime import engine, worker
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def echo_tool() -> Tool:
+    return Tool("echo", lambda args: args, concurrency_safe=lambda args: True)
+
+
+# Run A changes everything a program can reach: globals, the intrinsics the
+# converter was handed copies of, the prototypes of plain values.
+_RUN_A = """
+globalThis.leak = "from run A";
+Object.prototype.polluted = "from run A";
+Array.prototype.push = function () { return "from run A"; };
+Map.prototype.entries = function () { throw new Error("from run A"); };
+JSON.stringify = function () { return '"from run A"'; };
+const echoed = await tools.echo({});
+return [typeof echoed, Object.keys(echoed).length];
+"""
+
+# Run B, in another child of the same fork server: none of it is there.
+_RUN_B = """
+const echoed = await tools.echo({});
+return {
+  leak: typeof globalThis.leak,
+  polluted: typeof ({}).polluted,
+  push: [].push(1),
+  stringify: JSON.stringify({a: 1}),
+  echoed: echoed,
+  map: new Map([["k", 1]]),
+};
+"""
+
+
+def test_a_run_in_a_fork_servers_child_sees_nothing_of_the_run_before():
+    with WorkerPool(size=2, spares=0) as pool:
+        a = run_code(_RUN_A, [echo_tool()], runtime=pool, description="test")
+        assert a.ok, a.error
+        assert a.result == ["object", 0]
+        b = run_code(_RUN_B, [echo_tool()], runtime=pool, description="test")
+        assert b.ok, b.error
+        assert b.result == {
+            "leak": "undefined",
+            "polluted": "undefined",
+            "push": 1,
+            "stringify": '{"a":1}',
+            "echoed": {},
+            "map": {"k": 1},
+        }
+
+
+def test_a_promise_in_a_calls_arguments_is_still_refused_in_a_fork_servers_child():
+    # (The converter that finds it was compiled by the fork server, before any run.)
+    with WorkerPool(size=2, spares=0) as pool:
+        r = run_code(
+            "try { await tools.echo({p: Promise.resolve(1), q: {}}); return 'sent'; } catch (e) { return e.message; }",
+            [echo_tool()],
+            runtime=pool,
+            description="test",
+        )
+    assert r.ok, r.error
+    assert "argument $.p is a Promise, not a value" in r.result
+
+
+def test_a_context_prepared_with_its_converter_converts_as_one_prepared_without():
+    program = (
+        'return [new Map([["k", 1]]), new Set([1, 2]), 10n, new Date(0), undefined, NaN, '
+        "new Uint8Array([1, 2]), {f() {}}];"
+    )
+    results = []
+    for converter in (False, True):
+        ctx, bridge = engine.prepare(converter)
+        ctx.set_time_limit(5.0)
+        bridge("configure", '["echo"]', "[10000,10000,10000,100,100,100000,1]", 1)
+        bridge("start", ctx.eval(engine._HEADER + program + "\n})"))
+        while ctx.execute_pending_job():
+            pass
+        results.append(json.loads(bridge("drain"))["main"])
+    assert results[0] == results[1]
+    assert results[0]["state"] == "fulfilled"
+
+
+def test_the_limits_type_is_made_once_per_process():
+    assert worker._limits_type() is worker._limits_type()
+    assert worker._limits_type()._fields == worker.LIMIT_FIELDS
