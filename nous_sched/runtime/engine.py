@@ -88,6 +88,8 @@ with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "convert.js")
     _CONVERTER = _f.read()
 del _f
 
+#: Allocations that move the collector's threshold up (see :func:`prepare`).
+_HEADROOM = "void (() => { const a = []; for (let i = 0; i < 2000; i++) a.push({}); })()"
 _TRUNCATED = "[output truncated at {n} bytes]"
 #: What the program's text follows: one line (the prelude's line offset).
 _HEADER = "(async function program() {\n"
@@ -255,22 +257,31 @@ class NamesText(tuple):  # type: ignore[type-arg]
     __slots__ = ()
 
 
-def prepare(converter: bool = False) -> tuple[Any, Any]:
+def prepare(shared: bool = False) -> tuple[Any, Any]:
     """A fresh context with the prelude evaluated, bound to no run yet: a
     ``(context, bridge)`` pair for :class:`Engine`'s ``prepared``. Use it once.
 
-    ``converter``: compile the rule for values JSON cannot hold now (about
-    0.4 ms), not when a run first needs it (a call whose arguments' JSON
-    holds ``{}``, a result JSON cannot hold). A fork server does, once for
-    all the children that inherit the context; a context prepared for one
-    run does not (most runs never need it)."""
+    ``shared``: the context is a fork server's, of which each child gets a
+    copy-on-write copy (a page the child writes is copied for it). Made so,
+    it also holds the rule for values JSON cannot hold compiled (about 0.4 ms,
+    which a run pays when it first needs it: a call whose arguments' JSON
+    holds ``{}``, a result JSON cannot hold), and the engine's collector
+    leaves it alone until it holds about 350 KB more than now (a collection
+    writes to every object, copying every page of the context in the child
+    that runs it; quickjs-ng's first comes at 256 KB, and the prelude alone
+    is about 240 KB). A context prepared for one run gets neither: most runs
+    never need the rule, and a collection copies nothing there."""
     ctx = _quickjs.Context()
     ctx.set_memory_limit(_PREPARE_MEMORY)
     ctx.set_time_limit(_PREPARE_SECONDS)
     bridge = ctx.eval(_PRELUDE)
     bridge("converter", _CONVERTER)
-    if converter:
+    if shared:
         bridge("load converter")
+        # The collector's next threshold is 1.5 times what the context holds
+        # when an allocation crosses the last one: allocate (and drop) enough
+        # to cross it twice. Trusted code, no program's: it leaves nothing.
+        ctx.eval(_HEADROOM)
     ctx.set_time_limit(-1)
     return ctx, bridge
 

@@ -393,9 +393,9 @@ def _reseed(prepared: Any, at: int) -> None:
         ctypes.c_uint64.from_address(base + at).value = int.from_bytes(os.urandom(8), "little") | 1
 
 
-def _prepare(engine: Any, converter: bool = False) -> Any:
+def _prepare(engine: Any, shared: bool = False) -> Any:
     try:
-        return engine.prepare(converter)
+        return engine.prepare(shared)
     except Exception:  # the run's Engine tries again, and reports what stops it
         return None
 
@@ -758,13 +758,10 @@ def _become_worker(
             first = prepared
             if boot is not None:
                 _set_policy(boot)
+            # (A fork server's context: no collection here, which would copy
+            # every page of it; it has room enough for a run without one.)
             if first is None:
                 first = _prepare(engine)
-            else:
-                # The server's context is this process's copy-on-write copy:
-                # a collection writes to every object of it, so the copies
-                # are made now, while booting, not by the run that takes it.
-                first[0].gc()
             if boot is not None:
                 _set_policy(_SCHED_OTHER)
             hello = {"pid": os.getpid(), "os_bounds": bounds, "prepared": first is not None}
@@ -907,9 +904,10 @@ def _prepare_server(modules: tuple[Any, Any, Any]) -> tuple[Any, Any, Any]:
     # Only where that seed can be found; otherwise each child makes its own.
     # No program ever runs in this process or in this context here.
     seed_at = _random_offset(modules[0])
-    # The converter too (a run whose call's arguments hold {} would compile
-    # it, about 0.4 ms): compiled here once, inherited by every child.
-    prepared = _prepare(modules[1], converter=True) if seed_at is not None else None
+    # Shared: with the converter compiled (a run whose call's arguments hold
+    # {} would compile it, about 0.4 ms) and room for a run without the
+    # collector (which would copy every page of it in the child).
+    prepared = _prepare(modules[1], shared=True) if seed_at is not None else None
     _limits_type()  # (made by the class's source, compiled: once here, not in each child)
     modules[2].prepare()  # (what every child's bounds would otherwise build alike)
     global _NAMER
