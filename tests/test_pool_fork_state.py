@@ -99,3 +99,15 @@ def test_a_context_prepared_with_its_converter_converts_as_one_prepared_without(
 def test_the_limits_type_is_made_once_per_process():
     assert worker._limits_type() is worker._limits_type()
     assert worker._limits_type()._fields == worker.LIMIT_FIELDS
+
+
+def test_the_collectors_headroom_leaves_nothing_in_a_shared_context():
+    # A fork server's context is made with room for a run without a
+    # collection: the allocations that make that room are all gone again.
+    ctx, bridge = engine.prepare(False)
+    bridge("load converter")
+    plain = ctx.memory()
+    shared = engine.prepare(True)[0].memory()
+    for field in ("obj_count", "js_func_count", "array_count", "str_count", "shape_count"):
+        assert shared[field] <= plain[field], field
+    assert shared["malloc_size"] < plain["malloc_size"] + 4096
