@@ -111,3 +111,26 @@ def test_the_collectors_headroom_leaves_nothing_in_a_shared_context():
     for field in ("obj_count", "js_func_count", "array_count", "str_count", "shape_count"):
         assert shared[field] <= plain[field], field
     assert shared["malloc_size"] < plain["malloc_size"] + 4096
+
+
+def test_the_workers_json_codec_writes_and_reads_what_the_json_module_does():
+    loads, dumps = worker._json()
+    assert worker._json() == (loads, dumps)
+    hello = {
+        "pid": 123,
+        "os_bounds": {"rlimits": {"RLIMIT_CORE": 0}, "seccomp": {"arch": "x86_64", "allowed": ["read"]}},
+        "prepared": True,
+        "text": 'quotes " and \\ and \u00e9 and \ud83d\ude00 and \x00',
+        "none": None,
+        "float": 1.5,
+        "nan": float("nan"),
+    }
+    assert dumps(hello) == json.dumps(hello)
+    spec = {"program": "return '\u00e9\U0001f600 \ud800';", "limits": [1.5, 2, None], "names_lazy": True}
+    text = json.dumps(spec).encode("utf-8", "surrogatepass")
+    assert loads(text) == json.loads(text) == spec
+    raw = json.dumps(spec, ensure_ascii=False).encode("utf-8", "surrogatepass")
+    assert loads(raw) == spec
+    assert loads(bytearray(text)) == spec
+    with pytest.raises(TypeError):
+        dumps({"x": object()})

@@ -80,7 +80,7 @@ from __future__ import annotations
 import os
 import struct
 import sys
-from typing import Any
+from typing import Any, Optional
 
 HEADER = struct.Struct(">I")
 RUN = b"R"
@@ -285,10 +285,10 @@ class _Watchdog:
 
     def install(self) -> None:
         """On the main thread, before any run: from here on ``SIGUSR1`` is ours."""
-        import signal
+        import _signal  # type: ignore[import-not-found]  # (the C module: see _become_worker)
 
-        signal.signal(signal.SIGUSR1, self._on_deadline)
-        signal.signal(signal.SIGUSR2, self._on_deadline)  # cancelled: stop whatever the deadline
+        _signal.signal(_signal.SIGUSR1, self._on_deadline)
+        _signal.signal(_signal.SIGUSR2, self._on_deadline)  # cancelled: stop whatever the deadline
 
     def watch(self) -> None:
         """Serve the deadline signal until the host is gone (end of file)."""
@@ -449,6 +449,43 @@ def _set_policy(policy: int) -> bool:
     return True
 
 
+#: ``(loads, dumps)`` for the worker's own frames, made once per process (see :func:`_json`).
+_JSON: Optional[tuple[Any, Any]] = None
+
+
+def _json() -> tuple[Any, Any]:
+    """``(loads, dumps)``: ``json.loads`` of a frame's UTF-8 JSON text and
+    ``json.dumps`` of a value, the same text as theirs, made the first time
+    they are asked for: the json module's own C scanner and encoder, called
+    directly. ``json.loads`` and ``json.dumps`` make or look up more objects
+    on each call (the decoder's regular expressions, an encoder per call):
+    in a fork server's child, whose pages are the server's until written,
+    their first calls cost about 100 copied pages (0.25 ms of CPU) more."""
+    global _JSON
+    if _JSON is not None:
+        return _JSON
+    import json.decoder
+    import json.encoder
+    import json.scanner
+
+    make_encoder = getattr(json.encoder, "c_make_encoder", None)
+    if getattr(json.scanner, "c_make_scanner", None) is None or make_encoder is None:  # (no C accelerator)
+        _JSON = (json.loads, json.dumps)
+        return _JSON
+    scan = getattr(json.decoder.JSONDecoder(), "scan_once")  # noqa: B009 - (typeshed does not declare it)
+    default = json.encoder.JSONEncoder().default
+    encode = make_encoder({}, default, json.encoder.encode_basestring_ascii, None, ": ", ", ", False, False, True)
+
+    def loads(data: bytes) -> Any:
+        return scan(data.decode("utf-8", "surrogatepass"), 0)[0]
+
+    def dumps(value: Any) -> str:
+        return "".join(encode(value, 0))
+
+    _JSON = (loads, dumps)
+    return _JSON
+
+
 #: The class of a run's limits, made once per process (see :func:`_limits_type`).
 _LIMITS: Any = None
 
@@ -513,7 +550,6 @@ class _Server:
         return b"".join([frame(ENVELOPE, text.encode("utf-8", "surrogatepass")) for text in texts])
 
     def run(self, body: bytes) -> bytes:
-        import json
         import time
 
         if self.current is not None:
@@ -522,7 +558,7 @@ class _Server:
             self.current = None
         # (Compact JSON holds no raw newline: the first one ends it, the names' text follows.)
         end = body.find(b"\n")
-        spec = json.loads(body[:end] if end >= 0 else body)
+        spec = _json()[0](body[:end] if end >= 0 else body)
         if spec["memory_cap"]:
             self.oslimits.cap_memory(spec["memory_cap"])
         if spec.get("cpu_limit"):
@@ -705,10 +741,12 @@ def _become_worker(
     """Bound this process and serve frames on standard input and output; never
     returns. ``prepared``: the first run's context, its prelude evaluated by
     the fork server (and reseeded here); made here when ``None``."""
+    import _signal
     import _thread
-    import json
-    import signal
 
+    # (The signal module's C half, not signal.py: its wrappers convert every
+    # number to an enum member, and in a fork server's child the first such
+    # conversion costs about 40 copied pages, 0.1 ms of CPU.)
     quickjs, engine, oslimits = modules
     # A spare's boot works at the lowest priority; every thread is back to
     # the normal policy before the worker says hello.
@@ -717,11 +755,12 @@ def _become_worker(
         _set_policy(boot)
     # The terminal's Ctrl-C is the host's to handle: it kills this worker if it must.
     # (A fork server's child inherits the server's SIG_IGN.)
-    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if _signal.getsignal(_signal.SIGINT) != _signal.SIG_IGN:
+        _signal.signal(_signal.SIGINT, _signal.SIG_IGN)
     libc = oslimits.c_library() if sys.platform.startswith("linux") else None
     _set_thread_name(name.replace("nous-sched-worker-", "nous-worker-"), libc)
-    payload = _test_payload()
+    # (A fork server read it once for all its children.)
+    payload = options["payload"] if "payload" in options else _test_payload()
     if prepared is not None:
         _reseed(prepared, options["seed_at"])
     # (A fork server verified the layout once for all its children.)
@@ -748,7 +787,7 @@ def _become_worker(
         _set_thread_name("nous-js-" + name.rsplit("-", 1)[-1], libc)
         # The deadline signal is for the main thread: only there does it
         # interrupt the blocking read that lets its handler run.
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1, signal.SIGUSR2})
+        _signal.pthread_sigmask(_signal.SIG_BLOCK, {_signal.SIGUSR1, _signal.SIGUSR2})
         main_bound.acquire()
         bounds["task_bound"] = own and bounds.pop("main_task_bound", False)
         try:
@@ -766,7 +805,7 @@ def _become_worker(
                 _set_policy(_SCHED_OTHER)
             hello = {"pid": os.getpid(), "os_bounds": bounds, "prepared": first is not None}
             # This thread writes every frame, the hello included: one writer.
-            write_all(1, frame(HELLO, json.dumps(hello).encode()))
+            write_all(1, frame(HELLO, _json()[1](hello).encode()))
             serve(engine, oslimits, watchdog, 0, 1, payload, first)
         finally:
             os._exit(0)
@@ -810,6 +849,7 @@ def _fork_server(sock_fd: int, modules: tuple[Any, Any, Any], options: dict[str,
     # process ends, and any of the host's threads may start it. The host's
     # death closes the socket; this process then exits, and its children,
     # whose parent is this single thread, get their death signal.
+    import _signal  # (see _become_worker)
     import gc
     import select
     import signal
@@ -827,10 +867,17 @@ def _fork_server(sock_fd: int, modules: tuple[Any, Any, Any], options: dict[str,
     boot = _boot_policy()
     # Everything loaded so far is shared with every child: keep the collector
     # from touching it (a touched page is a copied page in each child).
-    gc.collect()
-    gc.freeze()
     sock = socket.socket(fileno=sock_fd)
     wake_r, wake_w = os.pipe()
+    closing = (sock_fd, wake_r, wake_w)
+    # Each child's options, made here once: the test payload read and
+    # compiled (see _test_payload), the JSON codec made (see _json).
+    options.update(offset=offset, parent=server, seed_at=seed_at, payload=_test_payload())
+    by_spare = {flag: {**options, "background": flag} for flag in (False, True)}
+    _json()
+    _limits_type()
+    gc.collect()
+    gc.freeze()
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
@@ -853,19 +900,15 @@ def _fork_server(sock_fd: int, modules: tuple[Any, Any, Any], options: dict[str,
                 os.close(fd)
             continue
         name, *flags = msg.split() or [b"?"]
-        background = BACKGROUND in flags and boot is not None and _set_policy(boot)
+        spare = BACKGROUND in flags
+        background = spare and boot is not None and _set_policy(boot)
         pid = os.fork()
         if pid == 0:
-            signal.set_wakeup_fd(-1)
-            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-            _child(
-                name.decode("ascii", "replace"),
-                fds,
-                (sock_fd, wake_r, wake_w),
-                modules,
-                {**options, "offset": offset, "parent": server, "background": BACKGROUND in flags, "seed_at": seed_at},
-                prepared,
-            )
+            # (Whatever a child does here copies the pages it writes: the
+            # C module's calls, the options made before the fork.)
+            _signal.set_wakeup_fd(-1)
+            _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)
+            _child(name.decode("ascii", "replace"), fds, closing, modules, by_spare[spare], prepared)
         if background:
             _set_policy(_SCHED_OTHER)
         for fd in fds:
@@ -908,7 +951,6 @@ def _prepare_server(modules: tuple[Any, Any, Any]) -> tuple[Any, Any, Any]:
     # {} would compile it, about 0.4 ms) and room for a run without the
     # collector (which would copy every page of it in the child).
     prepared = _prepare(modules[1], shared=True) if seed_at is not None else None
-    _limits_type()  # (made by the class's source, compiled: once here, not in each child)
     modules[2].prepare()  # (what every child's bounds would otherwise build alike)
     global _NAMER
     if sys.platform.startswith("linux"):
