@@ -9,6 +9,7 @@ program: nothing one run does is visible to the next, whatever it changed.
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -134,3 +135,20 @@ def test_the_workers_json_codec_writes_and_reads_what_the_json_module_does():
     assert loads(bytearray(text)) == spec
     with pytest.raises(TypeError):
         dumps({"x": object()})
+
+
+def test_a_fork_servers_child_gets_a_performance_clock_of_its_own_run():
+    # The context was prepared by the fork server well before the run: the
+    # run's clock counts from the run's start all the same.
+    with WorkerPool(size=2, spares=1) as pool:
+        pool.prestart(1)
+        assert pool.wait_for_spares(30.0)
+        time.sleep(1.5)
+        r = run_code(
+            "return [performance.now(), Date.now() - performance.timeOrigin]",
+            [echo_tool()],
+            runtime=pool,
+            description="test",
+        )
+    assert r.ok, r.error
+    assert 0 <= r.result[0] < 1000 and 0 <= r.result[1] < 1000

@@ -180,18 +180,6 @@ class _Syntax(Exception):
 # -- the JavaScript side -------------------------------------------------------------
 
 
-#: ``performance`` for one run: ``now()`` counts from the run's start and
-#: ``timeOrigin`` is the wall clock then, so neither tells when the context was
-#: made or what ran before (the binding's own count from the context's creation).
-_RUN_CLOCK = """(() => {
-  const now_ = performance.now.bind(performance), t0 = now_(), origin = Date.now();
-  // (Bound: a program sees a native function, as before, with no source to read.)
-  const p = Object.freeze({ now: function now() { return now_() - t0; }.bind(null), timeOrigin: origin });
-  // Configurable, as the engine's own was: a durable run's clock (prelude.js) replaces it before the program runs.
-  Object.defineProperty(globalThis, "performance", { value: p, writable: false, configurable: true, enumerable: false });
-})()"""
-
-
 #: How many tool sets' names texts :func:`names_json` keeps (each holds its names tuple alive).
 NAMES_CACHE = 16
 # id of a names tuple -> (that tuple, its text, lazy, the text as UTF-8): the tuple is held so its id is not reused.
@@ -408,8 +396,8 @@ class Engine:
             f"{int(limits.max_log_lines)},{int(limits.max_calls)},{int(limits.max_total_args_bytes)},{int(lazy)}]"
         )
         self._arm()
+        # (configure also gives the run its own ``performance``, counting from now: see prelude.js.)
         self._guard(bridge, "configure", names, budgets, 1)
-        self._guard(ctx.eval, _RUN_CLOCK)
         program = self.program
         if program.startswith(CLOCK_MARK):
             # A durable run (nous_sched/durable/_replay.py): its recorded clock values, then the program.
