@@ -9,6 +9,8 @@ program: nothing one run does is visible to the next, whatever it changed.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import time
 
 import pytest
@@ -152,3 +154,52 @@ def test_a_fork_servers_child_gets_a_performance_clock_of_its_own_run():
         )
     assert r.ok, r.error
     assert 0 <= r.result[0] < 1000 and 0 <= r.result[1] < 1000
+
+
+def _zombies_under(pid: int) -> list[int]:
+    found = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/children", encoding="ascii") as fh:
+            for child in fh.read().split():
+                try:
+                    with open(f"/proc/{child}/stat", encoding="ascii") as st:
+                        if st.read().rsplit(")", 1)[1].split()[0] == "Z":
+                            found.append(int(child))
+                except FileNotFoundError:
+                    pass
+    return found
+
+
+def test_a_fork_server_reaps_its_discarded_workers_once_the_pool_is_idle():
+    # Exited children are reaped at the server's next message (a spawn, a
+    # status asked for) or within worker.REAP_EVERY: here no spare replaces
+    # the last run's worker, so no message comes.
+    pool = WorkerPool(size=2, spares=0)
+    try:
+        for _ in range(6):
+            assert run_code("return 1", runtime=pool, description="test").result == 1
+        server = pool._server.proc.pid
+        deadline = time.monotonic() + worker.REAP_EVERY + 30.0
+        while _zombies_under(server) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _zombies_under(server) == []
+    finally:
+        pool.close()
+
+
+def test_a_closed_fork_server_reaps_its_children_and_exits_by_itself():
+    pool = WorkerPool(size=2, spares=1)
+    for _ in range(3):
+        assert run_code("return 1", runtime=pool, description="test").result == 1
+    server = pool._server
+    pool.close()
+    assert server.proc.returncode == 0, "it exited at end of file, not killed with its zombies"
+
+
+def test_a_workers_exit_status_comes_from_its_fork_server_on_request():
+    # The server reports a child's status when asked (it reaps at each message).
+    with WorkerPool(size=1, spares=0) as pool:
+        pool.prestart(1)
+        w = next(iter(pool._workers.values()))
+        os.kill(w.proc.pid, signal.SIGKILL)
+        assert w.proc.wait(10.0) == -signal.SIGKILL

@@ -113,6 +113,9 @@ JS_STACK = MAX_STACK_BYTES + STACK_MARGIN
 #: The exit status of a worker that ran out of memory outside the engine.
 EXIT_MEMORY = 3
 #: A spawn request's flag: the child boots in the background (see :func:`_boot_policy`).
+#: The longest a fork server with children leaves an exited one unreaped when
+#: no message comes (see :func:`_fork_server`).
+REAP_EVERY = 0.5
 BACKGROUND = b"background"
 #: The test-only payload's file (see :func:`_test_payload`).
 PAYLOAD_ENV = "NOUS_SCHED_TEST_PAYLOAD"
@@ -843,7 +846,12 @@ def _fork_server(sock_fd: int, modules: tuple[Any, Any, Any], options: dict[str,
     standard input, output, lifeline); the answer ``P <pid>`` carries a
     pidfd of the child, so the host signals exactly that process. Each
     child's exit is reported as ``W <pid> <status>`` (dropped if the host is
-    not reading). End of file on the socket: exit.
+    not reading) when the next message comes, or within
+    :data:`REAP_EVERY` seconds: the children that exited since are reaped
+    then, not as each exits (a wake-up per child, and the copy of every page
+    it touches while its siblings share them). Any other message (the
+    host's ``?`` when it waits for a status) only does that. End of file on
+    the socket: reap, then exit.
     """
     # No PR_SET_PDEATHSIG here: it fires when the *thread* that started this
     # process ends, and any of the host's threads may start it. The host's
@@ -852,7 +860,6 @@ def _fork_server(sock_fd: int, modules: tuple[Any, Any, Any], options: dict[str,
     import _signal  # (see _become_worker)
     import gc
     import select
-    import signal
     import socket
 
     offset, seed_at, prepared = _prepare_server(modules)
@@ -865,34 +872,31 @@ def _fork_server(sock_fd: int, modules: tuple[Any, Any, Any], options: dict[str,
     # A spare is forked at the boot's policy and born with it (the fork's own
     # work, the copy of this process's page tables, included): see _boot_policy.
     boot = _boot_policy()
-    # Everything loaded so far is shared with every child: keep the collector
-    # from touching it (a touched page is a copied page in each child).
     sock = socket.socket(fileno=sock_fd)
-    wake_r, wake_w = os.pipe()
-    closing = (sock_fd, wake_r, wake_w)
     # Each child's options, made here once: the test payload read and
     # compiled (see _test_payload), the JSON codec made (see _json).
     options.update(offset=offset, parent=server, seed_at=seed_at, payload=_test_payload())
     by_spare = {flag: {**options, "background": flag} for flag in (False, True)}
     _json()
     _limits_type()
+    # Everything loaded so far is shared with every child: keep the collector
+    # from touching it (a touched page is a copied page in each child).
     gc.collect()
     gc.freeze()
-    os.set_blocking(wake_w, False)
-    signal.set_wakeup_fd(wake_w)
-    signal.signal(signal.SIGCHLD, lambda *_: None)
+    # Exited children wait as zombies until the next message reaps them (an
+    # inherited SIG_IGN would reap them unseen, their statuses lost).
+    _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)
     sock.send(b"R")
+    live = 0  # children forked and not reaped yet
     while True:
-        ready, _, _ = select.select([sock_fd, wake_r], [], [])
-        if wake_r in ready:
-            os.read(wake_r, 512)
-        _reap(sock)
-        if sock_fd not in ready:
+        if live and not select.select([sock_fd], [], [], REAP_EVERY)[0]:
+            live -= _reap(sock)
             continue
         try:
             msg, fds, _, _ = socket.recv_fds(sock, 256, 3)
         except OSError:
-            os._exit(0)
+            msg, fds = b"", []
+        live -= _reap(sock)
         if not msg:
             os._exit(0)
         if len(fds) != 3:
@@ -905,10 +909,9 @@ def _fork_server(sock_fd: int, modules: tuple[Any, Any, Any], options: dict[str,
         pid = os.fork()
         if pid == 0:
             # (Whatever a child does here copies the pages it writes: the
-            # C module's calls, the options made before the fork.)
-            _signal.set_wakeup_fd(-1)
-            _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)
-            _child(name.decode("ascii", "replace"), fds, closing, modules, by_spare[spare], prepared)
+            # options were made before the fork.)
+            _child(name.decode("ascii", "replace"), fds, (sock_fd,), modules, by_spare[spare], prepared)
+        live += 1
         if background:
             _set_policy(_SCHED_OTHER)
         for fd in fds:
@@ -962,16 +965,19 @@ def _prepare_server(modules: tuple[Any, Any, Any]) -> tuple[Any, Any, Any]:
     return offset, seed_at, prepared
 
 
-def _reap(sock: Any) -> None:
+def _reap(sock: Any) -> int:
+    """Reap every exited child, reporting each (``W``); how many."""
     import socket
 
+    reaped = 0
     while True:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
-            return
+            return reaped
         if pid == 0:
-            return
+            return reaped
+        reaped += 1
         try:
             sock.send(b"W %d %d" % (pid, os.waitstatus_to_exitcode(status)), socket.MSG_DONTWAIT)
         except OSError:
