@@ -1,12 +1,21 @@
 """Ctrl-C at every step of a run, one run per step: ``python
-_interrupt_steps.py [STRIDE] [opcodes]``.
+_interrupt_steps.py [STRIDE] [opcodes | calls]``.
 
 A first run counts the steps the main thread takes in nous_sched's code
-(lines, or with ``opcodes`` each instruction); then, for every ``STRIDE``-th
+(lines, or with ``opcodes`` each instruction, or with ``calls`` each
+function's start and each return from a built-in); then, for every ``STRIDE``-th
 step k, a run on a fresh pool's worker gets a real ``SIGINT`` raised at its
 k-th step (``signal.raise_signal`` from a trace function, so the handler
 runs where the interpreter next checks for signals, as a Ctrl-C's would:
-deferred steps hold it back as they would a real one). After each, the pool
+deferred steps hold it back as they would a real one).
+
+``calls`` interrupts only where CPython itself looks for a pending signal
+(a Python function's first instruction, the instruction after a call into
+C): every such moment is one a real Ctrl-C can hit. A line or an
+instruction is not always one: the end of a ``with lock:`` block calls the
+lock's ``__exit__`` from instructions outside the block's handler, so an
+interrupt raised *by a trace function* on that line leaves the lock held,
+where a real one never lands. After each, the pool
 must be whole and the next run must work; at the end, nothing may be left:
 no place or CPU share held (nor a run left waiting for one), no process the pool does not know, no zombie, the
 descriptors and threads of the baseline. Prints one JSON line.
@@ -52,15 +61,38 @@ def tracer(at: int, opcodes: bool, count: list[int]):  # type: ignore[no-untyped
     return outer
 
 
-def main(stride: int, opcodes: bool) -> dict:
+def profiler(at: int, count: list[int]):  # type: ignore[no-untyped-def]
+    def profile(frame, event, arg):  # type: ignore[no-untyped-def]
+        if event in ("call", "c_return") and "nous_sched" in frame.f_code.co_filename:
+            count[0] += 1
+            if count[0] == at:
+                signal.raise_signal(signal.SIGINT)
+
+    return profile
+
+
+def watch(at: int, mode: str, count: list[int]) -> None:
+    """Start counting this thread's steps (``mode``: lines, opcodes or calls), interrupting at the ``at``-th."""
+    if mode == "calls":
+        sys.setprofile(profiler(at, count))
+    else:
+        sys.settrace(tracer(at, mode == "opcodes", count))
+
+
+def unwatch() -> None:
+    sys.settrace(None)
+    sys.setprofile(None)
+
+
+def main(stride: int, mode: str) -> dict:
     faulthandler.dump_traceback_later(240, exit=True)  # a hang says where, on stderr
     signal.signal(signal.SIGINT, signal.default_int_handler)
     pool = WorkerPool(size=2, spares=1)
     assert run(pool) == 2
     count = [0]
-    sys.settrace(tracer(-1, opcodes, count))
+    watch(-1, mode, count)
     run(pool)
-    sys.settrace(None)
+    unwatch()
     steps = count[0]
     settle(pool)
     base = {"fds": others(pool), "threads": sorted(t.name for t in threading.enumerate())}
@@ -71,11 +103,11 @@ def main(stride: int, opcodes: bool) -> dict:
         faulthandler.dump_traceback_later(60, exit=True)
         count = [0]
         try:
-            sys.settrace(tracer(at, opcodes, count))
+            watch(at, mode, count)
             try:
                 run(pool)
             finally:
-                sys.settrace(None)
+                unwatch()
         except KeyboardInterrupt:
             interrupted += 1
             if os.environ.get("STEPS_VERBOSE"):
@@ -119,4 +151,5 @@ def main(stride: int, opcodes: bool) -> dict:
 
 if __name__ == "__main__":
     stride = int(sys.argv[1]) if len(sys.argv) > 1 else 1
-    sys.stdout.write(json.dumps(main(stride, "opcodes" in sys.argv[2:])) + "\n")
+    modes = [m for m in sys.argv[2:] if m in ("opcodes", "calls")]
+    sys.stdout.write(json.dumps(main(stride, modes[0] if modes else "lines")) + "\n")

@@ -1,6 +1,6 @@
 """An interrupt anywhere leaves the pool whole (nous_sched._interrupts and the
 pool's tickets): Ctrl-C at random moments of short fan-out runs, and at
-sampled steps of one run, in a subprocess each; then no place is held, no
+every point of one run where CPython looks for a signal, in a subprocess each; then no place is held, no
 process is left that the pool does not know, no zombie, the descriptors and
 threads are the baseline's, and the next run works. Also the deferral's own
 promises, and a fork server killed under load: every run gets a result."""
@@ -77,9 +77,13 @@ def test_two_hundred_sigterms_whose_handler_raises_system_exit_leave_the_pool_wh
 
 
 @pytest.mark.timeout(600)
-def test_an_interrupt_at_sampled_steps_of_a_run_leaves_the_pool_whole():
-    out = _script("_interrupt_steps.py", "23")
-    assert out["steps"] > 500 and out["interrupted"] >= out["runs"] // 2, out
+def test_an_interrupt_at_every_point_a_ctrl_c_can_land_in_a_run_leaves_the_pool_whole():
+    # Every function start and every return from a built-in in nous_sched's code on the run's thread:
+    # where CPython looks for a pending signal. (Sampling lines instead found "leaks" a real Ctrl-C
+    # cannot cause: a trace function can raise as a `with lock:` block's __exit__ is being called.)
+    out = _script("_interrupt_steps.py", "1", "calls")
+    assert out["steps"] > 500 and out["runs"] == out["steps"], out
+    assert out["interrupted"] >= out["runs"] * 9 // 10, out
     assert out["broken_at"] == [], "after each, no place held and the next run works"
     _whole(out)
 

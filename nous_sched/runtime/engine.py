@@ -330,6 +330,10 @@ class Engine:
     max_payload: Optional[int] = None
     #: (:class:`Steps`) None: the thread that drives the run settles each call.
     relay: Optional[Relay] = None
+    #: (Looked up by :func:`drive`, not a :class:`Steps` member.) Called once, on the thread that drives the
+    #: run, when it first has to wait for a call, with that call's pending call
+    #: (which it may wait for: ``wait(seconds)``); ``None``: nothing to do then.
+    idle: Optional[Callable[[Any], None]] = None
 
     def __init__(
         self,
@@ -728,6 +732,8 @@ def _drive(
     take = _taker(outstanding, engine.max_payload, over)
     settle = engine.settle_many
     relay = engine.relay
+    # Work the stepper does while its first call runs (the in-process runtime's next context).
+    idle: Optional[Callable[[Any], None]] = getattr(engine, "idle", None)
     batch: Sequence[Any] = ()
     texts: Sequence[str] = (engine.start(),)
     while True:
@@ -745,6 +751,9 @@ def _drive(
                 batch = relay.settled(take, head)
                 relayed = True
             else:
+                if idle is not None and not head.done():
+                    work, idle = idle, None
+                    work(head)
                 outcome = _wait(head, deadline, cancel)
                 batch = take(outcome) if outcome is not None else []
             if not batch:

@@ -52,6 +52,7 @@ import contextvars
 import ctypes
 import functools
 import itertools
+import os
 import sys
 import threading
 import time
@@ -59,7 +60,7 @@ from typing import Any, Optional
 
 from ..result import RunError
 from . import AnyCancel, Cancel, CodeRuntime, Host, Limits, RuntimeOutcome
-from .engine import CANCELLED, Engine, Finish, drive
+from .engine import CANCELLED, Engine, Finish, drive, prepare
 
 __all__ = ["QuickJSRuntime", "STACK_MARGIN"]
 
@@ -74,8 +75,11 @@ _PLATFORM: str = sys.platform
 
 class QuickJSRuntime(CodeRuntime):
     """Runs JavaScript programs in ``quickjs-ng`` in this process. Stateless and
-    thread-safe: every :meth:`run` builds its own context, on the calling thread
-    when its stack is big enough (see the module docstring)."""
+    thread-safe: every :meth:`run` gets its own context, in which no program ran
+    before, and runs it on the calling thread when its stack is big enough (see
+    the module docstring). Its start-up, a context with the prelude evaluated,
+    is usually made by an earlier run while that run waited for a tool (at
+    most ``SPARES`` wait; a forked child has none)."""
 
     language = "javascript"
 
@@ -103,17 +107,21 @@ def _run(program: str, host: Host, limits: Limits, deadline: float, cancel: Opti
     clock = _thread_clock() if cpu_time is not None else None
     watched = _budget() is not None and (cancel is not None or clock is not None)
     watch = _Watch(cancel, cpu_time if clock is not None else None) if watched else None
+    prepared = _take_spare()
     engine = Engine(
         program,
         host.names,
         limits,
         deadline,
+        prepared=prepared,
         before_salvage=watch.stop if watch else None,
         # This thread's CPU clock, which the watcher reads too; the binding's slice
         # (process CPU) carries the budget only where no watcher stops the engine.
         cpu_clock=clock or time.thread_time,
         cpu_slice=clock is None or watch is None,
     )
+    # The next run's context is made while this one first waits for a tool, when no spare is left.
+    engine.idle = _make_spare
     if watch is not None:
         watch.start(engine)
     try:
@@ -122,6 +130,46 @@ def _run(program: str, host: Host, limits: Limits, deadline: float, cancel: Opti
         if watch is not None:
             watch.stop()
         engine.close()
+
+
+#: At most this many contexts wait, prepared, for the process's next in-process runs.
+SPARES = 4
+#: A run makes a spare only once its first call has run this long (seconds).
+SPARE_AFTER = 0.002
+# Each a (context, bridge) pair from engine.prepare(), never run: list.pop and
+# append are atomic, so each is taken by one run. (A context may be used on a
+# thread other than its maker's: the run's thread sets its stack bound first.)
+_spares: list[tuple[Any, Any]] = []
+
+
+def _take_spare() -> Optional[tuple[Any, Any]]:
+    """A context prepared ahead (the prelude evaluated, never run), or ``None``: the run makes its own."""
+    try:
+        return _spares.pop()
+    except IndexError:
+        return None
+
+
+def _make_spare(head: Any) -> None:
+    """Prepare a context for a later run (the prelude is most of a run's start-up),
+    unless :data:`SPARES` wait already. Called by a run's thread when it first waits
+    for a tool (``head``), and only once that call has run :data:`SPARE_AFTER`: so it
+    costs a run time its tools take anyway, after its calls were handed to their
+    threads (which it would slow: the CPU it takes is theirs then)."""
+    if len(_spares) < SPARES and head.wait(SPARE_AFTER) is None:
+        try:
+            _spares.append(prepare())
+        except Exception:  # (no memory for it: the next run makes its own, and says so)
+            pass
+
+
+def _forget_spares() -> None:
+    _spares.clear()
+
+
+# A forked child starts with none of its parent's (each context is the process's own).
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_spares)
 
 
 def _thread_clock() -> Optional[Any]:

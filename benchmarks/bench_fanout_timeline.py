@@ -1,0 +1,205 @@
+"""One 50-wide fan-out's timeline, phase by phase, from the ``run_code`` call to its return.
+
+``await Promise.all`` of 50 calls of a tool that sleeps 5 ms, ``max_parallel``
+50, after three warm-up runs. Each timed run stamps (``time.perf_counter``,
+milliseconds after the ``run_code`` call) the end of each phase of the run,
+by wrapping the functions that end them (for this probe only):
+
+* ``options``: ``RunOptions`` made (``_run.options.build``);
+* ``prepared``: the program and tool set checked (``_run.runner.prepare``);
+* ``begun``: a worker taken and the program sent (``WorkerPool.begin``; the
+  in-process runtime begins nothing);
+* ``scheduler``: the run's scheduler, gate and host bindings (``_build``);
+* ``context``: a fresh QuickJS context with the prelude (in-process only;
+  a worker made it while idle);
+* ``first envelope``: the program ran to its first wait and its envelope was
+  read (the engine's ``start``);
+* ``calls admitted``: the 50 calls passed the gate and reached the driver's
+  queue as one message (the batch's end);
+* ``first began`` / ``last began``: the tools' own first line (in the tool);
+* ``first ended`` / ``last ended``: the tools' last line;
+* ``last committed``: the driver committed the 50th call (the trail);
+* ``settled``: the last settle step returned (``settle_many``, or the relay's
+  answers), with how many steps carried the 50 settles;
+* ``drive returned``, ``wound down`` (scheduler stopped, worker given back),
+  ``result made`` (the RunResult), ``returned``.
+
+Run by hand::
+
+    python benchmarks/bench_fanout_timeline.py worker|in-process [--runs 8]
+
+It prints each run's stamps, then the median of each phase's length.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from typing import Any, Callable
+
+import nous_sched._run.entry as entry
+import nous_sched._run.runner as runner
+import nous_sched.runtime._remote as remote
+import nous_sched.runtime.engine as engine
+import nous_sched.runtime.quickjs as quickjs
+import nous_sched.scheduler._calls as calls
+from nous_sched import QuickJSRuntime, Tool, WorkerPool, run_code
+
+WIDE = 50
+SLEEP = 0.005
+PROGRAM = (
+    f"const parts = await Promise.all(Array.from({{ length: {WIDE} }}, (_, i) => tools.sleepy({{ i }})));\n"
+    "return parts.reduce((a, b) => a + b, 0);"
+)
+PHASES = (
+    "options",
+    "prepared",
+    "begun",
+    "scheduler",
+    "context",
+    "first envelope",
+    "calls admitted",
+    "first began",
+    "last began",
+    "first ended",
+    "last ended",
+    "last committed",
+    "settled",
+    "drive returned",
+    "wound down",
+    "result made",
+    "returned",
+)
+stamps: dict[str, float] = {}
+began: list[float] = []
+ended: list[float] = []
+steps: list[int] = []
+scheduler_t0: list[float] = []
+
+
+def sleepy(args: dict[str, Any]) -> Any:
+    began.append(time.perf_counter())
+    time.sleep(SLEEP)
+    ended.append(time.perf_counter())
+    return args["i"]
+
+
+TOOL = Tool("sleepy", sleepy, concurrency_safe=lambda args: True)
+
+
+def stamp_after(owner: Any, name: str, phase: str, first_only: bool = False) -> None:
+    """Wrap ``owner.name`` so its return stamps ``phase`` (the last return, or the first)."""
+    fn = getattr(owner, name)
+
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        out = fn(*args, **kwargs)
+        if not (first_only and phase in stamps):
+            stamps[phase] = time.perf_counter()
+        return out
+
+    setattr(owner, name, wrapped)
+
+
+def counting(owner: Any, name: str, size: Callable[..., int]) -> None:
+    """Count the settle steps: each call of ``owner.name`` is one step of ``size(args)`` settles."""
+    fn = getattr(owner, name)
+
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        out = fn(*args, **kwargs)
+        steps.append(size(*args))
+        stamps["settled"] = time.perf_counter()
+        return out
+
+    setattr(owner, name, wrapped)
+
+
+def instrument(pool: Any) -> None:
+    stamp_after(entry, "build", "options")
+    stamp_after(entry, "prepare", "prepared")
+    if pool is not None:
+        stamp_after(type(pool), "begin", "begun")
+    build = runner._build
+
+    def built(*args: Any, **kwargs: Any) -> Any:
+        out = build(*args, **kwargs)
+        scheduler_t0.append(out[0]._t0)  # its trail's clock
+        stamps["scheduler"] = time.perf_counter()
+        return out
+
+    runner._build = built
+    stamp_after(engine, "prepare", "context")
+    stamp_after(engine.Engine, "start", "first envelope")
+    stamp_after(remote.Remote, "start", "first envelope")
+    stamp_after(calls.Batch, "__exit__", "calls admitted")
+    counting(engine.Engine, "settle_many", lambda self, batch: len(batch))
+    counting(engine.Engine, "settle", lambda self, *a: 1)
+    counting(remote.Relay, "answers", lambda self, batch: len(batch))
+    counting(remote.Remote, "settle_many", lambda self, batch: len(batch))
+    stamp_after(quickjs, "drive", "drive returned")
+    stamp_after(remote, "drive", "drive returned")
+    stamp_after(runner, "_wind_down", "wound down")
+    stamp_after(runner, "_result", "result made")
+
+
+def one(runtime: Any) -> dict[str, float]:
+    stamps.clear()
+    began.clear()
+    ended.clear()
+    steps.clear()
+    scheduler_t0.clear()
+    t0 = time.perf_counter()
+    r = run_code(PROGRAM, [TOOL], runtime=runtime, max_parallel=WIDE, timeout=60, description="fan-out")
+    stamps["returned"] = time.perf_counter()
+    assert r.ok, r.error
+    stamps["first began"], stamps["last began"] = min(began), max(began)
+    stamps["first ended"], stamps["last ended"] = min(ended), max(ended)
+    stamps["last committed"] = scheduler_t0[0] + max(c.committed for c in r.trail)
+    return {k: (v - t0) * 1e3 for k, v in stamps.items()}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("runtime", choices=["worker", "in-process"])
+    parser.add_argument("--runs", type=int, default=8)
+    parser.add_argument(
+        "--domain", action="store_true", help="worker: reuse one worker (pool.domain) instead of one-shot"
+    )
+    parser.add_argument("--gap", type=float, default=0.0, help="seconds to sleep between runs")
+    args = parser.parse_args()
+    pool = WorkerPool() if args.runtime == "worker" else None
+    runtime: Any = pool if pool is not None else QuickJSRuntime()
+    if pool is not None and args.domain:
+        runtime = pool.domain("fan-out")
+    instrument(pool)
+    runs: list[dict[str, float]] = []
+    try:
+        for _ in range(3):
+            one(runtime)
+        for _ in range(args.runs):
+            time.sleep(args.gap)
+            t = one(runtime)
+            t["steps"] = len(steps)
+            runs.append(t)
+            print(
+                " ".join(f"{k}={t[k]:.2f}" for k in PHASES if k in t)
+                + f" | {len(steps)} settle steps {sorted(steps, reverse=True)[:6]}"
+            )
+    finally:
+        if pool is not None:
+            pool.close()
+    print(f"# {args.runtime}: median over {len(runs)} runs (ms after the run_code call; phase length)")
+    prev = 0.0
+    for k in PHASES:
+        if k not in runs[0]:
+            continue
+        at = statistics.median(t[k] for t in runs)
+        print(f"  {k:16} {at:7.2f}   +{at - prev:5.2f}")
+        prev = at
+    print(f"  settle steps     {statistics.median(t['steps'] for t in runs):g}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
