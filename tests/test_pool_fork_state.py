@@ -17,6 +17,7 @@ import pytest
 
 from nous_sched import Tool, WorkerPool, run_code
 from nous_sched.runtime import engine, worker
+from nous_sched.runtime import pool as pool_module
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -171,15 +172,15 @@ def _zombies_under(pid: int) -> list[int]:
 
 
 def test_a_fork_server_reaps_its_discarded_workers_once_the_pool_is_idle():
-    # Exited children are reaped at the server's next message (a spawn, a
-    # status asked for) or within worker.REAP_EVERY: here no spare replaces
-    # the last run's worker, so no message comes.
+    # Exited children are reaped at the server's next message: a spawn, a
+    # status asked for, or the nudge of the spares thread that reaped them
+    # as it ends (here no spare replaces the last run's worker).
     pool = WorkerPool(size=2, spares=0)
     try:
         for _ in range(6):
             assert run_code("return 1", runtime=pool, description="test").result == 1
         server = pool._server.proc.pid
-        deadline = time.monotonic() + worker.REAP_EVERY + 30.0
+        deadline = time.monotonic() + 30.0
         while _zombies_under(server) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert _zombies_under(server) == []
@@ -203,3 +204,23 @@ def test_a_workers_exit_status_comes_from_its_fork_server_on_request():
         w = next(iter(pool._workers.values()))
         os.kill(w.proc.pid, signal.SIGKILL)
         assert w.proc.wait(10.0) == -signal.SIGKILL
+
+
+def _switches(pid: int) -> int:
+    """How often ``pid`` has gone to sleep (each wake-up ends in one more)."""
+    with open(f"/proc/{pid}/status", encoding="ascii") as fh:
+        return next(int(line.split()[1]) for line in fh if line.startswith("voluntary_ctxt_switches:"))
+
+
+def test_an_idle_fork_server_sleeps():
+    # It looks for exited children for a while after its last message, then
+    # sleeps until the next one, though it has a child (the spare) alive.
+    with WorkerPool(size=2, spares=1) as pool:
+        assert run_code("return 1", runtime=pool, description="test").result == 1
+        assert pool.wait_for_spares(30.0)
+        server = pool._server.proc.pid
+        quiet = pool_module.SPARES_LINGER + worker.REAP_EVERY * worker.REAP_LOOKS + 1.0
+        time.sleep(quiet)
+        before = _switches(server)
+        time.sleep(2 * worker.REAP_EVERY + 0.5)
+        assert _switches(server) == before, "the server woke with nothing to do"

@@ -372,6 +372,15 @@ class ForkServer:
                 self._note(msg)
             return self.statuses.pop(pid)
 
+    def nudge(self) -> None:
+        """Have the server reap its exited children now (it does at each
+        message, and looks for a while after one, then sleeps): the pool's
+        spares thread, ending, after it has reaped the workers it discarded."""
+        try:
+            self.sock.send(b"?", socket.MSG_DONTWAIT)
+        except OSError:  # (closed, or its buffer full: it reaps at the next message)
+            pass
+
     def forget(self) -> None:
         """In a forked child: drop the parent's server without touching it."""
         self.sock.close()

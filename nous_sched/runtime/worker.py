@@ -113,9 +113,11 @@ JS_STACK = MAX_STACK_BYTES + STACK_MARGIN
 #: The exit status of a worker that ran out of memory outside the engine.
 EXIT_MEMORY = 3
 #: A spawn request's flag: the child boots in the background (see :func:`_boot_policy`).
-#: The longest a fork server with children leaves an exited one unreaped when
-#: no message comes (see :func:`_fork_server`).
+#: How often a fork server with children looks for exited ones when no
+#: message comes, and for how many looks after its last message (then it
+#: sleeps until the next: see :func:`_fork_server`).
 REAP_EVERY = 0.5
+REAP_LOOKS = 4
 BACKGROUND = b"background"
 #: The test-only payload's file (see :func:`_test_payload`).
 PAYLOAD_ENV = "NOUS_SCHED_TEST_PAYLOAD"
@@ -851,12 +853,14 @@ def _fork_server(sock_fd: int, modules: tuple[Any, Any, Any], options: dict[str,
     standard input, output, lifeline); the answer ``P <pid>`` carries a
     pidfd of the child, so the host signals exactly that process. Each
     child's exit is reported as ``W <pid> <status>`` (dropped if the host is
-    not reading) when the next message comes, or within
-    :data:`REAP_EVERY` seconds: the children that exited since are reaped
-    then, not as each exits (a wake-up per child, and the copy of every page
-    it touches while its siblings share them). Any other message (the
-    host's ``?`` when it waits for a status) only does that. End of file on
-    the socket: reap, then exit.
+    not reading) when the next message comes, not as each exits (a wake-up
+    per child, and the copy of every page it touches while its siblings
+    share them); for :data:`REAP_LOOKS` times :data:`REAP_EVERY` seconds
+    after a message, also every :data:`REAP_EVERY` seconds, then never until
+    the next message (an idle server sleeps). Any other message (the host's
+    ``?``: when it waits for a status, when its spares thread has reaped the
+    discarded workers and ends) only reaps. End of file on the socket: reap,
+    then exit.
     """
     # No PR_SET_PDEATHSIG here: it fires when the *thread* that started this
     # process ends, and any of the host's threads may start it. The host's
@@ -893,14 +897,17 @@ def _fork_server(sock_fd: int, modules: tuple[Any, Any, Any], options: dict[str,
     _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)
     sock.send(b"R")
     live = 0  # children forked and not reaped yet
+    looks = 0  # looks left before sleeping until the next message
     while True:
-        if live and not select.select([sock_fd], [], [], REAP_EVERY)[0]:
+        if live and looks and not select.select([sock_fd], [], [], REAP_EVERY)[0]:
+            looks -= 1
             live -= _reap(sock)
             continue
         try:
             msg, fds, _, _ = socket.recv_fds(sock, 256, 3)
         except OSError:
             msg, fds = b"", []
+        looks = REAP_LOOKS
         live -= _reap(sock)
         if not msg:
             os._exit(0)
