@@ -565,9 +565,10 @@ def filter_program(machine: str, own_pid: int) -> list[tuple[int, int, int, int]
     # to a verdict, against one per number in a list). The kernel runs the
     # filter once per system call number when it is installed, to cache the
     # verdicts that read no argument: the install takes about 30 us less
-    # (tests/test_seccomp_program.py checks the verdicts). A number found jumps to the shared ALLOW return at
-    # the end (offsets filled in once the program's length is known); one
-    # not found falls through to the calls with rules, then EPERM.
+    # (tests/test_seccomp_program.py checks the verdicts). A number found
+    # jumps to the shared ALLOW return at the end (offsets filled in once the
+    # program's length is known); one not found falls through to the calls
+    # with rules, then EPERM.
     jumps: list[int] = []
     _search(sorted(set(simple)), prog, jumps)
     # clone: threads only.

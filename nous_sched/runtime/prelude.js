@@ -1012,7 +1012,7 @@
       return undefined;
     }
     // Compiled now by a fork server, before any program exists, so each of its
-    // children inherits it (engine.prepare's ``converter``).
+    // children inherits it (engine.prepare's `shared`).
     if (op === "load converter") {
       if (converterSource !== null) loadConverter();
       return undefined;

@@ -113,12 +113,12 @@ JS_STACK = MAX_STACK_BYTES + STACK_MARGIN
 #: The exit status of a worker that ran out of memory outside the engine.
 EXIT_MEMORY = 3
 #: A spawn request's flag: the child boots in the background (see :func:`_boot_policy`).
+BACKGROUND = b"background"
 #: How often a fork server with children looks for exited ones when no
 #: message comes, and for how many looks after its last message (then it
 #: sleeps until the next: see :func:`_fork_server`).
 REAP_EVERY = 0.5
 REAP_LOOKS = 4
-BACKGROUND = b"background"
 #: The test-only payload's file (see :func:`_test_payload`).
 PAYLOAD_ENV = "NOUS_SCHED_TEST_PAYLOAD"
 
