@@ -114,7 +114,9 @@ class Line:
 
     name: str
     picks: tuple[Pick, ...]
-    how: str  # "row": ours vs base of picks[0] (CPU from picks[1] if given); "pair": picks[0] vs picks[1]; "levels"
+    # "row": ours vs base of picks[0] (CPU from picks[1] if given); "pair": picks[0] vs picks[1]; "levels";
+    # "count": a load-independent count (instructions) of picks[0], in the CPU column
+    how: str
     goal: str
     skips: str = ""
 
@@ -154,6 +156,18 @@ SUMMARY: tuple[Line, ...] = (
         (Pick("startup", r"start-up: a run with one tool call \[worker\]"),),
         "row",
         "< 2.0 ms wall, <= 4 ms CPU",
+    ),
+    Line(
+        "host instructions per sequential call [worker] vs the floor",
+        (Pick("instructions", r"instructions: a sequential call \[worker\]"),),
+        "count",
+        "report: the load-independent figure (the worker's own are in bench_workerstep.py)",
+    ),
+    Line(
+        "instructions per sequential call [in-process] vs the floor",
+        (Pick("instructions", r"instructions: a sequential call \[in-process\]"),),
+        "count",
+        "report: the load-independent figure (QuickJS runs in this process)",
     ),
     Line(
         "one-call run, 5,000 tools vs 10 [worker]",
@@ -279,6 +293,9 @@ def _cells(line: Line, found: dict[str, list[c.Row]]) -> tuple[list[str], list[c
         cpu = f"{_v(first.cpu)} / {_v(other.cpu)} {unit}"
         ratio = f"{_x(_med(first.ours), _med(other.ours))}; {_x(_med(first.cpu), _med(other.cpu))}"
         return [wall, cpu, ratio], loads
+    if line.how == "count":
+        cpu = f"{_v(first.ours)} / {_v(first.base)} {unit}"
+        return ["-", cpu, f"-; {_x(_med(first.ours), _med(first.base))}"], loads
     if line.how == "levels":
         levels = [r for r in rows[:-1] if r is not None and r.ours is not None]
         cpu = ", ".join(f"{r.name.strip().split()[0]}: {_v(r.ours)}" for r in levels) + f" {unit}"
