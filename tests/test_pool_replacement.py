@@ -202,7 +202,9 @@ def test_the_replacement_is_not_started_before_the_run_first_waits_and_is_starte
             return 1
 
         def run() -> None:
-            out.append(run_code("return await tools.blocked({})", [Tool("blocked", blocked)], runtime=pool, description="t"))
+            out.append(
+                run_code("return await tools.blocked({})", [Tool("blocked", blocked)], runtime=pool, description="t")
+            )
 
         out: list = []
         t = threading.Thread(target=run)

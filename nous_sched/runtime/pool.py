@@ -125,7 +125,7 @@ SPARES_LINGER = 1.0
 #: tool threads' hand-off) on a small machine; by this long into the wait
 #: the run's calls have all begun (``benchmarks/bench_fanout_timeline.py``).
 #: A run that ends sooner has its spare replaced as it ends.
-SPARE_CALM = 0.002
+SPARE_CALM = 0.001
 #: After a spare could not start (killed as it booted, its fork server lost),
 #: the spares thread tries again this many seconds later, twice as long after
 #: each further failure in a row, :data:`SPARES_RETRIES` times; then it leaves
@@ -198,7 +198,8 @@ class WorkerPool(CodeRuntime):
     :param cpu_shares: most runs whose JavaScript computes at once. Default:
         the core count (``default_cpu_shares``).
     :param spares: fresh workers kept ready (within ``size``; default 2),
-        each replaced in the background as soon as a run takes it; while
+        each replaced in the background once the run that took it has
+        started (at once if it was the last one ready); while
         runs find none ready, up to twice as many are kept (within
         ``size``); :meth:`wait_for_spares` waits for ``spares`` of them.
     :param start_method: ``"forkserver"`` (default on Linux): workers are
@@ -1044,6 +1045,9 @@ class WorkerPool(CodeRuntime):
                 self._calm_at[ticket] = time.monotonic() + SPARE_CALM
             else:
                 self._core.calm(ticket)
+            if self._spare_thread is not None:
+                self._notify()  # (it lingers: it waits until the hold's time now)
+                return
         self._top_up()
 
     def _calms_due(self, now: float) -> float:
