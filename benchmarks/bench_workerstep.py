@@ -18,7 +18,7 @@ limits, no logs, no call sites, no guards). Per call, for each:
 
 Run by hand (not part of ``run_all.py``), in each order::
 
-    python benchmarks/bench_workerstep.py [--calls 5000] [--reps 3] [--callgrind] [--promise-all]
+    python benchmarks/bench_workerstep.py [--calls 5000] [--reps 3] [--callgrind] [--promise-all [--batch 256]]
 """
 
 from __future__ import annotations
@@ -125,8 +125,12 @@ class _Frames:
             buf += data
 
 
-def one(child: str, n: int, promise_all: bool, wrap: list[str], unbound: bool = False) -> dict[str, float]:
-    """One run of ``n`` calls in a fresh child (``worker`` or ``minimal``): per call figures."""
+def one(
+    child: str, n: int, promise_all: bool, wrap: list[str], unbound: bool = False, batch: int = 1
+) -> dict[str, float]:
+    """One run of ``n`` calls in a fresh child (``worker`` or ``minimal``): per call figures.
+    ``batch``: the worker's settles go ``batch`` to a frame (the host's batches, one
+    envelope each back); the minimal child takes one a frame."""
     program = (PROMISE_ALL if promise_all else SEQUENTIAL).format(n=n)
     qpath = procio.quickjs_origin()
     to_child, from_host = os.pipe()
@@ -159,11 +163,14 @@ def one(child: str, n: int, promise_all: bool, wrap: list[str], unbound: bool = 
         c0, h0, t0 = _cpu(proc.pid), time.process_time(), time.perf_counter()
         os.write(from_host, run)
         op, body = frames.read()
-        for i in range(1, n + 1):
-            settle = b"%d 1 4 null" % i
+        step = batch if child == "worker" else 1
+        for first in range(1, n + 1, step):
+            ids = range(first, min(first + step, n + 1))
+            settle = b"".join(b"%d 1 4 null" % i for i in ids)
             os.write(from_host, HEADER.pack(len(settle) + 1) + W.SETTLE + settle)
-            op, body = frames.read()
-            assert op == W.ENVELOPE, (op, body[:200])
+            for _ in ids:
+                op, body = frames.read()
+                assert op == W.ENVELOPE, (op, body[:200])
         wall, host, cpu = time.perf_counter() - t0, time.process_time() - h0, _cpu(proc.pid) - c0
         assert b'"fulfilled"' in body or b"true," in body, body[-300:]
     finally:
@@ -174,13 +181,20 @@ def one(child: str, n: int, promise_all: bool, wrap: list[str], unbound: bool = 
     return {"wall": wall / n * 1e6, "child_cpu": cpu / n * 1e6, "host_cpu": host / n * 1e6}
 
 
-def instructions(child: str, promise_all: bool, small: int = 300, large: int = 1300) -> int:
+def instructions(child: str, promise_all: bool, small: int = 300, large: int = 1300, batch: int = 1) -> int:
     """The child's instructions per call (callgrind, two run lengths)."""
     counts = []
     with tempfile.TemporaryDirectory() as tmp:
         for n in (small, large):
             out = os.path.join(tmp, f"cg.{n}")
-            one(child, n, promise_all, ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"], unbound=True)
+            one(
+                child,
+                n,
+                promise_all,
+                ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"],
+                unbound=True,
+                batch=batch,
+            )
             with open(out) as f:
                 counts.append(next(int(line.split()[1]) for line in f if line.startswith("summary:")))
     return (counts[1] - counts[0]) // (large - small)
@@ -194,14 +208,19 @@ def main() -> int:
         "--promise-all", action="store_true", help="one Promise.all of the calls, not a sequential loop"
     )
     parser.add_argument("--callgrind", action="store_true", help="also the child's instructions per call (slow)")
+    parser.add_argument(
+        "--batch", type=int, default=1, help="settles per frame to the worker (the host batches up to 256)"
+    )
     args = parser.parse_args()
     shape = "one Promise.all of" if args.promise_all else "sequential"
     load = os.getloadavg()
-    print(f"# {shape} {args.calls} calls, {args.reps} repetitions (each in both orders); load {load[0]:.2f}")
+    print(
+        f"# {shape} {args.calls} calls, {args.batch} a frame, {args.reps} repetitions (each in both orders); load {load[0]:.2f}"
+    )
     rows: dict[str, list[dict[str, float]]] = {"worker": [], "minimal": []}
     for rep in range(args.reps):
         for child in ("worker", "minimal") if rep % 2 == 0 else ("minimal", "worker"):
-            rows[child].append(one(child, args.calls, args.promise_all, []))
+            rows[child].append(one(child, args.calls, args.promise_all, [], batch=args.batch))
     base = statistics.median(r["child_cpu"] for r in rows["minimal"])
     for child, samples in rows.items():
         cells = []
@@ -213,7 +232,7 @@ def main() -> int:
     if args.callgrind:
         if shutil.which("valgrind") is None:
             raise SystemExit("valgrind is not installed")
-        counts = {child: instructions(child, args.promise_all) for child in ("worker", "minimal")}
+        counts = {child: instructions(child, args.promise_all, batch=args.batch) for child in ("worker", "minimal")}
         for child, count in counts.items():
             print(f"instructions per call [{child}]: {count:,} ({count / counts['minimal']:.2f}x)")
     print(f"# load after: {os.getloadavg()[0]:.2f}")

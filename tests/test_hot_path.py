@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nous_sched import Limits, Outcome, SnapshotError, Tool, ToolCallEvent, ToolOutcomeEvent
+from nous_sched import CallRecord, CallUsage, Limits, Outcome, SnapshotError, Tool, ToolCallEvent, ToolOutcomeEvent
 from nous_sched.events import Event, FrozenDict, FrozenList, frozen_later
 from nous_sched.gate.dispatch import CallInfo, RunContext
 from nous_sched.runtime.engine import Engine, _checked
@@ -247,6 +247,10 @@ def test_the_hot_path_records_make_what_attrs_would(arguments, seq):
     _same(CallInfo(*info), _attrs_twin(CallInfo)(*info))
     _same(CallInfo(*info[:4]), _attrs_twin(CallInfo)(*info[:4]))
     _same(Outcome(True, arguments), _attrs_twin(Outcome)(True, arguments))
+    timeline = (seq, "t", "parallel", 0.5, 0.75, 1.0, True, 0.625, "", None)
+    _same(CallRecord(*timeline), _attrs_twin(CallRecord)(*timeline))
+    _same(CallRecord(seq, "t", "exclusive", 0.5), _attrs_twin(CallRecord)(seq, "t", "exclusive", 0.5))
+    _same(CallUsage(seq, "t", 4, True), _attrs_twin(CallUsage)(seq, "t", 4, True))
 
 
 def test_a_record_is_made_by_keyword_too_and_refuses_what_attrs_would():
@@ -377,3 +381,59 @@ def test_check_passes_or_refuses_exactly_as_its_full_walk(value):
     assert (refused is None) == (expected is None)
     if refused is not None:
         assert refused.endswith(expected)
+
+
+# -- a batch's frames: the fast paths make and take exactly what the protocol says -------
+
+
+def _settle_frame_by_the_protocol(batch):
+    # runtime/worker.py: per call b"<id> <1|0> <bytes> " then the payload's UTF-8 bytes.
+    body = b"".join(
+        b"%d %d %d " % (call_id, ok, len(payload.encode("utf-8", "surrogatepass")))
+        + payload.encode("utf-8", "surrogatepass")
+        for call_id, _, _, ok, payload in batch
+    )
+    return len(body + b"S").to_bytes(4, "big") + b"S" + body
+
+
+_payloads = st.one_of(
+    st.sampled_from(["null", "1", '{"a":[1,2]}', '"\\u00e9"', "x" * 5000]),
+    st.text(max_size=20),
+    st.text(alphabet=st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF), max_size=2),
+)
+
+
+@given(batch=st.lists(st.tuples(st.integers(1, 10**9), st.booleans(), _payloads), min_size=1, max_size=8))
+@settings(max_examples=200, deadline=None)
+def test_a_settle_frame_is_the_protocols_for_any_batch(batch):
+    # A batch of short ASCII payloads is made as one text; any other as bytes: the same frame.
+    from nous_sched.runtime._remote import settle_frame
+
+    items = [(call_id, None, None, ok, payload) for call_id, ok, payload in batch]
+    assert settle_frame(items) == _settle_frame_by_the_protocol(items)
+
+
+def _frame(op: bytes, body: bytes) -> bytes:
+    return len(body + op).to_bytes(4, "big") + op + body
+
+
+def test_a_batchs_answers_are_taken_whole_in_order_and_nothing_else_is():
+    from nous_sched.runtime import procio
+    from nous_sched.runtime.engine import QUIET
+
+    worker = object.__new__(procio.Worker)  # its buffer only: no process is needed to split it
+    quiet = QUIET.encode()
+    three = _frame(b"E", quiet) + _frame(b"E", b"two") + _frame(b"E", quiet)
+    worker.buf = bytearray(three + _frame(b"E", "é\udc80".encode("utf-8", "surrogatepass")) + _frame(b"X", b"{}"))
+    taken = worker.envelopes(3, 1 << 20, QUIET)
+    assert taken == [QUIET, "two", QUIET] and taken[0] is QUIET  # at most as many as asked; a quiet one not decoded
+    assert worker.envelopes(5, 1 << 20, QUIET) == ["é\udc80"]  # never past another op: receive() reads it
+    assert bytes(worker.buf) == _frame(b"X", b"{}")
+    worker.buf = bytearray(_frame(b"E", b"whole") + _frame(b"E", quiet)[:-2])
+    assert worker.envelopes(5, 1 << 20, QUIET) == ["whole"] and bytes(worker.buf) == _frame(b"E", quiet)[:-2]
+    worker.buf = bytearray(_frame(b"E", b"x" * 100))
+    assert worker.envelopes(5, 50, QUIET) == [] and len(worker.buf) == 105  # over the run's largest frame: receive()'s
+    worker.buf = bytearray(_frame(b"E", b"ok") + _frame(b"E", b"\xff"))
+    assert worker.envelopes(5, 1 << 20, QUIET) == ["ok"] and bytes(worker.buf) == _frame(b"E", b"\xff")  # not UTF-8
+    worker.buf = bytearray(b"\x00\x00\x00\x00E")
+    assert worker.envelopes(5, 1 << 20, QUIET) == [] and len(worker.buf) == 5  # an empty frame: receive()'s to refuse

@@ -5,14 +5,16 @@ Both are frozen values built by the scheduler; nothing here knows about threads.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import TYPE_CHECKING, Any, ClassVar, Optional
 
 import attrs
+
+from .._slots import record
 
 __all__ = ["CallRecord", "LaneState"]
 
 
-@attrs.frozen
+@record  # (one per call: made as the run ends)
 class CallRecord:
     """Timeline of one started call, in seconds since the scheduler started.
 
@@ -31,6 +33,9 @@ class CallRecord:
     up and before ``began``: ``began - started - throttled`` is the wait for
     a thread. ``None`` when its tool names no throttle.
     """
+
+    if TYPE_CHECKING:  # what attrs.asdict and attrs.fields ask of an attrs class (record makes one)
+        __attrs_attrs__: ClassVar[Any]
 
     seq: int
     tool: str

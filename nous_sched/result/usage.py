@@ -23,10 +23,12 @@ from typing import Any, Optional
 
 import attrs
 
+from .._slots import record
+
 __all__ = ["CallUsage", "Usage"]
 
 
-@attrs.frozen
+@record  # (one per call: made as the run ends)
 class CallUsage:
     """One sub-call the program received an answer to.
 

@@ -26,6 +26,7 @@ from ._relaycore import IDLE, SENT, RelayCore
 from .engine import (
     CANCELLED,
     CLOCK_MARK,
+    QUIET,
     Finish,
     Stopped,
     clip,
@@ -194,11 +195,29 @@ def settle_frame(batch: Sequence[Sequence[Any]]) -> bytes:
         data = item[4].encode("utf-8", "surrogatepass")
         head = b"%d %d %d " % (item[0], item[3], len(data))
         return b"".join((worker.HEADER.pack(len(head) + len(data) + 1), worker.SETTLE, head, data))
+    # A batch of short ASCII payloads (every JSON the crossing makes is ASCII):
+    # one text, encoded once, its lengths those of the strs; else each in bytes.
+    texts: list[str] = []
+    for item in batch:
+        payload = item[4]
+        if len(payload) > _SHORT or not payload.isascii():
+            return _settle_frame_bytes(batch)
+        texts += (str(item[0]), " 1 " if item[3] else " 0 ", str(len(payload)), " ", payload)
+    body = "".join(texts).encode()
+    return b"".join((worker.HEADER.pack(len(body) + 1), worker.SETTLE, body))
+
+
+def _settle_frame_bytes(batch: Sequence[Sequence[Any]]) -> bytes:
+    """:func:`settle_frame`'s batch, each payload encoded on its own (a long or non-ASCII one)."""
     parts: list[bytes] = []
     for item in batch:
         data = item[4].encode("utf-8", "surrogatepass")
         parts += (b"%d %d %d " % (item[0], item[3], len(data)), data)
     return worker.frame(worker.SETTLE, *parts)
+
+
+#: A payload longer than this goes by :func:`_settle_frame_bytes` (copied once less).
+_SHORT = 4096
 
 
 class _Deferred:
@@ -570,12 +589,17 @@ class Remote:
         return self.limits.memory_bytes
 
     def _answers(self, batch: Sequence[Sequence[Any]], spin: float, ready: bool = False) -> list[str]:
-        """One answer per call of ``batch``: the worker writes them at once."""
+        """One answer per call of ``batch``: the worker writes them at once, so
+        after the first, those already read are split off in one pass (a
+        quiet step's is :data:`~.engine.QUIET` itself, not decoded)."""
         texts: list[str] = []
+        count = len(batch)
+        envelopes = self.worker.envelopes
         try:
-            for _ in batch:
-                texts.append(self._answer(len(batch) - len(texts), spin, ready))
+            while len(texts) < count:
+                texts.append(self._answer(count - len(texts), spin, ready))
                 spin = 0.0  # the rest came with the first
+                texts += envelopes(count - len(texts), self.max_frame, QUIET)
         except Stopped as stop:
             stop.steps = [*texts, *stop.steps]
             raise

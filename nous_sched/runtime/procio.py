@@ -656,6 +656,45 @@ class Worker:
             self.buf += data
         return self._assemble(until, cancel, max_frame)
 
+    def envelopes(self, at_most: int, max_frame: int, quiet: str) -> list[str]:
+        """The texts of the whole ``E`` frames at the head of what has been
+        read already, at most ``at_most``, taken off it without reading more:
+        a batch's answers, which the worker writes at once. ``quiet`` is the
+        text most of them hold (a step that changed nothing): each of those is
+        that very string, told by its bytes, not decoded. Stops at anything
+        else (another op, a frame cut short, a header :meth:`receive`
+        refuses, a body that is not UTF-8), which stays for :meth:`receive`."""
+        buf = self.buf
+        end = len(buf)
+        texts: list[str] = []
+        if end < 5:
+            return texts
+        quiet_frame = worker.frame(worker.ENVELOPE, quiet.encode("utf-8", "surrogatepass"))
+        size = len(quiet_frame)
+        starts = buf.startswith
+        unpack = worker.HEADER.unpack_from
+        envelope = worker.ENVELOPE[0]
+        at = 0
+        while len(texts) < at_most:
+            if starts(quiet_frame, at):
+                texts.append(quiet)
+                at += size
+                continue
+            if end - at < 5:
+                break
+            (n,) = unpack(buf, at)
+            stop = at + 4 + n
+            if n == 0 or n > max_frame or stop > end or buf[at + 4] != envelope:
+                break
+            try:
+                texts.append(str(memoryview(buf)[at + 5 : stop], "utf-8", "surrogatepass"))
+            except UnicodeDecodeError:
+                break  # (not UTF-8: receive() hands it on, to fail as any answer that is not)
+            at = stop
+        if at:
+            del buf[:at]  # once per batch, not once per frame
+        return texts
+
     def _read_some(self, until: float, cancel: Optional[Cancel], n: int) -> bytes:
         while not self._readable(until, cancel):
             pass

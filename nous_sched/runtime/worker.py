@@ -464,6 +464,8 @@ class _Server:
         self.payload = payload
         self.Limits = collections.namedtuple("Limits", LIMIT_FIELDS)  # type: ignore[misc]
         self.current: Any = None
+        # A quiet step's envelope (most of a Promise.all's) and its frame, made once.
+        self.quiet = (engine.QUIET, frame(ENVELOPE, engine.QUIET.encode()))
         # The next run's fresh context, its prelude evaluated while this worker
         # waits (the prelude's compilation is most of a run's start-up); a new
         # worker has prepared its first before it said hello.
@@ -496,7 +498,10 @@ class _Server:
             at = stop
         del view, body
         texts = self.current.settle_many(items)
-        return b"".join([frame(ENVELOPE, text.encode("utf-8", "surrogatepass")) for text in texts])
+        quiet, quiet_frame = self.quiet
+        return b"".join(
+            [quiet_frame if text == quiet else frame(ENVELOPE, text.encode("utf-8", "surrogatepass")) for text in texts]
+        )
 
     def run(self, body: bytes) -> bytes:
         import json
