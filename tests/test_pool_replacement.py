@@ -15,7 +15,7 @@ import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import invariant, precondition, rule
-from test_pool_core import PoolMachine
+from test_pool_core import OneSharePoolMachine, PoolMachine
 
 from nous_sched import Tool, WorkerPool, run_code
 from nous_sched.runtime import pool as pool_module
@@ -134,6 +134,12 @@ class HoldingPoolMachine(PoolMachine):
             held = self.core.hold(run, wid)
             assert not held or wid not in self.reserved, "a run's own process is no spare"
 
+    @rule()
+    def spares_are_started_and_say_hello(self) -> None:
+        # (so that runs meet two spares ready, the case a hold is for)
+        for wid in self.core.want_spares():
+            self.core.started(wid, True)
+
     @precondition(lambda self: self.core.held)
     @rule(data=st.data())
     def a_run_s_start_up_ends(self, data: st.DataObject) -> None:
@@ -161,6 +167,15 @@ class HoldingPoolMachine(PoolMachine):
 
 HoldingPoolMachine.TestCase.settings = settings(max_examples=200, stateful_step_count=40, deadline=None)
 test_the_pool_core_state_machine_with_holds = HoldingPoolMachine.TestCase
+
+
+class HoldingOneSharePoolMachine(HoldingPoolMachine, OneSharePoolMachine):
+    """The same with one CPU share and room beside it (runs queue for the
+    share with places reserved; spares say hello as they are started)."""
+
+
+HoldingOneSharePoolMachine.TestCase.settings = settings(max_examples=200, stateful_step_count=40, deadline=None)
+test_the_pool_core_state_machine_with_holds_and_one_share = HoldingOneSharePoolMachine.TestCase
 
 
 # -- the shell, with real workers ----------------------------------------------------
