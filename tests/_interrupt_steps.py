@@ -1,5 +1,10 @@
 """Ctrl-C at every step of a run, one run per step: ``python
-_interrupt_steps.py [STRIDE] [opcodes | calls]``.
+_interrupt_steps.py [STRIDE] [opcodes | calls] [handoff]``.
+
+``handoff``: a sequential program (each answer stepped by the scheduler's
+driver while the run's thread sleeps), and only the steps the main thread
+takes in the hand-off's modules (``runtime/_remote.py``, ``engine.py``,
+``_handoffcore.py``), so every one of them is swept at stride 1.
 
 A first run counts the steps the main thread takes in nous_sched's code
 (lines, or with ``opcodes`` each instruction, or with ``calls`` each
@@ -37,11 +42,15 @@ from _interrupt_fuzz import others, processes, settle
 from nous_sched import Tool, WorkerPool, run_code
 
 PROGRAM = "const r = await Promise.all([1, 2].map(i => tools.echo({i}))); return r.length"
+SEQUENTIAL = "let n = 0; for (let i = 0; i < 3; i++) n += 1 + 0 * (await tools.echo({i})); return n - 1"
+HANDOFF = ("runtime/_remote.py", "runtime/engine.py", "runtime/_handoffcore.py")
 TOOLS = [Tool("echo", lambda a: a["i"])]
+#: The hand-off's sweep (``handoff``): its program, and the files whose steps are counted.
+SWEEP: dict = {"program": PROGRAM, "files": None}
 
 
 def run(pool: WorkerPool) -> object:
-    return run_code(PROGRAM, TOOLS, runtime=pool, description="steps", timeout=20).result
+    return run_code(SWEEP["program"], TOOLS, runtime=pool, description="steps", timeout=20).result
 
 
 def tracer(at: int, opcodes: bool, count: list[int]):  # type: ignore[no-untyped-def]
@@ -53,7 +62,8 @@ def tracer(at: int, opcodes: bool, count: list[int]):  # type: ignore[no-untyped
         return local
 
     def outer(frame, event, arg):  # type: ignore[no-untyped-def]
-        if "nous_sched" not in frame.f_code.co_filename:
+        name = frame.f_code.co_filename
+        if "nous_sched" not in name or (SWEEP["files"] is not None and not name.endswith(SWEEP["files"])):
             return None
         frame.f_trace_opcodes = opcodes
         return local
@@ -63,7 +73,12 @@ def tracer(at: int, opcodes: bool, count: list[int]):  # type: ignore[no-untyped
 
 def profiler(at: int, count: list[int]):  # type: ignore[no-untyped-def]
     def profile(frame, event, arg):  # type: ignore[no-untyped-def]
-        if event in ("call", "c_return") and "nous_sched" in frame.f_code.co_filename:
+        name = frame.f_code.co_filename
+        if (
+            event in ("call", "c_return")
+            and "nous_sched" in name
+            and (SWEEP["files"] is None or name.endswith(SWEEP["files"]))
+        ):
             count[0] += 1
             if count[0] == at:
                 signal.raise_signal(signal.SIGINT)
@@ -151,5 +166,7 @@ def main(stride: int, mode: str) -> dict:
 
 if __name__ == "__main__":
     stride = int(sys.argv[1]) if len(sys.argv) > 1 else 1
+    if "handoff" in sys.argv[2:]:
+        SWEEP.update(program=SEQUENTIAL, files=HANDOFF)
     modes = [m for m in sys.argv[2:] if m in ("opcodes", "calls")]
     sys.stdout.write(json.dumps(main(stride, modes[0] if modes else "lines")) + "\n")

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import contextvars
 import json
+import select
 import threading
 import time
 from typing import Any, Callable, Optional
@@ -436,6 +437,60 @@ def on_settled_hears_each_answer_in_order_with_its_json(rt: CodeRuntime) -> None
         ("second", {"tool": "second", "args": {"n": 2}}),
         ("first", {"tool": "first", "args": {"n": 3}}),
     ]
+
+
+class ReadingHost(ContractHost):
+    """A :class:`ContractHost` that reads the run's worker for it
+    (:meth:`Host.attach_reader`) on a thread of its own."""
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self.readers: list[threading.Thread] = []
+        self.reads = 0
+
+    def attach_reader(self, fd: int, readable: Callable[[], bool], gone: Callable[[], None]) -> bool:
+        def read() -> None:
+            poll = select.poll()
+            poll.register(fd, select.POLLIN)
+            while not self.closed:
+                if poll.poll(100):
+                    self.reads += 1
+                    if not readable():
+                        return
+
+        reader = threading.Thread(target=read, name="nous-sched-test-contract-reader", daemon=True)
+        self.readers.append(reader)
+        reader.start()
+        return True
+
+    def close(self) -> None:
+        super().close()
+        for reader in self.readers:
+            reader.join(10)
+
+
+@check
+def a_host_that_reads_for_the_run_hears_the_same_hooks_in_the_same_order(rt: CodeRuntime) -> None:
+    # attach_reader: the host's own thread may read the worker's answers and step
+    # them there (a runtime that has no worker never asks); the run, and
+    # every hook the host hears, in order, are the same.
+    program = (
+        'let s = 0; for (let i = 0; i < 5; i++) { console.log("i" + i); s += (await tools.first({i})).args.i; }'
+        "const [a, b] = await Promise.all([tools.first({n: 1}), tools.second({n: 2})]);"
+        'console.log("end"); return [s, a.args.n, b.args.n, (await sdk.describe("first")) !== undefined];'
+    )
+    plain, plain_host = run(rt, program)
+    host = ReadingHost()
+    try:
+        outcome = rt.run(program, host, LIMITS)
+    finally:
+        host.close()
+    assert plain.error is None and outcome.error is None, (plain.error, outcome.error)
+    assert outcome.result == plain.result == [10, 1, 2, True]
+    assert outcome.logs == plain.logs
+    assert host.seen == plain_host.seen
+    assert all(not reader.is_alive() for reader in host.readers)
+    assert not host.readers or host.reads >= 5  # (a runtime that asked: each awaited answer was read there)
 
 
 @check

@@ -88,6 +88,17 @@ def test_an_interrupt_at_every_point_a_ctrl_c_can_land_in_a_run_leaves_the_pool_
     _whole(out)
 
 
+@pytest.mark.timeout(600)
+def test_an_interrupt_at_every_step_of_the_hand_off_to_the_driver_leaves_the_pool_whole():
+    # A sequential run whose answers the scheduler's driver reads: Ctrl-C at
+    # every point the run's thread can take one in the relay, the engine's loop
+    # and the hand-off core (lending its reader, sleeping, taking it back, collecting).
+    out = _script("_interrupt_steps.py", "1", "calls", "handoff")
+    assert out["steps"] > 100 and out["runs"] == out["steps"] and out["interrupted"] >= out["runs"] // 2, out
+    assert out["broken_at"] == [], "after each, no place held and the next run works"
+    _whole(out)
+
+
 # -- the deferral ---------------------------------------------------------------
 
 

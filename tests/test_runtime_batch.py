@@ -190,16 +190,17 @@ def test_a_promise_all_of_answered_calls_settles_in_batches_not_one_by_one(rt, b
 
 @pytest.fixture
 def armed(monkeypatch):
-    """Set once the run's own thread waits on the worker with the relay armed
-    (so a tool that waits for it commits after the relay is armed)."""
+    """Set once the relay is armed for the run's next wait on the worker (by
+    the run's own thread, or by the scheduler's driver reading the worker for
+    it), so a tool that waits for it commits after the relay is armed."""
     event = threading.Event()
-    wait = Worker.wait_readable
+    arm = remote_module.Relay.arm
 
-    def waiting(self, until, cancel, wake):
+    def arming(self):
+        arm(self)
         event.set()
-        return wait(self, until, cancel, wake)
 
-    monkeypatch.setattr(Worker, "wait_readable", waiting)
+    monkeypatch.setattr(remote_module.Relay, "arm", arming)
     return event
 
 

@@ -33,7 +33,18 @@ def test_the_contract_covers_each_host_capability():
     source = inspect.getsource(__import__("runtime_contract"))
     declared = [n for n, f in vars(Host).items() if callable(f) and not n.startswith("_")]
     assert sorted(declared) == sorted(
-        ["call", "call_json", "batch", "discover", "on_logs", "on_settled", "on_main", "clock", "sites"]
+        [
+            "call",
+            "call_json",
+            "batch",
+            "discover",
+            "on_logs",
+            "on_settled",
+            "on_main",
+            "clock",
+            "sites",
+            "attach_reader",
+        ]
     )
     for name in declared:
         if name != "call":  # the default: call_json with the arguments encoded

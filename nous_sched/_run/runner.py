@@ -659,6 +659,10 @@ class _Host(Host):
         tool = admitted.tool
         return self.scheduler.submit_snapshot(tool, tool.name, admitted.args, self.run_ctx, admitted.text)
 
+    def attach_reader(self, fd: int, readable: Callable[[], bool], gone: Callable[[], None]) -> bool:
+        """The run's scheduler's driver reads the worker while the run waits (:meth:`Scheduler.attach_reader`)."""
+        return self.scheduler.attach_reader(fd, readable, gone)
+
     def on_logs(self, lines: list[str]) -> None:
         """The runtime's hook for each step's log lines: the run's event stream's, when it has one."""
         if self.live is not None:

@@ -135,10 +135,22 @@ class Host(Protocol):
         answers every question with a failure: this host takes none."""
         return Settled(Outcome.failure("sdk", NO_QUESTIONS))
 
+    def attach_reader(self, fd: int, readable: Callable[[], bool], gone: Callable[[], None]) -> bool:
+        """Offer a run's worker pipe ``fd`` to the thread that commits the
+        host's calls, to read while the run's own thread sleeps: True if
+        that thread will call ``readable()`` whenever ``fd`` has data, until
+        it answers False, or ``gone()`` once if it stops reading first (the
+        worker runtime then steps the answers that only start tool calls
+        there, ``nous_sched.runtime._handoffcore``; the host's hooks for those steps run
+        on that thread, in the same order). The default: False, the run's
+        own thread reads every answer."""
+        return False
+
     def on_logs(self, lines: list[str]) -> None:
         """The log lines a step kept, as it ends, on the thread running the
-        program (budget markers included; not the notes added at the end).
-        The default does nothing."""
+        program, or the one reading for it (:meth:`attach_reader`) (budget
+        markers included; not the notes added at the end). The default does
+        nothing."""
         return None
 
     def on_settled(self, pending: PendingCall, outcome: Outcome, payload: str) -> None:

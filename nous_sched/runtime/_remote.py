@@ -11,8 +11,11 @@ thread that commits the call. What they reach in their
 
 from __future__ import annotations
 
+import contextvars
 import json
+import math
 import os
+import select
 import signal
 import threading
 import time
@@ -22,11 +25,15 @@ from .._interrupts import LOCAL, deferred, leave
 from ..errors import RunCodeError
 from ..result import RunError
 from . import Cancel, Host, Limits, PendingCall, RuntimeOutcome, worker
+from ._handoffcore import HandoffCore
 from ._relaycore import IDLE, SENT, RelayCore
 from .engine import (
+    CANCEL_POLL,
     CANCELLED,
     CLOCK_MARK,
+    NOT_STEPPED,
     QUIET,
+    Advance,
     Finish,
     Stopped,
     clip,
@@ -37,7 +44,7 @@ from .engine import (
     timeout_message,
 )
 from .poolcore import FRESH, PoolCore
-from .procio import CpuSpent, CpuWatch, Died, Expired, Garbled, NotStarted, Worker
+from .procio import CpuSpent, CpuWatch, Died, Expired, Garbled, NotStarted, Worker, ms
 from .wake import WakePolicy
 
 __all__ = ["Begun", "Lost", "Places", "Relay", "Remote", "max_frame", "settle_frame"]
@@ -238,6 +245,13 @@ class _Deferred:
         leave()
 
 
+#: What the host's driver handed back (Relay.back's kinds), and lend's "go on as before".
+_RAISED = "raised"
+_STEPPED = "stepped"
+_TEXT = "text"
+_OURS: Any = object()
+
+
 class Relay(RelayCore):
     """A run's settles sent by the thread that commits the call: no hop
     through the thread that drives the run.
@@ -278,9 +292,41 @@ class Relay(RelayCore):
     driving thread is waiting for its answer, never after the run has moved
     on. (One exception: the driving thread arms without it, a single store
     made while the state is ``IDLE``, which no kick changes.)
+
+    **The reader lent** (:meth:`lend`). With a host that can read for the
+    run (``Host.attach_reader``: ``run_code``'s scheduler's driver), the
+    driving thread lends that thread the worker's pipe and sleeps on the
+    wake pipe alone: the driver reads each answer and, if it only starts
+    tool calls, steps it (the engine's ``advance``, in the caller's
+    contextvars) and arms the relay for the next call itself, so a
+    sequential call wakes the driver, the tool thread, the driver and the
+    worker, and no thread of the run's. Who reads is the hand-off core's
+    decision (:class:`~nous_sched.runtime._handoffcore.HandoffCore`, under
+    ``lock``): anything else (an end, a question, a stop, a split or
+    garbled frame, the end of file, a kick's hand-off) goes back to the
+    driving thread, which goes on as above, as do its deadline, a cancel
+    and an interrupt, once any step the driver is in has ended. (The
+    driver arms without the lock too, the same single store.)
     """
 
-    __slots__ = ("remote", "lock", "held", "deferred", "main", "take", "unsent", "wake")
+    __slots__ = (
+        "remote",
+        "lock",
+        "held",
+        "deferred",
+        "main",
+        "take",
+        "unsent",
+        "wake",
+        "head",
+        "hand",
+        "advance",
+        "context",
+        "back",
+        "texts",
+        "woken",
+        "waits",
+    )
 
     def __init__(self, remote: "Remote") -> None:
         super().__init__()
@@ -295,18 +341,39 @@ class Relay(RelayCore):
         self.take: Any = None
         self.unsent: Optional[memoryview] = None  # what the write left, or None: the whole frame
         self.wake = (-1, -1)
+        # The hand-off of the worker's reader to the host's driver (lend):
+        # the head waited for (the driver moves it on as it steps), who reads
+        # (hand, under lock), the step and the caller's context the driver
+        # runs it in, and what the driver handed back (back: written by the
+        # driver before its step ends, read by the run's thread once it has
+        # collected the reader); texts: an answer read but not stepped.
+        self.head: Any = None
+        self.hand = HandoffCore()
+        self.advance: Optional[Advance] = None
+        self.context: Optional[contextvars.Context] = None
+        self.back: Any = None
+        self.texts: Optional[list[str]] = None
+        self.woken: Any = None  # select.poll over the wake pipe alone, made with it
+        self.waits = 0  # the run's waits so far: the first is never lent (see settled)
 
-    def settled(self, take: Any, head: PendingCall) -> list[Any]:
+    def settled(
+        self, take: Any, head: PendingCall, advance: Optional[Advance] = None, attach: Any = None
+    ) -> Optional[list[Any]]:
         """Wait for ``head`` to commit and its batch to be sent; the batch
         (``[]``: the deadline came first, nothing sent). :class:`Stopped` on
-        cancel or the worker's end before anything was sent."""
+        cancel or the worker's end before anything was sent. With
+        ``advance`` and ``attach``, the host's driver may read and step the
+        answers meanwhile (:meth:`lend`): ``None``, they were stepped."""
         remote = self.remote
         if self.wake[0] < 0:
             with deferred():  # a pipe made is a pipe close() closes
                 r, w = self.wake = os.pipe()
                 os.set_blocking(r, False)
                 os.set_blocking(w, False)
+                self.woken = select.poll()
+                self.woken.register(r, select.POLLIN)
         self.take = take
+        self.head = head
         # Armed without the lock: one store, made while the state is IDLE,
         # which no kick changes (a kick acts only once it reads ARMED, under
         # the lock). So a kick sees the relay armed or not, never half of it.
@@ -314,28 +381,191 @@ class Relay(RelayCore):
         try:
             if head.done():  # published before the hook was set: no one else will kick
                 self.kick()
-            while True:
-                try:
-                    spoke = remote.worker.wait_readable(remote.deadline, remote.cancel, self.wake[0])
-                except Expired:
-                    if self._disarm():
-                        return []
-                    return self._taken()
-                except Stopped:  # cancelled
-                    if self._disarm():
-                        raise
-                    return self._taken()  # the answers' own wait sees the cancel
-                if self.state is SENT:
-                    return self._taken()
-                if spoke and self._disarm():
-                    # Answering nothing: its end of file, or a broken protocol.
-                    remote._answer()  # noqa: SLF001
-                    remote._broken()  # noqa: SLF001
+            # The first wait is this thread's: a run whose first answer ends it
+            # (most one-call runs) pays nothing for a lend it would not use.
+            # With a CPU budget, this thread watches the worker's CPU itself.
+            self.waits += 1
+            if advance is not None and self.waits > 1 and remote.worker.cpu_watch is None:
+                got = self.lend(advance, attach)
+                if got is not _OURS:
+                    return got  # type: ignore[no-any-return]
+            return self._watch()
         finally:
-            head.on_done(None)
+            self.head.on_done(None)
+            self.head = None
             if self.state is not IDLE:  # (once IDLE, as the answers' take leaves it, no kick changes it)
                 with self.held:
                     self.release()
+
+    def _watch(self) -> list[Any]:
+        """:meth:`settled`'s wait on this thread: the worker's pipe and the wake pipe."""
+        remote = self.remote
+        while True:
+            if self.state is SENT:  # (also as it begins: after a lend, its wake was read already)
+                return self._taken()
+            try:
+                spoke = remote.worker.wait_readable(remote.deadline, remote.cancel, self.wake[0])
+            except Expired:
+                if self._disarm():
+                    return []
+                return self._taken()
+            except Stopped:  # cancelled
+                if self._disarm():
+                    raise
+                return self._taken()  # the answers' own wait sees the cancel
+            if self.state is SENT:
+                continue
+            if spoke and self._disarm():
+                # Answering nothing: its end of file, or a broken protocol.
+                remote._answer()  # noqa: SLF001
+                remote._broken()  # noqa: SLF001
+
+    def lend(self, advance: Advance, attach: Any) -> Any:
+        """Lend the worker's reader to the host's driver while this thread
+        sleeps (:mod:`._handoffcore`): the driver reads each answer and
+        steps it with ``advance`` (:meth:`_readable`), in the context this
+        thread had. Back here at the driver's hand-back, the deadline, a
+        cancel, an interrupt or a wake (a kick that could not finish): the
+        batch whose answer the driver read but did not step (its text in
+        :attr:`texts`); ``None``, the driver stepped the answers; what the
+        step raised, raised; else ``_OURS``: this thread goes on as before."""
+        self.advance = advance
+        self.context = contextvars.copy_context()
+        hand = self.hand
+        with self.held:
+            hand.attach()
+        lent = False
+        try:
+            lent = attach(self.remote.worker.fd_out, self._readable, self._gone)
+        finally:
+            if not lent:
+                with self.held:
+                    hand.take_back("not lent")
+        if lent:
+            self._until_returned()
+        with self.held:
+            hand.collect()
+        self.advance = self.context = None
+        back, self.back = self.back, None
+        if back is None:
+            return _OURS
+        kind, value = back
+        if kind is _RAISED:
+            raise value
+        if kind is _STEPPED:
+            return None
+        batch, text = value
+        self.texts = [text]
+        return batch
+
+    def _until_returned(self) -> None:
+        """Sleep until the reader is back (the driver's hand-back), or take it
+        back (the deadline, a cancel, an interrupt, a wake), waiting out a
+        step the driver is in."""
+        remote = self.remote
+        hand = self.hand
+        try:
+            while True:
+                reason = "woken"
+                try:
+                    self._sleep(remote.deadline, remote.cancel)
+                except Expired:
+                    reason = "deadline"
+                except Stopped:
+                    reason = "cancel"
+                with self.held:
+                    if hand.take_back(reason):
+                        return
+                while True:  # the driver steps: its end wakes this thread (bounded by the step)
+                    self._sleep(math.inf, None)
+                    with self.held:
+                        if hand.take_back("woken"):
+                            return
+        except BaseException:  # an interrupt: the driver never reads again (after the step it is in)
+            with deferred(), self.lock:
+                hand.take_back("interrupt")
+            raise
+
+    def _sleep(self, until: float, cancel: Optional[Cancel]) -> None:
+        """Until the wake pipe has a byte (read); :class:`Expired` past ``until``, :class:`Stopped` on cancel."""
+        poll = self.woken.poll
+        while True:
+            timeout = until - time.monotonic()
+            if timeout <= 0:
+                raise Expired
+            if cancel is not None:
+                if cancel.is_set():
+                    raise Stopped("cancelled", CANCELLED)
+                timeout = min(timeout, CANCEL_POLL)
+            if poll(ms(timeout) if timeout != math.inf else None):
+                try:
+                    os.read(self.wake[0], 64)
+                except BlockingIOError:
+                    pass
+                return
+
+    def _readable(self) -> bool:
+        """(The host's driver.) The worker's pipe has data: read and step it
+        if the reader is the driver's; whether the driver keeps reading."""
+        with self.lock:
+            if not self.hand.readable():
+                return False
+        back: Optional[str] = "raised"
+        try:
+            assert self.context is not None
+            back = self.context.run(self._step)
+        except BaseException as exc:  # the run's thread raises it, as if it had stepped
+            self.back = (_RAISED, exc)
+        with self.lock:
+            wake = self.hand.step_done(back)
+            if wake:
+                self._wake()
+        return not wake
+
+    def _gone(self) -> None:
+        """(The host's driver, leaving: its scheduler stopped.) The reader goes back to the run's thread."""
+        with self.lock:
+            if self.hand.left():
+                self._wake()
+
+    def _step(self) -> Optional[str]:
+        """(The host's driver, in the caller's context.) One answer read and
+        stepped; ``None`` to go on reading, else why the run's thread takes over."""
+        remote = self.remote
+        w = remote.worker
+        # The read under the lock, as a kick's write: close() (the run's end, or an interrupt
+        # that did not wait for this step) releases the relay under it before the worker's
+        # pipes are closed, so this never reads a descriptor closed, or reused, meanwhile.
+        with self.lock:
+            if self.state is not SENT or self.handoff or self.error is not None or len(self.batch) != 1:
+                return "not a lone batch sent"  # (the worker spoke unasked: its end, a stop; or the run is over)
+            if w.buf:
+                return "bytes left"
+            try:
+                data = os.read(w.fd_out, 65536)
+            except BlockingIOError:
+                return None
+        if len(data) < 5 or worker.HEADER.unpack_from(data)[0] != len(data) - 4 or data[4:5] != worker.ENVELOPE:
+            w.buf += data  # a stop, a split or garbled frame, the end of file: the run's thread reads it
+            return "not a whole envelope"
+        text = data[5:].decode("utf-8", "surrogatepass")
+        with self.lock:
+            batch, _ = self.taken()
+        remote.pool._give_share(remote.ticket)  # noqa: SLF001  (the kick's, as answers gives it back)
+        assert self.advance is not None
+        head = self.advance(text, batch)
+        if head is NOT_STEPPED:
+            self.back = (_TEXT, (batch, text))
+            return "not stepped"
+        if head is None:
+            self.back = (_STEPPED, None)
+            return "stepped"
+        # The next wait, as settled begins it.
+        self.head = head
+        self.arm()
+        if head.done():
+            self.kick()
+        return None
 
     def _disarm(self) -> bool:
         """Take the worker back from the kicks; whether no batch was taken."""
@@ -351,7 +581,12 @@ class Relay(RelayCore):
         return batch
 
     def answers(self, batch: Sequence[Any]) -> list[str]:
-        """The envelopes answering ``batch``, which :meth:`settled` sent (:meth:`Remote.answers`)."""
+        """The envelopes answering ``batch``, which :meth:`settled` sent (:meth:`Remote.answers`),
+        or whose answer the host's driver read but did not step."""
+        texts = self.texts
+        if texts is not None:
+            self.texts = None
+            return texts
         return self.remote.answers(batch)
 
     def kick(self) -> None:

@@ -274,13 +274,33 @@ class Relay(Protocol):
     def kick(self) -> None:
         """The head call has committed (called on the thread that committed it). Never blocks, never raises."""
 
-    def settled(self, take: Callable[[Any], list[Any]], head: Any) -> list[Any]:
-        """Wait for ``head`` to commit and its batch to be sent; the batch (``[]``: the deadline came first)."""
+    def settled(
+        self,
+        take: Callable[[Any], list[Any]],
+        head: Any,
+        advance: Optional["Advance"] = None,
+        attach: Optional[Callable[[int, Callable[[], bool], Callable[[], None]], bool]] = None,
+    ) -> Optional[list[Any]]:
+        """Wait for ``head`` to commit and its batch to be sent; the batch (``[]``: the deadline came first).
+
+        With ``advance`` and ``attach`` (the host's :meth:`~nous_sched.runtime.Host.attach_reader`),
+        the relay may let the host's driver read the answers and step them
+        with ``advance`` meanwhile: ``None`` then says the answers were read
+        and stepped (go on after the read)."""
         ...
 
     def answers(self, batch: Sequence[Any]) -> Sequence[str]:
         """The envelopes answering ``batch``, which :meth:`settled` sent."""
         ...
+
+
+#: What ``advance`` answers for an answer it did not step: the run's thread reads it (as ``[text]``).
+NOT_STEPPED: Any = object()
+#: ``advance(text, batch)``, on the host's driver: step the lone answer
+#: ``text`` to ``batch`` if it only starts tool calls; the next head to wait
+#: for (stay attached), ``None`` (stepped: the run's thread goes on after the
+#: read), or :data:`NOT_STEPPED`.
+Advance = Callable[[str, Sequence[Any]], Any]
 
 
 class Steps(Protocol):
@@ -682,8 +702,17 @@ def drive(
     reaches the program as an error it could catch and turn into another
     end, however the threads raced (``tests/test_deadline_race.py``).
 
+    **The host's driver may read for this thread.** While this thread waits
+    on a relay, a host whose :meth:`~nous_sched.runtime.Host.attach_reader`
+    answers True (``run_code``'s: its scheduler's driver) reads the worker's
+    answers and steps those that only start tool calls (``_advancer``),
+    so a sequential call wakes no thread of the run's; any other answer,
+    the deadline, a cancel or an interrupt gives the reader back
+    (``nous_sched.runtime._handoffcore``), and this thread goes on.
+
     The host's hooks (:class:`~nous_sched.runtime.Host`, each with a no-op
-    default) watch the run as it goes, on this thread:
+    default) watch the run as it goes, on this thread (on the host's driver
+    for the steps it reads, in the same order: one thread at a time steps the run):
     ``host.on_main(state)`` gets the program's end as the sandbox reported
     it (the first envelope's ``main`` that has one: untrusted, for the
     run's hints),
@@ -725,12 +754,17 @@ def _drive(
     take = _taker(outstanding, engine.max_payload, over)
     settle = engine.settle_many
     relay = engine.relay
+    advance = None if relay is None else _advancer(steps, outstanding, cancel, relay)
+    attach = host.attach_reader
     # Work the stepper does while its first call runs (the in-process next context; the pool: its next spare).
     idle: Optional[Callable[[Any], None]] = getattr(engine, "idle", None)
     batch: Sequence[Any] = ()
     texts: Sequence[str] = (engine.start(),)
+    read = True
     while True:
-        steps.read(texts, batch)
+        if read:
+            steps.read(texts, batch)
+        read = True
         if cancel is not None and cancel.is_set():
             raise Stopped("cancelled", CANCELLED)
         if not outstanding:
@@ -744,7 +778,11 @@ def _drive(
                 work(head)
             if relay is not None and head.on_done(relay.kick):
                 # The thread that commits it sends the batch; this one waits for the answers.
-                batch = relay.settled(take, head)
+                got = relay.settled(take, head, advance, attach)
+                if got is None:  # the host's driver read the answers and stepped them
+                    read = False
+                    continue
+                batch = got
                 relayed = True
             else:
                 outcome = _wait(head, deadline, cancel)
@@ -786,19 +824,57 @@ class _Steps:
                 on_settled(item[1], item[2], item[4])
             if text == QUIET:
                 continue
-            envelope = _step_envelope(text, self.book, self.on_logs, self.host)
-            unstarted = self.submit(envelope["calls"])
-            if self.state is None:
-                self.state = envelope["main"]
-                if self.state is not None:
-                    self.on_main(self.state)
-            if unstarted:
-                _past_deadline(self.state, unstarted, self.book, self.limits)
+            self._calls(_step_envelope(text, self.book, self.on_logs, self.host))
+
+    def took(self, text: str, envelope: dict[str, Any], batch: Sequence[Any]) -> None:
+        """:meth:`read` of the lone answer ``text`` to ``batch``, already parsed (``envelope``: no durable fields)."""
+        item = batch[0]
+        self.on_settled(item[1], item[2], item[4])
+        if text == QUIET:
+            return
+        if envelope["logs"] or envelope["dropped"]:
+            _keep_logs(envelope, self.book, self.on_logs)
+        self._calls(envelope)
+
+    def _calls(self, envelope: dict[str, Any]) -> None:
+        unstarted = self.submit(envelope["calls"])
+        if self.state is None:
+            self.state = envelope["main"]
+            if self.state is not None:
+                self.on_main(self.state)
+        if unstarted:
+            _past_deadline(self.state, unstarted, self.book, self.limits)
 
     def answered(self, batch: Sequence[Any]) -> None:
         """The program received ``batch``'s answers, but the run stopped before its steps were read."""
         for item in batch:
             self.on_settled(item[1], item[2], item[4])
+
+
+def _advancer(
+    steps: _Steps, outstanding: "collections.deque[tuple[int, Any]]", cancel: Optional[Cancel], relay: Relay
+) -> Advance:
+    """The run's loop from one lone answer to its next wait (:data:`Advance`),
+    for the host's driver to run while the run's thread sleeps: only an
+    answer that starts tool calls and nothing else (no end, no ``sdk``
+    question, no durable fields) is stepped; the rest is the run's thread's."""
+
+    def advance(text: str, batch: Sequence[Any]) -> Any:
+        envelope = _checked(text)
+        if envelope is None or envelope["main"] is not None or len(envelope) > 4:
+            return NOT_STEPPED
+        for call in envelope["calls"]:
+            if call[1] is None:
+                return NOT_STEPPED
+        steps.took(text, envelope, batch)
+        if (cancel is not None and cancel.is_set()) or not outstanding:
+            return None
+        head = outstanding[0][1]
+        if not head.on_done(relay.kick):
+            return None  # it cannot say it settled: the run's thread waits for it
+        return head
+
+    return advance
 
 
 def _taker(

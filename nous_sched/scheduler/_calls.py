@@ -41,6 +41,7 @@ __all__ = [
     "AlwaysBegin",
     "Done",
     "Query",
+    "Reader",
     "RunLog",
     "Timeline",
     "STOP",
@@ -376,6 +377,20 @@ class Done(Then):
     def __call__(self) -> None:
         """Put this report on the driver's queue (a tool thread calls it as it goes idle: :class:`Then`)."""
         self.put(self)
+
+
+class Reader:
+    """A run's worker pipe the driver reads while the run waits
+    (:meth:`~nous_sched.Scheduler.attach_reader`): the driver calls
+    ``readable()`` whenever ``fd`` has data, until it answers False, or
+    ``gone()`` if it stops first (the scheduler stopped)."""
+
+    __slots__ = ("fd", "readable", "gone")
+
+    def __init__(self, fd: int, readable: Callable[[], bool], gone: Callable[[], None]) -> None:
+        self.fd = fd
+        self.readable = readable
+        self.gone = gone
 
 
 class Batch:

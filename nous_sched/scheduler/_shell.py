@@ -43,7 +43,9 @@ import concurrent.futures
 import contextvars
 import itertools
 import logging
+import os
 import queue
+import select
 import threading
 import time
 from collections.abc import Mapping
@@ -81,6 +83,7 @@ from ._calls import (
     Done,
     Query,
     Ran,
+    Reader,
     RunLog,
     Ticket,
     Timeline,
@@ -139,8 +142,8 @@ class Scheduler:
     # set, or None with a caller's executor) is set in __init__ and guards
     # itself.
     #
-    #   _queue          SimpleQueue, thread-safe by itself. Any thread puts;
-    #                   only the driver gets. Queries are put under _lock, so
+    #   _queue          SimpleQueue, thread-safe by itself. Any thread puts
+    #                   (_put); only the driver gets. Queries are put under _lock, so
     #                   none lands after the driver's last drain (_exited). A
     #                   submit is put after its ticket joined _open under _lock,
     #                   so if it lands after that drain, the driver's last act
@@ -179,6 +182,14 @@ class Scheduler:
     #   _driven         a Lock held from __init__ until the driver is done with
     #                   this scheduler for good (released by _driver_threads
     #                   after _drive_loop returned): what stop() waits on.
+    #   _polling        True while the driver sleeps in poll (a run's Reader
+    #                   attached), not in the queue's get: written by the
+    #                   driver alone, set before it looks at the queue a last
+    #                   time; a put reads it after putting and then pokes.
+    #   _poke_lock      guards _pokes (the poke pipe: (read, write), or None
+    #                   before the first Reader and after the driver exits):
+    #                   a poke writes, the exiting driver closes, never a
+    #                   stale descriptor.
     #   Ticket.seq      written once by the driver when it accepts the call; read
     #                   anywhere (None: not yet accepted).
     #   Ticket._outcome written once, before Ticket._gate is released (_publish).
@@ -222,6 +233,13 @@ class Scheduler:
         self._t0 = time.perf_counter()
         # SimpleQueue: the C queue from `queue`, without Queue's task tracking we never use.
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        # While a run has attached its worker's pipe (attach_reader) the driver
+        # sleeps in poll over it and the poke pipe, which a put writes then.
+        self._polling = False
+        self._poke_lock = threading.Lock()
+        self._pokes: Optional[tuple[int, int]] = None
+        self._poller: Any = None  # the driver's: select.poll over the poke pipe and the reader's fd
+        self._reader: Optional[Reader] = None  # driver-owned
         self._batch: Optional[Batch] = None
 
         self._lock = threading.Lock()
@@ -259,7 +277,7 @@ class Scheduler:
         except BaseException:
             # A KeyboardInterrupt can land while a driver is started for it;
             # the caller never gets this scheduler to stop, so stop it here.
-            self._queue.put(STOP)
+            self._put(STOP)
             if self._wake is not None:
                 self._wake()
             raise
@@ -360,7 +378,7 @@ class Scheduler:
                         self._open.update([call.ticket for call in calls])
                     wake, self._wake = self._wake, None
             if refusal is None:
-                self._queue.put(message)
+                self._put(message)
                 if wake is not None:
                     wake()
             else:
@@ -370,6 +388,47 @@ class Scheduler:
         finally:
             if first:
                 leave()
+
+    def _put(self, msg: Any) -> None:
+        """Put ``msg`` on the driver's queue (any thread); poke the driver if it sleeps in poll."""
+        self._queue.put(msg)
+        if self._polling:  # (read after the put: see _sleep)
+            self._poke()
+
+    def _poke(self) -> None:
+        # A deferred step: an interrupt landing as the lock is let go must not leave it held.
+        LOCAL.depth += 1
+        try:
+            with self._poke_lock:
+                pokes = self._pokes
+                if pokes is not None:
+                    try:
+                        os.write(pokes[1], b"!")
+                    except OSError:  # full: the driver is awake already
+                        pass
+        finally:
+            leave()
+
+    def attach_reader(self, fd: int, readable: Callable[[], bool], gone: Callable[[], None]) -> bool:
+        """Let the driver read a run's worker while the run waits (the worker
+        runtime's hand-off, ``nous_sched.runtime._handoffcore``): from its
+        next sleep on, the driver sleeps in ``poll`` over ``fd`` and its own
+        queue, and whenever ``fd`` has data it calls ``readable()`` (on the
+        driver thread, between its passes, never during one) until that
+        answers False; then it drops ``fd``. If the scheduler stops first,
+        the driver calls ``gone()`` instead, once, as it winds down (it must
+        neither block nor raise). One reader at a time: a later one
+        replaces it. False if the scheduler has stopped (nothing will call
+        either)."""
+        with deferred():  # (Ctrl-C on the main thread: never the lock left held, nor a reader half given)
+            with self._lock:
+                if self._closed:
+                    return False
+                self._put(Reader(fd, readable, gone))
+                wake, self._wake = self._wake, None
+            if wake is not None:
+                wake()
+        return True
 
     def _refusal(self) -> Optional[str]:
         """Why a submit is refused now, or None (under _lock)."""
@@ -471,7 +530,7 @@ class Scheduler:
         with self._lock:
             exited = self._exited
             if not exited:
-                self._queue.put(Query(reply))
+                self._put(Query(reply))
                 wake, self._wake = self._wake, None
         if wake is not None:
             wake()
@@ -534,7 +593,7 @@ class Scheduler:
             self._closed = True
             wake, self._wake = self._wake, None
         if first:
-            self._queue.put(STOP)
+            self._put(STOP)
         if wake is not None:
             wake()
 
@@ -610,6 +669,9 @@ class Scheduler:
         collected = self._finished.append
         try:
             while True:
+                if self._reader is not None and empty():
+                    self._sleep()
+                    continue
                 msg = get()
                 # Take everything already queued before driving, so a burst of
                 # completions commits in one pass. (Only this thread gets, so a
@@ -651,6 +713,48 @@ class Scheduler:
                 self._accept(call)
         elif kind is Query:
             msg.reply.set_result(self._lane.state())
+        elif kind is Reader:
+            self._attach(msg)
+
+    def _attach(self, reader: Reader) -> None:
+        """A run's worker pipe to read while the queue is empty (see :meth:`attach_reader`)."""
+        poller = self._poller
+        if poller is None:
+            r, w = os.pipe()
+            os.set_blocking(r, False)
+            os.set_blocking(w, False)
+            with self._poke_lock:
+                self._pokes = (r, w)
+            poller = self._poller = select.poll()
+            poller.register(r, select.POLLIN)
+        if self._reader is not None:
+            poller.unregister(self._reader.fd)
+        self._reader = reader
+        poller.register(reader.fd, select.POLLIN)
+
+    def _sleep(self) -> None:
+        """Sleep until the queue has a message or the reader's pipe has data (then read it)."""
+        reader = self._reader
+        assert reader is not None and self._pokes is not None
+        # The flag is set before the last look at the queue, and a put reads
+        # it after putting: either this look sees the message, or its put pokes.
+        self._polling = True
+        try:
+            if not self._queue.empty():
+                return
+            ready = self._poller.poll()
+        finally:
+            self._polling = False
+        poke = self._pokes[0]
+        for fd, _ in ready:
+            if fd == poke:
+                try:
+                    os.read(poke, 4096)
+                except BlockingIOError:
+                    pass
+            elif fd == reader.fd and self._reader is reader and not reader.readable():
+                self._poller.unregister(fd)
+                self._reader = None
 
     def _accept(self, call: Call) -> None:
         # Classification runs here, on the dispatched snapshot, in submission order.
@@ -786,7 +890,7 @@ class Scheduler:
             if getattr(tool, "throttles", None)
             else Begin(self, timeline)
         )
-        put = self._queue.put
+        put = self._put
         threads = self._tool_threads
         try:
             if threads is not None:
@@ -919,6 +1023,14 @@ class Scheduler:
             hold.cancel()
         with self._lock:
             self._closed = True
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            reader.gone()
+        with self._poke_lock:  # (no poke writes to a closed, or reused, descriptor)
+            pokes, self._pokes = self._pokes, None
+        if pokes is not None:
+            for fd in pokes:
+                os.close(fd)
         try:
             self._abandon()
         finally:
@@ -941,6 +1053,8 @@ class Scheduler:
                         self._deliver(call.ticket, Outcome.failure(call.ticket.tool, GONE))
                 elif type(msg) is Query:
                     msg.reply.set_result(final)
+                elif type(msg) is Reader:
+                    msg.gone()
             self._release_open(GONE)
 
     def _abandon(self) -> None:
