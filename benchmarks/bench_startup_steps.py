@@ -23,8 +23,9 @@ median over many children, against the bare fork and exit before it:
 * the death signal and the seccomp filter (``PR_SET_NO_NEW_PRIVS``, the
   allow list with the child's pid written in);
 * the second thread and the task bound (a filter per thread);
-* the prepared context: its ``Math.random`` reseeded and a collection of
-  the child's copy (its copy-on-write faults, made while booting).
+* the prepared context: its ``Math.random`` reseeded (and, in versions
+  before the fork server's context left the collector room, a collection of
+  the child's copy: its copy-on-write faults, made while booting).
 
 Beside them: the fork server's own boot (a new interpreter loading the
 engine, amortized over the ``SERVER_CHILDREN`` workers it forks before it is
@@ -92,14 +93,18 @@ def probe(worker_py: str, quickjs_path: str, n: int) -> dict[str, float]:  # run
         oslimits.forbid_tasks()
         done.acquire()
 
+    # (Before the shared context left the collector room, each child collected its copy while booting.)
+    collects = not hasattr(modules[1], "_HEADROOM")
+
     def context() -> None:
         if prepared is not None:
             w._reseed(prepared, seed_at)
-            prepared[0].gc()
+            if collects:
+                prepared[0].gc()
 
     steps = [("fork and exit", None), ("namespaces", namespaces), ("privilege drop", drop)]
     steps += [("death signal, seccomp filter", seccomp), ("second thread, task bound", thread)]
-    steps += [("prepared context: reseed, collect", context)]
+    steps += [("prepared context: reseed (and collect, where the version does)", context)]
     out: dict[str, float] = {}
     for upto in range(len(steps)):
         todo = [fn for _, fn in steps[1 : upto + 1] if fn is not None]

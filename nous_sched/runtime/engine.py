@@ -88,6 +88,8 @@ with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "convert.js")
     _CONVERTER = _f.read()
 del _f
 
+#: Allocations that move the collector's threshold up (see :func:`prepare`).
+_HEADROOM = "void (() => { const a = []; for (let i = 0; i < 2000; i++) a.push({}); })()"
 _TRUNCATED = "[output truncated at {n} bytes]"
 #: What the program's text follows: one line (the prelude's line offset).
 _HEADER = "(async function program() {\n"
@@ -178,18 +180,6 @@ class _Syntax(Exception):
 # -- the JavaScript side -------------------------------------------------------------
 
 
-#: ``performance`` for one run: ``now()`` counts from the run's start and
-#: ``timeOrigin`` is the wall clock then, so neither tells when the context was
-#: made or what ran before (the binding's own count from the context's creation).
-_RUN_CLOCK = """(() => {
-  const now_ = performance.now.bind(performance), t0 = now_(), origin = Date.now();
-  // (Bound: a program sees a native function, as before, with no source to read.)
-  const p = Object.freeze({ now: function now() { return now_() - t0; }.bind(null), timeOrigin: origin });
-  // Configurable, as the engine's own was: a durable run's clock (prelude.js) replaces it before the program runs.
-  Object.defineProperty(globalThis, "performance", { value: p, writable: false, configurable: true, enumerable: false });
-})()"""
-
-
 #: How many tool sets' names texts :func:`names_json` keeps (each holds its names tuple alive).
 NAMES_CACHE = 16
 # id of a names tuple -> (that tuple, its text, lazy, the text as UTF-8): the tuple is held so its id is not reused.
@@ -255,14 +245,31 @@ class NamesText(tuple):  # type: ignore[type-arg]
     __slots__ = ()
 
 
-def prepare() -> tuple[Any, Any]:
+def prepare(shared: bool = False) -> tuple[Any, Any]:
     """A fresh context with the prelude evaluated, bound to no run yet: a
-    ``(context, bridge)`` pair for :class:`Engine`'s ``prepared``. Use it once."""
+    ``(context, bridge)`` pair for :class:`Engine`'s ``prepared``. Use it once.
+
+    ``shared``: the context is a fork server's, of which each child gets a
+    copy-on-write copy (a page the child writes is copied for it). Made so,
+    it also holds the rule for values JSON cannot hold compiled (about 0.4 ms,
+    which a run pays when it first needs it: a call whose arguments' JSON
+    holds ``{}``, a result JSON cannot hold), and the engine's collector
+    leaves it alone until it holds about 350 KB more than now (a collection
+    writes to every object, copying every page of the context in the child
+    that runs it; quickjs-ng's first comes at 256 KB, and the prelude alone
+    is about 240 KB). A context prepared for one run gets neither: most runs
+    never need the rule, and a collection copies nothing there."""
     ctx = _quickjs.Context()
     ctx.set_memory_limit(_PREPARE_MEMORY)
     ctx.set_time_limit(_PREPARE_SECONDS)
     bridge = ctx.eval(_PRELUDE)
     bridge("converter", _CONVERTER)
+    if shared:
+        bridge("load converter")
+        # The collector's next threshold is 1.5 times what the context holds
+        # when an allocation crosses the last one: allocate (and drop) enough
+        # to cross it twice. Trusted code, no program's: it leaves nothing.
+        ctx.eval(_HEADROOM)
     ctx.set_time_limit(-1)
     return ctx, bridge
 
@@ -413,8 +420,8 @@ class Engine:
             f"{int(limits.max_log_lines)},{int(limits.max_calls)},{int(limits.max_total_args_bytes)},{int(lazy)}]"
         )
         self._arm()
+        # (configure also gives the run its own ``performance``, counting from now: see prelude.js.)
         self._guard(bridge, "configure", names, budgets, 1)
-        self._guard(ctx.eval, _RUN_CLOCK)
         program = self.program
         if program.startswith(CLOCK_MARK):
             # A durable run (nous_sched/durable/_replay.py): its recorded clock values, then the program.

@@ -1086,8 +1086,13 @@ class WorkerPool(CodeRuntime):
                     more = self._spares_work(time.monotonic() + SPARES_LINGER)
                     if more is None:
                         self._spare_thread = None
-                        return
-                    wids = more
+                    servers = [self._server, *self._retired] if more is None else []
+                if more is None:
+                    for server in servers:
+                        if server is not None:
+                            server.nudge()  # (the workers reaped here, reaped by their server too)
+                    return
+                wids = more
         except Exception:  # (RunCodeError, OSError): a run that needs a worker will say why
             with self._lock:
                 self._spares_failed = True

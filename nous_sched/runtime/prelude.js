@@ -918,12 +918,35 @@
   });
   freeze(stateObject);
 
+  // The run's own `performance` (configure gives it, at the run's start):
+  // now() counts from then and timeOrigin is the wall clock then, so neither
+  // tells when the context was made or what ran before (the engine's own
+  // counts from the context's creation). Configurable, as the engine's own
+  // was: a durable run's clock replaces it before the program runs. (Here,
+  // not compiled afresh per run: a fork server's children inherit it made.)
+  const enginePerformance = globalThis.performance;
+  const enginePerfNow = enginePerformance.now;
+  const functionBind = Function.prototype.bind;
+  function runClock() {
+    const now_ = apply(functionBind, enginePerfNow, [enginePerformance]);
+    const t0 = now_();
+    const origin = apply(dateNow, DateCtor, []);
+    // (Bound: a program sees a native function, as before, with no source to read.)
+    const now = own(function now() {
+      return now_() - t0;
+    });
+    const p = freeze({ now: apply(functionBind, now, [null]), timeOrigin: origin });
+    defineProperty(globalThis, "performance", { value: p, writable: false, configurable: true, enumerable: false });
+  }
+  own(runClock);
+
   // names: a JSON array of tool names; limitsJson: [log, output, args] units, then log lines,
   // calls and the run's total argument units, then 1 when `names` is written as JSON.stringify would;
   // offset: the lines of the wrapper's header before the program's first line.
   function configure(names, limitsJson, offset) {
     if (configured) return;
     configured = true;
+    runClock();
     const limits = JSONparse(limitsJson);
     MAX_LOG_UNITS = limits[0];
     MAX_OUTPUT_UNITS = limits[1];
@@ -986,6 +1009,12 @@
     if (op === "clock") return clock(a);
     if (op === "converter") {
       if (converterSource === null) converterSource = a;
+      return undefined;
+    }
+    // Compiled now by a fork server, before any program exists, so each of its
+    // children inherits it (engine.prepare's `shared`).
+    if (op === "load converter") {
+      if (converterSource !== null) loadConverter();
       return undefined;
     }
     return undefined;

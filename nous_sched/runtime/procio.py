@@ -142,6 +142,13 @@ def worker_env() -> dict[str, str]:
     return env
 
 
+#: How often :meth:`ForkServer.status` asks the server again to reap its
+#: exited children while it waits for one's status.
+NUDGE = 0.05
+#: Seconds :meth:`ForkServer.close` gives the server to reap its exited
+#: children and exit, after its socket's end of file, before killing it (a
+#: killed server's unreaped children would be left to ``init`` to reap).
+CLOSE_GRACE = 2.0
 #: The host-to-worker pipe's buffer (Linux's default is 64 KiB): a run frame naming
 #: thousands of tools (its names' text, about 25 bytes a name) goes in one write,
 #: with no wait for the worker to read its first part.
@@ -339,13 +346,24 @@ class ForkServer:
             self.statuses[int(parts[1])] = int(parts[2])
 
     def status(self, pid: int, until: float) -> Optional[int]:
-        """How child ``pid`` ended, once the server has reported it by ``until``."""
+        """How child ``pid`` ended, once the server has reported it by ``until``.
+
+        The server reaps its exited children, and reports them, when a
+        message comes (see ``worker._fork_server``): this sends it ``?``,
+        again every :data:`NUDGE` seconds while it waits."""
         with self._lock:
+            nudged = -NUDGE
             while pid not in self.statuses:
-                left = until - time.monotonic()
+                now = time.monotonic()
+                left = until - now
                 try:
-                    if left <= 0 or not select.select([self.sock], [], [], left)[0]:
+                    if left <= 0:
                         return None
+                    if now - nudged >= NUDGE:
+                        nudged = now
+                        self.sock.send(b"?", socket.MSG_DONTWAIT)
+                    if not select.select([self.sock], [], [], min(left, NUDGE))[0]:
+                        continue
                     msg = self.sock.recv(256)
                 except (OSError, ValueError):  # the server is closed
                     return None
@@ -354,11 +372,22 @@ class ForkServer:
                 self._note(msg)
             return self.statuses.pop(pid)
 
+    def nudge(self) -> None:
+        """Have the server reap its exited children now (it does at each
+        message, and looks for a while after one, then sleeps): the pool's
+        spares thread, ending, after it has reaped the workers it discarded."""
+        try:
+            self.sock.send(b"?", socket.MSG_DONTWAIT)
+        except OSError:  # (closed, or its buffer full: it reaps at the next message)
+            pass
+
     def forget(self) -> None:
         """In a forked child: drop the parent's server without touching it."""
         self.sock.close()
 
     def close(self) -> None:
+        """Close the socket: the server reaps its exited children and exits
+        (killed if it has not within :data:`CLOSE_GRACE` seconds)."""
         with self._lock:
             self._closed = self.retired = True
         try:
@@ -367,10 +396,13 @@ class ForkServer:
             pass
         if self.proc.poll() is None:
             try:
-                self.proc.kill()
-                self.proc.wait(timeout=5.0)
-            except (OSError, subprocess.TimeoutExpired):
-                pass
+                self.proc.wait(timeout=CLOSE_GRACE)
+            except subprocess.TimeoutExpired:
+                try:
+                    self.proc.kill()
+                    self.proc.wait(timeout=5.0)
+                except (OSError, subprocess.TimeoutExpired):
+                    pass
 
 
 def _kill_stale(pidfd: int) -> None:

@@ -80,7 +80,7 @@ from __future__ import annotations
 import os
 import struct
 import sys
-from typing import Any
+from typing import Any, Optional
 
 HEADER = struct.Struct(">I")
 RUN = b"R"
@@ -114,6 +114,11 @@ JS_STACK = MAX_STACK_BYTES + STACK_MARGIN
 EXIT_MEMORY = 3
 #: A spawn request's flag: the child boots in the background (see :func:`_boot_policy`).
 BACKGROUND = b"background"
+#: How often a fork server with children looks for exited ones when no
+#: message comes, and for how many looks after its last message (then it
+#: sleeps until the next: see :func:`_fork_server`).
+REAP_EVERY = 0.5
+REAP_LOOKS = 4
 #: The test-only payload's file (see :func:`_test_payload`).
 PAYLOAD_ENV = "NOUS_SCHED_TEST_PAYLOAD"
 
@@ -285,10 +290,10 @@ class _Watchdog:
 
     def install(self) -> None:
         """On the main thread, before any run: from here on ``SIGUSR1`` is ours."""
-        import signal
+        import _signal  # type: ignore[import-not-found]  # (the C module: see _become_worker)
 
-        signal.signal(signal.SIGUSR1, self._on_deadline)
-        signal.signal(signal.SIGUSR2, self._on_deadline)  # cancelled: stop whatever the deadline
+        _signal.signal(_signal.SIGUSR1, self._on_deadline)
+        _signal.signal(_signal.SIGUSR2, self._on_deadline)  # cancelled: stop whatever the deadline
 
     def watch(self) -> None:
         """Serve the deadline signal until the host is gone (end of file)."""
@@ -393,9 +398,9 @@ def _reseed(prepared: Any, at: int) -> None:
         ctypes.c_uint64.from_address(base + at).value = int.from_bytes(os.urandom(8), "little") | 1
 
 
-def _prepare(engine: Any) -> Any:
+def _prepare(engine: Any, shared: bool = False) -> Any:
     try:
-        return engine.prepare()
+        return engine.prepare(shared)
     except Exception:  # the run's Engine tries again, and reports what stops it
         return None
 
@@ -449,20 +454,71 @@ def _set_policy(policy: int) -> bool:
     return True
 
 
+#: ``(loads, dumps)`` for the worker's own frames, made once per process (see :func:`_json`).
+_JSON: Optional[tuple[Any, Any]] = None
+
+
+def _json() -> tuple[Any, Any]:
+    """``(loads, dumps)``: ``json.loads`` of a frame's UTF-8 JSON text and
+    ``json.dumps`` of a value, the same text as theirs, made the first time
+    they are asked for: the json module's own C scanner and encoder, called
+    directly. ``json.loads`` and ``json.dumps`` make or look up more objects
+    on each call (the decoder's regular expressions, an encoder per call):
+    in a fork server's child, whose pages are the server's until written,
+    their first calls cost about 100 copied pages (0.25 ms of CPU) more."""
+    global _JSON
+    if _JSON is not None:
+        return _JSON
+    import json.decoder
+    import json.encoder
+    import json.scanner
+
+    make_encoder = getattr(json.encoder, "c_make_encoder", None)
+    if getattr(json.scanner, "c_make_scanner", None) is None or make_encoder is None:  # (no C accelerator)
+        _JSON = (json.loads, json.dumps)
+        return _JSON
+    scan = getattr(json.decoder.JSONDecoder(), "scan_once")  # noqa: B009 - (typeshed does not declare it)
+    default = json.encoder.JSONEncoder().default
+    encode = make_encoder({}, default, json.encoder.encode_basestring_ascii, None, ": ", ", ", False, False, True)
+
+    def loads(data: bytes) -> Any:
+        return scan(data.decode("utf-8", "surrogatepass"), 0)[0]
+
+    def dumps(value: Any) -> str:
+        return "".join(encode(value, 0))
+
+    _JSON = (loads, dumps)
+    return _JSON
+
+
+#: The class of a run's limits, made once per process (see :func:`_limits_type`).
+_LIMITS: Any = None
+
+
+def _limits_type() -> Any:
+    """A named tuple of :data:`LIMIT_FIELDS` (what :class:`Engine` reads),
+    made the first time it is asked for: ``namedtuple`` compiles the class's
+    source, about 60 us, which a fork server pays once for all its children."""
+    global _LIMITS
+    if _LIMITS is None:
+        import collections
+
+        _LIMITS = collections.namedtuple("Limits", LIMIT_FIELDS)  # type: ignore[misc]
+    return _LIMITS
+
+
 class _Server:
     """The serving thread's state: the running engine, the next run's context."""
 
     def __init__(
         self, engine: Any, oslimits: Any, watchdog: _Watchdog, fd_out: int, payload: Any, prepared: Any = None
     ) -> None:
-        import collections
-
         self.engine = engine
         self.oslimits = oslimits
         self.watchdog = watchdog
         self.fd_out = fd_out
         self.payload = payload
-        self.Limits = collections.namedtuple("Limits", LIMIT_FIELDS)  # type: ignore[misc]
+        self.Limits = _limits_type()
         self.current: Any = None
         # A quiet step's envelope (most of a Promise.all's) and its frame, made once.
         self.quiet = (engine.QUIET, frame(ENVELOPE, engine.QUIET.encode()))
@@ -504,7 +560,6 @@ class _Server:
         )
 
     def run(self, body: bytes) -> bytes:
-        import json
         import time
 
         if self.current is not None:
@@ -513,7 +568,7 @@ class _Server:
             self.current = None
         # (Compact JSON holds no raw newline: the first one ends it, the names' text follows.)
         end = body.find(b"\n")
-        spec = json.loads(body[:end] if end >= 0 else body)
+        spec = _json()[0](body[:end] if end >= 0 else body)
         if spec["memory_cap"]:
             self.oslimits.cap_memory(spec["memory_cap"])
         if spec.get("cpu_limit"):
@@ -696,10 +751,12 @@ def _become_worker(
     """Bound this process and serve frames on standard input and output; never
     returns. ``prepared``: the first run's context, its prelude evaluated by
     the fork server (and reseeded here); made here when ``None``."""
+    import _signal
     import _thread
-    import json
-    import signal
 
+    # (The signal module's C half, not signal.py: its wrappers convert every
+    # number to an enum member, and in a fork server's child the first such
+    # conversion costs about 40 copied pages, 0.1 ms of CPU.)
     quickjs, engine, oslimits = modules
     # A spare's boot works at the lowest priority; every thread is back to
     # the normal policy before the worker says hello.
@@ -708,11 +765,12 @@ def _become_worker(
         _set_policy(boot)
     # The terminal's Ctrl-C is the host's to handle: it kills this worker if it must.
     # (A fork server's child inherits the server's SIG_IGN.)
-    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if _signal.getsignal(_signal.SIGINT) != _signal.SIG_IGN:
+        _signal.signal(_signal.SIGINT, _signal.SIG_IGN)
     libc = oslimits.c_library() if sys.platform.startswith("linux") else None
     _set_thread_name(name.replace("nous-sched-worker-", "nous-worker-"), libc)
-    payload = _test_payload()
+    # (A fork server read it once for all its children.)
+    payload = options["payload"] if "payload" in options else _test_payload()
     if prepared is not None:
         _reseed(prepared, options["seed_at"])
     # (A fork server verified the layout once for all its children.)
@@ -739,7 +797,7 @@ def _become_worker(
         _set_thread_name("nous-js-" + name.rsplit("-", 1)[-1], libc)
         # The deadline signal is for the main thread: only there does it
         # interrupt the blocking read that lets its handler run.
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1, signal.SIGUSR2})
+        _signal.pthread_sigmask(_signal.SIG_BLOCK, {_signal.SIGUSR1, _signal.SIGUSR2})
         main_bound.acquire()
         bounds["task_bound"] = own and bounds.pop("main_task_bound", False)
         try:
@@ -749,18 +807,15 @@ def _become_worker(
             first = prepared
             if boot is not None:
                 _set_policy(boot)
+            # (A fork server's context: no collection here, which would copy
+            # every page of it; it has room enough for a run without one.)
             if first is None:
                 first = _prepare(engine)
-            else:
-                # The server's context is this process's copy-on-write copy:
-                # a collection writes to every object of it, so the copies
-                # are made now, while booting, not by the run that takes it.
-                first[0].gc()
             if boot is not None:
                 _set_policy(_SCHED_OTHER)
             hello = {"pid": os.getpid(), "os_bounds": bounds, "prepared": first is not None}
             # This thread writes every frame, the hello included: one writer.
-            write_all(1, frame(HELLO, json.dumps(hello).encode()))
+            write_all(1, frame(HELLO, _json()[1](hello).encode()))
             serve(engine, oslimits, watchdog, 0, 1, payload, first)
         finally:
             os._exit(0)
@@ -798,15 +853,22 @@ def _fork_server(sock_fd: int, modules: tuple[Any, Any, Any], options: dict[str,
     standard input, output, lifeline); the answer ``P <pid>`` carries a
     pidfd of the child, so the host signals exactly that process. Each
     child's exit is reported as ``W <pid> <status>`` (dropped if the host is
-    not reading). End of file on the socket: exit.
+    not reading) when the next message comes, not as each exits (a wake-up
+    per child, and the copy of every page it touches while its siblings
+    share them); for :data:`REAP_LOOKS` times :data:`REAP_EVERY` seconds
+    after a message, also every :data:`REAP_EVERY` seconds, then never until
+    the next message (an idle server sleeps). Any other message (the host's
+    ``?``: when it waits for a status, when its spares thread has reaped the
+    discarded workers and ends) only reaps. End of file on the socket: reap,
+    then exit.
     """
     # No PR_SET_PDEATHSIG here: it fires when the *thread* that started this
     # process ends, and any of the host's threads may start it. The host's
     # death closes the socket; this process then exits, and its children,
     # whose parent is this single thread, get their death signal.
+    import _signal  # (see _become_worker)
     import gc
     import select
-    import signal
     import socket
 
     offset, seed_at, prepared = _prepare_server(modules)
@@ -819,27 +881,34 @@ def _fork_server(sock_fd: int, modules: tuple[Any, Any, Any], options: dict[str,
     # A spare is forked at the boot's policy and born with it (the fork's own
     # work, the copy of this process's page tables, included): see _boot_policy.
     boot = _boot_policy()
+    sock = socket.socket(fileno=sock_fd)
+    # Each child's options, made here once: the test payload read and
+    # compiled (see _test_payload), the JSON codec made (see _json).
+    options.update(offset=offset, parent=server, seed_at=seed_at, payload=_test_payload())
+    by_spare = {flag: {**options, "background": flag} for flag in (False, True)}
+    _json()
+    _limits_type()
     # Everything loaded so far is shared with every child: keep the collector
     # from touching it (a touched page is a copied page in each child).
     gc.collect()
     gc.freeze()
-    sock = socket.socket(fileno=sock_fd)
-    wake_r, wake_w = os.pipe()
-    os.set_blocking(wake_w, False)
-    signal.set_wakeup_fd(wake_w)
-    signal.signal(signal.SIGCHLD, lambda *_: None)
+    # Exited children wait as zombies until the next message reaps them (an
+    # inherited SIG_IGN would reap them unseen, their statuses lost).
+    _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)
     sock.send(b"R")
+    live = 0  # children forked and not reaped yet
+    looks = 0  # looks left before sleeping until the next message
     while True:
-        ready, _, _ = select.select([sock_fd, wake_r], [], [])
-        if wake_r in ready:
-            os.read(wake_r, 512)
-        _reap(sock)
-        if sock_fd not in ready:
+        if live and looks and not select.select([sock_fd], [], [], REAP_EVERY)[0]:
+            looks -= 1
+            live -= _reap(sock)
             continue
         try:
             msg, fds, _, _ = socket.recv_fds(sock, 256, 3)
         except OSError:
-            os._exit(0)
+            msg, fds = b"", []
+        looks = REAP_LOOKS
+        live -= _reap(sock)
         if not msg:
             os._exit(0)
         if len(fds) != 3:
@@ -847,19 +916,14 @@ def _fork_server(sock_fd: int, modules: tuple[Any, Any, Any], options: dict[str,
                 os.close(fd)
             continue
         name, *flags = msg.split() or [b"?"]
-        background = BACKGROUND in flags and boot is not None and _set_policy(boot)
+        spare = BACKGROUND in flags
+        background = spare and boot is not None and _set_policy(boot)
         pid = os.fork()
         if pid == 0:
-            signal.set_wakeup_fd(-1)
-            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-            _child(
-                name.decode("ascii", "replace"),
-                fds,
-                (sock_fd, wake_r, wake_w),
-                modules,
-                {**options, "offset": offset, "parent": server, "background": BACKGROUND in flags, "seed_at": seed_at},
-                prepared,
-            )
+            # (Whatever a child does here copies the pages it writes: the
+            # options were made before the fork.)
+            _child(name.decode("ascii", "replace"), fds, (sock_fd,), modules, by_spare[spare], prepared)
+        live += 1
         if background:
             _set_policy(_SCHED_OTHER)
         for fd in fds:
@@ -898,7 +962,10 @@ def _prepare_server(modules: tuple[Any, Any, Any]) -> tuple[Any, Any, Any]:
     # Only where that seed can be found; otherwise each child makes its own.
     # No program ever runs in this process or in this context here.
     seed_at = _random_offset(modules[0])
-    prepared = _prepare(modules[1]) if seed_at is not None else None
+    # Shared: with the converter compiled (a run whose call's arguments hold
+    # {} would compile it, about 0.4 ms) and room for a run without the
+    # collector (which would copy every page of it in the child).
+    prepared = _prepare(modules[1], shared=True) if seed_at is not None else None
     modules[2].prepare()  # (what every child's bounds would otherwise build alike)
     global _NAMER
     if sys.platform.startswith("linux"):
@@ -910,16 +977,19 @@ def _prepare_server(modules: tuple[Any, Any, Any]) -> tuple[Any, Any, Any]:
     return offset, seed_at, prepared
 
 
-def _reap(sock: Any) -> None:
+def _reap(sock: Any) -> int:
+    """Reap every exited child, reporting each (``W``); how many."""
     import socket
 
+    reaped = 0
     while True:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
-            return
+            return reaped
         if pid == 0:
-            return
+            return reaped
+        reaped += 1
         try:
             sock.send(b"W %d %d" % (pid, os.waitstatus_to_exitcode(status)), socket.MSG_DONTWAIT)
         except OSError:
