@@ -106,3 +106,38 @@ def test_an_internal_error_with_no_message_is_the_memory_abort_it_usually_is(run
     result = run_code('throw new InternalError("");', TOOLS, description="test")
     assert result.error.kind == "abort"
     assert "memory limit" in result.error.message and "InternalError with no message" in result.error.message
+
+
+def test_a_failed_calls_stack_keeps_the_frames_error_stack_trace_limit_lets_through(runtime):
+    # The limit counts every frame from the call down, this file's own too (a
+    # tool's three, sdk's four, state's five), as a capture of the whole stack
+    # at the call would; whatever the limit, the program's frames shown are the
+    # ones such a capture keeps.
+    program = """
+function dig(n, make) { if (n > 0) return dig(n - 1, make); return make(); }
+const makes = {tool: () => tools.fail({}), sdk: () => sdk.describe(5), state: () => state.get(5)};
+const out = [];
+for (const limit of [10, 6, 5, 4, 3, 2.7, 0, -1, NaN, Infinity, "x", true]) {
+  for (const depth of [0, 3, 12]) {
+    for (const kind of ["tool", "sdk", "state"]) {
+      Error.stackTraceLimit = limit;
+      try { await dig(depth, makes[kind]); out.push("no error"); }
+      catch (e) { out.push([String(limit), depth, kind, e.stack.split("\\n").filter(Boolean).length]); }
+    }
+  }
+}
+return out;
+"""
+    result = run_code(program, TOOLS, description="test")
+    assert result.error is None, result.error
+    own = {"tool": 3, "sdk": 4, "state": 5}
+    # (The engine's reading of each limit: a fraction cut, a negative one or NaN 0, true 1, "x" 0.)
+    effective = {"10": 10, "6": 6, "5": 5, "4": 4, "3": 3, "2.7": 2, "0": 0, "-1": 0, "NaN": 0, "Infinity": 10**6}
+    effective.update({"x": 0, "true": 1})
+    expected = []
+    for limit, frames_let in effective.items():
+        for depth in (0, 3, 12):
+            for kind in ("tool", "sdk", "state"):
+                frames = depth + 3  # dig's depth + 1 frames, the arrow, program
+                expected.append([limit, depth, kind, min(frames, max(frames_let - own[kind], 0))])
+    assert result.result == expected

@@ -437,3 +437,27 @@ def test_a_batchs_answers_are_taken_whole_in_order_and_nothing_else_is():
     assert worker.envelopes(5, 1 << 20, QUIET) == ["ok"] and bytes(worker.buf) == _frame(b"E", b"\xff")  # not UTF-8
     worker.buf = bytearray(b"\x00\x00\x00\x00E")
     assert worker.envelopes(5, 1 << 20, QUIET) == [] and len(worker.buf) == 5  # an empty frame: receive()'s to refuse
+
+
+_JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**40), 2**40) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(_JSON_VALUES, min_size=1, max_size=6))
+def test_each_calls_arguments_reach_the_host_as_the_json_text_the_program_made(values):
+    # The prelude quotes an argument text with no string in it itself, and any
+    # other with JSON.stringify: the host reads the same text either way.
+    arguments = json.dumps(values)
+    program = f"const values = {arguments};\nfor (const v of values) tools.a(v);\nreturn 1;"
+    engine = Engine(program, ["a"], Limits(), time.monotonic() + 30)
+    try:
+        envelope = _checked(engine.start())
+    finally:
+        engine.close()
+    texts = [c[2] for c in envelope["calls"]]
+    assert [json.loads(text) for text in texts] == values
+    assert texts == [json.dumps(v, ensure_ascii=False, separators=(",", ":")) for v in values]

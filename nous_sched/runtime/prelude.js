@@ -46,6 +46,8 @@
   // Argument lists each call's path hands to `apply`, made once (frozen: only read).
   const EMPTY_OBJECT = freeze(["{}"]);
   const FROM_START = freeze([0]);
+  const EMPTY_ARGS = freeze([]);
+  const QUOTE = freeze(['"']);
   const captureStackTrace = ErrorCtor.captureStackTrace;
   const InternalErrorPrototype = typeof InternalError === "function" ? InternalError.prototype : null;
   const hasOwn = Object.prototype.hasOwnProperty;
@@ -115,12 +117,30 @@
   }
   // (One holder for every capture: it never leaves this file, and each capture replaces its `stack`.)
   const SITES = create(null);
-  function callSites() {
+  // The engine's own Error.stackTraceLimit getter, kept before the program
+  // can replace it: it reads the limit the engine captures with.
+  const limitDescriptor = Object.getOwnPropertyDescriptor(ErrorCtor, "stackTraceLimit");
+  const limitGet = limitDescriptor !== undefined && typeof limitDescriptor.get === "function" ? limitDescriptor.get : null;
+  const mathFloor = Math.floor;
+  // The call's sites, from the frame below `skip` (the `skipped` frames of
+  // this file above it are not made: each costs the engine a CallSite). The
+  // limit counts only the frames kept, so they are cut to what a capture of
+  // every frame would have kept: the same sites, the same stack.
+  function callSites(skip, skipped) {
     const holder = SITES;
     siteHolder = holder;
     try {
-      captureStackTrace(holder);
-      return holder.stack;
+      const limit = limitGet === null ? undefined : apply(limitGet, ErrorCtor, EMPTY_ARGS);
+      if (typeof limit !== "number") {
+        // (A limit that is not a number: the engine's conversion of it is its own.)
+        captureStackTrace(holder);
+        return holder.stack;
+      }
+      captureStackTrace(holder, skip);
+      const sites = holder.stack;
+      const keep = limit > skipped ? mathFloor(limit) - skipped : 0;
+      if (typeof sites === "object" && sites !== null && sites.length > keep) sites.length = keep;
+      return sites;
     } finally {
       siteHolder = null;
     }
@@ -257,8 +277,9 @@
   });
 
   // `quoted`: `name` as JSON text, when the caller has it (undefined: the drain makes it).
-  function call(name, args, label, quoted) {
-    const sites = callSites();
+  // `tool`: the tool's function that called this one, when it was (its frame is this file's too).
+  function call(name, args, label, quoted, tool) {
+    const sites = tool === undefined ? callSites(call, 2) : callSites(tool, 3);
     let json;
     try {
       json = JSONstringify(args === undefined ? null : args);
@@ -503,6 +524,7 @@
   // What a step that started no call, logged nothing and did not end the
   // program drains (most of a Promise.all's settles): the same text, made once.
   const NOTHING_NEW = '{"calls":[],"logs":[],"dropped":0,"main":null}';
+  const CALLS_ONLY_END = '],"logs":[],"dropped":0,"main":null}';
 
   function drain() {
     if (outTail === 0 && logCount === 0 && logDropped === 0 && mainText === null && mainJson === "null" && !clockOn) {
@@ -521,6 +543,10 @@
       if (json.length >= OUT_OF_LINE) {
         arg = "" + pieces++;
         tail += SEP + json;
+      } else if (apply(strIndexOf, json, QUOTE) === -1) {
+        // No string in the text, so nothing to escape (a backslash is only
+        // ever inside one): the JSON string JSON.stringify would write.
+        arg = '"' + json + '"';
       } else {
         arg = JSONstringify(json);
       }
@@ -533,6 +559,10 @@
       // the same shape every time.
       outbox = create(null);
       outHead = outTail = 0;
+    }
+    if (pieces === 0 && logCount === 0 && logDropped === 0 && mainText === null && mainJson === "null" && !clockOn) {
+      // The usual step (calls only): the rest of the envelope is the same text every time.
+      return apply(strSlice, out + CALLS_ONLY_END, FROM_START);
     }
     out += '],"logs":[';
     if (logCount !== 0) {
@@ -727,25 +757,28 @@
     mainJson = '{"state":"rejected","error":' + JSONstringify(cut(describe(e))) + "}";
   }
 
+  // Whether `main` is the program's function: the host wraps the program as
+  // `(async function program() {<code>\n})`; anything else means the code
+  // closed that function early. (The bridge calls `main` itself: every call
+  // the program's first step makes captures one frame fewer, see callSites.)
   function __nous_start(main) {
-    // The host wraps the program as `(async function program() {<code>\n})`;
-    // anything else means the code closed that function early.
     if (typeof main !== "function" || getPrototypeOf(main) !== AsyncFunctionPrototype) {
       onRejected(new SyntaxError("unbalanced braces: the program closes the function it runs in"));
-      return;
+      return false;
     }
-    apply(promiseThen, main(), [onFulfilled, onRejected]);
+    return true;
   }
 
   function makeTool(name) {
     let quoted; // the name as JSON text, for the envelope: made at its first call, once per run
-    return freeze(
-      own(function (args) {
-        // (A name past MAX_NAME_UNITS crosses cut: quoting the whole of it could exhaust the heap.)
-        if (quoted === undefined && name.length <= MAX_NAME_UNITS) quoted = JSONstringify(name);
-        return call(name, args, name, quoted);
-      }),
-    );
+    // (Assigned from own(...): the function keeps the empty name a program sees.)
+    let tool = null;
+    tool = own(function (args) {
+      // (A name past MAX_NAME_UNITS crosses cut: quoting the whole of it could exhaust the heap.)
+      if (quoted === undefined && name.length <= MAX_NAME_UNITS) quoted = JSONstringify(name);
+      return call(name, args, name, quoted, tool);
+    });
+    return freeze(tool);
   }
 
   // Names the engine and the language look up on any object (awaiting it,
@@ -1004,7 +1037,10 @@
   return function __nous_bridge(op, a, b, c) {
     if (op === "drain") return drain();
     if (op === "settle") return __nous_settle(a, b, c);
-    if (op === "start") return __nous_start(a);
+    if (op === "start") {
+      if (__nous_start(a)) apply(promiseThen, a(), [onFulfilled, onRejected]);
+      return undefined;
+    }
     if (op === "configure") return configure(a, b, c);
     if (op === "clock") return clock(a);
     if (op === "converter") {
