@@ -441,7 +441,11 @@ def test_a_batchs_answers_are_taken_whole_in_order_and_nothing_else_is():
 
 _JSON_VALUES = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**40), 2**40) | st.text(max_size=8),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner, max_size=4),
+    # (no key that is an array index: JavaScript puts those first, where a dict keeps insertion order)
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(st.text(max_size=4).filter(lambda k: not (k.isascii() and k.isdigit())), inner, max_size=4)
+    ),
     max_leaves=12,
 )
 

@@ -221,6 +221,23 @@ def test_a_program_sees_exactly_the_declared_tools_whatever_their_names(runtime,
     assert r.result == [*expected, True]
 
 
+@pytest.mark.parametrize("runtime", [QuickJSRuntime(), WORKER], ids=["in_process", "worker"])
+@pytest.mark.parametrize(
+    "names, probes",
+    [(["[", "]"], [","]), (["x[", "]y"], [","]), (["a,", ",b"], [","]), (['"', '""'], [","]), (["]", "["], ['"]"'])],
+)
+def test_a_name_made_of_the_text_between_two_declared_names_is_not_declared(runtime, names, probes) -> None:
+    # `","` is in the names text of "[" and "]", between a [ and a ]: once seen as declared
+    # (found by the property test above, which draws such names only now and then).
+    names = sorted(names)
+    r = run_code(
+        PROBE % (json.dumps(names), json.dumps(probes)), [Tool(n, _f) for n in names], runtime=runtime, description="t"
+    )
+    assert r.ok, r.error
+    expected = [True] * len(names) + [False] * len(probes) + [True] + [True] * len(names) + [False] * len(probes)
+    assert r.result == [*expected, True]
+
+
 def test_names_json_is_made_once_per_names_tuple() -> None:
     names = ("a", 'b"', "c")
     text, lazy = names_json(names)

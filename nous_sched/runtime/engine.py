@@ -190,8 +190,10 @@ _names_texts: collections.OrderedDict[int, tuple[Sequence[str], str, bool, bytes
 
 
 def names_json(names: Sequence[str]) -> tuple[str, bool]:
-    """The run's tool names as the prelude's ``configure`` takes them: a compact
-    JSON array, and whether it is written exactly as QuickJS's
+    """The run's tool names as the prelude's ``configure`` takes them: a JSON
+    array with each element between two newlines (``[\\n"a"\\n,\\n"b"\\n]``:
+    a newline is never raw inside a JSON string, so the prelude finds a name
+    as a whole element by searching for it between newlines), and whether it is written exactly as QuickJS's
     ``JSON.stringify`` would write each name (then the program's ``tools``
     looks a name up in the text itself, and makes no tool it does not read;
     else, a name holding a lone surrogate, the prelude makes every tool at
@@ -218,12 +220,12 @@ def _names_entry(names: Sequence[str]) -> tuple[Sequence[str], str, bool, bytes]
             except KeyError:  # (another thread's store evicted it meanwhile: the text is still right)
                 pass
             return hit
-    text = json.dumps(list(names), ensure_ascii=False, separators=(",", ":"))
+    text = _delimited(names, False)
     # Python and QuickJS escape alike but for lone surrogates (Python leaves
     # them raw, which the binding cannot pass either): ASCII then, and eager.
     lazy = _SURROGATE.search(text) is None
     if not lazy:
-        text = json.dumps(list(names), separators=(",", ":"))
+        text = _delimited(names, True)
     entry = (names, text, lazy, text.encode("utf-8"))
     if cacheable:
         _names_texts[id(names)] = entry
@@ -236,6 +238,13 @@ def _names_entry(names: Sequence[str]) -> tuple[Sequence[str], str, bool, bytes]
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _delimited(names: Sequence[str], ascii: bool) -> str:
+    if not names:
+        return "[]"
+    dumps = json.dumps
+    return "[\n" + "\n,\n".join(dumps(n, ensure_ascii=ascii) for n in names) + "\n]"
 
 
 class NamesText(tuple):  # type: ignore[type-arg]

@@ -807,10 +807,11 @@
   let lookup = null;
   let scans = 0;
   let materialized = false;
-  // Whether `key` is in namesJson: its JSON text starting an element ([ or ,
-  // before it) and ending one (, or ] after it). A `"` inside a JSON string is
-  // always escaped, so such a match is a whole element; the host writes the
-  // text as JSON.stringify would (nous_sched.runtime.engine.names_json).
+  // Whether `key` is in namesJson: its JSON text between two newlines. The
+  // host writes each element between newlines, as JSON.stringify would write
+  // the name (nous_sched.runtime.engine.names_json), and a newline is never
+  // raw inside a JSON string, so a match is a whole element. (A match between
+  // [ or , and , or ] is not: `","` is inside the text of the names "[" and "]".)
   function isDeclared(key) {
     if (key.length >= namesJson.length) return false; // (no name is longer than all of them: nothing copied)
     if (lookup !== null) return lookup[key] === true;
@@ -821,15 +822,7 @@
       for (let i = 0; i < names.length; i++) lookup[names[i]] = true;
       return lookup[key] === true;
     }
-    const pattern = JSONstringify(key);
-    let at = apply(strIndexOf, namesJson, [pattern]);
-    while (at !== -1) {
-      const before = namesJson[at - 1];
-      const after = namesJson[at + pattern.length];
-      if ((before === "[" || before === ",") && (after === "," || after === "]")) return true;
-      at = apply(strIndexOf, namesJson, [pattern, at + 1]);
-    }
-    return false;
+    return apply(strIndexOf, namesJson, ["\n" + JSONstringify(key) + "\n"]) !== -1;
   }
   const MAX_SCANS = 32;
   function materialize() {
