@@ -95,6 +95,8 @@ class Places(Protocol):
 
     def _give_share(self, ticket: Optional[int]) -> None: ...
 
+    def _calm(self, ticket: Optional[int]) -> None: ...
+
 
 class Lost(Exception):
     """The worker died before the program's first answer (see ``Remote.start``)."""
@@ -671,6 +673,11 @@ class Remote:
         #: worker: its first answer has not come, and it has not moved before.
         self.again: Optional[tuple[int, int, Any]] = None
         self._starting = False
+
+    def idle(self, head: Any) -> None:
+        """(:func:`drive`'s hook: the run first waits for a call.) Its start-up
+        is over: the replacement of the spare it took may start soon."""
+        self.pool._calm(self.ticket)  # noqa: SLF001
 
     def _compute(self) -> None:
         """Hold a CPU share for the step about to start (waiting for one, first

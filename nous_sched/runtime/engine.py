@@ -772,7 +772,7 @@ def _drive(
     relay = engine.relay
     advance = None if relay is None else _advancer(steps, outstanding, cancel, relay)
     attach = host.attach_reader
-    # Work the stepper does while its first call runs (the in-process runtime's next context).
+    # Work the stepper does while its first call runs (the in-process next context; the pool: its next spare).
     idle: Optional[Callable[[Any], None]] = getattr(engine, "idle", None)
     batch: Sequence[Any] = ()
     texts: Sequence[str] = (engine.start(),)
@@ -789,6 +789,9 @@ def _drive(
         relayed = False
         if not batch:
             head = outstanding[0][1]
+            if idle is not None and not head.done():
+                work, idle = idle, None
+                work(head)
             if relay is not None and head.on_done(relay.kick):
                 # The thread that commits it sends the batch; this one waits for the answers.
                 got = relay.settled(take, head, advance, attach)
@@ -798,9 +801,6 @@ def _drive(
                 batch = got
                 relayed = True
             else:
-                if idle is not None and not head.done():
-                    work, idle = idle, None
-                    work(head)
                 outcome = _wait(head, deadline, cancel)
                 batch = take(outcome) if outcome is not None else []
             if not batch:

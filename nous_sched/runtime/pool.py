@@ -10,7 +10,9 @@ handed out only once it has said hello, which it does once it is bounded
 that takes one sends it the program at once and waits for nothing of its
 start-up. Spares are started by a thread of the pool's own, which reads
 their hellos, and boot as ``SCHED_BATCH`` (never preempting a run's threads);
-the spare a run took is replaced as soon as it is taken, and while runs find
+the spare a run took is replaced once the run's start-up is over
+(:data:`SPARE_CALM` after it first waits for a tool, or when it ends), or
+at once when it took the last spare ready or runs wait; while runs find
 no spare ready, more are kept booting side by side (up to twice
 :attr:`WorkerPool.spares`: see :class:`~nous_sched.runtime.poolcore.PoolCore`). Reuse
 is an explicit opt-in scoped to a trust domain (:meth:`WorkerPool.domain`):
@@ -68,6 +70,7 @@ from __future__ import annotations
 import atexit
 import collections
 import itertools
+import math
 import os
 import shutil
 import sys
@@ -115,6 +118,14 @@ _HAS_FORK_SERVER = sys.platform.startswith("linux") and hasattr(os, "pidfd_open"
 _BACKGROUND_SPARES = True
 #: Seconds the spares thread waits for more work before it exits.
 SPARES_LINGER = 1.0
+#: Seconds after a run first waits for a tool before the spare it took is
+#: replaced (when another spare was still ready: see ``PoolCore.hold``). A
+#: spare's boot is about 4-5 ms of CPU: started as the run takes its spare,
+#: it competes with the run's own start-up (the worker's first step, the
+#: tool threads' hand-off) on a small machine; by this long into the wait
+#: the run's calls have all begun (``benchmarks/bench_fanout_timeline.py``).
+#: A run that ends sooner has its spare replaced as it ends.
+SPARE_CALM = 0.001
 #: After a spare could not start (killed as it booted, its fork server lost),
 #: the spares thread tries again this many seconds later, twice as long after
 #: each further failure in a row, :data:`SPARES_RETRIES` times; then it leaves
@@ -187,7 +198,8 @@ class WorkerPool(CodeRuntime):
     :param cpu_shares: most runs whose JavaScript computes at once. Default:
         the core count (``default_cpu_shares``).
     :param spares: fresh workers kept ready (within ``size``; default 2),
-        each replaced in the background as soon as a run takes it; while
+        each replaced in the background once the run that took it has
+        started (at once if it was the last one ready); while
         runs find none ready, up to twice as many are kept (within
         ``size``); :meth:`wait_for_spares` waits for ``spares`` of them.
     :param start_method: ``"forkserver"`` (default on Linux): workers are
@@ -295,6 +307,8 @@ class WorkerPool(CodeRuntime):
         self._server_lock = threading.Lock()  # held while the fork server starts
         self._successor: Optional[threading.Thread] = None  # starting the next fork server (_server_lock)
         self._spare_thread: Optional[threading.Thread] = None
+        # Runs whose held replacement is wanted from an instant on (see _calm): ticket -> monotonic time.
+        self._calm_at: dict[int, float] = {}
         self._dying: list[tuple[int, Worker]] = []  # killed fork server children, not yet gone
         self._orphans: Deque[int] = collections.deque()  # tickets of runs lost before they ran
         self._reaping = 0  # taken from _dying by the spares thread, not yet gone
@@ -388,9 +402,9 @@ class WorkerPool(CodeRuntime):
             except Stopped as stop:  # no CPU share came within the deadline, or cancelled
                 self._release(wid, FRESH, False)
                 return Begun(self, None, limits, deadline, cancel, FRESH, Finish((), error=(stop.kind, stop.message)))
-            # The spare it took is replaced now, not when the run ends: a
-            # replacement boots as SCHED_BATCH (it never preempts this run's
-            # threads), and runs that follow each other find it ready sooner.
+            # The spare it took is replaced now unless the run holds its
+            # replacement back (another spare is ready; see _calm): then once
+            # its start-up is over, not beside it.
             if self.spares > 0:
                 self._top_up()
             return Begun(self, remote, limits, deadline, cancel, domain, ticket=ticket)
@@ -517,7 +531,10 @@ class WorkerPool(CodeRuntime):
         """Wait up to ``timeout`` seconds until ``spares`` fresh workers are
         idle and ready (each has said hello: bounded, its first context
         prepared), starting them if none are on their way; whether they are.
-        False at once if the pool is closed or a spare could not start."""
+        False at once if the pool is closed or a spare could not start.
+        Replacements held back by runs in their start-up are started now."""
+        with self._lock:
+            self._core.release_holds()
         self._top_up()
         end = time.monotonic() + timeout
         with self._lock:
@@ -646,6 +663,8 @@ class WorkerPool(CodeRuntime):
                             w = self._workers.get(wid)
                             if w is not None:
                                 w.busy = True
+                                # (Its replacement waits for this run's start-up, if a spare is still ready.)
+                                self._core.hold(ticket, wid)
                             return wid, w, (self._workers.pop(retire, None) if retire is not None else None)
                         LOCAL.depth -= 1
                         try:
@@ -1006,12 +1025,43 @@ class WorkerPool(CodeRuntime):
                 self._notify()  # (it lingers, waiting on the condition)
                 return
             wids = [] if self._spares_failed else self._core.want_spares()
-            if not wids and not self._dying:
+            if not wids and not self._dying and not self._calm_at:
                 return
             self._spare_thread = threading.Thread(
                 target=self._keep_spares, args=(wids,), name=f"nous-sched-spares-{id(self):x}", daemon=True
             )
             self._spare_thread.start()
+
+    def _calm(self, ticket: Optional[int]) -> None:
+        """Run ``ticket`` first waits for a tool: the replacement it held back
+        (``PoolCore.hold``) is started :data:`SPARE_CALM` seconds later by the
+        spares thread, or as the run ends if that is sooner. One deferred step."""
+        if ticket is None:
+            return
+        with deferred(), self._lock:
+            if ticket not in self._core.held:
+                return
+            if SPARE_CALM > 0:
+                self._calm_at[ticket] = time.monotonic() + SPARE_CALM
+            else:
+                self._core.calm(ticket)
+            if self._spare_thread is not None:
+                self._notify()  # (it lingers: it waits until the hold's time now)
+                return
+        self._top_up()
+
+    def _calms_due(self, now: float) -> float:
+        """(With the lock held.) Let go the holds whose time has come (and those
+        of runs over); when the next one is due (``inf``: none waits)."""
+        due = math.inf
+        held = self._core.held
+        for ticket, at in list(self._calm_at.items()):
+            if at <= now or ticket not in held:
+                del self._calm_at[ticket]
+                self._core.calm(ticket)
+            else:
+                due = min(due, at)
+        return due
 
     def _keep_spares(self, wids: list[int]) -> None:
         """The spares thread: start fresh workers while the core wants them and
@@ -1066,12 +1116,16 @@ class WorkerPool(CodeRuntime):
         while True:
             if self._core.closed or self._owner != os.getpid():
                 return None
+            now = time.monotonic()
+            due = self._calms_due(now) if self._calm_at else math.inf
             wids = [] if self._spares_failed else self._core.want_spares()
             if wids or self._dying:
                 return wids
-            left = until - time.monotonic()
+            left = (until if due == math.inf else due) - now
             if left <= 0:
-                return None
+                if due == math.inf:
+                    return None
+                continue
             self._cond.wait(left)
 
     def _reap(self) -> None:

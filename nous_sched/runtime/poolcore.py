@@ -34,6 +34,14 @@ What the core guarantees, whatever the order of calls:
   ready. Runs that follow each other keep more spares booting side by side
   (a spare's boot is mostly waiting on the CPU, so two booting at once are
   ready sooner than two one after the other);
+* **a replacement waits for its run's start-up** (:meth:`hold`): a run
+  handed a spare while another spare is still ready and nothing waits holds
+  back that spare's replacement until the shell says its start-up is over
+  (:meth:`calm`: the run waits for its tools, or it ended), so the boot
+  does not compete with the run's first step on the CPU. A held
+  replacement is never kept from a run that needs it: a run that asks and
+  is not handed an idle worker at once, or :meth:`release_holds`, lets
+  every hold go; a run holds at most one, and only while it holds its place;
 * **places for waiting, shares for CPU**: a run holds a place (a worker
   process) from its grant to its release, waits on tools included, but a
   CPU *share* only while its worker computes a step (the shell takes one
@@ -125,6 +133,7 @@ class PoolCore:
         self.slots: dict[int, Slot] = {}
         self.idle: list[int] = []  # longest idle first
         self.waiting: Deque[Hashable] = collections.deque()
+        self.held: set[Hashable] = set()  # runs holding back their spare's replacement (see hold)
         self.closed = False
         self._ids = itertools.count(1)
 
@@ -154,7 +163,9 @@ class PoolCore:
         wid = self._pick(domain, need)
         if wid is not None and self.slots[wid].domain is FRESH and self._would_wait() and len(self.slots) < self.size:
             # The spare is for the run whose turn comes (see swap): this one,
-            # which would wait for a share, reserves a place instead.
+            # which would wait for a share, reserves a place instead. (A run
+            # that takes no idle worker now: every replacement is wanted.)
+            self.held.clear()
             wid = self._new(run)
             self.leave(run)
             return SPAWN, wid, None
@@ -162,6 +173,7 @@ class PoolCore:
             self._hand(run, wid)
             self.leave(run)
             return USE, wid, None
+        self.held.clear()  # (no idle worker for this run: every replacement is wanted)
         if self._coming() >= max(len(self.waiting), 1):
             # Spares are on their way for every run waiting (one is started as
             # soon as one is taken), each ready sooner than a process started now.
@@ -179,6 +191,38 @@ class PoolCore:
         wid = self._new(run)
         self.leave(run)
         return SPAWN, wid, retire
+
+    def hold(self, run: Hashable, wid: int) -> bool:
+        """``run`` was just handed worker ``wid`` (:meth:`ask`'s ``USE``):
+        whether it now holds back that spare's replacement until :meth:`calm`.
+        It does when ``wid`` is a spare (it never ran anything), another
+        spare is still ready (a run that follows finds one) and no run waits
+        for a place or a share (the replacement would be wanted at once)."""
+        slot = self.slots.get(wid)
+        if slot is None or slot.holder != run or slot.state != "busy" or slot.runs or slot.for_run is not None:
+            return False
+        if slot.domain is not FRESH:
+            return False
+        if self.closed or self.waiting or self.share_queue or not self.spares_ready():
+            return False
+        self.held.add(run)
+        return True
+
+    def calm(self, run: Hashable) -> bool:
+        """``run``'s start-up is over (it waits for its tools, or it ended): the
+        replacement it held back is wanted now (:meth:`want_spares`); whether
+        it held one. Idempotent."""
+        if run in self.held:
+            self.held.discard(run)
+            return True
+        return False
+
+    def release_holds(self) -> bool:
+        """Every replacement held back is wanted now (someone waits for the
+        spares); whether any was."""
+        held = bool(self.held)
+        self.held.clear()
+        return held
 
     def _would_wait(self) -> bool:
         """Whether a run asking for a share now would wait for one."""
@@ -253,8 +297,9 @@ class PoolCore:
         the places themselves, first come, first served."""
         if self.closed or self.waiting:
             return []
-        # (A spare being started counts; one retiring, killed after its run, does not.)
-        ready = sum(
+        # (A spare being started counts; one retiring, killed after its run, does
+        # not; a replacement held back by a run in its start-up counts.)
+        ready = len(self.held) + sum(
             1
             for s in self.slots.values()
             if s.for_run is None and s.state in ("starting", "idle") and s.domain is FRESH
@@ -296,6 +341,7 @@ class PoolCore:
         slot = self.slots.get(wid)
         if slot is None or slot.state != "busy":
             return False
+        self.held.discard(slot.holder)  # (its start-up is over)
         slot.holder = None
         slot.runs += 1
         keep = reusable and domain is not FRESH and not self.closed and slot.runs < self.runs_per_worker
@@ -317,6 +363,7 @@ class PoolCore:
         self.leave(run)
         self.give_share(run)
         self.leave_shares(run)
+        self.held.discard(run)
         kill = []
         for wid, slot in list(self.slots.items()):
             if slot.holder != run:
@@ -335,12 +382,16 @@ class PoolCore:
 
     def dead(self, wid: int) -> None:
         """Worker ``wid`` is gone (found dead, or killed by the shell)."""
+        slot = self.slots.get(wid)
+        if slot is not None and slot.holder is not None:
+            self.held.discard(slot.holder)
         self._remove(wid)
 
     def close(self) -> list[int]:
         """Refuse everything from now on; every worker the shell must kill."""
         self.closed = True
         self.waiting.clear()
+        self.held.clear()
         self.computing.clear()
         self.share_queue.clear()
         wids = list(self.slots)
