@@ -191,9 +191,9 @@ _names_texts: collections.OrderedDict[int, tuple[Sequence[str], str, bool, bytes
 
 def names_json(names: Sequence[str]) -> tuple[str, bool]:
     """The run's tool names as the prelude's ``configure`` takes them: a JSON
-    array with each element between two newlines (``[\\n"a"\\n,\\n"b"\\n]``:
-    a newline is never raw inside a JSON string, so the prelude finds a name
-    as a whole element by searching for it between newlines), and whether it is written exactly as QuickJS's
+    array with a newline before each element (``[\\n"a",\\n"b"]``: a newline
+    is never raw inside a JSON string, so a name's JSON text found after one
+    is a whole element), and whether it is written exactly as QuickJS's
     ``JSON.stringify`` would write each name (then the program's ``tools``
     looks a name up in the text itself, and makes no tool it does not read;
     else, a name holding a lone surrogate, the prelude makes every tool at
@@ -244,7 +244,7 @@ def _delimited(names: Sequence[str], ascii: bool) -> str:
     if not names:
         return "[]"
     dumps = json.dumps
-    return "[\n" + "\n,\n".join(dumps(n, ensure_ascii=ascii) for n in names) + "\n]"
+    return "[\n" + ",\n".join(dumps(n, ensure_ascii=ascii) for n in names) + "]"
 
 
 class NamesText(tuple):  # type: ignore[type-arg]

@@ -807,11 +807,12 @@
   let lookup = null;
   let scans = 0;
   let materialized = false;
-  // Whether `key` is in namesJson: its JSON text between two newlines. The
-  // host writes each element between newlines, as JSON.stringify would write
-  // the name (nous_sched.runtime.engine.names_json), and a newline is never
-  // raw inside a JSON string, so a match is a whole element. (A match between
-  // [ or , and , or ] is not: `","` is inside the text of the names "[" and "]".)
+  // Whether `key` is in namesJson: its JSON text after a newline. The host
+  // writes a newline before each element, written as JSON.stringify would
+  // write the name (nous_sched.runtime.engine.names_json). A newline is never
+  // raw inside a JSON string, so a match starts at an element's opening quote,
+  // and its closing quote can only be that element's: a whole element. (A
+  // match between [ or , and , or ] is not: `","` is inside `["[","]"]`.)
   function isDeclared(key) {
     if (key.length >= namesJson.length) return false; // (no name is longer than all of them: nothing copied)
     if (lookup !== null) return lookup[key] === true;
@@ -822,7 +823,7 @@
       for (let i = 0; i < names.length; i++) lookup[names[i]] = true;
       return lookup[key] === true;
     }
-    return apply(strIndexOf, namesJson, ["\n" + JSONstringify(key) + "\n"]) !== -1;
+    return apply(strIndexOf, namesJson, ["\n" + JSONstringify(key)]) !== -1;
   }
   const MAX_SCANS = 32;
   function materialize() {
