@@ -164,12 +164,6 @@ SUMMARY: tuple[Line, ...] = (
         "report: the load-independent figure (the worker's own are in bench_workerstep.py)",
     ),
     Line(
-        "instructions per sequential call [in-process] vs the floor",
-        (Pick("instructions", r"instructions: a sequential call \[in-process\]"),),
-        "count",
-        "report: the load-independent figure (QuickJS runs in this process)",
-    ),
-    Line(
         "one-call run, 5,000 tools vs 10 [worker]",
         # (the wall row's own CPU: the host's and the workers'; the table's "CPU per run" row counts
         # this process and the children it reaped, and the fork server's workers are not among them)
