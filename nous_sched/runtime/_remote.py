@@ -28,7 +28,6 @@ from . import Cancel, Host, Limits, PendingCall, RuntimeOutcome, worker
 from ._handoffcore import HandoffCore
 from ._relaycore import IDLE, SENT, RelayCore
 from .engine import (
-    CANCEL_POLL,
     CANCELLED,
     CLOCK_MARK,
     NOT_STEPPED,
@@ -44,7 +43,7 @@ from .engine import (
     timeout_message,
 )
 from .poolcore import FRESH, PoolCore
-from .procio import CpuSpent, CpuWatch, Died, Expired, Garbled, NotStarted, Worker, ms
+from .procio import CpuSpent, CpuWatch, Died, Expired, Garbled, NotStarted, Worker, ms, poll_seconds
 from .wake import WakePolicy
 
 __all__ = ["Begun", "Lost", "Places", "Relay", "Remote", "max_frame", "settle_frame"]
@@ -490,13 +489,7 @@ class Relay(RelayCore):
         """Until the wake pipe has a byte (read); :class:`Expired` past ``until``, :class:`Stopped` on cancel."""
         poll = self.woken.poll
         while True:
-            timeout = until - time.monotonic()
-            if timeout <= 0:
-                raise Expired
-            if cancel is not None:
-                if cancel.is_set():
-                    raise Stopped("cancelled", CANCELLED)
-                timeout = min(timeout, CANCEL_POLL)
+            timeout = poll_seconds(until, cancel)
             if poll(ms(timeout) if timeout != math.inf else None):
                 try:
                     os.read(self.wake[0], 64)

@@ -465,7 +465,7 @@ class ForkedProc:
                 self.server.release()
 
 
-def _poll_seconds(until: float, cancel: Optional[Cancel]) -> float:
+def poll_seconds(until: float, cancel: Optional[Cancel]) -> float:
     """How long one poll may last: until ``until``, or :data:`CANCEL_POLL`
     when there is a ``cancel`` to look at; :class:`Expired` past ``until``,
     :class:`Stopped` once ``cancel`` is set."""
@@ -646,7 +646,7 @@ class Worker:
             both = self._both_poll = (key, poll)
         poll = both[1]
         while True:
-            ready = poll.poll(ms(_poll_seconds(until, cancel)))
+            ready = poll.poll(ms(poll_seconds(until, cancel)))
             if not ready:
                 continue
             woken = False
@@ -774,8 +774,8 @@ class Worker:
         if watch is not None and watch.due < until:
             if time.monotonic() >= watch.due and watch.spent():
                 raise CpuSpent
-            return bool(self._out_poll.poll(ms(_poll_seconds(min(until, watch.due), cancel))))
-        return bool(self._out_poll.poll(ms(_poll_seconds(until, cancel))))
+            return bool(self._out_poll.poll(ms(poll_seconds(min(until, watch.due), cancel))))
+        return bool(self._out_poll.poll(ms(poll_seconds(until, cancel))))
 
     def _spin(self, seconds: float) -> Optional[bytes]:
         """What the worker has written within ``seconds``, looking without
