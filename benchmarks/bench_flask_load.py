@@ -45,7 +45,9 @@ alive that ran runs in both arms cannot happen: each arm has its own server.
 The machine's load is the 1-minute load average at the phase's start and
 end and the busy cores over the phase from ``/proc/stat`` (everything on
 the machine: the server, the clients and everyone else's work), beside our
-own (server + clients), so what others ran beside us shows. The CPU per
+own (server + clients); the rest (``others``) is everyone else's work plus
+what our tree misses (the kernel's share of ending workers), an upper bound
+on what others ran beside us. The CPU per
 request is dominated by the hostile programs that compute to their deadline
 (a spin or log program can use up to ``--run-timeout`` seconds of CPU): it
 compares the arms, it is not the cost of an honest request.
