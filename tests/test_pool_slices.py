@@ -11,6 +11,7 @@ what happened, never on how long it took."""
 from __future__ import annotations
 
 import os
+import select
 import threading
 import time
 from typing import Any
@@ -22,6 +23,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from polling import until
 
 from nous_sched import Limits, Tool, WorkerPool, run_code
+from nous_sched.runtime import procio
 from nous_sched.runtime.poolcore import PoolCore
 
 RUNS = [f"r{i}" for i in range(5)]
@@ -103,7 +105,7 @@ class Slices(RuleBasedStateMachine):
     def stops_softly(self, run: str) -> None:
         parked = run in self.core.parked
         assert self.core.unpark(run) == parked
-        assert run not in self.core.parked
+        assert run not in self.core.parked and run not in self.core.slices, "its stop is never parked"
         if parked:
             assert run not in self.core.share_queue
 
@@ -263,5 +265,64 @@ def test_a_parked_run_is_resumed_when_the_share_comes_back_and_ends_as_it_would_
         a.join(100)
         assert out["a"].error is None and out["a"].result == 60_000_000 and out["a"].logs == ("counting",)
         assert pool.shares() == (0, 0) and not pool._core.parked
+    finally:
+        pool.close()
+
+
+# -- a frame read across a deadline ------------------------------------------------
+
+
+def test_a_frame_cut_by_the_deadline_is_read_on_from_where_it_was_cut():
+    # A worker parked (or slow) in the middle of writing a large frame: the
+    # host's read reaches the deadline mid-frame, stops the worker softly and
+    # reads on. What it had read of the frame must stay, or the next read
+    # starts inside the frame and the run ends "broke the protocol".
+    read, write = os.pipe()
+    os.set_blocking(read, False)
+    w = object.__new__(procio.Worker)  # its reading only: no process is needed
+    w.fd_out, w.buf, w.cpu_watch = read, bytearray(), None
+    w._out_poll = select.poll()
+    w._out_poll.register(read, select.POLLIN)
+    body = bytes(range(256)) * 1000
+    frame = procio.worker.frame(procio.worker.STOPPED, body)
+    try:
+        os.write(write, frame[:60_000])
+        with pytest.raises(procio.Expired):
+            w.receive(time.monotonic() + 0.05, None, 1 << 20)
+        rest = frame[60_000:]
+        thread = threading.Thread(
+            target=lambda: [os.write(write, rest[i : i + 30_000]) for i in range(0, len(rest), 30_000)]
+        )
+        thread.start()
+        assert w.receive(time.monotonic() + 60, None, 1 << 20) == (procio.worker.STOPPED, body)
+        thread.join(60)
+        assert not w.buf
+    finally:
+        os.close(read)
+        os.close(write)
+
+
+@pytest.mark.timeout(180)
+def test_programs_that_log_without_end_on_too_few_shares_each_end_at_their_deadline_with_their_logs():
+    # Each stops at its deadline with a stop frame of about a megabyte (its
+    # logs), while the slices park and resume the others: every one ends
+    # "timeout" with its logs (an early slicer parked a stop mid-frame and the
+    # host lost its place in the frame: "the worker process broke the protocol").
+    pool = WorkerPool(size=6, cpu_shares=1, spares=0)
+    program = "const line = 'y'.repeat(10000); for (let i = 0; ; i++) console.log(i + line);"
+    results: list = []
+
+    def runs() -> None:
+        for _ in range(2):
+            results.append(run_code(program, runtime=pool, timeout=2, description="t"))
+
+    try:
+        threads = [threading.Thread(target=runs, name=f"test-logs-{i}") for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert [r.error.kind for r in results] == ["timeout"] * 8, [r.error for r in results]
+        assert all(len(r.logs) > 10 for r in results)
     finally:
         pool.close()

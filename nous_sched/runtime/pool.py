@@ -811,7 +811,8 @@ class WorkerPool(CodeRuntime):
 
     def _resume(self, ticket: Optional[int]) -> None:
         """Run ``ticket``'s worker is to stop softly (its deadline, a cancel):
-        if it is parked, it goes on now, outside the shares, so that it can.
+        if it is parked, it goes on now, outside the shares, so that it can;
+        either way this step is not parked again (its stop is never cut).
         One deferred step."""
         if ticket is None:
             return

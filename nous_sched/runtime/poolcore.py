@@ -77,7 +77,7 @@ What the core guarantees, whatever the order of calls:
   :meth:`take_share` (its thread computes nothing meanwhile), only resumed
   in the queue's order, or taken out of the queue with its worker
   continued when its step ends (:meth:`give_share`) or it stops softly
-  (:meth:`unpark`).
+  (:meth:`unpark`: a step stopping softly is never parked again).
 """
 
 from __future__ import annotations
@@ -508,9 +508,11 @@ class PoolCore:
         return head
 
     def unpark(self, run: Hashable) -> bool:
-        """``run``'s worker is to go on outside the shares (it stops softly: its
-        deadline or a cancel): it leaves the queue if parked. Whether it was
-        (the shell continues its worker)."""
+        """``run``'s worker is to go on outside the slices (it stops softly: its
+        deadline or a cancel): it leaves the queue if parked, and this step
+        is never parked again (its stop, its last logs, must not be cut in
+        the middle). Whether it was parked (the shell continues its worker)."""
+        self.slices.pop(run, None)
         if run not in self.parked:
             return False
         self.parked.discard(run)

@@ -752,16 +752,24 @@ class Worker:
         large = bytearray(n - 1)
         have = len(buf) - 5
         large[:have] = buf[5:]
-        buf.clear()
         view = memoryview(large)
-        while have < len(large):
-            while not self._readable(until, cancel):
-                pass
-            got = os.readv(self.fd_out, [view[have:]])
-            if not got:
-                raise Died
-            have += got
+        try:
+            while have < len(large):
+                while not self._readable(until, cancel):
+                    pass
+                got = os.readv(self.fd_out, [view[have:]])
+                if not got:
+                    raise Died
+                have += got
+        except BaseException:
+            # Cut mid-frame (the deadline, a cancel: the caller reads on after a
+            # soft stop; an interrupt): what was read of it stays at the head of
+            # the buffer, so the next read goes on with this frame, not inside it.
+            del view
+            buf[5:] = large[:have]
+            raise
         del view
+        buf.clear()
         return op, large  # type: ignore[return-value]
 
     def _readable(self, until: float, cancel: Optional[Cancel]) -> bool:
