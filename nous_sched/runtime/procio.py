@@ -231,6 +231,7 @@ class ForkServer:
         # The names texts it held at its last fork, and those offered since (see offer_names).
         self.names_held: frozenset[bytes] = frozenset()
         self._names_offered: set[bytes] = set()
+        self._names_waiting: dict[bytes, bytes] = {}  # offered while a spawn held the lock: it sends them
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         argv = [python, "-I", "-S", "-B", "-c", BOOT, WORKER_SCRIPT, "--fork-server", quickjs_path, json.dumps(options)]
         try:
@@ -323,6 +324,7 @@ class ForkServer:
             self.spawned += 1
             if self.limit and self.spawned >= self.limit:
                 self.retired = True
+            self._send_names()
             try:
                 socket.send_fds(self.sock, [request], list(fds))
             except OSError:  # (a broken pipe: it is gone, though it may not have exited yet)
@@ -354,9 +356,10 @@ class ForkServer:
         """Offer the server a names text (``key``: ``engine.names_key`` of it),
         so the children it forks from now on hold it (``worker._keep_names``
         keeps the last few) and their runs' frames carry only the key. Sent
-        once until the server's next answer says whether it kept it; never
-        waits (the spawn lock busy, the socket full: not now, a later run
-        offers it again); an error is not the run's."""
+        now if no spawn holds the lock, else by that spawn before its request
+        (so every child forked after this call holds it, if the server kept
+        it); once until the server's next answer says whether it kept it.
+        Never waits; a failure is nobody's error (the runs send the text)."""
         if (
             key in self.names_held
             or key in self._names_offered
@@ -365,21 +368,40 @@ class ForkServer:
             or self.retired
         ):
             return
-        if not self._lock.acquire(blocking=False):
-            return
-        try:
-            fd = os.memfd_create("nous-sched-names", os.MFD_CLOEXEC)
+        self._names_waiting[key] = text
+        while len(self._names_waiting) > worker.NAMES_ENTRIES:  # (the oldest would be dropped there anyway)
+            try:
+                self._names_waiting.pop(next(iter(self._names_waiting)), None)
+            except (RuntimeError, StopIteration):  # (a spawn sent them meanwhile)
+                break
+        if self._lock.acquire(blocking=False):
+            try:
+                self._send_names()
+            finally:
+                self._lock.release()
+
+    def _send_names(self) -> None:
+        """(The lock held.) Send the waiting names offers, oldest first."""
+        while self._names_waiting:
+            try:
+                key = next(iter(self._names_waiting))
+            except (RuntimeError, StopIteration):  # (an offer changed it meanwhile: look again)
+                continue
+            text = self._names_waiting.pop(key, None)
+            if text is None:
+                continue
+            self._names_offered.add(key)
+            try:
+                fd = os.memfd_create("nous-sched-names", os.MFD_CLOEXEC)
+            except (OSError, AttributeError):  # (AttributeError: no memfd_create on this platform)
+                continue
             try:
                 worker.write_all(fd, text)
-                request = b"%s %s %d" % (worker.NAMES, key, len(text))
-                socket.send_fds(self.sock, [request], [fd], socket.MSG_DONTWAIT)
+                socket.send_fds(self.sock, [b"%s %s %d" % (worker.NAMES, key, len(text))], [fd], socket.MSG_DONTWAIT)
+            except OSError:
+                pass
             finally:
                 os.close(fd)
-            self._names_offered.add(key)
-        except (OSError, AttributeError):  # (AttributeError: no memfd_create on this platform)
-            pass
-        finally:
-            self._lock.release()
 
     def _note(self, msg: bytes) -> None:
         parts = msg.split()
