@@ -8,7 +8,8 @@ fresh child: its server's; a reused worker: its last run's). Each run still
 sees exactly its own grant: a child unmaps every inherited text at its first
 run, a key selects only the text it is the digest of, and a worker asked for
 a text it does not hold exits, so the run starts again on another worker with
-the text in its frame. The compromised-engine side is in ``tests/test_wall.py``
+the text in its frame. A text shorter than ``worker.NAMES_OFFER_MIN`` is never
+offered (it goes in each run frame, as before). The compromised-engine side is in ``tests/test_wall.py``
 (``test_a_compromised_worker_never_sees_another_tool_sets_names``).
 """
 
@@ -83,8 +84,8 @@ def program(own: tuple[Tool, ...], other: tuple[Tool, ...]) -> str:
 @pytest.mark.parametrize("reuse", [False, True], ids=["fresh workers", "pool.domain"])
 def test_runs_of_sets_a_then_b_then_a_in_one_pool_each_see_exactly_their_own_names(monkeypatch, reuse):
     called: list[str] = []
-    a = tool_set("alpha", 300, called)
-    b = tool_set("beta", 200, called)
+    a = tool_set("alpha", 500, called)
+    b = tool_set("beta", 400, called)
     frames = Frames(monkeypatch)
     with WorkerPool(size=2, spares=1) as pool:
         rt = pool.domain("d") if reuse else pool
@@ -204,8 +205,8 @@ def test_a_worker_asked_for_a_text_it_does_not_hold_exits_and_the_run_starts_aga
 
 def test_a_fork_server_lost_or_replaced_means_texts_again_never_a_wrong_set(monkeypatch):
     called: list[str] = []
-    a = tool_set("alpha", 80, called)
-    b = tool_set("beta", 80, called)
+    a = tool_set("alpha", 500, called)
+    b = tool_set("beta", 400, called)
     frames = Frames(monkeypatch)
     with WorkerPool(size=2, spares=1) as pool:
         for _ in range(3):
@@ -225,3 +226,20 @@ def test_a_fork_server_lost_or_replaced_means_texts_again_never_a_wrong_set(monk
         assert pool._server is not server
         # The new server held nothing: each set's first run there carried its text.
         assert frames.texts[:2] == [True, True]
+
+
+def test_a_small_tool_sets_text_is_never_offered_and_goes_in_each_fresh_run_frame(monkeypatch):
+    # (An offer costs the server more than such a frame carries, and must not push out large sets' texts.)
+    called: list[str] = []
+    small = tool_set("s", 10, called)
+    other = tool_set("o", 3, called)
+    assert len(engine.names_utf8(tuple(sorted(t.name for t in small)))[0]) < worker.NAMES_OFFER_MIN
+    frames = Frames(monkeypatch)
+    with WorkerPool(size=2, spares=1) as pool:
+        for _ in range(4):
+            called.clear()
+            check(run_code(program(small, other), small, runtime=pool, description="t"), small, other, called)
+        server = pool._server
+        assert server is not None
+        assert server.names_held == frozenset()
+    assert frames.texts == [True] * 4

@@ -630,7 +630,7 @@ def test_a_compromised_worker_never_sees_another_tool_sets_names(compromised):
 
     pool = compromised(_NAMES_PROBE)
     marker = os.urandom(8).hex()
-    secret = [Tool(f"secret_{marker}_{i}", lambda a: 1) for i in range(50)]
+    secret = [Tool(f"secret_{marker}_{i}", lambda a: 1) for i in range(200)]  # (over NAMES_OFFER_MIN)
     assert run_code("return 1", secret, runtime=pool, description="test").ok
     text, _, key = engine.names_keyed(tuple(sorted(t.name for t in secret)))
     server = pool._server

@@ -729,7 +729,7 @@ class Remote:
             self.unsent = True  # a timeout, said by start() (inside drive)
             return
         w.names_held = frozenset((key,))
-        if sent:
+        if sent and len(names) >= worker.NAMES_OFFER_MIN:
             w.offer_names(key, names)  # (after the frame: the worker starts meanwhile)
         if cap:
             w.cap = cap

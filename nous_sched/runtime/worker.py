@@ -130,6 +130,10 @@ REAP_LOOKS = 4
 #: not kept (its runs carry it in their run frames).
 NAMES_ENTRIES = 8
 NAMES_BYTES = 16 << 20
+#: The shortest names text a host offers a fork server: a shorter one costs its
+#: run frame less than an offer costs the server, and must not push out the
+#: texts of large tool sets (about 150 tools at 25 bytes a name).
+NAMES_OFFER_MIN = 4096
 #: A names offer's op (host to fork server): ``N <key> <length>`` and one descriptor.
 NAMES = b"N"
 #: The test-only payload's file (see :func:`_test_payload`).
