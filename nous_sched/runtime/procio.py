@@ -392,7 +392,7 @@ class ForkServer:
                 continue
             self._names_offered.add(key)
             try:
-                fd = os.memfd_create("nous-sched-names", os.MFD_CLOEXEC)
+                fd = os.memfd_create("nous_sched names", os.MFD_CLOEXEC)
             except (OSError, AttributeError):  # (AttributeError: no memfd_create on this platform)
                 continue
             try:
