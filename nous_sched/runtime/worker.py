@@ -1000,6 +1000,7 @@ def _fork_server(sock_fd: int, modules: tuple[Any, Any, Any], options: dict[str,
     # from touching it (a touched page is a copied page in each child).
     gc.collect()
     gc.freeze()
+    _trim()
     # Exited children wait as zombies until the next message reaps them (an
     # inherited SIG_IGN would reap them unseen, their statuses lost).
     _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)
@@ -1046,6 +1047,25 @@ def _fork_server(sock_fd: int, modules: tuple[Any, Any, Any], options: dict[str,
             socket.send_fds(sock, [b"P %d %s %s" % (pid, held, msg)], [pidfd])
         finally:
             os.close(pidfd)
+
+
+def _trim() -> None:
+    """Give the heap's free memory back to the system (glibc's ``malloc_trim``)
+    and fix the size from which an allocation gets a mapping of its own
+    (``M_MMAP_THRESHOLD``, 128 KiB, which glibc otherwise raises as it
+    frees large blocks): a child's allocation then gets fresh zeroed pages,
+    not pages this server wrote, which the child would copy (a run frame's
+    buffers, a large names text's copies)."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None)
+        libc.mallopt(-3, 128 * 1024)  # M_MMAP_THRESHOLD
+        libc.malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 def _autogroup() -> bool:
