@@ -956,8 +956,10 @@ def _fork_server(sock_fd: int, modules: tuple[Any, Any, Any], options: dict[str,
     request flagged :data:`BACKGROUND` (a spare) is forked as
     ``SCHED_BATCH``, so the child is born with it (see :func:`_boot_policy`).
     Requests: a datagram with the worker's name and three descriptors (its
-    standard input, output, lifeline); the answer ``P <pid>`` carries a
-    pidfd of the child, so the host signals exactly that process. Each
+    standard input, output, lifeline); the answer ``P <pid> <keys>
+    <request>`` carries a pidfd of the child, so the host signals exactly
+    that process, and the keys of the names texts the child holds (``-``:
+    none; see below). Each
     child's exit is reported as ``W <pid> <status>`` (dropped if the host is
     not reading) when the next message comes, not as each exits (a wake-up
     per child, and the copy of every page it touches while its siblings
@@ -966,9 +968,9 @@ def _fork_server(sock_fd: int, modules: tuple[Any, Any, Any], options: dict[str,
     the next message (an idle server sleeps). Any other message (the host's
     ``?``: when it waits for a status, when its spares thread has reaped the
     discarded workers and ends) only reaps. End of file on the socket: reap,
-    then exit. A names offer (``N``, one descriptor) is kept for the children
-    forked after it (:func:`_keep_names`); the answer ``P <pid> <keys>
-    <request>`` says which texts the child holds (``-``: none).
+    then exit. A names offer (``N <key> <length>``, one descriptor) is kept
+    for the children forked after it (:func:`_keep_names`), and first the
+    server gives its heap's free memory back (:func:`_trim`).
     """
     # No PR_SET_PDEATHSIG here: it fires when the *thread* that started this
     # process ends, and any of the host's threads may start it. The host's
