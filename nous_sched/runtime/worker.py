@@ -969,8 +969,8 @@ def _fork_server(sock_fd: int, modules: tuple[Any, Any, Any], options: dict[str,
     ``?``: when it waits for a status, when its spares thread has reaped the
     discarded workers and ends) only reaps. End of file on the socket: reap,
     then exit. A names offer (``N <key> <length>``, one descriptor) is kept
-    for the children forked after it (:func:`_keep_names`), and first the
-    server gives its heap's free memory back (:func:`_trim`).
+    for the children forked after it (:func:`_keep_names`). Before its first
+    fork the server gives its heap's free memory back (:func:`_trim`).
     """
     # No PR_SET_PDEATHSIG here: it fires when the *thread* that started this
     # process ends, and any of the host's threads may start it. The host's
