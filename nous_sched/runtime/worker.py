@@ -1052,20 +1052,16 @@ def _fork_server(sock_fd: int, modules: tuple[Any, Any, Any], options: dict[str,
 
 
 def _trim() -> None:
-    """Give the heap's free memory back to the system (glibc's ``malloc_trim``)
-    and fix the size from which an allocation gets a mapping of its own
-    (``M_MMAP_THRESHOLD``, 128 KiB, which glibc otherwise raises as it
-    frees large blocks): a child's allocation then gets fresh zeroed pages,
-    not pages this server wrote, which the child would copy (a run frame's
-    buffers, a large names text's copies)."""
+    """Give the heap's free memory back to the system (glibc's
+    ``malloc_trim``): a child's large allocation (a large names text's str
+    and JS copies, a long frame's buffer) then gets fresh zeroed pages, not
+    free pages this server once wrote, which the child would copy."""
     if not sys.platform.startswith("linux"):
         return
     try:
         import ctypes
 
-        libc = ctypes.CDLL(None)
-        libc.mallopt(-3, 128 * 1024)  # M_MMAP_THRESHOLD
-        libc.malloc_trim(0)
+        ctypes.CDLL(None).malloc_trim(0)
     except (OSError, AttributeError):
         pass
 
