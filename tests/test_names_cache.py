@@ -243,3 +243,11 @@ def test_a_small_tool_sets_text_is_never_offered_and_goes_in_each_fresh_run_fram
         assert server is not None
         assert server.names_held == frozenset()
     assert frames.texts == [True] * 4
+
+
+def test_names_that_are_not_a_tuple_go_in_every_frame_unkeyed():
+    # (Nothing is kept for them: a digest per run would cost more than the text it saves.)
+    names = [f"n_{i}" for i in range(1000)]
+    text, lazy, key = engine.names_keyed(names)
+    assert key is None and (text, lazy) == engine.names_utf8(tuple(names))
+    assert engine.names_keyed(tuple(names))[2] == engine.names_key(text)

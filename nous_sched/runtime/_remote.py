@@ -708,12 +708,12 @@ class Remote:
         # is: neither side escapes, parses or copies it per name (worker.py's run). A worker
         # that holds it already (its fork server's, its last run's) is sent only its key.
         names, lazy, key = names_keyed(self.names)
-        sent = key not in w.names_held or self._retried
+        sent = key is None or key not in w.names_held or self._retried
         body = json.dumps(
             {
                 "program": self.program,
                 "names_lazy": lazy,
-                "names_key": key.decode("ascii"),
+                "names_key": None if key is None else key.decode("ascii"),
                 "limits": [getattr(limits, f) for f in worker.LIMIT_FIELDS],
                 "remaining": max(self.deadline - time.monotonic(), 0.0),
                 "memory_cap": cap,
@@ -730,9 +730,10 @@ class Remote:
         except Expired:
             self.unsent = True  # a timeout, said by start() (inside drive)
             return
-        w.names_held = frozenset((key,))
-        if sent and len(names) >= worker.NAMES_OFFER_MIN:
-            w.offer_names(key, names)  # (after the frame: the worker starts meanwhile)
+        if key is not None:
+            w.names_held = frozenset((key,))
+            if sent and len(names) >= worker.NAMES_OFFER_MIN:
+                w.offer_names(key, names)  # (after the frame: the worker starts meanwhile)
         if cap:
             w.cap = cap
             with self.pool._lock:  # noqa: SLF001

@@ -212,12 +212,16 @@ def names_utf8(names: Sequence[str]) -> tuple[bytes, bool]:
     return entry[3], entry[2]
 
 
-def names_keyed(names: Sequence[str]) -> tuple[bytes, bool, bytes]:
+def names_keyed(names: Sequence[str]) -> tuple[bytes, bool, Optional[bytes]]:
     """:func:`names_utf8`'s ``(text, lazy)`` and the text's key: the hex of
-    its 128-bit BLAKE2b digest (ASCII), kept alike. Two texts have one key
-    only by a collision of the digest: a worker that holds a text under a
-    key holds exactly that text (``worker.py``'s names cache)."""
+    its 128-bit BLAKE2b digest (ASCII), kept alike; ``None`` for names that
+    are not a tuple (nothing is kept for them, and a digest per run would
+    cost more than the text it saves). Two texts have one key only by a
+    collision of the digest: a worker that holds a text under a key holds
+    exactly that text (``worker.py``'s names cache)."""
     entry = _names_entry(names)
+    if type(names) is not tuple:
+        return entry[3], entry[2], None
     key = entry[4]
     if key is None:
         key = entry[4] = names_key(entry[3])
