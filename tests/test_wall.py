@@ -631,14 +631,17 @@ def test_a_compromised_worker_never_sees_another_tool_sets_names(compromised):
     pool = compromised(_NAMES_PROBE)
     marker = os.urandom(8).hex()
     secret = [Tool(f"secret_{marker}_{i}", lambda a: 1) for i in range(200)]  # (over NAMES_OFFER_MIN)
-    assert run_code("return 1", secret, runtime=pool, description="test").ok
     text, _, key = engine.names_keyed(tuple(sorted(t.name for t in secret)))
+    for _ in range(5):  # (the offer follows the run's frame; a spare forked after it holds the text)
+        assert run_code("return 1", secret, runtime=pool, description="test").ok
+        assert pool.wait_for_spares(30.0)
+        if any(key in w.names_held for w in pool._workers.values() if not w.busy):
+            break
+    assert any(key in w.names_held for w in pool._workers.values() if not w.busy), "a spare inherited it"
     server = pool._server
     assert server is not None
     at = _find_in(server.proc.pid, text)
     assert len(at) == 1, "the server holds the text once, in its own mapping (no copy on its heap)"
-    assert pool.wait_for_spares(30.0)
-    assert any(key in w.names_held for w in pool._workers.values() if not w.busy), "the spare inherited it"
     program = f"/*payload*/ {at[0]} {len(text)} {f'secret_{marker}'.encode().hex()}"
     report = run_code(program, [Tool("other", lambda a: 1)], runtime=pool, description="test").result
     assert report["found"] is False and report["mapped"] == "ENOMEM", report
