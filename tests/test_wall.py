@@ -588,3 +588,62 @@ def test_a_durable_run_reading_the_clock_many_times_in_one_step_is_not_cut(tmp_p
             description="test",
         )
     assert result.error is None and result.result is True, result.error
+
+
+_NAMES_PROBE = """
+import sys
+_, at, size, marker = program.split()
+at, size = int(at), int(size)
+report["mapped"] = sc(10, at, size, 3)  # mprotect: ENOMEM where any of it is unmapped
+report["found"] = report["mapped"] == "ok" and bytes.fromhex(marker) in ctypes.string_at(at, size)
+report["held"] = [len(m._NAMES_HELD) for m in list(sys.modules.values()) if hasattr(m, "_NAMES_HELD")]
+"""
+
+
+def _find_in(pid: int, needle: bytes) -> list[int]:
+    """Where ``needle`` starts in process ``pid``'s writable memory."""
+    found = []
+    with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/mem", "rb", 0) as mem:
+        for line in maps:
+            fields = line.split()
+            if not fields[1].startswith("rw"):
+                continue
+            start, end = (int(x, 16) for x in fields[0].split("-"))
+            try:
+                mem.seek(start)
+                data = mem.read(end - start)
+            except OSError:
+                continue
+            at = data.find(needle)
+            while at >= 0:
+                found.append(start + at)
+                at = data.find(needle, at + 1)
+    return found
+
+
+def test_a_compromised_worker_never_sees_another_tool_sets_names(compromised):
+    # The fork server keeps a tool set's names text for its later children
+    # (tests/test_names_cache.py); a child unmaps every such text at its first
+    # run, before the program: native code running as the program finds no
+    # trace of another set's names where the server holds them.
+    from nous_sched.runtime import engine
+
+    pool = compromised(_NAMES_PROBE)
+    marker = os.urandom(8).hex()
+    secret = [Tool(f"secret_{marker}_{i}", lambda a: 1) for i in range(200)]  # (over NAMES_OFFER_MIN)
+    text, _, key = engine.names_keyed(tuple(sorted(t.name for t in secret)))
+    for _ in range(5):  # (the offer follows the run's frame; a spare forked after it holds the text)
+        assert run_code("return 1", secret, runtime=pool, description="test").ok
+        assert pool.wait_for_spares(30.0)
+        if any(key in w.names_held for w in pool._workers.values() if not w.busy):
+            break
+    assert any(key in w.names_held for w in pool._workers.values() if not w.busy), "a spare inherited it"
+    server = pool._server
+    assert server is not None
+    at = _find_in(server.proc.pid, text)
+    assert len(at) == 1, "the server holds the text once, in its own mapping (no copy on its heap)"
+    program = f"/*payload*/ {at[0]} {len(text)} {f'secret_{marker}'.encode().hex()}"
+    report = run_code(program, [Tool("other", lambda a: 1)], runtime=pool, description="test").result
+    assert report["found"] is False and report["mapped"] == "ENOMEM", report
+    assert report["held"] == [0], report
+    assert_next_run_correct(pool)

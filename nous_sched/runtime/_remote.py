@@ -39,7 +39,7 @@ from .engine import (
     cpu_message,
     drive,
     memory_message,
-    names_utf8,
+    names_keyed,
     timeout_message,
 )
 from .poolcore import FRESH, PoolCore
@@ -667,6 +667,9 @@ class Remote:
         #: (ticket, need, domain) while the run may still move to another
         #: worker: its first answer has not come, and it has not moved before.
         self.again: Optional[tuple[int, int, Any]] = None
+        # Started again on another worker: its run frame carries the names' text whatever that
+        # worker holds (a worker that did not hold what its frame named exits: see worker.py).
+        self._retried = False
         self._starting = False
 
     def idle(self, head: Any) -> None:
@@ -702,24 +705,24 @@ class Remote:
             self.reusable = False
             w.cpu_watch = CpuWatch.start(w.proc.pid, cpu_limit)
         # The names' text, made once per tool set, follows the JSON after a newline as it
-        # is: neither side escapes, parses or copies it per name (worker.py's run).
-        names, lazy = names_utf8(self.names)
-        body = (
-            json.dumps(
-                {
-                    "program": self.program,
-                    "names_lazy": lazy,
-                    "limits": [getattr(limits, f) for f in worker.LIMIT_FIELDS],
-                    "remaining": max(self.deadline - time.monotonic(), 0.0),
-                    "memory_cap": cap,
-                    "cpu_limit": cpu_limit,
-                }
-            ).encode("utf-8", "surrogatepass")
-            + b"\n"
-            + names
-        )
+        # is: neither side escapes, parses or copies it per name (worker.py's run). A worker
+        # that holds it already (its fork server's, its last run's) is sent only its key.
+        names, lazy, key = names_keyed(self.names)
+        sent = key is None or key not in w.names_held or self._retried
+        body = json.dumps(
+            {
+                "program": self.program,
+                "names_lazy": lazy,
+                "names_key": None if key is None else key.decode("ascii"),
+                "limits": [getattr(limits, f) for f in worker.LIMIT_FIELDS],
+                "remaining": max(self.deadline - time.monotonic(), 0.0),
+                "memory_cap": cap,
+                "cpu_limit": cpu_limit,
+            }
+        ).encode("utf-8", "surrogatepass")
+        w.names_held = frozenset()  # (until the frame is sent: then it holds this run's only)
         try:
-            w.send(worker.frame(worker.RUN, body), self.until)
+            w.send(worker.frame(worker.RUN, body, b"\n", names) if sent else worker.frame(worker.RUN, body), self.until)
         except BrokenPipeError:
             self.reusable = False
             self.pool._give_share(self.ticket)  # noqa: SLF001
@@ -727,6 +730,10 @@ class Remote:
         except Expired:
             self.unsent = True  # a timeout, said by start() (inside drive)
             return
+        if key is not None:
+            w.names_held = frozenset((key,))
+            if sent and len(names) >= worker.NAMES_OFFER_MIN:
+                w.offer_names(key, names)  # (after the frame: the worker starts meanwhile)
         if cap:
             w.cap = cap
             with self.pool._lock:  # noqa: SLF001
@@ -754,6 +761,7 @@ class Remote:
         assert self.again is not None
         ticket, need, domain = self.again
         self.again = None
+        self._retried = True
         pool = self.pool
         pool._release(self.wid, FRESH, False)  # noqa: SLF001
         try:

@@ -78,6 +78,7 @@ __all__ = [
     "cpu_message",
     "names_json",
     "names_utf8",
+    "names_keyed",
     "NamesText",
 ]
 
@@ -182,11 +183,12 @@ class _Syntax(Exception):
 
 #: How many tool sets' names texts :func:`names_json` keeps (each holds its names tuple alive).
 NAMES_CACHE = 16
-# id of a names tuple -> (that tuple, its text, lazy, the text as UTF-8): the tuple is held so its id is not reused.
+# id of a names tuple -> [that tuple, its text, lazy, the text as UTF-8, its key or None (made
+# when first asked for)]: the tuple is held so its id is not reused.
 # No lock: each operation on it below is one C call, atomic under the GIL, and a lock held across
 # Python steps could be left held by a Ctrl-C landing as its ``with`` block returns (every later run
 # then waits for it forever; tests/_interrupt_steps.py found it).
-_names_texts: collections.OrderedDict[int, tuple[Sequence[str], str, bool, bytes]] = collections.OrderedDict()
+_names_texts: collections.OrderedDict[int, list[Any]] = collections.OrderedDict()
 
 
 def names_json(names: Sequence[str]) -> tuple[str, bool]:
@@ -210,7 +212,30 @@ def names_utf8(names: Sequence[str]) -> tuple[bytes, bool]:
     return entry[3], entry[2]
 
 
-def _names_entry(names: Sequence[str]) -> tuple[Sequence[str], str, bool, bytes]:
+def names_keyed(names: Sequence[str]) -> tuple[bytes, bool, Optional[bytes]]:
+    """:func:`names_utf8`'s ``(text, lazy)`` and the text's key: the hex of
+    its 128-bit BLAKE2b digest (ASCII), kept alike; ``None`` for names that
+    are not a tuple (nothing is kept for them, and a digest per run would
+    cost more than the text it saves). Two texts have one key only by a
+    collision of the digest: a worker that holds a text under a key holds
+    exactly that text (``worker.py``'s names cache)."""
+    entry = _names_entry(names)
+    if type(names) is not tuple:
+        return entry[3], entry[2], None
+    key = entry[4]
+    if key is None:
+        key = entry[4] = names_key(entry[3])
+    return entry[3], entry[2], key
+
+
+def names_key(text: bytes) -> bytes:
+    """The key of a names text (see :func:`names_keyed`); ``worker.py`` checks a text it is sent by it."""
+    import hashlib
+
+    return hashlib.blake2b(text, digest_size=16).hexdigest().encode("ascii")
+
+
+def _names_entry(names: Sequence[str]) -> list[Any]:
     cacheable = type(names) is tuple
     if cacheable:
         hit = _names_texts.get(id(names))
@@ -226,7 +251,7 @@ def _names_entry(names: Sequence[str]) -> tuple[Sequence[str], str, bool, bytes]
     lazy = _SURROGATE.search(text) is None
     if not lazy:
         text = _delimited(names, True)
-    entry = (names, text, lazy, text.encode("utf-8"))
+    entry = [names, text, lazy, text.encode("utf-8"), None]
     if cacheable:
         _names_texts[id(names)] = entry
         while len(_names_texts) > NAMES_CACHE:

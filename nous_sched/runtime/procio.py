@@ -142,6 +142,9 @@ def worker_env() -> dict[str, str]:
     return env
 
 
+#: The largest answer of a fork server to a spawn request: ``P``, the pid, the
+#: keys of the names texts it holds (33 bytes each) and the request.
+_ANSWER_BYTES = 1024
 #: How often :meth:`ForkServer.status` asks the server again to reap its
 #: exited children while it waits for one's status.
 NUDGE = 0.05
@@ -225,6 +228,10 @@ class ForkServer:
         self._held = 0  # handed out by hold(), or a child's, not yet released
         self._closed = False
         self.gone = False  # its socket said end of file: never ask it again
+        # The names texts it held at its last fork, and those offered since (see offer_names).
+        self.names_held: frozenset[bytes] = frozenset()
+        self._names_offered: set[bytes] = set()
+        self._names_waiting: dict[bytes, bytes] = {}  # offered while a spawn held the lock: it sends them
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         argv = [python, "-I", "-S", "-B", "-c", BOOT, WORKER_SCRIPT, "--fork-server", quickjs_path, json.dumps(options)]
         try:
@@ -304,16 +311,20 @@ class ForkServer:
         if done:
             self.close()
 
-    def spawn(self, name: str, fds: tuple[int, int, int], background: bool = False) -> tuple[int, int]:
-        """A fresh child serving ``fds``; its ``(pid, pidfd)``. ``background``:
-        it boots at the lowest priority (see ``worker._boot_policy``). The answer
-        names the request: one left unread by an interrupted spawn is
-        recognised as stale, and that child killed."""
+    def spawn(
+        self, name: str, fds: tuple[int, int, int], background: bool = False
+    ) -> tuple[int, int, frozenset[bytes]]:
+        """A fresh child serving ``fds``; its ``(pid, pidfd, names)``, ``names``
+        the keys of the names texts it holds (see :meth:`offer_names`).
+        ``background``: it boots at the lowest priority (see
+        ``worker._boot_policy``). The answer names the request: one left unread
+        by an interrupted spawn is recognised as stale, and that child killed."""
         request = name.encode("ascii") + (b" " + worker.BACKGROUND if background else b"")
         with self._lock:
             self.spawned += 1
             if self.limit and self.spawned >= self.limit:
                 self.retired = True
+            self._send_names()
             try:
                 socket.send_fds(self.sock, [request], list(fds))
             except OSError:  # (a broken pipe: it is gone, though it may not have exited yet)
@@ -321,7 +332,7 @@ class ForkServer:
                 raise
             while True:
                 try:
-                    msg, got, _, _ = socket.recv_fds(self.sock, 256, 1)
+                    msg, got, _, _ = socket.recv_fds(self.sock, _ANSWER_BYTES, 1)
                 except OSError:
                     self.gone = True
                     raise
@@ -330,13 +341,67 @@ class ForkServer:
                     self.gone = True
                     raise OSError("the fork server is gone")
                 parts = msg.split()
-                if parts[0] == b"P" and len(got) == 1:
-                    if parts[2:] == request.split():
-                        return int(parts[1]), got[0]
+                if parts[0] == b"P" and len(got) == 1 and len(parts) > 3:
+                    if parts[3:] == request.split():
+                        held = frozenset(parts[2].split(b",")) - {b"-"}
+                        self.names_held = held
+                        self._names_offered.clear()
+                        return int(parts[1]), got[0], held
                     _kill_stale(got[0])
                     continue
                 _close_all(got)
                 self._note(msg)
+
+    def offer_names(self, key: bytes, text: bytes) -> None:
+        """Offer the server a names text (``key``: ``engine.names_key`` of it),
+        so the children it forks from now on hold it (``worker._keep_names``
+        keeps the last few) and their runs' frames carry only the key. Sent
+        now if no spawn holds the lock, else by that spawn before its request
+        (so every child forked after this call holds it, if the server kept
+        it); once until the server's next answer says whether it kept it.
+        Never waits; a failure is nobody's error (the runs send the text)."""
+        if (
+            key in self.names_held
+            or key in self._names_offered
+            or not 0 < len(text) <= worker.NAMES_BYTES
+            or self.gone
+            or self.retired
+        ):
+            return
+        self._names_waiting[key] = text
+        while len(self._names_waiting) > worker.NAMES_ENTRIES:  # (the oldest would be dropped there anyway)
+            try:
+                self._names_waiting.pop(next(iter(self._names_waiting)), None)
+            except (RuntimeError, StopIteration):  # (a spawn sent them meanwhile)
+                break
+        if self._lock.acquire(blocking=False):
+            try:
+                self._send_names()
+            finally:
+                self._lock.release()
+
+    def _send_names(self) -> None:
+        """(The lock held.) Send the waiting names offers, oldest first."""
+        while self._names_waiting:
+            try:
+                key = next(iter(self._names_waiting))
+            except (RuntimeError, StopIteration):  # (an offer changed it meanwhile: look again)
+                continue
+            text = self._names_waiting.pop(key, None)
+            if text is None:
+                continue
+            self._names_offered.add(key)
+            try:
+                fd = os.memfd_create("nous_sched names", os.MFD_CLOEXEC)
+            except (OSError, AttributeError):  # (AttributeError: no memfd_create on this platform)
+                continue
+            try:
+                worker.write_all(fd, text)
+                socket.send_fds(self.sock, [b"%s %s %d" % (worker.NAMES, key, len(text))], [fd], socket.MSG_DONTWAIT)
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
 
     def _note(self, msg: bytes) -> None:
         parts = msg.split()
@@ -507,6 +572,9 @@ class Worker:
         self.ready = False  # its hello has been read
         self.prepared = False  # its hello said the first run's context is ready
         self.busy = False  # a run or its starter holds it (the pool's lock guards this)
+        #: The keys of the names texts it holds: from its fork server at its
+        #: fork, then its last run's (``worker.py``'s run frame).
+        self.names_held: frozenset[bytes] = frozenset()
         self.os_bounds: Optional[dict[str, Any]] = None
         self.buf = bytearray()
         self.fd_in = self.fd_out = self.lifeline = -1
@@ -566,7 +634,7 @@ class Worker:
         if server is not None:
             # (The caller's hold on the server passes to the child.)
             try:
-                pid, pidfd = server.spawn(self.name, (fd_in, fd_out, life), options["background"])
+                pid, pidfd, self.names_held = server.spawn(self.name, (fd_in, fd_out, life), options["background"])
             except OSError as exc:
                 raise RunCodeError(f"could not start a worker process ({python}): {exc}") from None
             return ForkedProc(server, pid, pidfd)
@@ -586,6 +654,12 @@ class Worker:
             )
         except OSError as exc:
             raise RunCodeError(f"could not start a worker process ({python}): {exc}") from None
+
+    def offer_names(self, key: bytes, text: bytes) -> None:
+        """Offer a names text this worker was sent to its fork server, if it
+        has one (see :meth:`ForkServer.offer_names`)."""
+        if self._server is not None:
+            self._server.offer_names(key, text)
 
     def hello(self, until: float) -> None:
         try:

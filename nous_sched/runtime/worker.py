@@ -51,8 +51,14 @@ Host to worker:
   exactly); waiting for the host's next frame costs nothing. A newline
   follows the JSON, then the run's tool names as one JSON array in UTF-8
   (``engine.names_json``: made once per tool set by the host, handed to the
-  prelude as it is; ``names_lazy`` says how the prelude may read it); with no
-  newline, the JSON's ``"names"`` list.
+  prelude as it is; ``names_lazy`` says how the prelude may read it). With no
+  newline, ``"names_key"`` names a text this worker holds already: the last
+  run's (a worker reused), or, at its first run, one its fork server held when
+  it forked it (see :func:`_keep_names`); a worker that holds no text of that
+  key exits, and the host starts the run again on another worker, sending the
+  text. Without either, the JSON's ``"names"`` list. At its first run a
+  fork server's child unmaps every text it inherited before anything of the
+  run is done: no program ever runs beside another tool set's names.
 * ``S`` settle: one or more calls, oldest first, each ``b"<call id> <1|0>
   <n> "`` then the ``n`` bytes of its payload's JSON text (the value, or the
   ``{tool, message}`` error). The worker settles them one at a time, running
@@ -119,6 +125,17 @@ BACKGROUND = b"background"
 #: sleeps until the next: see :func:`_fork_server`).
 REAP_EVERY = 0.5
 REAP_LOOKS = 4
+#: A fork server's cache of names texts (see :func:`_keep_names`): at most this
+#: many tool sets, and this many bytes of their texts in all; a longer text is
+#: not kept (its runs carry it in their run frames).
+NAMES_ENTRIES = 8
+NAMES_BYTES = 16 << 20
+#: The shortest names text a host offers a fork server: a shorter one costs its
+#: run frame less than an offer costs the server, and must not push out the
+#: texts of large tool sets (about 150 tools at 25 bytes a name).
+NAMES_OFFER_MIN = 4096
+#: A names offer's op (host to fork server): ``N <key> <length>`` and one descriptor.
+NAMES = b"N"
 #: The test-only payload's file (see :func:`_test_payload`).
 PAYLOAD_ENV = "NOUS_SCHED_TEST_PAYLOAD"
 
@@ -520,6 +537,8 @@ class _Server:
         self.payload = payload
         self.Limits = _limits_type()
         self.current: Any = None
+        # (key, text) of the last run's names: a reused worker's next run of the same set needs no text.
+        self.kept: Optional[tuple[bytes, str]] = None
         # A quiet step's envelope (most of a Promise.all's) and its frame, made once.
         self.quiet = (engine.QUIET, frame(ENVELOPE, engine.QUIET.encode()))
         # The next run's fresh context, its prelude evaluated while this worker
@@ -569,6 +588,7 @@ class _Server:
         # (Compact JSON holds no raw newline: the first one ends it, the names' text follows.)
         end = body.find(b"\n")
         spec = _json()[0](body[:end] if end >= 0 else body)
+        names = self._names(spec, body, end)
         if spec["memory_cap"]:
             self.oslimits.cap_memory(spec["memory_cap"])
         if spec.get("cpu_limit"):
@@ -578,10 +598,7 @@ class _Server:
         deadline = time.monotonic() + spec["remaining"]
         self.current = self.engine.Engine(
             spec["program"],
-            # (Decoded from the frame in place: a long text is copied once, into the str.)
-            self.engine.NamesText((str(memoryview(body)[end + 1 :], "utf-8"), spec["names_lazy"]))
-            if end >= 0
-            else spec["names"],
+            names,
             self.Limits(*spec["limits"]),
             deadline,
             self.spare,
@@ -591,6 +608,33 @@ class _Server:
         self.spare = None
         self.watchdog.arm(self.current, deadline)
         return frame(ENVELOPE, str(self.current.start()).encode("utf-8", "surrogatepass"))
+
+    def _names(self, spec: dict[str, Any], body: bytes, end: int) -> Any:
+        """The run's names (an engine's ``names``): the text after the JSON,
+        or the one held under ``names_key``; every inherited text is unmapped
+        first (see :func:`_forget_names`). ``ValueError`` if none is held:
+        this worker then exits (the host sends the text to another)."""
+        key = spec.get("names_key")
+        if key is not None:
+            key = key.encode("ascii")
+        if end >= 0:
+            # (Decoded from the frame in place: a long text is copied once, into the str.)
+            text = str(memoryview(body)[end + 1 :], "utf-8")
+        elif key is None:
+            _forget_names()
+            return spec["names"]
+        elif self.kept is not None and self.kept[0] == key:
+            text = self.kept[1]
+        else:
+            held = _NAMES_HELD.get(key)
+            if held is None:
+                _forget_names()
+                raise ValueError("a run frame named names this worker does not hold")
+            with memoryview(held) as view:
+                text = str(view, "utf-8")
+        _forget_names()
+        self.kept = None if key is None else (key, text)
+        return self.engine.NamesText((text, spec["names_lazy"]))
 
     def done(self) -> None:
         done, self.current = self.current, None
@@ -663,6 +707,68 @@ def serve(
         # Out of the except block, whose exception's traceback holds the engine's frames.
         server.spare = _between_runs(engine, done, prepare) or server.spare
         del done
+
+
+#: The names texts this process holds, key -> a read-only shared mapping of
+#: the text, least recently offered first: a fork server's cache (see
+#: :func:`_keep_names`), which each child inherits and unmaps at its first run
+#: (:func:`_forget_names`).
+_NAMES_HELD: dict[bytes, Any] = {}
+
+
+def _forget_names() -> None:
+    """Unmap every names text this process inherited from its fork server."""
+    if _NAMES_HELD:
+        for held in _NAMES_HELD.values():
+            held.close()
+        _NAMES_HELD.clear()
+
+
+def _keep_names(msg: bytes, fd: int, key_of: Any) -> None:
+    """A fork server's names offer (``N <key> <length>`` and a memfd holding
+    the text): keep a copy of the text in memory of its own (an anonymous
+    mapping, no descriptor, which no one else can write), so every
+    child forked from now on holds it and its run frame needs only the key.
+    Kept only if ``key_of`` (the engine's ``names_key``) of the copy is the
+    key; at most :data:`NAMES_ENTRIES` texts and :data:`NAMES_BYTES` bytes,
+    the least recently offered dropped first. The descriptor is closed."""
+    import mmap
+
+    held = None
+    try:
+        parts = msg.split()
+        if len(parts) != 3:
+            return
+        key, size = parts[1], int(parts[2])
+        if key in _NAMES_HELD:
+            _NAMES_HELD[key] = _NAMES_HELD.pop(key)  # (offered again: the most recent)
+            return
+        if not 0 < size <= NAMES_BYTES or os.fstat(fd).st_size != size:
+            return
+        # (Private: written here, each child gets the pages' entries at its fork,
+        # so reading its copy takes no page fault; a shared mapping's would.)
+        held = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE)
+        with memoryview(held) as view:
+            at = 0
+            while at < size:
+                got = os.preadv(fd, [view[at:]], at)
+                if not got:
+                    raise ValueError("a names offer cut short")
+                at += got
+        if key_of(held) != key:
+            return
+        _NAMES_HELD[key], held = held, None
+        total = sum(map(len, _NAMES_HELD.values()))
+        while len(_NAMES_HELD) > NAMES_ENTRIES or total > NAMES_BYTES:
+            dropped = _NAMES_HELD.pop(next(iter(_NAMES_HELD)))
+            total -= len(dropped)
+            dropped.close()
+    except (ValueError, OSError, MemoryError):
+        pass
+    finally:
+        if held is not None:
+            held.close()
+        os.close(fd)
 
 
 def _run_payload(payload: Any, program: str) -> str:
@@ -850,8 +956,10 @@ def _fork_server(sock_fd: int, modules: tuple[Any, Any, Any], options: dict[str,
     request flagged :data:`BACKGROUND` (a spare) is forked as
     ``SCHED_BATCH``, so the child is born with it (see :func:`_boot_policy`).
     Requests: a datagram with the worker's name and three descriptors (its
-    standard input, output, lifeline); the answer ``P <pid>`` carries a
-    pidfd of the child, so the host signals exactly that process. Each
+    standard input, output, lifeline); the answer ``P <pid> <keys>
+    <request>`` carries a pidfd of the child, so the host signals exactly
+    that process, and the keys of the names texts the child holds (``-``:
+    none; see below). Each
     child's exit is reported as ``W <pid> <status>`` (dropped if the host is
     not reading) when the next message comes, not as each exits (a wake-up
     per child, and the copy of every page it touches while its siblings
@@ -860,7 +968,9 @@ def _fork_server(sock_fd: int, modules: tuple[Any, Any, Any], options: dict[str,
     the next message (an idle server sleeps). Any other message (the host's
     ``?``: when it waits for a status, when its spares thread has reaped the
     discarded workers and ends) only reaps. End of file on the socket: reap,
-    then exit.
+    then exit. A names offer (``N <key> <length>``, one descriptor) is kept
+    for the children forked after it (:func:`_keep_names`). Before its first
+    fork the server gives its heap's free memory back (:func:`_trim`).
     """
     # No PR_SET_PDEATHSIG here: it fires when the *thread* that started this
     # process ends, and any of the host's threads may start it. The host's
@@ -892,6 +1002,7 @@ def _fork_server(sock_fd: int, modules: tuple[Any, Any, Any], options: dict[str,
     # from touching it (a touched page is a copied page in each child).
     gc.collect()
     gc.freeze()
+    _trim()
     # Exited children wait as zombies until the next message reaps them (an
     # inherited SIG_IGN would reap them unseen, their statuses lost).
     _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)
@@ -911,6 +1022,9 @@ def _fork_server(sock_fd: int, modules: tuple[Any, Any, Any], options: dict[str,
         live -= _reap(sock)
         if not msg:
             os._exit(0)
+        if msg[:1] == NAMES and len(fds) == 1:
+            _keep_names(msg, fds[0], modules[1].names_key)
+            continue
         if len(fds) != 3:
             for fd in fds:
                 os.close(fd)
@@ -930,9 +1044,26 @@ def _fork_server(sock_fd: int, modules: tuple[Any, Any, Any], options: dict[str,
             os.close(fd)
         pidfd = os.pidfd_open(pid)
         try:
-            socket.send_fds(sock, [b"P %d %s" % (pid, msg)], [pidfd])
+            # (With the names texts it holds: so does the child.)
+            held = b",".join(_NAMES_HELD) or b"-"
+            socket.send_fds(sock, [b"P %d %s %s" % (pid, held, msg)], [pidfd])
         finally:
             os.close(pidfd)
+
+
+def _trim() -> None:
+    """Give the heap's free memory back to the system (glibc's
+    ``malloc_trim``): a child's large allocation (a large names text's str
+    and JS copies, a long frame's buffer) then gets fresh zeroed pages, not
+    free pages this server once wrote, which the child would copy."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 def _autogroup() -> bool:
@@ -953,6 +1084,8 @@ def _prepare_server(modules: tuple[Any, Any, Any]) -> tuple[Any, Any, Any]:
     run's context ``(offset, seed_at, prepared)``; and what the children
     inherit ready (:func:`oslimits.prepare`, the thread namer, Ctrl-C
     ignored: the host's to handle)."""
+    import hashlib  # noqa: F401  (the names cache's digest: loaded before the server freezes its objects)
+    import mmap  # noqa: F401
     import signal
 
     offset = budget_offset(modules[0])
