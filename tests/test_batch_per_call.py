@@ -264,3 +264,44 @@ def test_the_hooks_of_a_batch_come_per_call_in_the_lanes_order(make_scheduler):
     for seq in (4, 7):  # an exclusive call starts after every earlier commit, and commits before any later start
         assert all(where[("outcome", s)] < where[("start", seq)] for s in range(seq))
         assert all(where[("outcome", seq)] < where[("start", s)] for s in range(seq + 1, 10))
+
+
+# -- the usage ledger: its records made when first read ------------------------------
+
+
+def test_a_usage_whose_calls_are_read_later_is_the_usage_made_with_them_at_once():
+    import pickle
+
+    import attrs
+
+    from nous_sched import CallUsage, Usage
+    from nous_sched.result.usage import calls_later
+
+    rows = [(0, "t", 4, True), (None, "x", 10, False), (2, "t", 0, False)]
+    at_once = Usage(tuple(CallUsage(*row) for row in rows), 7, 5, 1, 0, 3)
+
+    def later() -> Usage:
+        ledger = list(rows)
+        usage = Usage(calls_later(ledger), 7, 5, 1, 0, 3)
+        ledger.append((3, "late", 1, True))  # the ledger as it stood when the usage was made
+        return usage
+
+    assert later() == at_once and hash(later()) == hash(at_once) and repr(later()) == repr(at_once)
+    assert later().as_dict() == at_once.as_dict() and later().received_chars == 14
+    assert pickle.loads(pickle.dumps(later())) == at_once
+    assert attrs.evolve(later(), answer_bytes=9) == attrs.evolve(at_once, answer_bytes=9)
+    read = later()
+    assert read.calls == at_once.calls and type(read.calls) is tuple
+    assert read.calls is read.calls  # built once
+    assert all(type(c) is CallUsage for c in read.calls)
+    assert Usage().calls == () and Usage(calls=()).calls == ()
+
+
+def test_a_runs_usage_has_one_record_per_call_in_the_order_received(runtime):
+    tool = Tool("echo", lambda args: args["i"], concurrency_safe=lambda args: True)
+    code = "await tools.nope({}).catch(() => 0); return await Promise.all([0, 1, 2].map(i => tools.echo({i})));"
+    result = run_code(code, [tool], description="echoes")
+    assert result.ok, result.error
+    got = [(c.seq, c.tool, c.chars, c.ok) for c in result.usage.calls]
+    assert got[0][0] is None and got[0][1] == "nope" and got[0][3] is False
+    assert got[1:] == [(0, "echo", 1, True), (1, "echo", 1, True), (2, "echo", 1, True)]

@@ -56,7 +56,7 @@ from ..result._explain import told as _explain
 from ..result._hints import Seen, hints
 from ..result.budget import MIN_OUTPUT_BUDGET, fit, fit_value, utf8_size
 from ..result.budget import size as budget_size
-from ..result.usage import CallUsage, Usage
+from ..result.usage import Usage, calls_later
 from ..review._review import ReviewRequest, decide
 from ..review._summary import ProgramSummary, summarize_parts
 from ..runtime import Begun, Cancel, CodeRuntime, Host, Limits, PendingCall, RuntimeOutcome, Settled, _program
@@ -453,7 +453,7 @@ def _result(
         answer_bytes += hint_bytes
     budgeted = _fitted(answer, budget, answer_bytes, hint)
     usage = Usage(
-        calls=tuple(CallUsage(*row) for row in host.ledger),
+        calls=calls_later(host.ledger),  # the records made when first read
         answer_bytes=answer_bytes,
         model_bytes=answer_bytes if budgeted is None else budget_size(budgeted),
         hint_bytes=hint_bytes,

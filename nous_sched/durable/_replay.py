@@ -880,7 +880,8 @@ def _within_budget(result: RunResult, budget: Optional[int]) -> RunResult:
     answer_bytes = budget_size(answer)
     budgeted = fit(answer, budget) if budget is not None and answer_bytes > budget else None
     model_bytes = answer_bytes if budgeted is None else budget_size(budgeted)
-    usage = attrs.evolve(result.usage, answer_bytes=answer_bytes, model_bytes=model_bytes)
+    # (Usage is a record, nous_sched._slots: an attrs class mypy is not told of.)
+    usage = attrs.evolve(result.usage, answer_bytes=answer_bytes, model_bytes=model_bytes)  # type: ignore[misc]
     return attrs.evolve(result, budgeted=budgeted, usage=usage)
 
 
