@@ -305,3 +305,56 @@ def test_a_runs_usage_has_one_record_per_call_in_the_order_received(runtime):
     got = [(c.seq, c.tool, c.chars, c.ok) for c in result.usage.calls]
     assert got[0][0] is None and got[0][1] == "nope" and got[0][3] is False
     assert got[1:] == [(0, "echo", 1, True), (1, "echo", 1, True), (2, "echo", 1, True)]
+
+
+# -- the trail: its records made when first read -------------------------------------
+
+
+def test_a_result_whose_trail_is_read_later_is_the_result_made_with_it_at_once():
+    import pickle
+
+    import attrs
+
+    from nous_sched import CallRecord, RunResult
+    from nous_sched.result.records import trail_later
+
+    rows = [
+        (0, "t", "parallel", 0.5, 0.75, 1.0, True, 0.625, "", None),
+        (1, "x", "exclusive", 1.0, None, None, None, None, "why", 0.25),
+    ]
+    at_once = RunResult(result=3, trail=tuple(CallRecord(*row) for row in rows), elapsed=1.5)
+
+    def later() -> RunResult:
+        return RunResult(result=3, trail=trail_later(list(rows)), elapsed=1.5)
+
+    assert later() == at_once and repr(later()) == repr(at_once)
+    assert later().to_dict() == at_once.to_dict()
+    assert pickle.loads(pickle.dumps(later())) == at_once
+    assert attrs.evolve(later(), hint="h") == attrs.evolve(at_once, hint="h")
+    read = later()
+    assert read.trail == at_once.trail and read.trail is read.trail and type(read.trail) is tuple
+    assert RunResult().trail == () and RunResult(trail=()).trail == ()
+
+
+def test_a_call_still_waiting_for_its_throttles_at_the_runs_end_keeps_the_wait_as_it_was_then():
+    from nous_sched import RunResult
+    from nous_sched.result.records import trail_later
+    from nous_sched.scheduler._calls import Timeline
+
+    timeline = Timeline(0, "t", PARALLEL, 0.1)
+    timeline.waiting_since = time.perf_counter() - 0.5
+    result = RunResult(trail=trail_later([timeline.row()]))  # the run ends: its trail is taken
+    waited = timeline.record().throttled
+    time.sleep(0.05)
+    assert result.trail[0].throttled is not None and 0.5 <= result.trail[0].throttled <= waited
+    assert timeline.record().throttled > waited  # the timeline goes on; the result's trail does not
+
+
+def test_a_runs_trail_has_one_record_per_started_call(runtime):
+    tool = Tool("echo", lambda args: args["i"], concurrency_safe=lambda args: True)
+    code = "return await Promise.all([0, 1, 2].map(i => tools.echo({i})));"
+    result = run_code(code, [tool], description="echoes")
+    assert result.ok, result.error
+    assert [(r.seq, r.tool, r.mode, r.ok) for r in result.trail] == [(i, "echo", PARALLEL, True) for i in range(3)]
+    for r in result.trail:
+        assert r.started <= r.began <= r.finished <= r.committed

@@ -56,6 +56,7 @@ from ..result._explain import told as _explain
 from ..result._hints import Seen, hints
 from ..result.budget import MIN_OUTPUT_BUDGET, fit, fit_value, utf8_size
 from ..result.budget import size as budget_size
+from ..result.records import trail_later
 from ..result.usage import Usage, calls_later
 from ..review._review import ReviewRequest, decide
 from ..review._summary import ProgramSummary, summarize_parts
@@ -253,7 +254,7 @@ def execute(p: Prepared, live: Any = None) -> RunResult:
     finally:
         live_stream.reset(cleared)
     if review is not None:
-        result = attrs.evolve(result, audit=(review.as_event(), *result.audit))
+        result = attrs.evolve(result, audit=(review.as_event(), *result.audit))  # type: ignore[misc]  # a record (nous_sched._slots): attrs' mypy plugin does not know it
     return result
 
 
@@ -467,7 +468,7 @@ def _result(
         events=tuple(scheduler.audit_events()),
         refused=tuple(gate.refused),
         audit=tuple(event.as_event() for event in host.state_events),
-        trail=tuple(scheduler.trail()),
+        trail=trail_later(scheduler.trail_rows()),  # the records made when first read
         elapsed=elapsed,
         usage=usage,
         budgeted=budgeted,

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional, Union
+from typing import TYPE_CHECKING, Any, ClassVar, Optional, Union
 
 import attrs
 
 from .. import _validators as v
+from .._slots import LATER, record
 from ..events import ApprovalEvent, ContextUpdate, Event, ToolCallEvent, ToolOutcomeEvent, ToolRefusedEvent
-from .records import CallRecord
+from .records import CallRecord, HeldTrail
 from .usage import Usage
 
 __all__ = ["RunResult", "RunError", "ERROR_KINDS"]
@@ -62,7 +63,7 @@ class RunError:
         return {"kind": self.kind, "message": self.message}
 
 
-@attrs.frozen
+@record
 class RunResult:
     """What a run produced. Logs are kept whether it succeeded or not.
 
@@ -84,11 +85,14 @@ class RunResult:
     the answer did not fit; :meth:`for_model` returns it.
     """
 
+    if TYPE_CHECKING:  # what attrs.evolve and attrs.fields ask of an attrs class (record makes one)
+        __attrs_attrs__: ClassVar[Any]
+
     logs: tuple[str, ...] = ()
     result: Any = None
     error: Optional[RunError] = None
     events: tuple[Union[ToolCallEvent, ApprovalEvent, ToolOutcomeEvent], ...] = ()
-    trail: tuple[CallRecord, ...] = ()
+    trail: tuple[CallRecord, ...] = attrs.field(default=(), metadata={LATER: (HeldTrail, HeldTrail.build)})
     elapsed: float = 0.0
     refused: tuple[ToolRefusedEvent, ...] = ()
     usage: Usage = Usage()

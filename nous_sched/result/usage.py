@@ -19,7 +19,7 @@ bound what a model pays, characters do not).
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Optional
+from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Optional
 
 import attrs
 
@@ -94,6 +94,9 @@ class Usage:
     ``calls``); ``read_chars`` the characters the program read of them with
     ``blobs.read`` (not in ``received_chars``, which counts sub-calls only).
     """
+
+    if TYPE_CHECKING:  # what attrs.evolve and attrs.fields ask of an attrs class (record makes one)
+        __attrs_attrs__: ClassVar[Any]
 
     calls: tuple[CallUsage, ...] = attrs.field(default=(), metadata={LATER: (_Ledger, _Ledger.build)})
     answer_bytes: int = 0

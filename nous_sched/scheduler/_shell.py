@@ -513,6 +513,12 @@ class Scheduler:
         with self._records_lock:
             return [timeline.record() for timeline in self._trail]
 
+    def trail_rows(self) -> list[tuple[Any, ...]]:
+        """:meth:`trail` as each record's fields, in :class:`CallRecord`'s order: the
+        same values, as tuples (``CallRecord(*row)`` is the record). Never waits for the driver."""
+        with self._records_lock:
+            return [timeline.row() for timeline in self._trail]
+
     def lane_state(self, timeout: Optional[float] = None) -> Optional[LaneState]:
         """A consistent view of pending, in-flight and committed calls, read on the driver.
 
