@@ -254,7 +254,7 @@ def execute(p: Prepared, live: Any = None) -> RunResult:
     finally:
         live_stream.reset(cleared)
     if review is not None:
-        result = attrs.evolve(result, audit=(review.as_event(), *result.audit))  # type: ignore[misc]  # a record (nous_sched._slots): attrs' mypy plugin does not know it
+        result = attrs.evolve(result, audit=(review.as_event(), *result.audit))
     return result
 
 

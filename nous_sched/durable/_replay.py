@@ -865,9 +865,9 @@ def _run_once(
         for event in run.audit:
             log.append(event)
     if error is result.error and suspended is None:
-        return attrs.evolve(result, audit=(*result.audit, *run.audit))  # type: ignore[misc]  # a record (nous_sched._slots): attrs' mypy plugin does not know it
+        return attrs.evolve(result, audit=(*result.audit, *run.audit))
     # The answer changed (a suspension, or the error that ended the replay): cut again what the model reads.
-    told = attrs.evolve(result, error=error, suspended=suspended, audit=(*result.audit, *run.audit))  # type: ignore[misc]  # a record (nous_sched._slots): attrs' mypy plugin does not know it
+    told = attrs.evolve(result, error=error, suspended=suspended, audit=(*result.audit, *run.audit))
     return _within_budget(told, run.budget)
 
 
@@ -880,8 +880,8 @@ def _within_budget(result: RunResult, budget: Optional[int]) -> RunResult:
     answer_bytes = budget_size(answer)
     budgeted = fit(answer, budget) if budget is not None and answer_bytes > budget else None
     model_bytes = answer_bytes if budgeted is None else budget_size(budgeted)
-    usage = attrs.evolve(result.usage, answer_bytes=answer_bytes, model_bytes=model_bytes)  # type: ignore[misc]  # a record (nous_sched._slots): attrs' mypy plugin does not know it
-    return attrs.evolve(result, budgeted=budgeted, usage=usage)  # type: ignore[misc]  # a record (nous_sched._slots): attrs' mypy plugin does not know it
+    usage = attrs.evolve(result.usage, answer_bytes=answer_bytes, model_bytes=model_bytes)
+    return attrs.evolve(result, budgeted=budgeted, usage=usage)
 
 
 def _suspend(code: str, tools: list[Tool], store: ApprovalStoreSeam, run: _Run) -> Suspension:
@@ -1099,7 +1099,7 @@ def _resume_parked(
         return None
     result = _parked_result(record["code"], tools, store, run, park)
     state = tuple(e for e in result.audit if e.type == "state")  # the whole run's: one execute
-    return attrs.evolve(result, audit=(*state, *run.audit[audit_from:]))  # type: ignore[misc]  # a record (nous_sched._slots): attrs' mypy plugin does not know it
+    return attrs.evolve(result, audit=(*state, *run.audit[audit_from:]))
 
 
 def _resumed_run(

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar, Optional, Union
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 import attrs
 
 from .. import _validators as v
-from .._slots import LATER, record
+from .._slots import LATER
 from ..events import ApprovalEvent, ContextUpdate, Event, ToolCallEvent, ToolOutcomeEvent, ToolRefusedEvent
 from .records import CallRecord, HeldTrail
 from .usage import Usage
+
+if TYPE_CHECKING:  # mypy's attrs plugin knows attrs' own decorator (attrs.evolve, attrs.fields), not record
+    from attrs import frozen as _made
+else:  # the same class, its __init__ the record's (nous_sched._slots)
+    from .._slots import record as _made
 
 __all__ = ["RunResult", "RunError", "ERROR_KINDS"]
 
@@ -63,7 +68,7 @@ class RunError:
         return {"kind": self.kind, "message": self.message}
 
 
-@record
+@_made
 class RunResult:
     """What a run produced. Logs are kept whether it succeeded or not.
 
@@ -84,9 +89,6 @@ class RunResult:
     run's ``output_budget`` (``nous_sched.result.budget``), when it had one and
     the answer did not fit; :meth:`for_model` returns it.
     """
-
-    if TYPE_CHECKING:  # what attrs.evolve and attrs.fields ask of an attrs class (record makes one)
-        __attrs_attrs__: ClassVar[Any]
 
     logs: tuple[str, ...] = ()
     result: Any = None

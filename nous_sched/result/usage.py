@@ -19,11 +19,16 @@ bound what a model pays, characters do not).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Optional
+from typing import TYPE_CHECKING, Any, Iterable, Optional
 
 import attrs
 
 from .._slots import LATER, record
+
+if TYPE_CHECKING:  # mypy's attrs plugin knows attrs' own decorator (attrs.evolve, attrs.fields), not record
+    from attrs import frozen as _made
+else:  # the same class, its __init__ the record's (nous_sched._slots)
+    from .._slots import record as _made
 
 __all__ = ["CallUsage", "Usage", "calls_later"]
 
@@ -68,7 +73,7 @@ def calls_later(rows: Iterable[tuple[Optional[int], str, int, bool]]) -> tuple[C
     return _Ledger(tuple(rows))  # type: ignore[return-value]  # held: read, it is the records' tuple
 
 
-@record
+@_made
 class Usage:
     """A run's ledger. ``calls`` in the order the program received them
     (sequence order for started calls): every call the program made, each
@@ -94,9 +99,6 @@ class Usage:
     ``calls``); ``read_chars`` the characters the program read of them with
     ``blobs.read`` (not in ``received_chars``, which counts sub-calls only).
     """
-
-    if TYPE_CHECKING:  # what attrs.evolve and attrs.fields ask of an attrs class (record makes one)
-        __attrs_attrs__: ClassVar[Any]
 
     calls: tuple[CallUsage, ...] = attrs.field(default=(), metadata={LATER: (_Ledger, _Ledger.build)})
     answer_bytes: int = 0
