@@ -56,7 +56,8 @@ from ..result._explain import told as _explain
 from ..result._hints import Seen, hints
 from ..result.budget import MIN_OUTPUT_BUDGET, fit, fit_value, utf8_size
 from ..result.budget import size as budget_size
-from ..result.usage import CallUsage, Usage
+from ..result.records import trail_later
+from ..result.usage import Usage, calls_later
 from ..review._review import ReviewRequest, decide
 from ..review._summary import ProgramSummary, summarize_parts
 from ..runtime import Begun, Cancel, CodeRuntime, Host, Limits, PendingCall, RuntimeOutcome, Settled, _program
@@ -453,7 +454,7 @@ def _result(
         answer_bytes += hint_bytes
     budgeted = _fitted(answer, budget, answer_bytes, hint)
     usage = Usage(
-        calls=tuple(CallUsage(*row) for row in host.ledger),
+        calls=calls_later(host.ledger),  # the records made when first read
         answer_bytes=answer_bytes,
         model_bytes=answer_bytes if budgeted is None else budget_size(budgeted),
         hint_bytes=hint_bytes,
@@ -467,7 +468,7 @@ def _result(
         events=tuple(scheduler.audit_events()),
         refused=tuple(gate.refused),
         audit=tuple(event.as_event() for event in host.state_events),
-        trail=tuple(scheduler.trail()),
+        trail=trail_later(scheduler.trail_rows()),  # the records made when first read
         elapsed=elapsed,
         usage=usage,
         budgeted=budgeted,

@@ -163,6 +163,13 @@ def snapshot_text(value: Any) -> tuple[Any, str, int]:
     ``value``, all in C, and are the same as without it (``_fastjson``);
     without it, from the walk and one encode. Thread-safe: it only reads ``value``.
     """
+    # A tool that returns nothing (or a flag), the commonest result: its triple is a constant.
+    if value is None:
+        return None, "null", 4
+    if value is True:
+        return True, "true", 4
+    if value is False:
+        return False, "false", 5
     fast = _fastjson.encode(value, dumps)
     if fast is not _fastjson.UNSURE:
         return fast  # type: ignore[no-any-return]

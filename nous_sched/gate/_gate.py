@@ -60,7 +60,7 @@ from ..errors import SnapshotError
 from ..events import Event, ToolRefusedEvent
 from ..limits import Limits
 from ..outcome import Outcome, quote_name
-from ..tooling import Tool, marked, passed_bound
+from ..tooling import Tool, caller_parameters, marked, passed_bound
 from .dispatch import RUN_OVER
 from .policy import denied_message
 from .schema import argument_error
@@ -150,6 +150,9 @@ class Gate:
         #: The run's :class:`~nous_sched.BlobStore`, when it has one: a handle in
         #: a call's arguments is replaced by its value before the schema is checked.
         self.blobs: Optional[BlobStore] = None
+        # Per tool (by id): (the tool, whether it binds arguments, whether its schema is checked),
+        # worked out at its first call. A Tool is frozen, so the answers cannot differ later.
+        self._shapes: dict[int, tuple[Any, bool, bool]] = {}
 
     def admit_json(self, name: Any, text: Any) -> Union[Admitted, Outcome]:
         """Check a call whose arguments are JSON text (from a program): admitted, or a failed Outcome."""
@@ -258,24 +261,39 @@ class Gate:
         if self.deadline is not None and time.monotonic() >= self.deadline:  # the copy took the rest of the run
             return self._refuse(name, RUN_OVER, "run_over")
         tool = self.granted[name]
-        sent = passed_bound(tool, args)
-        if sent is not None:
-            return self._refuse(name, sent, "bound")
+        shape = self._shapes.get(id(tool)) or self._shape(tool)
+        bound = shape[1]
+        if bound:
+            sent = passed_bound(tool, args)
+            if sent is not None:
+                return self._refuse(name, sent, "bound")
         written = args
         if self.blobs is not None:  # handles become their values first: the schema is the value's
             put = self.blobs.substitute(args, text)
             if type(put) is str:
                 return self._refuse(name, put, "arguments")
             args = put
-        problem = argument_error(tool, args)
-        if problem is not None:
-            return self._refuse(name, problem, "schema")
+        if shape[2]:
+            problem = argument_error(tool, args)
+            if problem is not None:
+                return self._refuse(name, problem, "schema")
         # The audit's copy (the text) is the arguments as written: a handle, not the value it stands for.
-        if getattr(tool, "bound", None):  # every record shows the marker; the text no longer spells these arguments
+        if bound:  # every record shows the marker; the text no longer spells these arguments
             return Admitted(tool, marked(tool, args), None if args is written else dumps(marked(tool, written)))
         if args is not written and text is None:
             text = dumps(written)
         return Admitted(tool, args, text)
+
+    def _shape(self, tool: Any) -> tuple[Any, bool, bool]:
+        """``(tool, binds arguments, schema checked)`` for ``_after_parse``; kept for a :class:`Tool`
+        (frozen: the same answers at every call), asked again at each call of any other object.
+        Kept by ``id``: the entry holds the tool, so its id is not reused while the entry lives."""
+        bound = bool(getattr(tool, "bound", None))
+        if type(tool) is not Tool:
+            return tool, bound, True
+        checked = bool(tool.validate_arguments) and caller_parameters(tool) is not None
+        shape = self._shapes[id(tool)] = (tool, bound, checked)
+        return shape
 
     def _refuse(self, name: str, message: str, reason: str) -> Outcome:
         if len(name) > _MAX_NAME:  # a name the program made up may be of any length

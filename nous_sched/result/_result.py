@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional, Union
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 import attrs
 
 from .. import _validators as v
+from .._slots import LATER
 from ..events import ApprovalEvent, ContextUpdate, Event, ToolCallEvent, ToolOutcomeEvent, ToolRefusedEvent
-from .records import CallRecord
+from .records import CallRecord, HeldTrail
 from .usage import Usage
+
+if TYPE_CHECKING:  # mypy's attrs plugin knows attrs' own decorator (attrs.evolve, attrs.fields), not record
+    from attrs import frozen as _made
+else:  # the same class, its __init__ the record's (nous_sched._slots)
+    from .._slots import record as _made
 
 __all__ = ["RunResult", "RunError", "ERROR_KINDS"]
 
@@ -62,7 +68,7 @@ class RunError:
         return {"kind": self.kind, "message": self.message}
 
 
-@attrs.frozen
+@_made
 class RunResult:
     """What a run produced. Logs are kept whether it succeeded or not.
 
@@ -88,7 +94,7 @@ class RunResult:
     result: Any = None
     error: Optional[RunError] = None
     events: tuple[Union[ToolCallEvent, ApprovalEvent, ToolOutcomeEvent], ...] = ()
-    trail: tuple[CallRecord, ...] = ()
+    trail: tuple[CallRecord, ...] = attrs.field(default=(), metadata={LATER: (HeldTrail, HeldTrail.build)})
     elapsed: float = 0.0
     refused: tuple[ToolRefusedEvent, ...] = ()
     usage: Usage = Usage()

@@ -11,7 +11,7 @@ import attrs
 
 from .._slots import record
 
-__all__ = ["CallRecord", "LaneState"]
+__all__ = ["CallRecord", "LaneState", "trail_later"]
 
 
 @record  # (one per call: made as the run ends)
@@ -47,6 +47,26 @@ class CallRecord:
     began: Optional[float] = None
     reason: str = ""
     throttled: Optional[float] = None
+
+
+class HeldTrail:
+    """A run's trail as rows, one per started call (:meth:`CallRecord`'s fields in its
+    order), held by :class:`~nous_sched.RunResult` until its ``trail`` is read."""
+
+    # Tuples of plain values, which the garbage collector stops tracking.
+    __slots__ = ("rows",)
+
+    def __init__(self, rows: tuple[tuple[Any, ...], ...]) -> None:
+        self.rows = rows
+
+    def build(self) -> tuple[CallRecord, ...]:
+        return tuple(CallRecord(*row) for row in self.rows)
+
+
+def trail_later(rows: Any) -> tuple[CallRecord, ...]:
+    """``RunResult.trail`` for ``rows`` (each :class:`CallRecord`'s fields in its order,
+    copied now), made into records on first read: a reader cannot tell."""
+    return HeldTrail(tuple(rows))  # type: ignore[return-value]  # held: read, it is the records' tuple
 
 
 @attrs.frozen

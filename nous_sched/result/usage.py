@@ -19,13 +19,18 @@ bound what a model pays, characters do not).
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Iterable, Optional
 
 import attrs
 
-from .._slots import record
+from .._slots import LATER, record
 
-__all__ = ["CallUsage", "Usage"]
+if TYPE_CHECKING:  # mypy's attrs plugin knows attrs' own decorator (attrs.evolve, attrs.fields), not record
+    from attrs import frozen as _made
+else:  # the same class, its __init__ the record's (nous_sched._slots)
+    from .._slots import record as _made
+
+__all__ = ["CallUsage", "Usage", "calls_later"]
 
 
 @record  # (one per call: made as the run ends)
@@ -48,7 +53,27 @@ class CallUsage:
         return {"seq": self.seq, "tool": self.tool, "chars": self.chars, "ok": self.ok}
 
 
-@attrs.frozen
+class _Ledger:
+    """A run's ledger rows, ``(seq, tool, chars, ok)`` each, held by :class:`Usage` until its ``calls`` are read."""
+
+    # Tuples of plain values, which the garbage collector stops tracking: a run's
+    # thousand calls keep no thousand records alive for it to look at.
+    __slots__ = ("rows",)
+
+    def __init__(self, rows: tuple[tuple[Any, ...], ...]) -> None:
+        self.rows = rows
+
+    def build(self) -> tuple["CallUsage", ...]:
+        return tuple(CallUsage(*row) for row in self.rows)
+
+
+def calls_later(rows: Iterable[tuple[Optional[int], str, int, bool]]) -> tuple[CallUsage, ...]:
+    """:attr:`Usage.calls` for the ledger ``rows`` (``(seq, tool, chars, ok)`` each, copied
+    now), made into :class:`CallUsage` records on first read: a reader cannot tell."""
+    return _Ledger(tuple(rows))  # type: ignore[return-value]  # held: read, it is the records' tuple
+
+
+@_made
 class Usage:
     """A run's ledger. ``calls`` in the order the program received them
     (sequence order for started calls): every call the program made, each
@@ -75,7 +100,7 @@ class Usage:
     ``blobs.read`` (not in ``received_chars``, which counts sub-calls only).
     """
 
-    calls: tuple[CallUsage, ...] = ()
+    calls: tuple[CallUsage, ...] = attrs.field(default=(), metadata={LATER: (_Ledger, _Ledger.build)})
     answer_bytes: int = 0
     model_bytes: int = 0
     #: The bytes of the answer's ``hint`` (``nous_sched.result._hints``), counted in both sizes above.

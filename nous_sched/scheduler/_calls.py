@@ -197,12 +197,16 @@ class Timeline:
         self.waiting_since: Optional[float] = None  # perf_counter() as its throttles' wait began
 
     def record(self) -> CallRecord:
+        return CallRecord(*self.row())
+
+    def row(self) -> tuple[Any, ...]:
+        """:meth:`record`'s fields as they stand now, in its order (a tuple of plain values)."""
         throttled = self.throttled
         if throttled is None and self.waiting_since is not None:
             # Still waiting: the run may end (its deadline) before the tool thread
             # wakes to stamp the wait, and its trail must still show the wait.
             throttled = time.perf_counter() - self.waiting_since
-        return CallRecord(
+        return (
             self.seq,
             self.tool,
             self.mode,

@@ -102,6 +102,8 @@ def run_call(
             log.warning("code-mode sub-call %s (tool %r) raised", info.id, name, exc_info=raised)
         return outcome, time.perf_counter() - t0, kind, size
     finally:
-        end = getattr(begin, "end", None)
-        if end is not None:
-            end()
+        # A Begin with no throttles holds no places (its end() does nothing): not asked.
+        if begin is not None and getattr(begin, "throttles", True):
+            end = getattr(begin, "end", None)
+            if end is not None:
+                end()

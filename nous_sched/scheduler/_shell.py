@@ -513,6 +513,12 @@ class Scheduler:
         with self._records_lock:
             return [timeline.record() for timeline in self._trail]
 
+    def trail_rows(self) -> list[tuple[Any, ...]]:
+        """:meth:`trail` as each record's fields, in :class:`CallRecord`'s order: the
+        same values, as tuples (``CallRecord(*row)`` is the record). Never waits for the driver."""
+        with self._records_lock:
+            return [timeline.row() for timeline in self._trail]
+
     def lane_state(self, timeout: Optional[float] = None) -> Optional[LaneState]:
         """A consistent view of pending, in-flight and committed calls, read on the driver.
 
@@ -772,10 +778,9 @@ class Scheduler:
         the oldest wakes once, to find the rest published too. With either
         hook, each action's hand-over, publish and callbacks go in the lane's
         order, as the hooks expect."""
-        step = self._lane.step
-        action = step()
+        now = self._lane.steps()
         finished = self._finished
-        if action is None and not finished:
+        if not now and not finished:
             return
         records: list[Any] = []  # the pass's audit records, in the lane's order
         started: list[tuple[Call, ToolCallEvent]] = []
@@ -787,8 +792,7 @@ class Scheduler:
         t0 = self._t0
         perf_counter = time.perf_counter
         record: Any
-        while action is not None:
-            kind, call = action
+        for kind, call in now:
             if kind is START:
                 record = self._started(call, perf_counter() - t0)
                 started.append((call, record))
@@ -799,7 +803,6 @@ class Scheduler:
             records.append(record)
             if actions is not None:
                 actions.append((kind, call, record))
-            action = step()
         self._write_pass(records, started, committed)
         if actions is not None:
             self._act_in_order(actions)

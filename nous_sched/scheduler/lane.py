@@ -8,7 +8,7 @@ scheduler's driver thread) tells it what happened and asks it what to do next:
 * :meth:`Lane.finished` once a started call's tool has returned.
 * :meth:`Lane.step` for the next action, until it returns ``None``: either
   ``(START, item)`` (run this call now) or ``(COMMIT, item)`` (deliver this
-  call's outcome now).
+  call's outcome now); or :meth:`Lane.steps` for all of them at once.
 * :meth:`Lane.abandon` when the run is over: what to release, and what had
   finished and is still owed its real outcome.
 
@@ -143,6 +143,40 @@ class Lane(Generic[T]):
         pending.popleft()
         inflight[seq] = item
         return START, item
+
+    def steps(self) -> list[tuple[str, T]]:
+        """Every action :meth:`step` gives now, in its order, until it would
+        return ``None`` (the same actions and the same lane after: one call
+        for a whole pass, where a pass of a thousand calls asked a thousand times)."""
+        actions: list[tuple[str, T]] = []
+        settled = self._settled
+        pending = self._pending
+        inflight = self._inflight
+        cursor = self._cursor
+        exclusive = self._exclusive
+        limit = self.max_parallel
+        while True:
+            if cursor in settled:  # a commit before a start, as in step
+                if exclusive == cursor:
+                    exclusive = None
+                actions.append((COMMIT, settled.pop(cursor)))
+                cursor += 1
+                continue
+            if not pending or exclusive is not None:
+                break
+            seq, mode, item = pending[0]
+            if mode == EXCLUSIVE:
+                if inflight or cursor != seq:
+                    break
+                exclusive = seq
+            elif len(inflight) >= limit:
+                break
+            pending.popleft()
+            inflight[seq] = item
+            actions.append((START, item))
+        self._cursor = cursor
+        self._exclusive = exclusive
+        return actions
 
     def abandon(self) -> Abandoned[T]:
         """End the lane: hand back every call not yet committed (see :class:`Abandoned`).
