@@ -77,6 +77,7 @@ settles, a batch's answers in one write):
 
 from __future__ import annotations
 
+import errno
 import os
 import struct
 import sys
@@ -119,6 +120,20 @@ BACKGROUND = b"background"
 #: sleeps until the next: see :func:`_fork_server`).
 REAP_EVERY = 0.5
 REAP_LOOKS = 4
+#: The most pages a fork server's children write ahead (see :func:`_rehearse`).
+WRITE_AHEAD_PAGES = 1024
+#: ``madvise``'s ``MADV_POPULATE_WRITE`` (Linux 5.14): write-fault a range in one call.
+_POPULATE_WRITE = 23
+#: The rehearsal's run (see :func:`_rehearse`): one awaited call whose
+#: arguments hold an object, as most first steps do.
+REHEARSAL = "const r = await tools.noop({}); return r;"
+#: Seconds a fork server gives its rehearsal (it takes about 5 ms) before going on without it.
+REHEARSAL_TIMEOUT = 2.0
+#: The largest mapping a rehearsal looks at (its pagemap is read twice).
+_REHEARSAL_REGION = 64 << 20
+#: The rehearsal run's limits (the defaults of ``nous_sched.Limits``, in
+#: :data:`LIMIT_FIELDS` order; only which pages a step writes depends on them).
+_REHEARSAL_LIMITS = (30.0, 256 << 20, 1 << 20, 1000000, 1000000, 1000000, 10000, 1000, 4000000, None)
 #: The test-only payload's file (see :func:`_test_payload`).
 PAYLOAD_ENV = "NOUS_SCHED_TEST_PAYLOAD"
 
@@ -193,6 +208,8 @@ class _Reader:
 
 #: prctl taking a name, made once by a fork server (see :func:`_name_setter`).
 _NAMER: Any = None
+#: ``madvise``, declared (made by a fork server, inherited ready by its children).
+_MADVISE: Any = None
 
 
 def _name_setter() -> Any:
@@ -811,6 +828,9 @@ def _become_worker(
             # every page of it; it has room enough for a run without one.)
             if first is None:
                 first = _prepare(engine)
+            elif boot is not None:
+                # A spare, booting off any run's path: the copies its run's first step would make.
+                _write_ahead(options.get("write_ahead", ()))
             if boot is not None:
                 _set_policy(_SCHED_OTHER)
             hello = {"pid": os.getpid(), "os_bounds": bounds, "prepared": first is not None}
@@ -895,6 +915,10 @@ def _fork_server(sock_fd: int, modules: tuple[Any, Any, Any], options: dict[str,
     # Exited children wait as zombies until the next message reaps them (an
     # inherited SIG_IGN would reap them unseen, their statuses lost).
     _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)
+    # (After the freeze: the rehearsal sees the state every child starts from.)
+    if prepared is not None:
+        write_ahead = _rehearse(modules, prepared, offset)
+        by_spare = {flag: {**each, "write_ahead": write_ahead} for flag, each in by_spare.items()}
     sock.send(b"R")
     live = 0  # children forked and not reaped yet
     looks = 0  # looks left before sleeping until the next message
@@ -974,7 +998,204 @@ def _prepare_server(modules: tuple[Any, Any, Any]) -> tuple[Any, Any, Any]:
         except (OSError, AttributeError):
             pass
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    global _MADVISE
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            madvise = ctypes.CDLL(None, use_errno=True).madvise
+            madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+            madvise.restype = ctypes.c_int
+            _MADVISE = madvise
+        except (OSError, AttributeError):
+            pass
     return offset, seed_at, prepared
+
+
+def _rehearse(modules: tuple[Any, Any, Any], prepared: Any, offset: Any) -> tuple[tuple[int, int], ...]:
+    """The pages of this fork server's memory that a run's first step writes,
+    as ``(start, length)`` ranges, learned once, for each child to write
+    ahead while it boots (:func:`_write_ahead`); ``()`` where they cannot
+    be learned.
+
+    Each child shares this process's pages until it writes one, which then
+    costs a fault and a copy: in a fresh worker, about 110-130 pages in the
+    first step of its run (the context's objects, the allocator's lists,
+    the interpreter's state), 0.4-0.5 ms of the run's wall time. Which
+    pages those are depends on this process's layout, the same in every
+    child, far more than on the program. So a throwaway child of this
+    process runs :data:`REHEARSAL` in its copy of the prepared context, as a
+    worker's serving loop would (a run frame and a settle frame), and
+    reports the pages it then held a copy of that it did not before
+    (``/proc/self/pagemap``: present and exclusively mapped); then it exits.
+    It is never a worker: no run sees it, and no program runs in this
+    process or in its context. The answer is checked (page-aligned, inside
+    this process's writable private mappings, at most
+    :data:`WRITE_AHEAD_PAGES`)."""
+    import array
+
+    if not sys.platform.startswith("linux") or _MADVISE is None:
+        return ()
+    try:
+        regions = _writable_regions()
+        r, w = os.pipe()
+    except OSError:
+        return ()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(r)
+            _rehearsal(modules, prepared, offset, regions, w)
+        finally:
+            os._exit(0)
+    os.close(w)
+    data = []
+    try:
+        while True:
+            part = os.read(r, 1 << 16)
+            if not part:
+                break
+            data.append(part)
+    except OSError:
+        data = []
+    finally:
+        os.close(r)
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:
+            pass
+    found = b"".join(data)
+    pages = array.array("Q")
+    pages.frombytes(found[: len(found) - len(found) % pages.itemsize])
+    return _ranges(pages, regions)
+
+
+def _rehearsal(
+    modules: tuple[Any, Any, Any], prepared: Any, offset: Any, regions: list[tuple[int, int]], out: int
+) -> None:
+    """In :func:`_rehearse`'s child: what a worker's boot does to this
+    process's memory (its watchdog, its hello, a second thread with the JS
+    stack), then, on that thread, the pages a run frame and a settle frame
+    write, written to ``out``; then exit."""
+    import _thread
+    import array
+    import json
+
+    engine = modules[1]
+    watchdog = _Watchdog(-1, offset)
+    hello = _json()[1]({"pid": os.getpid(), "os_bounds": {}, "prepared": True}).encode()
+    frame(HELLO, hello)
+    names, lazy = engine.names_utf8(("noop",))
+    spec = {
+        "program": REHEARSAL,
+        "names_lazy": lazy,
+        "limits": list(_REHEARSAL_LIMITS),
+        "remaining": 30.0,
+        "memory_cap": 0,
+        "cpu_limit": None,
+    }
+    body = json.dumps(spec).encode() + b"\n" + names
+    page = os.sysconf("SC_PAGE_SIZE")
+    size = sum(end - start for start, end in regions) // page * 8
+    # (Both snapshots' buffers made first: what they allocate is not the step's.)
+    before, after = bytearray(size), bytearray(size)
+    fd = os.open("/proc/self/pagemap", os.O_RDONLY)
+    done = _thread.allocate_lock()
+    done.acquire()
+
+    def step() -> None:
+        try:
+            server = _Server(engine, modules[2], watchdog, -1, None, prepared)
+            _pagemap(fd, regions, before, page)
+            server.run(body)
+            server.settle(b"1 1 1 1")
+            _pagemap(fd, regions, after, page)
+            written = array.array("Q")
+            was, now = bytes(before[7::8]).translate(_BOTH_BITS), bytes(after[7::8]).translate(_BOTH_BITS)
+            at, index = now.find(1), 0
+            bases = []
+            for start, end in regions:
+                bases.append((index, start))
+                index += (end - start) // page
+            while at >= 0:
+                if not was[at]:
+                    index, start = max(b for b in bases if b[0] <= at)
+                    written.append(start + (at - index) * page)
+                at = now.find(1, at + 1)
+            write_all(out, written.tobytes())
+        finally:
+            done.release()
+
+    _thread.stack_size(JS_STACK)
+    _thread.start_new_thread(step, ())
+    # (Bounded: the server's boot waits for this child's end.)
+    done.acquire(timeout=REHEARSAL_TIMEOUT)
+
+
+def _pagemap(fd: int, regions: list[tuple[int, int]], into: bytearray, page: int) -> None:
+    """``regions``' pagemap entries, read into ``into`` (allocating nothing)."""
+    view = memoryview(into)
+    at = 0
+    for start, end in regions:
+        n = (end - start) // page * 8
+        os.preadv(fd, [view[at : at + n]], start // page * 8)
+        at += n
+
+
+def _ranges(pages: Any, regions: list[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    """``pages`` (ascending addresses) as ``(start, length)`` ranges, each
+    within one of ``regions``; a gap of one page is written too (a page's
+    copy costs less than a call); ``()`` if any is not a page of
+    ``regions`` or there are more than :data:`WRITE_AHEAD_PAGES`."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    if len(pages) > WRITE_AHEAD_PAGES:
+        return ()
+    out: list[list[int]] = []
+    last = -1  # the region of the last range
+    for at in pages:
+        region = next((i for i, (lo, hi) in enumerate(regions) if lo <= at < hi), -1)
+        if at % page or region < 0:
+            return ()
+        if out and region == last and out[-1][0] + out[-1][1] <= at <= out[-1][0] + out[-1][1] + page:
+            out[-1][1] = at + page - out[-1][0]
+        else:
+            out.append([at, page])
+        last = region
+    return tuple((at, n) for at, n in out)
+
+
+def _writable_regions() -> list[tuple[int, int]]:
+    """This process's writable private mappings, ``(start, end)``, but any
+    larger than :data:`_REHEARSAL_REGION`."""
+    regions = []
+    with open("/proc/self/maps", "rb") as fh:
+        for line in fh:
+            parts = line.split()
+            if parts[1][:2] == b"rw" and parts[1][3:4] == b"p":
+                start, end = (int(at, 16) for at in parts[0].split(b"-"))
+                if end - start <= _REHEARSAL_REGION:
+                    regions.append((start, end))
+    return regions
+
+
+#: A pagemap entry's top byte to 1 if it has bits 63 (present) and 56 (exclusive), else 0.
+_BOTH_BITS = bytes(int(b & 0x81 == 0x81) for b in range(256))
+
+
+def _write_ahead(ranges: Any) -> None:
+    """Write-fault ``ranges`` (:func:`_rehearse`) in this child of a fork
+    server, while it boots: the copies its run's first step would otherwise
+    make on that step's path. Nothing is read or changed: each page gets
+    this process's own copy of the same bytes. Best effort (before Linux
+    5.14 the kernel refuses, and the run takes those faults as before)."""
+    if _MADVISE is None:
+        return
+    import ctypes
+
+    for start, length in ranges:
+        # (A range this process has unmapped since: the next. An old kernel: none.)
+        if _MADVISE(start, length, _POPULATE_WRITE) != 0 and ctypes.get_errno() == errno.EINVAL:
+            return
 
 
 def _reap(sock: Any) -> int:
