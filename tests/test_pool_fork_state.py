@@ -236,8 +236,10 @@ def test_a_spare_has_made_the_copies_its_runs_first_step_would_make():
     # The fork server's rehearsal found the pages a run's first step writes;
     # each spare wrote them while it booted. Without that, the step in a
     # fresh worker faulted 130 times (each a copy of the server's page);
-    # with it, about 50 (the pages no rehearsal predicts).
+    # with it, about 50 (the pages no rehearsal predicts). (The server's
+    # first child is forked before the rehearsal: a run takes it first.)
     with WorkerPool(size=2, spares=1) as pool:
+        assert run_code("return 1", runtime=pool, description="test").result == 1
         for _ in range(3):
             assert pool.wait_for_spares(30.0)
             (pid,) = pool.pids()

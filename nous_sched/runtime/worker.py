@@ -868,8 +868,10 @@ def _fork_server(sock_fd: int, modules: tuple[Any, Any, Any], options: dict[str,
     What every child's bounds would build alike it builds once
     (:func:`oslimits.prepare`: the seccomp filter, the bounding set). A
     request flagged :data:`BACKGROUND` (a spare) is forked as
-    ``SCHED_BATCH``, so the child is born with it (see :func:`_boot_policy`).
-    Requests: a datagram with the worker's name and three descriptors (its
+    ``SCHED_BATCH``, so the child is born with it (see :func:`_boot_policy`);
+    once the server has learned which pages a run's first step writes
+    (:func:`_rehearse`, after its first fork), such a child writes them
+    while it boots. Requests: a datagram with the worker's name and three descriptors (its
     standard input, output, lifeline); the answer ``P <pid>`` carries a
     pidfd of the child, so the host signals exactly that process. Each
     child's exit is reported as ``W <pid> <status>`` (dropped if the host is
@@ -915,10 +917,9 @@ def _fork_server(sock_fd: int, modules: tuple[Any, Any, Any], options: dict[str,
     # Exited children wait as zombies until the next message reaps them (an
     # inherited SIG_IGN would reap them unseen, their statuses lost).
     _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)
-    # (After the freeze: the rehearsal sees the state every child starts from.)
-    if prepared is not None:
-        write_ahead = _rehearse(modules, prepared, offset)
-        by_spare = {flag: {**each, "write_ahead": write_ahead} for flag, each in by_spare.items()}
+    # The pages a run's first step writes, learned once (about 5 ms) after
+    # the first child is forked, so that child's boot does not wait for it.
+    rehearse = prepared is not None
     sock.send(b"R")
     live = 0  # children forked and not reaped yet
     looks = 0  # looks left before sleeping until the next message
@@ -957,6 +958,10 @@ def _fork_server(sock_fd: int, modules: tuple[Any, Any, Any], options: dict[str,
             socket.send_fds(sock, [b"P %d %s" % (pid, msg)], [pidfd])
         finally:
             os.close(pidfd)
+        if rehearse:
+            rehearse = False
+            write_ahead = _rehearse(modules, prepared, offset)
+            by_spare = {flag: {**each, "write_ahead": write_ahead} for flag, each in by_spare.items()}
 
 
 def _autogroup() -> bool:
