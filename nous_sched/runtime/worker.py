@@ -960,7 +960,7 @@ def _fork_server(sock_fd: int, modules: tuple[Any, Any, Any], options: dict[str,
             os.close(pidfd)
         if rehearse:
             rehearse = False
-            write_ahead = _rehearse(modules, prepared, offset)
+            write_ahead = _rehearse(modules, prepared, offset, sock_fd)
             by_spare = {flag: {**each, "write_ahead": write_ahead} for flag, each in by_spare.items()}
 
 
@@ -1017,16 +1017,18 @@ def _prepare_server(modules: tuple[Any, Any, Any]) -> tuple[Any, Any, Any]:
     return offset, seed_at, prepared
 
 
-def _rehearse(modules: tuple[Any, Any, Any], prepared: Any, offset: Any) -> tuple[tuple[int, int], ...]:
+def _rehearse(
+    modules: tuple[Any, Any, Any], prepared: Any, offset: Any, close: int = -1
+) -> tuple[tuple[int, int], ...]:
     """The pages of this fork server's memory that a run's first step writes,
     as ``(start, length)`` ranges, learned once, for each child to write
     ahead while it boots (:func:`_write_ahead`); ``()`` where they cannot
     be learned.
 
     Each child shares this process's pages until it writes one, which then
-    costs a fault and a copy: in a fresh worker, about 110-130 pages in the
+    costs a fault and a copy: in a fresh worker, about 130 faults in the
     first step of its run (the context's objects, the allocator's lists,
-    the interpreter's state), 0.4-0.5 ms of the run's wall time. Which
+    the interpreter's state), about 0.25 ms of that step's wall time. Which
     pages those are depends on this process's layout, the same in every
     child, far more than on the program. So a throwaway child of this
     process runs :data:`REHEARSAL` in its copy of the prepared context, as a
@@ -1036,7 +1038,7 @@ def _rehearse(modules: tuple[Any, Any, Any], prepared: Any, offset: Any) -> tupl
     It is never a worker: no run sees it, and no program runs in this
     process or in its context. The answer is checked (page-aligned, inside
     this process's writable private mappings, at most
-    :data:`WRITE_AHEAD_PAGES`)."""
+    :data:`WRITE_AHEAD_PAGES`). ``close``: a descriptor the child closes first."""
     import array
 
     if not sys.platform.startswith("linux") or _MADVISE is None:
@@ -1050,6 +1052,8 @@ def _rehearse(modules: tuple[Any, Any, Any], prepared: Any, offset: Any) -> tupl
     if pid == 0:
         try:
             os.close(r)
+            if close >= 0:
+                os.close(close)  # (the host's socket: this child never answers it)
             _rehearsal(modules, prepared, offset, regions, w)
         finally:
             os._exit(0)
