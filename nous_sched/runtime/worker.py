@@ -1048,7 +1048,12 @@ def _rehearse(
         r, w = os.pipe()
     except OSError:
         return ()
-    pid = os.fork()
+    try:
+        pid = os.fork()
+    except OSError:  # (out of processes or memory: the children fault as before)
+        os.close(r)
+        os.close(w)
+        return ()
     if pid == 0:
         try:
             os.close(r)
