@@ -255,20 +255,22 @@ def test_a_spare_has_made_the_copies_its_runs_first_step_would_make():
             assert seen[0] - before < 90, f"the first step faulted {seen[0] - before} times"
 
 
-def test_write_ahead_ranges_are_whole_pages_of_the_servers_writable_mappings_or_none():
+def test_write_ahead_ranges_are_whole_pages_of_the_servers_private_mappings_or_none():
     page = os.sysconf("SC_PAGE_SIZE")
-    regions = [(16 * page, 32 * page), (32 * page, 40 * page), (100 * page, 101 * page)]
+    write, read = worker._POPULATE_WRITE, worker._POPULATE_READ
+    regions = [(16 * page, 32 * page, write), (32 * page, 40 * page, read), (100 * page, 101 * page, write)]
     at = [17 * page, 18 * page, 20 * page, 23 * page, 31 * page, 32 * page, 100 * page]
-    # A one-page gap is bridged; never across two mappings, though they touch.
+    # A one-page gap is bridged; never across two mappings, though they touch;
+    # each range with its mapping's advice.
     assert worker._ranges(at, regions) == (
-        (17 * page, 4 * page),
-        (23 * page, page),
-        (31 * page, page),
-        (32 * page, page),
-        (100 * page, page),
+        (17 * page, 4 * page, write),
+        (23 * page, page, write),
+        (31 * page, page, write),
+        (32 * page, page, read),
+        (100 * page, page, write),
     )
     assert worker._ranges([], regions) == ()
     assert worker._ranges([17 * page + 8], regions) == (), "not a page"
     assert worker._ranges([17 * page, 50 * page], regions) == (), "not the server's"
     many = [16 * page + i * 2 * page for i in range(worker.WRITE_AHEAD_PAGES + 1)]
-    assert worker._ranges(many, [(16 * page, 16 * page + len(many) * 2 * page)]) == (), "too many"
+    assert worker._ranges(many, [(16 * page, 16 * page + len(many) * 2 * page, write)]) == (), "too many"

@@ -122,7 +122,9 @@ REAP_EVERY = 0.5
 REAP_LOOKS = 4
 #: The most pages a fork server's children write ahead (see :func:`_rehearse`).
 WRITE_AHEAD_PAGES = 1024
-#: ``madvise``'s ``MADV_POPULATE_WRITE`` (Linux 5.14): write-fault a range in one call.
+#: ``madvise``'s ``MADV_POPULATE_READ`` and ``MADV_POPULATE_WRITE`` (Linux
+#: 5.14): read- or write-fault a range in one call.
+_POPULATE_READ = 22
 _POPULATE_WRITE = 23
 #: The rehearsal's run (see :func:`_rehearse`): one awaited call whose
 #: arguments hold an object, as most first steps do.
@@ -1019,9 +1021,9 @@ def _prepare_server(modules: tuple[Any, Any, Any]) -> tuple[Any, Any, Any]:
 
 def _rehearse(
     modules: tuple[Any, Any, Any], prepared: Any, offset: Any, close: int = -1
-) -> tuple[tuple[int, int], ...]:
-    """The pages of this fork server's memory that a run's first step writes,
-    as ``(start, length)`` ranges, learned once, for each child to write
+) -> tuple[tuple[int, int, int], ...]:
+    """The pages of this fork server's memory that a run's first step writes
+    or maps, as ``(start, length, advice)`` ranges, learned once, for each child to write
     ahead while it boots (:func:`_write_ahead`); ``()`` where they cannot
     be learned.
 
@@ -1033,18 +1035,19 @@ def _rehearse(
     child, far more than on the program. So a throwaway child of this
     process runs :data:`REHEARSAL` in its copy of the prepared context, as a
     worker's serving loop would (a run frame and a settle frame), and
-    reports the pages it then held a copy of that it did not before
-    (``/proc/self/pagemap``: present and exclusively mapped); then it exits.
+    reports the pages it then held a copy of, and the file pages (code) it
+    then had mapped, that it did not before (``/proc/self/pagemap``); then
+    it exits.
     It is never a worker: no run sees it, and no program runs in this
     process or in its context. The answer is checked (page-aligned, inside
-    this process's writable private mappings, at most
+    this process's private mappings, at most
     :data:`WRITE_AHEAD_PAGES`). ``close``: a descriptor the child closes first."""
     import array
 
     if not sys.platform.startswith("linux") or _MADVISE is None:
         return ()
     try:
-        regions = _writable_regions()
+        regions = _private_regions()
         r, w = os.pipe()
     except OSError:
         return ()
@@ -1085,7 +1088,7 @@ def _rehearse(
 
 
 def _rehearsal(
-    modules: tuple[Any, Any, Any], prepared: Any, offset: Any, regions: list[tuple[int, int]], out: int
+    modules: tuple[Any, Any, Any], prepared: Any, offset: Any, regions: list[tuple[int, int, int]], out: int
 ) -> None:
     """In :func:`_rehearse`'s child: what a worker's boot does to this
     process's memory (its watchdog, its hello, a second thread with the JS
@@ -1110,7 +1113,7 @@ def _rehearsal(
     }
     body = json.dumps(spec).encode() + b"\n" + names
     page = os.sysconf("SC_PAGE_SIZE")
-    size = sum(end - start for start, end in regions) // page * 8
+    size = sum(end - start for start, end, _ in regions) // page * 8
     # (Both snapshots' buffers made first: what they allocate is not the step's.)
     before, after = bytearray(size), bytearray(size)
     fd = os.open("/proc/self/pagemap", os.O_RDONLY)
@@ -1125,17 +1128,18 @@ def _rehearsal(
             server.settle(b"1 1 1 1")
             _pagemap(fd, regions, after, page)
             written = array.array("Q")
-            was, now = bytes(before[7::8]).translate(_BOTH_BITS), bytes(after[7::8]).translate(_BOTH_BITS)
-            at, index = now.find(1), 0
-            bases = []
-            for start, end in regions:
-                bases.append((index, start))
-                index += (end - start) // page
-            while at >= 0:
-                if not was[at]:
-                    index, start = max(b for b in bases if b[0] <= at)
-                    written.append(start + (at - index) * page)
-                at = now.find(1, at + 1)
+            at = 0
+            for start, end, advice in regions:
+                # Each entry's top byte (little-endian: every 8th from the 7th), 1 where it counts.
+                n, table = (end - start) // page, _COPIED if advice == _POPULATE_WRITE else _PRESENT
+                was = bytes(before[at * 8 + 7 : (at + n) * 8 : 8]).translate(table)
+                now = bytes(after[at * 8 + 7 : (at + n) * 8 : 8]).translate(table)
+                i = now.find(1)
+                while i >= 0:
+                    if not was[i]:
+                        written.append(start + i * page)
+                    i = now.find(1, i + 1)
+                at += n
             write_all(out, written.tobytes())
         finally:
             done.release()
@@ -1146,69 +1150,84 @@ def _rehearsal(
     done.acquire(timeout=REHEARSAL_TIMEOUT)
 
 
-def _pagemap(fd: int, regions: list[tuple[int, int]], into: bytearray, page: int) -> None:
+def _pagemap(fd: int, regions: list[tuple[int, int, int]], into: bytearray, page: int) -> None:
     """``regions``' pagemap entries, read into ``into`` (allocating nothing)."""
     view = memoryview(into)
     at = 0
-    for start, end in regions:
+    for start, end, _ in regions:
         n = (end - start) // page * 8
         os.preadv(fd, [view[at : at + n]], start // page * 8)
         at += n
 
 
-def _ranges(pages: Any, regions: list[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
-    """``pages`` (ascending addresses) as ``(start, length)`` ranges, each
-    within one of ``regions``; a gap of one page is written too (a page's
-    copy costs less than a call); ``()`` if any is not a page of
-    ``regions`` or there are more than :data:`WRITE_AHEAD_PAGES`."""
+def _ranges(pages: Any, regions: list[tuple[int, int, int]]) -> tuple[tuple[int, int, int], ...]:
+    """``pages`` (ascending addresses) as ``(start, length, advice)`` ranges,
+    each within one of ``regions`` and with its advice; a gap of one page
+    is filled too (a page costs less than a call); ``()`` if any is not a
+    page of ``regions`` or there are more than :data:`WRITE_AHEAD_PAGES`."""
     page = os.sysconf("SC_PAGE_SIZE")
     if len(pages) > WRITE_AHEAD_PAGES:
         return ()
     out: list[list[int]] = []
     last = -1  # the region of the last range
     for at in pages:
-        region = next((i for i, (lo, hi) in enumerate(regions) if lo <= at < hi), -1)
+        region = next((i for i, (lo, hi, _) in enumerate(regions) if lo <= at < hi), -1)
         if at % page or region < 0:
             return ()
         if out and region == last and out[-1][0] + out[-1][1] <= at <= out[-1][0] + out[-1][1] + page:
             out[-1][1] = at + page - out[-1][0]
         else:
-            out.append([at, page])
+            out.append([at, page, regions[region][2]])
         last = region
-    return tuple((at, n) for at, n in out)
+    return tuple((at, n, advice) for at, n, advice in out)
 
 
-def _writable_regions() -> list[tuple[int, int]]:
-    """This process's writable private mappings, ``(start, end)``, but any
-    larger than :data:`_REHEARSAL_REGION`."""
+def _private_regions() -> list[tuple[int, int, int]]:
+    """This process's private mappings that a child may fault ahead,
+    ``(start, end, advice)``: the writable ones (their pages are copied on
+    write: :data:`_POPULATE_WRITE`) and the read-only ones of a file, the
+    code among them (a fork copies none of their page tables, so each
+    child faults them in again: :data:`_POPULATE_READ`); none larger than
+    :data:`_REHEARSAL_REGION`."""
     regions = []
     with open("/proc/self/maps", "rb") as fh:
         for line in fh:
             parts = line.split()
-            if parts[1][:2] == b"rw" and parts[1][3:4] == b"p":
-                start, end = (int(at, 16) for at in parts[0].split(b"-"))
-                if end - start <= _REHEARSAL_REGION:
-                    regions.append((start, end))
+            perms = parts[1]
+            if perms[3:4] != b"p" or perms[:1] != b"r":
+                continue
+            if perms[1:2] == b"w":
+                advice = _POPULATE_WRITE
+            elif len(parts) > 5 and parts[5].startswith(b"/"):
+                advice = _POPULATE_READ
+            else:
+                continue
+            start, end = (int(at, 16) for at in parts[0].split(b"-"))
+            if end - start <= _REHEARSAL_REGION:
+                regions.append((start, end, advice))
     return regions
 
 
-#: A pagemap entry's top byte to 1 if it has bits 63 (present) and 56 (exclusive), else 0.
-_BOTH_BITS = bytes(int(b & 0x81 == 0x81) for b in range(256))
+#: A pagemap entry's top byte to 1 if it has bits 63 (present) and 56 (mapped by this process alone), else 0.
+_COPIED = bytes(int(b & 0x81 == 0x81) for b in range(256))
+#: A pagemap entry's top byte to 1 if it has bit 63 (present), else 0.
+_PRESENT = bytes(int(b & 0x80 == 0x80) for b in range(256))
 
 
 def _write_ahead(ranges: Any) -> None:
-    """Write-fault ``ranges`` (:func:`_rehearse`) in this child of a fork
-    server, while it boots: the copies its run's first step would otherwise
-    make on that step's path. Nothing is read or changed: each page gets
-    this process's own copy of the same bytes. Best effort (before Linux
-    5.14 the kernel refuses, and the run takes those faults as before)."""
+    """Fault ``ranges`` (:func:`_rehearse`) in this child of a fork server,
+    while it boots: the copies its run's first step would otherwise make,
+    and the code it would map, on that step's path. Nothing is changed:
+    a written page gets this process's own copy of the same bytes. Best
+    effort (before Linux 5.14 the kernel refuses, and the run takes those
+    faults as before)."""
     if _MADVISE is None:
         return
     import ctypes
 
-    for start, length in ranges:
+    for start, length, advice in ranges:
         # (A range this process has unmapped since: the next. An old kernel: none.)
-        if _MADVISE(start, length, _POPULATE_WRITE) != 0 and ctypes.get_errno() == errno.EINVAL:
+        if _MADVISE(start, length, advice) != 0 and ctypes.get_errno() == errno.EINVAL:
             return
 
 
