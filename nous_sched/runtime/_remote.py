@@ -94,6 +94,8 @@ class Places(Protocol):
 
     def _give_share(self, ticket: Optional[int]) -> None: ...
 
+    def _resume(self, ticket: Optional[int]) -> None: ...
+
     def _calm(self, ticket: Optional[int]) -> None: ...
 
 
@@ -890,7 +892,9 @@ class Remote:
 
     def _stop_softly(self, until: float, sig: int, cancel: Optional[Cancel]) -> tuple[bytes, bytes]:
         """Signal the worker every :data:`RESIGNAL` seconds until it answers;
-        :class:`Expired` at ``until`` or if it dies meanwhile."""
+        :class:`Expired` at ``until`` or if it dies meanwhile. A worker
+        parked (its share another run's for a slice) goes on first."""
+        self.pool._resume(self.ticket)  # noqa: SLF001
         w = self.worker
         while True:
             w.signal(sig)

@@ -133,6 +133,13 @@ SPARE_CALM = 0.001
 #: start workers at all is not tried for ever).
 SPARES_RETRY = 0.25
 SPARES_RETRIES = 4
+#: Seconds a step computes in its worker while runs wait for a CPU share
+#: before it is parked (its worker stopped) and queued again behind them
+#: (see ``PoolCore.park_due``). Long enough that a step of an honest
+#: program (milliseconds) is never parked and the stops cost nothing
+#: measurable (two signals a slice); short enough that a run queued behind
+#: programs that spin gets a share within a slice per share in use.
+SHARE_SLICE = 0.05
 #: The most workers one fork server forks before it is replaced (its
 #: children share its address layout: see ``procio.ForkServer``). The cost,
 #: measured in ``benchmarks/bench_wall.py``: a new server every this many
@@ -184,7 +191,12 @@ class WorkerPool(CodeRuntime):
     then it takes a spare ready by then, or starts its worker process under
     the share. So a run that times out waiting for a share has cost no
     start-up, and the spares go to the runs whose turn has come
-    (:meth:`shares` says how many compute and wait).
+    (:meth:`shares` says how many compute and wait). **Shares are
+    time-sliced**: a step that has computed for ``SHARE_SLICE`` (50 ms) while
+    runs wait for a share is parked (its worker stopped) and queued again
+    behind them, so programs that spin hold the shares a slice at a time;
+    a parked run at its deadline, or cancelled, goes on at once to stop
+    with its logs.
 
     **A fresh process per run.** A run gets a worker that has never run
     anything, which is discarded after it. To let runs of one trust domain
@@ -288,8 +300,8 @@ class WorkerPool(CodeRuntime):
         _POOLS.add(self)
 
     def _reset(self) -> None:
-        # _lock guards _core, _workers, _server, _empty_dir, _spare_thread and
-        # _share_waits; _cond (on _lock) is notified whenever the core's places
+        # _lock guards _core, _workers, _server, _empty_dir, _spare_thread,
+        # _slicer and _share_waits; _cond (on _lock) is notified whenever the core's places
         # change; each run waiting for a CPU share waits on a condition of its
         # own (on _lock, in _share_waits), notified when it heads the queue
         # and a share is free.
@@ -307,6 +319,9 @@ class WorkerPool(CodeRuntime):
         self._server_lock = threading.Lock()  # held while the fork server starts
         self._successor: Optional[threading.Thread] = None  # starting the next fork server (_server_lock)
         self._spare_thread: Optional[threading.Thread] = None
+        # Parks the step whose slice is over while runs wait for a share (see
+        # _slice_shares): alive while the share queue is not empty.
+        self._slicer: Optional[threading.Thread] = None
         # Runs whose held replacement is wanted from an instant on (see _calm): ticket -> monotonic time.
         self._calm_at: dict[int, float] = {}
         self._dying: list[tuple[int, Worker]] = []  # killed fork server children, not yet gone
@@ -548,8 +563,9 @@ class WorkerPool(CodeRuntime):
 
     def shares(self) -> tuple[int, int]:
         """``(computing, waiting)``: the runs holding a CPU share now and the
-        runs waiting for one (for monitoring and tests). A run waiting for
-        its first share has no worker process of its own yet."""
+        runs waiting for one, parked runs included (for monitoring and
+        tests). A run waiting for its first share has no worker process of
+        its own yet."""
         with self._lock:
             return len(self._core.computing), len(self._core.share_queue)
 
@@ -634,7 +650,7 @@ class WorkerPool(CodeRuntime):
         compute under; its reserved place (no process yet) is given back if
         none came (:class:`Stopped`) or the wait was cut."""
         try:
-            self._share(ticket, limits, deadline, cancel)
+            self._take_share(ticket, limits, deadline, cancel, False)
         except BaseException:
             self._drop(ticket)
             raise
@@ -714,17 +730,30 @@ class WorkerPool(CodeRuntime):
 
     def _share(self, ticket: int, limits: Limits, deadline: float, cancel: Optional[Cancel]) -> None:
         """Wait, first come first served, until run ``ticket`` holds a CPU share
-        (at once if it holds one): the step it is about to start computes.
+        (at once if it holds one) for the step it is about to start in its
+        worker, whose slice starts then (see ``SHARE_SLICE``).
         :class:`Stopped` at the deadline or on cancel. Deferred but while it
         waits; the queue is left whatever ends the wait."""
+        self._take_share(ticket, limits, deadline, cancel, True)
+
+    def _take_share(self, ticket: int, limits: Limits, deadline: float, cancel: Optional[Cancel], step: bool) -> None:
+        """:meth:`_share`; for a start-up (not ``step``) no slice starts: its
+        worker is not there to be parked yet."""
         LOCAL.depth += 1
         try:
             with self._lock:
                 core = self._core
                 if core.take_share(ticket, True):
+                    if step:
+                        core.slice_from(ticket, time.monotonic())
                     return
                 waiting = threading.Condition(self._lock)
                 self._share_waits[ticket] = waiting
+                if self._slicer is None and not core.closed:
+                    self._slicer = threading.Thread(
+                        target=self._slice_shares, name=f"nous-sched-slices-{id(self):x}", daemon=True
+                    )
+                    self._slicer.start()
                 try:
                     while not core.take_share(ticket, True):
                         LOCAL.depth -= 1
@@ -737,6 +766,8 @@ class WorkerPool(CodeRuntime):
                         # together): a start-up or a step now would only be stopped.
                         core.give_share(ticket)
                         raise Stopped("timeout", timeout_message(limits.timeout, "waiting for a free CPU share"))
+                    if step:
+                        core.slice_from(ticket, time.monotonic())
                 except BaseException:
                     core.leave_shares(ticket)
                     raise
@@ -760,26 +791,78 @@ class WorkerPool(CodeRuntime):
     def _try_share(self, ticket: int) -> bool:
         """Whether run ``ticket`` holds a CPU share now, without waiting (the
         relay's kick, on the scheduler's driver thread: when false, the run's
-        own thread waits for one)."""
+        own thread waits for one); its step's slice starts then."""
         with self._lock:
-            return self._core.take_share(ticket, False)
+            core = self._core
+            if not core.take_share(ticket, False):
+                return False
+            core.slice_from(ticket, time.monotonic())
+            return True
 
     def _give_share(self, ticket: Optional[int]) -> None:
-        """Run ``ticket``'s step is over: its share (if it holds one) is free.
-        Idempotent; one deferred step."""
+        """Run ``ticket``'s step is over: its share (if it holds one) is free,
+        and its worker goes on if it was parked. Idempotent; one deferred step."""
         if ticket is None:
             return
         with deferred(), self._lock:
-            self._core.give_share(ticket)
+            if self._core.give_share(ticket):
+                self._park(ticket, False)
             self._wake_share_head()
 
+    def _resume(self, ticket: Optional[int]) -> None:
+        """Run ``ticket``'s worker is to stop softly (its deadline, a cancel):
+        if it is parked, it goes on now, outside the shares, so that it can.
+        One deferred step."""
+        if ticket is None:
+            return
+        with deferred(), self._lock:
+            if self._core.unpark(ticket):
+                self._park(ticket, False)
+                self._wake_share_head()
+
     def _wake_share_head(self) -> None:
-        """(Lock held.) Wake the run a free share now waits for, if any."""
-        head = self._core.share_head()
+        """(Lock held.) Give the free shares to the runs at the head of the
+        queue: a parked run's worker goes on; a waiting run's thread is woken
+        (it takes its share itself)."""
+        core = self._core
+        while core.parked:
+            resumed = core.resume_head(time.monotonic())
+            if resumed is None:
+                break
+            self._park(resumed, False)
+        head = core.share_head()
         if head is not None:
             waiting = self._share_waits.get(head)  # (None: it is awake, and asks again)
             if waiting is not None:
                 waiting.notify()
+
+    def _park(self, ticket: Hashable, parked: bool) -> None:
+        """(Lock held.) Stop run ``ticket``'s worker, or let it go on (see
+        ``Worker.park``); nothing if it has none now."""
+        wid = self._core.place_of(ticket)
+        w = self._workers.get(wid) if wid is not None else None
+        if w is not None:
+            w.park(parked)
+
+    def _slice_shares(self) -> None:
+        """The slicer thread: while runs wait for a CPU share, park each step
+        whose slice is over (``PoolCore.park_due``) and give its share to the
+        head of the queue; exit once no run waits (the next wait starts it
+        again). It wakes once a slice per share in use at most, and never
+        while no run waits."""
+        with self._lock:
+            core = self._core
+            while not core.closed and core.share_queue and self._owner == os.getpid():
+                now = time.monotonic()
+                run, due = core.park_due(now, SHARE_SLICE)
+                if run is not None:
+                    self._park(run, True)
+                    self._wake_share_head()
+                    continue
+                # (No slice to end: every share is a start-up's, or one is
+                # free for a thread about to take it. Look again a slice on.)
+                self._cond.wait(min(due - now, SHARE_SLICE))
+            self._slicer = None
 
     def _ready(self, wid: int, w: Worker, limits: Limits, deadline: float) -> None:
         """Read the worker's hello, if not read yet; its place is given back on any failure."""

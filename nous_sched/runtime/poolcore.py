@@ -65,12 +65,26 @@ What the core guarantees, whatever the order of calls:
   it holds its share it swaps the reservation for a spare ready then
   (:meth:`swap`). So spares keep booting while runs wait, each for a run
   about to compute, never taken by one that may time out waiting.
+* **shares are time-sliced**: a step that has computed in its worker for a
+  whole slice while runs wait for a share is *parked* (:meth:`park_due`:
+  the shell stops its worker) and queued again behind them; its turn comes
+  as any waiting run's (:meth:`resume_head`: the shell continues its
+  worker). So a program that spins to its deadline holds a share a slice at
+  a time, never the core for good: the runs behind it wait at most a slice
+  per share in use, whatever the programs compute. A step's slice starts
+  when the shell says it is in its worker (:meth:`slice_from`; a start-up
+  is never parked); a parked run is never granted a share by
+  :meth:`take_share` (its thread computes nothing meanwhile), only resumed
+  in the queue's order, or taken out of the queue with its worker
+  continued when its step ends (:meth:`give_share`) or it stops softly
+  (:meth:`unpark`).
 """
 
 from __future__ import annotations
 
 import collections
 import itertools
+import math
 from typing import Any, Deque, Hashable, Optional
 
 __all__ = ["PoolCore", "Slot", "Closed", "USE", "SPAWN", "WAIT", "FRESH"]
@@ -125,6 +139,9 @@ class PoolCore:
         self.cpu_shares = size if cpu_shares is None else cpu_shares
         self.computing: set[Hashable] = set()  # the runs holding a share
         self.share_queue: Deque[Hashable] = collections.deque()  # runs waiting for one, first come first
+        # Computing runs whose step is in their worker (a slice may end): run -> when its slice began.
+        self.slices: dict[Hashable, float] = {}
+        self.parked: set[Hashable] = set()  # runs whose worker is stopped, each in share_queue
 
         self.spares = min(spares, size)
         self.max_spares = min(size, max(self.spares, 2 * self.spares if max_spares is None else max_spares))
@@ -394,6 +411,8 @@ class PoolCore:
         self.held.clear()
         self.computing.clear()
         self.share_queue.clear()
+        self.slices.clear()
+        self.parked.clear()
         wids = list(self.slots)
         self.slots.clear()
         self.idle.clear()
@@ -407,9 +426,12 @@ class PoolCore:
         one refused joins it if ``wait`` (its thread then waits and asks
         again when :meth:`share_head` names it), else it stays out of it (the
         relay's kick, which never waits: the driving thread asks instead). A
-        share is granted only to the head of the queue, or with none waiting."""
+        share is granted only to the head of the queue, or with none waiting;
+        never to a parked run (:meth:`resume_head` gives it its share)."""
         if run in self.computing or self.closed:
             return True
+        if run in self.parked:
+            return False
         queue = self.share_queue
         if len(self.computing) < self.cpu_shares and (not queue or queue[0] == run):
             if queue and queue[0] == run:
@@ -420,10 +442,13 @@ class PoolCore:
             queue.append(run)
         return False
 
-    def give_share(self, run: Hashable) -> None:
+    def give_share(self, run: Hashable) -> bool:
         """``run``'s step is over (its answers are in, or it stopped): its share,
-        if it holds one, is free. Idempotent."""
+        if it holds one, is free, and it leaves the queue if it was parked.
+        Whether it was parked (the shell continues its worker). Idempotent."""
         self.computing.discard(run)
+        self.slices.pop(run, None)
+        return self.unpark(run)
 
     def leave_shares(self, run: Hashable) -> None:
         """``run`` no longer waits for a share (its deadline, a cancel, an interrupt)."""
@@ -433,11 +458,64 @@ class PoolCore:
             pass
 
     def share_head(self) -> Optional[Hashable]:
-        """The waiting run that a share is free for now (worth waking), or ``None``.
+        """The waiting run that a share is free for now (worth waking, or
+        resuming if parked: :meth:`resume_head`), or ``None``.
         When ``None``, every waiting run's :meth:`take_share` answers false."""
         if self.share_queue and len(self.computing) < self.cpu_shares:
             return self.share_queue[0]
         return None
+
+    # -- slices of a share --------------------------------------------------------
+
+    def slice_from(self, run: Hashable, now: float) -> None:
+        """``run``'s step computes in its worker from ``now`` (the shell can
+        stop it): once it has for a slice while runs wait, :meth:`park_due`
+        parks it. Nothing if it holds no share (the pool is closed)."""
+        if run in self.computing and not self.closed:
+            self.slices[run] = now
+
+    def park_due(self, now: float, slice_: float) -> tuple[Optional[Hashable], float]:
+        """``(run, 0)``: park ``run`` now (the shell stops its worker; its share
+        is free, and it is queued behind the runs waiting): the step whose
+        slice began first, once it has computed ``slice_`` seconds while a
+        run waits for a share and none is free. Else ``(None, when)``: when
+        to look again (``inf``: only after a change)."""
+        if not self.share_queue or self.closed or len(self.computing) < self.cpu_shares:
+            return None, math.inf
+        if not self.slices:
+            return None, math.inf
+        run = min(self.slices, key=self.slices.__getitem__)
+        due = self.slices[run] + slice_
+        if due > now:
+            return None, due
+        del self.slices[run]
+        self.computing.discard(run)
+        self.parked.add(run)
+        self.share_queue.append(run)
+        return run, 0.0
+
+    def resume_head(self, now: float) -> Optional[Hashable]:
+        """The parked run at the head of the queue, granted a share now (the
+        shell continues its worker; its new slice starts ``now``), if a share
+        is free for it; else ``None`` (the head, if any, is a waiting thread's)."""
+        head = self.share_head()
+        if head is None or head not in self.parked:
+            return None
+        self.share_queue.popleft()
+        self.parked.discard(head)
+        self.computing.add(head)
+        self.slices[head] = now
+        return head
+
+    def unpark(self, run: Hashable) -> bool:
+        """``run``'s worker is to go on outside the shares (it stops softly: its
+        deadline or a cancel): it leaves the queue if parked. Whether it was
+        (the shell continues its worker)."""
+        if run not in self.parked:
+            return False
+        self.parked.discard(run)
+        self.leave_shares(run)
+        return True
 
     def _new(self, run: Optional[Hashable]) -> int:
         wid = next(self._ids)
@@ -449,6 +527,13 @@ class PoolCore:
             self.idle.remove(wid)
 
     # -- what the shell and the tests read ----------------------------------------------
+
+    def place_of(self, run: Hashable) -> Optional[int]:
+        """The worker ``run`` holds and computes in (``busy``), or ``None``."""
+        for wid, slot in self.slots.items():
+            if slot.holder == run and slot.state == "busy":
+                return wid
+        return None
 
     def spares_ready(self) -> int:
         """Idle workers that have never run anything (each one ready: see :meth:`started`)."""

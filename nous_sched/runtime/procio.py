@@ -793,8 +793,16 @@ class Worker:
             self.missed = False
             return data
 
+    def park(self, parked: bool) -> None:
+        """Stop the process where it is (``SIGSTOP``: its CPU share is another
+        run's for a while), or let it go on (``SIGCONT``). Nothing once it is
+        reaped. The program cannot tell: a stop is no signal it can catch,
+        and its clock (its deadline's) goes on meanwhile."""
+        self.signal(signal.SIGSTOP if parked else signal.SIGCONT)
+
     def signal(self, sig: int) -> None:
-        """``SIGUSR1``: the run's deadline has passed; ``SIGUSR2``: it is cancelled."""
+        """``SIGUSR1``: the run's deadline has passed; ``SIGUSR2``: it is
+        cancelled; ``SIGSTOP``, ``SIGCONT``: see :meth:`park`."""
         if self.proc.returncode is None:  # not reaped, so the pid is still this process
             try:
                 self.proc.send_signal(sig)
