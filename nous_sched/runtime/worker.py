@@ -1165,14 +1165,17 @@ def _ranges(pages: Any, regions: list[tuple[int, int, int]]) -> tuple[tuple[int,
     each within one of ``regions`` and with its advice; a gap of one page
     is filled too (a page costs less than a call); ``()`` if any is not a
     page of ``regions`` or there are more than :data:`WRITE_AHEAD_PAGES`."""
+    import bisect
+
     page = os.sysconf("SC_PAGE_SIZE")
     if len(pages) > WRITE_AHEAD_PAGES:
         return ()
+    starts = [lo for lo, _, _ in regions]  # (ascending, as /proc/self/maps lists them)
     out: list[list[int]] = []
     last = -1  # the region of the last range
     for at in pages:
-        region = next((i for i, (lo, hi, _) in enumerate(regions) if lo <= at < hi), -1)
-        if at % page or region < 0:
+        region = bisect.bisect_right(starts, at) - 1
+        if at % page or region < 0 or at >= regions[region][1]:
             return ()
         if out and region == last and out[-1][0] + out[-1][1] <= at <= out[-1][0] + out[-1][1] + page:
             out[-1][1] = at + page - out[-1][0]
