@@ -964,6 +964,7 @@ def _fork_server(sock_fd: int, modules: tuple[Any, Any, Any], options: dict[str,
             rehearse = False
             write_ahead = _rehearse(modules, prepared, offset, sock_fd)
             by_spare = {flag: {**each, "write_ahead": write_ahead} for flag, each in by_spare.items()}
+            gc.freeze()  # (the new options too: a child's collection never walks them, so never copies them)
 
 
 def _autogroup() -> bool:
