@@ -219,7 +219,7 @@ def test_a_parked_run_at_its_deadline_goes_on_to_stop_softly_with_its_logs():
     pool = WorkerPool(size=2, cpu_shares=1, spares=0)
     out: dict = {}
     try:
-        a = parked_behind_a_holder(pool, out, timeout=3)
+        a = parked_behind_a_holder(pool, out, timeout=8)  # (long enough to be parked first on a loaded machine)
         a.join(60)
         r = out["a"]
         assert r.error.kind == "timeout" and r.logs == ("spinning",)
