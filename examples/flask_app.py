@@ -31,11 +31,11 @@ import concurrent.futures
 import contextvars
 import secrets
 import threading
-from typing import Any, Optional
+from typing import Any, Callable, Optional, Union
 
 from flask import Flask, g, jsonify, request
 
-from nous_sched import RunCodeError, Tool, ToolError, current_call, run_code
+from nous_sched import CodeRuntime, ConfigError, RunCodeError, Tool, ToolError, current_call, run_code
 
 __all__ = ["create_app", "request_user", "TOOLS"]
 
@@ -143,12 +143,24 @@ def _bad(message: str):
     return jsonify({"error": message}), 400
 
 
+def _runtime_chooser(
+    runtime: Union[CodeRuntime, Callable[[str], CodeRuntime], None],
+) -> Optional[Callable[[str], CodeRuntime]]:
+    if runtime is None:
+        return None
+    if isinstance(runtime, CodeRuntime):
+        fixed = runtime
+        return lambda _user: fixed
+    return runtime
+
+
 def create_app(
     executor: Optional[concurrent.futures.Executor] = None,
     *,
     max_parallel: int = 4,
     timeout: float = 10.0,
     pool_size: int = 16,
+    runtime: Union[CodeRuntime, Callable[[str], CodeRuntime], None] = None,
 ) -> Flask:
     """The Flask app.
 
@@ -161,7 +173,20 @@ def create_app(
     :param timeout: each run's wall-clock deadline, in seconds. Keep it below your
         server's request timeout so a runaway program comes back as a
         ``"timeout"`` result instead of a killed worker.
+    :param runtime: what runs each program. ``None`` (the default): ``run_code``'s
+        default, a fresh worker process of the process's pool per run (one-shot).
+        A :class:`~nous_sched.CodeRuntime`: every run uses it. A callable
+        ``user -> CodeRuntime``: called for each request with its ``X-User``
+        (``"anonymous"`` without one), e.g. ``lambda user: pool.domain(user)`` so
+        that each user's runs reuse that user's warm workers and no worker ever
+        serves two users (:meth:`~nous_sched.WorkerPool.domain`). Anything else
+        is a :class:`~nous_sched.ConfigError` naming ``runtime``.
     """
+    if runtime is not None and not isinstance(runtime, CodeRuntime) and not callable(runtime):
+        raise ConfigError(
+            f"create_app: `runtime` must be a CodeRuntime, a callable user -> CodeRuntime or None, not {runtime!r}"
+        )
+    runtime_for = _runtime_chooser(runtime)
     app = Flask(__name__)
     app.config.update(MAX_CONTENT_LENGTH=MAX_BODY, NOUS_MAX_PARALLEL=max_parallel, NOUS_RUN_TIMEOUT=timeout)
     owned = executor is None
@@ -197,10 +222,14 @@ def create_app(
         parallel = body.get("max_parallel", ceiling)
         if type(parallel) is not int or not 1 <= parallel <= ceiling:
             return _bad(f"`max_parallel` must be an integer from 1 to {ceiling}")
+        options: dict[str, Any] = {}
+        if runtime_for is not None:
+            options["runtime"] = runtime_for(request_user.get())
         try:
             result = run_code(
                 code,
                 TOOLS,
+                **options,
                 description=description,
                 executor=executor,
                 max_parallel=parallel,

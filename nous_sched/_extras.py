@@ -49,7 +49,10 @@ CONTRIBUTOR_EXTRAS: dict[str, str] = {
     "test": "everything the tests and ``.ci/run`` need: ``pytest``, ``ruff``, ``mypy``, every optional package",
     "docs": "``sphinx``, ``furo`` (its theme): the manual in ``docs/``",
     "release": "``build``, ``twine``: ``python -m build`` and ``twine check`` (``.ci/wheel-check``)",
-    "bench": "``pyinstrument``, ``pydantic-monty``: profiles of the benchmarks, and a peer they compare with",
+    "bench": (
+        "``pyinstrument``, ``pydantic-monty``, ``gunicorn``, ``httpx``: profiles of the benchmarks, a peer they"
+        " compare with, and the Flask example served by gunicorn under load"
+    ),
     "peer": "``langchain-quickjs``: the peer library ``benchmarks/bench_peer.py`` compares with",
 }
 

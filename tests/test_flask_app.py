@@ -22,6 +22,8 @@ pytest.importorskip("flask")
 from drivers import IDLE  # noqa: E402
 from werkzeug.serving import make_server  # noqa: E402 (flask brings werkzeug)
 
+from nous_sched import ConfigError, WorkerPool  # noqa: E402
+
 EXAMPLE = pathlib.Path(__file__).resolve().parent.parent / "examples" / "flask_app.py"
 REQUESTS = 24
 POOL_PREFIX = "flask-test-tools"
@@ -231,3 +233,51 @@ def test_the_app_makes_its_own_pool_when_given_none():
         assert any(t.name.startswith("flask-run-tools") for t in state["executor"]._threads)
     finally:
         state["executor"].shutdown(wait=True)
+
+
+def test_runtime_per_user_reuses_that_users_warm_worker_and_no_other(serve):
+    # A pool of the test's own with no spares: its live workers are exactly the warm ones runs left.
+    workers = WorkerPool(size=4, spares=0)
+    chosen = []
+
+    def per_user(user):
+        chosen.append(user)
+        return workers.domain(user)
+
+    try:
+        base, _ = serve(runtime=per_user)
+        probe = {"code": "return (await tools.whoami({})).user", "description": "who"}
+        assert _post(base, probe, user="ada") == (200, {"logs": [], "result": "ada"})
+        ada = workers.pids()
+        assert len(ada) == 1, ada  # ada's run was kept warm in the app's pool (not a one-shot worker elsewhere)
+        assert _post(base, probe, user="ada") == (200, {"logs": [], "result": "ada"})
+        assert workers.pids() == ada  # her second request ran on the same worker process
+        assert _post(base, probe, user="bob") == (200, {"logs": [], "result": "bob"})
+        both = workers.pids()
+        assert len(both) == 2 and set(ada) < set(both)  # bob got a worker of his own, not ada's
+        assert _post(base, probe, user="ada") == (200, {"logs": [], "result": "ada"})
+        assert _post(base, probe) == (200, {"logs": [], "result": "anonymous"})
+        assert len(workers.pids()) == 3 and set(both) < set(workers.pids())
+        assert chosen == ["ada", "ada", "bob", "ada", "anonymous"]  # asked once per request, with its X-User
+    finally:
+        workers.close()
+
+
+def test_one_runtime_serves_every_request(serve):
+    workers = WorkerPool(size=2, spares=0)
+    try:
+        base, _ = serve(runtime=workers.domain("everyone"))
+        probe = {"code": "return await tools.add({a: 1, b: 2})", "description": "adds"}
+        assert _post(base, probe, user="ada") == (200, {"logs": [], "result": 3})
+        first = workers.pids()
+        assert len(first) == 1
+        assert _post(base, probe, user="bob") == (200, {"logs": [], "result": 3})
+        assert workers.pids() == first
+    finally:
+        workers.close()
+
+
+@pytest.mark.parametrize("bad", ["pool", 3])
+def test_a_runtime_that_is_neither_a_runtime_nor_callable_is_a_config_error(bad):
+    with pytest.raises(ConfigError, match="`runtime`"):
+        flask_app.create_app(runtime=bad)
