@@ -83,6 +83,7 @@ settles, a batch's answers in one write):
 
 from __future__ import annotations
 
+import errno
 import os
 import struct
 import sys
@@ -136,6 +137,22 @@ NAMES_BYTES = 16 << 20
 NAMES_OFFER_MIN = 4096
 #: A names offer's op (host to fork server): ``N <key> <length>`` and one descriptor.
 NAMES = b"N"
+#: The most pages a fork server's children write ahead (see :func:`_rehearse`).
+WRITE_AHEAD_PAGES = 1024
+#: ``madvise``'s ``MADV_POPULATE_READ`` and ``MADV_POPULATE_WRITE`` (Linux
+#: 5.14): read- or write-fault a range in one call.
+_POPULATE_READ = 22
+_POPULATE_WRITE = 23
+#: The rehearsal's run (see :func:`_rehearse`): one awaited call whose
+#: arguments hold an object, as most first steps do.
+REHEARSAL = "const r = await tools.noop({}); return r;"
+#: Seconds a fork server gives its rehearsal (it takes about 5 ms) before going on without it.
+REHEARSAL_TIMEOUT = 2.0
+#: The largest mapping a rehearsal looks at (its pagemap is read twice).
+_REHEARSAL_REGION = 64 << 20
+#: The rehearsal run's limits (the defaults of ``nous_sched.Limits``, in
+#: :data:`LIMIT_FIELDS` order; only which pages a step writes depends on them).
+_REHEARSAL_LIMITS = (30.0, 256 << 20, 1 << 20, 1000000, 1000000, 1000000, 10000, 1000, 4000000, None)
 #: The test-only payload's file (see :func:`_test_payload`).
 PAYLOAD_ENV = "NOUS_SCHED_TEST_PAYLOAD"
 
@@ -210,6 +227,8 @@ class _Reader:
 
 #: prctl taking a name, made once by a fork server (see :func:`_name_setter`).
 _NAMER: Any = None
+#: ``madvise``, declared (made by a fork server, inherited ready by its children).
+_MADVISE: Any = None
 
 
 def _name_setter() -> Any:
@@ -917,6 +936,9 @@ def _become_worker(
             # every page of it; it has room enough for a run without one.)
             if first is None:
                 first = _prepare(engine)
+            elif boot is not None:
+                # A spare, booting off any run's path: the copies its run's first step would make.
+                _write_ahead(options.get("write_ahead", ()))
             if boot is not None:
                 _set_policy(_SCHED_OTHER)
             hello = {"pid": os.getpid(), "os_bounds": bounds, "prepared": first is not None}
@@ -954,12 +976,14 @@ def _fork_server(sock_fd: int, modules: tuple[Any, Any, Any], options: dict[str,
     What every child's bounds would build alike it builds once
     (:func:`oslimits.prepare`: the seccomp filter, the bounding set). A
     request flagged :data:`BACKGROUND` (a spare) is forked as
-    ``SCHED_BATCH``, so the child is born with it (see :func:`_boot_policy`).
-    Requests: a datagram with the worker's name and three descriptors (its
-    standard input, output, lifeline); the answer ``P <pid> <keys>
-    <request>`` carries a pidfd of the child, so the host signals exactly
-    that process, and the keys of the names texts the child holds (``-``:
-    none; see below). Each
+    ``SCHED_BATCH``, so the child is born with it (see :func:`_boot_policy`);
+    once the server has learned which pages a run's first step writes
+    (:func:`_rehearse`, after its first fork), such a child writes them
+    while it boots. Requests: a datagram with the worker's name and three
+    descriptors (its standard input, output, lifeline); the answer ``P <pid>
+    <keys> <request>`` carries a pidfd of the child, so the host signals
+    exactly that process, and the keys of the names texts the child holds
+    (``-``: none; see below). Each
     child's exit is reported as ``W <pid> <status>`` (dropped if the host is
     not reading) when the next message comes, not as each exits (a wake-up
     per child, and the copy of every page it touches while its siblings
@@ -1006,6 +1030,9 @@ def _fork_server(sock_fd: int, modules: tuple[Any, Any, Any], options: dict[str,
     # Exited children wait as zombies until the next message reaps them (an
     # inherited SIG_IGN would reap them unseen, their statuses lost).
     _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)
+    # The pages a run's first step writes, learned once (about 5 ms) after
+    # the first child is forked, so that child's boot does not wait for it.
+    rehearse = prepared is not None
     sock.send(b"R")
     live = 0  # children forked and not reaped yet
     looks = 0  # looks left before sleeping until the next message
@@ -1040,15 +1067,29 @@ def _fork_server(sock_fd: int, modules: tuple[Any, Any, Any], options: dict[str,
         live += 1
         if background:
             _set_policy(_SCHED_OTHER)
-        for fd in fds:
-            os.close(fd)
-        pidfd = os.pidfd_open(pid)
-        try:
-            # (With the names texts it holds: so does the child.)
-            held = b",".join(_NAMES_HELD) or b"-"
-            socket.send_fds(sock, [b"P %d %s %s" % (pid, held, msg)], [pidfd])
-        finally:
-            os.close(pidfd)
+        _spawned(sock, pid, fds, msg)
+        if rehearse:
+            rehearse = False
+            write_ahead = _rehearse(modules, prepared, offset, sock_fd)
+            by_spare = {flag: {**each, "write_ahead": write_ahead} for flag, each in by_spare.items()}
+            gc.freeze()  # (the new options too: a child's collection never walks them, so never copies them)
+
+
+def _spawned(sock: Any, pid: int, fds: list[int], msg: bytes) -> None:
+    """(The fork server.) Child ``pid`` is forked for request ``msg``: close the
+    server's copies of its descriptors and answer ``P <pid> <keys> <request>``
+    with a pidfd of it."""
+    import socket
+
+    for fd in fds:
+        os.close(fd)
+    pidfd = os.pidfd_open(pid)
+    try:
+        # (With the names texts it holds: so does the child.)
+        held = b",".join(_NAMES_HELD) or b"-"
+        socket.send_fds(sock, [b"P %d %s %s" % (pid, held, msg)], [pidfd])
+    finally:
+        os.close(pidfd)
 
 
 def _trim() -> None:
@@ -1107,7 +1148,233 @@ def _prepare_server(modules: tuple[Any, Any, Any]) -> tuple[Any, Any, Any]:
         except (OSError, AttributeError):
             pass
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    global _MADVISE
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            madvise = ctypes.CDLL(None, use_errno=True).madvise
+            madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+            madvise.restype = ctypes.c_int
+            _MADVISE = madvise
+        except (OSError, AttributeError):
+            pass
     return offset, seed_at, prepared
+
+
+def _rehearse(
+    modules: tuple[Any, Any, Any], prepared: Any, offset: Any, close: int = -1
+) -> tuple[tuple[int, int, int], ...]:
+    """The pages of this fork server's memory that a run's first step writes
+    or maps, as ``(start, length, advice)`` ranges, learned once, for each child to write
+    ahead while it boots (:func:`_write_ahead`); ``()`` where they cannot
+    be learned.
+
+    Each child shares this process's pages until it writes one, which then
+    costs a fault and a copy: in a fresh worker, about 130 faults in the
+    first step of its run (the context's objects, the allocator's lists,
+    the interpreter's state), about 0.25 ms of that step's wall time. Which
+    pages those are depends on this process's layout, the same in every
+    child, far more than on the program. So a throwaway child of this
+    process runs :data:`REHEARSAL` in its copy of the prepared context, as a
+    worker's serving loop would (a run frame and a settle frame), and
+    reports the pages it then held a copy of, and the file pages (code) it
+    then had mapped, that it did not before (``/proc/self/pagemap``); then
+    it exits.
+    It is never a worker: no run sees it, and no program runs in this
+    process or in its context. The answer is checked (page-aligned, inside
+    this process's private mappings, at most
+    :data:`WRITE_AHEAD_PAGES`). ``close``: a descriptor the child closes first."""
+    import array
+
+    if not sys.platform.startswith("linux") or _MADVISE is None:
+        return ()
+    try:
+        regions = _private_regions()
+        r, w = os.pipe()
+    except OSError:
+        return ()
+    try:
+        pid = os.fork()
+    except OSError:  # (out of processes or memory: the children fault as before)
+        os.close(r)
+        os.close(w)
+        return ()
+    if pid == 0:
+        try:
+            os.close(r)
+            if close >= 0:
+                os.close(close)  # (the host's socket: this child never answers it)
+            _rehearsal(modules, prepared, offset, regions, w)
+        finally:
+            os._exit(0)
+    os.close(w)
+    data = []
+    try:
+        while True:
+            part = os.read(r, 1 << 16)
+            if not part:
+                break
+            data.append(part)
+    except OSError:
+        data = []
+    finally:
+        os.close(r)
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:
+            pass
+    found = b"".join(data)
+    pages = array.array("Q")
+    pages.frombytes(found[: len(found) - len(found) % pages.itemsize])
+    return _ranges(pages, regions)
+
+
+def _rehearsal(
+    modules: tuple[Any, Any, Any], prepared: Any, offset: Any, regions: list[tuple[int, int, int]], out: int
+) -> None:
+    """In :func:`_rehearse`'s child: what a worker's boot does to this
+    process's memory (its watchdog, its hello, a second thread with the JS
+    stack), then, on that thread, the pages a run frame and a settle frame
+    write, written to ``out``; then exit."""
+    import _thread
+    import array
+    import json
+
+    engine = modules[1]
+    watchdog = _Watchdog(-1, offset)
+    hello = _json()[1]({"pid": os.getpid(), "os_bounds": {}, "prepared": True}).encode()
+    frame(HELLO, hello)
+    names, lazy = engine.names_utf8(("noop",))
+    spec = {
+        "program": REHEARSAL,
+        "names_lazy": lazy,
+        "limits": list(_REHEARSAL_LIMITS),
+        "remaining": 30.0,
+        "memory_cap": 0,
+        "cpu_limit": None,
+    }
+    body = json.dumps(spec).encode() + b"\n" + names
+    page = os.sysconf("SC_PAGE_SIZE")
+    size = sum(end - start for start, end, _ in regions) // page * 8
+    # (Both snapshots' buffers made first: what they allocate is not the step's.)
+    before, after = bytearray(size), bytearray(size)
+    fd = os.open("/proc/self/pagemap", os.O_RDONLY)
+    done = _thread.allocate_lock()
+    done.acquire()
+
+    def step() -> None:
+        try:
+            server = _Server(engine, modules[2], watchdog, -1, None, prepared)
+            _pagemap(fd, regions, before, page)
+            server.run(body)
+            server.settle(b"1 1 1 1")
+            _pagemap(fd, regions, after, page)
+            written = array.array("Q")
+            at = 0
+            for start, end, advice in regions:
+                # Each entry's top byte (little-endian: every 8th from the 7th), 1 where it counts.
+                n, table = (end - start) // page, _COPIED if advice == _POPULATE_WRITE else _PRESENT
+                was = bytes(before[at * 8 + 7 : (at + n) * 8 : 8]).translate(table)
+                now = bytes(after[at * 8 + 7 : (at + n) * 8 : 8]).translate(table)
+                i = now.find(1)
+                while i >= 0:
+                    if not was[i]:
+                        written.append(start + i * page)
+                    i = now.find(1, i + 1)
+                at += n
+            write_all(out, written.tobytes())
+        finally:
+            done.release()
+
+    _thread.stack_size(JS_STACK)
+    _thread.start_new_thread(step, ())
+    # (Bounded: the server's boot waits for this child's end.)
+    done.acquire(timeout=REHEARSAL_TIMEOUT)
+
+
+def _pagemap(fd: int, regions: list[tuple[int, int, int]], into: bytearray, page: int) -> None:
+    """``regions``' pagemap entries, read into ``into`` (allocating nothing)."""
+    view = memoryview(into)
+    at = 0
+    for start, end, _ in regions:
+        n = (end - start) // page * 8
+        os.preadv(fd, [view[at : at + n]], start // page * 8)
+        at += n
+
+
+def _ranges(pages: Any, regions: list[tuple[int, int, int]]) -> tuple[tuple[int, int, int], ...]:
+    """``pages`` (ascending addresses) as ``(start, length, advice)`` ranges,
+    each within one of ``regions`` and with its advice; a gap of one page
+    is filled too (a page costs less than a call); ``()`` if any is not a
+    page of ``regions`` or there are more than :data:`WRITE_AHEAD_PAGES`."""
+    import bisect
+
+    page = os.sysconf("SC_PAGE_SIZE")
+    if len(pages) > WRITE_AHEAD_PAGES:
+        return ()
+    starts = [lo for lo, _, _ in regions]  # (ascending, as /proc/self/maps lists them)
+    out: list[list[int]] = []
+    last = -1  # the region of the last range
+    for at in pages:
+        region = bisect.bisect_right(starts, at) - 1
+        if at % page or region < 0 or at >= regions[region][1]:
+            return ()
+        if out and region == last and out[-1][0] + out[-1][1] <= at <= out[-1][0] + out[-1][1] + page:
+            out[-1][1] = at + page - out[-1][0]
+        else:
+            out.append([at, page, regions[region][2]])
+        last = region
+    return tuple((at, n, advice) for at, n, advice in out)
+
+
+def _private_regions() -> list[tuple[int, int, int]]:
+    """This process's private mappings that a child may fault ahead,
+    ``(start, end, advice)``: the writable ones (their pages are copied on
+    write: :data:`_POPULATE_WRITE`) and the read-only ones of a file, the
+    code among them (a fork copies none of their page tables, so each
+    child faults them in again: :data:`_POPULATE_READ`); none larger than
+    :data:`_REHEARSAL_REGION`."""
+    regions = []
+    with open("/proc/self/maps", "rb") as fh:
+        for line in fh:
+            parts = line.split()
+            perms = parts[1]
+            if perms[3:4] != b"p" or perms[:1] != b"r":
+                continue
+            if perms[1:2] == b"w":
+                advice = _POPULATE_WRITE
+            elif len(parts) > 5 and parts[5].startswith(b"/"):
+                advice = _POPULATE_READ
+            else:
+                continue
+            start, end = (int(at, 16) for at in parts[0].split(b"-"))
+            if end - start <= _REHEARSAL_REGION:
+                regions.append((start, end, advice))
+    return regions
+
+
+#: A pagemap entry's top byte to 1 if it has bits 63 (present) and 56 (mapped by this process alone), else 0.
+_COPIED = bytes(int(b & 0x81 == 0x81) for b in range(256))
+#: A pagemap entry's top byte to 1 if it has bit 63 (present), else 0.
+_PRESENT = bytes(int(b & 0x80 == 0x80) for b in range(256))
+
+
+def _write_ahead(ranges: Any) -> None:
+    """Fault ``ranges`` (:func:`_rehearse`) in this child of a fork server,
+    while it boots: the copies its run's first step would otherwise make,
+    and the code it would map, on that step's path. Nothing is changed:
+    a written page gets this process's own copy of the same bytes. Best
+    effort (before Linux 5.14 the kernel refuses, and the run takes those
+    faults as before)."""
+    if _MADVISE is None:
+        return
+    import ctypes
+
+    for start, length, advice in ranges:
+        # (A range this process has unmapped since: the next. An old kernel: none.)
+        if _MADVISE(start, length, advice) != 0 and ctypes.get_errno() == errno.EINVAL:
+            return
 
 
 def _reap(sock: Any) -> int:

@@ -1,0 +1,104 @@
+"""A fresh worker's first step: its page faults and CPU, and its spare's boot CPU.
+
+A probe you run by hand, for the start-up and worker fan-out rows (issue
+44). A spare shares its fork server's pages until it writes one, and maps
+the server's code again page by page; a run's first step in it used to take
+about 130 page faults. The fork server now learns which pages those are
+once (``worker._rehearse``) and each spare faults them in while it boots
+(``worker._write_ahead``). For each of ``--runs`` runs of ``--program``, one
+at a time in one ``WorkerPool(spares=1)``, this reads from ``/proc`` (the
+kernel's counters, load-independent):
+
+* the spare's CPU when it is ready (every thread's ``schedstat``: the boot);
+* its minor page faults and CPU from the run frame to the program's first
+  tool call (the tool reads them): the first step;
+
+and prints the medians. Compare two copies of the code by running it with
+``PYTHONPATH`` at each, in both orders::
+
+    python benchmarks/bench_first_step.py [--runs 40] [--program one-call|fanout]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+from nous_sched import Tool, WorkerPool, run_code
+
+PROGRAMS = {
+    "one-call": "return await tools.probe({});",
+    "fanout": "const parts = await Promise.all(Array.from({ length: 50 }, (_, i) => tools.probe({ i })));\n"
+    "return parts.length;",
+}
+
+
+def cpu_us(pid: int) -> float:
+    """Every thread's CPU time so far (``schedstat``, nanoseconds), in microseconds."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{tid}/schedstat", encoding="ascii") as fh:
+            total += int(fh.read().split()[0])
+    return total / 1e3
+
+
+def faults(pid: int) -> int:
+    with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+        return int(fh.read().rsplit(")", 1)[1].split()[7])
+
+
+def moved(pid: int, was: int) -> int:
+    try:
+        return faults(pid) - was
+    except OSError:
+        return -1
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=40)
+    parser.add_argument("--program", choices=sorted(PROGRAMS), default="one-call")
+    args = parser.parse_args()
+    boot: list[float] = []
+    step: list[float] = []
+    faulted: list[int] = []
+    with WorkerPool(size=4, spares=1) as pool:
+        # (The fork server's first child is forked before it has learned anything.)
+        assert run_code("return 1", runtime=pool, description="warm-up").ok
+        for _ in range(args.runs):
+            assert pool.wait_for_spares(30.0)
+            time.sleep(0.02)
+            # (Up to two spares may be ready: read both; the run takes one.)
+            ready = {}
+            for w in list(pool._workers.values()):  # noqa: SLF001
+                try:
+                    ready[w.proc.pid] = (cpu_us(w.proc.pid), faults(w.proc.pid))
+                except OSError:  # (the last run's worker, gone meanwhile)
+                    pass
+            seen: list[tuple[float, int, int]] = []
+
+            def probe(_: object, seen: list[tuple[float, int, int]] = seen) -> int:
+                if not seen:  # (the run's worker: the one that has faulted since; an idle spare does not)
+                    pid = max(ready, key=lambda pid: moved(pid, ready[pid][1]))
+                    seen.append((cpu_us(pid), faults(pid), pid))
+                return 1
+
+            r = run_code(PROGRAMS[args.program], [Tool("probe", probe)], runtime=pool, description="probe")
+            assert r.ok, r.error
+            at, was = ready[seen[0][2]]
+            boot.append(at)
+            step.append(seen[0][0] - at)
+            faulted.append(seen[0][1] - was)
+    print(f"# {os.environ.get('PYTHONPATH', '.')}: {args.runs} runs of {args.program!r}, load {os.getloadavg()[0]:.1f}")
+    print(f"  spare's boot, CPU (us)            {statistics.median(boot):8.0f}")
+    print(f"  first step, CPU (us)              {statistics.median(step):8.0f}")
+    print(f"  first step, page faults           {statistics.median(faulted):8.0f}")
+    print(f"  boot + first step, CPU (us)       {statistics.median(boot) + statistics.median(step):8.0f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
