@@ -19,10 +19,12 @@ thread for want of one.
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import random
 import signal
+import statistics
 import sys
 import threading
 import time
@@ -118,10 +120,16 @@ def main(n: int, seed: int, contended: bool = False, signame: str = "SIGINT") ->
     tools = [Tool("echo", lambda a: a["i"])]
     main_id = threading.main_thread().ident
     assert run_code(PROGRAM, tools, runtime=pool, description="fuzz").result == 4
-    t0 = time.monotonic()
+    settle(pool)
+    # A run's length, kept up to date: the median of the last runs that ended
+    # before their interrupt. (Measured once, up front, a slow start (the
+    # first fork server's work, the machine's load then) made the delays
+    # overshoot the runs, and too few interrupts landed inside one.)
+    lengths: collections.deque[float] = collections.deque(maxlen=9)
     for _ in range(5):
+        t0 = time.monotonic()
         run_code(PROGRAM, tools, runtime=pool, description="fuzz")
-    span = (time.monotonic() - t0) / 5
+        lengths.append(time.monotonic() - t0)
     settle(pool)
     base = {"fds": others(pool), "threads": sorted(t.name for t in threading.enumerate())}
     landed = 0
@@ -138,7 +146,7 @@ def main(n: int, seed: int, contended: bool = False, signame: str = "SIGINT") ->
     for t in hogs:
         t.start()
     for _ in range(n):
-        delay = rng.uniform(0, span * 1.5)
+        delay = rng.uniform(0, statistics.median(lengths) * 1.5)
         fired = threading.Event()
 
         def fire(delay: float = delay, fired: threading.Event = fired) -> None:
@@ -149,7 +157,9 @@ def main(n: int, seed: int, contended: bool = False, signame: str = "SIGINT") ->
         returned = False
         try:
             threading.Thread(target=fire, daemon=True).start()
+            t0 = time.monotonic()
             run_code(PROGRAM, tools, runtime=pool, description="fuzz")
+            lengths.append(time.monotonic() - t0)
             returned = True
             while True:  # the interrupt comes after the run: wait for it here
                 fired.wait(0.05)
