@@ -441,10 +441,13 @@ def on_settled_hears_each_answer_in_order_with_its_json(rt: CodeRuntime) -> None
 
 class ReadingHost(ContractHost):
     """A :class:`ContractHost` that reads the run's worker for it
-    (:meth:`Host.attach_reader`) on a thread of its own."""
+    (:meth:`Host.attach_reader`) on a thread of its own; with ``leave_after``
+    ``n``, the reader leaves (``gone()``, as a stopped scheduler's would)
+    when it has read ``n`` times."""
 
-    def __init__(self, **options: Any) -> None:
+    def __init__(self, leave_after: int = -1, **options: Any) -> None:
         super().__init__(**options)
+        self.leave_after = leave_after
         self.readers: list[threading.Thread] = []
         self.reads = 0
 
@@ -454,6 +457,9 @@ class ReadingHost(ContractHost):
             poll.register(fd, select.POLLIN)
             while not self.closed:
                 if poll.poll(100):
+                    if self.reads == self.leave_after:
+                        gone()
+                        return
                     self.reads += 1
                     if not readable():
                         return

@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 import pytest
 from procs import wait_gone
-from runtime_contract import ContractHost
+from runtime_contract import ReadingHost
 from test_worker_pool import _HOSTILE, HOSTILE_REPLIES, SLACK, WAIT, _fake_python, make_pool
 
 from nous_sched import Limits, Tool, WorkerPool, run_code
@@ -136,48 +136,20 @@ def test_ctrl_c_during_a_driver_stepped_stretch_raises_and_the_pool_stays_whole(
     _whole(pool)
 
 
-class _Reading(ContractHost):
-    """A host that reads the run's worker on a thread of its own, and whose
-    call_json (run on that thread while it steps) may do ``during(i)``."""
+class _Reading(ReadingHost):
+    """A :class:`ReadingHost` whose call_json (run on its reader thread while
+    the driver steps) may do ``during(i)``."""
 
     def __init__(self, during: Callable[[int], None], leave_after: int = -1, **options: Any) -> None:
-        super().__init__(names=("first",), **options)
+        super().__init__(leave_after, names=("first",), **options)
         self.during = during
-        self.leave_after = leave_after
-        self.readers: list[threading.Thread] = []
-        self.reads = 0
         self.calls = 0
-
-    def attach_reader(self, fd: int, readable: Callable[[], bool], gone: Callable[[], None]) -> bool:
-        import select
-
-        def read() -> None:
-            poll = select.poll()
-            poll.register(fd, select.POLLIN)
-            while not self.closed:
-                if poll.poll(100):
-                    if self.reads == self.leave_after:
-                        gone()  # (its scheduler stopped)
-                        return
-                    self.reads += 1
-                    if not readable():
-                        return
-
-        reader = threading.Thread(target=read, name="nous-sched-test-reader", daemon=True)
-        self.readers.append(reader)
-        reader.start()
-        return True
 
     def call_json(self, name: str, text: str) -> Any:
         self.calls += 1
-        if threading.current_thread().name == "nous-sched-test-reader":
+        if threading.current_thread() in self.readers:
             self.during(self.calls)
         return super().call_json(name, text)
-
-    def close(self) -> None:
-        super().close()
-        for reader in self.readers:
-            reader.join(10)
 
 
 PROGRAM = "let s = 0; for (let i = 0; i < 20; i++) s += (await tools.first({i})).args.i; return s;"
