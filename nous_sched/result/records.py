@@ -11,7 +11,7 @@ import attrs
 
 from .._slots import record
 
-__all__ = ["CallRecord", "LaneState", "trail_later"]
+__all__ = ["CallRecord", "LaneState", "trail_later", "audit_later", "made"]
 
 
 @record  # (one per call: made as the run ends)
@@ -67,6 +67,31 @@ def trail_later(rows: Any) -> tuple[CallRecord, ...]:
     """``RunResult.trail`` for ``rows`` (each :class:`CallRecord`'s fields in its order,
     copied now), made into records on first read: a reader cannot tell."""
     return HeldTrail(tuple(rows))  # type: ignore[return-value]  # held: read, it is the records' tuple
+
+
+def made(entry: Any) -> Any:
+    """An audit entry as its record: a *held* entry, a tuple of the record's class and then
+    the arguments it is made with, is made now (a new record each time); a record is itself."""
+    return entry[0](*entry[1:]) if type(entry) is tuple else entry
+
+
+class HeldAudit:
+    """A run's audit records as the scheduler holds them (each a record, or held:
+    :func:`made`), held by :class:`~nous_sched.RunResult` until its ``events`` is read."""
+
+    __slots__ = ("entries",)
+
+    def __init__(self, entries: tuple[Any, ...]) -> None:
+        self.entries = entries
+
+    def build(self) -> tuple[Any, ...]:
+        return tuple(made(entry) for entry in self.entries)
+
+
+def audit_later(entries: Any) -> tuple[Any, ...]:
+    """``RunResult.events`` for ``entries`` (records, or held: :func:`made`; copied now),
+    each held one made into its record on first read: a reader cannot tell."""
+    return HeldAudit(tuple(entries))  # type: ignore[return-value]  # held: read, it is the records' tuple
 
 
 @attrs.frozen
