@@ -1,7 +1,7 @@
 """A run's audit records are made when first read, and a reader cannot tell.
 
 The driver writes a started call's ``tool_call`` and an ok call's
-``tool_outcome`` as held entries (``result.records.made``: the record's class
+``tool_outcome`` as held entries (``result.records.made``: the record's type
 and its arguments) while no one sees them as they are written: no hook, and
 the run's own log. ``Scheduler.audit_events()``, ``logged_events()``, the
 run's session log and ``RunResult.events`` make them when read, each reader
@@ -44,9 +44,9 @@ def _records() -> list[object]:
 
 def _held() -> list[object]:
     return [
-        (ToolCallEvent, "code:0", "echo", frozen_later('{"i": 0}'), PARALLEL, 0),
+        ("tool_call", "code:0", "echo", frozen_later('{"i": 0}'), PARALLEL, 0),
         ApprovalEvent(0, "echo", True, "policy"),
-        (ToolOutcomeEvent, 0, "echo", True, None, 1),
+        ("tool_outcome", 0, "echo", True, None, 1),
     ]
 
 
@@ -135,3 +135,12 @@ def test_a_callers_own_session_log_gets_each_event_as_it_is_written():
         assert s.call(ECHO, {"i": 1}).value == 1
         assert [e.type for e in log.events] == ["tool_call", "tool_outcome"]
         assert all(type(e) is not tuple for e in s.audit_entries())  # written as records: someone sees them
+
+
+def test_a_held_entry_of_plain_values_is_one_the_garbage_collector_stops_tracking():
+    import gc
+
+    entries = [e for e in _held() if type(e) is tuple]
+    gc.collect()
+    gc.collect()  # (a tuple is untracked once what it holds is: the arguments' text at the first look)
+    assert not any(gc.is_tracked(e) for e in entries)

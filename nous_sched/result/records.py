@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Optional
 import attrs
 
 from .._slots import record
+from ..events import ToolCallEvent, ToolOutcomeEvent
 
 __all__ = ["CallRecord", "LaneState", "trail_later", "audit_later", "made"]
 
@@ -70,9 +71,16 @@ def trail_later(rows: Any) -> tuple[CallRecord, ...]:
 
 
 def made(entry: Any) -> Any:
-    """An audit entry as its record: a *held* entry, a tuple of the record's class and then
-    the arguments it is made with, is made now (a new record each time); a record is itself."""
-    return entry[0](*entry[1:]) if type(entry) is tuple else entry
+    """An audit entry as its record: a *held* entry, a tuple of the record's ``type``
+    (``"tool_call"`` or ``"tool_outcome"``) and then the arguments it is made with, is made
+    now (a new record each time); a record is itself."""
+    return _HELD[entry[0]](*entry[1:]) if type(entry) is tuple else entry
+
+
+# By its type's name, not its class: a held entry of plain values (a tool_call's
+# arguments are held as text: events.frozen_later) is one the garbage collector
+# stops tracking at its first look, though the run keeps it to its end.
+_HELD = {ToolCallEvent.type: ToolCallEvent, ToolOutcomeEvent.type: ToolOutcomeEvent}
 
 
 class HeldAudit:

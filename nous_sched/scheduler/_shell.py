@@ -251,7 +251,7 @@ class Scheduler:
         self._stopping = False
         # The audit: ToolCallEvent, ApprovalEvent, ToolOutcomeEvent records, each
         # record the driver writes held until first read (records.made: a tuple
-        # of its class and arguments) while no hook sees it as it is written;
+        # of its type and arguments) while no hook sees it as it is written;
         # every entry before _made is a record.
         self._events: list[Any] = []
         self._made = 0
@@ -515,7 +515,7 @@ class Scheduler:
 
     def audit_entries(self) -> list[Any]:
         """:meth:`audit_events` as the scheduler holds them: each a record, or
-        one not made yet, held as a tuple of its class and arguments
+        one not made yet, held as a tuple of its type and arguments
         (:func:`~nous_sched.result.records.made` makes it). Never waits for the driver."""
         with self._records_lock:
             return list(self._events)
@@ -660,7 +660,7 @@ class Scheduler:
             for r in records
             if not (
                 (type(r) is ToolOutcomeEvent and r.seq in sealed)
-                or (type(r) is tuple and r[0] is ToolOutcomeEvent and r[1] in sealed)
+                or (type(r) is tuple and r[0] == ToolOutcomeEvent.type and r[1] in sealed)
             )
         ]
 
@@ -834,7 +834,7 @@ class Scheduler:
                 ran = call.ran
                 outcome = call.outcome
                 if held and outcome.ok and not outcome.blobs:
-                    record = (ToolOutcomeEvent, call.seq, call.tool.name, True, None, ran[3])
+                    record = (ToolOutcomeEvent.type, call.seq, call.tool.name, True, None, ran[3])
                 else:
                     record = self._outcome_record(call, outcome, ran[2], ran[3])
                 committed.append((call, perf_counter() - t0))
@@ -913,7 +913,7 @@ class Scheduler:
         mode = call.mode
         event_id = f"{self._call_id}:code:{seq}" if self._call_id is not None else f"code:{seq}"
         event: Any = (
-            (ToolCallEvent, event_id, name, call.logged, mode, seq)
+            (ToolCallEvent.type, event_id, name, call.logged, mode, seq)
             if held
             else ToolCallEvent(event_id, name, call.logged, mode, seq)
         )
