@@ -269,6 +269,56 @@ def test_a_parked_run_is_resumed_when_the_share_comes_back_and_ends_as_it_would_
         pool.close()
 
 
+@pytest.mark.timeout(120)
+def test_a_parked_run_whose_worker_is_killed_after_its_first_answer_ends_abort_and_frees_its_place():
+    pool = WorkerPool(size=2, cpu_shares=1, spares=0)
+    out: dict = {}
+    program = 'console.log("before"); await tools.t({}); while (true) {}'
+    try:
+        called: list[float] = []
+        a = started(out, "a", program, pool, timeout=60, tools=[Tool("t", lambda a: called.append(time.monotonic()))])
+        # (The spinning step's slice starts after the call returned; the first step's started before it.)
+        assert until(
+            lambda: called and any(t > called[0] for t in pool._core.slices.values()) and states(pool) == {"R"}
+        ), "the step after the call computes"
+        holder(pool).join(60)
+        assert until(lambda: states(pool) == {"T"}), "its worker is stopped"
+        (pid,) = pool.pids()
+        os.kill(pid, 9)  # (SIGKILL reaches a stopped process)
+        a.join(60)
+        r = out["a"]
+        assert r.error.kind == "abort" and "died" in r.error.message and r.logs == ("before",), (r.error, r.logs)
+        assert not pool._core.parked and not pool._core.share_queue and pool.shares() == (1, 0)
+        assert until(lambda: pid not in pool.pids()), "its place is freed"
+        pool._give_share("another run")
+        assert run_code("return 1", runtime=pool, timeout=30, description="t").result == 1
+        assert pool.shares() == (0, 0)
+    finally:
+        pool.close()
+
+
+@pytest.mark.timeout(120)
+def test_a_parked_run_whose_worker_is_killed_before_its_first_answer_is_started_again_when_a_share_is_free():
+    pool = WorkerPool(size=2, cpu_shares=1, spares=0)
+    cancel = threading.Event()
+    out: dict = {}
+    try:
+        a = parked_behind_a_holder(pool, out, timeout=60, cancel=cancel)
+        (pid,) = pool.pids()
+        os.kill(pid, 9)
+        # Started again (the host served none of its calls), on a new worker that waits for the share.
+        assert until(lambda: pid not in pool.pids() and pool.shares() == (1, 1) and not pool._core.parked)
+        pool._give_share("another run")
+        assert until(lambda: states(pool) == {"R"}), "the program spins again on its new worker"
+        cancel.set()
+        a.join(60)
+        assert out["a"].error.kind == "cancelled" and out["a"].logs == ("spinning",), (out["a"].error, out["a"].logs)
+        assert pool.shares() == (0, 0) and not pool._core.parked and not pool._core.share_queue
+    finally:
+        cancel.set()
+        pool.close()
+
+
 # -- a frame read across a deadline ------------------------------------------------
 
 
