@@ -418,6 +418,7 @@ class Engine:
         # stops the engine at it: the in-process watcher, by ``cpu_spent``).
         self.cpu_slice = cpu_slice
         self.stepping = False
+        self.slice = 0.0  # the slice the step's first call into the engine was armed with
 
     def start(self) -> str:
         """Bind the context to this run, start the program, run it to its first
@@ -467,8 +468,19 @@ class Engine:
             main = self._guard(ctx.eval, _HEADER + _well_formed(program) + "\n})")
         except _Syntax as exc:
             raise Stopped("exception", exc.message) from None
-        self._guard(bridge, "start", main)
+        # The program runs from here, not from inside the bridge: no frame of the
+        # prelude is under its first step, so each call it makes captures one
+        # CallSite fewer (the bridge's own, never shown).
+        run = self._guard(bridge, "start", main)
         del main
+        if run is not None:
+            try:
+                started = run()
+            except _quickjs.JSException as exc:
+                self._stopped(bridge, exc)
+            del run
+            self._guard(bridge, "started", started)
+            del started
         self._pump()
         return self._drain()
 
@@ -520,6 +532,8 @@ class Engine:
                         raise self._killed("timeout", timeout_message(self.limits.timeout, "running JavaScript"))
                     if self.cpu_time is not None:
                         self._rearm()
+                    else:  # (the drain took the slice off: the batch's again)
+                        self.ctx.set_time_limit(self.slice)
                 try:
                     bridge("settle", item[0], item[3], item[4])
                 except _quickjs.JSException as exc:
@@ -549,6 +563,7 @@ class Engine:
             self.by_cpu = self.cpu_slice and left < remaining
             if self.by_cpu:
                 remaining = left
+        self.slice = remaining
         self.ctx.set_time_limit(remaining)
 
     def _cpu_left(self) -> float:
@@ -587,6 +602,11 @@ class Engine:
 
     def _drain(self) -> str:
         bridge = self.bridge
+        # The drain runs only the prelude's own work, bounded by the run's
+        # limits (no program code: every value it writes is text already), so
+        # it needs no slice: without one the binding reads no clock for it.
+        # Every later call into the engine arms the slice again first.
+        self.ctx.set_time_limit(-1)
         try:
             text = bridge("drain")
         except _quickjs.JSException as exc:
