@@ -107,3 +107,95 @@ def test_between_steps_the_engine_holds_no_slice_and_each_settle_of_a_batch_is_a
         assert len(stopped.value.steps) == 1 and json.loads(stopped.value.steps[0]) is not None
     finally:
         engine.close()
+
+
+class _Recorded:
+    """The engine's context, each call into it that matters here recorded in order (the real context answers)."""
+
+    def __init__(self, ctx: object, seen: list[str]) -> None:
+        self._ctx = ctx
+        self._seen = seen
+
+    def set_time_limit(self, seconds: float) -> None:
+        self._seen.append("slice" if seconds > 0 else "off")
+        self._ctx.set_time_limit(seconds)  # type: ignore[attr-defined]
+
+    def execute_pending_job(self) -> bool:
+        ran = self._ctx.execute_pending_job()  # type: ignore[attr-defined]
+        self._seen.append("job" if ran else "none")
+        return bool(ran)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._ctx, name)
+
+
+def _recording(engine: Engine) -> list[str]:
+    seen: list[str] = []
+    bridge = engine.bridge
+
+    def recorded(op: str, *args: object) -> object:
+        seen.append(op)
+        return bridge(op, *args)
+
+    engine.ctx = _Recorded(engine.ctx, seen)
+    engine.bridge = recorded
+    return seen
+
+
+@pytest.mark.parametrize(
+    ("payload", "expected"),
+    [
+        ("5", ["settle", "slice", "job", "job", "none", "off", "drain"]),
+        ('"text"', ["settle", "slice", "job", "job", "none", "off", "drain"]),
+        ("null", ["settle", "slice", "job", "job", "none", "off", "drain"]),
+        ('{"x": 1}', ["slice", "settle", "job", "job", "none", "off", "drain"]),
+        ("[1]", ["slice", "settle", "job", "job", "none", "off", "drain"]),
+    ],
+)
+def test_a_settle_with_a_primitive_enters_the_engine_unarmed_and_one_with_an_object_armed(payload, expected):
+    # Resolving with an object asks it for a `then`, which may be the
+    # program's own getter: that settle runs armed. A primitive is never
+    # asked: its settle runs without a slice (no clock read), its jobs armed.
+    engine = Engine("const a = await tools.t({}); return [a];", ["t"], Limits(), time.monotonic() + 30)
+    try:
+        (call_id,) = [c[0] for c in _checked(engine.start())["calls"]]
+        seen = _recording(engine)
+        text = engine.settle(call_id, True, payload)
+        assert seen == expected
+        assert json.loads(_checked(text)["main"]["json"]) == [json.loads(payload)]
+    finally:
+        engine.close()
+
+
+def test_an_objects_then_getter_run_by_a_settle_is_stopped_at_the_deadline():
+    program = """
+Object.defineProperty(Object.prototype, "then", {get() { for (;;) {} }, configurable: true});
+return await tools.t({});
+"""
+    engine = Engine(program, ["t"], Limits(), time.monotonic() + 1.0)
+    try:
+        (call_id,) = [c[0] for c in _checked(engine.start())["calls"]]
+        with pytest.raises(Stopped) as stopped:
+            engine.settle(call_id, True, '{"x": 1}')
+        assert stopped.value.kind == "timeout"
+    finally:
+        engine.close()
+
+
+def test_a_batchs_later_settles_with_primitives_enter_unarmed_and_their_jobs_armed():
+    program = "const r = await Promise.all([tools.t({}), tools.t({}), tools.t({})]); return r;"
+    engine = Engine(program, ["t"], Limits(), time.monotonic() + 30)
+    try:
+        ids = [c[0] for c in _checked(engine.start())["calls"]]
+        seen = _recording(engine)
+        texts = engine.settle_many(
+            [(ids[0], None, None, True, "1"), (ids[1], None, None, True, '{"a": 2}'), (ids[2], None, None, True, "3")]
+        )
+        assert seen == [
+            *["slice", "settle", "job", "none", "off", "drain"],  # (the first: armed as the step starts)
+            *["slice", "settle", "job", "none", "off", "drain"],  # an object: armed before its settle
+            *["settle", "slice", "job", "job", "job", "none", "off", "drain"],  # a primitive: armed after
+        ]
+        assert json.loads(_checked(texts[-1])["main"]["json"]) == [1, {"a": 2}, 3]
+    finally:
+        engine.close()

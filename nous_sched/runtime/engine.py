@@ -491,8 +491,21 @@ class Engine:
         if self.cpu_time is not None:
             return self.settle_many(((call_id, None, None, ok, payload),))[0]
         # (A worker's usual frame settles one call: this step without the batch's loop.)
-        self._arm("waiting for a tool call")
         bridge = self.bridge
+        if ok and payload[:1] in _PRIMITIVE_START:
+            # Resolving a call with a primitive runs none of the program's code
+            # (only an object is asked for a `then`), so the settle needs no
+            # slice: the binding then reads no clock for it. The deadline is
+            # looked at first, as arming would; the jobs it wakes run armed.
+            if self.deadline - time.monotonic() <= 0:
+                raise self._killed("timeout", timeout_message(self.limits.timeout, "waiting for a tool call"))
+            try:
+                bridge("settle", call_id, ok, payload)
+            except _quickjs.JSException as exc:
+                self._stopped(bridge, exc)
+            self._pump()
+            return self._drain()
+        self._arm("waiting for a tool call")
         try:
             bridge("settle", call_id, ok, payload)
         except _quickjs.JSException as exc:
@@ -527,17 +540,23 @@ class Engine:
         texts: list[str] = []
         try:
             for item in batch:
+                # (A later settle with a primitive runs unarmed, as settle() says why.)
+                unarmed = False
                 if texts:
                     if time.monotonic() > deadline:
                         raise self._killed("timeout", timeout_message(self.limits.timeout, "running JavaScript"))
                     if self.cpu_time is not None:
                         self._rearm()
+                    elif item[3] and item[4][:1] in _PRIMITIVE_START:
+                        unarmed = True
                     else:  # (the drain took the slice off: the batch's again)
                         self.ctx.set_time_limit(self.slice)
                 try:
                     bridge("settle", item[0], item[3], item[4])
                 except _quickjs.JSException as exc:
                     self._stopped(bridge, exc)
+                if unarmed:
+                    self.ctx.set_time_limit(self.slice)
                 self._pump(armed=True)
                 texts.append(self._drain())
         except Stopped as stop:
@@ -661,6 +680,10 @@ class Engine:
             return None
         return text if type(text) is str else None
 
+
+#: The first characters of a JSON text that is not an object or an array
+#: (``null``, ``true``, ``false``, a number, a string).
+_PRIMITIVE_START = frozenset('ntf-"0123456789')
 
 # A lone surrogate or a NUL, with the backslashes right before it.
 _UNFIT = re.compile("(\\\\*)([\x00\ud800-\udfff])")
