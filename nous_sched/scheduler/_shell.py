@@ -212,7 +212,8 @@ class Scheduler:
         timeout: float = DEFAULT_TIMEOUT,
         observer: Optional[Callable[[CallRecord, str], Any]] = None,
     ) -> None:
-        require("Scheduler", "dispatch", dispatch, v.DISPATCH)
+        if dispatch is not direct_dispatch:  # (the default: its shape is known, and reading it costs each run)
+            require("Scheduler", "dispatch", dispatch, v.DISPATCH)
         require("Scheduler", "session_log", session_log, _OPTIONAL_SESSION_LOG)
         require("Scheduler", "max_parallel", max_parallel, v.POSITIVE_INT)
         require("Scheduler", "call_id", call_id, v.OPTIONAL_STR)
