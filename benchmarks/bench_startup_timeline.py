@@ -8,8 +8,8 @@ with the counts that do not move with the machine's load.
 each phase, by wrapping the functions that end them (for this probe only):
 
 * ``options``, ``prepared``: ``RunOptions`` made, the program and tools checked;
-* ``acquired``: a worker taken (``WorkerPool._acquire``); ``begun``: its run
-  frame sent (``WorkerPool.begin``);
+* ``acquired``: a worker taken (``WorkerPool._acquire``); ``sent``: its run
+  frame sent (``Remote.send_run``); ``begun``: ``WorkerPool.begin`` returned;
 * ``scheduler``: the run's scheduler made (``Scheduler.__init__``);
   ``built``: its gate and context too (``runner._build``);
 * ``first envelope``: the program ran to its first wait (``Remote.start``);
@@ -61,6 +61,7 @@ PHASES = (
     "options",
     "prepared",
     "acquired",
+    "sent",
     "begun",
     "scheduler",
     "built",
@@ -113,6 +114,7 @@ def instrument() -> None:
     around(entry, "build", "options")
     around(entry, "prepare", "prepared")
     around(_Pool, "_acquire", "acquired")
+    around(remote.Remote, "send_run", "sent")
     around(_Pool, "begin", "begun")
     around(Scheduler, "__init__", "scheduler")
     around(runner, "_build", "built")

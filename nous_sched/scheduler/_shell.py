@@ -11,7 +11,10 @@ those calls may interleave. The :class:`Scheduler` decides, conservatively:
   process's driver threads (:mod:`nous_sched.scheduler._driver_threads`) for the
   scheduler's whole life and given back when it stops; :meth:`Scheduler.stop`
   returns only once the driver is done with this scheduler for good, so a
-  run starts no thread of its own.
+  run starts no thread of its own. A driver with nothing to do (no call
+  queued, running or uncommitted, no message) sleeps parked, and ``stop()``
+  takes it back without waking it: it does the driver's last act itself,
+  on the lane the driver handed over idle, so a run's end wakes no thread.
 * **Commits are strictly in submission order.** A call that finishes early
   waits for its predecessors, so a caller observes one deterministic order
   however the work raced.
