@@ -112,6 +112,18 @@ _NAMED = v.Check("a tool: an object with a str `name`", lambda tool: isinstance(
 _TICKET = v.instance_of(Ticket, "a Ticket from Scheduler.submit()")
 
 
+def _nonblocking_pipe() -> tuple[int, int]:
+    """A pipe whose ends never block (one system call where ``pipe2`` exists, not three)."""
+    pipe2 = getattr(os, "pipe2", None)
+    if pipe2 is not None:
+        r, w = pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        return r, w
+    r, w = os.pipe()
+    os.set_blocking(r, False)
+    os.set_blocking(w, False)
+    return r, w
+
+
 class Scheduler:
     """The scheduler for one program run. See the module docstring for guarantees.
 
@@ -812,9 +824,7 @@ class Scheduler:
         """A run's worker pipe to read while the queue is empty (see :meth:`attach_reader`)."""
         poller = self._poller
         if poller is None:
-            r, w = os.pipe()
-            os.set_blocking(r, False)
-            os.set_blocking(w, False)
+            r, w = _nonblocking_pipe()
             with self._poke_lock:
                 self._pokes = (r, w)
             poller = self._poller = select.poll()
