@@ -101,3 +101,24 @@ def test_a_forked_copy_of_the_host_leaves_a_worker_to_be_killed_alone(monkeypatc
         assert os.path.exists(f"/proc/{worker.proc.pid}"), "the parent's worker untouched by the child"
     finally:
         pool.close()
+
+
+def test_a_finished_runs_wind_down_drops_nothing_and_wakes_no_thread(monkeypatch):
+    # After a run that ended, its ticket holds nothing: run_code's wind-down
+    # (Begun.abandon) must not run a whole drop (the pool's lock, a scan of its
+    # workers, a wake of every thread waiting on the pool) for it.
+    pool = WorkerPool(size=2, spares=1)
+    dropped: list = []
+    real = WorkerPool._drop
+    monkeypatch.setattr(WorkerPool, "_drop", lambda self, ticket: (dropped.append(ticket), real(self, ticket))[1])
+    try:
+        for _ in range(3):
+            r = run_code("return await tools.noop({});", [NOOP], runtime=pool, description="one call")
+            assert r.ok, r.error
+        assert [t for t in dropped if t is not None] == []
+        # A run that fails still gives everything back.
+        r = run_code("throw new Error('no');", [NOOP], runtime=pool, description="throws")
+        assert r.error is not None and r.error.kind == "exception"
+        assert pool._reaped(WAIT), "its worker killed and reaped all the same"
+    finally:
+        pool.close()
