@@ -599,7 +599,7 @@ class Scheduler:
     def audit_entries(self) -> list[Any]:
         """:meth:`audit_events` as the scheduler holds them: each a record, or
         one not made yet, held as a tuple of its type and arguments
-        (:func:`~nous_sched.result.records.made` makes it). Never waits for the driver."""
+        (``nous_sched.result.records.made`` makes it). Never waits for the driver."""
         with self._records_lock:
             return list(self._events)
 
@@ -1003,7 +1003,7 @@ class Scheduler:
 
     def _started(self, call: Call, now: float, held: bool = False) -> Any:
         """The ``tool_call`` record of a call the lane starts now (``held``: held, see
-        :func:`~nous_sched.result.records.made`); its timeline is ``call.timeline``."""
+        ``nous_sched.result.records.made``); its timeline is ``call.timeline``."""
         seq = call.seq
         name = call.tool.name
         mode = call.mode
