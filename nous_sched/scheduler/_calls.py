@@ -429,7 +429,7 @@ class RunLog(SessionLog):
     """The session log a scheduler makes when it is given none.
 
     A :class:`SessionLog` to every reader; inside, it keeps the driver's audit
-    records as they are (or held: :func:`~nous_sched.result.records.made`) and
+    records as they are (or held: ``nous_sched.result.records.made``) and
     makes each one's :class:`Event` when the log is first read (most runs'
     logs never are), in place, so every reader gets the
     same Event objects in append order. Its lock is its scheduler's
