@@ -36,7 +36,10 @@ text. No Python callable is ever exposed to JS (the binding refuses them while
 a time limit is set, and a raising one corrupts the context).
 
 The engine's own interrupt is ``set_time_limit``, a slice of *process* CPU
-time, re-armed with the run's remaining wall time before each step. A context
+time, re-armed with the run's remaining wall time before each step. Only a
+call into the engine that may run the program's code is armed (each arming
+costs the binding a read of the process clock): the drain, and a settle whose
+result is a primitive, run the prelude's own bounded work unarmed. A context
 whose limit tripped is discarded after one bounded attempt to drain the log
 lines it still held (the *salvage*).
 
