@@ -92,7 +92,7 @@ def test_a_context_prepared_with_its_converter_converts_as_one_prepared_without(
         ctx, bridge = engine.prepare(converter)
         ctx.set_time_limit(5.0)
         bridge("configure", '["echo"]', "[10000,10000,10000,100,100,100000,1]", 1)
-        bridge("start", ctx.eval(engine._HEADER + program + "\n})"))
+        bridge("started", bridge("start", ctx.eval(engine._HEADER + program + "\n})"))())
         while ctx.execute_pending_job():
             pass
         results.append(json.loads(bridge("drain"))["main"])
