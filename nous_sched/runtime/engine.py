@@ -70,6 +70,9 @@ if TYPE_CHECKING:  # types only: a worker loads this file by path, outside the p
     from . import Cancel, Host, Limits
 
 __all__ = [
+    "GC_FIRST",
+    "load_gc_threshold",
+    "gc_threshold",
     "Engine",
     "Stopped",
     "Finish",
@@ -137,6 +140,84 @@ def _payload(outcome: Any) -> tuple[bool, str]:
         text = outcome.text
         return True, text if text is not None else _encode_value(outcome.value)
     return False, _encode(outcome.error.as_dict())
+
+
+#: A run's engine collects its cyclic garbage first once it holds this much,
+#: or an eighth of its memory limit if that is less; after that, quickjs-ng's
+#: own rule goes on as before (the next collection at 1.5 times what it holds).
+#: Its first comes at 256 KB: a run that keeps many calls pending (a
+#: Promise.all) collected again at every 1.5-fold growth, each collection
+#: touching every object (in a fork server's child, copying every page of the
+#: context). Where :func:`load_gc_threshold` finds no setter, it stays so.
+GC_FIRST = 16 * 1024 * 1024
+
+# (JS_GetGCThreshold, JS_SetGCThreshold, a Context's JSRuntime pointer) of the binding's
+# own library, once load_gc_threshold has checked them (None: not loaded, or not here).
+_gc_calls: Optional[tuple[Any, Any, Callable[[Any], Any]]] = None
+_gc_looked = False  # load_gc_threshold has looked (it looks once)
+_GC_RUNTIME_AT = 16  # where a binding Context keeps its JSRuntime pointer (then its JSContext's)
+
+
+def load_gc_threshold() -> bool:
+    """Find quickjs-ng's ``JS_SetGCThreshold`` in the binding's library, once;
+    whether a run's first collection can be set (:data:`GC_FIRST`). Only where
+    the layout is exactly the one expected: a 64-bit build whose ``Context``
+    keeps its runtime and context pointers where ``JS_GetRuntime`` says, and
+    whose threshold reads back what was set. A worker calls it before its
+    filter (it opens the library); nothing else ever opens it."""
+    global _gc_calls, _gc_looked
+    if _gc_looked:
+        return _gc_calls is not None
+    _gc_looked = True
+    try:
+        import ctypes
+
+        if ctypes.sizeof(ctypes.c_void_p) != 8:
+            return False
+        lib = ctypes.CDLL(_quickjs.__file__)
+        get_runtime, get, set_ = lib.JS_GetRuntime, lib.JS_GetGCThreshold, lib.JS_SetGCThreshold
+        get_runtime.argtypes, get_runtime.restype = [ctypes.c_void_p], ctypes.c_void_p
+        get.argtypes, get.restype = [ctypes.c_void_p], ctypes.c_size_t
+        set_.argtypes, set_.restype = [ctypes.c_void_p, ctypes.c_size_t], None
+        at = ctypes.c_void_p.from_address
+
+        def runtime_of(ctx: Any) -> Any:
+            return at(id(ctx) + _GC_RUNTIME_AT).value
+
+        ctx = _quickjs.Context()
+        rt = runtime_of(ctx)
+        js_ctx = at(id(ctx) + _GC_RUNTIME_AT + 8).value
+        if not rt or not js_ctx or get_runtime(js_ctx) != rt or not 0 < get(rt) <= GC_FIRST:
+            return False
+        set_(rt, GC_FIRST - 1)
+        if get(rt) != GC_FIRST - 1:
+            return False
+        del ctx
+        _gc_calls = (get, set_, runtime_of)
+        return True
+    except Exception:  # (no ctypes, no such symbol: the engine's own threshold stays)
+        return False
+
+
+def gc_threshold(ctx: Any) -> Optional[int]:
+    """The allocation size at which ``ctx``'s engine collects next (``None``:
+    not known here, see :func:`load_gc_threshold`)."""
+    if _gc_calls is None:
+        return None
+    get, _, runtime_of = _gc_calls
+    return int(get(runtime_of(ctx)))
+
+
+def _first_collection(ctx: Any, memory_bytes: int) -> None:
+    """Put ``ctx``'s first collection at :data:`GC_FIRST` (or an eighth of
+    ``memory_bytes``), never lower than it is."""
+    if _gc_calls is None:
+        return
+    get, set_, runtime_of = _gc_calls
+    rt = runtime_of(ctx)
+    at = min(GC_FIRST, memory_bytes // 8)
+    if get(rt) < at:
+        set_(rt, at)
 
 
 #: Extra memory and CPU time the salvage drain may use after a limit tripped.
@@ -452,6 +533,7 @@ class Engine:
         self.ctx, self.bridge = ctx, bridge
         ctx.set_memory_limit(limits.memory_bytes)
         ctx.set_max_stack_size(limits.stack_bytes)
+        _first_collection(ctx, limits.memory_bytes)
         names, lazy = self.names if isinstance(self.names, NamesText) else names_json(self.names)
         budgets = (
             f"[{int(limits.max_log_bytes)},{int(limits.max_output_bytes)},{int(limits.max_args_bytes)},"

@@ -60,7 +60,7 @@ from typing import Any, Optional
 
 from ..result import RunError
 from . import AnyCancel, Cancel, CodeRuntime, Host, Limits, RuntimeOutcome
-from .engine import CANCELLED, Engine, Finish, drive, prepare
+from .engine import CANCELLED, Engine, Finish, drive, load_gc_threshold, prepare
 
 __all__ = ["QuickJSRuntime", "STACK_MARGIN"]
 
@@ -107,6 +107,7 @@ def _run(program: str, host: Host, limits: Limits, deadline: float, cancel: Opti
     clock = _thread_clock() if cpu_time is not None else None
     watched = _budget() is not None and (cancel is not None or clock is not None)
     watch = _Watch(cancel, cpu_time if clock is not None else None) if watched else None
+    load_gc_threshold()  # (once per process: see engine.GC_FIRST)
     prepared = _take_spare()
     engine = Engine(
         program,

@@ -900,6 +900,7 @@ def _become_worker(
         _reseed(prepared, options["seed_at"])
     # (A fork server verified the layout once for all its children.)
     watchdog = _Watchdog(lifeline, budget_offset(quickjs) if offset is False else offset)
+    engine.load_gc_threshold()  # (before the filter: it opens the binding's library; a fork server's child has it)
     own_session = os.getsid(0) == os.getpid()  # (before the filter, which refuses getsid)
     autogroup = options["autogroup"] if "autogroup" in options else _autogroup()
     bounds = oslimits.apply(
@@ -1130,6 +1131,7 @@ def _prepare_server(modules: tuple[Any, Any, Any]) -> tuple[Any, Any, Any]:
     import signal
 
     offset = budget_offset(modules[0])
+    modules[1].load_gc_threshold()  # (opens the binding's library: its children cannot)
     # The first run's context of every child, prepared once here (the
     # prelude's compilation is the largest part of a worker's start): each
     # child gets a copy-on-write copy and gives it a fresh Math.random seed.
