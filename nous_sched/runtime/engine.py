@@ -510,6 +510,8 @@ class Engine:
         # The binding's CPU slice starts afresh at each call into the engine. No
         # JavaScript ran since the last step: a deadline already past came while the program waited.
         self._arm("waiting for a tool call")
+        if self.cpu_time is None:
+            return self._settle_each(batch)
         bridge = self.bridge
         deadline = self.deadline
         texts: list[str] = []
@@ -526,6 +528,44 @@ class Engine:
                     self._stopped(bridge, exc)
                 self._pump(armed=True)
                 texts.append(self._drain())
+        except Stopped as stop:
+            stop.steps = texts
+            raise
+        return texts
+
+    def _settle_each(self, batch: Sequence[Sequence[Any]]) -> list[str]:
+        """:meth:`_settle_many` with no CPU budget (armed already): per call the
+        settle, the jobs it wakes (:meth:`_pump`'s loop) and the drain
+        (:meth:`_drain`'s), written out in one loop. A burst's last batch (a
+        ``Promise.all``'s, up to :data:`BATCH_CALLS`) is on the run's path:
+        two calls fewer per settle."""
+        bridge = self.bridge
+        execute = self.ctx.execute_pending_job
+        deadline = self.deadline
+        monotonic = time.monotonic
+        failure = _quickjs.JSException
+        texts: list[str] = []
+        into = bridge  # what a JSException came from (:meth:`_stopped`)
+        try:
+            for item in batch:
+                if texts and monotonic() > deadline:
+                    raise self._killed("timeout", timeout_message(self.limits.timeout, "running JavaScript"))
+                try:
+                    into = bridge
+                    bridge("settle", item[0], item[3], item[4])
+                    into = execute
+                    # A promise chain that never ends is many short jobs: check between them.
+                    while execute():
+                        if monotonic() > deadline:
+                            raise self._killed("timeout", timeout_message(self.limits.timeout, "running JavaScript"))
+                    into = bridge
+                    text = bridge("drain")
+                except failure as exc:
+                    self._stopped(into, exc)
+                if type(text) is not str:
+                    # Only the prelude drains; anything else means the program reached the bridge.
+                    raise Stopped("abort", TAMPERED)
+                texts.append(text)
         except Stopped as stop:
             stop.steps = texts
             raise
