@@ -243,6 +243,7 @@ def one(runtime: Any) -> dict[str, float]:
     # A frame sent before the last commit and read after it, then another step: the rest waited for it.
     last = stamps["last committed"]
     out["in flight at the last commit"] = float(any(at > last and any(m > at for m in sent) for at in relayed))
+    out["sends after the last commit"] = float(sum(m > last for m in sent))
     out.update(counts)
     return out
 
@@ -288,6 +289,8 @@ def main() -> int:
     print(f"  settle steps     {statistics.median(t['steps'] for t in runs):g}")
     for k in COUNTS:
         print(f"  {k:28} {statistics.median(t[k] for t in runs):8.1f}")
+    sends = statistics.mean(t["sends after the last commit"] for t in runs)
+    print(f"  settle frames the run's thread sent after the last commit: {sends:.2f} per run (each a round trip)")
     share = statistics.mean(t["in flight at the last commit"] for t in runs)
     print(f"  a frame in flight at the last commit, then another step: {share:.0%} of runs")
     return 0

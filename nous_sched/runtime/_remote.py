@@ -269,10 +269,17 @@ class Relay(RelayCore):
     settles, answers, and the driving thread wakes once, to read the answers.
 
     **The committing thread never waits on the worker.** The write is
-    non-blocking, into a pipe that is empty (one frame is in flight at a
-    time, and the worker reads a frame whole before it answers), so any
-    frame the pipe can hold goes in one write whatever the worker is doing,
-    stuck or stopped. Whatever it cannot finish (a frame larger than the
+    non-blocking, into a pipe that is empty (the batch's first frame: the
+    worker reads a frame whole before it answers), so any frame the pipe can
+    hold goes in one write whatever the worker is doing, stuck or stopped.
+    **A burst joins the batch in flight** (:meth:`more`): a call that commits
+    behind the batch before the driving thread has collected it is written
+    then, by the thread that commits it, as a frame of its own, only if it
+    goes whole (at most ``PIPE_BUF`` bytes, which a pipe takes all or
+    nothing); else it waits for the driving thread, as before. The worker
+    settles the frames in order, and the driving thread reads one answer per
+    call of the whole batch: a ``Promise.all`` whose calls end one after
+    another is not held at the worker's first answer. Whatever it cannot finish (a frame larger than the
     pipe's buffer, a payload the worker must not get, an error), it hands to
     the driving thread: :attr:`handoff`, and a byte on the wake pipe; that
     thread sends the rest with the deadline and kill as any step's
@@ -327,6 +334,8 @@ class Relay(RelayCore):
         "texts",
         "woken",
         "waits",
+        "follow",
+        "reading",
     )
 
     def __init__(self, remote: "Remote") -> None:
@@ -356,6 +365,10 @@ class Relay(RelayCore):
         self.texts: Optional[list[str]] = None
         self.woken: Any = None  # select.poll over the wake pipe alone, made with it
         self.waits = 0  # the run's waits so far: the first is never lent (see settled)
+        # The call behind the batch sent whose commit joins it (on_done: more), or None.
+        self.follow: Any = None
+        # The host's driver has read the lone batch's answer and not yet collected the batch: nothing joins it.
+        self.reading = False
 
     def settled(
         self, take: Any, head: PendingCall, advance: Optional[Advance] = None, attach: Any = None
@@ -540,12 +553,14 @@ class Relay(RelayCore):
                 data = os.read(w.fd_out, 65536)
             except BlockingIOError:
                 return None
+            self.reading = True  # (its one answer is read: no call joins the batch now)
         if len(data) < 5 or worker.HEADER.unpack_from(data)[0] != len(data) - 4 or data[4:5] != worker.ENVELOPE:
             w.buf += data  # a stop, a split or garbled frame, the end of file: the run's thread reads it
             return "not a whole envelope"
         text = data[5:].decode("utf-8", "surrogatepass")
         with self.lock:
             batch, _ = self.taken()
+            self._unfollow()
         remote.pool._give_share(remote.ticket)  # noqa: SLF001  (the kick's, as answers gives it back)
         assert self.advance is not None
         head = self.advance(text, batch)
@@ -571,6 +586,7 @@ class Relay(RelayCore):
         """The batch a kick took; what it raised, raised here."""
         with self.held:
             batch, error = self.taken()
+            self._unfollow()
         if error is not None:
             raise error
         return batch
@@ -593,10 +609,71 @@ class Relay(RelayCore):
             with self.deferred if threading.get_ident() == self.main else self.lock:
                 if self.kicked(self.take, self._write):
                     self._wake()
+                else:
+                    self._follow()
         except BaseException as exc:  # (an interrupt): the run's to raise
             with deferred(), self.lock:
                 self.failed(exc)
                 self._wake()
+
+    def more(self) -> None:
+        """(``on_done`` of the call behind the batch sent, on the thread that
+        published it.) Its commit joins the batch if the driving thread has not
+        collected it yet (:meth:`RelayCore.joined`). Never blocks, never raises."""
+        try:
+            with self.deferred if threading.get_ident() == self.main else self.lock:
+                self._follow()
+        except BaseException as exc:  # (an interrupt): the run's to raise
+            with deferred(), self.lock:
+                self.failed(exc)
+                self._wake()
+
+    def _follow(self) -> None:
+        """(Under ``lock``.) While a batch is sent and not collected, join the
+        calls committed behind it, then follow the next one still running: its
+        commit comes back here (:meth:`more`). A burst's calls that commit while
+        the worker settles the first of them are written to it then, not after
+        the driving thread has read those answers (a round trip fewer)."""
+        take = self.take
+        head_of: Any = getattr(take, "head", None)  # (engine._taker's: a bare taker is not followed)
+        if head_of is None:
+            return
+        while self.state is SENT and not self.handoff and self.error is None and not self.reading:
+            head = head_of()
+            if head is None:
+                return
+            if not head.done():
+                self.follow = head
+                if not head.on_done(self.more) or not head.done():
+                    return  # (it tells when it commits; or it cannot, and the driving thread sends it)
+            if self.joined(take, self._join, take.give_back):
+                self._wake()
+                return
+            if head_of() is head:
+                return  # it did not join (the frame could not go whole): the driving thread sends it
+
+    def _join(self, batch: list[Any]) -> bool:
+        """Write ``batch``'s frame behind the one in flight if it goes whole now (a
+        write of at most ``PIPE_BUF`` bytes into a pipe is all or nothing); whether it did."""
+        remote = self.remote
+        limit = remote.limits.memory_bytes
+        for item in batch:
+            if len(item[4]) > limit:
+                return False  # the driving thread refuses it (Remote._check)
+        data = settle_frame(batch)
+        if len(data) > select.PIPE_BUF:
+            return False
+        try:
+            return remote.worker.offer(data) == len(data)
+        except OSError:  # the worker is gone: its end of file tells the driving thread
+            return False
+
+    def _unfollow(self) -> None:
+        """(Under ``lock``.) The batch is collected: the call followed no longer joins it."""
+        self.reading = False
+        follow, self.follow = self.follow, None
+        if follow is not None:
+            follow.on_done(None)
 
     def _write(self, batch: list[Any]) -> bool:
         """Write ``batch``'s frame, or what the pipe takes of it (the rest in
@@ -628,6 +705,7 @@ class Relay(RelayCore):
         with deferred():
             with self.lock:
                 self.release()
+                self._unfollow()
                 wake, self.wake = self.wake, (-1, -1)
             for fd in wake:
                 if fd >= 0:

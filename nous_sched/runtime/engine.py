@@ -975,6 +975,14 @@ def _taker(
     payload_of = _payload
     monotonic = time.monotonic
 
+    def head() -> Any:
+        """The oldest outstanding call's pending call, or None (the relay follows it)."""
+        return outstanding[0][1] if outstanding else None
+
+    def give_back(batch: list[Any]) -> None:
+        """Put a batch just taken back at the head, as it was (a frame that could not go)."""
+        outstanding.extendleft([(item[0], item[1]) for item in reversed(batch)])
+
     def take(first: Any) -> list[Any]:
         if monotonic() >= over:
             return []
@@ -1000,6 +1008,8 @@ def _taker(
                 break
         return batch
 
+    take.head = head  # type: ignore[attr-defined]
+    take.give_back = give_back  # type: ignore[attr-defined]
     return take
 
 
