@@ -128,3 +128,39 @@ def test_what_a_join_raises_is_the_runs_to_raise():
 
     assert core.joined(take, lambda batch: True, lambda batch: None) is True  # wake the driving thread
     assert core.taken() == (["c1"], boom)
+
+
+def test_a_frame_joined_behind_one_its_run_stopped_in_leaves_the_worker_whole(monkeypatch):
+    """The run's deadline stops the program in the first frame's step, after the
+    second call's frame joined it: the worker reads that frame and answers
+    nothing, and takes the domain's next run itself (no worker started again)."""
+    written = threading.Event()
+    offers: list[int] = []
+    offer = Worker.offer
+
+    def recorded(self, data):
+        took = offer(self, data)
+        offers.append(took)
+        written.set()
+        return took
+
+    monkeypatch.setattr(Worker, "offer", recorded)
+
+    def a(args):
+        return 1
+
+    def b(args):
+        assert written.wait(WAIT)
+        return 2
+
+    tools = [Tool("a", a, concurrency_safe=lambda args: True), Tool("b", b, concurrency_safe=lambda args: True)]
+    program = "const pa = tools.a({}); const pb = tools.b({}); await pa; while (true) {} return await pb;"
+    with WorkerPool(size=1, spares=0) as pool:
+        domain = pool.domain("join")
+        stopped = run_code(program, tools, runtime=domain, timeout=1.0, description="test")
+        assert stopped.error is not None and stopped.error.kind == "timeout", stopped.error
+        assert len(offers) == 2  # the second call's frame joined the first's
+        pids = {w.proc.pid for w in pool._workers.values()}  # noqa: SLF001
+        again = run_code("return 3;", [], runtime=domain, timeout=30, description="test")
+        assert again.error is None and again.result == 3, again.error
+        assert {w.proc.pid for w in pool._workers.values()} == pids  # noqa: SLF001

@@ -272,14 +272,15 @@ class Relay(RelayCore):
     non-blocking, into a pipe that is empty (the batch's first frame: the
     worker reads a frame whole before it answers), so any frame the pipe can
     hold goes in one write whatever the worker is doing, stuck or stopped.
-    **A burst joins the batch in flight** (:meth:`more`): a call that commits
-    behind the batch before the driving thread has collected it is written
-    then, by the thread that commits it, as a frame of its own, only if it
-    goes whole (at most ``PIPE_BUF`` bytes, which a pipe takes all or
-    nothing); else it waits for the driving thread, as before. The worker
-    settles the frames in order, and the driving thread reads one answer per
-    call of the whole batch: a ``Promise.all`` whose calls end one after
-    another is not held at the worker's first answer. Whatever it cannot finish (a frame larger than the
+    **A burst joins the batch in flight** (:meth:`more`): when the newest
+    outstanding call commits before the driving thread has collected the
+    batch, the calls behind the batch (all committed then) are written by
+    the thread that commits it, as a frame of its own, only if it goes whole
+    (at most ``PIPE_BUF`` bytes, which a pipe takes all or nothing); else
+    they wait for the driving thread, as before. The worker settles the
+    frames in order, and the driving thread reads one answer per call of the
+    whole batch: a ``Promise.all`` whose last calls end while the worker
+    settles its first ones is not held at the worker's first answer. Whatever it cannot finish (a frame larger than the
     pipe's buffer, a payload the worker must not get, an error), it hands to
     the driving thread: :attr:`handoff`, and a byte on the wake pipe; that
     thread sends the rest with the deadline and kill as any step's
@@ -365,7 +366,7 @@ class Relay(RelayCore):
         self.texts: Optional[list[str]] = None
         self.woken: Any = None  # select.poll over the wake pipe alone, made with it
         self.waits = 0  # the run's waits so far: the first is never lent (see settled)
-        # The call behind the batch sent whose commit joins it (on_done: more), or None.
+        # The newest call behind the batch sent, whose commit joins them all to it (on_done: more), or None.
         self.follow: Any = None
         # The host's driver has read the lone batch's answer and not yet collected the batch: nothing joins it.
         self.reading = False
@@ -617,9 +618,10 @@ class Relay(RelayCore):
                 self._wake()
 
     def more(self) -> None:
-        """(``on_done`` of the call behind the batch sent, on the thread that
-        published it.) Its commit joins the batch if the driving thread has not
-        collected it yet (:meth:`RelayCore.joined`). Never blocks, never raises."""
+        """(``on_done`` of the newest call behind the batch sent, on the thread
+        that published it.) The calls behind the batch join it if the driving
+        thread has not collected it yet (:meth:`RelayCore.joined`). Never
+        blocks, never raises."""
         try:
             with self.deferred if threading.get_ident() == self.main else self.lock:
                 self._follow()
@@ -629,28 +631,35 @@ class Relay(RelayCore):
                 self._wake()
 
     def _follow(self) -> None:
-        """(Under ``lock``.) While a batch is sent and not collected, join the
-        calls committed behind it, then follow the next one still running: its
-        commit comes back here (:meth:`more`). A burst's calls that commit while
-        the worker settles the first of them are written to it then, not after
-        the driving thread has read those answers (a round trip fewer)."""
+        """(Under ``lock``.) While a batch is sent and not collected, follow the
+        newest outstanding call: once it commits (:meth:`more`), so has every
+        call before it (commits are in order), and they join the batch in one
+        frame. The calls of a burst that end while the worker settles its
+        first frame go to the worker as the last of them commits, not after
+        the driving thread has read that frame's answers (a round trip fewer);
+        while some still run, nothing more is written (no wake-up of the
+        worker, nor of the driving thread, per commit)."""
         take = self.take
-        head_of: Any = getattr(take, "head", None)  # (engine._taker's: a bare taker is not followed)
-        if head_of is None:
+        last_of: Any = getattr(take, "last", None)  # (engine._taker's: a bare taker is not followed)
+        if last_of is None:
             return
         while self.state is SENT and not self.handoff and self.error is None and not self.reading:
-            head = head_of()
-            if head is None:
+            last = last_of()
+            if last is None:
                 return
-            if not head.done():
-                self.follow = head
-                if not head.on_done(self.more) or not head.done():
-                    return  # (it tells when it commits; or it cannot, and the driving thread sends it)
+            # The newest; once it is done, the oldest not yet: a pass publishes its commits
+            # newest first, so the older ones of its pass are told just after.
+            awaited = last if not last.done() else take.undone()
+            if awaited is not None:
+                self.follow = awaited
+                if not awaited.on_done(self.more) or not awaited.done():
+                    return  # (it tells when it is done; or it cannot, and the driving thread sends them)
+                continue
             if self.joined(take, self._join, take.give_back):
                 self._wake()
                 return
-            if head_of() is head:
-                return  # it did not join (the frame could not go whole): the driving thread sends it
+            if last_of() is last:
+                return  # they did not join (the frame could not go whole): the driving thread sends them
 
     def _join(self, batch: list[Any]) -> bool:
         """Write ``batch``'s frame behind the one in flight if it goes whole now (a

@@ -975,14 +975,6 @@ def _taker(
     payload_of = _payload
     monotonic = time.monotonic
 
-    def head() -> Any:
-        """The oldest outstanding call's pending call, or None (the relay follows it)."""
-        return outstanding[0][1] if outstanding else None
-
-    def give_back(batch: list[Any]) -> None:
-        """Put a batch just taken back at the head, as it was (a frame that could not go)."""
-        outstanding.extendleft([(item[0], item[1]) for item in reversed(batch)])
-
     def take(first: Any) -> list[Any]:
         if monotonic() >= over:
             return []
@@ -1008,9 +1000,32 @@ def _taker(
                 break
         return batch
 
-    take.head = head  # type: ignore[attr-defined]
-    take.give_back = give_back  # type: ignore[attr-defined]
+    _followed(take, outstanding)
     return take
+
+
+def _followed(take: Any, outstanding: "collections.deque[tuple[int, Any]]") -> None:
+    """What a relay reads of ``outstanding`` while the loop that owns it waits
+    (``_remote.Relay``: the calls behind a batch in flight join it), set on ``take``."""
+
+    def last() -> Any:
+        """The newest outstanding call's pending call, or None (the relay follows it)."""
+        return outstanding[-1][1] if outstanding else None
+
+    def undone() -> Any:
+        """The oldest outstanding call's pending call not yet ``done()``, or None."""
+        for _, pending in outstanding:
+            if not pending.done():
+                return pending
+        return None
+
+    def give_back(batch: list[Any]) -> None:
+        """Put a batch just taken back at the head, as it was (a frame that could not go)."""
+        outstanding.extendleft([(item[0], item[1]) for item in reversed(batch)])
+
+    take.last = last
+    take.undone = undone
+    take.give_back = give_back
 
 
 def _step_envelope(text: Any, book: "_LogBook", on_logs: Any, host: Any) -> dict[str, Any]:
