@@ -19,6 +19,7 @@ import json
 import os
 import signal
 import socket
+import threading
 import time
 
 import pytest
@@ -190,6 +191,29 @@ def test_the_fork_servers_names_cache_is_bounded_and_keeps_only_texts_matching_t
             assert forged not in again and engine.names_key(text) not in again
             assert engine.names_key(huge) not in again
             assert again == held
+        finally:
+            server.release()
+
+
+def test_offers_made_while_a_spawn_holds_the_server_never_wait_and_the_next_child_holds_them():
+    with WorkerPool(size=1, spares=0) as pool:
+        server = pool._fork_server()
+        assert server is not None
+        try:
+            texts = [engine.names_utf8(tuple(f"busy{i}_{j}" for j in range(40)))[0] for i in range(6)]
+            keys = [engine.names_key(t) for t in texts]
+            with server._lock:  # (as a spawn holds it: the offers are left for the spawn to send)
+                threads = [threading.Thread(target=server.offer_names, args=(k, t)) for k, t in zip(keys, texts)]
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join(30)
+                assert not any(t.is_alive() for t in threads), "an offer waited for the spawn"
+                server.offer_names(keys[0], texts[0])  # (waiting already: not queued twice)
+            held = _spawn(server)
+            assert set(keys[-worker.NAMES_ENTRIES :]) <= held
+            server.offer_names(keys[-1], texts[-1])  # (held: nothing to send)
+            assert _spawn(server) == held
         finally:
             server.release()
 

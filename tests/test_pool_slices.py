@@ -14,6 +14,7 @@ import os
 import select
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -216,57 +217,106 @@ def parked_behind_a_holder(pool: WorkerPool, out: dict, **kw: Any) -> threading.
     return a
 
 
-@pytest.mark.timeout(120)
-def test_a_parked_run_at_its_deadline_goes_on_to_stop_softly_with_its_logs():
+@pytest.fixture
+def one_share_pool() -> Iterator[WorkerPool]:
     pool = WorkerPool(size=2, cpu_shares=1, spares=0)
+    yield pool
+    pool.close()
+
+
+@pytest.fixture
+def cancel() -> Iterator[threading.Event]:
+    event = threading.Event()
+    yield event
+    event.set()  # (before the pool closes: a run still spinning stops)
+
+
+def serves_once_the_holder_gives_back(pool: WorkerPool) -> None:
+    pool._give_share("another run")
+    assert run_code("return 1", runtime=pool, timeout=30, description="t").result == 1
+
+
+@pytest.mark.timeout(120)
+def test_a_parked_run_at_its_deadline_goes_on_to_stop_softly_with_its_logs(one_share_pool):
+    pool = one_share_pool
     out: dict = {}
-    try:
-        a = parked_behind_a_holder(pool, out, timeout=8)  # (long enough to be parked first on a loaded machine)
-        a.join(60)
-        r = out["a"]
-        assert r.error.kind == "timeout" and r.logs == ("spinning",)
-        assert "(running JavaScript) and was stopped" in r.error.message, "stopped by its engine, not killed"
-        assert pool.shares() == (1, 0) and not pool._core.parked and not pool._core.share_queue
-        pool._give_share("another run")
-        assert run_code("return 1", runtime=pool, timeout=30, description="t").result == 1
-    finally:
-        pool.close()
+    a = parked_behind_a_holder(pool, out, timeout=8)  # (long enough to be parked first on a loaded machine)
+    a.join(60)
+    r = out["a"]
+    assert r.error.kind == "timeout" and r.logs == ("spinning",)
+    assert "(running JavaScript) and was stopped" in r.error.message, "stopped by its engine, not killed"
+    assert pool.shares() == (1, 0) and not pool._core.parked and not pool._core.share_queue
+    serves_once_the_holder_gives_back(pool)
 
 
 @pytest.mark.timeout(120)
-def test_a_parked_run_that_is_cancelled_goes_on_to_stop_softly_with_its_logs():
-    pool = WorkerPool(size=2, cpu_shares=1, spares=0)
-    cancel = threading.Event()
+def test_a_parked_run_that_is_cancelled_goes_on_to_stop_softly_with_its_logs(one_share_pool, cancel):
+    pool = one_share_pool
     out: dict = {}
-    try:
-        a = parked_behind_a_holder(pool, out, timeout=60, cancel=cancel)
-        cancel.set()
-        a.join(60)
-        assert out["a"].error.kind == "cancelled" and out["a"].logs == ("spinning",), out["a"]
-        assert pool.shares() == (1, 0) and not pool._core.parked and not pool._core.share_queue
-        pool._give_share("another run")
-        assert run_code("return 1", runtime=pool, timeout=30, description="t").result == 1
-    finally:
-        cancel.set()
-        pool.close()
+    a = parked_behind_a_holder(pool, out, timeout=60, cancel=cancel)
+    cancel.set()
+    a.join(60)
+    assert out["a"].error.kind == "cancelled" and out["a"].logs == ("spinning",), out["a"]
+    assert pool.shares() == (1, 0) and not pool._core.parked and not pool._core.share_queue
+    serves_once_the_holder_gives_back(pool)
 
 
 @pytest.mark.timeout(120)
-def test_a_parked_run_is_resumed_when_the_share_comes_back_and_ends_as_it_would_have():
-    pool = WorkerPool(size=2, cpu_shares=1, spares=0)
+def test_a_parked_run_is_resumed_when_the_share_comes_back_and_ends_as_it_would_have(one_share_pool):
+    pool = one_share_pool
     out: dict = {}
     program = 'console.log("counting"); let n = 0; for (let i = 0; i < 6e7; i++) n += 1; return n'
-    try:
-        a = started(out, "a", program, pool, timeout=120)
-        assert until(lambda: pool.shares() == (1, 0) and pool._core.slices and states(pool) == {"R"}), "it computes"
-        holder(pool).join(60)
-        assert until(lambda: states(pool) == {"T"}), "its worker is stopped"
-        pool._give_share("another run")
-        a.join(100)
-        assert out["a"].error is None and out["a"].result == 60_000_000 and out["a"].logs == ("counting",)
-        assert pool.shares() == (0, 0) and not pool._core.parked
-    finally:
-        pool.close()
+    a = started(out, "a", program, pool, timeout=120)
+    assert until(lambda: pool.shares() == (1, 0) and pool._core.slices and states(pool) == {"R"}), "it computes"
+    holder(pool).join(60)
+    assert until(lambda: states(pool) == {"T"}), "its worker is stopped"
+    pool._give_share("another run")
+    a.join(100)
+    assert out["a"].error is None and out["a"].result == 60_000_000 and out["a"].logs == ("counting",)
+    assert pool.shares() == (0, 0) and not pool._core.parked
+
+
+@pytest.mark.timeout(120)
+def test_a_parked_run_whose_worker_is_killed_after_its_first_answer_ends_abort_and_frees_its_place(one_share_pool):
+    pool = one_share_pool
+    out: dict = {}
+    program = 'console.log("before"); await tools.t({}); while (true) {}'
+    called: list[float] = []
+    a = started(out, "a", program, pool, timeout=60, tools=[Tool("t", lambda a: called.append(time.monotonic()))])
+    # (The spinning step's slice starts after the call returned; the first step's started before it.)
+    assert until(lambda: called and any(t > called[0] for t in pool._core.slices.values()) and states(pool) == {"R"}), (
+        "the step after the call computes"
+    )
+    holder(pool).join(60)
+    assert until(lambda: states(pool) == {"T"}), "its worker is stopped"
+    (pid,) = pool.pids()
+    os.kill(pid, 9)  # (SIGKILL reaches a stopped process)
+    a.join(60)
+    r = out["a"]
+    assert r.error.kind == "abort" and "died" in r.error.message and r.logs == ("before",), (r.error, r.logs)
+    assert not pool._core.parked and not pool._core.share_queue and pool.shares() == (1, 0)
+    assert until(lambda: pid not in pool.pids()), "its place is freed"
+    serves_once_the_holder_gives_back(pool)
+    assert pool.shares() == (0, 0)
+
+
+@pytest.mark.timeout(120)
+def test_a_parked_run_whose_worker_is_killed_before_its_first_answer_is_started_again_when_a_share_is_free(
+    one_share_pool, cancel
+):
+    pool = one_share_pool
+    out: dict = {}
+    a = parked_behind_a_holder(pool, out, timeout=60, cancel=cancel)
+    (pid,) = pool.pids()
+    os.kill(pid, 9)
+    # Started again (the host served none of its calls), on a new worker that waits for the share.
+    assert until(lambda: pid not in pool.pids() and pool.shares() == (1, 1) and not pool._core.parked)
+    pool._give_share("another run")
+    assert until(lambda: states(pool) == {"R"}), "the program spins again on its new worker"
+    cancel.set()
+    a.join(60)
+    assert out["a"].error.kind == "cancelled" and out["a"].logs == ("spinning",), (out["a"].error, out["a"].logs)
+    assert pool.shares() == (0, 0) and not pool._core.parked and not pool._core.share_queue
 
 
 # -- a frame read across a deadline ------------------------------------------------

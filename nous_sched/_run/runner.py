@@ -56,7 +56,7 @@ from ..result._explain import told as _explain
 from ..result._hints import Seen, hints
 from ..result.budget import MIN_OUTPUT_BUDGET, fit, fit_value, utf8_size
 from ..result.budget import size as budget_size
-from ..result.records import trail_later
+from ..result.records import audit_later, trail_later
 from ..result.usage import Usage, calls_later
 from ..review._review import ReviewRequest, decide
 from ..review._summary import ProgramSummary, summarize_parts
@@ -465,7 +465,7 @@ def _result(
         logs=logs,
         result=outcome.result,
         error=error,
-        events=tuple(scheduler.audit_events()),
+        events=audit_later(scheduler.audit_entries()),  # each record made when first read
         refused=tuple(gate.refused),
         audit=tuple(event.as_event() for event in host.state_events),
         trail=trail_later(scheduler.trail_rows()),  # the records made when first read

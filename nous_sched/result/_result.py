@@ -9,7 +9,7 @@ import attrs
 from .. import _validators as v
 from .._slots import LATER
 from ..events import ApprovalEvent, ContextUpdate, Event, ToolCallEvent, ToolOutcomeEvent, ToolRefusedEvent
-from .records import CallRecord, HeldTrail
+from .records import CallRecord, HeldAudit, HeldTrail
 from .usage import Usage
 
 if TYPE_CHECKING:  # mypy's attrs plugin knows attrs' own decorator (attrs.evolve, attrs.fields), not record
@@ -93,7 +93,9 @@ class RunResult:
     logs: tuple[str, ...] = ()
     result: Any = None
     error: Optional[RunError] = None
-    events: tuple[Union[ToolCallEvent, ApprovalEvent, ToolOutcomeEvent], ...] = ()
+    events: tuple[Union[ToolCallEvent, ApprovalEvent, ToolOutcomeEvent], ...] = attrs.field(
+        default=(), metadata={LATER: (HeldAudit, HeldAudit.build)}
+    )
     trail: tuple[CallRecord, ...] = attrs.field(default=(), metadata={LATER: (HeldTrail, HeldTrail.build)})
     elapsed: float = 0.0
     refused: tuple[ToolRefusedEvent, ...] = ()

@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, Optional
 import attrs
 
 from .._slots import record
+from ..events import ToolCallEvent, ToolOutcomeEvent
 
-__all__ = ["CallRecord", "LaneState", "trail_later"]
+__all__ = ["CallRecord", "LaneState", "trail_later", "audit_later", "made"]
 
 
 @record  # (one per call: made as the run ends)
@@ -67,6 +68,38 @@ def trail_later(rows: Any) -> tuple[CallRecord, ...]:
     """``RunResult.trail`` for ``rows`` (each :class:`CallRecord`'s fields in its order,
     copied now), made into records on first read: a reader cannot tell."""
     return HeldTrail(tuple(rows))  # type: ignore[return-value]  # held: read, it is the records' tuple
+
+
+def made(entry: Any) -> Any:
+    """An audit entry as its record: a *held* entry, a tuple of the record's ``type``
+    (``"tool_call"`` or ``"tool_outcome"``) and then the arguments it is made with, is made
+    now (a new record each time); a record is itself."""
+    return _HELD[entry[0]](*entry[1:]) if type(entry) is tuple else entry
+
+
+# By its type's name, not its class: a held entry of plain values (a tool_call's
+# arguments are held as text: events.frozen_later) is one the garbage collector
+# stops tracking at its first look, though the run keeps it to its end.
+_HELD = {ToolCallEvent.type: ToolCallEvent, ToolOutcomeEvent.type: ToolOutcomeEvent}
+
+
+class HeldAudit:
+    """A run's audit records as the scheduler holds them (each a record, or held:
+    :func:`made`), held by :class:`~nous_sched.RunResult` until its ``events`` is read."""
+
+    __slots__ = ("entries",)
+
+    def __init__(self, entries: tuple[Any, ...]) -> None:
+        self.entries = entries
+
+    def build(self) -> tuple[Any, ...]:
+        return tuple(made(entry) for entry in self.entries)
+
+
+def audit_later(entries: Any) -> tuple[Any, ...]:
+    """``RunResult.events`` for ``entries`` (records, or held: :func:`made`; copied now),
+    each held one made into its record on first read: a reader cannot tell."""
+    return HeldAudit(tuple(entries))  # type: ignore[return-value]  # held: read, it is the records' tuple
 
 
 @attrs.frozen

@@ -220,7 +220,7 @@ class ForkServer:
         timeout: float,
         children: int = 0,
     ) -> None:
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards the socket's request-answer turns and the counts below
         self.statuses: dict[int, int] = {}
         self.limit = children  # 0: no limit
         self.spawned = 0
@@ -230,8 +230,11 @@ class ForkServer:
         self.gone = False  # its socket said end of file: never ask it again
         # The names texts it held at its last fork, and those offered since (see offer_names).
         self.names_held: frozenset[bytes] = frozenset()
-        self._names_offered: set[bytes] = set()
-        self._names_waiting: dict[bytes, bytes] = {}  # offered while a spawn held the lock: it sends them
+        # Guards the two offer fields below and nothing else; taken after _lock, never
+        # before it, and never held across a send (an offer must never wait for a spawn).
+        self._offers_lock = threading.Lock()
+        self._names_offered: set[bytes] = set()  # sent since the last answer
+        self._names_waiting: dict[bytes, bytes] = {}  # not sent yet, oldest first
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         argv = [python, "-I", "-S", "-B", "-c", BOOT, WORKER_SCRIPT, "--fork-server", quickjs_path, json.dumps(options)]
         try:
@@ -345,7 +348,8 @@ class ForkServer:
                     if parts[3:] == request.split():
                         held = frozenset(parts[2].split(b",")) - {b"-"}
                         self.names_held = held
-                        self._names_offered.clear()
+                        with self._offers_lock:
+                            self._names_offered.clear()
                         return int(parts[1]), got[0], held
                     _kill_stale(got[0])
                     continue
@@ -360,20 +364,14 @@ class ForkServer:
         (so every child forked after this call holds it, if the server kept
         it); once until the server's next answer says whether it kept it.
         Never waits; a failure is nobody's error (the runs send the text)."""
-        if (
-            key in self.names_held
-            or key in self._names_offered
-            or not 0 < len(text) <= worker.NAMES_BYTES
-            or self.gone
-            or self.retired
-        ):
+        if key in self.names_held or not 0 < len(text) <= worker.NAMES_BYTES or self.gone or self.retired:
             return
-        self._names_waiting[key] = text
-        while len(self._names_waiting) > worker.NAMES_ENTRIES:  # (the oldest would be dropped there anyway)
-            try:
-                self._names_waiting.pop(next(iter(self._names_waiting)), None)
-            except (RuntimeError, StopIteration):  # (a spawn sent them meanwhile)
-                break
+        with self._offers_lock:
+            if key in self._names_offered:
+                return
+            self._names_waiting[key] = text
+            while len(self._names_waiting) > worker.NAMES_ENTRIES:  # (the oldest would be dropped there anyway)
+                del self._names_waiting[next(iter(self._names_waiting))]
         if self._lock.acquire(blocking=False):
             try:
                 self._send_names()
@@ -382,15 +380,13 @@ class ForkServer:
 
     def _send_names(self) -> None:
         """(The lock held.) Send the waiting names offers, oldest first."""
-        while self._names_waiting:
-            try:
+        while True:
+            with self._offers_lock:
+                if not self._names_waiting:
+                    return
                 key = next(iter(self._names_waiting))
-            except (RuntimeError, StopIteration):  # (an offer changed it meanwhile: look again)
-                continue
-            text = self._names_waiting.pop(key, None)
-            if text is None:
-                continue
-            self._names_offered.add(key)
+                text = self._names_waiting.pop(key)
+                self._names_offered.add(key)
             try:
                 fd = os.memfd_create("nous_sched names", os.MFD_CLOEXEC)
             except (OSError, AttributeError):  # (AttributeError: no memfd_create on this platform)

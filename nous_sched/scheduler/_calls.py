@@ -28,7 +28,7 @@ from ..events import (
 from ..gate._admitted import FAILED as FAILED  # re-exported: the scheduler's messages
 from ..gate.dispatch import RunContext
 from ..outcome import Outcome
-from ..result.records import CallRecord, LaneState
+from ..result.records import CallRecord, LaneState, made
 from ..throttle import Hold
 from ..tooling import Mode, Tool
 from ._tool_threads import Task, Then
@@ -429,8 +429,9 @@ class RunLog(SessionLog):
     """The session log a scheduler makes when it is given none.
 
     A :class:`SessionLog` to every reader; inside, it keeps the driver's audit
-    records as they are and makes each one's :class:`Event` when the log is
-    first read (most runs' logs never are), in place, so every reader gets the
+    records as they are (or held: ``nous_sched.result.records.made``) and
+    makes each one's :class:`Event` when the log is first read (most runs'
+    logs never are), in place, so every reader gets the
     same Event objects in append order. Its lock is its scheduler's
     ``_records_lock``, so a driver's pass appends to both under one lock
     (``Scheduler._write_pass``).
@@ -453,7 +454,7 @@ class RunLog(SessionLog):
             for i in range(self._made, len(entries)):
                 entry = entries[i]
                 if type(entry) is not Event:
-                    entries[i] = entry.as_event()
+                    entries[i] = made(entry).as_event()
             self._made = len(entries)
             return list(entries)
 

@@ -65,7 +65,7 @@ from ..events import (
 )
 from ..gate.dispatch import CallInfo, Dispatch, RunContext, direct_dispatch
 from ..outcome import Outcome
-from ..result.records import CallRecord, LaneState
+from ..result.records import CallRecord, LaneState, made
 from ..throttle import Hold
 from ..tooling import PARALLEL, Tool, concurrency_mode, exclusive_reason
 from . import _driver_threads, _tool_threads
@@ -249,7 +249,12 @@ class Scheduler:
         self._wedged_by: Optional[Ticket] = None
 
         self._stopping = False
-        self._events: list[Any] = []  # audit records: ToolCallEvent, ApprovalEvent, ToolOutcomeEvent
+        # The audit: ToolCallEvent, ApprovalEvent, ToolOutcomeEvent records, each
+        # record the driver writes held until first read (records.made: a tuple
+        # of its type and arguments) while no hook sees it as it is written;
+        # every entry before _made is a record.
+        self._events: list[Any] = []
+        self._made = 0
         # The seqs whose tool_outcome stop() wrote for a driver that did not
         # wind down in time (under _records_lock); the driver writes none of them.
         self._sealed: Optional[set[int]] = None
@@ -492,7 +497,7 @@ class Scheduler:
         final list.
         """
         with self._records_lock:
-            return [e for e in self._events if type(e) is ToolCallEvent]
+            return [e for e in self._made_events() if type(e) is ToolCallEvent]
 
     def audit_events(self) -> list[Any]:
         """Every audit record so far, in the order written: each started call's
@@ -506,7 +511,25 @@ class Scheduler:
         Never waits for the driver. After :meth:`stop` this is the complete list.
         """
         with self._records_lock:
+            return list(self._made_events())
+
+    def audit_entries(self) -> list[Any]:
+        """:meth:`audit_events` as the scheduler holds them: each a record, or
+        one not made yet, held as a tuple of its type and arguments
+        (``nous_sched.result.records.made`` makes it). Never waits for the driver."""
+        with self._records_lock:
             return list(self._events)
+
+    def _made_events(self) -> list[Any]:
+        """(Under _records_lock.) ``_events``, every held entry made its record, in place,
+        so every reader gets the same records."""
+        events = self._events
+        for i in range(self._made, len(events)):
+            entry = events[i]
+            if type(entry) is tuple:
+                events[i] = made(entry)
+        self._made = len(events)
+        return events
 
     def trail(self) -> list[CallRecord]:
         """The timeline of every started call, in submission order. Never waits for the driver."""
@@ -611,8 +634,9 @@ class Scheduler:
         with self._records_lock:
             if self._sealed is not None:
                 return
-            started = {e.seq: e.tool for e in self._events if type(e) is ToolCallEvent}
-            for e in self._events:
+            events = self._made_events()
+            started = {e.seq: e.tool for e in events if type(e) is ToolCallEvent}
+            for e in events:
                 if type(e) is ToolOutcomeEvent:
                     started.pop(e.seq, None)
             error = {"kind": "abandoned", "message": ABANDONED}
@@ -631,7 +655,14 @@ class Scheduler:
         less the outcomes stop() wrote already."""
         sealed = self._sealed
         assert sealed is not None
-        return [r for r in records if type(r) is not ToolOutcomeEvent or r.seq not in sealed]
+        return [
+            r
+            for r in records
+            if not (
+                (type(r) is ToolOutcomeEvent and r.seq in sealed)
+                or (type(r) is tuple and r[0] == ToolOutcomeEvent.type and r[1] in sealed)
+            )
+        ]
 
     def _wait_driver(self, timeout: float) -> bool:
         """True once the driver is done with this scheduler for good (it
@@ -782,23 +813,30 @@ class Scheduler:
         finished = self._finished
         if not now and not finished:
             return
-        records: list[Any] = []  # the pass's audit records, in the lane's order
-        started: list[tuple[Call, ToolCallEvent]] = []
+        records: list[Any] = []  # the pass's audit records (or held: records.made), in the lane's order
+        started: list[tuple[Call, str]] = []  # each with its tool_call record's id
         committed: list[tuple[Call, float]] = []  # each with when it committed
         # (START or COMMIT, the call, its audit record): kept only for the hooks.
         actions: Optional[list[tuple[str, Call, Any]]] = (
             None if self._observer is None and self._on_outcome is None and self._on_start is None else []
         )
+        # Held while no one sees a record as it is written: no hook, and the run's own
+        # log (which makes its Events when read); most runs' audits are never read.
+        held = actions is None and type(self._session_log) is RunLog
         t0 = self._t0
         perf_counter = time.perf_counter
         record: Any
         for kind, call in now:
             if kind is START:
-                record = self._started(call, perf_counter() - t0)
-                started.append((call, record))
+                record = self._started(call, perf_counter() - t0, held)
+                started.append((call, record[1] if held else record.id))
             else:
                 ran = call.ran
-                record = self._outcome_record(call, call.outcome, ran[2], ran[3])
+                outcome = call.outcome
+                if held and outcome.ok and not outcome.blobs:
+                    record = (ToolOutcomeEvent.type, call.seq, call.tool.name, True, None, ran[3])
+                else:
+                    record = self._outcome_record(call, outcome, ran[2], ran[3])
                 committed.append((call, perf_counter() - t0))
             records.append(record)
             if actions is not None:
@@ -807,8 +845,8 @@ class Scheduler:
         if actions is not None:
             self._act_in_order(actions)
             return
-        for call, record in started:
-            self._hand_over(call, record.id)
+        for call, event_id in started:
+            self._hand_over(call, event_id)
         if committed:
             if len(committed) == 1:  # (a lone commit: nothing to order)
                 call = committed[0][0]
@@ -817,7 +855,7 @@ class Scheduler:
                 self._publish_newest_first(committed)
 
     def _write_pass(
-        self, records: list[Any], started: list[tuple[Call, Any]], committed: list[tuple[Call, float]]
+        self, records: list[Any], started: list[tuple[Call, str]], committed: list[tuple[Call, float]]
     ) -> None:
         """A pass's audit records, trail and stamps under one ``_records_lock``, and the run's own log with
         them (under the same lock: see :class:`RunLog`); a session log of the caller's gets them after."""
@@ -867,17 +905,17 @@ class Scheduler:
             if call.ticket in mine:
                 call.ticket._publish(call.outcome)  # noqa: SLF001
 
-    def _started(self, call: Call, now: float) -> ToolCallEvent:
-        """The ``tool_call`` record of a call the lane starts now; its timeline is ``call.timeline``."""
+    def _started(self, call: Call, now: float, held: bool = False) -> Any:
+        """The ``tool_call`` record of a call the lane starts now (``held``: held, see
+        ``nous_sched.result.records.made``); its timeline is ``call.timeline``."""
         seq = call.seq
         name = call.tool.name
         mode = call.mode
-        event = ToolCallEvent(
-            f"{self._call_id}:code:{seq}" if self._call_id is not None else f"code:{seq}",
-            name,
-            call.logged,
-            mode,
-            seq,
+        event_id = f"{self._call_id}:code:{seq}" if self._call_id is not None else f"code:{seq}"
+        event: Any = (
+            (ToolCallEvent.type, event_id, name, call.logged, mode, seq)
+            if held
+            else ToolCallEvent(event_id, name, call.logged, mode, seq)
         )
         call.timeline = Timeline(seq, name, mode, now, "" if mode == PARALLEL else exclusive_reason(call.tool, mode))
         return event
