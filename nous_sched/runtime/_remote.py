@@ -337,6 +337,7 @@ class Relay(RelayCore):
         "waits",
         "follow",
         "reading",
+        "behind",
     )
 
     def __init__(self, remote: "Remote") -> None:
@@ -370,6 +371,8 @@ class Relay(RelayCore):
         self.follow: Any = None
         # The host's driver has read the lone batch's answer and not yet collected the batch: nothing joins it.
         self.reading = False
+        # The calls outstanding behind a batch (the taker's deque, read while the driving thread waits), or None.
+        self.behind: Any = None
 
     def settled(
         self, take: Any, head: PendingCall, advance: Optional[Advance] = None, attach: Any = None
@@ -387,7 +390,9 @@ class Relay(RelayCore):
                 os.set_blocking(w, False)
                 self.woken = select.poll()
                 self.woken.register(r, select.POLLIN)
-        self.take = take
+        if take is not self.take:  # (one taker a run: what it reads, looked up once)
+            self.take = take
+            self.behind = getattr(take, "outstanding", None)
         self.head = head
         # Armed without the lock: one store, made while the state is IDLE,
         # which no kick changes (a kick acts only once it reads ARMED, under
@@ -561,7 +566,8 @@ class Relay(RelayCore):
         text = data[5:].decode("utf-8", "surrogatepass")
         with self.lock:
             batch, _ = self.taken()
-            self._unfollow()
+            if self.follow is not None or self.reading:
+                self._unfollow()
         remote.pool._give_share(remote.ticket)  # noqa: SLF001  (the kick's, as answers gives it back)
         assert self.advance is not None
         head = self.advance(text, batch)
@@ -587,7 +593,8 @@ class Relay(RelayCore):
         """The batch a kick took; what it raised, raised here."""
         with self.held:
             batch, error = self.taken()
-            self._unfollow()
+            if self.follow is not None or self.reading:
+                self._unfollow()
         if error is not None:
             raise error
         return batch
@@ -610,7 +617,7 @@ class Relay(RelayCore):
             with self.deferred if threading.get_ident() == self.main else self.lock:
                 if self.kicked(self.take, self._write):
                     self._wake()
-                else:
+                elif self.behind:  # (a lone call's kick, every sequential await: nothing behind it)
                     self._follow()
         except BaseException as exc:  # (an interrupt): the run's to raise
             with deferred(), self.lock:

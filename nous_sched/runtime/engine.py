@@ -1023,6 +1023,7 @@ def _followed(take: Any, outstanding: "collections.deque[tuple[int, Any]]") -> N
         """Put a batch just taken back at the head, as it was (a frame that could not go)."""
         outstanding.extendleft([(item[0], item[1]) for item in reversed(batch)])
 
+    take.outstanding = outstanding
     take.last = last
     take.undone = undone
     take.give_back = give_back
