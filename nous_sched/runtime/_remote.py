@@ -140,6 +140,9 @@ class Begun:
             reusable = remote.reusable and (finish.error is None or finish.error[0] not in ("abort", "cancelled"))
             self._pool._give_share(self._ticket)  # noqa: SLF001  (each step gives its own back; whatever path ended it)
             self._pool._release(remote.wid, self._domain, reusable)  # noqa: SLF001
+            # It holds nothing now: the abandon() that follows every run (run_code's
+            # wind-down) has nothing to drop, and wakes nothing for it.
+            self._ticket = None
         except BaseException:
             # KeyboardInterrupt (or a host bug): the worker may be mid-step. Kill
             # it, replace it later, and let the exception go on at once.

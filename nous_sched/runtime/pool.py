@@ -325,6 +325,9 @@ class WorkerPool(CodeRuntime):
         # Runs whose held replacement is wanted from an instant on (see _calm): ticket -> monotonic time.
         self._calm_at: dict[int, float] = {}
         self._dying: list[tuple[int, Worker]] = []  # killed fork server children, not yet gone
+        # Fork server children whose run is over, killed by the spares thread
+        # (not on the run's thread: see _release_now), then gone like _dying's.
+        self._killing: list[tuple[int, Worker]] = []
         self._orphans: Deque[int] = collections.deque()  # tickets of runs lost before they ran
         self._reaping = 0  # taken from _dying by the spares thread, not yet gone
         self._spares_failed = False  # a spare could not start: leave starting to the runs
@@ -493,11 +496,15 @@ class WorkerPool(CodeRuntime):
             server, self._server = self._server, None
             retired, self._retired = self._retired, []
             dying, self._dying = self._dying, []
+            killing, self._killing = self._killing, []
             for waiting in self._share_waits.values():
                 waiting.notify_all()  # (a closed pool grants every share: they find their workers killed)
         for _, w in dying:
             w.gone(0)
         exiting = []
+        for _, w in killing:
+            if w.discard():
+                exiting.append(w)
         for w in workers:
             if id(w) in busy:
                 # Its run owns the pipes: it reads end-of-file, answers ``abort``
@@ -1062,6 +1069,7 @@ class WorkerPool(CodeRuntime):
             leave()
 
     def _release_now(self, wid: int, domain: Any, reusable: bool) -> None:
+        later = False
         with self._lock:
             w = self._workers.get(wid)
             # (A run without a domain: its worker is killed, not told to tidy up.)
@@ -1070,10 +1078,18 @@ class WorkerPool(CodeRuntime):
             if not keep:
                 self._core.release(wid, domain, False)  # (the place is held until the process is gone)
                 w = self._workers.pop(wid, None)
+                # A fork server's child is killed by the spares thread, which
+                # reaps it anyway: the signal, the pipes' close and the dying
+                # process's wake-up are off the run's path (its run is over:
+                # the host reads and writes its pipes no more, and its place
+                # stays taken until it is gone).
+                later = w is not None and w.forked and not self._core.closed
+                if later and w is not None:
+                    self._killing.append((wid, w))
             elif w is not None:
                 w.busy = False
                 self._notify()
-        if not keep:
+        if not keep and not later:
             self._discard(wid, w)
         self._top_up()
 
@@ -1109,7 +1125,7 @@ class WorkerPool(CodeRuntime):
                 self._notify()  # (it lingers, waiting on the condition)
                 return
             wids = [] if self._spares_failed else self._core.want_spares()
-            if not wids and not self._dying and not self._calm_at:
+            if not wids and not self._dying and not self._killing and not self._calm_at:
                 return
             self._spare_thread = threading.Thread(
                 target=self._keep_spares, args=(wids,), name=f"nous-sched-spares-{id(self):x}", daemon=True
@@ -1156,6 +1172,7 @@ class WorkerPool(CodeRuntime):
         failures = 0
         try:
             while True:
+                self._kill_released()  # (first: a process whose run is over goes before one boots)
                 try:
                     self._start_ready(wids, _BACKGROUND_SPARES)  # (it gives every place back if it fails)
                     failures = 0
@@ -1203,7 +1220,7 @@ class WorkerPool(CodeRuntime):
             now = time.monotonic()
             due = self._calms_due(now) if self._calm_at else math.inf
             wids = [] if self._spares_failed else self._core.want_spares()
-            if wids or self._dying:
+            if wids or self._dying or self._killing:
                 return wids
             left = (until if due == math.inf else due) - now
             if left <= 0:
@@ -1211,6 +1228,19 @@ class WorkerPool(CodeRuntime):
                     return None
                 continue
             self._cond.wait(left)
+
+    def _kill_released(self) -> None:
+        """(The spares thread.) Kill the workers whose run is over (see
+        :meth:`_release_now`); :meth:`_reap` waits for them to be gone."""
+        with self._lock:
+            killing, self._killing = self._killing, []
+            self._reaping += len(killing)
+        for wid, w in killing:
+            try:
+                self._discard(wid, w)
+            finally:
+                with self._lock:
+                    self._reaping -= 1
 
     def _reap(self) -> None:
         """Wait for the killed workers to be gone; give their places back."""
@@ -1232,7 +1262,7 @@ class WorkerPool(CodeRuntime):
         they are. For tests that count processes and descriptors."""
         end = time.monotonic() + timeout
         with self._lock:
-            while self._dying or self._reaping:
+            while self._dying or self._killing or self._reaping:
                 left = end - time.monotonic()
                 if left <= 0:
                     return False
@@ -1242,7 +1272,7 @@ class WorkerPool(CodeRuntime):
     def _after_fork_in_child(self) -> None:
         # The workers belong to the parent: forget them (closing our copies of
         # their pipes) without killing them. The child starts its own on demand.
-        for w in list(self._workers.values()):
+        for w in [*self._workers.values(), *(w for _, w in self._killing)]:
             w.forget()
         for server in [self._server, *self._retired]:
             if server is not None:

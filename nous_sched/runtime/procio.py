@@ -913,6 +913,11 @@ class Worker:
             except OSError:
                 pass
 
+    @property
+    def forked(self) -> bool:
+        """A fork server's child (:meth:`discard` leaves it to :meth:`gone`), not a spawned process."""
+        return isinstance(self.proc, ForkedProc)
+
     def discard(self) -> bool:
         """After a finished run: kill it and close the pipes. True if it is a
         fork server's child, to be waited for with :meth:`gone` (its pidfd

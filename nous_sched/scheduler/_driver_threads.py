@@ -19,6 +19,15 @@ a caller may rely on:
   to ``fn``: once a waiter has acquired ``done``, the thread never touches
   ``fn`` or what it reaches again. ``Scheduler.stop`` waits on it where it
   used to join its thread.
+* **Parked between messages.** ``fn`` may return :data:`PARK` instead of
+  ending: its thread then sleeps, still ``fn``'s and under its name, until
+  :meth:`Driving.resume` (``fn`` is called again, on the same thread) or
+  :meth:`DriverThreads.take_back` (``fn`` is over without running again:
+  the caller did its last act). ``take_back`` puts the sleeping thread back
+  idle without waking it, and releases ``done``: so a scheduler whose driver
+  has nothing to do stops with no thread woken and none waited for. The
+  caller calls exactly one of them per park, and ``take_back`` only while
+  ``fn`` has returned :data:`PARK` or never ran (its first wake not called).
 * **Warm, on demand, never waiting.** A thread that finished its ``fn``
   waits, idle, for the next; :meth:`~DriverThreads.drive` hands ``fn`` to the
   most recently idle thread if there is one, and otherwise starts one. The
@@ -56,11 +65,21 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 from typing import Any, Callable, Optional
 
 from ._per_process import PerProcess, join_all
 
-__all__ = ["DriverThreads", "shared", "retire_shared", "MAX_IDLE", "IDLE_SECONDS", "IDLE_PREFIX"]
+__all__ = [
+    "DriverThreads",
+    "Driving",
+    "PARK",
+    "shared",
+    "retire_shared",
+    "MAX_IDLE",
+    "IDLE_SECONDS",
+    "IDLE_PREFIX",
+]
 
 #: How many idle threads the shared set keeps at most.
 MAX_IDLE = 64
@@ -71,17 +90,52 @@ IDLE_PREFIX = "nous-sched-idle-driver"
 
 _Job = tuple[Callable[[], Any], str, Any]  # (fn, the thread's name while it runs, the done lock)
 
+#: What ``fn`` returns to sleep, still its thread's, until resumed or taken back (see the module docstring).
+PARK: Any = object()
+_RESUME: Any = object()  # a parked fn's place's job: call fn again
+
 
 class _Waiting:
-    """An idle thread's place: it waits on ``lock`` (held while it waits) for ``job``."""
+    """A thread's place: it waits on ``lock`` (held while it waits) for ``job``;
+    ``box`` holds the job it runs (emptied as the job ends, or by ``take_back``)."""
 
-    __slots__ = ("thread", "lock", "job")
+    __slots__ = ("thread", "lock", "job", "box", "serial", "idle_name", "since")
 
-    def __init__(self, thread: threading.Thread) -> None:
+    def __init__(self, thread: threading.Thread, serial: int, idle_name: str) -> None:
         self.thread = thread
         self.lock = threading.Lock()
         self.lock.acquire()
-        self.job: Optional[_Job] = None  # set, then lock released, by whoever hands it a job (None: retire)
+        # Set, then lock released, by whoever hands it a job (None: retire; _RESUME: a parked fn goes on).
+        self.job: Optional[_Job] = None
+        self.box: list[_Job] = []
+        self.serial = serial
+        self.idle_name = idle_name
+        self.since = 0.0  # when it last went on the idle stack (time.monotonic)
+
+
+class Driving:
+    """What :meth:`DriverThreads.drive` returns: call it once to wake ``fn``;
+    :meth:`resume` a parked ``fn``; :attr:`thread` is the thread that runs it;
+    :attr:`warm`: it was idle, and runs ``fn`` only once woken (else it was
+    started for ``fn``, and may run it already)."""
+
+    __slots__ = ("thread", "warm", "place", "_first")
+
+    def __init__(self, place: _Waiting, first: Callable[[], None]) -> None:
+        self.thread = place.thread
+        self.warm = first is not _started
+        self.place = place  # (for DriverThreads.take_back)
+        self._first = first
+
+    def __call__(self) -> None:
+        """The first wake (exactly once)."""
+        self._first()
+
+    def resume(self) -> None:
+        """``fn`` returned :data:`PARK`: call it again, on its thread (once per park)."""
+        place = self.place
+        place.job = _RESUME
+        place.lock.release()
 
 
 class DriverThreads:
@@ -126,7 +180,7 @@ class DriverThreads:
         with self._lock:
             return list(self._threads)
 
-    def drive(self, fn: Callable[[], Any], name: str, done: Any) -> Callable[[], None]:
+    def drive(self, fn: Callable[[], Any], name: str, done: Any) -> Driving:
         """Give ``fn()`` a thread of the set, named ``name`` from now until
         ``fn`` is over; returns at once, with ``wake``.
 
@@ -147,14 +201,19 @@ class DriverThreads:
                 try:
                     waiting.job = job
                     waiting.thread.name = name
+                    return Driving(waiting, waiting.lock.release)
                 except BaseException:  # the thread taken off the stack must not wait for a wake that never comes
                     waiting.lock.release()
                     raise
-                return waiting.lock.release
             serial = next(self._serial)
-            # The job goes in a list the thread empties: Thread keeps its args
-            # until the thread ends, and they must not keep fn alive.
-            start = threading.Thread(target=self._work, args=(serial, [job]), name=name, daemon=True)
+            # The job goes in its place's box, which the thread empties (not in
+            # Thread's args: Thread keeps them until the thread ends, and they
+            # must not keep fn alive).
+            args: list[_Waiting] = []  # (the place names its thread: it is put in once both exist)
+            start = threading.Thread(target=self._work, args=args, name=name, daemon=True)
+            place = _Waiting(start, serial, f"{self._idle_prefix}-{serial}")
+            place.box.append(job)
+            args.append(place)
             self._count += 1
             self._threads.add(start)
         try:
@@ -165,7 +224,32 @@ class DriverThreads:
                     self._count -= 1
                     self._threads.discard(start)
             raise  # else it started (a KeyboardInterrupt landed as it did): it runs the job
-        return _started
+        return Driving(place, _started)
+
+    def take_back(self, driving: Driving) -> None:
+        """``driving``'s ``fn`` is over without running again: it returned
+        :data:`PARK` and was not resumed, or it never ran (its first wake was
+        not called, on a thread that was idle). Its thread goes back idle as
+        if ``fn`` had returned, without being woken (it exits, woken, when
+        enough threads are idle), and ``done`` is released, from this thread."""
+        place = driving.place
+        with self._lock:
+            job = place.box[0] if place.box else place.job
+            assert job is not None and job is not _RESUME, "take_back of a driver that is not parked"
+            done = job[2]
+            del job
+            place.box.clear()
+            place.job = None  # (no reference to fn stays behind)
+            place.thread.name = place.idle_name
+            stay = len(self._waiting) < self._max_idle and place.serial >= self._retire_before
+            if stay:
+                place.since = time.monotonic()
+                self._waiting.append(place)
+            else:
+                place.lock.release()  # it wakes to a job of None: it leaves the set
+        done.release()
+        if stay and self._went_idle is not None:
+            self._went_idle.release()
 
     def retire_idle(self) -> list[threading.Thread]:
         """Retire every thread of the set now: the idle ones exit at once, the
@@ -180,61 +264,74 @@ class DriverThreads:
                 place.lock.release()
         return retired
 
-    def _work(self, serial: int, box: list[_Job]) -> None:
-        me = threading.current_thread()
-        place = _Waiting(me)
-        idle_name = f"{self._idle_prefix}-{serial}"
+    def _work(self, place: _Waiting) -> None:
+        box = place.box
         while True:
             # _run empties the box: no frame of this thread holds the job after it.
-            if not self._run(box, place, idle_name, serial):
-                return
-            job = self._next(place)
+            job = self._run(place)
+            if job is _STAY:
+                job = self._next(place)
             if job is None:
                 return
             box.append(job)
             del job
 
-    def _next(self, place: _Waiting) -> Optional[_Job]:
-        """Wait, idle and on the stack, for the next job; None: this thread has left the set."""
-        if not place.lock.acquire(True, self._idle_seconds):
+    def _next(self, place: _Waiting) -> Any:
+        """Wait for the next job (idle and on the stack), or, parked, for
+        :data:`_RESUME` or a take-back; None: this thread has left the set."""
+        timeout = self._idle_seconds
+        while not place.lock.acquire(True, timeout):
             with self._lock:
-                if place in self._waiting:  # idle too long, and nobody took it off the stack
+                if place not in self._waiting:  # parked, or taken off the stack just now: its job is coming
+                    timeout = self._idle_seconds
+                    continue
+                timeout = place.since + self._idle_seconds - time.monotonic()
+                if timeout <= 0:  # idle too long, and nobody took it off the stack
                     self._waiting.remove(place)
                     self._leave(place.thread)
                     return None
-            place.lock.acquire()  # taken off the stack just now: its job (or retirement) is coming
         job, place.job = place.job, None
-        if job is None:  # retire_idle
+        if job is None:  # retire_idle, or taken back with enough threads idle
             with self._lock:
                 self._leave(place.thread)
         return job
 
-    def _run(self, box: list[_Job], place: _Waiting, idle_name: str, serial: int) -> bool:
-        """Run the job in ``box`` (taking it out); True if this thread then
-        waits for the next (it is on the stack already)."""
-        fn, name, done = box.pop()
+    def _run(self, place: _Waiting) -> Any:
+        """Run the job in the place's box (taking it out); :data:`_STAY` if
+        this thread then waits for the next (it is on the stack already), or
+        what it got while parked when ``fn`` was taken back (the next job,
+        or None: it has left the set)."""
+        box = place.box
         me = place.thread
-        try:
-            fn()
-        except BaseException:
-            with self._lock:
-                self._leave(me)
-            done.release()
-            raise  # this thread dies of it, under the scheduler's name, as a thread of its own would
-        del fn  # no reference to the scheduler survives the release below
-        me.name = idle_name
+        while True:
+            try:
+                parked = box[0][0]() is PARK  # (no local holds fn while it sleeps parked)
+            except BaseException:
+                _, _, done = box.pop()
+                with self._lock:
+                    self._leave(me)
+                done.release()
+                raise  # this thread dies of it, under the scheduler's name, as a thread of its own would
+            if not parked:
+                break
+            job = self._next(place)
+            if job is not _RESUME:
+                return job  # taken back: take_back emptied the box and released done
+        _, _, done = box.pop()  # no reference to the scheduler survives the release below
+        me.name = place.idle_name
         # On the stack before `done` is released: a scheduler made the moment
         # the last one stops finds this thread waiting for it.
         with self._lock:
-            stay = len(self._waiting) < self._max_idle and serial >= self._retire_before
+            stay = len(self._waiting) < self._max_idle and place.serial >= self._retire_before
             if stay:
+                place.since = time.monotonic()
                 self._waiting.append(place)
             else:
                 self._leave(me)
         done.release()
         if stay and self._went_idle is not None:
             self._went_idle.release()
-        return stay
+        return _STAY if stay else None
 
     def _leave(self, me: threading.Thread) -> None:
         """This thread leaves the set (under _lock)."""
@@ -242,8 +339,11 @@ class DriverThreads:
         self._threads.discard(me)
 
 
+_STAY: Any = object()  # _run: this thread waits, idle, for its next job
+
+
 def _started() -> None:
-    """The ``wake`` of a job given to a thread started for it: it runs already."""
+    """The first wake of a job given to a thread started for it: it runs already."""
 
 
 def _forsake(parents: DriverThreads) -> None:

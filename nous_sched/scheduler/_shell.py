@@ -11,7 +11,10 @@ those calls may interleave. The :class:`Scheduler` decides, conservatively:
   process's driver threads (:mod:`nous_sched.scheduler._driver_threads`) for the
   scheduler's whole life and given back when it stops; :meth:`Scheduler.stop`
   returns only once the driver is done with this scheduler for good, so a
-  run starts no thread of its own.
+  run starts no thread of its own. A driver with nothing to do (no call
+  queued, running or uncommitted, no message) sleeps parked, and ``stop()``
+  takes it back without waking it: it does the driver's last act itself,
+  on the lane the driver handed over idle, so a run's end wakes no thread.
 * **Commits are strictly in submission order.** A call that finishes early
   waits for its predecessors, so a caller observes one deterministic order
   however the work raced.
@@ -109,6 +112,18 @@ _NAMED = v.Check("a tool: an object with a str `name`", lambda tool: isinstance(
 _TICKET = v.instance_of(Ticket, "a Ticket from Scheduler.submit()")
 
 
+def _nonblocking_pipe() -> tuple[int, int]:
+    """A pipe whose ends never block (one system call where ``pipe2`` exists, not three)."""
+    pipe2 = getattr(os, "pipe2", None)
+    if pipe2 is not None:
+        r, w = pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        return r, w
+    r, w = os.pipe()
+    os.set_blocking(r, False)
+    os.set_blocking(w, False)
+    return r, w
+
+
 class Scheduler:
     """The scheduler for one program run. See the module docstring for guarantees.
 
@@ -182,6 +197,14 @@ class Scheduler:
     #   _driven         a Lock held from __init__ until the driver is done with
     #                   this scheduler for good (released by _driver_threads
     #                   after _drive_loop returned): what stop() waits on.
+    #   _parked         True while the driver, with nothing to do (its queue
+    #                   empty, its lane idle, no reader), sleeps parked out
+    #                   of _drive_loop (_driver_threads.PARK), not in the
+    #                   queue's get: set by the driver under _park_lock
+    #                   before it looks at the queue a last time; a put reads
+    #                   it after putting, then (under _park_lock) the one
+    #                   that sets it False resumes the driver, or stop()
+    #                   takes the driver back without waking it (_take_back).
     #   _polling        True while the driver sleeps in poll (a run's Reader
     #                   attached), not in the queue's get: written by the
     #                   driver alone, set before it looks at the queue a last
@@ -204,7 +227,8 @@ class Scheduler:
         timeout: float = DEFAULT_TIMEOUT,
         observer: Optional[Callable[[CallRecord, str], Any]] = None,
     ) -> None:
-        require("Scheduler", "dispatch", dispatch, v.DISPATCH)
+        if dispatch is not direct_dispatch:  # (the default: its shape is known, and reading it costs each run)
+            require("Scheduler", "dispatch", dispatch, v.DISPATCH)
         require("Scheduler", "session_log", session_log, _OPTIONAL_SESSION_LOG)
         require("Scheduler", "max_parallel", max_parallel, v.POSITIVE_INT)
         require("Scheduler", "call_id", call_id, v.OPTIONAL_STR)
@@ -274,11 +298,15 @@ class Scheduler:
         driven = self._driven = threading.Lock()
         driven.acquire()
         self._drivers = _driver_threads.shared()
+        self._parked = False
+        self._park_lock = threading.Lock()
         # Called (under _lock, exactly once: whoever takes it sets None) right
         # after the first message is put, so a warm driver wakes once, for it.
         self._wake: Optional[Callable[[], None]] = None
+        self._driving: Optional[_driver_threads.Driving] = None
         try:
-            self._wake = self._drivers.drive(self._drive_loop, self._name, driven)
+            self._wake = self._driving = self._drivers.drive(self._drive_loop, self._name, driven)
+            self._driver = self._driving.thread
         except BaseException:
             # A KeyboardInterrupt can land while a driver is started for it;
             # the caller never gets this scheduler to stop, so stop it here.
@@ -399,6 +427,61 @@ class Scheduler:
         self._queue.put(msg)
         if self._polling:  # (read after the put: see _sleep)
             self._poke()
+        elif self._parked:  # (read after the put: see _park)
+            self._unpark()
+
+    def _unpark(self) -> None:
+        # A deferred step: an interrupt between taking the park and resuming
+        # would leave the driver parked for good.
+        LOCAL.depth += 1
+        try:
+            with self._park_lock:
+                resume = self._parked
+                self._parked = False
+            if resume:
+                assert self._driving is not None  # (_park parks only once it is set)
+                self._driving.resume()
+        finally:
+            leave()
+
+    def _park(self) -> bool:
+        """(The driver, nothing to do.) Whether it may park: no message came
+        meanwhile (else it goes on), and its resume is known (a driver
+        started for this scheduler may run before ``drive`` has returned it,
+        or an interrupt may have cut ``drive`` short: it waits in ``get``)."""
+        if self._driving is None:
+            return False
+        with self._park_lock:
+            # Set before the last look at the queue, and a put reads it after
+            # putting: either this look sees the message, or its put resumes.
+            self._parked = True
+            if self._queue.empty():
+                return True
+            self._parked = False
+            return False
+
+    def _take_back(self) -> bool:
+        """(stop(), after closing.) If the driver is parked with its queue
+        empty (its lane idle), or was never woken, do its last act here and
+        give its thread back idle without waking it; whether that was done.
+        Else the driver hears STOP as before."""
+        driving = self._driving
+        if driving is None or self._drivers.forked_away:
+            return False
+        with self._lock:
+            never_woken = self._wake is not None and driving.warm
+            if never_woken:
+                self._wake = None
+        if not never_woken:
+            with self._park_lock:
+                if not (self._parked and self._queue.empty()):
+                    return False
+                self._parked = False  # from here on, no put resumes it
+        try:
+            self._wind_down()
+        finally:
+            self._drivers.take_back(driving)
+        return True
 
     def _poke(self) -> None:
         # A deferred step: an interrupt landing as the lock is let go must not leave it held.
@@ -620,6 +703,9 @@ class Scheduler:
         with self._lock:
             first = not self._closed
             self._closed = True
+        if first and threading.current_thread() is not self._driver and self._take_back():
+            return  # the driver had nothing to do: its last act is done, here, and its thread idle
+        with self._lock:
             wake, self._wake = self._wake, None
         if first:
             self._put(STOP)
@@ -696,19 +782,30 @@ class Scheduler:
 
     # -- the driver ---------------------------------------------------------
 
-    def _drive_loop(self) -> None:
+    def _drive_loop(self) -> Any:
+        """The driver: every message, in order, until STOP; returns
+        ``_driver_threads.PARK`` to sleep parked when it has nothing to do
+        (called again when a put resumes it)."""
         self._driver = threading.current_thread()
         get = self._queue.get
         empty = self._queue.empty
         handle = self._handle
         drive = self._drive
-        finished = self._lane.finished
+        lane = self._lane
+        finished = lane.finished
         collected = self._finished.append
+        parked = False
         try:
             while True:
-                if self._reader is not None and empty():
-                    self._sleep()
-                    continue
+                if empty():
+                    if self._reader is not None:
+                        self._sleep()
+                        continue
+                    # Nothing to do until the next message: sleep out of this
+                    # loop, so that stop() can take the thread back unwoken.
+                    if lane.idle() and not self._finished and self._park():
+                        parked = True
+                        return _driver_threads.PARK
                 msg = get()
                 # Take everything already queued before driving, so a burst of
                 # completions commits in one pass. (Only this thread gets, so a
@@ -738,7 +835,8 @@ class Scheduler:
             log.critical("%s crashed; releasing every caller", self._name, exc_info=True)
             raise
         finally:
-            self._wind_down()
+            if not parked:
+                self._wind_down()
 
     def _handle(self, msg: Any) -> None:
         """Every message but a tool's report (:class:`Done`, handled in :meth:`_drive_loop`) and STOP."""
@@ -757,9 +855,7 @@ class Scheduler:
         """A run's worker pipe to read while the queue is empty (see :meth:`attach_reader`)."""
         poller = self._poller
         if poller is None:
-            r, w = os.pipe()
-            os.set_blocking(r, False)
-            os.set_blocking(w, False)
+            r, w = _nonblocking_pipe()
             with self._poke_lock:
                 self._pokes = (r, w)
             poller = self._poller = select.poll()

@@ -195,6 +195,10 @@ class Lane(Generic[T]):
         self._closed = True
         return Abandoned(queued, running, settled)
 
+    def idle(self) -> bool:
+        """No call is queued, running, or finished and not yet committed."""
+        return not (self._pending or self._inflight or self._settled)
+
     def state(self) -> LaneState:
         """A consistent view of the lane, as seqs."""
         return LaneState(
