@@ -341,6 +341,7 @@ class Relay(RelayCore):
         "follow",
         "reading",
         "behind",
+        "frames",
     )
 
     def __init__(self, remote: "Remote") -> None:
@@ -376,6 +377,7 @@ class Relay(RelayCore):
         self.reading = False
         # The calls outstanding behind a batch (the taker's deque, read while the driving thread waits), or None.
         self.behind: Any = None
+        self.frames = 1  # the frames the batch sent went in (more than one: joined in flight), until read
 
     def settled(
         self, take: Any, head: PendingCall, advance: Optional[Advance] = None, attach: Any = None
@@ -665,11 +667,13 @@ class Relay(RelayCore):
                 if not awaited.on_done(self.more) or not awaited.done():
                     return  # (it tells when it is done; or it cannot, and the driving thread sends them)
                 continue
+            sent = len(self.batch)
             if self.joined(take, self._join, take.give_back):
                 self._wake()
                 return
-            if last_of() is last:
+            if len(self.batch) == sent:
                 return  # they did not join (the frame could not go whole): the driving thread sends them
+            self.frames += 1
 
     def _join(self, batch: list[Any]) -> bool:
         """Write ``batch``'s frame behind the one in flight if it goes whole now (a
@@ -907,6 +911,9 @@ class Remote:
                 self._send_settles(settle_frame(batch) if rest is None else rest)
             if len(batch) == 1:  # a lone call's answer (every sequential await): the batch's loop is not needed
                 return [self._answer(1, 0.0, True)]
+            if relay.frames > 1:  # joined in flight: its later frames' answers follow at once (see wake.py)
+                relay.frames = 1
+                return self._answers(batch, 0.0, ready=True, later=self._spin())
             return self._answers(batch, 0.0, ready=True)
         finally:
             self.pool._give_share(self.ticket)  # noqa: SLF001  (the kick's, or this thread's)
@@ -923,17 +930,20 @@ class Remote:
         """The largest payload the worker may be sent (:meth:`_check`)."""
         return self.limits.memory_bytes
 
-    def _answers(self, batch: Sequence[Sequence[Any]], spin: float, ready: bool = False) -> list[str]:
+    def _answers(
+        self, batch: Sequence[Sequence[Any]], spin: float, ready: bool = False, later: float = 0.0
+    ) -> list[str]:
         """One answer per call of ``batch``: the worker writes them at once, so
         after the first, those already read are split off in one pass (a
-        quiet step's is :data:`~.engine.QUIET` itself, not decoded)."""
+        quiet step's is :data:`~.engine.QUIET` itself, not decoded). ``later``:
+        how long to look busily for each later frame's (a batch joined in flight)."""
         texts: list[str] = []
         count = len(batch)
         envelopes = self.worker.envelopes
         try:
             while len(texts) < count:
                 texts.append(self._answer(count - len(texts), spin, ready))
-                spin = 0.0  # the rest came with the first
+                spin = later  # the rest came with the first (or, joined, with a later frame)
                 texts += envelopes(count - len(texts), self.max_frame, QUIET)
         except Stopped as stop:
             stop.steps = [*texts, *stop.steps]
