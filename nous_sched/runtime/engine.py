@@ -36,7 +36,10 @@ text. No Python callable is ever exposed to JS (the binding refuses them while
 a time limit is set, and a raising one corrupts the context).
 
 The engine's own interrupt is ``set_time_limit``, a slice of *process* CPU
-time, re-armed with the run's remaining wall time before each step. A context
+time, re-armed with the run's remaining wall time before each step. Only a
+call into the engine that may run the program's code is armed (each arming
+costs the binding a read of the process clock): the drain, and a settle whose
+result is a primitive, run the prelude's own bounded work unarmed. A context
 whose limit tripped is discarded after one bounded attempt to drain the log
 lines it still held (the *salvage*).
 
@@ -418,6 +421,7 @@ class Engine:
         # stops the engine at it: the in-process watcher, by ``cpu_spent``).
         self.cpu_slice = cpu_slice
         self.stepping = False
+        self.slice = 0.0  # the slice the step's first call into the engine was armed with
 
     def start(self) -> str:
         """Bind the context to this run, start the program, run it to its first
@@ -467,8 +471,19 @@ class Engine:
             main = self._guard(ctx.eval, _HEADER + _well_formed(program) + "\n})")
         except _Syntax as exc:
             raise Stopped("exception", exc.message) from None
-        self._guard(bridge, "start", main)
+        # The program runs from here, not from inside the bridge: no frame of the
+        # prelude is under its first step, so each call it makes captures one
+        # CallSite fewer (the bridge's own, never shown).
+        run = self._guard(bridge, "start", main)
         del main
+        if run is not None:
+            try:
+                started = run()
+            except _quickjs.JSException as exc:
+                self._stopped(bridge, exc)
+            del run
+            self._guard(bridge, "started", started)
+            del started
         self._pump()
         return self._drain()
 
@@ -479,8 +494,21 @@ class Engine:
         if self.cpu_time is not None:
             return self.settle_many(((call_id, None, None, ok, payload),))[0]
         # (A worker's usual frame settles one call: this step without the batch's loop.)
-        self._arm("waiting for a tool call")
         bridge = self.bridge
+        if ok and payload[:1] in _PRIMITIVE_START:
+            # Resolving a call with a primitive runs none of the program's code
+            # (only an object is asked for a `then`), so the settle needs no
+            # slice: the binding then reads no clock for it. The deadline is
+            # looked at first, as arming would; the jobs it wakes run armed.
+            if self.deadline - time.monotonic() <= 0:
+                raise self._killed("timeout", timeout_message(self.limits.timeout, "waiting for a tool call"))
+            try:
+                bridge("settle", call_id, ok, payload)
+            except _quickjs.JSException as exc:
+                self._stopped(bridge, exc)
+            self._pump()
+            return self._drain()
+        self._arm("waiting for a tool call")
         try:
             bridge("settle", call_id, ok, payload)
         except _quickjs.JSException as exc:
@@ -517,15 +545,23 @@ class Engine:
         texts: list[str] = []
         try:
             for item in batch:
+                # (A later settle with a primitive runs unarmed, as settle() says why.)
+                unarmed = False
                 if texts:
                     if time.monotonic() > deadline:
                         raise self._killed("timeout", timeout_message(self.limits.timeout, "running JavaScript"))
                     if self.cpu_time is not None:
                         self._rearm()
+                    elif item[3] and item[4][:1] in _PRIMITIVE_START:
+                        unarmed = True
+                    else:  # (the drain took the slice off: the batch's again)
+                        self.ctx.set_time_limit(self.slice)
                 try:
                     bridge("settle", item[0], item[3], item[4])
                 except _quickjs.JSException as exc:
                     self._stopped(bridge, exc)
+                if unarmed:
+                    self.ctx.set_time_limit(self.slice)
                 self._pump(armed=True)
                 texts.append(self._drain())
         except Stopped as stop:
@@ -589,6 +625,7 @@ class Engine:
             self.by_cpu = self.cpu_slice and left < remaining
             if self.by_cpu:
                 remaining = left
+        self.slice = remaining
         self.ctx.set_time_limit(remaining)
 
     def _cpu_left(self) -> float:
@@ -627,6 +664,11 @@ class Engine:
 
     def _drain(self) -> str:
         bridge = self.bridge
+        # The drain runs only the prelude's own work, bounded by the run's
+        # limits (no program code: every value it writes is text already), so
+        # it needs no slice: without one the binding reads no clock for it.
+        # Every later call into the engine arms the slice again first.
+        self.ctx.set_time_limit(-1)
         try:
             text = bridge("drain")
         except _quickjs.JSException as exc:
@@ -681,6 +723,10 @@ class Engine:
             return None
         return text if type(text) is str else None
 
+
+#: The first characters of a JSON text that is not an object or an array
+#: (``null``, ``true``, ``false``, a number, a string).
+_PRIMITIVE_START = frozenset('ntf-"0123456789')
 
 # A lone surrogate or a NUL, with the backslashes right before it.
 _UNFIT = re.compile("(\\\\*)([\x00\ud800-\udfff])")

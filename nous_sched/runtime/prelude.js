@@ -46,7 +46,6 @@
   // Argument lists each call's path hands to `apply`, made once (frozen: only read).
   const EMPTY_OBJECT = freeze(["{}"]);
   const FROM_START = freeze([0]);
-  const EMPTY_ARGS = freeze([]);
   const QUOTE = freeze(['"']);
   const captureStackTrace = ErrorCtor.captureStackTrace;
   const InternalErrorPrototype = typeof InternalError === "function" ? InternalError.prototype : null;
@@ -121,6 +120,8 @@
   // can replace it: it reads the limit the engine captures with.
   const limitDescriptor = Object.getOwnPropertyDescriptor(ErrorCtor, "stackTraceLimit");
   const limitGet = limitDescriptor !== undefined && typeof limitDescriptor.get === "function" ? limitDescriptor.get : null;
+  // (Bound to Error once: each capture reads it by a plain call, not Reflect.apply.)
+  const readLimit = limitGet === null ? null : apply(Function.prototype.bind, limitGet, [ErrorCtor]);
   const mathFloor = Math.floor;
   // The call's sites, from the frame below `skip` (the `skipped` frames of
   // this file above it are not made: each costs the engine a CallSite). The
@@ -130,7 +131,7 @@
     const holder = SITES;
     siteHolder = holder;
     try {
-      const limit = limitGet === null ? undefined : apply(limitGet, ErrorCtor, EMPTY_ARGS);
+      const limit = readLimit === null ? undefined : readLimit();
       if (typeof limit !== "number") {
         // (A limit that is not a number: the engine's conversion of it is its own.)
         captureStackTrace(holder);
@@ -759,8 +760,8 @@
 
   // Whether `main` is the program's function: the host wraps the program as
   // `(async function program() {<code>\n})`; anything else means the code
-  // closed that function early. (The bridge calls `main` itself: every call
-  // the program's first step makes captures one frame fewer, see callSites.)
+  // closed that function early. (The engine calls `main`, bound by the
+  // bridge: no frame of this file is under the program's first step.)
   function __nous_start(main) {
     if (typeof main !== "function" || getPrototypeOf(main) !== AsyncFunctionPrototype) {
       onRejected(new SyntaxError("unbalanced braces: the program closes the function it runs in"));
@@ -954,6 +955,7 @@
   const enginePerformance = globalThis.performance;
   const enginePerfNow = enginePerformance.now;
   const functionBind = Function.prototype.bind;
+  const START_ARGS = freeze([undefined]);
   function runClock() {
     const now_ = apply(functionBind, enginePerfNow, [enginePerformance]);
     const t0 = now_();
@@ -1031,8 +1033,12 @@
   return function __nous_bridge(op, a, b, c) {
     if (op === "drain") return drain();
     if (op === "settle") return __nous_settle(a, b, c);
-    if (op === "start") {
-      if (__nous_start(a)) apply(promiseThen, a(), [onFulfilled, onRejected]);
+    // The engine calls the program itself, `main` bound to no `this` as a
+    // call from here had it: no frame of this file is below the program's
+    // first step, so no call it makes captures one (see callSites).
+    if (op === "start") return __nous_start(a) ? apply(functionBind, a, START_ARGS) : null;
+    if (op === "started") {
+      apply(promiseThen, a, [onFulfilled, onRejected]);
       return undefined;
     }
     if (op === "configure") return configure(a, b, c);
