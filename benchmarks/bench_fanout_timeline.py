@@ -24,18 +24,28 @@ by wrapping the functions that end them (for this probe only):
 * ``drive returned``, ``wound down`` (scheduler stopped, worker given back),
   ``result made`` (the RunResult), ``returned``.
 
+Beside the stamps, load-independent counts of where the host's CPU went in
+each run (each thread's ``/proc`` schedstat and context switches, read
+before and after the run): the tool threads' CPU and their context switches
+per call (a call's least is two: it sleeps in its tool, then parks), the
+scheduler's driver's CPU, the run's own thread's; and whether a settle frame
+was still in flight when the last call committed (the rest of the batch then
+waits for its answer: ``relay.answers`` before the next ``settle_many``).
+
 Run by hand::
 
     python benchmarks/bench_fanout_timeline.py worker|in-process [--runs 8]
 
-It prints each run's stamps, then the median of each phase's length.
+It prints each run's stamps, then the median of each phase's length and of each count.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
+import threading
 import time
 from typing import Any, Callable
 
@@ -45,6 +55,7 @@ import nous_sched.runtime._remote as remote
 import nous_sched.runtime.engine as engine
 import nous_sched.runtime.quickjs as quickjs
 import nous_sched.scheduler._calls as calls
+import nous_sched.scheduler._shell as scheduler_shell
 from nous_sched import QuickJSRuntime, Tool, WorkerPool, run_code
 
 WIDE = 50
@@ -72,14 +83,23 @@ PHASES = (
     "result made",
     "returned",
 )
+COUNTS = ("tool threads us", "tool switches/call", "driver us", "run's thread us")
 stamps: dict[str, float] = {}
 began: list[float] = []
 ended: list[float] = []
 steps: list[int] = []
 scheduler_t0: list[float] = []
+relayed: list[float] = []  # when each relayed frame's answers began to be read
+sent: list[float] = []  # when each settle_many of the run's own thread began (worker)
+
+
+#: Native thread ids: the tool threads that ran a call, the driver (its passes).
+tool_tids: set[int] = set()
+driver_tids: set[int] = set()
 
 
 def sleepy(args: dict[str, Any]) -> Any:
+    tool_tids.add(threading.get_native_id())
     began.append(time.perf_counter())
     time.sleep(SLEEP)
     ended.append(time.perf_counter())
@@ -115,6 +135,44 @@ def counting(owner: Any, name: str, size: Callable[..., int]) -> None:
     setattr(owner, name, wrapped)
 
 
+def per_thread() -> dict[int, tuple[int, int]]:
+    """Each thread of this process: (CPU ns, context switches), from /proc."""
+    out: dict[int, tuple[int, int]] = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/schedstat", encoding="ascii") as fh:
+                cpu = int(fh.read().split()[0])
+            with open(f"/proc/self/task/{tid}/status", encoding="ascii") as fh:
+                status = fh.read()
+        except OSError:  # (a thread gone meanwhile)
+            continue
+        switches = sum(
+            int(line.split()[1])
+            for line in status.splitlines()
+            if line.endswith(tuple("0123456789")) and "ctxt_switches" in line
+        )
+        out[int(tid)] = (cpu, switches)
+    return out
+
+
+def by_role(before: dict[int, tuple[int, int]], after: dict[int, tuple[int, int]]) -> dict[str, float]:
+    """The run's host CPU (us) by role, and the tool threads' switches per call."""
+    main = threading.main_thread().native_id
+    cpu = {"tool threads us": 0.0, "driver us": 0.0, "run's thread us": 0.0}
+    switches = 0
+    for tid, (ns, n) in after.items():
+        was_ns, was_n = before.get(tid, (0, 0))
+        if tid in tool_tids:
+            cpu["tool threads us"] += (ns - was_ns) / 1e3
+            switches += n - was_n
+        elif tid in driver_tids:
+            cpu["driver us"] += (ns - was_ns) / 1e3
+        elif tid == main:
+            cpu["run's thread us"] += (ns - was_ns) / 1e3
+    cpu["tool switches/call"] = switches / WIDE
+    return cpu
+
+
 def instrument(pool: Any) -> None:
     stamp_after(entry, "build", "options")
     stamp_after(entry, "prepare", "prepared")
@@ -137,6 +195,27 @@ def instrument(pool: Any) -> None:
     counting(engine.Engine, "settle", lambda self, *a: 1)
     counting(remote.Relay, "answers", lambda self, batch: len(batch))
     counting(remote.Remote, "settle_many", lambda self, batch: len(batch))
+    drive_pass = scheduler_shell.Scheduler._drive
+
+    def a_pass(self: Any) -> None:
+        driver_tids.add(threading.get_native_id())
+        drive_pass(self)
+
+    scheduler_shell.Scheduler._drive = a_pass  # type: ignore[method-assign]
+    answers = remote.Relay.answers
+
+    def read(self: Any, batch: Any) -> Any:
+        relayed.append(time.perf_counter())  # (the answers to a frame the committing thread sent)
+        return answers(self, batch)
+
+    remote.Relay.answers = read  # type: ignore[method-assign]
+    settle_many = remote.Remote.settle_many
+
+    def send(self: Any, batch: Any) -> Any:
+        sent.append(time.perf_counter())
+        return settle_many(self, batch)
+
+    remote.Remote.settle_many = send  # type: ignore[method-assign]
     stamp_after(quickjs, "drive", "drive returned")
     stamp_after(remote, "drive", "drive returned")
     stamp_after(runner, "_wind_down", "wound down")
@@ -149,14 +228,24 @@ def one(runtime: Any) -> dict[str, float]:
     ended.clear()
     steps.clear()
     scheduler_t0.clear()
+    relayed.clear()
+    sent.clear()
+    before = per_thread()
     t0 = time.perf_counter()
     r = run_code(PROGRAM, [TOOL], runtime=runtime, max_parallel=WIDE, timeout=60, description="fan-out")
     stamps["returned"] = time.perf_counter()
+    counts = by_role(before, per_thread())
     assert r.ok, r.error
     stamps["first began"], stamps["last began"] = min(began), max(began)
     stamps["first ended"], stamps["last ended"] = min(ended), max(ended)
     stamps["last committed"] = scheduler_t0[0] + max(c.committed for c in r.trail)
-    return {k: (v - t0) * 1e3 for k, v in stamps.items()}
+    out = {k: (v - t0) * 1e3 for k, v in stamps.items()}
+    # A frame sent before the last commit and read after it, then another step: the rest waited for it.
+    last = stamps["last committed"]
+    out["in flight at the last commit"] = float(any(at > last and any(m > at for m in sent) for at in relayed))
+    out["sends after the last commit"] = float(sum(m > last for m in sent))
+    out.update(counts)
+    return out
 
 
 def main() -> int:
@@ -198,6 +287,12 @@ def main() -> int:
         print(f"  {k:16} {at:7.2f}   +{at - prev:5.2f}")
         prev = at
     print(f"  settle steps     {statistics.median(t['steps'] for t in runs):g}")
+    for k in COUNTS:
+        print(f"  {k:28} {statistics.median(t[k] for t in runs):8.1f}")
+    sends = statistics.mean(t["sends after the last commit"] for t in runs)
+    print(f"  settle frames the run's thread sent after the last commit: {sends:.2f} per run (each a round trip)")
+    share = statistics.mean(t["in flight at the last commit"] for t in runs)
+    print(f"  a frame in flight at the last commit, then another step: {share:.0%} of runs")
     return 0
 
 

@@ -21,7 +21,12 @@ What the core guarantees, whatever the order of calls:
   :meth:`~RelayCore.release` (its deadline, its cancel, the worker's end of
   file, or the run's end), never after the run has moved on.
 * **One batch per arming**: the first kick that finds calls committed takes
-  them; later kicks do nothing until the driving thread arms again.
+  them; later kicks do nothing until the driving thread arms again. Calls
+  that commit behind that batch before the driving thread collects it may
+  join it (:meth:`RelayCore.joined`): each join a frame of its own, written
+  whole or not at all, so the worker settles them, in order, while the
+  driving thread still waits; it then reads one answer per call of the
+  whole batch.
 * **Nothing taken is lost**: the driving thread's wait ends either with
   nothing taken (:meth:`~RelayCore.disarm` answers True: the calls stay
   committed, for the driving thread to send itself), or with exactly the
@@ -135,6 +140,29 @@ class RelayCore:
         except BaseException as exc:  # (a payload the encoder refuses, MemoryError): the run's to raise
             self.failed(exc)
         return True
+
+    def joined(self, take: Take, write: Write, give_back: Callable[[list[Any]], None]) -> bool:
+        """A call behind the batch sent has committed, and the driving thread
+        has not collected the batch: take the committed prefix behind it and
+        write it (``write`` answers whether the frame went whole; if it did
+        not, nothing went, and ``give_back`` returns the calls to the taker,
+        for the driving thread to send); written, the calls join the batch.
+        Whether the driving thread must be woken (what this raised: it
+        raises it). Acts only while :data:`SENT` with nothing to hand off."""
+        if self.state is not SENT or self.handoff or self.error is not None:
+            return False
+        try:
+            batch = take(None)
+            if not batch:
+                return False
+            if not write(batch):
+                give_back(batch)
+                return False
+            self.batch = self.batch + batch
+        except BaseException as exc:  # (an encoder's refusal, MemoryError): the run's to raise
+            self.failed(exc)
+            return True
+        return False
 
     def failed(self, exc: BaseException) -> None:
         """A kick raised ``exc`` (outside :meth:`kicked`'s own calls: an

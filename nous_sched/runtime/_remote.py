@@ -272,10 +272,18 @@ class Relay(RelayCore):
     settles, answers, and the driving thread wakes once, to read the answers.
 
     **The committing thread never waits on the worker.** The write is
-    non-blocking, into a pipe that is empty (one frame is in flight at a
-    time, and the worker reads a frame whole before it answers), so any
-    frame the pipe can hold goes in one write whatever the worker is doing,
-    stuck or stopped. Whatever it cannot finish (a frame larger than the
+    non-blocking, into a pipe that is empty (the batch's first frame: the
+    worker reads a frame whole before it answers), so any frame the pipe can
+    hold goes in one write whatever the worker is doing, stuck or stopped.
+    **A burst joins the batch in flight** (:meth:`more`): when the newest
+    outstanding call commits before the driving thread has collected the
+    batch, the calls behind the batch (all committed then) are written by
+    the thread that commits it, as a frame of its own, only if it goes whole
+    (at most ``PIPE_BUF`` bytes, which a pipe takes all or nothing); else
+    they wait for the driving thread, as before. The worker settles the
+    frames in order, and the driving thread reads one answer per call of the
+    whole batch: a ``Promise.all`` whose last calls end while the worker
+    settles its first ones is not held at the worker's first answer. Whatever it cannot finish (a frame larger than the
     pipe's buffer, a payload the worker must not get, an error), it hands to
     the driving thread: :attr:`handoff`, and a byte on the wake pipe; that
     thread sends the rest with the deadline and kill as any step's
@@ -330,6 +338,10 @@ class Relay(RelayCore):
         "texts",
         "woken",
         "waits",
+        "follow",
+        "reading",
+        "behind",
+        "frames",
     )
 
     def __init__(self, remote: "Remote") -> None:
@@ -359,6 +371,13 @@ class Relay(RelayCore):
         self.texts: Optional[list[str]] = None
         self.woken: Any = None  # select.poll over the wake pipe alone, made with it
         self.waits = 0  # the run's waits so far: the first is never lent (see settled)
+        # The newest call behind the batch sent, whose commit joins them all to it (on_done: more), or None.
+        self.follow: Any = None
+        # The host's driver has read the lone batch's answer and not yet collected the batch: nothing joins it.
+        self.reading = False
+        # The calls outstanding behind a batch (the taker's deque, read while the driving thread waits), or None.
+        self.behind: Any = None
+        self.frames = 1  # the frames the batch sent went in (more than one: joined in flight), until read
 
     def settled(
         self, take: Any, head: PendingCall, advance: Optional[Advance] = None, attach: Any = None
@@ -376,7 +395,9 @@ class Relay(RelayCore):
                 os.set_blocking(w, False)
                 self.woken = select.poll()
                 self.woken.register(r, select.POLLIN)
-        self.take = take
+        if take is not self.take:  # (one taker a run: what it reads, looked up once)
+            self.take = take
+            self.behind = getattr(take, "outstanding", None)
         self.head = head
         # Armed without the lock: one store, made while the state is IDLE,
         # which no kick changes (a kick acts only once it reads ARMED, under
@@ -543,12 +564,15 @@ class Relay(RelayCore):
                 data = os.read(w.fd_out, 65536)
             except BlockingIOError:
                 return None
+            self.reading = True  # (its one answer is read: no call joins the batch now)
         if len(data) < 5 or worker.HEADER.unpack_from(data)[0] != len(data) - 4 or data[4:5] != worker.ENVELOPE:
             w.buf += data  # a stop, a split or garbled frame, the end of file: the run's thread reads it
             return "not a whole envelope"
         text = data[5:].decode("utf-8", "surrogatepass")
         with self.lock:
             batch, _ = self.taken()
+            if self.follow is not None or self.reading:
+                self._unfollow()
         remote.pool._give_share(remote.ticket)  # noqa: SLF001  (the kick's, as answers gives it back)
         assert self.advance is not None
         head = self.advance(text, batch)
@@ -574,6 +598,8 @@ class Relay(RelayCore):
         """The batch a kick took; what it raised, raised here."""
         with self.held:
             batch, error = self.taken()
+            if self.follow is not None or self.reading:
+                self._unfollow()
         if error is not None:
             raise error
         return batch
@@ -596,10 +622,81 @@ class Relay(RelayCore):
             with self.deferred if threading.get_ident() == self.main else self.lock:
                 if self.kicked(self.take, self._write):
                     self._wake()
+                elif self.behind:  # (a lone call's kick, every sequential await: nothing behind it)
+                    self._follow()
         except BaseException as exc:  # (an interrupt): the run's to raise
             with deferred(), self.lock:
                 self.failed(exc)
                 self._wake()
+
+    def more(self) -> None:
+        """(``on_done`` of the newest call behind the batch sent, on the thread
+        that published it.) The calls behind the batch join it if the driving
+        thread has not collected it yet (:meth:`RelayCore.joined`). Never
+        blocks, never raises."""
+        try:
+            with self.deferred if threading.get_ident() == self.main else self.lock:
+                self._follow()
+        except BaseException as exc:  # (an interrupt): the run's to raise
+            with deferred(), self.lock:
+                self.failed(exc)
+                self._wake()
+
+    def _follow(self) -> None:
+        """(Under ``lock``.) While a batch is sent and not collected, follow the
+        newest outstanding call: once it commits (:meth:`more`), so has every
+        call before it (commits are in order), and they join the batch in one
+        frame. The calls of a burst that end while the worker settles its
+        first frame go to the worker as the last of them commits, not after
+        the driving thread has read that frame's answers (a round trip fewer);
+        while some still run, nothing more is written (no wake-up of the
+        worker, nor of the driving thread, per commit)."""
+        take = self.take
+        last_of: Any = getattr(take, "last", None)  # (engine._taker's: a bare taker is not followed)
+        if last_of is None:
+            return
+        while self.state is SENT and not self.handoff and self.error is None and not self.reading:
+            last = last_of()
+            if last is None:
+                return
+            # The newest; once it is done, the oldest not yet: a pass publishes its commits
+            # newest first, so the older ones of its pass are told just after.
+            awaited = last if not last.done() else take.undone()
+            if awaited is not None:
+                self.follow = awaited
+                if not awaited.on_done(self.more) or not awaited.done():
+                    return  # (it tells when it is done; or it cannot, and the driving thread sends them)
+                continue
+            sent = len(self.batch)
+            if self.joined(take, self._join, take.give_back):
+                self._wake()
+                return
+            if len(self.batch) == sent:
+                return  # they did not join (the frame could not go whole): the driving thread sends them
+            self.frames += 1
+
+    def _join(self, batch: list[Any]) -> bool:
+        """Write ``batch``'s frame behind the one in flight if it goes whole now (a
+        write of at most ``PIPE_BUF`` bytes into a pipe is all or nothing); whether it did."""
+        remote = self.remote
+        limit = remote.limits.memory_bytes
+        for item in batch:
+            if len(item[4]) > limit:
+                return False  # the driving thread refuses it (Remote._check)
+        data = settle_frame(batch)
+        if len(data) > select.PIPE_BUF:
+            return False
+        try:
+            return remote.worker.offer(data) == len(data)
+        except OSError:  # the worker is gone: its end of file tells the driving thread
+            return False
+
+    def _unfollow(self) -> None:
+        """(Under ``lock``.) The batch is collected: the call followed no longer joins it."""
+        self.reading = False
+        follow, self.follow = self.follow, None
+        if follow is not None:
+            follow.on_done(None)
 
     def _write(self, batch: list[Any]) -> bool:
         """Write ``batch``'s frame, or what the pipe takes of it (the rest in
@@ -631,6 +728,7 @@ class Relay(RelayCore):
         with deferred():
             with self.lock:
                 self.release()
+                self._unfollow()
                 wake, self.wake = self.wake, (-1, -1)
             for fd in wake:
                 if fd >= 0:
@@ -813,6 +911,9 @@ class Remote:
                 self._send_settles(settle_frame(batch) if rest is None else rest)
             if len(batch) == 1:  # a lone call's answer (every sequential await): the batch's loop is not needed
                 return [self._answer(1, 0.0, True)]
+            if relay.frames > 1:  # joined in flight: its later frames' answers follow at once (see wake.py)
+                relay.frames = 1
+                return self._answers(batch, 0.0, ready=True, later=self._spin())
             return self._answers(batch, 0.0, ready=True)
         finally:
             self.pool._give_share(self.ticket)  # noqa: SLF001  (the kick's, or this thread's)
@@ -829,17 +930,20 @@ class Remote:
         """The largest payload the worker may be sent (:meth:`_check`)."""
         return self.limits.memory_bytes
 
-    def _answers(self, batch: Sequence[Sequence[Any]], spin: float, ready: bool = False) -> list[str]:
+    def _answers(
+        self, batch: Sequence[Sequence[Any]], spin: float, ready: bool = False, later: float = 0.0
+    ) -> list[str]:
         """One answer per call of ``batch``: the worker writes them at once, so
         after the first, those already read are split off in one pass (a
-        quiet step's is :data:`~.engine.QUIET` itself, not decoded)."""
+        quiet step's is :data:`~.engine.QUIET` itself, not decoded). ``later``:
+        how long to look busily for each later frame's (a batch joined in flight)."""
         texts: list[str] = []
         count = len(batch)
         envelopes = self.worker.envelopes
         try:
             while len(texts) < count:
                 texts.append(self._answer(count - len(texts), spin, ready))
-                spin = 0.0  # the rest came with the first
+                spin = later  # the rest came with the first (or, joined, with a later frame)
                 texts += envelopes(count - len(texts), self.max_frame, QUIET)
         except Stopped as stop:
             stop.steps = [*texts, *stop.steps]

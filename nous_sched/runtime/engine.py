@@ -620,30 +620,76 @@ class Engine:
         # The binding's CPU slice starts afresh at each call into the engine. No
         # JavaScript ran since the last step: a deadline already past came while the program waited.
         self._arm("waiting for a tool call")
+        if self.cpu_time is None:
+            return self._settle_each(batch)
         bridge = self.bridge
         deadline = self.deadline
         texts: list[str] = []
         try:
             for item in batch:
-                # (A later settle with a primitive runs unarmed, as settle() says why.)
-                unarmed = False
+                # (With a CPU budget: each settle armed afresh, from the budget left.)
                 if texts:
                     if time.monotonic() > deadline:
                         raise self._killed("timeout", timeout_message(self.limits.timeout, "running JavaScript"))
-                    if self.cpu_time is not None:
-                        self._rearm()
-                    elif item[3] and item[4][:1] in _PRIMITIVE_START:
-                        unarmed = True
-                    else:  # (the drain took the slice off: the batch's again)
-                        self.ctx.set_time_limit(self.slice)
+                    self._rearm()
                 try:
                     bridge("settle", item[0], item[3], item[4])
                 except _quickjs.JSException as exc:
                     self._stopped(bridge, exc)
-                if unarmed:
-                    self.ctx.set_time_limit(self.slice)
                 self._pump(armed=True)
                 texts.append(self._drain())
+        except Stopped as stop:
+            stop.steps = texts
+            raise
+        return texts
+
+    def _settle_each(self, batch: Sequence[Sequence[Any]]) -> list[str]:
+        """:meth:`_settle_many` with no CPU budget (armed already): per call the
+        settle, the jobs it wakes (:meth:`_pump`'s loop) and the drain
+        (:meth:`_drain`'s, unarmed), written out in one loop, each armed as
+        there (a later settle with a primitive runs unarmed, as :meth:`settle`
+        says why; the jobs always armed). A burst's last batch (a
+        ``Promise.all``'s, up to :data:`BATCH_CALLS`) is on the run's path:
+        two calls fewer per settle."""
+        bridge = self.bridge
+        ctx = self.ctx
+        execute = ctx.execute_pending_job
+        set_time_limit = ctx.set_time_limit
+        deadline = self.deadline
+        monotonic = time.monotonic
+        failure = _quickjs.JSException
+        primitive = _PRIMITIVE_START
+        texts: list[str] = []
+        into = bridge  # what a JSException came from (:meth:`_stopped`)
+        try:
+            for item in batch:
+                unarmed = False
+                if texts:
+                    if monotonic() > deadline:
+                        raise self._killed("timeout", timeout_message(self.limits.timeout, "running JavaScript"))
+                    if item[3] and item[4][:1] in primitive:
+                        unarmed = True
+                    else:  # (the drain took the slice off: the batch's again)
+                        set_time_limit(self.slice)
+                try:
+                    into = bridge
+                    bridge("settle", item[0], item[3], item[4])
+                    if unarmed:
+                        set_time_limit(self.slice)
+                    into = execute
+                    # A promise chain that never ends is many short jobs: check between them.
+                    while execute():
+                        if monotonic() > deadline:
+                            raise self._killed("timeout", timeout_message(self.limits.timeout, "running JavaScript"))
+                    into = bridge
+                    set_time_limit(-1)  # (the drain runs the prelude's bounded work only: see _drain)
+                    text = bridge("drain")
+                except failure as exc:
+                    self._stopped(into, exc)
+                if type(text) is not str:
+                    # Only the prelude drains; anything else means the program reached the bridge.
+                    raise Stopped("abort", TAMPERED)
+                texts.append(text)
         except Stopped as stop:
             stop.steps = texts
             raise
@@ -1088,7 +1134,33 @@ def _taker(
                 break
         return batch
 
+    _followed(take, outstanding)
     return take
+
+
+def _followed(take: Any, outstanding: "collections.deque[tuple[int, Any]]") -> None:
+    """What a relay reads of ``outstanding`` while the loop that owns it waits
+    (``_remote.Relay``: the calls behind a batch in flight join it), set on ``take``."""
+
+    def last() -> Any:
+        """The newest outstanding call's pending call, or None (the relay follows it)."""
+        return outstanding[-1][1] if outstanding else None
+
+    def undone() -> Any:
+        """The oldest outstanding call's pending call not yet ``done()``, or None."""
+        for _, pending in outstanding:
+            if not pending.done():
+                return pending
+        return None
+
+    def give_back(batch: list[Any]) -> None:
+        """Put a batch just taken back at the head, as it was (a frame that could not go)."""
+        outstanding.extendleft([(item[0], item[1]) for item in reversed(batch)])
+
+    take.outstanding = outstanding
+    take.last = last
+    take.undone = undone
+    take.give_back = give_back
 
 
 def _step_envelope(text: Any, book: "_LogBook", on_logs: Any, host: Any) -> dict[str, Any]:

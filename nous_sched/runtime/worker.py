@@ -63,7 +63,10 @@ Host to worker:
   <n> "`` then the ``n`` bytes of its payload's JSON text (the value, or the
   ``{tool, message}`` error). The worker settles them one at a time, running
   the jobs each wakes before the next (exactly as that many frames of one
-  call would), and answers each.
+  call would), and answers each. A batch may come as several frames, one
+  behind the other (the host's relay joins a burst's later calls to the
+  frame in flight); a settle frame that finds no run (it stopped in an
+  earlier frame of its batch) is read and not answered.
 * ``D`` done: free the run's context. No answer. The worker then frees it and
   prepares the next run's context as ``SCHED_BATCH``, after yielding, so this
   work never preempts the host (see :func:`_between_runs`).
@@ -710,6 +713,11 @@ def serve(
             server.done()
             continue
         done = server.current
+        if op == SETTLE and done is None:
+            # A batch's later frame, written behind one its run stopped in (the
+            # host's relay joins a burst's calls to the frame in flight): that
+            # run is over, and its host reads no answer to this one.
+            continue
         try:
             step = steps.get(op)
             if step is None:
