@@ -75,3 +75,24 @@ def postgres_server():
 def postgres_dsn(postgres_server):
     """The DSN of a fresh, empty database on the session's Postgres server."""
     return postgres_server.new_database()
+
+
+@pytest.fixture
+def make_set():
+    """``make_set(**options)``: a private ``DriverThreads`` (a scheduler's warm
+    driver threads), retired (and its threads joined) at teardown."""
+    from nous_sched.scheduler._driver_threads import DriverThreads
+
+    made: list = []
+
+    def make(**options):
+        threads = DriverThreads(**options)
+        threads._went_idle = threading.Semaphore(0)
+        made.append(threads)
+        return threads
+
+    yield make
+    for threads in made:
+        for thread in threads.retire_idle():
+            thread.join(10.0)
+            assert not thread.is_alive(), f"{thread.name} outlived its set's retirement"

@@ -43,23 +43,6 @@ def until(condition, what: str) -> None:
         time.sleep(0.001)
 
 
-@pytest.fixture
-def make_set():
-    made: list[DriverThreads] = []
-
-    def make(**options) -> DriverThreads:
-        threads = DriverThreads(**options)
-        threads._went_idle = threading.Semaphore(0)
-        made.append(threads)
-        return threads
-
-    yield make
-    for threads in made:
-        for thread in threads.retire_idle():
-            thread.join(WAIT)
-            assert not thread.is_alive(), f"{thread.name} outlived its set's retirement"
-
-
 class Parking:
     """An fn that parks after each call until told to end; where and how often it ran."""
 

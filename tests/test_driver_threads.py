@@ -15,7 +15,6 @@ import threading
 import time
 import weakref
 
-import pytest
 from drivers import IDLE, assert_released
 
 from nous_sched import Scheduler, Tool
@@ -41,24 +40,6 @@ def done_within(lock: threading.Lock) -> bool:
         lock.release()
         return True
     return False
-
-
-@pytest.fixture
-def make_set():
-    """``make_set(**options)``: a private DriverThreads, retired (and its threads joined) at teardown."""
-    made: list[DriverThreads] = []
-
-    def make(**options) -> DriverThreads:
-        threads = DriverThreads(**options)
-        threads._went_idle = threading.Semaphore(0)
-        made.append(threads)
-        return threads
-
-    yield make
-    for threads in made:
-        for thread in threads.retire_idle():
-            thread.join(WAIT)
-            assert not thread.is_alive(), f"{thread.name} outlived its set's retirement"
 
 
 def test_fn_runs_on_a_thread_named_for_it_from_the_moment_drive_returns(make_set):
