@@ -21,6 +21,7 @@ import signal
 import socket
 import threading
 import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -155,67 +156,69 @@ def _offer_raw(server: procio.ForkServer, key: bytes, text: bytes, size: int) ->
         os.close(fd)
 
 
-def test_the_fork_servers_names_cache_is_bounded_and_keeps_only_texts_matching_their_keys():
+@pytest.fixture
+def fork_server() -> Iterator[procio.ForkServer]:
+    """A one-place pool's fork server, held for the test (its children are the test's to spawn)."""
     with WorkerPool(size=1, spares=0) as pool:
         server = pool._fork_server()
         assert server is not None
         try:
-            assert _spawn(server) == frozenset()
-            # Entries: many distinct sets, the last NAMES_ENTRIES kept.
-            keys = []
-            for i in range(worker.NAMES_ENTRIES + 5):
-                text = engine.names_utf8(tuple(f"set{i}_{j}" for j in range(40)))[0]
-                keys.append(engine.names_key(text))
-                server.offer_names(keys[-1], text)
-                held = _spawn(server)
-                assert held == frozenset(keys[-worker.NAMES_ENTRIES :])
-            # Bytes: texts of a third of the bound each, at most two of them kept.
-            big = []
-            for i in range(3):
-                text = bytes([65 + i]) * (worker.NAMES_BYTES // 3 + 1)
-                big.append(engine.names_key(text))
-                server.offer_names(big[-1], text)
-            held = _spawn(server)
-            assert big[0] not in held and {big[1], big[2]} <= held
-            assert len(held) <= worker.NAMES_ENTRIES
-            # A key that is not its text's digest, a size that is not the text's, one over the bound:
-            # none kept, nor any other text given for them.
-            text = b'[\n"mine"]'
-            forged = engine.names_key(b'[\n"theirs"]')
-            _offer_raw(server, forged, text, len(text))
-            _offer_raw(server, engine.names_key(text), text, len(text) + 1)
-            huge = b"y" * (worker.NAMES_BYTES + 1)
-            _offer_raw(server, engine.names_key(huge), huge, len(huge))
-            server.offer_names(engine.names_key(huge), huge)  # (the host does not even send it)
-            again = _spawn(server)
-            assert forged not in again and engine.names_key(text) not in again
-            assert engine.names_key(huge) not in again
-            assert again == held
+            yield server
         finally:
             server.release()
 
 
-def test_offers_made_while_a_spawn_holds_the_server_never_wait_and_the_next_child_holds_them():
-    with WorkerPool(size=1, spares=0) as pool:
-        server = pool._fork_server()
-        assert server is not None
-        try:
-            texts = [engine.names_utf8(tuple(f"busy{i}_{j}" for j in range(40)))[0] for i in range(6)]
-            keys = [engine.names_key(t) for t in texts]
-            with server._lock:  # (as a spawn holds it: the offers are left for the spawn to send)
-                threads = [threading.Thread(target=server.offer_names, args=(k, t)) for k, t in zip(keys, texts)]
-                for t in threads:
-                    t.start()
-                for t in threads:
-                    t.join(30)
-                assert not any(t.is_alive() for t in threads), "an offer waited for the spawn"
-                server.offer_names(keys[0], texts[0])  # (waiting already: not queued twice)
-            held = _spawn(server)
-            assert set(keys[-worker.NAMES_ENTRIES :]) <= held
-            server.offer_names(keys[-1], texts[-1])  # (held: nothing to send)
-            assert _spawn(server) == held
-        finally:
-            server.release()
+def test_the_fork_servers_names_cache_is_bounded_and_keeps_only_texts_matching_their_keys(fork_server):
+    server = fork_server
+    assert _spawn(server) == frozenset()
+    # Entries: many distinct sets, the last NAMES_ENTRIES kept.
+    keys = []
+    for i in range(worker.NAMES_ENTRIES + 5):
+        text = engine.names_utf8(tuple(f"set{i}_{j}" for j in range(40)))[0]
+        keys.append(engine.names_key(text))
+        server.offer_names(keys[-1], text)
+        held = _spawn(server)
+        assert held == frozenset(keys[-worker.NAMES_ENTRIES :])
+    # Bytes: texts of a third of the bound each, at most two of them kept.
+    big = []
+    for i in range(3):
+        text = bytes([65 + i]) * (worker.NAMES_BYTES // 3 + 1)
+        big.append(engine.names_key(text))
+        server.offer_names(big[-1], text)
+    held = _spawn(server)
+    assert big[0] not in held and {big[1], big[2]} <= held
+    assert len(held) <= worker.NAMES_ENTRIES
+    # A key that is not its text's digest, a size that is not the text's, one over the bound:
+    # none kept, nor any other text given for them.
+    text = b'[\n"mine"]'
+    forged = engine.names_key(b'[\n"theirs"]')
+    _offer_raw(server, forged, text, len(text))
+    _offer_raw(server, engine.names_key(text), text, len(text) + 1)
+    huge = b"y" * (worker.NAMES_BYTES + 1)
+    _offer_raw(server, engine.names_key(huge), huge, len(huge))
+    server.offer_names(engine.names_key(huge), huge)  # (the host does not even send it)
+    again = _spawn(server)
+    assert forged not in again and engine.names_key(text) not in again
+    assert engine.names_key(huge) not in again
+    assert again == held
+
+
+def test_offers_made_while_a_spawn_holds_the_server_never_wait_and_the_next_child_holds_them(fork_server):
+    server = fork_server
+    texts = [engine.names_utf8(tuple(f"busy{i}_{j}" for j in range(40)))[0] for i in range(6)]
+    keys = [engine.names_key(t) for t in texts]
+    with server._lock:  # (as a spawn holds it: the offers are left for the spawn to send)
+        threads = [threading.Thread(target=server.offer_names, args=(k, t)) for k, t in zip(keys, texts)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert not any(t.is_alive() for t in threads), "an offer waited for the spawn"
+        server.offer_names(keys[0], texts[0])  # (waiting already: not queued twice)
+    held = _spawn(server)
+    assert set(keys[-worker.NAMES_ENTRIES :]) <= held
+    server.offer_names(keys[-1], texts[-1])  # (held: nothing to send)
+    assert _spawn(server) == held
 
 
 def test_a_worker_asked_for_a_text_it_does_not_hold_exits_and_the_run_starts_again_with_the_text(monkeypatch):

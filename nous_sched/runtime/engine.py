@@ -617,40 +617,16 @@ class Engine:
             self.cpu_used += self.cpu_clock() - self.cpu_mark
 
     def _settle_many(self, batch: Sequence[Sequence[Any]]) -> list[str]:
+        """Per call the settle, the jobs it wakes (:meth:`_pump`'s loop) and the
+        drain (:meth:`_drain`'s, unarmed), written out in one loop: a burst's
+        last batch (a ``Promise.all``'s, up to :data:`BATCH_CALLS`) is on the
+        run's path. Each call into the engine is armed as there: with a CPU
+        budget afresh from the budget left; without one from the slice
+        :meth:`_arm` set, and a later settle with a primitive unarmed (as
+        :meth:`settle` says why; its jobs always armed)."""
         # The binding's CPU slice starts afresh at each call into the engine. No
         # JavaScript ran since the last step: a deadline already past came while the program waited.
         self._arm("waiting for a tool call")
-        if self.cpu_time is None:
-            return self._settle_each(batch)
-        bridge = self.bridge
-        deadline = self.deadline
-        texts: list[str] = []
-        try:
-            for item in batch:
-                # (With a CPU budget: each settle armed afresh, from the budget left.)
-                if texts:
-                    if time.monotonic() > deadline:
-                        raise self._killed("timeout", timeout_message(self.limits.timeout, "running JavaScript"))
-                    self._rearm()
-                try:
-                    bridge("settle", item[0], item[3], item[4])
-                except _quickjs.JSException as exc:
-                    self._stopped(bridge, exc)
-                self._pump(armed=True)
-                texts.append(self._drain())
-        except Stopped as stop:
-            stop.steps = texts
-            raise
-        return texts
-
-    def _settle_each(self, batch: Sequence[Sequence[Any]]) -> list[str]:
-        """:meth:`_settle_many` with no CPU budget (armed already): per call the
-        settle, the jobs it wakes (:meth:`_pump`'s loop) and the drain
-        (:meth:`_drain`'s, unarmed), written out in one loop, each armed as
-        there (a later settle with a primitive runs unarmed, as :meth:`settle`
-        says why; the jobs always armed). A burst's last batch (a
-        ``Promise.all``'s, up to :data:`BATCH_CALLS`) is on the run's path:
-        two calls fewer per settle."""
         bridge = self.bridge
         ctx = self.ctx
         execute = ctx.execute_pending_job
@@ -658,19 +634,20 @@ class Engine:
         deadline = self.deadline
         monotonic = time.monotonic
         failure = _quickjs.JSException
+        rearm = self._rearm if self.cpu_time is not None else None
+        again = rearm if rearm is not None else self._reslice  # (arms a later call of the batch)
         primitive = _PRIMITIVE_START
         texts: list[str] = []
         into = bridge  # what a JSException came from (:meth:`_stopped`)
         try:
             for item in batch:
                 unarmed = False
-                if texts:
+                if texts:  # (the drain took the slice off)
                     if monotonic() > deadline:
                         raise self._killed("timeout", timeout_message(self.limits.timeout, "running JavaScript"))
-                    if item[3] and item[4][:1] in primitive:
-                        unarmed = True
-                    else:  # (the drain took the slice off: the batch's again)
-                        set_time_limit(self.slice)
+                    unarmed = rearm is None and item[3] and item[4][:1] in primitive
+                    if not unarmed:
+                        again()
                 try:
                     into = bridge
                     bridge("settle", item[0], item[3], item[4])
@@ -681,6 +658,8 @@ class Engine:
                     while execute():
                         if monotonic() > deadline:
                             raise self._killed("timeout", timeout_message(self.limits.timeout, "running JavaScript"))
+                        if rearm is not None:  # (each job's slice starts afresh: the budget left)
+                            rearm()
                     into = bridge
                     set_time_limit(-1)  # (the drain runs the prelude's bounded work only: see _drain)
                     text = bridge("drain")
@@ -732,6 +711,10 @@ class Engine:
         left = self._cpu_left()
         self.by_cpu = self.cpu_slice and left < remaining
         self.ctx.set_time_limit(left if self.by_cpu else remaining)
+
+    def _reslice(self) -> None:
+        """The slice :meth:`_arm` set, again (a call after one that ran unarmed)."""
+        self.ctx.set_time_limit(self.slice)
 
     def _pump(self, armed: bool = False) -> None:
         if not armed:
