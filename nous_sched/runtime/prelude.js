@@ -292,9 +292,23 @@
       const message = "arguments are " + json.length + " characters of JSON, over the run's limit of " + MAX_ARGS_UNITS;
       return apply(promiseReject, PromiseCtor, [failedCall(label, message, sites)]);
     }
-    if (json !== undefined && apply(strIndexOf, json, EMPTY_OBJECT) !== -1) {
+    // (`{}` alone, a tool's empty arguments, needs no search for it.)
+    if (json !== undefined && (json === "{}" || apply(strIndexOf, json, EMPTY_OBJECT) !== -1)) {
       // A Promise crosses as {}: a call whose result the program forgot to await.
-      const at = loadConverter().promiseAt(args, "$", 0);
+      // The converter's promiseAt(args, "$", 0), its first level here: the
+      // usual `{}` (a tool's empty arguments) then calls nothing of the
+      // converter. The same steps in the same order (its prototype, whether
+      // it is an array, its keys), so a Proxy's traps run as they would there.
+      let at = null;
+      if (typeof args === "object" && args !== null) {
+        const proto = getPrototypeOf(args);
+        if (proto === PromiseProto) at = "$";
+        else if (isArray(args)) at = loadConverter().promiseInItems(args, "$", 0);
+        else if (proto === ObjectProto || proto === null) {
+          const keys = objectKeys(args);
+          if (keys.length !== 0) at = loadConverter().promiseInKeys(args, keys, "$", 0);
+        }
+      }
       if (at !== null) {
         const message = "argument " + at + " is a Promise, not a value: a call whose result was not awaited; write `await` before that call";
         return apply(promiseReject, PromiseCtor, [failedCall(label, message, sites)]);
@@ -376,7 +390,8 @@
     const w = waiting[id];
     if (w === undefined) return;
     delete waiting[id];
-    const value = JSONparse(payload);
+    // ("null", the most common answer, is not parsed: JSON.parse gives the same null.)
+    const value = payload === "null" ? null : JSONparse(payload);
     if (ok) w.res(value);
     else w.rej(failedCall(value.tool, value.message, w.sites));
   }
