@@ -44,17 +44,21 @@ What a caller may rely on (tests/test_pool_interrupts.py):
   handled once, by the handler the run found, as soon as the step ends;
 * the run's own handlers are in place only while the run lasts: the handlers
   found are back when :class:`guarded` exits, and a signal that arrives as
-  it exits is not lost.
+  it exits is not lost;
+* a :class:`Condition`'s wait returns or raises holding its lock, whatever
+  signal lands in it.
 """
 
 from __future__ import annotations
 
+import collections
 import signal
 import threading
+from _thread import allocate_lock
 from types import FrameType, TracebackType
 from typing import Any, Callable, Optional
 
-__all__ = ["LOCAL", "guarded", "deferred", "leave", "DEFERRED_SIGNALS"]
+__all__ = ["LOCAL", "guarded", "deferred", "leave", "Condition", "DEFERRED_SIGNALS"]
 
 #: The signals a guarded run holds back in its deferred steps, when Python handles them.
 DEFERRED_SIGNALS: tuple[int, ...] = tuple(
@@ -189,3 +193,58 @@ class guarded:
         # still open around it, is handled by its own when that step ends.)
         if LOCAL.depth == 0:
             _raise_pending(found)
+
+
+class Condition:
+    """``threading.Condition``'s ``wait``, ``notify`` and ``notify_all`` over a
+    lock the caller holds, safe against interrupts: the wait gives the lock up
+    and takes it back as deferred steps, so it returns or raises holding the
+    lock, and it blocks with the caller's own deferral (a caller that lets
+    interrupts through its wait gets them while it blocks).
+
+    ``threading.Condition`` is not: its wait takes a plain lock back in a
+    Python function, and even an ``RLock`` back only inside a ``try`` that a
+    signal can land just before, so a Ctrl-C there leaves the waiter without
+    the lock and its ``with`` gives back a lock it does not hold.
+    """
+
+    __slots__ = ("_lock", "_waiters")
+
+    def __init__(self, lock: Any) -> None:
+        self._lock = lock
+        self._waiters: collections.deque[Any] = collections.deque()  # (lock held) one locked lock per waiter
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        """(Lock held.) Wait until notified or ``timeout`` seconds pass; whether notified."""
+        LOCAL.depth += 1
+        waiter = allocate_lock()
+        waiter.acquire()
+        self._waiters.append(waiter)
+        self._lock.release()
+        got = False
+        try:
+            leave()
+            got = waiter.acquire(True, -1 if timeout is None else max(timeout, 0.0))
+        finally:
+            LOCAL.depth += 1
+            try:
+                self._lock.acquire()
+                if not got:
+                    try:
+                        self._waiters.remove(waiter)
+                    except ValueError:  # (notified as it stopped waiting)
+                        pass
+            finally:
+                leave()
+        return got
+
+    def notify(self, n: int = 1) -> None:
+        """(Lock held.) Wake up to ``n`` waiters, longest waiting first."""
+        waiters = self._waiters
+        while waiters and n > 0:
+            waiters.popleft().release()
+            n -= 1
+
+    def notify_all(self) -> None:
+        """(Lock held.) Wake every waiter."""
+        self.notify(len(self._waiters))

@@ -7,6 +7,8 @@ promises, and a fork server killed under load: every run gets a result."""
 
 from __future__ import annotations
 
+import functools
+import gc
 import json
 import os
 import signal
@@ -16,10 +18,12 @@ import threading
 import time
 
 import pytest
+from polling import until
 from procs import wait_gone
 
-from nous_sched import RunResult, Tool, WorkerPool, run_code
+from nous_sched import Limits, RunResult, Tool, WorkerPool, run_code
 from nous_sched import _interrupts as interrupts
+from nous_sched.runtime.poolcore import FRESH
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -299,3 +303,160 @@ def _alive(pid: int) -> bool:
             return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+# -- a Ctrl-C inside the wait itself ------------------------------------------------
+#
+# The pool's waits (for a place, for a CPU share) let interrupts through. A
+# wait gives the pool's lock up and takes it back; a Ctrl-C that lands at any
+# step of it must still leave the waiter holding the lock, or its ``with``
+# gives back a lock it does not hold (``RuntimeError: release unlocked lock``,
+# or worse, another thread's hold) and the pool's state is changed unguarded.
+# (``threading.Condition`` leaves two such steps: before its ``try``, and at
+# the start of the Python function that takes a plain lock back.)
+
+
+def _ctrl_c_in(method: str, at: int, count: list[int]):  # type: ignore[no-untyped-def]
+    """A profile function: a real SIGINT at the ``at``-th point CPython looks
+    for one (a Python function's start, a return from a built-in) in any code
+    the pool's ``method`` runs, its own included."""
+    inside = [0]
+
+    def profile(frame, event, arg):  # type: ignore[no-untyped-def]
+        code = frame.f_code
+        if code.co_name == method and code.co_filename.endswith("pool.py") and event in ("call", "return"):
+            inside[0] += 1 if event == "call" else -1
+            if event == "return":
+                return
+        if inside[0] and event in ("call", "c_return"):
+            count[0] += 1
+            if count[0] == at:
+                signal.raise_signal(signal.SIGINT)
+
+    return profile
+
+
+def _hold_then_wait(pool: WorkerPool, method: str, at: int) -> tuple[bool, int]:
+    """Another run holds what ``method`` waits for (a place, or the only CPU
+    share) and gives it back once this thread waits: this thread waits for it
+    with a Ctrl-C at the ``at``-th step of ``threading``'s code in the wait.
+    Whether the interrupt landed, and the steps counted; this thread's run
+    gives back what it got either way."""
+    deadline = time.monotonic() + 60
+    limits = Limits(timeout=60)
+    if method == "_wait_for_share":
+        take = functools.partial(pool._take_share, limits=limits, deadline=deadline, cancel=None, step=False)
+
+        def queued() -> bool:
+            return "mine" in pool._share_waits
+
+        def give_back(ticket: str) -> None:
+            pool._give_share(ticket)
+    else:
+        take = functools.partial(
+            pool._place, need=pool._cap(limits), limits=limits, deadline=deadline, cancel=None, domain=FRESH
+        )
+
+        def queued() -> bool:
+            return "mine" in pool._core.waiting
+
+        def give_back(ticket: str) -> None:
+            pool._drop(ticket)
+
+    holder = threading.Thread(target=take, args=("holder",), name="test-holder")
+    holder.start()
+    holder.join(60)
+    done = threading.Event()
+    giver = threading.Thread(
+        target=lambda: (until(lambda: queued() or done.is_set()), give_back("holder")), name="test-giver"
+    )
+    giver.start()
+    count = [0]
+    interrupted = False
+    try:
+        with interrupts.guarded():  # (as run_code on the main thread)
+            sys.setprofile(_ctrl_c_in(method, at, count))
+            try:
+                take("mine")
+            finally:
+                sys.setprofile(None)
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        done.set()
+        giver.join(60)
+        give_back("mine")
+    return interrupted, count[0]
+
+
+def _lock_is_free(pool: WorkerPool) -> bool:
+    box: list = []
+    t = threading.Thread(target=lambda: box.append(pool._lock.acquire(timeout=10) and (pool._lock.release() or True)))
+    t.start()
+    t.join(30)
+    return box == [True]
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("method", ["_wait_for_share", "_wait_for_place"], ids=["a-cpu-share", "a-place"])
+def test_a_ctrl_c_at_every_step_of_the_wait_itself_leaves_the_waiter_holding_the_pools_lock(method):
+    pool = WorkerPool(size=1, cpu_shares=1, spares=0)
+    try:
+        steps = min(_hold_then_wait(pool, method, -1)[1] for _ in range(3))
+        assert steps >= 8, "the wait gives its lock up and takes it back"
+        landed = 0
+        for at in range(1, steps + 1):
+            # (A RuntimeError raised here is the flaw itself: the wait ended without the lock.)
+            landed += _hold_then_wait(pool, method, at)[0]
+            assert _lock_is_free(pool), at
+            assert pool.shares() == (0, 0) and not pool._share_waits and not pool._core.share_queue, at
+            assert not pool._core.waiting and not pool._place_waits and not pool._core.held, at
+        assert landed == steps, "every step's interrupt reached the waiter"
+        assert run_code("return 1", runtime=pool, timeout=30, description="after").result == 1
+    finally:
+        pool.close()
+
+
+def test_a_run_lost_on_a_thread_inside_a_step_of_the_pool_is_dropped_after_that_step():
+    # Begun.__del__ may run inside the garbage collector on a thread that holds
+    # the pool's (reentrant) lock mid-change: the lost run's ticket must wait
+    # for the next hand-out, never be dropped inside that change.
+    with WorkerPool(size=1, spares=0) as pool:
+        begun = pool.begin("return 1", [], Limits(timeout=30))
+        ticket = begun._ticket
+        with pool._lock:
+            del begun
+            gc.collect()
+            assert list(pool._orphans) == [ticket], "held back while this thread is inside a step"
+            assert pool._core.holds(ticket), "nothing given back yet"
+        assert run_code("return 2", runtime=pool, timeout=30, description="next").result == 2
+        assert not pool._orphans and not pool._core.holds(ticket)
+
+
+def test_the_interrupt_safe_condition_waits_and_wakes_as_threadings_does():
+    lock = threading.Lock()
+    cond = interrupts.Condition(lock)
+    with lock:
+        assert cond.wait(0.01) is False and lock.locked(), "a timed-out wait returns holding the lock"
+    order: list[int] = []
+    woken = threading.Semaphore(0)
+
+    def waiter(i: int) -> None:
+        with lock:
+            assert cond.wait(60) is True
+            order.append(i)
+        woken.release()
+
+    threads = []
+    for i in range(3):
+        threads.append(threading.Thread(target=waiter, args=(i,)))
+        threads[-1].start()
+        assert until(lambda: len(cond._waiters) == i + 1)
+    with lock:
+        cond.notify()
+    assert woken.acquire(timeout=60) and order == [0], "the longest waiting first"
+    with lock:
+        cond.notify_all()
+    for t in threads:
+        t.join(60)
+    assert sorted(order) == [0, 1, 2] and not cond._waiters

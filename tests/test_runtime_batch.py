@@ -14,7 +14,9 @@ What is promised, and checked here on both runtimes:
   of every step the program took.
 
 Nothing sleeps to synchronise: tools block on Events and Barriers, and the
-tests wait on those. Bounds on time are generous (a loaded 2-core machine).
+tests wait on those; the one state no event reports (every thread of a
+stopped worker stopped) is polled on /proc. Bounds on time are generous (a
+loaded 2-core machine).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import signal
 import threading
 
 import pytest
+from polling import until
 
 from nous_sched import Limits, Outcome, QuickJSRuntime, Tool, WorkerPool, run_code
 from nous_sched.runtime import Host, Settled
@@ -257,6 +260,24 @@ def test_a_settle_larger_than_the_pipe_is_finished_by_the_runs_own_thread(armed,
     assert thread.startswith("nous-sched-driver-") and took < size
 
 
+def stopped(pid: int) -> bool:
+    """Whether every thread of process ``pid`` is stopped (``T``).
+
+    ``kill(pid, SIGSTOP)`` returning is not that: the kernel hands a
+    process's signal to one thread (the worker's main thread, asleep on its
+    lifeline), and the others stop only once that thread has run and taken
+    it; meanwhile the JavaScript thread goes on reading and answering."""
+    try:
+        threads = os.listdir(f"/proc/{pid}/task")
+        states = []
+        for tid in threads:
+            with open(f"/proc/{pid}/task/{tid}/stat", encoding="ascii") as fh:
+                states.append(fh.read().rsplit(")", 1)[1].split()[0])
+    except (FileNotFoundError, ProcessLookupError):  # (gone)
+        return False
+    return bool(states) and set(states) <= {"T", "t"}
+
+
 @pytest.mark.parametrize("size", [10, 1024 * 1024], ids=["fits-the-pipe", "larger-than-the-pipe"])
 def test_a_stuck_worker_never_blocks_the_thread_that_commits(size, armed, make_event):
     """The worker is stopped (SIGSTOP) before its settle is written: the driver
@@ -271,6 +292,8 @@ def test_a_stuck_worker_never_blocks_the_thread_that_commits(size, armed, make_e
         def stop_worker(args):
             assert armed.wait(WAIT)
             os.kill(pid, signal.SIGSTOP)
+            # (The settle is written once this returns: the worker must be stopped by then, not about to be.)
+            assert until(lambda: stopped(pid), WAIT), "the worker did not stop"
             return "y" * size
 
         def observer(record, phase):

@@ -81,7 +81,7 @@ import weakref
 from typing import Any, Deque, Hashable, Optional, Sequence
 
 from .. import _validators as v
-from .._interrupts import LOCAL, deferred, leave
+from .._interrupts import LOCAL, Condition, deferred, leave
 from .._validators import require
 from ..errors import RunCodeError
 from . import Cancel, CodeRuntime, Host, Limits, RuntimeOutcome
@@ -304,15 +304,16 @@ class WorkerPool(CodeRuntime):
         # _slicer and _share_waits; _cond (on _lock) is notified whenever the core's places
         # change; each run waiting for a CPU share waits on a condition of its
         # own (on _lock, in _share_waits), notified when it heads the queue
-        # and a share is free.
+        # and a share is free. (The conditions are _interrupts': a Ctrl-C
+        # landing in a run's wait leaves it holding _lock.)
         self._lock = threading.Lock()
-        self._cond = threading.Condition(self._lock)
+        self._cond = Condition(self._lock)
         self._core = PoolCore(self.size, self.spares, self.runs_per_worker, cpu_shares=self.cpu_shares)
-        self._share_waits: dict[Hashable, threading.Condition] = {}
+        self._share_waits: dict[Hashable, Condition] = {}
         # Runs queued for a place behind the head, each on its own condition:
         # a change wakes the head alone, not every queued run (each woken run
         # asked the core again: O(queued runs) wake-ups per change).
-        self._place_waits: dict[Hashable, threading.Condition] = {}
+        self._place_waits: dict[Hashable, Condition] = {}
         self._workers: dict[int, Worker] = {}  # wid -> process, for every started worker
         self._server: Optional[ForkServer] = None
         self._retired: list[ForkServer] = []  # replaced fork servers, closed when their last child is gone
@@ -727,7 +728,7 @@ class WorkerPool(CodeRuntime):
         if self._core.queue_head() in (None, ticket):
             self._cond.wait(timeout)
             return
-        waiting = self._place_waits[ticket] = threading.Condition(self._lock)
+        waiting = self._place_waits[ticket] = Condition(self._lock)
         try:
             waiting.wait(timeout)
         finally:
@@ -754,7 +755,7 @@ class WorkerPool(CodeRuntime):
                     if step:
                         core.slice_from(ticket, time.monotonic())
                     return
-                waiting = threading.Condition(self._lock)
+                waiting = Condition(self._lock)
                 self._share_waits[ticket] = waiting
                 if self._slicer is None and not core.closed:
                     self._slicer = threading.Thread(
@@ -784,9 +785,7 @@ class WorkerPool(CodeRuntime):
         finally:
             leave()
 
-    def _wait_for_share(
-        self, waiting: threading.Condition, limits: Limits, deadline: float, cancel: Optional[Cancel]
-    ) -> None:
+    def _wait_for_share(self, waiting: Condition, limits: Limits, deadline: float, cancel: Optional[Cancel]) -> None:
         """One wait for a share (lock held); :class:`Stopped` at the deadline or on cancel."""
         remaining = deadline - time.monotonic()
         if cancel is not None and cancel.is_set():
@@ -1122,7 +1121,13 @@ class WorkerPool(CodeRuntime):
             if self._core.closed:
                 return
             if self._spare_thread is not None:
-                self._notify()  # (it lingers, waiting on the condition)
+                # (It lingers, waiting on the condition.) Woken only for work
+                # it would find: a run that holds its replacement back, the
+                # usual one-shot run, would wake it at its start for nothing,
+                # and the wake-up takes a CPU and the GIL while the run's
+                # worker computes its first step.
+                if self._dying or self._killing or (self._core.spares_wanted() and not self._spares_failed):
+                    self._notify()
                 return
             wids = [] if self._spares_failed else self._core.want_spares()
             if not wids and not self._dying and not self._killing and not self._calm_at:
