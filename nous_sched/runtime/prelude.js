@@ -541,6 +541,7 @@
   // program drains (most of a Promise.all's settles): the same text, made once.
   const NOTHING_NEW = '{"calls":[],"logs":[],"dropped":0,"main":null}';
   const CALLS_ONLY_END = '],"logs":[],"dropped":0,"main":null}';
+  const EMPTY_ARGS = '"{}"';
 
   function drain() {
     if (outTail === 0 && logCount === 0 && logDropped === 0 && mainText === null && mainJson === "null" && !clockOn) {
@@ -559,6 +560,8 @@
       if (json.length >= OUT_OF_LINE) {
         arg = "" + pieces++;
         tail += SEP + json;
+      } else if (json === "{}") {
+        arg = EMPTY_ARGS; // (a tool's usual empty arguments: their JSON string, made once)
       } else if (apply(strIndexOf, json, QUOTE) === -1) {
         // No string in the text, so nothing to escape (a backslash is only
         // ever inside one): the JSON string JSON.stringify would write.
