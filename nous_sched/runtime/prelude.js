@@ -43,10 +43,11 @@
   const AsyncFunctionPrototype = getPrototypeOf(async function () {});
   const strSplit = String.prototype.split;
   const strIndexOf = String.prototype.indexOf;
+  // indexOf called on a text by a plain call (bound once): on every call's
+  // path, where Reflect.apply would first copy an argument list.
+  const indexIn = apply(Function.prototype.bind, Function.prototype.call, [strIndexOf]);
   // Argument lists each call's path hands to `apply`, made once (frozen: only read).
-  const EMPTY_OBJECT = freeze(["{}"]);
   const FROM_START = freeze([0]);
-  const QUOTE = freeze(['"']);
   const captureStackTrace = ErrorCtor.captureStackTrace;
   const InternalErrorPrototype = typeof InternalError === "function" ? InternalError.prototype : null;
   const hasOwn = Object.prototype.hasOwnProperty;
@@ -293,7 +294,7 @@
       return apply(promiseReject, PromiseCtor, [failedCall(label, message, sites)]);
     }
     // (`{}` alone, a tool's empty arguments, needs no search for it.)
-    if (json !== undefined && (json === "{}" || apply(strIndexOf, json, EMPTY_OBJECT) !== -1)) {
+    if (json !== undefined && (json === "{}" || indexIn(json, "{}") !== -1)) {
       // A Promise crosses as {}: a call whose result the program forgot to await.
       // The converter's promiseAt(args, "$", 0), its first level here: the
       // usual `{}` (a tool's empty arguments) then calls nothing of the
@@ -562,7 +563,7 @@
         tail += SEP + json;
       } else if (json === "{}") {
         arg = EMPTY_ARGS; // (a tool's usual empty arguments: their JSON string, made once)
-      } else if (apply(strIndexOf, json, QUOTE) === -1) {
+      } else if (indexIn(json, '"') === -1) {
         // No string in the text, so nothing to escape (a backslash is only
         // ever inside one): the JSON string JSON.stringify would write.
         arg = '"' + json + '"';
