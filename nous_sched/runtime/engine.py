@@ -1204,6 +1204,11 @@ def _submitter(
         for i, (call_id, name, args) in enumerate(calls):
             if monotonic() >= deadline:
                 return len(calls) - i
+            # Let go of each parsed entry as it is started (the envelope's list is
+            # read no more: Engine._calls): a Promise.all's thousand of them, kept
+            # to the end of the loop, outlived collections and reached the
+            # oldest generation, bringing its full collections on sooner.
+            calls[i] = None
             # A null name is a question about the tools (the program's ``sdk``).
             append((call_id, call(name, args) if name is not None else ask(args)))
         return 0
