@@ -10,9 +10,13 @@ the first answers and only then send the next batch (a round trip more on a
 fan-out's end). What the program observes is the same (the conformance and
 batch tests).
 
-Nothing sleeps to synchronise: the second tool waits for the first frame's
-write, and the program keeps the worker busy (in JavaScript, after the first
-settle) far longer than that takes.
+Nothing sleeps to synchronise: the first tool returns only once the run's
+thread waits on the worker with the relay armed (:func:`waiting`), so the
+scheduler's driver, committing it, is the thread that writes its frame (on a
+loaded box the run's thread can otherwise reach its wait after the call has
+committed, and send the frame itself); the second tool waits for that
+frame's write, and the program keeps the worker busy (in JavaScript, after
+the first settle) far longer than that takes.
 """
 
 from __future__ import annotations
@@ -42,7 +46,24 @@ return [x, await pb];
 """
 
 
+def waiting(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
+    """Set once the run's thread waits on the worker with the relay armed
+    (``Worker.wait_readable``: only the relay's wait calls it, after arming
+    and after its own check that the head has not committed yet); a call
+    that commits after it is sent by the thread that commits it."""
+    event = threading.Event()
+    wait_readable = Worker.wait_readable
+
+    def wait(self, *args, **kwargs):
+        event.set()
+        return wait_readable(self, *args, **kwargs)
+
+    monkeypatch.setattr(Worker, "wait_readable", wait)
+    return event
+
+
 def test_a_call_committed_while_the_worker_settles_the_one_before_joins_its_frame(monkeypatch):
+    armed = waiting(monkeypatch)
     written = threading.Event()
     offers: list[tuple[str, int, int]] = []
     offer = Worker.offer
@@ -64,6 +85,7 @@ def test_a_call_committed_while_the_worker_settles_the_one_before_joins_its_fram
     monkeypatch.setattr(remote_module.Remote, "settle_many", counted)
 
     def a(args):
+        assert armed.wait(WAIT)  # the run's thread waits: the driver, committing this, writes its frame
         return 1
 
     def b(args):
@@ -134,6 +156,7 @@ def test_a_frame_joined_behind_one_its_run_stopped_in_leaves_the_worker_whole(mo
     """The run's deadline stops the program in the first frame's step, after the
     second call's frame joined it: the worker reads that frame and answers
     nothing, and takes the domain's next run itself (no worker started again)."""
+    armed = waiting(monkeypatch)
     written = threading.Event()
     offers: list[int] = []
     offer = Worker.offer
@@ -147,6 +170,7 @@ def test_a_frame_joined_behind_one_its_run_stopped_in_leaves_the_worker_whole(mo
     monkeypatch.setattr(Worker, "offer", recorded)
 
     def a(args):
+        assert armed.wait(WAIT)  # the run's thread waits: the driver, committing this, writes its frame
         return 1
 
     def b(args):
@@ -156,6 +180,9 @@ def test_a_frame_joined_behind_one_its_run_stopped_in_leaves_the_worker_whole(mo
     tools = [Tool("a", a, concurrency_safe=lambda args: True), Tool("b", b, concurrency_safe=lambda args: True)]
     program = "const pa = tools.a({}); const pb = tools.b({}); await pa; while (true) {} return await pb;"
     with WorkerPool(size=1, spares=0) as pool:
+        # Started (and ready) before the run: the 1 s deadline is the program's alone, not a
+        # worker's start on a loaded box as well (the second frame joins within ms of the run's start).
+        pool.prestart(1)
         domain = pool.domain("join")
         stopped = run_code(program, tools, runtime=domain, timeout=1.0, description="test")
         assert stopped.error is not None and stopped.error.kind == "timeout", stopped.error
