@@ -8,6 +8,7 @@ go; the shell's with real workers, through the core's states, never timing."""
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 
@@ -137,7 +138,11 @@ class HoldingPoolMachine(PoolMachine):
     @rule()
     def spares_are_started_and_say_hello(self) -> None:
         # (so that runs meet two spares ready, the case a hold is for)
-        for wid in self.core.want_spares():
+        wanted = self.core.spares_wanted()
+        wids = self.core.want_spares()
+        assert len(wids) == wanted, "spares_wanted counts what want_spares reserves"
+        assert self.core.spares_wanted() == 0, "and reserves nothing itself"
+        for wid in wids:
             self.core.started(wid, True)
 
     @precondition(lambda self: self.core.held)
@@ -276,3 +281,36 @@ def test_waiting_for_the_spares_starts_a_held_replacement(monkeypatch):
 
         result = run_code("return await tools.asks({})", [Tool("asks", asks)], runtime=pool, description="t")
         assert result.error is None and answers == [True]
+
+
+def test_a_run_that_holds_its_replacement_does_not_wake_the_lingering_spares_thread_at_its_start(monkeypatch):
+    # The spares thread, lingering, has nothing to do when a run takes a spare
+    # and holds its replacement back: a wake-up then would only take a CPU and
+    # the GIL beside the run's first step. Woken later (its start-up over, or
+    # it ends) it starts the replacement.
+    monkeypatch.setattr(pool_module, "SPARES_LINGER", 3600.0)  # (it lingers for the whole test)
+    monkeypatch.setattr(pool_module, "SPARE_CALM", 3600.0)  # (held until the run ends)
+    wakers: list[str] = []
+    seen: list[list[str]] = []
+
+    with WorkerPool(size=4, spares=2) as pool:
+        assert pool.wait_for_spares(WAIT_S)
+        assert _until(lambda: pool._spare_thread is not None), "the spares thread lingers"
+        notify = pool._notify
+
+        def counted() -> None:
+            wakers.append(sys._getframe(1).f_code.co_name)
+            notify()
+
+        monkeypatch.setattr(pool, "_notify", counted)
+
+        def look(args: dict) -> int:
+            seen.append(list(wakers))
+            return 1
+
+        result = run_code("return await tools.look({})", [Tool("look", look)], runtime=pool, description="t")
+        assert result.error is None and result.result == 1
+        # (Its start-up over, the run may have said so already: _calm, which sets the hold's time.)
+        assert len(seen) == 1 and "_top_up" not in seen[0], f"nothing woke the spares thread as the run began: {seen}"
+        assert "_top_up" in wakers, "woken as the run ended: a worker to kill, a replacement to start"
+        assert _until(lambda: _spares_on_their_way_or_ready(pool) == 2), "replaced as the run ended"

@@ -1121,7 +1121,13 @@ class WorkerPool(CodeRuntime):
             if self._core.closed:
                 return
             if self._spare_thread is not None:
-                self._notify()  # (it lingers, waiting on the condition)
+                # (It lingers, waiting on the condition.) Woken only for work
+                # it would find: a run that holds its replacement back, the
+                # usual one-shot run, would wake it at its start for nothing,
+                # and the wake-up takes a CPU and the GIL while the run's
+                # worker computes its first step.
+                if self._dying or self._killing or (self._core.spares_wanted() and not self._spares_failed):
+                    self._notify()
                 return
             wids = [] if self._spares_failed else self._core.want_spares()
             if not wids and not self._dying and not self._killing and not self._calm_at:

@@ -312,8 +312,12 @@ class PoolCore:
         """Places to reserve now for fresh spares (the shell starts them and
         calls :meth:`started` for each). None while runs wait: they take
         the places themselves, first come, first served."""
+        return [self._new(None) for _ in range(self.spares_wanted())]
+
+    def spares_wanted(self) -> int:
+        """How many places :meth:`want_spares` would reserve now; it reserves none."""
         if self.closed or self.waiting:
-            return []
+            return 0
         # (A spare being started counts; one retiring, killed after its run, does
         # not; a replacement held back by a run in its start-up counts.)
         ready = len(self.held) + sum(
@@ -321,11 +325,7 @@ class PoolCore:
             for s in self.slots.values()
             if s.for_run is None and s.state in ("starting", "idle") and s.domain is FRESH
         )
-        made = []
-        while ready < self.target and len(self.slots) < self.size:
-            made.append(self._new(None))
-            ready += 1
-        return made
+        return max(0, min(self.target - ready, self.size - len(self.slots)))
 
     def started(self, wid: int, ok: bool) -> bool:
         """The process for ``wid`` exists (``ok``) or could not be made; whether
