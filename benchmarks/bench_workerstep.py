@@ -18,7 +18,7 @@ limits, no logs, no call sites, no guards). Per call, for each:
 
 Run by hand (not part of ``run_all.py``), in each order::
 
-    python benchmarks/bench_workerstep.py [--calls 5000] [--reps 3] [--callgrind] [--promise-all [--batch 256]]
+    python benchmarks/bench_workerstep.py [--calls 5000] [--reps 3] [--callgrind] [--promise-all [--batch 256] [--args '{}']]
 """
 
 from __future__ import annotations
@@ -42,8 +42,10 @@ from nous_sched.runtime import worker as W
 HEADER = struct.Struct(">I")
 SEQUENTIAL = "for (let i = 0; i < {n}; i++) await tools.noop({{}});\nreturn {n};"
 PROMISE_ALL = (
-    "const r = await Promise.all(Array.from({{length: {n}}}, (_, i) => tools.noop({{ i }})));\nreturn r.length;"
+    "const r = await Promise.all(Array.from({{length: {n}}}, (_, i) => tools.noop({args})));\nreturn r.length;"
 )
+#: Each call's arguments in the ``Promise.all`` (``--args``): ``bench_batch.py``'s row passes ``{}``.
+ARGS = "{ i }"
 
 # The minimal child: the same engine and framing, the floor's prelude.
 CHILD = r"""
@@ -131,7 +133,7 @@ def one(
     """One run of ``n`` calls in a fresh child (``worker`` or ``minimal``): per call figures.
     ``batch``: the worker's settles go ``batch`` to a frame (the host's batches, one
     envelope each back); the minimal child takes one a frame."""
-    program = (PROMISE_ALL if promise_all else SEQUENTIAL).format(n=n)
+    program = PROMISE_ALL.format(n=n, args=ARGS) if promise_all else SEQUENTIAL.format(n=n)
     qpath = procio.quickjs_origin()
     to_child, from_host = os.pipe()
     to_host, from_child = os.pipe()
@@ -211,8 +213,12 @@ def main() -> int:
     parser.add_argument(
         "--batch", type=int, default=1, help="settles per frame to the worker (the host batches up to 256)"
     )
+    parser.add_argument(
+        "--args", default=ARGS, help="each call's arguments with --promise-all (JavaScript; bench_batch.py's are {})"
+    )
     args = parser.parse_args()
-    shape = "one Promise.all of" if args.promise_all else "sequential"
+    globals()["ARGS"] = args.args
+    shape = f"one Promise.all (arguments {args.args}) of" if args.promise_all else "sequential"
     load = os.getloadavg()
     print(
         f"# {shape} {args.calls} calls, {args.batch} a frame, {args.reps} repetitions (each in both orders); load {load[0]:.2f}"

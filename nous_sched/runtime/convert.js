@@ -196,15 +196,20 @@
     if (v === null || typeof v !== "object" || depth > 32) return null;
     const proto = getPrototypeOf(v);
     if (proto === PromiseProto) return path;
-    if (isArray(v)) {
-      for (let i = 0; i < v.length; i++) {
-        const at = promiseAt(v[i], path + "[" + i + "]", depth + 1);
-        if (at !== null) return at;
-      }
-      return null;
-    }
+    if (isArray(v)) return promiseInItems(v, path, depth);
     if (proto !== ObjectProto && proto !== null) return null;
-    const keys = objectKeys(v);
+    return promiseInKeys(v, objectKeys(v), path, depth);
+  }
+  // promiseAt's look inside an array `v`, and inside a plain object `v` whose keys are `keys`
+  // (the prelude looks at a call's arguments themselves: see its promiseInArgs).
+  function promiseInItems(v, path, depth) {
+    for (let i = 0; i < v.length; i++) {
+      const at = promiseAt(v[i], path + "[" + i + "]", depth + 1);
+      if (at !== null) return at;
+    }
+    return null;
+  }
+  function promiseInKeys(v, keys, path, depth) {
     for (let i = 0; i < keys.length; i++) {
       const at = promiseAt(v[keys[i]], pathKey(path, keys[i]), depth + 1);
       if (at !== null) return at;
@@ -212,5 +217,7 @@
     return null;
   }
   own(promiseAt);
-  return { toJSONText, promiseAt };
+  own(promiseInItems);
+  own(promiseInKeys);
+  return { toJSONText, promiseAt, promiseInItems, promiseInKeys };
 })

@@ -575,28 +575,41 @@ class Engine:
         same step as :meth:`settle_many` of that one call makes."""
         if self.cpu_time is not None:
             return self.settle_many(((call_id, None, None, ok, payload),))[0]
-        # (A worker's usual frame settles one call: this step without the batch's loop.)
+        # (A worker's usual frame settles one call: this step without the
+        # batch's loop, and :meth:`_pump`'s and :meth:`_drain`'s work written
+        # out, as :meth:`_settle_many` writes it: it is on every call's path.)
         bridge = self.bridge
-        if ok and payload[:1] in _PRIMITIVE_START:
-            # Resolving a call with a primitive runs none of the program's code
-            # (only an object is asked for a `then`), so the settle needs no
-            # slice: the binding then reads no clock for it. The deadline is
-            # looked at first, as arming would; the jobs it wakes run armed.
-            if self.deadline - time.monotonic() <= 0:
-                raise self._killed("timeout", timeout_message(self.limits.timeout, "waiting for a tool call"))
-            try:
-                bridge("settle", call_id, ok, payload)
-            except _quickjs.JSException as exc:
-                self._stopped(bridge, exc)
-            self._pump()
-            return self._drain()
-        self._arm("waiting for a tool call")
+        ctx = self.ctx
+        monotonic = time.monotonic
+        into = bridge  # what a JSException came from (:meth:`_stopped`)
         try:
-            bridge("settle", call_id, ok, payload)
+            if ok and payload[:1] in _PRIMITIVE_START:
+                # Resolving a call with a primitive runs none of the program's code
+                # (only an object is asked for a `then`), so the settle needs no
+                # slice: the binding then reads no clock for it. The deadline is
+                # looked at first, as arming would; the jobs it wakes run armed.
+                if self.deadline - monotonic() <= 0:
+                    raise self._killed("timeout", timeout_message(self.limits.timeout, "waiting for a tool call"))
+                bridge("settle", call_id, ok, payload)
+                self._arm()
+            else:
+                self._arm("waiting for a tool call")
+                bridge("settle", call_id, ok, payload)
+            into = execute = ctx.execute_pending_job
+            deadline = self.deadline
+            # A promise chain that never ends is many short jobs: check between them.
+            while execute():
+                if monotonic() > deadline:
+                    raise self._killed("timeout", timeout_message(self.limits.timeout, "running JavaScript"))
+            into = bridge
+            ctx.set_time_limit(-1)  # (the drain runs the prelude's bounded work only: see _drain)
+            text = bridge("drain")
         except _quickjs.JSException as exc:
-            self._stopped(bridge, exc)
-        self._pump(armed=True)
-        return self._drain()
+            self._stopped(into, exc)
+        if type(text) is not str:
+            # Only the prelude drains; anything else means the program reached the bridge.
+            raise Stopped("abort", TAMPERED)
+        return text
 
     def settle_many(self, batch: Sequence[Sequence[Any]]) -> list[str]:
         """Settle each call of ``batch`` in order, each item ``(call_id, _, _,
@@ -1191,6 +1204,11 @@ def _submitter(
         for i, (call_id, name, args) in enumerate(calls):
             if monotonic() >= deadline:
                 return len(calls) - i
+            # Let go of each parsed entry as it is started (the envelope's list is
+            # read no more: Engine._calls): a Promise.all's thousand of them, kept
+            # to the end of the loop, outlived collections and reached the
+            # oldest generation, bringing its full collections on sooner.
+            calls[i] = None
             # A null name is a question about the tools (the program's ``sdk``).
             append((call_id, call(name, args) if name is not None else ask(args)))
         return 0

@@ -43,10 +43,11 @@
   const AsyncFunctionPrototype = getPrototypeOf(async function () {});
   const strSplit = String.prototype.split;
   const strIndexOf = String.prototype.indexOf;
+  // indexOf called on a text by a plain call (bound once): on every call's
+  // path, where Reflect.apply would first copy an argument list.
+  const indexIn = apply(Function.prototype.bind, Function.prototype.call, [strIndexOf]);
   // Argument lists each call's path hands to `apply`, made once (frozen: only read).
-  const EMPTY_OBJECT = freeze(["{}"]);
   const FROM_START = freeze([0]);
-  const QUOTE = freeze(['"']);
   const captureStackTrace = ErrorCtor.captureStackTrace;
   const InternalErrorPrototype = typeof InternalError === "function" ? InternalError.prototype : null;
   const hasOwn = Object.prototype.hasOwnProperty;
@@ -292,9 +293,23 @@
       const message = "arguments are " + json.length + " characters of JSON, over the run's limit of " + MAX_ARGS_UNITS;
       return apply(promiseReject, PromiseCtor, [failedCall(label, message, sites)]);
     }
-    if (json !== undefined && apply(strIndexOf, json, EMPTY_OBJECT) !== -1) {
+    // (`{}` alone, a tool's empty arguments, needs no search for it.)
+    if (json !== undefined && (json === "{}" || indexIn(json, "{}") !== -1)) {
       // A Promise crosses as {}: a call whose result the program forgot to await.
-      const at = loadConverter().promiseAt(args, "$", 0);
+      // The converter's promiseAt(args, "$", 0), its first level here: the
+      // usual `{}` (a tool's empty arguments) then calls nothing of the
+      // converter. The same steps in the same order (its prototype, whether
+      // it is an array, its keys), so a Proxy's traps run as they would there.
+      let at = null;
+      if (typeof args === "object" && args !== null) {
+        const proto = getPrototypeOf(args);
+        if (proto === PromiseProto) at = "$";
+        else if (isArray(args)) at = loadConverter().promiseInItems(args, "$", 0);
+        else if (proto === ObjectProto || proto === null) {
+          const keys = objectKeys(args);
+          if (keys.length !== 0) at = loadConverter().promiseInKeys(args, keys, "$", 0);
+        }
+      }
       if (at !== null) {
         const message = "argument " + at + " is a Promise, not a value: a call whose result was not awaited; write `await` before that call";
         return apply(promiseReject, PromiseCtor, [failedCall(label, message, sites)]);
@@ -376,7 +391,8 @@
     const w = waiting[id];
     if (w === undefined) return;
     delete waiting[id];
-    const value = JSONparse(payload);
+    // ("null", the most common answer, is not parsed: JSON.parse gives the same null.)
+    const value = payload === "null" ? null : JSONparse(payload);
     if (ok) w.res(value);
     else w.rej(failedCall(value.tool, value.message, w.sites));
   }
@@ -526,6 +542,7 @@
   // program drains (most of a Promise.all's settles): the same text, made once.
   const NOTHING_NEW = '{"calls":[],"logs":[],"dropped":0,"main":null}';
   const CALLS_ONLY_END = '],"logs":[],"dropped":0,"main":null}';
+  const EMPTY_ARGS = '"{}"';
 
   function drain() {
     if (outTail === 0 && logCount === 0 && logDropped === 0 && mainText === null && mainJson === "null" && !clockOn) {
@@ -544,7 +561,9 @@
       if (json.length >= OUT_OF_LINE) {
         arg = "" + pieces++;
         tail += SEP + json;
-      } else if (apply(strIndexOf, json, QUOTE) === -1) {
+      } else if (json === "{}") {
+        arg = EMPTY_ARGS; // (a tool's usual empty arguments: their JSON string, made once)
+      } else if (indexIn(json, '"') === -1) {
         // No string in the text, so nothing to escape (a backslash is only
         // ever inside one): the JSON string JSON.stringify would write.
         arg = '"' + json + '"';

@@ -576,6 +576,8 @@ class _Server:
             parts = body.split(b" ", 3)
             if len(parts) == 4 and len(parts[3]) == int(parts[2]):
                 text = self.current.settle(int(parts[0]), parts[1] == b"1", parts[3].decode("utf-8", "surrogatepass"))
+                if text == self.quiet[0]:
+                    return self.quiet[1]
                 data = text.encode("utf-8", "surrogatepass")
                 return b"".join((HEADER.pack(len(data) + 1), ENVELOPE, data))
         items = []

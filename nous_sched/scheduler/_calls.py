@@ -56,6 +56,9 @@ __all__ = [
 # What a program reads when the scheduler, not the tool, ends a call.
 _TIMEOUT_MAX = threading.TIMEOUT_MAX
 
+# Makes a ticket's gate, once, whichever of its waiters comes first (Ticket._wait).
+_GATES = threading.Lock()
+
 GONE = "code run is over; scheduler is gone"
 
 
@@ -79,12 +82,18 @@ class Ticket:
     """
 
     # One lock is a ticket's whole synchronization (a Future would be a
-    # Condition over an RLock, per call). ``_gate`` is held from birth and
-    # released once, by _publish, after ``_outcome`` is written; a waiter
-    # acquires it and releases it at once, so every waiter passes. That only
-    # one release ever publishes is the scheduler's to ensure (_open, under its
-    # _lock: see Scheduler._deliver). ``_then`` is what a runtime asked for
-    # with on_done.
+    # Condition over an RLock, per call), made by its first waiter: most of a
+    # batch's tickets are taken once done() and never waited on, so they
+    # never make one. ``_gate`` is None until then; a waiter makes it, held,
+    # under _GATES, and only if ``_outcome`` is still None there. _publish
+    # writes ``_outcome``, then (if _GATES is held: a waiter may be between
+    # its look at ``_outcome`` and its store) waits for _GATES, and then
+    # releases the gate if there is one: so either the waiter sees the
+    # outcome and makes no gate, or the publish sees its gate, and a gate is
+    # released once. A waiter acquires the gate and releases it at once, so
+    # every waiter passes. That only one release ever publishes is the scheduler's
+    # to ensure (_open, under its _lock: see Scheduler._deliver). ``_then`` is
+    # what a runtime asked for with on_done.
     __slots__ = ("tool", "seq", "_outcome", "_gate", "_then")
 
     def __init__(self, tool: str) -> None:
@@ -92,8 +101,7 @@ class Ticket:
         self.seq: Optional[int] = None
         self._outcome: Optional[Outcome] = None
         self._then: Optional[Callable[[], None]] = None
-        gate = self._gate = threading.Lock()
-        gate.acquire()
+        self._gate: Optional[threading.Lock] = None
 
     def done(self) -> bool:
         """True once the call has committed (or been released with an error)."""
@@ -111,7 +119,12 @@ class Ticket:
 
     def _publish(self, outcome: Outcome) -> None:
         self._outcome = outcome
-        self._gate.release()
+        if _GATES.locked():  # a waiter may be making this gate: read it once the waiter is done
+            with _GATES:
+                pass
+        gate = self._gate
+        if gate is not None:
+            gate.release()
         then = self._then
         if then is not None:
             then()
@@ -119,6 +132,16 @@ class Ticket:
     def _wait(self, timeout: float) -> Optional[Outcome]:
         """The outcome, or ``None`` after ``timeout`` seconds (-1: no limit)."""
         gate = self._gate
+        if gate is None:
+            with _GATES:
+                gate = self._gate
+                if gate is None:
+                    outcome = self._outcome
+                    if outcome is not None:  # published already: no gate is needed
+                        return outcome
+                    gate = threading.Lock()
+                    gate.acquire()
+                    self._gate = gate
         if gate.acquire(True, timeout):
             gate.release()
             return self._outcome

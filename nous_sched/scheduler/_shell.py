@@ -282,7 +282,9 @@ class Scheduler:
         # The seqs whose tool_outcome stop() wrote for a driver that did not
         # wind down in time (under _records_lock); the driver writes none of them.
         self._sealed: Optional[set[int]] = None
-        self._trail: list[Timeline] = []
+        # Each started call's Timeline, in seq order (its index is its seq); once
+        # committed, its row (Timeline.row: final then), see _write_pass.
+        self._trail: list[Any] = []
         self._throttle_waits: set[Hold] = set()
 
         self._final: Optional[LaneState] = None
@@ -617,13 +619,13 @@ class Scheduler:
     def trail(self) -> list[CallRecord]:
         """The timeline of every started call, in submission order. Never waits for the driver."""
         with self._records_lock:
-            return [timeline.record() for timeline in self._trail]
+            return [CallRecord(*entry) if type(entry) is tuple else entry.record() for entry in self._trail]
 
     def trail_rows(self) -> list[tuple[Any, ...]]:
         """:meth:`trail` as each record's fields, in :class:`CallRecord`'s order: the
         same values, as tuples (``CallRecord(*row)`` is the record). Never waits for the driver."""
         with self._records_lock:
-            return [timeline.row() for timeline in self._trail]
+            return [entry if type(entry) is tuple else entry.row() for entry in self._trail]
 
     def lane_state(self, timeout: Optional[float] = None) -> Optional[LaneState]:
         """A consistent view of pending, in-flight and committed calls, read on the driver.
@@ -959,14 +961,21 @@ class Scheduler:
         with self._records_lock:
             for call in finished:
                 call.timeline.finished = call.ran[1]
+            trail = self._trail
             for call, at in committed:
                 timeline = call.timeline
                 timeline.committed = at
                 timeline.ok = call.outcome.ok
+                # Final now: the trail keeps its row, a tuple of plain values that
+                # the garbage collector stops tracking, instead of the Timeline,
+                # which a run of many calls held to its end, promoted to the
+                # oldest generation (and so to the full collections it brings on).
+                seq = call.seq
+                if seq < len(trail) and trail[seq] is timeline:
+                    trail[seq] = timeline.row()
             if self._sealed is not None:
                 records = self._unsealed(records)
             self._events += records
-            trail = self._trail
             for call, _ in started:
                 trail.append(call.timeline)
             run_log = self._session_log
