@@ -25,6 +25,8 @@ import tempfile
 import time
 from collections.abc import Iterator
 
+from procs import stop
+
 
 def bindir() -> str:
     """The folder of the server's programs: ``pg_config --bindir``, else the newest ``/usr/lib/postgresql/*/bin``."""
@@ -108,8 +110,15 @@ class PostgresProcess:
         return self.dsn(name)
 
     def signal(self, sig: int) -> None:
-        """Send ``sig`` to the whole server: the postmaster and every backend (SIGSTOP: all silent)."""
+        """Send ``sig`` to the whole server: the postmaster and every backend. ``SIGSTOP`` returns once
+        all of them are stopped (silent from then on: each may still be answering when ``kill`` returns);
+        the postmaster first, so that it starts no backend after its children are listed."""
         assert self.proc is not None
+        if sig == signal.SIGSTOP:
+            stop(self.proc.pid)
+            for pid in _children(self.proc.pid):
+                stop(pid)
+            return
         for pid in [self.proc.pid, *_children(self.proc.pid)]:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)

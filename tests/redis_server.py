@@ -18,6 +18,8 @@ import tempfile
 import time
 from collections.abc import Iterator
 
+from procs import stop
+
 
 def _free_port() -> int:
     with socket.socket() as s:
@@ -56,8 +58,14 @@ class RedisProcess:
             time.sleep(0.02)
 
     def signal(self, sig: int) -> None:
+        """Send ``sig`` to the server; ``SIGSTOP`` returns once every thread of it is stopped (silent from
+        then on: the main thread may still be answering, and the io and bio threads working, when
+        ``kill`` returns)."""
         assert self.proc is not None
-        self.proc.send_signal(sig)
+        if sig == signal.SIGSTOP:
+            stop(self.proc.pid)
+        else:
+            self.proc.send_signal(sig)
 
     def kill(self) -> None:
         """SIGKILL, and wait until it is gone (its port is free again)."""

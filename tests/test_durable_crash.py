@@ -26,6 +26,7 @@ sys.path.insert(0, HERE)
 
 import durable_tools  # noqa: E402
 import proc as proc_module  # noqa: E402
+from procs import stop  # noqa: E402
 
 PROC = os.path.join(HERE, "proc.py")
 TOOLS = os.path.join(HERE, "durable_tools.py")
@@ -225,7 +226,7 @@ def test_a_stalled_resume_on_another_host_is_taken_over_and_starts_nothing_more(
         assert listed.returncode == 0, listed.stderr
         ours = listed.stdout[listed.stdout.index(token) :]
         assert "on host-a: running (its lease runs until" in ours, ours
-        stalled.send_signal(signal.SIGSTOP)
+        stop(stalled.pid)  # (stopped, its lease renewer too, before the wait for its lease to run out)
         _lease_ran_out(env, token)
         again = _proc(env, "resume", env["spec"], token, '{"0": true}', extra=HOST_B)
         assert again["unsettled"] == [0] and "host-a" in again["token_error"], again

@@ -22,6 +22,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 from polling import until
+from procs import stopped, thread_states
 
 from nous_sched import Limits, Tool, WorkerPool, run_code
 from nous_sched.runtime import procio
@@ -141,14 +142,9 @@ def states(pool: WorkerPool) -> set[str]:
     ``R`` when one runs (its JavaScript thread computing), else ``S``."""
     seen = set()
     for pid in pool.pids():
-        threads = []
-        try:
-            for tid in os.listdir(f"/proc/{pid}/task"):
-                with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                    threads.append(f.read().rsplit(")", 1)[1].split()[0])
-        except FileNotFoundError:
-            continue
-        seen.add("T" if set(threads) <= {"T", "t"} else "R" if "R" in threads else "S")
+        threads = thread_states(pid)
+        if threads:  # (not gone)
+            seen.add("T" if stopped(pid) else "R" if "R" in threads else "S")
     return seen
 
 

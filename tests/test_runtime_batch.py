@@ -28,6 +28,7 @@ import threading
 
 import pytest
 from polling import until
+from procs import stopped
 
 from nous_sched import Limits, Outcome, QuickJSRuntime, Tool, WorkerPool, run_code
 from nous_sched.runtime import Host, Settled
@@ -258,24 +259,6 @@ def test_a_settle_larger_than_the_pipe_is_finished_by_the_runs_own_thread(armed,
     assert result.error is None and result.result == len(big), result.error
     ((thread, size, took),) = offers
     assert thread.startswith("nous-sched-driver-") and took < size
-
-
-def stopped(pid: int) -> bool:
-    """Whether every thread of process ``pid`` is stopped (``T``).
-
-    ``kill(pid, SIGSTOP)`` returning is not that: the kernel hands a
-    process's signal to one thread (the worker's main thread, asleep on its
-    lifeline), and the others stop only once that thread has run and taken
-    it; meanwhile the JavaScript thread goes on reading and answering."""
-    try:
-        threads = os.listdir(f"/proc/{pid}/task")
-        states = []
-        for tid in threads:
-            with open(f"/proc/{pid}/task/{tid}/stat", encoding="ascii") as fh:
-                states.append(fh.read().rsplit(")", 1)[1].split()[0])
-    except (FileNotFoundError, ProcessLookupError):  # (gone)
-        return False
-    return bool(states) and set(states) <= {"T", "t"}
 
 
 @pytest.mark.parametrize("size", [10, 1024 * 1024], ids=["fits-the-pipe", "larger-than-the-pipe"])

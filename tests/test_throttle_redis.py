@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
+from procs import stop
 from redis_server import redis_process
 
 from nous_sched import ConfigError, QuickJSRuntime, RedisApprovalStore, Throttle, Tool, run_code
@@ -709,7 +710,7 @@ def test_a_holder_stalled_past_its_lease_through_a_restart_does_not_register_its
     held = held_elsewhere("restart-stalled-" + uuid.uuid4().hex, lease)
     server, child, mine, name = held.server, held.child, held.mine, held.name
     try:
-        child.send_signal(signal.SIGSTOP)
+        stop(child.pid)  # every thread: its renewer too (stopped from here, not some time after)
         time.sleep(lease + 0.5)  # its lease runs out, by its own clock too
         server.kill()
         server.start()
