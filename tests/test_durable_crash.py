@@ -217,7 +217,10 @@ def test_a_stalled_resume_on_another_host_is_taken_over_and_starts_nothing_more(
     program = env["tmp"] / "p.js"
     program.write_text(PROGRAM, encoding="utf-8")
     token = _proc(env, "run", env["spec"], str(program))["token"]
-    host_a = {"NOUS_SCHED_HOST_ID": "host-a", "NOUS_DURABLE_LEASE": "3"}
+    # host-a's resume is held in call #0 for the whole test (stopped for part of it); its run's deadline
+    # (30 s by default) must not end it first, or, let go on, it reports that deadline (kind "timeout")
+    # instead of finding its claim gone: a loaded machine took longer than 30 s here. 600 s: the hold's own bound.
+    host_a = {"NOUS_SCHED_HOST_ID": "host-a", "NOUS_DURABLE_LEASE": "3", "NOUS_DURABLE_TIMEOUT": "600"}
     stalled, _ = _held_resume(env, token, {"NOUS_DURABLE_HOLD": json.dumps([*CALLS[0], "after"]), **host_a})
     try:
         refused = _proc(env, "resume", env["spec"], token, '{"0": true}', extra=HOST_B)

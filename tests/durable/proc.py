@@ -7,6 +7,7 @@
 
 STORE is ``sqlite:PATH``, ``redis:URL`` (``redis:URL#PREFIX`` for a store with its own key prefix) or
 ``postgres:DSN``. ``NOUS_DURABLE_LEASE`` sets the store's lease (seconds);
+``NOUS_DURABLE_TIMEOUT`` a resume's run deadline (seconds; else the library's default, 30);
 ``NOUS_SCHED_HOST_ID`` (the library's) which host the process stands for. ``auto`` runs with no store and an
 approval handler that approves everything (the un-suspended baseline).
 ``wait`` reads one line from standard input before resuming (a barrier the
@@ -104,7 +105,13 @@ def main(argv):
             sys.stdout.flush()
             sys.stdin.readline()
         try:
-            result = nous_sched.resume(argv[2], decisions, durable_tools.TOOLS, approval_store=store_of(spec))
+            # NOUS_DURABLE_TIMEOUT: for a resume held (tests/durable/durable_tools.py hold) through a whole test.
+            timeout = (
+                {"timeout": float(os.environ["NOUS_DURABLE_TIMEOUT"])} if os.environ.get("NOUS_DURABLE_TIMEOUT") else {}
+            )
+            result = nous_sched.resume(
+                argv[2], decisions, durable_tools.TOOLS, approval_store=store_of(spec), **timeout
+            )
         except nous_sched.UnsettledError as exc:
             sys.stdout.write(json.dumps({"token_error": str(exc), "unsettled": list(exc.seqs)}) + "\n")
             return
