@@ -251,3 +251,45 @@ def test_a_stalled_resume_on_another_host_is_taken_over_and_starts_nothing_more(
     late = json.loads(out.strip().splitlines()[-1])["out"]
     assert late["error"]["kind"] == "abort" and "another resume took over" in late["error"]["message"], late
     assert durable_tools.ran(env["count"]) == CALLS  # host-a ran nothing after it was let go on
+
+
+_LOST_CLAIM = """
+import json, os, sys
+sys.path.insert(0, sys.argv[1])
+import proc
+spec, token = sys.argv[2], sys.argv[3]
+child = os.fork()
+if child == 0:  # host-a's resume: it claims the token and dies (judged dead at once: its process is gone)
+    proc.store_of(spec).claim(token)
+    os._exit(0)
+os.waitpid(child, 0)
+store = proc.store_of(spec)
+found = store.claimed(token)
+by_b = store.take_over(token, found)  # host-b's resume takes it over
+out = {"dead": found["alive"] is False}
+out["a_finished"] = store.finish_held(token, found["claimed_by"])  # host-a's resume ends after all
+now = store.claimed(token)
+out["b_holds"] = now is not None and now["claimed_by"] == by_b
+out["b_finished"] = store.finish_held(token, by_b)
+out["after"] = store.claimed(token)
+print(json.dumps(out))
+"""
+
+
+def test_a_resume_that_lost_its_claim_never_finishes_the_token_under_the_one_that_took_it_over(env):
+    # A resume judged dead and taken over may still come to its end (its own deadline, its program's last
+    # step after its last progress write): the token is the other resume's to finish, not its.
+    program = env["tmp"] / "p.js"
+    program.write_text(PROGRAM, encoding="utf-8")
+    token = _proc(env, "run", env["spec"], str(program))["token"]
+    done = subprocess.run(
+        [sys.executable, "-c", _LOST_CLAIM, HERE, env["spec"], token],
+        env=env["env"],
+        capture_output=True,
+        text=True,
+        timeout=BOUND,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out == {"dead": True, "a_finished": False, "b_holds": True, "b_finished": True, "after": None}

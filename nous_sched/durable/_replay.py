@@ -226,7 +226,7 @@ class _Run:
         try:
             if write(self.progress):
                 return True
-            self.lost = "another resume took over this run's approval token (this one was judged dead)"
+            self.lost = _TAKEN_OVER
         except Exception as exc:  # the store failed: start nothing whose start is not on record
             self.lost = f"the approval store could not record the resume's progress: {_clip(exc)}"
         self.progress = None
@@ -977,16 +977,17 @@ def _resume_claimed(
     progress: Progress,
 ) -> RunResult:
     """A resume once its claim is taken (its lease renewed meanwhile)."""
+    by = record["claimed_by"]
     program, denied = _program_decided(record, merged, given)
     if denied is not None:
-        approval_store.finish(token)
+        approval_store.finish_held(token, by)
         return denied
     with _PARKED_LOCK:
         park = _PARKED.pop(token.split(".")[0], None)
     # A run this process still holds continues without replay; one whose park time passed is replayed.
     resumed = _resume_parked(token, record, tools, approval_store, park, merged, progress) if park else None
     if resumed is not None:
-        approval_store.finish(token)
+        approval_store.finish_held(token, by)
         return resumed
     run, given = _resumed_run(record, merged, given)
     run.progress = progress
@@ -998,10 +999,20 @@ def _resume_claimed(
     except ConfigError:  # a bad option: nothing ran, so the token stays usable
         approval_store.release(token)
         raise
-    if run.lost is None:
-        approval_store.finish(token)
-    return result
+    return _finished(token, approval_store, by, run, result)
 
+
+def _finished(token: str, store: ApprovalStoreSeam, by: str, run: "_Run", result: RunResult) -> RunResult:
+    """A resume's end: the token finished while ``by`` still holds its claim.
+    A resume that lost the claim (taken over while it stalled, its own
+    deadline come meanwhile) leaves the token to the one that took it over,
+    and says so."""
+    if run.lost is not None or store.finish_held(token, by):
+        return result
+    return attrs.evolve(result, result=None, error=RunError("abort", _TAKEN_OVER))
+
+
+_TAKEN_OVER = "another resume took over this run's approval token (this one was judged dead)"
 
 _OTHER_TOOLS = (
     "the tools differ from the ones the run suspended with (their names and schemas); "
@@ -1062,9 +1073,7 @@ def _take_over(
         result = _execute(record["code"], tools, store, options, run)
     finally:
         renewal.stop()
-    if run.lost is None:
-        store.finish(token)
-    return result
+    return _finished(token, store, by, run, result)
 
 
 def _unsettled_message(token: str, by: str, left: list[tuple[int, list[Any]]]) -> str:

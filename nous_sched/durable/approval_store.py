@@ -319,6 +319,12 @@ class ApprovalStore(ApprovalStoreSeam):
         sid, _ = self.verify(token)
         self._set(sid, state="done", state_seal="")
 
+    def finish_held(self, token: str, by: str) -> bool:
+        """Mark a claimed token's resume finished (``done``) only while ``by``
+        still holds the claim (one atomic step); False when it does not."""
+        sid, _ = self.verify(token)
+        return self._swap(sid, {"state": "claimed", "claimed_by": by}, {"state": "done", "state_seal": ""})
+
     def release(self, token: str) -> None:
         """Give a claimed token back (``pending``): only for a resume that ran nothing (a bad option)."""
         sid, expires = self.verify(token)

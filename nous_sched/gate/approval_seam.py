@@ -54,6 +54,15 @@ class ApprovalStoreSeam(abc.ABC):
     def finish(self, token: str) -> None:
         """Mark a claimed token's resume finished."""
 
+    def finish_held(self, token: str, by: str) -> bool:
+        """Mark a claimed token's resume finished only while ``by`` still
+        holds the claim (one atomic step); False when it does not (another
+        resume took the token over: it is that one's to finish). A resume
+        ends with it. This default, for a store written before it, is
+        :meth:`finish` whoever holds the claim: override it."""
+        self.finish(token)
+        return True
+
     @abc.abstractmethod
     def release(self, token: str) -> None:
         """Give a claimed token back: only for a resume that ran nothing."""
