@@ -30,6 +30,8 @@ import threading
 import time
 from typing import Any, Callable
 
+from bench_fanout_timeline import per_thread as thread_usage  # (each thread's CPU ns and context switches)
+
 from nous_sched.scheduler._tool_threads import Then, ToolThreads
 
 WIDE = 50
@@ -38,17 +40,9 @@ COLUMNS = ("wall ms", "first start ms", "starts' spread ms", "ends' spread ms", 
 
 
 def per_thread(tids: set[int]) -> tuple[int, int]:
-    """(context switches, CPU ns) of the threads ``tids``, from /proc."""
-    switches = cpu = 0
-    for tid in tids:
-        try:
-            with open(f"/proc/self/task/{tid}/status", encoding="ascii") as fh:
-                switches += sum(int(line.split()[1]) for line in fh if "ctxt_switches" in line)
-            with open(f"/proc/self/task/{tid}/schedstat", encoding="ascii") as fh:
-                cpu += int(fh.read().split()[0])
-        except OSError:  # (a thread gone meanwhile)
-            continue
-    return switches, cpu
+    """(context switches, CPU ns) of the threads ``tids`` (those still there), from /proc."""
+    usage = [each for tid, each in thread_usage().items() if tid in tids]
+    return sum(switches for _, switches in usage), sum(cpu for cpu, _ in usage)
 
 
 class Burst:
