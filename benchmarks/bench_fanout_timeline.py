@@ -18,6 +18,10 @@ by wrapping the functions that end them (for this probe only):
   queue as one message (the batch's end);
 * ``first began`` / ``last began``: the tools' own first line (in the tool);
 * ``first ended`` / ``last ended``: the tools' last line;
+* how late each tool's last line ran past its 5 ms sleep (the timer's own
+  slack, some 0.08-0.1 ms here, and the wait for the GIL as the tools end
+  together): the median, and the head's (call 0, the first to begin, whose
+  commit sends the first settle frame);
 * ``last committed``: the driver committed the 50th call (the trail);
 * ``settled``: the last settle step returned (``settle_many``, or the relay's
   answers), with how many steps carried the 50 settles;
@@ -86,10 +90,19 @@ PHASES = (
     "result made",
     "returned",
 )
-COUNTS = ("tool threads us", "tool switches/call", "driver us", "run's thread us", "run's thread switches")
+COUNTS = (
+    "tool threads us",
+    "tool switches/call",
+    "driver us",
+    "run's thread us",
+    "run's thread switches",
+    "tools late us (median)",
+    "head late us",
+)
 stamps: dict[str, float] = {}
 began: list[float] = []
 ended: list[float] = []
+late: dict[int, float] = {}  # each call's i: how long past its sleep its tool's last line ran (us)
 steps: list[int] = []
 scheduler_t0: list[float] = []
 relayed: list[float] = []  # when each relayed frame's answers began to be read
@@ -103,9 +116,12 @@ driver_tids: set[int] = set()
 
 def sleepy(args: dict[str, Any]) -> Any:
     tool_tids.add(threading.get_native_id())
-    began.append(time.perf_counter())
+    t0 = time.perf_counter()
+    began.append(t0)
     time.sleep(SLEEP)
-    ended.append(time.perf_counter())
+    t1 = time.perf_counter()
+    ended.append(t1)
+    late[args["i"]] = (t1 - t0 - SLEEP) * 1e6
     return args["i"]
 
 
@@ -237,6 +253,7 @@ def one(runtime: Any) -> dict[str, float]:
     stamps.clear()
     began.clear()
     ended.clear()
+    late.clear()
     steps.clear()
     scheduler_t0.clear()
     relayed.clear()
@@ -262,6 +279,8 @@ def one(runtime: Any) -> dict[str, float]:
     out["in flight at the last commit"] = float(any(at > last and any(m > at for m in sent) for at in relayed))
     out["sends after the last commit"] = float(sum(m > last for m in sent))
     out.update(counts)
+    out["tools late us (median)"] = statistics.median(late.values())
+    out["head late us"] = late[0]
     return out
 
 
