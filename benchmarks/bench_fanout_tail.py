@@ -55,16 +55,24 @@ FANOUT = (
 )
 SEQUENTIAL = "let s = 0;\nfor (let i = 0; i < 200; i++) { s += await tools.noop({ i }); }\nreturn s;"
 
-extra = [0.0]  # seconds the tool busies itself after its sleep, holding the GIL
+extra = [0.0]  # seconds the tool busies itself after its sleep (or before it: --before), holding the GIL
+before = [False]
 
 
-def sleepy(args: dict[str, Any]) -> Any:
-    time.sleep(SLEEP)
+def busy() -> None:
     more = extra[0]
     if more:
         end = time.perf_counter() + more
         while time.perf_counter() < end:
             pass
+
+
+def sleepy(args: dict[str, Any]) -> Any:
+    if before[0]:
+        busy()
+    time.sleep(SLEEP)
+    if not before[0]:
+        busy()
     return args["i"]
 
 
@@ -85,14 +93,15 @@ def slope(rounds: int) -> None:
     finally:
         extra[0] = 0.0
         pool.close()
+    where = "before" if before[0] else "after"
     print(f"# the slope: {WIDE} x {SLEEP * 1e3:g} ms at {WIDE} wide [worker], median over {rounds} rounds")
     medians = {us: statistics.median(walls[us]) for us in EXTRA_US}
     for us in EXTRA_US:
-        print(f"  +{us:4.0f} us after each tool    wall {medians[us]:6.2f} ms")
+        print(f"  +{us:4.0f} us {where} each tool's sleep    wall {medians[us]:6.2f} ms")
     mean_x = statistics.mean(EXTRA_US)
     mean_y = statistics.mean(medians.values())
     fitted = sum((x - mean_x) * (medians[x] - mean_y) for x in EXTRA_US) / sum((x - mean_x) ** 2 for x in EXTRA_US)
-    print(f"  slope: {fitted * 1e3:.0f} us of wall per us of each call's Python after its tool")
+    print(f"  slope: {fitted * 1e3:.0f} us of wall per us of each call's Python {where} its tool")
 
 
 def tail(runs: int) -> None:
@@ -168,7 +177,11 @@ def tail(runs: int) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=40)
+    parser.add_argument(
+        "--before", action="store_true", help="the slope of a call's Python before its tool (the starts' chain)"
+    )
     args = parser.parse_args()
+    before[0] = args.before
     tail(10)
     slope(args.rounds)
     return 0
