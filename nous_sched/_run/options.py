@@ -91,7 +91,10 @@ def check_runtime(runtime: Any) -> None:
             f"code runtime {runtime.__name__} is a class and does not implement nous_sched.CodeRuntime "
             f"as passed; pass an instance, e.g. runtime={runtime.__name__}()"
         )
-    if not (isinstance(runtime, CodeRuntime) and callable(runtime.run) and callable(runtime.begin)):
+    # (A subclass's instance is one: the class's own list first, where the
+    # protocol's isinstance walks every member's name, most of a run's checks.)
+    implements = CodeRuntime in type(runtime).__mro__ or isinstance(runtime, CodeRuntime)
+    if not (implements and callable(runtime.run) and callable(runtime.begin)):
         raise RunCodeError(
             f"code runtime {runtime!r} does not implement nous_sched.CodeRuntime "
             "(it needs language, run(program, host, limits) -> RuntimeOutcome and begin(program, names, "
