@@ -51,6 +51,7 @@ What a caller may rely on (tests/test_pool_interrupts.py):
 
 from __future__ import annotations
 
+import _signal  # type: ignore[import-not-found]
 import collections
 import signal
 import threading
@@ -152,8 +153,10 @@ class guarded:
         if threading.current_thread() is not threading.main_thread() or _STATE.nested:
             return self
         left = False
+        # (The C module's calls, not signal.py's: those convert each number and
+        # handler to an enum member and back, most of a run's cost here.)
         for signum in DEFERRED_SIGNALS:
-            found = signal.getsignal(signum)
+            found = _signal.getsignal(signum)
             if found is _handler:
                 # Left in place by a run whose exit an interrupt cut short: this
                 # run takes it over, and puts the one found back.
@@ -163,7 +166,7 @@ class guarded:
                 continue
             _STATE.found[signum] = found  # (before ours goes in: a signal then finds it)
             # A signal pending now is handled here, by the handler found, before ours is set.
-            signal.signal(signum, _handler)
+            _signal.signal(signum, _handler)
             self._mine = True
         if left:
             self._mine = True
@@ -186,7 +189,7 @@ class guarded:
             # signal.signal runs the handlers of signals pending before it
             # changes one: ours, which holds a signal arriving now back.
             for signum, handler in found.items():
-                signal.signal(signum, handler)
+                _signal.signal(signum, handler)
         finally:
             LOCAL.depth -= 1
         # (The handlers found stay known: a signal held back past this exit, by a step

@@ -274,3 +274,18 @@ def test_write_ahead_ranges_are_whole_pages_of_the_servers_private_mappings_or_n
     assert worker._ranges([17 * page, 50 * page], regions) == (), "not the server's"
     many = [16 * page + i * 2 * page for i in range(worker.WRITE_AHEAD_PAGES + 1)]
     assert worker._ranges(many, [(16 * page, 16 * page + len(many) * 2 * page, write)]) == (), "too many"
+
+
+def test_a_fork_server_maps_no_openssl_library_and_keys_names_as_hashlib_does():
+    # The names cache's digest comes from CPython's own BLAKE2 module:
+    # hashlib would load OpenSSL's library into the server (about 2.5 ms of
+    # its boot) and its mappings into every worker it forks.
+    with WorkerPool(size=1, spares=0) as pool:
+        assert run_code("return 1", runtime=pool, description="test").result == 1
+        with open(f"/proc/{pool._server.proc.pid}/maps", encoding="ascii", errors="replace") as fh:
+            mapped = fh.read()
+    assert "libcrypto" not in mapped and "_hashlib" not in mapped
+    import hashlib
+
+    text = engine.names_json(["a", "b"])[0].encode()
+    assert engine.names_key(text) == hashlib.blake2b(text, digest_size=16).hexdigest().encode("ascii")

@@ -100,6 +100,20 @@ def test_limits_override_timeout_which_is_then_not_checked():
     assert RunOptions(timeout=4).run_limits == Limits(timeout=4)
 
 
+def test_the_default_limits_of_a_timeout_are_its_own_whatever_ran_before():
+    # (Made once per timeout and shared: a Limits is frozen.) 4 and 4.0 are
+    # equal keys of a dict, but each run's limits keep the timeout it was given.
+    for timeout in (4, 4.0, 7, 4, 4.0, 0.5):
+        limits = RunOptions(timeout=timeout).run_limits
+        assert limits == Limits(timeout=timeout) and type(limits.timeout) is type(timeout)
+        assert repr(limits) == repr(Limits(timeout=timeout))
+    assert RunOptions(timeout=9).run_limits is RunOptions(timeout=9).run_limits
+    # An interpreter-long cache of timeouts stays bounded.
+    for i in range(500):
+        assert RunOptions(timeout=1 + i).run_limits.timeout == 1 + i
+    assert RunOptions(timeout=4.0).run_limits == Limits(timeout=4.0)
+
+
 def test_it_is_frozen():
     options = RunOptions(timeout=5)
     with pytest.raises(attrs.exceptions.FrozenInstanceError):

@@ -59,6 +59,10 @@ _STATE = v.optional(v.instance_of(State, "a nous_sched.State (State(scope) or St
 # The default is one: its signature is not read again for every run (most of the checks' time).
 _DISPATCH = v.Check(v.DISPATCH.expected, lambda d: d is direct_dispatch or v.DISPATCH.accepts(d))
 
+# The default limits of each timeout a run used (RunOptions.run_limits), at most _DEFAULT_LIMITS_KEPT of them.
+_DEFAULT_LIMITS: dict[tuple[type, Any], Limits] = {}
+_DEFAULT_LIMITS_KEPT = 64
+
 # The door whose caller gave the options being checked: every refusal names it.
 _door: contextvars.ContextVar[str] = contextvars.ContextVar("nous_sched.run_options_door", default="RunOptions")
 
@@ -91,7 +95,10 @@ def check_runtime(runtime: Any) -> None:
             f"code runtime {runtime.__name__} is a class and does not implement nous_sched.CodeRuntime "
             f"as passed; pass an instance, e.g. runtime={runtime.__name__}()"
         )
-    if not (isinstance(runtime, CodeRuntime) and callable(runtime.run) and callable(runtime.begin)):
+    # (A subclass's instance is one: the class's own list first, where the
+    # protocol's isinstance walks every member's name, most of a run's checks.)
+    implements = CodeRuntime in type(runtime).__mro__ or isinstance(runtime, CodeRuntime)
+    if not (implements and callable(runtime.run) and callable(runtime.begin)):
         raise RunCodeError(
             f"code runtime {runtime!r} does not implement nous_sched.CodeRuntime "
             "(it needs language, run(program, host, limits) -> RuntimeOutcome and begin(program, names, "
@@ -172,7 +179,17 @@ class RunOptions:
     @property
     def run_limits(self) -> Limits:
         """The run's limits: ``limits``, or the default limits with ``timeout``."""
-        return self.limits if self.limits is not None else Limits(timeout=self.timeout)
+        if self.limits is not None:
+            return self.limits
+        # (Made once per timeout: a Limits is frozen, and checking its every field is most of a run's checks.)
+        key = (type(self.timeout), self.timeout)
+        made = _DEFAULT_LIMITS.get(key)
+        if made is None:
+            made = Limits(timeout=self.timeout)
+            if len(_DEFAULT_LIMITS) >= _DEFAULT_LIMITS_KEPT:
+                _DEFAULT_LIMITS.clear()
+            _DEFAULT_LIMITS[key] = made
+        return made
 
     def evolve(self, **changes: Any) -> RunOptions:
         """A copy with ``changes`` set, each checked as :class:`RunOptions` checks it.
