@@ -131,3 +131,17 @@ def test_every_call_counts_once_whichever_way_it_is_checked() -> None:
     # Every text within the size limits is counted, a refused one too (the budget's rule); the
     # seventh was refused for the call budget, before its size was looked at.
     assert gate.args_bytes == sum(len(text) for text in texts[:6])
+
+
+def test_a_warm_gate_hands_a_blob_handle_on_as_a_cold_one() -> None:
+    """In a run with a blob store a handle becomes its value (the text stays as written), and text
+    without one is the arguments as they are."""
+    store = BlobStore(4096)
+    _, _, made = store.hold("y" * 5000, '"' + "y" * 5000 + '"')
+    handle = '{"b":{"$blob":"' + made[0].id + '"}}'
+
+    def with_store(gate: Gate) -> None:
+        gate.blobs = store
+
+    assert both(ROOMY, "noop", "{}", handle, with_store) == ("admitted", "noop", {"b": "y" * 5000}, handle)
+    assert both(ROOMY, "noop", "{}", '{"c":2}', with_store) == ("admitted", "noop", {"c": 2}, '{"c":2}')
