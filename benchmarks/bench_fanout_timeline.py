@@ -18,6 +18,10 @@ by wrapping the functions that end them (for this probe only):
   queue as one message (the batch's end);
 * ``first began`` / ``last began``: the tools' own first line (in the tool);
 * ``first ended`` / ``last ended``: the tools' last line;
+* how late each tool's last line ran past its 5 ms sleep (the timer's own
+  slack, some 0.08-0.1 ms here, and the wait for the GIL as the tools end
+  together): the median, and the head's (call 0, the first to begin, whose
+  commit sends the first settle frame);
 * ``last committed``: the driver committed the 50th call (the trail);
 * ``settled``: the last settle step returned (``settle_many``, or the relay's
   answers), with how many steps carried the 50 settles;
@@ -28,7 +32,10 @@ Beside the stamps, load-independent counts of where the host's CPU went in
 each run (each thread's ``/proc`` schedstat and context switches, read
 before and after the run): the tool threads' CPU and their context switches
 per call (a call's least is two: it sleeps in its tool, then parks), the
-scheduler's driver's CPU, the run's own thread's; and whether a settle frame
+scheduler's driver's CPU; the run's own thread's CPU (its own clock,
+``time.thread_time``, read just around ``run_code``: the ``/proc`` reading
+itself costs the thread that makes it some 1.7 ms with 60 threads, which a
+reading by ``/proc`` would count as the run's) and its context switches; and whether a settle frame
 was still in flight when the last call committed (the rest of the batch then
 waits for its answer: ``relay.answers`` before the next ``settle_many``).
 
@@ -83,10 +90,19 @@ PHASES = (
     "result made",
     "returned",
 )
-COUNTS = ("tool threads us", "tool switches/call", "driver us", "run's thread us")
+COUNTS = (
+    "tool threads us",
+    "tool switches/call",
+    "driver us",
+    "run's thread us",
+    "run's thread switches",
+    "tools late us (median)",
+    "head late us",
+)
 stamps: dict[str, float] = {}
 began: list[float] = []
 ended: list[float] = []
+late: dict[int, float] = {}  # each call's i: how long past its sleep its tool's last line ran (us)
 steps: list[int] = []
 scheduler_t0: list[float] = []
 relayed: list[float] = []  # when each relayed frame's answers began to be read
@@ -100,9 +116,12 @@ driver_tids: set[int] = set()
 
 def sleepy(args: dict[str, Any]) -> Any:
     tool_tids.add(threading.get_native_id())
-    began.append(time.perf_counter())
+    t0 = time.perf_counter()
+    began.append(t0)
     time.sleep(SLEEP)
-    ended.append(time.perf_counter())
+    t1 = time.perf_counter()
+    ended.append(t1)
+    late[args["i"]] = (t1 - t0 - SLEEP) * 1e6
     return args["i"]
 
 
@@ -156,9 +175,13 @@ def per_thread() -> dict[int, tuple[int, int]]:
 
 
 def by_role(before: dict[int, tuple[int, int]], after: dict[int, tuple[int, int]]) -> dict[str, float]:
-    """The run's host CPU (us) by role, and the tool threads' switches per call."""
-    main = threading.main_thread().native_id
-    cpu = {"tool threads us": 0.0, "driver us": 0.0, "run's thread us": 0.0}
+    """The run's host CPU (us) by role, and the tool threads' switches per call.
+
+    Not the run's own thread: this reading costs the thread that makes it
+    about as much CPU as the run itself (two files of ``/proc`` per thread,
+    some 60 threads), and the part of it after its own line counts as the
+    run's (see :func:`one`, which reads that thread's own clock)."""
+    cpu = {"tool threads us": 0.0, "driver us": 0.0}
     switches = 0
     for tid, (ns, n) in after.items():
         was_ns, was_n = before.get(tid, (0, 0))
@@ -167,10 +190,14 @@ def by_role(before: dict[int, tuple[int, int]], after: dict[int, tuple[int, int]
             switches += n - was_n
         elif tid in driver_tids:
             cpu["driver us"] += (ns - was_ns) / 1e3
-        elif tid == main:
-            cpu["run's thread us"] += (ns - was_ns) / 1e3
     cpu["tool switches/call"] = switches / WIDE
     return cpu
+
+
+def own_switches() -> int:
+    """This thread's context switches so far (voluntary and not)."""
+    with open("/proc/thread-self/status", encoding="ascii") as fh:
+        return sum(int(line.split()[1]) for line in fh if "ctxt_switches" in line)
 
 
 def instrument(pool: Any) -> None:
@@ -226,15 +253,22 @@ def one(runtime: Any) -> dict[str, float]:
     stamps.clear()
     began.clear()
     ended.clear()
+    late.clear()
     steps.clear()
     scheduler_t0.clear()
     relayed.clear()
     sent.clear()
     before = per_thread()
+    switched = own_switches()
+    cpu0 = time.thread_time_ns()
     t0 = time.perf_counter()
     r = run_code(PROGRAM, [TOOL], runtime=runtime, max_parallel=WIDE, timeout=60, description="fan-out")
     stamps["returned"] = time.perf_counter()
+    cpu1 = time.thread_time_ns()
+    switched = own_switches() - switched
     counts = by_role(before, per_thread())
+    counts["run's thread us"] = (cpu1 - cpu0) / 1e3
+    counts["run's thread switches"] = float(switched)
     assert r.ok, r.error
     stamps["first began"], stamps["last began"] = min(began), max(began)
     stamps["first ended"], stamps["last ended"] = min(ended), max(ended)
@@ -245,6 +279,8 @@ def one(runtime: Any) -> dict[str, float]:
     out["in flight at the last commit"] = float(any(at > last and any(m > at for m in sent) for at in relayed))
     out["sends after the last commit"] = float(sum(m > last for m in sent))
     out.update(counts)
+    out["tools late us (median)"] = statistics.median(late.values())
+    out["head late us"] = late[0]
     return out
 
 
