@@ -3,22 +3,28 @@
 A trivial host (this script: no scheduler, no driver, no tools) drives one
 worker process (``runtime/worker.py``, the real one, its OS bounds applied)
 through one run of ``for (...) await tools.noop({})`` (or, with
-``--promise-all``, one ``Promise.all`` of as many calls), one ``S`` frame per
-call, exactly as the host's relay writes them, and reads each answer. Beside
-it, the *minimal child*: the same QuickJS (``_quickjs``) in a child process
-over the same kind of pipes and frames, running ``_floor.py``'s prelude (no
-limits, no logs, no call sites, no guards). Per call, for each:
+``--promise-all``, one ``Promise.all`` of as many calls), ``S`` frames of
+``--batch`` calls each, exactly as the host's relay writes them, and reads
+each answer. Beside it, the *minimal child*: the same QuickJS (``_quickjs``)
+in a child process over the same kind of pipes and frames, the same batches,
+running ``_floor.py``'s prelude (no limits, no logs, no call sites, no
+guards). Per call, for each:
 
 * **CPU** of the child process (``/proc``, every thread's ``schedstat``), and of this host for reference;
 * with ``--callgrind``, **instructions per call** of the child process, from
   two runs of different lengths under ``valgrind --tool=callgrind`` (the
   start-up cancels out). The worker then runs without its OS bounds (its
   seccomp filter, its empty root and its dropped privileges stop valgrind
-  writing its output); its step is otherwise the same.
+  writing its output); its step is otherwise the same;
+* with ``--perf``, the kernel's count per call of the child process (``perf
+  stat``: its CPU clock, page faults, context switches, migrations), from
+  two runs of different lengths the same way, the worker with its OS bounds:
+  what the instruction count cannot see (page faults of a fresh heap, system
+  calls, the seccomp filter they pass).
 
 Run by hand (not part of ``run_all.py``), in each order::
 
-    python benchmarks/bench_workerstep.py [--calls 5000] [--reps 3] [--callgrind] [--promise-all [--batch 256] [--args '{}']]
+    python benchmarks/bench_workerstep.py [--calls 5000] [--reps 3] [--callgrind] [--perf] [--promise-all [--batch 256] [--args '{}']]
 """
 
 from __future__ import annotations
@@ -58,24 +64,37 @@ H = struct.Struct(">I")
 ctx = q.Context()
 ctx.eval(sys.argv[2])
 drain, settle = ctx.get("__drain"), ctx.get("__settle")
+buf = b""
 def read():
-    data = os.read(0, 65536)
-    if not data:
-        os._exit(0)
-    return data[5:]
+    global buf
+    while len(buf) < 4 or len(buf) < 4 + H.unpack_from(buf)[0]:
+        data = os.read(0, 1 << 20)
+        if not data:
+            os._exit(0)
+        buf += data
+    n = 4 + H.unpack_from(buf)[0]
+    body, buf = buf[5:n], buf[n:]
+    return body
 def answer(text):
     data = text.encode()
-    os.write(1, H.pack(len(data) + 1) + b"E" + data)
+    return H.pack(len(data) + 1) + b"E" + data
 ctx.eval("__run(async function program() {" + json.loads(read())["program"] + "\n});")
 while ctx.execute_pending_job():
     pass
-answer(drain())
+os.write(1, answer(drain()))
 while True:
-    i, ok, n, payload = read().split(b" ", 3)
-    settle(int(i), ok == b"1", payload.decode())
-    while ctx.execute_pending_job():
-        pass
-    answer(drain())
+    # The worker's settle frame: per call "<id> <1|0> <bytes> <payload>"; one write of the answers.
+    body, at, out = read(), 0, []
+    while at < len(body):
+        i, ok, n, rest = body[at : at + 64].split(b" ", 3)
+        at += len(i) + len(ok) + len(n) + 3
+        stop = at + int(n)
+        settle(int(i), ok == b"1", body[at:stop].decode())
+        at = stop
+        while ctx.execute_pending_job():
+            pass
+        out.append(answer(drain()))
+    os.write(1, b"".join(out))
 """
 
 # The worker without its OS bounds, for callgrind only.
@@ -131,8 +150,8 @@ def one(
     child: str, n: int, promise_all: bool, wrap: list[str], unbound: bool = False, batch: int = 1
 ) -> dict[str, float]:
     """One run of ``n`` calls in a fresh child (``worker`` or ``minimal``): per call figures.
-    ``batch``: the worker's settles go ``batch`` to a frame (the host's batches, one
-    envelope each back); the minimal child takes one a frame."""
+    ``batch``: the settles go ``batch`` to a frame (the host's batches), an envelope
+    each back, a frame's answers in one write (both children, as the worker does)."""
     program = PROMISE_ALL.format(n=n, args=ARGS) if promise_all else SEQUENTIAL.format(n=n)
     qpath = procio.quickjs_origin()
     to_child, from_host = os.pipe()
@@ -165,7 +184,7 @@ def one(
         c0, h0, t0 = _cpu(proc.pid), time.process_time(), time.perf_counter()
         os.write(from_host, run)
         op, body = frames.read()
-        step = batch if child == "worker" else 1
+        step = batch
         for first in range(1, n + 1, step):
             ids = range(first, min(first + step, n + 1))
             settle = b"".join(b"%d 1 4 null" % i for i in ids)
@@ -202,6 +221,26 @@ def instructions(child: str, promise_all: bool, small: int = 300, large: int = 1
     return (counts[1] - counts[0]) // (large - small)
 
 
+PERF_EVENTS = "task-clock,page-faults,context-switches,cpu-migrations"
+
+
+def perf_counts(child: str, promise_all: bool, small: int = 300, large: int = 3300, batch: int = 1) -> dict[str, float]:
+    """The child's ``perf stat`` counts per call (two run lengths; task-clock in us)."""
+    runs = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in (small, large):
+            out = os.path.join(tmp, f"perf.{n}")
+            one(child, n, promise_all, ["perf", "stat", "-x,", "-o", out, "-e", PERF_EVENTS, "--"], batch=batch)
+            counts = {}
+            with open(out) as f:
+                for line in f:
+                    fields = line.strip().split(",")
+                    if len(fields) > 2 and fields[2] in PERF_EVENTS.split(","):
+                        counts[fields[2]] = float(fields[0]) * (1000.0 if fields[2] == "task-clock" else 1.0)
+            runs.append(counts)
+    return {event: (runs[1][event] - runs[0][event]) / (large - small) for event in runs[0]}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=5000)
@@ -210,6 +249,7 @@ def main() -> int:
         "--promise-all", action="store_true", help="one Promise.all of the calls, not a sequential loop"
     )
     parser.add_argument("--callgrind", action="store_true", help="also the child's instructions per call (slow)")
+    parser.add_argument("--perf", action="store_true", help="also the child's perf stat counts per call")
     parser.add_argument(
         "--batch", type=int, default=1, help="settles per frame to the worker (the host batches up to 256)"
     )
@@ -241,6 +281,15 @@ def main() -> int:
         counts = {child: instructions(child, args.promise_all, batch=args.batch) for child in ("worker", "minimal")}
         for child, count in counts.items():
             print(f"instructions per call [{child}]: {count:,} ({count / counts['minimal']:.2f}x)")
+    if args.perf:
+        if shutil.which("perf") is None:
+            raise SystemExit("perf is not installed")
+        for child in ("worker", "minimal"):
+            counts = perf_counts(child, args.promise_all, batch=args.batch)
+            cells = ", ".join(
+                f"{event} {value:.2f}" + (" us" if event == "task-clock" else "") for event, value in counts.items()
+            )
+            print(f"perf stat per call [{child}]: {cells}")
     print(f"# load after: {os.getloadavg()[0]:.2f}")
     return 0
 
