@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import json
 import time
+from time import monotonic
 from typing import Any, Callable, Mapping, Optional, Union
 
 from ..blobs import BlobStore
@@ -153,10 +154,51 @@ class Gate:
         # Per tool (by id): (the tool, whether it binds arguments, whether its schema is checked),
         # worked out at its first call. A Tool is frozen, so the answers cannot differ later.
         self._shapes: dict[int, tuple[Any, bool, bool]] = {}
+        # Per tool (by id, as `_shapes`): (the tool, whether its schema is checked), for a Tool
+        # whose name alone passes every check but the budget and the deadline: admit_json's path
+        # for the common call. Only a tool `_shapes` holds is here: a Tool with no bound arguments
+        # that this gate's caller may call (both frozen).
+        self._plain: dict[int, tuple[Tool, bool]] = {}
 
     def admit_json(self, name: Any, text: Any) -> Union[Admitted, Outcome]:
         """Check a call whose arguments are JSON text (from a program): admitted, or a failed Outcome."""
-        refusal = self._before_arguments(name)
+        self.calls = calls = self.calls + 1
+        # The common call, checked in this one frame (a Promise.all of a thousand
+        # calls takes this path a thousand times): a name whose tool this gate
+        # has admitted before, as a plain Tool with no bound arguments that this
+        # caller may call (what the name alone decides: `_plain`), and text
+        # within the limits. The checks are the same, in the same order; any
+        # that does not pass goes on to `_checked_json`, which checks them one
+        # by one and words the refusal (nothing is counted twice).
+        if type(name) is str and type(text) is str and len(name) <= MAX_NAME_CHARS:
+            tool = self.granted.get(name)
+            plain = self._plain.get(id(tool))
+            deadline = self.deadline
+            limits = self.limits
+            if plain is not None and (deadline is None or monotonic() < deadline) and calls <= limits.max_calls:
+                size = len(text) if text.isascii() else _utf8_size(text)
+                total = self.args_bytes + size
+                if size <= limits.max_args_bytes and total <= limits.max_total_args_bytes:
+                    self.args_bytes = total
+                    try:
+                        args = loads(text)
+                    except SnapshotError as exc:
+                        return self._unparsed(name, exc)
+                    blobs = self.blobs
+                    # (Text without a blob handle: the arguments as they are, the store's own answer.)
+                    if (
+                        type(args) is dict
+                        and (deadline is None or monotonic() < deadline)
+                        and (blobs is None or blobs.substitute(args, text) is args)
+                        and not (plain[1] and argument_error(plain[0], args) is not None)
+                    ):
+                        return Admitted(plain[0], args, text)
+                    return self._after_parse(name, args, text if type(args) is dict else None)
+        return self._checked_json(name, text)
+
+    def _checked_json(self, name: Any, text: Any) -> Union[Admitted, Outcome]:
+        """:meth:`admit_json`'s checks one at a time, the call counted already."""
+        refusal = self._before_arguments(name, counted=True)
         if refusal is not None:
             return refusal
         if not isinstance(text, str):
@@ -168,12 +210,15 @@ class Gate:
         try:
             args = loads(text)
         except SnapshotError as exc:
-            why = str(exc)
-            if why.startswith("not valid JSON"):  # only a direct call: a program's text is always JSON
-                return self._refuse(name, f"the arguments are {why}; send one JSON object", "arguments")
-            return self._refuse(name, f"arguments cannot cross: {why}", "arguments")
+            return self._unparsed(name, exc)
         # The text stands for the arguments only when they are the object it spells (not `null` made {}).
         return self._after_parse(name, args, text if type(args) is dict else None)
+
+    def _unparsed(self, name: str, exc: SnapshotError) -> Outcome:
+        why = str(exc)
+        if why.startswith("not valid JSON"):  # only a direct call: a program's text is always JSON
+            return self._refuse(name, f"the arguments are {why}; send one JSON object", "arguments")
+        return self._refuse(name, f"arguments cannot cross: {why}", "arguments")
 
     def admit(self, name: Any, args: Any) -> Union[Admitted, Outcome]:
         """Check a call whose arguments are a Python value (``None`` means ``{}``): admitted, or a failed Outcome."""
@@ -221,10 +266,11 @@ class Gate:
 
     # -- the steps ---------------------------------------------------------------
 
-    def _before_arguments(self, name: Any) -> Optional[Outcome]:
+    def _before_arguments(self, name: Any, counted: bool = False) -> Optional[Outcome]:
         # Counted first: a refusal of any kind (past the deadline too) spends
         # the budget, so no loop can grow the audit past max_calls + 1.
-        self.calls += 1
+        if not counted:
+            self.calls += 1
         if not isinstance(name, str):
             return self._refuse(str(name)[:_MAX_NAME], "a tool name must be a string", "name")
         if len(name) > MAX_NAME_CHARS:  # before any lookup or "did you mean" on it
@@ -293,6 +339,9 @@ class Gate:
             return tool, bound, True
         checked = bool(tool.validate_arguments) and caller_parameters(tool) is not None
         shape = self._shapes[id(tool)] = (tool, bound, checked)
+        callers = tool.callers
+        if not bound and (callers is None or self._caller in callers):
+            self._plain[id(tool)] = (tool, checked)
         return shape
 
     def _refuse(self, name: str, message: str, reason: str) -> Outcome:

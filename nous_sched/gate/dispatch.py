@@ -326,7 +326,12 @@ def approve(tool: Tool, args: dict[str, Any], run_ctx: Optional[RunContext]) -> 
     deadline = getattr(run_ctx, "deadline", None)  # run_over(run_ctx), written out: it runs before every call
     if deadline is not None and time.monotonic() >= deadline:
         raise Refused(RUN_OVER, tool.name, "run_over")
-    if not needs_approval(tool, getattr(run_ctx, "require_approval", ())):
+    # needs_approval(tool, run_ctx.require_approval), written out (no categories: a policy's are
+    # names in require_approval already): it runs before every call.
+    if not (
+        getattr(tool, "requires_approval", False)
+        or getattr(tool, "name", None) in getattr(run_ctx, "require_approval", ())
+    ):
         return
     handler = getattr(run_ctx, "approval_handler", None)
     if handler is None:

@@ -846,8 +846,11 @@ class Scheduler:
         if kind is Call:
             self._accept(msg)
         elif kind is list:
+            # A batch (a Promise.all's thousand calls): _accept's, written out.
+            accept = self._lane.accept
             for call in msg:
-                self._accept(call)
+                call.mode = mode = call.ctx.run(concurrency_mode, call.tool, call.args)
+                call.seq = call.ticket.seq = accept(call, mode)
         elif kind is Query:
             msg.reply.set_result(self._lane.state())
         elif kind is Reader:
@@ -923,11 +926,23 @@ class Scheduler:
         held = actions is None and type(self._session_log) is RunLog
         t0 = self._t0
         perf_counter = time.perf_counter
+        # Each started call's tool_call record (held: see records.made) and its Timeline.
+        prefix = f"{self._call_id}:code:" if self._call_id is not None else "code:"
         record: Any
         for kind, call in now:
             if kind is START:
-                record = self._started(call, perf_counter() - t0, held)
-                started.append((call, record[1] if held else record.id))
+                seq = call.seq
+                name = call.tool.name
+                mode = call.mode
+                event_id = prefix + str(seq)
+                record = (
+                    (ToolCallEvent.type, event_id, name, call.logged, mode, seq)
+                    if held
+                    else ToolCallEvent(event_id, name, call.logged, mode, seq)
+                )
+                reason = "" if mode == PARALLEL else exclusive_reason(call.tool, mode)
+                call.timeline = Timeline(seq, name, mode, perf_counter() - t0, reason)
+                started.append((call, event_id))
             else:
                 ran = call.ran
                 outcome = call.outcome
@@ -1009,21 +1024,6 @@ class Scheduler:
         for call, _ in reversed(committed):
             if call.ticket in mine:
                 call.ticket._publish(call.outcome)  # noqa: SLF001
-
-    def _started(self, call: Call, now: float, held: bool = False) -> Any:
-        """The ``tool_call`` record of a call the lane starts now (``held``: held, see
-        ``nous_sched.result.records.made``); its timeline is ``call.timeline``."""
-        seq = call.seq
-        name = call.tool.name
-        mode = call.mode
-        event_id = f"{self._call_id}:code:{seq}" if self._call_id is not None else f"code:{seq}"
-        event: Any = (
-            (ToolCallEvent.type, event_id, name, call.logged, mode, seq)
-            if held
-            else ToolCallEvent(event_id, name, call.logged, mode, seq)
-        )
-        call.timeline = Timeline(seq, name, mode, now, "" if mode == PARALLEL else exclusive_reason(call.tool, mode))
-        return event
 
     def _hand_over(self, call: Call, event_id: str) -> None:
         """Hand a started call (its ``tool_call`` record's id) to the tool threads, or the caller's executor."""
