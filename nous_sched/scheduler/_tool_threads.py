@@ -253,28 +253,19 @@ class ToolThreads:
             if step is LEAVE:
                 break
             assert isinstance(step, Task)
-            # The task run here, not in a function of its own (every tool call is a task).
-            fn: Any
-            args: Any
-            try:
-                fn, args = step._slot.pop()  # noqa: SLF001  (an IndexError: cancelled before it started)
-                then = fn(*args)
-            except BaseException:  # or the task raised: it has reported it; this thread goes on
-                then = None
-            fn = args = None
+            then = _run(step)
             del step
             with lock:
                 step = core.after(slot)
                 if step is LEAVE:
                     self._threads.discard(threading.current_thread())
-            if isinstance(then, Then):
+            if then is not None:
                 # The task's last word (its report), said once this thread has parked or
                 # taken its next task: whoever it wakes finds the GIL about to be free.
                 try:
                     then()
-                except BaseException:  # the task's own, as its run's
+                except BaseException:  # the task's own, as in _run
                     pass
-            then = None
         if self._on_leave is not None:
             self._on_leave()
 
@@ -295,6 +286,19 @@ class ToolThreads:
             if step is LEAVE:
                 self._threads.discard(threading.current_thread())
             return step
+
+
+def _run(task: Task) -> "Optional[Then]":
+    """Run ``task``; what it returned, when that is a :class:`Then`, to be called next."""
+    try:
+        fn, args = task._slot.pop()  # noqa: SLF001
+    except IndexError:
+        return None  # cancelled before it started
+    try:
+        then = fn(*args)
+    except BaseException:  # the task has reported it; this thread goes on
+        return None
+    return then if isinstance(then, Then) else None
 
 
 class Then:
