@@ -570,3 +570,42 @@ def test_a_tasks_then_is_called_once_its_thread_has_parked_or_taken_the_next_tas
     assert seen == [("first", 0), ("second", 1)]
     assert pool.counts() == (1, 1)
     pool.shutdown()
+
+
+def test_a_parked_thread_holds_nothing_of_the_tasks_it_ran():
+    # A thread parks for up to idle_seconds: what its last task was given,
+    # returned or raised (a call's arguments, a tool's result) must not live on
+    # in it meanwhile. Freed by reference counting: no collection is asked for.
+    import weakref
+
+    class Held:
+        pass
+
+    pool = ToolThreads(max_threads=1, idle_seconds=WAIT)
+    idle = watched(pool)
+
+    def returns(given: Held) -> Held:
+        return Held()
+
+    def raises(given: Held) -> None:
+        raise ValueError(given)
+
+    try:
+        for task in (returns, raises, lambda given: None):
+            given = Held()
+            seen = weakref.ref(given)
+            got: list[weakref.ref[Held]] = []
+
+            def watched_task(given: Held, task: Any = task, got: list[Any] = got) -> Any:
+                value = task(given)
+                if value is not None:
+                    got.append(weakref.ref(value))
+                return value
+
+            pool.submit(watched_task, given)
+            del given
+            assert idle.acquire(timeout=WAIT)
+            assert seen() is None, task
+            assert all(ref() is None for ref in got), task
+    finally:
+        pool.shutdown()

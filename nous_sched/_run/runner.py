@@ -649,7 +649,11 @@ class _Host(Host):
         return self.submit(self.gate.admit(name, args), name)
 
     def call_json(self, name: Any, text: Any) -> PendingCall:
-        return self.submit(self.gate.admit_json(name, text), name)
+        admitted = self.gate.admit_json(name, text)
+        if type(admitted) is Admitted:  # submit's own path, written out: every call of a program takes it
+            tool = admitted.tool
+            return self.scheduler.submit_snapshot(tool, tool.name, admitted.args, self.run_ctx, admitted.text)
+        return self.submit(admitted, name)
 
     def submit(self, admitted: Any, name: Any) -> PendingCall:
         """Start a call the gate has answered (``admitted``: an :class:`Admitted`,

@@ -189,7 +189,9 @@ def _respelled(out: bytes) -> bool:
 
 def parse(text: str) -> Any:
     """``json.loads(text)`` when the result obeys the snapshot rules, else :data:`UNSURE`."""
-    orjson = _load()
+    # Every call's arguments pass here: the module's orjson read without a call once resolved,
+    # and _large asked only of text that holds a "+" (its own first step, a memchr).
+    orjson = _orjson if _resolved else _load()
     if orjson is None:
         return UNSURE
     try:
@@ -198,7 +200,7 @@ def parse(text: str) -> Any:
         # beyond 2**53 - 1. Beyond 2**64 orjson read it as a float, as it reads 1e20: text with
         # a number of 1e16 or more goes to the walk, which tells an int from a float.
         again = orjson.dumps(value, option=_options) if len(text) <= _SHALLOW else _dumps_padded(orjson, value)
-        if _large(again):
+        if again.find(b"+") >= 0 and _large(again):
             return UNSURE
     except (TypeError, ValueError):
         return UNSURE

@@ -403,7 +403,15 @@ def direct_dispatch(tool: Tool, args: dict[str, Any], run_ctx: Optional[RunConte
     A dispatch of your own that calls ``tool.function`` itself should call this
     one instead, or the tool gets the markers.
     """
-    approve(tool, args, run_ctx)
+    # approve()'s first checks, written out (it runs before every call): when the run is not over
+    # and the tool needs no approval, approve would return having done nothing else.
+    deadline = getattr(run_ctx, "deadline", None)
+    if (
+        (deadline is not None and time.monotonic() >= deadline)
+        or getattr(tool, "requires_approval", False)
+        or getattr(tool, "name", None) in getattr(run_ctx, "require_approval", ())
+    ):
+        approve(tool, args, run_ctx)
     if not getattr(tool, "bound", None):
         return tool.function(args)
     bound_args = with_bound(tool, args, getattr(run_ctx, "bind", None))
