@@ -1079,6 +1079,7 @@ def _fork_server(sock_fd: int, modules: tuple[Any, Any, Any], options: dict[str,
     # the first child is forked, so that child's boot does not wait for it.
     rehearse = prepared is not None
     sock.send(b"R")
+    recvmsg = sock.recvmsg
     live = 0  # children forked and not reaped yet
     looks = 0  # looks left before sleeping until the next message
     while True:
@@ -1087,7 +1088,7 @@ def _fork_server(sock_fd: int, modules: tuple[Any, Any, Any], options: dict[str,
             live -= _reap(sock)
             continue
         try:
-            msg, fds, _, _ = socket.recv_fds(sock, 256, 3)
+            msg, fds = _request(recvmsg)
         except OSError:
             msg, fds = b"", []
         looks = REAP_LOOKS
@@ -1120,19 +1121,37 @@ def _fork_server(sock_fd: int, modules: tuple[Any, Any, Any], options: dict[str,
             gc.freeze()  # (the new options too: a child's collection never walks them, so never copies them)
 
 
+#: ``socket``'s constants a fork server's loop uses (Linux's values, the
+#: only system with fork servers): read there as module globals, not looked
+#: up in ``socket`` (whose import and attributes each loop would touch: a
+#: page written in the server after a fork is a page copied).
+_SOL_SOCKET, _SCM_RIGHTS, _MSG_DONTWAIT = 1, 1, 0x40
+#: ``socket.CMSG_LEN(3 * 4)``: room for a request's three descriptors.
+_REQUEST_ANCILLARY = 28
+
+
+def _request(recvmsg: Any) -> tuple[bytes, list[int]]:
+    """(The fork server.) The next message on its socket and the descriptors
+    it carries (at most 3): ``socket.recv_fds`` in fewer objects."""
+    msg, ancdata, _, _ = recvmsg(256, _REQUEST_ANCILLARY)
+    fds: list[int] = []
+    for level, kind, data in ancdata:
+        if level == _SOL_SOCKET and kind == _SCM_RIGHTS:
+            fds += memoryview(data[: len(data) - len(data) % 4]).cast("i").tolist()
+    return msg, fds
+
+
 def _spawned(sock: Any, pid: int, fds: list[int], msg: bytes) -> None:
     """(The fork server.) Child ``pid`` is forked for request ``msg``: close the
     server's copies of its descriptors and answer ``P <pid> <keys> <request>``
     with a pidfd of it."""
-    import socket
-
     for fd in fds:
         os.close(fd)
     pidfd = os.pidfd_open(pid)
     try:
         # (With the names texts it holds: so does the child.)
         held = b",".join(_NAMES_HELD) or b"-"
-        socket.send_fds(sock, [b"P %d %s %s" % (pid, held, msg)], [pidfd])
+        sock.sendmsg([b"P %d %s %s" % (pid, held, msg)], [(_SOL_SOCKET, _SCM_RIGHTS, pidfd.to_bytes(4, sys.byteorder))])
     finally:
         os.close(pidfd)
 
@@ -1425,8 +1444,6 @@ def _write_ahead(ranges: Any) -> None:
 
 def _reap(sock: Any) -> int:
     """Reap every exited child, reporting each (``W``); how many."""
-    import socket
-
     reaped = 0
     while True:
         try:
@@ -1437,7 +1454,7 @@ def _reap(sock: Any) -> int:
             return reaped
         reaped += 1
         try:
-            sock.send(b"W %d %d" % (pid, os.waitstatus_to_exitcode(status)), socket.MSG_DONTWAIT)
+            sock.send(b"W %d %d" % (pid, os.waitstatus_to_exitcode(status)), _MSG_DONTWAIT)
         except OSError:
             pass
 
