@@ -993,6 +993,9 @@ def _become_worker(
             # every page of it; it has room enough for a run without one.)
             if first is None:
                 first = _prepare(engine)
+            elif boot is not None:
+                # A spare, booting off any run's path: the copies its run's first step would make.
+                _write_ahead(options.get("write_ahead", ()))
             if boot is not None:
                 _set_policy(_SCHED_OTHER)
             hello = {"pid": os.getpid(), "os_bounds": bounds, "prepared": first is not None}
@@ -1002,11 +1005,6 @@ def _become_worker(
         finally:
             os._exit(0)
 
-    if boot is not None and prepared is not None:
-        # A spare, booting off any run's path: the copies its run's first
-        # step would make, made while this process has one thread (a
-        # copy-on-write fault then interrupts no other CPU to flush its TLB).
-        _write_ahead(options.get("write_ahead", ()))
     watchdog.install()
     if boot is not None:
         _set_policy(_SCHED_OTHER)
