@@ -65,26 +65,3 @@ def test_the_answer_carries_a_pidfd_of_the_child_and_the_request():
         b.close()
         os.close(r)
         os.close(w)
-
-
-def test_a_seed_state_view_is_the_contexts_random_state():
-    import ctypes
-
-    import _quickjs
-
-    from nous_sched.runtime import engine
-
-    at = worker._random_offset(_quickjs)
-    assert at is not None
-    prepared = engine.prepare()
-    state = worker._seed_state(prepared, at)
-    address = ctypes.c_void_p.from_address(id(prepared[0]) + 24).value + at
-    assert bytes(state) == ctypes.string_at(address, 8)
-    before = [prepared[0].eval("Math.random()") for _ in range(2)]
-    worker._reseed(prepared, at, state)
-    assert ctypes.c_uint64.from_address(address).value & 1, "a seed is never zero"
-    seed = bytes(state)
-    again = engine.prepare()
-    ctypes.memmove(ctypes.c_void_p.from_address(id(again[0]) + 24).value + at, seed, 8)
-    assert [prepared[0].eval("Math.random()") for _ in range(3)] == [again[0].eval("Math.random()") for _ in range(3)]
-    assert before != [again[0].eval("Math.random()") for _ in range(2)]

@@ -475,26 +475,14 @@ def _random_offset(quickjs: Any) -> Any:
         return None
 
 
-def _seed_state(prepared: Any, at: int) -> Any:
-    """The 8 bytes of ``prepared``'s ``Math.random`` state (``at``: see
-    :func:`_random_offset`) as a writable memoryview, or ``None``. A fork
-    server makes it once: each child's copy of the context is at the same
-    address, and a child that writes through it touches no ctypes object
-    (each one touched is a page copied)."""
+def _reseed(prepared: Any, at: int) -> None:
+    """A fresh ``Math.random`` seed for this process's copy of a context its
+    fork server prepared (every child would otherwise draw the same numbers)."""
     import ctypes
 
     base = ctypes.c_void_p.from_address(id(prepared[0]) + 24).value
-    return memoryview((ctypes.c_char * 8).from_address(base + at)).cast("B") if base else None
-
-
-def _reseed(prepared: Any, at: int, state: Any = None) -> None:
-    """A fresh ``Math.random`` seed for this process's copy of a context its
-    fork server prepared (every child would otherwise draw the same numbers);
-    ``state``: its :func:`_seed_state`, made here when ``None``."""
-    if state is None:
-        state = _seed_state(prepared, at)
-    if state is not None:
-        state[:] = (int.from_bytes(os.urandom(8), "little") | 1).to_bytes(8, "little")
+    if base:
+        ctypes.c_uint64.from_address(base + at).value = int.from_bytes(os.urandom(8), "little") | 1
 
 
 def _prepare(engine: Any, shared: bool = False) -> Any:
@@ -953,7 +941,7 @@ def _become_worker(
     # (A fork server read it once for all its children.)
     payload = options["payload"] if "payload" in options else _test_payload()
     if prepared is not None:
-        _reseed(prepared, options["seed_at"], options.get("seed_state"))
+        _reseed(prepared, options["seed_at"])
     # (A fork server verified the layout once for all its children.)
     watchdog = _Watchdog(lifeline, budget_offset(quickjs) if offset is False else offset)
     engine.load_gc_threshold()  # (before the filter: it opens the binding's library; a fork server's child has it)
@@ -1076,7 +1064,6 @@ def _fork_server(sock_fd: int, modules: tuple[Any, Any, Any], options: dict[str,
     # Each child's options, made here once: the test payload read and
     # compiled (see _test_payload), the JSON codec made (see _json).
     options.update(offset=offset, parent=server, seed_at=seed_at, payload=_test_payload())
-    options["seed_state"] = _seed_state(prepared, seed_at) if prepared is not None else None
     by_spare = {flag: {**options, "background": flag} for flag in (False, True)}
     _json()
     _limits_type()
