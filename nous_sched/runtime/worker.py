@@ -311,14 +311,16 @@ def _set_thread_name(name: str, libc: Any = None) -> None:
 
 
 def _load(name: str, path: str, extension: bool = False) -> Any:
-    import importlib.machinery
-    import importlib.util
+    # (The functions importlib.machinery and importlib.util re-export, from
+    # the import system's frozen modules: see procio.BOOT.)
+    import _frozen_importlib
+    import _frozen_importlib_external
 
-    loader = importlib.machinery.ExtensionFileLoader(name, path) if extension else None
-    spec = importlib.util.spec_from_file_location(name, path, loader=loader)
+    loader = _frozen_importlib_external.ExtensionFileLoader(name, path) if extension else None
+    spec = _frozen_importlib_external.spec_from_file_location(name, path, loader=loader)
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot load {name} from {path}")
-    module = importlib.util.module_from_spec(spec)
+    module = _frozen_importlib.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
