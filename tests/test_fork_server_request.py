@@ -9,6 +9,7 @@ import socket
 
 import pytest
 
+from nous_sched import WorkerPool, run_code
 from nous_sched.runtime import worker
 
 
@@ -65,3 +66,24 @@ def test_the_answer_carries_a_pidfd_of_the_child_and_the_request():
         b.close()
         os.close(r)
         os.close(w)
+
+
+def test_a_fork_server_and_its_workers_load_neither_socket_nor_importlib_util(tmp_path, monkeypatch):
+    # What a fork server imports, each worker it forks holds too: socket.py
+    # (with selectors) and importlib.util (with importlib._abc) are ~2 ms of
+    # every fork server's boot, and nothing there uses them.
+    payload = tmp_path / "payload.py"
+    payload.write_text(
+        "import sys\n"
+        "report['loaded'] = [m for m in ('socket', 'selectors', 'importlib.util', 'importlib.machinery') "
+        "if m in sys.modules]\n"
+        "report['engine'] = 'nous_sched_engine' in sys.modules\n",
+        encoding="utf-8",
+    )
+    monkeypatch.setenv(worker.PAYLOAD_ENV, str(payload))
+    with WorkerPool(size=1) as pool:
+        pool.prestart(1)
+        monkeypatch.delenv(worker.PAYLOAD_ENV)
+        result = run_code("/*payload*/", runtime=pool, description="test")
+    assert result.error is None, result.error
+    assert result.result == {"loaded": [], "engine": True}
