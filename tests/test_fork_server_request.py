@@ -78,7 +78,9 @@ def test_a_fork_server_and_its_workers_load_neither_socket_signal_nor_importlib_
         "import sys\n"
         "report['loaded'] = [m for m in ('socket', 'selectors', 'signal', 'importlib.util', 'importlib.machinery') "
         "if m in sys.modules]\n"
-        "report['engine'] = 'nous_sched_engine' in sys.modules\n",
+        "report['engine'] = 'nous_sched_engine' in sys.modules\n"
+        "import gc\n"
+        "report['collector'] = gc.isenabled()\n",
         encoding="utf-8",
     )
     monkeypatch.setenv(worker.PAYLOAD_ENV, str(payload))
@@ -87,4 +89,5 @@ def test_a_fork_server_and_its_workers_load_neither_socket_signal_nor_importlib_
         monkeypatch.delenv(worker.PAYLOAD_ENV)
         result = run_code("/*payload*/", runtime=pool, description="test")
     assert result.error is None, result.error
-    assert result.result == {"loaded": [], "engine": True}
+    # (The boot runs with the collector off: each worker has it on all the same.)
+    assert result.result == {"loaded": [], "engine": True, "collector": True}

@@ -1071,6 +1071,7 @@ def _fork_server(sock_fd: int, modules: tuple[Any, Any, Any], options: dict[str,
     # from touching it (a touched page is a copied page in each child).
     gc.collect()
     gc.freeze()
+    gc.enable()  # (off since procio.BOOT: see main)
     _trim()
     # Exited children wait as zombies until the next message reaps them (an
     # inherited SIG_IGN would reap them unseen, their statuses lost).
@@ -1482,6 +1483,11 @@ def _child(
 
 
 def main(argv: list[str]) -> None:
+    """A fork server or a spawned worker. The collector is off from
+    ``procio.BOOT`` until the boot's imports are done (they make objects by
+    the thousand and no garbage worth a collection, which would run about 20
+    times); a fork server turns it on once it has frozen what its children share."""
+    import gc
     import json
 
     if argv[1] == "--fork-server":
@@ -1489,7 +1495,9 @@ def main(argv: list[str]) -> None:
         _fork_server(0, modules, json.loads(argv[3]))
     name, quickjs_path, lifeline = argv[1], argv[2], int(argv[3])
     options = json.loads(argv[4]) if len(argv) > 4 else {}
-    _become_worker(name, lifeline, _load_all(quickjs_path), options)
+    modules = _load_all(quickjs_path)
+    gc.enable()
+    _become_worker(name, lifeline, modules, options)
 
 
 if __name__ == "__main__":
