@@ -68,15 +68,14 @@ def test_the_answer_carries_a_pidfd_of_the_child_and_the_request():
         os.close(w)
 
 
-def test_a_fork_server_and_its_workers_load_neither_socket_signal_nor_importlib_util(tmp_path, monkeypatch):
+def test_a_fork_server_and_its_workers_load_neither_socket_nor_importlib_util(tmp_path, monkeypatch):
     # What a fork server imports, each worker it forks holds too: socket.py
-    # (with selectors), signal.py (its enums) and importlib.util (with
-    # importlib._abc) are ~2.5 ms of every fork server's boot, and nothing
-    # there uses them (the C modules _socket and _signal serve).
+    # (with selectors) and importlib.util (with importlib._abc) are ~2 ms of
+    # every fork server's boot, and nothing there uses them.
     payload = tmp_path / "payload.py"
     payload.write_text(
         "import sys\n"
-        "report['loaded'] = [m for m in ('socket', 'selectors', 'signal', 'importlib.util', 'importlib.machinery') "
+        "report['loaded'] = [m for m in ('socket', 'selectors', 'importlib.util', 'importlib.machinery') "
         "if m in sys.modules]\n"
         "report['engine'] = 'nous_sched_engine' in sys.modules\n"
         "import gc\n"

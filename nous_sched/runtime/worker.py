@@ -359,7 +359,7 @@ class _Watchdog:
             self._target = None
 
     def _on_deadline(self, signum: int, frame: Any) -> None:
-        import _signal  # type: ignore[import-not-found]  # (see install)
+        import signal
         import time
 
         if self.offset is None:
@@ -368,7 +368,7 @@ class _Watchdog:
             target = self._target
             if target is None:
                 return
-            if signum != _signal.SIGUSR2 and time.monotonic() < target[1]:
+            if signum != signal.SIGUSR2 and time.monotonic() < target[1]:
                 return
             import ctypes
 
@@ -379,7 +379,7 @@ class _Watchdog:
 
     def install(self) -> None:
         """On the main thread, before any run: from here on ``SIGUSR1`` is ours."""
-        import _signal  # (the C module: see _become_worker)
+        import _signal  # type: ignore[import-not-found]  # (the C module: see _become_worker)
 
         _signal.signal(_signal.SIGUSR1, self._on_deadline)
         _signal.signal(_signal.SIGUSR2, self._on_deadline)  # cancelled: stop whatever the deadline
@@ -865,6 +865,7 @@ def _load_all(quickjs_path: str) -> tuple[Any, Any, Any]:
         import json  # noqa: F401
         import resource  # noqa: F401
         import select  # noqa: F401
+        import signal  # noqa: F401
         import struct  # noqa: F401
         import time  # noqa: F401
 
@@ -1190,8 +1191,8 @@ def _prepare_server(modules: tuple[Any, Any, Any]) -> tuple[Any, Any, Any]:
     run's context ``(offset, seed_at, prepared)``; and what the children
     inherit ready (:func:`oslimits.prepare`, the thread namer, Ctrl-C
     ignored: the host's to handle)."""
-    import _signal  # (signal.py's enums: ~0.4 ms of the boot, used by nothing here)
     import mmap  # noqa: F401
+    import signal
 
     modules[1].names_key(b"")  # (the names cache's digest: loaded before the server freezes its objects)
     offset = budget_offset(modules[0])
@@ -1213,7 +1214,7 @@ def _prepare_server(modules: tuple[Any, Any, Any]) -> tuple[Any, Any, Any]:
             _NAMER = _name_setter()
         except (OSError, AttributeError):
             pass
-    _signal.signal(_signal.SIGINT, _signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     global _MADVISE
     if sys.platform.startswith("linux"):
         try:
