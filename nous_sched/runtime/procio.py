@@ -41,9 +41,14 @@ WORKER_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "worker
 #: ARGS...`` loads ``worker.py`` by its path as a module, not as the script: a
 #: script is compiled on every start, a module's code is read from the
 #: ``__pycache__`` an install wrote (about 10 ms of a fork server's boot).
+#: By the import system's own frozen modules, which ``importlib.util``
+#: re-exports (the same functions): that module's import (``contextlib``,
+#: ``importlib._abc``, ``warnings``) is about 1 ms more of every boot. The
+#: collector is off until ``worker.main`` has loaded the rest (see there).
 BOOT = (
-    "import importlib.util as u, sys; s = u.spec_from_file_location('nous_sched_worker', sys.argv[1]); "
-    "m = u.module_from_spec(s); sys.modules[s.name] = m; s.loader.exec_module(m); m.main(sys.argv[1:])"
+    "import gc, _frozen_importlib as b, _frozen_importlib_external as e, sys; gc.disable(); "
+    "s = e.spec_from_file_location('nous_sched_worker', sys.argv[1]); "
+    "m = b.module_from_spec(s); sys.modules[s.name] = m; s.loader.exec_module(m); m.main(sys.argv[1:])"
 )
 
 

@@ -311,14 +311,16 @@ def _set_thread_name(name: str, libc: Any = None) -> None:
 
 
 def _load(name: str, path: str, extension: bool = False) -> Any:
-    import importlib.machinery
-    import importlib.util
+    # (The functions importlib.machinery and importlib.util re-export, from
+    # the import system's frozen modules: see procio.BOOT.)
+    import _frozen_importlib
+    import _frozen_importlib_external
 
-    loader = importlib.machinery.ExtensionFileLoader(name, path) if extension else None
-    spec = importlib.util.spec_from_file_location(name, path, loader=loader)
+    loader = _frozen_importlib_external.ExtensionFileLoader(name, path) if extension else None
+    spec = _frozen_importlib_external.spec_from_file_location(name, path, loader=loader)
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot load {name} from {path}")
-    module = importlib.util.module_from_spec(spec)
+    module = _frozen_importlib.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
@@ -864,7 +866,6 @@ def _load_all(quickjs_path: str) -> tuple[Any, Any, Any]:
         import resource  # noqa: F401
         import select  # noqa: F401
         import signal  # noqa: F401
-        import socket  # noqa: F401
         import struct  # noqa: F401
         import time  # noqa: F401
 
@@ -1046,9 +1047,9 @@ def _fork_server(sock_fd: int, modules: tuple[Any, Any, Any], options: dict[str,
     # death closes the socket; this process then exits, and its children,
     # whose parent is this single thread, get their death signal.
     import _signal  # (see _become_worker)
+    import _socket  # (socket.py's class adds nothing used here; its import, with selectors, ~1.5 ms of the boot)
     import gc
     import select
-    import socket
 
     offset, seed_at, prepared = _prepare_server(modules)
     if options.get("namespaces", True):
@@ -1060,7 +1061,7 @@ def _fork_server(sock_fd: int, modules: tuple[Any, Any, Any], options: dict[str,
     # A spare is forked at the boot's policy and born with it (the fork's own
     # work, the copy of this process's page tables, included): see _boot_policy.
     boot = _boot_policy()
-    sock = socket.socket(fileno=sock_fd)
+    sock = _socket.socket(fileno=sock_fd)
     # Each child's options, made here once: the test payload read and
     # compiled (see _test_payload), the JSON codec made (see _json).
     options.update(offset=offset, parent=server, seed_at=seed_at, payload=_test_payload())
@@ -1071,6 +1072,7 @@ def _fork_server(sock_fd: int, modules: tuple[Any, Any, Any], options: dict[str,
     # from touching it (a touched page is a copied page in each child).
     gc.collect()
     gc.freeze()
+    gc.enable()  # (off since procio.BOOT: see main)
     _trim()
     # Exited children wait as zombies until the next message reaps them (an
     # inherited SIG_IGN would reap them unseen, their statuses lost).
@@ -1079,6 +1081,7 @@ def _fork_server(sock_fd: int, modules: tuple[Any, Any, Any], options: dict[str,
     # the first child is forked, so that child's boot does not wait for it.
     rehearse = prepared is not None
     sock.send(b"R")
+    recvmsg = sock.recvmsg
     live = 0  # children forked and not reaped yet
     looks = 0  # looks left before sleeping until the next message
     while True:
@@ -1087,7 +1090,7 @@ def _fork_server(sock_fd: int, modules: tuple[Any, Any, Any], options: dict[str,
             live -= _reap(sock)
             continue
         try:
-            msg, fds, _, _ = socket.recv_fds(sock, 256, 3)
+            msg, fds = _request(recvmsg)
         except OSError:
             msg, fds = b"", []
         looks = REAP_LOOKS
@@ -1120,19 +1123,37 @@ def _fork_server(sock_fd: int, modules: tuple[Any, Any, Any], options: dict[str,
             gc.freeze()  # (the new options too: a child's collection never walks them, so never copies them)
 
 
+#: ``socket``'s constants a fork server's loop uses (Linux's values, the
+#: only system with fork servers): read there as module globals, not looked
+#: up in ``socket`` (whose import and attributes each loop would touch: a
+#: page written in the server after a fork is a page copied).
+_SOL_SOCKET, _SCM_RIGHTS, _MSG_DONTWAIT = 1, 1, 0x40
+#: ``socket.CMSG_LEN(3 * 4)``: room for a request's three descriptors.
+_REQUEST_ANCILLARY = 28
+
+
+def _request(recvmsg: Any) -> tuple[bytes, list[int]]:
+    """(The fork server.) The next message on its socket and the descriptors
+    it carries (at most 3): ``socket.recv_fds`` in fewer objects."""
+    msg, ancdata, _, _ = recvmsg(256, _REQUEST_ANCILLARY)
+    fds: list[int] = []
+    for level, kind, data in ancdata:
+        if level == _SOL_SOCKET and kind == _SCM_RIGHTS:
+            fds += memoryview(data[: len(data) - len(data) % 4]).cast("i").tolist()
+    return msg, fds
+
+
 def _spawned(sock: Any, pid: int, fds: list[int], msg: bytes) -> None:
     """(The fork server.) Child ``pid`` is forked for request ``msg``: close the
     server's copies of its descriptors and answer ``P <pid> <keys> <request>``
     with a pidfd of it."""
-    import socket
-
     for fd in fds:
         os.close(fd)
     pidfd = os.pidfd_open(pid)
     try:
         # (With the names texts it holds: so does the child.)
         held = b",".join(_NAMES_HELD) or b"-"
-        socket.send_fds(sock, [b"P %d %s %s" % (pid, held, msg)], [pidfd])
+        sock.sendmsg([b"P %d %s %s" % (pid, held, msg)], [(_SOL_SOCKET, _SCM_RIGHTS, pidfd.to_bytes(4, sys.byteorder))])
     finally:
         os.close(pidfd)
 
@@ -1425,8 +1446,6 @@ def _write_ahead(ranges: Any) -> None:
 
 def _reap(sock: Any) -> int:
     """Reap every exited child, reporting each (``W``); how many."""
-    import socket
-
     reaped = 0
     while True:
         try:
@@ -1437,7 +1456,7 @@ def _reap(sock: Any) -> int:
             return reaped
         reaped += 1
         try:
-            sock.send(b"W %d %d" % (pid, os.waitstatus_to_exitcode(status)), socket.MSG_DONTWAIT)
+            sock.send(b"W %d %d" % (pid, os.waitstatus_to_exitcode(status)), _MSG_DONTWAIT)
         except OSError:
             pass
 
@@ -1465,6 +1484,11 @@ def _child(
 
 
 def main(argv: list[str]) -> None:
+    """A fork server or a spawned worker. The collector is off from
+    ``procio.BOOT`` until the boot's imports are done (they make objects by
+    the thousand and no garbage worth a collection, which would run about 20
+    times); a fork server turns it on once it has frozen what its children share."""
+    import gc
     import json
 
     if argv[1] == "--fork-server":
@@ -1472,7 +1496,9 @@ def main(argv: list[str]) -> None:
         _fork_server(0, modules, json.loads(argv[3]))
     name, quickjs_path, lifeline = argv[1], argv[2], int(argv[3])
     options = json.loads(argv[4]) if len(argv) > 4 else {}
-    _become_worker(name, lifeline, _load_all(quickjs_path), options)
+    modules = _load_all(quickjs_path)
+    gc.enable()
+    _become_worker(name, lifeline, modules, options)
 
 
 if __name__ == "__main__":
