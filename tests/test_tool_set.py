@@ -109,6 +109,42 @@ def test_the_kept_tool_sets_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None
     assert toolset.cached_sets() == (0, 0)
 
 
+def test_a_list_changed_in_place_is_its_new_tools_whatever_set_it_gave_before() -> None:
+    toolset.clear()
+    tools = [Tool(f"l{k}", _f) for k in range(4)]
+    kept = toolset.tool_set(tools, None, "t")
+    assert toolset.tool_set(tools, None, "t") is kept  # the same list, unchanged: the kept set
+    tools[2] = Tool("other", _f)  # the same list object, one item replaced
+    changed = toolset.tool_set(tools, None, "t")
+    assert changed is not kept
+    _same(changed, tools, None)
+    tools.append(Tool("more", _f))
+    longer = toolset.tool_set(tools, None, "t")
+    assert longer is not changed
+    _same(longer, tools, None)
+    del tools[-1]
+    assert toolset.tool_set(tools, None, "t") is changed  # back to the tools of a kept set
+    tools[2] = Tool("other", _f)  # equal to the one it replaces, but another object: another set
+    assert toolset.tool_set(tools, None, "t") is not changed
+    toolset.clear()
+
+
+def test_the_lists_a_kept_set_remembers_are_at_most_one_per_kept_set() -> None:
+    toolset.clear()
+    tools = [Tool(f"m{k}", _f) for k in range(3)]
+    lists = [list(tools) for _ in range(50)]  # held, so no two share an id
+    kept = toolset.tool_set(lists[0], None, "t")
+    assert all(toolset.tool_set(each, None, "t") is kept for each in lists)
+    assert all(toolset.tool_set(each, None, "t") is kept for each in lists)  # (each asked again)
+    for i in range(toolset.TOOL_SETS + 3):  # other sets, each from a list: the first one is dropped
+        toolset.tool_set([Tool(f"n{i}_{k}", _f) for k in range(2)], None, "t")
+    count, _ = toolset.cached_sets()
+    # (The cache's own table of lists, read here: no public figure says how big it is.)
+    assert len(toolset._by_list) <= count == toolset.TOOL_SETS  # noqa: SLF001
+    assert toolset.tool_set(lists[0], None, "t") is not kept  # dropped, and never answered by its old list
+    toolset.clear()
+
+
 def test_a_policy_subclass_is_never_kept() -> None:
     class Moody(PermissionPolicy):
         pass

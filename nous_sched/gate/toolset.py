@@ -28,6 +28,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping
+from operator import is_
 from typing import Any, Iterable, Optional
 
 from .. import _validators as v
@@ -41,12 +42,16 @@ TOOL_SETS = 16
 #: How many tools the kept sets may hold in all; a set past it is never kept.
 CACHED_TOOLS = 100_000
 
-_lock = threading.Lock()  # guards _sets and _held
+_lock = threading.Lock()  # guards _sets, _held, _by_tuple, _by_list and each kept set's ``alias``
 # (ids of the tools in order, policy) -> the ToolSet, which holds those tools: no id in a live key is reused.
 _sets: OrderedDict[tuple[tuple[int, ...], Optional[PermissionPolicy]], ToolSet] = OrderedDict()
 _held = 0  # tools held by _sets' values
 # (id of the tuple a kept set was made from, policy) -> that set (whose ``tools`` is that tuple, held).
 _by_tuple: dict[tuple[int, Optional[PermissionPolicy]], ToolSet] = {}
+# (id of the list a kept set was last asked for by, policy) -> that set: at most one per set (its
+# ``alias``). The list is not held, so its id may be reused: an entry is only a guess, which the
+# list's items, the set's tools by identity, confirm.
+_by_list: dict[tuple[int, Optional[PermissionPolicy]], ToolSet] = {}
 
 
 class ToolSet:
@@ -56,10 +61,11 @@ class ToolSet:
     (shared by every run of the set: never to be changed); ``names`` every
     name, sorted; ``require_approval`` the granted tools whose calls the policy
     makes need approval; ``binds`` ``(tool, argument, Bind name)`` of each
-    :class:`~nous_sched.Bind` among the granted tools' ``bound``.
+    :class:`~nous_sched.Bind` among the granted tools' ``bound``. (``alias``
+    is :func:`tool_set`'s own, under its lock: not part of the set.)
     """
 
-    __slots__ = ("tools", "policy", "granted", "denied", "names", "require_approval", "binds")
+    __slots__ = ("tools", "policy", "granted", "denied", "names", "require_approval", "binds", "alias")
 
     def __init__(self, tools: tuple[Tool, ...], policy: Optional[PermissionPolicy], owner: str) -> None:
         self.tools = tools
@@ -73,6 +79,7 @@ class ToolSet:
             for argument, value in tool.bound.items()
             if isinstance(value, Bind)
         )
+        self.alias: Optional[tuple[int, Optional[PermissionPolicy]]] = None  # its key in _by_list, if any
 
     def missing_binds(self, bind: Optional[Mapping[str, Any]]) -> list[tuple[str, str, str]]:
         """``(tool, argument, Bind name)`` for each :class:`~nous_sched.Bind` of the granted tools
@@ -94,16 +101,16 @@ def tool_set(tools: Iterable[Tool], policy: Optional[PermissionPolicy], owner: s
     seq = tools if type(tools) is tuple else tuple(tools)
     if policy is not None and type(policy) is not PermissionPolicy:
         return ToolSet(seq, policy, owner)  # a subclass may decide by more than its fields: never kept
-    if seq is tools:  # a tuple: the kept set made from this very tuple, if any, with no look at its items
-        with _lock:
-            same = _by_tuple.get((id(seq), policy))
-            if same is not None and same.tools is seq:
-                return same
+    same = _kept_as_given(tools, seq, policy)
+    if same is not None:
+        return same
     key = (tuple(map(id, seq)), policy)
     with _lock:
         hit = _sets.get(key)
         if hit is not None:
             _sets.move_to_end(key)
+            if type(tools) is list:
+                _alias(hit, (id(tools), policy))
             return hit
     made = ToolSet(seq, policy, owner)  # outside the lock: other runs need not wait (checks every item)
     if len(seq) > CACHED_TOOLS:
@@ -112,6 +119,8 @@ def tool_set(tools: Iterable[Tool], policy: Optional[PermissionPolicy], owner: s
         if key not in _sets:
             _sets[key] = made
             _by_tuple[(id(seq), policy)] = made
+            if type(tools) is list:
+                _alias(made, (id(tools), policy))
             _held += len(seq)
             while len(_sets) > TOOL_SETS or _held > CACHED_TOOLS:
                 _, gone = _sets.popitem(last=False)
@@ -119,7 +128,40 @@ def tool_set(tools: Iterable[Tool], policy: Optional[PermissionPolicy], owner: s
                 alias = (id(gone.tools), gone.policy)
                 if _by_tuple.get(alias) is gone:
                     del _by_tuple[alias]
+                _alias(gone, None)
     return made
+
+
+def _kept_as_given(
+    tools: Iterable[Tool], seq: tuple[Tool, ...], policy: Optional[PermissionPolicy]
+) -> Optional[ToolSet]:
+    """The kept set of ``tools`` found without a key of every tool's id: the one made
+    from this very tuple, or the one this list last asked for while its items are still
+    that set's tools (compared by identity, in C: the key makes and hashes an int per
+    tool, and an agent passes the same list of thousands of tools to run after run)."""
+    if seq is tools:
+        with _lock:
+            same = _by_tuple.get((id(seq), policy))
+        return same if same is not None and same.tools is seq else None
+    if type(tools) is list:
+        with _lock:
+            same = _by_list.get((id(tools), policy))
+        if same is not None and len(same.tools) == len(tools) and all(map(is_, tools, same.tools)):
+            return same
+    return None
+
+
+def _alias(kept: ToolSet, key: Optional[tuple[int, Optional[PermissionPolicy]]]) -> None:
+    """(``_lock`` held.) ``key`` (a list's, or None) becomes ``kept``'s one entry in ``_by_list``."""
+    old = kept.alias
+    if old is not None and _by_list.get(old) is kept:
+        del _by_list[old]
+    kept.alias = key
+    if key is not None:
+        other = _by_list.get(key)
+        if other is not None:
+            other.alias = None
+        _by_list[key] = kept
 
 
 def cached_sets() -> tuple[int, int]:
@@ -134,4 +176,5 @@ def clear() -> None:
     with _lock:
         _sets.clear()
         _by_tuple.clear()
+        _by_list.clear()
         _held = 0
