@@ -287,3 +287,32 @@ def test_names_that_are_not_a_tuple_go_in_every_frame_unkeyed():
     text, lazy, key = engine.names_keyed(names)
     assert key is None and (text, lazy) == engine.names_utf8(tuple(names))
     assert engine.names_keyed(tuple(names))[2] == engine.names_key(text)
+
+
+@pytest.mark.parametrize("children", [3, 8], ids=["replaced-at-its-count", "successor-started-ahead"])
+def test_a_fork_servers_successor_holds_the_names_texts_it_replaces_was_sent(monkeypatch, children):
+    # A server is replaced every SERVER_CHILDREN children: at its count (3: a quarter of
+    # it is no child ahead), or by a successor started a quarter of them ahead (8). Each
+    # new server is offered the texts the one it replaces was sent, so no run on its
+    # children carries one.
+    from nous_sched.runtime import pool as pool_module
+
+    monkeypatch.setitem(pool_module.WALL, "server_children", children)
+    called: list[str] = []
+    a = tool_set("alpha", 500, called)
+    b = tool_set("beta", 400, called)
+    frames = Frames(monkeypatch)
+    servers: set[object] = set()
+    with WorkerPool(size=1, spares=1) as pool:
+        for own, other in ((a, b), (a, b), (a, b)):  # the text offered, and held by the children after
+            called.clear()
+            check(run_code(program(own, other), own, runtime=pool, description="t"), own, other, called)
+            servers.add(pool._server)
+        del frames.texts[:]
+        runs = 3 * children
+        for _ in range(runs):
+            called.clear()
+            check(run_code(program(a, b), a, runtime=pool, description="t"), a, b, called)
+            servers.add(pool._server)
+        assert len(servers) >= 3  # (replaced at least twice while these ran; the servers held, so no id reused)
+    assert frames.texts == [False] * runs, frames.texts

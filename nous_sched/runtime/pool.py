@@ -168,6 +168,14 @@ def default_cpu_shares() -> int:
     return CPUS
 
 
+def _carry_names(old: ForkServer, fresh: ForkServer) -> None:
+    """``fresh``, replacing ``old``, is offered the names texts ``old`` was
+    sent: its children hold them, so a run of thousands of tools sends its
+    key, not its text, from the first child on, as on ``old``'s."""
+    for key, text in old.names_sent():
+        fresh.offer_names(key, text)
+
+
 class WorkerPool(CodeRuntime):
     """A pool of worker processes that run programs: the default runtime.
 
@@ -1012,6 +1020,8 @@ class WorkerPool(CodeRuntime):
                 successor = self._successor
                 if successor is None:
                     fresh = self._new_server(cwd)
+                    if server is not None and server.retired:  # (replaced for its count, not lost)
+                        _carry_names(server, fresh)
                     if not fresh.hold() or not self._adopt(fresh):
                         fresh.close()
                         raise RunCodeError("the worker pool is closed")
@@ -1029,7 +1039,7 @@ class WorkerPool(CodeRuntime):
         if self._successor is not None:
             return
         with self._lock:
-            cwd = self._empty_dir
+            cwd, old = self._empty_dir, self._server
         assert cwd is not None
 
         def replace() -> None:
@@ -1037,6 +1047,8 @@ class WorkerPool(CodeRuntime):
                 fresh: Optional[ForkServer] = self._new_server(cwd)
             except Exception:  # (RunCodeError): the next spawn starts one itself, and says why
                 fresh = None
+            if fresh is not None and old is not None:
+                _carry_names(old, fresh)
             with self._server_lock:
                 self._successor = None
                 if fresh is not None and not self._adopt(fresh):

@@ -240,6 +240,8 @@ class ForkServer:
         self._offers_lock = threading.Lock()
         self._names_offered: set[bytes] = set()  # sent since the last answer
         self._names_waiting: dict[bytes, bytes] = {}  # not sent yet, oldest first
+        # Sent, the most recent last, as many as the server keeps: what its successor is offered.
+        self._names_sent: dict[bytes, bytes] = {}
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         argv = [python, "-I", "-S", "-B", "-c", BOOT, WORKER_SCRIPT, "--fork-server", quickjs_path, json.dumps(options)]
         try:
@@ -383,6 +385,14 @@ class ForkServer:
             finally:
                 self._lock.release()
 
+    def names_sent(self) -> list[tuple[bytes, bytes]]:
+        """``(key, text)`` of the names texts sent to this server, oldest first,
+        as many as it keeps (``worker._keep_names``'s bounds): what a successor
+        is offered before it forks (see ``WorkerPool``), so the runs on its
+        children carry only their keys, as on this server's."""
+        with self._offers_lock:
+            return list(self._names_sent.items())
+
     def _send_names(self) -> None:
         """(The lock held.) Send the waiting names offers, oldest first."""
         while True:
@@ -392,6 +402,11 @@ class ForkServer:
                 key = next(iter(self._names_waiting))
                 text = self._names_waiting.pop(key)
                 self._names_offered.add(key)
+                sent = self._names_sent
+                sent.pop(key, None)
+                sent[key] = text
+                while len(sent) > worker.NAMES_ENTRIES or sum(map(len, sent.values())) > worker.NAMES_BYTES:
+                    del sent[next(iter(sent))]
             try:
                 fd = os.memfd_create("nous_sched names", os.MFD_CLOEXEC)
             except (OSError, AttributeError):  # (AttributeError: no memfd_create on this platform)
