@@ -326,12 +326,7 @@ def approve(tool: Tool, args: dict[str, Any], run_ctx: Optional[RunContext]) -> 
     deadline = getattr(run_ctx, "deadline", None)  # run_over(run_ctx), written out: it runs before every call
     if deadline is not None and time.monotonic() >= deadline:
         raise Refused(RUN_OVER, tool.name, "run_over")
-    # needs_approval(tool, run_ctx.require_approval), written out (no categories: a policy's are
-    # names in require_approval already): it runs before every call.
-    if not (
-        getattr(tool, "requires_approval", False)
-        or getattr(tool, "name", None) in getattr(run_ctx, "require_approval", ())
-    ):
+    if not needs_approval(tool, getattr(run_ctx, "require_approval", ())):
         return
     handler = getattr(run_ctx, "approval_handler", None)
     if handler is None:
@@ -403,15 +398,7 @@ def direct_dispatch(tool: Tool, args: dict[str, Any], run_ctx: Optional[RunConte
     A dispatch of your own that calls ``tool.function`` itself should call this
     one instead, or the tool gets the markers.
     """
-    # approve()'s first checks, written out (it runs before every call): when the run is not over
-    # and the tool needs no approval, approve would return having done nothing else.
-    deadline = getattr(run_ctx, "deadline", None)
-    if (
-        (deadline is not None and time.monotonic() >= deadline)
-        or getattr(tool, "requires_approval", False)
-        or getattr(tool, "name", None) in getattr(run_ctx, "require_approval", ())
-    ):
-        approve(tool, args, run_ctx)
+    approve(tool, args, run_ctx)
     if not getattr(tool, "bound", None):
         return tool.function(args)
     bound_args = with_bound(tool, args, getattr(run_ctx, "bind", None))
