@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextvars
+import functools
 from collections.abc import Collection, Mapping
 from typing import Any, Callable, Optional
 
@@ -59,9 +60,13 @@ _STATE = v.optional(v.instance_of(State, "a nous_sched.State (State(scope) or St
 # The default is one: its signature is not read again for every run (most of the checks' time).
 _DISPATCH = v.Check(v.DISPATCH.expected, lambda d: d is direct_dispatch or v.DISPATCH.accepts(d))
 
-# The default limits of each timeout a run used (RunOptions.run_limits), at most _DEFAULT_LIMITS_KEPT of them.
-_DEFAULT_LIMITS: dict[tuple[type, Any], Limits] = {}
-_DEFAULT_LIMITS_KEPT = 64
+
+# (Made once per timeout and shared, a Limits being frozen: checking its every field is most of a
+# run's checks. Typed: 4 and 4.0 each keep their own, as the limits' repr shows the timeout given.)
+@functools.lru_cache(maxsize=64, typed=True)
+def _default_limits(timeout: float) -> Limits:
+    return Limits(timeout=timeout)
+
 
 # The door whose caller gave the options being checked: every refusal names it.
 _door: contextvars.ContextVar[str] = contextvars.ContextVar("nous_sched.run_options_door", default="RunOptions")
@@ -179,17 +184,7 @@ class RunOptions:
     @property
     def run_limits(self) -> Limits:
         """The run's limits: ``limits``, or the default limits with ``timeout``."""
-        if self.limits is not None:
-            return self.limits
-        # (Made once per timeout: a Limits is frozen, and checking its every field is most of a run's checks.)
-        key = (type(self.timeout), self.timeout)
-        made = _DEFAULT_LIMITS.get(key)
-        if made is None:
-            made = Limits(timeout=self.timeout)
-            if len(_DEFAULT_LIMITS) >= _DEFAULT_LIMITS_KEPT:
-                _DEFAULT_LIMITS.clear()
-            _DEFAULT_LIMITS[key] = made
-        return made
+        return self.limits if self.limits is not None else _default_limits(self.timeout)
 
     def evolve(self, **changes: Any) -> RunOptions:
         """A copy with ``changes`` set, each checked as :class:`RunOptions` checks it.
