@@ -98,12 +98,12 @@ def tool_set(tools: Iterable[Tool], policy: Optional[PermissionPolicy], owner: s
     """
     global _held
     v.require(owner, "tools", tools, v.TOOLS)
-    seq = tools if type(tools) is tuple else tuple(tools)
     if policy is not None and type(policy) is not PermissionPolicy:
-        return ToolSet(seq, policy, owner)  # a subclass may decide by more than its fields: never kept
-    same = _kept_as_given(tools, seq, policy)
+        return ToolSet(tuple(tools), policy, owner)  # a subclass may decide by more than its fields: never kept
+    same = _kept_as_given(tools, policy)
     if same is not None:
         return same
+    seq = tools if type(tools) is tuple else tuple(tools)
     key = (tuple(map(id, seq)), policy)
     with _lock:
         hit = _sets.get(key)
@@ -132,17 +132,15 @@ def tool_set(tools: Iterable[Tool], policy: Optional[PermissionPolicy], owner: s
     return made
 
 
-def _kept_as_given(
-    tools: Iterable[Tool], seq: tuple[Tool, ...], policy: Optional[PermissionPolicy]
-) -> Optional[ToolSet]:
+def _kept_as_given(tools: Iterable[Tool], policy: Optional[PermissionPolicy]) -> Optional[ToolSet]:
     """The kept set of ``tools`` found without a key of every tool's id: the one made
     from this very tuple, or the one this list last asked for while its items are still
     that set's tools (compared by identity, in C: the key makes and hashes an int per
     tool, and an agent passes the same list of thousands of tools to run after run)."""
-    if seq is tools:
+    if type(tools) is tuple:
         with _lock:
-            same = _by_tuple.get((id(seq), policy))
-        return same if same is not None and same.tools is seq else None
+            same = _by_tuple.get((id(tools), policy))
+        return same if same is not None and same.tools is tools else None
     if type(tools) is list:
         with _lock:
             same = _by_list.get((id(tools), policy))
