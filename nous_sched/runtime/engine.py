@@ -66,6 +66,11 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol, Sequence
 
 import _quickjs
 
+try:  # hashlib.blake2b itself, from CPython's own module: hashlib's import loads OpenSSL's library
+    from _blake2 import blake2b as _blake2b  # (about 2.5 ms in each fork server, and mapped in every worker)
+except ImportError:  # (a build without it)
+    from hashlib import blake2b as _blake2b
+
 if TYPE_CHECKING:  # types only: a worker loads this file by path, outside the package
     from . import Cancel, Host, Limits
 
@@ -314,19 +319,7 @@ def names_keyed(names: Sequence[str]) -> tuple[bytes, bool, Optional[bytes]]:
 
 def names_key(text: bytes) -> bytes:
     """The key of a names text (see :func:`names_keyed`); ``worker.py`` checks a text it is sent by it."""
-    digest: str = _blake2b()(text, digest_size=16).hexdigest()
-    return digest.encode("ascii")
-
-
-def _blake2b() -> Any:
-    """``hashlib.blake2b`` (the same function), from CPython's own module where
-    it has one: ``hashlib`` loads OpenSSL's library as it is imported, about
-    2.5 ms in each fork server and its mappings in each worker it forks."""
-    try:
-        from _blake2 import blake2b
-    except ImportError:  # (a build without it)
-        from hashlib import blake2b
-    return blake2b
+    return _blake2b(text, digest_size=16).hexdigest().encode("ascii")
 
 
 def _names_entry(names: Sequence[str]) -> list[Any]:

@@ -1194,7 +1194,6 @@ def _prepare_server(modules: tuple[Any, Any, Any]) -> tuple[Any, Any, Any]:
     import mmap  # noqa: F401
     import signal
 
-    modules[1].names_key(b"")  # (the names cache's digest: loaded before the server freezes its objects)
     offset = budget_offset(modules[0])
     modules[1].load_gc_threshold()  # (opens the binding's library: its children cannot)
     # The first run's context of every child, prepared once here (the
