@@ -15,6 +15,10 @@ moves within the runs, see ``bench_concurrency.py`` for CPU per run).
 
 ``--gap -1``: between runs, a fresh ``ThreadPoolExecutor(50)`` fans the 50
 sleeps out, as ``bench_fanout.py`` interleaves its baseline.
+
+``--baseline calm``: the other run of each pair is held too, but only for
+``SPARE_CALM`` after its first wait, not also until its calls have begun
+(``pool.SPARE_BEGUN_LIMIT`` 0: the policy before 0.10.0).
 """
 
 from __future__ import annotations
@@ -56,6 +60,7 @@ def main() -> int:
     parser.add_argument("--gap", type=float, default=0.015, help="seconds between runs; -1: a bare pool's fan-out")
     parser.add_argument("--calm", type=float, default=None, help="pool.SPARE_CALM for the held runs")
     parser.add_argument("--program", choices=sorted(PROGRAMS), default="fanout")
+    parser.add_argument("--baseline", choices=["take", "calm"], default="take", help="the other run of each pair")
     args = parser.parse_args()
     if args.calm is not None:
         pool_module.SPARE_CALM = args.calm
@@ -63,9 +68,13 @@ def main() -> int:
     pool = WorkerPool()
     core: Any = pool._core  # noqa: SLF001  (a probe: the policy switched per run)
     hold = core.hold
+    limit = pool_module.SPARE_BEGUN_LIMIT
 
     def one(held: bool) -> float:
-        core.hold = hold if held else (lambda run, wid: False)
+        if args.baseline == "calm":
+            pool_module.SPARE_BEGUN_LIMIT = limit if held else 0.0
+        else:
+            core.hold = hold if held else (lambda run, wid: False)
         if args.gap >= 0:
             time.sleep(args.gap)
         else:
@@ -96,7 +105,8 @@ def main() -> int:
     diff = statistics.median(a - b for a, b in zip(walls[True], walls[False]))
     print(
         f"{args.program}, calm={pool_module.SPARE_CALM:g}, gap={args.gap:g}, {args.pairs} pairs: "
-        f"held {q(walls[True])}; at the take {q(walls[False])}; paired difference, median {diff:+.2f} ms"
+        f"held {q(walls[True])}; {'at the take' if args.baseline == 'take' else 'calm only'} {q(walls[False])}; "
+        f"paired difference, median {diff:+.2f} ms"
     )
     return 0
 

@@ -37,6 +37,8 @@ What a runtime must do, check by check:
   with the same outcome as ``run`` (or ``abandon()`` gives back);
 - the host is called in the caller's ``contextvars``, whatever thread drives the run;
 - runs on many threads at once stay apart;
+- a runtime may ask ``when_begun`` (at most once a run, once it has started
+  a call); the run and the hooks are the same whatever the host answers;
 - a program marked for a durable run (:data:`~nous_sched.runtime.engine.CLOCK_MARK`)
   hands its new clock values to ``host.clock`` and its call sites to
   ``host.sites``, and reads recorded values back.
@@ -497,6 +499,42 @@ def a_host_that_reads_for_the_run_hears_the_same_hooks_in_the_same_order(rt: Cod
     assert host.seen == plain_host.seen
     assert all(not reader.is_alive() for reader in host.readers)
     assert not host.readers or host.reads >= 5  # (a runtime that asked: each awaited answer was read there)
+
+
+class BegunHost(ContractHost):
+    """A :class:`ContractHost` that says when the calls started so far have
+    begun (:meth:`Host.when_begun`): at once, as a host whose calls begin as
+    they are started would; ``asks`` records how many calls had been started at each ask."""
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self.asks: list[int] = []
+
+    def when_begun(self, then: Callable[[], None]) -> bool:
+        self.asks.append(len(self.of("call")))
+        then()
+        return True
+
+
+@check
+def a_host_that_says_when_calls_began_is_asked_at_most_once_after_a_call_and_the_run_is_the_same(
+    rt: CodeRuntime,
+) -> None:
+    # when_begun: a runtime may ask (the worker pool does, to start a spare's
+    # replacement after the run's start-up); the run, and every hook the host hears, are the same.
+    program = (
+        "const [a, b] = await Promise.all([tools.first({n: 1}), tools.second({n: 2})]); return [a.args.n, b.args.n];"
+    )
+    plain, plain_host = run(rt, program)
+    host = BegunHost()
+    try:
+        outcome = rt.run(program, host, LIMITS)
+    finally:
+        host.close()
+    assert plain.error is None and outcome.error is None, (plain.error, outcome.error)
+    assert outcome.result == plain.result == [1, 2]
+    assert host.seen == plain_host.seen
+    assert len(host.asks) <= 1 and all(n >= 1 for n in host.asks), host.asks
 
 
 @check

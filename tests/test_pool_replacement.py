@@ -1,5 +1,6 @@
 """When the spare a run took is replaced: once the run's start-up is over
-(``SPARE_CALM`` after it first waits for a tool, or as it ends), not beside
+(``SPARE_CALM`` after it first waits for a tool, and its calls have begun;
+or as it ends), not beside
 its first step, when another spare is still ready and nothing waits; at once
 when it took the last spare ready. A held replacement is never kept from a
 run that needs one. The core's rule (:meth:`PoolCore.hold`) is checked by
@@ -21,6 +22,7 @@ from test_pool_core import OneSharePoolMachine, PoolMachine
 from nous_sched import Tool, WorkerPool, run_code
 from nous_sched.runtime import pool as pool_module
 from nous_sched.runtime.poolcore import FRESH, SPAWN, USE, WAIT, PoolCore
+from nous_sched.throttle import Throttle
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -251,6 +253,39 @@ def test_the_replacement_starts_while_the_run_still_waits_for_its_tool():
         result = run_code("return await tools.slow({})", [Tool("slow", slow)], runtime=pool, description="t")
         assert result.error is None and result.result == 1
         assert seen == [True], "the worker's run said when it first waited (drive's idle hook)"
+
+
+def test_the_replacement_waits_for_the_calls_the_run_made_to_begin(monkeypatch):
+    # Two calls through a throttle of one place: the second cannot begin while
+    # the first runs. Its run's replacement waits for it (Host.when_begun), as
+    # it waits for a wide fan-out's calls to reach their tool threads.
+    monkeypatch.setattr(pool_module, "SPARE_BEGUN_LIMIT", 3600.0)
+    db = Throttle("db", max_running=1)
+    held: list[bool] = []
+    started: list[bool] = []
+
+    with WorkerPool(size=4, spares=2) as pool:
+        assert pool.wait_for_spares(WAIT_S)
+
+        def first(args: dict) -> int:
+            # Long past SPARE_CALM: the replacement would be on its way by now.
+            held.append(not _until(lambda: _spares_on_their_way_or_ready(pool) > 1, 0.5))
+            return 1
+
+        def second(args: dict) -> int:
+            started.append(_until(lambda: _spares_on_their_way_or_ready(pool) == 2))
+            return 2
+
+        safe = lambda a: True  # noqa: E731
+        tools = [
+            Tool("first", first, throttles=(db,), concurrency_safe=safe),
+            Tool("second", second, throttles=(db,), concurrency_safe=safe),
+        ]
+        program = "const [a, b] = await Promise.all([tools.first({}), tools.second({})]); return a + b;"
+        result = run_code(program, tools, runtime=pool, description="t")
+        assert result.error is None and result.result == 3
+        assert held == [True], "the second call had not begun: the replacement waited"
+        assert started == [True], "it began: the replacement started while the run still waited"
 
 
 def test_a_run_that_took_the_last_spare_ready_has_it_replaced_at_once(monkeypatch):

@@ -44,6 +44,7 @@ def test_the_contract_covers_each_host_capability():
             "clock",
             "sites",
             "attach_reader",
+            "when_begun",
         ]
     )
     for name in declared:

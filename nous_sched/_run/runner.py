@@ -668,6 +668,11 @@ class _Host(Host):
         """The run's scheduler's driver reads the worker while the run waits (:meth:`Scheduler.attach_reader`)."""
         return self.scheduler.attach_reader(fd, readable, gone)
 
+    def when_begun(self, then: Callable[[], None]) -> bool:
+        """Told by the run's scheduler (:meth:`Scheduler.when_begun`)."""
+        self.scheduler.when_begun(then)
+        return True
+
     def on_logs(self, lines: list[str]) -> None:
         """The runtime's hook for each step's log lines: the run's event stream's, when it has one."""
         if self.live is not None:

@@ -437,6 +437,11 @@ class _DurableHost(Host):
         """The runtime's per-step log hook, passed on (a watched run's ``log`` events)."""
         self.inner.on_logs(lines)
 
+    def when_begun(self, then: Callable[[], None]) -> bool:
+        """Passed on: the calls that are not replayed begin on the inner host's tools."""
+        told: bool = self.inner.when_begun(then)
+        return told
+
     def on_settled(self, pending: Any, outcome: Any, payload: str) -> None:
         """The runtime's per-answer hook, passed on for every call the program received
         an answer to (the usage ledger, observed shapes): one that ran, a refusal or

@@ -146,6 +146,15 @@ class Host(Protocol):
         own thread reads every answer."""
         return False
 
+    def when_begun(self, then: Callable[[], None]) -> bool:
+        """Ask to be told, once, when every call started so far has begun its
+        tool (or will not): ``then()`` is called by the thread that brings that
+        about, possibly at once by this one; it must neither block nor raise.
+        Returns whether this host can tell (the default: ``False``, and
+        ``then`` is never called). A runtime keeps its background work (the
+        worker pool: a spare's replacement) off the run's start-up so."""
+        return False
+
     def on_logs(self, lines: list[str]) -> None:
         """The log lines a step kept, as it ends, on the thread running the
         program, or the one reading for it (:meth:`attach_reader`) (budget

@@ -12,6 +12,7 @@ thread that commits the call. What they reach in their
 from __future__ import annotations
 
 import contextvars
+import functools
 import json
 import math
 import os
@@ -96,7 +97,9 @@ class Places(Protocol):
 
     def _resume(self, ticket: Optional[int]) -> None: ...
 
-    def _calm(self, ticket: Optional[int]) -> None: ...
+    def _calm(self, ticket: Optional[int], waits: bool = False) -> None: ...
+
+    def _begun(self, ticket: int) -> None: ...
 
 
 class Lost(Exception):
@@ -773,10 +776,14 @@ class Remote:
         self._retried = False
         self._starting = False
 
-    def idle(self, head: Any) -> None:
+    def idle(self, head: Any, host: Host) -> None:
         """(:func:`drive`'s hook: the run first waits for a call.) Its start-up
-        is over: the replacement of the spare it took may start soon."""
-        self.pool._calm(self.ticket)  # noqa: SLF001
+        is over once the calls it made have begun: the replacement of the
+        spare it took may start then."""
+        pool, ticket = self.pool, self.ticket
+        pool._calm(ticket, waits=True)  # noqa: SLF001
+        if not host.when_begun(functools.partial(pool._begun, ticket)):  # noqa: SLF001
+            pool._begun(ticket)  # noqa: SLF001
 
     def _compute(self) -> None:
         """Hold a CPU share for the step about to start (waiting for one, first

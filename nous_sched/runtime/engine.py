@@ -473,8 +473,9 @@ class Engine:
     relay: Optional[Relay] = None
     #: (Looked up by :func:`drive`, not a :class:`Steps` member.) Called once, on the thread that drives the
     #: run, when it first has to wait for a call, with that call's pending call
-    #: (which it may wait for: ``wait(seconds)``); ``None``: nothing to do then.
-    idle: Optional[Callable[[Any], None]] = None
+    #: (which it may wait for: ``wait(seconds)``) and the run's host (which it may
+    #: ask when the calls have begun: ``when_begun``); ``None``: nothing to do then.
+    idle: Optional[Callable[[Any, Host], None]] = None
 
     def __init__(
         self,
@@ -971,7 +972,7 @@ def _drive(
     advance = None if relay is None else _advancer(steps, outstanding, cancel, relay)
     attach = host.attach_reader
     # Work the stepper does while its first call runs (the in-process next context; the pool: its next spare).
-    idle: Optional[Callable[[Any], None]] = getattr(engine, "idle", None)
+    idle: Optional[Callable[[Any, Host], None]] = getattr(engine, "idle", None)
     batch: Sequence[Any] = ()
     texts: Sequence[str] = (engine.start(),)
     read = True
@@ -989,7 +990,7 @@ def _drive(
             head = outstanding[0][1]
             if idle is not None and not head.done():
                 work, idle = idle, None
-                work(head)
+                work(head, host)
             if relay is not None and head.on_done(relay.kick):
                 # The thread that commits it sends the batch; this one waits for the answers.
                 got = relay.settled(take, head, advance, attach)

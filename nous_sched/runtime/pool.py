@@ -11,7 +11,8 @@ that takes one sends it the program at once and waits for nothing of its
 start-up. Spares are started by a thread of the pool's own, which reads
 their hellos, and boot as ``SCHED_BATCH`` (never preempting a run's threads);
 the spare a run took is replaced once the run's start-up is over
-(:data:`SPARE_CALM` after it first waits for a tool, or when it ends), or
+(:data:`SPARE_CALM` after it first waits for a tool, and once the calls it
+made by then have begun: :data:`SPARE_BEGUN_LIMIT`; or when it ends), or
 at once when it took the last spare ready or runs wait; while runs find
 no spare ready, more are kept booting side by side (up to twice
 :attr:`WorkerPool.spares`: see :class:`~nous_sched.runtime.poolcore.PoolCore`). Reuse
@@ -126,6 +127,11 @@ SPARES_LINGER = 1.0
 #: the run's calls have all begun (``benchmarks/bench_fanout_timeline.py``).
 #: A run that ends sooner has its spare replaced as it ends.
 SPARE_CALM = 0.001
+#: ... and not before the calls the run has made by then have begun their
+#: tools (``Host.when_begun``), so a wide fan-out's hand-off to its tool
+#: threads does not compete with the boot; but at most this many seconds
+#: past :data:`SPARE_CALM` (a call waiting for its throttle does not begin).
+SPARE_BEGUN_LIMIT = 0.005
 #: After a spare could not start (killed as it booted, its fork server lost),
 #: the spares thread tries again this many seconds later, twice as long after
 #: each further failure in a row, :data:`SPARES_RETRIES` times; then it leaves
@@ -333,6 +339,8 @@ class WorkerPool(CodeRuntime):
         self._slicer: Optional[threading.Thread] = None
         # Runs whose held replacement is wanted from an instant on (see _calm): ticket -> monotonic time.
         self._calm_at: dict[int, float] = {}
+        # The runs of _calm_at whose calls have not all begun: when the replacement starts anyway.
+        self._unbegun: dict[int, float] = {}
         self._dying: list[tuple[int, Worker]] = []  # killed fork server children, not yet gone
         # Fork server children whose run is over, killed by the spares thread
         # (not on the run's thread: see _release_now), then gone like _dying's.
@@ -1149,17 +1157,22 @@ class WorkerPool(CodeRuntime):
             )
             self._spare_thread.start()
 
-    def _calm(self, ticket: Optional[int]) -> None:
+    def _calm(self, ticket: Optional[int], waits: bool = False) -> None:
         """Run ``ticket`` first waits for a tool: the replacement it held back
         (``PoolCore.hold``) is started :data:`SPARE_CALM` seconds later by the
-        spares thread, or as the run ends if that is sooner. One deferred step."""
+        spares thread, or as the run ends if that is sooner; with ``waits``, not
+        before :meth:`_begun` (the run's calls have begun), or
+        :data:`SPARE_BEGUN_LIMIT` later. One deferred step."""
         if ticket is None:
             return
         with deferred(), self._lock:
             if ticket not in self._core.held:
                 return
             if SPARE_CALM > 0:
-                self._calm_at[ticket] = time.monotonic() + SPARE_CALM
+                now = time.monotonic()
+                self._calm_at[ticket] = now + SPARE_CALM
+                if waits:
+                    self._unbegun[ticket] = now + SPARE_CALM + SPARE_BEGUN_LIMIT
             else:
                 self._core.calm(ticket)
             if self._spare_thread is not None:
@@ -1167,14 +1180,26 @@ class WorkerPool(CodeRuntime):
                 return
         self._top_up()
 
+    def _begun(self, ticket: int) -> None:
+        """Run ``ticket``'s calls have begun (its host's ``when_begun``, on the
+        thread that began the last): its replacement may start at its time. One
+        deferred step, which neither blocks (the pool's lock is held briefly) nor raises."""
+        with deferred(), self._lock:
+            if self._unbegun.pop(ticket, None) is not None and self._spare_thread is not None:
+                self._notify()  # (it lingers: the hold's time may have come already)
+
     def _calms_due(self, now: float) -> float:
         """(With the lock held.) Let go the holds whose time has come (and those
         of runs over); when the next one is due (``inf``: none waits)."""
         due = math.inf
         held = self._core.held
+        unbegun = self._unbegun
         for ticket, at in list(self._calm_at.items()):
+            if ticket in held and at <= now:
+                at = unbegun.get(ticket, at)  # (its calls not all begun: not before they have, or the limit)
             if at <= now or ticket not in held:
                 del self._calm_at[ticket]
+                unbegun.pop(ticket, None)
                 self._core.calm(ticket)
             else:
                 due = min(due, at)

@@ -151,7 +151,7 @@ def _take_spare() -> Optional[tuple[Any, Any]]:
         return None
 
 
-def _make_spare(head: Any) -> None:
+def _make_spare(head: Any, host: Host) -> None:
     """Prepare a context for a later run (the prelude is most of a run's start-up),
     unless :data:`SPARES` wait already. Called by a run's thread when it first waits
     for a tool (``head``), and only once that call has run :data:`SPARE_AFTER`: so it

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextvars
+import logging
 import threading
 import time
 from typing import Any, Callable, Optional, Protocol, Sequence
@@ -33,6 +34,8 @@ from ..throttle import Hold
 from ..tooling import Mode, Tool
 from ._tool_threads import Task, Then
 
+log = logging.getLogger("nous_sched")
+
 __all__ = [
     "Ticket",
     "Call",
@@ -42,6 +45,8 @@ __all__ = [
     "Done",
     "Query",
     "Reader",
+    "WhenBegun",
+    "told",
     "RunLog",
     "Timeline",
     "STOP",
@@ -183,6 +188,8 @@ class Driven(Protocol):
     _timeout: float
     _throttle_waits: set[Hold]
     _batch: Optional["Batch"]
+    _unbegun: int
+    _on_begun: list[Callable[[], None]]
 
     def _record(self, record: Any) -> None: ...
 
@@ -243,6 +250,15 @@ class Timeline:
         )
 
 
+def told(thens: list[Callable[[], None]]) -> None:
+    """Call each of ``thens`` (:meth:`~nous_sched.Scheduler.when_begun`'s), outside every lock; what one raises is logged."""
+    for then in thens:
+        try:
+            then()
+        except Exception:
+            log.warning("a when_begun callback raised; ignoring it", exc_info=True)
+
+
 class Begin:
     """Called by a tool thread as it takes up a call: waits for the places of
     the tool's throttles (if it names any), then stamps the call's ``began``
@@ -280,6 +296,11 @@ class Begin:
                 self.end()
                 return False
             self.timeline.began = time.perf_counter() - scheduler._t0  # noqa: SLF001
+            scheduler._unbegun -= 1  # noqa: SLF001
+            if scheduler._unbegun or not scheduler._on_begun:  # noqa: SLF001
+                return True
+            thens, scheduler._on_begun = scheduler._on_begun, []  # noqa: SLF001
+        told(thens)
         return True
 
     def record_approval(self, approved: bool, reason: str, grant: str = "", granted: Any = None) -> None:
@@ -480,6 +501,15 @@ class RunLog(SessionLog):
                     entries[i] = made(entry).as_event()
             self._made = len(entries)
             return list(entries)
+
+
+class WhenBegun:
+    """Call ``then()`` once every call started so far has begun (:meth:`~nous_sched.Scheduler.when_begun`)."""
+
+    __slots__ = ("then",)
+
+    def __init__(self, then: Callable[[], None]) -> None:
+        self.then = then
 
 
 class Query:

@@ -90,6 +90,8 @@ from ._calls import (
     RunLog,
     Ticket,
     Timeline,
+    WhenBegun,
+    told,
 )
 from ._running import InContext, run_call, run_reporting
 from ._tool_threads import ToolThreads
@@ -186,6 +188,12 @@ class Scheduler:
     #   guards also     _stopping (set by stop() and the exiting driver; read by a
     #                   tool thread as it takes up a call, Begin, which stamps
     #                   `began`: so no call begins after the scheduler stops)
+    #   guards also     _unbegun (the calls handed to a tool and not yet begun:
+    #                   the driver counts each as its pass starts it, Begin
+    #                   as it stamps `began`, the driver again for one that
+    #                   finished without beginning) and _on_begun (when_begun's
+    #                   callbacks waiting for _unbegun to reach 0: added by the
+    #                   driver, taken by whoever brings it to 0 or sets _stopping)
     #   _final          the lane's last state, written by the driver before it
     #                   sets _exited (under _lock), read only after that.
     #   _driver         the thread driving this scheduler: written once, by
@@ -286,6 +294,8 @@ class Scheduler:
         # committed, its row (Timeline.row: final then), see _write_pass.
         self._trail: list[Any] = []
         self._throttle_waits: set[Hold] = set()
+        self._unbegun = 0
+        self._on_begun: list[Callable[[], None]] = []
 
         self._final: Optional[LaneState] = None
         self._lane: Lane[Call] = Lane(max_parallel)  # driver-owned from here on
@@ -520,6 +530,29 @@ class Scheduler:
                 wake()
         return True
 
+    def when_begun(self, then: Callable[[], None]) -> None:
+        """Call ``then()`` once, when every call submitted before this one has
+        begun its tool (its thread has taken it up: what ``began`` stamps), or
+        will not begin (refused, cancelled, its run over), or the scheduler
+        stops, whichever comes first. Calls the scheduler holds back
+        (``max_parallel``, an exclusive call) are not waited for: only those it
+        has handed to a tool. ``then`` is called by the thread that brings this
+        about (a tool thread, the driver, the one that stops the scheduler, or
+        this one when it has stopped already): it must neither block nor raise
+        (what it raises is logged). A runtime does its background work then
+        (the worker pool starts the replacement of the spare a run took): when
+        the run's calls have begun, no start-up of the run's competes with it."""
+        with deferred():  # (Ctrl-C on the main thread: never the lock left held, nor the ask half made)
+            with self._lock:
+                closed = self._closed
+                if not closed:
+                    self._put(WhenBegun(then))
+                    wake, self._wake = self._wake, None
+            if closed:
+                told([then])
+            elif wake is not None:
+                wake()
+
     def _refusal(self) -> Optional[str]:
         """Why a submit is refused now, or None (under _lock)."""
         if self._closed:
@@ -696,12 +729,19 @@ class Scheduler:
             )
         self._release_open(ABANDONED)
 
-    def _begin_stop(self) -> None:
+    def _stop_beginning(self) -> None:
+        """From here on no call begins (Begin); the calls waiting for their throttles'
+        places give them back now, not when the deadline passes; when_begun's callbacks are told."""
         with self._records_lock:
-            self._stopping = True  # from here on no call begins (Begin)
+            self._stopping = True
             waits = list(self._throttle_waits)
-        for hold in waits:  # their places go back now, not when the deadline passes
+            thens, self._on_begun = self._on_begun, []
+        for hold in waits:
             hold.cancel()
+        told(thens)
+
+    def _begin_stop(self) -> None:
+        self._stop_beginning()
         with self._lock:
             first = not self._closed
             self._closed = True
@@ -855,6 +895,13 @@ class Scheduler:
             msg.reply.set_result(self._lane.state())
         elif kind is Reader:
             self._attach(msg)
+        elif kind is WhenBegun:
+            self._drive()  # (the calls queued before it start first: it asks about them too)
+            with self._records_lock:
+                if self._unbegun and not self._stopping:
+                    self._on_begun.append(msg.then)
+                    return
+            told([msg.then])
 
     def _attach(self, reader: Reader) -> None:
         """A run's worker pipe to read while the queue is empty (see :meth:`attach_reader`)."""
@@ -973,9 +1020,16 @@ class Scheduler:
         """A pass's audit records, trail and stamps under one ``_records_lock``, and the run's own log with
         them (under the same lock: see :class:`RunLog`); a session log of the caller's gets them after."""
         finished = self._finished
+        thens: list[Callable[[], None]] = []
         with self._records_lock:
             for call in finished:
-                call.timeline.finished = call.ran[1]
+                timeline = call.timeline
+                timeline.finished = call.ran[1]
+                if timeline.began is None:  # over without beginning (refused, cancelled): never will
+                    self._unbegun -= 1
+            self._unbegun += len(started)
+            if not self._unbegun and self._on_begun:
+                thens, self._on_begun = self._on_begun, []
             trail = self._trail
             for call, at in committed:
                 timeline = call.timeline
@@ -1000,6 +1054,8 @@ class Scheduler:
         finished.clear()
         if records and not kept:
             self._log_records(records)
+        if thens:
+            told(thens)
 
     def _act_in_order(self, actions: list[tuple[str, Call, Any]]) -> None:
         """With an observer or an outcome hook: each action's hand-over, publish and callbacks, in the lane's order."""
@@ -1162,11 +1218,7 @@ class Scheduler:
 
     def _wind_down(self) -> None:
         """The driver's last act, whether it was stopped or crashed."""
-        with self._records_lock:
-            self._stopping = True
-            waits = list(self._throttle_waits)
-        for hold in waits:
-            hold.cancel()
+        self._stop_beginning()
         with self._lock:
             self._closed = True
         reader, self._reader = self._reader, None
@@ -1201,6 +1253,8 @@ class Scheduler:
                     msg.reply.set_result(final)
                 elif type(msg) is Reader:
                     msg.gone()
+                elif type(msg) is WhenBegun:
+                    told([msg.then])
             self._release_open(GONE)
 
     def _abandon(self) -> None:
