@@ -9,7 +9,8 @@ once (``worker._rehearse``) and each spare faults them in while it boots
 at a time in one ``WorkerPool(spares=1)``, this reads from ``/proc`` (the
 kernel's counters, load-independent):
 
-* the spare's CPU when it is ready (every thread's ``schedstat``: the boot);
+* the spare's CPU and minor page faults when it is ready (every thread's
+  ``schedstat``; the faults count every page it wrote ahead too): the boot;
 * its minor page faults and CPU from the run frame to the program's first
   tool call (the tool reads them): the first step;
 
@@ -63,6 +64,7 @@ def main() -> int:
     parser.add_argument("--program", choices=sorted(PROGRAMS), default="one-call")
     args = parser.parse_args()
     boot: list[float] = []
+    boot_faults: list[int] = []
     step: list[float] = []
     faulted: list[int] = []
     with WorkerPool(size=4, spares=1) as pool:
@@ -90,10 +92,12 @@ def main() -> int:
             assert r.ok, r.error
             at, was = ready[seen[0][2]]
             boot.append(at)
+            boot_faults.append(was)
             step.append(seen[0][0] - at)
             faulted.append(seen[0][1] - was)
     print(f"# {os.environ.get('PYTHONPATH', '.')}: {args.runs} runs of {args.program!r}, load {os.getloadavg()[0]:.1f}")
     print(f"  spare's boot, CPU (us)            {statistics.median(boot):8.0f}")
+    print(f"  spare's boot, page faults         {statistics.median(boot_faults):8.0f}")
     print(f"  first step, CPU (us)              {statistics.median(step):8.0f}")
     print(f"  first step, page faults           {statistics.median(faulted):8.0f}")
     print(f"  boot + first step, CPU (us)       {statistics.median(boot) + statistics.median(step):8.0f}")

@@ -110,7 +110,7 @@ _ID = v.Check("an int from 1 to 2**31-1", lambda x: isinstance(x, int) and not i
 _SPARES = v.Check("an int of at least 0", lambda x: isinstance(x, int) and not isinstance(x, bool) and x >= 0)
 #: The default :attr:`WorkerPool.size` (places: worker processes alive): twice
 #: the core count, at least this. Places are bounded by memory, not CPU: a
-#: fresh worker holds about 2.8 MiB of its own, a run's worker about 7 MB
+#: fresh worker holds about 3.0 MiB of its own, a run's worker about 7 MB
 #: plus its program's heap; a run waiting on a tool holds its place but no
 #: CPU share (:func:`default_cpu_shares`).
 MIN_DEFAULT_SIZE = 64
@@ -220,7 +220,7 @@ class WorkerPool(CodeRuntime):
     :param size: most worker processes alive at once (spares included), so
         most runs at once: the *places*. Default: twice the core count, at
         least 64 (``default_size``); a place costs memory (a fresh worker
-        about 2.8 MiB of its own), not CPU.
+        about 3.0 MiB of its own), not CPU.
     :param cpu_shares: most runs whose JavaScript computes at once. Default:
         the core count (``default_cpu_shares``).
     :param spares: fresh workers kept ready (within ``size``; default 2),

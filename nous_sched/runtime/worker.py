@@ -90,7 +90,10 @@ import errno
 import os
 import struct
 import sys
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
+
+if TYPE_CHECKING:
+    import mmap
 
 HEADER = struct.Struct(">I")
 RUN = b"R"
@@ -146,11 +149,20 @@ WRITE_AHEAD_PAGES = 1024
 #: 5.14): read- or write-fault a range in one call.
 _POPULATE_READ = 22
 _POPULATE_WRITE = 23
-#: The rehearsal's run (see :func:`_rehearse`): one awaited call whose
-#: arguments hold an object, as most first steps do.
-REHEARSAL = "const r = await tools.noop({}); return r;"
-#: Seconds a fork server gives its rehearsal (it takes about 5 ms) before going on without it.
+#: The rehearsal's run (see :func:`_rehearse`): a fan-out's first step, 50
+#: calls at once, each with an object for its arguments (the first an empty
+#: one, as most one-call steps have). A one-call step writes about the pages
+#: its first call writes here; the other 49 add about 40, mostly fresh heap,
+#: which each spare then writes ahead too (about 0.16 MiB and 70 us of its
+#: boot) so that a fan-out's step does not fault on them.
+REHEARSAL = "const r = await Promise.all(Array.from({ length: 50 }, (_, i) => tools.noop(i ? { i } : {}))); return r;"
+#: Seconds a fork server gives its rehearsal (it takes about 6 ms) before going on without it.
 REHEARSAL_TIMEOUT = 2.0
+#: Bytes a fork server takes from its heap and gives back after its trim
+#: (see :func:`_trim`): the heap's top then holds them and glibc's top pad
+#: (128 KiB), pages it never wrote, where a run's first step puts its new
+#: objects (a 50-call fan-out's step about 150 KB).
+HEAP_HEADROOM = 64 << 10
 #: The largest mapping a rehearsal looks at (its pagemap is read twice).
 _REHEARSAL_REGION = 64 << 20
 #: The rehearsal run's limits (the defaults of ``nous_sched.Limits``, in
@@ -1162,13 +1174,24 @@ def _trim() -> None:
     """Give the heap's free memory back to the system (glibc's
     ``malloc_trim``): a child's large allocation (a large names text's str
     and JS copies, a long frame's buffer) then gets fresh zeroed pages, not
-    free pages this server once wrote, which the child would copy."""
+    free pages this server once wrote, which the child would copy. Then
+    leave room at the heap's top (:data:`HEAP_HEADROOM`), pages never
+    written: a child's step puts its new objects there, inside this
+    server's mappings, where the rehearsal names them and each spare
+    faults them in ahead (past the heap's end they would be a mapping of
+    the child's own, which no write-ahead reaches). Called before the
+    rehearsal's fork, so the rehearsal and every later child find one heap."""
     if not sys.platform.startswith("linux"):
         return
     try:
         import ctypes
 
-        ctypes.CDLL(None).malloc_trim(0)
+        libc = ctypes.CDLL(None)
+        libc.malloc_trim(0)
+        libc.malloc.restype = ctypes.c_void_p
+        libc.free.argtypes = (ctypes.c_void_p,)
+        # (Below the allocator's mmap threshold: the heap grows by it, and the top pad.)
+        libc.free(libc.malloc(HEAP_HEADROOM))
     except (OSError, AttributeError):
         pass
 
@@ -1239,7 +1262,9 @@ def _rehearse(
     Each child shares this process's pages until it writes one, which then
     costs a fault and a copy: in a fresh worker, about 130 faults in the
     first step of its run (the context's objects, the allocator's lists,
-    the interpreter's state), about 0.25 ms of that step's wall time. Which
+    the interpreter's state), about 0.25 ms of that step's wall time; a
+    50-call fan-out's step about 50 more, each a fresh page at the heap's
+    top for its new objects (room :func:`_trim` left). Which
     pages those are depends on this process's layout, the same in every
     child, far more than on the program. So a throwaway child of this
     process runs :data:`REHEARSAL` in its copy of the prepared context, as a
@@ -1306,6 +1331,7 @@ def _rehearsal(
     import _thread
     import array
     import json
+    import mmap
 
     engine = modules[1]
     watchdog = _Watchdog(-1, offset)
@@ -1323,8 +1349,10 @@ def _rehearsal(
     body = json.dumps(spec).encode() + b"\n" + names
     page = os.sysconf("SC_PAGE_SIZE")
     size = sum(end - start for start, end, _ in regions) // page * 8
-    # (Both snapshots' buffers made first: what they allocate is not the step's.)
-    before, after = bytearray(size), bytearray(size)
+    # (Both snapshots' buffers made first, what they allocate not the step's;
+    # and off the heap, which then holds what a worker's holds as its step
+    # begins: the step's new objects land on the pages a worker's would.)
+    before, after = mmap.mmap(-1, size), mmap.mmap(-1, size)
     fd = os.open("/proc/self/pagemap", os.O_RDONLY)
     done = _thread.allocate_lock()
     done.acquire()
@@ -1359,7 +1387,7 @@ def _rehearsal(
     done.acquire(timeout=REHEARSAL_TIMEOUT)
 
 
-def _pagemap(fd: int, regions: list[tuple[int, int, int]], into: bytearray, page: int) -> None:
+def _pagemap(fd: int, regions: list[tuple[int, int, int]], into: mmap.mmap, page: int) -> None:
     """``regions``' pagemap entries, read into ``into`` (allocating nothing)."""
     view = memoryview(into)
     at = 0
