@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import pytest
 
-from nous_sched import Scheduler, Tool
+from nous_sched import ConfigError, Scheduler, Tool
 from nous_sched.throttle import Throttle
 
 pytestmark = pytest.mark.timeout(60)
@@ -60,6 +60,12 @@ class GatedExecutor(concurrent.futures.Executor):
 def _told() -> tuple[threading.Event, Callable[[], None]]:
     told = threading.Event()
     return told, told.set
+
+
+def test_a_then_that_is_not_callable_is_a_config_error_naming_it():
+    with Scheduler() as sched:
+        with pytest.raises(ConfigError, match=r"Scheduler.when_begun: `then` must be callable"):
+            sched.when_begun("soon")  # type: ignore[arg-type]
 
 
 def test_with_no_call_waiting_to_begin_it_is_told_at_once():

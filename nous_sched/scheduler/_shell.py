@@ -541,7 +541,11 @@ class Scheduler:
         this one when it has stopped already): it must neither block nor raise
         (what it raises is logged). A runtime does its background work then
         (the worker pool starts the replacement of the spare a run took): when
-        the run's calls have begun, no start-up of the run's competes with it."""
+        the run's calls have begun, no start-up of the run's competes with it.
+
+        :raises ConfigError: ``then`` is not callable.
+        """
+        require("Scheduler.when_begun", "then", then, v.CALLABLE)
         with deferred():  # (Ctrl-C on the main thread: never the lock left held, nor the ask half made)
             with self._lock:
                 closed = self._closed
