@@ -365,7 +365,7 @@
       arg = JSONstringify(text);
     }
     const entry = (outCount === 0 ? "[" : ",[") + id + "," + (quoted !== undefined ? quoted : JSONstringify(name)) + "," + arg + "]";
-    // (Every text made before any is kept: a failure above leaves the step's calls as they were.)
+    // (Every text is made before any is kept: a failure part way leaves the step's calls as they were.)
     outCalls += entry;
     outCount++;
     outTail = tail;
