@@ -1420,17 +1420,25 @@ def _split(text: str) -> tuple[str, list[str]]:
 def _placed(calls: list[Any], main: Any, pieces: list[str]) -> bool:
     """Put each long text in its place (a call's arguments, the result), where
     the envelope holds its index: 0, 1, 2, ... in order, each once. False if not so."""
-    places: list[tuple[Any, Any]] = [(c, 2) for c in calls if type(c[2]) is not str]
-    if main is not None and main["state"] == "fulfilled" and type(main.get("json")) is not str:
-        places.append((main, "json"))
-    if len(places) != len(pieces):
-        return False
-    for i, (holder, key) in enumerate(places):
-        index = holder[key]
-        if type(index) is not int or index != i:
+    # (One plain loop, no list of places: an envelope of a few calls and one
+    # long text spent more on making that list than on placing the text.)
+    count = len(pieces)
+    i = 0
+    for c in calls:
+        index = c[2]
+        if type(index) is str:
+            continue
+        if type(index) is not int or index != i or i == count:
             return False
-        holder[key] = pieces[i]
-    return True
+        c[2] = pieces[i]
+        i += 1
+    if main is not None and main["state"] == "fulfilled" and type(main.get("json")) is not str:
+        index = main["json"]
+        if type(index) is not int or index != i or i == count:
+            return False
+        main["json"] = pieces[i]
+        i += 1
+    return i == count
 
 
 def _durable(host: Any, envelope: dict[str, Any]) -> None:

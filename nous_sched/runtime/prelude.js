@@ -173,9 +173,13 @@
   const MAX_NAME_UNITS = 1024;
 
   let nextId = 0;
-  let outbox = create(null);
-  let outHead = 0;
-  let outTail = 0;
+  // The calls this step started, as the envelope's text for them (each call
+  // writes its own entry when it is made: no record kept for the drain to
+  // read back), how many, and the long texts that cross after the envelope.
+  let outCalls = "";
+  let outCount = 0;
+  let outTail = "";
+  let outPieces = 0;
   const waiting = create(null);
   let logs = create(null);
   let logCount = 0;
@@ -194,6 +198,8 @@
   // and stands in the envelope as its index among them.
   const OUT_OF_LINE = 512;
   const SEP = "\x01";
+  // A tool's usual empty arguments, as the JSON string they cross as, made once.
+  const EMPTY_ARGS = '"{}"';
 
   class ToolError extends ErrorCtor {
     constructor(tool, message) {
@@ -278,7 +284,7 @@
     waiting[w.id] = w;
   });
 
-  // `quoted`: `name` as JSON text, when the caller has it (undefined: the drain makes it).
+  // `quoted`: `name` as JSON text, when the caller has it (undefined: made here).
   // `tool`: the tool's function that called this one, when it was (its frame is this file's too).
   function call(name, args, label, quoted, tool) {
     const sites = tool === undefined ? callSites(call, 2) : callSites(tool, 3);
@@ -339,7 +345,31 @@
       name = apply(strSlice, name, [0, MAX_NAME_UNITS]);
       quoted = undefined;
     }
-    outbox[outTail++] = [id, name, json === undefined ? "null" : json, quoted];
+    // The arguments cross as their own text (a JSON string, or after the
+    // envelope when long): the host parses each call's text on its own,
+    // under its own rules, so one bad call fails alone.
+    const text = json === undefined ? "null" : json;
+    let arg;
+    let tail = outTail;
+    let pieces = outPieces;
+    if (text.length >= OUT_OF_LINE) {
+      arg = "" + pieces++;
+      tail += SEP + text;
+    } else if (text === "{}") {
+      arg = EMPTY_ARGS;
+    } else if (indexIn(text, '"') === -1) {
+      // No string in the text, so nothing to escape (a backslash is only
+      // ever inside one): the JSON string JSON.stringify would write.
+      arg = '"' + text + '"';
+    } else {
+      arg = JSONstringify(text);
+    }
+    const entry = (outCount === 0 ? "[" : ",[") + id + "," + (quoted !== undefined ? quoted : JSONstringify(name)) + "," + arg + "]";
+    // (Every text is made before any is kept: a failure part way leaves the step's calls as they were.)
+    outCalls += entry;
+    outCount++;
+    outTail = tail;
+    outPieces = pieces;
     if (clockOn) siteNew[siteNew.length] = siteOf(sites);
     filing = { res: null, rej: null, sites: sites, name: label, id: id };
     const promise = new PromiseCtor(file);
@@ -542,43 +572,17 @@
   // program drains (most of a Promise.all's settles): the same text, made once.
   const NOTHING_NEW = '{"calls":[],"logs":[],"dropped":0,"main":null}';
   const CALLS_ONLY_END = '],"logs":[],"dropped":0,"main":null}';
-  const EMPTY_ARGS = '"{}"';
 
   function drain() {
-    if (outTail === 0 && logCount === 0 && logDropped === 0 && mainText === null && mainJson === "null" && !clockOn) {
+    if (outCount === 0 && logCount === 0 && logDropped === 0 && mainText === null && mainJson === "null" && !clockOn) {
       return NOTHING_NEW;
     }
-    let out = '{"calls":[';
-    let tail = "";
-    let pieces = 0;
-    for (let first = true; outHead < outTail; first = false) {
-      const c = outbox[outHead++];
-      // The arguments cross as their own text (a JSON string, or after the
-      // envelope when long): the host parses each call's text on its own,
-      // under its own rules, so one bad call fails alone.
-      const json = c[2];
-      let arg;
-      if (json.length >= OUT_OF_LINE) {
-        arg = "" + pieces++;
-        tail += SEP + json;
-      } else if (json === "{}") {
-        arg = EMPTY_ARGS; // (a tool's usual empty arguments: their JSON string, made once)
-      } else if (indexIn(json, '"') === -1) {
-        // No string in the text, so nothing to escape (a backslash is only
-        // ever inside one): the JSON string JSON.stringify would write.
-        arg = '"' + json + '"';
-      } else {
-        arg = JSONstringify(json);
-      }
-      const quoted = c[3];
-      out += (first ? "[" : ",[") + c[0] + "," + (quoted !== undefined ? quoted : JSONstringify(c[1])) + "," + arg + "]";
-    }
-    if (outTail !== 0) {
-      // A fresh outbox for the next step, its indices from 0 again: no deleted
-      // properties for the engine to keep, and the one-call step's object has
-      // the same shape every time.
-      outbox = create(null);
-      outHead = outTail = 0;
+    let out = '{"calls":[' + outCalls;
+    let tail = outTail;
+    let pieces = outPieces;
+    if (outCount !== 0) {
+      outCalls = outTail = "";
+      outCount = outPieces = 0;
     }
     if (pieces === 0 && logCount === 0 && logDropped === 0 && mainText === null && mainJson === "null" && !clockOn) {
       // The usual step (calls only): the rest of the envelope is the same text every time.
