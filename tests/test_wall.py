@@ -295,6 +295,33 @@ def test_a_shared_mapping_over_the_memory_cap_is_refused(compromised):
     assert_next_run_correct(pool)
 
 
+def test_the_memory_cap_only_ever_lowers_the_address_space_limit():
+    # (oslimits.cap_memory, as a worker's runs call it, in a process of its own.)
+    script = textwrap.dedent(
+        """
+        import resource
+        from nous_sched.runtime import oslimits
+        base = oslimits._baseline_vm
+        # One lowered behind its back before any cap stays.
+        resource.setrlimit(resource.RLIMIT_AS, (base + (1 << 32),) * 2)
+        assert oslimits.cap_memory(1 << 33) == base + (1 << 32)
+        assert resource.getrlimit(resource.RLIMIT_AS) == (base + (1 << 32),) * 2
+        assert oslimits.cap_memory(1 << 30) == base + (1 << 30)
+        assert resource.getrlimit(resource.RLIMIT_AS) == (base + (1 << 30),) * 2
+        # A later, larger cap leaves the lower limit in force.
+        assert oslimits.cap_memory(1 << 31) == base + (1 << 30)
+        # So does one over a limit lowered behind its back.
+        resource.setrlimit(resource.RLIMIT_AS, (base + (1 << 29),) * 2)
+        oslimits.cap_memory(1 << 30)
+        assert resource.getrlimit(resource.RLIMIT_AS) == (base + (1 << 29),) * 2
+        assert oslimits.cap_memory(1 << 28) == base + (1 << 28)
+        assert resource.getrlimit(resource.RLIMIT_AS) == (base + (1 << 28),) * 2
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], timeout=120, check=False, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
 @pytest.mark.skipif(not ROOT, reason="the host runs as root here only")
 def test_a_root_hosts_worker_has_no_privilege(compromised):
     pool = compromised(ROOT_ONLY)

@@ -165,6 +165,8 @@ REHEARSAL_TIMEOUT = 2.0
 HEAP_HEADROOM = 64 << 10
 #: The largest mapping a rehearsal looks at (its pagemap is read twice).
 _REHEARSAL_REGION = 64 << 20
+#: The rehearsal's address-space cap (bytes over none in use: see oslimits.cap_memory).
+_REHEARSAL_CAP = 1 << 44
 #: The rehearsal run's limits (the defaults of ``nous_sched.Limits``, in
 #: :data:`LIMIT_FIELDS` order; only which pages a step writes depends on them).
 _REHEARSAL_LIMITS = (30.0, 256 << 20, 1 << 20, 1000000, 1000000, 1000000, 10000, 1000, 4000000, None)
@@ -1343,7 +1345,9 @@ def _rehearsal(
         "names_lazy": lazy,
         "limits": list(_REHEARSAL_LIMITS),
         "remaining": 30.0,
-        "memory_cap": 0,
+        # (Capped as a run is, so the cap's pages are learned too; so high,
+        # above this process's address space, that nothing it maps is refused.)
+        "memory_cap": _REHEARSAL_CAP,
         "cpu_limit": None,
     }
     body = json.dumps(spec).encode() + b"\n" + names
