@@ -57,6 +57,11 @@ class GatedExecutor(concurrent.futures.Executor):
         self.gates[i].set()
 
 
+def _until_exited(sched: Scheduler) -> bool:
+    """Whether the scheduler's driver has taken its last message (a stopped one's ``lane_state`` answers at once)."""
+    return sched.lane_state(WAIT) is not None
+
+
 def _told() -> tuple[threading.Event, Callable[[], None]]:
     told = threading.Event()
     return told, told.set
@@ -189,3 +194,29 @@ def test_what_a_callback_raises_is_logged_and_the_others_are_told(caplog):
         ticket = sched.submit(Tool("ok", lambda a: 3), {})
         assert sched.wait(ticket).value == 3, "the scheduler goes on"
     assert any("when_begun callback raised" in r.getMessage() for r in caplog.records)
+
+
+def test_an_ask_queued_before_a_stop_starts_no_call_after_it():
+    # The driver is held in a call's concurrency_safe predicate while the ask
+    # and stop() are queued behind it: once it is let go, it hands nothing to
+    # a tool (stop() has begun), and the ask is told all the same.
+    executor = GatedExecutor()
+    release = threading.Event()
+    in_predicate = threading.Event()
+    told, then = _told()
+
+    def predicate(args: dict) -> bool:
+        in_predicate.set()
+        release.wait(WAIT)
+        return True
+
+    sched = Scheduler(executor=executor)
+    sched.submit(Tool("stuck", lambda a: 1, concurrency_safe=predicate), {})
+    assert in_predicate.wait(WAIT)
+    sched.when_begun(then)
+    sched.stop(timeout=0.05)  # (the driver does not answer in time: stop() returns, the driver is left to end)
+    release.set()
+    assert told.wait(WAIT)
+    assert _until_exited(sched)
+    with executor.submitted:
+        assert executor.gates == [], "no call was handed to a tool after stop() began"

@@ -900,7 +900,11 @@ class Scheduler:
         elif kind is Reader:
             self._attach(msg)
         elif kind is WhenBegun:
-            self._drive()  # (the calls queued before it start first: it asks about them too)
+            # The calls queued before it start first (it asks about them too);
+            # none once stop() has begun: it queues STOP after this, and no
+            # pass may start a call after that (the tool threads may be retired).
+            if not self._stopping:
+                self._drive()
             with self._records_lock:
                 if self._unbegun and not self._stopping:
                     self._on_begun.append(msg.then)
