@@ -477,6 +477,20 @@ class ReadingHost(ContractHost):
             reader.join(10)
 
 
+def beside_plain(
+    rt: CodeRuntime, program: str, host: ContractHost
+) -> tuple[RuntimeOutcome, ContractHost, RuntimeOutcome]:
+    """``program`` run with a plain :class:`ContractHost` (its outcome and host), then with ``host``
+    (closed after; its outcome); both without an error."""
+    plain, plain_host = run(rt, program)
+    try:
+        outcome = rt.run(program, host, LIMITS)
+    finally:
+        host.close()
+    assert plain.error is None and outcome.error is None, (plain.error, outcome.error)
+    return plain, plain_host, outcome
+
+
 @check
 def a_host_that_reads_for_the_run_hears_the_same_hooks_in_the_same_order(rt: CodeRuntime) -> None:
     # attach_reader: the host's own thread may read the worker's answers and step
@@ -487,13 +501,8 @@ def a_host_that_reads_for_the_run_hears_the_same_hooks_in_the_same_order(rt: Cod
         "const [a, b] = await Promise.all([tools.first({n: 1}), tools.second({n: 2})]);"
         'console.log("end"); return [s, a.args.n, b.args.n, (await sdk.describe("first")) !== undefined];'
     )
-    plain, plain_host = run(rt, program)
     host = ReadingHost()
-    try:
-        outcome = rt.run(program, host, LIMITS)
-    finally:
-        host.close()
-    assert plain.error is None and outcome.error is None, (plain.error, outcome.error)
+    plain, plain_host, outcome = beside_plain(rt, program, host)
     assert outcome.result == plain.result == [10, 1, 2, True]
     assert outcome.logs == plain.logs
     assert host.seen == plain_host.seen
@@ -525,13 +534,8 @@ def a_host_that_says_when_calls_began_is_asked_at_most_once_after_a_call_and_the
     program = (
         "const [a, b] = await Promise.all([tools.first({n: 1}), tools.second({n: 2})]); return [a.args.n, b.args.n];"
     )
-    plain, plain_host = run(rt, program)
     host = BegunHost()
-    try:
-        outcome = rt.run(program, host, LIMITS)
-    finally:
-        host.close()
-    assert plain.error is None and outcome.error is None, (plain.error, outcome.error)
+    plain, plain_host, outcome = beside_plain(rt, program, host)
     assert outcome.result == plain.result == [1, 2]
     assert host.seen == plain_host.seen
     assert len(host.asks) <= 1 and all(n >= 1 for n in host.asks), host.asks
