@@ -97,7 +97,7 @@ class Places(Protocol):
 
     def _resume(self, ticket: Optional[int]) -> None: ...
 
-    def _calm(self, ticket: Optional[int], waits: bool = False) -> None: ...
+    def _calm(self, ticket: Optional[int]) -> None: ...
 
     def _begun(self, ticket: int) -> None: ...
 
@@ -781,9 +781,9 @@ class Remote:
         is over once the calls it made have begun: the replacement of the
         spare it took may start then."""
         pool, ticket = self.pool, self.ticket
-        pool._calm(ticket, waits=True)  # noqa: SLF001
+        pool._calm(ticket)  # noqa: SLF001
         if not host.when_begun(functools.partial(pool._begun, ticket)):  # noqa: SLF001
-            pool._begun(ticket)  # noqa: SLF001
+            pool._begun(ticket)  # noqa: SLF001  (a host that cannot tell: SPARE_CALM alone, as before)
 
     def _compute(self) -> None:
         """Hold a CPU share for the step about to start (waiting for one, first

@@ -1157,12 +1157,12 @@ class WorkerPool(CodeRuntime):
             )
             self._spare_thread.start()
 
-    def _calm(self, ticket: Optional[int], waits: bool = False) -> None:
+    def _calm(self, ticket: Optional[int]) -> None:
         """Run ``ticket`` first waits for a tool: the replacement it held back
         (``PoolCore.hold``) is started :data:`SPARE_CALM` seconds later by the
-        spares thread, or as the run ends if that is sooner; with ``waits``, not
-        before :meth:`_begun` (the run's calls have begun), or
-        :data:`SPARE_BEGUN_LIMIT` later. One deferred step."""
+        spares thread, or as the run ends if that is sooner; and not before
+        :meth:`_begun` (the run's calls have begun), or :data:`SPARE_BEGUN_LIMIT`
+        later. One deferred step."""
         if ticket is None:
             return
         with deferred(), self._lock:
@@ -1171,8 +1171,7 @@ class WorkerPool(CodeRuntime):
             if SPARE_CALM > 0:
                 now = time.monotonic()
                 self._calm_at[ticket] = now + SPARE_CALM
-                if waits:
-                    self._unbegun[ticket] = now + SPARE_CALM + SPARE_BEGUN_LIMIT
+                self._unbegun[ticket] = now + SPARE_CALM + SPARE_BEGUN_LIMIT
             else:
                 self._core.calm(ticket)
             if self._spare_thread is not None:
