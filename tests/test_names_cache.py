@@ -316,3 +316,20 @@ def test_a_fork_servers_successor_holds_the_names_texts_it_replaces_was_sent(mon
             servers.add(pool._server)
         assert len(servers) >= 3  # (replaced at least twice while these ran; the servers held, so no id reused)
     assert frames.texts == [False] * runs, frames.texts
+
+
+def test_the_names_cache_rule_keeps_the_newest_within_both_bounds_and_says_what_it_dropped():
+    # worker.keep_newest: the fork server's cache and the host's record of what it sent one.
+    kept: dict[bytes, bytes] = {}
+    dropped = []
+    for i in range(worker.NAMES_ENTRIES + 2):
+        dropped += worker.keep_newest(kept, b"k%d" % i, b"t%d" % i)
+    assert list(kept) == [b"k%d" % i for i in range(2, worker.NAMES_ENTRIES + 2)]
+    assert dropped == [b"t0", b"t1"], "the least recently offered first"
+    assert worker.keep_newest(kept, b"k2", b"t2") == [] and list(kept)[-1] == b"k2", "offered again: the most recent"
+    third = worker.NAMES_BYTES // 3 + 1
+    big = [worker.keep_newest(kept, b"b%d" % i, bytes([65 + i]) * third) for i in range(3)]
+    assert sum(map(len, kept.values())) <= worker.NAMES_BYTES and list(kept)[-2:] == [b"b1", b"b2"]
+    assert len(big[2]) >= 1 and big[2][-1] == b"A" * third, "the bytes bound dropped the oldest big text"
+    before = dict(kept)
+    assert worker.keep_newest(kept, b"huge", b"y" * (worker.NAMES_BYTES + 1)) == [] and kept == before

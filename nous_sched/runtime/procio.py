@@ -387,7 +387,7 @@ class ForkServer:
 
     def names_sent(self) -> list[tuple[bytes, bytes]]:
         """``(key, text)`` of the names texts sent to this server, oldest first,
-        as many as it keeps (``worker._keep_names``'s bounds): what a successor
+        as many as it keeps (``worker.keep_newest``, its own rule): what a successor
         is offered before it forks (see ``WorkerPool``), so the runs on its
         children carry only their keys, as on this server's."""
         with self._offers_lock:
@@ -402,11 +402,7 @@ class ForkServer:
                 key = next(iter(self._names_waiting))
                 text = self._names_waiting.pop(key)
                 self._names_offered.add(key)
-                sent = self._names_sent
-                sent.pop(key, None)
-                sent[key] = text
-                while len(sent) > worker.NAMES_ENTRIES or sum(map(len, sent.values())) > worker.NAMES_BYTES:
-                    del sent[next(iter(sent))]
+                worker.keep_newest(self._names_sent, key, text)  # (the server's own rule: what it holds)
             try:
                 fd = os.memfd_create("nous_sched names", os.MFD_CLOEXEC)
             except (OSError, AttributeError):  # (AttributeError: no memfd_create on this platform)

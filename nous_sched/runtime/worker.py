@@ -803,6 +803,27 @@ def _forget_names() -> None:
         _NAMES_HELD.clear()
 
 
+def keep_newest(kept: dict[bytes, Any], key: bytes, text: Any) -> list[Any]:
+    """A names cache's rule, for a fork server's (:func:`_keep_names`) and for
+    the host's record of what it sent one (``procio.ForkServer.names_sent``),
+    so the two agree: ``text`` (its length its size) kept under ``key`` as the
+    most recent of ``kept`` (least recently offered first), then the least
+    recent dropped until at most :data:`NAMES_ENTRIES` texts of
+    :data:`NAMES_BYTES` bytes in all remain; the texts dropped. A text longer
+    than :data:`NAMES_BYTES` is not kept, and drops nothing."""
+    if len(text) > NAMES_BYTES:
+        return []
+    kept.pop(key, None)
+    kept[key] = text
+    dropped: list[Any] = []
+    total = sum(map(len, kept.values()))
+    while len(kept) > NAMES_ENTRIES or total > NAMES_BYTES:
+        gone = kept.pop(next(iter(kept)))
+        total -= len(gone)
+        dropped.append(gone)
+    return dropped
+
+
 def _keep_names(msg: bytes, fd: int, key_of: Any) -> None:
     """A fork server's names offer (``N <key> <length>`` and a memfd holding
     the text): keep a copy of the text in memory of its own (an anonymous
@@ -836,11 +857,8 @@ def _keep_names(msg: bytes, fd: int, key_of: Any) -> None:
                 at += got
         if key_of(held) != key:
             return
-        _NAMES_HELD[key], held = held, None
-        total = sum(map(len, _NAMES_HELD.values()))
-        while len(_NAMES_HELD) > NAMES_ENTRIES or total > NAMES_BYTES:
-            dropped = _NAMES_HELD.pop(next(iter(_NAMES_HELD)))
-            total -= len(dropped)
+        kept, held = held, None
+        for dropped in keep_newest(_NAMES_HELD, key, kept):
             dropped.close()
     except (ValueError, OSError, MemoryError):
         pass
