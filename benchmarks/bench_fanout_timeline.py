@@ -31,8 +31,10 @@ by wrapping the functions that end them (for this probe only):
 Beside the stamps, load-independent counts of where the host's CPU went in
 each run (each thread's ``/proc`` schedstat and context switches, read
 before and after the run): the tool threads' CPU and their context switches
-per call (a call's least is two: it sleeps in its tool, then parks), the
-scheduler's driver's CPU; the run's own thread's CPU (its own clock,
+per call (a call's least is two: it sleeps in its tool, then parks), and of
+those the preemptions (involuntary: the thread was still runnable, most
+often just after it woke a thread, or handed the GIL to one, on its own
+CPU), the scheduler's driver's CPU and switches; the run's own thread's CPU (its own clock,
 ``time.thread_time``, read just around ``run_code``: the ``/proc`` reading
 itself costs the thread that makes it some 1.7 ms with 60 threads, which a
 reading by ``/proc`` would count as the run's) and its context switches; and whether a settle frame
@@ -93,7 +95,9 @@ PHASES = (
 COUNTS = (
     "tool threads us",
     "tool switches/call",
+    "tool preempted/call",
     "driver us",
+    "driver switches",
     "run's thread us",
     "run's thread switches",
     "tools late us (median)",
@@ -154,9 +158,9 @@ def counting(owner: Any, name: str, size: Callable[..., int]) -> None:
     setattr(owner, name, wrapped)
 
 
-def per_thread() -> dict[int, tuple[int, int]]:
-    """Each thread of this process: (CPU ns, context switches), from /proc."""
-    out: dict[int, tuple[int, int]] = {}
+def per_thread_split() -> dict[int, tuple[int, int, int]]:
+    """Each thread of this process: (CPU ns, voluntary, involuntary context switches), from /proc."""
+    out: dict[int, tuple[int, int, int]] = {}
     for tid in os.listdir("/proc/self/task"):
         try:
             with open(f"/proc/self/task/{tid}/schedstat", encoding="ascii") as fh:
@@ -165,32 +169,44 @@ def per_thread() -> dict[int, tuple[int, int]]:
                 status = fh.read()
         except OSError:  # (a thread gone meanwhile)
             continue
-        switches = sum(
-            int(line.split()[1])
-            for line in status.splitlines()
-            if line.endswith(tuple("0123456789")) and "ctxt_switches" in line
-        )
-        out[int(tid)] = (cpu, switches)
+        counts = {}
+        for line in status.splitlines():
+            if line.endswith(tuple("0123456789")) and "ctxt_switches" in line:
+                key, value = line.split()
+                counts[key] = int(value)
+        out[int(tid)] = (cpu, counts.get("voluntary_ctxt_switches:", 0), counts.get("nonvoluntary_ctxt_switches:", 0))
     return out
 
 
-def by_role(before: dict[int, tuple[int, int]], after: dict[int, tuple[int, int]]) -> dict[str, float]:
-    """The run's host CPU (us) by role, and the tool threads' switches per call.
+def per_thread() -> dict[int, tuple[int, int]]:
+    """Each thread of this process: (CPU ns, context switches), from /proc."""
+    return {tid: (cpu, voluntary + involuntary) for tid, (cpu, voluntary, involuntary) in per_thread_split().items()}
+
+
+def by_role(before: dict[int, tuple[int, int, int]], after: dict[int, tuple[int, int, int]]) -> dict[str, float]:
+    """The run's host CPU (us) by role, the tool threads' switches per call
+    (all, and those that were preemptions: involuntary, the thread still
+    runnable, most often by a thread it had just woken on its own CPU), and
+    the driver's switches.
 
     Not the run's own thread: this reading costs the thread that makes it
     about as much CPU as the run itself (two files of ``/proc`` per thread,
     some 60 threads), and the part of it after its own line counts as the
     run's (see :func:`one`, which reads that thread's own clock)."""
     cpu = {"tool threads us": 0.0, "driver us": 0.0}
-    switches = 0
-    for tid, (ns, n) in after.items():
-        was_ns, was_n = before.get(tid, (0, 0))
+    switches = preempted = driver = 0
+    for tid, (ns, vol, invol) in after.items():
+        was_ns, was_vol, was_invol = before.get(tid, (0, 0, 0))
         if tid in tool_tids:
             cpu["tool threads us"] += (ns - was_ns) / 1e3
-            switches += n - was_n
+            switches += vol - was_vol + invol - was_invol
+            preempted += invol - was_invol
         elif tid in driver_tids:
             cpu["driver us"] += (ns - was_ns) / 1e3
+            driver += vol - was_vol + invol - was_invol
     cpu["tool switches/call"] = switches / WIDE
+    cpu["tool preempted/call"] = preempted / WIDE
+    cpu["driver switches"] = float(driver)
     return cpu
 
 
@@ -258,7 +274,7 @@ def one(runtime: Any) -> dict[str, float]:
     scheduler_t0.clear()
     relayed.clear()
     sent.clear()
-    before = per_thread()
+    before = per_thread_split()
     switched = own_switches()
     cpu0 = time.thread_time_ns()
     t0 = time.perf_counter()
@@ -266,7 +282,7 @@ def one(runtime: Any) -> dict[str, float]:
     stamps["returned"] = time.perf_counter()
     cpu1 = time.thread_time_ns()
     switched = own_switches() - switched
-    counts = by_role(before, per_thread())
+    counts = by_role(before, per_thread_split())
     counts["run's thread us"] = (cpu1 - cpu0) / 1e3
     counts["run's thread switches"] = float(switched)
     assert r.ok, r.error
