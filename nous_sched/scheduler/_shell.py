@@ -1247,11 +1247,13 @@ class Scheduler:
                 self._exited = True
             # Submits and queries that raced stop() into the queue; no query comes after
             # _exited, and a submit that does has its ticket released just below.
-            while True:
-                try:
-                    msg = self._queue.get_nowait()
-                except queue.Empty:
-                    break
+            # Whoever winds down is the queue's one reader by now (the driver, or
+            # stop() having taken it back): a queue that is not empty answers
+            # get at once, and asking is cheaper than raising queue.Empty.
+            empty = self._queue.empty
+            get = self._queue.get_nowait
+            while not empty():
+                msg = get()
                 if type(msg) is Call:
                     self._deliver(msg.ticket, Outcome.failure(msg.ticket.tool, GONE))
                 elif type(msg) is list:

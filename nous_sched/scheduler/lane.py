@@ -37,7 +37,7 @@ Not thread-safe, by design: one thread owns a lane.
 from __future__ import annotations
 
 import collections
-from typing import Generic, Optional, TypeVar
+from typing import Any, Generic, Optional, TypeVar
 
 import attrs
 
@@ -68,6 +68,10 @@ class Abandoned(Generic[T]):
     queued: tuple[T, ...]
     running: tuple[T, ...]
     settled: tuple[T, ...]
+
+
+#: What an idle lane's :meth:`Lane.abandon` hands back (immutable, so shared).
+_NOTHING_LEFT: Abandoned[Any] = Abandoned((), (), ())
 
 
 class Lane(Generic[T]):
@@ -183,6 +187,10 @@ class Lane(Generic[T]):
 
         Idempotent: a second call returns nothing.
         """
+        if self.idle():  # (a run's usual end, every call committed: nothing to sort or copy)
+            self._exclusive = None
+            self._closed = True
+            return _NOTHING_LEFT
         queued = tuple(item for _, _, item in self._pending)
         running = tuple(self._inflight[seq] for seq in sorted(self._inflight))
         settled = tuple(self._settled[seq] for seq in sorted(self._settled))
