@@ -263,10 +263,19 @@ class ToolThreads:
             del step, fn, args
             if not isinstance(then, Then):
                 then = None
-            with lock:
+            # acquire/release, not `with`: 1k instructions fewer per use (3.11 looks up and
+            # calls __enter__ and __exit__ the slow way). The acquire is the try's first call,
+            # as `with` would have it: whatever is raised into this thread at that call's
+            # check for signals lands inside the try, after the lock was taken. (Only this
+            # set's own threads run here: no signal handler runs in them to break off the
+            # acquire itself, as one can on the main thread, where a `with` is needed.)
+            try:
+                lock.acquire()
                 step = core.after(slot)
                 if step is LEAVE:
                     self._threads.discard(threading.current_thread())
+            finally:
+                lock.release()
             if then is not None:
                 # The task's last word (its report), said once this thread has parked or
                 # taken its next task: whoever it wakes finds the GIL about to be free.
@@ -297,11 +306,15 @@ class ToolThreads:
                 return step
             # Signalled under _lock before this thread took it: released already.
             slot.wake.acquire()
-        with self._lock:
+        lock = self._lock
+        try:
+            lock.acquire()  # (not `with`: see _work)
             step = core.woken(slot)
             if step is LEAVE:
                 self._threads.discard(threading.current_thread())
             return step
+        finally:
+            lock.release()
 
 
 def _nothing() -> None:
