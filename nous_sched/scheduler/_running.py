@@ -55,11 +55,23 @@ class InContext:
         return "nous_sched.call"  # Dask names tasks after it: one stable prefix, not an address
 
 
-def run_reporting(put: Callable[[Any], None], seq: int, ctx: contextvars.Context, *args: Any) -> "Done":
+def run_reporting(
+    put: Callable[[Any], None],
+    seq: int,
+    ctx: contextvars.Context,
+    dispatch: Dispatch,
+    tool: Tool,
+    args: dict[str, Any],
+    run_ctx: Optional[RunContext],
+    info: CallInfo,
+    t0: float,
+    begin: Optional[Callable[[], bool | str]],
+) -> "Done":
     """On a tool thread of the scheduler's own pool: run call ``seq`` in
     ``ctx`` (:func:`run_call`), then tell the driver, whatever happened."""
+    # run_call's arguments named, not gathered (*args): no tuple made twice per call.
     try:
-        result = ctx.run(run_call, *args)
+        result = ctx.run(run_call, dispatch, tool, args, run_ctx, info, t0, begin)
     except BaseException as exc:  # escaped run_call's `except Exception`: the task died
         put(Done(seq, None, exc))
         raise
@@ -84,13 +96,12 @@ def run_call(
     a str is why its throttles refused it. A ``begin`` with an ``end()`` is
     told when the tool has returned (its throttles' places go back).
     """
-    name = tool.name
     if begin is not None:
         verdict = begin()
         if verdict is not True:
             if isinstance(verdict, str):  # its throttles refused it (the deadline came first)
-                return Outcome.failure(name, verdict), time.perf_counter() - t0, "throttled", 0
-            return Outcome.failure(name, ABANDONED), time.perf_counter() - t0, "abandoned", 0
+                return Outcome.failure(tool.name, verdict), time.perf_counter() - t0, "throttled", 0
+            return Outcome.failure(tool.name, ABANDONED), time.perf_counter() - t0, "abandoned", 0
     try:
         # Runs in the call's own context, a copy made for it alone (the submitter's,
         # or the executor thread's: InContext), which no code runs in after it:
@@ -99,7 +110,7 @@ def run_call(
             dispatch, tool, args, run_ctx, info, getattr(begin, "record_approval", None)
         )
         if raised is not None:
-            log.warning("code-mode sub-call %s (tool %r) raised", info.id, name, exc_info=raised)
+            log.warning("code-mode sub-call %s (tool %r) raised", info.id, tool.name, exc_info=raised)
         return outcome, time.perf_counter() - t0, kind, size
     finally:
         # A Begin with no throttles holds no places (its end() does nothing): not asked.

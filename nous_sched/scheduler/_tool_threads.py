@@ -240,10 +240,7 @@ class ToolThreads:
         slot = _Slot(serial)  # this thread's own place on the idle stack
         lock = self._lock
         core = self._core
-        with lock:
-            step = core.begin(slot)
-            if step is LEAVE:
-                self._threads.discard(threading.current_thread())
+        step = self._begin(slot)
         while True:
             if step is PARKED:
                 if self._went_idle is not None:
@@ -253,21 +250,49 @@ class ToolThreads:
             if step is LEAVE:
                 break
             assert isinstance(step, Task)
-            then = _run(step)
-            del step
-            with lock:
+            # Run here, not in a helper function: a frame fewer on every call's path.
+            try:
+                fn, args = step._slot.pop()  # noqa: SLF001
+            except IndexError:  # cancelled before it started
+                fn, args = _nothing, ()
+            try:
+                then = fn(*args)
+            except BaseException:  # the task has reported it; this thread goes on
+                then = None
+            # Nothing of the task is held while this thread parks: its objects are its run's.
+            del step, fn, args
+            if not isinstance(then, Then):
+                then = None
+            # acquire/release, not `with`: 1k instructions fewer per use (3.11 looks up and
+            # calls __enter__ and __exit__ the slow way). The acquire is the try's first call,
+            # as `with` would have it: whatever is raised into this thread at that call's
+            # check for signals lands inside the try, after the lock was taken. (Only this
+            # set's own threads run here: no signal handler runs in them to break off the
+            # acquire itself, as one can on the main thread, where a `with` is needed.)
+            try:
+                lock.acquire()
                 step = core.after(slot)
                 if step is LEAVE:
                     self._threads.discard(threading.current_thread())
+            finally:
+                lock.release()
             if then is not None:
                 # The task's last word (its report), said once this thread has parked or
                 # taken its next task: whoever it wakes finds the GIL about to be free.
                 try:
                     then()
-                except BaseException:  # the task's own, as in _run
+                except BaseException:  # the task's own, as its run's above
                     pass
         if self._on_leave is not None:
             self._on_leave()
+
+    def _begin(self, slot: _Slot) -> "Union[Task, str]":
+        """A new thread's first step."""
+        with self._lock:
+            step = self._core.begin(slot)
+            if step is LEAVE:
+                self._threads.discard(threading.current_thread())
+            return step
 
     def _wait(self, slot: _Slot) -> "Union[Task, str]":
         """Sleep on the idle stack until signalled, or ``idle_seconds``; then what to do."""
@@ -281,24 +306,19 @@ class ToolThreads:
                 return step
             # Signalled under _lock before this thread took it: released already.
             slot.wake.acquire()
-        with self._lock:
+        lock = self._lock
+        try:
+            lock.acquire()  # (not `with`: see _work)
             step = core.woken(slot)
             if step is LEAVE:
                 self._threads.discard(threading.current_thread())
             return step
+        finally:
+            lock.release()
 
 
-def _run(task: Task) -> "Optional[Then]":
-    """Run ``task``; what it returned, when that is a :class:`Then`, to be called next."""
-    try:
-        fn, args = task._slot.pop()  # noqa: SLF001
-    except IndexError:
-        return None  # cancelled before it started
-    try:
-        then = fn(*args)
-    except BaseException:  # the task has reported it; this thread goes on
-        return None
-    return then if isinstance(then, Then) else None
+def _nothing() -> None:
+    """A cancelled task's stand-in."""
 
 
 class Then:
