@@ -173,6 +173,12 @@ _values = st.recursive(
 @example({"a": float("nan"), "b": None})
 @example([None, float("inf")])
 @example({"x": [1.5, "é", "\x7f", None]})
+@example(2**53 - 1)
+@example(-(2**53 - 1))
+@example(2**53)
+@example(-(2**53))
+@example(0)
+@example(True)
 def test_a_result_crosses_exactly_as_the_walk_and_the_standard_library_say(value):
     _agree(_snapshot_text(value), _reference_text(value))
 

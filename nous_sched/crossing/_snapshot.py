@@ -170,6 +170,9 @@ def snapshot_text(value: Any) -> tuple[Any, str, int]:
         return True, "true", 4
     if value is False:
         return False, "false", 5
+    if type(value) is int and -_M <= value <= _M:  # a count or an id: crosses as itself, spelled as JSON spells it
+        text = int.__repr__(value)
+        return value, text, len(text)
     fast = _fastjson.encode(value, dumps)
     if fast is not _fastjson.UNSURE:
         return fast  # type: ignore[no-any-return]
