@@ -126,6 +126,15 @@ def _nonblocking_pipe() -> tuple[int, int]:
     return r, w
 
 
+def _reporter(put: Callable[[Any], None], seq: int) -> Callable[[concurrent.futures.Future[Any]], None]:
+    """The done-callback of call ``seq``'s executor future: its :class:`Done` on the driver's queue."""
+
+    def done(future: concurrent.futures.Future[Any]) -> None:
+        put(Done(seq, None, future))
+
+    return done
+
+
 class Scheduler:
     """The scheduler for one program run. See the module docstring for guarantees.
 
@@ -970,8 +979,9 @@ class Scheduler:
         if not now and not finished:
             return
         records: list[Any] = []  # the pass's audit records (or held: records.made), in the lane's order
-        started: list[tuple[Call, str]] = []  # each with its tool_call record's id
-        committed: list[tuple[Call, float]] = []  # each with when it committed
+        started: list[Call] = []
+        ids: list[str] = []  # each started call's tool_call record's id (a list beside it: no tuple per call)
+        committed: list[Call] = []
         # (START or COMMIT, the call, its audit record): kept only for the hooks.
         actions: Optional[list[tuple[str, Call, Any]]] = (
             None if self._observer is None and self._on_outcome is None and self._on_start is None else []
@@ -979,10 +989,13 @@ class Scheduler:
         # Held while no one sees a record as it is written: no hook, and the run's own
         # log (which makes its Events when read); most runs' audits are never read.
         held = actions is None and type(self._session_log) is RunLog
-        t0 = self._t0
-        perf_counter = time.perf_counter
+        # One stamp for the pass: its starts and commits are all decided here, and
+        # none is handed over or published before its records are written below.
+        at = time.perf_counter() - self._t0
         # Each started call's tool_call record (held: see records.made) and its Timeline.
         prefix = f"{self._call_id}:code:" if self._call_id is not None else "code:"
+        call_type = ToolCallEvent.type
+        outcome_type = ToolOutcomeEvent.type
         record: Any
         for kind, call in now:
             if kind is START:
@@ -991,42 +1004,42 @@ class Scheduler:
                 mode = call.mode
                 event_id = prefix + str(seq)
                 record = (
-                    (ToolCallEvent.type, event_id, name, call.logged, mode, seq)
+                    (call_type, event_id, name, call.logged, mode, seq)
                     if held
                     else ToolCallEvent(event_id, name, call.logged, mode, seq)
                 )
                 reason = "" if mode == PARALLEL else exclusive_reason(call.tool, mode)
-                call.timeline = Timeline(seq, name, mode, perf_counter() - t0, reason)
-                started.append((call, event_id))
+                call.timeline = Timeline(seq, name, mode, at, reason)
+                started.append(call)
+                ids.append(event_id)
             else:
                 ran = call.ran
                 outcome = call.outcome
                 if held and outcome.ok and not outcome.blobs:
-                    record = (ToolOutcomeEvent.type, call.seq, call.tool.name, True, None, ran[3])
+                    record = (outcome_type, call.seq, call.tool.name, True, None, ran[3])
                 else:
                     record = self._outcome_record(call, outcome, ran[2], ran[3])
-                committed.append((call, perf_counter() - t0))
+                committed.append(call)
             records.append(record)
             if actions is not None:
                 actions.append((kind, call, record))
-        self._write_pass(records, started, committed)
+        self._write_pass(records, started, committed, at)
         if actions is not None:
             self._act_in_order(actions)
             return
-        for call, event_id in started:
-            self._hand_over(call, event_id)
+        if started:
+            self._hand_over(started, ids)
         if committed:
             if len(committed) == 1:  # (a lone commit: nothing to order)
-                call = committed[0][0]
+                call = committed[0]
                 self._deliver(call.ticket, call.outcome)
             else:
                 self._publish_newest_first(committed)
 
-    def _write_pass(
-        self, records: list[Any], started: list[tuple[Call, str]], committed: list[tuple[Call, float]]
-    ) -> None:
-        """A pass's audit records, trail and stamps under one ``_records_lock``, and the run's own log with
-        them (under the same lock: see :class:`RunLog`); a session log of the caller's gets them after."""
+    def _write_pass(self, records: list[Any], started: list[Call], committed: list[Call], at: float) -> None:
+        """A pass's audit records, trail and stamps (``at``: its commits') under one ``_records_lock``, and
+        the run's own log with them (under the same lock: see :class:`RunLog`); a session log of the caller's
+        gets them after."""
         finished = self._finished
         thens: list[Callable[[], None]] = []
         with self._records_lock:
@@ -1039,7 +1052,7 @@ class Scheduler:
             if not self._unbegun and self._on_begun:
                 thens, self._on_begun = self._on_begun, []
             trail = self._trail
-            for call, at in committed:
+            for call in committed:
                 timeline = call.timeline
                 timeline.committed = at
                 timeline.ok = call.outcome.ok
@@ -1053,7 +1066,7 @@ class Scheduler:
             if self._sealed is not None:
                 records = self._unsealed(records)
             self._events += records
-            for call, _ in started:
+            for call in started:
                 trail.append(call.timeline)
             run_log = self._session_log
             kept = type(run_log) is RunLog
@@ -1072,71 +1085,63 @@ class Scheduler:
                 if self._on_start is not None:
                     self._tell_start(call, record)
                 self._notify(call.timeline, START)
-                self._hand_over(call, record.id)
+                self._hand_over((call,), (record.id,))
             else:
                 self._deliver(call.ticket, call.outcome)
                 self._notify(call.timeline, COMMIT)
                 if self._on_outcome is not None:
                     self._tell_outcome(call.timeline, record, call.outcome)
 
-    def _publish_newest_first(self, committed: list[tuple[Call, float]]) -> None:
+    def _publish_newest_first(self, committed: list[Call]) -> None:
         """Publish a pass's commits (more than one) after one ``_lock``, newest first (see :meth:`_drive`)."""
-        tickets = {call.ticket for call, _ in committed}
+        tickets = {call.ticket for call in committed}
         with self._lock:  # set operations in C: the lock is held for no Python loop
             mine = tickets & self._open  # the rest stop() already released, from a driver that stopped answering
             self._open -= mine
-        for call, _ in reversed(committed):
+        for call in reversed(committed):
             if call.ticket in mine:
                 call.ticket._publish(call.outcome)  # noqa: SLF001
 
-    def _hand_over(self, call: Call, event_id: str) -> None:
-        """Hand a started call (its ``tool_call`` record's id) to the tool threads, or the caller's executor."""
-        seq = call.seq
-        timeline = call.timeline
-        info = CallInfo(event_id, timeline.tool, seq, call.mode, call.run_ctx)
-        tool = call.tool
-        begin = (
-            Begin(self, timeline, tool.throttles, getattr(call.run_ctx, "deadline", None))
-            if getattr(tool, "throttles", None)
-            else Begin(self, timeline)
-        )
+    def _hand_over(self, calls: Sequence[Call], ids: Sequence[str]) -> None:
+        """Hand started calls (each with its ``tool_call`` record's id, in ``ids``), in order, to the tool
+        threads, or the caller's executor (one frame for a pass's starts: a fan-out's fifty)."""
         put = self._put
         threads = self._tool_threads
-        try:
-            if threads is not None:
-                # Our own threads: the task reports back itself, with no future.
-                # What it cannot report (cancelled before it ran) happens only
-                # when the lane is abandoned, and needs no report.
-                call.future = threads.submit(
-                    run_reporting,
-                    put,
-                    seq,
-                    call.ctx,
-                    self._dispatch,
-                    tool,
-                    call.args,
-                    call.run_ctx,
-                    info,
-                    self._t0,
-                    begin,
-                )
-                return
-            assert self._executor is not None
-            future = self._executor.submit(
-                InContext(call.ctx), run_call, self._dispatch, tool, call.args, call.run_ctx, info, self._t0, begin
+        submit = threads.submit if threads is not None else None
+        dispatch = self._dispatch
+        t0 = self._t0
+        for call, event_id in zip(calls, ids, strict=True):
+            seq = call.seq
+            timeline = call.timeline
+            tool = call.tool
+            run_ctx = call.run_ctx
+            info = CallInfo(event_id, timeline.tool, seq, call.mode, run_ctx)
+            begin = (
+                Begin(self, timeline, tool.throttles, getattr(run_ctx, "deadline", None))
+                if getattr(tool, "throttles", None)
+                else Begin(self, timeline)
             )
-        except Exception:
-            log.error("code-mode sub-call %s could not be handed to the executor", info.id, exc_info=True)
-            future = concurrent.futures.Future()
-            future.set_exception(RuntimeError("executor refused the call"))
-        call.future = future
-
-        # A caller's executor may cancel a task (its shutdown(cancel_futures=True))
-        # before it runs: only the future's callback hears of that.
-        def done(future: concurrent.futures.Future[Any]) -> None:
-            put(Done(seq, None, future))
-
-        future.add_done_callback(done)
+            try:
+                if submit is not None:
+                    # Our own threads: the task reports back itself, with no future.
+                    # What it cannot report (cancelled before it ran) happens only
+                    # when the lane is abandoned, and needs no report.
+                    call.future = submit(
+                        run_reporting, put, seq, call.ctx, dispatch, tool, call.args, run_ctx, info, t0, begin
+                    )
+                    continue
+                assert self._executor is not None
+                future = self._executor.submit(
+                    InContext(call.ctx), run_call, dispatch, tool, call.args, run_ctx, info, t0, begin
+                )
+            except Exception:
+                log.error("code-mode sub-call %s could not be handed to the executor", info.id, exc_info=True)
+                future = concurrent.futures.Future()
+                future.set_exception(RuntimeError("executor refused the call"))
+            call.future = future
+            # A caller's executor may cancel a task (its shutdown(cancel_futures=True))
+            # before it runs: only the future's callback hears of that.
+            future.add_done_callback(_reporter(put, seq))
 
     def _collect(self, call: Call, problem: Any) -> Ran:
         """The outcome of a call whose task did not return: ``problem`` is its
