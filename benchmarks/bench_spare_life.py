@@ -36,36 +36,16 @@ import statistics
 import sys
 import time
 
+# The programs and the /proc readers are bench_first_step's: the two probes must count alike.
+from bench_first_step import PROGRAMS, cpu_us, moved
+
 from nous_sched import Tool, WorkerPool, run_code
-
-PROGRAMS = {
-    "one-call": "return await tools.probe({});",
-    "fanout": "const parts = await Promise.all(Array.from({ length: 50 }, (_, i) => tools.probe({ i })));\n"
-    "return parts.length;",
-}
-
-
-def cpu_us(pid: int) -> float:
-    """Every thread's CPU time so far (``schedstat``, nanoseconds), in microseconds."""
-    total = 0
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        with open(f"/proc/{pid}/task/{tid}/schedstat", encoding="ascii") as fh:
-            total += int(fh.read().split()[0])
-    return total / 1e3
 
 
 def stat(pid: int) -> list[int]:
     """``/proc/<pid>/stat``'s fields after the command's name."""
     with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
         return [int(x) if x.lstrip("-").isdigit() else 0 for x in fh.read().rsplit(")", 1)[1].split()]
-
-
-def moved(pid: int, was: int) -> int:
-    """The minor faults of ``pid`` since ``was`` (-1 once it is gone)."""
-    try:
-        return stat(pid)[7] - was
-    except OSError:
-        return -1
 
 
 def server_counts(pid: int) -> tuple[int, float, int, float]:
