@@ -41,6 +41,7 @@ __all__ = [
     "Call",
     "Batch",
     "Begin",
+    "ThrottledBegin",
     "AlwaysBegin",
     "Done",
     "Query",
@@ -260,37 +261,28 @@ def told(thens: list[Callable[[], None]]) -> None:
 
 
 class Begin:
-    """Called by a tool thread as it takes up a call: waits for the places of
-    the tool's throttles (if it names any), then stamps the call's ``began``
-    and answers True; answers False once the scheduler is stopping (the call
-    is over before it began, and must not start), or the refusal's message
-    when the throttles' wait failed (the run's deadline passed). :meth:`end`
-    gives the places back once the tool has returned.
-
-    The wait is on the tool thread, so the driver never blocks on a throttle;
-    stop() cancels it (``Scheduler._throttle_waits``).
+    """Called by a tool thread as it takes up a call: stamps the call's
+    ``began`` and answers True; answers False once the scheduler is stopping
+    (the call is over before it began, and must not start). A tool that names
+    throttles gets a :class:`ThrottledBegin`, which waits for their places
+    first. :meth:`end` gives the places back once the tool has returned.
 
     Pickles (for executors that serialize tasks) as one that always answers
     True: in another process there is no scheduler to ask.
     """
 
-    __slots__ = ("scheduler", "timeline", "throttles", "deadline", "hold")
+    __slots__ = ("scheduler", "timeline")
 
-    def __init__(
-        self, scheduler: "Driven", timeline: Timeline, throttles: tuple[Any, ...] = (), deadline: Any = None
-    ) -> None:
+    # Most calls' tools name no throttles: their Begin holds no places, and has
+    # no per-call slots for them (run_call skips end() for them, on this).
+    throttles: tuple[Any, ...] = ()
+
+    def __init__(self, scheduler: "Driven", timeline: Timeline) -> None:
         self.scheduler = scheduler
         self.timeline = timeline
-        self.throttles = throttles
-        self.deadline = deadline
-        self.hold: Optional[Hold] = None
 
     def __call__(self) -> bool | str:
         scheduler = self.scheduler
-        if self.throttles:
-            refusal = self._wait_for_throttles()
-            if refusal is not None:
-                return refusal
         with scheduler._records_lock:  # noqa: SLF001
             if scheduler._stopping:  # noqa: SLF001
                 self.end()
@@ -308,6 +300,36 @@ class Begin:
         timeline = self.timeline
         shown = None if granted is None else granted.as_dict()
         self.scheduler._record(ApprovalEvent(timeline.seq, timeline.tool, approved, reason, grant, shown))  # noqa: SLF001
+
+    def end(self) -> None:
+        """Give the throttles' places back (idempotent; any thread): none held here."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (AlwaysBegin, ())
+
+
+class ThrottledBegin(Begin):
+    """A :class:`Begin` for a tool that names throttles: first waits for their
+    places (until ``deadline``, a ``time.monotonic()``; None: the scheduler's
+    timeout), and answers the refusal's message when that wait failed.
+
+    The wait is on the tool thread, so the driver never blocks on a throttle;
+    stop() cancels it (``Scheduler._throttle_waits``).
+    """
+
+    __slots__ = ("throttles", "deadline", "hold")
+
+    def __init__(self, scheduler: "Driven", timeline: Timeline, throttles: tuple[Any, ...], deadline: Any) -> None:
+        super().__init__(scheduler, timeline)
+        self.throttles = throttles
+        self.deadline = deadline
+        self.hold: Optional[Hold] = None
+
+    def __call__(self) -> bool | str:
+        refusal = self._wait_for_throttles()
+        if refusal is not None:
+            return refusal
+        return super().__call__()
 
     def _wait_for_throttles(self) -> bool | str | None:
         """Take the throttles' places (None), or why not: False once the scheduler stops, else the message."""
@@ -334,9 +356,6 @@ class Begin:
         """Give the throttles' places back (idempotent; any thread)."""
         if self.hold is not None:
             self.hold.release()
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (AlwaysBegin, ())
 
 
 class AlwaysBegin:

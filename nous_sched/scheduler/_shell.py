@@ -88,6 +88,7 @@ from ._calls import (
     Ran,
     Reader,
     RunLog,
+    ThrottledBegin,
     Ticket,
     Timeline,
     WhenBegun,
@@ -1117,7 +1118,7 @@ class Scheduler:
             run_ctx = call.run_ctx
             info = CallInfo(event_id, timeline.tool, seq, call.mode, run_ctx)
             begin = (
-                Begin(self, timeline, tool.throttles, getattr(run_ctx, "deadline", None))
+                ThrottledBegin(self, timeline, tool.throttles, getattr(run_ctx, "deadline", None))
                 if getattr(tool, "throttles", None)
                 else Begin(self, timeline)
             )
