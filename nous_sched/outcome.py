@@ -76,14 +76,14 @@ class Outcome:
         # Every call's answer, on the hot path: the record's own __init__ (_slots.record), then the
         # one field that is not an __init__ argument (only a snapshot's own text).
         made = cls(True, value, None)
-        object.__setattr__(made, "text", text)
+        _set_text(made, text)
         return made
 
     @classmethod
     def held(cls, value: Any, text: str, blobs: tuple[Any, ...]) -> "Outcome":
         """:meth:`crossed`, with the :class:`~nous_sched.Blob` values whose handles ``value`` holds."""
         made = cls.crossed(value, text)
-        object.__setattr__(made, "blobs", blobs)
+        _set_blobs(made, blobs)
         return made
 
     @classmethod
@@ -96,3 +96,9 @@ class Outcome:
             return self.value
         assert self.error is not None
         raise ToolError(self.error.message, tool=self.error.tool)
+
+
+# The two slots a constructor does not take, set through their own descriptors (half the
+# instructions of object.__setattr__, which looks the descriptor up by name each time).
+_set_text = Outcome.__dict__["text"].__set__
+_set_blobs = Outcome.__dict__["blobs"].__set__
